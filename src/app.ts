@@ -1,0 +1,72 @@
+import Fastify, { type FastifyBaseLogger } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { Config } from './config.js';
+import type { Clock } from './clock.js';
+import type { Database } from './db/types.js';
+import type { Deps } from './context.js';
+import { newId } from './ids.js';
+import { SigningKeys } from './auth/signing-keys.js';
+import { JobRunner } from './jobs/runner.js';
+import { validatorCompiler } from './http/validation.js';
+import { registerErrorHandling } from './http/errors-plugin.js';
+import { registerGate } from './http/gate.js';
+import { registerOpenApi } from './http/openapi.js';
+import { MODULES } from './modules/index.js';
+import { devModule } from './modules/dev/index.js';
+import type { App } from './modules/types.js';
+import { Type } from '@sinclair/typebox';
+
+export const BODY_LIMIT_BYTES = 1024 * 1024;
+
+export interface BuildOptions {
+  config: Readonly<Config>;
+  database: Database;
+  clock: Clock;
+  logger?: FastifyBaseLogger | boolean | object;
+}
+
+/** Builds the Fastify instance and the shared dependencies; starts nothing. */
+export async function buildApp(options: BuildOptions): Promise<{ app: App; deps: Deps }> {
+  const { config, database, clock } = options;
+  const fastify = Fastify({
+    logger: options.logger ?? { level: config.logLevel },
+    genReqId: () => newId('req'),
+    requestIdLogLabel: 'request_id',
+    bodyLimit: BODY_LIMIT_BYTES,
+    trustProxy: false,
+    return503OnClosing: true,
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
+    ajv: { customOptions: {} },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  fastify.setValidatorCompiler(validatorCompiler);
+  // The OAuth token endpoint also takes form bodies; everything else is JSON only.
+  fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
+    done(null, Object.fromEntries(new URLSearchParams(body as string)));
+  });
+
+  const modules = config.devClock ? [...MODULES, devModule] : MODULES;
+  const deps: Deps = {
+    config,
+    database,
+    clock,
+    log: fastify.log,
+    keys: new SigningKeys(database, clock, config.publicUrl),
+    jobs: undefined as unknown as JobRunner,
+  };
+  deps.jobs = new JobRunner(deps, modules.flatMap((m) => m.jobs?.(deps) ?? []));
+
+  registerErrorHandling(fastify);
+  await registerOpenApi(fastify, config.publicUrl);
+  registerGate(fastify, deps);
+
+  for (const module of modules) module.routes?.(fastify, deps);
+
+  fastify.get('/v1/openapi.json', {
+    schema: { summary: 'This document', tags: ['Discovery'], response: { 200: Type.Object({}, { additionalProperties: true }) } },
+    config: { meta: { auth: 'none' } },
+    handler: async () => fastify.swagger(),
+  });
+
+  return { app: fastify, deps };
+}

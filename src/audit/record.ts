@@ -1,0 +1,46 @@
+import type { Ctx } from '../context.js';
+import type { Tx } from '../db/types.js';
+import { newId } from '../ids.js';
+
+export interface AuditEntry {
+  action: string;
+  target?: { type: string; id: string };
+  targetUserId?: string | null;
+  applicationId?: string | null;
+  organizationId?: string | null;
+  tenantId?: string | null;
+  before?: unknown;
+  after?: unknown;
+}
+
+/** Writes an audit row in the mutation's transaction, so the change and its record commit together. */
+export async function recordAudit(tx: Tx, ctx: Ctx, entry: AuditEntry): Promise<string> {
+  const id = newId('evt');
+  const actor = ctx.actor;
+  const actorType = actor.type === 'user' ? 'user' : actor.type === 'api_key' ? 'api_key' : 'system';
+  const actorId = actor.type === 'user' ? actor.userId : actor.type === 'api_key' ? actor.keyId : null;
+  await tx.query(
+    `INSERT INTO audit_events (id, action, actor_type, actor_id, via_api_key_id, target_type, target_id,
+       target_user_id, application_id, organization_id, tenant_id, before, after, request_id, test_mode, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+    [
+      id,
+      entry.action,
+      actorType,
+      actorId,
+      actor.type === 'api_key' ? actor.keyId : null,
+      entry.target?.type ?? null,
+      entry.target?.id ?? null,
+      entry.targetUserId ?? null,
+      entry.applicationId ?? null,
+      entry.organizationId ?? null,
+      entry.tenantId ?? null,
+      entry.before === undefined ? null : JSON.stringify(entry.before),
+      entry.after === undefined ? null : JSON.stringify(entry.after),
+      ctx.requestId,
+      ctx.mode === 'test',
+      ctx.now,
+    ],
+  );
+  return id;
+}

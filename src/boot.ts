@@ -1,0 +1,33 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Config } from './config.js';
+import type { Clock } from './clock.js';
+import type { Database } from './db/types.js';
+import { migrate } from './db/migrate.js';
+import { buildApp } from './app.js';
+import { refreshDevClock } from './dev/clock.js';
+import { bootstrapAdmin } from './modules/users/bootstrap.js';
+
+export interface BootOptions {
+  config: Readonly<Config>;
+  database: Database;
+  clock: Clock;
+  logger?: FastifyBaseLogger | boolean | object;
+}
+
+/** Everything a serving process does before it listens: migrate, build, keys, bootstrap, jobs. */
+export async function boot(options: BootOptions) {
+  const { config, database } = options;
+  await migrate(database);
+  const built = await buildApp(options);
+  const { deps } = built;
+  await refreshDevClock(deps);
+  await deps.keys.ensure();
+  if (config.bootstrapAdminEmail && config.bootstrapAdminPassword) {
+    const result = await bootstrapAdmin(deps, config.bootstrapAdminEmail, config.bootstrapAdminPassword);
+    deps.log.info({ user_id: result.userId, created: result.created }, 'bootstrap admin checked');
+  }
+  await deps.jobs.register();
+  if (config.devClock) deps.log.warn('DEV_CLOCK=1: the development clock and job endpoints are enabled; never use this in production');
+  if (config.webhookAllowPrivateTargets) deps.log.warn('WEBHOOK_ALLOW_PRIVATE_TARGETS=1: webhooks may target private addresses; development only');
+  return built;
+}

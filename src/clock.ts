@@ -1,0 +1,21 @@
+// The one clock. Every timestamp the service writes or compares comes from clock.now().
+// With DEV_CLOCK=1 an offset stored in the database moves it for every process (see dev/).
+export interface Clock {
+  now(): Date;
+}
+
+export class SystemClock implements Clock {
+  /** Milliseconds added to the wall clock; only ever non-zero with DEV_CLOCK or in tests. */
+  offsetMs = 0;
+
+  now(): Date {
+    return new Date(Date.now() + this.offsetMs);
+  }
+
+  advance(seconds: number): void {
+    this.offsetMs += seconds * 1000;
+  }
+}
+
+export const toUnixSeconds = (d: Date): number => Math.floor(d.getTime() / 1000);
+export const addSeconds = (d: Date, s: number): Date => new Date(d.getTime() + s * 1000);

@@ -1,0 +1,100 @@
+// The only reader of process.env: parsed once, validated, frozen, passed in.
+export interface Config {
+  port: number;
+  host: string;
+  publicUrl: string;
+  dataDir: string;
+  databaseUrl: string | null;
+  bootstrapAdminEmail: string | null;
+  bootstrapAdminPassword: string | null;
+  smtpUrl: string | null;
+  mailFrom: string;
+  webhookAllowPrivateTargets: boolean;
+  stripeSecretKey: string | null;
+  stripeWebhookSecret: string;
+  stripeApiBase: string | null;
+  logLevel: string;
+  authRateLimitPerMinute: number;
+  devClock: boolean;
+  /** Run background workers (job scheduler, outbox relays) in this process. */
+  workers: boolean;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n  ${problems.join('\n  ')}`);
+  }
+}
+
+/** Default signing secret of the local processor simulator (documented in the README). */
+export const SIMULATOR_WEBHOOK_SECRET = 'whsec_platform_local_simulator';
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
+  const problems: string[] = [];
+  const str = (name: string): string | null => {
+    const v = env[name];
+    return v === undefined || v === '' ? null : v;
+  };
+  const int = (name: string, fallback: number, min: number, max: number): number => {
+    const v = str(name);
+    if (v === null) return fallback;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min || n > max) {
+      problems.push(`${name} must be an integer between ${min} and ${max} (got "${v}")`);
+      return fallback;
+    }
+    return n;
+  };
+  const flag = (name: string): boolean => {
+    const v = str(name);
+    if (v === null || v === '0' || v === 'false') return false;
+    if (v === '1' || v === 'true') return true;
+    problems.push(`${name} must be 1 or 0 (got "${v}")`);
+    return false;
+  };
+  const url = (name: string, protocols: string[]): string | null => {
+    const v = str(name);
+    if (v === null) return null;
+    try {
+      const u = new URL(v);
+      if (!protocols.includes(u.protocol)) problems.push(`${name} must use ${protocols.join(' or ')} (got "${u.protocol}")`);
+    } catch {
+      problems.push(`${name} is not a valid URL`);
+    }
+    return v;
+  };
+
+  const port = int('PORT', 8080, 0, 65535);
+  const publicUrl = (url('PUBLIC_URL', ['http:', 'https:']) ?? `http://localhost:${port}`).replace(/\/+$/, '');
+  const logLevel = str('LOG_LEVEL') ?? 'info';
+  if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
+  const bootstrapAdminEmail = str('BOOTSTRAP_ADMIN_EMAIL');
+  const bootstrapAdminPassword = str('BOOTSTRAP_ADMIN_PASSWORD');
+  if ((bootstrapAdminEmail === null) !== (bootstrapAdminPassword === null)) {
+    problems.push('BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD must be set together');
+  }
+
+  const config: Config = {
+    port,
+    host: str('HOST') ?? '0.0.0.0',
+    publicUrl,
+    dataDir: str('DATA_DIR') ?? './.data',
+    databaseUrl: url('DATABASE_URL', ['postgres:', 'postgresql:']),
+    bootstrapAdminEmail,
+    bootstrapAdminPassword,
+    smtpUrl: url('SMTP_URL', ['smtp:', 'smtps:']),
+    mailFrom: str('MAIL_FROM') ?? `no-reply@${new URL(publicUrl).hostname}`,
+    webhookAllowPrivateTargets: flag('WEBHOOK_ALLOW_PRIVATE_TARGETS'),
+    stripeSecretKey: str('STRIPE_SECRET_KEY'),
+    stripeWebhookSecret: str('STRIPE_WEBHOOK_SECRET') ?? SIMULATOR_WEBHOOK_SECRET,
+    stripeApiBase: url('STRIPE_API_BASE', ['http:', 'https:']),
+    logLevel,
+    authRateLimitPerMinute: int('AUTH_RATE_LIMIT_PER_MINUTE', 30, 0, 1_000_000),
+    devClock: flag('DEV_CLOCK'),
+    workers: str('WORKERS') === null ? true : flag('WORKERS'),
+  };
+  if (problems.length > 0) throw new ConfigError(problems);
+  return Object.freeze(config);
+}

@@ -1,0 +1,74 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Config } from './config.js';
+import type { Clock } from './clock.js';
+import type { Database, Db, Mode, Tx } from './db/types.js';
+import type { SigningKeys } from './auth/signing-keys.js';
+import type { JobRunner } from './jobs/runner.js';
+
+/** Everything wired once at start and shared by every request and job. */
+export interface Deps {
+  config: Readonly<Config>;
+  database: Database;
+  clock: Clock;
+  log: FastifyBaseLogger;
+  keys: SigningKeys;
+  jobs: JobRunner;
+}
+
+export type Actor =
+  | {
+      type: 'user';
+      userId: string;
+      sessionId: string;
+      mode: Mode;
+      permissions: ReadonlySet<string>;
+    }
+  | {
+      type: 'api_key';
+      keyId: string;
+      /** `platform` or an application id. */
+      scope: string;
+      mode: Mode;
+      permissions: ReadonlySet<string>;
+      restrictDestructive: boolean;
+    }
+  | { type: 'system' }
+  | { type: 'anonymous' };
+
+/** What a service verb receives: who is acting, in which mode, on which connection, and when. */
+export interface Ctx {
+  deps: Deps;
+  actor: Actor;
+  mode: Mode;
+  /** Scoped to `mode`: row-level security confines every query to that mode's rows. */
+  db: Db;
+  requestId: string | null;
+  ip: string | null;
+  userAgent: string | null;
+  now: Date;
+}
+
+export function systemCtx(deps: Deps, mode: Mode = 'live'): Ctx {
+  return {
+    deps,
+    actor: { type: 'system' },
+    mode,
+    db: deps.database.scoped(mode),
+    requestId: null,
+    ip: null,
+    userAgent: null,
+    now: deps.clock.now(),
+  };
+}
+
+/** Runs fn in a transaction, reusing the caller's when there is one, so verbs compose. */
+export function withTransaction<T>(ctx: Ctx, fn: (tx: Tx) => Promise<T>): Promise<T> {
+  return ctx.db.transaction(fn);
+}
+
+/** A ctx whose db is the transaction, for calling other verbs inside it. */
+export const inTx = (ctx: Ctx, tx: Tx): Ctx => ({ ...ctx, db: tx });
+
+export function hasPermission(actor: Actor, permission: string): boolean {
+  return (actor.type === 'user' || actor.type === 'api_key') && actor.permissions.has(permission);
+}

@@ -1,0 +1,62 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Database, Tx } from './types.js';
+import { APP_ROLE } from './roles.js';
+import { projectPath } from '../paths.js';
+
+const LOCK_KEY = 727_100_001;
+const MIGRATIONS_DIR = projectPath('src/db/migrations');
+
+export interface Migration {
+  version: string;
+  sql: string;
+}
+
+export function loadMigrations(dir = MIGRATIONS_DIR): Migration[] {
+  return readdirSync(dir)
+    .filter((f) => /^\d{4}_[a-z0-9_]+\.sql$/.test(f))
+    .sort()
+    .map((f) => ({ version: f.replace(/\.sql$/, ''), sql: readFileSync(join(dir, f), 'utf8') }));
+}
+
+/**
+ * Applies pending migrations in order, in one transaction holding an advisory lock, so several
+ * processes starting at once apply each migration exactly once. Fails loudly on any error.
+ */
+export async function migrate(database: Database, migrations = loadMigrations()): Promise<string[]> {
+  return database.scoped('system').transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock($1)', [LOCK_KEY]);
+    await tx.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+      version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+    const { rows } = await tx.query<{ version: string }>('SELECT version FROM schema_migrations');
+    const applied = new Set(rows.map((r) => r.version));
+    const pending = migrations.filter((m) => !applied.has(m.version));
+    for (const m of pending) {
+      try {
+        await tx.exec(m.sql);
+      } catch (err) {
+        throw new Error(`migration ${m.version} failed: ${(err as Error).message}`, { cause: err });
+      }
+      await tx.query('INSERT INTO schema_migrations (version) VALUES ($1)', [m.version]);
+    }
+    await grantAppRole(tx);
+    return pending.map((m) => m.version);
+  });
+}
+
+/** The app role (cluster-wide) may use every table of this schema, under row-level security. */
+async function grantAppRole(tx: Tx) {
+  await tx.exec(`DO $$
+    BEGIN
+      BEGIN
+        CREATE ROLE ${APP_ROLE} NOLOGIN;
+      EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+      END;
+      IF NOT pg_has_role(current_user, '${APP_ROLE}', 'MEMBER') THEN
+        EXECUTE format('GRANT ${APP_ROLE} TO %I', current_user);
+      END IF;
+      EXECUTE format('GRANT USAGE ON SCHEMA %I TO ${APP_ROLE}', current_schema());
+      EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %I TO ${APP_ROLE}', current_schema());
+      EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %I TO ${APP_ROLE}', current_schema());
+    END $$`);
+}

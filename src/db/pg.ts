@@ -1,0 +1,102 @@
+import pg from 'pg';
+import type { Database, Db, QueryResult, Scope, Tx } from './types.js';
+import { APP_ROLE } from './roles.js';
+import { assertNotInTransaction, runInTransactionContext } from './guard.js';
+
+export interface PgOptions {
+  url: string;
+  /** Schema to use instead of public (tests isolate themselves this way). */
+  schema?: string;
+  poolSize?: number;
+}
+
+// Arrays of timestamps and int8 come back as JS values in both drivers.
+pg.types.setTypeParser(20, (v) => Number(v));
+
+/** A PostgreSQL server. One pool per scope; mode pools connect as the app role with the mode set. */
+export async function openPg(options: PgOptions): Promise<Database> {
+  if (options.schema) {
+    const client = new pg.Client({ connectionString: options.url });
+    await client.connect();
+    try {
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(options.schema)}`);
+    } finally {
+      await client.end();
+    }
+  }
+  const pools = new Map<Scope, pg.Pool>();
+  const poolFor = (scope: Scope): pg.Pool => {
+    let pool = pools.get(scope);
+    if (!pool) {
+      const settings: string[] = [];
+      if (options.schema) settings.push(`-c search_path=${options.schema}`);
+      if (scope !== 'system') settings.push(`-c role=${APP_ROLE}`, `-c app.test_mode=${scope === 'test' ? 'on' : 'off'}`);
+      pool = new pg.Pool({
+        connectionString: options.url,
+        max: options.poolSize ?? 10,
+        connectionTimeoutMillis: 3000,
+        idleTimeoutMillis: 10_000,
+        options: settings.join(' ') || undefined,
+      });
+      // An idle client losing its server must not crash the process; the next query reports it.
+      pool.on('error', () => undefined);
+      pools.set(scope, pool);
+    }
+    return pool;
+  };
+
+  const normalize = <R>(r: pg.QueryResult): QueryResult<R> => ({ rows: r.rows as R[], rowCount: r.rowCount ?? 0 });
+
+  const scoped = (scope: Scope): Db => ({
+    scope,
+    inTransaction: false,
+    query: async <R>(text: string, params?: unknown[]) => {
+      assertNotInTransaction(database);
+      return normalize<R>(await poolFor(scope).query(text, params as any[]));
+    },
+    exec: async (text: string) => {
+      assertNotInTransaction(database);
+      await poolFor(scope).query(text);
+    },
+    transaction: async <T>(fn: (tx: Tx) => Promise<T>) => {
+      assertNotInTransaction(database);
+      const client = await poolFor(scope).connect();
+      const tx: Tx = {
+        scope,
+        inTransaction: true,
+        query: async <R>(text: string, params?: unknown[]) => normalize<R>(await client.query(text, params as any[])),
+        exec: async (text: string) => {
+          await client.query(text);
+        },
+        transaction: (inner) => inner(tx),
+      };
+      let broken = false;
+      try {
+        await client.query('BEGIN');
+        const result = await runInTransactionContext(database, () => fn(tx));
+        await client.query('COMMIT');
+        return result;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {
+          broken = true;
+        });
+        throw err;
+      } finally {
+        client.release(broken);
+      }
+    },
+  });
+
+  const database: Database = {
+    kind: 'pg',
+    scoped,
+    ping: async () => {
+      await poolFor('system').query('SELECT 1');
+    },
+    close: async () => {
+      await Promise.all([...pools.values()].map((p) => p.end()));
+      pools.clear();
+    },
+  };
+  return database;
+}

@@ -1,0 +1,88 @@
+import { PGlite, type Transaction } from '@electric-sql/pglite';
+import { mkdirSync } from 'node:fs';
+import type { Database, Db, QueryResult, Scope, Tx } from './types.js';
+import { APP_ROLE } from './roles.js';
+import { assertNotInTransaction, runInTransactionContext } from './guard.js';
+
+/**
+ * Embedded PostgreSQL. It has one connection, so every statement and transaction is queued here;
+ * before each one the connection is switched to the caller's scope (role and mode setting).
+ */
+export async function openPglite(dataDir: string | null): Promise<Database> {
+  if (dataDir) mkdirSync(dataDir, { recursive: true });
+  const pg = dataDir ? await PGlite.create(dataDir) : await PGlite.create();
+  let queue: Promise<unknown> = Promise.resolve();
+  let current: Scope = 'system';
+  let closed = false;
+
+  const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
+    const run = queue.then(fn, fn);
+    queue = run.catch(() => undefined);
+    return run;
+  };
+  const switchTo = async (scope: Scope) => {
+    if (scope === current) return;
+    if (scope === 'system') await pg.exec(`RESET ROLE; SELECT set_config('app.test_mode', '', false)`);
+    else await pg.exec(`SET ROLE ${APP_ROLE}; SELECT set_config('app.test_mode', '${scope === 'test' ? 'on' : 'off'}', false)`);
+    current = scope;
+  };
+  const normalize = <R>(r: { rows: unknown[]; affectedRows?: number }): QueryResult<R> => ({
+    rows: r.rows as R[],
+    rowCount: r.affectedRows ?? r.rows.length,
+  });
+
+  const txHandle = (scope: Scope, tx: Transaction): Tx => {
+    const handle: Tx = {
+      scope,
+      inTransaction: true,
+      query: async <R>(text: string, params?: unknown[]) => normalize<R>(await tx.query(text, params as any[])),
+      exec: async (text: string) => {
+        await tx.exec(text);
+      },
+      transaction: (fn) => fn(handle),
+    };
+    return handle;
+  };
+
+  const scoped = (scope: Scope): Db => {
+    return {
+      scope,
+      inTransaction: false,
+      query: <R>(text: string, params?: unknown[]) => {
+        assertNotInTransaction(database);
+        return exclusive(async () => {
+          await switchTo(scope);
+          return normalize<R>(await pg.query(text, params as any[]));
+        });
+      },
+      exec: (text: string) => {
+        assertNotInTransaction(database);
+        return exclusive(async () => {
+          await switchTo(scope);
+          await pg.exec(text);
+        });
+      },
+      transaction: <T>(fn: (tx: Tx) => Promise<T>) => {
+        assertNotInTransaction(database);
+        return exclusive(async () => {
+          await switchTo(scope);
+          return pg.transaction((tx) => runInTransactionContext(database, () => fn(txHandle(scope, tx))));
+        });
+      },
+    };
+  };
+
+  const database: Database = {
+    kind: 'pglite',
+    scoped,
+    ping: async () => {
+      if (closed) throw new Error('database closed');
+      await scoped('system').query('SELECT 1');
+    },
+    close: async () => {
+      closed = true;
+      await exclusive(() => pg.close());
+    },
+  };
+  return database;
+}

@@ -1,0 +1,55 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ApiError, fromDatabaseError } from '../errors.js';
+import { fieldErrors } from './validation.js';
+
+/** Maps anything thrown to the error envelope. The only place errors become HTTP. */
+export function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  const fe = err as FastifyError & { validation?: any[]; validationContext?: string };
+  if (fe?.validation) {
+    return new ApiError('validation_failed', { details: { fields: fieldErrors(fe.validation, fe.validationContext) } });
+  }
+  switch (fe?.code) {
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new ApiError('malformed_json');
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new ApiError('payload_too_large');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? new ApiError('unsupported_media_type') : new ApiError('malformed_json', { message: 'Invalid Content-Length.' });
+  }
+  if (err instanceof SyntaxError && (fe as { statusCode?: number }).statusCode === 400) return new ApiError('malformed_json');
+  const fromDb = fromDatabaseError(err);
+  if (fromDb) return fromDb;
+  if (typeof fe?.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    // A client error raised by Fastify itself (bad URL encoding, header limits, …).
+    return new ApiError('validation_failed', { message: fe.message, details: {} });
+  }
+  return new ApiError('internal_error');
+}
+
+function sendError(reply: FastifyReply, error: ApiError) {
+  return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody());
+}
+
+export function registerErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((err, request, reply) => {
+    const error = toApiError(err);
+    if (error.status >= 500) request.log.error({ err }, 'request failed');
+    return sendError(reply, error);
+  });
+
+  app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
+    const path = request.url.split('?')[0];
+    const allowed = new Set<string>();
+    for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE']) {
+      if (method !== request.method && app.findRoute({ method: method as any, url: path })) allowed.add(method);
+    }
+    if (allowed.size > 0) {
+      reply.header('allow', [...allowed].join(', '));
+      return sendError(reply, new ApiError('method_not_allowed'));
+    }
+    return sendError(reply, new ApiError('not_found'));
+  });
+}

@@ -1,0 +1,92 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Actor, Ctx, Deps } from '../context.js';
+import { ApiError } from '../errors.js';
+import { bearerToken, resolveBearer, unauthenticated } from '../auth/credentials.js';
+import { metaOf } from './meta.js';
+import { hitCounter, retryAfterSeconds } from './counters.js';
+import { claimIdempotencyKey, completeIdempotencyKey } from './idempotency.js';
+import type { Mode } from '../db/types.js';
+import { refreshDevClock } from '../dev/clock.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    actor: Actor;
+  }
+}
+
+/** Builds the service ctx for a request; `mode` overrides the credential's (unauthenticated endpoints). */
+export function ctxOf(deps: Deps, request: FastifyRequest, mode?: Mode): Ctx {
+  const actor = request.actor;
+  const m = mode ?? (actor.type === 'user' || actor.type === 'api_key' ? actor.mode : 'live');
+  return {
+    deps,
+    actor,
+    mode: m,
+    db: deps.database.scoped(m),
+    requestId: request.id,
+    ip: request.ip,
+    userAgent: request.headers['user-agent'] ?? null,
+    now: deps.clock.now(),
+  };
+}
+
+/**
+ * One gate for every route, driven by its metadata: throttle, credential, caller type, permission,
+ * destructive classification and idempotency, in that order.
+ */
+export function registerGate(app: FastifyInstance, deps: Deps): void {
+  app.decorateRequest('actor', null as any);
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('request-id', request.id);
+    request.actor = { type: 'anonymous' };
+    await refreshDevClock(deps);
+    const meta = metaOf(request);
+    if (!meta) return;
+
+    if (meta.throttle === 'auth' && deps.config.authRateLimitPerMinute > 0) {
+      const now = deps.clock.now();
+      const hit = await hitCounter(deps.database.scoped('system'), `ip:${request.ip}:${request.routeOptions.url}`, 60, now);
+      if (hit.count > deps.config.authRateLimitPerMinute) {
+        throw new ApiError('rate_limited', { headers: { 'retry-after': String(retryAfterSeconds(hit.resetAt, now)) } });
+      }
+    }
+
+    if (meta.auth === 'none') return;
+    const token = bearerToken(request.headers.authorization);
+    if (!token) throw unauthenticated(false);
+    request.actor = await resolveBearer(deps, token);
+  });
+
+  // Bodyless POSTs of routes that declare a body schema validate as an empty object.
+  app.addHook('preValidation', async (request) => {
+    if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
+  });
+
+  app.addHook('preHandler', async (request, reply) => {
+    const meta = metaOf(request);
+    if (!meta || meta.auth === 'none') return;
+    const actor = request.actor;
+    if (meta.auth === 'user' && actor.type !== 'user') throw new ApiError('user_token_required');
+    if (actor.type === 'api_key' && actor.restrictDestructive && meta.destructive) {
+      const destructive = meta.destructive === 'always' || meta.destructive.test(request);
+      if (destructive) throw new ApiError('destructive_operation_restricted', { details: { key_id: actor.keyId } });
+    }
+    if (meta.permission && !(actor.type === 'user' || actor.type === 'api_key' ? actor.permissions.has(meta.permission) : false)) {
+      throw new ApiError('forbidden', { details: { required_permission: meta.permission } });
+    }
+    if (meta.idempotency) {
+      const replayed = await claimIdempotencyKey(deps, request, reply, actor, meta.idempotency === 'required');
+      if (replayed) return reply;
+    }
+  });
+
+  app.addHook('onSend', async (request, reply, payload) => {
+    const claim = request.idempotencyClaim;
+    if (claim) {
+      request.idempotencyClaim = undefined;
+      await completeIdempotencyKey(deps, claim, reply.statusCode, typeof payload === 'string' ? payload : '');
+    }
+    return payload;
+  });
+}

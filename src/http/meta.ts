@@ -1,0 +1,50 @@
+import type { FastifyRequest } from 'fastify';
+
+export const PLATFORM_PERMISSIONS = [
+  'users.list',
+  'users.manage',
+  'entitlements.manage',
+  'applications.manage',
+  'roles.manage',
+  'organizations.manage',
+  'billing.manage',
+  'billing.refund',
+  'audit.view',
+  'webhooks.manage',
+  'api_keys.manage',
+  'tenants.manage',
+] as const;
+export type PlatformPermission = (typeof PLATFORM_PERMISSIONS)[number];
+
+export type Destructive =
+  | 'always'
+  | {
+      /** Human-readable condition, published as x-platform-destructive-when. */
+      when: string;
+      test: (request: FastifyRequest) => boolean;
+    };
+
+/**
+ * Route metadata: the single source for the credential requirement, the permission gate, the
+ * destructive gate, idempotency, throttling and the OpenAPI marks.
+ */
+export interface RouteMeta {
+  /** none: no credential; user: a User token (an API key gets 400 user_token_required); any: user or key. */
+  auth: 'none' | 'user' | 'any';
+  /** A platform permission the caller must hold. Finer rules (self, owner, app-confined) live in services. */
+  permission?: PlatformPermission;
+  destructive?: Destructive;
+  idempotency?: 'required' | 'optional';
+  /** Per-IP throttle of the unauthenticated auth endpoints (AUTH_RATE_LIMIT_PER_MINUTE). */
+  throttle?: 'auth';
+}
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    meta?: RouteMeta;
+  }
+}
+
+export function metaOf(request: FastifyRequest): RouteMeta | undefined {
+  return request.routeOptions.config?.meta;
+}

@@ -1,0 +1,83 @@
+import swagger from '@fastify/swagger';
+import type { FastifyInstance } from 'fastify';
+import type { RouteMeta } from './meta.js';
+import { ERROR_CODES } from '../errors.js';
+import { ErrorEnvelope } from './schemas.js';
+
+interface RouteRecord {
+  method: string;
+  url: string;
+  meta: RouteMeta;
+}
+
+const toOpenApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+const errorResponse = (description: string) => ({
+  description,
+  content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
+});
+
+/**
+ * OpenAPI 3.1 generated from the route schemas. Route metadata adds the security requirement, the
+ * x-platform-destructive marks and the error responses the gate can produce.
+ */
+export async function registerOpenApi(app: FastifyInstance, publicUrl: string): Promise<void> {
+  const routes: RouteRecord[] = [];
+  app.addHook('onRoute', (route) => {
+    const meta = route.config?.meta;
+    if (!meta || route.schema?.hide) return;
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method: method.toLowerCase(), url: route.url, meta });
+  });
+  app.addSchema(ErrorEnvelope);
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'Platform API', version: '1.0.0', description: 'Accounts, sessions, API keys, access and the platform around them.' },
+      servers: [{ url: publicUrl }],
+      components: {
+        securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'A platform access token or an API key secret.' } },
+      },
+    },
+    refResolver: { buildLocalReference: (json, _base, _frag, i) => (json.$id as string) ?? `def-${i}` },
+    transformObject: (documentObject) => {
+      const doc = (documentObject as unknown as { openapiObject: any }).openapiObject;
+      doc['x-error-codes'] = Object.fromEntries(Object.entries(ERROR_CODES).map(([code, [status, message]]) => [code, { status, message }]));
+      for (const r of routes) {
+        const op = doc.paths?.[toOpenApiPath(r.url)]?.[r.method];
+        if (!op) continue;
+        const { meta } = r;
+        op.responses ??= {};
+        if (meta.auth !== 'none') {
+          op.security = [{ bearer: [] }];
+          op.responses['401'] ??= errorResponse('Missing, invalid, revoked or expired credential.');
+        } else {
+          op.security = [];
+        }
+        if (meta.auth === 'user') op.responses['400'] ??= errorResponse('user_token_required: this operation needs a User token.');
+        if (meta.permission) {
+          op['x-platform-permission'] = meta.permission;
+          op.responses['403'] ??= errorResponse(`forbidden: requires ${meta.permission}.`);
+        }
+        if (meta.destructive) {
+          op['x-platform-destructive'] = meta.destructive === 'always' ? 'always' : 'conditional';
+          if (meta.destructive !== 'always') op['x-platform-destructive-when'] = meta.destructive.when;
+          op.responses['403'] ??= errorResponse('destructive_operation_restricted: a restrict_destructive key.');
+        }
+        if (meta.idempotency) {
+          op.parameters ??= [];
+          op.parameters.push({
+            name: 'Idempotency-Key',
+            in: 'header',
+            required: meta.idempotency === 'required',
+            schema: { type: 'string', maxLength: 255 },
+            description: 'Retained 24 hours per credential and operation; a retry replays the first result.',
+          });
+          op.responses['409'] ??= errorResponse('idempotency_key_in_flight.');
+        }
+        if (meta.throttle) op.responses['429'] ??= errorResponse('rate_limited: per-IP throttle; Retry-After set.');
+        op.responses['422'] ??= errorResponse('validation_failed: details.fields names each offending field.');
+      }
+      return doc;
+    },
+  });
+}

@@ -1,0 +1,67 @@
+import { ApiError } from '../errors.js';
+
+export interface PageParams {
+  limit?: number;
+  cursor?: string;
+}
+
+const invalidCursor = () =>
+  new ApiError('validation_failed', { details: { fields: [{ path: 'cursor', message: 'is not a cursor from this list' }] } });
+
+/** Cursors are opaque to clients: the sort key of the last row returned, base64url JSON. */
+export function encodeCursor(key: readonly (string | number)[]): string {
+  return Buffer.from(JSON.stringify(key)).toString('base64url');
+}
+
+export function decodeCursor(cursor: string, arity: number): (string | number)[] {
+  try {
+    const key = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (Array.isArray(key) && key.length === arity && key.every((v) => typeof v === 'string' || typeof v === 'number')) {
+      return key;
+    }
+  } catch {
+    /* fall through */
+  }
+  throw invalidCursor();
+}
+
+export interface KeysetPage {
+  /** SQL condition to AND into the WHERE clause ('TRUE' on the first page). */
+  condition: string;
+  params: unknown[];
+  /** ORDER BY ... LIMIT n (+1 row to learn has_more). */
+  orderLimit: string;
+  limit: number;
+}
+
+/**
+ * Keyset pagination on (created_at, id), newest first. A row inserted while a client pages sorts
+ * before its cursor, so pages never repeat or skip rows that existed when paging began.
+ */
+export function keyset(page: PageParams, firstParam: number, alias = ''): KeysetPage {
+  const limit = page.limit ?? 20;
+  const col = (c: string) => (alias ? `${alias}.${c}` : c);
+  const orderLimit = `ORDER BY ${col('created_at')} DESC, ${col('id')} DESC LIMIT ${limit + 1}`;
+  if (!page.cursor) return { condition: 'TRUE', params: [], orderLimit, limit };
+  const [at, id] = decodeCursor(page.cursor, 2);
+  if (typeof at !== 'string' || typeof id !== 'string' || Number.isNaN(Date.parse(at))) throw invalidCursor();
+  return {
+    condition: `(${col('created_at')}, ${col('id')}) < ($${firstParam}::timestamptz, $${firstParam + 1})`,
+    params: [at, id],
+    orderLimit,
+    limit,
+  };
+}
+
+export function toPage<R extends { created_at: Date; id: string }, T>(rows: R[], limit: number, map: (row: R) => T) {
+  const hasMore = rows.length > limit;
+  const shown = hasMore ? rows.slice(0, limit) : rows;
+  const last = shown[shown.length - 1];
+  return {
+    data: shown.map(map),
+    page: {
+      next_cursor: hasMore && last ? encodeCursor([last.created_at.toISOString(), last.id]) : null,
+      has_more: hasMore,
+    },
+  };
+}

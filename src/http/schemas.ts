@@ -1,0 +1,45 @@
+import { Type, type TSchema } from '@sinclair/typebox';
+
+export const ErrorEnvelope = Type.Object(
+  {
+    error: Type.Object({
+      code: Type.String(),
+      message: Type.String(),
+      details: Type.Object({}, { additionalProperties: true }),
+    }),
+  },
+  { $id: 'ErrorEnvelope', title: 'ErrorEnvelope' },
+);
+
+export const Timestamp = Type.String({ format: 'date-time' });
+export const NullableTimestamp = Type.Union([Timestamp, Type.Null()]);
+export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+
+/**
+ * An enumeration in a response. Enumerations may gain values (Part A convention 13), so responses
+ * serialize any string and mark the list as extensible; request enums stay strict.
+ */
+export const OpenEnum = <const T extends readonly string[]>(values: T) =>
+  Type.String({ description: `One of ${values.join(', ')}; new values may be added.`, 'x-extensible-enum': values });
+
+export const Page = Type.Object({
+  next_cursor: Type.Union([Type.String(), Type.Null()]),
+  has_more: Type.Boolean(),
+});
+
+export const ListOf = <T extends TSchema>(item: T) => Type.Object({ data: Type.Array(item), page: Page });
+
+/** Shared list parameters. `limit` 1-100 (default 20) and an opaque `cursor` from page.next_cursor. */
+export const PageQuery = {
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+};
+
+/** Part A convention 12: soft-deleted and terminal records are listed only with include_inactive. */
+export const IncludeInactiveQuery = {
+  include_inactive: Type.Optional(Type.Boolean({ default: false })),
+};
+
+export const UserIdParam = Type.Object({
+  id: Type.String({ minLength: 1, maxLength: 64, description: 'A usr_ id or the literal me.' }),
+});

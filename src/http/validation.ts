@@ -1,0 +1,61 @@
+import Ajv, { type ErrorObject } from 'ajv';
+import addFormats from 'ajv-formats';
+import type { FastifySchemaCompiler } from 'fastify';
+
+const build = (coerceTypes: boolean | 'array') => {
+  const ajv = new Ajv.default({
+    allErrors: true,
+    coerceTypes,
+    useDefaults: true,
+    removeAdditional: false,
+    strict: false,
+  });
+  addFormats.default(ajv);
+  ajv.addKeyword({ keyword: 'x-extensible-enum' });
+  return ajv;
+};
+
+// Bodies are JSON and keep their types ("true" is not a boolean); query strings and path
+// parameters arrive as text and are coerced.
+const bodyAjv = build(false);
+const textAjv = build('array');
+
+export const validatorCompiler: FastifySchemaCompiler<any> = ({ schema, httpPart }) => {
+  const validate = (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object);
+  return (data: unknown) => (validate(data) ? { value: data } : { error: validate.errors as unknown as Error });
+};
+
+export interface FieldError {
+  path: string;
+  message: string;
+}
+
+/** Turns Ajv errors into `details.fields`, each naming the offending field. */
+export function fieldErrors(errors: ErrorObject[], part: string | undefined): FieldError[] {
+  const prefix = part === 'querystring' ? 'query' : part === 'params' ? 'path' : part === 'headers' ? 'header' : '';
+  const seen = new Set<string>();
+  const fields: FieldError[] = [];
+  for (const e of errors) {
+    let path = e.instancePath.replace(/^\//, '').replace(/\//g, '.');
+    let message = e.message ?? 'is invalid';
+    if (e.keyword === 'required') {
+      const missing = (e.params as { missingProperty: string }).missingProperty;
+      path = path ? `${path}.${missing}` : missing;
+      message = 'is required';
+    } else if (e.keyword === 'additionalProperties') {
+      const extra = (e.params as { additionalProperty: string }).additionalProperty;
+      path = path ? `${path}.${extra}` : extra;
+      message = 'is not a known field';
+    } else if (e.keyword === 'enum') {
+      message = `must be one of ${((e.params as { allowedValues: unknown[] }).allowedValues ?? []).join(', ')}`;
+    }
+    if (prefix) path = path ? `${prefix}.${path}` : prefix;
+    if (!path) path = part === 'body' || !part ? 'body' : prefix;
+    const id = `${path}|${message}`;
+    if (!seen.has(id)) {
+      seen.add(id);
+      fields.push({ path, message });
+    }
+  }
+  return fields;
+}

@@ -1,0 +1,31 @@
+import { randomBytes, createHash } from 'node:crypto';
+import { monotonicFactory } from 'ulid';
+
+export const ID_PREFIXES = [
+  'usr', 'ses', 'rtk', 'mfa', 'atk', 'key', 'ent', 'org', 'tnt', 'tcr', 'whk', 'wev', 'dlv', 'evt', 'req',
+  // internal records (never shown as resource ids in the spec)
+  'idn', 'eml', 'obx', 'sig',
+] as const;
+export type IdPrefix = (typeof ID_PREFIXES)[number];
+
+const ulid = monotonicFactory();
+
+/** Type prefix plus a ULID, e.g. `usr_01J…`. Ids sort by creation time. */
+export function newId(prefix: IdPrefix): string {
+  return `${prefix}_${ulid()}`;
+}
+
+const ID_PATTERN = /^[a-z]{3}_[0-9A-HJKMNP-TV-Z]{26}$/;
+export function isId(value: string, prefix: IdPrefix): boolean {
+  return value.startsWith(`${prefix}_`) && ID_PATTERN.test(value);
+}
+
+/** An unguessable token: prefix plus 32 random bytes, base64url. */
+export function newSecret(prefix: string): string {
+  return `${prefix}${randomBytes(32).toString('base64url')}`;
+}
+
+/** Secrets (API key secrets, refresh and one-time tokens) are stored only as this hash. */
+export function hashSecret(secret: string): string {
+  return createHash('sha256').update(secret).digest('hex');
+}

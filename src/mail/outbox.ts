@@ -1,0 +1,94 @@
+import nodemailer, { type Transporter } from 'nodemailer';
+import type { Ctx, Deps } from '../context.js';
+import type { Tx } from '../db/types.js';
+import { newId } from '../ids.js';
+import { addSeconds } from '../clock.js';
+import { renderMail, type MailTemplate, type MailVars } from './templates.js';
+
+export interface MailRequest<T extends MailTemplate> {
+  template: T;
+  to: string;
+  vars: MailVars<T>;
+  /** Display name of the sender (an application's email_from_name); the address is always MAIL_FROM. */
+  fromName?: string | null;
+}
+
+/** Queues a mail in the caller's transaction; it leaves the process only after commit. */
+export async function enqueueMail<T extends MailTemplate>(tx: Tx, ctx: Ctx, mail: MailRequest<T>): Promise<string> {
+  const id = newId('eml');
+  const rendered = renderMail(mail.template, mail.vars, { publicUrl: ctx.deps.config.publicUrl });
+  await tx.query(
+    `INSERT INTO emails (id, template, to_address, from_name, subject, text_body, test_mode, next_attempt_at, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
+    [id, mail.template, mail.to, mail.fromName ?? null, rendered.subject, rendered.text, ctx.mode === 'test', ctx.now],
+  );
+  return id;
+}
+
+interface EmailRow {
+  id: string;
+  template: string;
+  to_address: string;
+  from_name: string | null;
+  subject: string;
+  text_body: string;
+  attempts: number;
+}
+
+const MAX_ATTEMPTS = 6;
+const CLAIM_SECONDS = 120;
+let transport: { url: string; transporter: Transporter } | null = null;
+
+function transporterFor(url: string): Transporter {
+  if (transport?.url !== url) transport = { url, transporter: nodemailer.createTransport(url) };
+  return transport.transporter;
+}
+
+/**
+ * The mail relay: claims queued mails with SKIP LOCKED (several processes never send one twice),
+ * sends them through SMTP_URL, or logs them when no SMTP server is configured.
+ */
+export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ sent: number; failed: number }> {
+  const db = deps.database.scoped('system');
+  const now = deps.clock.now();
+  const token = newId('eml');
+  const { rows } = await db.query<EmailRow>(
+    `UPDATE emails SET claimed_until = $2, claim_token = $3
+      WHERE id IN (SELECT id FROM emails
+                    WHERE status = 'queued' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
+                    ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+      RETURNING id, template, to_address, from_name, subject, text_body, attempts`,
+    [now, addSeconds(now, CLAIM_SECONDS), token, batchSize],
+  );
+  let sent = 0;
+  let failed = 0;
+  for (const mail of rows) {
+    try {
+      if (deps.config.smtpUrl) {
+        await transporterFor(deps.config.smtpUrl).sendMail({
+          from: mail.from_name ? { name: mail.from_name, address: deps.config.mailFrom } : deps.config.mailFrom,
+          to: mail.to_address,
+          subject: mail.subject,
+          text: mail.text_body,
+        });
+      } else {
+        deps.log.info({ mail_id: mail.id, template: mail.template, to: mail.to_address, subject: mail.subject }, 'mail kept in the database outbox (no SMTP_URL)');
+      }
+      await db.query(`UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL WHERE id = $1 AND claim_token = $4`, [
+        mail.id, deps.config.smtpUrl ? 'sent' : 'logged', deps.clock.now(), token,
+      ]);
+      sent++;
+    } catch (err) {
+      failed++;
+      const attempts = mail.attempts + 1;
+      const retryAt = addSeconds(deps.clock.now(), 60 * 2 ** attempts);
+      deps.log.warn({ err, mail_id: mail.id, attempts }, 'mail delivery failed');
+      await db.query(
+        `UPDATE emails SET attempts = $2, status = $3, next_attempt_at = $4, last_error = $5, claimed_until = NULL
+          WHERE id = $1 AND claim_token = $6`,
+        [mail.id, attempts, attempts >= MAX_ATTEMPTS ? 'failed' : 'queued', retryAt, String((err as Error).message).slice(0, 1024), token],
+      );
+    }
+  }
+  return { sent, failed };
+}

@@ -1,0 +1,44 @@
+import { loadConfig, ConfigError } from './config.js';
+import { openDatabase } from './db/open.js';
+import { SystemClock } from './clock.js';
+import { boot } from './boot.js';
+
+/** Process entry: loadConfig → openDatabase → boot (migrate, build, keys, bootstrap) → listen; workers. */
+export async function serve(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(err.message);
+      process.exit(1);
+    }
+    throw err;
+  }
+  const database = await openDatabase(config);
+  const { app, deps } = await boot({ config, database, clock: new SystemClock() });
+  if (config.workers) deps.jobs.start();
+
+  let closing = false;
+  const close = async (signal: string) => {
+    if (closing) return;
+    closing = true;
+    deps.log.info({ signal }, 'shutting down');
+    await app.close();
+    await deps.jobs.stop();
+    await database.close();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void close('SIGTERM'));
+  process.on('SIGINT', () => void close('SIGINT'));
+
+  await app.listen({ port: config.port, host: config.host });
+}
+
+const invokedDirectly = process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'));
+if (invokedDirectly) {
+  serve().catch((err) => {
+    console.error(err);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,7 @@
+import type { Module } from './types.js';
+import { systemModule } from './system/index.js';
+import { authModule } from './auth/index.js';
+import { usersModule } from './users/index.js';
+
+/** Every resource module, in registration order. */
+export const MODULES: Module[] = [systemModule, authModule, usersModule];

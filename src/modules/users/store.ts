@@ -1,0 +1,92 @@
+import type { Queryable } from '../../db/types.js';
+import type { User, UserStatus } from './schemas.js';
+
+export interface UserRow {
+  id: string;
+  email: string;
+  email_verified: boolean;
+  pending_email: string | null;
+  status: UserStatus;
+  mfa_enabled: boolean;
+  signup_application_id: string | null;
+  test_mode: boolean;
+  created_at: Date;
+  updated_at: Date;
+  last_login_at: Date | null;
+  deleted_at: Date | null;
+}
+
+const USER_COLUMNS = `u.id, u.email, u.email_verified, u.pending_email, u.status, u.signup_application_id, u.test_mode,
+  u.created_at, u.updated_at, u.last_login_at, u.deleted_at,
+  EXISTS (SELECT 1 FROM identities i WHERE i.user_id = u.id AND i.totp_confirmed_at IS NOT NULL) AS mfa_enabled`;
+
+export function toUser(row: UserRow): User {
+  return {
+    id: row.id,
+    email: row.email,
+    email_verified: row.email_verified,
+    pending_email: row.pending_email,
+    status: row.status,
+    mfa_enabled: row.mfa_enabled,
+    signup_application_id: row.signup_application_id,
+    test_mode: row.test_mode,
+    created_at: row.created_at.toISOString(),
+    updated_at: row.updated_at.toISOString(),
+    last_login_at: row.last_login_at?.toISOString() ?? null,
+  };
+}
+
+export async function findUserById(db: Queryable, id: string): Promise<UserRow | null> {
+  const { rows } = await db.query<UserRow>(`SELECT ${USER_COLUMNS} FROM users u WHERE u.id = $1`, [id]);
+  return rows[0] ?? null;
+}
+
+/** The non-deleted user holding this email in the connection's mode. */
+export async function findLiveUserByEmail(db: Queryable, email: string): Promise<UserRow | null> {
+  const { rows } = await db.query<UserRow>(
+    `SELECT ${USER_COLUMNS} FROM users u WHERE lower(u.email) = lower($1) AND u.status <> 'deleted'`,
+    [email],
+  );
+  return rows[0] ?? null;
+}
+
+export interface NewUser {
+  id: string;
+  email: string;
+  emailVerified: boolean;
+  status: UserStatus;
+  signupApplicationId: string | null;
+  testMode: boolean;
+  displayName: string;
+  now: Date;
+}
+
+/** User, default Profile and Settings (Part A: created together, in the caller's transaction). */
+export async function insertUser(db: Queryable, u: NewUser): Promise<void> {
+  await db.query(
+    `INSERT INTO users (id, email, email_verified, status, signup_application_id, test_mode, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`,
+    [u.id, u.email, u.emailVerified, u.status, u.signupApplicationId, u.testMode, u.now],
+  );
+  await db.query('INSERT INTO profiles (user_id, display_name, updated_at) VALUES ($1, $2, $3)', [u.id, u.displayName, u.now]);
+  await db.query('INSERT INTO settings (user_id, updated_at) VALUES ($1, $2)', [u.id, u.now]);
+}
+
+export async function insertPasswordIdentity(db: Queryable, id: string, userId: string, passwordHash: string, now: Date): Promise<void> {
+  await db.query(
+    `INSERT INTO identities (id, user_id, method, password_hash, created_at) VALUES ($1, $2, 'password', $3, $4)`,
+    [id, userId, passwordHash, now],
+  );
+}
+
+export async function assignRole(
+  db: Queryable,
+  a: { userId: string; roleId: string; applicationId: string | null; now: Date; byType: string | null; byId: string | null },
+): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `INSERT INTO role_assignments (user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id)
+     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+    [a.userId, a.roleId, a.applicationId, a.now, a.byType, a.byId],
+  );
+  return rowCount === 1;
+}
