@@ -8,7 +8,7 @@ import { newId } from './ids.js';
 import { SigningKeys } from './auth/signing-keys.js';
 import { JobRunner } from './jobs/runner.js';
 import { validatorCompiler } from './http/validation.js';
-import { registerErrorHandling } from './http/errors-plugin.js';
+import { frameworkErrorHandler, registerErrorHandling } from './http/errors-plugin.js';
 import { registerGate } from './http/gate.js';
 import { registerOpenApi } from './http/openapi.js';
 import { MODULES } from './modules/index.js';
@@ -31,15 +31,15 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   const fastify = Fastify({
     logger: options.logger ?? { level: config.logLevel },
     genReqId: () => newId('req'),
-    requestIdLogLabel: 'request_id',
     bodyLimit: BODY_LIMIT_BYTES,
     trustProxy: false,
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
-    ajv: { customOptions: {} },
+    frameworkErrors: frameworkErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   fastify.setValidatorCompiler(validatorCompiler);
+  fastify.removeContentTypeParser('text/plain');
   // The OAuth token endpoint also takes form bodies; everything else is JSON only.
   fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(body as string)));

@@ -4,6 +4,7 @@
 export const ERROR_CODES = {
   // Foundation (documented in docs/conventions.md)
   malformed_json: [400, 'The request body is not valid JSON.'],
+  bad_request: [400, 'The request is malformed.'],
   unsupported_media_type: [415, 'Request bodies must be application/json.'],
   validation_failed: [422, 'The request has invalid fields.'],
   not_found: [404, 'No such route.'],

@@ -1,3 +1,4 @@
+import { pathToFileURL } from 'node:url';
 import { loadConfig, ConfigError } from './config.js';
 import { openDatabase } from './db/open.js';
 import { SystemClock } from './clock.js';
@@ -35,7 +36,7 @@ export async function serve(): Promise<void> {
   await app.listen({ port: config.port, host: config.host });
 }
 
-const invokedDirectly = process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'));
+const invokedDirectly = process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href;
 if (invokedDirectly) {
   serve().catch((err) => {
     console.error(err);

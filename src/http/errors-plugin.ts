@@ -10,6 +10,8 @@ export function toApiError(err: unknown): ApiError {
     return new ApiError('validation_failed', { details: { fields: fieldErrors(fe.validation, fe.validationContext) } });
   }
   switch (fe?.code) {
+    case 'FST_ERR_BAD_URL':
+      return new ApiError('bad_request', { message: 'The URL is not validly encoded.' });
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new ApiError('malformed_json');
@@ -23,10 +25,15 @@ export function toApiError(err: unknown): ApiError {
   const fromDb = fromDatabaseError(err);
   if (fromDb) return fromDb;
   if (typeof fe?.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
-    // A client error raised by Fastify itself (bad URL encoding, header limits, …).
-    return new ApiError('validation_failed', { message: fe.message, details: {} });
+    // Another client error raised by Fastify itself (header limits, …).
+    return new ApiError('bad_request', { message: fe.message });
   }
   return new ApiError('internal_error');
+}
+
+/** Errors Fastify raises before routing (bad URL encoding): same envelope. */
+export function frameworkErrorHandler(err: Error, _request: FastifyRequest, reply: FastifyReply) {
+  return sendError(reply, toApiError(err));
 }
 
 function sendError(reply: FastifyReply, error: ApiError) {

@@ -1,0 +1,34 @@
+// npm test: the whole suite on embedded PostgreSQL (PGlite), then again on the PostgreSQL server of
+// TEST_DATABASE_URL when it is set. Extra arguments are test files to run instead of all.
+import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+function find(dir) {
+  const out = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory() && entry.name !== 'node_modules') out.push(...find(path));
+    else if (entry.name.endsWith('.test.ts')) out.push(relative(root, path));
+  }
+  return out;
+}
+
+const files = process.argv.length > 2 ? process.argv.slice(2) : [...find(join(root, 'src')), ...find(join(root, 'test'))].sort();
+const runs = [{ name: 'embedded PostgreSQL (PGlite)', env: { TEST_DATABASE_URL: '' } }];
+if (process.env.TEST_DATABASE_URL) runs.push({ name: `PostgreSQL (${new URL(process.env.TEST_DATABASE_URL).host})`, env: {} });
+
+let failed = false;
+for (const run of runs) {
+  console.log(`\n=== ${files.length} test files on ${run.name} ===`);
+  const result = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', '--test', '--test-concurrency=4', '--test-timeout=120000', ...files],
+    { cwd: root, stdio: 'inherit', env: { ...process.env, ...run.env, NODE_ENV: 'test' } },
+  );
+  if (result.status !== 0) failed = true;
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,102 @@
+import { parseArgs } from 'node:util';
+import { loadConfig, ConfigError } from './config.js';
+import { openDatabase } from './db/open.js';
+import { migrate } from './db/migrate.js';
+import { SystemClock } from './clock.js';
+import { boot } from './boot.js';
+import { serve } from './main.js';
+import { bootstrapAdmin } from './modules/users/bootstrap.js';
+import { ApiError } from './errors.js';
+
+const USAGE = `usage: platform <command>
+
+  serve                          start the API (same as npm start)
+  migrate                        apply pending database migrations
+  bootstrap-admin [--email E] [--password P]
+                                 create the superadmin unless a live user has that email
+                                 (defaults: BOOTSTRAP_ADMIN_EMAIL, BOOTSTRAP_ADMIN_PASSWORD)
+  keys rotate                    new signing key signs from now on; old keys verify until their tokens expire
+  jobs run <job>                 run one background job now and wait for it
+  jobs list                      list the background jobs
+
+Settings come from the environment (see README).`;
+
+async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) => Promise<T>): Promise<T> {
+  const config = { ...loadConfig(), bootstrapAdminEmail: null, bootstrapAdminPassword: null };
+  const database = await openDatabase(config);
+  const booted = await boot({ config, database, clock: new SystemClock(), logger: { level: config.logLevel === 'info' ? 'warn' : config.logLevel } });
+  try {
+    return await fn(booted);
+  } finally {
+    await booted.app.close();
+    await database.close();
+  }
+}
+
+export async function runCli(argv: string[]): Promise<number> {
+  const [command, sub, ...rest] = argv;
+  switch (command) {
+    case 'serve':
+      await serve();
+      return -1; // keeps running
+    case 'migrate': {
+      const config = loadConfig();
+      const database = await openDatabase(config);
+      try {
+        const applied = await migrate(database);
+        console.log(applied.length ? `applied: ${applied.join(', ')}` : 'database is up to date');
+      } finally {
+        await database.close();
+      }
+      return 0;
+    }
+    case 'bootstrap-admin': {
+      const { values } = parseArgs({ args: [sub, ...rest].filter(Boolean) as string[], options: { email: { type: 'string' }, password: { type: 'string' } } });
+      const env = loadConfig();
+      const email = values.email ?? env.bootstrapAdminEmail;
+      const password = values.password ?? env.bootstrapAdminPassword;
+      if (!email || !password) {
+        console.error('bootstrap-admin needs --email and --password (or BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD)');
+        return 2;
+      }
+      return withServices(async ({ deps }) => {
+        const result = await bootstrapAdmin(deps, email, password);
+        console.log(result.created ? `created superadmin ${result.userId}` : `a live user already has that email: ${result.userId}`);
+        return 0;
+      });
+    }
+    case 'keys':
+      if (sub !== 'rotate') break;
+      return withServices(async ({ deps }) => {
+        console.log(`new signing key: ${await deps.keys.rotate()}`);
+        return 0;
+      });
+    case 'jobs':
+      if (sub === 'list') {
+        return withServices(async ({ deps }) => {
+          console.log(deps.jobs.names.join('\n'));
+          return 0;
+        });
+      }
+      if (sub !== 'run' || !rest[0]) break;
+      return withServices(async ({ deps }) => {
+        const result = await deps.jobs.runNow(rest[0]);
+        console.log(JSON.stringify({ job: rest[0], result }));
+        return 0;
+      });
+  }
+  console.error(USAGE);
+  return 2;
+}
+
+runCli(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (err) => {
+    if (err instanceof ConfigError) console.error(err.message);
+    else if (err instanceof ApiError) console.error(`${err.code}: ${err.message} ${JSON.stringify(err.details)}`);
+    else console.error(err);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,96 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { bearer, userToken } from '../helpers/fixtures.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const assertEnvelope = (body: any, code: string) => {
+  assert.equal(body.error.code, code);
+  assert.equal(typeof body.error.message, 'string');
+  assert.equal(typeof body.error.details, 'object');
+  assert.doesNotMatch(JSON.stringify(body), /\bat .+:\d+:\d+/, 'no stack trace');
+};
+
+test('every request gets a req_ id in the Request-Id header', async () => {
+  const res = await t.app.inject({ method: 'GET', url: '/health' });
+  assert.match(String(res.headers['request-id']), /^req_[0-9A-HJKMNP-TV-Z]{26}$/);
+});
+
+test('malformed JSON gets 400 malformed_json in the error envelope', async () => {
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'application/json' }, payload: '{"email": ' });
+  assert.equal(res.statusCode, 400);
+  assertEnvelope(res.json(), 'malformed_json');
+});
+
+test('schema violations get 422 validation_failed naming each offending field', async () => {
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 42, test_mode: 'yes', extra: 1 } });
+  assert.equal(res.statusCode, 422);
+  const body = res.json();
+  assertEnvelope(body, 'validation_failed');
+  const paths = body.error.details.fields.map((f: { path: string }) => f.path).sort();
+  assert.deepEqual(paths, ['email', 'extra', 'password', 'test_mode']);
+});
+
+test('wrong types are never coerced in bodies ("true" is not a boolean)', async () => {
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 'a@example.com', password: 'x', test_mode: 'true' } });
+  assert.equal(res.statusCode, 422);
+  assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['test_mode']);
+});
+
+test('unknown route gets 404 not_found in the envelope', async () => {
+  const res = await t.app.inject({ method: 'GET', url: '/v1/nothing-here' });
+  assert.equal(res.statusCode, 404);
+  assertEnvelope(res.json(), 'not_found');
+});
+
+test('unsupported method on a known route gets 405 method_not_allowed with Allow', async () => {
+  const res = await t.app.inject({ method: 'DELETE', url: '/v1/auth/login' });
+  assert.equal(res.statusCode, 405);
+  assert.equal(res.headers.allow, 'POST');
+  assertEnvelope(res.json(), 'method_not_allowed');
+});
+
+test('oversize body gets 413 payload_too_large', async () => {
+  const res = await t.app.inject({
+    method: 'POST',
+    url: '/v1/auth/login',
+    headers: { 'content-type': 'application/json' },
+    payload: JSON.stringify({ email: 'a@example.com', password: 'x'.repeat(2 * 1024 * 1024) }),
+  });
+  assert.equal(res.statusCode, 413);
+  assertEnvelope(res.json(), 'payload_too_large');
+});
+
+test('a non-JSON content type gets 415 unsupported_media_type', async () => {
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'text/plain' }, payload: 'hello' });
+  assert.equal(res.statusCode, 415);
+  assertEnvelope(res.json(), 'unsupported_media_type');
+});
+
+test('missing credential gets 401 with WWW-Authenticate: Bearer', async () => {
+  const res = await t.app.inject({ method: 'GET', url: '/v1/users/me' });
+  assert.equal(res.statusCode, 401);
+  assert.match(String(res.headers['www-authenticate']), /^Bearer realm="platform"$/);
+  assertEnvelope(res.json(), 'unauthenticated');
+});
+
+test('a garbage bearer gets 401 with error="invalid_token"', async () => {
+  for (const authorization of ['Bearer not-a-token', 'Basic abc', 'Bearer plat_live_nope', 'Bearer eyJhbGciOiJub25lIn0.e30.']) {
+    const res = await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: { authorization } });
+    assert.equal(res.statusCode, 401, authorization);
+    assert.match(String(res.headers['www-authenticate']), /error="invalid_token"/);
+    assertEnvelope(res.json(), 'unauthenticated');
+  }
+});
+
+test('a bad path parameter gets a clear 404, never a 500', async () => {
+  const { token } = await userToken(t);
+  const res = await t.app.inject({ method: 'GET', url: `/v1/users/${'%E0%A4%A'}`, headers: bearer(token) });
+  assert.ok(res.statusCode >= 400 && res.statusCode < 500, String(res.statusCode));
+  assert.ok(res.json().error.code);
+});
