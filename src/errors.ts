@@ -37,6 +37,7 @@ export const ERROR_CODES = {
   invalid_status_transition: [409, 'That status change is not allowed.'],
   erasure_scheduled: [409, 'An erasure is scheduled for this user.'],
   erasure_not_scheduled: [404, 'No erasure is scheduled for this user.'],
+  session_not_found: [404, 'Session not found.'],
   // Part B
   slug_taken: [409, 'That slug is taken.'],
   app_role_in_use: [409, 'That app role has assignments.'],

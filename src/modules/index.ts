@@ -2,6 +2,7 @@ import type { Module } from './types.js';
 import { systemModule } from './system/index.js';
 import { authModule } from './auth/index.js';
 import { usersModule } from './users/index.js';
+import { sessionsModule } from './sessions/index.js';
 
 /** Every resource module, in registration order. */
-export const MODULES: Module[] = [systemModule, authModule, usersModule];
+export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule];

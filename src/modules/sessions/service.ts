@@ -1,0 +1,43 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { toPage, type PageParams } from '../../http/pagination.js';
+import { resolveUserId } from '../users/service.js';
+import { findUserById } from '../users/store.js';
+import { listActiveSessions, revokeSessions } from './store.js';
+import type { LogoutBody } from './schemas.js';
+
+/** Self or users.manage; anyone else learns nothing (404 user_not_found). */
+async function targetUser(ctx: Ctx, idParam: string): Promise<string> {
+  const id = resolveUserId(ctx, idParam);
+  const self = ctx.actor.type === 'user' && ctx.actor.userId === id;
+  if (!self && !hasPermission(ctx.actor, 'users.manage')) throw new ApiError('user_not_found');
+  if (!self && !(await findUserById(ctx.db, id))) throw new ApiError('user_not_found');
+  return id;
+}
+
+export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) {
+  const userId = await targetUser(ctx, idParam);
+  const { rows, limit } = await listActiveSessions(ctx.db, userId, ctx.now, page);
+  const current = ctx.actor.type === 'user' ? ctx.actor.sessionId : null;
+  return toPage(rows, limit, (r) => ({
+    id: r.id,
+    created_at: r.created_at.toISOString(),
+    expires_at: r.expires_at.toISOString(),
+    ip_address: r.ip_address,
+    user_agent: r.user_agent,
+    current: r.id === current,
+  }));
+}
+
+export async function revokeSession(ctx: Ctx, idParam: string, sessionId: string): Promise<void> {
+  const userId = await targetUser(ctx, idParam);
+  const revoked = await revokeSessions(ctx.db, { userId, sessionId }, ctx.now);
+  if (revoked.length === 0) throw new ApiError('session_not_found');
+}
+
+/** Ends the calling session, or with all_sessions every session of the user. */
+export async function logout(ctx: Ctx, body: LogoutBody): Promise<void> {
+  if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
+  await revokeSessions(ctx.db, { userId: ctx.actor.userId, sessionId: body.all_sessions ? undefined : ctx.actor.sessionId }, ctx.now);
+}
