@@ -13,7 +13,7 @@ import { registerGate } from './http/gate.js';
 import { registerOpenApi } from './http/openapi.js';
 import { MODULES } from './modules/index.js';
 import { devModule } from './modules/dev/index.js';
-import type { App } from './modules/types.js';
+import type { App, Module } from './modules/types.js';
 import { Type } from '@sinclair/typebox';
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
@@ -23,6 +23,8 @@ export interface BuildOptions {
   database: Database;
   clock: Clock;
   logger?: FastifyBaseLogger | boolean | object;
+  /** Modules beyond the built-in catalogue (tests mount probes of the shared mechanisms this way). */
+  extraModules?: Module[];
 }
 
 /** Builds the Fastify instance and the shared dependencies; starts nothing. */
@@ -45,7 +47,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     done(null, Object.fromEntries(new URLSearchParams(body as string)));
   });
 
-  const modules = config.devClock ? [...MODULES, devModule] : MODULES;
+  const modules = [...MODULES, ...(config.devClock ? [devModule] : []), ...(options.extraModules ?? [])];
   const deps: Deps = {
     config,
     database,

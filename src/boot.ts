@@ -6,12 +6,14 @@ import { migrate } from './db/migrate.js';
 import { buildApp } from './app.js';
 import { refreshDevClock } from './dev/clock.js';
 import { bootstrapAdmin } from './modules/users/bootstrap.js';
+import type { Module } from './modules/types.js';
 
 export interface BootOptions {
   config: Readonly<Config>;
   database: Database;
   clock: Clock;
   logger?: FastifyBaseLogger | boolean | object;
+  extraModules?: Module[];
 }
 
 /** Everything a serving process does before it listens: migrate, build, keys, bootstrap, jobs. */

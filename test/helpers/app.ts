@@ -8,7 +8,7 @@ import { openPg } from '../../src/db/pg.js';
 import type { Database } from '../../src/db/types.js';
 import { boot } from '../../src/boot.js';
 import type { Deps } from '../../src/context.js';
-import type { App } from '../../src/modules/types.js';
+import type { App, Module } from '../../src/modules/types.js';
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
 export const storageName = TEST_DATABASE_URL ? 'postgres' : 'pglite';
@@ -58,11 +58,11 @@ export async function dropSchema(name: string): Promise<void> {
 }
 
 /** Boots the whole service (migrations, keys, jobs registry) without listening. Call close() after. */
-export async function buildTestApp(overrides: Partial<Config> = {}, t?: TestContext): Promise<TestApp> {
+export async function buildTestApp(overrides: Partial<Config> = {}, t?: TestContext, extraModules: Module[] = []): Promise<TestApp> {
   const config = testConfig(overrides);
   const { database, schema, drop } = await openTestDatabase();
   const clock = new SystemClock();
-  const { app, deps } = await boot({ config, database, clock, logger: false });
+  const { app, deps } = await boot({ config, database, clock, logger: false, extraModules });
   await app.ready();
   const cleanup = async () => {
     await app.close();

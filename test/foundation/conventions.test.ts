@@ -1,0 +1,218 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { bearer, createApiKey, createUser, login, userToken } from '../helpers/fixtures.js';
+import { probeModule, PROBE_TABLES } from '../helpers/probe-module.js';
+import { boot } from '../../src/boot.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp({}, undefined, [probeModule({ delayMs: 150 })]);
+  await t.database.scoped('system').exec(PROBE_TABLES);
+});
+after(() => t.close());
+
+const countItems = async (name: string) =>
+  (await t.database.scoped('system').query<{ n: number }>('SELECT count(*)::int AS n FROM probe_items WHERE name = $1', [name])).rows[0].n;
+
+const post = (token: string, key: string | null, body: object) =>
+  t.app.inject({
+    method: 'POST',
+    url: '/v1/_probe/items',
+    headers: { ...bearer(token), ...(key === null ? {} : { 'idempotency-key': key }) },
+    payload: body,
+  });
+
+test('Idempotency-Key: a retry with the same key returns the original status and body', async () => {
+  const { token } = await userToken(t);
+  const first = await post(token, 'k-replay', { name: 'replay' });
+  assert.equal(first.statusCode, 201);
+  const again = await post(token, 'k-replay', { name: 'replay' });
+  assert.equal(again.statusCode, 201);
+  assert.equal(again.body, first.body);
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+  assert.equal(await countItems('replay'), 1);
+});
+
+test('Idempotency-Key: a retry while the first request is still running gets 409 idempotency_key_in_flight', async () => {
+  const { token } = await userToken(t);
+  const [a, b] = await Promise.all([post(token, 'k-flight', { name: 'flight' }), post(token, 'k-flight', { name: 'flight' })]);
+  const statuses = [a.statusCode, b.statusCode].sort();
+  assert.deepEqual(statuses, [201, 409]);
+  const conflict = a.statusCode === 409 ? a : b;
+  assert.equal(conflict.json().error.code, 'idempotency_key_in_flight');
+  assert.equal(await countItems('flight'), 1);
+  const later = await post(token, 'k-flight', { name: 'flight' });
+  assert.equal(later.statusCode, 201);
+  assert.equal(later.headers['idempotent-replayed'], 'true');
+});
+
+test('Idempotency-Key: reusing a key with a different body is refused with 422 idempotency_key_reused', async () => {
+  const { token } = await userToken(t);
+  assert.equal((await post(token, 'k-reuse', { name: 'reuse-a' })).statusCode, 201);
+  const res = await post(token, 'k-reuse', { name: 'reuse-b' });
+  assert.equal(res.statusCode, 422);
+  assert.equal(res.json().error.code, 'idempotency_key_reused');
+  assert.equal(await countItems('reuse-b'), 0);
+});
+
+test('Idempotency-Key: missing where required gets 400 idempotency_key_required and changes nothing', async () => {
+  const { token } = await userToken(t);
+  const res = await post(token, null, { name: 'nokey' });
+  assert.equal(res.statusCode, 400);
+  assert.equal(res.json().error.code, 'idempotency_key_required');
+  assert.equal(await countItems('nokey'), 0);
+});
+
+test('Idempotency-Key: keys are per credential, so another caller with the same key is not replayed', async () => {
+  const one = await userToken(t);
+  const two = await userToken(t);
+  assert.equal((await post(one.token, 'k-shared', { name: 'percred' })).statusCode, 201);
+  const other = await post(two.token, 'k-shared', { name: 'percred' });
+  assert.equal(other.statusCode, 201);
+  assert.equal(other.headers['idempotent-replayed'], undefined);
+  assert.equal(await countItems('percred'), 2);
+});
+
+test('Idempotency-Key: a server error releases the key so the retry runs again', async () => {
+  const { token } = await userToken(t);
+  const failed = await post(token, 'k-fail', { name: 'fail', fail: true });
+  assert.equal(failed.statusCode, 500);
+  assert.equal(failed.json().error.code, 'internal_error');
+  const retry = await post(token, 'k-fail', { name: 'fail', fail: true });
+  assert.equal(retry.statusCode, 500);
+  assert.equal(retry.headers['idempotent-replayed'], undefined);
+});
+
+test('Idempotency-Key: keys are retained 24 hours, then the same key runs as new', async () => {
+  const { user, token } = await userToken(t);
+  assert.equal((await post(token, 'k-expire', { name: 'expire' })).statusCode, 201);
+  t.clock.advance(24 * 3600 + 1);
+  try {
+    // The access token expired with the clock move; sign in again.
+    const fresh = await login(t, user);
+    assert.equal((await post(fresh, 'k-expire', { name: 'expire' })).headers['idempotent-replayed'], undefined);
+  } finally {
+    t.clock.advance(-(24 * 3600 + 1));
+  }
+});
+
+test('PATCH changes only the fields sent; custom keys merge one level deep and null removes a key', async () => {
+  const { token } = await userToken(t);
+  const created = (await post(token, 'k-patch', { name: 'patch-me' })).json();
+  const patch = (payload: object) => t.app.inject({ method: 'PATCH', url: `/v1/_probe/items/${created.id}`, headers: bearer(token), payload });
+  let res = await patch({ note: 'n1', custom: { a: 1, b: { deep: true } } });
+  assert.equal(res.statusCode, 200);
+  assert.deepEqual(res.json(), { id: created.id, name: 'patch-me', note: 'n1', custom: { a: 1, b: { deep: true } } });
+  res = await patch({ custom: { b: { other: 1 }, c: 'x' } });
+  assert.deepEqual(res.json().custom, { a: 1, b: { other: 1 }, c: 'x' }, 'one level deep: b is replaced, not merged');
+  assert.equal(res.json().note, 'n1', 'unsent fields stay');
+  res = await patch({ custom: { a: null }, note: null });
+  assert.deepEqual(res.json().custom, { b: { other: 1 }, c: 'x' });
+  assert.equal(res.json().note, null);
+  assert.equal(res.json().name, 'patch-me');
+});
+
+test('list pagination: limit and opaque cursor walk every row once, stable under concurrent inserts', async () => {
+  const user = await createUser(t);
+  const tokens: string[] = [];
+  for (let i = 0; i < 5; i++) tokens.push(await login(t, user));
+  const existing = new Set<string>();
+  const seen: string[] = [];
+  let cursor: string | null = null;
+  let pages = 0;
+  const list = (c: string | null) =>
+    t.app.inject({ method: 'GET', url: `/v1/users/me/sessions?limit=2${c ? `&cursor=${encodeURIComponent(c)}` : ''}`, headers: bearer(tokens[0]) });
+  const first = await list(null);
+  assert.equal(first.statusCode, 200);
+  for (const s of (await t.database.scoped('system').query('SELECT id FROM sessions WHERE user_id = $1', [user.id])).rows) existing.add(s.id);
+  let body = first.json();
+  for (;;) {
+    pages++;
+    assert.ok(body.data.length <= 2);
+    seen.push(...body.data.map((s: { id: string }) => s.id));
+    // A new row arrives between pages (a concurrent sign-in).
+    await login(t, user);
+    if (!body.page.has_more) {
+      assert.equal(body.page.next_cursor, null);
+      break;
+    }
+    assert.equal(typeof body.page.next_cursor, 'string');
+    cursor = body.page.next_cursor;
+    body = (await list(cursor)).json();
+  }
+  assert.equal(pages, 3);
+  assert.deepEqual(new Set(seen), existing, 'every row that existed is listed exactly once');
+  assert.equal(seen.length, existing.size);
+});
+
+test('list pagination: a cursor that is not from the list gets 422 validation_failed naming cursor; limit out of range too', async () => {
+  const { token } = await userToken(t);
+  let res = await t.app.inject({ method: 'GET', url: '/v1/users/me/sessions?cursor=bm9wZQ', headers: bearer(token) });
+  assert.equal(res.statusCode, 422);
+  assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['cursor']);
+  res = await t.app.inject({ method: 'GET', url: '/v1/users/me/sessions?limit=101', headers: bearer(token) });
+  assert.equal(res.statusCode, 422);
+  assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.limit']);
+});
+
+test('test mode: test credentials never see live rows and live credentials never see test rows', async () => {
+  const live = await createUser(t, { mode: 'live' });
+  const testUser = await createUser(t, { mode: 'test' });
+  const liveKey = await createApiKey(t, { mode: 'live', permissions: ['users.list', 'users.manage'] });
+  const testKey = await createApiKey(t, { mode: 'test', permissions: ['users.list', 'users.manage'] });
+  await login(t, testUser);
+  await login(t, live);
+  const get = (key: string, url: string) => t.app.inject({ method: 'GET', url, headers: bearer(key) });
+  assert.equal((await get(liveKey.secret, `/v1/users/${live.id}`)).statusCode, 200);
+  assert.equal((await get(testKey.secret, `/v1/users/${testUser.id}`)).json().test_mode, true);
+  for (const [key, id] of [[liveKey.secret, testUser.id], [testKey.secret, live.id]] as const) {
+    const res = await get(key, `/v1/users/${id}`);
+    assert.equal(res.statusCode, 404);
+    assert.equal(res.json().error.code, 'user_not_found');
+    assert.equal((await get(key, `/v1/users/${id}/sessions`)).statusCode, 404);
+  }
+  const sessions = (await get(testKey.secret, `/v1/users/${testUser.id}/sessions`)).json();
+  assert.equal(sessions.data.length, 1);
+});
+
+test('email uniqueness is per mode: the same address may exist once live and once in test', async () => {
+  const email = `both-${Date.now()}@example.com`;
+  const a = await createUser(t, { mode: 'live', email });
+  const b = await createUser(t, { mode: 'test', email });
+  assert.notEqual(a.id, b.id);
+  await assert.rejects(createUser(t, { mode: 'live', email }), /email/);
+});
+
+test('per-IP throttle of the unauthenticated auth endpoints is shared by every process and answers 429 with Retry-After', async () => {
+  const limited = await buildTestApp({ authRateLimitPerMinute: 3 });
+  // A second process on the same database.
+  const second = await boot({ config: limited.config, database: limited.database, clock: limited.clock, logger: false });
+  try {
+    const attempt = (app: typeof limited.app) =>
+      app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 'nobody@example.com', password: 'wrong-password-123' } });
+    assert.equal((await attempt(limited.app)).statusCode, 401);
+    assert.equal((await attempt(second.app)).statusCode, 401);
+    assert.equal((await attempt(limited.app)).statusCode, 401);
+    const throttled = await attempt(second.app);
+    assert.equal(throttled.statusCode, 429);
+    assert.equal(throttled.json().error.code, 'rate_limited');
+    const retryAfter = Number(throttled.headers['retry-after']);
+    assert.ok(retryAfter >= 1 && retryAfter <= 60, String(retryAfter));
+    // Authenticated endpoints are not throttled by it.
+    assert.equal((await limited.app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
+    limited.clock.advance(61);
+    assert.equal((await attempt(limited.app)).statusCode, 401);
+  } finally {
+    await second.app.close();
+    await limited.close();
+  }
+});
+
+test('AUTH_RATE_LIMIT_PER_MINUTE=0 turns the per-IP throttle off', async () => {
+  for (let i = 0; i < 40; i++) {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 'nobody@example.com', password: 'wrong-password-123' } });
+    assert.equal(res.statusCode, 401);
+  }
+});
+

@@ -1,0 +1,60 @@
+// A test-only resource that exercises the shared mechanisms (idempotency, PATCH merge) through HTTP
+// exactly as a real module would: route metadata, a service verb, a transaction.
+import { Type } from '@sinclair/typebox';
+import type { Module } from '../../src/modules/types.js';
+import { ctxOf } from '../../src/http/gate.js';
+import { applyPatch, mergeCustom } from '../../src/http/patch.js';
+import { ApiError } from '../../src/errors.js';
+import { newId } from '../../src/ids.js';
+
+export const PROBE_TABLES = `
+  CREATE TABLE IF NOT EXISTS probe_items (
+    id text PRIMARY KEY, name text NOT NULL, note text, custom jsonb NOT NULL DEFAULT '{}', calls integer NOT NULL DEFAULT 0);
+  GRANT SELECT, INSERT, UPDATE, DELETE ON probe_items TO platform_app;`;
+
+const Item = Type.Object({ id: Type.String(), name: Type.String(), note: Type.Union([Type.String(), Type.Null()]), custom: Type.Record(Type.String(), Type.Unknown()) });
+
+export const probeModule = (opts: { delayMs?: number } = {}): Module => ({
+  name: 'probe',
+  routes: (app, deps) => {
+    app.post('/v1/_probe/items', {
+      schema: { body: Type.Object({ name: Type.String({ minLength: 1 }), fail: Type.Optional(Type.Boolean()) }), response: { 201: Item } },
+      config: { meta: { auth: 'any', idempotency: 'required' } },
+      handler: async (request, reply) => {
+        const ctx = ctxOf(deps, request);
+        if (opts.delayMs) await new Promise((r) => setTimeout(r, opts.delayMs));
+        if (request.body.fail) throw new ApiError('internal_error');
+        const item = await ctx.db.transaction(async (tx) => {
+          const { rows } = await tx.query(`INSERT INTO probe_items (id, name) VALUES ($1, $2) RETURNING id, name, note, custom`, [newId('obx'), request.body.name]);
+          return rows[0];
+        });
+        return reply.code(201).send(item as any);
+      },
+    });
+    app.patch('/v1/_probe/items/:id', {
+      schema: {
+        params: Type.Object({ id: Type.String() }),
+        body: Type.Object(
+          { name: Type.Optional(Type.String({ minLength: 1 })), note: Type.Optional(Type.Union([Type.String(), Type.Null()])), custom: Type.Optional(Type.Record(Type.String(), Type.Unknown())) },
+          { additionalProperties: false },
+        ),
+        response: { 200: Item },
+      },
+      config: { meta: { auth: 'any', idempotency: 'optional' } },
+      handler: async (request) => {
+        const ctx = ctxOf(deps, request);
+        return ctx.db.transaction(async (tx) => {
+          const { rows } = await tx.query(`SELECT id, name, note, custom FROM probe_items WHERE id = $1 FOR UPDATE`, [request.params.id]);
+          if (!rows[0]) throw new ApiError('not_found');
+          const current = rows[0] as { id: string; name: string; note: string | null; custom: Record<string, unknown> };
+          const { next } = applyPatch(current, request.body as Partial<typeof current>, ['name', 'note']);
+          const custom = request.body.custom ? mergeCustom(current.custom, request.body.custom) : current.custom;
+          const updated = await tx.query(`UPDATE probe_items SET name = $2, note = $3, custom = $4, calls = calls + 1 WHERE id = $1 RETURNING id, name, note, custom`, [
+            current.id, next.name, next.note, JSON.stringify(custom),
+          ]);
+          return updated.rows[0] as any;
+        });
+      },
+    });
+  },
+});
