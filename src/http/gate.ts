@@ -4,13 +4,16 @@ import { ApiError } from '../errors.js';
 import { bearerToken, resolveBearer, unauthenticated } from '../auth/credentials.js';
 import { metaOf } from './meta.js';
 import { hitCounter, retryAfterSeconds } from './counters.js';
-import { claimIdempotencyKey, completeIdempotencyKey } from './idempotency.js';
-import type { Mode } from '../db/types.js';
+import { claimIdempotencyKey, completeInTransaction, settleAfterResponse } from './idempotency.js';
+import type { Mode, Tx } from '../db/types.js';
 import { refreshDevClock } from '../dev/clock.js';
+import { lazyTransaction } from '../db/lazy-tx.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
     actor: Actor;
+    /** The transaction an idempotent request's handler runs in. */
+    tx?: Tx;
   }
 }
 
@@ -22,7 +25,7 @@ export function ctxOf(deps: Deps, request: FastifyRequest, mode?: Mode): Ctx {
     deps,
     actor,
     mode: m,
-    db: deps.database.scoped(m),
+    db: request.tx ?? deps.database.scoped(m),
     requestId: request.id,
     ip: request.ip,
     userAgent: request.headers['user-agent'] ?? null,
@@ -36,6 +39,35 @@ export function ctxOf(deps: Deps, request: FastifyRequest, mode?: Mode): Ctx {
  */
 export function registerGate(app: FastifyInstance, deps: Deps): void {
   app.decorateRequest('actor', null as any);
+  app.decorateRequest('tx', undefined);
+
+  // An idempotent request's handler runs in one transaction that also stores its response, so
+  // the mutation and its replay record commit together (exactly once, even across a crash).
+  // Handlers set the status with reply.code() and return the payload.
+  app.addHook('onRoute', (route) => {
+    if (!route.config?.meta?.idempotency) return;
+    const handler = route.handler;
+    route.handler = async function (this: unknown, request, reply) {
+      const claim = request.idempotencyClaim;
+      if (!claim) return handler.call(this as never, request, reply);
+      const mode = request.actor.type === 'user' || request.actor.type === 'api_key' ? request.actor.mode : 'live';
+      const lazy = lazyTransaction(deps.database.scoped(mode));
+      request.tx = lazy.tx;
+      let payload: unknown;
+      try {
+        payload = await handler.call(this as never, request, reply);
+        if (reply.sent) throw new Error('idempotent handlers must return their payload, not send it');
+      } catch (err) {
+        await lazy.rollback();
+        throw err;
+      } finally {
+        request.tx = undefined;
+      }
+      const body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
+      await lazy.commitWith((tx) => completeInTransaction(tx, claim, reply.statusCode, body));
+      return payload;
+    };
+  });
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('request-id', request.id);
@@ -85,7 +117,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     const claim = request.idempotencyClaim;
     if (claim) {
       request.idempotencyClaim = undefined;
-      await completeIdempotencyKey(deps, claim, reply.statusCode, typeof payload === 'string' ? payload : '');
+      await settleAfterResponse(deps, claim, reply.statusCode, typeof payload === 'string' ? payload : '');
     }
     return payload;
   });

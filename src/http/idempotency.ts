@@ -1,6 +1,7 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Actor, Deps } from '../context.js';
+import type { Tx } from '../db/types.js';
 import { ApiError } from '../errors.js';
 import { addSeconds } from '../clock.js';
 
@@ -8,10 +9,13 @@ export const IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600;
 /** A claim older than this is taken to belong to a crashed process and may be taken over. */
 const IN_FLIGHT_LEASE_SECONDS = 60;
 
-interface Claim {
+export interface Claim {
   credential: string;
   operation: string;
   key: string;
+  token: string;
+  /** Set once the outcome is stored (in the mutation's transaction, or after an error). */
+  completed: boolean;
 }
 
 declare module 'fastify' {
@@ -28,6 +32,12 @@ interface Row {
   locked_until: Date;
   expires_at: Date;
 }
+
+// Claims held by requests running in this process: a concurrent retry is answered 409 without
+// waiting for the database (on embedded storage it would otherwise queue behind the first request's
+// transaction). The database record stays the authority across processes.
+const running = new Set<string>();
+const localId = (c: Pick<Claim, 'credential' | 'operation' | 'key'>) => `${c.credential}\u0000${c.operation}\u0000${c.key}`;
 
 const credentialOf = (actor: Actor): string =>
   actor.type === 'user' ? `user:${actor.userId}` : actor.type === 'api_key' ? `api_key:${actor.keyId}` : 'anonymous';
@@ -61,28 +71,47 @@ export async function claimIdempotencyKey(
       details: { fields: [{ path: 'header.idempotency-key', message: 'must be at most 255 characters' }] },
     });
   }
-  const claim: Claim = { credential: credentialOf(actor), operation: `${request.method} ${request.routeOptions.url}`, key };
+  const claim: Claim = {
+    credential: credentialOf(actor),
+    operation: `${request.method} ${request.routeOptions.url}`,
+    key,
+    token: randomUUID(),
+    completed: false,
+  };
+  const id = localId(claim);
+  if (running.has(id)) throw new ApiError('idempotency_key_in_flight');
+  running.add(id);
+  try {
+    const claimed = await claimInDatabase(deps, request, reply, claim);
+    if (claimed) request.idempotencyClaim = claim;
+    else running.delete(id);
+    return !claimed;
+  } catch (err) {
+    running.delete(id);
+    throw err;
+  }
+}
+
+/** True when this request now holds the claim; false when it replayed the stored response. */
+async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: FastifyReply, claim: Claim): Promise<boolean> {
+  const { key } = claim;
   const hash = fingerprint(request);
   const db = deps.database.scoped('system');
-
   for (let attempt = 0; attempt < 3; attempt++) {
     const now = deps.clock.now();
     const inserted = await db.query(
-      `INSERT INTO idempotency_keys (credential, operation, key, request_hash, status, locked_until, created_at, expires_at)
-       VALUES ($1, $2, $3, $4, 'in_flight', $5, $6, $7) ON CONFLICT DO NOTHING`,
-      [claim.credential, claim.operation, key, hash, addSeconds(now, IN_FLIGHT_LEASE_SECONDS), now, addSeconds(now, IDEMPOTENCY_RETENTION_SECONDS)],
+      `INSERT INTO idempotency_keys (credential, operation, key, request_hash, status, claim_token, locked_until, created_at, expires_at)
+       VALUES ($1, $2, $3, $4, 'in_flight', $5, $6, $7, $8) ON CONFLICT DO NOTHING`,
+      [claim.credential, claim.operation, key, hash, claim.token, addSeconds(now, IN_FLIGHT_LEASE_SECONDS), now, addSeconds(now, IDEMPOTENCY_RETENTION_SECONDS)],
     );
-    if (inserted.rowCount === 1) {
-      request.idempotencyClaim = claim;
-      return false;
-    }
+    if (inserted.rowCount === 1) return true;
     const { rows } = await db.query<Row>(
       `SELECT request_hash, status, response_status, response_body, locked_until, expires_at
          FROM idempotency_keys WHERE credential = $1 AND operation = $2 AND key = $3`,
       [claim.credential, claim.operation, key],
     );
     const row = rows[0];
-    if (!row) continue; // deleted meanwhile (failed first attempt): claim again
+    if (!row) continue; // released meanwhile (the first attempt failed): claim again
     if (row.expires_at <= now) {
       await db.query('DELETE FROM idempotency_keys WHERE credential = $1 AND operation = $2 AND key = $3 AND expires_at <= $4', [
         claim.credential, claim.operation, key, now,
@@ -96,34 +125,48 @@ export async function claimIdempotencyKey(
         .header('idempotent-replayed', 'true')
         .header('content-type', 'application/json; charset=utf-8');
       await reply.send(row.response_body ?? '');
-      return true;
-    }
-    if (row.locked_until > now) throw new ApiError('idempotency_key_in_flight');
-    // The first attempt's process died: take the claim over.
-    const taken = await db.query(
-      `UPDATE idempotency_keys SET locked_until = $4
-        WHERE credential = $1 AND operation = $2 AND key = $3 AND status = 'in_flight' AND locked_until <= $5`,
-      [claim.credential, claim.operation, key, addSeconds(now, IN_FLIGHT_LEASE_SECONDS), now],
-    );
-    if (taken.rowCount === 1) {
-      request.idempotencyClaim = claim;
       return false;
     }
+    if (row.locked_until > now) throw new ApiError('idempotency_key_in_flight');
+    // The first attempt's process died before committing anything: take the claim over.
+    const taken = await db.query(
+      `UPDATE idempotency_keys SET locked_until = $4, claim_token = $5
+        WHERE credential = $1 AND operation = $2 AND key = $3 AND status = 'in_flight' AND locked_until <= $6`,
+      [claim.credential, claim.operation, key, addSeconds(now, IN_FLIGHT_LEASE_SECONDS), claim.token, now],
+    );
+    if (taken.rowCount === 1) return true;
     throw new ApiError('idempotency_key_in_flight');
   }
   throw new ApiError('idempotency_key_in_flight');
 }
 
-/** Stores the outcome for replay; a server error releases the key so the client can retry. */
-export async function completeIdempotencyKey(deps: Deps, claim: Claim, status: number, body: string): Promise<void> {
+/**
+ * Stores the successful outcome in the mutation's own transaction, so the change and its replay
+ * record commit together: a crash leaves either both or neither. Fails (rolling the mutation back)
+ * if another process took the claim over meanwhile.
+ */
+export async function completeInTransaction(tx: Tx, claim: Claim, status: number, body: string): Promise<void> {
+  const { rowCount } = await tx.query(
+    `UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6
+      WHERE credential = $1 AND operation = $2 AND key = $3 AND claim_token = $4 AND status = 'in_flight'`,
+    [claim.credential, claim.operation, claim.key, claim.token, status, body],
+  );
+  if (rowCount !== 1) throw new ApiError('idempotency_key_in_flight');
+  claim.completed = true;
+}
+
+/** After an error (nothing committed): a client error is stored for replay, a server error releases the key. */
+export async function settleAfterResponse(deps: Deps, claim: Claim, status: number, body: string): Promise<void> {
+  running.delete(localId(claim));
+  if (claim.completed) return;
   const db = deps.database.scoped('system');
+  const where = 'credential = $1 AND operation = $2 AND key = $3 AND claim_token = $4';
+  const params = [claim.credential, claim.operation, claim.key, claim.token];
   if (status >= 500) {
-    await db.query('DELETE FROM idempotency_keys WHERE credential = $1 AND operation = $2 AND key = $3', [claim.credential, claim.operation, claim.key]);
+    await db.query(`DELETE FROM idempotency_keys WHERE ${where}`, params);
     return;
   }
-  await db.query(
-    `UPDATE idempotency_keys SET status = 'done', response_status = $4, response_body = $5
-      WHERE credential = $1 AND operation = $2 AND key = $3`,
-    [claim.credential, claim.operation, claim.key, status, body],
-  );
+  await db.query(`UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6 WHERE ${where} AND status = 'in_flight'`, [
+    ...params, status, body,
+  ]);
 }

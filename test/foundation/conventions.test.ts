@@ -74,14 +74,25 @@ test('Idempotency-Key: keys are per credential, so another caller with the same 
   assert.equal(await countItems('percred'), 2);
 });
 
-test('Idempotency-Key: a server error releases the key so the retry runs again', async () => {
+test('Idempotency-Key: a server error rolls the change back and releases the key so the retry runs again', async () => {
   const { token } = await userToken(t);
   const failed = await post(token, 'k-fail', { name: 'fail', fail: true });
   assert.equal(failed.statusCode, 500);
   assert.equal(failed.json().error.code, 'internal_error');
+  assert.equal(await countItems('fail'), 0, 'the write and the failure share one transaction');
   const retry = await post(token, 'k-fail', { name: 'fail', fail: true });
   assert.equal(retry.statusCode, 500);
   assert.equal(retry.headers['idempotent-replayed'], undefined);
+});
+
+test('Idempotency-Key: the change and its replay record commit in one transaction', async () => {
+  const { token } = await userToken(t);
+  const res = await post(token, 'k-atomic', { name: 'atomic' });
+  assert.equal(res.statusCode, 201);
+  const { rows } = await t.database
+    .scoped('system')
+    .query<{ status: string; response_status: number; response_body: string }>(`SELECT status, response_status, response_body FROM idempotency_keys WHERE key = 'k-atomic'`);
+  assert.deepEqual(rows, [{ status: 'done', response_status: 201, response_body: res.body }]);
 });
 
 test('Idempotency-Key: keys are retained 24 hours, then the same key runs as new', async () => {

@@ -23,12 +23,14 @@ export const probeModule = (opts: { delayMs?: number } = {}): Module => ({
       handler: async (request, reply) => {
         const ctx = ctxOf(deps, request);
         if (opts.delayMs) await new Promise((r) => setTimeout(r, opts.delayMs));
-        if (request.body.fail) throw new ApiError('internal_error');
         const item = await ctx.db.transaction(async (tx) => {
           const { rows } = await tx.query(`INSERT INTO probe_items (id, name) VALUES ($1, $2) RETURNING id, name, note, custom`, [newId('obx'), request.body.name]);
           return rows[0];
         });
-        return reply.code(201).send(item as any);
+        // A failure after the write: the write must roll back with it.
+        if (request.body.fail) throw new ApiError('internal_error');
+        reply.code(201);
+        return item as any;
       },
     });
     app.patch('/v1/_probe/items/:id', {
