@@ -107,7 +107,12 @@ export class SigningKeys {
 
   async jwks(): Promise<{ keys: JWK[] }> {
     await this.fresh();
-    return { keys: this.keys.map((k) => k.publicJwk) };
+    return { keys: this.keys.filter((k) => this.verifies(k)).map((k) => k.publicJwk) };
+  }
+
+  /** Unretired, or retired within the grace period (measured on the service clock). */
+  private verifies(key: LoadedKey): boolean {
+    return !key.retiredAt || this.clock.now().getTime() - key.retiredAt.getTime() <= RETIRED_KEY_GRACE_SECONDS * 1000;
   }
 
   async sign(claims: JWTPayload & { sub: string; jti: string }, audience: string, lifetimeSeconds: number): Promise<string> {
@@ -148,10 +153,7 @@ export class SigningKeys {
       await this.reload();
       key = this.keys.find((k) => k.kid === kid);
     }
-    if (!key) throw new Error('unknown kid');
-    if (key.retiredAt && this.clock.now().getTime() - key.retiredAt.getTime() > RETIRED_KEY_GRACE_SECONDS * 1000) {
-      throw new Error('retired key');
-    }
+    if (!key || !this.verifies(key)) throw new Error('unknown or expired kid');
     return key.publicKey;
   }
 }

@@ -1,4 +1,5 @@
 import type { FastifyRequest } from 'fastify';
+import type { ErrorCode } from '../errors.js';
 
 export const PLATFORM_PERMISSIONS = [
   'users.list',
@@ -37,6 +38,8 @@ export interface RouteMeta {
   idempotency?: 'required' | 'optional';
   /** Per-IP throttle of the unauthenticated auth endpoints (AUTH_RATE_LIMIT_PER_MINUTE). */
   throttle?: 'auth';
+  /** Error codes the operation itself can answer; published in the OpenAPI document by status. */
+  errors?: ErrorCode[];
 }
 
 declare module 'fastify' {

@@ -8,6 +8,7 @@ interface RouteRecord {
   method: string;
   url: string;
   meta: RouteMeta;
+  bodyOptional: boolean;
 }
 
 const toOpenApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
@@ -25,7 +26,9 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
   app.addHook('onRoute', (route) => {
     const meta = route.config?.meta;
     if (!meta || route.schema?.hide) return;
-    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method: method.toLowerCase(), url: route.url, meta });
+    const body = route.schema?.body as { required?: string[] } | undefined;
+    const bodyOptional = !!body && !body.required?.length;
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method: method.toLowerCase(), url: route.url, meta, bodyOptional });
   });
   app.addSchema(ErrorEnvelope);
 
@@ -47,6 +50,10 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
         if (!op) continue;
         const { meta } = r;
         op.responses ??= {};
+        if (r.bodyOptional && op.requestBody) op.requestBody.required = false;
+        const byStatus = new Map<number, string[]>();
+        for (const code of meta.errors ?? []) byStatus.set(ERROR_CODES[code][0], [...(byStatus.get(ERROR_CODES[code][0]) ?? []), code]);
+        for (const [status, codes] of byStatus) op.responses[String(status)] ??= errorResponse(codes.join(', '));
         if (meta.auth !== 'none') {
           op.security = [{ bearer: [] }];
           op.responses['401'] ??= errorResponse('Missing, invalid, revoked or expired credential.');

@@ -1,0 +1,449 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import {
+  SignJWT,
+  base64url,
+  createLocalJWKSet,
+  decodeJwt,
+  decodeProtectedHeader,
+  exportSPKI,
+  generateKeyPair,
+  importJWK,
+  jwtVerify,
+  type JWK,
+  type JSONWebKeySet,
+} from 'jose';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { PASSWORD, bearer, createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const ISSUER = 'http://localhost:8080';
+const ACCESS_CLAIMS = ['amr', 'aud', 'email_verified', 'exp', 'iat', 'iss', 'jti', 'sid', 'sub', 'test_mode'];
+
+const sha256Hex = (s: string) => createHash('sha256').update(s).digest('hex');
+const me = (token: string) => t.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(token) });
+const getUser = (token: string, id: string) => t.app.inject({ method: 'GET', url: `/v1/users/${id}`, headers: bearer(token) });
+
+async function jwks(): Promise<JSONWebKeySet> {
+  const res = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
+  assert.equal(res.statusCode, 200);
+  return res.json();
+}
+
+async function loginRes(user: Pick<TestUser, 'email' | 'password'>, testMode: boolean) {
+  return t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: user.email, password: user.password, test_mode: testMode } });
+}
+
+/** 401 in the envelope with the RFC 6750 invalid_token challenge. */
+function assertInvalidToken(res: { statusCode: number; headers: Record<string, unknown>; json(): any }, label = '') {
+  assert.equal(res.statusCode, 401, label);
+  assert.match(String(res.headers['www-authenticate']), /error="invalid_token"/, label);
+  assert.equal(res.json().error.code, 'unauthenticated', label);
+}
+
+async function keyRow(id: string) {
+  const { rows } = await t.database.scoped('system').query('SELECT * FROM api_keys WHERE id = $1', [id]);
+  return rows[0];
+}
+
+async function poll<T>(read: () => Promise<T>, done: (v: T) => boolean, timeoutMs = 3000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await read();
+    if (done(v) || Date.now() > deadline) return v;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signing keys, JWKS and the platform access token
+// ---------------------------------------------------------------------------------------------
+
+test('signing keys are published at the JWKS document as RSA keys with a kid (no private parts)', async () => {
+  const { keys } = await jwks();
+  assert.ok(keys.length >= 1);
+  for (const k of keys) {
+    assert.equal(k.kty, 'RSA');
+    assert.equal(typeof k.kid, 'string');
+    assert.ok(k.kid!.length > 0);
+    assert.equal(typeof k.n, 'string');
+    assert.equal(typeof k.e, 'string');
+    for (const privatePart of ['d', 'p', 'q', 'dp', 'dq', 'qi']) assert.equal((k as Record<string, unknown>)[privatePart], undefined, privatePart);
+  }
+});
+
+test('the platform access token is a JWT RS256 that verifies against the JWKS and carries exactly the claims of Part A, no permissions', async () => {
+  const user = await createUser(t, { roles: ['superadmin'] });
+  const res = await loginRes(user, false);
+  assert.equal(res.statusCode, 200);
+  const session = res.json();
+  const header = decodeProtectedHeader(session.access_token);
+  assert.equal(header.alg, 'RS256');
+
+  const keySet = createLocalJWKSet(await jwks());
+  const { payload } = await jwtVerify(session.access_token, keySet, {
+    algorithms: ['RS256'],
+    issuer: ISSUER,
+    audience: 'platform',
+    currentDate: t.clock.now(),
+  });
+  assert.deepEqual(Object.keys(payload).sort(), ACCESS_CLAIMS);
+  assert.equal(payload.iss, t.config.publicUrl);
+  assert.equal(payload.iss, ISSUER);
+  assert.equal(payload.aud, 'platform');
+  assert.equal(payload.sub, user.id);
+  assert.equal(payload.sid, session.session_id);
+  assert.match(String(payload.sid), /^ses_[0-9A-HJKMNP-TV-Z]{26}$/);
+  assert.deepEqual(payload.amr, ['pwd']);
+  assert.equal(payload.email_verified, true);
+  assert.equal(payload.test_mode, false);
+  assert.equal(typeof payload.iat, 'number');
+  assert.equal(payload.exp, payload.iat! + 900);
+  assert.equal(session.expires_in, 900);
+  assert.match(String(payload.jti), /^atk_[0-9A-HJKMNP-TV-Z]{26}$/);
+  // Even a superadmin's token carries no permission or role claims (the exact claim list above).
+  for (const v of Object.values(payload)) assert.doesNotMatch(JSON.stringify(v), /users\.(manage|list)/);
+});
+
+test('every access token gets a fresh atk_ jti', async () => {
+  const user = await createUser(t);
+  const a = decodeJwt(await login(t, user));
+  const b = decodeJwt(await login(t, user));
+  assert.notEqual(a.jti, b.jti);
+  assert.notEqual(a.sid, b.sid, 'every login creates a session');
+});
+
+test('the discovery document lists issuer, jwks_uri, token_endpoint and authorization_endpoint', async () => {
+  const res = await t.app.inject({ method: 'GET', url: '/.well-known/openid-configuration' });
+  assert.equal(res.statusCode, 200);
+  const doc = res.json();
+  assert.equal(doc.issuer, ISSUER);
+  assert.equal(doc.jwks_uri, `${ISSUER}/.well-known/jwks.json`);
+  assert.equal(doc.token_endpoint, `${ISSUER}/v1/auth/oauth/token`);
+  assert.equal(typeof doc.authorization_endpoint, 'string');
+  assert.ok(doc.authorization_endpoint.startsWith(`${ISSUER}/`), doc.authorization_endpoint);
+  // The JWKS it points at is served at that path.
+  const jwksRes = await t.app.inject({ method: 'GET', url: new URL(doc.jwks_uri).pathname });
+  assert.equal(jwksRes.statusCode, 200);
+  assert.ok(Array.isArray(jwksRes.json().keys));
+});
+
+// ---------------------------------------------------------------------------------------------
+// Invalid access tokens: 401 with error="invalid_token"
+// ---------------------------------------------------------------------------------------------
+
+test('a token with alg none is refused with 401 invalid_token', async () => {
+  const { token } = await userToken(t);
+  const [, payload] = token.split('.');
+  const kid = decodeProtectedHeader(token).kid;
+  for (const alg of ['none', 'None', 'NONE']) {
+    const header = base64url.encode(JSON.stringify({ alg, typ: 'JWT', kid }));
+    assertInvalidToken(await me(`${header}.${payload}.`), alg);
+  }
+  // The genuine token still works, so the refusal is about the algorithm.
+  assert.equal((await me(token)).statusCode, 200);
+});
+
+test('a token HS256-signed with the public key (algorithm confusion) is refused with 401 invalid_token', async () => {
+  const { token } = await userToken(t);
+  const claims = decodeJwt(token);
+  const kid = decodeProtectedHeader(token).kid!;
+  const jwk = (await jwks()).keys.find((k) => k.kid === kid)!;
+  const pem = await exportSPKI((await importJWK(jwk, 'RS256')) as CryptoKey);
+  const secrets = [pem, JSON.stringify(jwk), jwk.n!];
+  for (const secret of secrets) {
+    const forged = await new SignJWT(claims).setProtectedHeader({ alg: 'HS256', typ: 'JWT', kid }).sign(new TextEncoder().encode(secret));
+    assertInvalidToken(await me(forged), secret.slice(0, 20));
+  }
+});
+
+test('a token for another audience is refused with 401 invalid_token', async () => {
+  const { token } = await userToken(t);
+  const { sub, sid, jti, amr, email_verified, test_mode } = decodeJwt(token) as Record<string, any>;
+  // Signed with the service's own current key, valid session: only the audience is wrong.
+  for (const audience of ['app_other', 'platform-admin', '']) {
+    const wrongAud = await t.deps.keys.sign({ sub, sid, jti, amr, email_verified, test_mode }, audience, 900);
+    assert.equal(decodeJwt(wrongAud).aud, audience);
+    assertInvalidToken(await me(wrongAud), `aud ${audience}`);
+  }
+  const rightAud = await t.deps.keys.sign({ sub, sid, jti, amr, email_verified, test_mode }, 'platform', 900);
+  assert.equal((await me(rightAud)).statusCode, 200, 'same claims with the platform audience verify');
+});
+
+test('a token from another issuer or signed by an unknown key is refused with 401 invalid_token', async () => {
+  const { token } = await userToken(t);
+  const claims = decodeJwt(token);
+  const kid = decodeProtectedHeader(token).kid!;
+  // The service's real private key, but a foreign issuer.
+  const { rows } = await t.database.scoped('system').query<{ private_jwk: JWK }>('SELECT private_jwk FROM signing_keys WHERE kid = $1', [kid]);
+  const servicePrivate = await importJWK(rows[0].private_jwk, 'RS256');
+  const foreignIssuer = await new SignJWT({ ...claims, iss: 'https://evil.example' })
+    .setProtectedHeader({ alg: 'RS256', typ: 'JWT', kid })
+    .sign(servicePrivate);
+  assertInvalidToken(await me(foreignIssuer), 'foreign iss');
+  // Right issuer and kid, but a key the service never made.
+  const { privateKey } = await generateKeyPair('RS256');
+  const unknownKey = await new SignJWT(claims).setProtectedHeader({ alg: 'RS256', typ: 'JWT', kid }).sign(privateKey);
+  assertInvalidToken(await me(unknownKey), 'unknown key');
+});
+
+test('a token whose payload was tampered with is refused with 401 invalid_token', async () => {
+  const { token } = await userToken(t);
+  const [header, payload, signature] = token.split('.');
+  const claims = JSON.parse(new TextDecoder().decode(base64url.decode(payload)));
+  const variants = [
+    { ...claims, exp: claims.exp + 86400 },
+    { ...claims, jti: 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAV' },
+    { ...claims, email_verified: !claims.email_verified },
+    { ...claims, perms: ['users.manage'] },
+  ];
+  for (const v of variants) {
+    const tampered = `${header}.${base64url.encode(JSON.stringify(v))}.${signature}`;
+    assertInvalidToken(await me(tampered), JSON.stringify(v).slice(0, 60));
+  }
+  assert.equal((await me(token)).statusCode, 200, 'the untampered token works');
+});
+
+test('a revoked session (logout) makes its access token fail at once with 401', async () => {
+  const { user, token } = await userToken(t);
+  assert.equal((await me(token)).statusCode, 200);
+  const out = await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(token), payload: {} });
+  assert.equal(out.statusCode, 204);
+  assertInvalidToken(await me(token));
+  const { rows } = await t.database.scoped('system').query('SELECT revoked_at FROM sessions WHERE id = $1', [decodeJwt(token).sid]);
+  assert.ok(rows[0].revoked_at instanceof Date);
+  // Only that session: the user can sign in again and use the new token.
+  assert.equal((await me(await login(t, user))).statusCode, 200);
+});
+
+// ---------------------------------------------------------------------------------------------
+// API keys
+// ---------------------------------------------------------------------------------------------
+
+test('an API key secret is stored only as its SHA-256 hash, never in any column', async () => {
+  const target = await createUser(t);
+  const key = await createApiKey(t, { permissions: ['users.list'] });
+  assert.ok(key.secret.startsWith('plat_live_'));
+  const row = await keyRow(key.id);
+  assert.equal(row.secret_hash, sha256Hex(key.secret));
+  assert.match(row.secret_hash, /^[0-9a-f]{64}$/);
+  assert.equal(row.secret_hint, key.secret.slice(-4));
+  const { rows } = await t.database.scoped('system').query<{ j: string }>('SELECT row_to_json(k)::text AS j FROM api_keys k WHERE id = $1', [key.id]);
+  const secretBody = key.secret.slice('plat_live_'.length);
+  assert.ok(!rows[0].j.includes(key.secret), 'full secret stored');
+  assert.ok(!rows[0].j.includes(secretBody), 'secret body stored');
+  // The hash is what the credential resolves against.
+  assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+});
+
+test('a valid platform key with users.list can fetch a live user', async () => {
+  const target = await createUser(t);
+  const key = await createApiKey(t, { permissions: ['users.list'] });
+  const res = await getUser(key.secret, target.id);
+  assert.equal(res.statusCode, 200);
+  const body = res.json();
+  assert.equal(body.id, target.id);
+  assert.equal(body.email, target.email);
+  assert.equal(body.test_mode, false);
+});
+
+test('a revoked API key gets 401', async () => {
+  const target = await createUser(t);
+  const key = await createApiKey(t, { permissions: ['users.list'] });
+  assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+  await t.database.scoped('system').query('UPDATE api_keys SET revoked_at = $2 WHERE id = $1', [key.id, t.clock.now()]);
+  assertInvalidToken(await getUser(key.secret, target.id));
+});
+
+test('an expired API key behaves as revoked (401)', async () => {
+  const target = await createUser(t);
+  const past = await createApiKey(t, { permissions: ['users.list'], expiresAt: new Date(t.clock.now().getTime() - 1000) });
+  assertInvalidToken(await getUser(past.secret, target.id), 'expires_at in the past');
+
+  // Reaching expires_at makes a working key behave as revoked.
+  const soon = await createApiKey(t, { permissions: ['users.list'], expiresAt: new Date(t.clock.now().getTime() + 60_000) });
+  assert.equal((await getUser(soon.secret, target.id)).statusCode, 200);
+  t.clock.advance(61);
+  assertInvalidToken(await getUser(soon.secret, target.id), 'expires_at reached');
+});
+
+test('a plat_test_ secret on a live key, or a plat_live_ secret on a test key, gets 401', async () => {
+  const liveTarget = await createUser(t);
+  const testTarget = await createUser(t, { mode: 'test' });
+  // Secret minted test (plat_test_), row switched to live.
+  const a = await createApiKey(t, { permissions: ['users.list'], mode: 'test' });
+  await t.database.scoped('system').query('UPDATE api_keys SET test_mode = false WHERE id = $1', [a.id]);
+  assert.ok(a.secret.startsWith('plat_test_'));
+  assertInvalidToken(await getUser(a.secret, liveTarget.id), 'plat_test_ on live row');
+  assertInvalidToken(await getUser(a.secret, testTarget.id), 'plat_test_ on live row (test user)');
+  // Secret minted live (plat_live_), row switched to test.
+  const b = await createApiKey(t, { permissions: ['users.list'], mode: 'live' });
+  await t.database.scoped('system').query('UPDATE api_keys SET test_mode = true WHERE id = $1', [b.id]);
+  assert.ok(b.secret.startsWith('plat_live_'));
+  assertInvalidToken(await getUser(b.secret, liveTarget.id), 'plat_live_ on test row');
+  assertInvalidToken(await getUser(b.secret, testTarget.id), 'plat_live_ on test row (test user)');
+});
+
+test('API key last_used_at is set on use and updated at most once a minute', async () => {
+  const target = await createUser(t);
+  const key = await createApiKey(t, { permissions: ['users.list'] });
+  assert.equal((await keyRow(key.id)).last_used_at, null);
+
+  const firstUse = t.clock.now();
+  assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+  const first = await poll(() => keyRow(key.id), (r) => r.last_used_at !== null);
+  assert.ok(first.last_used_at instanceof Date, 'last_used_at set after use');
+  assert.ok(Math.abs(first.last_used_at.getTime() - firstUse.getTime()) < 5000);
+
+  // Within the minute: further uses do not rewrite it.
+  t.clock.advance(30);
+  assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+  assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+  await new Promise((r) => setTimeout(r, 200));
+  const second = await keyRow(key.id);
+  assert.equal(second.last_used_at.getTime(), first.last_used_at.getTime(), 'not rewritten within a minute');
+
+  // A minute later the next use moves it.
+  t.clock.advance(31);
+  assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+  const third = await poll(() => keyRow(key.id), (r) => r.last_used_at.getTime() !== first.last_used_at.getTime());
+  assert.ok(third.last_used_at.getTime() >= first.last_used_at.getTime() + 60_000, 'updated after a minute');
+});
+
+test('"me" with an API key gets 400 user_token_required', async () => {
+  const key = await createApiKey(t, { permissions: ['users.list', 'users.manage'] });
+  for (const url of ['/v1/users/me', '/v1/users/me/sessions']) {
+    const res = await t.app.inject({ method: 'GET', url, headers: bearer(key.secret) });
+    assert.equal(res.statusCode, 400, url);
+    assert.equal(res.json().error.code, 'user_token_required', url);
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// Test mode: test credentials see only test rows, live credentials only live rows
+// ---------------------------------------------------------------------------------------------
+
+test('a test-mode key cannot see a live user (404 user_not_found) and can see a test user', async () => {
+  const liveUser = await createUser(t);
+  const testUser = await createUser(t, { mode: 'test' });
+  const key = await createApiKey(t, { permissions: ['users.list'], mode: 'test' });
+  assert.ok(key.secret.startsWith('plat_test_'));
+  const live = await getUser(key.secret, liveUser.id);
+  assert.equal(live.statusCode, 404);
+  assert.equal(live.json().error.code, 'user_not_found');
+  const testRes = await getUser(key.secret, testUser.id);
+  assert.equal(testRes.statusCode, 200);
+  assert.equal(testRes.json().id, testUser.id);
+  assert.equal(testRes.json().test_mode, true);
+});
+
+test('a live key cannot see a test user (404 user_not_found)', async () => {
+  const testUser = await createUser(t, { mode: 'test' });
+  const key = await createApiKey(t, { permissions: ['users.list', 'users.manage'] });
+  const res = await getUser(key.secret, testUser.id);
+  assert.equal(res.statusCode, 404);
+  assert.equal(res.json().error.code, 'user_not_found');
+});
+
+test("a test user's token carries test_mode true and works on /v1/users/me", async () => {
+  const testUser = await createUser(t, { mode: 'test' });
+  const res = await loginRes(testUser, true);
+  assert.equal(res.statusCode, 200);
+  const token = res.json().access_token;
+  assert.equal(decodeJwt(token).test_mode, true);
+  const meRes = await me(token);
+  assert.equal(meRes.statusCode, 200);
+  assert.equal(meRes.json().id, testUser.id);
+  assert.equal(meRes.json().test_mode, true);
+  // A test user's token cannot reach live users, even ones it names.
+  const liveUser = await createUser(t);
+  const cross = await getUser(token, liveUser.id);
+  assert.equal(cross.statusCode, 404);
+  assert.equal(cross.json().error.code, 'user_not_found');
+});
+
+test("login with test_mode false for a test user's email gets 401 invalid_credentials", async () => {
+  const testUser = await createUser(t, { mode: 'test' });
+  const res = await loginRes(testUser, false);
+  assert.equal(res.statusCode, 401);
+  assert.equal(res.json().error.code, 'invalid_credentials');
+  // And the reverse: a live user's email in test mode.
+  const liveUser = await createUser(t);
+  const rev = await loginRes(liveUser, true);
+  assert.equal(rev.statusCode, 401);
+  assert.equal(rev.json().error.code, 'invalid_credentials');
+});
+
+test('uniqueness of email is per mode: the same email signs in to a different user in each mode', async () => {
+  const email = uniqueEmail('both');
+  const liveUser = await createUser(t, { email });
+  const testUser = await createUser(t, { email, mode: 'test' });
+  assert.notEqual(liveUser.id, testUser.id);
+  const live = await loginRes({ email, password: PASSWORD }, false);
+  const testRes = await loginRes({ email, password: PASSWORD }, true);
+  assert.equal(live.statusCode, 200);
+  assert.equal(testRes.statusCode, 200);
+  assert.equal(live.json().user_id, liveUser.id);
+  assert.equal(testRes.json().user_id, testUser.id);
+  assert.equal(decodeJwt(live.json().access_token).test_mode, false);
+  assert.equal(decodeJwt(testRes.json().access_token).test_mode, true);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Time-dependent rules (these advance the clock, so they run last)
+// ---------------------------------------------------------------------------------------------
+
+test('an expired access token (after 15 minutes) gets 401 invalid_token', async () => {
+  const { token } = await userToken(t);
+  assert.equal((await me(token)).statusCode, 200);
+  t.clock.advance(890);
+  assert.equal((await me(token)).statusCode, 200, 'still valid before exp');
+  t.clock.advance(11);
+  assertInvalidToken(await me(token));
+});
+
+test('signing key rotation: both keys are published, old tokens keep working, new tokens use the new kid, and a key retired over 24 h ago no longer verifies', async () => {
+  const user = await createUser(t);
+  const oldToken = await login(t, user);
+  const oldKid = decodeProtectedHeader(oldToken).kid!;
+  // A long-lived token signed by the old key, to outlive the 15-minute access tokens.
+  const c = decodeJwt(oldToken) as Record<string, any>;
+  const longLived = await t.deps.keys.sign(
+    { sub: c.sub, sid: c.sid, jti: 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAV', amr: c.amr, email_verified: c.email_verified, test_mode: c.test_mode },
+    'platform',
+    30 * 86400,
+  );
+  assert.equal(decodeProtectedHeader(longLived).kid, oldKid);
+
+  const newKid = await t.deps.keys.rotate();
+  assert.notEqual(newKid, oldKid);
+
+  const kids = (await jwks()).keys.map((k) => k.kid);
+  assert.ok(kids.includes(oldKid), 'old kid still published');
+  assert.ok(kids.includes(newKid), 'new kid published');
+
+  assert.equal((await me(oldToken)).statusCode, 200, 'old token still works');
+  assert.equal((await me(longLived)).statusCode, 200, 'old-key long-lived token still works');
+
+  const newToken = await login(t, user);
+  assert.equal(decodeProtectedHeader(newToken).kid, newKid);
+  assert.equal((await me(newToken)).statusCode, 200);
+  // Both verify against the published set.
+  const keySet = createLocalJWKSet(await jwks());
+  for (const tok of [oldToken, newToken]) {
+    await jwtVerify(tok, keySet, { algorithms: ['RS256'], issuer: ISSUER, audience: 'platform', currentDate: t.clock.now() });
+  }
+
+  // 25 hours later the retired key is past its grace period.
+  t.clock.advance(25 * 3600);
+  assertInvalidToken(await me(longLived), 'token of a key retired over 24 h ago');
+  const fresh = await login(t, user);
+  assert.equal(decodeProtectedHeader(fresh).kid, newKid);
+  assert.equal((await me(fresh)).statusCode, 200, 'the current key keeps working');
+});

@@ -1,0 +1,211 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+
+// DEV_CLOCK on, so the /_dev routes are served: the description must still leave them out.
+let t: TestApp;
+let doc: any;
+before(async () => {
+  t = await buildTestApp({ devClock: true });
+  const res = await t.app.inject({ method: 'GET', url: '/v1/openapi.json' });
+  assert.equal(res.statusCode, 200);
+  doc = res.json();
+});
+after(() => t.close());
+
+const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'];
+const ERROR_ENVELOPE_REF = '#/components/schemas/ErrorEnvelope';
+
+interface Operation {
+  method: string;
+  path: string;
+  op: any;
+}
+
+function operations(): Operation[] {
+  const out: Operation[] = [];
+  for (const [path, item] of Object.entries<any>(doc.paths ?? {})) {
+    for (const method of Object.keys(item)) if (HTTP_METHODS.includes(method)) out.push({ method, path, op: item[method] });
+  }
+  return out;
+}
+
+/**
+ * The destructive classification of Part A convention 11: always for every DELETE, user suspend,
+ * erasure request, tier-change request creation (role deletion and role assignment removal are
+ * DELETEs); conditional for entitlement PATCH and logout.
+ */
+function expectedDestructive(method: string, path: string): 'always' | 'conditional' | undefined {
+  if (method === 'delete') return 'always';
+  if (method === 'post' && /^\/v1\/users\/\{[^}]+\}\/suspend$/.test(path)) return 'always';
+  if (method === 'post' && /^\/v1\/users\/\{[^}]+\}\/erasure-requests$/.test(path)) return 'always';
+  if (method === 'post' && /tier-change-requests$/.test(path)) return 'always';
+  if (method === 'post' && path === '/v1/auth/logout') return 'conditional';
+  if (method === 'patch' && /^\/v1\/entitlements\/\{[^}]+\}$/.test(path)) return 'conditional';
+  return undefined;
+}
+
+/** Fastify's route tree (printRoutes) flattened to method + path pairs. */
+function servedRoutes(): { method: string; url: string }[] {
+  const tree = t.app.printRoutes({ commonPrefix: false });
+  const stack: string[] = [];
+  const out: { method: string; url: string }[] = [];
+  for (const line of tree.split('\n')) {
+    const m = /^(.*?)(?:├── |└── )(\S+)(?: \(([^)]*)\))?\s*$/.exec(line);
+    if (!m) continue;
+    const depth = Math.round(m[1].length / 4);
+    stack.length = depth;
+    const url = (stack[depth - 1] ?? '') + m[2];
+    stack[depth] = url;
+    for (const method of (m[3] ?? '').split(',').map((s) => s.trim().toLowerCase()).filter(Boolean)) out.push({ method, url });
+  }
+  return out;
+}
+
+const toOpenApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+
+test('GET /v1/openapi.json is an OpenAPI 3.1 document of the service', () => {
+  assert.equal(typeof doc.openapi, 'string');
+  assert.ok(doc.openapi.startsWith('3.1'), doc.openapi);
+  assert.equal(typeof doc.info?.title, 'string');
+  assert.equal(typeof doc.info?.version, 'string');
+  assert.equal(doc.servers?.[0]?.url, t.config.publicUrl);
+  assert.equal(typeof doc.paths, 'object');
+});
+
+test('the description has the operations of the service, including the discovery documents outside /v1', () => {
+  const expected: [string, string][] = [
+    ['post', '/v1/auth/login'],
+    ['post', '/v1/auth/logout'],
+    ['get', '/v1/users/{id}'],
+    ['get', '/v1/users/{id}/sessions'],
+    ['delete', '/v1/users/{id}/sessions/{sessionId}'],
+    ['get', '/health'],
+    ['get', '/.well-known/jwks.json'],
+    ['get', '/.well-known/openid-configuration'],
+  ];
+  for (const [method, path] of expected) {
+    assert.ok(doc.paths[path], `path ${path}`);
+    assert.ok(doc.paths[path][method], `${method.toUpperCase()} ${path}`);
+  }
+  // Path parameters are declared.
+  const params = doc.paths['/v1/users/{id}/sessions/{sessionId}'].delete.parameters.filter((p: any) => p.in === 'path').map((p: any) => p.name).sort();
+  assert.deepEqual(params, ['id', 'sessionId']);
+});
+
+test('every DELETE operation is marked x-platform-destructive always', () => {
+  const deletes = operations().filter((o) => o.method === 'delete');
+  assert.ok(deletes.length >= 1);
+  for (const { path, op } of deletes) {
+    assert.equal(op['x-platform-destructive'], 'always', `DELETE ${path}`);
+    assert.equal(op['x-platform-destructive-when'], undefined, `DELETE ${path}`);
+  }
+});
+
+test('destructive operations carry the mark of convention 11, conditional ones with x-platform-destructive-when, and operations that are not destructive carry no mark', () => {
+  for (const { method, path, op } of operations()) {
+    const label = `${method.toUpperCase()} ${path}`;
+    const expected = expectedDestructive(method, path);
+    assert.equal(op['x-platform-destructive'], expected, label);
+    if (expected === 'conditional') {
+      assert.equal(typeof op['x-platform-destructive-when'], 'string', label);
+      assert.ok(op['x-platform-destructive-when'].length > 0, label);
+    } else {
+      assert.equal(op['x-platform-destructive-when'], undefined, label);
+    }
+  }
+  const logout = doc.paths['/v1/auth/logout'].post;
+  assert.equal(logout['x-platform-destructive'], 'conditional');
+  assert.match(logout['x-platform-destructive-when'], /all_sessions/);
+});
+
+test('every error response references the ErrorEnvelope schema, which has code, message and details', () => {
+  const envelope = doc.components?.schemas?.ErrorEnvelope;
+  assert.ok(envelope, 'components.schemas.ErrorEnvelope');
+  assert.deepEqual([...envelope.required], ['error']);
+  assert.deepEqual([...envelope.properties.error.required].sort(), ['code', 'details', 'message']);
+  let count = 0;
+  for (const { method, path, op } of operations()) {
+    for (const [status, response] of Object.entries<any>(op.responses ?? {})) {
+      if (!/^[45]/.test(status)) continue;
+      count++;
+      assert.equal(response.content?.['application/json']?.schema?.$ref, ERROR_ENVELOPE_REF, `${method.toUpperCase()} ${path} ${status}`);
+    }
+  }
+  assert.ok(count > 0);
+});
+
+test('operations needing a credential declare bearer security and a 401; User-token operations a 400; destructive ones a 403', () => {
+  assert.equal(doc.components?.securitySchemes?.bearer?.scheme, 'bearer');
+  for (const { method, path, op } of operations()) {
+    const label = `${method.toUpperCase()} ${path}`;
+    assert.ok(Array.isArray(op.security), label);
+    if (op.security.length > 0) {
+      assert.deepEqual(op.security, [{ bearer: [] }], label);
+      assert.ok(op.responses['401'], `${label} documents 401`);
+    }
+    if (op['x-platform-destructive']) assert.ok(op.responses['403'], `${label} documents 403`);
+  }
+  assert.ok(doc.paths['/v1/auth/logout'].post.responses['400'], 'logout documents 400 user_token_required');
+  for (const path of ['/health', '/.well-known/jwks.json', '/.well-known/openid-configuration', '/v1/auth/login']) {
+    assert.deepEqual(doc.paths[path][path === '/v1/auth/login' ? 'post' : 'get'].security, [], `${path} needs no credential`);
+  }
+});
+
+test('every $ref in the description resolves inside it', () => {
+  const resolve = (ref: string) =>
+    ref
+      .slice(2)
+      .split('/')
+      .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
+      .reduce<any>((node, key) => (node == null ? undefined : node[key]), doc);
+  const walk = (node: unknown, where: string) => {
+    if (Array.isArray(node)) node.forEach((n, i) => walk(n, `${where}/${i}`));
+    else if (node && typeof node === 'object') {
+      for (const [k, v] of Object.entries(node)) {
+        if (k === '$ref' && typeof v === 'string') {
+          assert.ok(v.startsWith('#/'), `${where}: external $ref ${v}`);
+          assert.ok(resolve(v) !== undefined, `${where}: unresolved $ref ${v}`);
+        } else walk(v, `${where}/${k}`);
+      }
+    }
+  };
+  walk(doc, '#');
+});
+
+test('the /_dev routes are absent from the description even when served', async () => {
+  const served = await t.app.inject({ method: 'GET', url: '/_dev/clock' });
+  assert.equal(served.statusCode, 200, 'DEV_CLOCK=1 serves /_dev/clock');
+  for (const path of Object.keys(doc.paths)) assert.ok(!path.startsWith('/_dev'), path);
+  assert.doesNotMatch(JSON.stringify(doc.paths), /\/_dev\//);
+});
+
+test('the description describes no operation the service does not serve', async () => {
+  const ops = operations();
+  assert.ok(ops.length >= 8);
+  for (const { method, path, op } of ops) {
+    const label = `${method.toUpperCase()} ${path}`;
+    const fastifyUrl = path.replace(/\{([^}]+)\}/g, ':$1');
+    assert.ok(t.app.hasRoute({ method: method.toUpperCase() as any, url: fastifyUrl }), `${label} is registered`);
+    const url = path.replace(/\{[^}]+\}/g, 'x');
+    const res = await t.app.inject({ method: method.toUpperCase() as any, url });
+    const code = res.headers['content-type']?.toString().includes('json') ? res.json()?.error?.code : undefined;
+    assert.ok(!(res.statusCode === 404 && code === 'not_found'), `${label}: ${res.statusCode} ${code}`);
+    assert.notEqual(res.statusCode, 405, label);
+    // The security requirement it documents is the one enforced.
+    if (op.security.length > 0) assert.equal(res.statusCode, 401, `${label} without a credential`);
+    else assert.notEqual(res.statusCode, 401, `${label} without a credential`);
+  }
+});
+
+test('every route the service serves (except /_dev) is in the description', () => {
+  const served = servedRoutes();
+  // The parser must see the routes we know are there, or the check below would prove nothing.
+  assert.ok(served.some((r) => r.method === 'delete' && r.url === '/v1/users/:id/sessions/:sessionId'), JSON.stringify(served));
+  assert.ok(served.some((r) => r.method === 'post' && r.url === '/_dev/clock'), JSON.stringify(served));
+  for (const { method, url } of served) {
+    if (method === 'head' || method === 'options' || url.startsWith('/_dev')) continue;
+    const path = toOpenApiPath(url);
+    assert.ok(doc.paths[path]?.[method], `${method.toUpperCase()} ${url} is described`);
+  }
+});
