@@ -1,0 +1,60 @@
+// autocannon measurements of one request against one server.
+import autocannon from 'autocannon';
+
+function percentile(sorted, p) {
+  if (sorted.length === 0) return null;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+/** Sends the request once and checks the status, so a broken setup fails before the load run. */
+export async function probe(baseUrl, request, expectStatus) {
+  const res = await fetch(baseUrl + request.path, { method: request.method ?? 'GET', headers: request.headers, body: request.body });
+  const text = await res.text();
+  if (res.status !== expectStatus) {
+    throw new Error(`${request.method ?? 'GET'} ${baseUrl}${request.path} answered ${res.status} (expected ${expectStatus}): ${text.slice(0, 300)}`);
+  }
+}
+
+/**
+ * Runs autocannon for `duration` seconds with `connections` connections and returns the raw
+ * outcome. Latencies are kept for every response with the expected status, at sub-millisecond
+ * precision (autocannon's own histogram rounds to whole milliseconds).
+ */
+export async function measure({ baseUrl, request, connections, duration, expectStatus = 200 }) {
+  const latencies = [];
+  let unexpected = 0;
+  const instance = autocannon({
+    url: baseUrl + request.path,
+    method: request.method ?? 'GET',
+    headers: request.headers ?? {},
+    body: request.body,
+    connections,
+    duration,
+    pipelining: 1,
+    timeout: 30,
+  });
+  instance.on('response', (_client, statusCode, _bytes, responseTime) => {
+    if (statusCode === expectStatus) latencies.push(responseTime);
+    else unexpected++;
+  });
+  const result = await instance;
+  const statusCodes = Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([k, v]) => [k, v.count]));
+  return { latencies, seconds: result.duration, unexpected, errors: result.errors, timeouts: result.timeouts, statusCodes };
+}
+
+/** Merges the measurements (rounds) of one target: req_per_s counts expected responses only. */
+export function summarize(runs) {
+  const latencies = Float64Array.from(runs.flatMap((r) => r.latencies)).sort();
+  const seconds = runs.reduce((s, r) => s + r.seconds, 0);
+  const statusCodes = {};
+  for (const r of runs) for (const [k, v] of Object.entries(r.statusCodes)) statusCodes[k] = (statusCodes[k] ?? 0) + v;
+  return {
+    reqPerSec: seconds > 0 ? latencies.length / seconds : 0,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    unexpected: runs.reduce((s, r) => s + r.unexpected, 0),
+    errors: runs.reduce((s, r) => s + r.errors, 0),
+    timeouts: runs.reduce((s, r) => s + r.timeouts, 0),
+    statusCodes,
+  };
+}

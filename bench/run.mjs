@@ -1,0 +1,213 @@
+#!/usr/bin/env node
+// npm run bench [scenario…]
+// Starts the service (dist/src/main.js) and the baseline (bench/baseline.mjs) as child processes on
+// the same database, loads each scenario with autocannon from this process, first against the
+// service and then against its baseline, and prints one JSON line per scenario to stdout.
+// Progress and the children's logs go to stderr. See bench/README.md.
+import { randomBytes } from 'node:crypto';
+import { readdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { prepareStorage } from './lib/storage.mjs';
+import { startBaseline, startService } from './lib/processes.mjs';
+import { BASELINES } from './lib/baselines.mjs';
+import { measure, probe, summarize } from './lib/load.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..');
+const log = (msg) => process.stderr.write(`[bench] ${msg}\n`);
+
+function envNumber(name, { integer = false, min = 0 } = {}) {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return null;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < min || (integer && !Number.isInteger(n))) throw new Error(`${name} must be ${integer ? 'an integer' : 'a number'} >= ${min} (got "${raw}")`);
+  return n;
+}
+
+async function loadScenarios() {
+  const dir = join(here, 'scenarios');
+  const scenarios = [];
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.mjs')).sort()) {
+    const m = await import(pathToFileURL(join(dir, file)).href);
+    const problems = [];
+    if (typeof m.name !== 'string' || !m.name) problems.push('name');
+    if (typeof m.request !== 'function') problems.push('request()');
+    if (!Number.isInteger(m.connections) || m.connections < 1) problems.push('connections');
+    if (typeof m.duration !== 'number' || m.duration <= 0) problems.push('duration');
+    if (typeof m.baselineRequest !== 'function' && !BASELINES[m.baseline]) problems.push(`baseline (one of ${Object.keys(BASELINES).join(', ')})`);
+    if (problems.length) throw new Error(`bench/scenarios/${file}: missing or invalid export(s): ${problems.join(', ')}`);
+    scenarios.push(m);
+  }
+  return scenarios;
+}
+
+function selectScenarios(all, names) {
+  if (names.length === 0) return all;
+  const byName = new Map(all.map((s) => [s.name, s]));
+  const unknown = names.filter((n) => !byName.has(n));
+  if (unknown.length) throw new Error(`unknown scenario(s): ${unknown.join(', ')}; available: ${all.map((s) => s.name).join(', ')}`);
+  return names.map((n) => byName.get(n));
+}
+
+const round = (n, digits) => (n === null || !Number.isFinite(n) ? null : Number(n.toFixed(digits)));
+
+async function main() {
+  const args = process.argv.slice(2);
+  const all = await loadScenarios();
+  if (args.includes('-h') || args.includes('--help')) {
+    process.stderr.write(`usage: npm run bench [scenario…]\nscenarios: ${all.map((s) => s.name).join(', ')}\nsee bench/README.md\n`);
+    return 0;
+  }
+  const scenarios = selectScenarios(all, args);
+  const durationOverride = envNumber('BENCH_DURATION', { min: 1 });
+  const connectionsOverride = envNumber('BENCH_CONNECTIONS', { integer: true, min: 1 });
+  const warmup = envNumber('BENCH_WARMUP', { min: 0 }) ?? 2;
+  const rounds = envNumber('BENCH_ROUNDS', { integer: true, min: 1 }) ?? 2;
+
+  const email = `bench-${randomBytes(4).toString('hex')}@example.com`;
+  const password = `Bench-${randomBytes(12).toString('base64url')}`;
+
+  const resources = [];
+  let cleaning = null;
+  const cleanup = () =>
+    (cleaning ??= (async () => {
+      for (const release of resources.reverse()) {
+        try {
+          await release();
+        } catch (err) {
+          log(`cleanup: ${err.message}`);
+        }
+      }
+    })());
+  for (const signal of ['SIGINT', 'SIGTERM']) {
+    process.once(signal, () => {
+      log(`${signal}: stopping`);
+      cleanup().finally(() => process.exit(130));
+    });
+  }
+
+  let failures = 0;
+  try {
+    const storage = await prepareStorage(process.env, log);
+    resources.push(storage.cleanup);
+    log(`storage: ${storage.storage}`);
+
+    const service = await startService({
+      root,
+      env: {
+        ...storage.serviceEnv,
+        AUTH_RATE_LIMIT_PER_MINUTE: '0',
+        LOG_LEVEL: 'warn',
+        DEV_CLOCK: '0',
+        BOOTSTRAP_ADMIN_EMAIL: email,
+        BOOTSTRAP_ADMIN_PASSWORD: password,
+      },
+    });
+    resources.push(service.stop);
+    log(`service on ${service.url}`);
+
+    const jwks = await (await fetch(`${service.url}/.well-known/jwks.json`)).json();
+    const loginRes = await fetch(`${service.url}/v1/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email, password }),
+    });
+    const session = await loginRes.json();
+    if (loginRes.status !== 200) throw new Error(`bootstrap admin login failed (${loginRes.status}): ${JSON.stringify(session)}`);
+
+    const baseline = await startBaseline({
+      script: join(here, 'baseline.mjs'),
+      setup: {
+        ...storage.baseline,
+        jwks,
+        issuer: service.url,
+        audience: 'platform',
+        poolSize: 10,
+        seed: storage.shared ? null : { userId: session.user_id, email, password },
+      },
+    });
+    resources.push(baseline.stop);
+    log(`baseline on ${baseline.url}`);
+
+    const api = async (method, path, { body, token } = {}) => {
+      const headers = {};
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      if (token) headers.authorization = `Bearer ${token}`;
+      const res = await fetch(service.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+      const text = await res.text();
+      return { status: res.status, body: text ? JSON.parse(text) : null };
+    };
+    const baseCtx = {
+      serviceUrl: service.url,
+      baselineUrl: baseline.url,
+      email,
+      password,
+      userId: session.user_id,
+      accessToken: session.access_token,
+      session,
+      api,
+    };
+
+    for (const scenario of scenarios) {
+      const ctx = { ...baseCtx, ...((await scenario.setup?.(baseCtx)) ?? {}) };
+      const connections = connectionsOverride ?? scenario.connections;
+      const duration = durationOverride ?? scenario.duration;
+      const expectStatus = scenario.expectStatus ?? 200;
+      const baselineName = scenario.baselineRequest ? (scenario.baseline ?? 'custom') : scenario.baseline;
+      const targets = [
+        { label: 'service', url: service.url, request: await scenario.request(ctx), expectStatus },
+        { label: `baseline ${baselineName}`, url: baseline.url, request: await (scenario.baselineRequest ?? BASELINES[scenario.baseline].request)(ctx), expectStatus: 200 },
+      ];
+      for (const t of targets) {
+        await probe(t.url, t.request, t.expectStatus);
+        if (warmup > 0) await measure({ baseUrl: t.url, request: t.request, connections, duration: warmup, expectStatus: t.expectStatus });
+      }
+      // Alternate service and baseline in `rounds` slices, so a change of background load during
+      // the run affects both sides alike rather than only the one that happened to run then.
+      log(`${scenario.name}: service vs baseline ${baselineName}, ${connections} connections, ${duration} s each in ${rounds} round(s)`);
+      const runs = targets.map(() => []);
+      for (let round = 0; round < rounds; round++) {
+        for (const [i, t] of targets.entries()) {
+          runs[i].push(await measure({ baseUrl: t.url, request: t.request, connections, duration: duration / rounds, expectStatus: t.expectStatus }));
+          await sleep(200);
+        }
+      }
+      const results = runs.map(summarize);
+      for (const [i, r] of results.entries()) {
+        if (r.unexpected || r.errors || r.timeouts) {
+          failures++;
+          log(`WARNING ${scenario.name} (${targets[i].label}): ${r.unexpected} unexpected responses, ${r.errors} errors, ${r.timeouts} timeouts; status codes ${JSON.stringify(r.statusCodes)}`);
+        }
+      }
+      const [svc, base] = results;
+      process.stdout.write(
+        JSON.stringify({
+          scenario: scenario.name,
+          connections,
+          duration_s: duration,
+          req_per_s: round(svc.reqPerSec, 1),
+          p50_ms: round(svc.p50, 2),
+          p99_ms: round(svc.p99, 2),
+          baseline_req_per_s: round(base.reqPerSec, 1),
+          baseline_p99_ms: round(base.p99, 2),
+          ratio: base.reqPerSec > 0 ? round(svc.reqPerSec / base.reqPerSec, 3) : null,
+          baseline: baselineName,
+          storage: storage.storage,
+        }) + '\n',
+      );
+    }
+  } finally {
+    await cleanup();
+  }
+  return failures > 0 ? 1 : 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    log(`failed: ${err?.stack ?? err}`);
+    process.exit(1);
+  },
+);
