@@ -38,6 +38,13 @@ export const ERROR_CODES = {
   erasure_scheduled: [409, 'An erasure is scheduled for this user.'],
   erasure_not_scheduled: [404, 'No erasure is scheduled for this user.'],
   session_not_found: [404, 'Session not found.'],
+  invalid_token: [400, 'The token is invalid, expired or already used.'],
+  invalid_refresh_token: [401, 'The refresh token is invalid, expired or already used.'],
+  invalid_mfa_code: [422, 'The code is not valid.'],
+  invalid_current_password: [403, 'The current password is not correct.'],
+  mfa_already_enabled: [409, 'Two-factor authentication is already on.'],
+  mfa_not_enabled: [409, 'Two-factor authentication is not on.'],
+  password_identity_required: [409, 'This account has no password sign-in.'],
   // Part B
   slug_taken: [409, 'That slug is taken.'],
   app_role_in_use: [409, 'That app role has assignments.'],

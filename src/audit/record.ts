@@ -11,14 +11,16 @@ export interface AuditEntry {
   tenantId?: string | null;
   before?: unknown;
   after?: unknown;
+  /** Who acted, when it is not the request's credential (a signup acts as the new user). */
+  actor?: { type: 'user' | 'api_key' | 'system'; id: string | null };
 }
 
 /** Writes an audit row in the mutation's transaction, so the change and its record commit together. */
 export async function recordAudit(tx: Tx, ctx: Ctx, entry: AuditEntry): Promise<string> {
   const id = newId('evt');
   const actor = ctx.actor;
-  const actorType = actor.type === 'user' ? 'user' : actor.type === 'api_key' ? 'api_key' : 'system';
-  const actorId = actor.type === 'user' ? actor.userId : actor.type === 'api_key' ? actor.keyId : null;
+  const actorType = entry.actor?.type ?? (actor.type === 'user' ? 'user' : actor.type === 'api_key' ? 'api_key' : 'system');
+  const actorId = entry.actor ? entry.actor.id : actor.type === 'user' ? actor.userId : actor.type === 'api_key' ? actor.keyId : null;
   await tx.query(
     `INSERT INTO audit_events (id, action, actor_type, actor_id, via_api_key_id, target_type, target_id,
        target_user_id, application_id, organization_id, tenant_id, before, after, request_id, test_mode, created_at)

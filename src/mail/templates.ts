@@ -58,7 +58,7 @@ export const MAIL_TEMPLATES = {
       `If you did not ask for this, ignore this message; your password stays the same.` +
       signed(null),
   }),
-  password_changed: (): RenderedMail => ({
+  password_changed: (_v: Record<string, never>): RenderedMail => ({
     subject: 'Your password was changed',
     text: `Your account's password was changed and your other sessions were signed out. If this was not you, reset your password now.` + signed(null),
   }),

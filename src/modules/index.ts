@@ -3,6 +3,7 @@ import { systemModule } from './system/index.js';
 import { authModule } from './auth/index.js';
 import { usersModule } from './users/index.js';
 import { sessionsModule } from './sessions/index.js';
+import { mfaModule } from './mfa/index.js';
 
 /** Every resource module, in registration order. */
-export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule];
+export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule];

@@ -15,12 +15,67 @@ export const AuthSession = Type.Object(
 );
 export type AuthSession = Static<typeof AuthSession>;
 
-export const LoginBody = Type.Object(
+export const MfaChallenge = Type.Object(
   {
-    email: Type.String({ minLength: 1, maxLength: 320 }),
-    password: Type.String({ minLength: 1, maxLength: 1024 }),
-    test_mode: Type.Optional(Type.Boolean({ default: false })),
+    mfa_required: Type.Literal(true),
+    mfa_token: Type.String(),
+    methods: Type.Array(Type.String()),
+    expires_in: Type.Integer(),
+  },
+  { $id: 'MfaChallenge', title: 'MfaChallenge' },
+);
+export type MfaChallenge = Static<typeof MfaChallenge>;
+
+const Email = Type.String({ format: 'email', maxLength: 320 });
+/** Length rules live in the password policy (422 weak_password), not in the schema. */
+const Password = Type.String({ minLength: 1, maxLength: 4096 });
+const TestMode = Type.Optional(Type.Boolean({ default: false }));
+
+export const SignupBody = Type.Object(
+  {
+    email: Email,
+    password: Password,
+    display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    application_id: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    test_mode: TestMode,
   },
   { additionalProperties: false },
 );
+export type SignupBody = Static<typeof SignupBody>;
+
+export const LoginBody = Type.Object(
+  { email: Type.String({ minLength: 1, maxLength: 320 }), password: Password, test_mode: TestMode },
+  { additionalProperties: false },
+);
 export type LoginBody = Static<typeof LoginBody>;
+
+export const MfaVerifyBody = Type.Object(
+  {
+    mfa_token: Type.String({ minLength: 1, maxLength: 200 }),
+    code: Type.Optional(Type.String({ pattern: '^[0-9]{6}$' })),
+    recovery_code: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  },
+  { additionalProperties: false },
+);
+export type MfaVerifyBody = Static<typeof MfaVerifyBody>;
+
+export const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false });
+export type RefreshBody = Static<typeof RefreshBody>;
+
+export const TokenBody = Type.Object({ token: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false });
+export type TokenBody = Static<typeof TokenBody>;
+
+export const EmailBody = Type.Object({ email: Type.String({ minLength: 1, maxLength: 320 }), test_mode: TestMode }, { additionalProperties: false });
+export type EmailBody = Static<typeof EmailBody>;
+
+export const TokenPasswordBody = Type.Object(
+  { token: Type.String({ minLength: 1, maxLength: 200 }), password: Password },
+  { additionalProperties: false },
+);
+export type TokenPasswordBody = Static<typeof TokenPasswordBody>;
+
+export const ChangePasswordBody = Type.Object(
+  { current_password: Password, new_password: Password },
+  { additionalProperties: false },
+);
+export type ChangePasswordBody = Static<typeof ChangePasswordBody>;

@@ -26,7 +26,7 @@ export async function issueSession(tx: Tx, ctx: Ctx, user: SessionUser, amr: Aut
     [sessionId, user.id, user.test_mode, amr, ctx.ip, ctx.userAgent?.slice(0, 512) ?? null, ctx.now, addSeconds(ctx.now, SESSION_ABSOLUTE_SECONDS)],
   );
   await tx.query('UPDATE users SET last_login_at = $2 WHERE id = $1', [user.id, ctx.now]);
-  const refreshToken = await insertRefreshToken(tx, ctx, sessionId);
+  const refreshToken = await insertRefreshToken(tx, ctx, sessionId, null, addSeconds(ctx.now, SESSION_ABSOLUTE_SECONDS));
   return {
     token_type: 'Bearer',
     access_token: await signAccessToken(ctx, user, sessionId, amr),
@@ -39,11 +39,13 @@ export async function issueSession(tx: Tx, ctx: Ctx, user: SessionUser, amr: Aut
   };
 }
 
-export async function insertRefreshToken(tx: Tx, ctx: Ctx, sessionId: string): Promise<string> {
+/** A refresh token idles out after 30 days and never outlives its session (90 days absolute). */
+export async function insertRefreshToken(tx: Tx, ctx: Ctx, sessionId: string, parentId: string | null, sessionExpiresAt: Date): Promise<string> {
   const token = newSecret('rtk_');
+  const idle = addSeconds(ctx.now, REFRESH_IDLE_SECONDS);
   await tx.query(
-    `INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, idle_expires_at) VALUES ($1, $2, $3, $4, $5)`,
-    [newId('rtk'), sessionId, hashSecret(token), ctx.now, addSeconds(ctx.now, REFRESH_IDLE_SECONDS)],
+    `INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, idle_expires_at, parent_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+    [newId('rtk'), sessionId, hashSecret(token), ctx.now, idle < sessionExpiresAt ? idle : sessionExpiresAt, parentId],
   );
   return token;
 }

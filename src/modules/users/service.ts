@@ -25,6 +25,8 @@ export interface CreateUserInput {
   signupApplicationId?: string | null;
   passwordHash?: string | null;
   extraRoleIds?: string[];
+  /** Signup: the new user is the actor of its own creation. */
+  selfService?: boolean;
 }
 
 /**
@@ -51,7 +53,13 @@ export async function createUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput
     await assignRole(tx, { userId: id, roleId, applicationId: null, now: ctx.now, ...by });
   }
   const row = (await findUserById(tx, id))!;
-  await recordAudit(tx, c, { action: 'user.created', target: { type: 'user', id }, targetUserId: id, after: toUser(row) });
+  await recordAudit(tx, c, {
+    action: 'user.created',
+    target: { type: 'user', id },
+    targetUserId: id,
+    after: toUser(row),
+    actor: input.selfService ? { type: 'user', id } : undefined,
+  });
   return row;
 }
 

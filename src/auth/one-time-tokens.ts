@@ -1,0 +1,67 @@
+import type { Ctx } from '../context.js';
+import type { Queryable, Tx } from '../db/types.js';
+import { addSeconds } from '../clock.js';
+import { hashSecret, newId, newSecret } from '../ids.js';
+
+export type OneTimeTokenKind = 'email_verification' | 'email_change' | 'password_reset' | 'invitation' | 'mfa_challenge';
+
+export const TOKEN_LIFETIME_SECONDS: Record<OneTimeTokenKind, number> = {
+  email_verification: 24 * 3600,
+  email_change: 24 * 3600,
+  password_reset: 3600,
+  invitation: 7 * 24 * 3600,
+  mfa_challenge: 300,
+};
+
+const PREFIX: Record<OneTimeTokenKind, string> = {
+  email_verification: 'vrf_',
+  email_change: 'vrf_',
+  password_reset: 'pwr_',
+  invitation: 'inv_',
+  mfa_challenge: 'mfa_',
+};
+
+export interface OneTimeTokenRow {
+  id: string;
+  kind: OneTimeTokenKind;
+  user_id: string;
+  test_mode: boolean;
+  data: Record<string, unknown>;
+  attempts: number;
+  expires_at: Date;
+  used_at: Date | null;
+}
+
+/** Issues a single-use token (stored as a hash) and returns the secret to mail or return once. */
+export async function issueOneTimeToken(
+  tx: Tx,
+  ctx: Ctx,
+  t: { kind: OneTimeTokenKind; userId: string; data?: Record<string, unknown>; replacePrevious?: boolean },
+): Promise<string> {
+  if (t.replacePrevious) {
+    await tx.query('UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = $2 AND used_at IS NULL', [t.userId, t.kind, ctx.now]);
+  }
+  const token = newSecret(PREFIX[t.kind]);
+  await tx.query(
+    `INSERT INTO one_time_tokens (id, kind, token_hash, user_id, test_mode, data, created_at, expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+    [newId('idn'), t.kind, hashSecret(token), t.userId, ctx.mode === 'test', JSON.stringify(t.data ?? {}), ctx.now, addSeconds(ctx.now, TOKEN_LIFETIME_SECONDS[t.kind])],
+  );
+  return token;
+}
+
+/** Reads a live token without using it up (to learn its mode and user). */
+export async function peekOneTimeToken(db: Queryable, kinds: OneTimeTokenKind[], token: string, now: Date): Promise<OneTimeTokenRow | null> {
+  const { rows } = await db.query<OneTimeTokenRow>(
+    `SELECT id, kind, user_id, test_mode, data, attempts, expires_at, used_at FROM one_time_tokens
+      WHERE token_hash = $1 AND kind = ANY($2::text[]) AND used_at IS NULL AND expires_at > $3`,
+    [hashSecret(token), kinds, now],
+  );
+  return rows[0] ?? null;
+}
+
+/** Uses a token up atomically: of two concurrent consumers exactly one gets the row. */
+export async function consumeOneTimeToken(tx: Tx, id: string, now: Date): Promise<boolean> {
+  const { rowCount } = await tx.query('UPDATE one_time_tokens SET used_at = $2 WHERE id = $1 AND used_at IS NULL AND expires_at > $2', [id, now]);
+  return rowCount === 1;
+}

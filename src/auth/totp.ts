@@ -1,0 +1,41 @@
+import { generateSecret, generateURI, verify } from 'otplib';
+import { createHash, randomInt } from 'node:crypto';
+
+/** RFC 6238: 30-second steps, 6 digits, SHA-1 (what authenticator apps use), ±1 step of drift. */
+const PERIOD = 30;
+const DRIFT_SECONDS = PERIOD;
+
+export const newTotpSecret = (): string => generateSecret();
+
+export const totpUri = (secret: string, account: string, issuer: string): string =>
+  generateURI({ issuer, label: account, secret });
+
+/**
+ * The time step the code belongs to, or null. Steps at or before `afterStep` are refused, so a
+ * code is accepted once only (the caller stores the step it got, atomically).
+ */
+export async function verifyTotp(secret: string, code: string, now: Date, afterStep: number | null): Promise<number | null> {
+  try {
+    const result = await verify({
+      secret,
+      token: code,
+      epoch: Math.floor(now.getTime() / 1000),
+      epochTolerance: DRIFT_SECONDS,
+      ...(afterStep !== null ? { afterTimeStep: afterStep } : {}),
+    });
+    return result.valid ? ((result as { timeStep?: number }).timeStep ?? null) : null;
+  } catch {
+    return null;
+  }
+}
+
+const RECOVERY_ALPHABET = 'abcdefghjkmnpqrstuvwxyz23456789';
+
+/** Ten single-use recovery codes, `xxxxx-xxxxx`; stored only as hashes. */
+export function newRecoveryCodes(count = 10): string[] {
+  const part = () => Array.from({ length: 5 }, () => RECOVERY_ALPHABET[randomInt(RECOVERY_ALPHABET.length)]).join('');
+  return Array.from({ length: count }, () => `${part()}-${part()}`);
+}
+
+export const hashRecoveryCode = (code: string): string =>
+  createHash('sha256').update(code.trim().toLowerCase().replace(/\s+/g, '')).digest('hex');

@@ -1,0 +1,62 @@
+import type { Queryable } from '../../db/types.js';
+import { addSeconds } from '../../clock.js';
+import { newId } from '../../ids.js';
+
+export const LOCKOUT_THRESHOLD = 5;
+export const LOCKOUT_WINDOW_SECONDS = 15 * 60;
+export const LOCKOUT_SECONDS = 15 * 60;
+
+export interface PasswordIdentity {
+  id: string;
+  user_id: string;
+  password_hash: string | null;
+  totp_secret: string | null;
+  totp_pending_secret: string | null;
+  totp_confirmed_at: Date | null;
+  totp_last_step: number | null;
+  locked_until: Date | null;
+}
+
+const COLUMNS = 'id, user_id, password_hash, totp_secret, totp_pending_secret, totp_confirmed_at, totp_last_step, locked_until';
+
+export async function findPasswordIdentity(db: Queryable, userId: string): Promise<PasswordIdentity | null> {
+  const { rows } = await db.query<PasswordIdentity>(`SELECT ${COLUMNS} FROM identities WHERE user_id = $1 AND method = 'password'`, [userId]);
+  return rows[0] ?? null;
+}
+
+/** Sets (or first creates) the password identity and clears its lockout. */
+export async function setPassword(db: Queryable, userId: string, passwordHash: string, now: Date): Promise<void> {
+  await db.query(
+    `INSERT INTO identities (id, user_id, method, password_hash, created_at, updated_at) VALUES ($1, $2, 'password', $3, $4, $4)
+     ON CONFLICT (user_id, method) DO UPDATE
+       SET password_hash = EXCLUDED.password_hash, failed_attempts = 0, first_failed_at = NULL, locked_until = NULL, updated_at = $4`,
+    [newId('idn'), userId, passwordHash, now],
+  );
+}
+
+/**
+ * Counts a failed attempt against one identity, atomically (shared by every process): the fifth
+ * within 15 minutes locks it for 15 minutes. Returns the lock's end when locked.
+ */
+export async function recordFailure(db: Queryable, identityId: string, now: Date): Promise<Date | null> {
+  const windowStart = addSeconds(now, -LOCKOUT_WINDOW_SECONDS);
+  const { rows } = await db.query<{ locked_until: Date | null }>(
+    `UPDATE identities SET
+        failed_attempts = CASE WHEN first_failed_at > $2 THEN failed_attempts + 1 ELSE 1 END,
+        first_failed_at = CASE WHEN first_failed_at > $2 THEN first_failed_at ELSE $3 END,
+        locked_until = CASE WHEN (CASE WHEN first_failed_at > $2 THEN failed_attempts + 1 ELSE 1 END) >= $4 THEN $5 ELSE locked_until END
+      WHERE id = $1 RETURNING locked_until`,
+    [identityId, windowStart, now, LOCKOUT_THRESHOLD, addSeconds(now, LOCKOUT_SECONDS)],
+  );
+  const lockedUntil = rows[0]?.locked_until ?? null;
+  return lockedUntil && lockedUntil > now ? lockedUntil : null;
+}
+
+/** A success resets the counter. */
+export async function clearFailures(db: Queryable, identityId: string, now: Date): Promise<void> {
+  await db.query(
+    `UPDATE identities SET failed_attempts = 0, first_failed_at = NULL, locked_until = NULL, last_used_at = $2
+      WHERE id = $1`,
+    [identityId, now],
+  );
+}

@@ -1,0 +1,124 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import { modeOf, type Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { retryAfterSeconds } from '../../http/counters.js';
+import { verifyAgainstDummy, verifyPassword } from '../../auth/passwords.js';
+import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
+import { hashRecoveryCode, verifyTotp } from '../../auth/totp.js';
+import { clearFailures, findPasswordIdentity, recordFailure, type PasswordIdentity } from './identities.js';
+import { issueSession, type AuthMethod } from './sessions.js';
+import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
+
+/** Wrong codes a single MFA challenge tolerates before it is void. */
+const MFA_CHALLENGE_ATTEMPTS = 5;
+
+interface LoginRow {
+  id: string;
+  status: string;
+  email_verified: boolean;
+  test_mode: boolean;
+}
+
+const tooManyAttempts = (until: Date, now: Date) =>
+  new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(until, now)) } });
+
+/**
+ * POST /v1/auth/login. Unknown email, wrong password, an invited user without a password and an
+ * SSO-only user all get the same 401 after the same Argon2id work; suspension is revealed only to
+ * correct credentials. Five failures in 15 minutes lock the identity for 15 minutes.
+ */
+export async function login(ctx: Ctx, input: LoginBody): Promise<AuthSession | MfaChallenge> {
+  const { rows } = await ctx.db.query<LoginRow>(
+    `SELECT id, status, email_verified, test_mode FROM users WHERE lower(email) = lower($1) AND status <> 'deleted'`,
+    [input.email],
+  );
+  const user = rows[0];
+  const identity = user ? await findPasswordIdentity(ctx.db, user.id) : null;
+  if (!user || !identity?.password_hash) {
+    await verifyAgainstDummy(input.password);
+    throw new ApiError('invalid_credentials');
+  }
+  if (identity.locked_until && identity.locked_until > ctx.now) throw tooManyAttempts(identity.locked_until, ctx.now);
+  if (!(await verifyPassword(identity.password_hash, input.password))) {
+    const lockedUntil = await recordFailure(ctx.db, identity.id, ctx.now);
+    if (lockedUntil) throw tooManyAttempts(lockedUntil, ctx.now);
+    throw new ApiError('invalid_credentials');
+  }
+  if (user.status === 'suspended') throw new ApiError('account_suspended');
+  if (user.status !== 'active') throw new ApiError('invalid_credentials');
+
+  return ctx.db.transaction(async (tx) => {
+    await clearFailures(tx, identity.id, ctx.now);
+    if (identity.totp_confirmed_at) return challenge(tx, ctx, user.id, identity);
+    return issueSession(tx, inTx(ctx, tx), user, ['pwd']);
+  });
+}
+
+async function challenge(tx: Tx, ctx: Ctx, userId: string, identity: PasswordIdentity): Promise<MfaChallenge> {
+  const token = await issueOneTimeToken(tx, ctx, { kind: 'mfa_challenge', userId, data: { identity_id: identity.id } });
+  return { mfa_required: true, mfa_token: token, methods: ['totp', 'recovery_code'], expires_in: TOKEN_LIFETIME_SECONDS.mfa_challenge };
+}
+
+/** POST /v1/auth/mfa/verify: the second step, with a TOTP code (once only) or a recovery code. */
+export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<AuthSession> {
+  if ((input.code === undefined) === (input.recovery_code === undefined)) {
+    throw new ApiError('validation_failed', {
+      details: { fields: [{ path: input.code === undefined ? 'code' : 'recovery_code', message: 'send exactly one of code or recovery_code' }] },
+    });
+  }
+  const pending = await peekOneTimeToken(baseCtx.deps.database.scoped('system'), ['mfa_challenge'], input.mfa_token, baseCtx.now);
+  if (!pending) throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
+  const mode = modeOf(pending.test_mode);
+  const ctx: Ctx = { ...baseCtx, mode, db: baseCtx.deps.database.scoped(mode) };
+  const identity = await findPasswordIdentity(ctx.db, pending.user_id);
+  if (!identity?.totp_secret) throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
+  if (identity.locked_until && identity.locked_until > ctx.now) throw tooManyAttempts(identity.locked_until, ctx.now);
+
+  const method: AuthMethod = input.code !== undefined ? 'otp' : 'recovery_code';
+  const step = input.code !== undefined ? await verifyTotp(identity.totp_secret, input.code, ctx.now, identity.totp_last_step) : null;
+
+  const outcome = await ctx.db.transaction(async (tx) => {
+    const accepted =
+      method === 'otp'
+        ? step !== null && (await takeTotpStep(tx, identity.id, step))
+        : await takeRecoveryCode(tx, pending.user_id, input.recovery_code!, ctx.now);
+    if (!accepted) return null;
+    if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) return null;
+    const { rows } = await tx.query<{ id: string; status: string; email_verified: boolean; test_mode: boolean }>(
+      'SELECT id, status, email_verified, test_mode FROM users WHERE id = $1',
+      [pending.user_id],
+    );
+    const user = rows[0];
+    if (!user || user.status !== 'active') return null;
+    await clearFailures(tx, identity.id, ctx.now);
+    return issueSession(tx, inTx(ctx, tx), user, ['pwd', method]);
+  });
+  if (outcome) return outcome;
+
+  // A wrong code counts against the challenge and against the identity's lockout.
+  const { rows } = await ctx.db.query<{ attempts: number }>('UPDATE one_time_tokens SET attempts = attempts + 1 WHERE id = $1 RETURNING attempts', [pending.id]);
+  if ((rows[0]?.attempts ?? MFA_CHALLENGE_ATTEMPTS) >= MFA_CHALLENGE_ATTEMPTS) {
+    await ctx.db.query('UPDATE one_time_tokens SET used_at = $2 WHERE id = $1 AND used_at IS NULL', [pending.id, ctx.now]);
+  }
+  const lockedUntil = await recordFailure(ctx.db, identity.id, ctx.now);
+  if (lockedUntil) throw tooManyAttempts(lockedUntil, ctx.now);
+  throw new ApiError('invalid_credentials', { message: 'The code is not valid.' });
+}
+
+/** Monotonic last-used step per identity: of two uses of one code, exactly one succeeds. */
+export async function takeTotpStep(tx: Tx, identityId: string, step: number): Promise<boolean> {
+  const { rowCount } = await tx.query(
+    'UPDATE identities SET totp_last_step = $2 WHERE id = $1 AND (totp_last_step IS NULL OR totp_last_step < $2)',
+    [identityId, step],
+  );
+  return rowCount === 1;
+}
+
+export async function takeRecoveryCode(tx: Tx, userId: string, code: string, now: Date): Promise<boolean> {
+  const { rowCount } = await tx.query(
+    'UPDATE recovery_codes SET used_at = $3 WHERE user_id = $1 AND code_hash = $2 AND used_at IS NULL',
+    [userId, hashRecoveryCode(code), now],
+  );
+  return rowCount === 1;
+}

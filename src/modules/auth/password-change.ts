@@ -1,0 +1,43 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { assertStrongPassword, hashPassword, verifyPassword } from '../../auth/passwords.js';
+import { enqueueMail } from '../../mail/outbox.js';
+import { recordAudit } from '../../audit/record.js';
+import { resolveUserId } from '../users/service.js';
+import { findUserById } from '../users/store.js';
+import { clearFailures, findPasswordIdentity, recordFailure, setPassword } from './identities.js';
+import { retryAfterSeconds } from '../../http/counters.js';
+import type { ChangePasswordBody } from './schemas.js';
+
+/**
+ * POST /v1/users/{id}/password, self only (admins never set passwords). Needs the current
+ * password; wrong guesses count toward the identity's lockout. Other sessions end.
+ */
+export async function changePassword(ctx: Ctx, idParam: string, input: ChangePasswordBody): Promise<void> {
+  const id = resolveUserId(ctx, idParam);
+  if (ctx.actor.type !== 'user' || ctx.actor.userId !== id) {
+    throw hasPermission(ctx.actor, 'users.manage') ? new ApiError('forbidden', { message: 'Only the user may change their password.' }) : new ApiError('user_not_found');
+  }
+  const sessionId = ctx.actor.sessionId;
+  const user = (await findUserById(ctx.db, id))!;
+  const identity = await findPasswordIdentity(ctx.db, id);
+  if (!identity?.password_hash) throw new ApiError('password_identity_required');
+  if (identity.locked_until && identity.locked_until > ctx.now) {
+    throw new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(identity.locked_until, ctx.now)) } });
+  }
+  if (!(await verifyPassword(identity.password_hash, input.current_password))) {
+    const lockedUntil = await recordFailure(ctx.db, identity.id, ctx.now);
+    if (lockedUntil) throw new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(lockedUntil, ctx.now)) } });
+    throw new ApiError('invalid_current_password');
+  }
+  assertStrongPassword(input.new_password, user.email);
+  const passwordHash = await hashPassword(input.new_password);
+  await ctx.db.transaction(async (tx) => {
+    await setPassword(tx, id, passwordHash, ctx.now);
+    await clearFailures(tx, identity.id, ctx.now);
+    await tx.query('UPDATE sessions SET revoked_at = $3 WHERE user_id = $1 AND id <> $2 AND revoked_at IS NULL', [id, sessionId, ctx.now]);
+    await enqueueMail(tx, ctx, { template: 'password_changed', to: user.email, vars: {} });
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.password_changed', target: { type: 'user', id }, targetUserId: id });
+  });
+}

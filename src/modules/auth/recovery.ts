@@ -1,0 +1,133 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import { modeOf, type Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { assertStrongPassword, hashPassword } from '../../auth/passwords.js';
+import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
+import { enqueueMail } from '../../mail/outbox.js';
+import { recordAudit } from '../../audit/record.js';
+import { hitCounter } from '../../http/counters.js';
+import { findLiveUserByEmail, findUserById, toUser, type UserRow } from '../users/store.js';
+import { sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { revokeSessions } from '../sessions/store.js';
+import { setPassword } from './identities.js';
+import { issueSession } from './sessions.js';
+import type { AuthSession, EmailBody, TokenBody, TokenPasswordBody } from './schemas.js';
+
+/** Password reset mails: 3 per email per hour, like the re-send family. */
+const RESET_LIMIT_PER_HOUR = 3;
+const badToken = () => new ApiError('invalid_token');
+
+/** Token endpoints need no test_mode: the token's own mode scopes the work. */
+async function tokenCtx(base: Ctx, kinds: OneTimeTokenKind[], token: string): Promise<{ ctx: Ctx; pending: OneTimeTokenRow; user: UserRow }> {
+  const pending = await peekOneTimeToken(base.deps.database.scoped('system'), kinds, token, base.now);
+  if (!pending) throw badToken();
+  const mode = modeOf(pending.test_mode);
+  const ctx: Ctx = { ...base, mode, db: base.deps.database.scoped(mode) };
+  const user = await findUserById(ctx.db, pending.user_id);
+  if (!user || user.status === 'deleted') throw badToken();
+  return { ctx, pending, user };
+}
+
+async function consume(tx: Tx, pending: OneTimeTokenRow, now: Date): Promise<void> {
+  if (!(await consumeOneTimeToken(tx, pending.id, now))) throw badToken();
+}
+
+/** POST /v1/auth/email/verify: completes signup verification or a self-service email change. */
+export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
+  const { ctx, pending, user } = await tokenCtx(base, ['email_verification', 'email_change'], input.token);
+  await ctx.db.transaction(async (tx) => {
+    await consume(tx, pending, ctx.now);
+    if (pending.kind === 'email_verification') {
+      await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
+      return;
+    }
+    const email = String(pending.data.email);
+    const holder = await findLiveUserByEmail(tx, email);
+    if (holder && holder.id !== user.id) throw new ApiError('email_taken');
+    await tx.query('UPDATE users SET email = $2, pending_email = NULL, email_verified = true, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
+    await recordAudit(tx, inTx(ctx, tx), {
+      action: 'user.email_changed',
+      target: { type: 'user', id: user.id },
+      targetUserId: user.id,
+      before: { email: user.email },
+      after: { email },
+      actor: { type: 'user', id: user.id },
+    });
+  });
+}
+
+/** POST /v1/auth/email/verify/resend: always 202; never reveals whether the address is known. */
+export async function resendVerification(ctx: Ctx, input: EmailBody): Promise<void> {
+  const user = await findLiveUserByEmail(ctx.db, input.email);
+  if (!user || (user.status !== 'invited' && (user.status !== 'active' || user.email_verified))) return;
+  await ctx.db.transaction(async (tx) => {
+    if (!(await takeResendQuota(tx, ctx, user.email))) return;
+    if (user.status === 'invited') await sendInvitation(tx, ctx, user);
+    else await sendVerification(tx, ctx, user);
+  });
+}
+
+/** POST /v1/auth/password/forgot: always 202. Active users get a reset link; invited ones their invitation. */
+export async function forgotPassword(ctx: Ctx, input: EmailBody): Promise<void> {
+  const user = await findLiveUserByEmail(ctx.db, input.email);
+  if (!user || (user.status !== 'active' && user.status !== 'invited')) return;
+  await ctx.db.transaction(async (tx) => {
+    if (user.status === 'invited') {
+      if (await takeResendQuota(tx, ctx, user.email)) await sendInvitation(tx, ctx, user);
+      return;
+    }
+    const hit = await hitCounter(tx, `mail:reset:${ctx.mode}:${user.email.toLowerCase()}`, 3600, ctx.now);
+    if (hit.count > RESET_LIMIT_PER_HOUR) return;
+    const token = await issueOneTimeToken(tx, ctx, { kind: 'password_reset', userId: user.id, replacePrevious: true });
+    await enqueueMail(tx, ctx, { template: 'password_reset', to: user.email, vars: { token } });
+  });
+}
+
+/** POST /v1/auth/password/reset: single-use token; sets the password and ends every session. */
+export async function resetPassword(base: Ctx, input: TokenPasswordBody): Promise<void> {
+  const { ctx, pending, user } = await tokenCtx(base, ['password_reset'], input.token);
+  assertStrongPassword(input.password, user.email);
+  const passwordHash = await hashPassword(input.password);
+  await ctx.db.transaction(async (tx) => {
+    await consume(tx, pending, ctx.now);
+    await setPassword(tx, user.id, passwordHash, ctx.now);
+    // Following the mailed link proves control of the address.
+    await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
+    await revokeSessions(tx, { userId: user.id }, ctx.now);
+    await recordAudit(tx, inTx(ctx, tx), {
+      action: 'user.password_reset',
+      target: { type: 'user', id: user.id },
+      targetUserId: user.id,
+      actor: { type: 'user', id: user.id },
+    });
+  });
+}
+
+/** POST /v1/auth/invitations/accept: sets the password, activates the invited user, signs in. */
+export async function acceptInvitation(base: Ctx, input: TokenPasswordBody): Promise<AuthSession> {
+  const { ctx, pending, user } = await tokenCtx(base, ['invitation'], input.token);
+  if (user.status !== 'invited') throw badToken();
+  assertStrongPassword(input.password, user.email);
+  const passwordHash = await hashPassword(input.password);
+  return ctx.db.transaction(async (tx) => {
+    await consume(tx, pending, ctx.now);
+    const { rowCount } = await tx.query(
+      `UPDATE users SET status = 'active', email_verified = true, updated_at = $2 WHERE id = $1 AND status = 'invited'`,
+      [user.id, ctx.now],
+    );
+    if (rowCount !== 1) throw badToken();
+    await setPassword(tx, user.id, passwordHash, ctx.now);
+    const c = inTx(ctx, tx);
+    const after = toUser((await findUserById(tx, user.id))!);
+    await recordAudit(tx, c, {
+      action: 'user.invitation_accepted',
+      target: { type: 'user', id: user.id },
+      targetUserId: user.id,
+      before: { status: 'invited' },
+      after,
+      actor: { type: 'user', id: user.id },
+    });
+    return issueSession(tx, c, { id: user.id, email_verified: true, test_mode: user.test_mode }, ['pwd']);
+  });
+}

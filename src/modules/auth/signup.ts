@@ -1,0 +1,52 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { assertStrongPassword, hashPassword } from '../../auth/passwords.js';
+import { createUserRecords } from '../users/service.js';
+import { findLiveUserByEmail } from '../users/store.js';
+import { sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { issueSession } from './sessions.js';
+import type { AuthSession, SignupBody } from './schemas.js';
+
+/**
+ * POST /v1/auth/signup: the User (active, unverified), password identity, Profile, Settings and
+ * member Role in one transaction, the verification mail, and a session.
+ */
+export async function signup(ctx: Ctx, input: SignupBody): Promise<AuthSession> {
+  assertStrongPassword(input.password, input.email);
+  const application = input.application_id ? await findApplicationBranding(ctx, input.application_id) : null;
+  const existing = await findLiveUserByEmail(ctx.db, input.email);
+  if (existing?.status === 'invited') {
+    // The invitation is re-sent (within the re-send limit); it completes only through invitations/accept.
+    await ctx.db.transaction(async (tx) => {
+      if (await takeResendQuota(tx, ctx, existing.email)) await sendInvitation(tx, ctx, existing);
+    });
+    throw new ApiError('email_taken', { details: { reason: 'invitation_pending' } });
+  }
+  if (existing) throw new ApiError('email_taken');
+  const passwordHash = await hashPassword(input.password);
+  return ctx.db.transaction(async (tx) => {
+    const user = await createUserRecords(tx, ctx, {
+      email: input.email,
+      status: 'active',
+      emailVerified: false,
+      displayName: input.display_name ?? null,
+      signupApplicationId: application?.id ?? null,
+      passwordHash,
+      selfService: true,
+    });
+    await sendVerification(tx, ctx, user, application?.email_from_name ?? null);
+    return issueSession(tx, inTx(ctx, tx), user, ['pwd']);
+  });
+}
+
+async function findApplicationBranding(ctx: Ctx, applicationId: string): Promise<{ id: string; email_from_name: string | null }> {
+  const { rows } = await ctx.db.query<{ id: string; email_from_name: string | null }>(
+    'SELECT id, email_from_name FROM applications WHERE id = $1',
+    [applicationId],
+  );
+  if (!rows[0]) {
+    throw new ApiError('validation_failed', { details: { fields: [{ path: 'application_id', message: 'is not a known application' }] } });
+  }
+  return rows[0];
+}

@@ -1,0 +1,101 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { newId } from '../../ids.js';
+import { recordAudit } from '../../audit/record.js';
+import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, totpUri, verifyTotp } from '../../auth/totp.js';
+import { resolveUserId } from '../users/service.js';
+import { findUserById } from '../users/store.js';
+import { findPasswordIdentity, type PasswordIdentity } from '../auth/identities.js';
+import { takeRecoveryCode, takeTotpStep } from '../auth/login.js';
+import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
+
+/** Self-service MFA endpoints act only on the caller; anyone else gets 404. */
+async function selfIdentity(ctx: Ctx, idParam: string): Promise<{ userId: string; email: string; identity: PasswordIdentity }> {
+  const userId = resolveUserId(ctx, idParam);
+  if (ctx.actor.type !== 'user' || ctx.actor.userId !== userId) throw new ApiError('user_not_found');
+  const user = (await findUserById(ctx.db, userId))!;
+  const identity = await findPasswordIdentity(ctx.db, userId);
+  if (!identity?.password_hash) throw new ApiError('password_identity_required');
+  return { userId, email: user.email, identity };
+}
+
+/** POST /v1/users/{id}/mfa/totp: a new pending secret; TOTP turns on only at confirm. */
+export async function beginTotp(ctx: Ctx, idParam: string): Promise<TotpEnrollment> {
+  const { identity, email } = await selfIdentity(ctx, idParam);
+  if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
+  const secret = newTotpSecret();
+  await ctx.db.query('UPDATE identities SET totp_pending_secret = $2, updated_at = $3 WHERE id = $1', [identity.id, secret, ctx.now]);
+  const issuer = new URL(ctx.deps.config.publicUrl).hostname;
+  return { secret, otpauth_uri: totpUri(secret, email, issuer), algorithm: 'SHA1', digits: 6, period: 30 };
+}
+
+/** POST …/mfa/totp/confirm: the first code turns TOTP on and returns ten single-use recovery codes. */
+export async function confirmTotp(ctx: Ctx, idParam: string, input: ConfirmBody): Promise<{ recovery_codes: string[] }> {
+  const { userId, identity } = await selfIdentity(ctx, idParam);
+  if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
+  if (!identity.totp_pending_secret) throw new ApiError('mfa_not_enabled', { message: 'Start enrollment first.' });
+  const step = await verifyTotp(identity.totp_pending_secret, input.code, ctx.now, null);
+  if (step === null) throw new ApiError('invalid_mfa_code');
+  const codes = newRecoveryCodes();
+  await ctx.db.transaction(async (tx) => {
+    const { rowCount } = await tx.query(
+      `UPDATE identities SET totp_secret = totp_pending_secret, totp_pending_secret = NULL, totp_confirmed_at = $2,
+              totp_last_step = $3, updated_at = $2
+        WHERE id = $1 AND totp_pending_secret = $4 AND totp_confirmed_at IS NULL`,
+      [identity.id, ctx.now, step, identity.totp_pending_secret],
+    );
+    if (rowCount !== 1) throw new ApiError('mfa_already_enabled');
+    await replaceRecoveryCodes(tx, userId, codes, ctx.now);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_enabled', target: { type: 'user', id: userId }, targetUserId: userId });
+  });
+  return { recovery_codes: codes };
+}
+
+/** POST …/mfa/totp/disable: needs a current code or an unused recovery code. */
+export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody): Promise<void> {
+  if ((input.code === undefined) === (input.recovery_code === undefined)) {
+    throw new ApiError('validation_failed', { details: { fields: [{ path: 'code', message: 'send exactly one of code or recovery_code' }] } });
+  }
+  const { userId, identity } = await selfIdentity(ctx, idParam);
+  if (!identity.totp_confirmed_at || !identity.totp_secret) throw new ApiError('mfa_not_enabled');
+  const step = input.code !== undefined ? await verifyTotp(identity.totp_secret, input.code, ctx.now, identity.totp_last_step) : null;
+  await ctx.db.transaction(async (tx) => {
+    const ok =
+      input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, input.recovery_code!, ctx.now);
+    if (!ok) throw new ApiError('invalid_mfa_code');
+    await turnOff(tx, identity.id, userId, ctx.now);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
+  });
+}
+
+/** DELETE /v1/users/{id}/mfa/totp: support reset by users.manage; 204 whether or not TOTP was on. */
+export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
+  const userId = resolveUserId(ctx, idParam);
+  if (!hasPermission(ctx.actor, 'users.manage')) throw new ApiError('user_not_found');
+  const user = await findUserById(ctx.db, userId);
+  if (!user) throw new ApiError('user_not_found');
+  const identity = await findPasswordIdentity(ctx.db, userId);
+  if (!identity?.totp_confirmed_at && !identity?.totp_pending_secret) return;
+  await ctx.db.transaction(async (tx) => {
+    await turnOff(tx, identity.id, userId, ctx.now);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_reset', target: { type: 'user', id: userId }, targetUserId: userId });
+  });
+}
+
+async function turnOff(tx: Tx, identityId: string, userId: string, now: Date): Promise<void> {
+  await tx.query(
+    `UPDATE identities SET totp_secret = NULL, totp_pending_secret = NULL, totp_confirmed_at = NULL, totp_last_step = NULL, updated_at = $2
+      WHERE id = $1`,
+    [identityId, now],
+  );
+  await tx.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
+}
+
+async function replaceRecoveryCodes(tx: Tx, userId: string, codes: string[], now: Date): Promise<void> {
+  await tx.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
+  for (const code of codes) {
+    await tx.query('INSERT INTO recovery_codes (id, user_id, code_hash, created_at) VALUES ($1, $2, $3, $4)', [newId('idn'), userId, hashRecoveryCode(code), now]);
+  }
+}

@@ -1,0 +1,26 @@
+import type { Ctx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
+import { enqueueMail } from '../../mail/outbox.js';
+import { hitCounter } from '../../http/counters.js';
+
+/** Verification and invitation re-sends share this limit: 3 per email per hour (Part A Limits). */
+export const RESEND_LIMIT_PER_HOUR = 3;
+
+/** Counts one mail of the re-send family for this address; false once the hour's quota is used. */
+export async function takeResendQuota(tx: Tx, ctx: Ctx, email: string): Promise<boolean> {
+  const hit = await hitCounter(tx, `mail:resend:${ctx.mode}:${email.toLowerCase()}`, 3600, ctx.now);
+  return hit.count <= RESEND_LIMIT_PER_HOUR;
+}
+
+/** A new invitation token (the previous ones stop working) and the invitation mail. */
+export async function sendInvitation(tx: Tx, ctx: Ctx, user: { id: string; email: string }): Promise<void> {
+  const token = await issueOneTimeToken(tx, ctx, { kind: 'invitation', userId: user.id, replacePrevious: true });
+  await enqueueMail(tx, ctx, { template: 'invitation', to: user.email, vars: { token } });
+}
+
+/** A new email verification token and mail, branded with the Application's email_from_name when given. */
+export async function sendVerification(tx: Tx, ctx: Ctx, user: { id: string; email: string }, fromName: string | null = null): Promise<void> {
+  const token = await issueOneTimeToken(tx, ctx, { kind: 'email_verification', userId: user.id, replacePrevious: true });
+  await enqueueMail(tx, ctx, { template: 'email_verification', to: user.email, vars: { token, fromName }, fromName });
+}
