@@ -38,6 +38,8 @@ export const ERROR_CODES = {
   erasure_scheduled: [409, 'An erasure is scheduled for this user.'],
   erasure_not_scheduled: [404, 'No erasure is scheduled for this user.'],
   session_not_found: [404, 'Session not found.'],
+  api_key_not_found: [404, 'API key not found.'],
+  api_key_revoked: [409, 'The API key is revoked.'],
   invalid_token: [400, 'The token is invalid, expired or already used.'],
   invalid_refresh_token: [401, 'The refresh token is invalid, expired or already used.'],
   invalid_mfa_code: [422, 'The code is not valid.'],

@@ -28,7 +28,8 @@ export async function openPglite(dataDir: string | null): Promise<Database> {
   };
   const normalize = <R>(r: { rows: unknown[]; affectedRows?: number }): QueryResult<R> => ({
     rows: r.rows as R[],
-    rowCount: r.affectedRows ?? r.rows.length,
+    // PGlite reports affectedRows 0 for a SELECT: count the returned rows then, as pg does.
+    rowCount: Math.max(r.affectedRows ?? 0, r.rows.length),
   });
 
   const txHandle = (scope: Scope, tx: Transaction): Tx => {

@@ -24,11 +24,23 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof SyntaxError && (fe as { statusCode?: number }).statusCode === 400) return new ApiError('malformed_json');
   const fromDb = fromDatabaseError(err);
   if (fromDb) return fromDb;
+  if (isDatabaseUnavailable(err)) {
+    return new ApiError('service_unavailable', { message: 'The database is unreachable.', headers: { 'retry-after': '5' } });
+  }
   if (typeof fe?.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
     // Another client error raised by Fastify itself (header limits, …).
     return new ApiError('bad_request', { message: fe.message });
   }
   return new ApiError('internal_error');
+}
+
+const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08004', '08006']);
+
+/** The database cannot be reached (server down, connection lost, embedded store closed). */
+function isDatabaseUnavailable(err: unknown): boolean {
+  const e = err as { code?: string; message?: string };
+  if (e?.code && UNAVAILABLE_CODES.has(e.code)) return true;
+  return /Connection terminated|timeout exceeded when trying to connect|PGlite is closed|database closed|Client has encountered a connection error/i.test(e?.message ?? '');
 }
 
 /** Errors Fastify raises before routing (bad URL encoding): same envelope. */

@@ -4,6 +4,8 @@ import { authModule } from './auth/index.js';
 import { usersModule } from './users/index.js';
 import { sessionsModule } from './sessions/index.js';
 import { mfaModule } from './mfa/index.js';
+import { profilesModule } from './profiles/index.js';
+import { apiKeysModule } from './api-keys/index.js';
 
 /** Every resource module, in registration order. */
-export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule];
+export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule];

@@ -1,23 +1,17 @@
 import type { Ctx } from '../../context.js';
-import { hasPermission } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { toPage, type PageParams } from '../../http/pagination.js';
-import { resolveUserId } from '../users/service.js';
-import { findUserById } from '../users/store.js';
+import { targetUser } from '../users/access.js';
 import { listActiveSessions, revokeSessions } from './store.js';
 import type { LogoutBody } from './schemas.js';
 
-/** Self or users.manage; anyone else learns nothing (404 user_not_found). */
-async function targetUser(ctx: Ctx, idParam: string): Promise<string> {
-  const id = resolveUserId(ctx, idParam);
-  const self = ctx.actor.type === 'user' && ctx.actor.userId === id;
-  if (!self && !hasPermission(ctx.actor, 'users.manage')) throw new ApiError('user_not_found');
-  if (!self && !(await findUserById(ctx.db, id))) throw new ApiError('user_not_found');
-  return id;
+/** Self or users.manage (Part A Auth endpoints). */
+async function targetUserId(ctx: Ctx, idParam: string): Promise<string> {
+  return (await targetUser(ctx, idParam, 'manage')).user.id;
 }
 
 export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) {
-  const userId = await targetUser(ctx, idParam);
+  const userId = await targetUserId(ctx, idParam);
   const { rows, limit } = await listActiveSessions(ctx.db, userId, ctx.now, page);
   const current = ctx.actor.type === 'user' ? ctx.actor.sessionId : null;
   return toPage(rows, limit, (r) => ({
@@ -31,7 +25,7 @@ export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) 
 }
 
 export async function revokeSession(ctx: Ctx, idParam: string, sessionId: string): Promise<void> {
-  const userId = await targetUser(ctx, idParam);
+  const userId = await targetUserId(ctx, idParam);
   const revoked = await revokeSessions(ctx.db, { userId, sessionId }, ctx.now);
   if (revoked.length === 0) throw new ApiError('session_not_found');
 }

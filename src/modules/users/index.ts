@@ -1,4 +1,13 @@
 import type { Module } from '../types.js';
 import { userRoutes } from './routes.js';
+import { runErasureCascade } from './privacy.js';
+import { purgeTestData } from './purge.js';
 
-export const usersModule: Module = { name: 'users', routes: userRoutes };
+export const usersModule: Module = {
+  name: 'users',
+  routes: userRoutes,
+  jobs: () => [
+    { name: 'erasure-cascade', intervalSeconds: 3600, timeoutSeconds: 600, run: runErasureCascade },
+    { name: 'test-purge', intervalSeconds: 24 * 3600, timeoutSeconds: 1800, run: purgeTestData },
+  ],
+};

@@ -21,3 +21,70 @@ export const User = Type.Object(
   { $id: 'User', title: 'User' },
 );
 export type User = Static<typeof User>;
+
+export const UserListQuery = Type.Object(
+  {
+    status: Type.Optional(Type.Union(USER_STATUSES.map((s) => Type.Literal(s)))),
+    email: Type.Optional(Type.String({ minLength: 1, maxLength: 320 })),
+    q: Type.Optional(Type.String({ minLength: 3, maxLength: 320 })),
+    application_id: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    organization_id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+    created_after: Type.Optional(Type.String({ format: 'date-time' })),
+    created_before: Type.Optional(Type.String({ format: 'date-time' })),
+    include_inactive: Type.Optional(Type.Boolean({ default: false })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+  },
+  { additionalProperties: false },
+);
+export type UserListQuery = Static<typeof UserListQuery>;
+
+export const CreateUserBody = Type.Object(
+  {
+    email: Type.String({ format: 'email', maxLength: 320 }),
+    display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    status: Type.Optional(Type.Union([Type.Literal('invited'), Type.Literal('active')], { default: 'invited' })),
+    send_invitation: Type.Optional(Type.Boolean({ default: true })),
+  },
+  { additionalProperties: false },
+);
+export type CreateUserBody = Static<typeof CreateUserBody>;
+
+export const PatchUserBody = Type.Object(
+  {
+    email: Type.Optional(Type.String({ format: 'email', maxLength: 320 })),
+    status: Type.Optional(Type.Union(USER_STATUSES.map((s) => Type.Literal(s)))),
+  },
+  { additionalProperties: false, minProperties: 1 },
+);
+export type PatchUserBody = Static<typeof PatchUserBody>;
+
+export const ReasonBody = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 1000 })) }, { additionalProperties: false });
+export type ReasonBody = Static<typeof ReasonBody>;
+
+export const ErasureRequest = Type.Object(
+  {
+    user_id: Type.String(),
+    status: OpenEnum(['scheduled', 'cancelled', 'completed'] as const),
+    requested_at: Timestamp,
+    scheduled_for: Timestamp,
+  },
+  { $id: 'ErasureRequest', title: 'ErasureRequest' },
+);
+export type ErasureRequest = Static<typeof ErasureRequest>;
+
+export const ExportBundle = Type.Object(
+  {
+    exported_at: Timestamp,
+    user: User,
+    profile: Type.Object({}, { additionalProperties: true }),
+    settings: Type.Object({}, { additionalProperties: true }),
+    identities: Type.Array(Type.Object({ method: Type.String(), mfa_enabled: Type.Boolean(), last_used_at: NullableTimestamp })),
+    sessions: Type.Array(Type.Object({ id: Type.String(), created_at: Timestamp, ip_address: Nullable(Type.String()), user_agent: Nullable(Type.String()) })),
+    organizations: Type.Array(Type.Object({ organization_id: Type.String(), role: Type.String(), joined_at: NullableTimestamp })),
+    roles: Type.Array(Type.Object({ role_id: Type.String(), application_id: Nullable(Type.String()), assigned_at: Timestamp })),
+    applications: Type.Array(Type.Object({}, { additionalProperties: true })),
+    audit_events: Type.Array(Type.Object({}, { additionalProperties: true })),
+  },
+  { $id: 'ExportBundle', title: 'ExportBundle' },
+);

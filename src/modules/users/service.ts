@@ -4,8 +4,11 @@ import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
-import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, insertUser, toUser, type UserRow } from './store.js';
-import type { User, UserStatus } from './schemas.js';
+import { keyset, toPage } from '../../http/pagination.js';
+import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, insertUser, toUser, USER_COLUMNS, type UserRow } from './store.js';
+import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
+import { accessPathCondition, confinedApp, targetUser } from './access.js';
+import { sendInvitation, takeResendQuota } from './invitations.js';
 
 export const MEMBER_ROLE_ID = 'role_platform_member';
 export const SUPERADMIN_ROLE_ID = 'role_platform_superadmin';
@@ -16,6 +19,13 @@ export function resolveUserId(ctx: Ctx, id: string): string {
   if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
   return ctx.actor.userId;
 }
+
+export const actorRef = (ctx: Ctx) =>
+  ctx.actor.type === 'user'
+    ? { byType: 'user', byId: ctx.actor.userId }
+    : ctx.actor.type === 'api_key'
+      ? { byType: 'api_key', byId: ctx.actor.keyId }
+      : { byType: 'system', byId: null };
 
 export interface CreateUserInput {
   email: string;
@@ -35,7 +45,8 @@ export interface CreateUserInput {
  */
 export async function createUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput): Promise<UserRow> {
   const c = inTx(ctx, tx);
-  if (await findLiveUserByEmail(tx, input.email)) throw new ApiError('email_taken');
+  const holder = await findLiveUserByEmail(tx, input.email);
+  if (holder) throw new ApiError('email_taken', holder.status === 'invited' ? { details: { reason: 'invitation_pending' } } : {});
   const id = newId('usr');
   await insertUser(tx, {
     id,
@@ -48,9 +59,8 @@ export async function createUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput
     now: ctx.now,
   });
   if (input.passwordHash) await insertPasswordIdentity(tx, newId('idn'), id, input.passwordHash, ctx.now);
-  const by = c.actor.type === 'user' ? { byType: 'user', byId: c.actor.userId } : c.actor.type === 'api_key' ? { byType: 'api_key', byId: c.actor.keyId } : { byType: 'system', byId: null };
   for (const roleId of [MEMBER_ROLE_ID, ...(input.extraRoleIds ?? [])]) {
-    await assignRole(tx, { userId: id, roleId, applicationId: null, now: ctx.now, ...by });
+    await assignRole(tx, { userId: id, roleId, applicationId: null, now: ctx.now, ...actorRef(c) });
   }
   const row = (await findUserById(tx, id))!;
   await recordAudit(tx, c, {
@@ -63,16 +73,62 @@ export async function createUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput
   return row;
 }
 
-/** GET /v1/users/{id}: self, or users.list; soft-deleted users only for users.manage. */
+/** GET /v1/users/{id}. */
 export async function getUser(ctx: Ctx, idParam: string): Promise<User> {
-  const id = resolveUserId(ctx, idParam);
-  const self = ctx.actor.type === 'user' && ctx.actor.userId === id;
-  // App-confined users.list (an app-scoped key) reaches only users with an access path to its
-  // Application; that check arrives with the access resolver, until then such keys see no one.
-  const platformReader = hasPermission(ctx.actor, 'users.list') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
-  if (!self && !platformReader) throw new ApiError('user_not_found');
-  const row = await findUserById(ctx.db, id);
-  if (!row) throw new ApiError('user_not_found');
-  if (row.status === 'deleted' && !hasPermission(ctx.actor, 'users.manage')) throw new ApiError('user_not_found');
-  return toUser(row);
+  return toUser((await targetUser(ctx, idParam, 'read')).user);
+}
+
+/** GET /v1/users: list and search, newest first. */
+export async function listUsers(ctx: Ctx, q: UserListQuery) {
+  const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
+  if (!hasPermission(ctx.actor, 'users.list') && !manage) throw new ApiError('forbidden', { details: { required_permission: 'users.list' } });
+  if (q.status === 'deleted' && !manage) throw new ApiError('forbidden', { message: 'Only users.manage may list deleted users.' });
+  const where: string[] = [];
+  const params: unknown[] = [];
+  const add = (sql: (n: number) => string, value: unknown) => {
+    params.push(value);
+    where.push(sql(params.length));
+  };
+  if (q.status) add((n) => `u.status = $${n}`, q.status);
+  else if (!(manage && q.include_inactive)) where.push(`u.status <> 'deleted'`);
+  if (q.email) add((n) => `lower(u.email) = lower($${n})`, q.email);
+  if (q.q) add((n) => `(lower(u.email) LIKE $${n} OR lower(p.display_name) LIKE $${n})`, `${q.q.toLowerCase().replace(/[\\%_]/g, (m) => `\\${m}`)}%`);
+  if (q.created_after) add((n) => `u.created_at >= $${n}`, q.created_after);
+  if (q.created_before) add((n) => `u.created_at < $${n}`, q.created_before);
+  // An app-scoped key always gets exactly its own Application's result.
+  const app = confinedApp(ctx) ?? q.application_id;
+  if (app) add((n) => accessPathCondition('u.id', n), app);
+  if (q.organization_id) add((n) => `EXISTS (SELECT 1 FROM organization_members om WHERE om.user_id = u.id AND om.organization_id = $${n} AND om.membership_status = 'active')`, q.organization_id);
+  const ks = keyset(q, params.length + 1, 'u');
+  const { rows } = await ctx.db.query<UserRow>(
+    `SELECT ${USER_COLUMNS} FROM users u JOIN profiles p ON p.user_id = u.id
+      WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return toPage(rows, ks.limit, toUser);
+}
+
+/** POST /v1/users: invited (with an invitation mail unless send_invitation is false) or active without a password. */
+export async function createUser(ctx: Ctx, input: CreateUserBody): Promise<User> {
+  return ctx.db.transaction(async (tx) => {
+    const status = input.status ?? 'invited';
+    const user = await createUserRecords(tx, ctx, { email: input.email, status, emailVerified: false, displayName: input.display_name ?? null });
+    if (status === 'invited' && input.send_invitation !== false) {
+      await takeResendQuota(tx, ctx, user.email);
+      await sendInvitation(tx, ctx, user);
+    }
+    return toUser(user);
+  });
+}
+
+/** POST /v1/users/{id}/invitation: a new invitation token and mail; 409 unless the user is invited. */
+export async function resendInvitation(ctx: Ctx, idParam: string): Promise<void> {
+  const { user } = await targetUser(ctx, idParam, 'manage', { allowSelf: false });
+  if (user.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { status: user.status } });
+  await ctx.db.transaction(async (tx) => {
+    if (!(await takeResendQuota(tx, ctx, user.email))) {
+      throw new ApiError('rate_limited', { message: 'At most 3 invitation mails per address per hour.', headers: { 'retry-after': '3600' } });
+    }
+    await sendInvitation(tx, ctx, user);
+  });
 }

@@ -14,10 +14,11 @@ export interface UserRow {
   updated_at: Date;
   last_login_at: Date | null;
   deleted_at: Date | null;
+  erased_at: Date | null;
 }
 
-const USER_COLUMNS = `u.id, u.email, u.email_verified, u.pending_email, u.status, u.signup_application_id, u.test_mode,
-  u.created_at, u.updated_at, u.last_login_at, u.deleted_at,
+export const USER_COLUMNS = `u.id, u.email, u.email_verified, u.pending_email, u.status, u.signup_application_id, u.test_mode,
+  u.created_at, u.updated_at, u.last_login_at, u.deleted_at, u.erased_at,
   EXISTS (SELECT 1 FROM identities i WHERE i.user_id = u.id AND i.totp_confirmed_at IS NOT NULL) AS mfa_enabled`;
 
 export function toUser(row: UserRow): User {

@@ -1,0 +1,93 @@
+import type { Queryable } from '../db/types.js';
+
+export type ResolvedStatus = 'active' | 'scheduled' | 'disabled' | 'expired' | 'revoked' | 'none';
+
+export interface AccessPath {
+  source: string;
+  entitlement_id: string;
+  status: ResolvedStatus;
+  organization_id?: string | null;
+  member_decision?: 'included' | 'excluded' | 'seat_limit';
+}
+
+export interface ResolvedAccess {
+  user_id: string;
+  application_id: string;
+  user_status: string;
+  entitlement_status: ResolvedStatus;
+  allowed: boolean;
+  access_paths: AccessPath[];
+}
+
+// Best first: a user's access is the best status among all of their paths.
+const RANK: Record<ResolvedStatus, number> = { active: 5, scheduled: 4, disabled: 3, expired: 2, revoked: 1, none: 0 };
+
+/** The resolved status of one entitlement row at `now`: ends_at <= now counts as expired at once. */
+export function rowStatus(row: { status: string; starts_at: Date; ends_at: Date | null }, now: Date): ResolvedStatus {
+  if (row.status === 'revoked') return 'revoked';
+  if (row.status === 'expired' || (row.ends_at && row.ends_at <= now)) return 'expired';
+  if (row.status === 'disabled') return 'disabled';
+  if (row.starts_at > now) return 'scheduled';
+  return 'active';
+}
+
+interface PathRow {
+  user_id: string;
+  user_status: string;
+  application_id: string | null;
+  entitlement_id: string | null;
+  source: string | null;
+  status: string | null;
+  starts_at: Date | null;
+  ends_at: Date | null;
+  organization_id: string | null;
+}
+
+/**
+ * The one access resolver: every path of each user to each Application (personal Entitlements;
+ * organization-wide grants join the same list), resolved at `now`. Allowed only when the user is
+ * active and the best path is active. Pairs without any path are absent unless asked for in `apps`.
+ */
+export async function resolveAccess(
+  db: Queryable,
+  userIds: string[],
+  now: Date,
+  apps: string[] | null = null,
+): Promise<Map<string, ResolvedAccess>> {
+  if (userIds.length === 0) return new Map();
+  const { rows } = await db.query<PathRow>(
+    `SELECT u.id AS user_id, u.status AS user_status, e.application_id, e.id AS entitlement_id, e.source, e.status,
+            e.starts_at, e.ends_at, NULL::text AS organization_id
+       FROM users u
+       LEFT JOIN entitlements e ON e.user_id = u.id AND ($2::text[] IS NULL OR e.application_id = ANY($2::text[]))
+      WHERE u.id = ANY($1::text[])`,
+    [userIds, apps],
+  );
+  const result = new Map<string, ResolvedAccess>();
+  const userStatus = new Map<string, string>();
+  for (const r of rows) {
+    userStatus.set(r.user_id, r.user_status);
+    if (!r.application_id || !r.entitlement_id) continue;
+    const key = accessKey(r.user_id, r.application_id);
+    let access = result.get(key);
+    if (!access) {
+      access = { user_id: r.user_id, application_id: r.application_id, user_status: r.user_status, entitlement_status: 'none', allowed: false, access_paths: [] };
+      result.set(key, access);
+    }
+    const status = rowStatus({ status: r.status!, starts_at: r.starts_at!, ends_at: r.ends_at }, now);
+    access.access_paths.push({ source: r.source!, entitlement_id: r.entitlement_id, status, ...(r.organization_id ? { organization_id: r.organization_id } : {}) });
+    if (RANK[status] > RANK[access.entitlement_status]) access.entitlement_status = status;
+  }
+  for (const userId of userIds) {
+    for (const app of apps ?? []) {
+      const key = accessKey(userId, app);
+      if (!result.has(key) && userStatus.has(userId)) {
+        result.set(key, { user_id: userId, application_id: app, user_status: userStatus.get(userId)!, entitlement_status: 'none', allowed: false, access_paths: [] });
+      }
+    }
+  }
+  for (const access of result.values()) access.allowed = access.user_status === 'active' && access.entitlement_status === 'active';
+  return result;
+}
+
+export const accessKey = (userId: string, applicationId: string) => `${userId}|${applicationId}`;

@@ -1,0 +1,164 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { hashSecret, newId, newSecret } from '../../ids.js';
+import { recordAudit } from '../../audit/record.js';
+import { keyset, toPage } from '../../http/pagination.js';
+import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
+import { API_KEY_PREFIX } from '../../auth/credentials.js';
+import { findApplication, isApplicationOwner, OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
+import { findKey, KEY_COLUMNS, toApiKey, type KeyRow } from './store.js';
+import type { ApiKey, CreateKeyBody, KeyListQuery, PatchKeyBody } from './schemas.js';
+
+/** The platform permissions an app-scoped key may hold; they act only on its own Application. */
+export const APP_CONFINED_PERMISSIONS = ['entitlements.manage', 'users.list', 'roles.manage', 'audit.view'];
+const PLATFORM = new Set<string>(PLATFORM_PERMISSIONS);
+
+function callerId(ctx: Ctx): string {
+  if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
+  return ctx.actor.userId;
+}
+
+/** Platform keys: api_keys.manage. App keys: api_keys.manage or the Application's owner. */
+async function assertMayManageScope(ctx: Ctx, scope: string): Promise<void> {
+  if (hasPermission(ctx.actor, 'api_keys.manage')) {
+    if (scope !== 'platform' && !(await findApplication(ctx.db, scope))) throw new ApiError('application_not_found');
+    return;
+  }
+  if (scope === 'platform') throw new ApiError('forbidden', { details: { required_permission: 'api_keys.manage' } });
+  if (!(await findApplication(ctx.db, scope))) throw new ApiError('application_not_found');
+  if (!(await isApplicationOwner(ctx.db, callerId(ctx), scope))) throw new ApiError('forbidden', { message: "Only the Application's owner or api_keys.manage may manage its keys." });
+}
+
+/** Permission lists must fit the scope; a platform key may hold only what its creator holds. */
+async function assertPermissions(ctx: Ctx, scope: string, permissions: string[]): Promise<void> {
+  if (scope === 'platform') {
+    const unknown = permissions.filter((p) => !PLATFORM.has(p));
+    if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
+    const missing = permissions.filter((p) => !hasPermission(ctx.actor, p));
+    if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
+    return;
+  }
+  const app = (await findApplication(ctx.db, scope))!;
+  const declared = new Set(app.permissions.map((p) => p.key));
+  const unknown = permissions.filter((p) => !APP_CONFINED_PERMISSIONS.includes(p) && !(p.startsWith(`app.${app.slug}.`) && declared.has(p)));
+  if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
+}
+
+async function visibleKey(ctx: Ctx, id: string): Promise<KeyRow> {
+  const key = await findKey(ctx.db, id);
+  if (!key) throw new ApiError('api_key_not_found');
+  if (hasPermission(ctx.actor, 'api_keys.manage')) return key;
+  if (key.scope !== 'platform' && (await isApplicationOwner(ctx.db, callerId(ctx), key.scope))) return key;
+  throw new ApiError('api_key_not_found');
+}
+
+/** POST /v1/api-keys: the secret is returned here once and stored only as a hash. */
+export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey & { secret: string }> {
+  const userId = callerId(ctx);
+  await assertMayManageScope(ctx, body.scope);
+  await assertPermissions(ctx, body.scope, body.permissions);
+  if (body.expires_at && Date.parse(body.expires_at) <= ctx.now.getTime()) {
+    throw new ApiError('validation_failed', { details: { fields: [{ path: 'expires_at', message: 'must be in the future' }] } });
+  }
+  const mode = body.mode ?? 'live';
+  const intendedUse = body.intended_use ?? 'service';
+  const secret = newSecret(API_KEY_PREFIX[mode]);
+  const id = newId('key');
+  return ctx.db.transaction(async (tx) => {
+    const { rows } = await tx.query<KeyRow>(
+      `INSERT INTO api_keys (id, name, scope, permissions, test_mode, intended_use, restrict_destructive, secret_hash, secret_hint,
+         expires_at, created_by_user_id, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) RETURNING ${KEY_COLUMNS}`,
+      [id, body.name, body.scope, body.permissions, mode === 'test', intendedUse, body.restrict_destructive ?? intendedUse === 'agent',
+        hashSecret(secret), secret.slice(-4), body.expires_at ?? null, userId, ctx.now],
+    );
+    const key = toApiKey(rows[0]);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.created', target: { type: 'api_key', id }, after: key, applicationId: scopeApp(key.scope) });
+    return { ...key, secret };
+  });
+}
+
+const scopeApp = (scope: string) => (scope === 'platform' ? null : scope);
+
+/** GET /v1/api-keys: keys in scope for the caller; revoked and expired ones only with include_inactive. */
+export async function listKeys(ctx: Ctx, q: KeyListQuery) {
+  const userId = callerId(ctx);
+  const where: string[] = [];
+  const params: unknown[] = [];
+  const add = (sql: (n: number) => string, value: unknown) => {
+    params.push(value);
+    where.push(sql(params.length));
+  };
+  if (!hasPermission(ctx.actor, 'api_keys.manage')) add((n) => `scope IN (${OWNED_APPLICATIONS_SQL(n)})`, userId);
+  if (q.scope) add((n) => `scope = $${n}`, q.scope);
+  if (q.mode) add((n) => `test_mode = $${n}`, q.mode === 'test');
+  if (q.intended_use) add((n) => `intended_use = $${n}`, q.intended_use);
+  if (!q.include_inactive) add((n) => `revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $${n})`, ctx.now);
+  const ks = keyset(q, params.length + 1);
+  const { rows } = await ctx.db.query<KeyRow>(
+    `SELECT ${KEY_COLUMNS} FROM api_keys WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return toPage(rows, ks.limit, toApiKey);
+}
+
+export async function getKey(ctx: Ctx, id: string): Promise<ApiKey> {
+  callerId(ctx);
+  return toApiKey(await visibleKey(ctx, id));
+}
+
+async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise<KeyRow>): Promise<KeyRow> {
+  const key = await visibleKey(ctx, id);
+  await assertMayManageScope(ctx, key.scope);
+  if (key.revoked_at) throw new ApiError('api_key_revoked');
+  return ctx.db.transaction((tx) => fn(tx, key));
+}
+
+/** PATCH /v1/api-keys/{id}: name, permissions, restrict_destructive. */
+export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promise<ApiKey> {
+  const updated = await change(ctx, id, async (tx, key) => {
+    if (body.permissions) await assertPermissions(ctx, key.scope, body.permissions);
+    const { rows } = await tx.query<KeyRow>(
+      `UPDATE api_keys SET name = COALESCE($2, name), permissions = COALESCE($3, permissions),
+              restrict_destructive = COALESCE($4, restrict_destructive), updated_at = $5
+        WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
+      [key.id, body.name ?? null, body.permissions ?? null, body.restrict_destructive ?? null, ctx.now],
+    );
+    const c = inTx(ctx, tx);
+    const audit = { target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope), before: toApiKey(key), after: toApiKey(rows[0]) };
+    await recordAudit(tx, c, { action: 'api_key.updated', ...audit });
+    if (key.intended_use === 'agent' && key.restrict_destructive && body.restrict_destructive === false) {
+      await recordAudit(tx, c, { action: 'api_key.restrict_destructive_disabled', ...audit });
+    }
+    return rows[0];
+  });
+  return toApiKey(updated);
+}
+
+/** POST /v1/api-keys/{id}/rotate: a new secret on the same record; the old one stops working at once. */
+export async function rotateKey(ctx: Ctx, id: string): Promise<ApiKey & { secret: string }> {
+  let secret = '';
+  const rotated = await change(ctx, id, async (tx, key) => {
+    secret = newSecret(API_KEY_PREFIX[key.test_mode ? 'test' : 'live']);
+    const { rows } = await tx.query<KeyRow>(
+      `UPDATE api_keys SET secret_hash = $2, secret_hint = $3, updated_at = $4 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
+      [key.id, hashSecret(secret), secret.slice(-4), ctx.now],
+    );
+    await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.rotated', target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope) });
+    return rows[0];
+  });
+  return { ...toApiKey(rotated), secret };
+}
+
+/** DELETE /v1/api-keys/{id}: revoked permanently; repeating it changes nothing. */
+export async function revokeKey(ctx: Ctx, id: string): Promise<void> {
+  const key = await visibleKey(ctx, id);
+  await assertMayManageScope(ctx, key.scope);
+  if (key.revoked_at) return;
+  await ctx.db.transaction(async (tx) => {
+    const { rowCount } = await tx.query('UPDATE api_keys SET revoked_at = $2, updated_at = $2 WHERE id = $1 AND revoked_at IS NULL', [key.id, ctx.now]);
+    if (rowCount === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.revoked', target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope) });
+  });
+}

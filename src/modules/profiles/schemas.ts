@@ -1,0 +1,28 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { Nullable, Timestamp } from '../../http/schemas.js';
+
+export const Profile = Type.Object(
+  {
+    user_id: Type.String(),
+    display_name: Type.String(),
+    avatar_url: Nullable(Type.String()),
+    contact_email: Nullable(Type.String()),
+    contact_phone: Nullable(Type.String()),
+    locale: Type.String(),
+    updated_at: Timestamp,
+  },
+  { $id: 'Profile', title: 'Profile' },
+);
+export type Profile = Static<typeof Profile>;
+
+export const PatchProfileBody = Type.Object(
+  {
+    display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    avatar_url: Type.Optional(Nullable(Type.String({ maxLength: 2048, pattern: '^https://' }))),
+    contact_email: Type.Optional(Nullable(Type.String({ format: 'email', maxLength: 320 }))),
+    contact_phone: Type.Optional(Nullable(Type.String({ pattern: '^\\+[0-9]{8,15}$' }))),
+    locale: Type.Optional(Type.String({ minLength: 2, maxLength: 35 })),
+  },
+  { additionalProperties: false },
+);
+export type PatchProfileBody = Static<typeof PatchProfileBody>;

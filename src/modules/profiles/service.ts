@@ -1,0 +1,82 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { applyPatch } from '../../http/patch.js';
+import type { Queryable } from '../../db/types.js';
+import { targetUser } from '../users/access.js';
+import type { PatchProfileBody, Profile } from './schemas.js';
+
+interface ProfileRow {
+  user_id: string;
+  display_name: string;
+  avatar_url: string | null;
+  contact_email: string | null;
+  contact_phone: string | null;
+  locale: string;
+  updated_at: Date;
+}
+
+async function loadProfile(db: Queryable, userId: string): Promise<Profile> {
+  const { rows } = await db.query<ProfileRow>(
+    `SELECT p.user_id, p.display_name, p.avatar_url, p.contact_email, p.contact_phone, s.locale, GREATEST(p.updated_at, s.updated_at) AS updated_at
+       FROM profiles p JOIN settings s ON s.user_id = p.user_id WHERE p.user_id = $1`,
+    [userId],
+  );
+  const r = rows[0];
+  if (!r) throw new ApiError('user_not_found');
+  return { ...r, updated_at: r.updated_at.toISOString() };
+}
+
+const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
+
+/** A BCP 47 tag the runtime's locale data recognizes, in canonical form; else 422. */
+export function recognizedLocale(tag: string): string {
+  let canonical: string;
+  try {
+    [canonical] = Intl.getCanonicalLocales(tag);
+  } catch {
+    throw invalid('locale', 'is not a BCP 47 language tag');
+  }
+  if (!canonical || Intl.DateTimeFormat.supportedLocalesOf([canonical], { localeMatcher: 'lookup' }).length === 0) {
+    throw invalid('locale', 'is not a locale the service recognizes');
+  }
+  return canonical;
+}
+
+/** GET /v1/users/{id}/profile: self, users.list or app-confined users.list. */
+export async function getProfile(ctx: Ctx, idParam: string): Promise<Profile> {
+  const { user } = await targetUser(ctx, idParam, 'read');
+  return loadProfile(ctx.db, user.id);
+}
+
+/**
+ * PATCH /v1/users/{id}/profile: self or users.manage. The locale is the Settings locale (the
+ * Profile mirrors it). Self edits write no audit event; an admin's edit writes profile.updated.
+ */
+export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfileBody): Promise<Profile> {
+  const { user, self } = await targetUser(ctx, idParam, 'write');
+  if (body.avatar_url) {
+    try {
+      if (new URL(body.avatar_url).protocol !== 'https:') throw new Error();
+    } catch {
+      throw invalid('avatar_url', 'must be an https URL');
+    }
+  }
+  const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
+  return ctx.db.transaction(async (tx) => {
+    const before = await loadProfile(tx, user.id);
+    const { next, changed } = applyPatch(before, { ...body, locale }, ['display_name', 'avatar_url', 'contact_email', 'contact_phone', 'locale']);
+    if (changed.length === 0) return before;
+    await tx.query(
+      `UPDATE profiles SET display_name = $2, avatar_url = $3, contact_email = $4, contact_phone = $5, updated_at = $6 WHERE user_id = $1`,
+      [user.id, next.display_name, next.avatar_url, next.contact_email, next.contact_phone, ctx.now],
+    );
+    if (changed.includes('locale')) await tx.query('UPDATE settings SET locale = $2, updated_at = $3 WHERE user_id = $1', [user.id, next.locale, ctx.now]);
+    const after = await loadProfile(tx, user.id);
+    if (!self) {
+      await recordAudit(tx, inTx(ctx, tx), { action: 'profile.updated', target: { type: 'profile', id: user.id }, targetUserId: user.id, before, after });
+    }
+    return after;
+  });
+}

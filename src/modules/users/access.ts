@@ -1,0 +1,49 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { findUserById, type UserRow } from './store.js';
+import { resolveUserId } from './service.js';
+
+/** App-confined: an app-scoped key acts only on its own Application (Part A Authentication 4). */
+export const confinedApp = (ctx: Ctx): string | null =>
+  ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null;
+
+/** SQL condition: the user (column `col`) has any access path to the Application in parameter `$n`. */
+export const accessPathCondition = (col: string, n: number) =>
+  `EXISTS (SELECT 1 FROM entitlements ep WHERE ep.user_id = ${col} AND ep.application_id = $${n})`;
+
+export async function hasAccessPath(ctx: Ctx, userId: string, applicationId: string): Promise<boolean> {
+  const { rowCount } = await ctx.db.query(`SELECT 1 FROM users u WHERE u.id = $1 AND ${accessPathCondition('u.id', 2)}`, [userId, applicationId]);
+  return rowCount > 0;
+}
+
+/**
+ * read: self, users.list or users.manage. manage: self or users.manage; others get 404 (a sub-resource
+ * they cannot read). write: the same, but a caller who can read the user gets 403.
+ */
+export type Need = 'read' | 'manage' | 'write';
+
+/**
+ * Resolves {id} for a user-targeted operation and checks the caller: self, users.manage, or (for
+ * reads) users.list — platform-wide, or app-confined to users with an access path to the key's
+ * Application. Anyone else learns nothing: 404 user_not_found. Soft-deleted users are visible only
+ * to users.manage.
+ */
+export async function targetUser(ctx: Ctx, idParam: string, need: Need, opts: { allowSelf?: boolean } = {}): Promise<{ user: UserRow; self: boolean }> {
+  const id = resolveUserId(ctx, idParam);
+  const self = ctx.actor.type === 'user' && ctx.actor.userId === id;
+  const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
+  const list = hasPermission(ctx.actor, 'users.list');
+  const app = confinedApp(ctx);
+  const canRead = self || manage || (list && need !== 'manage');
+  if (!canRead) throw new ApiError('user_not_found');
+  const user = await findUserById(ctx.db, id);
+  if (!user || user.erased_at) throw new ApiError('user_not_found');
+  if (user.status === 'deleted' && !manage) throw new ApiError('user_not_found');
+  if (!self && !manage && app && !(await hasAccessPath(ctx, id, app))) throw new ApiError('user_not_found');
+  // Callers who may see the user but not change it learn that much: 403, not 404.
+  if (need !== 'read' && !manage && !(self && opts.allowSelf !== false)) {
+    throw need === 'write' ? new ApiError('forbidden') : new ApiError('user_not_found');
+  }
+  return { user, self };
+}

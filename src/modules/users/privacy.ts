@@ -1,0 +1,164 @@
+import type { Ctx, Deps } from '../../context.js';
+import { inTx, systemCtx } from '../../context.js';
+import { modeOf, type Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { addSeconds } from '../../clock.js';
+import { recordAudit } from '../../audit/record.js';
+import { hitCounter, retryAfterSeconds } from '../../http/counters.js';
+import { findUserById, toUser, type UserRow } from './store.js';
+import { actorRef } from './service.js';
+import { targetUser } from './access.js';
+import { softDeleteUserRow } from './status.js';
+import type { ErasureRequest } from './schemas.js';
+
+export const EXPORT_LIMIT_PER_DAY = 5;
+export const ERASURE_DELAY_SECONDS = 7 * 24 * 3600;
+const iso = (d: Date | null) => d?.toISOString() ?? null;
+
+/** GET /v1/users/{id}/export: the whole bundle; never a hash, secret or token. 5 per user per day. */
+export async function exportUser(ctx: Ctx, idParam: string) {
+  const { user } = await targetUser(ctx, idParam, 'manage');
+  const hit = await hitCounter(ctx.deps.database.scoped('system'), `export:${user.id}`, 86400, ctx.now);
+  if (hit.count > EXPORT_LIMIT_PER_DAY) {
+    throw new ApiError('rate_limited', { message: 'At most 5 exports per user per day.', headers: { 'retry-after': String(retryAfterSeconds(hit.resetAt, ctx.now)) } });
+  }
+  const db = ctx.db;
+  const one = async (sql: string) => (await db.query(sql, [user.id])).rows;
+  const [profile] = await one('SELECT p.user_id, p.display_name, p.avatar_url, p.contact_email, p.contact_phone, s.locale, p.updated_at FROM profiles p JOIN settings s ON s.user_id = p.user_id WHERE p.user_id = $1');
+  const [settings] = await one('SELECT theme, timezone, locale, notifications FROM settings WHERE user_id = $1');
+  const identities = await one('SELECT method, totp_confirmed_at IS NOT NULL AS mfa_enabled, last_used_at FROM identities WHERE user_id = $1 ORDER BY created_at');
+  const sessions = await one('SELECT id, created_at, ip_address, user_agent FROM sessions WHERE user_id = $1 ORDER BY created_at');
+  const organizations = await one(`SELECT organization_id, role, joined_at FROM organization_members WHERE user_id = $1 AND membership_status = 'active' ORDER BY joined_at`);
+  const roles = await one('SELECT role_id, application_id, assigned_at FROM role_assignments WHERE user_id = $1 ORDER BY assigned_at');
+  const applications = await one(
+    `SELECT a.application_id,
+            (SELECT json_build_object('id', e.id, 'status', e.status, 'source', e.source, 'starts_at', e.starts_at, 'ends_at', e.ends_at)
+               FROM entitlements e WHERE e.user_id = $1 AND e.application_id = a.application_id ORDER BY e.created_at DESC LIMIT 1) AS entitlement,
+            (SELECT json_build_object('display_handle', ap.display_handle, 'custom', ap.custom, 'updated_at', ap.updated_at)
+               FROM app_profiles ap WHERE ap.user_id = $1 AND ap.application_id = a.application_id) AS app_profile,
+            COALESCE((SELECT s.overrides FROM app_settings s WHERE s.user_id = $1 AND s.application_id = a.application_id), '{}'::jsonb) AS app_settings
+       FROM (SELECT application_id FROM entitlements WHERE user_id = $1
+             UNION SELECT application_id FROM app_profiles WHERE user_id = $1
+             UNION SELECT application_id FROM app_settings WHERE user_id = $1) a
+      ORDER BY a.application_id`,
+  );
+  const audit = await one(
+    `SELECT id, action, actor_type, actor_id, target_type, target_id, application_id, organization_id, before, after, request_id, created_at
+       FROM audit_events WHERE target_user_id = $1 ORDER BY created_at, id`,
+  );
+  return {
+    exported_at: ctx.now.toISOString(),
+    user: toUser(user),
+    profile: { ...profile, updated_at: iso(profile.updated_at) },
+    settings,
+    identities: identities.map((i) => ({ method: i.method, mfa_enabled: i.mfa_enabled, last_used_at: iso(i.last_used_at) })),
+    sessions: sessions.map((s) => ({ id: s.id, created_at: iso(s.created_at)!, ip_address: s.ip_address, user_agent: s.user_agent })),
+    organizations: organizations.map((o) => ({ organization_id: o.organization_id, role: o.role, joined_at: iso(o.joined_at) })),
+    roles: roles.map((r) => ({ role_id: r.role_id, application_id: r.application_id, assigned_at: iso(r.assigned_at)! })),
+    applications,
+    audit_events: audit.map((a) => ({ ...a, created_at: iso(a.created_at) })),
+  };
+}
+
+interface ErasureRow {
+  user_id: string;
+  status: 'scheduled' | 'cancelled' | 'completed';
+  requested_at: Date;
+  scheduled_for: Date;
+}
+const toErasure = (r: ErasureRow): ErasureRequest => ({
+  user_id: r.user_id,
+  status: r.status,
+  requested_at: r.requested_at.toISOString(),
+  scheduled_for: r.scheduled_for.toISOString(),
+});
+
+/** POST /v1/users/{id}/erasure-requests: soft delete now, hard-delete cascade 7 days later; a repeat returns the request. */
+export async function requestErasure(ctx: Ctx, idParam: string, reason: string | null): Promise<ErasureRequest> {
+  const { user } = await targetUser(ctx, idParam, 'manage');
+  return ctx.db.transaction(async (tx) => {
+    const { rows } = await tx.query<ErasureRow>('SELECT user_id, status, requested_at, scheduled_for FROM erasure_requests WHERE user_id = $1 FOR UPDATE', [user.id]);
+    if (rows[0]?.status === 'scheduled') return toErasure(rows[0]);
+    await softDeleteUserRow(tx, ctx, user);
+    const by = actorRef(ctx);
+    const { rows: saved } = await tx.query<ErasureRow>(
+      `INSERT INTO erasure_requests (user_id, status, reason, requested_at, scheduled_for, requested_by_type, requested_by_id)
+       VALUES ($1, 'scheduled', $2, $3, $4, $5, $6)
+       ON CONFLICT (user_id) DO UPDATE SET status = 'scheduled', reason = EXCLUDED.reason, requested_at = EXCLUDED.requested_at,
+         scheduled_for = EXCLUDED.scheduled_for, requested_by_type = EXCLUDED.requested_by_type, requested_by_id = EXCLUDED.requested_by_id,
+         cancelled_at = NULL
+       RETURNING user_id, status, requested_at, scheduled_for`,
+      [user.id, reason, ctx.now, addSeconds(ctx.now, ERASURE_DELAY_SECONDS), by.byType, by.byId],
+    );
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.erasure_requested', target: { type: 'user', id: user.id }, targetUserId: user.id, after: toErasure(saved[0]) });
+    return toErasure(saved[0]);
+  });
+}
+
+/** DELETE /v1/users/{id}/erasure-requests/current (users.manage): the user stays soft-deleted. */
+export async function cancelErasure(ctx: Ctx, idParam: string): Promise<void> {
+  const { user } = await targetUser(ctx, idParam, 'manage', { allowSelf: false });
+  await ctx.db.transaction(async (tx) => {
+    const { rowCount } = await tx.query(
+      `UPDATE erasure_requests SET status = 'cancelled', cancelled_at = $2 WHERE user_id = $1 AND status = 'scheduled'`,
+      [user.id, ctx.now],
+    );
+    if (rowCount !== 1) throw new ApiError('erasure_not_scheduled');
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.erasure_cancelled', target: { type: 'user', id: user.id }, targetUserId: user.id });
+  });
+}
+
+const REDACTED = JSON.stringify({ redacted: true });
+
+/**
+ * The erasure-cascade job: for each request past its 7 days, clears everything the export holds
+ * except global Settings (also memberships and member_overrides), scrubs the user row to a
+ * tombstone, and redacts the snapshots of the user's audit events, which persist.
+ */
+export async function runErasureCascade(deps: Deps): Promise<{ erased: number }> {
+  let erased = 0;
+  for (;;) {
+    const now = deps.clock.now();
+    const done = await deps.database.scoped('system').transaction(async (tx) => {
+      const { rows } = await tx.query<{ user_id: string; test_mode: boolean }>(
+        `SELECT r.user_id, u.test_mode FROM erasure_requests r JOIN users u ON u.id = r.user_id
+          WHERE r.status = 'scheduled' AND r.scheduled_for <= $1 ORDER BY r.scheduled_for LIMIT 1 FOR UPDATE OF r SKIP LOCKED`,
+        [now],
+      );
+      const due = rows[0];
+      if (!due) return false;
+      const user = (await findUserById(tx, due.user_id))!;
+      await eraseUser(tx, { ...systemCtx(deps, modeOf(due.test_mode)), db: tx, now }, user);
+      return true;
+    });
+    if (!done) return { erased };
+    erased++;
+  }
+}
+
+async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
+  const id = user.id;
+  for (const sql of [
+    'DELETE FROM recovery_codes WHERE user_id = $1',
+    'DELETE FROM one_time_tokens WHERE user_id = $1',
+    'DELETE FROM identities WHERE user_id = $1',
+    'DELETE FROM sessions WHERE user_id = $1',
+    'DELETE FROM role_assignments WHERE user_id = $1',
+    'DELETE FROM organization_members WHERE user_id = $1',
+    'DELETE FROM app_profiles WHERE user_id = $1',
+    'DELETE FROM app_settings WHERE user_id = $1',
+    'DELETE FROM entitlements WHERE user_id = $1',
+    'DELETE FROM profiles WHERE user_id = $1',
+    `UPDATE entitlements SET member_overrides = array_remove(member_overrides, $1) WHERE $1 = ANY(member_overrides)`,
+  ]) {
+    await tx.query(sql, [id]);
+  }
+  await tx.query('DELETE FROM emails WHERE lower(to_address) = lower($1)', [user.email]);
+  await tx.query(`UPDATE audit_events SET before = CASE WHEN before IS NULL THEN NULL ELSE $2::jsonb END, after = CASE WHEN after IS NULL THEN NULL ELSE $2::jsonb END WHERE target_user_id = $1`, [id, REDACTED]);
+  await tx.query(
+    `UPDATE users SET email = $2, pending_email = NULL, signup_application_id = NULL, last_login_at = NULL, erased_at = $3, updated_at = $3 WHERE id = $1`,
+    [id, `erased+${id.toLowerCase()}@erased.invalid`, ctx.now],
+  );
+  await tx.query(`UPDATE erasure_requests SET status = 'completed', completed_at = $2 WHERE user_id = $1`, [id, ctx.now]);
+  await recordAudit(tx, ctx, { action: 'user.erased', target: { type: 'user', id }, targetUserId: id });
+}

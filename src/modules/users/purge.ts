@@ -1,0 +1,31 @@
+import type { Deps } from '../../context.js';
+import { addSeconds } from '../../clock.js';
+
+export const TEST_RETENTION_SECONDS = 30 * 24 * 3600;
+
+/**
+ * The test-purge job (Part A convention 10): test-mode rows older than 30 days go, with everything
+ * that hangs off them. Live rows are never touched (every statement filters test_mode).
+ */
+export async function purgeTestData(deps: Deps): Promise<Record<string, number>> {
+  const cutoff = addSeconds(deps.clock.now(), -TEST_RETENTION_SECONDS);
+  return deps.database.scoped('system').transaction(async (tx) => {
+    const counts: Record<string, number> = {};
+    const run = async (name: string, sql: string) => {
+      counts[name] = (await tx.query(sql, [cutoff])).rowCount;
+    };
+    const oldUsers = `SELECT id FROM users WHERE test_mode AND created_at < $1`;
+    const oldOrgs = `SELECT id FROM organizations WHERE test_mode AND created_at < $1`;
+    for (const table of ['recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'role_assignments', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
+      await tx.query(`DELETE FROM ${table} WHERE user_id IN (${oldUsers})`, [cutoff]);
+    }
+    await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);
+    await run('entitlements', `DELETE FROM entitlements WHERE test_mode AND (created_at < $1 OR user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs}))`);
+    await run('organizations', `DELETE FROM organizations WHERE test_mode AND created_at < $1`);
+    await run('users', `DELETE FROM users WHERE test_mode AND created_at < $1`);
+    await run('audit_events', `DELETE FROM audit_events WHERE test_mode AND created_at < $1`);
+    await run('outbox_events', `DELETE FROM outbox_events WHERE test_mode AND created_at < $1`);
+    await run('emails', `DELETE FROM emails WHERE test_mode AND created_at < $1`);
+    return counts;
+  });
+}

@@ -1,0 +1,128 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { emit } from '../../outbox/emit.js';
+import { withAccessFlips, type AccessReason } from '../../access/flips.js';
+import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
+import { enqueueMail } from '../../mail/outbox.js';
+import { revokeSessions } from '../sessions/store.js';
+import { findLiveUserByEmail, findUserById, toUser, type UserRow } from './store.js';
+import { confinedApp, targetUser } from './access.js';
+import { sendVerification } from './invitations.js';
+import type { PatchUserBody, User, UserStatus } from './schemas.js';
+
+const invalidTransition = (from: UserStatus, to: string) => new ApiError('invalid_status_transition', { details: { from, to } });
+
+async function reload(tx: Tx, id: string): Promise<UserRow> {
+  return (await findUserById(tx, id))!;
+}
+
+/**
+ * Moves a user to a new status with the table's side effects: sessions revoked on suspend and
+ * delete, access flips, the audit action and the user.* webhook event, in the caller's transaction.
+ */
+async function transition(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, action: string, reason: AccessReason | null, webhook: string | null): Promise<UserRow> {
+  const c = inTx(ctx, tx);
+  const change = async () => {
+    await tx.query(
+      `UPDATE users SET status = $2, updated_at = $3, deleted_at = CASE WHEN $2 = 'deleted' THEN $3::timestamptz ELSE NULL END WHERE id = $1`,
+      [user.id, to, ctx.now],
+    );
+    if (to === 'suspended' || to === 'deleted') await revokeSessions(tx, { userId: user.id }, ctx.now);
+  };
+  if (reason) await withAccessFlips(tx, c, { userIds: [user.id] }, reason, change);
+  else await change();
+  const after = await reload(tx, user.id);
+  await recordAudit(tx, c, { action, target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: toUser(after) });
+  if (webhook) await emit(tx, c, { type: webhook, data: { user_id: user.id } });
+  return after;
+}
+
+export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow): Promise<UserRow> {
+  if (user.status === 'suspended') return user; // 200 with no change and no events
+  if (user.status !== 'active') throw invalidTransition(user.status, 'suspended');
+  return transition(tx, ctx, user, 'suspended', 'user.suspended', 'user_suspended', 'user.suspended');
+}
+
+/** POST /v1/users/{id}/suspend (users.manage). */
+export async function suspendUser(ctx: Ctx, idParam: string): Promise<User> {
+  const { user } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
+  return toUser(await ctx.db.transaction((tx) => suspendUserRow(tx, ctx, user)));
+}
+
+/** Soft delete: shared by DELETE /v1/users/{id} and erasure requests. */
+export async function softDeleteUserRow(tx: Tx, ctx: Ctx, user: UserRow): Promise<UserRow> {
+  if (user.status === 'deleted') return user;
+  return transition(tx, ctx, user, 'deleted', 'user.deleted', 'user_deleted', 'user.deleted');
+}
+
+/** DELETE /v1/users/{id}: self or users.manage. */
+export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
+  const { user } = await targetUser(ctx, idParam, 'write');
+  await ctx.db.transaction((tx) => softDeleteUserRow(tx, ctx, user));
+}
+
+/**
+ * PATCH /v1/users/{id}. Self sends only email (pending until verified, old address notified);
+ * users.manage changes email at once (email_verified resets) and moves status per the table.
+ */
+export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody): Promise<User> {
+  const { user, self } = await targetUser(ctx, idParam, 'write');
+  const admin = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
+  if (!admin && self) {
+    if (body.status !== undefined) throw new ApiError('status_change_forbidden');
+    return toUser(await ctx.db.transaction((tx) => requestEmailChange(tx, ctx, user, body.email!)));
+  }
+  return toUser(
+    await ctx.db.transaction(async (tx) => {
+      let current = user;
+      if (body.status !== undefined && body.status !== current.status) current = await adminStatus(tx, ctx, current, body.status, body.email);
+      if (body.email !== undefined && body.email.toLowerCase() !== current.email.toLowerCase()) current = await adminEmail(tx, ctx, current, body.email);
+      return current;
+    }),
+  );
+}
+
+async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newEmail: string | undefined): Promise<UserRow> {
+  if (to === 'deleted' || to === 'invited') throw invalidTransition(user.status, to);
+  if (to === 'suspended') return suspendUserRow(tx, ctx, user);
+  // to active
+  if (user.status === 'invited') return transition(tx, ctx, user, 'active', 'user.updated', null, null);
+  if (user.status === 'suspended') return transition(tx, ctx, user, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated');
+  // deleted → active: restore
+  const { rows } = await tx.query<{ status: string }>('SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]);
+  if (rows[0]?.status === 'scheduled') throw new ApiError('erasure_scheduled');
+  if (rows[0]?.status === 'completed') throw new ApiError('user_not_found');
+  let restored = user;
+  if (newEmail !== undefined) {
+    if (await findLiveUserByEmail(tx, newEmail)) throw new ApiError('email_taken');
+    await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL WHERE id = $1', [user.id, newEmail]);
+    restored = await reload(tx, user.id);
+  } else if (await findLiveUserByEmail(tx, user.email)) {
+    throw new ApiError('email_taken', { message: 'The email was taken meanwhile; send a new email in the same request.' });
+  }
+  return transition(tx, ctx, restored, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated');
+}
+
+async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
+  const holder = await findLiveUserByEmail(tx, email);
+  if (holder && holder.id !== user.id) throw new ApiError('email_taken');
+  await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
+  const after = await reload(tx, user.id);
+  await sendVerification(tx, ctx, after);
+  await recordAudit(tx, inTx(ctx, tx), { action: 'user.updated', target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: toUser(after) });
+  return after;
+}
+
+async function requestEmailChange(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
+  if (email.toLowerCase() === user.email.toLowerCase()) return user;
+  const holder = await findLiveUserByEmail(tx, email);
+  if (holder) throw new ApiError('email_taken');
+  await tx.query('UPDATE users SET pending_email = $2, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
+  const token = await issueOneTimeToken(tx, ctx, { kind: 'email_change', userId: user.id, data: { email }, replacePrevious: true });
+  await enqueueMail(tx, ctx, { template: 'email_change_verification', to: email, vars: { token } });
+  await enqueueMail(tx, ctx, { template: 'email_change_notice', to: user.email, vars: { newEmail: email } });
+  return reload(tx, user.id);
+}

@@ -1,0 +1,268 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
+import { boot } from '../../src/boot.js';
+import { hashPassword, verifyPassword } from '../../src/auth/passwords.js';
+import { newId } from '../../src/ids.js';
+import { assertAuthSession, assertError, assertFields, get, jwtHeader, jwtPayload, loginRes, median, post, sql } from './support.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const WRONG = 'not-the-password-99';
+
+async function ssoOnlyUser(): Promise<TestUser> {
+  const user = await createUser(t);
+  await sql(t, `INSERT INTO identities (id, user_id, method, created_at) VALUES ($1, $2, 'sso', $3)`, [newId('idn'), user.id, t.clock.now()]);
+  await sql(t, `DELETE FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  return user;
+}
+
+const sessionCount = async (userId: string) => (await sql(t, 'SELECT id FROM sessions WHERE user_id = $1', [userId])).length;
+
+async function fail(user: TestUser, app = t.app) {
+  return app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: user.email, password: WRONG } });
+}
+
+test('login with correct credentials answers 200 AuthSession and every login creates a new ses_ session', async () => {
+  const user = await createUser(t);
+  const first = await loginRes(t, user);
+  assert.equal(first.statusCode, 200, first.body);
+  assertAuthSession(first.json(), user.id);
+  assert.equal(first.json().email_verified, true);
+  const second = await loginRes(t, user);
+  assert.equal(second.statusCode, 200);
+  assert.notEqual(second.json().session_id, first.json().session_id);
+  const rows = await sql(t, 'SELECT id, amr, revoked_at FROM sessions WHERE user_id = $1 ORDER BY created_at', [user.id]);
+  assert.deepEqual(rows.map((r) => r.id).sort(), [first.json().session_id, second.json().session_id].sort());
+  for (const row of rows) assert.deepEqual(row.amr, ['pwd']);
+});
+
+test('the access token is an RS256 JWT with iss, aud platform, sub, sid, amr [pwd], email_verified, test_mode, iat, exp 15 minutes later and an atk_ jti, and no permissions', async () => {
+  const user = await createUser(t, { roles: ['superadmin'] });
+  const res = await loginRes(t, user);
+  const session = res.json();
+  const header = jwtHeader(session.access_token);
+  assert.equal(header.alg, 'RS256');
+  const claims = jwtPayload(session.access_token);
+  assert.deepEqual(Object.keys(claims).sort(), ['amr', 'aud', 'email_verified', 'exp', 'iat', 'iss', 'jti', 'sid', 'sub', 'test_mode']);
+  assert.equal(claims.iss, t.config.publicUrl);
+  assert.equal(claims.aud, 'platform');
+  assert.equal(claims.sub, user.id);
+  assert.equal(claims.sid, session.session_id);
+  assert.deepEqual(claims.amr, ['pwd']);
+  assert.equal(claims.email_verified, true);
+  assert.equal(claims.test_mode, false);
+  assert.equal(claims.exp - claims.iat, 900);
+  assert.ok(Math.abs(claims.iat - Math.floor(t.clock.now().getTime() / 1000)) <= 5);
+  assert.match(claims.jti, /^atk_[0-9A-HJKMNP-TV-Z]{26}$/);
+  const jwks = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
+  assert.ok(jwks.json().keys.some((k: { kid: string }) => k.kid === header.kid), 'signed with a published key');
+});
+
+test('login sets last_login_at when the session is issued', async () => {
+  const user = await createUser(t);
+  const [before] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [user.id]);
+  assert.equal(before.last_login_at, null);
+  const start = t.clock.now().getTime();
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200);
+  const [row] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [user.id]);
+  assert.ok(row.last_login_at.getTime() >= start - 1000 && row.last_login_at.getTime() <= t.clock.now().getTime());
+  const me = await get(t, '/v1/users/me', res.json().access_token);
+  assert.equal(me.json().last_login_at, row.last_login_at.toISOString());
+  // A failed login does not touch it.
+  t.clock.advance(5);
+  assertError(await fail(user), 401, 'invalid_credentials');
+  const [after] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [user.id]);
+  assert.equal(after.last_login_at.getTime(), row.last_login_at.getTime());
+});
+
+test('login answers one 401 invalid_credentials for an unknown email, a wrong password, an invited user with no password and an SSO-only user', async () => {
+  const active = await createUser(t);
+  const invited = await createUser(t, { status: 'invited' });
+  const sso = await ssoOnlyUser();
+  const responses = [
+    await post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD }),
+    await fail(active),
+    await post(t, '/v1/auth/login', { email: invited.email, password: PASSWORD }),
+    await post(t, '/v1/auth/login', { email: sso.email, password: PASSWORD }),
+  ];
+  const bodies = responses.map((res) => {
+    assertError(res, 401, 'invalid_credentials');
+    return res.json();
+  });
+  for (const body of bodies) assert.deepEqual(body, bodies[0], 'the same body for all four');
+  for (const user of [active, invited, sso]) assert.equal(await sessionCount(user.id), 0);
+});
+
+test('the four invalid_credentials cases take about the same time, each at least the Argon2id verification time', async () => {
+  const hash = await hashPassword(`timing-${Date.now()}`);
+  const verifyMs = await median(5, () => verifyPassword(hash, PASSWORD));
+  const wrongUsers = await Promise.all(Array.from({ length: 5 }, () => createUser(t)));
+  const invited = await createUser(t, { status: 'invited' });
+  const sso = await ssoOnlyUser();
+  const expect401 = async (res: Promise<Awaited<ReturnType<typeof post>>>) => assertError(await res, 401, 'invalid_credentials');
+  // Warm up (the first unknown-email login prepares the dummy hash).
+  await expect401(post(t, '/v1/auth/login', { email: uniqueEmail('warm'), password: PASSWORD }));
+  let i = 0;
+  const wrong = await median(5, () => expect401(fail(wrongUsers[i++])));
+  const unknown = await median(5, () => expect401(post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD })));
+  const invitedMs = await median(5, () => expect401(post(t, '/v1/auth/login', { email: invited.email, password: PASSWORD })));
+  const ssoMs = await median(5, () => expect401(post(t, '/v1/auth/login', { email: sso.email, password: PASSWORD })));
+  const report = JSON.stringify({ verifyMs, wrong, unknown, invitedMs, ssoMs });
+  for (const ms of [wrong, unknown, invitedMs, ssoMs]) assert.ok(ms >= verifyMs * 0.5, `each case does the Argon2id work: ${report}`);
+  for (const ms of [unknown, invitedMs, ssoMs]) assert.ok(ms <= wrong * 3 && ms >= wrong / 3, `within a factor of 3 of a wrong password: ${report}`);
+});
+
+test('correct credentials on a suspended user get 403 account_suspended; a wrong password on a suspended user gets 401 invalid_credentials; no session either way', async () => {
+  const user = await createUser(t);
+  await sql(t, `UPDATE users SET status = 'suspended' WHERE id = $1`, [user.id]);
+  assertError(await loginRes(t, user), 403, 'account_suspended');
+  assertError(await fail(user), 401, 'invalid_credentials');
+  assert.equal(await sessionCount(user.id), 0);
+  const [row] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [user.id]);
+  assert.equal(row.last_login_at, null);
+});
+
+test('login matches only accounts in the requested test_mode', async () => {
+  const live = await createUser(t, { mode: 'live' });
+  const testUser = await createUser(t, { mode: 'test' });
+  assertError(await post(t, '/v1/auth/login', { email: live.email, password: PASSWORD, test_mode: true }), 401, 'invalid_credentials');
+  assertError(await post(t, '/v1/auth/login', { email: testUser.email, password: PASSWORD }), 401, 'invalid_credentials');
+  const res = await post(t, '/v1/auth/login', { email: testUser.email, password: PASSWORD, test_mode: true });
+  assert.equal(res.statusCode, 200, res.body);
+  assert.equal(jwtPayload(res.json().access_token).test_mode, true);
+  const [row] = await sql(t, 'SELECT test_mode FROM sessions WHERE id = $1', [res.json().session_id]);
+  assert.equal(row.test_mode, true);
+});
+
+test('lockout: 5 failed attempts within 15 minutes lock the identity for 15 minutes with 429 too_many_attempts and Retry-After, even for the correct password', async () => {
+  const user = await createUser(t);
+  for (let i = 0; i < 4; i++) {
+    assertError(await fail(user), 401, 'invalid_credentials');
+    t.clock.advance(60);
+  }
+  const fifth = await fail(user);
+  assert.ok([401, 429].includes(fifth.statusCode), fifth.body);
+  const locked = await loginRes(t, user);
+  assertError(locked, 429, 'too_many_attempts');
+  const retryAfter = Number(locked.headers['retry-after']);
+  assert.ok(retryAfter > 890 && retryAfter <= 900, `Retry-After ${locked.headers['retry-after']}`);
+  assertError(await fail(user), 429, 'too_many_attempts');
+  assert.equal(await sessionCount(user.id), 0);
+
+  t.clock.advance(14 * 60);
+  const still = await loginRes(t, user);
+  assertError(still, 429, 'too_many_attempts');
+  const later = Number(still.headers['retry-after']);
+  assert.ok(later >= 1 && later <= 60, `Retry-After ${still.headers['retry-after']}`);
+
+  // Per identity: another account is unaffected.
+  const other = await createUser(t);
+  assert.equal((await loginRes(t, other)).statusCode, 200);
+});
+
+test('the lockout ends after 15 minutes', async () => {
+  const user = await createUser(t);
+  for (let i = 0; i < 5; i++) await fail(user);
+  assertError(await loginRes(t, user), 429, 'too_many_attempts');
+  t.clock.advance(15 * 60 + 1);
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+  assertAuthSession(res.json(), user.id);
+  // A fresh window: one new failure does not lock again.
+  assertError(await fail(user), 401, 'invalid_credentials');
+  assert.equal((await loginRes(t, user)).statusCode, 200);
+});
+
+test('a successful login resets the failure counter: 4 failures, a success, 4 failures leave the identity unlocked', async () => {
+  const user = await createUser(t);
+  for (let i = 0; i < 4; i++) assertError(await fail(user), 401, 'invalid_credentials');
+  assert.equal((await loginRes(t, user)).statusCode, 200);
+  for (let i = 0; i < 4; i++) assertError(await fail(user), 401, 'invalid_credentials');
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+});
+
+test('failures older than 15 minutes do not count: 4 failures, 15 minutes, 4 failures leave the identity unlocked', async () => {
+  const user = await createUser(t);
+  for (let i = 0; i < 4; i++) assertError(await fail(user), 401, 'invalid_credentials');
+  t.clock.advance(15 * 60 + 1);
+  for (let i = 0; i < 4; i++) assertError(await fail(user), 401, 'invalid_credentials');
+  assert.equal((await loginRes(t, user)).statusCode, 200);
+});
+
+test('any 5 failed attempts within 15 minutes lock, even when the first failure of the series is older than 15 minutes', async () => {
+  const user = await createUser(t);
+  assertError(await fail(user), 401, 'invalid_credentials'); // 00:00
+  t.clock.advance(14 * 60 + 50);
+  for (let i = 0; i < 3; i++) assertError(await fail(user), 401, 'invalid_credentials'); // 14:50
+  t.clock.advance(20);
+  assertError(await fail(user), 401, 'invalid_credentials'); // 15:10: four failures in the last 15 minutes
+  const fifth = await fail(user); // five failures between 14:50 and 15:10
+  assert.ok([401, 429].includes(fifth.statusCode), fifth.body);
+  assertError(await loginRes(t, user), 429, 'too_many_attempts');
+});
+
+test('the lockout counter is shared by all processes: failures split across two processes on one database still lock', async () => {
+  const second = await boot({ config: t.config, database: t.database, clock: t.clock, logger: false });
+  try {
+    const user = await createUser(t);
+    for (let i = 0; i < 5; i++) {
+      const res = await fail(user, i % 2 === 0 ? t.app : second.app);
+      if (i < 4) assertError(res, 401, 'invalid_credentials');
+    }
+    for (const app of [t.app, second.app]) {
+      const res = await app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: user.email, password: PASSWORD } });
+      assertError(res, 429, 'too_many_attempts');
+      assert.ok(Number(res.headers['retry-after']) > 0);
+    }
+  } finally {
+    await second.app.close();
+    await second.deps.jobs.stop();
+  }
+});
+
+test('login bad input gets 422 validation_failed with details.fields naming the field', async () => {
+  assertFields(await post(t, '/v1/auth/login', {}), ['email', 'password']);
+  assertFields(await post(t, '/v1/auth/login', { email: uniqueEmail() }), ['password']);
+  assertFields(await post(t, '/v1/auth/login', { password: PASSWORD }), ['email']);
+  assertFields(await post(t, '/v1/auth/login', { email: 7, password: PASSWORD }), ['email']);
+  assertFields(await post(t, '/v1/auth/login', { email: uniqueEmail(), password: ['x'] }), ['password']);
+  assertFields(await post(t, '/v1/auth/login', { email: uniqueEmail(), password: PASSWORD, test_mode: 'false' }), ['test_mode']);
+  assertFields(await post(t, '/v1/auth/login', { email: uniqueEmail(), password: PASSWORD, remember: true }), ['remember']);
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'application/json' }, payload: '{"email":' });
+  assertError(res, 400, 'malformed_json');
+});
+
+test('POST /v1/auth/sso/{provider}/callback answers 501 not_implemented', async () => {
+  for (const payload of [undefined, { code: 'abc' }]) {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/sso/okta/callback', payload });
+    assertError(res, 501, 'not_implemented');
+  }
+});
+
+test('me in user paths: GET /v1/users/me is the caller, equal to GET /v1/users/{own id}; an API key has no me (400 user_token_required)', async () => {
+  const user = await createUser(t);
+  const token = (await loginRes(t, user)).json().access_token;
+  const me = await get(t, '/v1/users/me', token);
+  assert.equal(me.statusCode, 200, me.body);
+  const byId = await get(t, `/v1/users/${user.id}`, token);
+  assert.deepEqual(me.json(), byId.json());
+  const key = await createApiKey(t, { permissions: ['users.list', 'users.manage'] });
+  for (const url of ['/v1/users/me', '/v1/users/me/sessions']) {
+    assertError(await t.app.inject({ method: 'GET', url, headers: bearer(key.secret) }), 400, 'user_token_required');
+  }
+});
+
+test('login matches the email case-insensitively', async () => {
+  const user = await createUser(t, { email: uniqueEmail('MixedCase') });
+  const res = await post(t, '/v1/auth/login', { email: user.email.toUpperCase(), password: PASSWORD });
+  assert.equal(res.statusCode, 200, res.body);
+  assert.equal(res.json().user_id, user.id);
+});

@@ -1,0 +1,256 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { bearer, createUser, login } from '../helpers/fixtures.js';
+import {
+  alignToStep, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, loginRes, mfaChallenge, post, sql, totpCode,
+} from './support.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const verify = (body: object) => post(t, '/v1/auth/mfa/verify', body);
+const otherCode = (code: string) => String((Number(code) + 500_000) % 1_000_000).padStart(6, '0');
+const mfaEnabled = async (token: string) => (await get(t, '/v1/users/me', token)).json().mfa_enabled;
+
+test('TOTP enrollment returns the otpauth URI and secret; confirming with the first code turns TOTP on and returns 10 single-use recovery codes, stored hashed', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  assert.equal(begin.statusCode, 200, begin.body);
+  const { secret, otpauth_uri } = begin.json();
+  assert.match(secret, /^[A-Z2-7]{16,}=*$/);
+  assert.ok(otpauth_uri.startsWith('otpauth://totp/'), otpauth_uri);
+  const uri = new URL(otpauth_uri);
+  assert.equal(uri.searchParams.get('secret'), secret);
+  assert.ok(decodeURIComponent(otpauth_uri).includes(user.email));
+  assert.equal(await mfaEnabled(token), false, 'TOTP is on only after confirm');
+
+  alignToStep(t, 5);
+  const wrong = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: otherCode(await totpCode(t, secret)) } });
+  assertError(wrong, 422, 'invalid_mfa_code');
+  assert.equal(await mfaEnabled(token), false);
+
+  const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, secret) } });
+  assert.equal(confirm.statusCode, 200, confirm.body);
+  const codes: string[] = confirm.json().recovery_codes;
+  assert.equal(codes.length, 10);
+  assert.equal(new Set(codes).size, 10);
+  assert.equal(await mfaEnabled(token), true);
+
+  const rows = await sql(t, 'SELECT code_hash, used_at FROM recovery_codes WHERE user_id = $1', [user.id]);
+  assert.equal(rows.length, 10);
+  for (const row of rows) {
+    assert.equal(row.used_at, null);
+    for (const code of codes) {
+      assert.notEqual(row.code_hash, code);
+      assert.ok(!row.code_hash.includes(code) && !row.code_hash.includes(code.replace(/-/g, '')), 'stored hashed');
+    }
+  }
+  const [identity] = await sql(t, `SELECT totp_secret FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.ok(identity.totp_secret, 'the confirmed secret is kept for verification');
+});
+
+test('login with confirmed TOTP answers the MfaChallenge (mfa_required true, mfa_ token, methods totp and recovery_code, expires_in 300) and issues no session nor last_login_at', async () => {
+  const { user } = await createMfaUser(t);
+  const [before] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [user.id]);
+  const sessionsBefore = (await sql(t, 'SELECT id FROM sessions WHERE user_id = $1', [user.id])).length;
+  t.clock.advance(3);
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+  const body = res.json();
+  assert.deepEqual(Object.keys(body).sort(), ['expires_in', 'methods', 'mfa_required', 'mfa_token']);
+  assert.equal(body.mfa_required, true);
+  assert.match(body.mfa_token, /^mfa_/);
+  assert.deepEqual(body.methods, ['totp', 'recovery_code']);
+  assert.equal(body.expires_in, 300);
+  assert.equal((await sql(t, 'SELECT id FROM sessions WHERE user_id = $1', [user.id])).length, sessionsBefore);
+  const [after] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [user.id]);
+  assert.equal(after.last_login_at.getTime(), before.last_login_at.getTime(), 'the first step does not set last_login_at');
+
+  // A wrong password is still the plain 401.
+  assertError(await loginRes(t, user, 'not-the-password-1'), 401, 'invalid_credentials');
+});
+
+test('mfa/verify with a current TOTP code returns an AuthSession whose amr carries pwd and otp, and sets last_login_at', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  t.clock.advance(2);
+  const res = await verify({ mfa_token: mfaToken, code: await totpCode(t, secret) });
+  assert.equal(res.statusCode, 200, res.body);
+  assertAuthSession(res.json(), user.id);
+  const claims = jwtPayload(res.json().access_token);
+  assert.deepEqual([...claims.amr].sort(), ['otp', 'pwd']);
+  const [session] = await sql(t, 'SELECT amr FROM sessions WHERE id = $1', [res.json().session_id]);
+  assert.deepEqual([...session.amr].sort(), ['otp', 'pwd']);
+  const [row] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [user.id]);
+  assert.ok(Math.abs(row.last_login_at.getTime() - t.clock.now().getTime()) < 2000, 'set at mfa/verify');
+  assert.equal((await get(t, '/v1/users/me', res.json().access_token)).statusCode, 200);
+
+  // The refreshed access token keeps the methods of the sign-in.
+  const refreshed = await post(t, '/v1/auth/token/refresh', { refresh_token: res.json().refresh_token });
+  assert.equal(refreshed.statusCode, 200, refreshed.body);
+  assert.deepEqual([...jwtPayload(refreshed.json().access_token).amr].sort(), ['otp', 'pwd']);
+});
+
+test('a TOTP code is accepted once only: the same code on a second login within the same step gets 401', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const code = await totpCode(t, secret);
+  const first = await verify({ mfa_token: await mfaChallenge(t, user), code });
+  assert.equal(first.statusCode, 200, first.body);
+  const second = await verify({ mfa_token: await mfaChallenge(t, user), code });
+  assertError(second, 401, 'invalid_credentials');
+});
+
+test('the code used to confirm enrollment is used up: it cannot also complete a login', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const secret = (await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) })).json().secret;
+  alignToStep(t, 5);
+  const code = await totpCode(t, secret);
+  const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
+  assert.equal(confirm.statusCode, 200, confirm.body);
+  assertError(await verify({ mfa_token: await mfaChallenge(t, user), code }), 401, 'invalid_credentials');
+});
+
+test('TOTP allows ±1 step of drift: codes of the previous and the next 30-second step are accepted', async () => {
+  const { user, secret } = await createMfaUser(t);
+  alignToStep(t, 5); // the confirming code's step is now two steps back
+  const previous = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, -1) });
+  assert.equal(previous.statusCode, 200, previous.body);
+  const next = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, +1) });
+  assert.equal(next.statusCode, 200, next.body);
+});
+
+test('TOTP refuses codes two steps away (step-2 and step+2)', async () => {
+  const { user, secret } = await createMfaUser(t);
+  for (let i = 0; i < 3; i++) alignToStep(t, 5); // nothing used in the last four steps
+  const mfaToken = await mfaChallenge(t, user);
+  assertError(await verify({ mfa_token: mfaToken, code: await totpCode(t, secret, -2) }), 401, 'invalid_credentials');
+  assertError(await verify({ mfa_token: mfaToken, code: await totpCode(t, secret, +2) }), 401, 'invalid_credentials');
+  const ok = await verify({ mfa_token: mfaToken, code: await totpCode(t, secret) });
+  assert.equal(ok.statusCode, 200, ok.body);
+});
+
+test('mfa/verify with a recovery code returns an AuthSession whose amr carries pwd and recovery_code; a recovery code works once', async () => {
+  const { user, recoveryCodes } = await createMfaUser(t);
+  const res = await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: recoveryCodes[0] });
+  assert.equal(res.statusCode, 200, res.body);
+  assertAuthSession(res.json(), user.id);
+  assert.deepEqual([...jwtPayload(res.json().access_token).amr].sort(), ['pwd', 'recovery_code']);
+  const used = await sql(t, 'SELECT used_at FROM recovery_codes WHERE user_id = $1 AND used_at IS NOT NULL', [user.id]);
+  assert.equal(used.length, 1);
+
+  assertError(await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: recoveryCodes[0] }), 401, 'invalid_credentials');
+  assertError(await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: 'zzzzz-zzzzz' }), 401, 'invalid_credentials');
+  const other = await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: recoveryCodes[1] });
+  assert.equal(other.statusCode, 200, other.body);
+});
+
+test('an mfa_token expires after 300 seconds', async () => {
+  const { user, secret, recoveryCodes } = await createMfaUser(t);
+  const early = await mfaChallenge(t, user);
+  const late = await mfaChallenge(t, user);
+  t.clock.advance(290);
+  const ok = await verify({ mfa_token: early, recovery_code: recoveryCodes[0] });
+  assert.equal(ok.statusCode, 200, ok.body);
+  t.clock.advance(11); // 301 s after the challenge
+  const code = await totpCode(t, secret);
+  assertError(await verify({ mfa_token: late, code }), 401, 'invalid_credentials');
+  // The code itself was good: a fresh challenge accepts it.
+  assert.equal((await verify({ mfa_token: await mfaChallenge(t, user), code })).statusCode, 200);
+});
+
+test('an mfa_token is single use', async () => {
+  const { user, secret, recoveryCodes } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  assert.equal((await verify({ mfa_token: mfaToken, code: await totpCode(t, secret) })).statusCode, 200);
+  assertError(await verify({ mfa_token: mfaToken, recovery_code: recoveryCodes[0] }), 401, 'invalid_credentials');
+  assertError(await verify({ mfa_token: 'mfa_unknown', code: '123456' }), 401, 'invalid_credentials');
+});
+
+test('disable needs a current code or a recovery code: a wrong one gets 422 invalid_mfa_code; a right one turns TOTP off (204) and login no longer asks for MFA', async () => {
+  const withCode = await createMfaUser(t);
+  const disable = (token: string, payload: object) =>
+    t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload });
+  assertError(await disable(withCode.token, { code: otherCode(await totpCode(t, withCode.secret)) }), 422, 'invalid_mfa_code');
+  assertError(await disable(withCode.token, { recovery_code: 'zzzzz-zzzzz' }), 422, 'invalid_mfa_code');
+  assert.equal(await mfaEnabled(withCode.token), true);
+  const off = await disable(withCode.token, { code: await totpCode(t, withCode.secret) });
+  assert.equal(off.statusCode, 204, off.body);
+  assert.equal(await mfaEnabled(withCode.token), false);
+  assert.equal((await sql(t, 'SELECT 1 FROM recovery_codes WHERE user_id = $1', [withCode.user.id])).length, 0);
+  const plain = await loginRes(t, withCode.user);
+  assert.equal(plain.statusCode, 200);
+  assertAuthSession(plain.json(), withCode.user.id);
+
+  const withRecovery = await createMfaUser(t);
+  const off2 = await disable(withRecovery.token, { recovery_code: withRecovery.recoveryCodes[3] });
+  assert.equal(off2.statusCode, 204, off2.body);
+  assertAuthSession((await loginRes(t, withRecovery.user)).json(), withRecovery.user.id);
+});
+
+test('support reset DELETE /v1/users/{id}/mfa/totp with users.manage answers 204 and the user then logs in without MFA; without users.manage 403 forbidden', async () => {
+  const { user, token } = await createMfaUser(t);
+  const admin = await createUser(t, { roles: ['superadmin'] });
+  const adminToken = await login(t, admin);
+  const outsider = await login(t, await createUser(t));
+
+  const denied = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(outsider) });
+  assertError(denied, 403, 'forbidden');
+  const self = await t.app.inject({ method: 'DELETE', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  assertError(self, 403, 'forbidden');
+  assert.equal((await loginRes(t, user)).json().mfa_required, true);
+
+  const reset = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(adminToken) });
+  assert.equal(reset.statusCode, 204, reset.body);
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200);
+  assertAuthSession(res.json(), user.id);
+  assert.equal(await mfaEnabled(res.json().access_token), false);
+});
+
+test('MFA endpoints take me or the own id; another user id is not reachable (404 user_not_found)', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const other = await createUser(t);
+  const own = await t.app.inject({ method: 'POST', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(token) });
+  assert.equal(own.statusCode, 200, own.body);
+  assertError(await t.app.inject({ method: 'POST', url: `/v1/users/${other.id}/mfa/totp`, headers: bearer(token) }), 404, 'user_not_found');
+  alignToStep(t, 5);
+  const confirm = await t.app.inject({ method: 'POST', url: `/v1/users/me/mfa/totp/confirm`, headers: bearer(token), payload: { code: await totpCode(t, own.json().secret) } });
+  assert.equal(confirm.statusCode, 200, confirm.body);
+});
+
+test('MFA bad input gets 422 validation_failed with details.fields naming the field', async () => {
+  const { user, token, secret } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  assertFields(await verify({}), ['mfa_token']);
+  assertFields(await verify({ mfa_token: mfaToken, code: '12345' }), ['code']);
+  assertFields(await verify({ mfa_token: mfaToken, code: 123456 }), ['code']);
+  assertFields(await verify({ mfa_token: mfaToken, recovery_code: 5 }), ['recovery_code']);
+  assertFields(await verify({ mfa_token: mfaToken, code: '123456', extra: 1 }), ['extra']);
+  assertError(await verify({ mfa_token: mfaToken }), 422, 'validation_failed');
+  assertError(await verify({ mfa_token: mfaToken, code: await totpCode(t, secret), recovery_code: 'aaaaa-aaaaa' }), 422, 'validation_failed');
+  // Malformed requests do not use the challenge up.
+  assert.equal((await verify({ mfa_token: mfaToken, code: await totpCode(t, secret) })).statusCode, 200);
+
+  const call = (url: string, payload: object) => t.app.inject({ method: 'POST', url, headers: bearer(token), payload });
+  assertFields(await call('/v1/users/me/mfa/totp/confirm', {}), ['code']);
+  assertFields(await call('/v1/users/me/mfa/totp/confirm', { code: 'abcdef' }), ['code']);
+  assertFields(await call('/v1/users/me/mfa/totp/disable', { code: '1234567' }), ['code']);
+  assertError(await call('/v1/users/me/mfa/totp/disable', {}), 422, 'validation_failed');
+});
+
+test('an enrollment that was begun but not confirmed does not require MFA at login', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  assert.equal((await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) })).statusCode, 200);
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200);
+  assertAuthSession(res.json(), user.id);
+  assert.equal(await mfaEnabled(token), false);
+});

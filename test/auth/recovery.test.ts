@@ -1,0 +1,250 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { bearer, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
+import {
+  alignToWindow, assertAuthSession, assertError, assertFields, get, jwtPayload, latestToken, loginRes, mailsTo, NEW_PASSWORD, post, sql,
+} from './support.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const signup = async (email = uniqueEmail('rec')) => {
+  const res = await post(t, '/v1/auth/signup', { email, password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  return { email, session: res.json() };
+};
+const emailVerified = async (userId: string) => (await sql(t, 'SELECT email_verified FROM users WHERE id = $1', [userId]))[0].email_verified;
+
+async function signIn(user: Pick<TestUser, 'email' | 'password' | 'mode'>) {
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+  return res.json() as { access_token: string; refresh_token: string; session_id: string };
+}
+
+test('email/verify with the mailed token verifies the address (204); the token is single use (400 invalid_token)', async () => {
+  const { email, session } = await signup();
+  const token = await latestToken(t, email, 'email_verification');
+  const res = await post(t, '/v1/auth/email/verify', { token });
+  assert.equal(res.statusCode, 204, res.body);
+  assert.equal(await emailVerified(session.user_id), true);
+  assert.equal((await get(t, '/v1/users/me', session.access_token)).json().email_verified, true);
+  const again = await loginRes(t, { email, password: PASSWORD, mode: 'live' });
+  assert.equal(again.json().email_verified, true);
+  // A refresh of the session started before verification reports the verified address too.
+  const refreshed = await post(t, '/v1/auth/token/refresh', { refresh_token: session.refresh_token });
+  assert.equal(refreshed.json().email_verified, true);
+  assert.equal(jwtPayload(refreshed.json().access_token).email_verified, true);
+  assertError(await post(t, '/v1/auth/email/verify', { token }), 400, 'invalid_token');
+});
+
+test('the email verification token is valid for 24 hours: 10 s before it works, 1 s after it gets 400 invalid_token', async () => {
+  const a = await signup();
+  const b = await signup();
+  const tokenA = await latestToken(t, a.email, 'email_verification');
+  const tokenB = await latestToken(t, b.email, 'email_verification');
+  t.clock.advance(24 * 3600 - 10);
+  assert.equal((await post(t, '/v1/auth/email/verify', { token: tokenA })).statusCode, 204);
+  t.clock.advance(11);
+  assertError(await post(t, '/v1/auth/email/verify', { token: tokenB }), 400, 'invalid_token');
+  assert.equal(await emailVerified(b.session.user_id), false);
+});
+
+test('email/verify/resend always answers 202 with the same body and never reveals whether the address exists; only an unverified address in that mode gets a mail', async () => {
+  const unverified = await signup();
+  const verified = await createUser(t);
+  const unknown = uniqueEmail('ghost');
+  const responses = [
+    await post(t, '/v1/auth/email/verify/resend', { email: unknown }),
+    await post(t, '/v1/auth/email/verify/resend', { email: verified.email }),
+    await post(t, '/v1/auth/email/verify/resend', { email: unverified.email, test_mode: true }),
+    await post(t, '/v1/auth/email/verify/resend', { email: unverified.email }),
+  ];
+  for (const res of responses) {
+    assert.equal(res.statusCode, 202, res.body);
+    assert.equal(res.body, responses[0].body);
+    assert.equal(res.headers['content-type'], responses[0].headers['content-type']);
+  }
+  assert.deepEqual(await mailsTo(t, unknown), []);
+  assert.deepEqual(await mailsTo(t, verified.email), []);
+  const mails = await mailsTo(t, unverified.email, 'email_verification');
+  assert.equal(mails.length, 2, 'the signup mail and one re-send (the test_mode one matched nobody)');
+  assert.equal((await post(t, '/v1/auth/email/verify', { token: await latestToken(t, unverified.email, 'email_verification') })).statusCode, 204);
+  assert.equal(await emailVerified(unverified.session.user_id), true);
+});
+
+test('verification re-send is limited to 3 per email per hour: the 4th re-send in the hour answers 202 and sends no mail', async () => {
+  alignToWindow(t, 3600, 60);
+  const { email } = await signup();
+  for (let i = 0; i < 4; i++) assert.equal((await post(t, '/v1/auth/email/verify/resend', { email })).statusCode, 202);
+  assert.equal((await mailsTo(t, email, 'email_verification')).length, 1 + 3);
+  t.clock.advance(3600);
+  assert.equal((await post(t, '/v1/auth/email/verify/resend', { email })).statusCode, 202);
+  assert.equal((await mailsTo(t, email, 'email_verification')).length, 1 + 4);
+});
+
+test('password/forgot always answers 202 with the same body; an active address in that mode gets a password_reset mail with a token= link, an unknown one nothing', async () => {
+  const user = await createUser(t);
+  const unknown = uniqueEmail('ghost');
+  const responses = [
+    await post(t, '/v1/auth/password/forgot', { email: unknown }),
+    await post(t, '/v1/auth/password/forgot', { email: user.email, test_mode: true }),
+    await post(t, '/v1/auth/password/forgot', { email: user.email }),
+  ];
+  for (const res of responses) {
+    assert.equal(res.statusCode, 202, res.body);
+    assert.equal(res.body, responses[0].body);
+  }
+  assert.deepEqual(await mailsTo(t, unknown), []);
+  const mails = await mailsTo(t, user.email);
+  assert.deepEqual(mails.map((m) => m.template), ['password_reset']);
+  assert.match(mails[0].text_body, /\/reset-password\?token=/);
+});
+
+test('password/reset with the mailed single-use token sets the new password and revokes all sessions', async () => {
+  const user = await createUser(t);
+  const one = await signIn(user);
+  const two = await signIn(user);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const token = await latestToken(t, user.email, 'password_reset');
+  const res = await post(t, '/v1/auth/password/reset', { token, password: NEW_PASSWORD });
+  assert.equal(res.statusCode, 204, res.body);
+
+  for (const s of [one, two]) {
+    assertError(await get(t, '/v1/users/me', s.access_token), 401, 'unauthenticated');
+    assertError(await post(t, '/v1/auth/token/refresh', { refresh_token: s.refresh_token }), 401, 'invalid_refresh_token');
+  }
+  assert.deepEqual(await sql(t, 'SELECT id FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [user.id]), []);
+  assertError(await loginRes(t, user), 401, 'invalid_credentials');
+  const fresh = await loginRes(t, user, NEW_PASSWORD);
+  assert.equal(fresh.statusCode, 200, fresh.body);
+  assertAuthSession(fresh.json(), user.id);
+  const [identity] = await sql(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.ok(identity.password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'));
+
+  assertError(await post(t, '/v1/auth/password/reset', { token, password: 'yet-another-passphrase-3' }), 400, 'invalid_token');
+  assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200, 'the reused token changed nothing');
+});
+
+test('password/reset applies the password policy (422 weak_password) and a refused reset leaves the token usable', async () => {
+  const user = await createUser(t);
+  await post(t, '/v1/auth/password/forgot', { email: user.email });
+  const token = await latestToken(t, user.email, 'password_reset');
+  assert.equal(assertError(await post(t, '/v1/auth/password/reset', { token, password: 'short' }), 422, 'weak_password').details.reason, 'too_short');
+  assert.equal(assertError(await post(t, '/v1/auth/password/reset', { token, password: 'password1234' }), 422, 'weak_password').details.reason, 'breached');
+  assert.equal(assertError(await post(t, '/v1/auth/password/reset', { token, password: user.email }), 422, 'weak_password').details.reason, 'matches_email');
+  assert.equal((await loginRes(t, user)).statusCode, 200, 'the old password still works');
+  assert.equal((await post(t, '/v1/auth/password/reset', { token, password: NEW_PASSWORD })).statusCode, 204);
+});
+
+test('password change with a wrong current password gets 403 invalid_current_password and changes nothing', async () => {
+  const user = await createUser(t);
+  const current = await signIn(user);
+  const other = await signIn(user);
+  const res = await post(t, '/v1/users/me/password', { current_password: 'not-the-password-9', new_password: NEW_PASSWORD }, bearer(current.access_token));
+  assertError(res, 403, 'invalid_current_password');
+  assert.equal((await get(t, '/v1/users/me', other.access_token)).statusCode, 200);
+  assert.equal((await loginRes(t, user)).statusCode, 200);
+  assert.deepEqual(await mailsTo(t, user.email, 'password_changed'), []);
+});
+
+test('password change (POST /v1/users/me/password) answers 204, ends the other sessions, keeps the current one, and mails password_changed', async () => {
+  const user = await createUser(t);
+  const current = await signIn(user);
+  const other = await signIn(user);
+  const res = await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(current.access_token));
+  assert.equal(res.statusCode, 204, res.body);
+  assert.equal((await get(t, '/v1/users/me', current.access_token)).statusCode, 200, 'the current session still works');
+  assert.equal((await post(t, '/v1/auth/token/refresh', { refresh_token: current.refresh_token })).statusCode, 200);
+  assertError(await get(t, '/v1/users/me', other.access_token), 401, 'unauthenticated');
+  assertError(await post(t, '/v1/auth/token/refresh', { refresh_token: other.refresh_token }), 401, 'invalid_refresh_token');
+  const mails = await mailsTo(t, user.email, 'password_changed');
+  assert.equal(mails.length, 1);
+  assert.equal(mails[0].to_address, user.email);
+  assertError(await loginRes(t, user), 401, 'invalid_credentials');
+  assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200);
+});
+
+test('password change takes me or the own id, applies the password policy, and is refused for another user', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const change = (id: string, body: object) => post(t, `/v1/users/${id}/password`, body, bearer(session.access_token));
+  assert.equal(assertError(await change('me', { current_password: PASSWORD, new_password: 'qwertyuiop12' }), 422, 'weak_password').details.reason, 'breached');
+  assert.equal(assertError(await change('me', { current_password: PASSWORD, new_password: user.email }), 422, 'weak_password').details.reason, 'matches_email');
+  assert.equal(assertError(await change('me', { current_password: PASSWORD, new_password: 'x'.repeat(129) }), 422, 'weak_password').details.reason, 'too_long');
+  assert.equal((await loginRes(t, user)).statusCode, 200, 'refused changes changed nothing');
+  const someoneElse = await createUser(t);
+  assertError(await change(someoneElse.id, { current_password: PASSWORD, new_password: NEW_PASSWORD }), 404, 'user_not_found');
+  assert.equal((await loginRes(t, someoneElse)).statusCode, 200);
+  assert.equal((await change(user.id, { current_password: PASSWORD, new_password: NEW_PASSWORD })).statusCode, 204);
+  assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200);
+});
+
+test('invitations/accept with the mailed invitation token sets the password, activates the invited user and returns an AuthSession', async () => {
+  const invited = await createUser(t, { status: 'invited' });
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: invited.email })).statusCode, 202);
+  const mails = await mailsTo(t, invited.email);
+  assert.deepEqual(mails.map((m) => m.template), ['invitation']);
+  const token = await latestToken(t, invited.email, 'invitation');
+  const res = await post(t, '/v1/auth/invitations/accept', { token, password: NEW_PASSWORD });
+  assert.equal(res.statusCode, 200, res.body);
+  assertAuthSession(res.json(), invited.id);
+  const me = await get(t, '/v1/users/me', res.json().access_token);
+  assert.equal(me.json().status, 'active');
+  const [row] = await sql(t, 'SELECT status, last_login_at FROM users WHERE id = $1', [invited.id]);
+  assert.equal(row.status, 'active');
+  assert.notEqual(row.last_login_at, null);
+  const [identity] = await sql(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND method = 'password'`, [invited.id]);
+  assert.ok(identity.password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'));
+  assert.equal((await loginRes(t, invited, NEW_PASSWORD)).statusCode, 200);
+  assertError(await post(t, '/v1/auth/invitations/accept', { token, password: 'another-passphrase-88' }), 400, 'invalid_token');
+});
+
+test('invitations/accept applies the password policy (422 weak_password) and leaves the user invited', async () => {
+  const invited = await createUser(t, { status: 'invited' });
+  await post(t, '/v1/auth/email/verify/resend', { email: invited.email });
+  const token = await latestToken(t, invited.email, 'invitation');
+  for (const [password, reason] of [['short-one', 'too_short'], ['password1234', 'breached'], [invited.email, 'matches_email']]) {
+    assert.equal(assertError(await post(t, '/v1/auth/invitations/accept', { token, password }), 422, 'weak_password').details.reason, reason);
+  }
+  assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [invited.id]))[0].status, 'invited');
+  assert.equal((await post(t, '/v1/auth/invitations/accept', { token, password: NEW_PASSWORD })).statusCode, 200);
+});
+
+test('token endpoints refuse unknown tokens and tokens of another kind with 400 invalid_token', async () => {
+  const { email } = await signup();
+  const verification = await latestToken(t, email, 'email_verification');
+  await post(t, '/v1/auth/password/forgot', { email });
+  const reset = await latestToken(t, email, 'password_reset');
+  assertError(await post(t, '/v1/auth/password/reset', { token: verification, password: NEW_PASSWORD }), 400, 'invalid_token');
+  assertError(await post(t, '/v1/auth/invitations/accept', { token: reset, password: NEW_PASSWORD }), 400, 'invalid_token');
+  assertError(await post(t, '/v1/auth/email/verify', { token: reset }), 400, 'invalid_token');
+  for (const url of ['/v1/auth/email/verify', '/v1/auth/password/reset', '/v1/auth/invitations/accept']) {
+    assertError(await post(t, url, { token: 'vrf_unknown', ...(url === '/v1/auth/email/verify' ? {} : { password: NEW_PASSWORD }) }), 400, 'invalid_token');
+  }
+  // The tokens were not used up by the refusals.
+  assert.equal((await post(t, '/v1/auth/email/verify', { token: verification })).statusCode, 204);
+  assert.equal((await post(t, '/v1/auth/password/reset', { token: reset, password: NEW_PASSWORD })).statusCode, 204);
+});
+
+test('email and password endpoints: bad input gets 422 validation_failed with details.fields naming the field', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  assertFields(await post(t, '/v1/auth/email/verify', {}), ['token']);
+  assertFields(await post(t, '/v1/auth/email/verify', { token: 5 }), ['token']);
+  assertFields(await post(t, '/v1/auth/email/verify/resend', {}), ['email']);
+  assertFields(await post(t, '/v1/auth/email/verify/resend', { email: uniqueEmail(), test_mode: 1 }), ['test_mode']);
+  assertFields(await post(t, '/v1/auth/password/forgot', { email: 42 }), ['email']);
+  assertFields(await post(t, '/v1/auth/password/reset', {}), ['token', 'password']);
+  assertFields(await post(t, '/v1/auth/password/reset', { token: 'pwr_x', password: 1234567890123 }), ['password']);
+  assertFields(await post(t, '/v1/auth/invitations/accept', {}), ['token', 'password']);
+  assertFields(await post(t, '/v1/auth/invitations/accept', { token: 'inv_x' }), ['password']);
+  assertFields(await post(t, '/v1/users/me/password', {}, bearer(session.access_token)), ['current_password', 'new_password']);
+  assertFields(await post(t, '/v1/users/me/password', { current_password: PASSWORD }, bearer(session.access_token)), ['new_password']);
+  assertFields(await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD, password: 'x' }, bearer(session.access_token)), ['password']);
+  assertError(await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }), 401, 'unauthenticated');
+  assert.equal((await loginRes(t, user)).statusCode, 200, 'nothing changed');
+});

@@ -1,0 +1,243 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { bearer, createUser, login, type TestUser } from '../helpers/fixtures.js';
+import { assertAuthSession, assertError, assertFields, auditRows, get, jwtPayload, post, sql } from './support.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const DAY = 24 * 3600;
+const refresh = (refreshToken: unknown) => post(t, '/v1/auth/token/refresh', { refresh_token: refreshToken });
+
+async function signIn(user: TestUser, userAgent = 'auth-tests/1.0') {
+  const res = await t.app.inject({
+    method: 'POST',
+    url: '/v1/auth/login',
+    headers: { 'user-agent': userAgent },
+    payload: { email: user.email, password: user.password },
+  });
+  assert.equal(res.statusCode, 200, res.body);
+  return res.json() as { access_token: string; refresh_token: string; session_id: string; user_id: string };
+}
+
+const works = async (accessToken: string) => (await get(t, '/v1/users/me', accessToken)).statusCode === 200;
+
+test('token/refresh returns a new AuthSession on the same session with a new rtk_ refresh token; the old refresh token is then invalid (single use, rotating)', async () => {
+  const user = await createUser(t);
+  const first = await signIn(user);
+  const res = await refresh(first.refresh_token);
+  assert.equal(res.statusCode, 200, res.body);
+  const next = res.json();
+  assertAuthSession(next, user.id);
+  assert.equal(next.session_id, first.session_id);
+  assert.notEqual(next.refresh_token, first.refresh_token);
+  assert.notEqual(jwtPayload(next.access_token).jti, jwtPayload(first.access_token).jti);
+  assert.equal(jwtPayload(next.access_token).sid, first.session_id);
+  assert.ok(await works(next.access_token));
+  const rows = await sql(t, 'SELECT token_hash FROM refresh_tokens t JOIN sessions s ON s.id = t.session_id WHERE s.user_id = $1', [user.id]);
+  for (const row of rows) assert.ok(!String(row.token_hash).includes(next.refresh_token.slice(4)), 'refresh tokens are stored hashed');
+
+  // Rotation continues from the new token.
+  const again = await refresh(next.refresh_token);
+  assert.equal(again.statusCode, 200, again.body);
+  assert.equal(again.json().session_id, first.session_id);
+});
+
+test('reusing an already-used refresh token revokes the whole session: the newest access token and refresh token stop working, and audit session.refresh_token_reused is written', async () => {
+  const user = await createUser(t);
+  const other = await signIn(user);
+  const first = await signIn(user);
+  const rotated = (await refresh(first.refresh_token)).json();
+  assert.ok(await works(rotated.access_token));
+
+  const reuse = await refresh(first.refresh_token);
+  assertError(reuse, 401, 'invalid_refresh_token');
+  assertError(await get(t, '/v1/users/me', rotated.access_token), 401, 'unauthenticated');
+  assertError(await refresh(rotated.refresh_token), 401, 'invalid_refresh_token');
+  const [session] = await sql(t, 'SELECT revoked_at FROM sessions WHERE id = $1', [first.session_id]);
+  assert.notEqual(session.revoked_at, null);
+
+  const audit = await auditRows(t, 'session.refresh_token_reused', user.id);
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].target_id, first.session_id);
+
+  // Other sessions of the user are untouched.
+  assert.ok(await works(other.access_token));
+  assert.equal((await refresh(other.refresh_token)).statusCode, 200);
+});
+
+test('20 concurrent refreshes with one refresh token give exactly one success', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const results = await Promise.all(Array.from({ length: 20 }, () => refresh(session.refresh_token)));
+  const ok = results.filter((r) => r.statusCode === 200);
+  assert.equal(ok.length, 1, results.map((r) => r.statusCode).join(','));
+  for (const res of results.filter((r) => r.statusCode !== 200)) assertError(res, 401, 'invalid_refresh_token');
+  const issued = await sql(t, 'SELECT count(*)::int AS n FROM refresh_tokens WHERE session_id = $1', [session.session_id]);
+  assert.equal(issued[0].n, 2, 'one rotation, not twenty');
+});
+
+test('a refresh token idles out after 30 days: unused for 30 days and 1 second it gets 401 invalid_refresh_token', async () => {
+  const user = await createUser(t);
+  const kept = await signIn(user);
+  const idle = await signIn(user);
+  t.clock.advance(29 * DAY);
+  assert.equal((await refresh(kept.refresh_token)).statusCode, 200, 'still valid after 29 days');
+  t.clock.advance(DAY + 1);
+  assertError(await refresh(idle.refresh_token), 401, 'invalid_refresh_token');
+});
+
+test('a session ends 90 days after sign-in even when refreshed every 29 days', async () => {
+  const user = await createUser(t);
+  const start = t.clock.now().getTime();
+  let current = (await signIn(user)).refresh_token;
+  for (let i = 1; i <= 3; i++) {
+    t.clock.advance(29 * DAY);
+    const res = await refresh(current);
+    assert.equal(res.statusCode, 200, `refresh on day ${29 * i}: ${res.body}`);
+    current = res.json().refresh_token;
+    assert.ok(await works(res.json().access_token));
+  }
+  // Day 89: still inside the 90 days.
+  t.clock.advance(2 * DAY);
+  const last = await refresh(current);
+  assert.equal(last.statusCode, 200, last.body);
+  current = last.json().refresh_token;
+  // 90 days and 1 second after sign-in the session is over, although this token is a day old.
+  t.clock.advance((start + 90 * DAY * 1000 + 1000 - t.clock.now().getTime()) / 1000);
+  assertError(await refresh(current), 401, 'invalid_refresh_token');
+  assertError(await get(t, '/v1/users/me', last.json().access_token), 401, 'unauthenticated');
+  const [session] = await sql(t, 'SELECT expires_at, created_at FROM sessions WHERE user_id = $1', [user.id]);
+  assert.equal(session.expires_at.getTime() - session.created_at.getTime(), 90 * DAY * 1000);
+});
+
+test('an access token lasts 15 minutes; after that it gets 401 and the refresh token issues a new one', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  t.clock.advance(14 * 60);
+  assert.ok(await works(session.access_token));
+  t.clock.advance(60 + 1);
+  assertError(await get(t, '/v1/users/me', session.access_token), 401, 'unauthenticated');
+  const res = await refresh(session.refresh_token);
+  assert.equal(res.statusCode, 200, res.body);
+  assert.ok(await works(res.json().access_token));
+});
+
+test('token/refresh bad input: an unknown token gets 401 invalid_refresh_token; a missing or mistyped refresh_token gets 422 validation_failed naming refresh_token', async () => {
+  assertError(await refresh('rtk_not-a-real-token'), 401, 'invalid_refresh_token');
+  assertFields(await post(t, '/v1/auth/token/refresh', {}), ['refresh_token']);
+  assertFields(await refresh(12345), ['refresh_token']);
+  assertFields(await refresh(''), ['refresh_token']);
+  assertFields(await post(t, '/v1/auth/token/refresh', { refresh_token: 'rtk_x', grant_type: 'refresh_token' }), ['grant_type']);
+});
+
+test('every login creates a session; GET /v1/users/me/sessions lists the active ones with id, created_at, ip_address, user_agent and expires_at', async () => {
+  const user = await createUser(t);
+  const a = await signIn(user, 'Agent-A/1.0');
+  const b = await signIn(user, 'Agent-B/2.0');
+  const gone = await signIn(user, 'Agent-C/3.0');
+  assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(gone.access_token), payload: {} })).statusCode, 204);
+  const res = await get(t, '/v1/users/me/sessions', a.access_token);
+  assert.equal(res.statusCode, 200, res.body);
+  const body = res.json();
+  assert.deepEqual(body.page, { next_cursor: null, has_more: false });
+  const byId = new Map(body.data.map((s: any) => [s.id, s]));
+  assert.deepEqual([...byId.keys()].sort(), [a.session_id, b.session_id].sort(), 'revoked sessions are not listed');
+  for (const [id, agent] of [[a.session_id, 'Agent-A/1.0'], [b.session_id, 'Agent-B/2.0']]) {
+    const s: any = byId.get(id);
+    for (const field of ['id', 'created_at', 'ip_address', 'user_agent', 'expires_at']) assert.ok(field in s, `${field} in ${JSON.stringify(s)}`);
+    assert.match(s.id, /^ses_/);
+    assert.equal(s.user_agent, agent);
+    assert.equal(s.ip_address, '127.0.0.1');
+    assert.equal(new Date(s.expires_at).getTime() - new Date(s.created_at).getTime(), 90 * DAY * 1000);
+    assert.ok(new Date(s.created_at).toISOString() === s.created_at);
+  }
+  const own = await get(t, `/v1/users/${user.id}/sessions`, a.access_token);
+  assert.deepEqual(own.json().data.map((s: any) => s.id).sort(), [...byId.keys()].sort());
+});
+
+test('DELETE /v1/users/me/sessions/{id} revokes that session: its refresh tokens stop and its access tokens fail at once; other sessions keep working', async () => {
+  const user = await createUser(t);
+  const keep = await signIn(user);
+  const doomed = await signIn(user);
+  const rotated = (await refresh(doomed.refresh_token)).json();
+  const res = await t.app.inject({ method: 'DELETE', url: `/v1/users/me/sessions/${doomed.session_id}`, headers: bearer(keep.access_token) });
+  assert.equal(res.statusCode, 204, res.body);
+  assertError(await get(t, '/v1/users/me', rotated.access_token), 401, 'unauthenticated');
+  assertError(await get(t, '/v1/users/me', doomed.access_token), 401, 'unauthenticated');
+  assertError(await refresh(rotated.refresh_token), 401, 'invalid_refresh_token');
+  assert.ok(await works(keep.access_token));
+  assert.equal((await refresh(keep.refresh_token)).statusCode, 200);
+
+  // Revoking again, an unknown id, or another user's session: 404 session_not_found, nothing changes.
+  const stranger = await signIn(await createUser(t));
+  for (const id of [doomed.session_id, 'ses_01ARZ3NDEKTSV4RRFFQ69G5FAV', stranger.session_id]) {
+    assertError(await t.app.inject({ method: 'DELETE', url: `/v1/users/me/sessions/${id}`, headers: bearer(keep.access_token) }), 404, 'session_not_found');
+  }
+  assert.ok(await works(stranger.access_token));
+});
+
+test('users.manage may list and revoke another user\'s sessions; without it another user\'s sessions are not reachable', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const outsider = await login(t, await createUser(t));
+  assertError(await get(t, `/v1/users/${user.id}/sessions`, outsider), 404, 'user_not_found');
+  assertError(await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/sessions/${session.session_id}`, headers: bearer(outsider) }), 404, 'user_not_found');
+  const list = await get(t, `/v1/users/${user.id}/sessions`, admin);
+  assert.equal(list.statusCode, 200);
+  assert.deepEqual(list.json().data.map((s: any) => s.id), [session.session_id]);
+  const del = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/sessions/${session.session_id}`, headers: bearer(admin) });
+  assert.equal(del.statusCode, 204);
+  assert.equal(await works(session.access_token), false);
+});
+
+test('logout ends the current session (204): its access and refresh tokens stop working; other sessions continue', async () => {
+  const user = await createUser(t);
+  const other = await signIn(user);
+  const current = await signIn(user);
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(current.access_token) });
+  assert.equal(res.statusCode, 204, res.body);
+  assert.equal(res.body, '');
+  assertError(await get(t, '/v1/users/me', current.access_token), 401, 'unauthenticated');
+  assertError(await refresh(current.refresh_token), 401, 'invalid_refresh_token');
+  assert.ok(await works(other.access_token));
+  assert.equal((await refresh(other.refresh_token)).statusCode, 200);
+});
+
+test('logout with all_sessions true ends every session of the user', async () => {
+  const user = await createUser(t);
+  const sessions = [await signIn(user), await signIn(user), await signIn(user)];
+  const bystander = await signIn(await createUser(t));
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(sessions[0].access_token), payload: { all_sessions: true } });
+  assert.equal(res.statusCode, 204, res.body);
+  for (const s of sessions) {
+    assertError(await get(t, '/v1/users/me', s.access_token), 401, 'unauthenticated');
+    assertError(await refresh(s.refresh_token), 401, 'invalid_refresh_token');
+  }
+  const open = await sql(t, 'SELECT id FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [user.id]);
+  assert.deepEqual(open, []);
+  assert.ok(await works(bystander.access_token));
+});
+
+test('logout bad input: no credential gets 401; all_sessions not a boolean gets 422 validation_failed naming all_sessions', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  assertError(await post(t, '/v1/auth/logout', {}), 401, 'unauthenticated');
+  assertFields(await post(t, '/v1/auth/logout', { all_sessions: 'yes' }, bearer(session.access_token)), ['all_sessions']);
+  assert.ok(await works(session.access_token), 'a refused logout ends nothing');
+});
+
+test('a test-mode session refreshes in test mode: the new access token carries test_mode true', async () => {
+  const user = await createUser(t, { mode: 'test' });
+  const res = await post(t, '/v1/auth/login', { email: user.email, password: user.password, test_mode: true });
+  assert.equal(res.statusCode, 200, res.body);
+  const next = await refresh(res.json().refresh_token);
+  assert.equal(next.statusCode, 200, next.body);
+  assert.equal(jwtPayload(next.json().access_token).test_mode, true);
+  assert.equal((await get(t, '/v1/users/me', next.json().access_token)).json().test_mode, true);
+});

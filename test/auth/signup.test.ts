@@ -1,0 +1,329 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { bearer, createUser, PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
+import {
+  alignToWindow, assertAuthSession, assertError, assertFields, auditRows, createApplication, get, jwtPayload, latestToken, linkToken, mailsTo, post, sql,
+} from './support.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const signup = (body: object) => post(t, '/v1/auth/signup', body);
+
+async function userRowsFor(email: string) {
+  return sql<{ id: string; status: string; email_verified: boolean; test_mode: boolean; signup_application_id: string | null }>(
+    t,
+    'SELECT id, status, email_verified, test_mode, signup_application_id FROM users WHERE lower(email) = lower($1) ORDER BY created_at',
+    [email],
+  );
+}
+
+test('signup creates the User (active, email_verified false), a password identity, Profile with display_name, Settings and the member Role, and answers 201 AuthSession', async () => {
+  const email = uniqueEmail('signup');
+  const res = await signup({ email, password: PASSWORD, display_name: 'Ada Lovelace' });
+  assert.equal(res.statusCode, 201, res.body);
+  const session = res.json();
+  assertAuthSession(session);
+  assert.equal(session.email_verified, false);
+  const userId = session.user_id;
+
+  const me = await get(t, '/v1/users/me', session.access_token);
+  assert.equal(me.statusCode, 200, me.body);
+  assert.equal(me.json().id, userId);
+  assert.equal(me.json().email, email);
+  assert.equal(me.json().status, 'active');
+  assert.equal(me.json().email_verified, false);
+  assert.equal(me.json().mfa_enabled, false);
+  assert.equal(me.json().signup_application_id, null);
+  assert.equal(me.json().test_mode, false);
+
+  const identities = await sql(t, 'SELECT method, password_hash FROM identities WHERE user_id = $1', [userId]);
+  assert.equal(identities.length, 1);
+  assert.equal(identities[0].method, 'password');
+  const profiles = await sql(t, 'SELECT display_name FROM profiles WHERE user_id = $1', [userId]);
+  assert.deepEqual(profiles.map((p) => p.display_name), ['Ada Lovelace']);
+  assert.equal((await sql(t, 'SELECT 1 FROM settings WHERE user_id = $1', [userId])).length, 1);
+  const roles = await sql(t, 'SELECT role_id FROM role_assignments WHERE user_id = $1', [userId]);
+  assert.deepEqual(roles.map((r) => r.role_id), ['role_platform_member']);
+  const sessions = await sql(t, 'SELECT id, amr, revoked_at FROM sessions WHERE user_id = $1', [userId]);
+  assert.equal(sessions.length, 1);
+  assert.equal(sessions[0].id, session.session_id);
+  assert.deepEqual(sessions[0].amr, ['pwd']);
+  assert.equal(sessions[0].revoked_at, null);
+});
+
+test('signup without display_name still creates a Profile with a non-empty display_name', async () => {
+  const email = uniqueEmail('noname');
+  const res = await signup({ email, password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  const profiles = await sql(t, 'SELECT display_name FROM profiles WHERE user_id = $1', [res.json().user_id]);
+  assert.equal(profiles.length, 1);
+  assert.ok(profiles[0].display_name.length >= 1 && profiles[0].display_name.length <= 100);
+});
+
+test('the password hash is Argon2id with memory 19456 KiB, iterations 2, parallelism 1', async () => {
+  const res = await signup({ email: uniqueEmail('argon'), password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  const [identity] = await sql(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND method = 'password'`, [res.json().user_id]);
+  assert.ok(identity.password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'), identity.password_hash);
+  assert.ok(!identity.password_hash.includes(PASSWORD));
+});
+
+test('signup sends the verification email with a token= link, and an unverified user can log in', async () => {
+  const email = uniqueEmail('verify');
+  const res = await signup({ email, password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  const mails = await mailsTo(t, email);
+  assert.equal(mails.length, 1);
+  assert.equal(mails[0].template, 'email_verification');
+  assert.equal(mails[0].to_address, email);
+  assert.match(mails[0].text_body, /\/verify-email\?token=/);
+  linkToken(mails[0]);
+
+  const login = await post(t, '/v1/auth/login', { email, password: PASSWORD });
+  assert.equal(login.statusCode, 200, login.body);
+  assertAuthSession(login.json(), res.json().user_id);
+  assert.equal(login.json().email_verified, false);
+});
+
+test('signup writes audit user.created with actor_type user and actor_id the new user, for the signup request', async () => {
+  const email = uniqueEmail('audit');
+  const res = await signup({ email, password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  const userId = res.json().user_id;
+  const rows = await auditRows(t, 'user.created', userId);
+  assert.equal(rows.length, 1);
+  assert.equal(rows[0].actor_type, 'user');
+  assert.equal(rows[0].actor_id, userId);
+  assert.equal(rows[0].target_type, 'user');
+  assert.equal(rows[0].target_id, userId);
+  assert.equal(rows[0].test_mode, false);
+  assert.equal(rows[0].request_id, res.headers['request-id']);
+  const [user] = await sql(t, 'SELECT created_at FROM users WHERE id = $1', [userId]);
+  assert.equal(rows[0].created_at.getTime(), user.created_at.getTime(), 'written at the same instant as the user');
+});
+
+test('signup is one transaction: when its last write (the verification mail) fails, no User, identity, Profile, Settings, Role, session or audit row remains', async () => {
+  await t.database.scoped('system').exec(`
+    CREATE OR REPLACE FUNCTION auth_test_fail_mail() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.to_address LIKE 'txfail-%' THEN RAISE EXCEPTION 'injected mail failure'; END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER auth_test_fail_mail BEFORE INSERT ON emails FOR EACH ROW EXECUTE FUNCTION auth_test_fail_mail();
+  `);
+  const email = uniqueEmail('txfail');
+  try {
+    const res = await signup({ email, password: PASSWORD, display_name: 'Rolled Back' });
+    assertError(res, 500, 'internal_error');
+  } finally {
+    await t.database.scoped('system').exec('DROP TRIGGER auth_test_fail_mail ON emails; DROP FUNCTION auth_test_fail_mail();');
+  }
+  assert.deepEqual(await userRowsFor(email), []);
+  assert.deepEqual(await sql(t, `SELECT user_id FROM profiles WHERE display_name = 'Rolled Back'`), []);
+  assert.deepEqual(await sql(t, 'SELECT 1 FROM identities i LEFT JOIN users u ON u.id = i.user_id WHERE u.id IS NULL'), []);
+  assert.deepEqual(await sql(t, 'SELECT 1 FROM settings s LEFT JOIN users u ON u.id = s.user_id WHERE u.id IS NULL'), []);
+  assert.deepEqual(await sql(t, 'SELECT 1 FROM role_assignments r LEFT JOIN users u ON u.id = r.user_id WHERE u.id IS NULL'), []);
+  assert.deepEqual(await sql(t, `SELECT 1 FROM audit_events a LEFT JOIN users u ON u.id = a.target_user_id WHERE a.action = 'user.created' AND u.id IS NULL`), []);
+  // The address is still free: the failed attempt left nothing behind.
+  const retry = await signup({ email, password: PASSWORD });
+  assert.equal(retry.statusCode, 201, retry.body);
+});
+
+test("signup application_id grants nothing: it is stored as signup_application_id and brands the verification email with the application's email_from_name", async () => {
+  const appId = await createApplication(t, { slug: 'acme-notes', emailFromName: 'Acme Notes' });
+  const email = uniqueEmail('branded');
+  const res = await signup({ email, password: PASSWORD, application_id: appId });
+  assert.equal(res.statusCode, 201, res.body);
+  const userId = res.json().user_id;
+  const me = await get(t, '/v1/users/me', res.json().access_token);
+  assert.equal(me.json().signup_application_id, appId);
+  const roles = await sql(t, 'SELECT role_id, application_id FROM role_assignments WHERE user_id = $1', [userId]);
+  assert.deepEqual(roles.map((r) => r.role_id), ['role_platform_member'], 'no application role or grant');
+  const [mail] = await mailsTo(t, email, 'email_verification');
+  assert.equal(mail.from_name, 'Acme Notes');
+  assert.match(mail.text_body, /Acme Notes/);
+  linkToken(mail);
+
+  // Without application_id the mail is not branded.
+  const plain = uniqueEmail('plain');
+  assert.equal((await signup({ email: plain, password: PASSWORD })).statusCode, 201);
+  const [plainMail] = await mailsTo(t, plain, 'email_verification');
+  assert.equal(plainMail.from_name, null);
+  assert.doesNotMatch(plainMail.text_body, /Acme Notes/);
+});
+
+test('signup with an unknown application_id gets 422 validation_failed naming application_id and creates nothing', async () => {
+  const email = uniqueEmail('unknownapp');
+  const res = await signup({ email, password: PASSWORD, application_id: 'app_does-not-exist' });
+  assertFields(res, ['application_id']);
+  assert.deepEqual(await userRowsFor(email), []);
+  assert.deepEqual(await mailsTo(t, email), []);
+});
+
+test('email is unique per mode among non-deleted users: 409 email_taken (case-insensitively); the other mode and a soft-deleted holder do not block it', async () => {
+  const email = uniqueEmail('unique');
+  const first = await signup({ email, password: PASSWORD });
+  assert.equal(first.statusCode, 201, first.body);
+  const again = await signup({ email: email.toUpperCase(), password: PASSWORD });
+  assertError(again, 409, 'email_taken');
+  assert.equal(again.json().error.details.reason, undefined, 'invitation_pending only for an invited holder');
+
+  const testMode = await signup({ email, password: PASSWORD, test_mode: true });
+  assert.equal(testMode.statusCode, 201, testMode.body);
+  assert.equal(jwtPayload(testMode.json().access_token).test_mode, true);
+  assertError(await signup({ email, password: PASSWORD, test_mode: true }), 409, 'email_taken');
+
+  const suspended = await createUser(t, { status: 'suspended' });
+  assertError(await signup({ email: suspended.email, password: PASSWORD }), 409, 'email_taken');
+
+  await sql(t, `UPDATE users SET status = 'deleted', deleted_at = now() WHERE id = $1`, [first.json().user_id]);
+  const reuse = await signup({ email, password: PASSWORD });
+  assert.equal(reuse.statusCode, 201, reuse.body);
+  assert.notEqual(reuse.json().user_id, first.json().user_id);
+  const rows = await userRowsFor(email);
+  assert.deepEqual(rows.map((r) => [r.status, r.test_mode]).sort(), [['active', false], ['active', true], ['deleted', false]].sort());
+});
+
+test("signup with an invited user's email gets 409 email_taken with details.reason invitation_pending, re-sends the invitation and does not activate the user", async () => {
+  const invited = await createUser(t, { status: 'invited' });
+  const res = await signup({ email: invited.email, password: PASSWORD, display_name: 'Someone' });
+  const error = assertError(res, 409, 'email_taken');
+  assert.equal(error.details.reason, 'invitation_pending');
+  const mails = await mailsTo(t, invited.email);
+  assert.deepEqual(mails.map((m) => m.template), ['invitation']);
+  assert.match(mails[0].text_body, /\/accept-invitation\?token=/);
+  const [row] = await userRowsFor(invited.email);
+  assert.equal(row.id, invited.id);
+  assert.equal(row.status, 'invited');
+  assert.deepEqual(await sql(t, 'SELECT 1 FROM identities WHERE user_id = $1', [invited.id]), [], 'no password was set');
+  assert.equal((await userRowsFor(invited.email)).length, 1);
+
+  // The invitation completes only through invitations/accept, with the mailed token.
+  const accepted = await post(t, '/v1/auth/invitations/accept', { token: linkToken(mails[0]), password: PASSWORD });
+  assert.equal(accepted.statusCode, 200, accepted.body);
+  assertAuthSession(accepted.json(), invited.id);
+});
+
+test('invitation re-sends from signup count in the 3-per-email-per-hour limit shared with verification resend: the 4th attempt in the hour sends no mail', async () => {
+  alignToWindow(t, 3600, 60);
+  const invited = await createUser(t, { status: 'invited' });
+  const resend = await post(t, '/v1/auth/email/verify/resend', { email: invited.email });
+  assert.equal(resend.statusCode, 202);
+  for (let i = 0; i < 2; i++) assert.equal(assertError(await signup({ email: invited.email, password: PASSWORD }), 409, 'email_taken').details.reason, 'invitation_pending');
+  assert.equal((await mailsTo(t, invited.email, 'invitation')).length, 3);
+
+  t.clock.advance(600);
+  const fourth = await signup({ email: invited.email, password: PASSWORD });
+  assert.equal(assertError(fourth, 409, 'email_taken').details.reason, 'invitation_pending');
+  assert.equal((await mailsTo(t, invited.email, 'invitation')).length, 3, 'the 4th re-send in the hour sends no mail');
+  assert.equal((await post(t, '/v1/auth/email/verify/resend', { email: invited.email })).statusCode, 202);
+  assert.equal((await mailsTo(t, invited.email, 'invitation')).length, 3);
+
+  // An hour later re-sends are allowed again.
+  t.clock.advance(3600);
+  assertError(await signup({ email: invited.email, password: PASSWORD }), 409, 'email_taken');
+  assert.equal((await mailsTo(t, invited.email, 'invitation')).length, 4);
+  // Only the newest invitation link is needed; it works.
+  const accepted = await post(t, '/v1/auth/invitations/accept', { token: await latestToken(t, invited.email, 'invitation'), password: PASSWORD });
+  assert.equal(accepted.statusCode, 200, accepted.body);
+});
+
+test('the re-send limit is 3 per email per hour even across a clock-hour boundary: 3 re-sends at 00:55 and one at 01:05 send 3 mails', async () => {
+  alignToWindow(t, 3600, 3300); // hh:55
+  const invited = await createUser(t, { status: 'invited' });
+  for (let i = 0; i < 3; i++) assertError(await signup({ email: invited.email, password: PASSWORD }), 409, 'email_taken');
+  assert.equal((await mailsTo(t, invited.email, 'invitation')).length, 3);
+  t.clock.advance(600); // hh+1:05, ten minutes later
+  assertError(await signup({ email: invited.email, password: PASSWORD }), 409, 'email_taken');
+  assert.equal((await mailsTo(t, invited.email, 'invitation')).length, 3, 'a 4th invitation mail within one hour');
+});
+
+test('password policy: fewer than 12 characters gets 422 weak_password with details.reason too_short; exactly 12 is accepted', async () => {
+  for (const password of ['short-pw-11', '𝒜'.repeat(11)]) {
+    const email = uniqueEmail('short');
+    const res = await signup({ email, password });
+    assert.equal(assertError(res, 422, 'weak_password').details.reason, 'too_short', password);
+    assert.deepEqual(await userRowsFor(email), []);
+  }
+  const ok = await signup({ email: uniqueEmail('twelve'), password: 'tw3lve-chars' });
+  assert.equal(ok.statusCode, 201, ok.body);
+});
+
+test('password policy: more than 128 characters gets 422 weak_password with details.reason too_long; exactly 128 is accepted', async () => {
+  const email = uniqueEmail('long');
+  const res = await signup({ email, password: 'x7-'.repeat(43) }); // 129
+  assert.equal(assertError(res, 422, 'weak_password').details.reason, 'too_long');
+  assert.deepEqual(await userRowsFor(email), []);
+  const ok = await signup({ email: uniqueEmail('onetwentyeight'), password: 'x7-'.repeat(42) + 'ab' }); // 128
+  assert.equal(ok.statusCode, 201, ok.body);
+  const login = await post(t, '/v1/auth/login', { email: (await sql(t, 'SELECT email FROM users WHERE id = $1', [ok.json().user_id]))[0].email, password: 'x7-'.repeat(42) + 'ab' });
+  assert.equal(login.statusCode, 200);
+});
+
+test('password policy: a password among the 100,000 most common breached passwords gets 422 weak_password with details.reason breached (case-insensitively)', async () => {
+  for (const password of ['password1234', 'qwertyuiop12', 'PASSWORD1234', 'qwerty123456']) {
+    const email = uniqueEmail('breached');
+    const res = await signup({ email, password });
+    assert.equal(assertError(res, 422, 'weak_password').details.reason, 'breached', password);
+    assert.deepEqual(await userRowsFor(email), []);
+  }
+});
+
+test('password policy has no composition rules: lowercase-only and spaced passwords outside the breached list (even one ranked beyond 100,000) are accepted', async () => {
+  for (const password of ['zaqxswcdevfr', 'correct horse battery']) {
+    const res = await signup({ email: uniqueEmail('nocomp'), password });
+    assert.equal(res.statusCode, 201, `${password}: ${res.body}`);
+  }
+});
+
+test('password policy: a password equal to the email gets 422 weak_password with details.reason matches_email', async () => {
+  for (const variant of ['same', 'upper']) {
+    const email = uniqueEmail('matches');
+    const res = await signup({ email, password: variant === 'same' ? email : email.toUpperCase() });
+    assert.equal(assertError(res, 422, 'weak_password').details.reason, 'matches_email');
+    assert.deepEqual(await userRowsFor(email), []);
+  }
+});
+
+test('signup bad input gets 422 validation_failed with details.fields naming the field', async () => {
+  assertFields(await signup({}), ['email', 'password']);
+  assertFields(await signup({ password: PASSWORD }), ['email']);
+  assertFields(await signup({ email: uniqueEmail() }), ['password']);
+  assertFields(await signup({ email: 'not-an-email', password: PASSWORD }), ['email']);
+  assertFields(await signup({ email: 42, password: PASSWORD }), ['email']);
+  assertFields(await signup({ email: uniqueEmail(), password: 123456789012345 }), ['password']);
+  assertFields(await signup({ email: uniqueEmail(), password: PASSWORD, display_name: '' }), ['display_name']);
+  assertFields(await signup({ email: uniqueEmail(), password: PASSWORD, display_name: 'n'.repeat(101) }), ['display_name']);
+  assertFields(await signup({ email: uniqueEmail(), password: PASSWORD, test_mode: 'true' }), ['test_mode']);
+  assertFields(await signup({ email: uniqueEmail(), password: PASSWORD, application_id: 7 }), ['application_id']);
+  assertFields(await signup({ email: uniqueEmail(), password: PASSWORD, role: 'superadmin' }), ['role']);
+  const ok = await signup({ email: uniqueEmail('dn100'), password: PASSWORD, display_name: 'n'.repeat(100) });
+  assert.equal(ok.statusCode, 201, ok.body);
+});
+
+test('signup with test_mode true creates a test-mode user whose access token carries test_mode true', async () => {
+  const email = uniqueEmail('testmode');
+  const res = await signup({ email, password: PASSWORD, test_mode: true });
+  assert.equal(res.statusCode, 201, res.body);
+  assert.equal(jwtPayload(res.json().access_token).test_mode, true);
+  const [row] = await userRowsFor(email);
+  assert.equal(row.test_mode, true);
+  const me = await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(res.json().access_token) });
+  assert.equal(me.json().test_mode, true);
+  // Login matches only accounts in the requested mode.
+  assertError(await post(t, '/v1/auth/login', { email, password: PASSWORD }), 401, 'invalid_credentials');
+  assert.equal((await post(t, '/v1/auth/login', { email, password: PASSWORD, test_mode: true })).statusCode, 200);
+});
+
+test('two concurrent signups with one email: exactly one 201, the other 409 email_taken, and one user', async () => {
+  const email = uniqueEmail('race');
+  const results = await Promise.all([signup({ email, password: PASSWORD }), signup({ email: email.toUpperCase(), password: PASSWORD })]);
+  assert.deepEqual(results.map((r) => r.statusCode).sort(), [201, 409], results.map((r) => r.body).join(' | '));
+  assertError(results.find((r) => r.statusCode === 409)!, 409, 'email_taken');
+  assert.equal((await userRowsFor(email)).length, 1);
+});

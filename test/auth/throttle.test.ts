@@ -1,0 +1,56 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { uniqueEmail } from '../helpers/fixtures.js';
+import { alignToWindow, assertError } from './support.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp({ authRateLimitPerMinute: 2 });
+});
+after(() => t.close());
+
+// Every unauthenticated endpoint of the Auth table, with a body it may refuse: the throttle runs first.
+const ENDPOINTS: Array<[string, object]> = [
+  ['/v1/auth/signup', {}],
+  ['/v1/auth/login', { email: 'nobody@example.com', password: 'wrong-password-123' }],
+  ['/v1/auth/mfa/verify', { mfa_token: 'mfa_unknown', code: '123456' }],
+  ['/v1/auth/token/refresh', { refresh_token: 'rtk_unknown' }],
+  ['/v1/auth/email/verify', { token: 'vrf_unknown' }],
+  ['/v1/auth/email/verify/resend', { email: 'nobody@example.com' }],
+  ['/v1/auth/password/forgot', { email: 'nobody@example.com' }],
+  ['/v1/auth/password/reset', { token: 'pwr_unknown', password: 'amber-lantern-orchard-77' }],
+  ['/v1/auth/invitations/accept', { token: 'inv_unknown', password: 'amber-lantern-orchard-77' }],
+  ['/v1/auth/sso/okta/callback', {}],
+];
+
+const call = (url: string, payload: object, remoteAddress = '127.0.0.1') => t.app.inject({ method: 'POST', url, payload, remoteAddress });
+
+for (const [url, payload] of ENDPOINTS) {
+  test(`unauthenticated ${url} is throttled per IP: past the per-minute limit it answers 429 rate_limited with Retry-After`, async () => {
+    alignToWindow(t, 60, 1);
+    for (let i = 0; i < 2; i++) {
+      const res = await call(url, payload);
+      assert.notEqual(res.statusCode, 429, `call ${i + 1}: ${res.body}`);
+    }
+    const throttled = await call(url, payload);
+    assertError(throttled, 429, 'rate_limited');
+    const retryAfter = Number(throttled.headers['retry-after']);
+    assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60, `Retry-After ${throttled.headers['retry-after']}`);
+    // Per IP: another client is not affected.
+    assert.notEqual((await call(url, payload, '203.0.113.9')).statusCode, 429);
+    // The next minute the client may call again.
+    t.clock.advance(60);
+    assert.notEqual((await call(url, payload)).statusCode, 429);
+  });
+}
+
+test('a throttled signup creates nothing', async () => {
+  alignToWindow(t, 60, 1);
+  await call('/v1/auth/signup', {});
+  await call('/v1/auth/signup', {});
+  const email = uniqueEmail('throttled');
+  assertError(await call('/v1/auth/signup', { email, password: 'amber-lantern-orchard-77' }), 429, 'rate_limited');
+  const rows = (await t.database.scoped('system').query('SELECT id FROM users WHERE email = $1', [email])).rows;
+  assert.deepEqual(rows, []);
+});

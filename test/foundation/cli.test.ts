@@ -1,0 +1,75 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { projectPath } from '../../src/paths.js';
+
+// The operator CLI (`npx platform <command>`), run as an operator would: the built bin/platform.js,
+// settings from the environment only, embedded storage under DATA_DIR (no DATABASE_URL).
+const run = promisify(execFile);
+const BIN = projectPath('bin/platform.js');
+const ADMIN_EMAIL = 'a@example.com';
+const ADMIN_PASSWORD = 'copper-willow-saddle-harbor-58';
+
+let dataDir: string;
+let env: NodeJS.ProcessEnv;
+
+before(async () => {
+  await run(process.execPath, [projectPath('scripts/build-if-needed.mjs')], { cwd: projectPath('.'), timeout: 120_000 });
+  dataDir = await mkdtemp(join(tmpdir(), 'platform-cli-'));
+  env = { ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
+  for (const name of ['DATABASE_URL', 'TEST_DATABASE_URL', 'BOOTSTRAP_ADMIN_EMAIL', 'BOOTSTRAP_ADMIN_PASSWORD', 'SMTP_URL', 'DEV_CLOCK', 'PORT']) delete env[name];
+});
+after(() => rm(dataDir, { recursive: true, force: true }));
+
+async function platform(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { cwd: projectPath('.'), env, timeout: 60_000 });
+    return { code: 0, stdout, stderr };
+  } catch (err: any) {
+    if (typeof err.code !== 'number') throw err;
+    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
+  }
+}
+
+test('platform migrate applies the migrations to the embedded storage under DATA_DIR', async () => {
+  const res = await platform('migrate');
+  assert.equal(res.code, 0, res.stderr);
+  assert.match(res.stdout, /applied: 0001_foundation/);
+});
+
+test('platform bootstrap-admin creates the superadmin once; a second run says a live user already has that email', async () => {
+  const first = await platform('bootstrap-admin', '--email', ADMIN_EMAIL, '--password', ADMIN_PASSWORD);
+  assert.equal(first.code, 0, first.stderr);
+  const created = first.stdout.match(/created superadmin (usr_\S+)/);
+  assert.ok(created, first.stdout);
+
+  const second = await platform('bootstrap-admin', '--email', ADMIN_EMAIL, '--password', ADMIN_PASSWORD);
+  assert.equal(second.code, 0, second.stderr);
+  assert.match(second.stdout, /a live user already has that email/);
+  assert.ok(second.stdout.includes(created[1]), 'the same user');
+});
+
+test('platform keys rotate prints the new signing key', async () => {
+  const res = await platform('keys', 'rotate');
+  assert.equal(res.code, 0, res.stderr);
+  assert.match(res.stdout, /new signing key: sig_\S+/);
+});
+
+test('platform jobs run <job> runs one background job now and prints its JSON result', async () => {
+  const res = await platform('jobs', 'run', 'idempotency-prune');
+  assert.equal(res.code, 0, res.stderr);
+  const lines = res.stdout.trim().split('\n');
+  const out = JSON.parse(lines[lines.length - 1]);
+  assert.equal(out.job, 'idempotency-prune');
+  assert.equal(typeof out.result, 'object');
+});
+
+test('an unknown command exits with status 2 and prints the usage', async () => {
+  const res = await platform('frobnicate');
+  assert.equal(res.code, 2);
+  assert.match(res.stderr, /usage: platform <command>/);
+});

@@ -1,0 +1,384 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { SMTPServer } from 'smtp-server';
+import { Writable } from 'node:stream';
+import { buildTestApp, openTestDatabase, testConfig, type TestApp } from '../helpers/app.js';
+import { uniqueEmail } from '../helpers/fixtures.js';
+import { systemCtx } from '../../src/context.js';
+import { addSeconds, SystemClock } from '../../src/clock.js';
+import { boot } from '../../src/boot.js';
+import { refreshDevClock } from '../../src/dev/clock.js';
+import { JobRunner } from '../../src/jobs/runner.js';
+import type { JobDefinition } from '../../src/jobs/types.js';
+import { deliverQueuedMail, enqueueMail } from '../../src/mail/outbox.js';
+import { decodeMessage, secondProcess, sleep, tokenLinks } from './support/ops.js';
+
+const assertEnvelope = (body: any, code: string) => {
+  assert.equal(body.error.code, code);
+  assert.equal(typeof body.error.message, 'string');
+  assert.equal(typeof body.error.details, 'object');
+};
+
+/** |a - b| in seconds. */
+const secondsApart = (a: Date | string, b: Date | string) => Math.abs(new Date(a).getTime() - new Date(b).getTime()) / 1000;
+
+let plain: TestApp;
+let dev: TestApp;
+before(async () => {
+  [plain, dev] = await Promise.all([buildTestApp(), buildTestApp({ devClock: true })]);
+});
+after(async () => {
+  await plain.close();
+  await dev.close();
+});
+
+// ---------------------------------------------------------------- development clock and jobs
+
+test('without DEV_CLOCK=1 the development clock and job endpoints answer 404 in the envelope', async () => {
+  for (const [method, url, payload] of [
+    ['GET', '/_dev/clock', undefined],
+    ['POST', '/_dev/clock', { advance_seconds: 60 }],
+    ['POST', '/_dev/jobs/idempotency-prune', undefined],
+  ] as const) {
+    const res = await plain.app.inject({ method, url, payload });
+    assert.equal(res.statusCode, 404, `${method} ${url}`);
+    assertEnvelope(res.json(), 'not_found');
+  }
+  assert.ok(secondsApart(plain.clock.now(), new Date()) < 5, 'the clock did not move');
+});
+
+test('with DEV_CLOCK=1 the server logs a warning at start', async () => {
+  const lines: any[] = [];
+  const stream = new Writable({
+    write(chunk, _enc, done) {
+      for (const line of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(line));
+      done();
+    },
+  });
+  const { database, drop } = await openTestDatabase();
+  try {
+    for (const devClock of [false, true]) {
+      const { app, deps } = await boot({ config: testConfig({ devClock, logLevel: 'warn' }), database, clock: new SystemClock(), logger: { level: 'warn', stream } });
+      await app.close();
+      await deps.jobs.stop();
+      const warned = lines.filter((l) => l.level === 40 && /DEV_CLOCK/.test(l.msg));
+      assert.equal(warned.length, devClock ? 1 : 0, `DEV_CLOCK=${devClock ? 1 : 0}`);
+    }
+  } finally {
+    await database.close();
+    await drop();
+  }
+});
+
+test('GET /_dev/clock answers {now} in ISO time, the service clock', async () => {
+  const res = await dev.app.inject({ method: 'GET', url: '/_dev/clock' });
+  assert.equal(res.statusCode, 200);
+  const { now } = res.json();
+  assert.equal(new Date(now).toISOString(), now);
+  assert.ok(secondsApart(now, dev.clock.now()) < 5);
+});
+
+test('POST /_dev/clock with {advance_seconds: N} moves the service clock forward by N seconds and answers {now}', async () => {
+  const before = (await dev.app.inject({ method: 'GET', url: '/_dev/clock' })).json().now;
+  const res = await dev.app.inject({ method: 'POST', url: '/_dev/clock', payload: { advance_seconds: 3600 } });
+  assert.equal(res.statusCode, 200);
+  const { now } = res.json();
+  const moved = (new Date(now).getTime() - new Date(before).getTime()) / 1000;
+  assert.ok(moved >= 3600 && moved < 3605, `moved ${moved} s`);
+  assert.ok(secondsApart(dev.clock.now(), addSeconds(new Date(), 3600)) < 5, 'the service clock itself moved');
+  const after = (await dev.app.inject({ method: 'GET', url: '/_dev/clock' })).json().now;
+  assert.ok(secondsApart(after, now) < 5, 'GET answers the moved clock');
+});
+
+test('the development clock moves for every process sharing the database', async () => {
+  const other = await secondProcess(dev);
+  try {
+    await refreshDevClock(other.deps);
+    assert.ok(secondsApart(other.clock.now(), dev.clock.now()) < 2, 'a second process reads the same offset');
+
+    const res = await dev.app.inject({ method: 'POST', url: '/_dev/clock', payload: { advance_seconds: 600 } });
+    assert.equal(res.statusCode, 200);
+    const seen = await other.app.inject({ method: 'GET', url: '/_dev/clock' });
+    assert.equal(seen.statusCode, 200);
+    assert.ok(secondsApart(seen.json().now, res.json().now) < 2, 'the second process answers the moved clock');
+
+    const back = await other.app.inject({ method: 'POST', url: '/_dev/clock', payload: { advance_seconds: 60 } });
+    const mine = await dev.app.inject({ method: 'GET', url: '/_dev/clock' });
+    assert.ok(secondsApart(mine.json().now, back.json().now) < 2, 'and a move by the second process reaches the first');
+  } finally {
+    await other.close();
+  }
+});
+
+test('POST /_dev/clock with an invalid body answers 422 validation_failed and does not move the clock', async () => {
+  const before = dev.clock.now();
+  for (const payload of [{ advance_seconds: 'x' }, { advance_seconds: -60 }, {}, { advance_seconds: 60, extra: true }]) {
+    const res = await dev.app.inject({ method: 'POST', url: '/_dev/clock', payload });
+    assert.equal(res.statusCode, 422, JSON.stringify(payload));
+    assertEnvelope(res.json(), 'validation_failed');
+  }
+  assert.ok(secondsApart(dev.clock.now(), before) < 5);
+});
+
+test('POST /_dev/jobs/{job} runs the job now and answers {job, result} when it has finished (idempotency-prune drops expired records)', async () => {
+  const now = dev.clock.now();
+  const insert = (key: string, expiresAt: Date) =>
+    dev.database.scoped('system').query(
+      `INSERT INTO idempotency_keys (credential, operation, key, request_hash, status, locked_until, created_at, expires_at)
+       VALUES ('cred_probe', 'POST /probe', $1, 'h', 'done', $2, $2, $3)`,
+      [key, addSeconds(expiresAt, -86400), expiresAt],
+    );
+  await insert('expired', addSeconds(now, -60));
+  await insert('current', addSeconds(now, 3600));
+
+  const res = await dev.app.inject({ method: 'POST', url: '/_dev/jobs/idempotency-prune' });
+  assert.equal(res.statusCode, 200, res.body);
+  const body = res.json();
+  assert.equal(body.job, 'idempotency-prune');
+  assert.equal(typeof body.result, 'object');
+  const { rows } = await dev.database.scoped('system').query<{ key: string }>(`SELECT key FROM idempotency_keys WHERE credential = 'cred_probe'`);
+  assert.deepEqual(
+    rows.map((r) => r.key),
+    ['current'],
+  );
+});
+
+test('POST /_dev/jobs/{job} with an unknown job answers 404 job_not_found', async () => {
+  const res = await dev.app.inject({ method: 'POST', url: '/_dev/jobs/nope' });
+  assert.equal(res.statusCode, 404);
+  assertEnvelope(res.json(), 'job_not_found');
+});
+
+// ---------------------------------------------------------------- job scheduler
+
+function probeJob(intervalSeconds = 3600) {
+  const state = { calls: 0, active: 0, maxActive: 0 };
+  const job: JobDefinition = {
+    name: `probe-${randomBytes(4).toString('hex')}`,
+    intervalSeconds,
+    timeoutSeconds: 30,
+    run: async () => {
+      state.calls++;
+      state.active++;
+      state.maxActive = Math.max(state.maxActive, state.active);
+      await sleep(200);
+      state.active--;
+      return { call: state.calls };
+    },
+  };
+  return { job, state };
+}
+
+test('a due job runs exactly once when several processes tick at once, then waits for its interval (FOR UPDATE SKIP LOCKED)', async () => {
+  const other = await secondProcess(dev);
+  try {
+    const { job, state } = probeJob(3600);
+    const mine = new JobRunner(dev.deps, [job]);
+    const theirs = new JobRunner(other.deps, [job]);
+    await mine.register();
+    await theirs.register();
+
+    await Promise.all([mine.tick(), theirs.tick(), mine.tick(), theirs.tick()]);
+    assert.equal(state.calls, 1, 'ran exactly once');
+
+    const { rows } = await dev.database.scoped('system').query<{ next_run_at: Date; runs: number; locked_until: Date | null }>(
+      'SELECT next_run_at, runs, locked_until FROM jobs WHERE name = $1',
+      [job.name],
+    );
+    assert.ok(rows[0].next_run_at.getTime() > dev.clock.now().getTime() + 3500 * 1000, 'next run is an interval away');
+    assert.equal(rows[0].runs, 1);
+    assert.equal(rows[0].locked_until, null, 'the claim is released');
+
+    await Promise.all([mine.tick(), theirs.tick()]);
+    assert.equal(state.calls, 1, 'not due: nothing ran');
+
+    const moved = await dev.app.inject({ method: 'POST', url: '/_dev/clock', payload: { advance_seconds: 3601 } });
+    assert.equal(moved.statusCode, 200);
+    await Promise.all([mine.tick(), theirs.tick()]);
+    assert.equal(state.calls, 2, 'past the interval the job is due again and runs once');
+    assert.equal(state.maxActive, 1, 'never two runs at once');
+  } finally {
+    await other.close();
+  }
+});
+
+test('runNow runs a job even when it is not due, and never two runs of it at once', async () => {
+  const other = await secondProcess(dev);
+  try {
+    const { job, state } = probeJob(3600);
+    const mine = new JobRunner(dev.deps, [job]);
+    const theirs = new JobRunner(other.deps, [job]);
+    await mine.register();
+    await mine.tick();
+    assert.equal(state.calls, 1);
+
+    const result = await theirs.runNow(job.name);
+    assert.equal(state.calls, 2, 'ran although not due');
+    assert.deepEqual(result, { call: 2 });
+
+    await Promise.all([mine.runNow(job.name), theirs.runNow(job.name)]);
+    assert.equal(state.calls, 4);
+    assert.equal(state.maxActive, 1, 'the second waited for the first');
+    await assert.rejects(mine.runNow('nope'), (err: any) => err.code === 'job_not_found');
+  } finally {
+    await other.close();
+  }
+});
+
+// ---------------------------------------------------------------- mail outbox
+
+async function queueResetMail(t: TestApp, to: string, token: string): Promise<string> {
+  const ctx = systemCtx(t.deps, 'live');
+  return ctx.db.transaction((tx) => enqueueMail(tx, ctx, { template: 'password_reset', to, vars: { token } }));
+}
+
+const mailRow = async (t: TestApp, id: string) =>
+  (
+    await t.database
+      .scoped('system')
+      .query<{ status: string; text_body: string; subject: string; sent_at: Date | null; attempts: number }>(
+        'SELECT status, text_body, subject, sent_at, attempts FROM emails WHERE id = $1',
+        [id],
+      )
+  ).rows[0];
+
+test('an email that carries a token carries it in its text as a link on PUBLIC_URL whose query has token=<token>', async () => {
+  const id = await queueResetMail(plain, uniqueEmail('mail'), 'abc');
+  const row = await mailRow(plain, id);
+  assert.equal(row.status, 'queued');
+  const links = tokenLinks(row.text_body, 'abc');
+  assert.equal(links.length, 1, row.text_body);
+  assert.equal(links[0].origin, new URL(plain.config.publicUrl).origin);
+  assert.ok(links[0].href.startsWith(plain.config.publicUrl), links[0].href);
+
+  // Every template that carries a token (verification, email change, invitations, reset).
+  const token = 'tok+/=&x';
+  const ctx = systemCtx(plain.deps, 'live');
+  for (const [template, vars] of [
+    ['email_verification', { token }],
+    ['email_change_verification', { token }],
+    ['invitation', { token }],
+    ['organization_invitation', { token, organizationName: 'Acme' }],
+    ['password_reset', { token }],
+  ] as const) {
+    const mailId = await ctx.db.transaction((tx) => enqueueMail(tx, ctx, { template, to: uniqueEmail('tpl'), vars } as any));
+    const text = (await mailRow(plain, mailId)).text_body;
+    const found = tokenLinks(text, token);
+    assert.equal(found.length, 1, `${template}: ${text}`);
+    assert.ok(found[0].href.startsWith(plain.config.publicUrl), `${template}: ${found[0].href}`);
+  }
+});
+
+test('without SMTP_URL queued mail is kept in the database outbox and marked logged', async () => {
+  const id = await queueResetMail(plain, uniqueEmail('mail'), 'abc');
+  const result = await deliverQueuedMail(plain.deps);
+  assert.ok(result.sent >= 1);
+  assert.equal(result.failed, 0);
+  const row = await mailRow(plain, id);
+  assert.equal(row.status, 'logged');
+  assert.ok(row.sent_at);
+  const again = await deliverQueuedMail(plain.deps);
+  assert.equal(again.sent, 0, 'nothing is delivered twice');
+});
+
+test('a mail queued in a transaction that rolls back never exists', async () => {
+  const to = uniqueEmail('rollback');
+  const ctx = systemCtx(plain.deps, 'live');
+  let id = '';
+  await assert.rejects(
+    ctx.db.transaction(async (tx) => {
+      id = await enqueueMail(tx, ctx, { template: 'password_reset', to, vars: { token: 'abc' } });
+      throw new Error('roll back');
+    }),
+    /roll back/,
+  );
+  assert.ok(id);
+  const { rows } = await plain.database.scoped('system').query('SELECT id FROM emails WHERE id = $1 OR to_address = $2', [id, to]);
+  assert.equal(rows.length, 0);
+});
+
+interface Received {
+  from: string;
+  to: string[];
+  subject: string;
+  text: string;
+}
+
+async function startSmtp(delayMs = 0): Promise<{ server: SMTPServer; port: number; received: Received[] }> {
+  const received: Received[] = [];
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS', 'AUTH'],
+    logger: false,
+    onData(stream, session, callback) {
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', async () => {
+        const { headers, text } = decodeMessage(Buffer.concat(chunks).toString('latin1'));
+        received.push({
+          from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
+          to: session.envelope.rcptTo.map((r) => r.address),
+          subject: headers.subject ?? '',
+          text,
+        });
+        if (delayMs) await sleep(delayMs);
+        callback();
+      });
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve((server.server.address() as { port: number }).port));
+  });
+  return { server, port, received };
+}
+
+test('with SMTP_URL the relay sends queued mail through that server and marks it sent', async (tc) => {
+  const smtp = await startSmtp();
+  tc.after(() => new Promise<void>((r) => smtp.server.close(() => r())));
+  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${smtp.port}` }, tc);
+  const to = uniqueEmail('smtp');
+  const id = await queueResetMail(t, to, 'abc');
+
+  const result = await deliverQueuedMail(t.deps);
+  assert.deepEqual(result, { sent: 1, failed: 0 });
+  assert.equal(smtp.received.length, 1);
+  const [mail] = smtp.received;
+  assert.deepEqual(mail.to, [to]);
+  assert.equal(mail.from, 'no-reply@localhost', 'MAIL_FROM defaults to no-reply@<PUBLIC_URL host>');
+  assert.equal(mail.subject, 'Reset your password');
+  const links = tokenLinks(mail.text, 'abc');
+  assert.equal(links.length, 1, mail.text);
+  assert.ok(links[0].href.startsWith(t.config.publicUrl));
+
+  const row = await mailRow(t, id);
+  assert.equal(row.status, 'sent');
+  assert.ok(row.sent_at);
+  assert.equal(row.attempts, 1);
+});
+
+test('several relays running at once never send one mail twice (FOR UPDATE SKIP LOCKED)', async (tc) => {
+  const smtp = await startSmtp(50);
+  tc.after(() => new Promise<void>((r) => smtp.server.close(() => r())));
+  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${smtp.port}` }, tc);
+  const other = await secondProcess(t);
+  tc.after(() => other.close());
+  const recipients = Array.from({ length: 6 }, () => uniqueEmail('relay'));
+  for (const to of recipients) await queueResetMail(t, to, `tok-${to}`);
+
+  const results = await Promise.all([deliverQueuedMail(t.deps), deliverQueuedMail(other.deps), deliverQueuedMail(t.deps), deliverQueuedMail(other.deps)]);
+  assert.equal(
+    results.reduce((n, r) => n + r.sent, 0),
+    recipients.length,
+  );
+  assert.equal(results.reduce((n, r) => n + r.failed, 0), 0);
+  const delivered = smtp.received.flatMap((m) => m.to).sort();
+  assert.deepEqual(delivered, [...recipients].sort(), 'each mail exactly once');
+  const { rows } = await t.database.scoped('system').query<{ status: string; attempts: number }>('SELECT status, attempts FROM emails');
+  assert.equal(rows.length, recipients.length);
+  for (const r of rows) {
+    assert.equal(r.status, 'sent');
+    assert.equal(r.attempts, 1);
+  }
+});

@@ -1,0 +1,348 @@
+import { test, before, after, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildTestApp, dropSchema, openTestDatabase, testConfig, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { uniqueEmail } from '../helpers/fixtures.js';
+import { SystemClock } from '../../src/clock.js';
+import type { Config } from '../../src/config.js';
+import { boot } from '../../src/boot.js';
+import { migrate } from '../../src/db/migrate.js';
+import { openPg } from '../../src/db/pg.js';
+import { openPglite } from '../../src/db/pglite.js';
+import type { Database } from '../../src/db/types.js';
+import { newId } from '../../src/ids.js';
+import { CuttableProxy, freshSchemaName } from './support/ops.js';
+
+const ADMIN_PASSWORD = 'granite-orchard-lantern-73';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const assertEnvelope = (body: any, code: string) => {
+  assert.equal(body.error.code, code);
+  assert.equal(typeof body.error.message, 'string');
+  assert.equal(typeof body.error.details, 'object');
+};
+
+type Booted = Awaited<ReturnType<typeof boot>>;
+
+const bootstrapConfig = (email: string) => testConfig({ bootstrapAdminEmail: email, bootstrapAdminPassword: ADMIN_PASSWORD });
+
+async function closeBooted(...booted: Booted[]) {
+  for (const b of booted) {
+    await b.app.close();
+    await b.deps.jobs.stop();
+  }
+}
+
+/** What a start must leave behind exactly once, however many nodes started. */
+async function assertStartedOnce(database: Database, email: string) {
+  const sys = database.scoped('system');
+  const { rows: versions } = await sys.query<{ version: string; n: number }>(
+    'SELECT version, count(*)::int AS n FROM schema_migrations GROUP BY version ORDER BY version',
+  );
+  assert.ok(versions.length > 0);
+  assert.equal(versions[0].version, '0001_foundation');
+  for (const v of versions) assert.equal(v.n, 1, `migration ${v.version} applied once`);
+
+  const { rows: users } = await sys.query<{ id: string; status: string; email_verified: boolean; test_mode: boolean }>(
+    'SELECT id, status, email_verified, test_mode FROM users WHERE lower(email) = lower($1)',
+    [email],
+  );
+  assert.equal(users.length, 1, 'exactly one bootstrap admin');
+  const { rows: audits } = await sys.query<{ actor_type: string; actor_id: string | null }>(
+    `SELECT actor_type, actor_id FROM audit_events WHERE action = 'user.created' AND target_user_id = $1`,
+    [users[0].id],
+  );
+  assert.equal(audits.length, 1, 'exactly one user.created audit row');
+  assert.equal(audits[0].actor_type, 'system');
+  return users[0];
+}
+
+test('migrations are applied once: the first run applies 0001_foundation, a second run applies nothing', async () => {
+  const { database, drop } = await openTestDatabase();
+  try {
+    const first = await migrate(database);
+    assert.equal(first[0], '0001_foundation');
+    assert.deepEqual(await migrate(database), []);
+    const { rows } = await database.scoped('system').query<{ version: string }>('SELECT version FROM schema_migrations ORDER BY version');
+    assert.deepEqual(
+      rows.map((r) => r.version),
+      first,
+    );
+  } finally {
+    await database.close();
+    await drop();
+  }
+});
+
+test('several nodes starting at once on one database apply each migration once and create one bootstrap admin audited with actor system', async (tc) => {
+  const email = uniqueEmail('admin');
+  const config = bootstrapConfig(email);
+  if (!TEST_DATABASE_URL) {
+    tc.diagnostic('embedded PGlite is a single in-process database: starting twice in sequence on it (concurrent starts run on PostgreSQL)');
+    const { database, drop } = await openTestDatabase();
+    try {
+      const a = await boot({ config, database, clock: new SystemClock(), logger: false });
+      const b = await boot({ config, database, clock: new SystemClock(), logger: false });
+      await closeBooted(a, b);
+      await assertStartedOnce(database, email);
+    } finally {
+      await database.close();
+      await drop();
+    }
+    return;
+  }
+  const schema = freshSchemaName('boot');
+  const one = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2 });
+  const two = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2 });
+  try {
+    const booted = await Promise.all([
+      boot({ config, database: one, clock: new SystemClock(), logger: false }),
+      boot({ config, database: two, clock: new SystemClock(), logger: false }),
+    ]);
+    await closeBooted(...booted);
+    await assertStartedOnce(one, email);
+  } finally {
+    await one.close();
+    await two.close();
+    await dropSchema(schema);
+  }
+});
+
+test(
+  'several starts, at once and one after another, leave exactly one unretired signing key',
+  async () => {
+    const config = testConfig();
+    const unretired = async (database: Database) =>
+      (await database.scoped('system').query<{ kid: string }>('SELECT kid FROM signing_keys WHERE retired_at IS NULL')).rows;
+    if (!TEST_DATABASE_URL) {
+      const { database } = await openTestDatabase();
+      try {
+        await closeBooted(await boot({ config, database, clock: new SystemClock(), logger: false }));
+        const first = await unretired(database);
+        assert.equal(first.length, 1, 'exactly one unretired signing key after a start');
+        await closeBooted(await boot({ config, database, clock: new SystemClock(), logger: false }));
+        assert.deepEqual(await unretired(database), first, 'a restart keeps the signing key');
+      } finally {
+        await database.close();
+      }
+      return;
+    }
+    const schema = freshSchemaName('keys');
+    const one = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2 });
+    const two = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2 });
+    try {
+      const booted = await Promise.all([
+        boot({ config, database: one, clock: new SystemClock(), logger: false }),
+        boot({ config, database: two, clock: new SystemClock(), logger: false }),
+      ]);
+      await closeBooted(...booted);
+      const first = await unretired(one);
+      assert.equal(first.length, 1, 'exactly one unretired signing key after two nodes started at once');
+      await closeBooted(await boot({ config, database: one, clock: new SystemClock(), logger: false }));
+      assert.deepEqual(await unretired(one), first, 'a restart keeps the signing key');
+    } finally {
+      await one.close();
+      await two.close();
+      await dropSchema(schema);
+    }
+  },
+);
+
+test('bootstrap admin is idempotent across restarts: one active, email_verified superadmin who can sign in, audited with actor system', async () => {
+  const email = uniqueEmail('admin');
+  const config = bootstrapConfig(email);
+  const { database, drop } = await openTestDatabase();
+  try {
+    const first = await boot({ config, database, clock: new SystemClock(), logger: false });
+    await closeBooted(first);
+    const second = await boot({ config, database, clock: new SystemClock(), logger: false });
+    try {
+      const user = await assertStartedOnce(database, email);
+      assert.equal(user.status, 'active');
+      assert.equal(user.email_verified, true);
+      assert.equal(user.test_mode, false, 'a live user');
+      const { rows: roles } = await database.scoped('system').query<{ role_id: string }>('SELECT role_id FROM role_assignments WHERE user_id = $1', [user.id]);
+      assert.ok(roles.some((r) => r.role_id === 'role_platform_superadmin'), 'holds the seed Role superadmin');
+
+      await second.app.ready();
+      const res = await second.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email, password: ADMIN_PASSWORD } });
+      assert.equal(res.statusCode, 200, res.body);
+      assert.equal(res.json().user_id, user.id);
+      assert.equal(typeof res.json().access_token, 'string');
+    } finally {
+      await closeBooted(second);
+    }
+  } finally {
+    await database.close();
+    await drop();
+  }
+});
+
+test('embedded storage: data survives a restart on the same DATA_DIR', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'platform-data-'));
+  const email = uniqueEmail('admin');
+  try {
+    let database = await openPglite(join(dir, 'pglite'));
+    let userId: string;
+    try {
+      const first = await boot({ config: bootstrapConfig(email), database, clock: new SystemClock(), logger: false });
+      await closeBooted(first);
+      const { rows } = await database.scoped('system').query<{ id: string }>('SELECT id FROM users WHERE email = $1', [email]);
+      assert.equal(rows.length, 1);
+      userId = rows[0].id;
+    } finally {
+      await database.close();
+    }
+
+    database = await openPglite(join(dir, 'pglite'));
+    try {
+      const again = await boot({ config: testConfig(), database, clock: new SystemClock(), logger: false });
+      try {
+        const { rows } = await database.scoped('system').query<{ id: string }>('SELECT id FROM users WHERE email = $1', [email]);
+        assert.deepEqual(
+          rows.map((r) => r.id),
+          [userId],
+        );
+        await again.app.ready();
+        const res = await again.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email, password: ADMIN_PASSWORD } });
+        assert.equal(res.statusCode, 200, res.body);
+        assert.equal(res.json().user_id, userId);
+      } finally {
+        await closeBooted(again);
+      }
+    } finally {
+      await database.close();
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('mode isolation is enforced by the database itself (row-level security)', async () => {
+  const insert = (scope: 'live' | 'test', testMode: boolean) => {
+    const id = newId('usr');
+    const now = new Date();
+    return {
+      id,
+      run: () =>
+        t.database
+          .scoped(scope)
+          .query(`INSERT INTO users (id, email, status, test_mode, created_at, updated_at) VALUES ($1, $2, 'active', $3, $4, $4)`, [
+            id,
+            uniqueEmail('rls'),
+            testMode,
+            now,
+          ]),
+    };
+  };
+  const visible = async (scope: 'live' | 'test' | 'system', id: string) =>
+    (await t.database.scoped(scope).query('SELECT id FROM users WHERE id = $1', [id])).rows.length === 1;
+
+  const testRow = insert('test', true);
+  await testRow.run();
+  assert.equal(await visible('live', testRow.id), false, 'a test row is invisible through the live handle');
+  assert.equal(await visible('test', testRow.id), true);
+  assert.equal(await visible('system', testRow.id), true, 'the system handle sees every mode');
+  const upd = await t.database.scoped('live').query(`UPDATE users SET status = 'suspended' WHERE id = $1`, [testRow.id]);
+  assert.equal(upd.rowCount, 0, 'the live handle cannot change a test row');
+  const del = await t.database.scoped('live').query('DELETE FROM users WHERE id = $1', [testRow.id]);
+  assert.equal(del.rowCount, 0, 'the live handle cannot delete a test row');
+  assert.equal(await visible('test', testRow.id), true);
+
+  const liveRow = insert('live', true);
+  await assert.rejects(liveRow.run(), (err: any) => err.code === '42501', 'the live handle may not write a test row');
+  const leaked = insert('test', false);
+  await assert.rejects(leaked.run(), (err: any) => err.code === '42501' && /row-level security/.test(err.message), 'the test handle may not write a live row');
+  assert.equal(await visible('system', leaked.id), false);
+  assert.equal(await visible('system', liveRow.id), false);
+});
+
+test('a query on a root handle inside a transaction throws (pass the transaction handle instead)', async () => {
+  const root = t.database.scoped('system');
+  const result = await root.transaction(async (tx) => {
+    await assert.rejects(async () => root.query('SELECT 1'), /inside a transaction/);
+    await assert.rejects(async () => t.database.scoped('live').query('SELECT 1'), /inside a transaction/);
+    await assert.rejects(async () => root.exec('SELECT 1'), /inside a transaction/);
+    await assert.rejects(async () => root.transaction(async () => 1), /inside a transaction/);
+    return (await tx.query<{ one: number }>('SELECT 1 AS one')).rows[0].one;
+  });
+  assert.equal(result, 1, 'the transaction handle keeps working');
+  assert.equal((await root.query<{ one: number }>('SELECT 1 AS one')).rows[0].one, 1, 'root handles work again after the transaction');
+});
+
+test('GET /health answers 200 {status: "ok"} without a credential', async () => {
+  const res = await t.app.inject({ method: 'GET', url: '/health' });
+  assert.equal(res.statusCode, 200);
+  assert.deepEqual(res.json(), { status: 'ok' });
+});
+
+/** Cuts the database under a running app: /health answers 503, and (PostgreSQL) 200 again once it is back. */
+async function healthWhenDatabaseDown(tc: TestContext, overrides: Partial<Config> = {}) {
+  if (!TEST_DATABASE_URL) {
+    tc.diagnostic('embedded PGlite: the database is closed under a running app (it cannot come back without a restart)');
+    const { database } = await openTestDatabase();
+    const booted = await boot({ config: testConfig(overrides), database, clock: new SystemClock(), logger: false });
+    try {
+      await booted.app.ready();
+      assert.equal((await booted.app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
+      await database.close();
+      for (let i = 0; i < 2; i++) {
+        const res = await booted.app.inject({ method: 'GET', url: '/health' });
+        assert.equal(res.statusCode, 503);
+        assertEnvelope(res.json(), 'service_unavailable');
+      }
+      const other = await booted.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 'a@example.com', password: 'x' } });
+      assert.ok(other.statusCode >= 500, String(other.statusCode));
+      assert.equal(typeof other.json().error.code, 'string', 'still the error envelope');
+    } finally {
+      await closeBooted(booted);
+    }
+    return;
+  }
+
+  const target = new URL(TEST_DATABASE_URL);
+  const proxy = new CuttableProxy(target.hostname, Number(target.port || 5432));
+  await proxy.open();
+  const schema = freshSchemaName('health');
+  const database = await openPg({ url: proxy.urlFor(TEST_DATABASE_URL), schema, poolSize: 2 });
+  let booted: Booted | null = null;
+  try {
+    booted = await boot({ config: testConfig(overrides), database, clock: new SystemClock(), logger: false });
+    const { app } = booted;
+    await app.ready();
+    assert.equal((await app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
+
+    await proxy.cut();
+    for (let i = 0; i < 2; i++) {
+      const res = await app.inject({ method: 'GET', url: '/health' });
+      assert.equal(res.statusCode, 503, res.body);
+      assertEnvelope(res.json(), 'service_unavailable');
+    }
+    const other = await app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 'a@example.com', password: 'x' } });
+    assert.ok(other.statusCode >= 500, String(other.statusCode));
+    assert.equal(typeof other.json().error.code, 'string', 'still the error envelope');
+
+    await proxy.open();
+    const back = await app.inject({ method: 'GET', url: '/health' });
+    assert.equal(back.statusCode, 200, `recovers without a restart: ${back.body}`);
+    assert.deepEqual(back.json(), { status: 'ok' });
+  } finally {
+    if (booted) await closeBooted(booted);
+    await proxy.cut();
+    await database.close();
+    await dropSchema(schema);
+  }
+}
+
+test('GET /health fails with 503 in the error envelope when the database is unreachable, and never crashes', (tc) => healthWhenDatabaseDown(tc));
+
+test('GET /health fails with 503 when the database is unreachable, also with DEV_CLOCK=1', (tc) =>
+  healthWhenDatabaseDown(tc, { devClock: true }),
+);
