@@ -133,6 +133,10 @@ export function statusOf(code: ErrorCode): number {
 /** Database constraint violations that callers may hit, mapped in one place (constraint name -> code). */
 const CONSTRAINT_CODES: Record<string, ErrorCode> = {
   users_email_live_key: 'email_taken',
+  entitlements_live_personal_key: 'entitlement_already_exists',
+  entitlements_live_org_key: 'entitlement_already_exists',
+  applications_slug_key: 'slug_taken',
+  applications_pkey: 'slug_taken',
 };
 
 export function fromDatabaseError(err: unknown): ApiError | null {

@@ -29,13 +29,24 @@ export async function withAccessFlips<T>(
   return result;
 }
 
-export async function emitFlips(tx: Tx, ctx: Ctx, before: Map<string, ResolvedAccess>, after: Map<string, ResolvedAccess>, reason: AccessReason): Promise<number> {
+/**
+ * Writes access.granted / access.revoked for each pair whose `allowed` differs between the two
+ * resolutions; `only` limits it to one direction (time-driven sweeps).
+ */
+export async function emitFlips(
+  tx: Tx,
+  ctx: Ctx,
+  before: Map<string, ResolvedAccess>,
+  after: Map<string, ResolvedAccess>,
+  reason: AccessReason,
+  only?: 'granted' | 'revoked',
+): Promise<number> {
   let flips = 0;
   for (const key of new Set([...before.keys(), ...after.keys()])) {
     const was = before.get(key)?.allowed ?? false;
     const now = after.get(key);
     const is = now?.allowed ?? false;
-    if (was === is) continue;
+    if (was === is || (only && only !== (is ? 'granted' : 'revoked'))) continue;
     const pair = (now ?? before.get(key))!;
     await emit(tx, ctx, {
       type: is ? 'access.granted' : 'access.revoked',

@@ -41,7 +41,14 @@ interface PathRow {
   starts_at: Date | null;
   ends_at: Date | null;
   organization_id: string | null;
+  member_decision: 'included' | 'excluded' | 'seat_limit' | null;
 }
+
+/** The member decision of an organization-wide grant `e` for member `m`. */
+export const MEMBER_DECISION_SQL = `CASE
+    WHEN e.member_scope = 'allowlist' THEN CASE WHEN m.user_id = ANY(COALESCE(e.member_overrides, '{}')) THEN 'included' ELSE 'excluded' END
+    WHEN e.member_scope = 'denylist' THEN CASE WHEN m.user_id = ANY(COALESCE(e.member_overrides, '{}')) THEN 'excluded' ELSE 'included' END
+    ELSE 'included' END`;
 
 /**
  * The one access resolver: every path of each user to each Application (personal Entitlements;
@@ -55,11 +62,20 @@ export async function resolveAccess(
   apps: string[] | null = null,
 ): Promise<Map<string, ResolvedAccess>> {
   if (userIds.length === 0) return new Map();
+  // Personal rows, then organization-wide grants of Organizations the user is an active member of
+  // (with the member decision of the grant's member_scope).
   const { rows } = await db.query<PathRow>(
     `SELECT u.id AS user_id, u.status AS user_status, e.application_id, e.id AS entitlement_id, e.source, e.status,
-            e.starts_at, e.ends_at, NULL::text AS organization_id
+            e.starts_at, e.ends_at, NULL::text AS organization_id, NULL::text AS member_decision
        FROM users u
        LEFT JOIN entitlements e ON e.user_id = u.id AND ($2::text[] IS NULL OR e.application_id = ANY($2::text[]))
+      WHERE u.id = ANY($1::text[])
+     UNION ALL
+     SELECT u.id, u.status, e.application_id, e.id, e.source, e.status, e.starts_at, e.ends_at, e.organization_id,
+            ${MEMBER_DECISION_SQL} AS member_decision
+       FROM users u
+       JOIN organization_members m ON m.user_id = u.id AND m.membership_status = 'active'
+       JOIN entitlements e ON e.organization_id = m.organization_id AND ($2::text[] IS NULL OR e.application_id = ANY($2::text[]))
       WHERE u.id = ANY($1::text[])`,
     [userIds, apps],
   );
@@ -75,7 +91,13 @@ export async function resolveAccess(
       result.set(key, access);
     }
     const status = rowStatus({ status: r.status!, starts_at: r.starts_at!, ends_at: r.ends_at }, now);
-    access.access_paths.push({ source: r.source!, entitlement_id: r.entitlement_id, status, ...(r.organization_id ? { organization_id: r.organization_id } : {}) });
+    if (r.organization_id) {
+      access.access_paths.push({ source: r.source!, entitlement_id: r.entitlement_id, status, organization_id: r.organization_id, member_decision: r.member_decision! });
+      // A grant that excludes the member is listed but is never an access path.
+      if (r.member_decision !== 'included') continue;
+    } else {
+      access.access_paths.push({ source: r.source!, entitlement_id: r.entitlement_id, status });
+    }
     if (RANK[status] > RANK[access.entitlement_status]) access.entitlement_status = status;
   }
   for (const userId of userIds) {

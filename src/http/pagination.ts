@@ -35,18 +35,20 @@ export interface KeysetPage {
 }
 
 /**
- * Keyset pagination on (created_at, id), newest first. A row inserted while a client pages sorts
- * before its cursor, so pages never repeat or skip rows that existed when paging began.
+ * Keyset pagination on (created_at, id), newest first (or oldest first for queues). A row inserted
+ * while a client pages never moves a row across the cursor, so pages never repeat or skip rows that
+ * existed when paging began.
  */
-export function keyset(page: PageParams, firstParam: number, alias = ''): KeysetPage {
+export function keyset(page: PageParams, firstParam: number, alias = '', direction: 'asc' | 'desc' = 'desc'): KeysetPage {
   const limit = page.limit ?? 20;
   const col = (c: string) => (alias ? `${alias}.${c}` : c);
-  const orderLimit = `ORDER BY ${col('created_at')} DESC, ${col('id')} DESC LIMIT ${limit + 1}`;
+  const dir = direction === 'asc' ? 'ASC' : 'DESC';
+  const orderLimit = `ORDER BY ${col('created_at')} ${dir}, ${col('id')} ${dir} LIMIT ${limit + 1}`;
   if (!page.cursor) return { condition: 'TRUE', params: [], orderLimit, limit };
   const [at, id] = decodeCursor(page.cursor, 2);
   if (typeof at !== 'string' || typeof id !== 'string' || Number.isNaN(Date.parse(at))) throw invalidCursor();
   return {
-    condition: `(${col('created_at')}, ${col('id')}) < ($${firstParam}::timestamptz, $${firstParam + 1})`,
+    condition: `(${col('created_at')}, ${col('id')}) ${direction === 'asc' ? '>' : '<'} ($${firstParam}::timestamptz, $${firstParam + 1})`,
     params: [at, id],
     orderLimit,
     limit,

@@ -6,6 +6,8 @@ import { sessionsModule } from './sessions/index.js';
 import { mfaModule } from './mfa/index.js';
 import { profilesModule } from './profiles/index.js';
 import { apiKeysModule } from './api-keys/index.js';
+import { applicationsModule } from './applications/index.js';
+import { entitlementsModule } from './entitlements/index.js';
 
 /** Every resource module, in registration order. */
-export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule];
+export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule];

@@ -8,9 +8,14 @@ import { resolveUserId } from './service.js';
 export const confinedApp = (ctx: Ctx): string | null =>
   ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null;
 
-/** SQL condition: the user (column `col`) has any access path to the Application in parameter `$n`. */
+/**
+ * SQL condition: the user (column `col`) has any access path to the Application in parameter `$n`:
+ * a personal Entitlement in any status, or active membership of an Organization holding a grant.
+ */
 export const accessPathCondition = (col: string, n: number) =>
-  `EXISTS (SELECT 1 FROM entitlements ep WHERE ep.user_id = ${col} AND ep.application_id = $${n})`;
+  `(EXISTS (SELECT 1 FROM entitlements ep WHERE ep.user_id = ${col} AND ep.application_id = $${n})
+    OR EXISTS (SELECT 1 FROM entitlements eo JOIN organization_members om ON om.organization_id = eo.organization_id
+                WHERE om.user_id = ${col} AND om.membership_status = 'active' AND eo.application_id = $${n}))`;
 
 export async function hasAccessPath(ctx: Ctx, userId: string, applicationId: string): Promise<boolean> {
   const { rowCount } = await ctx.db.query(`SELECT 1 FROM users u WHERE u.id = $1 AND ${accessPathCondition('u.id', 2)}`, [userId, applicationId]);

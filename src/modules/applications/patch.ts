@@ -1,0 +1,138 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { assertWithinPlan, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
+import { findApplicationRow, toApplication, type ApplicationRow } from './store.js';
+import type { Application, PatchApplicationBody } from './schemas.js';
+import { emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
+
+const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
+const MODERATION_FIELDS = ['visibility', 'review_status', 'review_notes', 'owner_user_id', 'owner_organization_id'] as const;
+const READ_ONLY_FIELDS = ['id', 'slug', 'tenant_id', 'created_at', 'updated_at', 'test_mode', 'settings_schema_stats'] as const;
+
+/** review_status moves (Part B): from → allowed targets. rejected → pending_review happens only automatically. */
+const REVIEW_MOVES: Record<string, string[]> = {
+  pending_review: ['approved', 'rejected'],
+  approved: ['suspended'],
+  suspended: ['approved'],
+  rejected: [],
+};
+const NOTES_REQUIRED = ['rejected', 'suspended'];
+
+/** PATCH /v1/applications/{id}: owner (configuration fields) or applications.manage (all). */
+export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicationBody): Promise<Application> {
+  const app = await visibleApplication(ctx, id);
+  const admin = hasPermission(ctx.actor, 'applications.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
+  const owner = await isOwner(ctx, app);
+  if (!admin && !owner) throw new ApiError('forbidden');
+  const readOnly = READ_ONLY_FIELDS.filter((f) => f in body);
+  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+  const moderation = MODERATION_FIELDS.filter((f) => f in body);
+  if (moderation.length && !admin) throw new ApiError('moderation_field_forbidden', { details: { fields: moderation } });
+
+  const roles = body.available_app_roles ?? app.available_app_roles;
+  const defaultRole = body.default_app_role !== undefined ? body.default_app_role : app.default_app_role && roles.includes(app.default_app_role) ? app.default_app_role : null;
+  const permissions = validateConfig(app.slug, app.test_mode, body, roles, defaultRole);
+
+  return ctx.db.transaction(async (tx) => {
+    const c = inTx(ctx, tx);
+    let review = app.review_status;
+    let notes = body.review_notes !== undefined ? body.review_notes : app.review_notes;
+    if (body.review_status !== undefined && body.review_status !== app.review_status) {
+      if (!REVIEW_MOVES[app.review_status]?.includes(body.review_status)) {
+        throw new ApiError('invalid_review_transition', { details: { from: app.review_status, to: body.review_status } });
+      }
+      if (NOTES_REQUIRED.includes(body.review_status) && !body.review_notes) throw new ApiError('review_notes_required');
+      review = body.review_status;
+    } else if (app.review_status === 'rejected' && owner && !admin && CONFIG_FIELDS.some((f) => f in body)) {
+      // The owner's next configuration change puts a rejected Application back in the queue.
+      review = 'pending_review';
+    }
+
+    const tenantId = await moveOwnership(tx, ctx, app, body);
+    await syncAppRoles(tx, ctx, app, roles);
+    if (permissions) await assertPermissionsUnused(tx, app, permissions.map((p) => p.key));
+
+    const v = <K extends keyof ApplicationRow>(k: K, fallback: ApplicationRow[K]) => (k in body ? (body as any)[k] : fallback);
+    await tx.query(
+      `UPDATE applications SET name = $2, description = $3, icon_url = $4, launch_url = $5, redirect_uris = $6, support_url = $7,
+              email_from_name = $8, settings_schema = $9, permissions = $10, available_app_roles = $11, default_app_role = $12,
+              visibility = $13, review_status = $14, review_notes = $15, owner_user_id = $16, owner_organization_id = $17,
+              tenant_id = $18, updated_at = $19
+        WHERE id = $1`,
+      [app.id, v('name', app.name), v('description', app.description), v('icon_url', app.icon_url), v('launch_url', app.launch_url),
+        v('redirect_uris', app.redirect_uris), v('support_url', app.support_url), v('email_from_name', app.email_from_name),
+        JSON.stringify(v('settings_schema', app.settings_schema)), JSON.stringify(permissions ?? app.permissions), roles, defaultRole,
+        v('visibility', app.visibility), review, notes, v('owner_user_id', app.owner_user_id), v('owner_organization_id', app.owner_organization_id),
+        tenantId, ctx.now],
+    );
+    const after = (await findApplicationRow(tx, app.id))!;
+    const out = toApplication(after, await staleCounts(c, after));
+    await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: toApplication(app), after: out });
+    if (review !== app.review_status) {
+      await recordAudit(tx, c, {
+        action: 'application.review_status_changed',
+        target: { type: 'application', id: app.id },
+        applicationId: app.id,
+        tenantId,
+        before: { review_status: app.review_status },
+        after: { review_status: review, review_notes: notes },
+      });
+      await emitReviewChange(tx, c, after);
+    }
+    return out;
+  });
+}
+
+/** Adding a name seeds its Role; removing one deletes the unassigned Role or refuses (409 app_role_in_use). */
+async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string[]): Promise<void> {
+  const added = roles.filter((r) => !app.available_app_roles.includes(r));
+  const removed = app.available_app_roles.filter((r) => !roles.includes(r));
+  if (added.length) {
+    const tenant = (await findTenant(tx, app.tenant_id))!;
+    assertWithinPlan(tenant, 'app_roles', roles.length);
+  }
+  for (const name of removed) {
+    const roleId = `role_${app.slug}_${name}`;
+    const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM role_assignments WHERE role_id = $1', [roleId]);
+    if (rows[0].n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: rows[0].n } });
+    await tx.query('DELETE FROM roles WHERE id = $1', [roleId]);
+  }
+  for (const name of added) await seedAppRole(tx, app, name, ctx.now);
+}
+
+async function assertPermissionsUnused(tx: Tx, app: ApplicationRow, keep: string[]): Promise<void> {
+  const removed = app.permissions.map((p) => p.key).filter((k) => !keep.includes(k));
+  if (!removed.length) return;
+  const { rows } = await tx.query<{ id: string }>('SELECT id FROM roles WHERE scope = $1 AND permissions && $2::text[] ORDER BY id', [app.id, removed]);
+  if (rows.length) throw new ApiError('permission_in_use', { details: { role_ids: rows.map((r) => r.id), permissions: removed } });
+}
+
+/** Ownership moves the Application to the new owner's Tenant, only between shared-tier Tenants. */
+async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchApplicationBody): Promise<string> {
+  if (!('owner_user_id' in body) && !('owner_organization_id' in body)) return app.tenant_id;
+  const ownerUser = 'owner_user_id' in body ? body.owner_user_id ?? null : app.owner_user_id;
+  const ownerOrg = 'owner_organization_id' in body ? body.owner_organization_id ?? null : app.owner_organization_id;
+  const userSide = 'owner_user_id' in body && body.owner_user_id ? body.owner_user_id : null;
+  const orgSide = 'owner_organization_id' in body && body.owner_organization_id ? body.owner_organization_id : null;
+  const nextUser = userSide ?? (orgSide ? null : ownerUser);
+  const nextOrg = orgSide ?? (userSide ? null : ownerOrg);
+  if (!!nextUser === !!nextOrg) {
+    throw new ApiError('validation_failed', { details: { fields: [{ path: 'owner_user_id', message: 'exactly one of owner_user_id or owner_organization_id' }] } });
+  }
+  body.owner_user_id = nextUser;
+  body.owner_organization_id = nextOrg;
+  if (nextUser === app.owner_user_id && nextOrg === app.owner_organization_id) return app.tenant_id;
+  const table = nextUser ? 'users' : 'organizations';
+  const { rowCount } = await tx.query(`SELECT 1 FROM ${table} WHERE id = $1`, [nextUser ?? nextOrg]);
+  if (!rowCount) throw new ApiError('validation_failed', { details: { fields: [{ path: nextUser ? 'owner_user_id' : 'owner_organization_id', message: 'is not known' }] } });
+  const from = (await findTenant(tx, app.tenant_id))!;
+  const to = await resolveOwnerTenant(tx, { userId: nextUser, organizationId: nextOrg }, ctx.now);
+  if (to.id === from.id) return from.id;
+  if (from.tier !== 'shared' || to.tier !== 'shared') throw new ApiError('ownership_change_requires_migration', { details: { from_tenant: from.id, to_tenant: to.id } });
+  const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM applications WHERE tenant_id = $1', [to.id]);
+  assertWithinPlan(to, 'applications', rows[0].n + 1);
+  return to.id;
+}

@@ -1,0 +1,135 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { Nullable, OpenEnum, Timestamp } from '../../http/schemas.js';
+
+export const VISIBILITIES = ['public', 'invite_only', 'internal'] as const;
+export const REVIEW_STATUSES = ['pending_review', 'approved', 'rejected', 'suspended'] as const;
+
+const PermissionDef = Type.Object({ key: Type.String(), description: Type.String() });
+
+export const Application = Type.Object(
+  {
+    id: Type.String(),
+    slug: Type.String(),
+    name: Type.String(),
+    description: Nullable(Type.String()),
+    icon_url: Nullable(Type.String()),
+    launch_url: Type.String(),
+    redirect_uris: Type.Array(Type.String()),
+    support_url: Nullable(Type.String()),
+    email_from_name: Nullable(Type.String()),
+    settings_schema: Type.Object({}, { additionalProperties: true }),
+    settings_schema_stats: Type.Object({ stale_override_counts: Type.Record(Type.String(), Type.Integer()) }),
+    permissions: Type.Array(PermissionDef),
+    available_app_roles: Type.Array(Type.String()),
+    default_app_role: Nullable(Type.String()),
+    visibility: OpenEnum(VISIBILITIES),
+    owner_user_id: Nullable(Type.String()),
+    owner_organization_id: Nullable(Type.String()),
+    review_status: OpenEnum(REVIEW_STATUSES),
+    review_notes: Nullable(Type.String()),
+    tenant_id: Type.String(),
+    test_mode: Type.Boolean(),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+  },
+  { $id: 'Application', title: 'Application' },
+);
+export type Application = Static<typeof Application>;
+
+export const ApplicationListItem = Type.Object(
+  {
+    id: Type.String(),
+    slug: Type.String(),
+    name: Type.String(),
+    description: Nullable(Type.String()),
+    icon_url: Nullable(Type.String()),
+    visibility: OpenEnum(VISIBILITIES),
+    review_status: OpenEnum(REVIEW_STATUSES),
+  },
+  { $id: 'ApplicationListItem', title: 'ApplicationListItem' },
+);
+
+const Url = Type.String({ minLength: 1, maxLength: 2048 });
+const ConfigFields = {
+  name: Type.String({ minLength: 1, maxLength: 100 }),
+  description: Nullable(Type.String({ maxLength: 2000 })),
+  icon_url: Nullable(Url),
+  launch_url: Url,
+  redirect_uris: Type.Array(Type.String({ minLength: 1, maxLength: 2048 }), { maxItems: 10 }),
+  support_url: Nullable(Url),
+  email_from_name: Nullable(Type.String({ minLength: 1, maxLength: 50 })),
+  settings_schema: Type.Object({}, { additionalProperties: true }),
+  permissions: Type.Array(
+    Type.Object({ key: Type.String({ minLength: 1, maxLength: 200 }), description: Type.Optional(Type.String({ maxLength: 255 })) }, { additionalProperties: false }),
+    { maxItems: 100 },
+  ),
+  available_app_roles: Type.Array(Type.String({ pattern: '^[a-z][a-z0-9_]{1,40}$' }), { maxItems: 20, uniqueItems: true }),
+  default_app_role: Nullable(Type.String()),
+};
+const Visibility = Type.Union(VISIBILITIES.map((v) => Type.Literal(v)));
+
+export const CreateApplicationBody = Type.Object(
+  {
+    slug: Type.String({ minLength: 1, maxLength: 64 }),
+    name: ConfigFields.name,
+    launch_url: ConfigFields.launch_url,
+    owner_user_id: Type.Optional(Type.String({ maxLength: 64 })),
+    owner_organization_id: Type.Optional(Type.String({ maxLength: 64 })),
+    description: Type.Optional(ConfigFields.description),
+    icon_url: Type.Optional(ConfigFields.icon_url),
+    redirect_uris: Type.Optional(ConfigFields.redirect_uris),
+    support_url: Type.Optional(ConfigFields.support_url),
+    email_from_name: Type.Optional(ConfigFields.email_from_name),
+    settings_schema: Type.Optional(ConfigFields.settings_schema),
+    permissions: Type.Optional(ConfigFields.permissions),
+    available_app_roles: Type.Optional(ConfigFields.available_app_roles),
+    default_app_role: Type.Optional(ConfigFields.default_app_role),
+    visibility: Type.Optional(Visibility),
+  },
+  { additionalProperties: false },
+);
+export type CreateApplicationBody = Static<typeof CreateApplicationBody>;
+
+/** Read-only and moderation fields are accepted by the schema so the service can answer with their own codes. */
+export const PatchApplicationBody = Type.Object(
+  {
+    ...Object.fromEntries(Object.entries(ConfigFields).map(([k, v]) => [k, Type.Optional(v)])),
+    visibility: Type.Optional(Visibility),
+    review_status: Type.Optional(Type.Union(REVIEW_STATUSES.map((v) => Type.Literal(v)))),
+    review_notes: Type.Optional(Nullable(Type.String({ maxLength: 2000 }))),
+    owner_user_id: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
+    owner_organization_id: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
+    id: Type.Optional(Type.Unknown()),
+    slug: Type.Optional(Type.Unknown()),
+    tenant_id: Type.Optional(Type.Unknown()),
+    created_at: Type.Optional(Type.Unknown()),
+    updated_at: Type.Optional(Type.Unknown()),
+    test_mode: Type.Optional(Type.Unknown()),
+    settings_schema_stats: Type.Optional(Type.Unknown()),
+  },
+  { additionalProperties: false },
+) as unknown as ReturnType<typeof Type.Object<any>>;
+export type PatchApplicationBody = Partial<Omit<CreateApplicationBody, 'slug' | 'owner_user_id' | 'owner_organization_id'>> & {
+  review_status?: (typeof REVIEW_STATUSES)[number];
+  review_notes?: string | null;
+  owner_user_id?: string | null;
+  owner_organization_id?: string | null;
+  [readOnly: string]: unknown;
+};
+
+export const ApplicationListQuery = Type.Object(
+  {
+    visibility: Type.Optional(Visibility),
+    review_status: Type.Optional(Type.Union(REVIEW_STATUSES.map((v) => Type.Literal(v)))),
+    owned: Type.Optional(Type.Boolean()),
+    tenant_id: Type.Optional(Type.String({ maxLength: 64 })),
+    owner_user_id: Type.Optional(Type.String({ maxLength: 64 })),
+    owner_organization_id: Type.Optional(Type.String({ maxLength: 64 })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+  },
+  { additionalProperties: false },
+);
+export type ApplicationListQuery = Static<typeof ApplicationListQuery>;
+
+export const AppIdParam = Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 }) });

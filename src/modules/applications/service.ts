@@ -1,0 +1,154 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { emit } from '../../outbox/emit.js';
+import { keyset, toPage } from '../../http/pagination.js';
+import { assertWithinPlan, countTenantApplications, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
+import { APP_COLUMNS, findApplicationRow, toApplication, toListItem, type ApplicationRow } from './store.js';
+import type { Application, ApplicationListQuery, CreateApplicationBody } from './schemas.js';
+import { ownerCondition, viewerOf, visibleCondition } from './visibility.js';
+import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateRedirectUris, validateSettingsSchema, validateSlug } from './validation.js';
+
+const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
+
+/** The Application if the caller may see it; else 404 application_not_found. */
+export async function visibleApplication(ctx: Ctx, id: string): Promise<ApplicationRow> {
+  const params: unknown[] = [id];
+  const condition = visibleCondition(viewerOf(ctx), params);
+  const { rows } = await ctx.db.query<ApplicationRow>(`SELECT ${APP_COLUMNS} FROM applications a WHERE a.id = $1 AND ${condition}`, params);
+  if (!rows[0]) throw new ApiError('application_not_found');
+  return rows[0];
+}
+
+export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
+  if (ctx.actor.type !== 'user') return false;
+  const { rowCount } = await ctx.db.query(`SELECT 1 FROM applications a WHERE a.id = $1 AND ${ownerCondition(2)}`, [app.id, ctx.actor.userId]);
+  return rowCount > 0;
+}
+
+export async function staleCounts(ctx: Ctx, app: ApplicationRow): Promise<Record<string, number>> {
+  if (Object.keys(app.settings_schema).length === 0) return {};
+  const { rows } = await ctx.db.query<{ overrides: Record<string, unknown> }>('SELECT overrides FROM app_settings WHERE application_id = $1', [app.id]);
+  const counts: Record<string, number> = {};
+  for (const r of rows) for (const key of staleOverrideKeys(app.settings_schema, r.overrides)) counts[key] = (counts[key] ?? 0) + 1;
+  return counts;
+}
+
+export async function getApplication(ctx: Ctx, id: string): Promise<Application> {
+  const app = await visibleApplication(ctx, id);
+  return toApplication(app, await staleCounts(ctx, app));
+}
+
+/** GET /v1/applications: the trimmed catalog the caller may see; pending_review for applications.manage is the queue, oldest first. */
+export async function listApplications(ctx: Ctx, q: ApplicationListQuery) {
+  const viewer = viewerOf(ctx);
+  const params: unknown[] = [];
+  const where = [visibleCondition(viewer, params)];
+  const add = (sql: (n: number) => string, value: unknown) => {
+    params.push(value);
+    where.push(sql(params.length));
+  };
+  if ((q.tenant_id || q.owner_user_id || q.owner_organization_id) && !viewer.admin && !hasPermission(ctx.actor, 'tenants.manage')) {
+    throw new ApiError('forbidden', { message: 'tenant_id and owner filters need applications.manage or tenants.manage.' });
+  }
+  if (q.visibility) add((n) => `a.visibility = $${n}`, q.visibility);
+  if (q.review_status) add((n) => `a.review_status = $${n}`, q.review_status);
+  if (q.owned) {
+    if (!viewer.userId) return { data: [], page: { next_cursor: null, has_more: false } };
+    params.push(viewer.userId);
+    where.push(ownerCondition(params.length));
+  }
+  if (q.tenant_id) add((n) => `a.tenant_id = $${n}`, q.tenant_id);
+  if (q.owner_user_id) add((n) => `a.owner_user_id = $${n}`, q.owner_user_id);
+  if (q.owner_organization_id) add((n) => `a.owner_organization_id = $${n}`, q.owner_organization_id);
+  const queue = viewer.admin && q.review_status === 'pending_review';
+  const ks = keyset(q, params.length + 1, 'a', queue ? 'asc' : 'desc');
+  const { rows } = await ctx.db.query<ApplicationRow>(
+    `SELECT ${APP_COLUMNS} FROM applications a WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return toPage(rows, ks.limit, toListItem);
+}
+
+export interface ConfigInput {
+  name?: string;
+  description?: string | null;
+  icon_url?: string | null;
+  launch_url?: string;
+  redirect_uris?: string[];
+  support_url?: string | null;
+  email_from_name?: string | null;
+  settings_schema?: Record<string, unknown>;
+  permissions?: { key: string; description?: string }[];
+  available_app_roles?: string[];
+  default_app_role?: string | null;
+}
+
+/** Field rules shared by create and PATCH; returns normalized permissions. */
+export function validateConfig(slug: string, testMode: boolean, input: ConfigInput, availableRoles: string[], defaultRole: string | null) {
+  validateHttpsUrl('launch_url', input.launch_url);
+  validateHttpsUrl('icon_url', input.icon_url);
+  validateHttpsUrl('support_url', input.support_url);
+  if (input.redirect_uris) validateRedirectUris(input.redirect_uris, testMode);
+  if (input.settings_schema) validateSettingsSchema(input.settings_schema);
+  if (defaultRole !== null && !availableRoles.includes(defaultRole)) throw invalid('default_app_role', 'must be one of available_app_roles');
+  return input.permissions ? validatePermissions(slug, input.permissions) : undefined;
+}
+
+/** Seeds the empty Role role_<slug>_<name> for an available_app_roles name. */
+export async function seedAppRole(tx: Tx, app: { id: string; slug: string }, name: string, now: Date): Promise<void> {
+  await tx.query(
+    `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at)
+     VALUES ($1, $2, $3, NULL, '{}', false, $4, $4) ON CONFLICT DO NOTHING`,
+    [`role_${app.slug}_${name}`, name, app.id, now],
+  );
+}
+
+/** POST /v1/applications (applications.manage): creates approved, resolving or creating the owner's Tenant. */
+export async function createApplication(ctx: Ctx, body: CreateApplicationBody): Promise<Application> {
+  validateSlug(body.slug);
+  if (!!body.owner_user_id === !!body.owner_organization_id) throw invalid('owner_user_id', 'exactly one of owner_user_id or owner_organization_id is required');
+  const testMode = ctx.mode === 'test';
+  const roles = body.available_app_roles ?? [];
+  const permissions = validateConfig(body.slug, testMode, body, roles, body.default_app_role ?? null) ?? [];
+  return ctx.db.transaction(async (tx) => {
+    if (body.owner_user_id) {
+      const { rowCount } = await tx.query(`SELECT 1 FROM users WHERE id = $1 AND status <> 'deleted'`, [body.owner_user_id]);
+      if (!rowCount) throw invalid('owner_user_id', 'is not a known user');
+    } else {
+      const { rowCount } = await tx.query('SELECT 1 FROM organizations WHERE id = $1', [body.owner_organization_id]);
+      if (!rowCount) throw invalid('owner_organization_id', 'is not a known organization');
+    }
+    if (await findApplicationRow(tx, `app_${body.slug}`)) throw new ApiError('slug_taken');
+    const tenant = await resolveOwnerTenant(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id }, ctx.now);
+    assertWithinPlan(tenant, 'applications', (await countTenantApplications(tx, tenant.id)) + 1);
+    if (roles.length > 0) assertWithinPlan(tenant, 'app_roles', roles.length);
+    const id = `app_${body.slug}`;
+    await tx.query(
+      `INSERT INTO applications (id, slug, name, description, icon_url, launch_url, redirect_uris, support_url, email_from_name,
+         settings_schema, permissions, available_app_roles, default_app_role, visibility, owner_user_id, owner_organization_id,
+         review_status, tenant_id, test_mode, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'approved', $17, $18, $19, $19)`,
+      [id, body.slug, body.name, body.description ?? null, body.icon_url ?? null, body.launch_url, body.redirect_uris ?? [], body.support_url ?? null,
+        body.email_from_name ?? null, JSON.stringify(body.settings_schema ?? {}), JSON.stringify(permissions), roles, body.default_app_role ?? null,
+        body.visibility ?? 'public', body.owner_user_id ?? null, body.owner_organization_id ?? null, tenant.id, testMode, ctx.now],
+    );
+    const app = (await findApplicationRow(tx, id))!;
+    for (const name of roles) await seedAppRole(tx, app, name, ctx.now);
+    const out = toApplication(app);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'application.created', target: { type: 'application', id }, applicationId: id, tenantId: tenant.id, after: out });
+    return out;
+  });
+}
+
+export async function emitReviewChange(tx: Tx, ctx: Ctx, app: ApplicationRow): Promise<void> {
+  await emit(tx, ctx, {
+    type: 'application.review_status_changed',
+    applicationId: app.id,
+    data: { application_id: app.id, review_status: app.review_status, review_notes: app.review_notes },
+  });
+}
+
+export { findTenant };

@@ -1,0 +1,104 @@
+import Ajv from 'ajv';
+import { ApiError } from '../../errors.js';
+
+export const SLUG_PATTERN = /^[a-z][a-z0-9-]{1,63}$/;
+const RESERVED_SETTINGS_KEYS = ['locale', 'timezone', 'theme', 'notifications'];
+const PERMISSION_SUFFIX = /^[a-z0-9_.]{1,64}$/;
+
+const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
+
+export function validateSlug(slug: string): void {
+  if (!SLUG_PATTERN.test(slug)) throw invalid('slug', 'must match ^[a-z][a-z0-9-]{1,63}$');
+  if (slug === 'platform') throw invalid('slug', 'is reserved');
+}
+
+export function validateHttpsUrl(path: string, value: string | null | undefined): void {
+  if (value === null || value === undefined) return;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw invalid(path, 'must be an https URL');
+  }
+  if (url.protocol !== 'https:' || url.username || url.password) throw invalid(path, 'must be an https URL');
+}
+
+/**
+ * redirect_uris: exact-match entries, https URLs or reverse-DNS private-use schemes
+ * (com.example.app:/path); http://localhost and http://127.0.0.1 (any port) only on a test_mode
+ * Application. No fragments, no credentials.
+ */
+export function validateRedirectUris(uris: string[], testMode: boolean): void {
+  const seen = new Set<string>();
+  uris.forEach((value, i) => {
+    const path = `redirect_uris.${i}`;
+    let url: URL;
+    try {
+      url = new URL(value);
+    } catch {
+      throw invalid(path, 'is not a URI');
+    }
+    if (url.hash || url.username || url.password) throw invalid(path, 'must not carry a fragment or credentials');
+    const scheme = url.protocol.slice(0, -1);
+    const loopback = scheme === 'http' && (url.hostname === 'localhost' || url.hostname === '127.0.0.1');
+    const privateUse = /^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$/.test(scheme);
+    if (loopback && !testMode) throw invalid(path, 'http://localhost and http://127.0.0.1 are allowed only on test_mode applications');
+    if (!(scheme === 'https' || loopback || privateUse)) throw invalid(path, 'must be https, a reverse-DNS private-use scheme, or loopback http on a test application');
+    if (seen.has(value)) throw invalid(path, 'is listed twice');
+    seen.add(value);
+  });
+}
+
+export function validatePermissions(slug: string, permissions: { key: string; description?: string }[]): { key: string; description: string }[] {
+  const prefix = `app.${slug}.`;
+  const seen = new Set<string>();
+  return permissions.map((p, i) => {
+    if (!p.key.startsWith(prefix) || !PERMISSION_SUFFIX.test(p.key.slice(prefix.length))) {
+      throw invalid(`permissions.${i}.key`, `must start with ${prefix} followed by [a-z0-9_.]{1,64}`);
+    }
+    if (seen.has(p.key)) throw invalid(`permissions.${i}.key`, 'is listed twice');
+    seen.add(p.key);
+    return { key: p.key, description: p.description ?? '' };
+  });
+}
+
+const schemaAjv = new Ajv.default({ strict: false, allErrors: true });
+schemaAjv.addKeyword({ keyword: 'x-pii' });
+
+/** A JSON-schema style object for AppSettings: an object schema that compiles; reserved names refused. */
+export function validateSettingsSchema(schema: Record<string, unknown>): void {
+  if (Object.keys(schema).length === 0) return;
+  if (schema.type !== undefined && schema.type !== 'object') {
+    throw new ApiError('invalid_settings_schema', { details: { reason: 'type must be object' } });
+  }
+  const properties = schema.properties;
+  if (properties !== undefined && (typeof properties !== 'object' || properties === null || Array.isArray(properties))) {
+    throw new ApiError('invalid_settings_schema', { details: { reason: 'properties must be an object' } });
+  }
+  const reserved = Object.keys((properties as object) ?? {}).filter((k) => RESERVED_SETTINGS_KEYS.includes(k));
+  if (reserved.length) throw new ApiError('reserved_settings_key', { details: { keys: reserved } });
+  try {
+    schemaAjv.compile(schema);
+  } catch (err) {
+    throw new ApiError('invalid_settings_schema', { details: { reason: (err as Error).message } });
+  }
+}
+
+/** Keys whose stored overrides no longer validate against the schema, per key. */
+export function staleOverrideKeys(schema: Record<string, unknown>, overrides: Record<string, unknown>): string[] {
+  const properties = (schema.properties ?? {}) as Record<string, object>;
+  const stale: string[] = [];
+  for (const [key, value] of Object.entries(overrides)) {
+    const property = properties[key];
+    if (!property) {
+      stale.push(key);
+      continue;
+    }
+    try {
+      if (!schemaAjv.validate(property, value)) stale.push(key);
+    } catch {
+      stale.push(key);
+    }
+  }
+  return stale;
+}

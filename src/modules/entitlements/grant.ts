@@ -1,0 +1,80 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { addSeconds } from '../../clock.js';
+import { newId } from '../../ids.js';
+import { recordAudit } from '../../audit/record.js';
+import { emit } from '../../outbox/emit.js';
+import { withAccessFlips } from '../../access/flips.js';
+import { findUserById } from '../users/store.js';
+import { resolveUserId } from '../users/service.js';
+import { visibleApplication } from '../applications/service.js';
+import type { ApplicationRow } from '../applications/store.js';
+import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
+import { countSeats, isSeat } from '../tenancy/seats.js';
+import { ENT_COLUMNS, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
+import { assertMayGrant, rightsOver } from './rights.js';
+import type { Entitlement, GrantBody } from './schemas.js';
+
+const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
+export const MAX_START_AHEAD_SECONDS = 365 * 24 * 3600;
+
+/** Shared term rules of personal and organization grants. */
+export function grantTerm(ctx: Ctx, body: { source?: string; starts_at?: string; ends_at?: string | null }): { startsAt: Date; endsAt: Date | null } {
+  const startsAt = body.starts_at ? new Date(body.starts_at) : ctx.now;
+  if (startsAt > addSeconds(ctx.now, MAX_START_AHEAD_SECONDS)) throw invalid('starts_at', 'must be at most 1 year ahead');
+  const endsAt = body.ends_at ? new Date(body.ends_at) : null;
+  if (body.source === 'trial' && !endsAt) throw new ApiError('ends_at_required');
+  if (endsAt && endsAt <= startsAt) throw invalid('ends_at', 'must be after starts_at');
+  return { startsAt, endsAt };
+}
+
+/** The Application a grant targets: visible to the caller (404), approved (409), and the caller allowed to grant for it. */
+export async function grantableApplication(ctx: Ctx, applicationId: string): Promise<ApplicationRow> {
+  const app = await visibleApplication(ctx, applicationId);
+  assertMayGrant(await rightsOver(ctx, app), app);
+  if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
+  return app;
+}
+
+/** A new seat on the Tenant: 402 on a restricted Tenant, 409 at Starter's cap. */
+export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow, userIds: string[]): Promise<void> {
+  const tenant = (await findTenant(tx, app.tenant_id))!;
+  let added = 0;
+  for (const userId of userIds) if (!(await isSeat(tx, tenant.id, userId, ctx.now))) added++;
+  if (added === 0) return;
+  assertWithinPlan(tenant, 'seats', (await countSeats(tx, tenant.id, ctx.now)) + added);
+}
+
+export async function emitEntitlementEvent(tx: Tx, ctx: Ctx, type: string, row: EntitlementRow, extra: Record<string, unknown> = {}): Promise<void> {
+  await emit(tx, ctx, { type, applicationId: row.application_id, data: { entitlement: toEntitlement(row), ...extra } });
+}
+
+/** POST /v1/users/{id}/entitlements: one live personal row per user and Application. */
+export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody): Promise<Entitlement> {
+  if (body.source === 'org_seat') throw new ApiError('invalid_source');
+  const userId = resolveUserId(ctx, idParam);
+  const app = await grantableApplication(ctx, body.application_id);
+  const { startsAt, endsAt } = grantTerm(ctx, body);
+  return ctx.db.transaction(async (tx) => {
+    const user = await findUserById(tx, userId);
+    if (!user || user.status === 'deleted' || user.erased_at) throw new ApiError('user_not_found');
+    const existing = await findLivePersonal(tx, userId, app.id);
+    if (existing) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: existing.id, status: existing.status } });
+    await assertSeatAvailable(tx, ctx, app, [userId]);
+    const c = inTx(ctx, tx);
+    const row = await withAccessFlips(tx, c, { userIds: [userId], applicationIds: [app.id] }, 'entitlement_granted', async () => {
+      const { rows } = await tx.query<EntitlementRow>(
+        `INSERT INTO entitlements AS e (id, user_id, application_id, status, source, order_id, starts_at, ends_at, test_mode, created_at, updated_at,
+           start_notified_at)
+         VALUES ($1, $2, $3, 'active', $4, $5, $6, $7, $8, $9, $9, $10) RETURNING ${ENT_COLUMNS}`,
+        [newId('ent'), userId, app.id, body.source, body.order_id ?? null, startsAt, endsAt, ctx.mode === 'test', ctx.now, startsAt <= ctx.now ? ctx.now : null],
+      );
+      return rows[0];
+    });
+    await recordAudit(tx, c, { action: 'entitlement.granted', target: { type: 'entitlement', id: row.id }, targetUserId: userId, applicationId: app.id, tenantId: app.tenant_id, after: toEntitlement(row) });
+    await emitEntitlementEvent(tx, c, 'entitlement.granted', row);
+    return toEntitlement(row);
+  });
+}

@@ -1,0 +1,117 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { withAccessFlips, type AccessReason } from '../../access/flips.js';
+import { ENT_COLUMNS, etagOf, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
+import { visibleEntitlement } from './read.js';
+import { emitEntitlementEvent } from './grant.js';
+import type { Entitlement, PatchEntitlementBody } from './schemas.js';
+
+const READ_ONLY = ['starts_at', 'user_id', 'organization_id', 'application_id', 'id', 'test_mode', 'created_at', 'updated_at'] as const;
+
+/** The status table of Part B: from → to, and the event and access reason each move carries. */
+const MOVES: Record<string, Record<string, { event: string; reason: AccessReason; needsReason?: boolean }>> = {
+  active: { disabled: { event: 'entitlement.disabled', reason: 'entitlement_disabled', needsReason: true }, revoked: { event: 'entitlement.revoked', reason: 'entitlement_revoked', needsReason: true } },
+  disabled: { active: { event: 'entitlement.granted', reason: 'entitlement_enabled' }, revoked: { event: 'entitlement.revoked', reason: 'entitlement_revoked', needsReason: true } },
+  expired: { active: { event: 'entitlement.granted', reason: 'entitlement_granted' }, revoked: { event: 'entitlement.revoked', reason: 'entitlement_revoked', needsReason: true } },
+  revoked: {},
+};
+
+/** Users whose access the row can change: its holder, or the active members of its Organization. */
+export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string[]> {
+  if (row.user_id) return [row.user_id];
+  const { rows } = await tx.query<{ user_id: string }>(
+    `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
+    [row.organization_id],
+  );
+  return rows.map((r) => r.user_id);
+}
+
+/** PATCH /v1/entitlements/{id}: status moves, term, trial conversion, order id, member scope. */
+export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined): Promise<{ entitlement: Entitlement; etag: string }> {
+  const readOnly = READ_ONLY.filter((f) => f in body);
+  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+  return ctx.db.transaction(async (tx) => {
+    const c = inTx(ctx, tx);
+    const { row, rights, orgAdmin } = await visibleEntitlement(c, id, true);
+    if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
+    const full = rights.platform || rights.appKey || rights.owner;
+    const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
+    const orgAdminMove = orgAdmin && row.source === 'org_seat' && limitedFields && (body.status === undefined || ['active', 'disabled'].includes(body.status));
+    if (!full && !orgAdminMove) throw new ApiError('forbidden');
+
+    const status = body.status ?? row.status;
+    const move = status !== row.status ? MOVES[row.status]?.[status] : undefined;
+    if (status !== row.status && !move) throw new ApiError('invalid_status_transition', { details: { from: row.status, to: status } });
+    if (row.status === 'revoked' && Object.keys(body).length > 0 && body.status !== 'revoked') throw new ApiError('invalid_status_transition', { details: { from: 'revoked' } });
+    if (move?.needsReason && !body.disabled_reason) throw new ApiError('disabled_reason_required');
+
+    const changed: string[] = [];
+    let endsAt = row.ends_at;
+    if ('ends_at' in body) {
+      endsAt = body.ends_at ? new Date(body.ends_at) : null;
+      if (endsAt && endsAt <= row.starts_at) throw new ApiError('validation_failed', { details: { fields: [{ path: 'ends_at', message: 'must be after starts_at' }] } });
+      if (String(endsAt?.getTime()) !== String(row.ends_at?.getTime())) changed.push('ends_at');
+    }
+    let source = row.source;
+    if (body.source !== undefined && body.source !== row.source) {
+      if (!(row.source === 'trial' && body.source === 'purchase')) throw new ApiError('immutable_field', { details: { field: 'source' } });
+      source = body.source;
+      changed.push('source');
+    }
+    let orderId = row.order_id;
+    if ('order_id' in body && body.order_id !== row.order_id) {
+      if (row.order_id !== null) throw new ApiError('immutable_field', { details: { field: 'order_id' } });
+      orderId = body.order_id ?? null;
+      changed.push('order_id');
+    }
+    const scopeChange = 'member_scope' in body || 'member_overrides' in body;
+    if (scopeChange) await assertMemberScope(tx, row, body);
+    if (status === 'active' && row.status === 'expired') {
+      if (endsAt && endsAt <= ctx.now) throw new ApiError('invalid_status_transition', { message: 'Renew with ends_at in the future or null.', details: { from: 'expired', to: 'active' } });
+      const newer = row.user_id ? await findLivePersonal(tx, row.user_id, row.application_id) : null;
+      if (newer) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: newer.id, status: newer.status } });
+    }
+    if (!move && changed.length === 0 && !scopeChange) return { entitlement: toEntitlement(row), etag: etagOf(row) };
+
+    const reason: AccessReason = move?.reason ?? (scopeChange ? 'org_grant_changed' : changed.includes('ends_at') && endsAt && endsAt <= ctx.now ? 'entitlement_expired' : 'entitlement_granted');
+    const disabledReason = status === 'active' ? null : move?.needsReason ? body.disabled_reason! : row.disabled_reason;
+    const users = await affectedUsers(tx, row);
+    const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, async () => {
+      const { rows } = await tx.query<EntitlementRow>(
+        `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
+                member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = $9
+          WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`,
+        [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, ctx.now],
+      );
+      return rows[0];
+    });
+    const audit = { target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(updated) };
+    if (move) {
+      await recordAudit(tx, c, { action: move.event, ...audit });
+      await emitEntitlementEvent(tx, c, move.event, updated);
+    } else if (changed.length) {
+      await recordAudit(tx, c, { action: 'entitlement.updated', ...audit });
+      await emitEntitlementEvent(tx, c, 'entitlement.updated', updated, { changed_fields: changed });
+    }
+    if (scopeChange) {
+      await recordAudit(tx, c, { action: 'entitlement.member_scope_changed', ...audit });
+      await emitEntitlementEvent(tx, c, 'entitlement.member_scope_changed', updated);
+    }
+    return { entitlement: toEntitlement(updated), etag: etagOf(updated) };
+  });
+}
+
+async function assertMemberScope(tx: Tx, row: EntitlementRow, body: PatchEntitlementBody): Promise<void> {
+  if (row.source !== 'org_seat' || !row.organization_id) throw new ApiError('not_an_org_grant');
+  if (!body.member_overrides?.length) return;
+  const { rows } = await tx.query<{ user_id: string }>(
+    `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active' AND user_id = ANY($2::text[])`,
+    [row.organization_id, body.member_overrides],
+  );
+  const members = new Set(rows.map((r) => r.user_id));
+  const strangers = body.member_overrides.filter((u) => !members.has(u));
+  if (strangers.length) throw new ApiError('member_override_not_a_member', { details: { user_ids: strangers } });
+}

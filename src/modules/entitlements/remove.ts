@@ -1,0 +1,31 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { withAccessFlips } from '../../access/flips.js';
+import { toEntitlement } from './store.js';
+import { visibleEntitlement } from './read.js';
+import { affectedUsers } from './patch.js';
+import { emitEntitlementEvent } from './grant.js';
+
+/** A hard delete is for grants made in error: refused once the row is older than this (docs/decisions.md). */
+export const DELETE_WINDOW_SECONDS = 24 * 3600;
+
+/** DELETE /v1/entitlements/{id}: entitlements.manage (platform or the Application's own key). */
+export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
+  await ctx.db.transaction(async (tx) => {
+    const c = inTx(ctx, tx);
+    const { row, rights } = await visibleEntitlement(c, id, true);
+    if (!rights.platform && !rights.appKey) throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
+    if (row.order_id !== null) throw new ApiError('entitlement_order_linked', { details: { order_id: row.order_id } });
+    if (ctx.now.getTime() - row.created_at.getTime() > DELETE_WINDOW_SECONDS * 1000) {
+      throw new ApiError('entitlement_too_old', { details: { max_age_seconds: DELETE_WINDOW_SECONDS } });
+    }
+    const users = await affectedUsers(tx, row);
+    await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, 'entitlement_deleted', async () => {
+      await tx.query('DELETE FROM entitlements WHERE id = $1', [row.id]);
+    });
+    await recordAudit(tx, c, { action: 'entitlement.deleted', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row) });
+    await emitEntitlementEvent(tx, c, 'entitlement.deleted', row);
+  });
+}

@@ -1,0 +1,83 @@
+import { Type } from '@sinclair/typebox';
+import type { App } from '../types.js';
+import type { Deps } from '../../context.js';
+import { ctxOf } from '../../http/gate.js';
+import { ListOf, UserIdParam } from '../../http/schemas.js';
+import { Entitlement, EntitlementIdParam, EntitlementListItem, EntitlementQuery, GrantBody, PatchEntitlementBody, UserEntitlementQuery } from './schemas.js';
+import { grantPersonal } from './grant.js';
+import { listEntitlements, listUserEntitlements, visibleEntitlement } from './read.js';
+import { patchEntitlement } from './patch.js';
+import { deleteEntitlement } from './remove.js';
+import { etagOf, toEntitlement } from './store.js';
+
+const tags = ['Entitlements'];
+
+export function entitlementRoutes(app: App, deps: Deps): void {
+  app.get('/v1/users/:id/entitlements', {
+    schema: { summary: "A user's personal and organization-wide Entitlements", tags, params: UserIdParam, querystring: UserEntitlementQuery, response: { 200: ListOf(EntitlementListItem) } },
+    config: { meta: { auth: 'any', errors: ['user_not_found'] } },
+    handler: (request) => listUserEntitlements(ctxOf(deps, request), request.params.id, request.query),
+  });
+  app.post('/v1/users/:id/entitlements', {
+    schema: { summary: 'Grant a personal Entitlement', tags, params: UserIdParam, body: GrantBody, response: { 201: Entitlement } },
+    config: {
+      meta: {
+        auth: 'any',
+        idempotency: 'required',
+        errors: ['user_not_found', 'application_not_found', 'application_not_available', 'entitlement_already_exists', 'invalid_source', 'ends_at_required', 'plan_limit_reached', 'subscription_required', 'forbidden'],
+      },
+    },
+    handler: async (request, reply) => {
+      const entitlement = await grantPersonal(ctxOf(deps, request), request.params.id, request.body);
+      reply.code(201);
+      return entitlement;
+    },
+  });
+  app.get('/v1/entitlements', {
+    schema: { summary: 'Cross-user list of Entitlements', tags, querystring: EntitlementQuery, response: { 200: ListOf(EntitlementListItem) } },
+    config: { meta: { auth: 'any', errors: ['forbidden'] } },
+    handler: (request) => listEntitlements(ctxOf(deps, request), request.query),
+  });
+  app.get('/v1/entitlements/:id', {
+    schema: { summary: 'Fetch an Entitlement', tags, params: EntitlementIdParam, response: { 200: Entitlement } },
+    config: { meta: { auth: 'any', errors: ['entitlement_not_found'] } },
+    handler: async (request, reply) => {
+      const { row } = await visibleEntitlement(ctxOf(deps, request), request.params.id);
+      reply.header('etag', etagOf(row));
+      return toEntitlement(row);
+    },
+  });
+  app.patch('/v1/entitlements/:id', {
+    schema: {
+      summary: 'Toggle and edit an Entitlement',
+      description: 'Send If-Match with the ETag when two operators might act on one row (412 on a stale write).',
+      tags,
+      params: EntitlementIdParam,
+      headers: Type.Object({ 'if-match': Type.Optional(Type.String({ maxLength: 200 })) }),
+      body: PatchEntitlementBody,
+      response: { 200: Entitlement },
+    },
+    config: {
+      meta: {
+        auth: 'any',
+        idempotency: 'optional',
+        destructive: { when: 'status is set to disabled or revoked', test: (request) => ['disabled', 'revoked'].includes((request.body as { status?: string })?.status ?? '') },
+        errors: ['entitlement_not_found', 'invalid_status_transition', 'disabled_reason_required', 'immutable_field', 'read_only_field', 'not_an_org_grant', 'member_override_not_a_member', 'entitlement_already_exists', 'precondition_failed', 'forbidden'],
+      },
+    },
+    handler: async (request, reply) => {
+      const { entitlement, etag } = await patchEntitlement(ctxOf(deps, request), request.params.id, request.body, request.headers['if-match']);
+      reply.header('etag', etag);
+      return entitlement;
+    },
+  });
+  app.delete('/v1/entitlements/:id', {
+    schema: { summary: 'Hard-remove a grant made in error', tags, params: EntitlementIdParam, response: { 204: Type.Null() } },
+    config: { meta: { auth: 'any', permission: 'entitlements.manage', destructive: 'always', errors: ['entitlement_not_found', 'entitlement_order_linked', 'entitlement_too_old'] } },
+    handler: async (request, reply) => {
+      await deleteEntitlement(ctxOf(deps, request), request.params.id);
+      reply.code(204);
+      return null;
+    },
+  });
+}

@@ -1,0 +1,51 @@
+import { createHash } from 'node:crypto';
+import type { Queryable } from '../../db/types.js';
+import type { Entitlement } from './schemas.js';
+
+export interface EntitlementRow {
+  id: string;
+  user_id: string | null;
+  organization_id: string | null;
+  application_id: string;
+  status: 'active' | 'disabled' | 'revoked' | 'expired';
+  source: 'purchase' | 'trial' | 'admin_grant' | 'org_seat';
+  order_id: string | null;
+  starts_at: Date;
+  ends_at: Date | null;
+  disabled_reason: string | null;
+  member_scope: 'all_members' | 'allowlist' | 'denylist' | null;
+  member_overrides: string[] | null;
+  test_mode: boolean;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export const ENT_COLUMNS = `e.id, e.user_id, e.organization_id, e.application_id, e.status, e.source, e.order_id, e.starts_at, e.ends_at,
+  e.disabled_reason, e.member_scope, e.member_overrides, e.test_mode, e.created_at, e.updated_at`;
+
+export function toEntitlement(r: EntitlementRow): Entitlement {
+  return {
+    ...r,
+    starts_at: r.starts_at.toISOString(),
+    ends_at: r.ends_at?.toISOString() ?? null,
+    created_at: r.created_at.toISOString(),
+    updated_at: r.updated_at.toISOString(),
+  };
+}
+
+/** The ETag of an Entitlement's current state (If-Match guards concurrent operators). */
+export const etagOf = (r: EntitlementRow) => `"${createHash('sha256').update(`${r.id}:${r.updated_at.toISOString()}:${r.status}`).digest('base64url').slice(0, 22)}"`;
+
+export async function findEntitlement(db: Queryable, id: string, forUpdate = false): Promise<EntitlementRow | null> {
+  const { rows } = await db.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.id = $1 ${forUpdate ? 'FOR UPDATE' : ''}`, [id]);
+  return rows[0] ?? null;
+}
+
+/** The live (active or disabled) personal row of a user for an Application. */
+export async function findLivePersonal(db: Queryable, userId: string, applicationId: string): Promise<EntitlementRow | null> {
+  const { rows } = await db.query<EntitlementRow>(
+    `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.user_id = $1 AND e.application_id = $2 AND e.status IN ('active', 'disabled')`,
+    [userId, applicationId],
+  );
+  return rows[0] ?? null;
+}

@@ -1,0 +1,65 @@
+import type { Queryable } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { newId } from '../../ids.js';
+
+export type Plan = 'starter' | 'team' | 'enterprise';
+export type LimitedResource = 'applications' | 'seats' | 'app_roles' | 'webhooks';
+
+/** The plan catalog (Part B Limits). null = unlimited. Seats: Starter caps at 1,000; Team includes 25 and bills extra. */
+export const PLAN_LIMITS: Record<Plan, Record<LimitedResource, number | null> & { seats_included: number | null; audit_hot_window_days: number | null }> = {
+  starter: { applications: 1, app_roles: 3, webhooks: 1, seats: 1000, seats_included: 1000, audit_hot_window_days: 30 },
+  team: { applications: 5, app_roles: null, webhooks: 10, seats: null, seats_included: 25, audit_hot_window_days: 365 },
+  enterprise: { applications: null, app_roles: null, webhooks: null, seats: null, seats_included: null, audit_hot_window_days: null },
+};
+
+export interface TenantRow {
+  id: string;
+  owner_type: 'user' | 'organization';
+  owner_user_id: string | null;
+  owner_organization_id: string | null;
+  tier: string;
+  plan: Plan;
+  region: string;
+  status: string;
+  suspended: boolean;
+  subscription_status: string;
+  restricted: boolean;
+}
+
+const TENANT_COLUMNS = 'id, owner_type, owner_user_id, owner_organization_id, tier, plan, region, status, suspended, subscription_status, restricted';
+
+export async function findTenant(db: Queryable, id: string): Promise<TenantRow | null> {
+  const { rows } = await db.query<TenantRow>(`SELECT ${TENANT_COLUMNS} FROM tenants WHERE id = $1`, [id]);
+  return rows[0] ?? null;
+}
+
+/** The owner's Tenant, created with its first Application: tier shared in us-east-1, starter for a user, team for an Organization. */
+export async function resolveOwnerTenant(db: Queryable, owner: { userId?: string | null; organizationId?: string | null }, now: Date): Promise<TenantRow> {
+  const byUser = !!owner.userId;
+  const column = byUser ? 'owner_user_id' : 'owner_organization_id';
+  const value = byUser ? owner.userId : owner.organizationId;
+  await db.query(
+    `INSERT INTO tenants (id, owner_type, owner_user_id, owner_organization_id, tier, plan, region, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, 'shared', $5, 'us-east-1', $6, $6) ON CONFLICT DO NOTHING`,
+    [newId('tnt'), byUser ? 'user' : 'organization', byUser ? value : null, byUser ? null : value, byUser ? 'starter' : 'team', now],
+  );
+  const { rows } = await db.query<TenantRow>(`SELECT ${TENANT_COLUMNS} FROM tenants WHERE ${column} = $1`, [value]);
+  return rows[0];
+}
+
+/**
+ * The one place plan caps are enforced: 402 subscription_required on a restricted Tenant, 409
+ * plan_limit_reached (details name the resource) when `wanted` would exceed the plan's cap.
+ */
+export function assertWithinPlan(tenant: TenantRow, resource: LimitedResource, wanted: number): void {
+  if (tenant.restricted) throw new ApiError('subscription_required', { details: { tenant_id: tenant.id, resource } });
+  const limit = PLAN_LIMITS[tenant.plan]?.[resource] ?? null;
+  if (limit !== null && wanted > limit) {
+    throw new ApiError('plan_limit_reached', { details: { resource, limit, current: wanted - 1, plan: tenant.plan, tenant_id: tenant.id } });
+  }
+}
+
+export async function countTenantApplications(db: Queryable, tenantId: string): Promise<number> {
+  const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM applications WHERE tenant_id = $1', [tenantId]);
+  return rows[0].n;
+}

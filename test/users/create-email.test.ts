@@ -1,0 +1,243 @@
+// Part A, Users: admin create (invited or active), invitation re-send and its limit, and email
+// changes (self-service pending until verified; admin immediate).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+import {
+  assertError, assertFields, assertStatus, auditFor, call, latestToken, mailsTo, NEW_PASSWORD, sql, userRow,
+} from './support.js';
+
+let t: TestApp;
+let admin: { user: TestUser; token: string };
+let support: { user: TestUser; token: string };
+
+before(async () => {
+  t = await buildTestApp();
+  admin = await userToken(t, { roles: ['superadmin'] });
+  support = await userToken(t, { roles: ['support'] });
+});
+after(() => t.close());
+
+const create = (payload: object, token = admin.token) => call(t, 'POST', '/v1/users', token, payload);
+const resend = (id: string, token = admin.token) => call(t, 'POST', `/v1/users/${id}/invitation`, token);
+const patch = (id: string, payload: object, token = admin.token) => call(t, 'PATCH', `/v1/users/${id}`, token, payload);
+const userCount = async (email: string) => (await sql<{ n: number }>(t, 'SELECT count(*)::int AS n FROM users WHERE lower(email) = lower($1)', [email]))[0].n;
+
+/**
+ * Moves the clock to `secondsInto` seconds after the start of the next window of `windowSeconds`
+ * (so a fixed-window counter cannot roll over mid-test), then signs the admin in again.
+ */
+async function alignToWindow(windowSeconds: number, secondsInto: number): Promise<void> {
+  const windowMs = windowSeconds * 1000;
+  const ms = t.clock.now().getTime() % windowMs;
+  t.clock.advance((windowMs - ms + secondsInto * 1000) / 1000);
+  admin.token = await login(t, admin.user);
+}
+
+test('POST /v1/users (users.manage) creates an invited user by default with an invitation email; accepting it activates the account', async () => {
+  const email = uniqueEmail('invitee');
+  const body = assertStatus(await create({ email, display_name: 'Ines Invitee' }), 201);
+  assert.match(body.id, /^usr_[0-9A-HJKMNP-TV-Z]{26}$/);
+  assert.equal(body.email, email);
+  assert.equal(body.status, 'invited');
+  assert.equal(body.email_verified, false);
+  assert.equal(body.test_mode, false);
+  assert.equal(body.pending_email, null);
+  const mails = await mailsTo(t, email);
+  assert.deepEqual(mails.map((m) => m.template), ['invitation']);
+  const audit = await auditFor(t, body.id, 'user.created');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_type, 'user');
+  assert.equal(audit[0].actor_id, admin.user.id);
+  // Default Profile, Settings and the member Role come with the User.
+  assert.equal((await sql(t, 'SELECT display_name FROM profiles WHERE user_id = $1', [body.id]))[0].display_name, 'Ines Invitee');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM settings WHERE user_id = $1', [body.id]))[0].n, 1);
+  assert.deepEqual((await sql(t, 'SELECT role_id FROM role_assignments WHERE user_id = $1', [body.id])).map((r) => r.role_id), ['role_platform_member']);
+  // No password yet: sign-in fails until the invitation is accepted.
+  assertError(await call(t, 'POST', '/v1/auth/login', null, { email, password: NEW_PASSWORD }), 401, 'invalid_credentials');
+  const accepted = await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: await latestToken(t, email, 'invitation'), password: NEW_PASSWORD });
+  assert.equal(assertStatus(accepted, 200).user_id, body.id);
+  assert.equal((await userRow(t, body.id))!.status, 'active');
+});
+
+test('POST /v1/users with send_invitation false creates an invited user and sends no mail', async () => {
+  const email = uniqueEmail('quiet');
+  const body = assertStatus(await create({ email, send_invitation: false }), 201);
+  assert.equal(body.status, 'invited');
+  assert.deepEqual(await mailsTo(t, email), []);
+});
+
+test('POST /v1/users with status active creates an active user with no password, who signs in after password/forgot and reset', async () => {
+  const email = uniqueEmail('direct');
+  const body = assertStatus(await create({ email, status: 'active' }), 201);
+  assert.equal(body.status, 'active');
+  assert.deepEqual(await mailsTo(t, email, 'invitation'), [], 'no invitation for an active user');
+  const identities = await sql(t, 'SELECT password_hash FROM identities WHERE user_id = $1', [body.id]);
+  assert.ok(identities.every((i) => i.password_hash === null), 'no password');
+  assertError(await call(t, 'POST', '/v1/auth/login', null, { email, password: NEW_PASSWORD }), 401, 'invalid_credentials');
+  assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email })).statusCode, 202);
+  const token = await latestToken(t, email, 'password_reset');
+  assert.equal((await call(t, 'POST', '/v1/auth/password/reset', null, { token, password: NEW_PASSWORD })).statusCode, 204);
+  const session = assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email, password: NEW_PASSWORD }), 200);
+  assert.equal(session.user_id, body.id);
+});
+
+test('admins can never set a password: POST /v1/users with a password field gets 422 validation_failed naming password, and no user is created', async () => {
+  const email = uniqueEmail('pw');
+  assertFields(await create({ email, password: NEW_PASSWORD }), ['password']);
+  assertFields(await create({ email, status: 'active', password: NEW_PASSWORD }), ['password']);
+  assert.equal(await userCount(email), 0);
+  assert.deepEqual(await mailsTo(t, email), []);
+});
+
+test('POST /v1/users validates its body: malformed email and unknown status get 422 validation_failed naming the field', async () => {
+  assertFields(await create({ email: 'not-an-email' }), ['email']);
+  assertFields(await create({ email: uniqueEmail(), status: 'suspended' }), ['status']);
+  assertFields(await create({}), ['email']);
+});
+
+test('POST /v1/users colliding with an active user gets 409 email_taken; with an invited one, details.reason invitation_pending', async () => {
+  const active = await createUser(t);
+  assertError(await create({ email: active.email.toUpperCase() }), 409, 'email_taken');
+  const invitedEmail = uniqueEmail('pending');
+  assertStatus(await create({ email: invitedEmail, send_invitation: false }), 201);
+  const error = assertError(await create({ email: invitedEmail }), 409, 'email_taken');
+  assert.equal(error.details.reason, 'invitation_pending');
+  assert.equal(await userCount(invitedEmail), 1);
+});
+
+test('POST /v1/users needs users.manage: a users.list holder gets 403 forbidden and nothing is created', async () => {
+  const email = uniqueEmail('nope');
+  assertError(await create({ email }, support.token), 403, 'forbidden');
+  assert.equal(await userCount(email), 0);
+});
+
+test('POST /v1/users/{id}/invitation (users.manage): 202, a new invitation token and mail; the previous token stops working', async () => {
+  await alignToWindow(3600, 60);
+  const email = uniqueEmail('again');
+  const user = assertStatus(await create({ email }), 201);
+  const first = await latestToken(t, email, 'invitation');
+  const res = await resend(user.id);
+  assert.equal(res.statusCode, 202, res.body);
+  const mails = await mailsTo(t, email, 'invitation');
+  assert.equal(mails.length, 2);
+  const second = await latestToken(t, email, 'invitation');
+  assert.notEqual(second, first);
+  assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: first, password: NEW_PASSWORD }), 400, 'invalid_token');
+  assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: second, password: NEW_PASSWORD }), 200);
+});
+
+test('POST /v1/users/{id}/invitation for a user who is not invited gets 409 invalid_status_transition and sends nothing', async () => {
+  const active = await createUser(t);
+  const suspended = await createUser(t, { status: 'suspended' });
+  for (const u of [active, suspended]) {
+    assertError(await resend(u.id), 409, 'invalid_status_transition');
+    assert.deepEqual(await mailsTo(t, u.email, 'invitation'), []);
+  }
+});
+
+test('POST /v1/users/{id}/invitation beyond 3 mails per email per hour gets 429 rate_limited and sends nothing; the next hour it works again', async () => {
+  await alignToWindow(3600, 60);
+  const email = uniqueEmail('limit');
+  const user = assertStatus(await create({ email }), 201); // mail 1
+  assert.equal((await resend(user.id)).statusCode, 202); // mail 2
+  assert.equal((await resend(user.id)).statusCode, 202); // mail 3
+  const res = await resend(user.id);
+  assertError(res, 429, 'rate_limited');
+  assert.ok(Number(res.headers['retry-after']) >= 1, 'Retry-After set');
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 3);
+  t.clock.advance(3600);
+  admin.token = await login(t, admin.user);
+  assert.equal((await resend(user.id)).statusCode, 202);
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 4);
+});
+
+test('the invitation limit is 3 mails per email within any hour: 3 mails at 00:55 and a re-send at 01:05 gets 429 rate_limited', async () => {
+  await alignToWindow(3600, 55 * 60);
+  const token = admin.token;
+  const email = uniqueEmail('window');
+  const user = assertStatus(await create({ email }, token), 201);
+  assert.equal((await resend(user.id, token)).statusCode, 202);
+  assert.equal((await resend(user.id, token)).statusCode, 202);
+  t.clock.advance(10 * 60);
+  admin.token = await login(t, admin.user);
+  assertError(await resend(user.id), 429, 'rate_limited');
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 3, 'a 4th invitation mail within one hour');
+});
+
+test('self email change stays pending until verified: pending_email set, email_change_verification to the new address, email_change_notice to the old one', async () => {
+  const { user, token } = await userToken(t);
+  const newEmail = uniqueEmail('moved');
+  const body = assertStatus(await patch('me', { email: newEmail }, token), 200);
+  assert.equal(body.email, user.email, 'email keeps the old value meanwhile');
+  assert.equal(body.pending_email, newEmail);
+  assert.equal(body.email_verified, true);
+  const row = await userRow(t, user.id);
+  assert.equal(row!.email, user.email);
+  assert.equal(row!.pending_email, newEmail);
+  assert.deepEqual((await mailsTo(t, newEmail)).map((m) => m.template), ['email_change_verification']);
+  assert.ok(await latestToken(t, newEmail, 'email_change_verification'));
+  assert.deepEqual((await mailsTo(t, user.email)).map((m) => m.template), ['email_change_notice']);
+  assert.deepEqual(await auditFor(t, user.id, 'user.email_changed'), [], 'not complete yet');
+  // The old address still signs in.
+  assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password }), 200);
+});
+
+test('self email change completes through POST /v1/auth/email/verify with the mailed token: email changes, pending_email clears, audit user.email_changed', async () => {
+  const { user, token } = await userToken(t);
+  const newEmail = uniqueEmail('verified');
+  assertStatus(await patch(user.id, { email: newEmail }, token), 200);
+  const verify = await call(t, 'POST', '/v1/auth/email/verify', null, { token: await latestToken(t, newEmail, 'email_change_verification') });
+  assert.equal(verify.statusCode, 204, verify.body);
+  const me = assertStatus(await call(t, 'GET', '/v1/users/me', token), 200);
+  assert.equal(me.email, newEmail);
+  assert.equal(me.pending_email, null);
+  assert.equal(me.email_verified, true);
+  const audit = await auditFor(t, user.id, 'user.email_changed');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_id, user.id);
+  assert.equal(audit[0].before.email, user.email);
+  assert.equal(audit[0].after.email, newEmail);
+  assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: newEmail, password: user.password }), 200);
+  assertError(await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password }), 401, 'invalid_credentials');
+});
+
+test('self email change to an address held by another user gets 409 email_taken and sends nothing', async () => {
+  const { user, token } = await userToken(t);
+  const holder = await createUser(t);
+  assertError(await patch('me', { email: holder.email }, token), 409, 'email_taken');
+  assert.equal((await userRow(t, user.id))!.pending_email, null);
+  assert.deepEqual(await mailsTo(t, user.email), []);
+});
+
+test('a self-service caller may send only email: other fields get 422 validation_failed', async () => {
+  const { token } = await userToken(t);
+  assertFields(await patch('me', { email: uniqueEmail(), display_name: 'x' }, token), ['display_name']);
+  assertFields(await patch('me', { email: 'nope' }, token), ['email']);
+});
+
+test('admin email change (users.manage) is immediate and resets email_verified; a verification email goes to the new address', async () => {
+  const user = await createUser(t);
+  const newEmail = uniqueEmail('admin-set');
+  const body = assertStatus(await patch(user.id, { email: newEmail }), 200);
+  assert.equal(body.email, newEmail);
+  assert.equal(body.email_verified, false);
+  assert.equal(body.pending_email, null);
+  const verification = await mailsTo(t, newEmail, 'email_verification');
+  assert.equal(verification.length, 1);
+  const token = await latestToken(t, newEmail, 'email_verification');
+  assert.equal((await call(t, 'POST', '/v1/auth/email/verify', null, { token })).statusCode, 204);
+  assert.equal((await userRow(t, user.id))!.email_verified, true);
+  assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: newEmail, password: user.password }), 200);
+});
+
+test('admin email change colliding with an active user gets 409 email_taken; with an invited one, details.reason invitation_pending', async () => {
+  const user = await createUser(t);
+  const active = await createUser(t);
+  const invited = await createUser(t, { status: 'invited' });
+  assertError(await patch(user.id, { email: active.email }), 409, 'email_taken');
+  const error = assertError(await patch(user.id, { email: invited.email }), 409, 'email_taken');
+  assert.equal(error.details.reason, 'invitation_pending');
+  assert.equal((await userRow(t, user.id))!.email, user.email);
+});

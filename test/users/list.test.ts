@@ -1,0 +1,187 @@
+// Part A, Users: GET /v1/users (list and search) and the app-confined view of users.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createApiKey, createUser, userToken, type TestUser } from '../helpers/fixtures.js';
+import {
+  assertError, assertFields, assertStatus, call, createApplication, createOrganization, grant, orgGrant, rand, type TestApplication,
+} from './support.js';
+
+let t: TestApp;
+let admin: { user: TestUser; token: string };
+let support: { user: TestUser; token: string };
+
+before(async () => {
+  t = await buildTestApp();
+  admin = await userToken(t, { roles: ['superadmin'] });
+  support = await userToken(t, { roles: ['support'] });
+});
+after(() => t.close());
+
+const list = (query: string, token = admin.token) => call(t, 'GET', `/v1/users?${query}`, token);
+const ids = (res: Awaited<ReturnType<typeof list>>) => assertStatus(res, 200).data.map((u: { id: string }) => u.id);
+
+/** Users whose emails share a fresh prefix, created `gap` seconds apart (oldest first). */
+async function cohort(n: number, opts: { gap?: number; statuses?: ('active' | 'invited' | 'suspended')[] } = {}) {
+  const prefix = `lst${rand(4)}`;
+  const users: TestUser[] = [];
+  for (let i = 0; i < n; i++) {
+    if (i > 0 && opts.gap) t.clock.advance(opts.gap);
+    users.push(await createUser(t, { email: `${prefix}-${i}@example.com`, status: opts.statuses?.[i] }));
+  }
+  return { prefix, users };
+}
+
+test('GET /v1/users (users.list) returns {data, page}, newest first, keyset-paginated', async () => {
+  const { prefix, users } = await cohort(3, { gap: 1 });
+  const first = assertStatus(await list(`q=${prefix}&limit=2`, support.token), 200);
+  assert.deepEqual(first.data.map((u: { id: string }) => u.id), [users[2].id, users[1].id]);
+  assert.equal(first.page.has_more, true);
+  assert.equal(typeof first.page.next_cursor, 'string');
+  const second = assertStatus(await list(`q=${prefix}&limit=2&cursor=${encodeURIComponent(first.page.next_cursor)}`, support.token), 200);
+  assert.deepEqual(second.data.map((u: { id: string }) => u.id), [users[0].id]);
+  assert.deepEqual(second.page, { next_cursor: null, has_more: false });
+  const u = first.data[0];
+  assert.deepEqual(Object.keys(u).sort(), [
+    'created_at', 'email', 'email_verified', 'id', 'last_login_at', 'mfa_enabled', 'pending_email', 'signup_application_id', 'status', 'test_mode', 'updated_at',
+  ]);
+});
+
+test('GET /v1/users needs users.list: a plain user gets 403 forbidden, no credential 401', async () => {
+  const plain = await userToken(t);
+  assertError(await list('', plain.token), 403, 'forbidden');
+  assert.equal((await call(t, 'GET', '/v1/users', null)).statusCode, 401);
+});
+
+test('status filter: active, invited, suspended; deleted users are never listed otherwise', async () => {
+  const { prefix, users } = await cohort(4, { statuses: ['active', 'invited', 'suspended', 'active'] });
+  assert.equal((await call(t, 'DELETE', `/v1/users/${users[3].id}`, admin.token)).statusCode, 204);
+  assert.deepEqual(ids(await list(`q=${prefix}&status=active`, support.token)), [users[0].id]);
+  assert.deepEqual(ids(await list(`q=${prefix}&status=invited`, support.token)), [users[1].id]);
+  assert.deepEqual(ids(await list(`q=${prefix}&status=suspended`, support.token)), [users[2].id]);
+  assert.deepEqual(ids(await list(`q=${prefix}`, support.token)), [users[2].id, users[1].id, users[0].id]);
+  assert.deepEqual(ids(await list(`q=${prefix}`, admin.token)), [users[2].id, users[1].id, users[0].id], 'not by default, even for users.manage');
+  assert.deepEqual(ids(await list(`q=${prefix}&include_inactive=true`, support.token)), [users[2].id, users[1].id, users[0].id], 'never for users.list');
+});
+
+test('status=deleted is only for users.manage: it lists soft-deleted users; a users.list holder gets 403 forbidden', async () => {
+  const { prefix, users } = await cohort(2);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${users[0].id}`, admin.token)).statusCode, 204);
+  assert.deepEqual(ids(await list(`q=${prefix}&status=deleted`, admin.token)), [users[0].id]);
+  assertError(await list(`q=${prefix}&status=deleted`, support.token), 403, 'forbidden');
+  const key = await createApiKey(t, { permissions: ['users.list'] });
+  assertError(await list(`q=${prefix}&status=deleted`, key.secret), 403, 'forbidden');
+});
+
+test('email filter: exact match, case-insensitive', async () => {
+  const { prefix, users } = await cohort(2);
+  assert.deepEqual(ids(await list(`email=${encodeURIComponent(users[1].email.toUpperCase())}`, support.token)), [users[1].id]);
+  assert.deepEqual(ids(await list(`email=${encodeURIComponent(users[1].email)}`, support.token)), [users[1].id]);
+  assert.deepEqual(ids(await list(`email=${prefix}`, support.token)), [], 'not a prefix match');
+  assert.deepEqual(ids(await list(`email=${encodeURIComponent(`x${users[1].email}`)}`, support.token)), []);
+});
+
+test('q filter: case-insensitive prefix of email or display_name, minimum 3 characters (2 → 422 validation_failed naming q)', async () => {
+  const tag = `Zq${rand(3)}`;
+  const byName = assertStatus(
+    await call(t, 'POST', '/v1/users', admin.token, { email: `${rand(4)}@example.com`, display_name: `${tag} Person`, send_invitation: false }),
+    201,
+  );
+  const byEmail = await createUser(t, { email: `${tag.toLowerCase()}mail@example.com` });
+  const middle = await createUser(t, { email: `mid${tag.toLowerCase()}@example.com` });
+  const found = ids(await list(`q=${tag.toUpperCase()}`, support.token));
+  assert.deepEqual(found.sort(), [byName.id, byEmail.id].sort());
+  assert.ok(!found.includes(middle.id), 'a match in the middle is not a prefix');
+  assert.deepEqual(ids(await list(`q=${encodeURIComponent(`${tag} pers`)}`, support.token)), [byName.id]);
+  assertFields(await list('q=zq', support.token), ['query.q']);
+  assert.equal((await list('q=zqx', support.token)).statusCode, 200, 'exactly 3 characters is accepted');
+});
+
+test('application_id filter: users with an entitlement row to that Application in any status', async () => {
+  const app = await createApplication(t);
+  const other = await createApplication(t);
+  const { prefix, users } = await cohort(6);
+  await grant(t, users[0].id, app.id, { status: 'active' });
+  await grant(t, users[1].id, app.id, { status: 'disabled' });
+  await grant(t, users[2].id, app.id, { status: 'revoked' });
+  await grant(t, users[3].id, app.id, { status: 'expired' });
+  await grant(t, users[4].id, other.id, { status: 'active' });
+  assert.deepEqual(ids(await list(`q=${prefix}&application_id=${app.id}`, support.token)).sort(), users.slice(0, 4).map((u) => u.id).sort());
+  assert.deepEqual(ids(await list(`application_id=${app.id}`, support.token)).sort(), users.slice(0, 4).map((u) => u.id).sort());
+});
+
+test('application_id filter: a user whose only access path is organization membership with a grant is listed', async () => {
+  const app = await createApplication(t);
+  const { users } = await cohort(2);
+  const org = await createOrganization(t, [users[0].id]);
+  await orgGrant(t, org, app.id);
+  assert.deepEqual(ids(await list(`application_id=${app.id}`, support.token)), [users[0].id]);
+});
+
+test('organization_id filter: the organization members', async () => {
+  const { prefix, users } = await cohort(3);
+  const org = await createOrganization(t, [users[0].id, users[2].id]);
+  assert.deepEqual(ids(await list(`organization_id=${org}`, support.token)), [users[2].id, users[0].id]);
+  assert.deepEqual(ids(await list(`q=${prefix}&organization_id=${org}`, support.token)), [users[2].id, users[0].id]);
+});
+
+test('created_after and created_before filters (ISO 8601)', async () => {
+  const { prefix, users } = await cohort(3, { gap: 10 });
+  const createdB = new Date(assertStatus(await call(t, 'GET', `/v1/users/${users[1].id}`, support.token), 200).created_at);
+  const at = (s: number) => encodeURIComponent(new Date(createdB.getTime() + s * 1000).toISOString());
+  assert.deepEqual(ids(await list(`q=${prefix}&created_after=${at(-5)}`, support.token)), [users[2].id, users[1].id]);
+  assert.deepEqual(ids(await list(`q=${prefix}&created_before=${at(5)}`, support.token)), [users[1].id, users[0].id]);
+  assert.deepEqual(ids(await list(`q=${prefix}&created_after=${at(-5)}&created_before=${at(5)}`, support.token)), [users[1].id]);
+  assertFields(await list('created_after=yesterday', support.token), ['query.created_after']);
+});
+
+async function appKeyWorld(): Promise<{ app: TestApplication; key: { secret: string }; inside: TestUser[]; outside: TestUser; prefix: string }> {
+  const app = await createApplication(t);
+  const elsewhere = await createApplication(t);
+  const { prefix, users } = await cohort(4);
+  await grant(t, users[0].id, app.id);
+  await grant(t, users[1].id, app.id, { status: 'disabled' });
+  await grant(t, users[2].id, elsewhere.id);
+  const key = await createApiKey(t, { scope: app.id, permissions: ['users.list'] });
+  return { app, key, inside: [users[0], users[1]], outside: users[2], prefix };
+}
+
+test('an app-scoped key holding users.list sees only users with an access path to its Application, whatever application_id it sends', async () => {
+  const { key, inside, prefix } = await appKeyWorld();
+  const other = await createApplication(t);
+  const expected = inside.map((u) => u.id).sort();
+  assert.deepEqual(ids(await list(`q=${prefix}`, key.secret)).sort(), expected);
+  assert.deepEqual(ids(await list('', key.secret)).sort(), expected);
+  assert.deepEqual(ids(await list(`application_id=${other.id}`, key.secret)).sort(), expected, 'always exactly its own application_id result');
+});
+
+test('an app-scoped key holding users.list gets 404 user_not_found for users without an access path to its Application, and 200 for those with one', async () => {
+  const { key, inside, outside } = await appKeyWorld();
+  const stranger = await createUser(t);
+  for (const u of inside) assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${u.id}`, key.secret), 200).id, u.id);
+  for (const u of [outside, stranger]) assertError(await call(t, 'GET', `/v1/users/${u.id}`, key.secret), 404, 'user_not_found');
+  // An app-scoped key without users.list sees nobody.
+  const bare = await createApiKey(t, { scope: (await createApplication(t)).id, permissions: [] });
+  assertError(await list('', bare.secret), 403, 'forbidden');
+});
+
+test('an app-scoped key: a user whose access path is organization membership with a grant is visible', async () => {
+  const app = await createApplication(t);
+  const member = await createUser(t);
+  const org = await createOrganization(t, [member.id]);
+  await orgGrant(t, org, app.id);
+  const key = await createApiKey(t, { scope: app.id, permissions: ['users.list'] });
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${member.id}`, key.secret), 200).id, member.id);
+  assert.deepEqual(ids(await list('', key.secret)), [member.id]);
+});
+
+test('test mode: a live users.list credential never lists test users and a test one never lists live users', async () => {
+  const tag = `mode${rand(4)}`;
+  const live = await createUser(t, { email: `${tag}@example.com`, mode: 'live' });
+  const testUser = await createUser(t, { email: `${tag}@example.com`, mode: 'test' });
+  const liveKey = await createApiKey(t, { permissions: ['users.list'] });
+  const testKey = await createApiKey(t, { permissions: ['users.list'], mode: 'test' });
+  assert.deepEqual(ids(await list(`q=${tag}`, liveKey.secret)), [live.id]);
+  assert.deepEqual(ids(await list(`q=${tag}`, testKey.secret)), [testUser.id]);
+  assert.deepEqual(ids(await list(`email=${tag}@example.com`, testKey.secret)), [testUser.id]);
+});

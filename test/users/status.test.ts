@@ -1,0 +1,330 @@
+// Part A, States and transitions: the User status table, every row and every rejected move, with
+// its side effects (sessions, audit rows, webhook and access events in the outbox).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+import {
+  assertError, assertStatus, auditFor, call, createApplication, DAY, grant, liveSessionCount, mailsTo, outboxFor, sql, userRow,
+  type TestApplication,
+} from './support.js';
+
+let t: TestApp;
+let admin: { user: TestUser; token: string };
+let support: { user: TestUser; token: string };
+let appA: TestApplication;
+let appB: TestApplication;
+
+before(async () => {
+  t = await buildTestApp();
+  admin = await userToken(t, { roles: ['superadmin'] });
+  support = await userToken(t, { roles: ['support'] });
+  appA = await createApplication(t);
+  appB = await createApplication(t);
+});
+after(() => t.close());
+
+/**
+ * A user with an active entitlement to appA and a disabled one to appB (so exactly one Application
+ * has active access), and, when active, two signed-in sessions.
+ */
+async function subject(status: 'active' | 'invited' = 'active') {
+  const user = await createUser(t, { status });
+  await grant(t, user.id, appA.id);
+  await grant(t, user.id, appB.id, { status: 'disabled' });
+  const tokens = status === 'active' ? [await login(t, user), await login(t, user)] : [];
+  return { user, tokens };
+}
+
+/** Counts of audit and outbox rows about a user, to find what one call added. */
+async function mark(userId: string) {
+  return { audit: (await auditFor(t, userId)).length, outbox: (await outboxFor(t, userId)).length };
+}
+async function since(userId: string, m: { audit: number; outbox: number }) {
+  return { audit: (await auditFor(t, userId)).slice(m.audit), outbox: (await outboxFor(t, userId)).slice(m.outbox) };
+}
+
+const entitlementStatuses = async (userId: string) =>
+  (await sql<{ application_id: string; status: string }>(t, 'SELECT application_id, status FROM entitlements WHERE user_id = $1 ORDER BY application_id', [userId])).map(
+    (r) => `${r.application_id}:${r.status}`,
+  );
+
+const suspend = (id: string, token = admin.token, payload?: object) => call(t, 'POST', `/v1/users/${id}/suspend`, token, payload);
+const patch = (id: string, payload: object, token = admin.token) => call(t, 'PATCH', `/v1/users/${id}`, token, payload);
+const remove = (id: string, token = admin.token) => call(t, 'DELETE', `/v1/users/${id}`, token);
+const getUser = (id: string, token = admin.token) => call(t, 'GET', `/v1/users/${id}`, token);
+
+async function suspendedSubject() {
+  const s = await subject();
+  assertStatus(await suspend(s.user.id), 200);
+  return s;
+}
+
+async function deletedSubject() {
+  const s = await subject();
+  assertStatus(await remove(s.user.id), 204);
+  return s;
+}
+
+test('active → suspended by POST suspend (users.manage): revokes all sessions, access.revoked (reason user_suspended) for each Application with active access, entitlements unchanged, audit user.suspended, webhook user.suspended', async () => {
+  const { user, tokens } = await subject();
+  const ents = await entitlementStatuses(user.id);
+  const m = await mark(user.id);
+  const res = await suspend(user.id, admin.token, { reason: 'chargeback fraud' });
+  const body = assertStatus(res, 200);
+  assert.equal(body.id, user.id);
+  assert.equal(body.status, 'suspended');
+
+  assert.equal(await liveSessionCount(t, user.id), 0, 'all sessions revoked');
+  for (const token of tokens) assert.equal((await getUser('me', token)).statusCode, 401);
+  assert.deepEqual(await entitlementStatuses(user.id), ents, 'entitlements unchanged');
+
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => a.action), ['user.suspended']);
+  assert.equal(audit[0].actor_type, 'user');
+  assert.equal(audit[0].actor_id, admin.user.id);
+  assert.equal(audit[0].before.status, 'active');
+  assert.equal(audit[0].after.status, 'suspended');
+  assert.deepEqual(outbox.map((e) => e.type).sort(), ['access.revoked', 'user.suspended']);
+  const revoked = outbox.find((e) => e.type === 'access.revoked')!;
+  assert.equal(revoked.application_id, appA.id, 'only the Application with active access (appB is disabled)');
+  assert.deepEqual({ user_id: revoked.data.user_id, application_id: revoked.data.application_id, reason: revoked.data.reason }, {
+    user_id: user.id, application_id: appA.id, reason: 'user_suspended',
+  });
+  assert.equal(outbox.find((e) => e.type === 'user.suspended')!.data.user_id, user.id);
+});
+
+test('active → suspended by PATCH status suspended (users.manage) has the same effects as POST suspend', async () => {
+  const { user, tokens } = await subject();
+  const m = await mark(user.id);
+  const body = assertStatus(await patch(user.id, { status: 'suspended' }), 200);
+  assert.equal(body.status, 'suspended');
+  assert.equal((await userRow(t, user.id))!.status, 'suspended');
+  assert.equal(await liveSessionCount(t, user.id), 0);
+  assert.equal((await getUser('me', tokens[0])).statusCode, 401);
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => a.action), ['user.suspended']);
+  assert.deepEqual(outbox.map((e) => `${e.type}:${e.application_id ?? ''}:${e.data.reason ?? ''}`).sort(), [
+    `access.revoked:${appA.id}:user_suspended`,
+    'user.suspended::',
+  ]);
+});
+
+test('suspending an already suspended user returns 200 with no change and no events (POST suspend and PATCH status suspended)', async () => {
+  const { user } = await suspendedSubject();
+  const before = await userRow(t, user.id);
+  const m = await mark(user.id);
+  const first = assertStatus(await suspend(user.id), 200);
+  assert.equal(first.status, 'suspended');
+  assert.equal(first.updated_at, before!.updated_at.toISOString());
+  const second = assertStatus(await patch(user.id, { status: 'suspended' }), 200);
+  assert.equal(second.status, 'suspended');
+  assert.equal(second.updated_at, before!.updated_at.toISOString());
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit, [], 'no audit rows');
+  assert.deepEqual(outbox, [], 'no webhook or access events');
+});
+
+test('suspended → active by PATCH status active (users.manage): access.granted (reason user_reactivated) for each Application still accessible, audit user.reactivated, webhook user.reactivated', async () => {
+  const { user } = await suspendedSubject();
+  const m = await mark(user.id);
+  const body = assertStatus(await patch(user.id, { status: 'active' }), 200);
+  assert.equal(body.status, 'active');
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => a.action), ['user.reactivated']);
+  assert.equal(audit[0].actor_id, admin.user.id);
+  assert.equal(audit[0].before.status, 'suspended');
+  assert.equal(audit[0].after.status, 'active');
+  assert.deepEqual(outbox.map((e) => e.type).sort(), ['access.granted', 'user.reactivated']);
+  const granted = outbox.find((e) => e.type === 'access.granted')!;
+  assert.equal(granted.application_id, appA.id);
+  assert.equal(granted.data.reason, 'user_reactivated');
+  assert.equal(granted.data.user_id, user.id);
+  // The user can sign in again.
+  assert.equal((await getUser('me', await login(t, user))).statusCode, 200);
+});
+
+test('invited → active by PATCH status active (users.manage): no password is set, audit user.updated', async () => {
+  const { user } = await subject('invited');
+  const m = await mark(user.id);
+  const body = assertStatus(await patch(user.id, { status: 'active' }), 200);
+  assert.equal(body.status, 'active');
+  const identities = await sql(t, 'SELECT password_hash FROM identities WHERE user_id = $1', [user.id]);
+  assert.ok(identities.every((i) => i.password_hash === null), 'no password');
+  const res = await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password });
+  assertError(res, 401, 'invalid_credentials');
+  const { audit } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => a.action), ['user.updated']);
+  assert.equal(audit[0].before.status, 'invited');
+  assert.equal(audit[0].after.status, 'active');
+});
+
+test('active → deleted by DELETE (users.manage): 204, soft delete (deleted_at set), all sessions revoked, access.revoked (reason user_deleted), audit user.deleted, webhook user.deleted', async () => {
+  const { user, tokens } = await subject();
+  const m = await mark(user.id);
+  const res = await remove(user.id);
+  assert.equal(res.statusCode, 204, res.body);
+  assert.equal(res.body, '');
+  const row = await userRow(t, user.id);
+  assert.equal(row!.status, 'deleted');
+  assert.ok(row!.deleted_at instanceof Date, 'deleted_at set');
+  assert.equal(await liveSessionCount(t, user.id), 0);
+  assert.equal((await getUser('me', tokens[1])).statusCode, 401);
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => a.action), ['user.deleted']);
+  assert.equal(audit[0].actor_id, admin.user.id);
+  assert.equal(audit[0].after.status, 'deleted');
+  assert.deepEqual(outbox.map((e) => `${e.type}:${e.application_id ?? ''}:${e.data.reason ?? ''}`).sort(), [
+    `access.revoked:${appA.id}:user_deleted`,
+    'user.deleted::',
+  ]);
+  // Soft-deleted users are visible only to users.manage.
+  assert.equal(assertStatus(await getUser(user.id), 200).status, 'deleted');
+  assertError(await getUser(user.id, support.token), 404, 'user_not_found');
+});
+
+test('active → deleted by DELETE as the user themself: 204 with the same effects, audited with the user as actor', async () => {
+  const { user, tokens } = await subject();
+  const m = await mark(user.id);
+  assert.equal((await remove('me', tokens[0])).statusCode, 204);
+  assert.equal((await userRow(t, user.id))!.status, 'deleted');
+  assert.equal(await liveSessionCount(t, user.id), 0);
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => `${a.action}:${a.actor_type}:${a.actor_id}`), [`user.deleted:user:${user.id}`]);
+  assert.deepEqual(outbox.map((e) => e.type).sort(), ['access.revoked', 'user.deleted']);
+});
+
+test('suspended → deleted and invited → deleted by DELETE: 204, audit user.deleted, webhook user.deleted, no access.revoked (no active access)', async () => {
+  const suspended = (await suspendedSubject()).user;
+  const invited = (await subject('invited')).user;
+  for (const user of [suspended, invited]) {
+    const m = await mark(user.id);
+    assert.equal((await remove(user.id)).statusCode, 204);
+    assert.equal((await userRow(t, user.id))!.status, 'deleted');
+    const { audit, outbox } = await since(user.id, m);
+    assert.deepEqual(audit.map((a) => a.action), ['user.deleted']);
+    assert.deepEqual(outbox.map((e) => e.type), ['user.deleted']);
+  }
+});
+
+test('soft delete: the email is reusable at once', async () => {
+  const { user } = await deletedSubject();
+  const res = await call(t, 'POST', '/v1/users', admin.token, { email: user.email, send_invitation: false });
+  const created = assertStatus(res, 201);
+  assert.notEqual(created.id, user.id);
+  assert.equal(created.email, user.email);
+});
+
+test('deleted → active by PATCH status active (users.manage): restore, access.granted per Application (reason user_reactivated), audit user.reactivated, webhook user.reactivated', async () => {
+  const { user } = await deletedSubject();
+  const m = await mark(user.id);
+  const body = assertStatus(await patch(user.id, { status: 'active' }), 200);
+  assert.equal(body.status, 'active');
+  assert.equal((await userRow(t, user.id))!.deleted_at, null);
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => a.action), ['user.reactivated']);
+  assert.equal(audit[0].before.status, 'deleted');
+  assert.deepEqual(outbox.map((e) => `${e.type}:${e.application_id ?? ''}:${e.data.reason ?? ''}`).sort(), [
+    `access.granted:${appA.id}:user_reactivated`,
+    'user.reactivated::',
+  ]);
+  // The restored user signs in with the old password.
+  assert.equal((await getUser('me', await login(t, user))).statusCode, 200);
+});
+
+test('restore is rejected 409 email_taken if the email was taken meanwhile, and succeeds when a new email is sent in the same request', async () => {
+  const { user } = await deletedSubject();
+  const taker = await createUser(t, { email: user.email });
+  const m = await mark(user.id);
+  assertError(await patch(user.id, { status: 'active' }), 409, 'email_taken');
+  assert.equal((await userRow(t, user.id))!.status, 'deleted', 'nothing changed');
+  assert.deepEqual((await since(user.id, m)).audit, []);
+
+  const newEmail = uniqueEmail('restored');
+  const body = assertStatus(await patch(user.id, { status: 'active', email: newEmail }), 200);
+  assert.equal(body.status, 'active');
+  assert.equal(body.email, newEmail);
+  assert.equal(body.email_verified, false, 'an admin email change resets email_verified');
+  assert.equal((await mailsTo(t, newEmail, 'email_verification')).length, 1, 'verification email sent to the new address');
+  assert.equal((await userRow(t, taker.id))!.email, user.email, 'the new holder keeps the address');
+  const { audit, outbox } = await since(user.id, m);
+  assert.ok(audit.some((a) => a.action === 'user.reactivated'));
+  assert.ok(outbox.some((e) => e.type === 'access.granted' && e.data.reason === 'user_reactivated'));
+});
+
+test('restore is rejected 409 erasure_scheduled while an erasure is scheduled; after cancelling, restore works', async () => {
+  const { user } = await subject();
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/erasure-requests`, admin.token, {}), 202);
+  assertError(await patch(user.id, { status: 'active' }), 409, 'erasure_scheduled');
+  assert.equal((await userRow(t, user.id))!.status, 'deleted');
+  assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}/erasure-requests/current`, admin.token)).statusCode, 204);
+  assert.equal(assertStatus(await patch(user.id, { status: 'active' }), 200).status, 'active');
+});
+
+test('PATCH status deleted is rejected 409 invalid_status_transition from any status (use DELETE)', async () => {
+  const users = [(await subject()).user, (await suspendedSubject()).user, (await subject('invited')).user, (await deletedSubject()).user];
+  for (const user of users) {
+    const before = (await userRow(t, user.id))!.status;
+    const m = await mark(user.id);
+    assertError(await patch(user.id, { status: 'deleted' }), 409, 'invalid_status_transition');
+    assert.equal((await userRow(t, user.id))!.status, before);
+    assert.deepEqual(await since(user.id, m), { audit: [], outbox: [] });
+  }
+});
+
+test('PATCH status invited is rejected 409 invalid_status_transition from any status', async () => {
+  const users = [(await subject()).user, (await suspendedSubject()).user, (await deletedSubject()).user, (await subject('invited')).user];
+  for (const user of users) {
+    const before = (await userRow(t, user.id))!.status;
+    const m = await mark(user.id);
+    assertError(await patch(user.id, { status: 'invited' }), 409, 'invalid_status_transition');
+    assert.equal((await userRow(t, user.id))!.status, before);
+    assert.deepEqual(await since(user.id, m), { audit: [], outbox: [] });
+  }
+});
+
+test('moves not in the table are rejected 409 invalid_status_transition: invited → suspended, deleted → suspended', async () => {
+  const invited = (await subject('invited')).user;
+  assertError(await suspend(invited.id), 409, 'invalid_status_transition');
+  assertError(await patch(invited.id, { status: 'suspended' }), 409, 'invalid_status_transition');
+  assert.equal((await userRow(t, invited.id))!.status, 'invited');
+  const deleted = (await deletedSubject()).user;
+  assertError(await suspend(deleted.id), 409, 'invalid_status_transition');
+  assertError(await patch(deleted.id, { status: 'suspended' }), 409, 'invalid_status_transition');
+  assert.equal((await userRow(t, deleted.id))!.status, 'deleted');
+});
+
+test('a self-service caller sending status gets 403 status_change_forbidden and nothing changes', async () => {
+  const { user, tokens } = await subject();
+  const m = await mark(user.id);
+  for (const payload of [{ status: 'active' }, { status: 'suspended' }, { status: 'deleted' }, { email: uniqueEmail('x'), status: 'active' }]) {
+    assertError(await patch('me', payload, tokens[0]), 403, 'status_change_forbidden');
+    assertError(await patch(user.id, payload, tokens[0]), 403, 'status_change_forbidden');
+  }
+  const row = await userRow(t, user.id);
+  assert.equal(row!.status, 'active');
+  assert.equal(row!.pending_email, null);
+  assert.deepEqual(await since(user.id, m), { audit: [], outbox: [] });
+});
+
+test('only users.manage changes status: a users.list holder gets 403 forbidden, another user 404 user_not_found', async () => {
+  const { user } = await subject();
+  const other = await userToken(t);
+  assertError(await patch(user.id, { status: 'suspended' }, support.token), 403, 'forbidden');
+  assertError(await patch(user.id, { status: 'suspended' }, other.token), 404, 'user_not_found');
+  assertError(await suspend(user.id, support.token), 403, 'forbidden');
+  assert.equal((await userRow(t, user.id))!.status, 'active');
+});
+
+// Moves the clock 7 days: keep last.
+test('restore after the erasure cascade finished is rejected 404 user_not_found', async () => {
+  const { user } = await subject();
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/erasure-requests`, admin.token, { reason: 'gdpr' }), 202);
+  t.clock.advance(7 * DAY + 1);
+  const result = await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok(Number(result.erased) >= 1, JSON.stringify(result));
+  const fresh = await login(t, admin.user);
+  assertError(await patch(user.id, { status: 'active' }, fresh), 404, 'user_not_found');
+  assertError(await getUser(user.id, fresh), 404, 'user_not_found');
+  assert.equal((await userRow(t, user.id))!.status, 'deleted');
+});

@@ -1,0 +1,248 @@
+// Helpers shared by the users, profiles, privacy and API key test files (test/users/*.test.ts).
+// Everything under test goes through HTTP; direct SQL only observes side effects or sets up rows
+// that no API creates yet (applications, entitlements, organizations, custom roles).
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import type { TestApp } from '../helpers/app.js';
+import { bearer } from '../helpers/fixtures.js';
+import type { Mode } from '../../src/db/types.js';
+
+export type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
+
+/** A strong password that is not the fixture PASSWORD. */
+export const NEW_PASSWORD = 'amber-lantern-orchard-77';
+
+export const rand = (n = 5) => randomBytes(n).toString('hex');
+
+export async function sql<R = Record<string, any>>(t: TestApp, text: string, params: unknown[] = []): Promise<R[]> {
+  return (await t.database.scoped('system').query<R>(text, params)).rows;
+}
+
+/** One HTTP call; token null means anonymous. */
+export function call(t: TestApp, method: string, url: string, token: string | null, payload?: unknown, headers: Record<string, string> = {}): Promise<InjectResponse> {
+  return t.app.inject({
+    method: method as any,
+    url,
+    headers: { ...(token ? bearer(token) : {}), ...headers },
+    ...(payload === undefined ? {} : { payload: payload as any }),
+  });
+}
+
+/** Asserts the error envelope {error: {code, message, details}} with this status and code; returns error. */
+export function assertError(res: InjectResponse, status: number, code: string): { code: string; message: string; details: Record<string, any> } {
+  assert.equal(res.statusCode, status, `expected ${status} ${code}, got ${res.statusCode} ${res.body}`);
+  const body = res.json();
+  assert.equal(body.error?.code, code, res.body);
+  assert.equal(typeof body.error.message, 'string');
+  assert.equal(typeof body.error.details, 'object');
+  assert.notEqual(body.error.details, null);
+  return body.error;
+}
+
+/** 422 validation_failed whose details.fields name exactly these paths (order ignored). */
+export function assertFields(res: InjectResponse, paths: string[]): void {
+  const error = assertError(res, 422, 'validation_failed');
+  assert.ok(Array.isArray(error.details.fields), res.body);
+  const got = [...new Set(error.details.fields.map((f: { path: string }) => f.path))].sort();
+  assert.deepEqual(got, [...paths].sort(), res.body);
+}
+
+export function assertStatus(res: InjectResponse, status: number): any {
+  assert.equal(res.statusCode, status, `expected ${status}, got ${res.statusCode} ${res.body}`);
+  return res.body ? res.json() : null;
+}
+
+// ---- mails -------------------------------------------------------------------------------------
+
+export interface MailRow {
+  id: string;
+  template: string;
+  to_address: string;
+  text_body: string;
+}
+
+/** Mails queued to an address (any mode), oldest first, optionally of one template. */
+export async function mailsTo(t: TestApp, email: string, template?: string): Promise<MailRow[]> {
+  return sql<MailRow>(
+    t,
+    `SELECT id, template, to_address, text_body FROM emails
+      WHERE lower(to_address) = lower($1) ${template ? 'AND template = $2' : ''} ORDER BY created_at, id`,
+    template ? [email, template] : [email],
+  );
+}
+
+/** The token of the `token=` link in a mail body. */
+export function linkToken(mail: MailRow): string {
+  const match = /[?&]token=([^\s&]+)/.exec(mail.text_body);
+  assert.ok(match, `no token= link in ${mail.template} mail: ${mail.text_body}`);
+  return decodeURIComponent(match[1]);
+}
+
+export async function latestToken(t: TestApp, email: string, template: string): Promise<string> {
+  const mails = await mailsTo(t, email, template);
+  assert.ok(mails.length > 0, `no ${template} mail to ${email}`);
+  return linkToken(mails[mails.length - 1]);
+}
+
+// ---- audit, outbox, sessions -------------------------------------------------------------------
+
+export interface AuditRow {
+  id: string;
+  action: string;
+  actor_type: string;
+  actor_id: string | null;
+  target_type: string | null;
+  target_id: string | null;
+  target_user_id: string | null;
+  application_id: string | null;
+  before: any;
+  after: any;
+  test_mode: boolean;
+}
+
+const AUDIT_COLUMNS = 'id, action, actor_type, actor_id, target_type, target_id, target_user_id, application_id, before, after, test_mode';
+
+/** Audit rows about a user (target_user_id), oldest first, optionally of one action. */
+export async function auditFor(t: TestApp, targetUserId: string, action?: string): Promise<AuditRow[]> {
+  return sql<AuditRow>(
+    t,
+    `SELECT ${AUDIT_COLUMNS} FROM audit_events WHERE target_user_id = $1 ${action ? 'AND action = $2' : ''} ORDER BY created_at, id`,
+    action ? [targetUserId, action] : [targetUserId],
+  );
+}
+
+/** Audit rows about any target (an API key id, ...), oldest first. */
+export async function auditOfTarget(t: TestApp, targetId: string, action?: string): Promise<AuditRow[]> {
+  return sql<AuditRow>(
+    t,
+    `SELECT ${AUDIT_COLUMNS} FROM audit_events WHERE target_id = $1 ${action ? 'AND action = $2' : ''} ORDER BY created_at, id`,
+    action ? [targetId, action] : [targetId],
+  );
+}
+
+export interface OutboxRow {
+  type: string;
+  application_id: string | null;
+  test_mode: boolean;
+  data: any;
+}
+
+/** Webhook outbox rows whose data names this user, oldest first. */
+export async function outboxFor(t: TestApp, userId: string): Promise<OutboxRow[]> {
+  return sql<OutboxRow>(t, `SELECT type, application_id, test_mode, data FROM outbox_events WHERE data->>'user_id' = $1 ORDER BY created_at, id`, [userId]);
+}
+
+export async function liveSessionCount(t: TestApp, userId: string): Promise<number> {
+  return (await sql<{ n: number }>(t, 'SELECT count(*)::int AS n FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [userId]))[0].n;
+}
+
+export async function sessionCount(t: TestApp, userId: string): Promise<number> {
+  return (await sql<{ n: number }>(t, 'SELECT count(*)::int AS n FROM sessions WHERE user_id = $1', [userId]))[0].n;
+}
+
+export async function userRow(t: TestApp, userId: string): Promise<Record<string, any> | undefined> {
+  return (await sql(t, 'SELECT * FROM users WHERE id = $1', [userId]))[0];
+}
+
+// ---- rows no API creates yet -------------------------------------------------------------------
+
+export interface TestApplication {
+  id: string;
+  slug: string;
+  tenantId: string;
+}
+
+/** A tenant and an Application (owned by `owner` when given) declaring app.<slug>.read. */
+export async function createApplication(t: TestApp, opts: { owner?: string | null; slug?: string } = {}): Promise<TestApplication> {
+  const slug = opts.slug ?? `a${rand(4)}`;
+  const tenantId = `tnt_${rand(8)}`;
+  await sql(t, `INSERT INTO tenants (id, owner_type, owner_user_id, plan, created_at, updated_at) VALUES ($1, 'user', $2, 'starter', now(), now())`, [
+    tenantId,
+    opts.owner ?? null,
+  ]);
+  await sql(
+    t,
+    `INSERT INTO applications (id, slug, name, launch_url, owner_user_id, tenant_id, permissions, created_at, updated_at)
+     VALUES ($1, $2, $3, 'https://x.example', $4, $5, $6::jsonb, now(), now())`,
+    [`app_${slug}`, slug, `App ${slug}`, opts.owner ?? null, tenantId, JSON.stringify([{ key: `app.${slug}.read`, description: 'r' }])],
+  );
+  return { id: `app_${slug}`, slug, tenantId };
+}
+
+/** A personal entitlement row (an access path); starts a minute before the service clock. */
+export async function grant(
+  t: TestApp,
+  userId: string,
+  applicationId: string,
+  opts: { status?: 'active' | 'disabled' | 'revoked' | 'expired'; mode?: Mode } = {},
+): Promise<string> {
+  const id = `ent_${rand(8)}`;
+  const now = t.clock.now();
+  await sql(
+    t,
+    `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, 'admin_grant', $5, $6, $7, $7)`,
+    [id, userId, applicationId, opts.status ?? 'active', new Date(now.getTime() - 60_000), (opts.mode ?? 'live') === 'test', now],
+  );
+  return id;
+}
+
+/** An organization with active members (the first one org_admin). */
+export async function createOrganization(t: TestApp, memberIds: string[], opts: { mode?: Mode } = {}): Promise<string> {
+  const id = `org_${rand(8)}`;
+  const now = t.clock.now();
+  await sql(t, `INSERT INTO organizations (id, name, created_by, test_mode, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)`, [
+    id,
+    `Org ${id}`,
+    memberIds[0] ?? 'usr_fixture',
+    (opts.mode ?? 'live') === 'test',
+    now,
+  ]);
+  for (const [i, userId] of memberIds.entries()) {
+    await sql(
+      t,
+      `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at, joined_at) VALUES ($1, $2, $3, 'active', $4, $4)`,
+      [id, userId, i === 0 ? 'org_admin' : 'member', now],
+    );
+  }
+  return id;
+}
+
+/** An organization-wide grant (entitlement with organization_id) to an Application. */
+export async function orgGrant(
+  t: TestApp,
+  organizationId: string,
+  applicationId: string,
+  opts: { memberScope?: 'all_members' | 'allowlist' | 'denylist'; overrides?: string[]; mode?: Mode } = {},
+): Promise<string> {
+  const id = `ent_${rand(8)}`;
+  const now = t.clock.now();
+  await sql(
+    t,
+    `INSERT INTO entitlements (id, organization_id, application_id, status, source, starts_at, member_scope, member_overrides, test_mode, created_at, updated_at)
+     VALUES ($1, $2, $3, 'active', 'org_seat', $4, $5, $6, $7, $8, $8)`,
+    [id, organizationId, applicationId, new Date(now.getTime() - 60_000), opts.memberScope ?? 'all_members', opts.overrides ?? [], (opts.mode ?? 'live') === 'test', now],
+  );
+  return id;
+}
+
+/** A custom platform Role (assign it with createUser({roles: [id]})). */
+export async function createPlatformRole(t: TestApp, permissions: string[]): Promise<string> {
+  const name = `custom${rand(4)}`;
+  const id = `role_platform_${name}`;
+  await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at) VALUES ($1, $2, 'platform', $3, now(), now())`, [id, name, permissions]);
+  return id;
+}
+
+/** Polls until fn returns a truthy value (for writes made off the request path). */
+export async function waitFor<T>(fn: () => Promise<T>, what: string, timeoutMs = 3000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await fn();
+    if (value) return value;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export const DAY = 86400;
