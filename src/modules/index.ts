@@ -8,6 +8,8 @@ import { profilesModule } from './profiles/index.js';
 import { apiKeysModule } from './api-keys/index.js';
 import { applicationsModule } from './applications/index.js';
 import { entitlementsModule } from './entitlements/index.js';
+import { rolesModule } from './roles/index.js';
+import { appAccessModule } from './app-access/index.js';
 
 /** Every resource module, in registration order. */
-export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule];
+export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule];

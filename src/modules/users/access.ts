@@ -34,12 +34,19 @@ export type Need = 'read' | 'manage' | 'write';
  * Application. Anyone else learns nothing: 404 user_not_found. Soft-deleted users are visible only
  * to users.manage.
  */
-export async function targetUser(ctx: Ctx, idParam: string, need: Need, opts: { allowSelf?: boolean } = {}): Promise<{ user: UserRow; self: boolean }> {
+export async function targetUser(
+  ctx: Ctx,
+  idParam: string,
+  need: Need,
+  opts: { allowSelf?: boolean; readers?: string[]; ownKeyApp?: string } = {},
+): Promise<{ user: UserRow; self: boolean }> {
   const id = resolveUserId(ctx, idParam);
   const self = ctx.actor.type === 'user' && ctx.actor.userId === id;
   const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
-  const list = hasPermission(ctx.actor, 'users.list');
+  // Permissions that let this operation read any user (users.list unless the operation says more),
+  // and an Application whose own key may read users with an access path to it.
   const app = confinedApp(ctx);
+  const list = (opts.readers ?? ['users.list']).some((p) => hasPermission(ctx.actor, p)) || (!!app && app === opts.ownKeyApp);
   const canRead = self || manage || (list && need !== 'manage');
   if (!canRead) throw new ApiError('user_not_found');
   const user = await findUserById(ctx.db, id);

@@ -1,0 +1,84 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { mergeCustom } from '../../http/patch.js';
+import { accessKey, resolveAccess } from '../../access/resolve.js';
+import { targetUser, confinedApp } from '../users/access.js';
+import { findApplicationRow } from '../applications/store.js';
+import type { AppProfile, PatchAppProfileBody } from './schemas.js';
+
+export const CUSTOM_MAX_BYTES = 16 * 1024;
+
+/**
+ * Callers: the user themself, the Application's own key (no extra permission; another Application's
+ * key gets 404), or users.manage. Self and the app key need the user's access to be active (403
+ * entitlement_required); users.manage is exempt.
+ */
+async function authorize(ctx: Ctx, idParam: string, appId: string) {
+  const key = confinedApp(ctx);
+  if (key && key !== appId) throw new ApiError('application_not_found');
+  const app = await findApplicationRow(ctx.db, appId);
+  if (!app) throw new ApiError('application_not_found');
+  const manage = hasPermission(ctx.actor, 'users.manage') && !key;
+  const { user, self } = await targetUser(ctx, idParam, 'read', { readers: ['users.manage'], ownKeyApp: appId });
+  if (!self && !manage && key !== appId) throw new ApiError('user_not_found');
+  if (!manage) {
+    const access = (await resolveAccess(ctx.db, [user.id], ctx.now, [app.id])).get(accessKey(user.id, app.id));
+    if (!access?.allowed) throw new ApiError('entitlement_required');
+  }
+  return { user, app };
+}
+
+interface Row {
+  display_handle: string | null;
+  custom: Record<string, unknown>;
+  updated_at: Date;
+}
+
+async function load(ctx: Ctx, userId: string, appId: string): Promise<{ row: Row | null; displayName: string }> {
+  const { rows } = await ctx.db.query<Row & { display_name: string }>(
+    `SELECT ap.display_handle, ap.custom, ap.updated_at, p.display_name
+       FROM profiles p LEFT JOIN app_profiles ap ON ap.user_id = p.user_id AND ap.application_id = $2
+      WHERE p.user_id = $1`,
+    [userId, appId],
+  );
+  const r = rows[0];
+  return { row: r && r.updated_at ? r : null, displayName: r?.display_name ?? '' };
+}
+
+const shape = (userId: string, appId: string, row: Row | null, displayName: string): AppProfile => ({
+  user_id: userId,
+  application_id: appId,
+  display_handle: row?.display_handle ?? null,
+  effective_display_name: row?.display_handle ?? displayName,
+  custom: row?.custom ?? {},
+  updated_at: row?.updated_at.toISOString() ?? null,
+});
+
+/** GET: without a record, defaults and nothing written. */
+export async function getAppProfile(ctx: Ctx, idParam: string, appId: string): Promise<AppProfile> {
+  const { user, app } = await authorize(ctx, idParam, appId);
+  const { row, displayName } = await load(ctx, user.id, app.id);
+  return shape(user.id, app.id, row, displayName);
+}
+
+/** PATCH: the first one creates the record; custom merges one level deep (null removes a key), at most 16 KB. */
+export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, body: PatchAppProfileBody): Promise<AppProfile> {
+  const { user, app } = await authorize(ctx, idParam, appId);
+  return ctx.db.transaction(async (tx) => {
+    const c = { ...ctx, db: tx };
+    const { row } = await load(c, user.id, app.id);
+    const custom = body.custom ? mergeCustom(row?.custom ?? {}, body.custom) : row?.custom ?? {};
+    if (Buffer.byteLength(JSON.stringify(custom)) > CUSTOM_MAX_BYTES) {
+      throw new ApiError('validation_failed', { details: { fields: [{ path: 'custom', message: 'must serialize to at most 16 KB' }] } });
+    }
+    const handle = 'display_handle' in body ? body.display_handle ?? null : row?.display_handle ?? null;
+    await tx.query(
+      `INSERT INTO app_profiles (user_id, application_id, display_handle, custom, updated_at) VALUES ($1, $2, $3, $4, $5)
+       ON CONFLICT (user_id, application_id) DO UPDATE SET display_handle = EXCLUDED.display_handle, custom = EXCLUDED.custom, updated_at = EXCLUDED.updated_at`,
+      [user.id, app.id, handle, JSON.stringify(custom), ctx.now],
+    );
+    const after = await load(c, user.id, app.id);
+    return shape(user.id, app.id, after.row, after.displayName);
+  });
+}

@@ -1,0 +1,40 @@
+import type { Ctx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { newId } from '../../ids.js';
+import { accessKey, resolveAccess } from '../../access/resolve.js';
+import { findApplicationRow } from '../applications/store.js';
+import { findTenant } from '../tenancy/plans.js';
+import type { AppToken, AppTokenBody } from './schemas.js';
+
+export const APP_TOKEN_SECONDS = 5 * 60;
+
+/**
+ * POST /v1/auth/app-tokens (User token): a 5-minute RS256 token for one Application, only while the
+ * user's resolved access to it is active, the Application approved and its Tenant not suspended.
+ */
+export async function issueAppToken(ctx: Ctx, body: AppTokenBody): Promise<AppToken> {
+  if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
+  const app = await findApplicationRow(ctx.db, body.application_id);
+  if (!app) throw new ApiError('application_not_found');
+  if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
+  const tenant = await findTenant(ctx.db, app.tenant_id);
+  if (tenant?.suspended) throw new ApiError('tenant_suspended');
+  const access = (await resolveAccess(ctx.db, [ctx.actor.userId], ctx.now, [app.id])).get(accessKey(ctx.actor.userId, app.id))!;
+  if (!access.allowed) throw new ApiError('entitlement_required', { details: { entitlement_status: access.entitlement_status } });
+  if (body.organization_id) {
+    const viaOrg = access.access_paths.some((p) => p.organization_id === body.organization_id && p.status === 'active' && p.member_decision === 'included');
+    if (!viaOrg) throw new ApiError('entitlement_required', { message: 'No active access through that Organization.', details: { organization_id: body.organization_id } });
+  }
+  const token = await ctx.deps.keys.sign(
+    {
+      sub: ctx.actor.userId,
+      sid: ctx.actor.sessionId,
+      jti: newId('atk'),
+      test_mode: ctx.mode === 'test',
+      ...(body.organization_id ? { org_id: body.organization_id } : {}),
+    },
+    app.id,
+    APP_TOKEN_SECONDS,
+  );
+  return { token_type: 'Bearer', access_token: token, expires_in: APP_TOKEN_SECONDS, application_id: app.id, organization_id: body.organization_id ?? null };
+}

@@ -1,0 +1,4 @@
+import type { Module } from '../types.js';
+import { appAccessRoutes } from './routes.js';
+
+export const appAccessModule: Module = { name: 'app-access', routes: appAccessRoutes };

@@ -1,0 +1,42 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { Nullable, NullableTimestamp } from '../../http/schemas.js';
+
+export const AppTokenBody = Type.Object(
+  { application_id: Type.String({ minLength: 1, maxLength: 100 }), organization_id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })) },
+  { additionalProperties: false },
+);
+export type AppTokenBody = Static<typeof AppTokenBody>;
+
+export const AppToken = Type.Object(
+  {
+    token_type: Type.Literal('Bearer'),
+    access_token: Type.String({ description: 'RS256 JWT; aud is the application id; verify against the JWKS.' }),
+    expires_in: Type.Integer(),
+    application_id: Type.String(),
+    organization_id: Nullable(Type.String()),
+  },
+  { $id: 'AppToken', title: 'AppToken' },
+);
+export type AppToken = Static<typeof AppToken>;
+
+export const AppProfile = Type.Object(
+  {
+    user_id: Type.String(),
+    application_id: Type.String(),
+    display_handle: Nullable(Type.String()),
+    effective_display_name: Type.String(),
+    custom: Type.Record(Type.String(), Type.Unknown()),
+    updated_at: NullableTimestamp,
+  },
+  { $id: 'AppProfile', title: 'AppProfile' },
+);
+export type AppProfile = Static<typeof AppProfile>;
+
+export const PatchAppProfileBody = Type.Object(
+  {
+    display_handle: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 64 }))),
+    custom: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+  },
+  { additionalProperties: false },
+);
+export type PatchAppProfileBody = Static<typeof PatchAppProfileBody>;

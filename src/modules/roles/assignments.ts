@@ -1,0 +1,175 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import type { Queryable } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { emit } from '../../outbox/emit.js';
+import { resolveAccess, accessKey } from '../../access/resolve.js';
+import { targetUser, confinedApp } from '../users/access.js';
+import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
+import { findUserById } from '../users/store.js';
+import { findApplicationRow } from '../applications/store.js';
+import { mayManageAppRoles } from './service.js';
+import { findRole, type RoleRow } from './store.js';
+import type { Assignment, EffectivePermissions } from './schemas.js';
+
+interface AssignmentRow {
+  user_id: string;
+  role_id: string;
+  application_id: string | null;
+  assigned_at: Date;
+  assigned_by_type: string | null;
+  assigned_by_id: string | null;
+}
+
+const toAssignment = (r: AssignmentRow): Assignment => ({
+  user_id: r.user_id,
+  role_id: r.role_id,
+  application_id: r.application_id,
+  assigned_at: r.assigned_at.toISOString(),
+  assigned_by: r.assigned_by_type ? { type: r.assigned_by_type, id: r.assigned_by_id } : null,
+  implicit: false,
+});
+
+/** Implicit default_app_role rows: every user with active access holds the Application's default Role. */
+async function implicitRows(db: Queryable, userId: string, now: Date, appFilter: string | null): Promise<Assignment[]> {
+  const { rows } = await db.query<{ id: string; slug: string; default_app_role: string }>(
+    `SELECT id, slug, default_app_role FROM applications WHERE default_app_role IS NOT NULL ${appFilter ? 'AND id = $1' : ''}`,
+    appFilter ? [appFilter] : [],
+  );
+  if (!rows.length) return [];
+  const access = await resolveAccess(db, [userId], now, rows.map((r) => r.id));
+  return rows
+    .filter((a) => access.get(accessKey(userId, a.id))?.allowed)
+    .map((a) => ({ user_id: userId, role_id: `role_${a.slug}_${a.default_app_role}`, application_id: a.id, assigned_at: null, assigned_by: null, implicit: true }));
+}
+
+/** GET /v1/users/{id}/roles: self, roles.manage, users.list, or app-confined (its own Application's rows). */
+export async function listUserRoles(ctx: Ctx, idParam: string, applicationId: string | undefined) {
+  const app = confinedApp(ctx);
+  const { user } = await targetUser(ctx, idParam, 'read', { readers: ['users.list', 'roles.manage'] });
+  const filter = app ?? applicationId ?? null;
+  const { rows } = await ctx.db.query<AssignmentRow>(
+    `SELECT user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id FROM role_assignments
+      WHERE user_id = $1 ${filter ? 'AND application_id = $2' : ''} ORDER BY assigned_at, role_id`,
+    filter ? [user.id, filter] : [user.id],
+  );
+  const data = [...rows.map(toAssignment), ...(await implicitRows(ctx.db, user.id, ctx.now, filter))];
+  return { data, page: { next_cursor: null, has_more: false } };
+}
+
+/**
+ * Assignment rights: a platform Role needs platform roles.manage and every permission it grants
+ * (superadmin only by a superadmin); an app Role needs roles.manage, the owner, or the Application's
+ * own key with roles.manage (another Application's Role: 403 role_scope_mismatch).
+ */
+async function assertMayAssign(ctx: Ctx, role: RoleRow): Promise<void> {
+  const key = confinedApp(ctx);
+  if (role.scope === 'platform') {
+    if (key) throw new ApiError('role_scope_mismatch');
+    if (!hasPermission(ctx.actor, 'roles.manage')) throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
+    const missing = role.permissions.filter((p) => !hasPermission(ctx.actor, p));
+    if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
+    if (role.id === SUPERADMIN_ROLE_ID) {
+      const isSuper =
+        ctx.actor.type === 'user' &&
+        (await ctx.db.query('SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $2', [ctx.actor.userId, SUPERADMIN_ROLE_ID])).rowCount > 0;
+      if (!isSuper) throw new ApiError('role_escalation_forbidden', { message: 'Only a superadmin may assign superadmin.' });
+    }
+    return;
+  }
+  if (key && key !== role.scope) throw new ApiError('role_scope_mismatch');
+  const app = (await findApplicationRow(ctx.db, role.scope))!;
+  if (!(await mayManageAppRoles(ctx, app))) throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
+}
+
+async function assignable(ctx: Ctx, idParam: string, roleId: string) {
+  const role = await findRole(ctx.db, roleId);
+  if (!role) throw new ApiError('role_not_found');
+  await assertMayAssign(ctx, role);
+  // Anyone allowed to assign may target any live user (assigning without access grants nothing);
+  // an app-confined key still reaches only users with an access path to its Application.
+  if (confinedApp(ctx)) return { role, user: (await targetUser(ctx, idParam, 'read', { ownKeyApp: role.scope })).user };
+  const user = await findUserById(ctx.db, resolveUserId(ctx, idParam));
+  if (!user || user.status === 'deleted' || user.erased_at) throw new ApiError('user_not_found');
+  return { role, user };
+}
+
+/** POST /v1/users/{id}/roles/{roleId}: 201, or 200 when already held (no event). */
+export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Promise<{ created: boolean; assignment: Assignment }> {
+  const { role, user } = await assignable(ctx, idParam, roleId);
+  return ctx.db.transaction(async (tx) => {
+    const by = actorRef(ctx);
+    const applicationId = role.scope === 'platform' ? null : role.scope;
+    const { rows } = await tx.query<AssignmentRow>(
+      `INSERT INTO role_assignments (user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id)
+       VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING
+       RETURNING user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id`,
+      [user.id, role.id, applicationId, ctx.now, by.byType, by.byId],
+    );
+    if (!rows[0]) {
+      const existing = await tx.query<AssignmentRow>(
+        'SELECT user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id FROM role_assignments WHERE user_id = $1 AND role_id = $2',
+        [user.id, role.id],
+      );
+      return { created: false, assignment: toAssignment(existing.rows[0]) };
+    }
+    const c = inTx(ctx, tx);
+    const data = { user_id: user.id, role_id: role.id, application_id: applicationId };
+    await recordAudit(tx, c, { action: 'role.assigned', target: { type: 'role', id: role.id }, targetUserId: user.id, applicationId, after: data });
+    await emit(tx, c, { type: 'role.assigned', applicationId, data });
+    return { created: true, assignment: toAssignment(rows[0]) };
+  });
+}
+
+/** DELETE /v1/users/{id}/roles/{roleId}: idempotent; an event only when something was removed. */
+export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Promise<void> {
+  const { role, user } = await assignable(ctx, idParam, roleId);
+  if (role.id === MEMBER_ROLE_ID) throw new ApiError('member_role_required');
+  await ctx.db.transaction(async (tx) => {
+    const { rowCount } = await tx.query('DELETE FROM role_assignments WHERE user_id = $1 AND role_id = $2', [user.id, role.id]);
+    if (rowCount !== 1) return;
+    const c = inTx(ctx, tx);
+    const applicationId = role.scope === 'platform' ? null : role.scope;
+    const data = { user_id: user.id, role_id: role.id, application_id: applicationId };
+    await recordAudit(tx, c, { action: 'role.removed', target: { type: 'role', id: role.id }, targetUserId: user.id, applicationId, before: data });
+    await emit(tx, c, { type: 'role.removed', applicationId, data });
+  });
+}
+
+/**
+ * GET /v1/users/{id}/apps/{appId}/effective-permissions: the live access check. Always 200.
+ * effective_permissions holds only the Application's app.<slug>.* keys from explicit and implicit
+ * (default_app_role) assignments, and is empty unless access is allowed.
+ */
+export async function effectivePermissions(ctx: Ctx, idParam: string, appId: string): Promise<EffectivePermissions> {
+  const key = confinedApp(ctx);
+  if (key && key !== appId) throw new ApiError('application_not_found');
+  const { user } = await targetUser(ctx, idParam, 'read', { readers: ['users.list', 'entitlements.manage'], ownKeyApp: appId });
+  const app = await findApplicationRow(ctx.db, appId);
+  if (!app) throw new ApiError('application_not_found');
+  const access = (await resolveAccess(ctx.db, [user.id], ctx.now, [app.id])).get(accessKey(user.id, app.id))!;
+  const { rows } = await ctx.db.query<{ id: string; name: string; permissions: string[] }>(
+    `SELECT r.id, r.name, r.permissions FROM role_assignments ra JOIN roles r ON r.id = ra.role_id
+      WHERE ra.user_id = $1 AND r.scope = $2 ORDER BY r.id`,
+    [user.id, app.id],
+  );
+  const roles = rows.map((r) => ({ role_id: r.id, name: r.name, implicit: false, permissions: r.permissions }));
+  if (access.allowed && app.default_app_role && !roles.some((r) => r.name === app.default_app_role)) {
+    const implicit = await findRole(ctx.db, `role_${app.slug}_${app.default_app_role}`);
+    if (implicit) roles.push({ role_id: implicit.id, name: implicit.name, implicit: true, permissions: implicit.permissions });
+  }
+  const prefix = `app.${app.slug}.`;
+  const effective = access.allowed ? [...new Set(roles.flatMap((r) => r.permissions).filter((p) => p.startsWith(prefix)))].sort() : [];
+  return {
+    user_id: user.id,
+    application_id: app.id,
+    allowed: access.allowed,
+    user_status: access.user_status,
+    entitlement_status: access.entitlement_status,
+    access_paths: access.access_paths,
+    roles: roles.map(({ role_id, name, implicit }) => ({ role_id, name, implicit })),
+    effective_permissions: effective,
+    computed_at: ctx.now.toISOString(),
+  };
+}

@@ -1,0 +1,87 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { Nullable, NullableTimestamp, Timestamp } from '../../http/schemas.js';
+
+export const Role = Type.Object(
+  {
+    id: Type.String(),
+    name: Type.String(),
+    scope: Type.String(),
+    description: Nullable(Type.String()),
+    permissions: Type.Array(Type.String()),
+    seed: Type.Boolean(),
+    assignment_count: Type.Integer(),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+  },
+  { $id: 'Role', title: 'Role' },
+);
+export type Role = Static<typeof Role>;
+
+export const Assignment = Type.Object(
+  {
+    user_id: Type.String(),
+    role_id: Type.String(),
+    application_id: Nullable(Type.String()),
+    assigned_at: NullableTimestamp,
+    assigned_by: Nullable(Type.Object({ type: Type.String(), id: Nullable(Type.String()) })),
+    implicit: Type.Boolean(),
+  },
+  { $id: 'RoleAssignment', title: 'RoleAssignment' },
+);
+export type Assignment = Static<typeof Assignment>;
+
+export const PermissionItem = Type.Object({ key: Type.String(), scope: Type.String(), description: Type.String() }, { $id: 'Permission', title: 'Permission' });
+
+export const EffectivePermissions = Type.Object(
+  {
+    user_id: Type.String(),
+    application_id: Type.String(),
+    allowed: Type.Boolean(),
+    user_status: Type.String(),
+    entitlement_status: Type.String(),
+    access_paths: Type.Array(
+      Type.Object({
+        source: Type.String(),
+        entitlement_id: Type.String(),
+        status: Type.String(),
+        organization_id: Type.Optional(Nullable(Type.String())),
+        member_decision: Type.Optional(Type.String()),
+      }),
+    ),
+    roles: Type.Array(Type.Object({ role_id: Type.String(), name: Type.String(), implicit: Type.Boolean() })),
+    effective_permissions: Type.Array(Type.String()),
+    computed_at: Timestamp,
+  },
+  { $id: 'EffectivePermissions', title: 'EffectivePermissions' },
+);
+export type EffectivePermissions = Static<typeof EffectivePermissions>;
+
+const Permissions = Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 200, uniqueItems: true });
+export const CreateRoleBody = Type.Object(
+  {
+    name: Type.String({ pattern: '^[a-z][a-z0-9_]{1,40}$' }),
+    scope: Type.String({ minLength: 1, maxLength: 100 }),
+    description: Type.Optional(Nullable(Type.String({ maxLength: 1000 }))),
+    permissions: Type.Optional(Permissions),
+  },
+  { additionalProperties: false },
+);
+export type CreateRoleBody = Static<typeof CreateRoleBody>;
+export const PatchRoleBody = Type.Object(
+  { description: Type.Optional(Nullable(Type.String({ maxLength: 1000 }))), permissions: Type.Optional(Permissions) },
+  { additionalProperties: false },
+);
+export type PatchRoleBody = Static<typeof PatchRoleBody>;
+export const ScopeQuery = Type.Object(
+  {
+    scope: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+  },
+  { additionalProperties: false },
+);
+export type ScopeQuery = Static<typeof ScopeQuery>;
+export const UserRolesQuery = Type.Object({ application_id: Type.Optional(Type.String({ maxLength: 100 })) }, { additionalProperties: false });
+export const RoleIdParam = Type.Object({ id: Type.String({ minLength: 1, maxLength: 150 }) });
+export const UserRoleParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), roleId: Type.String({ minLength: 1, maxLength: 150 }) });
+export const UserAppParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), appId: Type.String({ minLength: 1, maxLength: 100 }) });

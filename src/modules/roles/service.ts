@@ -1,0 +1,156 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { keyset, toPage } from '../../http/pagination.js';
+import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
+import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
+import { isOwner } from '../applications/service.js';
+import { viewerOf, visibleCondition } from '../applications/visibility.js';
+import { findRole, PLATFORM_PERMISSION_DESCRIPTIONS, ROLE_COLUMNS, toRole, type RoleRow } from './store.js';
+import type { CreateRoleBody, PatchRoleBody, Role, ScopeQuery } from './schemas.js';
+
+const keyApp = (ctx: Ctx) => (ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null);
+const platformRolesManage = (ctx: Ctx) => hasPermission(ctx.actor, 'roles.manage') && !keyApp(ctx);
+const holdsAnyPlatformPermission = (ctx: Ctx) =>
+  (ctx.actor.type === 'user' || ctx.actor.type === 'api_key') && !keyApp(ctx) && PLATFORM_PERMISSIONS.some((p) => hasPermission(ctx.actor, p));
+
+/** Who may manage an Application's Roles: platform roles.manage, its owner, or its own key holding roles.manage. */
+export async function mayManageAppRoles(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
+  if (platformRolesManage(ctx)) return true;
+  if (keyApp(ctx) === app.id && hasPermission(ctx.actor, 'roles.manage')) return true;
+  return isOwner(ctx, app);
+}
+
+/** Read visibility: platform Roles to holders of any platform permission; an Application's Roles to its owner, own key, roles.manage. */
+async function mayReadRole(ctx: Ctx, role: { scope: string }): Promise<boolean> {
+  if (role.scope === 'platform') return holdsAnyPlatformPermission(ctx);
+  if (platformRolesManage(ctx) || keyApp(ctx) === role.scope) return true;
+  const app = await findApplicationRow(ctx.db, role.scope);
+  return !!app && (await isOwner(ctx, app));
+}
+
+export async function visibleRole(ctx: Ctx, id: string): Promise<RoleRow> {
+  const role = await findRole(ctx.db, id);
+  if (!role || !(await mayReadRole(ctx, role))) throw new ApiError('role_not_found');
+  return role;
+}
+
+/** GET /v1/permissions: platform keys plus visible Applications' keys; an app-scoped key sees platform keys and its own. */
+export async function listPermissions(ctx: Ctx, scope: string | undefined) {
+  const items: { key: string; scope: string; description: string }[] = [];
+  if (!scope || scope === 'platform') {
+    for (const key of PLATFORM_PERMISSIONS) items.push({ key, scope: 'platform', description: PLATFORM_PERMISSION_DESCRIPTIONS[key] });
+  }
+  if (scope !== 'platform') {
+    const params: unknown[] = [];
+    const where = [keyApp(ctx) ? `a.id = $${params.push(keyApp(ctx))}` : visibleCondition(viewerOf(ctx), params)];
+    if (scope) where.push(`a.id = $${params.push(scope)}`);
+    const { rows } = await ctx.db.query<{ id: string; permissions: { key: string; description: string }[] }>(
+      `SELECT a.id, a.permissions FROM applications a WHERE ${where.join(' AND ')} ORDER BY a.id`,
+      params,
+    );
+    for (const app of rows) for (const p of app.permissions) items.push({ key: p.key, scope: app.id, description: p.description ?? '' });
+  }
+  return { data: items, page: { next_cursor: null, has_more: false } };
+}
+
+/** GET /v1/roles. */
+export async function listRoles(ctx: Ctx, q: ScopeQuery) {
+  const params: unknown[] = [];
+  const scopes: string[] = [];
+  if (holdsAnyPlatformPermission(ctx)) scopes.push(`r.scope = 'platform'`);
+  if (platformRolesManage(ctx)) scopes.push(`r.scope <> 'platform'`);
+  else {
+    if (keyApp(ctx)) scopes.push(`r.scope = $${params.push(keyApp(ctx))}`);
+    if (ctx.actor.type === 'user') {
+      params.push(ctx.actor.userId);
+      scopes.push(`r.scope IN (SELECT a.id FROM applications a WHERE a.owner_user_id = $${params.length} OR a.owner_organization_id IN (
+        SELECT m.organization_id FROM organization_members m WHERE m.user_id = $${params.length} AND m.role = 'org_admin' AND m.membership_status = 'active'))`);
+    }
+  }
+  if (scopes.length === 0) return { data: [], page: { next_cursor: null, has_more: false } };
+  const where = [`(${scopes.join(' OR ')})`];
+  if (q.scope) where.push(`r.scope = $${params.push(q.scope)}`);
+  const ks = keyset(q, params.length + 1, 'r', 'asc');
+  const { rows } = await ctx.db.query<RoleRow>(`SELECT ${ROLE_COLUMNS} FROM roles r WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`, [...params, ...ks.params]);
+  return toPage(rows, ks.limit, toRole);
+}
+
+/** Permissions must match the Role's scope; a platform Role may hold only what the caller holds. */
+function assertRolePermissions(ctx: Ctx, scope: string, app: ApplicationRow | null, permissions: string[]): void {
+  if (scope === 'platform') {
+    const unknown = permissions.filter((p) => !(PLATFORM_PERMISSIONS as readonly string[]).includes(p));
+    if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
+    const missing = permissions.filter((p) => !hasPermission(ctx.actor, p));
+    if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
+    return;
+  }
+  const declared = new Set(app!.permissions.map((p) => p.key));
+  const unknown = permissions.filter((p) => !declared.has(p));
+  if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
+}
+
+async function scopeApplication(ctx: Ctx, scope: string): Promise<ApplicationRow | null> {
+  if (scope === 'platform') {
+    if (!platformRolesManage(ctx)) throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
+    return null;
+  }
+  const app = await findApplicationRow(ctx.db, scope);
+  if (!app) throw new ApiError('application_not_found');
+  if (keyApp(ctx) && keyApp(ctx) !== app.id) throw new ApiError('application_not_found');
+  if (!(await mayManageAppRoles(ctx, app))) throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
+  return app;
+}
+
+/** POST /v1/roles. */
+export async function createRole(ctx: Ctx, body: CreateRoleBody): Promise<Role> {
+  const app = await scopeApplication(ctx, body.scope);
+  const permissions = body.permissions ?? [];
+  assertRolePermissions(ctx, body.scope, app, permissions);
+  if (app && !app.available_app_roles.includes(body.name)) throw new ApiError('app_role_not_declared', { details: { available_app_roles: app.available_app_roles } });
+  const id = app ? `role_${app.slug}_${body.name}` : `role_platform_${body.name}`;
+  return ctx.db.transaction(async (tx) => {
+    const { rowCount } = await tx.query(
+      `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, false, $6, $6)
+       ON CONFLICT DO NOTHING`,
+      [id, body.name, body.scope, body.description ?? null, permissions, ctx.now],
+    );
+    if (rowCount !== 1) throw new ApiError('role_name_taken', { details: { role_id: id } });
+    const role = toRole((await findRole(tx, id))!);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app?.id ?? null, after: role });
+    return role;
+  });
+}
+
+async function editableRole(ctx: Ctx, id: string): Promise<{ role: RoleRow; app: ApplicationRow | null }> {
+  const role = await visibleRole(ctx, id);
+  const app = await scopeApplication(ctx, role.scope);
+  if (role.seed) throw new ApiError('seed_role_immutable');
+  return { role, app };
+}
+
+/** PATCH /v1/roles/{id}: permissions (replaced wholesale) and description; applies on the holders' next request. */
+export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Promise<Role> {
+  const { role, app } = await editableRole(ctx, id);
+  if (body.permissions) assertRolePermissions(ctx, role.scope, app, body.permissions);
+  return ctx.db.transaction(async (tx) => {
+    await tx.query('UPDATE roles SET description = $2, permissions = $3, updated_at = $4 WHERE id = $1', [
+      id, 'description' in body ? body.description ?? null : role.description, body.permissions ?? role.permissions, ctx.now,
+    ]);
+    const after = toRole((await findRole(tx, id))!);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'role.updated', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(role), after });
+    return after;
+  });
+}
+
+/** DELETE /v1/roles/{id}: non-seed Roles with no assignments. */
+export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
+  const { role, app } = await editableRole(ctx, id);
+  await ctx.db.transaction(async (tx) => {
+    const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM role_assignments WHERE role_id = $1', [id]);
+    if (rows[0].n > 0) throw new ApiError('role_in_use', { details: { assignment_count: rows[0].n } });
+    await tx.query('DELETE FROM roles WHERE id = $1', [id]);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(role) });
+  });
+}
