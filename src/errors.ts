@@ -96,6 +96,7 @@ export const ERROR_CODES = {
   no_billing_account: [409, 'The tenant has no billing account.'],
   billing_unavailable: [503, 'The payment processor is unavailable.'],
   service_unavailable: [503, 'The service is temporarily unavailable.'],
+  invalid_signature: [400, 'The Stripe-Signature header is missing, malformed, does not match the body, or is outside the 5-minute tolerance.'],
   audit_event_not_found: [404, 'Audit event not found.'],
   invalid_webhook_url: [422, 'The webhook URL is not allowed.'],
 } as const satisfies Record<string, readonly [number, string]>;

@@ -1,6 +1,6 @@
 import type { Ctx } from '../context.js';
 import type { Tx } from '../db/types.js';
-import { emit } from '../outbox/emit.js';
+import { emitMany, type OutboundEvent } from '../outbox/emit.js';
 import { resolveAccess, type ResolvedAccess } from './resolve.js';
 
 export type AccessReason =
@@ -41,19 +41,19 @@ export async function emitFlips(
   reason: AccessReason,
   only?: 'granted' | 'revoked',
 ): Promise<number> {
-  let flips = 0;
+  const events: OutboundEvent[] = [];
   for (const key of new Set([...before.keys(), ...after.keys()])) {
     const was = before.get(key)?.allowed ?? false;
     const now = after.get(key);
     const is = now?.allowed ?? false;
     if (was === is || (only && only !== (is ? 'granted' : 'revoked'))) continue;
     const pair = (now ?? before.get(key))!;
-    await emit(tx, ctx, {
+    events.push({
       type: is ? 'access.granted' : 'access.revoked',
       applicationId: pair.application_id,
       data: { user_id: pair.user_id, application_id: pair.application_id, reason, entitlement_status: now?.entitlement_status ?? 'none' },
     });
-    flips++;
   }
-  return flips;
+  await emitMany(tx, ctx, events);
+  return events.length;
 }

@@ -65,18 +65,17 @@ export async function resolveAccess(
   // Personal rows, then organization-wide grants of Organizations the user is an active member of
   // (with the member decision of the grant's member_scope).
   const { rows } = await db.query<PathRow>(
-    `SELECT u.id AS user_id, u.status AS user_status, e.application_id, e.id AS entitlement_id, e.source, e.status,
+    `WITH ids AS (SELECT DISTINCT unnest($1::text[]) AS id)
+     SELECT u.id AS user_id, u.status AS user_status, e.application_id, e.id AS entitlement_id, e.source, e.status,
             e.starts_at, e.ends_at, NULL::text AS organization_id, NULL::text AS member_decision
-       FROM users u
+       FROM ids JOIN users u ON u.id = ids.id
        LEFT JOIN entitlements e ON e.user_id = u.id AND ($2::text[] IS NULL OR e.application_id = ANY($2::text[]))
-      WHERE u.id = ANY($1::text[])
      UNION ALL
      SELECT u.id, u.status, e.application_id, e.id, e.source, e.status, e.starts_at, e.ends_at, e.organization_id,
             ${MEMBER_DECISION_SQL} AS member_decision
-       FROM users u
+       FROM ids JOIN users u ON u.id = ids.id
        JOIN organization_members m ON m.user_id = u.id AND m.membership_status = 'active'
-       JOIN entitlements e ON e.organization_id = m.organization_id AND ($2::text[] IS NULL OR e.application_id = ANY($2::text[]))
-      WHERE u.id = ANY($1::text[])`,
+       JOIN entitlements e ON e.organization_id = m.organization_id AND ($2::text[] IS NULL OR e.application_id = ANY($2::text[]))`,
     [userIds, apps],
   );
   const result = new Map<string, ResolvedAccess>();

@@ -10,6 +10,7 @@ import { applicationsModule } from './applications/index.js';
 import { entitlementsModule } from './entitlements/index.js';
 import { rolesModule } from './roles/index.js';
 import { appAccessModule } from './app-access/index.js';
+import { organizationsModule } from './organizations/index.js';
 
 /** Every resource module, in registration order. */
-export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule];
+export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule, organizationsModule];

@@ -20,3 +20,13 @@ export async function emit(tx: Tx, ctx: Ctx, event: OutboundEvent): Promise<stri
   );
   return id;
 }
+
+/** Many events in one statement (an organization-wide change can flip thousands of pairs). */
+export async function emitMany(tx: Tx, ctx: Ctx, events: OutboundEvent[]): Promise<void> {
+  if (events.length === 0) return;
+  await tx.query(
+    `INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at)
+     SELECT id, type, app, $4, data::jsonb, $5 FROM unnest($1::text[], $2::text[], $3::text[], $6::text[]) AS t(id, type, app, data)`,
+    [events.map(() => newId('wev')), events.map((e) => e.type), events.map((e) => e.applicationId ?? null), ctx.mode === 'test', ctx.now, events.map((e) => JSON.stringify(e.data))],
+  );
+}

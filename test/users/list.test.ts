@@ -62,6 +62,7 @@ test('status filter: active, invited, suspended; deleted users are never listed 
   assert.deepEqual(ids(await list(`q=${prefix}`, support.token)), [users[2].id, users[1].id, users[0].id]);
   assert.deepEqual(ids(await list(`q=${prefix}`, admin.token)), [users[2].id, users[1].id, users[0].id], 'not by default, even for users.manage');
   assert.deepEqual(ids(await list(`q=${prefix}&include_inactive=true`, support.token)), [users[2].id, users[1].id, users[0].id], 'never for users.list');
+  assert.deepEqual(ids(await list(`q=${prefix}&include_inactive=true`, admin.token)), [users[3].id, users[2].id, users[1].id, users[0].id], 'include_inactive adds them for users.manage');
 });
 
 test('status=deleted is only for users.manage: it lists soft-deleted users; a users.list holder gets 403 forbidden', async () => {
@@ -94,6 +95,7 @@ test('q filter: case-insensitive prefix of email or display_name, minimum 3 char
   assert.ok(!found.includes(middle.id), 'a match in the middle is not a prefix');
   assert.deepEqual(ids(await list(`q=${encodeURIComponent(`${tag} pers`)}`, support.token)), [byName.id]);
   assertFields(await list('q=zq', support.token), ['query.q']);
+  for (const wild of ['%25%25%25', '___', '%25' + tag.slice(1)]) assert.deepEqual(ids(await list(`q=${wild}`, support.token)), [], `q=${wild} is literal, not a pattern`);
   assert.equal((await list('q=zqx', support.token)).statusCode, 200, 'exactly 3 characters is accepted');
 });
 

@@ -92,6 +92,8 @@ test('active → suspended by POST suspend (users.manage): revokes all sessions,
     user_id: user.id, application_id: appA.id, reason: 'user_suspended',
   });
   assert.equal(outbox.find((e) => e.type === 'user.suspended')!.data.user_id, user.id);
+  // Correct credentials on a suspended user: 403 account_suspended.
+  assertError(await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password }), 403, 'account_suspended');
 });
 
 test('active → suspended by PATCH status suspended (users.manage) has the same effects as POST suspend', async () => {
@@ -245,11 +247,12 @@ test('restore is rejected 409 email_taken if the email was taken meanwhile, and 
   assert.equal(body.status, 'active');
   assert.equal(body.email, newEmail);
   assert.equal(body.email_verified, false, 'an admin email change resets email_verified');
-  assert.equal((await mailsTo(t, newEmail, 'email_verification')).length, 1, 'verification email sent to the new address');
   assert.equal((await userRow(t, taker.id))!.email, user.email, 'the new holder keeps the address');
   const { audit, outbox } = await since(user.id, m);
   assert.ok(audit.some((a) => a.action === 'user.reactivated'));
   assert.ok(outbox.some((e) => e.type === 'access.granted' && e.data.reason === 'user_reactivated'));
+  // An admin email change (here, within the restore) sends a verification email to the new address.
+  assert.equal((await mailsTo(t, newEmail, 'email_verification')).length, 1, 'verification email sent to the new address');
 });
 
 test('restore is rejected 409 erasure_scheduled while an erasure is scheduled; after cancelling, restore works', async () => {

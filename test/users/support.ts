@@ -152,8 +152,11 @@ export interface TestApplication {
   tenantId: string;
 }
 
-/** A tenant and an Application (owned by `owner` when given) declaring app.<slug>.read. */
-export async function createApplication(t: TestApp, opts: { owner?: string | null; slug?: string } = {}): Promise<TestApplication> {
+/** A tenant and an Application (owned by `owner` or `ownerOrganization` when given) declaring app.<slug>.read. */
+export async function createApplication(
+  t: TestApp,
+  opts: { owner?: string | null; ownerOrganization?: string | null; slug?: string } = {},
+): Promise<TestApplication> {
   const slug = opts.slug ?? `a${rand(4)}`;
   const tenantId = `tnt_${rand(8)}`;
   await sql(t, `INSERT INTO tenants (id, owner_type, owner_user_id, plan, created_at, updated_at) VALUES ($1, 'user', $2, 'starter', now(), now())`, [
@@ -162,9 +165,9 @@ export async function createApplication(t: TestApp, opts: { owner?: string | nul
   ]);
   await sql(
     t,
-    `INSERT INTO applications (id, slug, name, launch_url, owner_user_id, tenant_id, permissions, created_at, updated_at)
-     VALUES ($1, $2, $3, 'https://x.example', $4, $5, $6::jsonb, now(), now())`,
-    [`app_${slug}`, slug, `App ${slug}`, opts.owner ?? null, tenantId, JSON.stringify([{ key: `app.${slug}.read`, description: 'r' }])],
+    `INSERT INTO applications (id, slug, name, launch_url, owner_user_id, owner_organization_id, tenant_id, permissions, created_at, updated_at)
+     VALUES ($1, $2, $3, 'https://x.example', $4, $5, $6, $7::jsonb, now(), now())`,
+    [`app_${slug}`, slug, `App ${slug}`, opts.owner ?? null, opts.ownerOrganization ?? null, tenantId, JSON.stringify([{ key: `app.${slug}.read`, description: 'r' }])],
   );
   return { id: `app_${slug}`, slug, tenantId };
 }
@@ -235,11 +238,11 @@ export async function createPlatformRole(t: TestApp, permissions: string[]): Pro
 }
 
 /** Polls until fn returns a truthy value (for writes made off the request path). */
-export async function waitFor<T>(fn: () => Promise<T>, what: string, timeoutMs = 3000): Promise<T> {
+export async function waitFor<T>(fn: () => Promise<T | null | undefined | false>, what: string, timeoutMs = 10_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await fn();
-    if (value) return value;
+    if (value) return value as T;
     if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }

@@ -75,7 +75,10 @@ export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey &
         hashSecret(secret), secret.slice(-4), body.expires_at ?? null, userId, ctx.now],
     );
     const key = toApiKey(rows[0]);
-    await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.created', target: { type: 'api_key', id }, after: key, applicationId: scopeApp(key.scope) });
+    const audit = { target: { type: 'api_key', id }, after: key, applicationId: scopeApp(key.scope) };
+    await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.created', ...audit });
+    // An agent key created without the restriction is audited like turning it off later (Part A, Authentication 5).
+    if (intendedUse === 'agent' && !key.restrict_destructive) await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.restrict_destructive_disabled', ...audit });
     return { ...key, secret };
   });
 }
@@ -119,7 +122,7 @@ async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise
 /** PATCH /v1/api-keys/{id}: name, permissions, restrict_destructive. */
 export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promise<ApiKey> {
   const updated = await change(ctx, id, async (tx, key) => {
-    if (body.permissions) await assertPermissions(ctx, key.scope, body.permissions);
+    if (body.permissions) await assertPermissions(inTx(ctx, tx), key.scope, body.permissions);
     const { rows } = await tx.query<KeyRow>(
       `UPDATE api_keys SET name = COALESCE($2, name), permissions = COALESCE($3, permissions),
               restrict_destructive = COALESCE($4, restrict_destructive), updated_at = $5

@@ -36,6 +36,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     const { row, rights, orgAdmin } = await visibleEntitlement(c, id, true);
+    await assertHoldingOrgActive(tx, row);
     if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     const full = rights.platform || rights.appKey || rights.owner;
     const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
@@ -102,6 +103,13 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     }
     return { entitlement: toEntitlement(updated), etag: etagOf(updated) };
   });
+}
+
+/** Entitlement writes under a suspended Organization: 403 organization_suspended. */
+export async function assertHoldingOrgActive(tx: Tx, row: EntitlementRow): Promise<void> {
+  if (!row.organization_id) return;
+  const { rows } = await tx.query<{ status: string }>('SELECT status FROM organizations WHERE id = $1', [row.organization_id]);
+  if (rows[0]?.status === 'suspended') throw new ApiError('organization_suspended');
 }
 
 async function assertMemberScope(tx: Tx, row: EntitlementRow, body: PatchEntitlementBody): Promise<void> {

@@ -5,7 +5,7 @@ import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { toEntitlement } from './store.js';
 import { visibleEntitlement } from './read.js';
-import { affectedUsers } from './patch.js';
+import { affectedUsers, assertHoldingOrgActive } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
 
 /** A hard delete is for grants made in error: refused once the row is older than this (docs/decisions.md). */
@@ -16,6 +16,7 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     const { row, rights } = await visibleEntitlement(c, id, true);
+    await assertHoldingOrgActive(tx, row);
     if (!rights.platform && !rights.appKey) throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
     if (row.order_id !== null) throw new ApiError('entitlement_order_linked', { details: { order_id: row.order_id } });
     if (ctx.now.getTime() - row.created_at.getTime() > DELETE_WINDOW_SECONDS * 1000) {

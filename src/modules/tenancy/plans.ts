@@ -1,6 +1,7 @@
 import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
+import { countSeats } from './seats.js';
 
 export type Plan = 'starter' | 'team' | 'enterprise';
 export type LimitedResource = 'applications' | 'seats' | 'app_roles' | 'webhooks';
@@ -63,3 +64,49 @@ export async function countTenantApplications(db: Queryable, tenantId: string): 
   const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM applications WHERE tenant_id = $1', [tenantId]);
   return rows[0].n;
 }
+
+export const PLANS: readonly Plan[] = ['starter', 'team', 'enterprise'];
+
+/** What a Tenant uses of each capped resource (Part B Usage). */
+export interface TenantUsage {
+  applications: number;
+  seats: number;
+  /** The highest length of available_app_roles on any one of its Applications. */
+  app_roles: number;
+  webhooks: number;
+}
+
+/** Webhook subscriptions of the Tenant's Applications; 0 until the webhooks table exists. */
+async function countTenantWebhooks(db: Queryable, tenantId: string): Promise<number> {
+  const { rows } = await db.query<{ column_name: string }>(
+    `SELECT column_name FROM information_schema.columns
+      WHERE table_name = 'webhook_subscriptions' AND table_schema = current_schema() AND column_name IN ('application_id', 'scope')
+        AND to_regclass('webhook_subscriptions') IS NOT NULL`,
+  );
+  const column = rows.some((r) => r.column_name === 'application_id') ? 'application_id' : rows.some((r) => r.column_name === 'scope') ? 'scope' : null;
+  if (!column) return 0;
+  const counted = await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM webhook_subscriptions w WHERE w.${column} IN (SELECT a.id FROM applications a WHERE a.tenant_id = $1)`,
+    [tenantId],
+  );
+  return counted.rows[0].n;
+}
+
+export async function measureUsage(db: Queryable, tenantId: string, now: Date): Promise<TenantUsage> {
+  const { rows } = await db.query<{ applications: number; app_roles: number }>(
+    `SELECT count(*)::int AS applications, COALESCE(max(cardinality(available_app_roles)), 0)::int AS app_roles
+       FROM applications WHERE tenant_id = $1`,
+    [tenantId],
+  );
+  return { ...rows[0], seats: await countSeats(db, tenantId, now), webhooks: await countTenantWebhooks(db, tenantId) };
+}
+
+/** The usage fits the plan when no capped resource is above the plan's limit (null = unlimited). */
+export function planFits(plan: Plan, usage: TenantUsage): boolean {
+  return (['applications', 'seats', 'app_roles', 'webhooks'] as const).every((r) => {
+    const limit = PLAN_LIMITS[plan][r];
+    return limit === null || usage[r] <= limit;
+  });
+}
+
+export const fittingPlans = (usage: TenantUsage): Plan[] => PLANS.filter((p) => planFits(p, usage));

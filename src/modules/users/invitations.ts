@@ -2,15 +2,15 @@ import type { Ctx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
-import { hitCounter } from '../../http/counters.js';
+import { takeSlidingQuota } from '../../http/counters.js';
 
 /** Verification and invitation re-sends share this limit: 3 per email per hour (Part A Limits). */
 export const RESEND_LIMIT_PER_HOUR = 3;
 
 /** Counts one mail of the re-send family for this address; false once the hour's quota is used. */
 export async function takeResendQuota(tx: Tx, ctx: Ctx, email: string): Promise<boolean> {
-  const hit = await hitCounter(tx, `mail:resend:${ctx.mode}:${email.toLowerCase()}`, 3600, ctx.now);
-  return hit.count <= RESEND_LIMIT_PER_HOUR;
+  const quota = await takeSlidingQuota(tx, `mail:resend:${ctx.mode}:${email.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now);
+  return quota.allowed;
 }
 
 /** A new invitation token (the previous ones stop working) and the invitation mail. */

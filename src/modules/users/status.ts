@@ -14,6 +14,9 @@ import { sendVerification } from './invitations.js';
 import type { PatchUserBody, User, UserStatus } from './schemas.js';
 
 const invalidTransition = (from: UserStatus, to: string) => new ApiError('invalid_status_transition', { details: { from, to } });
+/** 409 email_taken; details.reason invitation_pending when the holder is an invited user (Part A Errors). */
+const emailTaken = (holder: UserRow, message?: string) =>
+  new ApiError('email_taken', { ...(message ? { message } : {}), ...(holder.status === 'invited' ? { details: { reason: 'invitation_pending' } } : {}) });
 
 async function reload(tx: Tx, id: string): Promise<UserRow> {
   return (await findUserById(tx, id))!;
@@ -78,6 +81,8 @@ export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody):
   return toUser(
     await ctx.db.transaction(async (tx) => {
       let current = user;
+      // PATCH status deleted or invited is rejected from any status, the current one included.
+      if (body.status === 'deleted' || body.status === 'invited') throw invalidTransition(current.status, body.status);
       if (body.status !== undefined && body.status !== current.status) current = await adminStatus(tx, ctx, current, body.status, body.email);
       if (body.email !== undefined && body.email.toLowerCase() !== current.email.toLowerCase()) current = await adminEmail(tx, ctx, current, body.email);
       return current;
@@ -97,18 +102,23 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
   if (rows[0]?.status === 'completed') throw new ApiError('user_not_found');
   let restored = user;
   if (newEmail !== undefined) {
-    if (await findLiveUserByEmail(tx, newEmail)) throw new ApiError('email_taken');
+    const holder = await findLiveUserByEmail(tx, newEmail);
+    if (holder) throw emailTaken(holder);
     await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL WHERE id = $1', [user.id, newEmail]);
     restored = await reload(tx, user.id);
-  } else if (await findLiveUserByEmail(tx, user.email)) {
-    throw new ApiError('email_taken', { message: 'The email was taken meanwhile; send a new email in the same request.' });
+  } else {
+    const holder = await findLiveUserByEmail(tx, user.email);
+    if (holder) throw emailTaken(holder, 'The email was taken meanwhile; send a new email in the same request.');
   }
-  return transition(tx, ctx, restored, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated');
+  const after = await transition(tx, ctx, restored, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated');
+  // A new email sent with the restore is an admin email change: verification mail to the new address.
+  if (newEmail !== undefined) await sendVerification(tx, ctx, after);
+  return after;
 }
 
 async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
   const holder = await findLiveUserByEmail(tx, email);
-  if (holder && holder.id !== user.id) throw new ApiError('email_taken');
+  if (holder && holder.id !== user.id) throw emailTaken(holder);
   await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
   const after = await reload(tx, user.id);
   await sendVerification(tx, ctx, after);
@@ -119,7 +129,7 @@ async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promi
 async function requestEmailChange(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
   if (email.toLowerCase() === user.email.toLowerCase()) return user;
   const holder = await findLiveUserByEmail(tx, email);
-  if (holder) throw new ApiError('email_taken');
+  if (holder) throw emailTaken(holder);
   await tx.query('UPDATE users SET pending_email = $2, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
   const token = await issueOneTimeToken(tx, ctx, { kind: 'email_change', userId: user.id, data: { email }, replacePrevious: true });
   await enqueueMail(tx, ctx, { template: 'email_change_verification', to: email, vars: { token } });

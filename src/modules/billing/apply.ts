@@ -1,0 +1,181 @@
+import type { Ctx, Deps } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { recordAudit } from '../../audit/record.js';
+import { measureUsage, planFits, type Plan } from '../tenancy/plans.js';
+import { findTenantRecord, tenantModeOf, type TenantRecord } from '../tenancy/service.js';
+import { CHECKOUT_ALLOWED } from './sessions.js';
+
+type Obj = Record<string, any>;
+export interface ProcessorEvent {
+  id: string;
+  type: string;
+  /** Unix seconds: the order of events, since the processor does not deliver in order. */
+  created: number;
+  data: { object: Obj };
+}
+export type EventOutcome = 'applied' | 'stale' | 'ignored' | 'duplicate';
+
+/** Lapsed subscriptions drop the Tenant to Starter; entitled ones give it the subscription's plan. */
+const LAPSED = new Set(['canceled', 'unpaid', 'incomplete_expired']);
+const ENTITLED = new Set(['active', 'trialing', 'past_due']);
+const PLAN_KEYS = new Set(['team', 'enterprise']);
+const ADD_ON_KEYS = new Set(['isolated_tenancy', 'dedicated_region_tenancy']);
+const SUBSCRIPTION_EVENTS = new Set(['customer.subscription.created', 'customer.subscription.updated', 'customer.subscription.deleted']);
+const HANDLED = new Set([...SUBSCRIPTION_EVENTS, 'checkout.session.completed', 'invoice.payment_failed', 'invoice.paid']);
+
+const idOf = (v: unknown): string | null => (typeof v === 'string' ? v : v && typeof v === 'object' && typeof (v as Obj).id === 'string' ? (v as Obj).id : null);
+const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
+const fromSeconds = (v: unknown): Date | null => (typeof v === 'number' ? new Date(v * 1000) : null);
+
+/** The subscription state an event asks for; absent fields keep their stored values. */
+interface NextState {
+  status?: string;
+  processorPlan?: Plan | null;
+  periodStart?: Date | null;
+  periodEnd?: Date | null;
+  cancelAtPeriodEnd?: boolean;
+  addOns?: { code: string; amount: number }[];
+  currency?: string | null;
+  customerId?: string | null;
+  subscriptionId?: string | null;
+}
+
+/** Where an event points: the Tenant (metadata.tenant_id / client_reference_id), else its processor ids. */
+function locate(event: ProcessorEvent): { tenantId: string | null; subscriptionId: string | null; customerId: string | null } {
+  const o = event.data.object;
+  if (event.type.startsWith('checkout.session.')) {
+    return { tenantId: str(o.metadata?.tenant_id) ?? str(o.client_reference_id), subscriptionId: idOf(o.subscription), customerId: idOf(o.customer) };
+  }
+  if (event.type.startsWith('invoice.')) {
+    const details = o.parent?.subscription_details ?? o.subscription_details;
+    return { tenantId: str(details?.metadata?.tenant_id) ?? str(o.metadata?.tenant_id), subscriptionId: idOf(o.subscription) ?? idOf(details?.subscription), customerId: idOf(o.customer) };
+  }
+  return { tenantId: str(o.metadata?.tenant_id), subscriptionId: idOf(o.id), customerId: idOf(o.customer) };
+}
+
+async function findEventTenant(tx: Tx, where: ReturnType<typeof locate>): Promise<TenantRecord | null> {
+  if (where.tenantId) {
+    const tenant = await findTenantRecord(tx, where.tenantId, true);
+    if (tenant) return tenant;
+  }
+  for (const [column, value] of [['stripe_subscription_id', where.subscriptionId], ['stripe_customer_id', where.customerId]] as const) {
+    if (!value) continue;
+    const { rows } = await tx.query<{ id: string }>(`SELECT id FROM tenants WHERE ${column} = $1 ORDER BY updated_at DESC LIMIT 1`, [value]);
+    if (rows[0]) return findTenantRecord(tx, rows[0].id, true);
+  }
+  return null;
+}
+
+/** The state a subscription object describes: status, the plan of its price's lookup_key, period, add-ons. */
+function fromSubscription(o: Obj, deleted: boolean): NextState {
+  const items: Obj[] = Array.isArray(o.items?.data) ? o.items.data : [];
+  const keyOf = (item: Obj) => str(item?.price?.lookup_key);
+  const planItem = items.find((i) => PLAN_KEYS.has(keyOf(i) ?? ''));
+  const periodFrom = planItem ?? items[0];
+  return {
+    status: deleted ? 'canceled' : String(o.status),
+    processorPlan: planItem ? (keyOf(planItem) as Plan) : null,
+    periodStart: fromSeconds(o.current_period_start ?? periodFrom?.current_period_start),
+    periodEnd: fromSeconds(o.current_period_end ?? periodFrom?.current_period_end),
+    cancelAtPeriodEnd: o.cancel_at_period_end === true,
+    addOns: items
+      .filter((i) => ADD_ON_KEYS.has(keyOf(i) ?? ''))
+      .map((i) => ({ code: keyOf(i)!, amount: Math.round(Number(i.price?.unit_amount ?? 0) * Number(i.quantity ?? 1)) })),
+    currency: str(o.currency)?.toLowerCase() ?? null,
+    customerId: idOf(o.customer),
+    subscriptionId: idOf(o.id),
+  };
+}
+
+/** What the event asks of this Tenant, or null when it does not concern its current subscription. */
+function nextStateOf(event: ProcessorEvent, tenant: TenantRecord, where: ReturnType<typeof locate>): NextState | null {
+  const o = event.data.object;
+  const other = !!where.subscriptionId && !!tenant.stripe_subscription_id && where.subscriptionId !== tenant.stripe_subscription_id;
+  // Another subscription may replace the current one only when the current one is not live.
+  const replaceable = CHECKOUT_ALLOWED.has(tenant.subscription_status);
+  switch (event.type) {
+    case 'checkout.session.completed':
+      return { customerId: where.customerId, subscriptionId: replaceable ? where.subscriptionId : null };
+    case 'customer.subscription.created':
+    case 'customer.subscription.updated':
+    case 'customer.subscription.deleted':
+      if (other && (event.type === 'customer.subscription.deleted' || !replaceable)) return null;
+      return fromSubscription(o, event.type === 'customer.subscription.deleted');
+    case 'invoice.payment_failed':
+      if (other || !['active', 'trialing'].includes(tenant.subscription_status)) return null;
+      return { status: 'past_due' };
+    case 'invoice.paid':
+      if (other || !['past_due', 'unpaid', 'incomplete'].includes(tenant.subscription_status)) return null;
+      return { status: 'active' };
+  }
+  return null;
+}
+
+/**
+ * Applies one processor event exactly once (its id is recorded in the same transaction) and never
+ * moves a subscription backwards: an event created before the last applied one is stale.
+ */
+export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, requestId: string | null): Promise<EventOutcome> {
+  return deps.database.scoped('system').transaction(async (tx) => {
+    const now = deps.clock.now();
+    const created = new Date(event.created * 1000);
+    const recorded = await tx.query(
+      `INSERT INTO processor_events (id, type, created, outcome, received_at) VALUES ($1, $2, $3, 'ignored', $4) ON CONFLICT (id) DO NOTHING RETURNING id`,
+      [event.id, event.type, created, now],
+    );
+    if (recorded.rowCount === 0) return 'duplicate';
+    if (!HANDLED.has(event.type)) return 'ignored';
+    const where = locate(event);
+    const tenant = await findEventTenant(tx, where);
+    if (!tenant) {
+      deps.log.warn({ event_id: event.id, event_type: event.type, ...where }, 'processor event for no known Tenant');
+      return 'ignored';
+    }
+    const stale = !!tenant.last_processor_event_created && created.getTime() < tenant.last_processor_event_created.getTime();
+    const next = stale ? null : nextStateOf(event, tenant, where);
+    const outcome: EventOutcome = stale ? 'stale' : next ? 'applied' : 'ignored';
+    if (next) {
+      const ctx: Ctx = { deps, actor: { type: 'system' }, mode: await tenantModeOf(tx, tenant), db: tx, requestId, ip: null, userAgent: null, now };
+      // Linking ids says nothing about the subscription's state, so it does not advance the order.
+      await writeState(tx, ctx, tenant, next, event.type === 'checkout.session.completed' ? null : created);
+    }
+    await tx.query('UPDATE processor_events SET tenant_id = $2, outcome = $3 WHERE id = $1', [event.id, tenant.id, outcome]);
+    return outcome;
+  });
+}
+
+async function writeState(tx: Tx, ctx: Ctx, tenant: TenantRecord, next: NextState, created: Date | null): Promise<void> {
+  const status = next.status ?? tenant.subscription_status;
+  const processorPlan = next.processorPlan !== undefined ? next.processorPlan : tenant.processor_plan;
+  const lapsed = LAPSED.has(status);
+  const plan: Plan = ENTITLED.has(status) ? (processorPlan ?? tenant.plan) : lapsed ? 'starter' : tenant.plan;
+  const restricted = lapsed && !planFits('starter', await measureUsage(tx, tenant.id, ctx.now));
+  const keep = <K extends keyof NextState>(key: K, stored: NextState[K]) => (next[key] !== undefined ? next[key] : stored);
+  await tx.query(
+    `UPDATE tenants SET plan = $2, subscription_status = $3, processor_plan = $4, restricted = $5,
+            stripe_customer_id = COALESCE($6, stripe_customer_id), stripe_subscription_id = COALESCE($7, stripe_subscription_id),
+            current_period_start = $8, current_period_end = $9, cancel_at_period_end = $10, add_ons = $11, currency = $12,
+            last_processor_event_created = CASE WHEN $13::timestamptz IS NULL THEN last_processor_event_created
+                                                ELSE GREATEST(COALESCE(last_processor_event_created, $13::timestamptz), $13::timestamptz) END,
+            updated_at = $14
+      WHERE id = $1`,
+    [
+      tenant.id, plan, status, processorPlan, restricted, next.customerId ?? null, next.subscriptionId ?? null,
+      keep('periodStart', tenant.current_period_start), keep('periodEnd', tenant.current_period_end),
+      keep('cancelAtPeriodEnd', tenant.cancel_at_period_end), JSON.stringify(keep('addOns', tenant.add_ons)),
+      keep('currency', tenant.currency) ?? tenant.currency, created, ctx.now,
+    ],
+  );
+  const audit = { target: { type: 'tenant', id: tenant.id }, tenantId: tenant.id, organizationId: tenant.owner_organization_id };
+  if (plan !== tenant.plan) {
+    await recordAudit(tx, ctx, { action: 'tenant.plan_changed', ...audit, before: { plan: tenant.plan }, after: { plan } });
+  }
+  if (status !== tenant.subscription_status) {
+    await recordAudit(tx, ctx, {
+      action: 'tenant.subscription_status_changed',
+      ...audit,
+      before: { subscription_status: tenant.subscription_status, restricted: tenant.restricted },
+      after: { subscription_status: status, restricted },
+    });
+  }
+}

@@ -1,0 +1,49 @@
+import type { Deps } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { toUnixSeconds } from '../../clock.js';
+import { Stripe } from './processor.js';
+import { applyProcessorEvent, type EventOutcome, type ProcessorEvent } from './apply.js';
+
+/** Stripe's replay window: a signature timestamp further than this from the service clock is refused. */
+export const SIGNATURE_TOLERANCE_SECONDS = 300;
+
+const refuse = (reason: string) => new ApiError('invalid_signature', { details: { reason } });
+
+/**
+ * Verifies Stripe-Signature over the exact raw body with STRIPE_WEBHOOK_SECRET and parses the event.
+ * The timestamp is judged against the service clock in both directions (Stripe's library only
+ * checks age, against the wall clock), so a skewed or replayed header is refused.
+ */
+export function verifyProcessorEvent(secret: string, raw: Uint8Array | string | undefined, header: unknown, now: Date): ProcessorEvent {
+  if (typeof header !== 'string' || header.trim() === '') throw refuse('missing_signature');
+  const timestamp = /(?:^|,)\s*t=(\d{1,12})\s*(?:,|$)/.exec(header)?.[1];
+  if (!timestamp || !/(?:^|,)\s*v1=[0-9a-fA-F]+\s*(?:,|$)/.test(header)) throw refuse('malformed_signature');
+  if (!raw || raw.length === 0) throw refuse('missing_body');
+  let event: unknown;
+  try {
+    event = Stripe.webhooks.constructEvent(raw, header, secret, SIGNATURE_TOLERANCE_SECONDS, undefined, now.getTime());
+  } catch (err) {
+    if (err instanceof SyntaxError) throw new ApiError('malformed_json');
+    if (err instanceof Stripe.errors.StripeSignatureVerificationError) {
+      throw refuse(/tolerance/i.test(err.message) ? 'timestamp_outside_tolerance' : 'signature_mismatch');
+    }
+    throw err;
+  }
+  if (Math.abs(toUnixSeconds(now) - Number(timestamp)) > SIGNATURE_TOLERANCE_SECONDS) throw refuse('timestamp_outside_tolerance');
+  const e = event as Partial<ProcessorEvent> | null;
+  if (!e || typeof e.id !== 'string' || typeof e.type !== 'string' || typeof e.created !== 'number' || typeof e.data?.object !== 'object' || e.data.object === null) {
+    throw new ApiError('bad_request', { message: 'The event lacks id, type, created or data.object.' });
+  }
+  return e as ProcessorEvent;
+}
+
+/**
+ * POST /v1/billing/processor-events, and the local simulator's deliveries: verify, then apply once
+ * per event id. Nothing changes unless the signature holds.
+ */
+export async function receiveProcessorEvent(deps: Deps, raw: Uint8Array | string | undefined, header: unknown, requestId: string | null): Promise<EventOutcome> {
+  const event = verifyProcessorEvent(deps.config.stripeWebhookSecret, raw, header, deps.clock.now());
+  const outcome = await applyProcessorEvent(deps, event, requestId);
+  deps.log.info({ event_id: event.id, event_type: event.type, outcome }, 'processor event received');
+  return outcome;
+}

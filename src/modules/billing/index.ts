@@ -1,0 +1,9 @@
+import type { Module } from '../types.js';
+import { billingRoutes } from './routes.js';
+import { runSeatSync } from './jobs.js';
+
+export const billingModule: Module = {
+  name: 'billing',
+  routes: billingRoutes,
+  jobs: () => [{ name: 'seat-sync', intervalSeconds: 24 * 3600, timeoutSeconds: 3600, run: runSeatSync }],
+};

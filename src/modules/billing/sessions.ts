@@ -1,0 +1,105 @@
+import { createHash } from 'node:crypto';
+import type { Ctx } from '../../context.js';
+import type { Queryable } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { addSeconds } from '../../clock.js';
+import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
+import { callProcessor, processorClient } from './processor.js';
+import { createSimulatedSession } from './simulator-store.js';
+import type { CheckoutBody, HostedSession, PortalBody } from './schemas.js';
+
+/** A Tenant may start a checkout only without a live subscription (none, or a lapsed one). */
+export const CHECKOUT_ALLOWED = new Set(['none', 'canceled', 'incomplete_expired', 'unpaid']);
+/** Stripe portal sessions carry no expiry; they are short-lived, so we promise five minutes. */
+const PORTAL_SESSION_SECONDS = 300;
+
+const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
+
+function validateUrl(path: string, value: string, protocols: string[]): void {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw invalid(path, 'must be an absolute URL');
+  }
+  if (!protocols.includes(url.protocol)) throw invalid(path, `must use ${protocols.map((p) => p.replace(':', '')).join(' or ')}`);
+}
+
+/**
+ * Reads for the billing verbs go through the request's mode connection, not its (idempotency)
+ * transaction, so no transaction is open while the processor is called.
+ */
+const readHandle = (ctx: Ctx): Queryable => ctx.deps.database.scoped(ctx.mode);
+
+async function callerEmail(db: Queryable, ctx: Ctx): Promise<string | null> {
+  if (ctx.actor.type !== 'user') return null;
+  const { rows } = await db.query<{ email: string }>('SELECT email FROM users WHERE id = $1', [ctx.actor.userId]);
+  return rows[0]?.email ?? null;
+}
+
+/**
+ * POST /v1/tenants/{id}/billing/checkout-sessions (owner; Idempotency-Key required). The plan only
+ * changes when the processor's event arrives; a retry with the same key is replayed by the gate.
+ */
+export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: CheckoutBody, idempotencyKey: string | undefined): Promise<HostedSession> {
+  if (body.plan === 'enterprise') throw new ApiError('plan_requires_sales', { details: { plan: body.plan } });
+  validateUrl('success_url', body.success_url, ['https:']);
+  validateUrl('cancel_url', body.cancel_url, ['https:']);
+  const db = readHandle(ctx);
+  const { tenant } = await tenantFor(ctx, tenantId, ['owner'], db);
+  // Upgrading mid-migration would change the Tenant under the migration: a write like any other.
+  await assertTenantWritable(db, tenant.id);
+  if (!CHECKOUT_ALLOWED.has(tenant.subscription_status)) {
+    throw new ApiError('subscription_exists', { details: { subscription_status: tenant.subscription_status, plan: tenant.plan } });
+  }
+  const email = await callerEmail(db, ctx);
+  const stripe = processorClient(ctx.deps.config);
+  if (!stripe) {
+    return createSimulatedSession(ctx.db, ctx, { kind: 'checkout', tenantId: tenant.id, plan: body.plan, successUrl: body.success_url, cancelUrl: body.cancel_url, customerEmail: email });
+  }
+  const log = ctx.deps.log;
+  const prices = await callProcessor(log, 'prices.list', () => stripe.prices.list({ lookup_keys: [body.plan], active: true, limit: 1 }));
+  const price = prices.data[0];
+  if (!price) {
+    log.error({ lookup_key: body.plan }, 'no active processor price has this lookup_key');
+    throw new ApiError('billing_unavailable', { message: `No processor price is set up for the ${body.plan} plan.`, headers: { 'retry-after': '30' } });
+  }
+  const session = await callProcessor(log, 'checkout.sessions.create', () =>
+    stripe.checkout.sessions.create(
+      {
+        mode: 'subscription',
+        line_items: [{ price: price.id, quantity: 1 }],
+        success_url: body.success_url,
+        cancel_url: body.cancel_url,
+        client_reference_id: tenant.id,
+        metadata: { tenant_id: tenant.id },
+        subscription_data: { metadata: { tenant_id: tenant.id } },
+        ...(tenant.stripe_customer_id ? { customer: tenant.stripe_customer_id } : email ? { customer_email: email } : {}),
+      },
+      idempotencyKey ? { idempotencyKey: processorIdempotencyKey(ctx, tenant.id, idempotencyKey) } : undefined,
+    ),
+  );
+  if (!session.url) throw new ApiError('billing_unavailable', { message: 'The processor returned no checkout URL.', headers: { 'retry-after': '30' } });
+  return { url: session.url, expires_at: new Date(session.expires_at * 1000).toISOString() };
+}
+
+/** The client's Idempotency-Key, scoped to the caller and Tenant so keys of different callers never meet at the processor. */
+export function processorIdempotencyKey(ctx: Ctx, tenantId: string, key: string): string {
+  const caller = ctx.actor.type === 'user' ? ctx.actor.userId : 'anonymous';
+  return `checkout_${createHash('sha256').update(`${caller}\u0000${tenantId}\u0000${key}`).digest('hex')}`;
+}
+
+/** POST /v1/tenants/{id}/billing/portal-sessions (owner or billing.manage); 409 no_billing_account before a first payment. */
+export async function createPortalSession(ctx: Ctx, tenantId: string, body: PortalBody): Promise<HostedSession> {
+  validateUrl('return_url', body.return_url, ['https:', 'http:']);
+  const db = readHandle(ctx);
+  const { tenant } = await tenantFor(ctx, tenantId, ['owner', 'billing.manage'], db);
+  if (!tenant.stripe_customer_id) throw new ApiError('no_billing_account', { details: { tenant_id: tenant.id } });
+  const stripe = processorClient(ctx.deps.config);
+  if (!stripe) {
+    return createSimulatedSession(ctx.db, ctx, { kind: 'portal', tenantId: tenant.id, returnUrl: body.return_url, customerEmail: await callerEmail(db, ctx) });
+  }
+  const customer = tenant.stripe_customer_id;
+  const session = await callProcessor(ctx.deps.log, 'billing_portal.sessions.create', () => stripe.billingPortal.sessions.create({ customer, return_url: body.return_url }));
+  return { url: session.url, expires_at: addSeconds(ctx.now, PORTAL_SESSION_SECONDS).toISOString() };
+}

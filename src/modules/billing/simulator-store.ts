@@ -1,0 +1,65 @@
+import { randomBytes } from 'node:crypto';
+import type { Ctx } from '../../context.js';
+import type { Queryable } from '../../db/types.js';
+import { addSeconds } from '../../clock.js';
+import type { HostedSession } from './schemas.js';
+
+/** Simulated hosted pages live as long as Stripe's: a day for checkout; an hour for the portal (a person clicks around in it). */
+const LIFETIME_SECONDS = { checkout: 24 * 3600, portal: 3600 } as const;
+
+export type SimKind = keyof typeof LIFETIME_SECONDS;
+
+export interface SimSessionRow {
+  id: string;
+  kind: SimKind;
+  tenant_id: string;
+  plan: string | null;
+  success_url: string | null;
+  cancel_url: string | null;
+  return_url: string | null;
+  customer_email: string | null;
+  status: 'open' | 'completed' | 'cancelled';
+  created_at: Date;
+  expires_at: Date;
+}
+
+const COLUMNS = 'id, kind, tenant_id, plan, success_url, cancel_url, return_url, customer_email, status, created_at, expires_at';
+
+/** A random, unguessable processor-style id (the URL is the only credential of a hosted page). */
+export const simId = (prefix: string) => `${prefix}_sim_${randomBytes(18).toString('base64url')}`;
+
+export const simulatorPath = (kind: SimKind, id: string) => `/billing/simulator/${kind}/${id}`;
+
+export async function createSimulatedSession(
+  db: Queryable,
+  ctx: Ctx,
+  input: { kind: SimKind; tenantId: string; plan?: string; successUrl?: string; cancelUrl?: string; returnUrl?: string; customerEmail: string | null },
+): Promise<HostedSession> {
+  const id = simId(input.kind === 'checkout' ? 'cs' : 'bps');
+  const expiresAt = addSeconds(ctx.now, LIFETIME_SECONDS[input.kind]);
+  await db.query(
+    `INSERT INTO billing_simulator_sessions (id, kind, tenant_id, plan, success_url, cancel_url, return_url, customer_email, created_at, expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+    [id, input.kind, input.tenantId, input.plan ?? null, input.successUrl ?? null, input.cancelUrl ?? null, input.returnUrl ?? null, input.customerEmail, ctx.now, expiresAt],
+  );
+  return { url: `${ctx.deps.config.publicUrl}${simulatorPath(input.kind, id)}`, expires_at: expiresAt.toISOString() };
+}
+
+/** An open, unexpired session of that kind, or null. */
+export async function findOpenSimSession(db: Queryable, kind: SimKind, id: string, now: Date): Promise<SimSessionRow | null> {
+  const { rows } = await db.query<SimSessionRow>(
+    `SELECT ${COLUMNS} FROM billing_simulator_sessions WHERE id = $1 AND kind = $2 AND status = 'open' AND expires_at > $3`,
+    [id, kind, now],
+  );
+  return rows[0] ?? null;
+}
+
+/** Closes an open checkout session exactly once (a double click completes it once). */
+export async function finishSimSession(db: Queryable, id: string, status: 'completed' | 'cancelled', now: Date): Promise<SimSessionRow | null> {
+  const { rows } = await db.query<SimSessionRow>(
+    `UPDATE billing_simulator_sessions SET status = $2, finished_at = $3
+      WHERE id = $1 AND status = 'open' AND expires_at > $3 RETURNING ${COLUMNS}`,
+    [id, status, now],
+  );
+  return rows[0] ?? null;
+}

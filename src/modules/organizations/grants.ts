@@ -1,0 +1,71 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { newId } from '../../ids.js';
+import { recordAudit } from '../../audit/record.js';
+import { withAccessFlips } from '../../access/flips.js';
+import { findTenant } from '../tenancy/plans.js';
+import { isSeat } from '../tenancy/seats.js';
+import { emitEntitlementEvent, grantableApplication, grantTerm } from '../entitlements/grant.js';
+import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
+import type { Entitlement } from '../entitlements/schemas.js';
+import { findMember, findOrg } from './store.js';
+import { assertOrgActive } from './service.js';
+import type { OrgGrantBody } from './schemas.js';
+
+/**
+ * POST /v1/organizations/{id}/entitlements: grants an Application to an Organization (source
+ * org_seat). entitlements.manage (platform or the app's own key) or the Application's owner; an org
+ * admin can never create the grant for their own Organization. One live grant per Organization and
+ * Application. Each newly included member gets access.granted.
+ */
+export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantBody): Promise<Entitlement & { included_member_count: number }> {
+  const org = await findOrg(ctx.db, orgId);
+  if (!org) throw new ApiError('organization_not_found');
+  const platform = hasPermission(ctx.actor, 'entitlements.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
+  if (!platform && ctx.actor.type === 'user') {
+    const member = await findMember(ctx.db, orgId, ctx.actor.userId);
+    if (member?.role === 'org_admin' && member.membership_status === 'active') {
+      throw new ApiError('forbidden', { message: 'Org admins may scope and toggle their Organization grants, never create them.' });
+    }
+  }
+  assertOrgActive(org);
+  const app = await grantableApplication(ctx, body.application_id);
+  const { startsAt, endsAt } = grantTerm(ctx, { ...body, source: 'org_seat' });
+  const scope = body.member_scope ?? 'all_members';
+  return ctx.db.transaction(async (tx) => {
+    const c = inTx(ctx, tx);
+    const { rows: members } = await tx.query<{ user_id: string }>(
+      `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
+      [orgId],
+    );
+    const memberIds = members.map((m) => m.user_id);
+    const strangers = (body.member_overrides ?? []).filter((u) => !memberIds.includes(u));
+    if (strangers.length) throw new ApiError('member_override_not_a_member', { details: { user_ids: strangers } });
+    const { rows: live } = await tx.query<{ id: string; status: string }>(
+      `SELECT id, status FROM entitlements WHERE organization_id = $1 AND application_id = $2 AND status IN ('active', 'disabled')`,
+      [orgId, app.id],
+    );
+    if (live[0]) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: live[0].id, status: live[0].status } });
+    const tenant = (await findTenant(tx, app.tenant_id))!;
+    if (tenant.restricted) {
+      for (const userId of memberIds) {
+        if (!(await isSeat(tx, tenant.id, userId, ctx.now))) throw new ApiError('subscription_required', { details: { tenant_id: tenant.id, resource: 'seats' } });
+      }
+    }
+    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', async () => {
+      const { rows } = await tx.query<EntitlementRow>(
+        `INSERT INTO entitlements AS e (id, organization_id, application_id, status, source, order_id, starts_at, ends_at, member_scope, member_overrides,
+           test_mode, created_at, updated_at, start_notified_at)
+         VALUES ($1, $2, $3, 'active', 'org_seat', $4, $5, $6, $7, $8, $9, $10, $10, $11) RETURNING ${ENT_COLUMNS}`,
+        [newId('ent'), orgId, app.id, body.order_id ?? null, startsAt, endsAt, scope, body.member_overrides ?? [], ctx.mode === 'test', ctx.now, startsAt <= ctx.now ? ctx.now : null],
+      );
+      return rows[0];
+    });
+    const overrides = new Set(row.member_overrides ?? []);
+    const included = memberIds.filter((u) => (scope === 'allowlist' ? overrides.has(u) : scope === 'denylist' ? !overrides.has(u) : true)).length;
+    await recordAudit(tx, c, { action: 'entitlement.granted', target: { type: 'entitlement', id: row.id }, organizationId: orgId, applicationId: app.id, tenantId: app.tenant_id, after: toEntitlement(row) });
+    await emitEntitlementEvent(tx, c, 'entitlement.granted', row);
+    return { ...toEntitlement(row), included_member_count: included };
+  });
+}

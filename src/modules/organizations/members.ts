@@ -1,0 +1,161 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { emit } from '../../outbox/emit.js';
+import { withAccessFlips } from '../../access/flips.js';
+import { keyset, toPage } from '../../http/pagination.js';
+import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
+import { enqueueMail } from '../../mail/outbox.js';
+import { createUserRecords, resolveUserId } from '../users/service.js';
+import { findLiveUserByEmail, findUserById } from '../users/store.js';
+import { activeAdminCount, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
+import { assertOrgActive, orgAccess } from './service.js';
+import type { AddMemberBody, Member, MemberListQuery } from './schemas.js';
+
+const escapeLike = (s: string) => s.toLowerCase().replace(/[\\%_]/g, (m) => `\\${m}`);
+
+/** GET /v1/organizations/{id}/members: active members and organizations.manage. */
+export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
+  await orgAccess(ctx, orgId);
+  const params: unknown[] = [orgId];
+  const where = ['organization_id = $1'];
+  if (q.role) where.push(`role = $${params.push(q.role)}`);
+  if (q.membership_status) where.push(`membership_status = $${params.push(q.membership_status)}`);
+  if (q.q) where.push(`(lower(email) LIKE $${params.push(`${escapeLike(q.q)}%`)} OR lower(display_name) LIKE $${params.length})`);
+  const ks = keyset(q, params.length + 1);
+  const { rows } = await ctx.db.query<MemberRow>(
+    `SELECT * FROM (SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_FROM}) x WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return toPage(rows, ks.limit, toMember);
+}
+
+async function memberEvent(tx: Tx, ctx: Ctx, type: 'organization.member_added' | 'organization.member_removed', m: { organization_id: string; user_id: string; role: string }, webhook = true) {
+  const data = { organization_id: m.organization_id, user_id: m.user_id, role: m.role };
+  await recordAudit(tx, ctx, { action: type, target: { type: 'organization', id: m.organization_id }, organizationId: m.organization_id, targetUserId: m.user_id, after: data });
+  if (webhook) await emit(tx, ctx, { type, data });
+}
+
+/** Membership becomes active: the user's access flips on for each grant that now reaches them. */
+async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: string, existing: boolean): Promise<void> {
+  await withAccessFlips(tx, ctx, { userIds: [userId] }, 'org_member_added', async () => {
+    if (existing) {
+      await tx.query(`UPDATE organization_members SET membership_status = 'active', joined_at = $3 WHERE organization_id = $1 AND user_id = $2`, [org.id, userId, ctx.now]);
+    } else {
+      await tx.query(
+        `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at, joined_at) VALUES ($1, $2, $3, 'active', $4, $4)`,
+        [org.id, userId, role, ctx.now],
+      );
+    }
+  });
+  await memberEvent(tx, ctx, 'organization.member_added', { organization_id: org.id, user_id: userId, role });
+}
+
+/**
+ * POST /v1/organizations/{id}/members: by email (org admin or organizations.manage) a pending
+ * membership and an invitation mail, creating an invited User when no live user has the address;
+ * by user_id (organizations.manage only) an active membership at once. Same response shape either way.
+ */
+export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): Promise<Member> {
+  const { org, manage, admin } = await orgAccess(ctx, orgId);
+  if (!manage && !admin) throw new ApiError('forbidden');
+  if (!!body.user_id === !!body.email) throw new ApiError('validation_failed', { details: { fields: [{ path: 'email', message: 'send exactly one of user_id or email' }] } });
+  if (body.user_id && !manage) throw new ApiError('forbidden', { message: 'Adding by user_id needs organizations.manage.' });
+  assertOrgActive(org);
+  const role = body.role ?? 'member';
+  return ctx.db.transaction(async (tx) => {
+    const c = inTx(ctx, tx);
+    if (body.user_id) {
+      const user = await findUserById(tx, body.user_id);
+      if (!user || user.status === 'deleted' || user.erased_at) throw new ApiError('user_not_found');
+      if (await findMember(tx, org.id, user.id)) throw new ApiError('already_member');
+      await activate(tx, c, org, user.id, role, false);
+      return toMember((await findMember(tx, org.id, user.id))!);
+    }
+    let user = await findLiveUserByEmail(tx, body.email!);
+    if (user && (await findMember(tx, org.id, user.id))) throw new ApiError('already_member');
+    if (!user) user = await createUserRecords(tx, c, { email: body.email!, status: 'invited', emailVerified: false });
+    await tx.query(
+      `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, $3, 'pending', $4)`,
+      [org.id, user.id, role, ctx.now],
+    );
+    const token = user.status === 'invited' ? await issueOneTimeToken(tx, c, { kind: 'invitation', userId: user.id, replacePrevious: true }) : null;
+    await enqueueMail(tx, c, { template: 'organization_invitation', to: user.email, vars: { organizationName: org.name, token } });
+    await recordAudit(tx, c, { action: 'organization.member_invited', target: { type: 'organization', id: org.id }, organizationId: org.id, targetUserId: user.id, after: { user_id: user.id, role } });
+    return toMember((await findMember(tx, org.id, user.id))!);
+  });
+}
+
+/** POST /v1/organizations/{id}/members/me/accept: pending → active; an active one is returned unchanged. */
+export async function acceptMembership(ctx: Ctx, orgId: string): Promise<Member> {
+  if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
+  const userId = ctx.actor.userId;
+  return ctx.db.transaction(async (tx) => {
+    const org = await findOrg(tx, orgId);
+    const member = org ? await findMember(tx, orgId, userId) : null;
+    if (!org || !member) throw new ApiError('member_not_found');
+    if (member.membership_status === 'active') return toMember(member);
+    assertOrgActive(org);
+    await activate(tx, inTx(ctx, tx), org, userId, member.role, true);
+    return toMember((await findMember(tx, orgId, userId))!);
+  });
+}
+
+/** PATCH /v1/organizations/{id}/members/{userId}: role changes, pending members too; never the last org_admin. */
+export async function changeMemberRole(ctx: Ctx, orgId: string, userParam: string, role: 'org_admin' | 'member'): Promise<Member> {
+  const { org, manage, admin } = await orgAccess(ctx, orgId);
+  if (!manage && !admin) throw new ApiError('forbidden');
+  if (!manage) assertOrgActive(org);
+  const userId = resolveUserId(ctx, userParam);
+  return ctx.db.transaction(async (tx) => {
+    const member = await findMember(tx, orgId, userId);
+    if (!member) throw new ApiError('member_not_found');
+    if (member.role === role) return toMember(member);
+    if (member.role === 'org_admin' && member.membership_status === 'active' && (await activeAdminCount(tx, orgId)) <= 1) throw new ApiError('last_org_admin');
+    await tx.query('UPDATE organization_members SET role = $3 WHERE organization_id = $1 AND user_id = $2', [orgId, userId, role]);
+    await recordAudit(tx, inTx(ctx, tx), {
+      action: 'organization.member_role_changed',
+      target: { type: 'organization', id: orgId },
+      organizationId: orgId,
+      targetUserId: userId,
+      before: { role: member.role },
+      after: { role },
+    });
+    return toMember((await findMember(tx, orgId, userId))!);
+  });
+}
+
+/**
+ * DELETE /v1/organizations/{id}/members/{userId}: remove, withdraw, leave or decline. The user
+ * loses every org_seat path (access.revoked only where it was the last one) and leaves the grants'
+ * member_overrides; app Role assignments stay.
+ */
+export async function removeMember(ctx: Ctx, orgId: string, userParam: string): Promise<void> {
+  const userId = resolveUserId(ctx, userParam);
+  const self = ctx.actor.type === 'user' && ctx.actor.userId === userId;
+  await ctx.db.transaction(async (tx) => {
+    const c = inTx(ctx, tx);
+    const org = await findOrg(tx, orgId);
+    const member = org ? await findMember(tx, orgId, userId) : null;
+    if (!self) {
+      const access = await orgAccess(c, orgId);
+      if (!access.manage && !access.admin) throw new ApiError('forbidden');
+      if (!access.manage) assertOrgActive(access.org);
+    } else if (!org) throw new ApiError('member_not_found');
+    if (!member) throw new ApiError('member_not_found');
+    if (member.role === 'org_admin' && member.membership_status === 'active' && (await activeAdminCount(tx, orgId)) <= 1) throw new ApiError('last_org_admin');
+    const change = async () => {
+      await tx.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [orgId, userId]);
+      await tx.query(
+        `UPDATE entitlements SET member_overrides = array_remove(member_overrides, $2), updated_at = $3
+          WHERE organization_id = $1 AND $2 = ANY(member_overrides)`,
+        [orgId, userId, ctx.now],
+      );
+    };
+    if (member.membership_status === 'active') await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', change);
+    else await change();
+    await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active');
+  });
+}

@@ -1,0 +1,73 @@
+import type { Queryable } from '../../db/types.js';
+import type { Member, Organization } from './schemas.js';
+
+export interface OrgRow {
+  id: string;
+  name: string;
+  status: 'active' | 'suspended';
+  member_count: number;
+  created_by: string;
+  test_mode: boolean;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export const ORG_COLUMNS = `o.id, o.name, o.status, o.created_by, o.test_mode, o.created_at, o.updated_at,
+  (SELECT count(*)::int FROM organization_members mc WHERE mc.organization_id = o.id AND mc.membership_status = 'active') AS member_count`;
+
+export const toOrganization = (r: OrgRow): Organization => ({
+  id: r.id,
+  name: r.name,
+  status: r.status,
+  member_count: r.member_count,
+  created_by: r.created_by,
+  test_mode: r.test_mode,
+  created_at: r.created_at.toISOString(),
+  updated_at: r.updated_at.toISOString(),
+});
+
+export async function findOrg(db: Queryable, id: string): Promise<OrgRow | null> {
+  const { rows } = await db.query<OrgRow>(`SELECT ${ORG_COLUMNS} FROM organizations o WHERE o.id = $1`, [id]);
+  return rows[0] ?? null;
+}
+
+export interface MemberRow {
+  organization_id: string;
+  user_id: string;
+  email: string;
+  display_name: string;
+  membership_status: 'pending' | 'active';
+  role: 'org_admin' | 'member';
+  invited_at: Date;
+  joined_at: Date | null;
+  created_at: Date;
+  id: string;
+}
+
+/** Members with the keyset columns the list pages on (invited_at, user_id). */
+export const MEMBER_COLUMNS = `m.organization_id, m.user_id, u.email, p.display_name, m.membership_status, m.role, m.invited_at, m.joined_at,
+  m.invited_at AS created_at, m.user_id AS id`;
+export const MEMBER_FROM = `organization_members m JOIN users u ON u.id = m.user_id JOIN profiles p ON p.user_id = m.user_id`;
+
+export const toMember = (r: MemberRow): Member => ({
+  user_id: r.user_id,
+  email: r.email,
+  display_name: r.membership_status === 'active' ? r.display_name : null,
+  membership_status: r.membership_status,
+  role: r.role,
+  invited_at: r.invited_at.toISOString(),
+  joined_at: r.joined_at?.toISOString() ?? null,
+});
+
+export async function findMember(db: Queryable, orgId: string, userId: string): Promise<MemberRow | null> {
+  const { rows } = await db.query<MemberRow>(`SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_FROM} WHERE m.organization_id = $1 AND m.user_id = $2`, [orgId, userId]);
+  return rows[0] ?? null;
+}
+
+export async function activeAdminCount(db: Queryable, orgId: string): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM organization_members WHERE organization_id = $1 AND role = 'org_admin' AND membership_status = 'active'`,
+    [orgId],
+  );
+  return rows[0].n;
+}

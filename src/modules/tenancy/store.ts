@@ -1,0 +1,89 @@
+import type { Queryable } from '../../db/types.js';
+import type { Mode } from '../../db/types.js';
+import type { Plan } from './plans.js';
+import type { Tenant, Tier } from './schemas.js';
+
+/** A Tenant with its subscription mirror (the columns 0007 adds). */
+export interface TenantRecord {
+  id: string;
+  owner_type: 'user' | 'organization';
+  owner_user_id: string | null;
+  owner_organization_id: string | null;
+  tier: Tier;
+  plan: Plan;
+  region: string;
+  status: 'active' | 'migrating';
+  subscription_status: string;
+  restricted: boolean;
+  application_count: number;
+  stripe_customer_id: string | null;
+  stripe_subscription_id: string | null;
+  processor_plan: Plan | null;
+  current_period_start: Date | null;
+  current_period_end: Date | null;
+  cancel_at_period_end: boolean;
+  seats_last_synced_at: Date | null;
+  last_processor_event_created: Date | null;
+  add_ons: { code: string; amount: number }[];
+  currency: string;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export const TENANT_RECORD_COLUMNS = `t.id, t.owner_type, t.owner_user_id, t.owner_organization_id, t.tier, t.plan, t.region, t.status,
+  t.subscription_status, t.restricted, (SELECT count(*)::int FROM applications a WHERE a.tenant_id = t.id) AS application_count,
+  t.stripe_customer_id, t.stripe_subscription_id, t.processor_plan, t.current_period_start, t.current_period_end,
+  t.cancel_at_period_end, t.seats_last_synced_at, t.last_processor_event_created, t.add_ons, t.currency, t.created_at, t.updated_at`;
+
+/** SQL: the user owns Tenant `t` (its owner_user_id, or an active org_admin of owner_organization_id). */
+export const tenantOwnerCondition = (userParam: number) =>
+  `(t.owner_user_id = $${userParam} OR t.owner_organization_id IN (SELECT m.organization_id FROM organization_members m
+      WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active'))`;
+
+export async function findTenantRecord(db: Queryable, id: string, forUpdate = false): Promise<TenantRecord | null> {
+  const { rows } = await db.query<TenantRecord>(`SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t WHERE t.id = $1 ${forUpdate ? 'FOR UPDATE OF t' : ''}`, [id]);
+  return rows[0] ?? null;
+}
+
+export async function isTenantOwner(db: Queryable, userId: string, tenantId: string): Promise<boolean> {
+  const { rowCount } = await db.query(`SELECT 1 FROM tenants t WHERE t.id = $1 AND ${tenantOwnerCondition(2)}`, [tenantId, userId]);
+  return rowCount > 0;
+}
+
+/** Where a Tenant's owner lives (live or test): its owner user's or Organization's mode. Needs an unscoped handle. */
+export async function tenantModeOf(db: Queryable, tenant: Pick<TenantRecord, 'owner_user_id' | 'owner_organization_id'>): Promise<Mode> {
+  const { rows } = await db.query<{ test_mode: boolean | null }>(
+    `SELECT COALESCE((SELECT test_mode FROM users WHERE id = $1), (SELECT test_mode FROM organizations WHERE id = $2), false) AS test_mode`,
+    [tenant.owner_user_id, tenant.owner_organization_id],
+  );
+  return rows[0]?.test_mode ? 'test' : 'live';
+}
+
+/** Where mail about a Tenant goes: its owner user, or the active org_admins of its Organization. */
+export async function tenantOwnerEmails(db: Queryable, tenant: Pick<TenantRecord, 'owner_user_id' | 'owner_organization_id'>): Promise<string[]> {
+  const { rows } = await db.query<{ email: string }>(
+    `SELECT u.email FROM users u WHERE u.status <> 'deleted' AND (u.id = $1 OR u.id IN (
+       SELECT m.user_id FROM organization_members m WHERE m.organization_id = $2 AND m.role = 'org_admin' AND m.membership_status = 'active'))
+     ORDER BY u.email`,
+    [tenant.owner_user_id, tenant.owner_organization_id],
+  );
+  return rows.map((r) => r.email);
+}
+
+export function toTenant(r: TenantRecord): Tenant {
+  return {
+    id: r.id,
+    owner_type: r.owner_type,
+    owner_user_id: r.owner_user_id,
+    owner_organization_id: r.owner_organization_id,
+    tier: r.tier,
+    plan: r.plan,
+    region: r.region,
+    status: r.status,
+    subscription_status: r.subscription_status,
+    restricted: r.restricted,
+    application_count: r.application_count,
+    created_at: r.created_at.toISOString(),
+    updated_at: r.updated_at.toISOString(),
+  };
+}

@@ -1,0 +1,20 @@
+import type { Queryable } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+
+/** How long a client is told to wait before retrying a write to a migrating Tenant. */
+export const MIGRATING_RETRY_AFTER_SECONDS = 60;
+
+/**
+ * Part B: while a Tenant is `migrating`, reads work and writes to its data answer 503
+ * service_unavailable with Retry-After. Call it in the write's transaction before changing anything.
+ */
+export async function assertTenantWritable(db: Queryable, tenantId: string): Promise<void> {
+  const { rows } = await db.query<{ status: string }>('SELECT status FROM tenants WHERE id = $1', [tenantId]);
+  if (rows[0]?.status === 'migrating') {
+    throw new ApiError('service_unavailable', {
+      message: 'The tenant is being migrated; writes to its data are paused. Reads keep working.',
+      details: { tenant_id: tenantId, reason: 'tenant_migrating' },
+      headers: { 'retry-after': String(MIGRATING_RETRY_AFTER_SECONDS) },
+    });
+  }
+}

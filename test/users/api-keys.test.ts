@@ -1,0 +1,339 @@
+// Part A, API Keys: the key resource, its lifecycle (expiry, rotation, revocation), who manages
+// which key, the permissions a key may hold, destructive restriction and test keys.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+import {
+  assertError, assertFields, assertStatus, auditOfTarget, call, createApplication, createOrganization, createPlatformRole, sql, waitFor,
+} from './support.js';
+
+let t: TestApp;
+let adminUser: TestUser;
+let admin: string;
+let support: { user: TestUser; token: string };
+
+before(async () => {
+  t = await buildTestApp();
+  adminUser = await createUser(t, { roles: ['superadmin'] });
+  admin = await login(t, adminUser);
+  support = await userToken(t, { roles: ['support'] });
+});
+after(() => t.close());
+
+const KEY_FIELDS = [
+  'created_at', 'created_by', 'expires_at', 'id', 'intended_use', 'last_used_at', 'mode', 'name', 'permissions', 'restrict_destructive', 'revoked_at', 'scope', 'secret_hint',
+];
+
+const createKey = (payload: object, token = admin) => call(t, 'POST', '/v1/api-keys', token, payload);
+const getKey = (id: string, token = admin) => call(t, 'GET', `/v1/api-keys/${id}`, token);
+const patchKey = (id: string, payload: object, token = admin) => call(t, 'PATCH', `/v1/api-keys/${id}`, token, payload);
+const rotateKey = (id: string, token = admin) => call(t, 'POST', `/v1/api-keys/${id}/rotate`, token);
+const revokeKey = (id: string, token = admin) => call(t, 'DELETE', `/v1/api-keys/${id}`, token);
+const listKeys = (query = '', token = admin) => call(t, 'GET', `/v1/api-keys?${query}`, token);
+/** A call authenticated by the key: 200 with users.list, 401 when the secret is not valid. */
+const useKey = (secret: string) => call(t, 'GET', '/v1/users?limit=1', secret);
+
+async function newKey(payload: object = {}, token = admin) {
+  return assertStatus(await createKey({ name: 'svc', scope: 'platform', permissions: ['users.list'], ...payload }, token), 201);
+}
+
+test('POST /v1/api-keys (api_keys.manage): 201 with the key and its secret (plat_live_), secret_hint is its last 4 characters, created_by the User; audit api_key.created; the secret works as a Bearer', async () => {
+  const body = await newKey({ name: 'Billing sync' });
+  assert.deepEqual(Object.keys(body).sort(), [...KEY_FIELDS, 'secret'].sort());
+  assert.match(body.id, /^key_[0-9A-HJKMNP-TV-Z]{26}$/);
+  assert.equal(body.name, 'Billing sync');
+  assert.equal(body.scope, 'platform');
+  assert.deepEqual(body.permissions, ['users.list']);
+  assert.equal(body.mode, 'live');
+  assert.equal(body.intended_use, 'service');
+  assert.equal(body.restrict_destructive, false);
+  assert.match(body.secret, /^plat_live_/);
+  assert.equal(body.secret_hint, body.secret.slice(-4));
+  assert.deepEqual(body.created_by, { type: 'user', id: adminUser.id });
+  assert.equal(body.expires_at, null);
+  assert.equal(body.revoked_at, null);
+  assert.equal(body.last_used_at, null);
+  const stored = (await sql(t, 'SELECT secret_hash FROM api_keys WHERE id = $1', [body.id]))[0];
+  assert.ok(!JSON.stringify(stored).includes(body.secret), 'stored only as a hash');
+  const audit = await auditOfTarget(t, body.id, 'api_key.created');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_id, adminUser.id);
+  assert.ok(!JSON.stringify(audit[0].after).includes(body.secret), 'the audit row never holds the secret');
+  assert.equal((await useKey(body.secret)).statusCode, 200);
+});
+
+test('the secret appears only in the create and rotate responses: GET and list never include secret', async () => {
+  const body = await newKey();
+  const fetched = assertStatus(await getKey(body.id), 200);
+  assert.deepEqual(Object.keys(fetched).sort(), KEY_FIELDS);
+  const { secret: _secret, ...withoutSecret } = body;
+  assert.deepEqual(fetched, withoutSecret);
+  const listed = assertStatus(await listKeys('limit=100'), 200);
+  const mine = listed.data.find((k: { id: string }) => k.id === body.id);
+  assert.ok(mine);
+  for (const k of listed.data) assert.ok(!('secret' in k));
+  assert.ok(!JSON.stringify(listed).includes(body.secret));
+  const patched = assertStatus(await patchKey(body.id, { name: 'renamed' }), 200);
+  assert.ok(!('secret' in patched), 'update response returns the key without a secret');
+});
+
+test('expires_at must be in the future: a past value gets 422 validation_failed naming expires_at', async () => {
+  const past = new Date(t.clock.now().getTime() - 1000).toISOString();
+  const before = (await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n;
+  assertFields(await createKey({ name: 'old', scope: 'platform', permissions: [], expires_at: past }), ['expires_at']);
+  assertFields(await createKey({ name: 'old', scope: 'platform', permissions: [], expires_at: 'tomorrow' }), ['expires_at']);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n, before);
+});
+
+test('after expires_at the key behaves as revoked: 401, and the list shows it only with include_inactive', async () => {
+  const expiresAt = new Date(t.clock.now().getTime() + 3600_000).toISOString();
+  const body = await newKey({ expires_at: expiresAt });
+  assert.equal(body.expires_at, expiresAt);
+  assert.equal((await useKey(body.secret)).statusCode, 200);
+  t.clock.advance(3601);
+  admin = await login(t, adminUser);
+  support.token = await login(t, support.user);
+  const res = await useKey(body.secret);
+  assertError(res, 401, 'unauthenticated');
+  const active = assertStatus(await listKeys('limit=100'), 200).data.map((k: { id: string }) => k.id);
+  assert.ok(!active.includes(body.id));
+  const all = assertStatus(await listKeys('limit=100&include_inactive=true'), 200).data.map((k: { id: string }) => k.id);
+  assert.ok(all.includes(body.id));
+});
+
+test('POST /v1/api-keys/{id}/rotate: a new secret on the same record, the old secret is invalid at once; secret_hint follows; audit api_key.rotated', async () => {
+  const body = await newKey();
+  const res = await rotateKey(body.id);
+  const rotated = assertStatus(res, 200);
+  assert.deepEqual(Object.keys(rotated).sort(), [...KEY_FIELDS, 'secret'].sort());
+  assert.equal(rotated.id, body.id);
+  assert.match(rotated.secret, /^plat_live_/);
+  assert.notEqual(rotated.secret, body.secret);
+  assert.equal(rotated.secret_hint, rotated.secret.slice(-4));
+  assertError(await useKey(body.secret), 401, 'unauthenticated');
+  assert.equal((await useKey(rotated.secret)).statusCode, 200);
+  assert.equal(assertStatus(await getKey(body.id), 200).secret_hint, rotated.secret.slice(-4));
+  assert.equal((await auditOfTarget(t, body.id, 'api_key.rotated')).length, 1);
+});
+
+test('DELETE /v1/api-keys/{id} revokes permanently: 204, the secret gets 401; PATCH and rotate afterwards get 409 api_key_revoked; audit api_key.revoked', async () => {
+  const body = await newKey();
+  const res = await revokeKey(body.id);
+  assert.equal(res.statusCode, 204, res.body);
+  assert.equal(res.body, '');
+  assertError(await useKey(body.secret), 401, 'unauthenticated');
+  const fetched = assertStatus(await getKey(body.id), 200);
+  assert.ok(fetched.revoked_at, 'revoked_at set');
+  assertError(await patchKey(body.id, { name: 'back' }), 409, 'api_key_revoked');
+  assertError(await patchKey(body.id, { restrict_destructive: true }), 409, 'api_key_revoked');
+  assertError(await rotateKey(body.id), 409, 'api_key_revoked');
+  assertError(await useKey(body.secret), 401, 'unauthenticated');
+  assert.equal(assertStatus(await getKey(body.id), 200).name, 'svc');
+  assert.equal((await auditOfTarget(t, body.id, 'api_key.revoked')).length, 1);
+  assert.equal((await auditOfTarget(t, body.id, 'api_key.rotated')).length, 0);
+  assert.ok(!assertStatus(await listKeys('limit=100'), 200).data.some((k: { id: string }) => k.id === body.id));
+  assert.ok(assertStatus(await listKeys('limit=100&include_inactive=true'), 200).data.some((k: { id: string }) => k.id === body.id));
+});
+
+test('GET, PATCH, rotate and DELETE of an unknown key get 404 api_key_not_found', async () => {
+  for (const res of [await getKey('key_nope'), await patchKey('key_nope', { name: 'x' }), await rotateKey('key_nope'), await revokeKey('key_nope')]) {
+    assertError(res, 404, 'api_key_not_found');
+  }
+});
+
+test('last_used_at is updated at most once a minute', async () => {
+  const body = await newKey();
+  const lastUsed = async () => (await sql(t, 'SELECT last_used_at FROM api_keys WHERE id = $1', [body.id]))[0].last_used_at as Date | null;
+  assert.equal((await useKey(body.secret)).statusCode, 200);
+  const first = await waitFor(lastUsed, 'the first last_used_at');
+  t.clock.advance(30);
+  assert.equal((await useKey(body.secret)).statusCode, 200);
+  await new Promise((r) => setTimeout(r, 150));
+  assert.equal((await lastUsed())!.getTime(), first.getTime(), 'unchanged within the minute');
+  t.clock.advance(31);
+  assert.equal((await useKey(body.secret)).statusCode, 200);
+  const second = await waitFor(async () => {
+    const v = await lastUsed();
+    return v && v.getTime() > first.getTime() ? v : null;
+  }, 'a newer last_used_at');
+  assert.ok(second.getTime() - first.getTime() >= 60_000);
+  assert.equal(assertStatus(await getKey(body.id), 200).last_used_at, second.toISOString());
+});
+
+test('a platform key needs api_keys.manage: a support user gets 403 forbidden and no key is created', async () => {
+  const before = (await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n;
+  assertError(await createKey({ name: 'x', scope: 'platform', permissions: ['users.list'] }, support.token), 403, 'forbidden');
+  assertError(await createKey({ name: 'x', scope: 'platform', permissions: [] }, support.token), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n, before);
+});
+
+test('every permission on a new platform key must be held by the creator: api_keys.manage without users.manage asking for users.manage gets 403 role_escalation_forbidden (on create and on PATCH)', async () => {
+  const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+  const { token } = await userToken(t, { roles: [role] });
+  assertError(await createKey({ name: 'x', scope: 'platform', permissions: ['users.list', 'users.manage'] }, token), 403, 'role_escalation_forbidden');
+  const ok = await newKey({ permissions: ['users.list'] }, token);
+  assertError(await patchKey(ok.id, { permissions: ['users.list', 'users.manage'] }, token), 403, 'role_escalation_forbidden');
+  assert.deepEqual(assertStatus(await getKey(ok.id, token), 200).permissions, ['users.list']);
+  assertError(await createKey({ name: 'x', scope: 'platform', permissions: ['users.frobnicate'] }), 422, 'unknown_permission');
+});
+
+test('an app-scoped key may be created by api_keys.manage or the Application owner (owner_user_id); a non-owner gets 403 forbidden', async () => {
+  const owner = await userToken(t);
+  const stranger = await userToken(t);
+  const app = await createApplication(t, { owner: owner.user.id });
+  const byOwner = assertStatus(await createKey({ name: 'app', scope: app.id, permissions: [`app.${app.slug}.read`] }, owner.token), 201);
+  assert.equal(byOwner.scope, app.id);
+  assert.deepEqual(byOwner.created_by, { type: 'user', id: owner.user.id });
+  assertStatus(await createKey({ name: 'app', scope: app.id, permissions: ['users.list'] }), 201);
+  assertError(await createKey({ name: 'app', scope: app.id, permissions: [] }, stranger.token), 403, 'forbidden');
+  assertError(await createKey({ name: 'app', scope: app.id, permissions: [] }, support.token), 403, 'forbidden');
+  // The owner manages its Application's keys; others cannot see them.
+  assert.equal(assertStatus(await getKey(byOwner.id, owner.token), 200).id, byOwner.id);
+  assert.equal(assertStatus(await patchKey(byOwner.id, { name: 'renamed' }, owner.token), 200).name, 'renamed');
+  assertStatus(await rotateKey(byOwner.id, owner.token), 200);
+  const listed = assertStatus(await listKeys('limit=100', owner.token), 200).data;
+  assert.ok(listed.length >= 2 && listed.every((k: { scope: string }) => k.scope === app.id), 'only keys of its own Application');
+  assertError(await getKey(byOwner.id, stranger.token), 404, 'api_key_not_found');
+  assertError(await revokeKey(byOwner.id, stranger.token), 404, 'api_key_not_found');
+  assert.deepEqual(assertStatus(await listKeys('limit=100', stranger.token), 200).data, []);
+  assert.equal((await revokeKey(byOwner.id, owner.token)).statusCode, 204);
+  // The owner never reaches platform keys.
+  const platformKey = await newKey();
+  assertError(await getKey(platformKey.id, owner.token), 404, 'api_key_not_found');
+  assertError(await createKey({ name: 'x', scope: 'platform', permissions: [] }, owner.token), 403, 'forbidden');
+});
+
+test("an Application owned by an Organization: its org_admin may manage the Application's keys; a plain member gets 403 forbidden", async () => {
+  const orgAdmin = await userToken(t);
+  const member = await userToken(t);
+  const org = await createOrganization(t, [orgAdmin.user.id, member.user.id]);
+  const app = await createApplication(t, { ownerOrganization: org });
+  const key = assertStatus(await createKey({ name: 'org app', scope: app.id, permissions: ['users.list'] }, orgAdmin.token), 201);
+  assert.equal(assertStatus(await getKey(key.id, orgAdmin.token), 200).id, key.id);
+  assertError(await createKey({ name: 'org app', scope: app.id, permissions: [] }, member.token), 403, 'forbidden');
+  assertError(await getKey(key.id, member.token), 404, 'api_key_not_found');
+});
+
+test("app-scoped keys hold only that Application's declared app.<slug>.* keys plus entitlements.manage, users.list, roles.manage, audit.view; users.manage gets 422 unknown_permission", async () => {
+  const app = await createApplication(t);
+  const other = await createApplication(t);
+  const allowed = [`app.${app.slug}.read`, 'entitlements.manage', 'users.list', 'roles.manage', 'audit.view'];
+  const key = assertStatus(await createKey({ name: 'app', scope: app.id, permissions: allowed }), 201);
+  assert.deepEqual([...key.permissions].sort(), [...allowed].sort());
+  for (const bad of ['users.manage', 'api_keys.manage', `app.${other.slug}.read`, `app.${app.slug}.write`, 'billing.manage']) {
+    const error = assertError(await createKey({ name: 'app', scope: app.id, permissions: ['users.list', bad] }), 422, 'unknown_permission');
+    assert.ok(JSON.stringify(error.details).includes(bad), JSON.stringify(error.details));
+  }
+  assertError(await createKey({ name: 'app', scope: 'app_doesnotexist', permissions: [] }), 404, 'application_not_found');
+  assertError(await patchKey(key.id, { permissions: ['users.manage'] }), 422, 'unknown_permission');
+  assert.deepEqual([...assertStatus(await getKey(key.id), 200).permissions].sort(), [...allowed].sort());
+});
+
+test("PATCH permissions of an app-scoped key within its Application's allowed set: 200, audit api_key.updated", async () => {
+  const owner = await userToken(t);
+  const app = await createApplication(t, { owner: owner.user.id });
+  const key = assertStatus(await createKey({ name: 'app', scope: app.id, permissions: ['users.list'] }, owner.token), 201);
+  const body = assertStatus(await patchKey(key.id, { permissions: ['users.list', `app.${app.slug}.read`] }, owner.token), 200);
+  assert.deepEqual(body.permissions, ['users.list', `app.${app.slug}.read`]);
+  const audit = await auditOfTarget(t, key.id, 'api_key.updated');
+  assert.equal(audit.length, 1);
+  assert.deepEqual(audit[0].before.permissions, ['users.list']);
+  assert.deepEqual(audit[0].after.permissions, ['users.list', `app.${app.slug}.read`]);
+});
+
+test('an API key calling any /v1/api-keys route gets 400 user_token_required, even with api_keys.manage', async () => {
+  const target = await newKey();
+  const key = await createApiKey(t, { permissions: ['api_keys.manage', 'users.list'] });
+  const calls = [
+    ['GET', '/v1/api-keys', undefined],
+    ['POST', '/v1/api-keys', { name: 'x', scope: 'platform', permissions: [] }],
+    ['GET', `/v1/api-keys/${target.id}`, undefined],
+    ['PATCH', `/v1/api-keys/${target.id}`, { name: 'x' }],
+    ['POST', `/v1/api-keys/${target.id}/rotate`, undefined],
+    ['DELETE', `/v1/api-keys/${target.id}`, undefined],
+    ['PATCH', `/v1/api-keys/${key.id}`, { name: 'self' }],
+    ['POST', `/v1/api-keys/${key.id}/rotate`, undefined],
+  ] as const;
+  for (const [method, url, payload] of calls) assertError(await call(t, method, url, key.secret, payload), 400, 'user_token_required');
+  assert.equal((await useKey(target.secret)).statusCode, 200, 'nothing changed');
+  assert.equal(assertStatus(await getKey(target.id), 200).name, 'svc');
+});
+
+test('restrict_destructive defaults to true for intended_use agent and false for service', async () => {
+  assert.equal((await newKey({ intended_use: 'agent' })).restrict_destructive, true);
+  assert.equal((await newKey({ intended_use: 'service' })).restrict_destructive, false);
+  assert.equal((await newKey()).restrict_destructive, false);
+  assert.equal((await newKey({ intended_use: 'agent', restrict_destructive: true })).restrict_destructive, true);
+  assert.equal((await newKey({ intended_use: 'service', restrict_destructive: true })).restrict_destructive, true);
+});
+
+test('a restrict_destructive key is refused destructive operations (403 destructive_operation_restricted, details.key_id); turning it off on an agent key writes audit api_key.restrict_destructive_disabled', async () => {
+  const key = await newKey({ intended_use: 'agent', permissions: ['users.list', 'users.manage'] });
+  const victim = await createUser(t);
+  const error = assertError(await call(t, 'DELETE', `/v1/users/${victim.id}`, key.secret), 403, 'destructive_operation_restricted');
+  assert.equal(error.details.key_id, key.id);
+  assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [victim.id]))[0].status, 'active');
+  const patched = assertStatus(await patchKey(key.id, { restrict_destructive: false }), 200);
+  assert.equal(patched.restrict_destructive, false);
+  const audit = await auditOfTarget(t, key.id, 'api_key.restrict_destructive_disabled');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_id, adminUser.id);
+  assert.equal((await auditOfTarget(t, key.id, 'api_key.updated')).length, 1);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${victim.id}`, key.secret)).statusCode, 204);
+  // A service key that was never restricted: no such audit.
+  const service = await newKey({ intended_use: 'service', restrict_destructive: true });
+  assertStatus(await patchKey(service.id, { restrict_destructive: false }), 200);
+  assert.deepEqual(await auditOfTarget(t, service.id, 'api_key.restrict_destructive_disabled'), []);
+});
+
+test('PATCH /v1/api-keys/{id} changes name, permissions or restrict_destructive only; audit api_key.updated with before and after; mode and scope never change', async () => {
+  const key = await newKey({ permissions: ['users.list'] });
+  const body = assertStatus(await patchKey(key.id, { name: 'new name', permissions: ['users.list', 'users.manage'] }), 200);
+  assert.equal(body.name, 'new name');
+  assert.deepEqual(body.permissions, ['users.list', 'users.manage']);
+  assert.equal(body.restrict_destructive, false, 'unsent fields stay');
+  const audit = await auditOfTarget(t, key.id, 'api_key.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].before.name, 'svc');
+  assert.equal(audit[0].after.name, 'new name');
+  for (const payload of [{ mode: 'test' }, { scope: 'app_x' }, { intended_use: 'agent' }, { expires_at: null }]) {
+    assertFields(await patchKey(key.id, payload), [Object.keys(payload)[0]]);
+  }
+  const fetched = assertStatus(await getKey(key.id), 200);
+  assert.equal(fetched.mode, 'live');
+  assert.equal(fetched.scope, 'platform');
+});
+
+test('test keys (mode test) get a plat_test_ secret; a user created with one is test_mode true and invisible to live keys', async () => {
+  const testKey = await newKey({ mode: 'test', permissions: ['users.list', 'users.manage'] });
+  assert.equal(testKey.mode, 'test');
+  assert.match(testKey.secret, /^plat_test_/);
+  const liveKey = await newKey({ permissions: ['users.list', 'users.manage'] });
+  const email = uniqueEmail('sandbox');
+  const created = assertStatus(await call(t, 'POST', '/v1/users', testKey.secret, { email, send_invitation: false }), 201);
+  assert.equal(created.test_mode, true);
+  assert.equal((await sql(t, 'SELECT test_mode FROM users WHERE id = $1', [created.id]))[0].test_mode, true);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${created.id}`, testKey.secret), 200).id, created.id);
+  assertError(await call(t, 'GET', `/v1/users/${created.id}`, liveKey.secret), 404, 'user_not_found');
+  assertError(await call(t, 'GET', `/v1/users/${created.id}`, admin), 404, 'user_not_found');
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/users?email=${encodeURIComponent(email)}`, liveKey.secret), 200).data, []);
+  // The same address is still free in live mode.
+  assert.equal(assertStatus(await call(t, 'POST', '/v1/users', liveKey.secret, { email, send_invitation: false }), 201).test_mode, false);
+  const audit = (await sql(t, `SELECT test_mode FROM audit_events WHERE target_user_id = $1 AND action = 'user.created'`, [created.id]))[0];
+  assert.equal(audit.test_mode, true);
+  // Rotation keeps the mode.
+  assert.match(assertStatus(await rotateKey(testKey.id), 200).secret, /^plat_test_/);
+});
+
+test('GET /v1/api-keys filters by scope, mode and intended_use', async () => {
+  const app = await createApplication(t);
+  const a = assertStatus(await createKey({ name: 'f', scope: app.id, permissions: [] }), 201);
+  const b = assertStatus(await createKey({ name: 'f', scope: app.id, permissions: [], mode: 'test', intended_use: 'agent' }), 201);
+  const ids = async (q: string) => assertStatus(await listKeys(q), 200).data.map((k: { id: string }) => k.id);
+  assert.deepEqual(await ids(`scope=${app.id}`), [b.id, a.id]);
+  assert.deepEqual(await ids(`scope=${app.id}&mode=test`), [b.id]);
+  assert.deepEqual(await ids(`scope=${app.id}&mode=live`), [a.id]);
+  assert.deepEqual(await ids(`scope=${app.id}&intended_use=agent`), [b.id]);
+  assert.deepEqual(await ids(`scope=${app.id}&intended_use=service`), [a.id]);
+});

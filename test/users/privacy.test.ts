@@ -1,0 +1,277 @@
+// Part A, Users: export, erasure requests and the 7-day hard-delete cascade, and the nightly purge
+// of test data. Tests here move the clock forward by days; each signs in again as it needs.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createApiKey, createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
+import { createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
+import {
+  assertError, assertStatus, auditFor, call, createApplication, createOrganization, DAY, grant, latestToken, liveSessionCount,
+  orgGrant, outboxFor, sql, userRow,
+} from './support.js';
+
+let t: TestApp;
+let adminUser: TestUser;
+
+before(async () => {
+  t = await buildTestApp();
+  adminUser = await createUser(t, { roles: ['superadmin'] });
+});
+after(() => t.close());
+
+const asAdmin = () => login(t, adminUser);
+const exportOf = (id: string, token: string) => call(t, 'GET', `/v1/users/${id}/export`, token);
+const requestErasure = (id: string, token: string, payload: object = {}) => call(t, 'POST', `/v1/users/${id}/erasure-requests`, token, payload);
+const cancelErasure = (id: string, token: string) => call(t, 'DELETE', `/v1/users/${id}/erasure-requests/current`, token);
+const count = async (table: string, where: string, params: unknown[]) =>
+  (await sql<{ n: number }>(t, `SELECT count(*)::int AS n FROM ${table} WHERE ${where}`, params))[0].n;
+
+/** Moves the clock to `secondsInto` seconds after the start of the next UTC day. */
+function alignToDay(secondsInto: number): void {
+  const ms = t.clock.now().getTime() % (DAY * 1000);
+  t.clock.advance((DAY * 1000 - ms + secondsInto * 1000) / 1000);
+}
+
+/**
+ * A user holding something of every kind the export covers: a password identity with confirmed
+ * TOTP, sessions with refresh tokens, an organization membership, an Application with an
+ * entitlement, AppProfile and AppSettings overrides, a pending email change, audit history.
+ */
+async function richUser() {
+  const mfa = await createMfaUser(t);
+  const user = mfa.user;
+  const verified = await call(t, 'POST', '/v1/auth/mfa/verify', null, { mfa_token: await mfaChallenge(t, user), code: await totpCode(t, mfa.secret) });
+  const session = assertStatus(verified, 200);
+  const app = await createApplication(t);
+  const entitlementId = await grant(t, user.id, app.id);
+  await sql(t, `INSERT INTO app_profiles (user_id, application_id, display_handle, custom, updated_at) VALUES ($1, $2, 'handle', '{"fav":"blue"}', now())`, [user.id, app.id]);
+  await sql(t, `INSERT INTO app_settings (user_id, application_id, overrides, updated_at) VALUES ($1, $2, '{"dark":true}', now())`, [user.id, app.id]);
+  const buddy = await createUser(t);
+  const org = await createOrganization(t, [user.id, buddy.id]);
+  const pendingEmail = uniqueEmail('pending');
+  assertStatus(await call(t, 'PATCH', '/v1/users/me', session.access_token, { email: pendingEmail }), 200);
+  const changeToken = await latestToken(t, pendingEmail, 'email_change_verification');
+  const key = await createApiKey(t, { createdBy: user.id, permissions: [] });
+  return { user, mfa, session, app, entitlementId, buddy, org, pendingEmail, changeToken, key };
+}
+
+test('GET /v1/users/{id}/export (self) returns every key of the bundle: exported_at, user, profile, settings, identities, sessions, organizations, roles, applications, audit_events', async () => {
+  const r = await richUser();
+  const bundle = assertStatus(await exportOf('me', r.session.access_token), 200);
+  assert.deepEqual(Object.keys(bundle).sort(), [
+    'applications', 'audit_events', 'exported_at', 'identities', 'organizations', 'profile', 'roles', 'sessions', 'settings', 'user',
+  ]);
+  assert.ok(!Number.isNaN(Date.parse(bundle.exported_at)));
+  assert.equal(bundle.user.id, r.user.id);
+  assert.equal(bundle.user.email, r.user.email);
+  assert.equal(bundle.user.pending_email, r.pendingEmail);
+  assert.equal(bundle.profile.user_id, r.user.id);
+  for (const k of ['theme', 'timezone', 'notifications', 'locale']) assert.ok(k in bundle.settings, `settings.${k}`);
+  assert.deepEqual(Object.keys(bundle.settings.notifications).sort(), ['email', 'sms']);
+  assert.equal(bundle.identities.length, 1);
+  assert.deepEqual(Object.keys(bundle.identities[0]).sort(), ['last_used_at', 'method', 'mfa_enabled']);
+  assert.equal(bundle.identities[0].method, 'password');
+  assert.equal(bundle.identities[0].mfa_enabled, true);
+  assert.ok(bundle.sessions.length >= 2);
+  assert.ok(bundle.sessions.some((s: { id: string }) => s.id === r.session.session_id));
+  for (const s of bundle.sessions) assert.deepEqual(Object.keys(s).sort(), ['created_at', 'id', 'ip_address', 'user_agent']);
+  assert.deepEqual(bundle.organizations.map((o: any) => [o.organization_id, o.role, typeof o.joined_at]), [[r.org, 'org_admin', 'string']]);
+  assert.ok(bundle.roles.some((x: any) => x.role_id === 'role_platform_member' && x.application_id === null && typeof x.assigned_at === 'string'));
+  const app = bundle.applications.find((a: any) => a.application_id === r.app.id);
+  assert.ok(app, JSON.stringify(bundle.applications));
+  assert.equal(app.entitlement.status, 'active');
+  assert.equal(app.entitlement.source, 'admin_grant');
+  assert.ok(app.entitlement.starts_at);
+  assert.equal(app.app_profile.display_handle, 'handle');
+  assert.deepEqual(app.app_profile.custom, { fav: 'blue' });
+  assert.deepEqual(app.app_settings, { dark: true });
+  const actions = bundle.audit_events.map((e: { action: string }) => e.action);
+  assert.ok(actions.includes('user.created') && actions.includes('user.mfa_enabled'), actions.join());
+});
+
+test('the export never contains a password hash, MFA secret, token or key secret', async () => {
+  const r = await richUser();
+  const res = await exportOf(r.user.id, await asAdmin());
+  assertStatus(res, 200);
+  const text = res.body;
+  const identity = (await sql(t, 'SELECT password_hash, totp_secret FROM identities WHERE user_id = $1', [r.user.id]))[0];
+  const forbidden: Record<string, string> = {
+    argon2: '$argon2',
+    password_hash: identity.password_hash,
+    totp_secret: r.mfa.secret,
+    stored_totp_secret: identity.totp_secret,
+    refresh_token: r.session.refresh_token,
+    access_token: r.session.access_token,
+    enrollment_access_token: r.mfa.token,
+    email_change_token: r.changeToken,
+    api_key_secret: r.key.secret,
+    ...Object.fromEntries(r.mfa.recoveryCodes.map((c, i) => [`recovery_code_${i}`, c])),
+  };
+  for (const [what, value] of Object.entries(forbidden)) {
+    assert.ok(value, what);
+    assert.ok(!text.includes(value), `the export contains the ${what}`);
+  }
+  for (const column of ['password_hash', 'totp_secret', 'token_hash', 'secret_hash', 'code_hash']) assert.ok(!text.includes(column), column);
+});
+
+test('export is limited to 5 calls per user per day (self and admin calls count together): the 6th gets 429 rate_limited with Retry-After; the next day it works again', async () => {
+  alignToDay(60);
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const admin = await asAdmin();
+  for (let i = 0; i < 3; i++) assertStatus(await exportOf('me', token), 200);
+  for (let i = 0; i < 2; i++) assertStatus(await exportOf(user.id, admin), 200);
+  const limited = await exportOf(user.id, admin);
+  assertError(limited, 429, 'rate_limited');
+  const retryAfter = Number(limited.headers['retry-after']);
+  assert.ok(retryAfter >= 1 && retryAfter <= DAY, String(limited.headers['retry-after']));
+  assertError(await exportOf('me', token), 429, 'rate_limited');
+  // Another user's allowance is untouched.
+  assertStatus(await exportOf('me', await login(t, await createUser(t))), 200);
+  t.clock.advance(DAY);
+  assertStatus(await exportOf('me', await login(t, user)), 200);
+});
+
+test('POST /v1/users/{id}/erasure-requests (self): 202 {user_id, status scheduled, requested_at, scheduled_for = requested_at + 7 days}; the user is soft-deleted at once and every session revoked', async () => {
+  const user = await createUser(t);
+  const app = await createApplication(t);
+  await grant(t, user.id, app.id);
+  const token = await login(t, user);
+  await login(t, user);
+  const res = await requestErasure('me', token, { reason: 'please forget me' });
+  const body = assertStatus(res, 202);
+  assert.deepEqual(Object.keys(body).sort(), ['requested_at', 'scheduled_for', 'status', 'user_id']);
+  assert.equal(body.user_id, user.id);
+  assert.equal(body.status, 'scheduled');
+  assert.equal(Date.parse(body.scheduled_for) - Date.parse(body.requested_at), 7 * DAY * 1000);
+  const row = await userRow(t, user.id);
+  assert.equal(row!.status, 'deleted');
+  assert.ok(row!.deleted_at);
+  assert.equal(await liveSessionCount(t, user.id), 0);
+  assert.equal((await call(t, 'GET', '/v1/users/me', token)).statusCode, 401);
+  const actions = (await auditFor(t, user.id)).map((a) => a.action);
+  assert.ok(actions.includes('user.deleted') && actions.includes('user.erasure_requested'), actions.join());
+  const events = (await outboxFor(t, user.id)).map((e) => `${e.type}:${e.data.reason ?? ''}`).sort();
+  assert.deepEqual(events, ['access.revoked:user_deleted', 'user.deleted:']);
+});
+
+test('an erasure request is idempotent: a repeat returns the existing request with the same body and changes nothing', async () => {
+  const user = await createUser(t);
+  const first = assertStatus(await requestErasure('me', await login(t, user)), 202);
+  const admin = await asAdmin();
+  const auditCount = (await auditFor(t, user.id)).length;
+  t.clock.advance(5);
+  const again = await requestErasure(user.id, admin);
+  assert.deepEqual(assertStatus(again, 202), first);
+  assert.deepEqual(assertStatus(await requestErasure(user.id, admin, { reason: 'again' }), 202), first);
+  assert.equal((await auditFor(t, user.id)).length, auditCount, 'no new audit rows');
+});
+
+test('an erasure request is allowed for an already soft-deleted user when users.manage', async () => {
+  const user = await createUser(t);
+  const admin = await asAdmin();
+  assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}`, admin)).statusCode, 204);
+  const body = assertStatus(await requestErasure(user.id, admin), 202);
+  assert.equal(body.status, 'scheduled');
+  assert.equal((await auditFor(t, user.id, 'user.erasure_requested')).length, 1);
+});
+
+test('DELETE /v1/users/{id}/erasure-requests/current (users.manage) cancels inside the window: 204, the user stays soft-deleted; a second cancel gets 404 erasure_not_scheduled; then the user can be restored', async () => {
+  const user = await createUser(t);
+  const admin = await asAdmin();
+  assertStatus(await requestErasure(user.id, admin), 202);
+  const res = await cancelErasure(user.id, admin);
+  assert.equal(res.statusCode, 204, res.body);
+  assert.equal(res.body, '');
+  assert.equal((await userRow(t, user.id))!.status, 'deleted');
+  assertError(await cancelErasure(user.id, admin), 404, 'erasure_not_scheduled');
+  // The cascade never runs for a cancelled request.
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  const fresh = await asAdmin();
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}`, fresh, { status: 'active' }), 200).status, 'active');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM identities WHERE user_id = $1', [user.id]))[0].n, 1);
+});
+
+test('cancel with nothing scheduled gets 404 erasure_not_scheduled', async () => {
+  const user = await createUser(t);
+  assertError(await cancelErasure(user.id, await asAdmin()), 404, 'erasure_not_scheduled');
+});
+
+test('the hard-delete cascade runs 7 days after the request, not before', async () => {
+  const user = await createUser(t);
+  assertStatus(await requestErasure('me', await login(t, user)), 202);
+  t.clock.advance(7 * DAY - 3600);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.equal((await userRow(t, user.id))!.erased_at, null, 'not yet');
+  assert.equal(await count('profiles', 'user_id = $1', [user.id]), 1);
+  t.clock.advance(3601);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased after 7 days');
+  assert.equal((await sql(t, 'SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]))[0].status, 'completed');
+});
+
+test('the erasure cascade clears everything exported except global Settings (also memberships and member_overrides), and audit events persist with snapshot values redacted', async () => {
+  const r = await richUser();
+  const admin = await asAdmin();
+  // An admin edit and an admin email change leave the address in audit snapshots.
+  assertStatus(await call(t, 'PATCH', `/v1/users/${r.user.id}/profile`, admin, { display_name: 'Eraseme Person' }), 200);
+  const secondEmail = uniqueEmail('second');
+  assertStatus(await call(t, 'PATCH', `/v1/users/${r.user.id}`, admin, { email: secondEmail }), 200);
+  const grantId = await orgGrant(t, r.org, r.app.id, { memberScope: 'allowlist', overrides: [r.user.id, r.buddy.id] });
+  assertStatus(await requestErasure(r.user.id, admin, { reason: 'gdpr' }), 202);
+  const auditBefore = (await auditFor(t, r.user.id)).length;
+  const snapshotsWithEmail = await count('audit_events', `target_user_id = $1 AND (before::text ILIKE $2 OR after::text ILIKE $2)`, [r.user.id, `%${r.user.email}%`]);
+  assert.ok(snapshotsWithEmail > 0, 'precondition: snapshots hold the email');
+
+  t.clock.advance(7 * DAY + 1);
+  const result = await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok(Number(result.erased) >= 1, JSON.stringify(result));
+
+  const id = r.user.id;
+  for (const table of ['identities', 'sessions', 'role_assignments', 'organization_members', 'app_profiles', 'app_settings', 'entitlements', 'profiles', 'recovery_codes', 'one_time_tokens']) {
+    assert.equal(await count(table, 'user_id = $1', [id]), 0, `${table} cleared`);
+  }
+  assert.equal(await count('settings', 'user_id = $1', [id]), 1, 'global Settings remain');
+  const overrides = (await sql(t, 'SELECT member_overrides FROM entitlements WHERE id = $1', [grantId]))[0].member_overrides;
+  assert.deepEqual(overrides, [r.buddy.id], 'the user is removed from member_overrides; others stay');
+  assert.equal(await count('organization_members', 'user_id = $1', [r.buddy.id]), 1, 'other members stay');
+  const row = await userRow(t, id);
+  for (const email of [r.user.email, secondEmail, r.pendingEmail]) {
+    assert.ok(!JSON.stringify(row).includes(email), `users row still holds ${email}`);
+    assert.equal(await count('audit_events', `target_user_id = $1 AND (before::text ILIKE $2 OR after::text ILIKE $2)`, [id, `%${email}%`]), 0, `audit snapshots still hold ${email}`);
+  }
+  const audit = await auditFor(t, id);
+  assert.ok(audit.length >= auditBefore, 'audit events persist');
+  assert.ok(audit.some((a) => a.action === 'user.erased'));
+  assert.ok(!JSON.stringify(audit.map((a) => [a.before, a.after])).includes('Eraseme'), 'profile snapshot values redacted');
+  // Nothing remains to read or export.
+  const fresh = await asAdmin();
+  assertError(await call(t, 'GET', `/v1/users/${id}`, fresh), 404, 'user_not_found');
+  assertError(await exportOf(id, fresh), 404, 'user_not_found');
+  assertError(await call(t, 'GET', `/v1/users/${id}/profile`, fresh), 404, 'user_not_found');
+});
+
+test('test data older than 30 days is purged nightly; live rows and younger test rows stay', async () => {
+  const live = await createUser(t, { mode: 'live' });
+  const old = await createUser(t, { mode: 'test' });
+  await login(t, old);
+  await login(t, live);
+  const app = await createApplication(t);
+  await grant(t, old.id, app.id, { mode: 'test' });
+  await grant(t, live.id, app.id);
+  t.clock.advance(31 * DAY);
+  const young = await createUser(t, { mode: 'test' });
+  const result = await t.deps.jobs.runNow('test-purge');
+  assert.ok(result, 'ran');
+  assert.equal(await userRow(t, old.id), undefined, 'old test user purged');
+  for (const table of ['profiles', 'settings', 'sessions', 'role_assignments', 'entitlements', 'identities']) {
+    assert.equal(await count(table, 'user_id = $1', [old.id]), 0, `${table} of the old test user purged`);
+    assert.ok((await count(table, 'user_id = $1', [live.id])) >= 1, `${table} of the live user kept`);
+  }
+  assert.equal(await count('audit_events', 'target_user_id = $1', [old.id]), 0, 'old test audit rows purged');
+  assert.ok((await count('audit_events', 'target_user_id = $1', [live.id])) >= 1, 'live audit rows kept');
+  assert.equal((await userRow(t, live.id))!.status, 'active');
+  assert.equal((await userRow(t, young.id))!.test_mode, true, 'a test user younger than 30 days stays');
+  assert.equal((await call(t, 'GET', '/v1/users/me', await login(t, live))).statusCode, 200);
+});

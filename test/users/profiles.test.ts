@@ -1,0 +1,147 @@
+// Part A, Profiles: the global Profile, its field rules, who may read and write it, and audit.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createApiKey, createUser, userToken, type TestUser } from '../helpers/fixtures.js';
+import { assertError, assertFields, assertStatus, auditFor, call, createApplication, grant, sql } from './support.js';
+
+let t: TestApp;
+let admin: { user: TestUser; token: string };
+let support: { user: TestUser; token: string };
+
+before(async () => {
+  t = await buildTestApp();
+  admin = await userToken(t, { roles: ['superadmin'] });
+  support = await userToken(t, { roles: ['support'] });
+});
+after(() => t.close());
+
+const getProfile = (id: string, token: string) => call(t, 'GET', `/v1/users/${id}/profile`, token);
+const patchProfile = (id: string, token: string, payload: object) => call(t, 'PATCH', `/v1/users/${id}/profile`, token, payload);
+const stored = async (id: string) => (await sql(t, 'SELECT p.*, s.locale FROM profiles p JOIN settings s USING (user_id) WHERE p.user_id = $1', [id]))[0];
+
+test('GET /v1/users/{id}/profile returns the Profile fields (self)', async () => {
+  const { user, token } = await userToken(t);
+  const body = assertStatus(await getProfile('me', token), 200);
+  assert.deepEqual(Object.keys(body).sort(), ['avatar_url', 'contact_email', 'contact_phone', 'display_name', 'locale', 'updated_at', 'user_id']);
+  assert.equal(body.user_id, user.id);
+  assert.equal(typeof body.display_name, 'string');
+  assert.ok(body.display_name.length >= 1);
+  assert.equal(body.avatar_url, null);
+  assert.equal(body.contact_email, null);
+  assert.equal(body.contact_phone, null);
+  assert.equal(typeof body.locale, 'string');
+  assert.equal(assertStatus(await getProfile(user.id, support.token), 200).user_id, user.id, 'users.list reads it too');
+});
+
+test('a self-service Profile change: only fields sent change, and it writes no audit event', async () => {
+  const { user, token } = await userToken(t);
+  const body = assertStatus(
+    await patchProfile('me', token, { display_name: 'Ada Self', avatar_url: 'https://cdn.example/a.png', contact_email: 'ada@contact.example', contact_phone: '+14155550123', locale: 'fr-CA' }),
+    200,
+  );
+  assert.equal(body.display_name, 'Ada Self');
+  assert.equal(body.avatar_url, 'https://cdn.example/a.png');
+  assert.equal(body.contact_email, 'ada@contact.example');
+  assert.equal(body.contact_phone, '+14155550123');
+  assert.equal(body.locale, 'fr-CA');
+  const partial = assertStatus(await patchProfile(user.id, token, { contact_phone: null }), 200);
+  assert.equal(partial.contact_phone, null);
+  assert.equal(partial.display_name, 'Ada Self', 'unsent fields stay');
+  assert.equal(partial.locale, 'fr-CA');
+  const row = await stored(user.id);
+  assert.equal(row.display_name, 'Ada Self');
+  assert.equal(row.locale, 'fr-CA');
+  assert.deepEqual(await auditFor(t, user.id, 'profile.updated'), []);
+});
+
+test('an admin (users.manage) changing someone else\'s Profile writes audit profile.updated with before and after', async () => {
+  const user = await createUser(t);
+  const before = assertStatus(await getProfile(user.id, admin.token), 200);
+  const body = assertStatus(await patchProfile(user.id, admin.token, { display_name: 'Renamed By Admin' }), 200);
+  assert.equal(body.display_name, 'Renamed By Admin');
+  const audit = await auditFor(t, user.id, 'profile.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_type, 'user');
+  assert.equal(audit[0].actor_id, admin.user.id);
+  assert.equal(audit[0].before.display_name, before.display_name);
+  assert.equal(audit[0].after.display_name, 'Renamed By Admin');
+});
+
+test('display_name: 1–100 characters and never null; otherwise 422 validation_failed naming display_name', async () => {
+  const { user, token } = await userToken(t);
+  for (const bad of ['', 'x'.repeat(101), null, 42]) assertFields(await patchProfile('me', token, { display_name: bad }), ['display_name']);
+  assert.equal(assertStatus(await patchProfile('me', token, { display_name: 'x'.repeat(100) }), 200).display_name.length, 100);
+  assert.equal(assertStatus(await patchProfile('me', token, { display_name: 'y' }), 200).display_name, 'y');
+  assert.equal((await stored(user.id)).display_name, 'y');
+});
+
+test('avatar_url: an https URL of at most 2048 characters, or null; http or longer gets 422 validation_failed naming avatar_url', async () => {
+  const { user, token } = await userToken(t);
+  const base = 'https://cdn.example/';
+  for (const bad of ['http://cdn.example/a.png', 'ftp://cdn.example/a.png', 'not a url', 'https://', 'https://exa mple.com/a.png', base + 'a'.repeat(2049 - base.length)]) {
+    assertFields(await patchProfile('me', token, { avatar_url: bad }), ['avatar_url']);
+  }
+  const longest = base + 'a'.repeat(2048 - base.length);
+  assert.equal(assertStatus(await patchProfile('me', token, { avatar_url: longest }), 200).avatar_url, longest);
+  assert.equal(assertStatus(await patchProfile('me', token, { avatar_url: null }), 200).avatar_url, null);
+  assert.equal((await stored(user.id)).avatar_url, null);
+});
+
+test('contact_email: a valid email or null; otherwise 422 validation_failed naming contact_email', async () => {
+  const { token } = await userToken(t);
+  for (const bad of ['nope', 'a@', '@b.example']) assertFields(await patchProfile('me', token, { contact_email: bad }), ['contact_email']);
+  assert.equal(assertStatus(await patchProfile('me', token, { contact_email: 'reach@me.example' }), 200).contact_email, 'reach@me.example');
+  assert.equal(assertStatus(await patchProfile('me', token, { contact_email: null }), 200).contact_email, null);
+});
+
+test('contact_phone: E.164, + then 8–15 digits; otherwise 422 validation_failed naming contact_phone', async () => {
+  const { token } = await userToken(t);
+  for (const bad of ['+1234567', '+1234567890123456', '14155550123', '+1 415 555 0123', '+1415555012a', '']) {
+    assertFields(await patchProfile('me', token, { contact_phone: bad }), ['contact_phone']);
+  }
+  for (const good of ['+12345678', '+123456789012345']) assert.equal(assertStatus(await patchProfile('me', token, { contact_phone: good }), 200).contact_phone, good);
+});
+
+test('locale: a BCP 47 tag the service recognizes (fr-CA) is accepted; xx-YY or "not a tag" gets 422 validation_failed naming locale', async () => {
+  const { user, token } = await userToken(t);
+  assert.equal(assertStatus(await patchProfile('me', token, { locale: 'fr-CA' }), 200).locale, 'fr-CA');
+  for (const bad of ['xx-YY', 'not a tag']) assertFields(await patchProfile('me', token, { locale: bad }), ['locale']);
+  assert.equal((await stored(user.id)).locale, 'fr-CA', 'unchanged by the rejected writes');
+  assert.equal(assertStatus(await getProfile('me', token), 200).locale, 'fr-CA');
+});
+
+test('unknown Profile fields get 422 validation_failed and a rejected PATCH changes nothing', async () => {
+  const { user, token } = await userToken(t);
+  const before = await stored(user.id);
+  assertFields(await patchProfile('me', token, { display_name: 'Fine', nickname: 'x' }), ['nickname']);
+  assertFields(await patchProfile('me', token, { display_name: 'Fine', contact_phone: '123' }), ['contact_phone']);
+  assert.equal((await stored(user.id)).display_name, before.display_name);
+});
+
+test('an app-scoped key with users.list can read, never write (403 forbidden), the global Profile of users with an access path to its Application; others are 404 user_not_found', async () => {
+  const app = await createApplication(t);
+  const inside = await createUser(t);
+  const disabled = await createUser(t);
+  const outside = await createUser(t);
+  await grant(t, inside.id, app.id);
+  await grant(t, disabled.id, app.id, { status: 'disabled' });
+  const key = await createApiKey(t, { scope: app.id, permissions: ['users.list'] });
+  for (const u of [inside, disabled]) assert.equal(assertStatus(await getProfile(u.id, key.secret), 200).user_id, u.id);
+  const before = await stored(inside.id);
+  assertError(await patchProfile(inside.id, key.secret, { display_name: 'From App' }), 403, 'forbidden');
+  assert.equal((await stored(inside.id)).display_name, before.display_name);
+  assertError(await getProfile(outside.id, key.secret), 404, 'user_not_found');
+  assertError(await patchProfile(outside.id, key.secret, { display_name: 'From App' }), 404, 'user_not_found');
+  assert.deepEqual(await auditFor(t, inside.id, 'profile.updated'), []);
+});
+
+test('Profile writes: a users.list holder gets 403 forbidden, another user 404 user_not_found; reads by another user 404', async () => {
+  const user = await createUser(t);
+  const other = await userToken(t);
+  const before = await stored(user.id);
+  assertError(await patchProfile(user.id, support.token, { display_name: 'Support Edit' }), 403, 'forbidden');
+  assertError(await patchProfile(user.id, other.token, { display_name: 'Other Edit' }), 404, 'user_not_found');
+  assertError(await getProfile(user.id, other.token), 404, 'user_not_found');
+  assert.equal((await stored(user.id)).display_name, before.display_name);
+});
