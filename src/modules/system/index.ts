@@ -9,5 +9,16 @@ export const systemModule: Module = {
   jobs: () => [
     { name: 'idempotency-prune', intervalSeconds: 3600, timeoutSeconds: 300, run: pruneExpired },
     { name: 'mail-delivery', intervalSeconds: 2, timeoutSeconds: 120, run: (deps) => deliverQueuedMail(deps) },
+    // Embedded PostgreSQL has no autovacuum: refresh planner statistics so plans stay sane as tables grow.
+    {
+      name: 'db-analyze',
+      intervalSeconds: 600,
+      timeoutSeconds: 300,
+      run: async (deps) => {
+        if (deps.database.kind !== 'pglite') return { skipped: 'autovacuum analyzes on a PostgreSQL server' };
+        await deps.database.scoped('system').exec('ANALYZE');
+        return { analyzed: true };
+      },
+    },
   ],
 };
