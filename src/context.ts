@@ -4,6 +4,7 @@ import type { Clock } from './clock.js';
 import type { Database, Db, Mode, Tx } from './db/types.js';
 import type { SigningKeys } from './auth/signing-keys.js';
 import type { JobRunner } from './jobs/runner.js';
+import type { UserRow } from './modules/users/store.js';
 
 /** Everything wired once at start and shared by every request and job. */
 export interface Deps {
@@ -22,6 +23,8 @@ export type Actor =
       sessionId: string;
       mode: Mode;
       permissions: ReadonlySet<string>;
+      /** The user's row as read with the session (one query authenticates and loads it). */
+      user?: UserRow;
     }
   | {
       type: 'api_key';

@@ -31,15 +31,15 @@ export function rowStatus(row: { status: string; starts_at: Date; ends_at: Date 
   return 'active';
 }
 
-interface PathRow {
+export interface PathRow {
   user_id: string;
   user_status: string;
   application_id: string | null;
   entitlement_id: string | null;
   source: string | null;
   status: string | null;
-  starts_at: Date | null;
-  ends_at: Date | null;
+  starts_at: Date | string | null;
+  ends_at: Date | string | null;
   organization_id: string | null;
   member_decision: 'included' | 'excluded' | 'seat_limit' | null;
 }
@@ -55,6 +55,25 @@ export const MEMBER_DECISION_SQL = `CASE
  * organization-wide grants join the same list), resolved at `now`. Allowed only when the user is
  * active and the best path is active. Pairs without any path are absent unless asked for in `apps`.
  */
+/**
+ * Every path row of the users in CTE `ids` to the Applications in `$apps` (a text[] parameter, NULL
+ * for all): personal rows, then organization-wide grants of Organizations the user is an active
+ * member of, with the member decision of the grant's member_scope. Users without any path still
+ * appear once (application_id NULL) so their status is known.
+ */
+export const PATH_ROWS_SQL = (apps: string) => `
+     SELECT u.id AS user_id, u.status AS user_status, e.application_id, e.id AS entitlement_id, e.source, e.status,
+            e.starts_at, e.ends_at, NULL::text AS organization_id, NULL::text AS member_decision
+       FROM ids JOIN users u ON u.id = ids.id
+       LEFT JOIN entitlements e ON e.user_id = u.id AND (${apps}::text[] IS NULL OR e.application_id = ANY(${apps}::text[]))
+     UNION ALL
+     SELECT u.id, u.status, e.application_id, e.id, e.source, e.status, e.starts_at, e.ends_at, e.organization_id,
+            ${MEMBER_DECISION_SQL} AS member_decision
+       FROM ids JOIN users u ON u.id = ids.id
+       JOIN organization_members m ON m.user_id = u.id AND m.membership_status = 'active'
+       JOIN entitlements e ON e.organization_id = m.organization_id AND (${apps}::text[] IS NULL OR e.application_id = ANY(${apps}::text[]))`;
+
+/** The one access resolver, in SQL: resolves the given users (to the given Applications, or all). */
 export async function resolveAccess(
   db: Queryable,
   userIds: string[],
@@ -62,22 +81,20 @@ export async function resolveAccess(
   apps: string[] | null = null,
 ): Promise<Map<string, ResolvedAccess>> {
   if (userIds.length === 0) return new Map();
-  // Personal rows, then organization-wide grants of Organizations the user is an active member of
-  // (with the member decision of the grant's member_scope).
   const { rows } = await db.query<PathRow>(
-    `WITH ids AS (SELECT DISTINCT unnest($1::text[]) AS id)
-     SELECT u.id AS user_id, u.status AS user_status, e.application_id, e.id AS entitlement_id, e.source, e.status,
-            e.starts_at, e.ends_at, NULL::text AS organization_id, NULL::text AS member_decision
-       FROM ids JOIN users u ON u.id = ids.id
-       LEFT JOIN entitlements e ON e.user_id = u.id AND ($2::text[] IS NULL OR e.application_id = ANY($2::text[]))
-     UNION ALL
-     SELECT u.id, u.status, e.application_id, e.id, e.source, e.status, e.starts_at, e.ends_at, e.organization_id,
-            ${MEMBER_DECISION_SQL} AS member_decision
-       FROM ids JOIN users u ON u.id = ids.id
-       JOIN organization_members m ON m.user_id = u.id AND m.membership_status = 'active'
-       JOIN entitlements e ON e.organization_id = m.organization_id AND ($2::text[] IS NULL OR e.application_id = ANY($2::text[]))`,
+    `WITH ids AS (SELECT DISTINCT unnest($1::text[]) AS id) ${PATH_ROWS_SQL('$2')}`,
     [userIds, apps],
   );
+  return computeAccess(rows, userIds, now, apps);
+}
+
+/**
+ * The one access resolver, in code: from path rows to the resolved access of each (user,
+ * Application) pair. Allowed only when the user is active and the best path is active; a grant that
+ * excludes the member is listed but never an access path. Pairs asked for in `apps` without a path
+ * resolve to none.
+ */
+export function computeAccess(rows: PathRow[], userIds: string[], now: Date, apps: string[] | null): Map<string, ResolvedAccess> {
   const result = new Map<string, ResolvedAccess>();
   const userStatus = new Map<string, string>();
   for (const r of rows) {
@@ -89,10 +106,9 @@ export async function resolveAccess(
       access = { user_id: r.user_id, application_id: r.application_id, user_status: r.user_status, entitlement_status: 'none', allowed: false, access_paths: [] };
       result.set(key, access);
     }
-    const status = rowStatus({ status: r.status!, starts_at: r.starts_at!, ends_at: r.ends_at }, now);
+    const status = rowStatus({ status: r.status!, starts_at: new Date(r.starts_at!), ends_at: r.ends_at ? new Date(r.ends_at) : null }, now);
     if (r.organization_id) {
       access.access_paths.push({ source: r.source!, entitlement_id: r.entitlement_id, status, organization_id: r.organization_id, member_decision: r.member_decision! });
-      // A grant that excludes the member is listed but is never an access path.
       if (r.member_decision !== 'included') continue;
     } else {
       access.access_paths.push({ source: r.source!, entitlement_id: r.entitlement_id, status });

@@ -3,6 +3,7 @@ import { ApiError } from '../errors.js';
 import { hashSecret } from '../ids.js';
 import { PLATFORM_AUDIENCE } from './signing-keys.js';
 import { modeOf } from '../db/types.js';
+import { USER_COLUMNS, type UserRow } from '../modules/users/store.js';
 
 export const API_KEY_PREFIX = { live: 'plat_live_', test: 'plat_test_' } as const;
 const LAST_USED_RESOLUTION_MS = 60_000;
@@ -75,12 +76,11 @@ async function resolveApiKey(deps: Deps, secret: string): Promise<Actor> {
   };
 }
 
-interface SessionRow {
+interface SessionRow extends UserRow {
   user_id: string;
-  test_mode: boolean;
+  session_test_mode: boolean;
   expires_at: Date;
   revoked_at: Date | null;
-  status: string;
   permissions: string[];
 }
 
@@ -90,7 +90,7 @@ async function resolveAccessToken(deps: Deps, token: string): Promise<Actor> {
   // Session state and platform permissions in one query: a revoked session fails at once, and a
   // Role change applies on the next request (tokens carry no permissions).
   const { rows } = await deps.database.scoped('system').query<SessionRow>(
-    `SELECT s.user_id, s.test_mode, s.expires_at, s.revoked_at, u.status,
+    `SELECT s.user_id, s.test_mode AS session_test_mode, s.expires_at, s.revoked_at, ${USER_COLUMNS},
             COALESCE((SELECT array_agg(DISTINCT p) FROM role_assignments ra
                         JOIN roles r ON r.id = ra.role_id AND r.scope = 'platform'
                         CROSS JOIN LATERAL unnest(r.permissions) AS p
@@ -107,7 +107,7 @@ async function resolveAccessToken(deps: Deps, token: string): Promise<Actor> {
     session.revoked_at ||
     session.expires_at <= now ||
     session.status !== 'active' ||
-    session.test_mode !== (claims.test_mode === true)
+    session.session_test_mode !== (claims.test_mode === true)
   ) {
     throw unauthenticated(true);
   }
@@ -115,7 +115,8 @@ async function resolveAccessToken(deps: Deps, token: string): Promise<Actor> {
     type: 'user',
     userId: session.user_id,
     sessionId: claims.sid,
-    mode: modeOf(session.test_mode),
+    mode: modeOf(session.session_test_mode),
     permissions: new Set(session.permissions),
+    user: session,
   };
 }

@@ -1,9 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
-import { accessKey, resolveAccess } from '../../access/resolve.js';
-import { findApplicationRow } from '../applications/store.js';
-import { findTenant } from '../tenancy/plans.js';
+import { checkAccess } from '../../access/check.js';
 import type { AppToken, AppTokenBody } from './schemas.js';
 
 export const APP_TOKEN_SECONDS = 5 * 60;
@@ -14,12 +12,10 @@ export const APP_TOKEN_SECONDS = 5 * 60;
  */
 export async function issueAppToken(ctx: Ctx, body: AppTokenBody): Promise<AppToken> {
   if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
-  const app = await findApplicationRow(ctx.db, body.application_id);
-  if (!app) throw new ApiError('application_not_found');
+  const { app, access } = await checkAccess(ctx.db, ctx.actor.userId, body.application_id, ctx.now);
+  if (!app || !access) throw new ApiError('application_not_found');
   if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
-  const tenant = await findTenant(ctx.db, app.tenant_id);
-  if (tenant?.suspended) throw new ApiError('tenant_suspended');
-  const access = (await resolveAccess(ctx.db, [ctx.actor.userId], ctx.now, [app.id])).get(accessKey(ctx.actor.userId, app.id))!;
+  if (app.tenant_suspended) throw new ApiError('tenant_suspended');
   if (!access.allowed) throw new ApiError('entitlement_required', { details: { entitlement_status: access.entitlement_status } });
   if (body.organization_id) {
     const viaOrg = access.access_paths.some((p) => p.organization_id === body.organization_id && p.status === 'active' && p.member_decision === 'included');

@@ -5,6 +5,7 @@ import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { resolveAccess, accessKey } from '../../access/resolve.js';
+import { checkAccess } from '../../access/check.js';
 import { targetUser, confinedApp } from '../users/access.js';
 import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
 import { findUserById } from '../users/store.js';
@@ -138,37 +139,35 @@ export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Pro
 }
 
 /**
- * GET /v1/users/{id}/apps/{appId}/effective-permissions: the live access check. Always 200.
- * effective_permissions holds only the Application's app.<slug>.* keys from explicit and implicit
- * (default_app_role) assignments, and is empty unless access is allowed.
+ * GET /v1/users/{id}/apps/{appId}/effective-permissions: the live access check, in one round trip
+ * after authentication. Always 200 for a caller who may ask. effective_permissions holds only the
+ * Application's app.<slug>.* keys from explicit and implicit (default_app_role) assignments, and is
+ * empty unless access is allowed.
  */
 export async function effectivePermissions(ctx: Ctx, idParam: string, appId: string): Promise<EffectivePermissions> {
   const key = confinedApp(ctx);
   if (key && key !== appId) throw new ApiError('application_not_found');
-  const { user } = await targetUser(ctx, idParam, 'read', { readers: ['users.list', 'entitlements.manage'], ownKeyApp: appId });
-  const app = await findApplicationRow(ctx.db, appId);
-  if (!app) throw new ApiError('application_not_found');
-  const access = (await resolveAccess(ctx.db, [user.id], ctx.now, [app.id])).get(accessKey(user.id, app.id))!;
-  const { rows } = await ctx.db.query<{ id: string; name: string; permissions: string[] }>(
-    `SELECT r.id, r.name, r.permissions FROM role_assignments ra JOIN roles r ON r.id = ra.role_id
-      WHERE ra.user_id = $1 AND r.scope = $2 ORDER BY r.id`,
-    [user.id, app.id],
-  );
-  const roles = rows.map((r) => ({ role_id: r.id, name: r.name, implicit: false, permissions: r.permissions }));
-  if (access.allowed && app.default_app_role && !roles.some((r) => r.name === app.default_app_role)) {
-    const implicit = await findRole(ctx.db, `role_${app.slug}_${app.default_app_role}`);
-    if (implicit) roles.push({ role_id: implicit.id, name: implicit.name, implicit: true, permissions: implicit.permissions });
-  }
-  const prefix = `app.${app.slug}.`;
+  const userId = resolveUserId(ctx, idParam);
+  const self = ctx.actor.type === 'user' && ctx.actor.userId === userId;
+  const reader = key === appId || hasPermission(ctx.actor, 'users.list') || hasPermission(ctx.actor, 'entitlements.manage');
+  if (!self && !reader) throw new ApiError('user_not_found');
+  const check = await checkAccess(ctx.db, userId, appId, ctx.now);
+  if (!check.user || check.user.erased || (check.user.deleted && !hasPermission(ctx.actor, 'users.manage'))) throw new ApiError('user_not_found');
+  if (!self && key && !check.access?.access_paths.length) throw new ApiError('user_not_found');
+  if (!check.app || !check.access) throw new ApiError('application_not_found');
+  const access = check.access;
+  const roles = check.roles.map((r) => ({ ...r, implicit: false }));
+  if (access.allowed && check.defaultRole && !roles.some((r) => r.id === check.defaultRole!.id)) roles.push({ ...check.defaultRole, implicit: true });
+  const prefix = `app.${check.app.slug}.`;
   const effective = access.allowed ? [...new Set(roles.flatMap((r) => r.permissions).filter((p) => p.startsWith(prefix)))].sort() : [];
   return {
-    user_id: user.id,
-    application_id: app.id,
+    user_id: userId,
+    application_id: appId,
     allowed: access.allowed,
     user_status: access.user_status,
     entitlement_status: access.entitlement_status,
     access_paths: access.access_paths,
-    roles: roles.map(({ role_id, name, implicit }) => ({ role_id, name, implicit })),
+    roles: roles.map((r) => ({ role_id: r.id, name: r.name, implicit: r.implicit })),
     effective_permissions: effective,
     computed_at: ctx.now.toISOString(),
   };

@@ -49,7 +49,9 @@ export async function targetUser(
   const list = (opts.readers ?? ['users.list']).some((p) => hasPermission(ctx.actor, p)) || (!!app && app === opts.ownKeyApp);
   const canRead = self || manage || (list && need !== 'manage');
   if (!canRead) throw new ApiError('user_not_found');
-  const user = await findUserById(ctx.db, id);
+  // A read of oneself uses the row loaded with the session; everything else reads it now.
+  const snapshot = self && need === 'read' && ctx.actor.type === 'user' ? ctx.actor.user : undefined;
+  const user = snapshot ?? (await findUserById(ctx.db, id));
   if (!user || user.erased_at) throw new ApiError('user_not_found');
   if (user.status === 'deleted' && !manage) throw new ApiError('user_not_found');
   if (!self && !manage && app && !(await hasAccessPath(ctx, id, app))) throw new ApiError('user_not_found');

@@ -1,0 +1,16 @@
+// POST /v1/auth/app-tokens: access resolution plus an RS256 signature for one Application.
+import { setup as prepare } from './effective-permissions.mjs';
+
+export const name = 'app-tokens';
+export const connections = 32;
+export const duration = 10;
+export const baseline = 'jwt-select';
+
+export const setup = prepare;
+
+export const request = (ctx) => ({
+  method: 'POST',
+  path: '/v1/auth/app-tokens',
+  headers: { authorization: `Bearer ${ctx.accessToken}`, 'content-type': 'application/json' },
+  body: JSON.stringify({ application_id: ctx.appId }),
+});

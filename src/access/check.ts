@@ -1,0 +1,44 @@
+import type { Queryable } from '../db/types.js';
+import { accessKey, computeAccess, PATH_ROWS_SQL, type PathRow, type ResolvedAccess } from './resolve.js';
+
+export interface RoleGrant {
+  id: string;
+  name: string;
+  permissions: string[];
+}
+
+export interface AccessCheck {
+  app: { id: string; slug: string; review_status: string; default_app_role: string | null; tenant_suspended: boolean } | null;
+  user: { id: string; status: string; erased: boolean; deleted: boolean } | null;
+  access: ResolvedAccess | null;
+  /** Explicit assignments of the Application's Roles. */
+  roles: RoleGrant[];
+  /** The default_app_role's Role, held implicitly while access is active. */
+  defaultRole: RoleGrant | null;
+}
+
+/**
+ * One user's access to one Application with everything the hot paths need (the Application, the
+ * user, every path, the user's app Roles and the default Role) in one round trip. The resolution is
+ * the one resolver's (PATH_ROWS_SQL + computeAccess), so it cannot drift from the flips.
+ */
+export async function checkAccess(db: Queryable, userId: string, appId: string, now: Date): Promise<AccessCheck> {
+  const { rows } = await db.query<{ app: AccessCheck['app']; usr: AccessCheck['user']; paths: PathRow[] | null; roles: RoleGrant[] | null; default_role: RoleGrant | null }>(
+    `WITH ids AS (SELECT $1::text AS id),
+          a AS (SELECT a.id, a.slug, a.review_status, a.default_app_role, COALESCE(t.suspended, false) AS tenant_suspended
+                  FROM applications a LEFT JOIN tenants t ON t.id = a.tenant_id WHERE a.id = $2),
+          p AS (${PATH_ROWS_SQL('ARRAY[$2::text]')})
+     SELECT (SELECT row_to_json(a) FROM a) AS app,
+            (SELECT json_build_object('id', u.id, 'status', u.status, 'erased', u.erased_at IS NOT NULL, 'deleted', u.status = 'deleted')
+               FROM users u WHERE u.id = $1) AS usr,
+            (SELECT json_agg(p) FROM p) AS paths,
+            (SELECT json_agg(json_build_object('id', r.id, 'name', r.name, 'permissions', r.permissions) ORDER BY r.id)
+               FROM role_assignments ra JOIN roles r ON r.id = ra.role_id WHERE ra.user_id = $1 AND r.scope = $2) AS roles,
+            (SELECT json_build_object('id', r.id, 'name', r.name, 'permissions', r.permissions)
+               FROM a JOIN roles r ON r.id = 'role_' || a.slug || '_' || a.default_app_role) AS default_role`,
+    [userId, appId],
+  );
+  const r = rows[0];
+  const access = r.usr ? (computeAccess(r.paths ?? [], [userId], now, [appId]).get(accessKey(userId, appId)) ?? null) : null;
+  return { app: r.app, user: r.usr, access, roles: r.roles ?? [], defaultRole: r.default_role };
+}
