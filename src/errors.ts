@@ -99,6 +99,8 @@ export const ERROR_CODES = {
   invalid_signature: [400, 'The Stripe-Signature header is missing, malformed, does not match the body, or is outside the 5-minute tolerance.'],
   audit_event_not_found: [404, 'Audit event not found.'],
   invalid_webhook_url: [422, 'The webhook URL is not allowed.'],
+  webhook_not_found: [404, 'Webhook subscription not found.'],
+  delivery_not_found: [404, 'Webhook delivery not found.'],
 } as const satisfies Record<string, readonly [number, string]>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

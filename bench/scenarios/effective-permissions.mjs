@@ -6,7 +6,14 @@ export const connections = 32;
 export const duration = 10;
 export const baseline = 'jwt-select';
 
-export async function setup(ctx) {
+// Both access scenarios share one Application (a Starter Tenant allows one).
+let prepared = null;
+export function setup(ctx) {
+  prepared ??= createFixture(ctx);
+  return prepared;
+}
+
+async function createFixture(ctx) {
   const slug = `bench${Date.now().toString(36)}`;
   const appId = `app_${slug}`;
   const must = (res, what) => {

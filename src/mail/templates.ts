@@ -62,11 +62,13 @@ export const MAIL_TEMPLATES = {
     subject: 'Your password was changed',
     text: `Your account's password was changed and your other sessions were signed out. If this was not you, reset your password now.` + signed(null),
   }),
-  webhook_disabled: (v: { url: string; subscriptionId: string }): RenderedMail => ({
+  webhook_disabled: (v: { url: string; subscriptionId: string; reason?: 'unhealthy' | 'gone' }): RenderedMail => ({
     subject: 'A webhook subscription was disabled',
     text:
-      `Deliveries to ${v.url} (${v.subscriptionId}) kept failing for 5 days, so the subscription was disabled. ` +
-      `Fix the receiver, then set its status back to healthy.` +
+      (v.reason === 'gone'
+        ? `The receiver at ${v.url} (${v.subscriptionId}) answered 410 Gone, so the subscription was disabled. `
+        : `Deliveries to ${v.url} (${v.subscriptionId}) kept failing for 5 days, so the subscription was disabled. `) +
+      `Fix the receiver, then set its status back to healthy (missed events are not sent again).` +
       signed(null),
   }),
   tier_change_scheduled: (v: { tenantId: string; tier: string; region: string; scheduledFor: string }): RenderedMail => ({

@@ -11,6 +11,8 @@ import { entitlementsModule } from './entitlements/index.js';
 import { rolesModule } from './roles/index.js';
 import { appAccessModule } from './app-access/index.js';
 import { organizationsModule } from './organizations/index.js';
+import { auditModule } from './audit/index.js';
+import { webhooksModule } from './webhooks/index.js';
 
 /** Every resource module, in registration order. */
-export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule, organizationsModule];
+export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule, organizationsModule, auditModule, webhooksModule];

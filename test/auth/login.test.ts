@@ -100,36 +100,48 @@ test('login answers one 401 invalid_credentials for an unknown email, a wrong pa
   for (const user of [active, invited, sso]) assert.equal(await sessionCount(user.id), 0);
 });
 
-test('the four invalid_credentials cases take about the same time, each at least the Argon2id verification time', async () => {
+test('the four invalid_credentials cases take about the same time, each at least the Argon2id verification time', async (tc) => {
   const ROUNDS = 7;
+  const ATTEMPTS = 3;
   const hash = await hashPassword(`timing-${Date.now()}`);
-  const verifyMs = await median(5, () => verifyPassword(hash, PASSWORD));
-  const wrongUsers = await Promise.all(Array.from({ length: ROUNDS }, () => createUser(t)));
   const invited = await createUser(t, { status: 'invited' });
   const sso = await ssoOnlyUser();
-  const cases: Record<string, (round: number) => ReturnType<typeof post>> = {
-    wrong: (round) => fail(wrongUsers[round]),
-    unknown: () => post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD }),
-    invited: () => post(t, '/v1/auth/login', { email: invited.email, password: PASSWORD }),
-    sso: () => post(t, '/v1/auth/login', { email: sso.email, password: PASSWORD }),
-  };
+  const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   // Warm up (the first unknown-email login prepares the dummy hash).
-  assertError(await cases.unknown(0), 401, 'invalid_credentials');
-  // Rounds interleave the cases so that each sees the same machine load; medians of the rounds.
-  const samples: Record<string, number[]> = { wrong: [], unknown: [], invited: [], sso: [] };
-  for (let round = 0; round < ROUNDS; round++) {
-    for (const [name, run] of Object.entries(cases)) {
-      const start = process.hrtime.bigint();
-      const res = await run(round);
-      samples[name].push(Number(process.hrtime.bigint() - start) / 1e6);
-      assertError(res, 401, 'invalid_credentials');
+  assertError(await post(t, '/v1/auth/login', { email: uniqueEmail('warm'), password: PASSWORD }), 401, 'invalid_credentials');
+
+  // Timing on a loaded test machine is noisy: a measurement (medians of interleaved rounds, so every
+  // case sees the same load) is repeated up to 3 times; a real difference fails every one.
+  const reports: string[] = [];
+  for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    const verifyMs = await median(5, () => verifyPassword(hash, PASSWORD));
+    const wrongUsers = await Promise.all(Array.from({ length: ROUNDS }, () => createUser(t)));
+    const cases: Record<string, (round: number) => ReturnType<typeof post>> = {
+      wrong: (round) => fail(wrongUsers[round]),
+      unknown: () => post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD }),
+      invited: () => post(t, '/v1/auth/login', { email: invited.email, password: PASSWORD }),
+      sso: () => post(t, '/v1/auth/login', { email: sso.email, password: PASSWORD }),
+    };
+    const samples: Record<string, number[]> = { wrong: [], unknown: [], invited: [], sso: [] };
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const [name, run] of Object.entries(cases)) {
+        const start = process.hrtime.bigint();
+        const res = await run(round);
+        samples[name].push(Number(process.hrtime.bigint() - start) / 1e6);
+        assertError(res, 401, 'invalid_credentials');
+      }
+    }
+    const m = Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, med(xs)]));
+    const report = JSON.stringify({ verifyMs, ...m });
+    reports.push(report);
+    const slowEnough = Object.values(m).every((ms) => ms >= verifyMs * 0.5);
+    const alike = ['unknown', 'invited', 'sso'].every((name) => m[name] <= m.wrong * 3 && m[name] >= m.wrong / 3);
+    if (slowEnough && alike) {
+      tc.diagnostic(`medians (ms): ${report}`);
+      return;
     }
   }
-  const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const m = Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, med(xs)]));
-  const report = JSON.stringify({ verifyMs, ...m });
-  for (const ms of Object.values(m)) assert.ok(ms >= verifyMs * 0.5, `each case does the Argon2id work: ${report}`);
-  for (const name of ['unknown', 'invited', 'sso']) assert.ok(m[name] <= m.wrong * 3 && m[name] >= m.wrong / 3, `within a factor of 3 of a wrong password: ${report}`);
+  assert.fail(`each case does the Argon2id work and takes within a factor of 3 of a wrong password; medians (ms): ${reports.join(' ; ')}`);
 });
 
 test('correct credentials on a suspended user get 403 account_suspended; a wrong password on a suspended user gets 401 invalid_credentials; no session either way', async () => {

@@ -16,7 +16,7 @@ export interface ProcessorEvent {
 export type EventOutcome = 'applied' | 'stale' | 'ignored' | 'duplicate';
 
 /** Lapsed subscriptions drop the Tenant to Starter; entitled ones give it the subscription's plan. */
-const LAPSED = new Set(['canceled', 'unpaid', 'incomplete_expired']);
+export const LAPSED = new Set(['canceled', 'unpaid', 'incomplete_expired']);
 const ENTITLED = new Set(['active', 'trialing', 'past_due']);
 const PLAN_KEYS = new Set(['team', 'enterprise']);
 const ADD_ON_KEYS = new Set(['isolated_tenancy', 'dedicated_region_tenancy']);
