@@ -29,22 +29,22 @@ export async function setPassword(db: Queryable, userId: string, passwordHash: s
   await db.query(
     `INSERT INTO identities (id, user_id, method, password_hash, created_at, updated_at) VALUES ($1, $2, 'password', $3, $4, $4)
      ON CONFLICT (user_id, method) DO UPDATE
-       SET password_hash = EXCLUDED.password_hash, failed_attempts = 0, first_failed_at = NULL, locked_until = NULL, updated_at = $4`,
+       SET password_hash = EXCLUDED.password_hash, failed_attempts = 0, first_failed_at = NULL, recent_failures = '{}', locked_until = NULL, updated_at = $4`,
     [newId('idn'), userId, passwordHash, now],
   );
 }
 
 /**
- * Counts a failed attempt against one identity, atomically (shared by every process): the fifth
- * within 15 minutes locks it for 15 minutes. Returns the lock's end when locked.
+ * Counts a failed attempt against one identity, atomically (shared by every process): any five
+ * within a rolling 15 minutes lock it for 15 minutes. Returns the lock's end when locked.
  */
 export async function recordFailure(db: Queryable, identityId: string, now: Date): Promise<Date | null> {
   const windowStart = addSeconds(now, -LOCKOUT_WINDOW_SECONDS);
   const { rows } = await db.query<{ locked_until: Date | null }>(
     `UPDATE identities SET
-        failed_attempts = CASE WHEN first_failed_at > $2 THEN failed_attempts + 1 ELSE 1 END,
-        first_failed_at = CASE WHEN first_failed_at > $2 THEN first_failed_at ELSE $3 END,
-        locked_until = CASE WHEN (CASE WHEN first_failed_at > $2 THEN failed_attempts + 1 ELSE 1 END) >= $4 THEN $5 ELSE locked_until END
+        recent_failures = ARRAY(SELECT f FROM unnest(recent_failures || $3::timestamptz) AS f WHERE f > $2 ORDER BY f DESC LIMIT $4),
+        locked_until = CASE WHEN (SELECT count(*) FROM unnest(recent_failures || $3::timestamptz) AS f WHERE f > $2) >= $4
+                            THEN $5 ELSE locked_until END
       WHERE id = $1 RETURNING locked_until`,
     [identityId, windowStart, now, LOCKOUT_THRESHOLD, addSeconds(now, LOCKOUT_SECONDS)],
   );
@@ -55,7 +55,7 @@ export async function recordFailure(db: Queryable, identityId: string, now: Date
 /** A success resets the counter. */
 export async function clearFailures(db: Queryable, identityId: string, now: Date): Promise<void> {
   await db.query(
-    `UPDATE identities SET failed_attempts = 0, first_failed_at = NULL, locked_until = NULL, last_used_at = $2
+    `UPDATE identities SET failed_attempts = 0, first_failed_at = NULL, recent_failures = '{}', locked_until = NULL, last_used_at = $2
       WHERE id = $1`,
     [identityId, now],
   );

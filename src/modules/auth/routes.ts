@@ -100,7 +100,7 @@ export function authRoutes(app: App, deps: Deps): void {
 
   app.post('/v1/auth/sso/:provider/callback', {
     schema: { summary: 'SSO callback (not available until a broker integration exists)', tags, params: Type.Object({ provider: Type.String({ maxLength: 64 }) }) },
-    config: { meta: { auth: 'none', errors: ['not_implemented'] } },
+    config: { meta: { auth: 'none', throttle: 'auth', errors: ['not_implemented'] } },
     handler: async () => {
       throw new ApiError('not_implemented', { message: 'SSO is not available yet.' });
     },
