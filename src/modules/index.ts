@@ -13,6 +13,10 @@ import { appAccessModule } from './app-access/index.js';
 import { organizationsModule } from './organizations/index.js';
 import { auditModule } from './audit/index.js';
 import { webhooksModule } from './webhooks/index.js';
+import { tenancyModule } from './tenancy/index.js';
+import { billingModule } from './billing/index.js';
 
 /** Every resource module, in registration order. */
-export const MODULES: Module[] = [systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule, organizationsModule, auditModule, webhooksModule];
+export const MODULES: Module[] = [
+  systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule,
+  organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule];

@@ -7,6 +7,7 @@ import { assertWithinPlan, findTenant, resolveOwnerTenant } from '../tenancy/pla
 import { findApplicationRow, toApplication, type ApplicationRow } from './store.js';
 import type { Application, PatchApplicationBody } from './schemas.js';
 import { emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
+import { assertTenantWritable } from '../tenancy/writable.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
 const MODERATION_FIELDS = ['visibility', 'review_status', 'review_notes', 'owner_user_id', 'owner_organization_id'] as const;
@@ -38,6 +39,7 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
 
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
+    await assertTenantWritable(tx, app.tenant_id);
     let review = app.review_status;
     let notes = body.review_notes !== undefined ? body.review_notes : app.review_notes;
     if (body.review_status !== undefined && body.review_status !== app.review_status) {

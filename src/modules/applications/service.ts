@@ -10,6 +10,7 @@ import { APP_COLUMNS, findApplicationRow, toApplication, toListItem, type Applic
 import type { Application, ApplicationListQuery, CreateApplicationBody } from './schemas.js';
 import { ownerCondition, viewerOf, visibleCondition } from './visibility.js';
 import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateRedirectUris, validateSettingsSchema, validateSlug } from './validation.js';
+import { assertTenantWritable } from '../tenancy/writable.js';
 
 const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
 
@@ -123,6 +124,7 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
     }
     if (await findApplicationRow(tx, `app_${body.slug}`)) throw new ApiError('slug_taken');
     const tenant = await resolveOwnerTenant(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id }, ctx.now);
+    await assertTenantWritable(tx, tenant.id);
     assertWithinPlan(tenant, 'applications', (await countTenantApplications(tx, tenant.id)) + 1);
     if (roles.length > 0) assertWithinPlan(tenant, 'app_roles', roles.length);
     const id = `app_${body.slug}`;

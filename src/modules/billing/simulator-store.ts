@@ -4,7 +4,7 @@ import type { Queryable } from '../../db/types.js';
 import { addSeconds } from '../../clock.js';
 import type { HostedSession } from './schemas.js';
 
-/** Simulated hosted pages live as long as Stripe's: a day for checkout; an hour for the portal (a person clicks around in it). */
+/** A simulated checkout lives a day, as Stripe's does; a simulated portal an hour (a person clicks around in it). */
 const LIFETIME_SECONDS = { checkout: 24 * 3600, portal: 3600 } as const;
 
 export type SimKind = keyof typeof LIFETIME_SECONDS;

@@ -16,6 +16,7 @@ import { countSeats, isSeat } from '../tenancy/seats.js';
 import { ENT_COLUMNS, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { assertMayGrant, rightsOver } from './rights.js';
 import type { Entitlement, GrantBody } from './schemas.js';
+import { assertTenantWritable } from '../tenancy/writable.js';
 
 const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
 export const MAX_START_AHEAD_SECONDS = 365 * 24 * 3600;
@@ -58,6 +59,7 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
   const app = await grantableApplication(ctx, body.application_id);
   const { startsAt, endsAt } = grantTerm(ctx, body);
   return ctx.db.transaction(async (tx) => {
+    await assertTenantWritable(tx, app.tenant_id);
     const user = await findUserById(tx, userId);
     if (!user || user.status === 'deleted' || user.erased_at) throw new ApiError('user_not_found');
     const existing = await findLivePersonal(tx, userId, app.id);

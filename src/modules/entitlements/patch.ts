@@ -8,6 +8,7 @@ import { ENT_COLUMNS, etagOf, findLivePersonal, toEntitlement, type EntitlementR
 import { visibleEntitlement } from './read.js';
 import { emitEntitlementEvent } from './grant.js';
 import type { Entitlement, PatchEntitlementBody } from './schemas.js';
+import { assertAppTenantWritable } from '../tenancy/writable.js';
 
 const READ_ONLY = ['starts_at', 'user_id', 'organization_id', 'application_id', 'id', 'test_mode', 'created_at', 'updated_at'] as const;
 
@@ -37,6 +38,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const c = inTx(ctx, tx);
     const { row, rights, orgAdmin } = await visibleEntitlement(c, id, true);
     await assertHoldingOrgActive(tx, row);
+    await assertAppTenantWritable(tx, row.application_id);
     if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     const full = rights.platform || rights.appKey || rights.owner;
     const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));

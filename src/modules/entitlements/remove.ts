@@ -7,6 +7,7 @@ import { toEntitlement } from './store.js';
 import { visibleEntitlement } from './read.js';
 import { affectedUsers, assertHoldingOrgActive } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
+import { assertAppTenantWritable } from '../tenancy/writable.js';
 
 /** A hard delete is for grants made in error: refused once the row is older than this (docs/decisions.md). */
 export const DELETE_WINDOW_SECONDS = 24 * 3600;
@@ -17,6 +18,7 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
     const c = inTx(ctx, tx);
     const { row, rights } = await visibleEntitlement(c, id, true);
     await assertHoldingOrgActive(tx, row);
+    await assertAppTenantWritable(tx, row.application_id);
     if (!rights.platform && !rights.appKey) throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
     if (row.order_id !== null) throw new ApiError('entitlement_order_linked', { details: { order_id: row.order_id } });
     if (ctx.now.getTime() - row.created_at.getTime() > DELETE_WINDOW_SECONDS * 1000) {

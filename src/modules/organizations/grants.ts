@@ -12,6 +12,7 @@ import type { Entitlement } from '../entitlements/schemas.js';
 import { findMember, findOrg } from './store.js';
 import { assertOrgActive } from './service.js';
 import type { OrgGrantBody } from './schemas.js';
+import { assertTenantWritable } from '../tenancy/writable.js';
 
 /**
  * POST /v1/organizations/{id}/entitlements: grants an Application to an Organization (source
@@ -35,6 +36,7 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
   const scope = body.member_scope ?? 'all_members';
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
+    await assertTenantWritable(tx, app.tenant_id);
     const { rows: members } = await tx.query<{ user_id: string }>(
       `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
       [orgId],

@@ -31,6 +31,7 @@ function validateRegion(body: CreateTierChangeBody): string | null {
 
 /** POST /v1/tenants/{id}/tier-change-requests (tenants.manage): a pending request; no migration starts. */
 export async function createTierChange(ctx: Ctx, tenantId: string, body: CreateTierChangeBody): Promise<TierChangeRequest> {
+  if (!body.reason.trim()) throw invalid('reason', 'must not be blank');
   const region = validateRegion(body);
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);

@@ -18,3 +18,9 @@ export async function assertTenantWritable(db: Queryable, tenantId: string): Pro
     });
   }
 }
+
+/** The same, for the Tenant of an Application. */
+export async function assertAppTenantWritable(db: Queryable, applicationId: string): Promise<void> {
+  const { rows } = await db.query<{ tenant_id: string }>('SELECT tenant_id FROM applications WHERE id = $1', [applicationId]);
+  if (rows[0]) await assertTenantWritable(db, rows[0].tenant_id);
+}

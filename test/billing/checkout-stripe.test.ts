@@ -1,0 +1,154 @@
+// Billing through the real stripe client, pointed (STRIPE_API_BASE) at a fake processor on loopback.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { assertError, assertStatus, buildApp, call, caller, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
+import { closedPort, deliver, startFakeProcessor, subscription, type FakeProcessor } from './support.js';
+
+let t: TestApp;
+let processor: FakeProcessor;
+const SECRET = 'whsec_test_fake_processor';
+before(async () => {
+  processor = await startFakeProcessor();
+  t = await buildApp({ stripeSecretKey: 'sk_test_x', stripeApiBase: processor.base, stripeWebhookSecret: SECRET });
+});
+after(async () => {
+  await t.close();
+  await processor.close();
+});
+
+const body = { plan: 'team', success_url: 'https://app.example.com/billing/done', cancel_url: 'https://app.example.com/billing' };
+const checkout = (tenantId: string, token: string, key: string | null, payload: Record<string, unknown> = body) =>
+  call(t, 'POST', `/v1/tenants/${tenantId}/billing/checkout-sessions`, token, payload, key === null ? {} : { 'idempotency-key': key });
+const portal = (tenantId: string, token: string, payload: Record<string, unknown> = { return_url: 'https://app.example.com/settings' }) =>
+  call(t, 'POST', `/v1/tenants/${tenantId}/billing/portal-sessions`, token, payload);
+const sessionsCreated = () => processor.requests.filter((r) => r.method === 'POST' && r.path === '/v1/checkout/sessions');
+
+test('checkout: the owner gets 201 {url, expires_at} from the processor; the session carries the Tenant id and the price of lookup_key team', async () => {
+  const owner = await tenantOwner(t);
+  const res = await checkout(owner.tenantId, owner.token, 'co-1');
+  const session = assertStatus(res, 201);
+  assert.deepEqual(Object.keys(session).sort(), ['expires_at', 'url']);
+  assert.match(session.url, /^https:\/\/checkout\.stripe\.test\/c\/pay\/cs_test_/);
+  assert.ok(Date.parse(session.expires_at) > Date.now());
+  const lookup = processor.requests.find((r) => r.path === '/v1/prices')!;
+  assert.deepEqual([...lookup.query.entries()].filter(([k]) => k.startsWith('lookup_keys')).map(([, v]) => v), ['team']);
+  const sent = sessionsCreated().at(-1)!;
+  assert.equal(sent.headers.authorization, 'Bearer sk_test_x');
+  assert.equal(sent.form.mode, 'subscription');
+  assert.equal(sent.form.client_reference_id, owner.tenantId);
+  assert.equal(sent.form['metadata[tenant_id]'], owner.tenantId);
+  assert.equal(sent.form['subscription_data[metadata][tenant_id]'], owner.tenantId);
+  assert.equal(sent.form['line_items[0][price]'], 'price_team_monthly');
+  assert.equal(sent.form['line_items[0][quantity]'], '1');
+  assert.equal(sent.form.success_url, body.success_url);
+  assert.equal(sent.form.cancel_url, body.cancel_url);
+  assert.equal(sent.form.customer_email, owner.user.email);
+  assert.match(String(sent.headers['idempotency-key']), /^checkout_[0-9a-f]{64}$/);
+  // Returning from checkout proves nothing: the plan waits for the processor's event.
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter');
+});
+
+test('a checkout retry with the same Idempotency-Key returns the same URL without a second processor session', async () => {
+  const owner = await tenantOwner(t);
+  const first = await checkout(owner.tenantId, owner.token, 'co-same');
+  const count = sessionsCreated().length;
+  const again = await checkout(owner.tenantId, owner.token, 'co-same');
+  assert.equal(again.statusCode, 201);
+  assert.equal(again.body, first.body);
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+  assert.equal(sessionsCreated().length, count);
+  const other = assertStatus(await checkout(owner.tenantId, owner.token, 'co-other'), 201);
+  assert.notEqual(other.url, first.json().url);
+  assertError(await checkout(owner.tenantId, owner.token, null), 400, 'idempotency_key_required');
+});
+
+test('checkout validation: enterprise is 422 plan_requires_sales; starter, and non-https URLs, are 422 validation_failed', async () => {
+  const owner = await tenantOwner(t);
+  assertError(await checkout(owner.tenantId, owner.token, 'v-1', { ...body, plan: 'enterprise' }), 422, 'plan_requires_sales');
+  assertError(await checkout(owner.tenantId, owner.token, 'v-2', { ...body, plan: 'starter' }), 422, 'validation_failed');
+  const http = assertError(await checkout(owner.tenantId, owner.token, 'v-3', { ...body, success_url: 'http://app.example.com/ok' }), 422, 'validation_failed');
+  assert.equal(http.details.fields[0].path, 'success_url');
+  const bad = assertError(await checkout(owner.tenantId, owner.token, 'v-4', { ...body, cancel_url: 'not a url' }), 422, 'validation_failed');
+  assert.equal(bad.details.fields[0].path, 'cancel_url');
+});
+
+test('checkout is allowed only without a live subscription (none, canceled, incomplete_expired, unpaid); otherwise 409 subscription_exists', async () => {
+  for (const status of ['none', 'canceled', 'incomplete_expired', 'unpaid']) {
+    const owner = await tenantOwner(t, { subscriptionStatus: status });
+    assertStatus(await checkout(owner.tenantId, owner.token, `ok-${status}`), 201);
+  }
+  for (const status of ['active', 'trialing', 'past_due', 'incomplete', 'paused']) {
+    const owner = await tenantOwner(t, { plan: 'team', subscriptionStatus: status });
+    const error = assertError(await checkout(owner.tenantId, owner.token, `no-${status}`), 409, 'subscription_exists');
+    assert.equal(error.details.subscription_status, status);
+  }
+});
+
+test('a Tenant that paid before checks out again as the same processor customer', async () => {
+  const owner = await tenantOwner(t, { subscriptionStatus: 'canceled', stripeCustomerId: 'cus_returning' });
+  assertStatus(await checkout(owner.tenantId, owner.token, 'again-1'), 201);
+  const sent = sessionsCreated().at(-1)!;
+  assert.equal(sent.form.customer, 'cus_returning');
+  assert.equal(sent.form.customer_email, undefined);
+});
+
+test('checkout is for the owner only: billing.manage gets 403 forbidden, anyone else 404 tenant_not_found', async () => {
+  const owner = await tenantOwner(t);
+  assertError(await checkout(owner.tenantId, (await caller(t, ['billing_admin'])).token, 'a-1'), 403, 'forbidden');
+  assertError(await checkout(owner.tenantId, (await caller(t)).token, 'a-2'), 404, 'tenant_not_found');
+});
+
+test('portal: a Tenant that never paid gets 409 no_billing_account; after payment the owner or billing.manage gets 201 {url, expires_at}', async () => {
+  const owner = await tenantOwner(t);
+  assertError(await portal(owner.tenantId, owner.token), 409, 'no_billing_account');
+  await sql(t, `UPDATE tenants SET stripe_customer_id = 'cus_portal' WHERE id = $1`, [owner.tenantId]);
+  const session = assertStatus(await portal(owner.tenantId, owner.token), 201);
+  assert.match(session.url, /^https:\/\/billing\.stripe\.test\/p\/session\//);
+  assert.ok(Date.parse(session.expires_at) > t.clock.now().getTime());
+  const sent = processor.requests.filter((r) => r.path === '/v1/billing_portal/sessions').at(-1)!;
+  assert.equal(sent.form.customer, 'cus_portal');
+  assert.equal(sent.form.return_url, 'https://app.example.com/settings');
+  assertStatus(await portal(owner.tenantId, (await caller(t, ['billing_admin'])).token), 201);
+  assertError(await portal(owner.tenantId, (await caller(t)).token), 404, 'tenant_not_found');
+  assertError(await portal(owner.tenantId, owner.token, { return_url: 'nope' }), 422, 'validation_failed');
+});
+
+test('the whole upgrade: checkout, then the processor signs its events with STRIPE_WEBHOOK_SECRET and the Tenant becomes team', async () => {
+  const owner = await tenantOwner(t);
+  assertStatus(await checkout(owner.tenantId, owner.token, 'flow-1'), 201);
+  const sub = subscription({ tenantId: owner.tenantId, id: 'sub_flow', customer: 'cus_flow' });
+  assertError(await deliver(t, 'customer.subscription.created', sub, { secret: 'whsec_platform_local_simulator' }), 400, 'invalid_signature'); // the simulator's secret is not this processor's
+  assertStatus(await deliver(t, 'customer.subscription.created', sub, { secret: SECRET }), 200);
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_flow', object: 'checkout.session', client_reference_id: owner.tenantId, metadata: { tenant_id: owner.tenantId }, customer: 'cus_flow', subscription: 'sub_flow' }, { secret: SECRET }), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status], ['team', 'active']);
+  assertError(await checkout(owner.tenantId, owner.token, 'flow-2'), 409, 'subscription_exists');
+  assertStatus(await portal(owner.tenantId, owner.token), 201);
+});
+
+test('without Stripe settings the simulator pages are not served when a processor is configured', async () => {
+  const res = await call(t, 'GET', '/billing/simulator/checkout/cs_sim_x', null);
+  assert.equal(res.statusCode, 404);
+  assert.equal(res.json().error.code, 'not_found');
+});
+
+test('processor unreachable: checkout and portal answer 503 billing_unavailable with Retry-After, within a bounded time', async () => {
+  const down = await buildApp({ stripeSecretKey: 'sk_test_x', stripeApiBase: `http://127.0.0.1:${await closedPort()}` });
+  try {
+    const owner = await tenantOwner(down, { stripeCustomerId: 'cus_down' });
+    const started = Date.now();
+    const res = await down.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, headers: { authorization: `Bearer ${owner.token}`, 'idempotency-key': 'down-1' }, payload: body });
+    const error = assertError(res, 503, 'billing_unavailable');
+    assert.equal(error.details.reason, 'unreachable');
+    assert.ok(Number(res.headers['retry-after']) > 0);
+    assert.ok(Date.now() - started < 15_000, 'bounded');
+    const p = await down.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, headers: { authorization: `Bearer ${owner.token}` }, payload: { return_url: 'https://a.example.com' } });
+    assertError(p, 503, 'billing_unavailable');
+    // The 5xx released the key: a retry runs again (and fails again while the processor is down).
+    const retry = await down.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, headers: { authorization: `Bearer ${owner.token}`, 'idempotency-key': 'down-1' }, payload: body });
+    assertError(retry, 503, 'billing_unavailable');
+  } finally {
+    await down.close();
+  }
+});

@@ -1,0 +1,184 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { toUnixSeconds } from '../../src/clock.js';
+import { assertError, assertStatus, auditRows, buildApp, call, caller, createApplication, sql, tenantOwner, tenantRow, type Caller } from '../tenancy/support.js';
+import { deliver, postEvent, processorEvent, sign, subscription } from './support.js';
+
+let t: TestApp;
+let admin: Caller;
+before(async () => {
+  t = await buildApp();
+  admin = await caller(t, ['superadmin']);
+});
+after(() => t.close());
+
+const now = () => toUnixSeconds(t.clock.now());
+const eventRows = (id: string) => sql(t, 'SELECT * FROM processor_events WHERE id = $1', [id]);
+
+test('a missing, malformed or wrong Stripe-Signature answers 400 in the error envelope and changes nothing', async () => {
+  const owner = await tenantOwner(t);
+  const event = processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId }));
+  const payload = JSON.stringify(event);
+  const cases: [string | null, string][] = [
+    [null, 'missing_signature'],
+    ['', 'missing_signature'],
+    ['garbage', 'malformed_signature'],
+    [`t=${now()}`, 'malformed_signature'],
+    [`v1=${'a'.repeat(64)}`, 'malformed_signature'],
+    [sign(t, payload, { secret: 'whsec_someone_else' }), 'signature_mismatch'],
+    [sign(t, payload.replace(owner.tenantId, 'tnt_other')), 'signature_mismatch'],
+  ];
+  for (const [header, reason] of cases) {
+    const error = assertError(await postEvent(t, payload, header), 400, 'invalid_signature');
+    assert.equal(error.details.reason, reason, String(header));
+  }
+  // A body signed over different bytes (re-serialized) is refused too.
+  const reformatted = JSON.stringify(event, null, 2);
+  assertError(await postEvent(t, reformatted, sign(t, payload)), 400, 'invalid_signature');
+  assert.equal((await eventRows(event.id)).length, 0);
+  const tenant = await tenantRow(t, owner.tenantId);
+  assert.equal(tenant.plan, 'starter');
+  assert.equal(tenant.subscription_status, 'none');
+});
+
+test('a signature timestamp more than 5 minutes from the service clock, either way, answers 400 and changes nothing', async () => {
+  const owner = await tenantOwner(t);
+  const payload = JSON.stringify(processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId })));
+  for (const skew of [-301, 301, -3600]) {
+    const error = assertError(await postEvent(t, payload, sign(t, payload, { timestamp: now() + skew })), 400, 'invalid_signature');
+    assert.equal(error.details.reason, 'timestamp_outside_tolerance');
+  }
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter');
+  // The service clock is the judge: an hour ahead of the wall clock, a wall-clock signature is old...
+  t.clock.advance(3600);
+  try {
+    const wall = Math.floor(Date.now() / 1000);
+    assertError(await postEvent(t, payload, sign(t, payload, { timestamp: wall })), 400, 'invalid_signature');
+    // ...and one at the service clock, within the 5 minutes, is accepted.
+    assertStatus(await postEvent(t, payload, sign(t, payload, { timestamp: now() - 290 })), 200);
+  } finally {
+    t.clock.advance(-3600);
+  }
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'team');
+});
+
+test('customer.subscription.created with lookup_key team makes the Tenant team and active, with its period; audited as tenant.plan_changed and tenant.subscription_status_changed by system', async () => {
+  const owner = await tenantOwner(t);
+  const start = now() - 60;
+  const res = await deliver(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: 'sub_a', customer: 'cus_a', start, end: start + 2_592_000 }));
+  assert.deepEqual(assertStatus(res, 200), { received: true });
+  const sub = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.equal(sub.plan, 'team');
+  assert.equal(sub.subscription_status, 'active');
+  assert.equal(sub.current_period_start, new Date(start * 1000).toISOString());
+  assert.equal(sub.current_period_end, new Date((start + 2_592_000) * 1000).toISOString());
+  assert.equal(sub.currency, 'usd');
+  const row = await tenantRow(t, owner.tenantId);
+  assert.equal(row.stripe_customer_id, 'cus_a');
+  assert.equal(row.stripe_subscription_id, 'sub_a');
+  const plan = await auditRows(t, 'tenant.plan_changed', owner.tenantId);
+  assert.equal(plan.length, 1);
+  assert.equal(plan[0].actor_type, 'system');
+  assert.deepEqual([plan[0].before, plan[0].after], [{ plan: 'starter' }, { plan: 'team' }]);
+  const status = await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId);
+  assert.equal(status.length, 1);
+  assert.equal(status[0].before.subscription_status, 'none');
+  assert.equal(status[0].after.subscription_status, 'active');
+});
+
+test('events are applied once per event id: a duplicate (even freshly signed) answers 200 and changes nothing', async () => {
+  const owner = await tenantOwner(t);
+  const event = processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId }));
+  const payload = JSON.stringify(event);
+  assertStatus(await postEvent(t, payload, sign(t, payload)), 200);
+  await sql(t, `UPDATE tenants SET plan = 'starter', subscription_status = 'none' WHERE id = $1`, [owner.tenantId]);
+  assertStatus(await postEvent(t, payload, sign(t, payload, { timestamp: now() - 5 })), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter', 'the duplicate was not applied again');
+  assert.equal((await eventRows(event.id)).length, 1);
+  assert.equal((await auditRows(t, 'tenant.plan_changed', owner.tenantId)).length, 1);
+});
+
+test('a stale event (created before the last applied one) never moves the subscription backwards', async () => {
+  const owner = await tenantOwner(t);
+  const sub = { tenantId: owner.tenantId, id: 'sub_s', customer: 'cus_s' };
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'active' }), { created: now() - 10 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 20 }), 200);
+  const older = await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'past_due' }), { created: now() - 30, id: 'evt_stale_1' });
+  assertStatus(older, 200);
+  const row = await tenantRow(t, owner.tenantId);
+  assert.equal(row.subscription_status, 'active');
+  assert.equal(row.plan, 'team');
+  assert.equal((await eventRows('evt_stale_1'))[0].outcome, 'stale');
+  // A newer event still applies.
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'past_due' }), { created: now() }), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'past_due');
+});
+
+test('unknown event types are acknowledged with 200 and ignored', async () => {
+  const owner = await tenantOwner(t);
+  const res = await deliver(t, 'charge.refunded', { id: 'ch_1', object: 'charge', metadata: { tenant_id: owner.tenantId } }, { id: 'evt_unknown_1' });
+  assert.deepEqual(assertStatus(res, 200), { received: true });
+  assert.equal((await eventRows('evt_unknown_1'))[0].outcome, 'ignored');
+  assert.equal((await tenantRow(t, owner.tenantId)).updated_at.getTime(), (await tenantRow(t, owner.tenantId)).created_at.getTime());
+});
+
+test('a lapsed subscription drops the Tenant to Starter and restricts it while its usage exceeds Starter; active again lifts it', async () => {
+  const owner = await tenantOwner(t);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
+  for (let i = 0; i < 2; i++) await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const sub = { tenantId: owner.tenantId, id: 'sub_l', customer: 'cus_l' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 30 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 20 }), 200);
+  let view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'canceled', true]);
+  assert.equal(view.current_period_start, null, 'Starter has no period');
+  assert.equal(view.current_period_end, null);
+  const lapse = (await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).at(-1)!;
+  assert.deepEqual(lapse.after, { subscription_status: 'canceled', restricted: true });
+  // A restricted Tenant cannot create (the one plan check answers 402).
+  assertError(await call(t, 'POST', '/v1/applications', admin.token, { slug: `r-${Date.now()}`, name: 'R', launch_url: 'https://r.example.com', owner_user_id: owner.user.id }), 402, 'subscription_required');
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...sub, id: 'sub_l2' }), { created: now() - 10 }), 200);
+  view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', 'active', false]);
+});
+
+test('a lapse while usage fits Starter leaves the Tenant unrestricted', async () => {
+  const owner = await tenantOwner(t);
+  const sub = { tenantId: owner.tenantId, id: 'sub_f', customer: 'cus_f' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 10 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'unpaid' })), 200);
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status, row.restricted], ['starter', 'unpaid', false]);
+});
+
+test('invoice.payment_failed moves an active subscription to past_due; invoice.paid brings it back to active', async () => {
+  const owner = await tenantOwner(t);
+  const sub = { tenantId: owner.tenantId, id: 'sub_i', customer: 'cus_i' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 10 }), 200);
+  const invoice = { id: 'in_1', object: 'invoice', customer: 'cus_i', parent: { subscription_details: { subscription: 'sub_i', metadata: { tenant_id: owner.tenantId } } } };
+  assertStatus(await deliver(t, 'invoice.payment_failed', invoice, { created: now() - 5 }), 200);
+  assert.deepEqual([(await tenantRow(t, owner.tenantId)).subscription_status, (await tenantRow(t, owner.tenantId)).plan], ['past_due', 'team']);
+  // Found by the processor subscription id alone.
+  assertStatus(await deliver(t, 'invoice.paid', { id: 'in_2', object: 'invoice', customer: 'cus_i', subscription: 'sub_i' }), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'active');
+});
+
+test('checkout.session.completed links the processor customer by client_reference_id; an Enterprise subscription brings its add-ons', async () => {
+  const owner = await tenantOwner(t);
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_1', object: 'checkout.session', client_reference_id: owner.tenantId, customer: 'cus_e', subscription: 'sub_e' }, { created: now() - 10 }), 200);
+  const linked = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([linked.stripe_customer_id, linked.stripe_subscription_id, linked.plan], ['cus_e', 'sub_e', 'starter']);
+  const ent = subscription({ tenantId: null, id: 'sub_e', customer: 'cus_e', plan: 'enterprise', addOns: [{ code: 'dedicated_region_tenancy', unitAmount: 150000 }] });
+  assertStatus(await deliver(t, 'customer.subscription.updated', ent), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.equal(view.plan, 'enterprise');
+  assert.deepEqual(view.add_ons, [{ code: 'dedicated_region_tenancy', amount: 150000 }]);
+  assert.equal(view.seats.included, null);
+});
+
+test('an event for no known Tenant is acknowledged and ignored', async () => {
+  const res = await deliver(t, 'customer.subscription.created', subscription({ tenantId: 'tnt_nobody', id: 'sub_nobody', customer: 'cus_nobody' }), { id: 'evt_nobody' });
+  assertStatus(res, 200);
+  assert.equal((await eventRows('evt_nobody'))[0].outcome, 'ignored');
+});

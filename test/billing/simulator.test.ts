@@ -1,0 +1,130 @@
+// Without Stripe settings, the local processor simulator: hosted pages served by the service whose
+// buttons sign processor events and send them through the processor-events receiver.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { assertError, assertStatus, auditRows, buildApp, call, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildApp();
+});
+after(() => t.close());
+
+const body = { plan: 'team', success_url: 'https://app.example.com/billing/done', cancel_url: 'https://app.example.com/billing' };
+const pathOf = (url: string) => new URL(url).pathname;
+const page = (path: string) => t.app.inject({ method: 'GET', url: path });
+const press = (path: string) => t.app.inject({ method: 'POST', url: path, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: '' });
+
+async function checkout(owner: { tenantId: string; token: string }, key: string) {
+  return assertStatus(await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, owner.token, body, { 'idempotency-key': key }), 201);
+}
+
+test('without Stripe settings the whole upgrade runs on one machine: checkout URL page → complete → the Tenant plan becomes team', async () => {
+  const owner = await tenantOwner(t);
+  const session = await checkout(owner, 'sim-1');
+  assert.ok(session.url.startsWith(`${t.config.publicUrl}/billing/simulator/checkout/`), session.url);
+  const html = await page(pathOf(session.url));
+  assert.equal(html.statusCode, 200);
+  assert.match(String(html.headers['content-type']), /^text\/html/);
+  assert.match(html.body, /Pay and subscribe/);
+  assert.ok(html.body.includes(`${pathOf(session.url)}/complete`));
+  assert.ok(html.body.includes(owner.tenantId));
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter', 'opening the page changes nothing');
+
+  const done = await press(`${pathOf(session.url)}/complete`);
+  assert.equal(done.statusCode, 303);
+  assert.equal(done.headers.location, body.success_url);
+  const sub = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([sub.plan, sub.subscription_status, sub.restricted, sub.cancel_at_period_end], ['team', 'active', false, false]);
+  assert.ok(sub.current_period_end > sub.current_period_start);
+  const events = await sql(t, 'SELECT type, outcome FROM processor_events WHERE tenant_id = $1 ORDER BY type', [owner.tenantId]);
+  assert.deepEqual(events, [{ type: 'checkout.session.completed', outcome: 'applied' }, { type: 'customer.subscription.created', outcome: 'applied' }]);
+  const changed = await auditRows(t, 'tenant.plan_changed', owner.tenantId);
+  assert.equal(changed.length, 1);
+  assert.equal(changed[0].actor_type, 'system');
+  const row = await tenantRow(t, owner.tenantId);
+  assert.match(row.stripe_customer_id, /^cus_sim_/);
+  assert.match(row.stripe_subscription_id, /^sub_sim_/);
+
+  // A finished session's page is gone, and a second click does nothing.
+  assert.equal((await page(pathOf(session.url))).statusCode, 404);
+  assert.equal((await press(`${pathOf(session.url)}/complete`)).statusCode, 404);
+  assert.equal((await auditRows(t, 'tenant.plan_changed', owner.tenantId)).length, 1);
+  assertError(await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, owner.token, body, { 'idempotency-key': 'sim-2' }), 409, 'subscription_exists');
+});
+
+test('a retry of the simulated checkout with the same Idempotency-Key returns the same URL', async () => {
+  const owner = await tenantOwner(t);
+  const first = await checkout(owner, 'sim-same');
+  const again = await checkout(owner, 'sim-same');
+  assert.equal(again.url, first.url);
+  assert.equal(again.expires_at, first.expires_at);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM billing_simulator_sessions WHERE tenant_id = $1', [owner.tenantId]))[0].n, 1);
+});
+
+test('cancelling the simulated checkout returns to cancel_url and changes nothing', async () => {
+  const owner = await tenantOwner(t);
+  const session = await checkout(owner, 'sim-cancel');
+  const res = await press(`${pathOf(session.url)}/cancel`);
+  assert.equal(res.statusCode, 303);
+  assert.equal(res.headers.location, body.cancel_url);
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status, row.stripe_customer_id], ['starter', 'none', null]);
+  assert.equal((await press(`${pathOf(session.url)}/complete`)).statusCode, 404);
+});
+
+test('the simulated portal: cancel at period end, a failed and a paid invoice, then cancel now lapses the Tenant to Starter', async () => {
+  const owner = await tenantOwner(t);
+  const noAccount = await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, owner.token, { return_url: 'http://localhost:3000/settings' });
+  assertError(noAccount, 409, 'no_billing_account');
+  await press(`${pathOf((await checkout(owner, 'sim-portal')).url)}/complete`);
+  const portal = assertStatus(await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, owner.token, { return_url: 'http://localhost:3000/settings' }), 201);
+  const path = pathOf(portal.url);
+  assert.ok(path.startsWith('/billing/simulator/portal/'), portal.url);
+  const html = await page(path);
+  assert.equal(html.statusCode, 200);
+  assert.match(html.body, /Cancel at period end/);
+  assert.match(html.body, /http:\/\/localhost:3000\/settings/);
+
+  const act = async (action: string) => {
+    const res = await press(`${path}/${action}`);
+    assert.equal(res.statusCode, 303, res.body);
+    assert.equal(res.headers.location, path);
+    return tenantRow(t, owner.tenantId);
+  };
+  assert.equal((await act('cancel_at_period_end')).cancel_at_period_end, true);
+  assert.equal((await act('resume')).cancel_at_period_end, false);
+  assert.equal((await act('payment_failed')).subscription_status, 'past_due');
+  assert.equal((await act('payment_succeeded')).subscription_status, 'active');
+  const lapsed = await act('cancel_now');
+  assert.deepEqual([lapsed.plan, lapsed.subscription_status, lapsed.restricted], ['starter', 'canceled', false]);
+  const statuses = (await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status);
+  assert.deepEqual(statuses, ['active', 'past_due', 'active', 'canceled']);
+  // A lapsed Tenant may check out again.
+  await checkout(owner, 'sim-again');
+});
+
+test('an unknown simulator session is a 404 page; an unknown portal action 422', async () => {
+  const res = await page('/billing/simulator/checkout/cs_sim_unknown');
+  assert.equal(res.statusCode, 404);
+  assert.match(String(res.headers['content-type']), /^text\/html/);
+  assert.equal((await press('/billing/simulator/portal/bps_sim_unknown/cancel_now')).statusCode, 404);
+  assert.equal((await press('/billing/simulator/portal/bps_sim_unknown/refund_everything')).statusCode, 422);
+});
+
+test('the OpenAPI document describes the tenancy and billing operations, marks tier-change creation destructive and lists the simulator pages under their own tag', async () => {
+  const doc = assertStatus(await t.app.inject({ method: 'GET', url: '/v1/openapi.json' }), 200);
+  const expected: [string, string][] = [
+    ['get', '/v1/tenants'], ['get', '/v1/tenants/{id}'], ['post', '/v1/tenants/{id}/tier-change-requests'], ['get', '/v1/tenants/{id}/tier-change-requests'],
+    ['get', '/v1/tenants/{id}/tier-change-requests/{requestId}'], ['patch', '/v1/tenants/{id}/tier-change-requests/{requestId}'], ['get', '/v1/tenants/{id}/subscription'],
+    ['get', '/v1/tenants/{id}/usage'], ['post', '/v1/tenants/{id}/billing/checkout-sessions'], ['post', '/v1/tenants/{id}/billing/portal-sessions'], ['post', '/v1/billing/processor-events'],
+  ];
+  for (const [method, path] of expected) assert.ok(doc.paths[path]?.[method], `${method} ${path}`);
+  assert.equal(doc.paths['/v1/tenants/{id}/tier-change-requests'].post['x-platform-destructive'], 'always');
+  assert.deepEqual(doc.paths['/v1/billing/processor-events'].post.security, []);
+  assert.equal(doc.paths['/v1/tenants/{id}/billing/checkout-sessions'].post.parameters.find((p: any) => p.name === 'Idempotency-Key').required, true);
+  const simulator = Object.entries<any>(doc.paths).filter(([p]) => p.startsWith('/billing/simulator/'));
+  assert.ok(simulator.length >= 4);
+  for (const [, item] of simulator) for (const op of Object.values<any>(item)) assert.deepEqual(op.tags, ['Billing simulator']);
+});

@@ -1,0 +1,146 @@
+// A loopback stand-in for the Stripe REST API (the endpoints the billing module calls), and signed
+// processor events built with the stripe package, for test/billing/*.test.ts.
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import Stripe from 'stripe';
+import type { TestApp } from '../helpers/app.js';
+import { toUnixSeconds } from '../../src/clock.js';
+import { rand } from '../tenancy/support.js';
+
+export interface ProcessorRequest {
+  method: string;
+  path: string;
+  query: URLSearchParams;
+  /** The form-encoded body, flattened: `metadata[tenant_id]` → value. */
+  form: Record<string, string>;
+  headers: IncomingMessage['headers'];
+}
+
+export interface FakeProcessor {
+  base: string;
+  requests: ProcessorRequest[];
+  /** Prices by lookup_key the fake knows (team by default). */
+  prices: Map<string, string>;
+  close(): Promise<void>;
+}
+
+const json = (status: number, body: unknown) => ({ status, body });
+
+/** Answers POST /v1/checkout/sessions, GET /v1/prices, POST /v1/billing_portal/sessions and POST /v1/customers as Stripe does (shape only). */
+export async function startFakeProcessor(): Promise<FakeProcessor> {
+  const requests: ProcessorRequest[] = [];
+  const prices = new Map([['team', 'price_team_monthly']]);
+  const byIdempotencyKey = new Map<string, { status: number; body: unknown }>();
+  let n = 0;
+  const answer = (r: ProcessorRequest): { status: number; body: unknown } => {
+    const now = Math.floor(Date.now() / 1000);
+    if (r.method === 'GET' && r.path === '/v1/prices') {
+      const keys = [...r.query.entries()].filter(([k]) => k.startsWith('lookup_keys')).map(([, v]) => v);
+      const data = keys.filter((k) => prices.has(k)).map((k) => ({ id: prices.get(k), object: 'price', lookup_key: k, active: true, currency: 'usd', unit_amount: 2900 }));
+      return json(200, { object: 'list', data, has_more: false, url: '/v1/prices' });
+    }
+    if (r.method === 'POST' && r.path === '/v1/checkout/sessions') {
+      const id = `cs_test_${++n}_${rand(4)}`;
+      return json(200, { id, object: 'checkout.session', url: `https://checkout.stripe.test/c/pay/${id}`, expires_at: now + 86_400, mode: r.form.mode, status: 'open', client_reference_id: r.form.client_reference_id });
+    }
+    if (r.method === 'POST' && r.path === '/v1/billing_portal/sessions') {
+      const id = `bps_test_${++n}`;
+      return json(200, { id, object: 'billing_portal.session', url: `https://billing.stripe.test/p/session/${id}`, created: now, customer: r.form.customer, return_url: r.form.return_url });
+    }
+    if (r.method === 'POST' && r.path === '/v1/customers') return json(200, { id: `cus_test_${++n}`, object: 'customer', email: r.form.email ?? null });
+    return json(404, { error: { type: 'invalid_request_error', message: `Unrecognized request URL (${r.method}: ${r.path})` } });
+  };
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      const url = new URL(req.url ?? '/', 'http://127.0.0.1');
+      const form = Object.fromEntries(new URLSearchParams(Buffer.concat(chunks).toString('utf8')));
+      const request: ProcessorRequest = { method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, form, headers: req.headers };
+      requests.push(request);
+      const key = req.headers['idempotency-key'];
+      const replay = typeof key === 'string' ? byIdempotencyKey.get(key) : undefined;
+      const out = replay ?? answer(request);
+      if (typeof key === 'string' && req.method === 'POST') byIdempotencyKey.set(key, out);
+      res.writeHead(out.status, { 'content-type': 'application/json', 'request-id': `req_${rand(6)}` });
+      res.end(JSON.stringify(out.body));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    base: `http://127.0.0.1:${port}`,
+    requests,
+    prices,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** A loopback port nothing listens on (the processor is down). */
+export async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+export interface EventOptions {
+  id?: string;
+  /** Unix seconds; defaults to the service clock. */
+  created?: number;
+}
+
+export function processorEvent(t: TestApp, type: string, object: Record<string, unknown>, opts: EventOptions = {}) {
+  return { id: opts.id ?? `evt_test_${rand(8)}`, object: 'event', type, created: opts.created ?? toUnixSeconds(t.clock.now()), livemode: false, data: { object } };
+}
+
+export interface SubscriptionShape {
+  tenantId?: string | null;
+  id?: string;
+  customer?: string;
+  status?: string;
+  plan?: string;
+  cancelAtPeriodEnd?: boolean;
+  start?: number;
+  end?: number;
+  addOns?: { code: string; unitAmount: number }[];
+}
+
+/** A Stripe subscription object: metadata.tenant_id, and the plan as the lookup_key of its price. */
+export function subscription(s: SubscriptionShape): Record<string, unknown> {
+  const start = s.start ?? 1_750_000_000;
+  const end = s.end ?? start + 30 * 86_400;
+  const items = [{ id: 'si_plan', quantity: 1, current_period_start: start, current_period_end: end, price: { id: `price_${s.plan ?? 'team'}`, lookup_key: s.plan ?? 'team', unit_amount: 2900 } }];
+  for (const a of s.addOns ?? []) items.push({ id: `si_${a.code}`, quantity: 1, current_period_start: start, current_period_end: end, price: { id: `price_${a.code}`, lookup_key: a.code, unit_amount: a.unitAmount } });
+  return {
+    id: s.id ?? 'sub_test_1',
+    object: 'subscription',
+    customer: s.customer ?? 'cus_test_1',
+    status: s.status ?? 'active',
+    cancel_at_period_end: s.cancelAtPeriodEnd ?? false,
+    currency: 'usd',
+    metadata: s.tenantId === null ? {} : { tenant_id: s.tenantId },
+    items: { object: 'list', data: items },
+  };
+}
+
+/** Signs a payload as Stripe does (t=…,v1=…), at the service clock unless told otherwise. */
+export function sign(t: TestApp, payload: string, opts: { secret?: string; timestamp?: number } = {}): string {
+  return Stripe.webhooks.generateTestHeaderString({ payload, secret: opts.secret ?? t.config.stripeWebhookSecret, timestamp: opts.timestamp ?? toUnixSeconds(t.clock.now()) });
+}
+
+export function postEvent(t: TestApp, payload: string, signature: string | null) {
+  return t.app.inject({
+    method: 'POST',
+    url: '/v1/billing/processor-events',
+    headers: { 'content-type': 'application/json', ...(signature === null ? {} : { 'stripe-signature': signature }) },
+    payload,
+  });
+}
+
+/** Builds, signs and delivers one event; returns the response. */
+export function deliver(t: TestApp, type: string, object: Record<string, unknown>, opts: EventOptions & { secret?: string } = {}) {
+  const payload = JSON.stringify(processorEvent(t, type, object, opts));
+  return postEvent(t, payload, sign(t, payload, { secret: opts.secret }));
+}

@@ -1,0 +1,128 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { createApiKey, createUser, login } from '../helpers/fixtures.js';
+import { assertError, assertStatus, buildApp, call, caller, createApplication, seedOrganization, seedTenant, tenantOwner, type Caller } from './support.js';
+
+let t: TestApp;
+let admin: Caller;
+let support: Caller;
+before(async () => {
+  t = await buildApp();
+  admin = await caller(t, ['superadmin']);
+  support = await caller(t, ['support']);
+});
+after(() => t.close());
+
+const TENANT_FIELDS = ['application_count', 'created_at', 'id', 'owner_organization_id', 'owner_type', 'owner_user_id', 'plan', 'region', 'restricted', 'status', 'subscription_status', 'tier', 'updated_at'];
+
+test("A Tenant appears with the owner's first Application; its owner fetches it with every Tenant field", async () => {
+  const owner = await caller(t);
+  const { tenantId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const tenant = assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}`, owner.token), 200);
+  assert.deepEqual(Object.keys(tenant).sort(), TENANT_FIELDS);
+  assert.equal(tenant.id, tenantId);
+  assert.equal(tenant.owner_type, 'user');
+  assert.equal(tenant.owner_user_id, owner.user.id);
+  assert.equal(tenant.owner_organization_id, null);
+  assert.equal(tenant.tier, 'shared');
+  assert.equal(tenant.region, 'us-east-1');
+  assert.equal(tenant.plan, 'starter');
+  assert.equal(tenant.status, 'active');
+  assert.equal(tenant.subscription_status, 'none');
+  assert.equal(tenant.restricted, false);
+  assert.equal(tenant.application_count, 1);
+});
+
+test("GET /v1/tenants/{id}: another user's Tenant and an unknown id are 404 tenant_not_found, never 403", async () => {
+  const owner = await tenantOwner(t);
+  const stranger = await caller(t);
+  assertError(await call(t, 'GET', `/v1/tenants/${owner.tenantId}`, stranger.token), 404, 'tenant_not_found');
+  assertError(await call(t, 'GET', '/v1/tenants/tnt_01HZZZZZZZZZZZZZZZZZZZZZZZ', owner.token), 404, 'tenant_not_found');
+  assert.equal((await call(t, 'GET', `/v1/tenants/${owner.tenantId}`, null)).statusCode, 401);
+});
+
+test('GET /v1/tenants/{id}: an org_admin of owner_organization_id is an owner; a plain or pending member is not', async () => {
+  const orgAdmin = await createUser(t);
+  const member = await createUser(t);
+  const pendingAdmin = await createUser(t);
+  const orgId = await seedOrganization(t, [
+    { userId: orgAdmin.id, role: 'org_admin' },
+    { userId: member.id, role: 'member' },
+    { userId: pendingAdmin.id, role: 'org_admin', status: 'pending' },
+  ]);
+  const tenantId = await seedTenant(t, { ownerOrganizationId: orgId, plan: 'team' });
+  const seen = assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}`, await login(t, orgAdmin)), 200);
+  assert.equal(seen.owner_type, 'organization');
+  assert.equal(seen.owner_organization_id, orgId);
+  assertError(await call(t, 'GET', `/v1/tenants/${tenantId}`, await login(t, member)), 404, 'tenant_not_found');
+  assertError(await call(t, 'GET', `/v1/tenants/${tenantId}`, await login(t, pendingAdmin)), 404, 'tenant_not_found');
+});
+
+test('GET /v1/tenants/{id}: tenants.manage and billing.manage fetch any Tenant', async () => {
+  const owner = await tenantOwner(t);
+  const billingAdmin = await caller(t, ['billing_admin']);
+  for (const who of [support, billingAdmin, admin]) assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}`, who.token), 200);
+});
+
+test("GET /v1/tenants: any user lists only their own Tenants (as owner user or org_admin)", async () => {
+  const user = await caller(t);
+  const own = await seedTenant(t, { ownerUserId: user.user.id });
+  const orgId = await seedOrganization(t, [{ userId: user.user.id, role: 'org_admin' }]);
+  const orgTenant = await seedTenant(t, { ownerOrganizationId: orgId, plan: 'team' });
+  await tenantOwner(t);
+  const body = assertStatus(await call(t, 'GET', '/v1/tenants', user.token), 200);
+  assert.deepEqual(body.data.map((x: any) => x.id).sort(), [own, orgTenant].sort());
+  assert.equal(body.page.has_more, false);
+  const none = assertStatus(await call(t, 'GET', '/v1/tenants', (await caller(t)).token), 200);
+  assert.deepEqual(none.data, []);
+});
+
+test('GET /v1/tenants: tenants.manage lists every Tenant, filtered by plan, tier, status, restricted, owner_user_id and owner_organization_id', async () => {
+  const a = await tenantOwner(t, { plan: 'enterprise', tier: 'isolated' });
+  const b = await tenantOwner(t, { plan: 'team', restricted: true });
+  const c = await tenantOwner(t, { plan: 'enterprise', tier: 'dedicated_region', region: 'eu-west-1', status: 'migrating' });
+  const orgId = await seedOrganization(t, [{ userId: a.user.id, role: 'org_admin' }]);
+  const d = await seedTenant(t, { ownerOrganizationId: orgId, plan: 'team' });
+  const ids = async (query: string) => {
+    const body = assertStatus(await call(t, 'GET', `/v1/tenants?limit=100${query}`, support.token), 200);
+    return new Set(body.data.map((x: any) => x.id));
+  };
+  const all = await ids('');
+  for (const id of [a.tenantId, b.tenantId, c.tenantId, d]) assert.ok(all.has(id), id);
+  const enterprise = await ids('&plan=enterprise');
+  assert.ok(enterprise.has(a.tenantId) && enterprise.has(c.tenantId) && !enterprise.has(b.tenantId));
+  assert.deepEqual([...(await ids(`&tier=isolated&owner_user_id=${a.user.id}`))], [a.tenantId]);
+  assert.ok((await ids('&status=migrating')).has(c.tenantId));
+  assert.ok(!(await ids('&status=active')).has(c.tenantId));
+  const restricted = await ids('&restricted=true');
+  assert.ok(restricted.has(b.tenantId) && !restricted.has(a.tenantId));
+  assert.deepEqual([...(await ids(`&owner_organization_id=${orgId}`))], [d]);
+  assertError(await call(t, 'GET', '/v1/tenants?plan=gold', support.token), 422, 'validation_failed');
+});
+
+test('GET /v1/tenants pages newest first with limit and cursor, never repeating a Tenant', async () => {
+  const user = await caller(t);
+  const base = t.clock.now().getTime();
+  const made: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const orgId = await seedOrganization(t, [{ userId: user.user.id, role: 'org_admin' }]);
+    made.push(await seedTenant(t, { ownerOrganizationId: orgId, createdAt: new Date(base + i * 1000) }));
+  }
+  const first = assertStatus(await call(t, 'GET', '/v1/tenants?limit=2', user.token), 200);
+  assert.deepEqual(first.data.map((x: any) => x.id), [made[2], made[1]]);
+  assert.equal(first.page.has_more, true);
+  const second = assertStatus(await call(t, 'GET', `/v1/tenants?limit=2&cursor=${first.page.next_cursor}`, user.token), 200);
+  assert.deepEqual(second.data.map((x: any) => x.id), [made[0]]);
+  assert.equal(second.page.next_cursor, null);
+});
+
+test('GET /v1/tenants: a platform API key with tenants.manage lists every Tenant; one without it lists none', async () => {
+  const owner = await tenantOwner(t);
+  const key = await createApiKey(t, { permissions: ['tenants.manage'] });
+  const body = assertStatus(await call(t, 'GET', `/v1/tenants?owner_user_id=${owner.user.id}`, key.secret), 200);
+  assert.deepEqual(body.data.map((x: any) => x.id), [owner.tenantId]);
+  const bare = await createApiKey(t, { permissions: [] });
+  assert.deepEqual(assertStatus(await call(t, 'GET', '/v1/tenants', bare.secret), 200).data, []);
+  assertError(await call(t, 'GET', `/v1/tenants/${owner.tenantId}`, bare.secret), 404, 'tenant_not_found');
+});

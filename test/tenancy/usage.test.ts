@@ -1,0 +1,121 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { createApiKey, createUser } from '../helpers/fixtures.js';
+import { newId } from '../../src/ids.js';
+import { assertError, assertStatus, buildApp, call, caller, createApplication, rand, sql, tenantOwner, type Caller } from './support.js';
+
+let t: TestApp;
+let admin: Caller;
+before(async () => {
+  t = await buildApp();
+  admin = await caller(t, ['superadmin']);
+});
+after(() => t.close());
+
+const usage = async (tenantId: string, token: string) => assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/usage`, token), 200);
+
+/** Active personal grants to the Application: each grantee is a seat. */
+async function grantSeats(appId: string, userIds: string[]): Promise<void> {
+  const now = t.clock.now();
+  for (const userId of userIds) {
+    await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+                  VALUES ($1, $2, $3, 'active', 'admin_grant', $4, false, $4, $4)`, [newId('ent'), userId, appId, now]);
+  }
+}
+
+test('the usage document gives each capped resource {limit, current}, seats also included, audit_hot_window_days only {limit}', async () => {
+  const owner = await caller(t);
+  const { appId, tenantId } = await createApplication(t, admin, { owner_user_id: owner.user.id }, { available_app_roles: ['viewer', 'editor'] });
+  const a = await createUser(t);
+  const b = await createUser(t);
+  await grantSeats(appId, [a.id, b.id]);
+  const doc = await usage(tenantId, owner.token);
+  assert.deepEqual(doc, {
+    tenant_id: tenantId,
+    plan: 'starter',
+    limits: {
+      applications: { limit: 1, current: 1 },
+      seats: { limit: 1000, current: 2, included: 1000 },
+      app_roles: { limit: 3, current: 2 },
+      webhooks: { limit: 1, current: 0 },
+      audit_hot_window_days: { limit: 30 },
+    },
+    fits_plans: ['starter', 'team', 'enterprise'],
+  });
+});
+
+test('a null limit means unlimited: Enterprise has no caps; Team includes 25 seats without a cap', async () => {
+  const enterprise = await tenantOwner(t, { plan: 'enterprise' });
+  const e = await usage(enterprise.tenantId, enterprise.token);
+  assert.deepEqual(e.limits, {
+    applications: { limit: null, current: 0 },
+    seats: { limit: null, current: 0, included: null },
+    app_roles: { limit: null, current: 0 },
+    webhooks: { limit: null, current: 0 },
+    audit_hot_window_days: { limit: null },
+  });
+  const team = await tenantOwner(t, { plan: 'team' });
+  const tm = await usage(team.tenantId, team.token);
+  assert.deepEqual(tm.limits.seats, { limit: null, current: 0, included: 25 });
+  assert.deepEqual(tm.limits.applications, { limit: 5, current: 0 });
+  assert.equal(tm.limits.audit_hot_window_days.limit, 365);
+});
+
+test('app_roles current is the highest count on any one Application, and decides fits_plans', async () => {
+  const owner = await tenantOwner(t, { plan: 'enterprise' });
+  for (const roles of [['a1'], ['r1', 'r2', 'r3', 'r4'], ['x1', 'x2']]) {
+    await createApplication(t, admin, { owner_user_id: owner.user.id }, { available_app_roles: roles });
+  }
+  const doc = await usage(owner.tenantId, owner.token);
+  assert.deepEqual(doc.limits.app_roles, { limit: null, current: 4 });
+  assert.equal(doc.limits.applications.current, 3);
+  assert.deepEqual(doc.fits_plans, ['team', 'enterprise']);
+});
+
+test('fits_plans lists the plans whose limits the current usage fits: six Applications fit only Enterprise', async () => {
+  const owner = await tenantOwner(t, { plan: 'enterprise' });
+  for (let i = 0; i < 6; i++) await createApplication(t, admin, { owner_user_id: owner.user.id });
+  assert.deepEqual((await usage(owner.tenantId, owner.token)).fits_plans, ['enterprise']);
+});
+
+test('seats count distinct users with a live grant; more than 1,000 seats do not fit Starter', async () => {
+  const owner = await tenantOwner(t, { plan: 'team' });
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const now = t.clock.now();
+  const prefix = `seat-${rand()}`;
+  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
+                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, 1001) g`, [prefix, now]);
+  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, 1001) g`, [prefix, now, appId]);
+  const doc = await usage(owner.tenantId, owner.token);
+  assert.deepEqual(doc.limits.seats, { limit: null, current: 1001, included: 25 });
+  assert.deepEqual(doc.fits_plans, ['team', 'enterprise']);
+});
+
+test("webhooks current counts the subscriptions of the Tenant's Applications (platform-scope ones belong to no Tenant)", async () => {
+  const owner = await tenantOwner(t, { plan: 'team' });
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  assert.equal((await usage(owner.tenantId, owner.token)).limits.webhooks.current, 0);
+  const [{ present }] = await sql<{ present: boolean }>(t, `SELECT to_regclass('webhook_subscriptions') IS NOT NULL AS present`);
+  const now = t.clock.now();
+  if (present) {
+    // The webhooks module's table (0008): rows as it writes them.
+    for (const [id, scope, app] of [[`whk_${rand()}`, appId, appId], [`whk_${rand()}`, appId, appId], [`whk_${rand()}`, 'platform', null]]) {
+      await sql(t, `INSERT INTO webhook_subscriptions (id, scope, application_id, url, events, status, signing_secret, api_version, test_mode, created_at, updated_at)
+                    VALUES ($1, $2, $3, 'https://hooks.example.com', ARRAY['*'], 'healthy', 'whsec_x', '2025-01-01', false, $4, $4)`, [id, scope, app, now]);
+    }
+  } else {
+    await t.database.scoped('system').exec(`CREATE TABLE webhook_subscriptions (id text PRIMARY KEY, scope text NOT NULL); GRANT SELECT ON webhook_subscriptions TO platform_app`);
+    await sql(t, `INSERT INTO webhook_subscriptions (id, scope) VALUES ('whk_1', $1), ('whk_2', $1), ('whk_3', 'platform')`, [appId]);
+  }
+  assert.deepEqual((await usage(owner.tenantId, owner.token)).limits.webhooks, { limit: 10, current: 2 });
+});
+
+test('usage: owner, billing.manage and tenants.manage read it; anyone else 404 tenant_not_found; an API key 400 user_token_required', async () => {
+  const owner = await tenantOwner(t);
+  for (const roles of [['billing_admin'], ['support']]) await usage(owner.tenantId, (await caller(t, roles)).token);
+  assertError(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, (await caller(t)).token), 404, 'tenant_not_found');
+  const key = await createApiKey(t, { permissions: ['billing.manage', 'tenants.manage'] });
+  assertError(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, key.secret), 400, 'user_token_required');
+});
