@@ -34,11 +34,12 @@ export const accessPathToApp = (userParam: number) =>
  */
 export function visibleCondition(viewer: Viewer, params: unknown[]): string {
   if (viewer.admin) return 'TRUE';
-  const parts: string[] = [];
+  // An app-confined key reaches only its own Application (Part A, Authentication 4; others 404).
   if (viewer.keyApp) {
     params.push(viewer.keyApp);
-    parts.push(`a.id = $${params.length}`);
+    return `a.id = $${params.length}`;
   }
+  const parts: string[] = [];
   if (viewer.userId) {
     params.push(viewer.userId);
     const u = params.length;

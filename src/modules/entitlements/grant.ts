@@ -1,5 +1,5 @@
 import type { Ctx } from '../../context.js';
-import { inTx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
@@ -10,11 +10,11 @@ import { withAccessFlips } from '../../access/flips.js';
 import { findUserById } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import { visibleApplication } from '../applications/service.js';
-import type { ApplicationRow } from '../applications/store.js';
+import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
 import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
 import { countSeats, isSeat } from '../tenancy/seats.js';
 import { ENT_COLUMNS, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
-import { assertMayGrant, rightsOver } from './rights.js';
+import { assertMayGrant, confinedApp, rightsOver } from './rights.js';
 import type { Entitlement, GrantBody } from './schemas.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
@@ -33,7 +33,10 @@ export function grantTerm(ctx: Ctx, body: { source?: string; starts_at?: string;
 
 /** The Application a grant targets: visible to the caller (404), approved (409), and the caller allowed to grant for it. */
 export async function grantableApplication(ctx: Ctx, applicationId: string): Promise<ApplicationRow> {
-  const app = await visibleApplication(ctx, applicationId);
+  // Platform entitlements.manage grants on every Application, internal and invite_only ones included.
+  const platform = hasPermission(ctx.actor, 'entitlements.manage') && !confinedApp(ctx);
+  const app = platform ? await findApplicationRow(ctx.db, applicationId) : await visibleApplication(ctx, applicationId);
+  if (!app) throw new ApiError('application_not_found');
   assertMayGrant(await rightsOver(ctx, app), app);
   if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
   return app;

@@ -51,7 +51,7 @@ export async function listUserEntitlements(ctx: Ctx, idParam: string, q: UserEnt
   const app = confinedApp(ctx);
   const platform = hasPermission(ctx.actor, 'entitlements.manage') && !app;
   const confinedReader = app !== null && (hasPermission(ctx.actor, 'entitlements.manage') || hasPermission(ctx.actor, 'users.list'));
-  const { user, self } = await targetUser(ctx, idParam, 'read');
+  const { user, self } = await targetUser(ctx, idParam, 'read', { readers: ['users.list', 'entitlements.manage'] });
   if (!self && !platform && !confinedReader && !hasPermission(ctx.actor, 'users.manage')) throw new ApiError('user_not_found');
   const params: unknown[] = [user.id];
   const where: string[] = [

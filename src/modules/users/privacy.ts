@@ -148,6 +148,7 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     'DELETE FROM app_profiles WHERE user_id = $1',
     'DELETE FROM app_settings WHERE user_id = $1',
     'DELETE FROM entitlements WHERE user_id = $1',
+    'DELETE FROM access_states WHERE user_id = $1',
     'DELETE FROM profiles WHERE user_id = $1',
     `UPDATE entitlements SET member_overrides = array_remove(member_overrides, $1) WHERE $1 = ANY(member_overrides)`,
   ]) {

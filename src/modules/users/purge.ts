@@ -16,7 +16,7 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
     };
     const oldUsers = `SELECT id FROM users WHERE test_mode AND created_at < $1`;
     const oldOrgs = `SELECT id FROM organizations WHERE test_mode AND created_at < $1`;
-    for (const table of ['recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'role_assignments', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
+    for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'role_assignments', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
       await tx.query(`DELETE FROM ${table} WHERE user_id IN (${oldUsers})`, [cutoff]);
     }
     await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);

@@ -1,0 +1,109 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission } from '../../context.js';
+import { addSeconds } from '../../clock.js';
+import { ApiError } from '../../errors.js';
+import { keyset, toPage } from '../../http/pagination.js';
+import type { AuditEvent, AuditQuery } from './schemas.js';
+import { applicationPlan, AUDIT_COLUMNS, ownedTenants, tenantCondition, tenantsOfEvent, toAuditEvent, windowDaysOf, type AuditRow } from './store.js';
+
+/** Hot window of platform audit.view callers and of a user reading events about themselves. */
+export const PLATFORM_HOT_WINDOW_DAYS = 365;
+
+/** How the caller may read the log: which rows (SQL over `e`) and how far back. */
+interface AuditView {
+  /** Adds its condition to params; 'TRUE' for platform audit.view. */
+  condition: (params: unknown[]) => string;
+  windowDays: number;
+}
+
+const appKeyOf = (ctx: Ctx) => (ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null);
+const platformViewer = (ctx: Ctx) => hasPermission(ctx.actor, 'audit.view') && !appKeyOf(ctx);
+const forbidden = () =>
+  new ApiError('forbidden', { message: 'Reading the audit log needs audit.view, target_user_id=me, or tenant_id of a Tenant you own.', details: { required_permission: 'audit.view' } });
+
+export const windowStart = (ctx: Ctx, days: number): Date => addSeconds(ctx.now, -days * 86400);
+
+/**
+ * Part B visibility for the list: platform audit.view sees everything; an app-scoped key with
+ * audit.view only its Application (forced filter); a Tenant owner passing tenant_id of their
+ * Tenant that Tenant's events; any user passing target_user_id=me events about themselves; else 403.
+ */
+async function listView(ctx: Ctx, q: AuditQuery): Promise<AuditView> {
+  if (platformViewer(ctx)) return { condition: () => 'TRUE', windowDays: PLATFORM_HOT_WINDOW_DAYS };
+  const app = appKeyOf(ctx);
+  if (app && hasPermission(ctx.actor, 'audit.view')) {
+    const plan = await applicationPlan(ctx.db, app);
+    return { condition: (p) => `e.application_id = $${p.push(app)}`, windowDays: plan ? windowDaysOf(plan) : PLATFORM_HOT_WINDOW_DAYS };
+  }
+  if (ctx.actor.type !== 'user') throw forbidden();
+  const userId = ctx.actor.userId;
+  if (q.tenant_id) {
+    const [owned] = await ownedTenants(ctx.db, userId, [q.tenant_id]);
+    if (owned) return { condition: (p) => tenantCondition(p.push(owned.id)), windowDays: windowDaysOf(owned.plan) };
+  }
+  if (q.target_user_id === 'me' || q.target_user_id === userId) return { condition: (p) => `e.target_user_id = $${p.push(userId)}`, windowDays: PLATFORM_HOT_WINDOW_DAYS };
+  throw forbidden();
+}
+
+function resolveTargetUser(ctx: Ctx, value: string): string {
+  if (value !== 'me') return value;
+  if (ctx.actor.type === 'user') return ctx.actor.userId;
+  throw new ApiError('validation_failed', { details: { fields: [{ path: 'query.target_user_id', message: '`me` needs a User token' }] } });
+}
+
+/** GET /v1/audit-events: newest first, within the caller's hot window (returned for the header). */
+export async function listAuditEvents(ctx: Ctx, q: AuditQuery) {
+  const view = await listView(ctx, q);
+  const start = windowStart(ctx, view.windowDays);
+  const params: unknown[] = [start];
+  const where = ['e.created_at >= $1', view.condition(params)];
+  const add = (sql: (n: number) => string, value: unknown) => where.push(sql(params.push(value)));
+  if (q.target_user_id) add((n) => `e.target_user_id = $${n}`, resolveTargetUser(ctx, q.target_user_id));
+  if (q.target_type) add((n) => `e.target_type = $${n}`, q.target_type);
+  if (q.target_id) add((n) => `e.target_id = $${n}`, q.target_id);
+  if (q.actor_id) add((n) => `e.actor_id = $${n}`, q.actor_id);
+  if (q.actor_type) add((n) => `e.actor_type = $${n}`, q.actor_type);
+  if (q.action) add((n) => `e.action = ANY($${n}::text[])`, q.action);
+  if (q.application_id) add((n) => `e.application_id = $${n}`, q.application_id);
+  if (q.organization_id) add((n) => `e.organization_id = $${n}`, q.organization_id);
+  if (q.tenant_id) add((n) => tenantCondition(n), q.tenant_id);
+  if (q.since) add((n) => `e.created_at >= $${n}::timestamptz`, q.since);
+  if (q.until) add((n) => `e.created_at < $${n}::timestamptz`, q.until);
+  const ks = keyset(q, params.length + 1, 'e');
+  const { rows } = await ctx.db.query<AuditRow>(
+    `SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return { page: toPage(rows, ks.limit, toAuditEvent), windowStart: start };
+}
+
+/**
+ * GET /v1/audit-events/{id}: the same readers, judged on the event itself; missing, not visible
+ * and outside the caller's hot window (archived) are all 404 audit_event_not_found.
+ */
+export async function getAuditEvent(ctx: Ctx, id: string): Promise<{ event: AuditEvent; windowStart: Date }> {
+  const { rows } = await ctx.db.query<AuditRow>(`SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE e.id = $1`, [id]);
+  const row = rows[0];
+  const days = row ? await eventWindow(ctx, row) : null;
+  if (!row || days === null) throw new ApiError('audit_event_not_found');
+  const start = windowStart(ctx, days);
+  if (row.created_at < start) throw new ApiError('audit_event_not_found');
+  return { event: toAuditEvent(row), windowStart: start };
+}
+
+/** The longest hot window under which the caller may read this event, or null if none. */
+async function eventWindow(ctx: Ctx, row: AuditRow): Promise<number | null> {
+  if (platformViewer(ctx)) return PLATFORM_HOT_WINDOW_DAYS;
+  const app = appKeyOf(ctx);
+  if (app) {
+    if (!hasPermission(ctx.actor, 'audit.view') || row.application_id !== app) return null;
+    const plan = await applicationPlan(ctx.db, app);
+    return plan ? windowDaysOf(plan) : PLATFORM_HOT_WINDOW_DAYS;
+  }
+  if (ctx.actor.type !== 'user') return null;
+  const windows: number[] = [];
+  if (row.target_user_id === ctx.actor.userId) windows.push(PLATFORM_HOT_WINDOW_DAYS);
+  for (const t of await ownedTenants(ctx.db, ctx.actor.userId, await tenantsOfEvent(ctx.db, row))) windows.push(windowDaysOf(t.plan));
+  return windows.length ? Math.max(...windows) : null;
+}
+

@@ -1,0 +1,84 @@
+import type { Queryable } from '../../db/types.js';
+import { PLAN_LIMITS, type Plan } from '../tenancy/plans.js';
+import type { AuditEvent } from './schemas.js';
+
+export interface AuditRow {
+  id: string;
+  action: string;
+  actor_type: 'user' | 'api_key' | 'system';
+  actor_id: string | null;
+  via_api_key_id: string | null;
+  target_type: string | null;
+  target_id: string | null;
+  target_user_id: string | null;
+  application_id: string | null;
+  organization_id: string | null;
+  tenant_id: string | null;
+  before: unknown;
+  after: unknown;
+  request_id: string | null;
+  created_at: Date;
+}
+
+export const AUDIT_COLUMNS = `e.id, e.action, e.actor_type, e.actor_id, e.via_api_key_id, e.target_type, e.target_id, e.target_user_id,
+  e.application_id, e.organization_id, e.tenant_id, e.before, e.after, e.request_id, e.created_at`;
+
+export function toAuditEvent(r: AuditRow): AuditEvent {
+  return {
+    id: r.id,
+    action: r.action,
+    actor: { type: r.actor_type, id: r.actor_id, via_api_key_id: r.via_api_key_id },
+    target: r.target_type ? { type: r.target_type, id: r.target_id } : null,
+    target_user_id: r.target_user_id,
+    application_id: r.application_id,
+    organization_id: r.organization_id,
+    tenant_id: r.tenant_id,
+    before: r.before ?? null,
+    after: r.after ?? null,
+    request_id: r.request_id,
+    timestamp: r.created_at.toISOString(),
+  };
+}
+
+/** SQL over `e`: the event belongs to Tenant `$n`, recorded with it or about one of its Applications. */
+export const tenantCondition = (n: number) =>
+  `(e.tenant_id = $${n} OR e.application_id IN (SELECT a.id FROM applications a WHERE a.tenant_id = $${n}))`;
+
+/** Enterprise windows are negotiated; without a negotiated figure on record, two years. */
+export const ENTERPRISE_HOT_WINDOW_DAYS = 730;
+
+export const windowDaysOf = (plan: Plan): number => PLAN_LIMITS[plan]?.audit_hot_window_days ?? ENTERPRISE_HOT_WINDOW_DAYS;
+
+export async function tenantPlan(db: Queryable, tenantId: string): Promise<Plan | null> {
+  const { rows } = await db.query<{ plan: Plan }>('SELECT plan FROM tenants WHERE id = $1', [tenantId]);
+  return rows[0]?.plan ?? null;
+}
+
+/** The plan of an Application's Tenant. */
+export async function applicationPlan(db: Queryable, applicationId: string): Promise<Plan | null> {
+  const { rows } = await db.query<{ plan: Plan }>('SELECT t.plan FROM applications a JOIN tenants t ON t.id = a.tenant_id WHERE a.id = $1', [applicationId]);
+  return rows[0]?.plan ?? null;
+}
+
+/** Tenants the user owns (owner_user_id, or an active org_admin of owner_organization_id), with their plans. */
+export async function ownedTenants(db: Queryable, userId: string, tenantIds: string[]): Promise<{ id: string; plan: Plan }[]> {
+  if (tenantIds.length === 0) return [];
+  const { rows } = await db.query<{ id: string; plan: Plan }>(
+    `SELECT t.id, t.plan FROM tenants t
+      WHERE t.id = ANY($1::text[]) AND (t.owner_user_id = $2 OR t.owner_organization_id IN (
+        SELECT m.organization_id FROM organization_members m WHERE m.user_id = $2 AND m.role = 'org_admin' AND m.membership_status = 'active'))`,
+    [tenantIds, userId],
+  );
+  return rows;
+}
+
+/** The Tenants an event belongs to: the one recorded on it and its Application's. */
+export async function tenantsOfEvent(db: Queryable, row: Pick<AuditRow, 'tenant_id' | 'application_id'>): Promise<string[]> {
+  const ids = new Set<string>();
+  if (row.tenant_id) ids.add(row.tenant_id);
+  if (row.application_id) {
+    const { rows } = await db.query<{ tenant_id: string }>('SELECT tenant_id FROM applications WHERE id = $1', [row.application_id]);
+    if (rows[0]) ids.add(rows[0].tenant_id);
+  }
+  return [...ids];
+}

@@ -1,0 +1,96 @@
+import type { Ctx } from '../../context.js';
+import { hasPermission } from '../../context.js';
+import type { Queryable } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { findApplication, isApplicationOwner, OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
+import { SUBSCRIPTION_COLUMNS, type SubscriptionRow } from './store.js';
+
+/** Who is asking, reduced to what subscription visibility depends on. */
+export interface WebhookViewer {
+  /** Platform webhooks.manage (a User or a platform-scope key). */
+  manage: boolean;
+  /** An app-scoped key's Application: it manages that Application's subscriptions, needing no permission. */
+  keyApp: string | null;
+  userId: string | null;
+}
+
+export function webhookViewer(ctx: Ctx): WebhookViewer {
+  const keyApp = ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null;
+  return {
+    manage: hasPermission(ctx.actor, 'webhooks.manage') && !keyApp,
+    keyApp,
+    userId: ctx.actor.type === 'user' ? ctx.actor.userId : null,
+  };
+}
+
+/** SQL over `w`: the subscriptions the viewer may see (webhooks.manage all; the own key its app; owners their apps). */
+export function visibleCondition(viewer: WebhookViewer, params: unknown[]): string {
+  if (viewer.manage) return 'TRUE';
+  if (viewer.keyApp) return `w.application_id = $${params.push(viewer.keyApp)}`;
+  if (viewer.userId) return `w.application_id IN (${OWNED_APPLICATIONS_SQL(params.push(viewer.userId))})`;
+  return 'FALSE';
+}
+
+/** The subscription if the caller may see it; others' subscriptions are 404 webhook_not_found. */
+export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = ctx.db, forUpdate = false): Promise<SubscriptionRow> {
+  const viewer = webhookViewer(ctx);
+  const params: unknown[] = [id];
+  const condition = visibleCondition(viewer, params);
+  const { rows } = await db.query<SubscriptionRow>(
+    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 AND ${condition} ${forUpdate ? 'FOR UPDATE' : ''}`,
+    params,
+  );
+  if (!rows[0]) throw new ApiError('webhook_not_found');
+  return rows[0];
+}
+
+export interface CreateScope {
+  scope: string;
+  applicationId: string | null;
+  /** Mailed when a platform-scope subscription is disabled: the creating user or the key's creator. */
+  createdByUserId: string | null;
+}
+
+const forbidden = (message: string) => new ApiError('forbidden', { message });
+const scopeRequired = () =>
+  new ApiError('validation_failed', { details: { fields: [{ path: 'scope', message: 'is required: `platform` or an application_id' }] } });
+
+/**
+ * Part B scope rules: an app-scoped key may omit scope or pass its own Application; an Application
+ * owner's User token must pass the Application id; webhooks.manage passes `platform` or any
+ * application_id; anything else 403 forbidden.
+ */
+export async function resolveCreateScope(ctx: Ctx, scope: string | undefined): Promise<CreateScope> {
+  const viewer = webhookViewer(ctx);
+  const createdByUserId = await creatorOf(ctx);
+  if (viewer.keyApp) {
+    if (scope !== undefined && scope !== viewer.keyApp) throw forbidden("An app-scoped key manages only its own Application's subscriptions.");
+    return { scope: viewer.keyApp, applicationId: viewer.keyApp, createdByUserId };
+  }
+  if (viewer.manage) {
+    if (scope === undefined) throw scopeRequired();
+    if (scope === 'platform') return { scope, applicationId: null, createdByUserId };
+    if (!(await findApplication(ctx.db, scope))) throw new ApiError('application_not_found');
+    return { scope, applicationId: scope, createdByUserId };
+  }
+  if (viewer.userId) {
+    if (scope === undefined) throw scopeRequired();
+    if (scope !== 'platform' && (await isApplicationOwner(ctx.db, viewer.userId, scope))) return { scope, applicationId: scope, createdByUserId };
+  }
+  throw new ApiError('forbidden', { details: { required_permission: 'webhooks.manage' } });
+}
+
+async function creatorOf(ctx: Ctx): Promise<string | null> {
+  if (ctx.actor.type === 'user') return ctx.actor.userId;
+  if (ctx.actor.type !== 'api_key') return null;
+  const { rows } = await ctx.db.query<{ created_by_user_id: string }>('SELECT created_by_user_id FROM api_keys WHERE id = $1', [ctx.actor.keyId]);
+  return rows[0]?.created_by_user_id ?? null;
+}
+
+/** The Tenant of an app-scope subscription (audit rows carry it); null for platform scope. */
+export async function tenantOfApplication(db: Queryable, applicationId: string | null): Promise<string | null> {
+  if (!applicationId) return null;
+  const { rows } = await db.query<{ tenant_id: string }>('SELECT tenant_id FROM applications WHERE id = $1', [applicationId]);
+  return rows[0]?.tenant_id ?? null;
+}
+

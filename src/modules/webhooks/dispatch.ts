@@ -1,0 +1,103 @@
+import type { Deps } from '../../context.js';
+import { addSeconds, toUnixSeconds } from '../../clock.js';
+import { renderEnvelope } from './catalog.js';
+import { SIGNATURE_HEADER, signatureHeader } from './signature.js';
+import { postAttempt, type AttemptResult } from './transport.js';
+
+/** A claim outlives the 5-second attempt by far; a process that dies holding one loses it after this. */
+export const CLAIM_LEASE_SECONDS = 60;
+
+export interface ClaimedDelivery {
+  id: string;
+  subscription_id: string;
+  event_id: string;
+  kind: 'event' | 'test' | 'redelivery';
+  /** This attempt's number (the claim counted it). */
+  attempt: number;
+  max_attempts: number;
+  test_mode: boolean;
+  last_attempt_at: Date;
+  url: string;
+  sub_status: 'healthy' | 'unhealthy' | 'disabled';
+  signing_secret: string;
+  previous_secret: string | null;
+  previous_secret_expires_at: Date | null;
+  api_version: string;
+  /** null when the event is no longer kept (the test purge removed it). */
+  type: string | null;
+  application_id: string | null;
+  data: Record<string, unknown> | null;
+  event_created_at: Date | null;
+}
+
+export interface Outcome {
+  delivery: ClaimedDelivery;
+  token: string;
+  /** null: not sent (subscription disabled, event gone); `skipped` says why. */
+  result: AttemptResult | null;
+  skipped?: string;
+}
+
+/**
+ * Claims due deliveries with FOR UPDATE SKIP LOCKED and a lease token, counting the attempt in the
+ * same statement, so concurrent workers in any number of processes never send one attempt twice.
+ */
+export async function claimDue(deps: Deps, limit: number, token: string): Promise<ClaimedDelivery[]> {
+  const now = deps.clock.now();
+  const { rows } = await deps.database.scoped('system').query<ClaimedDelivery>(
+    `WITH claimed AS (
+       UPDATE webhook_deliveries d SET claim_token = $2, claimed_until = $3, attempt = d.attempt + 1, last_attempt_at = $1
+        WHERE d.id IN (SELECT id FROM webhook_deliveries
+                        WHERE status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
+                        ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+        RETURNING d.id, d.subscription_id, d.event_id, d.kind, d.attempt, d.max_attempts, d.test_mode, d.last_attempt_at)
+     SELECT c.*, s.url, s.status AS sub_status, s.signing_secret, s.previous_secret, s.previous_secret_expires_at, s.api_version,
+            e.type, e.application_id, e.data, e.created_at AS event_created_at
+       FROM claimed c JOIN webhook_subscriptions s ON s.id = c.subscription_id LEFT JOIN outbox_events e ON e.id = c.event_id`,
+    [now, token, addSeconds(now, CLAIM_LEASE_SECONDS), limit],
+  );
+  return rows;
+}
+
+/** The signing secrets in force now: the current one, plus the previous one during a rotation overlap. */
+export function secretsOf(d: Pick<ClaimedDelivery, 'signing_secret' | 'previous_secret' | 'previous_secret_expires_at'>, now: Date): string[] {
+  const previous = d.previous_secret && d.previous_secret_expires_at && d.previous_secret_expires_at > now ? [d.previous_secret] : [];
+  return [d.signing_secret, ...previous];
+}
+
+/** Sends one claimed attempt (signed fresh) and reports what happened; never throws. */
+export async function attemptDelivery(deps: Deps, d: ClaimedDelivery, token: string): Promise<Outcome> {
+  if (d.type === null || d.data === null || d.event_created_at === null) return { delivery: d, token, result: null, skipped: 'the event is no longer kept' };
+  // A disabled subscription gets nothing new; test calls and manual redeliveries still go out.
+  if (d.sub_status === 'disabled' && d.kind === 'event') return { delivery: d, token, result: null, skipped: 'the subscription is disabled' };
+  const body = renderEnvelope(
+    { id: d.event_id, type: d.type, application_id: d.application_id, test_mode: d.test_mode, data: d.data, created_at: d.event_created_at },
+    d.api_version,
+  );
+  const now = deps.clock.now();
+  const headers = {
+    'content-type': 'application/json',
+    'user-agent': 'Platform-Webhooks/1.0',
+    'platform-event-id': d.event_id,
+    'platform-event-type': d.type,
+    'platform-delivery-id': d.id,
+    'platform-delivery-attempt': String(d.attempt),
+    [SIGNATURE_HEADER.toLowerCase()]: signatureHeader(secretsOf(d, now), toUnixSeconds(now), body),
+  };
+  const result = await postAttempt(deps, { url: d.url, headers, body });
+  const line = {
+    webhook_delivery_id: d.id,
+    subscription_id: d.subscription_id,
+    event_id: d.event_id,
+    event_type: d.type,
+    kind: d.kind,
+    attempt: d.attempt,
+    ok: result.ok,
+    response_status: result.responseStatus,
+    duration_ms: result.durationMs,
+    ...(result.error ? { error: result.error } : {}),
+  };
+  if (result.ok) deps.log.info(line, 'webhook attempt succeeded');
+  else deps.log.warn(line, 'webhook attempt failed');
+  return { delivery: d, token, result };
+}

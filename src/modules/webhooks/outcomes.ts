@@ -1,0 +1,101 @@
+import type { Deps } from '../../context.js';
+import { addSeconds } from '../../clock.js';
+import type { Tx } from '../../db/types.js';
+import { RETRY_DELAYS_SECONDS, UNHEALTHY_AFTER_EXHAUSTED } from './catalog.js';
+import type { Outcome } from './dispatch.js';
+import { applyHealthChange, type HealthRow } from './health.js';
+
+interface Decided {
+  outcome: Outcome;
+  status: 'pending' | 'succeeded' | 'failed';
+  next: Date | null;
+  /** A delivery of an event that failed its last attempt (counts toward unhealthy). */
+  exhausted: boolean;
+  gone: boolean;
+}
+
+/** Where an attempt leaves its delivery: done, failed for good, or due again after the schedule's delay. */
+function decide(o: Outcome): Decided {
+  const d = o.delivery;
+  const r = o.result;
+  if (r?.ok) return { outcome: o, status: 'succeeded', next: null, exhausted: false, gone: false };
+  const gone = r?.responseStatus === 410 && d.kind !== 'test';
+  const last = !r || gone || d.attempt >= d.max_attempts;
+  if (last) return { outcome: o, status: 'failed', next: null, exhausted: !!r && !gone && d.kind === 'event', gone };
+  const delay = RETRY_DELAYS_SECONDS[Math.min(d.attempt, RETRY_DELAYS_SECONDS.length) - 1];
+  return { outcome: o, status: 'pending', next: addSeconds(d.last_attempt_at, delay), exhausted: false, gone: false };
+}
+
+/**
+ * Writes a batch of finished attempts in one transaction: the delivery rows (only where this claim
+ * still holds the lease), the subscriptions' last_delivery_at and health, their audit rows and the
+ * owner's mail. Subscription rows are locked first, in id order, as DELETE does, so the two never
+ * deadlock.
+ */
+export async function recordOutcomes(deps: Deps, outcomes: Outcome[]): Promise<void> {
+  if (outcomes.length === 0) return;
+  const decided = outcomes.map(decide);
+  const now = deps.clock.now();
+  await deps.database.scoped('system').transaction(async (tx) => {
+    const subIds = [...new Set(outcomes.map((o) => o.delivery.subscription_id))].sort();
+    const { rows: subs } = await tx.query<HealthRow>(
+      `SELECT id, scope, application_id, url, status, test_mode, consecutive_failures, unhealthy_since, created_by_user_id
+         FROM webhook_subscriptions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`,
+      [subIds],
+    );
+    const { rows: applied } = await tx.query<{ id: string }>(
+      `UPDATE webhook_deliveries d SET status = u.status, next_attempt_at = u.next, response_status = u.rs,
+              duration_ms = u.ms, error = u.err, claimed_until = NULL, claim_token = NULL,
+              completed_at = CASE WHEN u.status = 'pending' THEN NULL ELSE $8::timestamptz END
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::int[], $7::text[])
+              AS u(id, token, status, next, rs, ms, err)
+        WHERE d.id = u.id AND d.claim_token = u.token
+        RETURNING d.id`,
+      [
+        decided.map((x) => x.outcome.delivery.id),
+        decided.map((x) => x.outcome.token),
+        decided.map((x) => x.status),
+        decided.map((x) => x.next),
+        decided.map((x) => x.outcome.result?.responseStatus ?? null),
+        decided.map((x) => x.outcome.result?.durationMs ?? null),
+        decided.map((x) => x.outcome.result?.error ?? x.outcome.skipped ?? null),
+        now,
+      ],
+    );
+    const mine = new Set(applied.map((r) => r.id));
+    await applySubscriptionEffects(tx, deps, subs, decided.filter((x) => mine.has(x.outcome.delivery.id)), now);
+  });
+}
+
+async function applySubscriptionEffects(tx: Tx, deps: Deps, subs: HealthRow[], decided: Decided[], now: Date): Promise<void> {
+  const touched = new Set<string>();
+  for (const sub of subs) {
+    const own = decided.filter((x) => x.outcome.delivery.subscription_id === sub.id);
+    if (own.length === 0) continue;
+    if (own.some((x) => x.outcome.result !== null)) touched.add(sub.id);
+    const before = { status: sub.status, consecutive_failures: sub.consecutive_failures };
+    let { status, consecutive_failures: failures } = sub;
+    let unhealthySince = sub.unhealthy_since;
+    let goneAt: Date | null = null;
+    for (const x of own) {
+      if (status === 'disabled') break;
+      if (x.gone) {
+        status = 'disabled';
+        goneAt = now;
+      } else if (x.outcome.delivery.kind !== 'event' || x.outcome.result === null) {
+        continue; // test calls and redeliveries do not count toward health
+      } else if (x.status === 'succeeded') {
+        failures = 0;
+        if (status === 'unhealthy') [status, unhealthySince] = ['healthy', null];
+      } else if (x.exhausted) {
+        failures += 1;
+        if (status === 'healthy' && failures >= UNHEALTHY_AFTER_EXHAUSTED) [status, unhealthySince] = ['unhealthy', now];
+      }
+    }
+    if (status === before.status && failures === before.consecutive_failures) continue;
+    await applyHealthChange(tx, deps, sub, { status, consecutiveFailures: failures, unhealthySince, reason: goneAt ? 'gone' : null }, now);
+  }
+  if (touched.size > 0) {
+    await tx.query('UPDATE webhook_subscriptions SET last_delivery_at = $2 WHERE id = ANY($1::text[])', [[...touched], now]);
+  }
+}

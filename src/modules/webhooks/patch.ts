@@ -1,0 +1,61 @@
+import type { Ctx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { API_VERSIONS } from './catalog.js';
+import { assertWebhookUrl } from './targets.js';
+import { visibleSubscription } from './access.js';
+import { findSubscription, toWebhook } from './store.js';
+import { WEBHOOK_READ_ONLY, type PatchWebhookBody, type Webhook } from './schemas.js';
+import { auditWebhook } from './service.js';
+
+const versionIndex = (v: string) => (API_VERSIONS as readonly string[]).indexOf(v);
+
+/**
+ * PATCH /v1/webhooks/{id}: url, events, description, api_version (forward only, to a published
+ * version) and status (only disabled → healthy, which resets the health counters; missed events
+ * are not backfilled). scope and test_mode are fixed: 422 read_only_field.
+ */
+export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody): Promise<Webhook> {
+  const readOnly = WEBHOOK_READ_ONLY.filter((f) => f in body);
+  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+  const current = await visibleSubscription(ctx, id);
+  if (body.api_version !== undefined && versionIndex(body.api_version) < versionIndex(current.api_version)) {
+    throw new ApiError('validation_failed', {
+      details: { fields: [{ path: 'api_version', message: `cannot move back from ${current.api_version}; published versions: ${API_VERSIONS.join(', ')}` }] },
+    });
+  }
+  if (body.url !== undefined && body.url !== current.url) await assertWebhookUrl(ctx.deps, body.url);
+
+  return ctx.db.transaction(async (tx) => {
+    const sub = await findSubscription(tx, id, true);
+    if (!sub) throw new ApiError('webhook_not_found');
+    let reset = false;
+    if (body.status === 'healthy' && sub.status !== 'healthy') {
+      if (sub.status !== 'disabled') {
+        throw new ApiError('invalid_status_transition', { message: 'Only a disabled subscription can be set back to healthy.', details: { from: sub.status, to: 'healthy' } });
+      }
+      reset = true;
+    }
+    const { rows } = await tx.query(
+      `UPDATE webhook_subscriptions w SET url = $2, events = $3, description = $4, api_version = $5, updated_at = $6,
+              status = CASE WHEN $7::boolean THEN 'healthy' ELSE w.status END,
+              consecutive_failures = CASE WHEN $7::boolean THEN 0 ELSE w.consecutive_failures END,
+              unhealthy_since = CASE WHEN $7::boolean THEN NULL ELSE w.unhealthy_since END,
+              disabled_at = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_at END,
+              disabled_reason = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_reason END
+        WHERE w.id = $1 RETURNING w.id`,
+      [
+        id,
+        body.url ?? sub.url,
+        body.events ? [...new Set(body.events)] : sub.events,
+        body.description !== undefined ? body.description : sub.description,
+        body.api_version ?? sub.api_version,
+        ctx.now,
+        reset,
+      ],
+    );
+    if (!rows[0]) throw new ApiError('webhook_not_found');
+    const after = (await findSubscription(tx, id))!;
+    await auditWebhook(tx, ctx, 'webhook.updated', sub, { before: toWebhook(sub), after: toWebhook(after) });
+    return toWebhook(after);
+  });
+}

@@ -1,0 +1,56 @@
+import type { Deps } from '../../context.js';
+import { newId } from '../../ids.js';
+import { MAX_ATTEMPTS } from './catalog.js';
+
+/**
+ * Subscriptions that receive each event: same mode, not disabled, existing when the event was
+ * written, the events filter (or `*`), and the scope. Platform scope receives everything; app scope
+ * its Application's events, plus user.* and organization.member_* when the user has an access path
+ * to it (a personal entitlement in any status, or an active membership of an Organization holding a
+ * grant) — for membership events also when that Organization holds a grant, so member_removed
+ * still reaches the Application after the membership is gone. webhook.test is never fanned out.
+ */
+const MATCH_SQL = `
+SELECT e.id AS event_id, e.type, e.test_mode, s.id AS subscription_id
+  FROM outbox_events e
+  JOIN webhook_subscriptions s ON s.test_mode = e.test_mode AND s.status <> 'disabled' AND s.created_at <= e.created_at
+ WHERE e.id = ANY($1::text[]) AND e.type <> 'webhook.test'
+   AND ('*' = ANY(s.events) OR e.type = ANY(s.events))
+   AND (s.application_id IS NULL
+        OR s.application_id = e.application_id
+        OR (e.application_id IS NULL AND (starts_with(e.type, 'user.') OR starts_with(e.type, 'organization.member_')) AND (
+              EXISTS (SELECT 1 FROM entitlements p WHERE p.user_id = e.data->>'user_id' AND p.application_id = s.application_id)
+           OR EXISTS (SELECT 1 FROM entitlements g JOIN organization_members m ON m.organization_id = g.organization_id
+                       WHERE m.user_id = e.data->>'user_id' AND m.membership_status = 'active' AND g.application_id = s.application_id)
+           OR (starts_with(e.type, 'organization.member_')
+               AND EXISTS (SELECT 1 FROM entitlements o WHERE o.organization_id = e.data->>'organization_id' AND o.application_id = s.application_id)))))
+ ORDER BY e.created_at, e.id`;
+
+/**
+ * The outbox relay: claims committed, unrelayed events with SKIP LOCKED and, in the same
+ * transaction, turns each into one pending delivery per matching subscription and marks it relayed.
+ * A crash before commit leaves the events unrelayed; after commit the deliveries are durable. So an
+ * event is fanned out exactly once, whichever process does it.
+ */
+export async function relayOutbox(deps: Deps, batchSize = 500): Promise<number> {
+  return deps.database.scoped('system').transaction(async (tx) => {
+    const { rows: events } = await tx.query<{ id: string }>(
+      `SELECT id FROM outbox_events WHERE relayed_at IS NULL ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED`,
+      [batchSize],
+    );
+    if (events.length === 0) return 0;
+    const now = deps.clock.now();
+    const ids = events.map((e) => e.id);
+    const { rows: pairs } = await tx.query<{ event_id: string; type: string; test_mode: boolean; subscription_id: string }>(MATCH_SQL, [ids]);
+    if (pairs.length > 0) {
+      await tx.query(
+        `INSERT INTO webhook_deliveries (id, subscription_id, event_id, event_type, kind, test_mode, status, max_attempts, next_attempt_at, created_at)
+         SELECT u.id, u.sub, u.evt, u.type, 'event', u.test, 'pending', $6, $7, $7
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::boolean[]) AS u(id, sub, evt, type, test)`,
+        [pairs.map(() => newId('dlv')), pairs.map((p) => p.subscription_id), pairs.map((p) => p.event_id), pairs.map((p) => p.type), pairs.map((p) => p.test_mode), MAX_ATTEMPTS, now],
+      );
+    }
+    await tx.query('UPDATE outbox_events SET relayed_at = $2 WHERE id = ANY($1::text[])', [ids, now]);
+    return events.length;
+  });
+}

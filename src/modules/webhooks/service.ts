@@ -1,0 +1,112 @@
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import { addSeconds } from '../../clock.js';
+import type { Tx } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
+import { newId } from '../../ids.js';
+import { recordAudit } from '../../audit/record.js';
+import { keyset, toPage } from '../../http/pagination.js';
+import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
+import { CURRENT_API_VERSION, newSigningSecret, ROTATION_OVERLAP_SECONDS } from './catalog.js';
+import { assertWebhookUrl } from './targets.js';
+import { resolveCreateScope, tenantOfApplication, visibleCondition, visibleSubscription, webhookViewer } from './access.js';
+import { countTenantSubscriptions, findSubscription, insertSubscription, SUBSCRIPTION_COLUMNS, toWebhook, type SubscriptionRow } from './store.js';
+import type { CreateWebhookBody, Webhook, WebhookListQuery } from './schemas.js';
+
+/** Audit rows of subscription changes: target webhook, with its Application and Tenant. */
+export async function auditWebhook(tx: Tx, ctx: Ctx, action: string, sub: SubscriptionRow, change: { before?: unknown; after?: unknown }): Promise<void> {
+  await recordAudit(tx, inTx(ctx, tx), {
+    action,
+    target: { type: 'webhook', id: sub.id },
+    applicationId: sub.application_id,
+    tenantId: await tenantOfApplication(tx, sub.application_id),
+    ...change,
+  });
+}
+
+/** POST /v1/webhooks: 201 with the signing secret (shown once). */
+export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<Webhook> {
+  const scope = await resolveCreateScope(ctx, body.scope);
+  // DNS happens before the transaction: nothing waits on the outside while holding a connection.
+  await assertWebhookUrl(ctx.deps, body.url);
+  return ctx.db.transaction(async (tx) => {
+    if (scope.applicationId) {
+      const tenantId = (await tenantOfApplication(tx, scope.applicationId))!;
+      // The Tenant row lock serializes concurrent creations, so the cap holds under races.
+      await tx.query('SELECT id FROM tenants WHERE id = $1 FOR UPDATE', [tenantId]);
+      const tenant = await findTenant(tx, tenantId);
+      if (tenant) assertWithinPlan(tenant, 'webhooks', (await countTenantSubscriptions(tx, tenantId)) + 1);
+    }
+    const row: SubscriptionRow = {
+      id: newId('whk'),
+      scope: scope.scope,
+      application_id: scope.applicationId,
+      url: body.url,
+      events: [...new Set(body.events)],
+      description: body.description ?? null,
+      status: 'healthy',
+      signing_secret: newSigningSecret(),
+      previous_secret: null,
+      previous_secret_expires_at: null,
+      api_version: CURRENT_API_VERSION,
+      test_mode: ctx.mode === 'test',
+      consecutive_failures: 0,
+      unhealthy_since: null,
+      disabled_at: null,
+      disabled_reason: null,
+      last_delivery_at: null,
+      created_by_user_id: scope.createdByUserId,
+      created_at: ctx.now,
+      updated_at: ctx.now,
+    };
+    await insertSubscription(tx, row);
+    await auditWebhook(tx, ctx, 'webhook.created', row, { after: toWebhook(row) });
+    return toWebhook(row, true);
+  });
+}
+
+/** GET /v1/webhooks: the subscriptions the caller may see, newest first. */
+export async function listWebhooks(ctx: Ctx, q: WebhookListQuery) {
+  const params: unknown[] = [];
+  const where = [visibleCondition(webhookViewer(ctx), params)];
+  if (q.scope) where.push(`w.scope = $${params.push(q.scope)}`);
+  if (q.status) where.push(`w.status = $${params.push(q.status)}`);
+  const ks = keyset(q, params.length + 1, 'w');
+  const { rows } = await ctx.db.query<SubscriptionRow>(
+    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return toPage(rows, ks.limit, (r) => toWebhook(r));
+}
+
+export async function getWebhook(ctx: Ctx, id: string): Promise<Webhook> {
+  return toWebhook(await visibleSubscription(ctx, id));
+}
+
+/** DELETE /v1/webhooks/{id}: its queued deliveries go with it (cascade), so nothing more is sent. */
+export async function deleteWebhook(ctx: Ctx, id: string): Promise<void> {
+  await visibleSubscription(ctx, id);
+  await ctx.db.transaction(async (tx) => {
+    const sub = await findSubscription(tx, id, true);
+    if (!sub) throw new ApiError('webhook_not_found');
+    await tx.query('DELETE FROM webhook_subscriptions WHERE id = $1', [id]);
+    await auditWebhook(tx, ctx, 'webhook.deleted', sub, { before: toWebhook(sub) });
+  });
+}
+
+/** POST /v1/webhooks/{id}/rotate-secret: the old secret keeps signing (a second v1) for 24 hours. */
+export async function rotateSecret(ctx: Ctx, id: string): Promise<{ id: string; signing_secret: string; previous_secret_expires_at: string }> {
+  await visibleSubscription(ctx, id);
+  return ctx.db.transaction(async (tx) => {
+    const sub = await findSubscription(tx, id, true);
+    if (!sub) throw new ApiError('webhook_not_found');
+    const secret = newSigningSecret();
+    const expires = addSeconds(ctx.now, ROTATION_OVERLAP_SECONDS);
+    await tx.query(
+      `UPDATE webhook_subscriptions SET signing_secret = $2, previous_secret = $3, previous_secret_expires_at = $4, updated_at = $5 WHERE id = $1`,
+      [id, secret, sub.signing_secret, expires, ctx.now],
+    );
+    await auditWebhook(tx, ctx, 'webhook.secret_rotated', sub, { after: { previous_secret_expires_at: expires.toISOString() } });
+    return { id, signing_secret: secret, previous_secret_expires_at: expires.toISOString() };
+  });
+}

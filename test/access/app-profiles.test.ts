@@ -1,0 +1,158 @@
+// AppProfile (Part A): GET / PATCH /v1/users/{id}/apps/{appId}/profile.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  appKey, assertError, assertInvalid, assertStatus, call, grant, newApp, patchEnt, person, platformKey, sql, type AppFixture,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await newApp(t, admin);
+});
+after(() => t.close());
+
+const url = (userId: string, appId = app.id) => `/v1/users/${userId}/apps/${appId}/profile`;
+const read = (cred: string, userId: string, appId = app.id) => call(t, 'GET', url(userId, appId), cred);
+const write = (cred: string, userId: string, body: Record<string, unknown>, appId = app.id) => call(t, 'PATCH', url(userId, appId), cred, body);
+const rows = async (userId: string) => sql(t, 'SELECT * FROM app_profiles WHERE user_id = $1', [userId]);
+const displayName = async (userId: string) => (await sql(t, 'SELECT display_name FROM profiles WHERE user_id = $1', [userId]))[0].display_name;
+
+/** A user with active access to `app`. */
+async function member() {
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  return user;
+}
+
+test('without a record a read returns display_handle null, custom {}, updated_at null and the Profile name, and writes nothing', async () => {
+  const user = await member();
+  const body = assertStatus(await read(user.token, 'me'), 200);
+  assert.deepEqual(body, {
+    user_id: user.id,
+    application_id: app.id,
+    display_handle: null,
+    effective_display_name: await displayName(user.id),
+    custom: {},
+    updated_at: null,
+  });
+  assert.equal((await rows(user.id)).length, 0);
+  assertStatus(await read(admin, user.id), 200);
+  assert.equal((await rows(user.id)).length, 0);
+});
+
+test('the first PATCH creates the record; effective_display_name is the display_handle, falling back to the Profile display_name when null', async () => {
+  const user = await member();
+  const body = assertStatus(await write(user.token, 'me', { display_handle: 'Captain' }), 200);
+  assert.equal(body.display_handle, 'Captain');
+  assert.equal(body.effective_display_name, 'Captain');
+  assert.deepEqual(body.custom, {});
+  assert.ok(!Number.isNaN(Date.parse(body.updated_at)));
+  const [row] = await rows(user.id);
+  assert.equal(row.application_id, app.id);
+  assert.equal(row.display_handle, 'Captain');
+  // The global Profile name follows when the handle is cleared.
+  assertStatus(await call(t, 'PATCH', '/v1/users/me/profile', user.token, { display_name: 'Global Name' }), 200);
+  const cleared = assertStatus(await write(user.token, 'me', { display_handle: null }), 200);
+  assert.equal(cleared.display_handle, null);
+  assert.equal(cleared.effective_display_name, 'Global Name');
+  assert.equal((await rows(user.id)).length, 1);
+});
+
+test('custom merges one level deep and a key sent as null is removed', async () => {
+  const user = await member();
+  assertStatus(await write(user.token, user.id, { custom: { a: 1, b: { x: 1 }, keep: 'yes' } }), 200);
+  let body = assertStatus(await write(user.token, user.id, { custom: { b: { y: 2 }, c: [1, 2] } }), 200);
+  assert.deepEqual(body.custom, { a: 1, b: { y: 2 }, keep: 'yes', c: [1, 2] });
+  body = assertStatus(await write(user.token, user.id, { custom: { a: null, c: null } }), 200);
+  assert.deepEqual(body.custom, { b: { y: 2 }, keep: 'yes' });
+  // A PATCH without custom leaves it.
+  body = assertStatus(await write(user.token, user.id, { display_handle: 'h' }), 200);
+  assert.deepEqual(body.custom, { b: { y: 2 }, keep: 'yes' });
+  assert.deepEqual(assertStatus(await read(user.token, user.id), 200).custom, { b: { y: 2 }, keep: 'yes' });
+});
+
+test('custom is at most 16 KB serialized (422); just under is accepted', async () => {
+  const user = await member();
+  const tooBig = { blob: 'x'.repeat(16 * 1024) };
+  const res = await write(user.token, user.id, { custom: tooBig });
+  assert.equal(res.statusCode, 422, res.body);
+  assert.equal((await rows(user.id)).length, 0);
+  // {"blob":"..."} is 11 bytes of framing.
+  const fits = { blob: 'x'.repeat(16 * 1024 - 11) };
+  assert.equal(Buffer.byteLength(JSON.stringify(fits)), 16 * 1024);
+  assertStatus(await write(user.token, user.id, { custom: fits }), 200);
+  // The limit applies to the merged result.
+  const more = await write(user.token, user.id, { custom: { extra: 'y' } });
+  assert.equal(more.statusCode, 422, more.body);
+  assert.deepEqual(Object.keys(assertStatus(await read(user.token, user.id), 200).custom), ['blob']);
+});
+
+test('display_handle is 1–64 characters (422 otherwise)', async () => {
+  const user = await member();
+  assertInvalid(await write(user.token, user.id, { display_handle: '' }), 'display_handle');
+  assertInvalid(await write(user.token, user.id, { display_handle: 'h'.repeat(65) }), 'display_handle');
+  assert.equal(assertStatus(await write(user.token, user.id, { display_handle: 'h'.repeat(64) }), 200).display_handle.length, 64);
+  assert.equal(assertStatus(await write(user.token, user.id, { display_handle: 'z' }), 200).display_handle, 'z');
+});
+
+test("the app's own key reads and writes without any extra permission; users.manage may too", async () => {
+  const user = await member();
+  const key = await appKey(t, app.id);
+  assertStatus(await write(key, user.id, { custom: { level: 3 } }), 200);
+  assert.deepEqual(assertStatus(await read(key, user.id), 200).custom, { level: 3 });
+  const manager = await platformKey(t, ['users.manage']);
+  assertStatus(await write(manager, user.id, { display_handle: 'set by support' }), 200);
+  assert.equal(assertStatus(await read(manager, user.id), 200).display_handle, 'set by support');
+});
+
+test("another Application's key gets 404 application_not_found, even with users.manage", async () => {
+  const user = await member();
+  const other = await newApp(t, admin);
+  const key = await appKey(t, other.id, ['users.list', 'users.manage', 'entitlements.manage']);
+  assertError(await read(key, user.id), 404, 'application_not_found');
+  assertError(await write(key, user.id, { display_handle: 'x' }), 404, 'application_not_found');
+  assert.equal((await rows(user.id)).length, 0);
+});
+
+test('other users cannot read or write someone\'s AppProfile (404); users.list alone does not write', async () => {
+  const user = await member();
+  const stranger = await member();
+  assert.equal((await read(stranger.token, user.id)).statusCode, 404);
+  assert.equal((await write(stranger.token, user.id, { display_handle: 'x' })).statusCode, 404);
+  const lister = await platformKey(t, ['users.list']);
+  const res = await write(lister, user.id, { display_handle: 'x' });
+  assert.ok([403, 404].includes(res.statusCode), res.body);
+  assert.equal((await rows(user.id)).length, 0);
+});
+
+test('403 entitlement_required for self and the app key when access is not active; users.manage is exempt', async () => {
+  const user = await person(t);
+  const key = await appKey(t, app.id);
+  // No access at all (self).
+  assertError(await read(user.token, 'me'), 403, 'entitlement_required');
+  assertError(await write(user.token, 'me', { display_handle: 'x' }), 403, 'entitlement_required');
+  // An access path that is not active (disabled): self and the app key.
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
+  for (const cred of [user.token, key]) {
+    assertError(await read(cred, user.id), 403, 'entitlement_required');
+    assertError(await write(cred, user.id, { display_handle: 'x' }), 403, 'entitlement_required');
+  }
+  assert.equal((await rows(user.id)).length, 0);
+  const manager = await platformKey(t, ['users.manage']);
+  assertStatus(await read(manager, user.id), 200);
+  assertStatus(await write(manager, user.id, { display_handle: 'support' }), 200);
+  // Access back on: self may write again.
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'active' }), 200);
+  assert.equal(assertStatus(await read(user.token, 'me'), 200).display_handle, 'support');
+});
+
+test('an unknown Application is 404 application_not_found', async () => {
+  const user = await member();
+  assertError(await read(user.token, 'me', 'app_nosuchapp'), 404, 'application_not_found');
+});

@@ -1,0 +1,143 @@
+// POST /v1/auth/app-tokens (Part A Rule 7): a 5-minute RS256 token for one Application.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createLocalJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  assertError, assertStatus, call, createOrg, grant, newApp, orgGrant, patchEnt, person, platformKey, session, sql, type AppFixture,
+} from './support.js';
+import { createUser } from '../helpers/fixtures.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await newApp(t, admin);
+});
+after(() => t.close());
+
+const issue = (cred: string, body: Record<string, unknown>) => call(t, 'POST', '/v1/auth/app-tokens', cred, body);
+
+async function verify(token: string, audience: string): Promise<JWTPayload> {
+  const jwks = assertStatus(await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' }), 200);
+  const { payload } = await jwtVerify(token, createLocalJWKSet(jwks), {
+    algorithms: ['RS256'],
+    audience,
+    issuer: t.config.publicUrl,
+    currentDate: t.clock.now(),
+  });
+  return payload;
+}
+
+test('an active user gets {token_type Bearer, access_token, expires_in 300, application_id, organization_id}; the JWT verifies (RS256, JWKS, aud = application id)', async () => {
+  const user = await createUser(t);
+  const auth = await session(t, user);
+  await grant(t, admin, user.id, app.id);
+  const res = await issue(auth.access_token, { application_id: app.id });
+  const body = assertStatus(res, 200);
+  assert.deepEqual(Object.keys(body).sort(), ['access_token', 'application_id', 'expires_in', 'organization_id', 'token_type']);
+  assert.equal(body.token_type, 'Bearer');
+  assert.equal(body.expires_in, 300);
+  assert.equal(body.application_id, app.id);
+  assert.equal(body.organization_id, null);
+  assert.equal(decodeProtectedHeader(body.access_token).alg, 'RS256');
+  const claims = await verify(body.access_token, app.id);
+  assert.equal(claims.aud, app.id);
+  assert.equal(claims.sub, user.id);
+  assert.equal(claims.sid, auth.session_id);
+  assert.match(String(claims.jti), /^atk_/);
+  assert.equal(claims.test_mode, false);
+  assert.equal(claims.exp! - claims.iat!, 300);
+  assert.ok(!('org_id' in claims));
+  // Bound to this Application: another audience or the platform audience does not verify.
+  await assert.rejects(verify(body.access_token, 'platform'));
+  await assert.rejects(verify(body.access_token, 'app_other'));
+});
+
+test('an app token is not a platform credential (401 on the API)', async () => {
+  const user = await createUser(t);
+  const auth = await session(t, user);
+  const other = await newApp(t, admin);
+  await grant(t, admin, user.id, other.id);
+  const { access_token } = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
+  assert.equal((await call(t, 'GET', '/v1/users/me', access_token)).statusCode, 401);
+});
+
+test('the app token lives 5 minutes: it no longer verifies after exp', async () => {
+  const user = await createUser(t);
+  const auth = await session(t, user);
+  const other = await newApp(t, admin);
+  await grant(t, admin, user.id, other.id);
+  const { access_token } = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
+  const jwks = assertStatus(await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' }), 200);
+  const at = (s: number) => new Date(t.clock.now().getTime() + s * 1000);
+  await jwtVerify(access_token, createLocalJWKSet(jwks), { audience: other.id, currentDate: at(290) });
+  await assert.rejects(jwtVerify(access_token, createLocalJWKSet(jwks), { audience: other.id, currentDate: at(301) }));
+});
+
+test('a test-mode user gets test_mode true in the token', async () => {
+  const user = await createUser(t, { mode: 'test' });
+  const auth = await session(t, user);
+  const testKey = await platformKey(t, ['entitlements.manage'], 'test');
+  const ent = await grant(t, testKey, user.id, app.id);
+  assert.equal(ent.test_mode, true);
+  const body = assertStatus(await issue(auth.access_token, { application_id: app.id }), 200);
+  const claims = await verify(body.access_token, app.id);
+  assert.equal(claims.test_mode, true);
+  assert.equal(claims.sub, user.id);
+});
+
+test('organization_id attributes the token to that Organization\'s grant: org_id claim and organization_id in the response', async () => {
+  const user = await createUser(t);
+  const auth = await session(t, user);
+  const other = await newApp(t, admin);
+  const org = await createOrg(t, [{ userId: user.id }]);
+  await orgGrant(t, org, other.id);
+  const body = assertStatus(await issue(auth.access_token, { application_id: other.id, organization_id: org }), 200);
+  assert.equal(body.organization_id, org);
+  const claims = await verify(body.access_token, other.id);
+  assert.equal(claims.org_id, org);
+  assert.equal(claims.exp! - claims.iat!, 300);
+});
+
+test('403 entitlement_required unless resolved access is active (no grant, disabled, scheduled)', async () => {
+  const user = await person(t);
+  const other = await newApp(t, admin);
+  assertError(await issue(user.token, { application_id: other.id }), 403, 'entitlement_required');
+  const ent = await grant(t, admin, user.id, other.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
+  assertError(await issue(user.token, { application_id: other.id }), 403, 'entitlement_required');
+  const scheduled = await person(t);
+  await grant(t, admin, scheduled.id, other.id, { starts_at: new Date(t.clock.now().getTime() + 3600_000).toISOString() });
+  assertError(await issue(scheduled.token, { application_id: other.id }), 403, 'entitlement_required');
+});
+
+test('409 application_not_available when the Application is suspended (existing grants untouched)', async () => {
+  const user = await person(t);
+  const other = await newApp(t, admin);
+  const ent = await grant(t, admin, user.id, other.id);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${other.id}`, admin, { review_status: 'suspended', review_notes: 'incident' }), 200);
+  assertError(await issue(user.token, { application_id: other.id }), 409, 'application_not_available');
+  assert.equal((await sql(t, 'SELECT status FROM entitlements WHERE id = $1', [ent.id]))[0].status, 'active');
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${other.id}`, admin, { review_status: 'approved' }), 200);
+  assertStatus(await issue(user.token, { application_id: other.id }), 200);
+});
+
+test("403 tenant_suspended when the Application's Tenant is suspended", async () => {
+  const user = await person(t);
+  const other = await newApp(t, admin);
+  await grant(t, admin, user.id, other.id);
+  await sql(t, 'UPDATE tenants SET suspended = true WHERE id = $1', [other.tenant_id]);
+  assertError(await issue(user.token, { application_id: other.id }), 403, 'tenant_suspended');
+  await sql(t, 'UPDATE tenants SET suspended = false WHERE id = $1', [other.tenant_id]);
+  assertStatus(await issue(user.token, { application_id: other.id }), 200);
+});
+
+test('an API key gets 400 user_token_required', async () => {
+  for (const key of [admin, await platformKey(t, [])]) {
+    assertError(await issue(key, { application_id: app.id }), 400, 'user_token_required');
+  }
+  assert.equal((await issue('', { application_id: app.id })).statusCode, 401);
+});

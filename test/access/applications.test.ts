@@ -1,0 +1,458 @@
+// Applications (Part B): creation, field rules, plan limits, visibility for reading, list filters and
+// the list view, PATCH field rights.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  appKey, assertError, assertInvalid, assertStatus, auditOf, call, createOrg, grant, newApp, person, platformKey, rand, setReview, slugOf, sql,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+});
+after(() => t.close());
+
+const LIST_KEYS = ['description', 'icon_url', 'id', 'name', 'review_status', 'slug', 'visibility'];
+const post = (cred: string, body: Record<string, unknown>) => call(t, 'POST', '/v1/applications', cred, body);
+const base = (ownerId: string, extra: Record<string, unknown> = {}) => ({
+  slug: slugOf(), name: 'App', launch_url: 'https://app.example.com', visibility: 'public', owner_user_id: ownerId, ...extra,
+});
+const get = (cred: string, id: string) => call(t, 'GET', `/v1/applications/${id}`, cred);
+const list = async (cred: string, query = '') => assertStatus(await call(t, 'GET', `/v1/applications?limit=100${query}`, cred), 200);
+const listIds = async (cred: string, query = '') => (await list(cred, query)).data.map((a: { id: string }) => a.id);
+
+test('POST /v1/applications needs applications.manage and creates the Application approved, with app_<slug> id, audit application.created', async () => {
+  const owner = await person(t);
+  const denied = await post(owner.token, base(owner.id));
+  assertError(denied, 403, 'forbidden');
+
+  const slug = slugOf('created');
+  const res = await post(admin, base(owner.id, { slug, description: 'd', visibility: 'public' }));
+  const app = assertStatus(res, 201);
+  assert.equal(app.id, `app_${slug}`);
+  assert.equal(app.slug, slug);
+  assert.equal(app.review_status, 'approved');
+  assert.equal(app.owner_user_id, owner.id);
+  assert.equal(app.owner_organization_id, null);
+  assert.equal(app.test_mode, false);
+  assert.deepEqual(app.redirect_uris, []);
+  assert.deepEqual(app.permissions, []);
+  assert.deepEqual(app.available_app_roles, []);
+  assert.equal(app.default_app_role, null);
+  assert.deepEqual(app.settings_schema_stats, { stale_override_counts: {} });
+  assert.match(app.tenant_id, /^tnt_/);
+  const audit = await auditOf(t, app.id, 'application.created');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].application_id, app.id);
+  assert.equal(audit[0].tenant_id, app.tenant_id);
+});
+
+test("the owner's Tenant is created with the first Application: tier shared, region us-east-1, plan starter for a user owner", async () => {
+  const { tenant_id, owner } = await newApp(t, admin);
+  const [tenant] = await sql(t, 'SELECT * FROM tenants WHERE id = $1', [tenant_id]);
+  assert.equal(tenant.owner_type, 'user');
+  assert.equal(tenant.owner_user_id, owner!.id);
+  assert.equal(tenant.tier, 'shared');
+  assert.equal(tenant.region, 'us-east-1');
+  assert.equal(tenant.plan, 'starter');
+});
+
+test("an Organization owner's new Tenant is on plan team; further Applications of that owner reuse the same Tenant", async () => {
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
+  const first = await newApp(t, admin, { owner_organization_id: org });
+  const second = await newApp(t, admin, { owner_organization_id: org });
+  assert.equal(first.tenant_id, second.tenant_id);
+  const [tenant] = await sql(t, 'SELECT * FROM tenants WHERE id = $1', [first.tenant_id]);
+  assert.equal(tenant.owner_type, 'organization');
+  assert.equal(tenant.owner_organization_id, org);
+  assert.equal(tenant.plan, 'team');
+  assert.equal(tenant.tier, 'shared');
+  assert.equal(tenant.region, 'us-east-1');
+});
+
+test('POST requires exactly one of owner_user_id or owner_organization_id', async () => {
+  const owner = await person(t);
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
+  assertError(await post(admin, { slug: slugOf(), name: 'x', launch_url: 'https://x.example.com' }), 422, 'validation_failed');
+  assertError(await post(admin, base(owner.id, { owner_organization_id: org })), 422, 'validation_failed');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1 OR owner_organization_id = $2', [owner.id, org]))[0].n, 0);
+});
+
+test('slug must match ^[a-z][a-z0-9-]{1,63}$ (422 validation_failed otherwise); 2 and 64 characters are accepted', async () => {
+  const owner = await person(t);
+  for (const slug of ['a', 'Abc', '1abc', 'ab_c', 'ab.c', `a${'b'.repeat(64)}`, '-abc', 'ab c']) {
+    assertInvalid(await post(admin, base(owner.id, { slug })), 'slug');
+  }
+  assertStatus(await post(admin, base(owner.id, { slug: `z${rand(1)}`.slice(0, 2) })), 201);
+  const other = await person(t);
+  const long = `l${rand(4)}${'x'.repeat(55)}`;
+  assert.equal(long.length, 64);
+  assertStatus(await post(admin, base(other.id, { slug: long })), 201);
+});
+
+test('slug `platform` is reserved (422)', async () => {
+  const owner = await person(t);
+  const res = await post(admin, base(owner.id, { slug: 'platform' }));
+  assertInvalid(res, 'slug');
+  assert.equal((await sql(t, `SELECT 1 FROM applications WHERE slug = 'platform'`)).length, 0);
+});
+
+test('slug is unique across live and test: a test key creating the same slug gets 409 slug_taken', async () => {
+  const { slug } = await newApp(t, admin);
+  const testKey = await platformKey(t, ['applications.manage'], 'test');
+  const testOwner = await person(t, { mode: 'test' });
+  const res = await post(testKey, base(testOwner.id, { slug }));
+  assertError(res, 409, 'slug_taken');
+  const again = await post(admin, base((await person(t)).id, { slug }));
+  assertError(again, 409, 'slug_taken');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE slug = $1', [slug]))[0].n, 1);
+});
+
+test('slug is immutable: PATCH slug gets 422 read_only_field, for the owner and for applications.manage; tenant_id too', async () => {
+  const { id, slug, owner } = await newApp(t, admin);
+  for (const cred of [admin, owner!.token]) {
+    const err = assertError(await call(t, 'PATCH', `/v1/applications/${id}`, cred, { slug: `${slug}x` }), 422, 'read_only_field');
+    assert.ok(JSON.stringify(err.details).includes('slug'));
+    assertError(await call(t, 'PATCH', `/v1/applications/${id}`, cred, { tenant_id: 'tnt_other' }), 422, 'read_only_field');
+    assertError(await call(t, 'PATCH', `/v1/applications/${id}`, cred, { id: 'app_other' }), 422, 'read_only_field');
+    assertError(await call(t, 'PATCH', `/v1/applications/${id}`, cred, { created_at: new Date().toISOString() }), 422, 'read_only_field');
+  }
+  const current = assertStatus(await get(admin, id), 200);
+  assert.equal(current.slug, slug);
+});
+
+test('redirect_uris: https URLs and reverse-DNS private-use schemes are accepted; other schemes are 422', async () => {
+  const owner = await person(t);
+  const ok = await post(admin, base(owner.id, { redirect_uris: ['https://app.example.com/cb', 'com.example.app:/oauth2redirect'] }));
+  assert.deepEqual(assertStatus(ok, 201).redirect_uris, ['https://app.example.com/cb', 'com.example.app:/oauth2redirect']);
+  const other = await person(t);
+  for (const uri of ['http://app.example.com/cb', 'ftp://example.com/x', 'not a uri', 'javascript:alert(1)']) {
+    assertInvalid(await post(admin, base(other.id, { redirect_uris: [uri] })), 'redirect_uris');
+  }
+});
+
+test('redirect_uris: http://localhost and http://127.0.0.1 with any port only on a test_mode Application', async () => {
+  const owner = await person(t);
+  for (const uri of ['http://localhost:3000/cb', 'http://127.0.0.1:8080/cb', 'http://localhost/cb']) {
+    assertInvalid(await post(admin, base(owner.id, { redirect_uris: [uri] })), 'redirect_uris');
+  }
+  const testKey = await platformKey(t, ['applications.manage'], 'test');
+  const testOwner = await person(t, { mode: 'test' });
+  const uris = ['http://localhost:3000/cb', 'http://127.0.0.1:8080/cb'];
+  const created = assertStatus(await post(testKey, base(testOwner.id, { redirect_uris: uris })), 201);
+  assert.equal(created.test_mode, true);
+  assert.deepEqual(created.redirect_uris, uris);
+  // The live app cannot take them by PATCH either.
+  const live = await newApp(t, admin);
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${live.id}`, admin, { redirect_uris: ['http://localhost:3000/cb'] }), 'redirect_uris');
+});
+
+test('redirect_uris: at most 10 entries (11 is 422), 10 is accepted', async () => {
+  const owner = await person(t);
+  const uris = (n: number) => Array.from({ length: n }, (_, i) => `https://app.example.com/cb${i}`);
+  assertInvalid(await post(admin, base(owner.id, { redirect_uris: uris(11) })), 'redirect_uris');
+  assert.equal(assertStatus(await post(admin, base(owner.id, { redirect_uris: uris(10) })), 201).redirect_uris.length, 10);
+});
+
+test('permissions: keys must start with app.<slug>. then [a-z0-9_.]{1,64}; wrong prefix is 422; 0–100 entries', async () => {
+  const owner = await person(t);
+  const slug = slugOf('perm');
+  for (const key of ['app.other.read', `${slug}.read`, `app.${slug}.`, `app.${slug}.Read`, `app.${slug}.${'x'.repeat(65)}`, 'users.list']) {
+    assertInvalid(await post(admin, base(owner.id, { slug, permissions: [{ key, description: 'x' }] })), 'permissions');
+  }
+  const many = Array.from({ length: 101 }, (_, i) => ({ key: `app.${slug}.p${i}`, description: 'd' }));
+  assertInvalid(await post(admin, base(owner.id, { slug, permissions: many })), 'permissions');
+  assertInvalid(await post(admin, base(owner.id, { slug, permissions: [{ key: `app.${slug}.read`, description: 'x'.repeat(256) }] })), 'permissions');
+  const app = assertStatus(await post(admin, base(owner.id, { slug, permissions: many.slice(0, 100) })), 201);
+  assert.equal(app.permissions.length, 100);
+  assert.deepEqual(app.permissions[0], { key: `app.${slug}.p0`, description: 'd' });
+});
+
+test('available_app_roles: 0–20 names matching ^[a-z][a-z0-9_]{1,40}$ (21 is 422)', async () => {
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
+  const names = (n: number) => Array.from({ length: n }, (_, i) => `role_${i}`);
+  const body = { slug: slugOf(), name: 'x', launch_url: 'https://x.example.com', owner_organization_id: org };
+  assertInvalid(await post(admin, { ...body, available_app_roles: names(21) }), 'available_app_roles');
+  assertInvalid(await post(admin, { ...body, available_app_roles: ['Admin'] }), 'available_app_roles');
+  assertInvalid(await post(admin, { ...body, available_app_roles: ['a'] }), 'available_app_roles');
+  const app = assertStatus(await post(admin, { ...body, available_app_roles: names(20) }), 201);
+  assert.equal(app.available_app_roles.length, 20);
+});
+
+test('default_app_role must be null or one of available_app_roles (422 otherwise)', async () => {
+  const owner = await person(t);
+  assertInvalid(await post(admin, base(owner.id, { available_app_roles: ['viewer'], default_app_role: 'editor' })), 'default_app_role');
+  assertInvalid(await post(admin, base(owner.id, { default_app_role: 'viewer' })), 'default_app_role');
+  const app = assertStatus(await post(admin, base(owner.id, { available_app_roles: ['viewer'], default_app_role: 'viewer' })), 201);
+  assert.equal(app.default_app_role, 'viewer');
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { default_app_role: 'nope' }), 'default_app_role');
+});
+
+test('settings_schema: an invalid schema is 422 invalid_settings_schema; reserved names locale, timezone, theme, notifications are 422 reserved_settings_key', async () => {
+  const owner = await person(t);
+  assertError(await post(admin, base(owner.id, { settings_schema: { type: 'object', properties: { x: { type: 'nope' } } } })), 422, 'invalid_settings_schema');
+  for (const name of ['locale', 'timezone', 'theme', 'notifications']) {
+    assertError(await post(admin, base(owner.id, { settings_schema: { type: 'object', properties: { [name]: { type: 'string' } } } })), 422, 'reserved_settings_key');
+  }
+  const schema = { type: 'object', properties: { nickname: { type: 'string', 'x-pii': true }, volume: { type: 'integer', minimum: 0 } } };
+  const app = assertStatus(await post(admin, base(owner.id, { settings_schema: schema })), 201);
+  assert.deepEqual(app.settings_schema, schema);
+  assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { settings_schema: { type: 'object', properties: { locale: { type: 'string' } } } }), 422, 'reserved_settings_key');
+  assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { settings_schema: { type: 'object', properties: { x: { type: 'nope' } } } }), 422, 'invalid_settings_schema');
+  assert.deepEqual(assertStatus(await get(admin, app.id), 200).settings_schema, schema);
+});
+
+test('Starter allows 1 Application: a second one for the same user owner is 409 plan_limit_reached with details.resource applications', async () => {
+  const { owner } = await newApp(t, admin);
+  const err = assertError(await post(admin, base(owner!.id)), 409, 'plan_limit_reached');
+  assert.equal(err.details.resource, 'applications');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [owner!.id]))[0].n, 1);
+});
+
+test('Starter allows 3 app roles: available_app_roles of 4 is 409 plan_limit_reached (resource app_roles) on create and PATCH', async () => {
+  const owner = await person(t);
+  const err = assertError(await post(admin, base(owner.id, { available_app_roles: ['r_a', 'r_b', 'r_c', 'r_d'] })), 409, 'plan_limit_reached');
+  assert.equal(err.details.resource, 'app_roles');
+  const app = assertStatus(await post(admin, base(owner.id, { available_app_roles: ['r_a', 'r_b', 'r_c'] })), 201);
+  const patch = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { available_app_roles: ['r_a', 'r_b', 'r_c', 'r_d'] }), 409, 'plan_limit_reached');
+  assert.equal(patch.details.resource, 'app_roles');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE scope = $1', [app.id]))[0].n, 3);
+});
+
+// ---- visibility ----------------------------------------------------------------------------------
+
+test('public: every authenticated caller reads an approved public Application; unauthenticated gets 401', async () => {
+  const { id } = await newApp(t, admin, { visibility: 'public' });
+  const stranger = await person(t);
+  const res = assertStatus(await get(stranger.token, id), 200);
+  assert.equal(res.id, id);
+  assert.ok((await listIds(stranger.token)).includes(id));
+  assert.equal((await call(t, 'GET', `/v1/applications/${id}`, null)).statusCode, 401);
+});
+
+test('invite_only: visible to users with an access path, its owner, its own key and applications.manage; others get 404 application_not_found', async () => {
+  const app = await newApp(t, admin, { visibility: 'invite_only' });
+  const stranger = await person(t);
+  const holder = await person(t);
+  const ent = await grant(t, admin, holder.id, app.id);
+  const appsManager = await person(t, { roles: ['superadmin'] });
+  const ownKey = await appKey(t, app.id);
+  const other = await newApp(t, admin);
+  const otherKey = await appKey(t, other.id, ['entitlements.manage', 'users.list']);
+
+  for (const cred of [holder.token, app.owner!.token, ownKey, admin, appsManager.token]) assertStatus(await get(cred, app.id), 200);
+  for (const cred of [stranger.token, otherKey]) assertError(await get(cred, app.id), 404, 'application_not_found');
+  assert.ok((await listIds(holder.token)).includes(app.id));
+  assert.ok(!(await listIds(stranger.token)).includes(app.id));
+
+  // A disabled personal row is still an access path.
+  assertStatus(await call(t, 'PATCH', `/v1/entitlements/${ent.id}`, admin, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  assertStatus(await get(holder.token, app.id), 200);
+});
+
+test('invite_only: an active member of an Organization holding a grant has an access path and sees it', async () => {
+  const app = await newApp(t, admin, { visibility: 'invite_only' });
+  const member = await person(t);
+  const pending = await person(t);
+  const org = await createOrg(t, [{ userId: member.id }, { userId: pending.id, status: 'pending' }]);
+  await sql(
+    t,
+    `INSERT INTO entitlements (id, organization_id, application_id, status, source, starts_at, member_scope, member_overrides, test_mode, created_at, updated_at, start_notified_at)
+     VALUES ($1, $2, $3, 'active', 'org_seat', now(), 'all_members', '{}', false, now(), now(), now())`,
+    [`ent_${rand(8)}`, org, app.id],
+  );
+  assertStatus(await get(member.token, app.id), 200);
+  assertError(await get(pending.token, app.id), 404, 'application_not_found');
+});
+
+test('internal: only applications.manage, its own key and (decision) its owner; users with a grant and other callers get 404', async () => {
+  const app = await newApp(t, admin, { visibility: 'internal' });
+  const holder = await person(t);
+  await grant(t, admin, holder.id, app.id);
+  const stranger = await person(t);
+  const ownKey = await appKey(t, app.id);
+  const entManager = await platformKey(t, ['entitlements.manage', 'users.list']);
+  for (const cred of [admin, ownKey, app.owner!.token]) assertStatus(await get(cred, app.id), 200);
+  for (const cred of [holder.token, stranger.token, entManager]) assertError(await get(cred, app.id), 404, 'application_not_found');
+  assert.ok(!(await listIds(holder.token)).includes(app.id));
+  assert.ok((await listIds(admin)).includes(app.id));
+});
+
+test('non-approved Applications are visible only to the owner, the own key and applications.manage', async () => {
+  const app = await newApp(t, admin, { visibility: 'public' });
+  const holder = await person(t);
+  await grant(t, admin, holder.id, app.id);
+  const stranger = await person(t);
+  const ownKey = await appKey(t, app.id);
+  for (const status of ['suspended', 'pending_review', 'rejected']) {
+    await setReview(t, app.id, status);
+    for (const cred of [app.owner!.token, ownKey, admin]) assert.equal(assertStatus(await get(cred, app.id), 200).review_status, status);
+    for (const cred of [holder.token, stranger.token]) assertError(await get(cred, app.id), 404, 'application_not_found');
+    assert.ok(!(await listIds(stranger.token)).includes(app.id));
+    assert.ok((await listIds(app.owner!.token)).includes(app.id));
+  }
+  await setReview(t, app.id, 'approved');
+});
+
+test("an app-confined key reaches only its own Application: another (public) Application is 404 application_not_found and absent from its list", async () => {
+  const mine = await newApp(t, admin, { visibility: 'public' });
+  const theirs = await newApp(t, admin, { visibility: 'public' });
+  const key = await appKey(t, mine.id, ['entitlements.manage', 'users.list', 'roles.manage', 'audit.view']);
+  assertStatus(await get(key, mine.id), 200);
+  assertError(await get(key, theirs.id), 404, 'application_not_found');
+  const ids = await listIds(key);
+  assert.deepEqual(ids, [mine.id]);
+});
+
+test('GET of an unknown Application id is 404 application_not_found', async () => {
+  assertError(await get(admin, 'app_doesnotexist'), 404, 'application_not_found');
+});
+
+// ---- list ----------------------------------------------------------------------------------------
+
+test('the list view contains only id, slug, name, description, icon_url, visibility, review_status', async () => {
+  const app = await newApp(t, admin, { description: 'hello', icon_url: 'https://cdn.example.com/i.png' });
+  const viewer = await person(t);
+  const item = (await list(viewer.token)).data.find((a: { id: string }) => a.id === app.id);
+  assert.deepEqual(Object.keys(item).sort(), LIST_KEYS);
+  assert.deepEqual(item, { id: app.id, slug: app.slug, name: 'Test App', description: 'hello', icon_url: 'https://cdn.example.com/i.png', visibility: 'public', review_status: 'approved' });
+  const adminItem = (await list(admin)).data.find((a: { id: string }) => a.id === app.id);
+  assert.deepEqual(Object.keys(adminItem).sort(), LIST_KEYS);
+  const body = await list(viewer.token);
+  assert.deepEqual(Object.keys(body.page).sort(), ['has_more', 'next_cursor']);
+});
+
+test('list filter visibility returns only that visibility', async () => {
+  const pub = await newApp(t, admin, { visibility: 'public' });
+  const inv = await newApp(t, admin, { visibility: 'invite_only' });
+  const data = (await list(admin, '&visibility=invite_only')).data;
+  assert.ok(data.every((a: { visibility: string }) => a.visibility === 'invite_only'));
+  const ids = data.map((a: { id: string }) => a.id);
+  assert.ok(ids.includes(inv.id));
+  assert.ok(!ids.includes(pub.id));
+});
+
+test('list filter review_status: non-admins only see approved plus their own', async () => {
+  const mine = await newApp(t, admin);
+  const theirs = await newApp(t, admin);
+  await setReview(t, mine.id, 'suspended');
+  await setReview(t, theirs.id, 'suspended');
+  const ownerView = await listIds(mine.owner!.token, '&review_status=suspended');
+  assert.ok(ownerView.includes(mine.id));
+  assert.ok(!ownerView.includes(theirs.id));
+  const stranger = await person(t);
+  assert.deepEqual(await listIds(stranger.token, '&review_status=suspended'), []);
+  const adminView = await listIds(admin, '&review_status=suspended');
+  assert.ok(adminView.includes(mine.id) && adminView.includes(theirs.id));
+  await setReview(t, mine.id, 'approved');
+  await setReview(t, theirs.id, 'approved');
+});
+
+test('review_status=pending_review with applications.manage is the review queue, oldest first', async () => {
+  const a = await newApp(t, admin);
+  const b = await newApp(t, admin);
+  const c = await newApp(t, admin);
+  const base = Date.now() - 10 * 86400_000;
+  // b is the oldest, then c, then a.
+  await setReview(t, a.id, 'pending_review', new Date(base + 3000));
+  await setReview(t, b.id, 'pending_review', new Date(base + 1000));
+  await setReview(t, c.id, 'pending_review', new Date(base + 2000));
+  const queue = (await listIds(admin, '&review_status=pending_review')).filter((id: string) => [a.id, b.id, c.id].includes(id));
+  assert.deepEqual(queue, [b.id, c.id, a.id]);
+  // Paging the queue keeps the order.
+  const first = await list(admin, '&review_status=pending_review');
+  const all = first.data.map((x: { id: string }) => x.id);
+  const pageOne = assertStatus(await call(t, 'GET', '/v1/applications?review_status=pending_review&limit=1', admin), 200);
+  assert.equal(pageOne.data[0].id, all[0]);
+  const pageTwo = assertStatus(await call(t, 'GET', `/v1/applications?review_status=pending_review&limit=1&cursor=${encodeURIComponent(pageOne.page.next_cursor)}`, admin), 200);
+  assert.equal(pageTwo.data[0].id, all[1]);
+  for (const x of [a, b, c]) await setReview(t, x.id, 'approved');
+});
+
+test('list filter owned=true returns only Applications the caller owns (owner_user_id or org_admin of the owning Organization)', async () => {
+  const owner = await person(t);
+  const mine = await newApp(t, admin, { owner_user_id: owner.id });
+  const org = await createOrg(t, [{ userId: owner.id, role: 'org_admin' }]);
+  const orgApp = await newApp(t, admin, { owner_organization_id: org });
+  const member = await person(t);
+  const memberOrg = await createOrg(t, [{ userId: (await person(t)).id, role: 'org_admin' }, { userId: member.id, role: 'member' }]);
+  const notAdminApp = await newApp(t, admin, { owner_organization_id: memberOrg });
+  await newApp(t, admin);
+  assert.deepEqual((await listIds(owner.token, '&owned=true')).sort(), [mine.id, orgApp.id].sort());
+  assert.ok(!(await listIds(member.token, '&owned=true')).includes(notAdminApp.id));
+});
+
+test('list filters tenant_id, owner_user_id, owner_organization_id need applications.manage or tenants.manage', async () => {
+  const app = await newApp(t, admin);
+  const user = await person(t);
+  for (const q of [`&tenant_id=${app.tenant_id}`, `&owner_user_id=${app.owner!.id}`]) {
+    assertError(await call(t, 'GET', `/v1/applications?${q.slice(1)}`, user.token), 403, 'forbidden');
+    assertError(await call(t, 'GET', `/v1/applications?${q.slice(1)}`, app.owner!.token), 403, 'forbidden');
+  }
+  assert.deepEqual(await listIds(admin, `&tenant_id=${app.tenant_id}`), [app.id]);
+  assert.deepEqual(await listIds(admin, `&owner_user_id=${app.owner!.id}`), [app.id]);
+  const tenants = await platformKey(t, ['tenants.manage']);
+  assert.ok((await listIds(tenants, `&tenant_id=${app.tenant_id}`)).includes(app.id));
+});
+
+// ---- PATCH field rights --------------------------------------------------------------------------
+
+test('PATCH: the owner changes configuration fields (200 full object, audit application.updated with before and after)', async () => {
+  const app = await newApp(t, admin);
+  const res = await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, {
+    name: 'Renamed', description: 'new', support_url: 'https://help.example.com', email_from_name: 'Team', redirect_uris: ['https://app.example.com/cb'],
+  });
+  const body = assertStatus(res, 200);
+  assert.equal(body.name, 'Renamed');
+  assert.equal(body.description, 'new');
+  assert.equal(body.support_url, 'https://help.example.com');
+  assert.equal(body.email_from_name, 'Team');
+  assert.equal(body.launch_url, 'https://app.example.com/launch', 'unsent fields stay');
+  assert.equal(body.tenant_id, app.tenant_id);
+  const audit = await auditOf(t, app.id, 'application.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].before.name, 'Test App');
+  assert.equal(audit[0].after.name, 'Renamed');
+  assert.equal(audit[0].actor_id, app.owner!.id);
+});
+
+test('PATCH: an org_admin of the owning Organization is an owner; a plain member is not (403 forbidden)', async () => {
+  const orgAdmin = await person(t);
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }, { userId: member.id, role: 'member' }]);
+  const app = await newApp(t, admin, { owner_organization_id: org });
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, orgAdmin.token, { name: 'By admin' }), 200).name, 'By admin');
+  assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, member.token, { name: 'By member' }), 403, 'forbidden');
+});
+
+test('PATCH: an owner touching visibility, review_status, review_notes or ownership gets 403 moderation_field_forbidden and nothing changes', async () => {
+  const app = await newApp(t, admin);
+  const other = await person(t);
+  for (const body of [{ visibility: 'internal' }, { review_status: 'suspended', review_notes: 'x' }, { review_notes: 'hi' }, { owner_user_id: other.id }, { name: 'n', visibility: 'internal' }]) {
+    assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, body), 403, 'moderation_field_forbidden');
+  }
+  const now = assertStatus(await get(admin, app.id), 200);
+  assert.equal(now.visibility, 'public');
+  assert.equal(now.name, 'Test App');
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+});
+
+test('PATCH: applications.manage changes moderation fields (visibility)', async () => {
+  const app = await newApp(t, admin);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { visibility: 'invite_only' }), 200).visibility, 'invite_only');
+});
+
+test('PATCH: a caller who is neither owner nor applications.manage gets 403 forbidden on a visible Application, 404 on an invisible one', async () => {
+  const pub = await newApp(t, admin);
+  const internal = await newApp(t, admin, { visibility: 'internal' });
+  const user = await person(t);
+  assertError(await call(t, 'PATCH', `/v1/applications/${pub.id}`, user.token, { name: 'x' }), 403, 'forbidden');
+  assertError(await call(t, 'PATCH', `/v1/applications/${internal.id}`, user.token, { name: 'x' }), 404, 'application_not_found');
+  assert.equal(assertStatus(await get(admin, pub.id), 200).name, 'Test App');
+});

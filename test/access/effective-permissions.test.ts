@@ -1,0 +1,155 @@
+// GET /v1/users/{id}/apps/{appId}/effective-permissions: the live access check.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  appKey, assertError, assertStatus, call, createOrg, effective, grant, newApp, orgGrant, patchEnt, person, platformKey, slugOf, type AppFixture,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+});
+after(() => t.close());
+
+const KEYS = ['access_paths', 'allowed', 'application_id', 'computed_at', 'effective_permissions', 'entitlement_status', 'roles', 'user_id', 'user_status'];
+
+/** An Application with three permissions, roles viewer (default) and editor. */
+async function appWithRoles(): Promise<AppFixture & { read: string; write: string; admin: string }> {
+  const slug = slugOf('ep');
+  const app = await newApp(t, admin, {
+    slug,
+    available_app_roles: ['viewer', 'editor'],
+    default_app_role: 'viewer',
+    permissions: ['read', 'write', 'admin'].map((n) => ({ key: `app.${slug}.${n}`, description: n })),
+  });
+  const perm = (n: string) => `app.${slug}.${n}`;
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${slug}_viewer`, admin, { permissions: [perm('read')] }), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${slug}_editor`, admin, { permissions: [perm('read'), perm('write')] }), 200);
+  return { ...app, read: perm('read'), write: perm('write'), admin: perm('admin') };
+}
+
+test('always 200 with the documented shape; allowed with an active personal grant; permissions from explicit and implicit (default_app_role) assignments', async () => {
+  const app = await appWithRoles();
+  const user = await person(t, { roles: ['superadmin'] });
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase' });
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/role_${app.slug}_editor`, admin, {}), 201);
+  const before = Date.now();
+  const result = await effective(t, user.token, user.id, app.id);
+  assert.deepEqual(Object.keys(result).sort(), KEYS);
+  assert.equal(result.user_id, user.id);
+  assert.equal(result.application_id, app.id);
+  assert.equal(result.allowed, true);
+  assert.equal(result.user_status, 'active');
+  assert.equal(result.entitlement_status, 'active');
+  assert.deepEqual(result.access_paths, [{ source: 'purchase', entitlement_id: ent.id, status: 'active' }]);
+  assert.deepEqual(
+    [...result.roles].sort((a: { role_id: string }, b: { role_id: string }) => a.role_id.localeCompare(b.role_id)),
+    [
+      { role_id: `role_${app.slug}_editor`, name: 'editor', implicit: false },
+      { role_id: `role_${app.slug}_viewer`, name: 'viewer', implicit: true },
+    ],
+  );
+  assert.deepEqual([...result.effective_permissions].sort(), [app.read, app.write].sort());
+  // Platform permissions never appear, even for a superadmin.
+  assert.ok(result.effective_permissions.every((p: string) => p.startsWith(`app.${app.slug}.`)));
+  assert.ok(Math.abs(Date.parse(result.computed_at) - before) < 60_000);
+});
+
+test('no path: 200 with allowed false, entitlement_status none, no access_paths and empty effective_permissions even with an explicit app Role', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/role_${app.slug}_editor`, admin, {}), 201);
+  const result = await effective(t, user.token, user.id, app.id);
+  assert.equal(result.allowed, false);
+  assert.equal(result.entitlement_status, 'none');
+  assert.equal(result.user_status, 'active');
+  assert.deepEqual(result.access_paths, []);
+  assert.deepEqual(result.effective_permissions, []);
+  assert.ok(!result.roles.some((r: { implicit: boolean }) => r.implicit), 'no implicit default role without access');
+});
+
+test('a disabled grant: allowed false, entitlement_status disabled, effective_permissions empty', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, false);
+  assert.equal(result.entitlement_status, 'disabled');
+  assert.deepEqual(result.access_paths, [{ source: 'admin_grant', entitlement_id: ent.id, status: 'disabled' }]);
+  assert.deepEqual(result.effective_permissions, []);
+});
+
+test('a suspended user: allowed false, user_status suspended, entitlement_status still active, no permissions', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/suspend`, admin, {}), 200);
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, false);
+  assert.equal(result.user_status, 'suspended');
+  assert.equal(result.entitlement_status, 'active');
+  assert.deepEqual(result.effective_permissions, []);
+});
+
+test('access_paths list organization grants with organization_id and member_decision; the best path decides', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  const org = await createOrg(t, [{ userId: user.id }]);
+  const orgEnt = await orgGrant(t, org, app.id);
+  const personal = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, personal.id, { status: 'disabled', disabled_reason: 'x' }), 200);
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, true);
+  assert.equal(result.entitlement_status, 'active');
+  const sorted = [...result.access_paths].sort((a: { source: string }, b: { source: string }) => a.source.localeCompare(b.source));
+  assert.deepEqual(sorted, [
+    { source: 'admin_grant', entitlement_id: personal.id, status: 'disabled' },
+    { source: 'org_seat', entitlement_id: orgEnt, status: 'active', organization_id: org, member_decision: 'included' },
+  ]);
+  assert.deepEqual(result.effective_permissions, [app.read]);
+});
+
+test("only that Application's app.<slug>.* keys appear: Roles of other Applications do not leak", async () => {
+  const app = await appWithRoles();
+  const other = await appWithRoles();
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  await grant(t, admin, user.id, other.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/role_${other.slug}_editor`, admin, {}), 201);
+  const result = await effective(t, admin, user.id, app.id);
+  assert.deepEqual(result.effective_permissions, [app.read]);
+  assert.ok(!result.roles.some((r: { role_id: string }) => r.role_id.startsWith(`role_${other.slug}_`)));
+  assert.deepEqual([...(await effective(t, admin, user.id, other.id)).effective_permissions].sort(), [other.read, other.write].sort());
+});
+
+test('a permission change (PATCH role) applies on the next call', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  assert.deepEqual((await effective(t, admin, user.id, app.id)).effective_permissions, [app.read]);
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${app.slug}_viewer`, app.owner!.token, { permissions: [app.read, app.admin] }), 200);
+  assert.deepEqual([...(await effective(t, admin, user.id, app.id)).effective_permissions].sort(), [app.admin, app.read].sort());
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${app.slug}_viewer`, app.owner!.token, { permissions: [] }), 200);
+  assert.deepEqual((await effective(t, admin, user.id, app.id)).effective_permissions, []);
+});
+
+test("callers: self, the app's own key, users.list and entitlements.manage; another Application's key 404; a stranger 404", async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  const ownKey = await appKey(t, app.id);
+  for (const cred of [user.token, ownKey, await platformKey(t, ['users.list']), await platformKey(t, ['entitlements.manage'])]) {
+    assert.equal((await effective(t, cred, user.id, app.id)).allowed, true);
+  }
+  assert.equal((await effective(t, user.token, 'me', app.id)).user_id, user.id);
+  const otherKey = await appKey(t, (await appWithRoles()).id, ['users.list', 'entitlements.manage']);
+  const res = await call(t, 'GET', `/v1/users/${user.id}/apps/${app.id}/effective-permissions`, otherKey);
+  assert.equal(res.statusCode, 404, res.body);
+  const stranger = await person(t);
+  assertError(await call(t, 'GET', `/v1/users/${user.id}/apps/${app.id}/effective-permissions`, stranger.token), 404, 'user_not_found');
+  assertError(await call(t, 'GET', `/v1/users/${user.id}/apps/app_nosuchapp/effective-permissions`, admin), 404, 'application_not_found');
+});

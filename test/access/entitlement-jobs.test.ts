@@ -1,0 +1,209 @@
+// The time-driven side of Entitlements: the 5-minute expiry sweep, expiry at resolution time, and
+// scheduled starts. The clock only moves forward in this file, so every call uses API keys (which do
+// not expire) and every test sets its times relative to the clock.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  accessEvents, assertStatus, call, createOrg, DAY, effective, entitlementEvents, entRow, grant, HOUR, inSeconds, newApp, outbox, patchEnt, person,
+  orgGrant, platformKey, type AppFixture,
+} from './support.js';
+import { entitlementsModule } from '../../src/modules/entitlements/index.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await newApp(t, admin);
+});
+after(() => t.close());
+
+const sweep = () => t.deps.jobs.runNow('entitlement-expiry');
+const starts = () => t.deps.jobs.runNow('scheduled-starts');
+const getEnt = async (id: string) => assertStatus(await call(t, 'GET', `/v1/entitlements/${id}`, admin), 200);
+
+test('the expiry sweep is registered every 5 minutes and scheduled starts run as a job', () => {
+  const jobs = new Map((entitlementsModule.jobs as any)(t.deps).map((j: { name: string; intervalSeconds: number }) => [j.name, j]));
+  assert.equal((jobs.get('entitlement-expiry') as any)?.intervalSeconds, 300);
+  assert.ok(jobs.has('scheduled-starts'));
+});
+
+test('access resolution treats ends_at <= now as expired at once, before the sweep runs', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, HOUR) });
+  assert.equal((await effective(t, admin, user.id, app.id)).entitlement_status, 'active');
+  t.clock.advance(HOUR);
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, false);
+  assert.equal(result.entitlement_status, 'expired');
+  assert.deepEqual(result.effective_permissions, []);
+  assert.equal(result.access_paths[0].status, 'expired');
+  // The row itself still says active until the sweep writes it.
+  assert.equal((await getEnt(ent.id)).status, 'active');
+  await sweep();
+});
+
+test('the sweep moves an active row past ends_at to expired and emits entitlement.expired and access.revoked (entitlement_expired) exactly once', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, 2 * HOUR) });
+  t.clock.advance(2 * HOUR + 1);
+  await sweep();
+  const row = await getEnt(ent.id);
+  assert.equal(row.status, 'expired');
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.expired']);
+  const [expired] = await outbox(t, { entitlementId: ent.id, types: ['entitlement.expired'] });
+  assert.equal(expired.data.entitlement.status, 'expired');
+  assert.equal(expired.application_id, app.id);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_granted', 'active'],
+    ['access.revoked', 'entitlement_expired', 'expired'],
+  ]);
+  // Running again (or later) writes nothing more.
+  t.clock.advance(600);
+  await sweep();
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.expired']);
+  assert.equal((await accessEvents(t, user.id, app.id)).length, 2);
+});
+
+test('a disabled row whose ends_at passes expires silently: disabled_reason kept, no access event', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, HOUR) });
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'payment failed' }), 200);
+  const before = await accessEvents(t, user.id, app.id);
+  assert.deepEqual(before.at(-1), ['access.revoked', 'entitlement_disabled', 'disabled']);
+  t.clock.advance(HOUR + 1);
+  await sweep();
+  const row = await getEnt(ent.id);
+  assert.equal(row.status, 'expired');
+  assert.equal(row.disabled_reason, 'payment failed');
+  assert.deepEqual(await accessEvents(t, user.id, app.id), before);
+});
+
+test('setting ends_at in the past on an active row expires it at the next sweep; access.revoked (entitlement_expired) fires exactly once overall', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { starts_at: inSeconds(t, -2 * HOUR) });
+  assertStatus(await patchEnt(t, admin, ent.id, { ends_at: inSeconds(t, -60) }), 200);
+  await sweep();
+  assert.equal((await getEnt(ent.id)).status, 'expired');
+  const revoked = (await accessEvents(t, user.id, app.id)).filter(([type]) => type === 'access.revoked');
+  assert.deepEqual(revoked, [['access.revoked', 'entitlement_expired', 'expired']]);
+  assert.equal((await entitlementEvents(t, ent.id)).filter((e) => e === 'entitlement.expired').length, 1);
+});
+
+test('a user with another active path keeps access when one row expires: no access.revoked', async () => {
+  const user = await person(t);
+  const other = await newApp(t, admin);
+  // Personal trial expiring, plus an organization-wide grant.
+  const org = await createOrg(t, [{ userId: user.id }]);
+  await orgGrant(t, org, other.id);
+  const ent = await grant(t, admin, user.id, other.id, { source: 'trial', ends_at: inSeconds(t, HOUR) });
+  t.clock.advance(HOUR + 1);
+  await sweep();
+  assert.equal((await getEnt(ent.id)).status, 'expired');
+  assert.deepEqual(await accessEvents(t, user.id, other.id), []);
+  assert.equal((await effective(t, admin, user.id, other.id)).allowed, true);
+});
+
+test('an organization-wide grant expiring revokes access once per member whose last path it was; entitlement.expired names the Organization', async () => {
+  const other = await newApp(t, admin);
+  const [a, b, c] = [await person(t), await person(t), await person(t)];
+  const org = await createOrg(t, [{ userId: a.id, role: 'org_admin' }, { userId: b.id }, { userId: c.id }]);
+  const id = await orgGrant(t, org, other.id, { endsAt: new Date(t.clock.now().getTime() + HOUR * 1000) });
+  await grant(t, admin, c.id, other.id);
+  t.clock.advance(HOUR + 1);
+  await sweep();
+  assert.equal((await getEnt(id)).status, 'expired');
+  for (const u of [a, b]) assert.deepEqual(await accessEvents(t, u.id, other.id), [['access.revoked', 'entitlement_expired', 'expired']]);
+  assert.deepEqual(await accessEvents(t, c.id, other.id), [], 'c had access through the org grant and keeps it through the personal row');
+  const events = await outbox(t, { entitlementId: id });
+  assert.deepEqual(events.map((e) => e.type), ['entitlement.expired']);
+  assert.equal(events[0].data.entitlement.user_id, null);
+  assert.equal(events[0].data.entitlement.organization_id, org);
+});
+
+test('a grant with a future starts_at is created active but resolves as scheduled: no access.granted at creation', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 3 * HOUR) });
+  assert.equal(ent.status, 'active');
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, false);
+  assert.equal(result.entitlement_status, 'scheduled');
+  assert.deepEqual(result.access_paths, [{ source: 'purchase', entitlement_id: ent.id, status: 'scheduled' }]);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), []);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
+  await starts();
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [], 'nothing before starts_at');
+});
+
+test('once starts_at passes, scheduled-starts emits access.granted with reason entitlement_started exactly once', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, HOUR) });
+  t.clock.advance(HOUR + 1);
+  // Resolution is live: allowed as soon as starts_at passed.
+  assert.equal((await effective(t, admin, user.id, app.id)).entitlement_status, 'active');
+  await starts();
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'entitlement_started', 'active']]);
+  await starts();
+  t.clock.advance(120);
+  await starts();
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'entitlement_started', 'active']]);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
+});
+
+test('a scheduled grant for a user who already has access through another path starts without an access event', async () => {
+  const user = await person(t);
+  const other = await newApp(t, admin);
+  const org = await createOrg(t, [{ userId: user.id }]);
+  await orgGrant(t, org, other.id);
+  await grant(t, admin, user.id, other.id, { source: 'purchase', starts_at: inSeconds(t, HOUR) });
+  t.clock.advance(HOUR + 1);
+  await starts();
+  assert.deepEqual(await accessEvents(t, user.id, other.id), []);
+});
+
+test('a trial expiring after a renewal PATCH (ends_at moved forward) does not expire at the old time', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, HOUR) });
+  assertStatus(await patchEnt(t, admin, ent.id, { ends_at: inSeconds(t, 10 * DAY) }), 200);
+  t.clock.advance(HOUR + 1);
+  await sweep();
+  assert.equal((await getEnt(ent.id)).status, 'active');
+  assert.equal((await effective(t, admin, user.id, app.id)).allowed, true);
+  assert.deepEqual((await accessEvents(t, user.id, app.id)).map(([type]) => type), ['access.granted']);
+});
+
+test('a scheduled grant disabled before it starts and enabled after: access.granted fires exactly once (entitlement_enabled), the start job adds none', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, HOUR) });
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'hold' }), 200);
+  t.clock.advance(HOUR + 1);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'active' }), 200);
+  await starts();
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'entitlement_enabled', 'active']]);
+});
+
+test('a user suspended before a scheduled start and reactivated after it gets exactly one access.granted (user_reactivated)', async () => {
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, HOUR) });
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/suspend`, admin, {}), 200);
+  t.clock.advance(HOUR + 1);
+  assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}`, admin, { status: 'active' }), 200);
+  await starts();
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'user_reactivated', 'active']]);
+});
+
+test('a user suspended before ends_at and reactivated after it, before the sweep: one access.revoked (user_suspended), none from the sweep', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, HOUR) });
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/suspend`, admin, {}), 200);
+  t.clock.advance(HOUR + 1);
+  assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}`, admin, { status: 'active' }), 200);
+  await sweep();
+  assert.equal((await getEnt(ent.id)).status, 'expired');
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_granted', 'active'],
+    ['access.revoked', 'user_suspended', 'active'],
+  ]);
+});

@@ -1,0 +1,616 @@
+// Entitlements (Part B): grant rules, the status table, other PATCH fields, ETag / If-Match, DELETE,
+// who may grant per visibility, confinement of app keys and owners, lists, events and audit.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  accessEvents, appKey, assertError, assertInvalid, assertStatus, auditOf, call, createOrg, DAY, entitlementEvents, entRow, grant, grantReq,
+  HOUR, inSeconds, newApp, orgGrant, outbox, patchEnt, person, platformKey, setReview, sql, type AppFixture,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await newApp(t, admin);
+});
+after(() => t.close());
+
+const ENTITLEMENT_KEYS = [
+  'application_id', 'created_at', 'disabled_reason', 'ends_at', 'id', 'member_overrides', 'member_scope', 'order_id', 'organization_id', 'source',
+  'starts_at', 'status', 'test_mode', 'updated_at', 'user_id',
+];
+
+/** An expired row: granted with a short term, then the clock passes ends_at and the sweep runs. */
+async function expiredRow(userId: string, applicationId = app.id): Promise<any> {
+  const ent = await grant(t, admin, userId, applicationId, { source: 'trial', ends_at: inSeconds(t, 60) });
+  t.clock.advance(61);
+  await t.deps.jobs.runNow('entitlement-expiry');
+  assert.equal((await entRow(t, ent.id))!.status, 'expired');
+  return ent;
+}
+
+// ---- POST ----------------------------------------------------------------------------------------
+
+test('POST /v1/users/{id}/entitlements requires an Idempotency-Key: 400 idempotency_key_required without one, nothing written', async () => {
+  const user = await person(t);
+  assertError(await grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant' }, null), 400, 'idempotency_key_required');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
+});
+
+test('POST grants an active personal Entitlement (201): audit entitlement.granted, webhook entitlement.granted and access.granted (reason entitlement_granted)', async () => {
+  const user = await person(t);
+  const res = await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', order_id: 'order-1' });
+  const ent = assertStatus(res, 201);
+  assert.deepEqual(Object.keys(ent).sort(), ENTITLEMENT_KEYS);
+  assert.match(ent.id, /^ent_/);
+  assert.equal(ent.user_id, user.id);
+  assert.equal(ent.organization_id, null);
+  assert.equal(ent.application_id, app.id);
+  assert.equal(ent.status, 'active');
+  assert.equal(ent.source, 'purchase');
+  assert.equal(ent.order_id, 'order-1');
+  assert.equal(ent.ends_at, null);
+  assert.equal(ent.disabled_reason, null);
+  assert.equal(ent.test_mode, false);
+  const audit = await auditOf(t, ent.id, 'entitlement.granted');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].target_user_id, user.id);
+  assert.equal(audit[0].application_id, app.id);
+  const events = await outbox(t, { entitlementId: ent.id });
+  assert.deepEqual(events.map((e) => e.type), ['entitlement.granted']);
+  assert.equal(events[0].application_id, app.id);
+  assert.equal(events[0].data.entitlement.id, ent.id);
+  assert.equal(events[0].data.entitlement.status, 'active');
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+});
+
+test('POST: a retry with the same Idempotency-Key returns the original result and grants once', async () => {
+  const user = await person(t);
+  const body = { application_id: app.id, source: 'admin_grant' };
+  const first = await grantReq(t, admin, user.id, body, 'same-key');
+  const again = await grantReq(t, admin, user.id, body, 'same-key');
+  assert.equal(again.statusCode, 201);
+  assert.equal(again.body, first.body);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 1);
+  assert.equal((await accessEvents(t, user.id, app.id)).length, 1);
+});
+
+test('one live personal row per user and Application: an active or disabled one gives 409 entitlement_already_exists with details.existing_entitlement_id and details.status', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  let err = assertError(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase' }), 409, 'entitlement_already_exists');
+  assert.equal(err.details.existing_entitlement_id, ent.id);
+  assert.equal(err.details.status, 'active');
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'chargeback' }), 200);
+  err = assertError(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase' }), 409, 'entitlement_already_exists');
+  assert.equal(err.details.existing_entitlement_id, ent.id);
+  assert.equal(err.details.status, 'disabled');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 1);
+});
+
+test('revoked and expired rows do not block a new personal grant', async () => {
+  const revokedUser = await person(t);
+  const first = await grant(t, admin, revokedUser.id, app.id);
+  assertStatus(await patchEnt(t, admin, first.id, { status: 'revoked', disabled_reason: 'refund' }), 200);
+  const second = await grant(t, admin, revokedUser.id, app.id);
+  assert.notEqual(second.id, first.id);
+
+  const expiredUser = await person(t);
+  const old = await expiredRow(expiredUser.id);
+  const renewed = await grant(t, admin, expiredUser.id, app.id);
+  assert.notEqual(renewed.id, old.id);
+  assert.equal(renewed.status, 'active');
+});
+
+test('source org_seat on a personal grant is 422 invalid_source', async () => {
+  const user = await person(t);
+  assertError(await grantReq(t, admin, user.id, { application_id: app.id, source: 'org_seat' }), 422, 'invalid_source');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
+});
+
+test('a trial without ends_at is 422 ends_at_required; with ends_at it is granted', async () => {
+  const user = await person(t);
+  assertError(await grantReq(t, admin, user.id, { application_id: app.id, source: 'trial' }), 422, 'ends_at_required');
+  assertError(await grantReq(t, admin, user.id, { application_id: app.id, source: 'trial', ends_at: null }), 422, 'ends_at_required');
+  const ends = inSeconds(t, 14 * DAY);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: ends });
+  assert.equal(ent.ends_at, ends);
+  assert.equal(ent.source, 'trial');
+});
+
+test('ends_at must be after starts_at (422)', async () => {
+  const user = await person(t);
+  assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, HOUR), ends_at: inSeconds(t, 60) }), 'ends_at');
+});
+
+test('starts_at at most 1 year ahead: beyond is 422 validation_failed; within a year is accepted', async () => {
+  const user = await person(t);
+  assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, 366 * DAY) }), 'starts_at');
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 300 * DAY) });
+  assert.equal(ent.status, 'active');
+});
+
+test('order_id is up to 255 characters', async () => {
+  const user = await person(t);
+  assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', order_id: 'x'.repeat(256) }), 'order_id');
+  assert.equal((await grant(t, admin, user.id, app.id, { source: 'purchase', order_id: 'y'.repeat(255) })).order_id.length, 255);
+});
+
+test('the Application must be approved: a suspended one is 409 application_not_available; an unknown one 404 application_not_found', async () => {
+  const suspended = await newApp(t, admin);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${suspended.id}`, admin, { review_status: 'suspended', review_notes: 'x' }), 200);
+  const user = await person(t);
+  assertError(await grantReq(t, admin, user.id, { application_id: suspended.id, source: 'admin_grant' }), 409, 'application_not_available');
+  assertError(await grantReq(t, admin, user.id, { application_id: 'app_nosuchapp', source: 'admin_grant' }), 404, 'application_not_found');
+  const pending = await newApp(t, admin);
+  await setReview(t, pending.id, 'pending_review');
+  assertError(await grantReq(t, admin, user.id, { application_id: pending.id, source: 'admin_grant' }), 409, 'application_not_available');
+});
+
+test('invited users may receive grants; deleted users are 404 user_not_found', async () => {
+  const invited = await person(t, { status: 'invited' });
+  const ent = await grant(t, admin, invited.id, app.id);
+  assert.equal(ent.user_id, invited.id);
+  // An invited user is not active, so access does not flip on.
+  assert.deepEqual(await accessEvents(t, invited.id, app.id), []);
+
+  const gone = await person(t);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${gone.id}`, admin)).statusCode, 204);
+  assertError(await grantReq(t, admin, gone.id, { application_id: app.id, source: 'admin_grant' }), 404, 'user_not_found');
+  assertError(await grantReq(t, admin, 'usr_01NOSUCHUSER0000000000000', { application_id: app.id, source: 'admin_grant' }), 404, 'user_not_found');
+});
+
+// ---- who may grant -----------------------------------------------------------------------------
+
+test('public and invite_only: platform entitlements.manage, the app\'s own key with entitlements.manage, and the owner may grant', async () => {
+  for (const visibility of ['public', 'invite_only']) {
+    const target = await newApp(t, admin, { visibility });
+    const key = await appKey(t, target.id, ['entitlements.manage']);
+    const platform = await platformKey(t, ['entitlements.manage']);
+    for (const cred of [platform, key, target.owner!.token]) {
+      const user = await person(t);
+      const ent = await grant(t, cred, user.id, target.id);
+      assert.equal(ent.application_id, target.id);
+    }
+  }
+});
+
+test('a caller without entitlements.manage who is not the owner gets 403 forbidden; an app key without entitlements.manage too', async () => {
+  const user = await person(t);
+  const stranger = await person(t);
+  assertError(await grantReq(t, stranger.token, user.id, { application_id: app.id, source: 'admin_grant' }), 403, 'forbidden');
+  const bareKey = await appKey(t, app.id, ['users.list']);
+  assertError(await grantReq(t, bareKey, user.id, { application_id: app.id, source: 'admin_grant' }), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
+});
+
+test("another Application's key cannot grant for this one (404 application_not_found)", async () => {
+  const other = await newApp(t, admin);
+  const otherKey = await appKey(t, other.id, ['entitlements.manage']);
+  const user = await person(t);
+  assertError(await grantReq(t, otherKey, user.id, { application_id: app.id, source: 'admin_grant' }), 404, 'application_not_found');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
+});
+
+test('internal: only platform entitlements.manage may grant; the owner and the own key get 403 or 404', async () => {
+  const internal = await newApp(t, admin, { visibility: 'internal' });
+  const key = await appKey(t, internal.id, ['entitlements.manage']);
+  const user = await person(t);
+  for (const cred of [key, internal.owner!.token]) {
+    const res = await grantReq(t, cred, user.id, { application_id: internal.id, source: 'admin_grant' });
+    assert.ok([403, 404].includes(res.statusCode), `${res.statusCode} ${res.body}`);
+    assert.ok(['forbidden', 'application_not_found'].includes(res.json().error.code), res.body);
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
+  const platform = await platformKey(t, ['entitlements.manage']);
+  assert.equal((await grant(t, platform, user.id, internal.id)).status, 'active');
+});
+
+// ---- the status table ----------------------------------------------------------------------------
+
+test('active → disabled needs disabled_reason (422 disabled_reason_required); then entitlement.disabled, audit, access.revoked (entitlement_disabled)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertError(await patchEnt(t, admin, ent.id, { status: 'disabled' }), 422, 'disabled_reason_required');
+  assertError(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: '' }), 422, 'disabled_reason_required');
+  assertInvalid(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x'.repeat(256) }), 'disabled_reason');
+  assert.equal((await entRow(t, ent.id))!.status, 'active');
+  const body = assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'chargeback' }), 200);
+  assert.equal(body.status, 'disabled');
+  assert.equal(body.disabled_reason, 'chargeback');
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.disabled']);
+  const audit = await auditOf(t, ent.id, 'entitlement.disabled');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].before.status, 'active');
+  assert.equal(audit[0].after.status, 'disabled');
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_granted', 'active'],
+    ['access.revoked', 'entitlement_disabled', 'disabled'],
+  ]);
+});
+
+test('disabled → active clears disabled_reason, emits entitlement.granted and access.granted (entitlement_enabled)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  const body = assertStatus(await patchEnt(t, admin, ent.id, { status: 'active' }), 200);
+  assert.equal(body.status, 'active');
+  assert.equal(body.disabled_reason, null);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.disabled', 'entitlement.granted']);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.granted')).length, 2);
+  assert.deepEqual((await accessEvents(t, user.id, app.id)).at(-1), ['access.granted', 'entitlement_enabled', 'active']);
+});
+
+test('active → revoked needs disabled_reason; revoked is terminal: entitlement.revoked, audit, access.revoked (entitlement_revoked, status revoked)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertError(await patchEnt(t, admin, ent.id, { status: 'revoked' }), 422, 'disabled_reason_required');
+  const body = assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'refund' }), 200);
+  assert.equal(body.status, 'revoked');
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.revoked']);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.revoked')).length, 1);
+  assert.deepEqual((await accessEvents(t, user.id, app.id)).at(-1), ['access.revoked', 'entitlement_revoked', 'revoked']);
+});
+
+test('disabled → revoked needs disabled_reason and emits entitlement.revoked but no access event (access was already off)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  assertError(await patchEnt(t, admin, ent.id, { status: 'revoked' }), 422, 'disabled_reason_required');
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'fraud' }), 200);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.disabled', 'entitlement.revoked']);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_granted', 'active'],
+    ['access.revoked', 'entitlement_disabled', 'disabled'],
+  ]);
+});
+
+test('expired → active only with ends_at in the future or null (409 invalid_status_transition otherwise); renewal grants access again', async () => {
+  const user = await person(t);
+  const ent = await expiredRow(user.id);
+  assertError(await patchEnt(t, admin, ent.id, { status: 'active' }), 409, 'invalid_status_transition');
+  assertError(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: inSeconds(t, -10) }), 409, 'invalid_status_transition');
+  assert.equal((await entRow(t, ent.id))!.status, 'expired');
+  const ends = inSeconds(t, 30 * DAY);
+  const body = assertStatus(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: ends }), 200);
+  assert.equal(body.status, 'active');
+  assert.equal(body.ends_at, ends);
+  assert.equal((await accessEvents(t, user.id, app.id)).at(-1)![0], 'access.granted');
+  assert.equal((await entitlementEvents(t, ent.id)).at(-1), 'entitlement.granted');
+
+  const other = await person(t);
+  const second = await expiredRow(other.id);
+  const renewed = assertStatus(await patchEnt(t, admin, second.id, { status: 'active', ends_at: null }), 200);
+  assert.equal(renewed.ends_at, null);
+  assert.equal(renewed.status, 'active');
+});
+
+test('expired → active is 409 entitlement_already_exists when a newer live row exists', async () => {
+  const user = await person(t);
+  const old = await expiredRow(user.id);
+  const newer = await grant(t, admin, user.id, app.id);
+  const err = assertError(await patchEnt(t, admin, old.id, { status: 'active', ends_at: null }), 409, 'entitlement_already_exists');
+  assert.equal(err.details.existing_entitlement_id, newer.id);
+  assert.equal((await entRow(t, old.id))!.status, 'expired');
+});
+
+test('expired → revoked needs disabled_reason and emits entitlement.revoked', async () => {
+  const user = await person(t);
+  const ent = await expiredRow(user.id);
+  assertError(await patchEnt(t, admin, ent.id, { status: 'revoked' }), 422, 'disabled_reason_required');
+  assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'closed' }), 200).status, 'revoked');
+  assert.equal((await entitlementEvents(t, ent.id)).at(-1), 'entitlement.revoked');
+});
+
+test('revoked → anything is 409 invalid_status_transition (grant a new Entitlement instead)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'refund' }), 200);
+  for (const body of [{ status: 'active' }, { status: 'disabled', disabled_reason: 'x' }, { status: 'expired' }, { ends_at: inSeconds(t, DAY) }, { order_id: 'late' }]) {
+    assertError(await patchEnt(t, admin, ent.id, body), 409, 'invalid_status_transition');
+  }
+  const row = (await entRow(t, ent.id))!;
+  assert.equal(row.status, 'revoked');
+  assert.equal(row.order_id, null);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.revoked']);
+});
+
+test('→ expired by PATCH is 409 invalid_status_transition (only the system expires rows); so is expired → disabled', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertError(await patchEnt(t, admin, ent.id, { status: 'expired' }), 409, 'invalid_status_transition');
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
+  assertError(await patchEnt(t, admin, ent.id, { status: 'expired' }), 409, 'invalid_status_transition');
+  assert.equal((await entRow(t, ent.id))!.status, 'disabled');
+  const other = await person(t);
+  const expired = await expiredRow(other.id);
+  assertError(await patchEnt(t, admin, expired.id, { status: 'disabled', disabled_reason: 'x' }), 409, 'invalid_status_transition');
+});
+
+// ---- other PATCH fields --------------------------------------------------------------------------
+
+test('ends_at is changeable on an active row: entitlement.updated with changed_fields, audit entitlement.updated, no access event', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const ends = inSeconds(t, 90 * DAY);
+  const body = assertStatus(await patchEnt(t, admin, ent.id, { ends_at: ends }), 200);
+  assert.equal(body.ends_at, ends);
+  assert.equal(body.status, 'active');
+  const events = await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] });
+  assert.equal(events.length, 1);
+  assert.deepEqual(events[0].data.changed_fields, ['ends_at']);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 1);
+  assert.equal((await accessEvents(t, user.id, app.id)).length, 1, 'only the grant');
+  assertInvalid(await patchEnt(t, admin, ent.id, { ends_at: new Date(Date.parse(ent.starts_at) - 1000).toISOString() }), 'ends_at');
+  assert.equal((await entRow(t, ent.id))!.ends_at.toISOString(), ends);
+});
+
+test('source: only trial → purchase (trial conversion with order_id and ends_at null); other changes are 422 immutable_field', async () => {
+  const user = await person(t);
+  const trial = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, 7 * DAY) });
+  assertError(await patchEnt(t, admin, trial.id, { source: 'admin_grant' }), 422, 'immutable_field');
+  const body = assertStatus(await patchEnt(t, admin, trial.id, { source: 'purchase', order_id: 'ord_77', ends_at: null }), 200);
+  assert.equal(body.source, 'purchase');
+  assert.equal(body.order_id, 'ord_77');
+  assert.equal(body.ends_at, null);
+  const [event] = await outbox(t, { entitlementId: trial.id, types: ['entitlement.updated'] });
+  assert.deepEqual([...event.data.changed_fields].sort(), ['ends_at', 'order_id', 'source']);
+  assertError(await patchEnt(t, admin, trial.id, { source: 'trial' }), 422, 'immutable_field');
+
+  const other = await person(t);
+  const purchase = await grant(t, admin, other.id, app.id, { source: 'admin_grant' });
+  assertError(await patchEnt(t, admin, purchase.id, { source: 'purchase' }), 422, 'immutable_field');
+  assertError(await patchEnt(t, admin, purchase.id, { source: 'trial' }), 422, 'immutable_field');
+  assert.equal((await entRow(t, purchase.id))!.source, 'admin_grant');
+});
+
+test('order_id is settable while null; changing a set order_id is 422 immutable_field', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { order_id: 'ord_1' }), 200).order_id, 'ord_1');
+  assertError(await patchEnt(t, admin, ent.id, { order_id: 'ord_2' }), 422, 'immutable_field');
+  assertError(await patchEnt(t, admin, ent.id, { order_id: null }), 422, 'immutable_field');
+  assert.equal((await entRow(t, ent.id))!.order_id, 'ord_1');
+});
+
+test('starts_at, user_id, organization_id and application_id are read-only (422 read_only_field)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const other = await newApp(t, admin);
+  for (const body of [{ starts_at: inSeconds(t, HOUR) }, { user_id: (await person(t)).id }, { application_id: other.id }, { organization_id: 'org_x' }]) {
+    assertError(await patchEnt(t, admin, ent.id, body), 422, 'read_only_field');
+  }
+  const row = (await entRow(t, ent.id))!;
+  assert.equal(row.user_id, user.id);
+  assert.equal(row.application_id, app.id);
+});
+
+test('member_scope or member_overrides on a personal row is 422 not_an_org_grant', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertError(await patchEnt(t, admin, ent.id, { member_scope: 'allowlist' }), 422, 'not_an_org_grant');
+  assertError(await patchEnt(t, admin, ent.id, { member_overrides: [user.id] }), 422, 'not_an_org_grant');
+});
+
+test('org grant: member_scope change emits entitlement.member_scope_changed and access flips for the members it excludes', async () => {
+  const a = await person(t);
+  const b = await person(t);
+  const org = await createOrg(t, [{ userId: a.id, role: 'org_admin' }, { userId: b.id }]);
+  const target = await newApp(t, admin);
+  const id = await orgGrant(t, org, target.id);
+  const stranger = await person(t);
+  assertError(await patchEnt(t, admin, id, { member_scope: 'allowlist', member_overrides: [stranger.id] }), 422, 'member_override_not_a_member');
+  const body = assertStatus(await patchEnt(t, admin, id, { member_scope: 'allowlist', member_overrides: [a.id] }), 200);
+  assert.equal(body.member_scope, 'allowlist');
+  assert.deepEqual(body.member_overrides, [a.id]);
+  const events = await outbox(t, { entitlementId: id });
+  assert.deepEqual(events.map((e) => e.type), ['entitlement.member_scope_changed']);
+  assert.equal(events[0].data.entitlement.user_id, null);
+  assert.equal(events[0].data.entitlement.organization_id, org);
+  assert.equal((await auditOf(t, id, 'entitlement.member_scope_changed')).length, 1);
+  assert.deepEqual(await accessEvents(t, b.id, target.id), [['access.revoked', 'org_grant_changed', 'none']]);
+  assert.deepEqual(await accessEvents(t, a.id, target.id), []);
+  // Members of the holding Organization may fetch the row; others may not.
+  assertStatus(await call(t, 'GET', `/v1/entitlements/${id}`, b.token), 200);
+  assertError(await call(t, 'GET', `/v1/entitlements/${id}`, stranger.token), 404, 'entitlement_not_found');
+});
+
+// ---- ETag / If-Match -----------------------------------------------------------------------------
+
+test('GET and PATCH return an ETag; PATCH with a stale If-Match is 412 precondition_failed and changes nothing', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const got = await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin);
+  assertStatus(got, 200);
+  const etag = got.headers.etag as string;
+  assert.ok(etag, 'GET carries an ETag');
+  t.clock.advance(1);
+  const first = await patchEnt(t, admin, ent.id, { ends_at: inSeconds(t, 10 * DAY) }, { 'if-match': etag });
+  assertStatus(first, 200);
+  const newTag = first.headers.etag as string;
+  assert.ok(newTag);
+  assert.notEqual(newTag, etag);
+  // A second operator still holding the old ETag.
+  assertError(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }, { 'if-match': etag }), 412, 'precondition_failed');
+  assert.equal((await entRow(t, ent.id))!.status, 'active');
+  assert.equal((await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag, newTag);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }, { 'if-match': newTag }), 200);
+});
+
+// ---- DELETE --------------------------------------------------------------------------------------
+
+test('DELETE hard-removes a fresh grant made in error: 204, entitlement.deleted, access.revoked (entitlement_deleted)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin)).statusCode, 204);
+  assert.equal(await entRow(t, ent.id), undefined);
+  const deleted = await outbox(t, { entitlementId: ent.id, types: ['entitlement.deleted'] });
+  assert.equal(deleted.length, 1);
+  assert.equal(deleted[0].data.entitlement.id, ent.id);
+  assert.deepEqual((await accessEvents(t, user.id, app.id)).at(-1), ['access.revoked', 'entitlement_deleted', 'none']);
+  assertError(await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin), 404, 'entitlement_not_found');
+});
+
+test('DELETE of an order-linked row is 409 entitlement_order_linked for every caller, even a superadmin', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', order_id: 'ord_del' });
+  const superadmin = await person(t, { roles: ['superadmin'] });
+  const key = await appKey(t, app.id, ['entitlements.manage']);
+  for (const cred of [admin, superadmin.token, key]) {
+    assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, cred), 409, 'entitlement_order_linked');
+  }
+  assert.ok(await entRow(t, ent.id));
+});
+
+test('DELETE of a row older than 24 hours is 409 entitlement_too_old; a row just under 24 hours old may still be deleted', async () => {
+  const user = await person(t);
+  const young = await grant(t, admin, user.id, app.id);
+  const other = await person(t);
+  const ent = await grant(t, admin, other.id, app.id);
+  t.clock.advance(DAY - 60);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${young.id}`, admin)).statusCode, 204);
+  t.clock.advance(61);
+  assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin), 409, 'entitlement_too_old');
+  assert.ok(await entRow(t, ent.id));
+});
+
+test("DELETE needs entitlements.manage: the owner gets 403 forbidden; the app's own key with entitlements.manage may delete", async () => {
+  const target = await newApp(t, admin);
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, target.id);
+  assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, target.owner!.token), 403, 'forbidden');
+  const key = await appKey(t, target.id, ['entitlements.manage']);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, key)).statusCode, 204);
+});
+
+// ---- confinement ---------------------------------------------------------------------------------
+
+test("app-confined keys and owners act only on their Application's rows: others' rows are 404 entitlement_not_found for GET, PATCH and DELETE", async () => {
+  const mine = await newApp(t, admin);
+  const theirs = await newApp(t, admin);
+  const user = await person(t);
+  const foreign = await grant(t, admin, user.id, theirs.id);
+  const own = await grant(t, admin, user.id, mine.id);
+  const key = await appKey(t, mine.id, ['entitlements.manage']);
+  for (const cred of [key, mine.owner!.token]) {
+    assertError(await call(t, 'GET', `/v1/entitlements/${foreign.id}`, cred), 404, 'entitlement_not_found');
+    assertError(await patchEnt(t, cred, foreign.id, { status: 'disabled', disabled_reason: 'x' }), 404, 'entitlement_not_found');
+    assertStatus(await call(t, 'GET', `/v1/entitlements/${own.id}`, cred), 200);
+  }
+  assertError(await call(t, 'DELETE', `/v1/entitlements/${foreign.id}`, key), 404, 'entitlement_not_found');
+  assert.equal((await entRow(t, foreign.id))!.status, 'active');
+  // The holder reads their own row; a stranger cannot.
+  assertStatus(await call(t, 'GET', `/v1/entitlements/${foreign.id}`, user.token), 200);
+  assertError(await call(t, 'GET', `/v1/entitlements/${foreign.id}`, (await person(t)).token), 404, 'entitlement_not_found');
+});
+
+test("the owner may toggle their Application's rows", async () => {
+  const target = await newApp(t, admin);
+  const user = await person(t);
+  const ent = await grant(t, target.owner!.token, user.id, target.id);
+  assert.equal(assertStatus(await patchEnt(t, target.owner!.token, ent.id, { status: 'disabled', disabled_reason: 'by owner' }), 200).status, 'disabled');
+  assert.equal(assertStatus(await patchEnt(t, target.owner!.token, ent.id, { status: 'active' }), 200).status, 'active');
+});
+
+test('the cross-user list is confined: an app key sees only its Application, an owner only owned Applications, a plain user 403', async () => {
+  const mine = await newApp(t, admin);
+  const theirs = await newApp(t, admin);
+  const user = await person(t);
+  const a = await grant(t, admin, user.id, mine.id);
+  const b = await grant(t, admin, user.id, theirs.id);
+  const key = await appKey(t, mine.id, ['entitlements.manage']);
+  for (const cred of [key, mine.owner!.token]) {
+    const body = assertStatus(await call(t, 'GET', '/v1/entitlements?limit=100', cred), 200);
+    const ids = body.data.map((e: { id: string }) => e.id);
+    assert.ok(ids.includes(a.id));
+    assert.ok(!ids.includes(b.id));
+    assert.ok(body.data.every((e: { application_id: string }) => e.application_id === mine.id));
+  }
+  assertError(await call(t, 'GET', '/v1/entitlements', (await platformKey(t, ['users.list']))), 403, 'forbidden');
+  const adminIds = assertStatus(await call(t, 'GET', `/v1/entitlements?user_id=${user.id}`, admin), 200).data.map((e: { id: string }) => e.id);
+  assert.deepEqual(adminIds.sort(), [a.id, b.id].sort());
+});
+
+// ---- lists ---------------------------------------------------------------------------------------
+
+test('user list excludes revoked and expired by default; ?status=revoked or include_inactive=true show them; filters application_id, source', async () => {
+  const user = await person(t);
+  const apps = [await newApp(t, admin), await newApp(t, admin), await newApp(t, admin)];
+  const active = await grant(t, admin, user.id, apps[0].id, { source: 'purchase' });
+  const revoked = await grant(t, admin, user.id, apps[1].id);
+  assertStatus(await patchEnt(t, admin, revoked.id, { status: 'revoked', disabled_reason: 'x' }), 200);
+  const expired = await expiredRow(user.id, apps[2].id);
+  const ids = async (query: string) =>
+    assertStatus(await call(t, 'GET', `/v1/users/${user.id}/entitlements${query}`, admin), 200).data.map((e: { id: string }) => e.id).sort();
+  assert.deepEqual(await ids(''), [active.id]);
+  assert.deepEqual(await ids('?status=revoked'), [revoked.id]);
+  assert.deepEqual(await ids('?status=expired'), [expired.id]);
+  assert.deepEqual(await ids('?include_inactive=true'), [active.id, revoked.id, expired.id].sort());
+  assert.deepEqual(await ids(`?include_inactive=true&application_id=${apps[1].id}`), [revoked.id]);
+  assert.deepEqual(await ids('?include_inactive=true&source=purchase'), [active.id]);
+  // Self reads the same list.
+  const self = await person(t);
+  await grant(t, admin, self.id, apps[0].id);
+  assert.equal(assertStatus(await call(t, 'GET', '/v1/users/me/entitlements', self.token), 200).data.length, 1);
+});
+
+test("an app-confined key reading a user's entitlements sees only its own Application's rows", async () => {
+  const mine = await newApp(t, admin);
+  const theirs = await newApp(t, admin);
+  const user = await person(t);
+  const own = await grant(t, admin, user.id, mine.id);
+  await grant(t, admin, user.id, theirs.id);
+  for (const permissions of [['entitlements.manage'], ['users.list']]) {
+    const key = await appKey(t, mine.id, permissions);
+    const ids = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/entitlements?include_inactive=true`, key), 200).data.map((e: { id: string }) => e.id);
+    assert.deepEqual(ids, [own.id]);
+  }
+  const stranger = await person(t);
+  assertError(await call(t, 'GET', `/v1/users/${stranger.id}/entitlements`, await appKey(t, mine.id, ['entitlements.manage'])), 404, 'user_not_found');
+});
+
+test('GET /v1/users/{id}/entitlements: platform entitlements.manage (without users.list) reads any user\'s rows; a plain user gets 404', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const entManager = await platformKey(t, ['entitlements.manage']);
+  const ids = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/entitlements`, entManager), 200).data.map((e: { id: string }) => e.id);
+  assert.deepEqual(ids, [ent.id]);
+  assertError(await call(t, 'GET', `/v1/users/${user.id}/entitlements`, (await person(t)).token), 404, 'user_not_found');
+});
+
+test('user list includes org-wide rows of Organizations the user is an active member of, annotated with granted_via', async () => {
+  const user = await person(t);
+  const excluded = await person(t);
+  const org = await createOrg(t, [{ userId: user.id, role: 'org_admin' }, { userId: excluded.id }]);
+  const target = await newApp(t, admin);
+  const id = await orgGrant(t, org, target.id, { memberScope: 'denylist', overrides: [excluded.id] });
+  const mine = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/entitlements`, admin), 200).data;
+  const row = mine.find((e: { id: string }) => e.id === id);
+  assert.ok(row);
+  assert.equal(row.user_id, null);
+  assert.deepEqual(row.granted_via, { organization_id: org, member_decision: 'included' });
+  const theirs = assertStatus(await call(t, 'GET', `/v1/users/${excluded.id}/entitlements`, admin), 200).data;
+  assert.deepEqual(theirs.find((e: { id: string }) => e.id === id).granted_via, { organization_id: org, member_decision: 'excluded' });
+});
+
+test('cross-user list filters: application_id, status, user_id, source, order_id (exact), ends_before, include_inactive', async () => {
+  const target = await newApp(t, admin);
+  const [u1, u2, u3] = [await person(t), await person(t), await person(t)];
+  const e1 = await grant(t, admin, u1.id, target.id, { source: 'purchase', order_id: 'ord-abc' });
+  const e2 = await grant(t, admin, u2.id, target.id, { source: 'trial', ends_at: inSeconds(t, 3 * DAY) });
+  const e3 = await grant(t, admin, u3.id, target.id, { source: 'admin_grant' });
+  assertStatus(await patchEnt(t, admin, e3.id, { status: 'revoked', disabled_reason: 'x' }), 200);
+  const ids = async (query: string) =>
+    assertStatus(await call(t, 'GET', `/v1/entitlements?application_id=${target.id}${query}`, admin), 200).data.map((e: { id: string }) => e.id).sort();
+  assert.deepEqual(await ids(''), [e1.id, e2.id].sort());
+  assert.deepEqual(await ids('&include_inactive=true'), [e1.id, e2.id, e3.id].sort());
+  assert.deepEqual(await ids('&status=revoked'), [e3.id]);
+  assert.deepEqual(await ids(`&user_id=${u2.id}`), [e2.id]);
+  assert.deepEqual(await ids('&source=purchase'), [e1.id]);
+  assert.deepEqual(await ids('&order_id=ord-abc'), [e1.id]);
+  assert.deepEqual(await ids('&order_id=ord-ab'), []);
+  assert.deepEqual(await ids(`&ends_before=${encodeURIComponent(inSeconds(t, 4 * DAY))}`), [e2.id]);
+});

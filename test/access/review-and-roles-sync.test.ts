@@ -1,0 +1,163 @@
+// Application review_status table, and the app Roles that follow available_app_roles and permissions.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { assertError, assertStatus, auditOf, call, grant, newApp, outbox, person, platformKey, setReview, sql } from './support.js';
+
+let t: TestApp;
+let admin: string;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+});
+after(() => t.close());
+
+const patch = (cred: string, id: string, body: Record<string, unknown>) => call(t, 'PATCH', `/v1/applications/${id}`, cred, body);
+const reviewEvents = async (id: string) => (await outbox(t, { types: ['application.review_status_changed'], applicationId: id })).map((r) => r.data);
+const reviewAudits = async (id: string) => (await auditOf(t, id, 'application.review_status_changed')).map((a) => a.after?.review_status);
+const roleExists = async (id: string) => (await sql(t, 'SELECT 1 FROM roles WHERE id = $1', [id])).length === 1;
+
+test('approved → suspended needs review_notes (422 review_notes_required); with notes it moves, emits application.review_status_changed and writes audit', async () => {
+  const app = await newApp(t, admin);
+  assertError(await patch(admin, app.id, { review_status: 'suspended' }), 422, 'review_notes_required');
+  assertError(await patch(admin, app.id, { review_status: 'suspended', review_notes: null }), 422, 'review_notes_required');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).review_status, 'approved');
+  assert.deepEqual(await reviewEvents(app.id), []);
+
+  const body = assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'abuse report' }), 200);
+  assert.equal(body.review_status, 'suspended');
+  assert.equal(body.review_notes, 'abuse report');
+  assert.deepEqual(await reviewEvents(app.id), [{ application_id: app.id, review_status: 'suspended', review_notes: 'abuse report' }]);
+  assert.deepEqual(await reviewAudits(app.id), ['suspended']);
+});
+
+test('suspended → approved is a reinstatement (review_notes optional) and emits application.review_status_changed', async () => {
+  const app = await newApp(t, admin);
+  assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'x' }), 200);
+  const body = assertStatus(await patch(admin, app.id, { review_status: 'approved' }), 200);
+  assert.equal(body.review_status, 'approved');
+  const events = await reviewEvents(app.id);
+  assert.deepEqual(events.map((e) => e.review_status), ['suspended', 'approved']);
+  assert.deepEqual(await reviewAudits(app.id), ['suspended', 'approved']);
+});
+
+test('pending_review → approved needs no notes; pending_review → rejected needs review_notes (422 review_notes_required)', async () => {
+  const a = await newApp(t, admin);
+  await setReview(t, a.id, 'pending_review');
+  assertStatus(await patch(admin, a.id, { review_status: 'approved' }), 200);
+  assert.deepEqual((await reviewEvents(a.id)).map((e) => e.review_status), ['approved']);
+
+  const b = await newApp(t, admin);
+  await setReview(t, b.id, 'pending_review');
+  assertError(await patch(admin, b.id, { review_status: 'rejected' }), 422, 'review_notes_required');
+  const rejected = assertStatus(await patch(admin, b.id, { review_status: 'rejected', review_notes: 'missing privacy policy' }), 200);
+  assert.equal(rejected.review_status, 'rejected');
+  assert.deepEqual(await reviewEvents(b.id), [{ application_id: b.id, review_status: 'rejected', review_notes: 'missing privacy policy' }]);
+  assert.deepEqual(await reviewAudits(b.id), ['rejected']);
+});
+
+test('moves not in the review table are 409 invalid_review_transition and change nothing', async () => {
+  const app = await newApp(t, admin);
+  // approved → rejected, approved → pending_review
+  assertError(await patch(admin, app.id, { review_status: 'rejected', review_notes: 'x' }), 409, 'invalid_review_transition');
+  assertError(await patch(admin, app.id, { review_status: 'pending_review' }), 409, 'invalid_review_transition');
+  // suspended → rejected, suspended → pending_review
+  assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'x' }), 200);
+  assertError(await patch(admin, app.id, { review_status: 'rejected', review_notes: 'x' }), 409, 'invalid_review_transition');
+  assertError(await patch(admin, app.id, { review_status: 'pending_review' }), 409, 'invalid_review_transition');
+  // pending_review → suspended
+  const pending = await newApp(t, admin);
+  await setReview(t, pending.id, 'pending_review');
+  assertError(await patch(admin, pending.id, { review_status: 'suspended', review_notes: 'x' }), 409, 'invalid_review_transition');
+  // rejected → approved, rejected → suspended, rejected → pending_review (only automatic)
+  const rejected = await newApp(t, admin);
+  await setReview(t, rejected.id, 'rejected');
+  for (const to of ['approved', 'suspended', 'pending_review']) {
+    assertError(await patch(admin, rejected.id, { review_status: to, review_notes: 'x' }), 409, 'invalid_review_transition');
+  }
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${rejected.id}`, admin), 200).review_status, 'rejected');
+  assert.deepEqual(await reviewAudits(rejected.id), []);
+});
+
+test("rejected → pending_review happens on the owner's next PATCH of a configuration field (audit application.review_status_changed)", async () => {
+  const app = await newApp(t, admin);
+  await setReview(t, app.id, 'pending_review');
+  assertStatus(await patch(admin, app.id, { review_status: 'rejected', review_notes: 'fix the icon' }), 200);
+  const body = assertStatus(await patch(app.owner!.token, app.id, { icon_url: 'https://cdn.example.com/new.png' }), 200);
+  assert.equal(body.review_status, 'pending_review');
+  assert.equal(body.icon_url, 'https://cdn.example.com/new.png');
+  assert.deepEqual(await reviewAudits(app.id), ['rejected', 'pending_review']);
+  // Now it is back in the review queue.
+  const queue = assertStatus(await call(t, 'GET', '/v1/applications?review_status=pending_review&limit=100', admin), 200);
+  assert.ok(queue.data.some((a: { id: string }) => a.id === app.id));
+});
+
+test('a suspended Application blocks new grants (409 application_not_available); existing Entitlements are untouched', async () => {
+  const app = await newApp(t, admin);
+  const holder = await person(t);
+  const ent = await grant(t, admin, holder.id, app.id);
+  assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'paused' }), 200);
+  const other = await person(t);
+  const res = await call(t, 'POST', `/v1/users/${other.id}/entitlements`, admin, { application_id: app.id, source: 'admin_grant' }, { 'idempotency-key': `k-${other.id}` });
+  assertError(res, 409, 'application_not_available');
+  const [row] = await sql(t, 'SELECT status FROM entitlements WHERE id = $1', [ent.id]);
+  assert.equal(row.status, 'active');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [other.id]))[0].n, 0);
+});
+
+// ---- app Roles follow available_app_roles ---------------------------------------------------------
+
+test('POST seeds an empty Role role_<slug>_<name> for each name in available_app_roles', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['viewer', 'editor'] });
+  for (const name of ['viewer', 'editor']) {
+    const role = assertStatus(await call(t, 'GET', `/v1/roles/role_${app.slug}_${name}`, app.owner!.token), 200);
+    assert.equal(role.name, name);
+    assert.equal(role.scope, app.id);
+    assert.deepEqual(role.permissions, []);
+    assert.equal(role.seed, false);
+    assert.equal(role.assignment_count, 0);
+  }
+});
+
+test('PATCH adding a name seeds its Role; removing an unassigned name deletes its Role', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['viewer', 'editor'] });
+  const body = assertStatus(await patch(app.owner!.token, app.id, { available_app_roles: ['viewer', 'admin'] }), 200);
+  assert.deepEqual(body.available_app_roles, ['viewer', 'admin']);
+  assert.equal(await roleExists(`role_${app.slug}_admin`), true);
+  assert.equal(await roleExists(`role_${app.slug}_viewer`), true);
+  assert.equal(await roleExists(`role_${app.slug}_editor`), false);
+  assertError(await call(t, 'GET', `/v1/roles/role_${app.slug}_editor`, admin), 404, 'role_not_found');
+});
+
+test('PATCH removing a name whose Role has assignments is 409 app_role_in_use and changes nothing', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['viewer', 'editor'] });
+  const user = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/role_${app.slug}_editor`, admin, {}), 201);
+  assertError(await patch(app.owner!.token, app.id, { available_app_roles: ['viewer'] }), 409, 'app_role_in_use');
+  const current = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200);
+  assert.deepEqual(current.available_app_roles, ['viewer', 'editor']);
+  assert.equal(await roleExists(`role_${app.slug}_editor`), true);
+  // Once unassigned, the removal goes through.
+  assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}/roles/role_${app.slug}_editor`, admin)).statusCode, 204);
+  assertStatus(await patch(app.owner!.token, app.id, { available_app_roles: ['viewer'] }), 200);
+  assert.equal(await roleExists(`role_${app.slug}_editor`), false);
+});
+
+test('PATCH removing a permission still referenced by a Role is 409 permission_in_use with details.role_ids', async () => {
+  const slug = `perm${Date.now().toString(36)}`;
+  const app = await newApp(t, admin, {
+    slug,
+    available_app_roles: ['viewer', 'editor'],
+    permissions: [{ key: `app.${slug}.read`, description: 'read' }, { key: `app.${slug}.write`, description: 'write' }],
+  });
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${slug}_viewer`, app.owner!.token, { permissions: [`app.${slug}.read`] }), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${slug}_editor`, app.owner!.token, { permissions: [`app.${slug}.read`, `app.${slug}.write`] }), 200);
+  const err = assertError(await patch(app.owner!.token, app.id, { permissions: [{ key: `app.${slug}.write`, description: 'write' }] }), 409, 'permission_in_use');
+  assert.deepEqual([...err.details.role_ids].sort(), [`role_${slug}_editor`, `role_${slug}_viewer`]);
+  const current = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200);
+  assert.equal(current.permissions.length, 2);
+  // An unreferenced permission can be removed.
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${slug}_editor`, app.owner!.token, { permissions: [`app.${slug}.read`] }), 200);
+  const ok = assertStatus(await patch(app.owner!.token, app.id, { permissions: [{ key: `app.${slug}.read`, description: 'read' }] }), 200);
+  assert.deepEqual(ok.permissions, [{ key: `app.${slug}.read`, description: 'read' }]);
+});

@@ -1,0 +1,319 @@
+// Roles and Permissions (Part B): scope rules, escalation, seed Roles, deletion, assignment rights,
+// idempotent assignment and removal, implicit default_app_role rows, events and audit.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, customPlatformRole, grant, newApp, outbox, patchEnt, person, platformKey,
+  rand, slugOf, sql, type AppFixture,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+let superadmin: Awaited<ReturnType<typeof person>>;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  superadmin = await person(t, { roles: ['superadmin'] });
+});
+after(() => t.close());
+
+const createRole = (cred: string, body: Record<string, unknown>) => call(t, 'POST', '/v1/roles', cred, body);
+const assign = (cred: string, userId: string, roleId: string) => call(t, 'POST', `/v1/users/${userId}/roles/${roleId}`, cred, {});
+const unassign = (cred: string, userId: string, roleId: string) => call(t, 'DELETE', `/v1/users/${userId}/roles/${roleId}`, cred);
+const roleEvents = async (userId: string, type: string) => (await outbox(t, { userId, types: [type] })).map((e) => e.data);
+const heldRoles = async (userId: string) => (await sql(t, 'SELECT role_id FROM role_assignments WHERE user_id = $1 ORDER BY role_id', [userId])).map((r) => r.role_id);
+
+/** An Application declaring app.<slug>.read / write and the given role names. */
+async function appWith(roles: string[], extra: Record<string, unknown> = {}): Promise<AppFixture> {
+  const slug = slugOf('r');
+  return newApp(t, admin, {
+    slug,
+    available_app_roles: roles,
+    permissions: [{ key: `app.${slug}.read`, description: 'read' }, { key: `app.${slug}.write`, description: 'write' }],
+    ...extra,
+  });
+}
+
+// ---- creating and changing Roles -------------------------------------------------------------------
+
+test('POST /v1/roles creates a platform Role role_platform_<name> (201) with audit role.created', async () => {
+  const name = `ops_${rand(3)}`;
+  const role = assertStatus(await createRole(superadmin.token, { name, scope: 'platform', description: 'Ops', permissions: ['users.list', 'audit.view'] }), 201);
+  assert.equal(role.id, `role_platform_${name}`);
+  assert.equal(role.scope, 'platform');
+  assert.deepEqual(role.permissions, ['users.list', 'audit.view']);
+  assert.equal(role.seed, false);
+  assert.equal(role.assignment_count, 0);
+  assert.equal((await auditOf(t, role.id, 'role.created')).length, 1);
+});
+
+test('a platform Role holds only platform keys and an app Role only that Application\'s app.<slug>.* keys (422 unknown_permission)', async () => {
+  const app = await appWith(['viewer', 'editor']);
+  const other = await appWith([]);
+  assertError(await createRole(superadmin.token, { name: `p_${rand(3)}`, scope: 'platform', permissions: [`app.${app.slug}.read`] }), 422, 'unknown_permission');
+  assertError(await createRole(superadmin.token, { name: `p_${rand(3)}`, scope: 'platform', permissions: ['users.list', 'made.up'] }), 422, 'unknown_permission');
+  // Free the declared name "editor" (its empty Role was seeded) so a create can be tried.
+  assert.equal((await call(t, 'DELETE', `/v1/roles/role_${app.slug}_editor`, app.owner!.token)).statusCode, 204);
+  assertError(await createRole(app.owner!.token, { name: 'editor', scope: app.id, permissions: ['users.list'] }), 422, 'unknown_permission');
+  assertError(await createRole(app.owner!.token, { name: 'editor', scope: app.id, permissions: [`app.${other.slug}.read`] }), 422, 'unknown_permission');
+  assertError(await createRole(app.owner!.token, { name: 'editor', scope: app.id, permissions: [`app.${app.slug}.delete`] }), 422, 'unknown_permission');
+  const role = assertStatus(await createRole(app.owner!.token, { name: 'editor', scope: app.id, permissions: [`app.${app.slug}.write`] }), 201);
+  assert.equal(role.id, `role_${app.slug}_editor`);
+  assert.equal(role.scope, app.id);
+  assertError(await call(t, 'PATCH', `/v1/roles/${role.id}`, app.owner!.token, { permissions: ['users.list'] }), 422, 'unknown_permission');
+});
+
+test('a platform Role may only contain permissions the caller holds: 403 role_escalation_forbidden (roles.manage via a custom Role lacking users.manage)', async () => {
+  const roleId = await customPlatformRole(t, ['roles.manage', 'users.list']);
+  const manager = await person(t, { roles: [roleId] });
+  const name = `esc_${rand(3)}`;
+  assertError(await createRole(manager.token, { name, scope: 'platform', permissions: ['users.manage'] }), 403, 'role_escalation_forbidden');
+  assert.equal((await sql(t, 'SELECT 1 FROM roles WHERE id = $1', [`role_platform_${name}`])).length, 0);
+  const ok = assertStatus(await createRole(manager.token, { name, scope: 'platform', permissions: ['users.list'] }), 201);
+  assertError(await call(t, 'PATCH', `/v1/roles/${ok.id}`, manager.token, { permissions: ['users.list', 'users.manage'] }), 403, 'role_escalation_forbidden');
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/roles/${ok.id}`, manager.token), 200).permissions, ['users.list']);
+});
+
+test('platform Roles need platform roles.manage (403 forbidden otherwise)', async () => {
+  const plain = await person(t);
+  assertError(await createRole(plain.token, { name: `x_${rand(3)}`, scope: 'platform', permissions: [] }), 403, 'forbidden');
+  const key = await platformKey(t, ['users.list']);
+  assertError(await createRole(key, { name: `x_${rand(3)}`, scope: 'platform', permissions: [] }), 403, 'forbidden');
+});
+
+test('an app Role name must be in available_app_roles (422 app_role_not_declared)', async () => {
+  const app = await appWith(['viewer']);
+  assertError(await createRole(app.owner!.token, { name: 'auditor', scope: app.id, permissions: [] }), 422, 'app_role_not_declared');
+  assertError(await createRole(admin, { name: 'auditor', scope: app.id, permissions: [] }), 422, 'app_role_not_declared');
+});
+
+test('a duplicate derived id is 409 role_name_taken (platform, and a seeded app Role)', async () => {
+  const name = `dup_${rand(3)}`;
+  assertStatus(await createRole(superadmin.token, { name, scope: 'platform', permissions: [] }), 201);
+  assertError(await createRole(superadmin.token, { name, scope: 'platform', permissions: [] }), 409, 'role_name_taken');
+  assertError(await createRole(superadmin.token, { name: 'member', scope: 'platform', permissions: [] }), 409, 'role_name_taken');
+  const app = await appWith(['viewer']);
+  assertError(await createRole(app.owner!.token, { name: 'viewer', scope: app.id, permissions: [] }), 409, 'role_name_taken');
+});
+
+test('app Roles are managed by the owner, the own key with roles.manage, or roles.manage; the own key without roles.manage gets 403', async () => {
+  const app = await appWith(['viewer']);
+  const id = `role_${app.slug}_viewer`;
+  const keyWith = await appKey(t, app.id, ['roles.manage']);
+  const keyWithout = await appKey(t, app.id, ['users.list']);
+  for (const cred of [app.owner!.token, keyWith, admin]) {
+    assertStatus(await call(t, 'PATCH', `/v1/roles/${id}`, cred, { description: `by ${cred.slice(0, 6)}` }), 200);
+  }
+  assertError(await call(t, 'PATCH', `/v1/roles/${id}`, keyWithout, { description: 'no' }), 403, 'forbidden');
+  const stranger = await person(t);
+  assertError(await call(t, 'PATCH', `/v1/roles/${id}`, stranger.token, { description: 'no' }), 404, 'role_not_found');
+  const otherKey = await appKey(t, (await appWith([])).id, ['roles.manage']);
+  assertError(await call(t, 'PATCH', `/v1/roles/${id}`, otherKey, { description: 'no' }), 404, 'role_not_found');
+});
+
+test('PATCH replaces permissions wholesale and writes role.updated with before and after', async () => {
+  const app = await appWith(['viewer']);
+  const id = `role_${app.slug}_viewer`;
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${id}`, app.owner!.token, { permissions: [`app.${app.slug}.read`, `app.${app.slug}.write`] }), 200);
+  const body = assertStatus(await call(t, 'PATCH', `/v1/roles/${id}`, app.owner!.token, { permissions: [`app.${app.slug}.write`] }), 200);
+  assert.deepEqual(body.permissions, [`app.${app.slug}.write`]);
+  const audit = await auditOf(t, id, 'role.updated');
+  assert.equal(audit.length, 2);
+  assert.deepEqual(audit[1].before.permissions, [`app.${app.slug}.read`, `app.${app.slug}.write`]);
+  assert.deepEqual(audit[1].after.permissions, [`app.${app.slug}.write`]);
+});
+
+test('seed Roles are immutable: PATCH and DELETE of role_platform_member (or superadmin) are 403 seed_role_immutable', async () => {
+  for (const id of ['role_platform_member', 'role_platform_superadmin', 'role_platform_support']) {
+    assertError(await call(t, 'PATCH', `/v1/roles/${id}`, superadmin.token, { description: 'changed' }), 403, 'seed_role_immutable');
+    assertError(await call(t, 'PATCH', `/v1/roles/${id}`, admin, { permissions: [] }), 403, 'seed_role_immutable');
+    assertError(await call(t, 'DELETE', `/v1/roles/${id}`, superadmin.token), 403, 'seed_role_immutable');
+  }
+  const member = assertStatus(await call(t, 'GET', '/v1/roles/role_platform_member', superadmin.token), 200);
+  assert.equal(member.seed, true);
+  assert.deepEqual(member.permissions, []);
+});
+
+test('DELETE of an assigned Role is 409 role_in_use; an unassigned one is 204 with audit role.deleted', async () => {
+  const name = `del_${rand(3)}`;
+  const role = assertStatus(await createRole(superadmin.token, { name, scope: 'platform', permissions: ['users.list'] }), 201);
+  const user = await person(t);
+  assertStatus(await assign(superadmin.token, user.id, role.id), 201);
+  assertError(await call(t, 'DELETE', `/v1/roles/${role.id}`, superadmin.token), 409, 'role_in_use');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/roles/${role.id}`, superadmin.token), 200).assignment_count, 1);
+  assert.equal((await unassign(superadmin.token, user.id, role.id)).statusCode, 204);
+  assert.equal((await call(t, 'DELETE', `/v1/roles/${role.id}`, superadmin.token)).statusCode, 204);
+  assertError(await call(t, 'GET', `/v1/roles/${role.id}`, superadmin.token), 404, 'role_not_found');
+  assert.equal((await auditOf(t, role.id, 'role.deleted')).length, 1);
+});
+
+// ---- assignments -----------------------------------------------------------------------------------
+
+test('assigning a Role: 201 with the assignment, then 200 on a repeat with no second event; role.assigned webhook and audit once', async () => {
+  const user = await person(t);
+  const res = await assign(superadmin.token, user.id, 'role_platform_support');
+  const body = assertStatus(res, 201);
+  assert.equal(body.user_id, user.id);
+  assert.equal(body.role_id, 'role_platform_support');
+  assert.equal(body.application_id, null);
+  assert.equal(body.implicit, false);
+  assert.deepEqual(body.assigned_by, { type: 'user', id: superadmin.id });
+  assert.ok(!Number.isNaN(Date.parse(body.assigned_at)));
+  const again = await assign(superadmin.token, user.id, 'role_platform_support');
+  assert.equal(again.statusCode, 200);
+  assert.equal(again.json().assigned_at, body.assigned_at);
+  assert.deepEqual(await roleEvents(user.id, 'role.assigned'), [{ user_id: user.id, role_id: 'role_platform_support', application_id: null }]);
+  const audit = (await auditOf(t, 'role_platform_support', 'role.assigned')).filter((a) => a.target_user_id === user.id);
+  assert.equal(audit.length, 1);
+  // The Role applies on the next request.
+  assert.equal((await call(t, 'GET', '/v1/entitlements', user.token)).statusCode, 200);
+});
+
+test('removing an assignment is idempotent: 204 twice, one role.removed webhook and audit', async () => {
+  const user = await person(t);
+  assertStatus(await assign(superadmin.token, user.id, 'role_platform_billing_admin'), 201);
+  assert.equal((await unassign(superadmin.token, user.id, 'role_platform_billing_admin')).statusCode, 204);
+  assert.equal((await unassign(superadmin.token, user.id, 'role_platform_billing_admin')).statusCode, 204);
+  assert.deepEqual(await roleEvents(user.id, 'role.removed'), [{ user_id: user.id, role_id: 'role_platform_billing_admin', application_id: null }]);
+  assert.equal((await auditOf(t, 'role_platform_billing_admin', 'role.removed')).filter((a) => a.target_user_id === user.id).length, 1);
+  assert.deepEqual(await heldRoles(user.id), ['role_platform_member']);
+});
+
+test('the last platform member Role cannot be removed (409 member_role_required)', async () => {
+  const user = await person(t);
+  assertError(await unassign(superadmin.token, user.id, 'role_platform_member'), 409, 'member_role_required');
+  assert.deepEqual(await heldRoles(user.id), ['role_platform_member']);
+  assert.deepEqual(await roleEvents(user.id, 'role.removed'), []);
+});
+
+test('assigning a platform Role needs roles.manage and every permission it grants (403 role_escalation_forbidden); without roles.manage 403 forbidden', async () => {
+  const roleId = await customPlatformRole(t, ['roles.manage', 'users.list']);
+  const manager = await person(t, { roles: [roleId] });
+  const user = await person(t);
+  assertError(await assign(manager.token, user.id, 'role_platform_support'), 403, 'role_escalation_forbidden');
+  const listOnly = assertStatus(await createRole(superadmin.token, { name: `lo_${rand(3)}`, scope: 'platform', permissions: ['users.list'] }), 201);
+  assertStatus(await assign(manager.token, user.id, listOnly.id), 201);
+  const plain = await person(t);
+  assertError(await assign(plain.token, user.id, listOnly.id), 403, 'forbidden');
+  assert.deepEqual(await heldRoles(user.id), [listOnly.id, 'role_platform_member'].sort());
+});
+
+test('assigning superadmin requires being superadmin: holding all twelve permissions through another Role is not enough', async () => {
+  const everything = await customPlatformRole(t, ALL_PERMISSIONS);
+  const almost = await person(t, { roles: [everything] });
+  const user = await person(t);
+  const res = await assign(almost.token, user.id, 'role_platform_superadmin');
+  assert.equal(res.statusCode, 403, res.body);
+  assert.ok(['role_escalation_forbidden', 'forbidden'].includes(res.json().error.code), res.body);
+  assert.ok(!(await heldRoles(user.id)).includes('role_platform_superadmin'));
+  assertStatus(await assign(superadmin.token, user.id, 'role_platform_superadmin'), 201);
+});
+
+test("an app key with roles.manage assigns its own Application's Roles; another Application's Role or a platform Role is 403 role_scope_mismatch", async () => {
+  const mine = await appWith(['viewer']);
+  const theirs = await appWith(['viewer']);
+  const key = await appKey(t, mine.id, ['roles.manage']);
+  const user = await person(t);
+  await grant(t, admin, user.id, mine.id);
+  await grant(t, admin, user.id, theirs.id);
+  const body = assertStatus(await assign(key, user.id, `role_${mine.slug}_viewer`), 201);
+  assert.equal(body.application_id, mine.id);
+  assert.equal(body.assigned_by.type, 'api_key');
+  assertError(await assign(key, user.id, `role_${theirs.slug}_viewer`), 403, 'role_scope_mismatch');
+  assertError(await assign(key, user.id, 'role_platform_support'), 403, 'role_scope_mismatch');
+  assertError(await assign(key, user.id, 'role_platform_member'), 403, 'role_scope_mismatch');
+  assert.deepEqual(await roleEvents(user.id, 'role.assigned'), [{ user_id: user.id, role_id: `role_${mine.slug}_viewer`, application_id: mine.id }]);
+  const [event] = await outbox(t, { userId: user.id, types: ['role.assigned'] });
+  assert.equal(event.application_id, mine.id);
+});
+
+test("the owner assigns its Application's Roles (even to a user without access: allowed, grants nothing); another Application's Role is 403", async () => {
+  const mine = await appWith(['viewer']);
+  const theirs = await appWith(['viewer']);
+  const user = await person(t);
+  assertStatus(await assign(mine.owner!.token, user.id, `role_${mine.slug}_viewer`), 201);
+  const res = await assign(mine.owner!.token, user.id, `role_${theirs.slug}_viewer`);
+  assert.equal(res.statusCode, 403, res.body);
+  const view = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/apps/${mine.id}/effective-permissions`, admin), 200);
+  assert.equal(view.allowed, false);
+  assert.deepEqual(view.effective_permissions, []);
+});
+
+test('GET /v1/users/{id}/roles lists explicit rows and the implicit default_app_role row only while access is active; implicit rows cannot be removed', async () => {
+  const app = await appWith(['viewer', 'editor'], { default_app_role: 'viewer' });
+  const user = await person(t);
+  assertStatus(await assign(admin, user.id, `role_${app.slug}_editor`), 201);
+  const list = async () => assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles`, user.token), 200).data;
+  let rows = await list();
+  assert.deepEqual(rows.map((r: { role_id: string }) => r.role_id).sort(), [`role_${app.slug}_editor`, 'role_platform_member'].sort());
+  const ent = await grant(t, admin, user.id, app.id);
+  rows = await list();
+  const implicit = rows.find((r: { implicit: boolean }) => r.implicit);
+  assert.deepEqual(implicit, { user_id: user.id, role_id: `role_${app.slug}_viewer`, application_id: app.id, assigned_at: null, assigned_by: null, implicit: true });
+  assert.equal(rows.length, 3);
+  // Implicit rows cannot be removed: the call changes nothing.
+  const removal = await unassign(admin, user.id, `role_${app.slug}_viewer`);
+  assert.ok([204, 409].includes(removal.statusCode), removal.body);
+  assert.ok((await list()).some((r: { implicit: boolean }) => r.implicit));
+  assert.deepEqual(await roleEvents(user.id, 'role.removed'), []);
+  // application_id filter.
+  const filtered = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles?application_id=${app.id}`, admin), 200).data;
+  assert.deepEqual(filtered.map((r: { role_id: string }) => r.role_id).sort(), [`role_${app.slug}_editor`, `role_${app.slug}_viewer`].sort());
+  // Access off: the implicit row disappears.
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
+  assert.ok(!(await list()).some((r: { implicit: boolean }) => r.implicit));
+});
+
+test('GET /v1/users/{id}/roles: self, roles.manage and users.list read it; an app-confined key sees only its Application\'s rows; others 404', async () => {
+  const mine = await appWith(['viewer']);
+  const theirs = await appWith(['viewer']);
+  const user = await person(t);
+  await grant(t, admin, user.id, mine.id);
+  assertStatus(await assign(admin, user.id, `role_${mine.slug}_viewer`), 201);
+  assertStatus(await assign(admin, user.id, `role_${theirs.slug}_viewer`), 201);
+  for (const cred of [user.token, await platformKey(t, ['roles.manage']), await platformKey(t, ['users.list'])]) {
+    assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles`, cred), 200).data.length, 3);
+  }
+  const key = await appKey(t, mine.id, ['users.list']);
+  const confined = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles`, key), 200).data;
+  assert.deepEqual(confined.map((r: { role_id: string }) => r.role_id), [`role_${mine.slug}_viewer`]);
+  const stranger = await person(t);
+  assertError(await call(t, 'GET', `/v1/users/${user.id}/roles`, stranger.token), 404, 'user_not_found');
+});
+
+// ---- reading Roles and Permissions -----------------------------------------------------------------
+
+test('platform Roles are visible to users with a platform permission; an Application\'s Roles to its owner, own key and roles.manage', async () => {
+  const app = await appWith(['viewer']);
+  const plain = await person(t);
+  assertError(await call(t, 'GET', '/v1/roles/role_platform_support', plain.token), 404, 'role_not_found');
+  assertError(await call(t, 'GET', `/v1/roles/role_${app.slug}_viewer`, plain.token), 404, 'role_not_found');
+  const plainList = assertStatus(await call(t, 'GET', '/v1/roles?limit=100', plain.token), 200).data;
+  assert.ok(!plainList.some((r: { scope: string }) => r.scope === 'platform'));
+  const ownerList = assertStatus(await call(t, 'GET', `/v1/roles?scope=${app.id}`, app.owner!.token), 200).data;
+  assert.deepEqual(ownerList.map((r: { id: string }) => r.id), [`role_${app.slug}_viewer`]);
+  for (const cred of [app.owner!.token, await appKey(t, app.id), admin]) assertStatus(await call(t, 'GET', `/v1/roles/role_${app.slug}_viewer`, cred), 200);
+  const auditor = await platformKey(t, ['audit.view']);
+  assertStatus(await call(t, 'GET', '/v1/roles/role_platform_member', auditor), 200);
+});
+
+test('GET /v1/permissions: platform keys plus visible Applications\' keys; an app-scoped key sees platform keys plus its own', async () => {
+  const pub = await appWith([]);
+  const internal = await appWith([], { visibility: 'internal' });
+  const plain = await person(t);
+  const items = assertStatus(await call(t, 'GET', '/v1/permissions', plain.token), 200).data;
+  const keys = items.map((p: { key: string }) => p.key);
+  for (const p of ALL_PERMISSIONS) assert.ok(keys.includes(p), p);
+  assert.ok(keys.includes(`app.${pub.slug}.read`));
+  assert.ok(!keys.includes(`app.${internal.slug}.read`));
+  assert.deepEqual(items.find((p: { key: string }) => p.key === `app.${pub.slug}.read`), { key: `app.${pub.slug}.read`, scope: pub.id, description: 'read' });
+  assert.deepEqual(items.find((p: { key: string }) => p.key === 'users.list').scope, 'platform');
+  const key = await appKey(t, internal.id);
+  const keyItems = assertStatus(await call(t, 'GET', '/v1/permissions', key), 200).data.map((p: { key: string }) => p.key);
+  assert.ok(keyItems.includes(`app.${internal.slug}.read`));
+  assert.ok(!keyItems.includes(`app.${pub.slug}.read`));
+  assert.ok(keyItems.includes('users.list'));
+  const platformOnly = assertStatus(await call(t, 'GET', '/v1/permissions?scope=platform', plain.token), 200).data;
+  assert.equal(platformOnly.length, 12);
+});
