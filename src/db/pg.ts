@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { Database, Db, QueryResult, Scope, Tx } from './types.js';
 import { APP_ROLE } from './roles.js';
@@ -12,6 +13,19 @@ export interface PgOptions {
 
 // Arrays of timestamps and int8 come back as JS values in both drivers.
 pg.types.setTypeParser(20, (v) => Number(v));
+
+// Parameterized statements are prepared once per connection under a name derived from their text,
+// so the server parses and plans each hot query once instead of on every call.
+const statementNames = new Map<string, string>();
+function statement(text: string, params: unknown[] | undefined): pg.QueryConfig {
+  if (!params || params.length === 0) return { text };
+  let name = statementNames.get(text);
+  if (!name) {
+    name = `s_${createHash('sha1').update(text).digest('base64url').slice(0, 20)}`;
+    statementNames.set(text, name);
+  }
+  return { name, text, values: params as any[] };
+}
 
 /** A PostgreSQL server. One pool per scope; mode pools connect as the app role with the mode set. */
 export async function openPg(options: PgOptions): Promise<Database> {
@@ -52,7 +66,7 @@ export async function openPg(options: PgOptions): Promise<Database> {
     inTransaction: false,
     query: async <R>(text: string, params?: unknown[]) => {
       assertNotInTransaction(database);
-      return normalize<R>(await poolFor(scope).query(text, params as any[]));
+      return normalize<R>(await poolFor(scope).query(statement(text, params)));
     },
     exec: async (text: string) => {
       assertNotInTransaction(database);
@@ -64,7 +78,7 @@ export async function openPg(options: PgOptions): Promise<Database> {
       const tx: Tx = {
         scope,
         inTransaction: true,
-        query: async <R>(text: string, params?: unknown[]) => normalize<R>(await client.query(text, params as any[])),
+        query: async <R>(text: string, params?: unknown[]) => normalize<R>(await client.query(statement(text, params))),
         exec: async (text: string) => {
           await client.query(text);
         },
