@@ -3,6 +3,7 @@ import { loadConfig, ConfigError } from './config.js';
 import { openDatabase } from './db/open.js';
 import { SystemClock } from './clock.js';
 import { boot } from './boot.js';
+import { startWebhookWorker } from './modules/webhooks/worker.js';
 
 /** Process entry: loadConfig → openDatabase → boot (migrate, build, keys, bootstrap) → listen; workers. */
 export async function serve(): Promise<void> {
@@ -18,6 +19,9 @@ export async function serve(): Promise<void> {
   }
   const database = await openDatabase(config);
   const { app, deps } = await boot({ config, database, clock: new SystemClock() });
+  // Background work: the job scheduler and the continuous webhook delivery worker (both claim with
+  // SKIP LOCKED, so every process may run them).
+  const webhooks = config.workers ? startWebhookWorker(deps) : null;
   if (config.workers) deps.jobs.start();
 
   let closing = false;
@@ -27,6 +31,7 @@ export async function serve(): Promise<void> {
     deps.log.info({ signal }, 'shutting down');
     await app.close();
     await deps.jobs.stop();
+    await webhooks?.stop();
     await database.close();
     process.exit(0);
   };
