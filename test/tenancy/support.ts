@@ -7,15 +7,13 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { bearer, createUser, login, userToken, type TestUser } from '../helpers/fixtures.js';
 import { newId } from '../../src/ids.js';
 import type { Config } from '../../src/config.js';
-import { tenancyModule } from '../../src/modules/tenancy/index.js';
-import { billingModule } from '../../src/modules/billing/index.js';
 
 export type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
 
 export const rand = (n = 5) => randomBytes(n).toString('hex');
 
 /** The service with the tenancy and billing modules mounted. */
-export const buildApp = (overrides: Partial<Config> = {}) => buildTestApp(overrides, undefined, [tenancyModule, billingModule]);
+export const buildApp = (overrides: Partial<Config> = {}) => buildTestApp(overrides);
 
 export async function sql<R = Record<string, any>>(t: TestApp, text: string, params: unknown[] = []): Promise<R[]> {
   return (await t.database.scoped('system').query<R>(text, params)).rows;

@@ -22,6 +22,7 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
     await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);
     await run('entitlements', `DELETE FROM entitlements WHERE test_mode AND (created_at < $1 OR user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs}))`);
     await run('organizations', `DELETE FROM organizations WHERE test_mode AND created_at < $1`);
+    await run('webhook_subscriptions', `DELETE FROM webhook_subscriptions WHERE test_mode AND created_at < $1`);
     await run('users', `DELETE FROM users WHERE test_mode AND created_at < $1`);
     await run('audit_events', `DELETE FROM audit_events WHERE test_mode AND created_at < $1`);
     await run('outbox_events', `DELETE FROM outbox_events WHERE test_mode AND created_at < $1`);

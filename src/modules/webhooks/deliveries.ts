@@ -21,7 +21,6 @@ const logStart = (ctx: Ctx) => addSeconds(ctx.now, -DELIVERY_LOG_DAYS * 86400);
  * regardless of the events filter and of status. One attempt; health is not touched.
  */
 export async function sendTest(ctx: Ctx, id: string): Promise<Delivery> {
-  await visibleSubscription(ctx, id);
   return ctx.db.transaction(async (tx) => {
     const sub = await visibleSubscription(ctx, id, tx);
     const c = inTx(ctx, tx);

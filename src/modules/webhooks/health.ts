@@ -73,6 +73,14 @@ export async function applyHealthChange(tx: Tx, deps: Deps, sub: HealthRow, chan
   });
   deps.log.warn({ subscription_id: sub.id, from: sub.status, to: change.status, reason: change.reason }, 'webhook subscription health changed');
   if (!disabling) return;
+  // Delivery stops: queued retries end here (a late result of an attempt in flight no longer holds
+  // the claim, so it is dropped), and nothing resumes if the subscription is set healthy again.
+  await tx.query(
+    `UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, claimed_until = NULL, claim_token = NULL, completed_at = $2,
+            error = left('subscription disabled' || COALESCE('; last error: ' || error, ''), 1024)
+      WHERE subscription_id = $1 AND status = 'pending' AND kind = 'event'`,
+    [sub.id, now],
+  );
   for (const to of await ownerEmails(tx, sub)) {
     await enqueueMail(tx, ctx, { template: 'webhook_disabled', to, vars: { url: sub.url, subscriptionId: sub.id, reason: change.reason ?? 'unhealthy' } });
   }
@@ -89,7 +97,7 @@ export async function runHealthSweep(deps: Deps): Promise<Record<string, number>
   const disabled = await system.transaction(async (tx) => {
     const { rows } = await tx.query<HealthRow>(
       `SELECT ${HEALTH_COLUMNS} FROM webhook_subscriptions
-        WHERE status = 'unhealthy' AND unhealthy_since <= $1 ORDER BY id FOR UPDATE SKIP LOCKED`,
+        WHERE status = 'unhealthy' AND unhealthy_since <= $1 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`,
       [addSeconds(now, -DISABLE_AFTER_UNHEALTHY_SECONDS)],
     );
     for (const sub of rows) {

@@ -8,7 +8,9 @@ export const webhooksModule: Module = {
   routes: webhookRoutes,
   jobs: () => [
     // One pass each tick; startWebhookWorker is the low-latency path (it polls every ~100 ms).
-    { name: 'webhook-delivery', intervalSeconds: 1, timeoutSeconds: 120, run: (deps) => runDeliveryPass(deps) },
+    // The continuous worker (startWebhookWorker) does the steady work; this pass is the catch-all and the
+    // operator's `jobs run webhook-delivery`.
+    { name: 'webhook-delivery', intervalSeconds: 15, timeoutSeconds: 120, run: (deps) => runDeliveryPass(deps) },
     { name: 'webhook-health', intervalSeconds: 3600, timeoutSeconds: 300, run: runHealthSweep },
   ],
 };

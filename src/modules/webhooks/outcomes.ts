@@ -30,7 +30,7 @@ function decide(o: Outcome): Decided {
  * Writes a batch of finished attempts in one transaction: the delivery rows (only where this claim
  * still holds the lease), the subscriptions' last_delivery_at and health, their audit rows and the
  * owner's mail. Subscription rows are locked first, in id order, as DELETE does, so the two never
- * deadlock.
+ * deadlock (FOR NO KEY UPDATE: the relay's KEY SHARE locks do not wait on it).
  */
 export async function recordOutcomes(deps: Deps, outcomes: Outcome[]): Promise<void> {
   if (outcomes.length === 0) return;
@@ -40,7 +40,7 @@ export async function recordOutcomes(deps: Deps, outcomes: Outcome[]): Promise<v
     const subIds = [...new Set(outcomes.map((o) => o.delivery.subscription_id))].sort();
     const { rows: subs } = await tx.query<HealthRow>(
       `SELECT id, scope, application_id, url, status, test_mode, consecutive_failures, unhealthy_since, created_by_user_id
-         FROM webhook_subscriptions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`,
+         FROM webhook_subscriptions WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE`,
       [subIds],
     );
     const { rows: applied } = await tx.query<{ id: string }>(

@@ -9,6 +9,8 @@ import { MAX_ATTEMPTS } from './catalog.js';
  * to it (a personal entitlement in any status, or an active membership of an Organization holding a
  * grant) — for membership events also when that Organization holds a grant, so member_removed
  * still reaches the Application after the membership is gone. webhook.test is never fanned out.
+ * KEY SHARE on the subscriptions: a concurrent DELETE waits for this fan-out (and then cascades to
+ * its deliveries) or, if it committed first, the subscription is simply not matched.
  */
 const MATCH_SQL = `
 SELECT e.id AS event_id, e.type, e.test_mode, s.id AS subscription_id
@@ -24,7 +26,8 @@ SELECT e.id AS event_id, e.type, e.test_mode, s.id AS subscription_id
                        WHERE m.user_id = e.data->>'user_id' AND m.membership_status = 'active' AND g.application_id = s.application_id)
            OR (starts_with(e.type, 'organization.member_')
                AND EXISTS (SELECT 1 FROM entitlements o WHERE o.organization_id = e.data->>'organization_id' AND o.application_id = s.application_id)))))
- ORDER BY e.created_at, e.id`;
+ ORDER BY e.created_at, e.id
+   FOR KEY SHARE OF s`;
 
 /**
  * The outbox relay: claims committed, unrelayed events with SKIP LOCKED and, in the same

@@ -69,7 +69,8 @@ export async function closeWebhookTransport(deps: Deps): Promise<void> {
 function describe(err: unknown): string {
   if (err instanceof TargetRefused) return `refused: ${err.reason}`;
   const e = err as { name?: string; code?: string; message?: string; cause?: { code?: string; message?: string } };
-  if (e?.name === 'TimeoutError' || e?.name === 'AbortError' || e?.code === 'UND_ERR_ABORTED') return `timeout: no 2xx response within ${DELIVERY_TIMEOUT_MS / 1000} seconds`;
+  const timeouts = ['UND_ERR_ABORTED', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT'];
+  if (e?.name === 'TimeoutError' || e?.name === 'AbortError' || timeouts.includes(e?.code ?? '')) return `timeout: no 2xx response within ${DELIVERY_TIMEOUT_MS / 1000} seconds`;
   const cause = e?.cause instanceof TargetRefused ? e.cause : null;
   if (cause) return `refused: ${cause.reason}`;
   return `${e?.code ?? e?.name ?? 'error'}: ${e?.message ?? String(err)}`.slice(0, ERROR_BODY_BYTES);

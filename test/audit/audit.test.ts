@@ -1,0 +1,228 @@
+// The audit log (Part B Audit): rows written with their change (actor, target, scope ids,
+// before/after, request id), read-only (no write route; append-only in the database), filters,
+// visibility per caller, the hot window and its header.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { createApiKey, login } from '../helpers/fixtures.js';
+import { appKey, assertError, assertStatus, buildApp, call, DAY, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql, type AppFixture } from '../webhooks/support.js';
+
+let t: TestApp;
+let admin: string;
+let viewer: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildApp();
+  admin = await platformKey(t);
+  viewer = await platformKey(t, ['audit.view']);
+  app = await newApp(t, admin);
+});
+after(() => t.close());
+
+const EVENT_KEYS = ['action', 'actor', 'after', 'application_id', 'before', 'id', 'organization_id', 'request_id', 'target', 'target_user_id', 'tenant_id', 'timestamp'];
+const list = (cred: string, query = '') => call(t, 'GET', `/v1/audit-events${query ? `?${query}` : ''}`, cred);
+/** The Audit-Hot-Window-Start header is `expected` (ms), give or take the real time the call took. */
+function near(res: Awaited<ReturnType<typeof list>>, expected: number): void {
+  const got = Date.parse(String(res.headers['audit-hot-window-start']));
+  assert.ok(Math.abs(got - expected) < 5000, `Audit-Hot-Window-Start ${res.headers['audit-hot-window-start']} vs ${new Date(expected).toISOString()}`);
+}
+const ids = async (cred: string, query: string) => assertStatus(await list(cred, query), 200).data.map((e: any) => e.id);
+
+test('a User change is audited with actor user, target, organization_id, after and the request id', async () => {
+  const user = await person(t);
+  const res = await call(t, 'POST', '/v1/organizations', user.token, { name: 'Audited Org' });
+  const org = assertStatus(res, 201);
+  const [row] = await sql(t, `SELECT id FROM audit_events WHERE action = 'organization.created' AND target_id = $1`, [org.id]);
+  const event = assertStatus(await call(t, 'GET', `/v1/audit-events/${row.id}`, viewer), 200);
+  assert.deepEqual(Object.keys(event).sort(), EVENT_KEYS);
+  assert.match(event.id, /^evt_/);
+  assert.deepEqual(event.actor, { type: 'user', id: user.id, via_api_key_id: null });
+  assert.deepEqual(event.target, { type: 'organization', id: org.id });
+  assert.equal(event.organization_id, org.id);
+  assert.equal(event.request_id, res.headers['request-id']);
+  assert.equal(event.after.name, 'Audited Org');
+  assert.equal(event.before, null);
+  assert.equal(event.timestamp, org.created_at, 'written with the change, at the same instant');
+});
+
+test('an API key change is audited with actor api_key and via_api_key_id, target_user_id, application_id and tenant_id', async () => {
+  const key = await createApiKey(t, { scope: 'platform', permissions: ['entitlements.manage'] });
+  const user = await person(t);
+  const ent = await grant(t, key.secret, user.id, app.id);
+  const [row] = await sql(t, `SELECT id FROM audit_events WHERE action = 'entitlement.granted' AND target_id = $1`, [ent.id]);
+  const event = assertStatus(await call(t, 'GET', `/v1/audit-events/${row.id}`, viewer), 200);
+  assert.deepEqual(event.actor, { type: 'api_key', id: key.id, via_api_key_id: key.id });
+  assert.deepEqual(event.target, { type: 'entitlement', id: ent.id });
+  assert.equal(event.target_user_id, user.id);
+  assert.equal(event.application_id, app.id);
+  assert.equal(event.tenant_id, app.tenantId);
+  assert.equal(event.after.id, ent.id);
+});
+
+test('a system change (a 410 from a receiver disabling a subscription) is audited with actor system and before/after', async () => {
+  const receiver = await Receiver.start();
+  try {
+    const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/gone'), events: ['user.deleted'] }), 201);
+    receiver.routes.set('/gone', (_req, res) => res.writeHead(410).end());
+    await emitEvent(t, 'user.deleted', { user_id: 'usr_sys' });
+    await runDelivery(t);
+    const { data } = assertStatus(await list(viewer, `target_id=${sub.id}&actor_type=system`), 200);
+    assert.equal(data.length, 1);
+    assert.equal(data[0].action, 'webhook.status_changed');
+    assert.deepEqual(data[0].actor, { type: 'system', id: null, via_api_key_id: null });
+    assert.equal(data[0].before.status, 'healthy');
+    assert.equal(data[0].after.status, 'disabled');
+    assert.equal(data[0].request_id, null);
+  } finally {
+    await receiver.close();
+  }
+});
+
+test('a refused change writes no audit row (the row and its audit commit or roll back together)', async () => {
+  const before = (await sql(t, 'SELECT count(*)::int AS n FROM audit_events'))[0].n;
+  assertError(await call(t, 'POST', '/v1/applications', admin, { slug: 'dup', name: 'x', launch_url: 'https://x.example.com', owner_user_id: app.owner.id }), 409, 'plan_limit_reached');
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'http://127.0.0.1:9/x', events: ['*'] }), 201);
+  assertError(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'healthy', scope: 'x' }), 422, 'read_only_field');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM audit_events'))[0].n, before + 1, 'only webhook.created');
+
+  // And the other way round: when the audit insert fails, the change it records is rolled back.
+  await sql(t, `CREATE FUNCTION fail_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                  IF NEW.action = 'webhook.created' THEN RAISE EXCEPTION 'audit refused'; END IF; RETURN NEW; END $$`);
+  await sql(t, 'CREATE TRIGGER fail_audit BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION fail_audit()');
+  try {
+    const count = async () => (await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions'))[0].n;
+    const subs = await count();
+    assert.equal((await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'http://127.0.0.1:9/y', events: ['*'] })).statusCode, 500);
+    assert.equal(await count(), subs, 'no subscription without its audit row');
+  } finally {
+    await sql(t, 'DROP TRIGGER fail_audit ON audit_events');
+    await sql(t, 'DROP FUNCTION fail_audit()');
+  }
+});
+
+test('no write path: POST, PUT, PATCH and DELETE are refused; the database keeps rows append-only (only snapshot redaction and test-mode purge)', async () => {
+  for (const [method, url] of [['POST', '/v1/audit-events'], ['PUT', '/v1/audit-events'], ['PATCH', '/v1/audit-events/evt_x'], ['DELETE', '/v1/audit-events/evt_x'], ['PUT', '/v1/audit-events/evt_x']]) {
+    const res = await call(t, method, url, admin, method === 'DELETE' ? undefined : {});
+    assert.ok([404, 405].includes(res.statusCode), `${method} ${url}: ${res.statusCode}`);
+  }
+  const doc = assertStatus(await call(t, 'GET', '/v1/openapi.json', null), 200);
+  assert.deepEqual(Object.keys(doc.paths['/v1/audit-events']), ['get']);
+  assert.deepEqual(Object.keys(doc.paths['/v1/audit-events/{id}']), ['get']);
+  const [row] = await sql(t, `SELECT id FROM audit_events WHERE test_mode = false LIMIT 1`);
+  await assert.rejects(sql(t, `UPDATE audit_events SET action = 'forged' WHERE id = $1`, [row.id]), /append-only/);
+  await assert.rejects(sql(t, `UPDATE audit_events SET created_at = created_at - interval '1 day' WHERE id = $1`, [row.id]), /append-only/);
+  await assert.rejects(sql(t, `DELETE FROM audit_events WHERE id = $1`, [row.id]), /append-only/);
+  await sql(t, `UPDATE audit_events SET after = '"[redacted]"' WHERE id = $1`, [row.id]);
+});
+
+test('filters: repeatable action, since (inclusive), until (exclusive), actor, target, organization, application, tenant and target_user_id', async () => {
+  const user = await person(t);
+  const stamps: string[] = [];
+  const orgs: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    stamps.push(t.clock.now().toISOString());
+    orgs.push(assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: `Filter ${i}` }), 201).id);
+    t.clock.advance(10);
+  }
+  assertStatus(await call(t, 'PATCH', `/v1/organizations/${orgs[0]}`, user.token, { name: 'Renamed' }), 200);
+  const evt = async (action: string, org: string) => (await sql(t, 'SELECT id FROM audit_events WHERE action = $1 AND target_id = $2', [action, org]))[0].id;
+  const created = await Promise.all(orgs.map((o) => evt('organization.created', o)));
+  const updated = await evt('organization.updated', orgs[0]);
+  const mine = `actor_id=${user.id}`;
+  assert.deepEqual(await ids(viewer, `${mine}&action=organization.created`), [...created].reverse());
+  assert.deepEqual(await ids(viewer, `${mine}&action=organization.created&action=organization.updated`), [updated, ...[...created].reverse()]);
+  assert.deepEqual(await ids(viewer, `${mine}&action=organization.created&since=${encodeURIComponent(stamps[1])}`), [created[2], created[1]]);
+  assert.deepEqual(await ids(viewer, `${mine}&action=organization.created&until=${encodeURIComponent(stamps[2])}`), [created[1], created[0]]);
+  assert.deepEqual(await ids(viewer, `${mine}&since=${encodeURIComponent(stamps[1])}&until=${encodeURIComponent(stamps[2])}`), [created[1]]);
+  assert.deepEqual(await ids(viewer, `target_type=organization&target_id=${orgs[1]}`), [created[1]]);
+  assert.deepEqual(await ids(viewer, `organization_id=${orgs[2]}&actor_type=user`), [created[2]]);
+  assert.deepEqual(await ids(viewer, `organization_id=${orgs[2]}&actor_type=api_key`), []);
+
+  const member = await person(t);
+  const ent = await grant(t, admin, member.id, app.id);
+  const granted = await evt('entitlement.granted', ent.id);
+  assert.ok((await ids(viewer, `application_id=${app.id}`)).includes(granted));
+  assert.ok((await ids(viewer, `tenant_id=${app.tenantId}`)).includes(granted));
+  assert.deepEqual(await ids(viewer, `target_user_id=${member.id}&action=entitlement.granted`), [granted]);
+  assert.equal(assertStatus(await list(viewer, 'limit=1'), 200).data.length, 1);
+  assertError(await list(viewer, 'actor_type=robot'), 422, 'validation_failed');
+  assertError(await list(viewer, 'since=yesterday'), 422, 'validation_failed');
+});
+
+test('visibility: platform audit.view sees everything; a user sees only target_user_id=me, else 403; keys without audit.view 403', async () => {
+  const user = await person(t);
+  const other = await person(t);
+  await grant(t, admin, user.id, app.id);
+  await grant(t, admin, other.id, app.id);
+  assertError(await list(user.token), 403, 'forbidden');
+  assertError(await list(user.token, `target_user_id=${other.id}`), 403, 'forbidden');
+  const own = assertStatus(await list(user.token, 'target_user_id=me'), 200).data;
+  assert.ok(own.length >= 1);
+  assert.ok(own.every((e: any) => e.target_user_id === user.id));
+  assert.deepEqual(await ids(user.token, `target_user_id=${user.id}`), own.map((e: any) => e.id));
+  const [theirs] = await sql(t, `SELECT id FROM audit_events WHERE target_user_id = $1 LIMIT 1`, [other.id]);
+  assertError(await call(t, 'GET', `/v1/audit-events/${theirs.id}`, user.token), 404, 'audit_event_not_found');
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${own[0].id}`, user.token), 200);
+  const support = await person(t, { roles: ['support'] });
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${theirs.id}`, support.token), 200);
+  assertError(await list(await platformKey(t, ['users.list'])), 403, 'forbidden');
+  assertError(await list(await appKey(t, app.id)), 403, 'forbidden');
+  assertError(await list(viewer, 'target_user_id=me'), 422, 'validation_failed');
+  assertError(await call(t, 'GET', '/v1/audit-events', null), 401, 'unauthenticated');
+});
+
+test('an app-scoped key with audit.view sees only its own Application\'s events (filter forced)', async () => {
+  const mine = await newApp(t, admin);
+  const theirs = await newApp(t, admin);
+  const user = await person(t);
+  await grant(t, admin, user.id, mine.id);
+  await grant(t, admin, user.id, theirs.id);
+  const key = await appKey(t, mine.id, ['audit.view']);
+  const seen = assertStatus(await list(key), 200).data;
+  assert.ok(seen.length >= 2);
+  assert.ok(seen.every((e: any) => e.application_id === mine.id));
+  assert.deepEqual(await ids(key, `application_id=${theirs.id}`), []);
+  const [foreign] = await sql(t, `SELECT id FROM audit_events WHERE application_id = $1 LIMIT 1`, [theirs.id]);
+  assertError(await call(t, 'GET', `/v1/audit-events/${foreign.id}`, key), 404, 'audit_event_not_found');
+});
+
+test('a Tenant owner reads their Tenant\'s events with tenant_id; another Tenant is 403', async () => {
+  const owned = await newApp(t, admin);
+  const token = owned.owner.token;
+  const events = assertStatus(await list(token, `tenant_id=${owned.tenantId}`), 200).data;
+  assert.ok(events.some((e: any) => e.action === 'application.created' && e.application_id === owned.id));
+  const [createdEvt] = events.filter((e: any) => e.action === 'application.created');
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${createdEvt.id}`, token), 200);
+  assertError(await list(token, `tenant_id=${app.tenantId}`), 403, 'forbidden');
+});
+
+test('hot window: Audit-Hot-Window-Start by caller (Starter owner 30 days, platform 365); older events are not listed and are 404; since earlier than the window returns nothing older', async () => {
+  const owned = await newApp(t, admin);
+  const now = t.clock.now().getTime();
+  const res = await list(owned.owner.token, `tenant_id=${owned.tenantId}`);
+  near(res, now - 30 * DAY * 1000);
+  near(await list(viewer, 'limit=1'), t.clock.now().getTime() - 365 * DAY * 1000);
+  const [evt] = assertStatus(res, 200).data.filter((e: any) => e.action === 'application.created');
+
+  t.clock.advance(31 * DAY);
+  const token = await login(t, owned.owner); // the old access token expired with the clock move
+  const later = await list(token, `tenant_id=${owned.tenantId}&since=${encodeURIComponent(new Date(now - 400 * DAY * 1000).toISOString())}`);
+  assert.ok(!assertStatus(later, 200).data.some((e: any) => e.id === evt.id), 'archived for a Starter Tenant');
+  near(later, t.clock.now().getTime() - 30 * DAY * 1000);
+  assertError(await call(t, 'GET', `/v1/audit-events/${evt.id}`, token), 404, 'audit_event_not_found');
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, viewer), 200);
+
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owned.tenantId]);
+  const team = await list(token, `tenant_id=${owned.tenantId}`);
+  assert.ok(assertStatus(team, 200).data.some((e: any) => e.id === evt.id), 'Team keeps a year');
+  near(team, t.clock.now().getTime() - 365 * DAY * 1000);
+});
+
+test('404 audit_event_not_found for an unknown id; test-mode callers see only test-mode events', async () => {
+  assertError(await call(t, 'GET', '/v1/audit-events/evt_01J0000000000000000000000', viewer), 404, 'audit_event_not_found');
+  const testViewer = await platformKey(t, ['audit.view', 'webhooks.manage'], 'test');
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', testViewer, { scope: 'platform', url: 'http://127.0.0.1:9/t', events: ['*'] }), 201);
+  const seen = assertStatus(await list(testViewer), 200).data;
+  assert.ok(seen.length >= 1 && seen.every((e: any) => e.target?.id === sub.id));
+  assert.deepEqual(await ids(viewer, `target_id=${sub.id}`), []);
+});

@@ -1,0 +1,287 @@
+// Delivery (Part B Events): the envelope and headers, the signature checked by our verifier and by
+// the stripe package as an outside client, the retry schedule on the service clock, what counts as
+// success, redirects, the 5-second deadline, rotation overlap, api_version pinning, per-attempt logs.
+import { test, before, after, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import Stripe from 'stripe';
+import type { TestApp } from '../helpers/app.js';
+import { verifySignature } from '../../src/modules/webhooks/index.js';
+import { assertStatus, buildApp, call, deliveriesOf, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql } from './support.js';
+
+let t: TestApp;
+let admin: string;
+let receiver: Receiver;
+const stripe = new Stripe('sk_test_platform_outside_client');
+before(async () => {
+  t = await buildApp();
+  admin = await platformKey(t);
+  receiver = await Receiver.start();
+});
+after(async () => {
+  await receiver.close();
+  await t.close();
+});
+
+let seq = 0;
+/** A platform subscription on its own receiver path, deleted after the test. */
+async function subscribe(c: TestContext, events: string[], path = `/s${++seq}`): Promise<{ id: string; secret: string; path: string; api_version: string }> {
+  const res = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url(path), events }), 201);
+  c.after(() => sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [res.id]).then(() => undefined));
+  return { id: res.id, secret: res.signing_secret, path, api_version: res.api_version };
+}
+const unix = () => Math.floor(t.clock.now().getTime() / 1000);
+
+test('a delivery is a POST of the documented envelope and headers, signed so that our verifier and stripe.webhooks.constructEvent accept it', async (c) => {
+  const sub = await subscribe(c, ['entitlement.granted']);
+  const application = await newApp(t, admin);
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, application.id);
+  await runDelivery(t);
+  const [got] = receiver.at(sub.path);
+  assert.ok(got, 'delivered');
+  assert.equal(receiver.at(sub.path).length, 1);
+  const [event] = await sql(t, `SELECT id, created_at FROM outbox_events WHERE type = 'entitlement.granted' AND data->'entitlement'->>'id' = $1`, [ent.id]);
+  assert.deepEqual(Object.keys(got.body).sort(), ['api_version', 'application_id', 'created_at', 'data', 'id', 'test_mode', 'type']);
+  assert.equal(got.body.id, event.id);
+  assert.match(got.body.id, /^wev_/);
+  assert.equal(got.body.type, 'entitlement.granted');
+  assert.equal(got.body.api_version, sub.api_version);
+  assert.equal(got.body.application_id, application.id);
+  assert.equal(got.body.test_mode, false);
+  assert.equal(got.body.created_at, event.created_at.toISOString());
+  assert.equal(got.body.data.entitlement.id, ent.id);
+  assert.equal(got.headers['content-type'], 'application/json');
+  assert.equal(got.headers['user-agent'], 'Platform-Webhooks/1.0');
+  assert.equal(got.headers['platform-event-id'], event.id);
+  assert.equal(got.headers['platform-event-type'], 'entitlement.granted');
+  assert.match(String(got.headers['platform-delivery-id']), /^dlv_/);
+  assert.equal(got.headers['platform-delivery-attempt'], '1');
+  const signature = String(got.headers['platform-signature']);
+  assert.match(signature, /^t=\d+,v1=[0-9a-f]{64}$/);
+  assert.equal(verifySignature(signature, sub.secret, got.raw, unix()), true);
+  const parsed = stripe.webhooks.constructEvent(got.raw, signature, sub.secret, 300, undefined, t.clock.now().getTime());
+  assert.equal((parsed as unknown as { id: string }).id, event.id);
+  assert.throws(() => stripe.webhooks.constructEvent(got.raw, signature, 'whsec_wrong', 300, undefined, t.clock.now().getTime()));
+
+  const [row] = await deliveriesOf(t, sub.id);
+  assert.equal(row.status, 'succeeded');
+  assert.equal(row.attempt, 1);
+  assert.equal(row.response_status, 200);
+  const listed = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, admin), 200);
+  assert.deepEqual(Object.keys(listed.data[0]).sort(), ['attempt', 'created_at', 'duration_ms', 'error', 'event_id', 'event_type', 'id', 'next_retry_at', 'response_status', 'status']);
+  assert.equal(listed.data[0].id, got.headers['platform-delivery-id']);
+  assert.notEqual(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200).last_delivery_at, null);
+});
+
+test('retries: attempts at 0, +1 m, +5 m, +30 m, +2 h and +12 h on the service clock, each signed fresh with the same event id; then failed with the first 1 KB of the error body', async (c) => {
+  const sub = await subscribe(c, ['role.assigned']);
+  receiver.routes.set(sub.path, (_req, res) => res.writeHead(500).end('e'.repeat(3000)));
+  const eventId = await emitEvent(t, 'role.assigned', { user_id: 'usr_x', role_id: 'role_x', application_id: null });
+  await runDelivery(t);
+  assert.equal(receiver.at(sub.path).length, 1);
+  for (const [n, delay] of [[2, 60], [3, 300], [4, 1800], [5, 7200], [6, 43200]]) {
+    t.clock.advance(delay - 1);
+    await runDelivery(t);
+    assert.equal(receiver.at(sub.path).length, n - 1, `attempt ${n} not before +${delay} s`);
+    t.clock.advance(1);
+    await runDelivery(t);
+    assert.equal(receiver.at(sub.path).length, n, `attempt ${n} at +${delay} s`);
+    const [row] = await deliveriesOf(t, sub.id);
+    assert.equal(row.attempt, n);
+    assert.equal(row.status, n < 6 ? 'pending' : 'failed');
+  }
+  const got = receiver.at(sub.path);
+  assert.deepEqual(got.map((g) => g.headers['platform-delivery-attempt']), ['1', '2', '3', '4', '5', '6']);
+  assert.ok(got.every((g) => g.headers['platform-event-id'] === eventId && g.body.id === eventId));
+  assert.equal(new Set(got.map((g) => g.headers['platform-delivery-id'])).size, 1);
+  const stamps = got.map((g) => Number(/t=(\d+)/.exec(String(g.headers['platform-signature']))![1]));
+  assert.equal(new Set(stamps).size, 6, 'a fresh t on every attempt');
+  assert.ok(got.every((g) => verifySignature(String(g.headers['platform-signature']), sub.secret, g.raw, Number(/t=(\d+)/.exec(String(g.headers['platform-signature']))![1]))));
+
+  t.clock.advance(86400);
+  await runDelivery(t);
+  assert.equal(receiver.at(sub.path).length, 6, 'no seventh attempt');
+  const [listed] = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries?status=failed`, admin), 200).data;
+  assert.equal(listed.status, 'failed');
+  assert.equal(listed.attempt, 6);
+  assert.equal(listed.response_status, 500);
+  assert.equal(listed.next_retry_at, null);
+  assert.equal(listed.error, 'e'.repeat(1024));
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200).consecutive_failures, 1);
+});
+
+test('success is a 2xx: 204 succeeds; a 302 fails and its Location is never requested', async (c) => {
+  const ok = await subscribe(c, ['user.reactivated']);
+  const moved = await subscribe(c, ['user.reactivated']);
+  receiver.routes.set(ok.path, (_req, res) => res.writeHead(204).end());
+  receiver.routes.set(moved.path, (_req, res) => res.writeHead(302, { location: `${receiver.url('/elsewhere')}` }).end());
+  await emitEvent(t, 'user.reactivated', { user_id: 'usr_redirect' });
+  await runDelivery(t);
+  assert.equal((await deliveriesOf(t, ok.id))[0].status, 'succeeded');
+  const [redirected] = await deliveriesOf(t, moved.id);
+  assert.equal(redirected.status, 'pending', 'a failed attempt, retried later');
+  assert.equal(redirected.response_status, 302);
+  assert.match(redirected.error!, /redirect 302 not followed/);
+  assert.equal(receiver.at('/elsewhere').length, 0);
+});
+
+test('an answer after 5 seconds is a failure (the deadline is 5 s per attempt)', async (c) => {
+  const slow = await subscribe(c, ['user.deleted']);
+  receiver.routes.set(slow.path, (_req, res) => setTimeout(() => res.writeHead(200).end('late'), 5100));
+  await emitEvent(t, 'user.deleted', { user_id: 'usr_slow' });
+  const started = Date.now();
+  await runDelivery(t);
+  const elapsed = Date.now() - started;
+  const [row] = await deliveriesOf(t, slow.id);
+  assert.equal(row.status, 'pending');
+  assert.equal(row.response_status, null);
+  assert.match(row.error!, /timeout/);
+  assert.ok(elapsed >= 4900 && elapsed < 5900, `ended by the deadline (${elapsed} ms)`);
+});
+
+test('a hostile receiver streaming a huge error body: only the first 1 KB is read and kept, and the attempt ends at once', async (c) => {
+  const flood = await subscribe(c, ['entitlement.member_scope_changed']);
+  let sent = 0;
+  receiver.routes.set(flood.path, (_req, res) => {
+    res.writeHead(500, { 'content-type': 'text/plain' });
+    const chunk = Buffer.alloc(64 * 1024, 'x');
+    const pump = () => {
+      while (sent < 50 * 1024 * 1024 && res.write(chunk)) sent += chunk.length;
+      if (sent >= 50 * 1024 * 1024) res.end();
+    };
+    res.on('drain', pump);
+    res.on('close', () => res.off('drain', pump));
+    pump();
+  });
+  await emitEvent(t, 'entitlement.member_scope_changed', { entitlement: { id: 'ent_flood' } });
+  const started = Date.now();
+  await runDelivery(t);
+  const [row] = await deliveriesOf(t, flood.id);
+  assert.equal(row.response_status, 500);
+  assert.equal(row.error, 'x'.repeat(1024));
+  assert.ok(Date.now() - started < 4000, 'not read to the end');
+  assert.ok(sent < 50 * 1024 * 1024, `the body was cut off (${sent} bytes written)`);
+});
+
+test('rotate-secret: deliveries carry two v1 entries (new and old secret) for 24 hours, then one', async (c) => {
+  const sub = await subscribe(c, ['organization.member_added']);
+  const rotated = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin), 200);
+  await emitEvent(t, 'organization.member_added', { organization_id: 'org_x', user_id: 'usr_r', role: 'member' });
+  await runDelivery(t);
+  const [first] = receiver.at(sub.path);
+  const header = String(first.headers['platform-signature']);
+  assert.match(header, /^t=\d+,v1=[0-9a-f]{64},v1=[0-9a-f]{64}$/);
+  assert.equal(verifySignature(header, rotated.signing_secret, first.raw, unix()), true);
+  assert.equal(verifySignature(header, sub.secret, first.raw, unix()), true);
+  stripe.webhooks.constructEvent(first.raw, header, sub.secret, 300, undefined, t.clock.now().getTime());
+  stripe.webhooks.constructEvent(first.raw, header, rotated.signing_secret, 300, undefined, t.clock.now().getTime());
+
+  t.clock.advance(24 * 3600 + 1);
+  await emitEvent(t, 'organization.member_added', { organization_id: 'org_x', user_id: 'usr_r2', role: 'member' });
+  await runDelivery(t);
+  const second = receiver.at(sub.path)[1];
+  const later = String(second.headers['platform-signature']);
+  assert.match(later, /^t=\d+,v1=[0-9a-f]{64}$/);
+  assert.equal(verifySignature(later, rotated.signing_secret, second.raw, unix()), true);
+  assert.equal(verifySignature(later, sub.secret, second.raw, unix()), false);
+});
+
+test('api_version is pinned per subscription: payloads carry the subscription\'s version, and PATCH moves it forward', async (c) => {
+  const sub = await subscribe(c, ['entitlement.expired']);
+  await sql(t, `UPDATE webhook_subscriptions SET api_version = '2025-06-01' WHERE id = $1`, [sub.id]); // as if created under an older version
+  await emitEvent(t, 'entitlement.expired', { entitlement: { id: 'ent_v1' } });
+  await runDelivery(t);
+  assert.equal(receiver.at(sub.path)[0].body.api_version, '2025-06-01');
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { api_version: '2026-01-01' }), 200).api_version, '2026-01-01');
+  await emitEvent(t, 'entitlement.expired', { entitlement: { id: 'ent_v2' } });
+  await runDelivery(t);
+  assert.equal(receiver.at(sub.path)[1].body.api_version, '2026-01-01');
+});
+
+test('webhook.test goes out regardless of the events filter and of a disabled status, and never counts toward health', async (c) => {
+  const sub = await subscribe(c, ['user.suspended']);
+  receiver.routes.set(sub.path, (_req, res) => res.writeHead(500).end('down'));
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2, consecutive_failures = 2 WHERE id = $1`, [sub.id, t.clock.now()]);
+  const accepted = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+  assert.match(accepted.id, /^dlv_/);
+  assert.equal(accepted.event_type, 'webhook.test');
+  await runDelivery(t);
+  const [got] = receiver.at(sub.path);
+  assert.equal(got.body.type, 'webhook.test');
+  assert.equal(typeof got.body.data.message, 'string');
+  assert.equal(got.headers['platform-delivery-id'], accepted.id);
+  const [row] = await deliveriesOf(t, sub.id);
+  assert.equal(row.status, 'failed', 'one attempt, no retries');
+  const after = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200);
+  assert.equal(after.status, 'disabled');
+  assert.equal(after.consecutive_failures, 2);
+  const others = await sql(t, `SELECT count(*)::int AS n FROM webhook_deliveries WHERE event_id = $1`, [row.event_id]);
+  assert.equal(others[0].n, 1, 'the test event reaches this subscription only');
+});
+
+test('redeliver: 202, the same event id under a new delivery id, sent once outside the schedule; unknown or older than 30 days: 404 delivery_not_found', async (c) => {
+  const sub = await subscribe(c, ['application.review_status_changed']);
+  const eventId = await emitEvent(t, 'application.review_status_changed', { application_id: 'app_x', review_status: 'approved', review_notes: null });
+  await runDelivery(t);
+  const [original] = await deliveriesOf(t, sub.id);
+  const again = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${original.id}/redeliver`, admin), 202);
+  assert.notEqual(again.id, original.id);
+  assert.equal(again.event_id, eventId);
+  await runDelivery(t);
+  const got = receiver.at(sub.path);
+  assert.equal(got.length, 2);
+  assert.equal(got[1].body.id, eventId);
+  assert.equal(got[1].headers['platform-event-id'], eventId);
+  assert.equal(got[1].headers['platform-delivery-id'], again.id);
+  assert.equal(got[1].headers['platform-delivery-attempt'], '1');
+  assert.equal(got[1].raw, got[0].raw, 'the same payload');
+  const byEvent = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries?event_id=${eventId}`, admin), 200);
+  assert.equal(byEvent.data.length, 2);
+  assert.equal((await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/dlv_01J0000000000000000000000/redeliver`, admin)).json().error.code, 'delivery_not_found');
+
+  t.clock.advance(31 * 86400);
+  assert.equal((await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${original.id}/redeliver`, admin)).json().error.code, 'delivery_not_found');
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, admin), 200).data, [], 'the log keeps 30 days');
+  const swept = await t.deps.jobs.runNow('webhook-health');
+  assert.ok((swept.deliveries_pruned as number) >= 2);
+  assert.equal((await deliveriesOf(t, sub.id)).length, 0);
+});
+
+test('the delivery log filters by status, event_id and since', async (c) => {
+  const sub = await subscribe(c, ['access.granted']);
+  const first = await emitEvent(t, 'access.granted', { user_id: 'usr_a', application_id: 'app_a', reason: 'entitlement_granted', entitlement_status: 'active' });
+  await runDelivery(t);
+  t.clock.advance(10);
+  const boundary = t.clock.now().toISOString();
+  receiver.routes.set(sub.path, (_req, res) => res.writeHead(503).end());
+  const second = await emitEvent(t, 'access.granted', { user_id: 'usr_b', application_id: 'app_a', reason: 'entitlement_granted', entitlement_status: 'active' });
+  await runDelivery(t);
+  const list = async (q: string) => assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries?${q}`, admin), 200).data.map((d: any) => d.event_id);
+  assert.deepEqual(await list(''), [second, first]);
+  assert.deepEqual(await list('status=succeeded'), [first]);
+  assert.deepEqual(await list('status=pending'), [second]);
+  assert.deepEqual(await list(`event_id=${first}`), [first]);
+  assert.deepEqual(await list(`since=${encodeURIComponent(boundary)}`), [second]);
+});
+
+test('every attempt is logged through pino with the delivery, event, attempt, status and duration', async (c) => {
+  const sub = await subscribe(c, ['entitlement.deleted']);
+  const lines: any[] = [];
+  const original = t.deps.log;
+  t.deps.log = pino({ level: 'info' }, new Writable({ write: (chunk, _e, done) => (lines.push(JSON.parse(String(chunk))), done()) })) as never;
+  c.after(() => {
+    t.deps.log = original;
+  });
+  await emitEvent(t, 'entitlement.deleted', { entitlement: { id: 'ent_log' } });
+  await runDelivery(t);
+  const line = lines.find((l) => l.subscription_id === sub.id);
+  assert.ok(line, 'a log line for the attempt');
+  assert.equal(line.msg, 'webhook attempt succeeded');
+  assert.equal(line.attempt, 1);
+  assert.equal(line.response_status, 200);
+  assert.equal(line.event_type, 'entitlement.deleted');
+  assert.match(line.webhook_delivery_id, /^dlv_/);
+  assert.equal(typeof line.duration_ms, 'number');
+});

@@ -1,0 +1,101 @@
+// Durability and isolation of delivery: concurrent workers in two "processes" never send one attempt
+// twice (SKIP LOCKED + lease); a worker that dies holding a claim is taken over after the lease with
+// attempt + 1; a hanging receiver never delays another subscription. (Crash after commit: crash.test.ts.)
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { secondProcess } from '../foundation/support/ops.js';
+import { runDeliveryPass, startWebhookWorker } from '../../src/modules/webhooks/index.js';
+import { claimDue } from '../../src/modules/webhooks/dispatch.js';
+import { closeWebhookTransport } from '../../src/modules/webhooks/transport.js';
+import { buildApp, createWebhook, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, until } from './support.js';
+
+let t: TestApp;
+let admin: string;
+let receiver: Receiver;
+before(async () => {
+  t = await buildApp();
+  admin = await platformKey(t);
+  receiver = await Receiver.start();
+});
+after(async () => {
+  await closeWebhookTransport(t.deps);
+  await receiver.close();
+  await t.close();
+});
+
+test('workers of two processes, four passes at once, deliver each attempt exactly once', async () => {
+  const second = await secondProcess(t);
+  try {
+    const sub = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/race'), events: ['user.reactivated'] });
+    for (let i = 0; i < 120; i++) await emitEvent(t, 'user.reactivated', { user_id: `usr_race${i}` });
+    const passes = [t.deps, second.deps, t.deps, second.deps].map((deps) => runDeliveryPass(deps, { batchSize: 10 }));
+    const results = await Promise.all(passes);
+    assert.equal(results.reduce((n, r) => n + r.relayed, 0), 120, 'each event relayed once');
+    assert.equal(results.reduce((n, r) => n + r.attempted, 0), 120, 'each delivery attempted once');
+    const got = receiver.at('/race');
+    assert.equal(got.length, 120);
+    assert.equal(new Set(got.map((g) => g.headers['platform-delivery-id'])).size, 120, 'no delivery sent twice');
+    assert.ok(got.every((g) => g.headers['platform-delivery-attempt'] === '1'));
+    const rows = await deliveriesOf(t, sub.id);
+    assert.equal(rows.length, 120);
+    assert.ok(rows.every((r) => r.status === 'succeeded' && r.attempt === 1));
+    await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+  } finally {
+    await closeWebhookTransport(second.deps);
+    await second.close();
+  }
+});
+
+test('a worker that died holding a claim (after sending, before recording) is taken over after the lease: same event id, attempt + 1; its late write is ignored', async () => {
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/lease'), events: ['user.deleted'] });
+  const eventId = await emitEvent(t, 'user.deleted', { user_id: 'usr_lease' });
+  await runDeliveryPass(t.deps, { maxRounds: 0 }); // relay only
+  const [claimed] = await claimDue(t.deps, 10, 'dead-worker');
+  assert.equal(claimed.event_id, eventId);
+  await runDelivery(t);
+  assert.equal(receiver.at('/lease').length, 0, 'still claimed by the dead worker');
+  t.clock.advance(61);
+  await runDelivery(t);
+  const [got] = receiver.at('/lease');
+  assert.equal(got.headers['platform-event-id'], eventId);
+  assert.equal(got.headers['platform-delivery-attempt'], '2');
+  const { recordOutcomes } = await import('../../src/modules/webhooks/outcomes.js');
+  await recordOutcomes(t.deps, [{ delivery: claimed, token: 'dead-worker', result: { ok: false, responseStatus: 500, durationMs: 1, error: 'late' } }]);
+  const [row] = await deliveriesOf(t, sub.id);
+  assert.equal(row.status, 'succeeded');
+  assert.equal(row.attempt, 2);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('the worker delivers concurrently: a hanging receiver never delays another subscription, and commit-to-first-attempt stays well under a second', async () => {
+  const hang = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/hang'), events: ['entitlement.updated'] });
+  const fast = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/fast'), events: ['entitlement.updated', 'entitlement.revoked'] });
+  receiver.routes.set('/hang', () => undefined); // never answers
+  const worker = startWebhookWorker(t.deps, { idleMs: 50 });
+  try {
+    const latencies: number[] = [];
+    const committed = Date.now();
+    await emitEvent(t, 'entitlement.updated', { entitlement: { id: 'ent_h0' }, changed_fields: ['ends_at'] });
+    await until(() => receiver.at('/fast').length === 1, 2000, 'the fast receiver');
+    latencies.push(receiver.at('/fast')[0].at - committed);
+    // The hanging attempt still holds its connection; the fast subscription keeps flowing.
+    for (let i = 1; i <= 20; i++) {
+      const start = Date.now();
+      await emitEvent(t, 'entitlement.revoked', { entitlement: { id: `ent_f${i}` } });
+      await until(() => receiver.at('/fast').length === i + 1, 2000, `fast delivery ${i}`);
+      latencies.push(receiver.at('/fast')[i].at - start);
+    }
+    assert.equal(receiver.at('/hang').length, 1, 'the hanging receiver got its one request');
+    const [pending] = await deliveriesOf(t, hang.id);
+    assert.equal(pending.status, 'pending');
+    latencies.sort((a, b) => a - b);
+    assert.ok(latencies[latencies.length - 1] < 1000, `max commit-to-attempt ${latencies[latencies.length - 1]} ms`);
+  } finally {
+    await worker.stop();
+  }
+  const [hung] = await deliveriesOf(t, hang.id);
+  assert.match(hung.error ?? '', /timeout/, 'the hanging attempt ended by its 5 s deadline');
+  assert.equal((await deliveriesOf(t, fast.id)).filter((r) => r.status === 'succeeded').length, 21);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = ANY($1::text[])', [[hang.id, fast.id]]);
+});

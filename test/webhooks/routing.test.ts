@@ -1,0 +1,79 @@
+// Routing (WH-5): which subscriptions receive which events — scope, access paths for user and
+// membership events, the events filter and `*`, and test mode.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { appKey, assertStatus, buildApp, call, createWebhook, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql, type AppFixture } from './support.js';
+
+let t: TestApp;
+let admin: string;
+let receiver: Receiver;
+let appA: AppFixture;
+let appB: AppFixture;
+before(async () => {
+  t = await buildApp();
+  admin = await platformKey(t);
+  receiver = await Receiver.start();
+  appA = await newApp(t, admin);
+  appB = await newApp(t, admin);
+});
+after(async () => {
+  await receiver.close();
+  await t.close();
+});
+
+const typesAt = (path: string) => receiver.at(path).map((r) => `${r.body.type}:${r.body.data.user_id ?? r.body.data.entitlement?.user_id ?? ''}`).sort();
+
+test('platform scope gets every live event; app scope only its Application\'s, and user.* / organization.member_* only with an access path; test mode only test events', async () => {
+  const platform = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/platform') });
+  const onlyA = await createWebhook(t, await appKey(t, appA.id), { url: receiver.url('/a') });
+  const onlyB = await createWebhook(t, await appKey(t, appB.id), { url: receiver.url('/b') });
+  const filtered = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/filtered'), events: ['access.granted'] });
+  const testKey = await platformKey(t, ['webhooks.manage'], 'test');
+  const testSub = await createWebhook(t, testKey, { scope: 'platform', url: receiver.url('/test-mode') });
+
+  const withPath = await person(t);
+  const withoutPath = await person(t);
+  await grant(t, admin, withPath.id, appA.id); // entitlement.granted + access.granted about app A
+  assertStatus(await call(t, 'POST', `/v1/users/${withPath.id}/suspend`, admin), 200); // user.suspended (+ access.revoked)
+  assertStatus(await call(t, 'POST', `/v1/users/${withoutPath.id}/suspend`, admin), 200); // user.suspended, no path to A or B
+  await emitEvent(t, 'role.assigned', { user_id: withoutPath.id, role_id: `role_${appB.id}_x`, application_id: appB.id }, { applicationId: appB.id });
+  await emitEvent(t, 'user.deleted', { user_id: 'usr_testmode' }, { mode: 'test' });
+  await runDelivery(t);
+
+  const u = withPath.id;
+  const w = withoutPath.id;
+  assert.deepEqual(typesAt('/platform'), [`access.granted:${u}`, `access.revoked:${u}`, `entitlement.granted:${u}`, `role.assigned:${w}`, `user.suspended:${u}`, `user.suspended:${w}`]);
+  assert.deepEqual(typesAt('/a'), [`access.granted:${u}`, `access.revoked:${u}`, `entitlement.granted:${u}`, `user.suspended:${u}`]);
+  assert.deepEqual(typesAt('/b'), [`role.assigned:${w}`]);
+  assert.deepEqual(typesAt('/filtered'), [`access.granted:${u}`]);
+  assert.deepEqual(typesAt('/test-mode'), ['user.deleted:usr_testmode']);
+  assert.ok(receiver.at('/test-mode').every((r) => r.body.test_mode === true));
+  assert.ok(receiver.at('/platform').every((r) => r.body.test_mode === false));
+  for (const s of [platform, onlyA, onlyB, filtered]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [testSub.id]);
+});
+
+test('organization.member_* reach an app subscription when the Organization holds a grant to it, also member_removed after the membership ended', async () => {
+  const admin2 = await person(t, { roles: ['superadmin'] });
+  const member = await person(t);
+  const sub = await createWebhook(t, await appKey(t, appA.id), { url: receiver.url('/org-a'), events: ['organization.member_added', 'organization.member_removed'] });
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', admin2.token, { name: 'Routing Org' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/entitlements`, admin, { application_id: appA.id }, { 'idempotency-key': `org-${org.id}` }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: member.id }), 201);
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${member.id}`, admin)).statusCode, 204);
+  await runDelivery(t);
+  assert.deepEqual(typesAt('/org-a'), [`organization.member_added:${member.id}`, `organization.member_removed:${member.id}`]);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('a subscription receives only events written after it was created', async () => {
+  await emitEvent(t, 'user.reactivated', { user_id: 'usr_before' });
+  t.clock.advance(1);
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/late'), events: ['user.reactivated'] });
+  t.clock.advance(1);
+  await emitEvent(t, 'user.reactivated', { user_id: 'usr_after' });
+  await runDelivery(t);
+  assert.deepEqual(typesAt('/late'), ['user.reactivated:usr_after']);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});

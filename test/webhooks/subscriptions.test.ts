@@ -1,0 +1,193 @@
+// Webhook subscriptions (Part B Webhooks): scope per caller, visibility, plan limits, PATCH rules,
+// delete, rotate-secret and the audit rows of every write.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { createApiKey } from '../helpers/fixtures.js';
+import { appKey, assertError, assertStatus, buildApp, call, createWebhook, newApp, person, platformKey, sql, type AppFixture } from './support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildApp();
+  admin = await platformKey(t);
+  app = await newApp(t, admin);
+});
+after(() => t.close());
+
+const url = (label: string) => `http://127.0.0.1:9/${label}`;
+const SUB_KEYS = ['api_version', 'consecutive_failures', 'created_at', 'description', 'events', 'id', 'last_delivery_at', 'scope', 'status', 'test_mode', 'updated_at', 'url'];
+
+test('POST /v1/webhooks: 201 with the Webhook subscription fields and a whsec_ signing secret shown only on create', async () => {
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: url('a'), events: ['access.granted', 'access.revoked'], description: 'ops' });
+  assert.deepEqual(Object.keys(sub).sort(), [...SUB_KEYS, 'signing_secret'].sort());
+  assert.match(sub.id, /^whk_[0-9A-HJKMNP-TV-Z]{26}$/);
+  assert.match(sub.signing_secret, /^whsec_[A-Za-z0-9_-]{43}$/);
+  assert.equal(sub.status, 'healthy');
+  assert.equal(sub.api_version, '2026-01-01');
+  assert.equal(sub.test_mode, false);
+  assert.equal(sub.consecutive_failures, 0);
+  assert.equal(sub.last_delivery_at, null);
+  const fetched = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200);
+  assert.equal(fetched.signing_secret, undefined, 'the secret is never shown again');
+  assert.deepEqual(Object.keys(fetched).sort(), SUB_KEYS);
+  const listed = assertStatus(await call(t, 'GET', '/v1/webhooks?scope=platform', admin), 200);
+  assert.ok(listed.data.some((w: any) => w.id === sub.id && w.signing_secret === undefined));
+});
+
+test('scope: an app-scoped key may omit scope or pass its own Application; another scope is 403 forbidden', async () => {
+  const other = await newApp(t, admin);
+  const key = await appKey(t, other.id);
+  const omitted = await createWebhook(t, key, { url: url('k1') });
+  assert.equal(omitted.scope, other.id);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [omitted.id]); // Starter: one per Tenant
+  const own = await createWebhook(t, key, { scope: other.id, url: url('k2') });
+  assert.equal(own.scope, other.id);
+  assertError(await call(t, 'POST', '/v1/webhooks', key, { scope: 'platform', url: url('k3'), events: ['*'] }), 403, 'forbidden');
+  assertError(await call(t, 'POST', '/v1/webhooks', key, { scope: app.id, url: url('k4'), events: ['*'] }), 403, 'forbidden');
+});
+
+test("scope: an Application owner's User token must pass the Application id; platform, another app or no scope are refused", async () => {
+  const mine = await newApp(t, admin);
+  const sub = await createWebhook(t, mine.owner.token, { scope: mine.id, url: url('o1') });
+  assert.equal(sub.scope, mine.id);
+  assertError(await call(t, 'POST', '/v1/webhooks', mine.owner.token, { scope: 'platform', url: url('o2'), events: ['*'] }), 403, 'forbidden');
+  assertError(await call(t, 'POST', '/v1/webhooks', mine.owner.token, { scope: app.id, url: url('o3'), events: ['*'] }), 403, 'forbidden');
+  assertError(await call(t, 'POST', '/v1/webhooks', mine.owner.token, { url: url('o4'), events: ['*'] }), 422, 'validation_failed');
+  const stranger = await person(t);
+  assertError(await call(t, 'POST', '/v1/webhooks', stranger.token, { scope: mine.id, url: url('o5'), events: ['*'] }), 403, 'forbidden');
+  const noManage = await platformKey(t, ['users.list']);
+  assertError(await call(t, 'POST', '/v1/webhooks', noManage, { scope: 'platform', url: url('o6'), events: ['*'] }), 403, 'forbidden');
+});
+
+test('scope: webhooks.manage passes platform or any application_id (unknown Application: 404)', async () => {
+  const manager = await person(t, { roles: ['superadmin'] });
+  const target = await newApp(t, admin);
+  assert.equal((await createWebhook(t, manager.token, { scope: 'platform', url: url('m1') })).scope, 'platform');
+  assert.equal((await createWebhook(t, manager.token, { scope: target.id, url: url('m2') })).scope, target.id);
+  assertError(await call(t, 'POST', '/v1/webhooks', manager.token, { scope: 'app_nope', url: url('m3'), events: ['*'] }), 404, 'application_not_found');
+});
+
+test("others' subscriptions are 404 webhook_not_found on every {id} route, and absent from their list", async () => {
+  const a = await newApp(t, admin);
+  const b = await newApp(t, admin);
+  const sub = await createWebhook(t, a.owner.token, { scope: a.id, url: url('v1') });
+  const keyB = await appKey(t, b.id);
+  for (const cred of [b.owner.token, keyB]) {
+    for (const [method, path, body] of [
+      ['GET', `/v1/webhooks/${sub.id}`],
+      ['PATCH', `/v1/webhooks/${sub.id}`, { description: 'x' }],
+      ['DELETE', `/v1/webhooks/${sub.id}`],
+      ['POST', `/v1/webhooks/${sub.id}/rotate-secret`],
+      ['POST', `/v1/webhooks/${sub.id}/test`],
+      ['GET', `/v1/webhooks/${sub.id}/deliveries`],
+      ['POST', `/v1/webhooks/${sub.id}/deliveries/dlv_x/redeliver`],
+    ] as const) {
+      assertError(await call(t, method, path, cred, body), 404, 'webhook_not_found');
+    }
+    const list = assertStatus(await call(t, 'GET', '/v1/webhooks', cred), 200);
+    assert.ok(!list.data.some((w: any) => w.id === sub.id));
+  }
+  assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, await appKey(t, a.id)), 200);
+  assertError(await call(t, 'GET', '/v1/webhooks', null), 401, 'unauthenticated');
+});
+
+test('events: one or more known types or *; unknown types and an empty list are 422', async () => {
+  assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: url('e1'), events: [] }), 422, 'validation_failed');
+  assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: url('e2'), events: ['user.renamed'] }), 422, 'validation_failed');
+  assert.deepEqual((await createWebhook(t, admin, { scope: 'platform', url: url('e3'), events: ['*'] })).events, ['*']);
+});
+
+test('plan limits: Starter allows 1 subscription per Tenant (409 plan_limit_reached), Team 10, a restricted Tenant 402; platform scope counts against none', async () => {
+  const starter = await newApp(t, admin);
+  await createWebhook(t, admin, { scope: starter.id, url: url('p1') });
+  const capped = assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: starter.id, url: url('p2'), events: ['*'] }), 409, 'plan_limit_reached');
+  assert.equal(capped.details.resource, 'webhooks');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [starter.id]))[0].n, 1);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action = 'webhook.created' AND application_id = $1`, [starter.id]))[0].n, 1, 'the refused create wrote nothing');
+
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [starter.tenantId]);
+  for (let i = 2; i <= 10; i++) await createWebhook(t, admin, { scope: starter.id, url: url(`p${i}`) });
+  assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: starter.id, url: url('p11'), events: ['*'] }), 409, 'plan_limit_reached');
+
+  await sql(t, `UPDATE tenants SET restricted = true WHERE id = $1`, [starter.tenantId]);
+  assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: starter.id, url: url('p12'), events: ['*'] }), 402, 'subscription_required');
+  await createWebhook(t, admin, { scope: 'platform', url: url('p13') });
+});
+
+test('PATCH: url, events, description and api_version change; scope and test_mode are read-only (422 read_only_field); status only disabled → healthy', async () => {
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: url('u1') });
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { url: url('u2'), events: ['user.suspended'], description: 'new', api_version: '2026-01-01' }), 200);
+  assert.equal(patched.url, url('u2'));
+  assert.deepEqual(patched.events, ['user.suspended']);
+  assert.equal(patched.description, 'new');
+  for (const field of ['scope', 'test_mode']) {
+    const err = assertError(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { [field]: field === 'scope' ? 'platform' : true }), 422, 'read_only_field');
+    assert.deepEqual(err.details.fields, [field]);
+  }
+  assertError(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { api_version: '2020-01-01' }), 422, 'validation_failed');
+  assertError(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'disabled' }), 422, 'validation_failed');
+  assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'healthy' }), 200); // already healthy: no change
+
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 3, unhealthy_since = $2 WHERE id = $1`, [sub.id, t.clock.now()]);
+  assertError(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'healthy' }), 409, 'invalid_status_transition');
+
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2 WHERE id = $1`, [sub.id, t.clock.now()]);
+  const healed = assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'healthy' }), 200);
+  assert.equal(healed.status, 'healthy');
+  assert.equal(healed.consecutive_failures, 0, 'counters reset');
+  const audit = await sql(t, `SELECT action, actor_type, before, after FROM audit_events WHERE target_id = $1 AND action = 'webhook.updated' ORDER BY created_at, id`, [sub.id]);
+  assert.ok(audit.length >= 2);
+  const last = audit[audit.length - 1];
+  assert.equal(last.before.status, 'disabled');
+  assert.equal(last.after.status, 'healthy');
+});
+
+test('rotate-secret: 200 {id, signing_secret, previous_secret_expires_at} 24 hours ahead; audited without the secrets', async () => {
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: url('r1') });
+  const res = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin), 200);
+  assert.deepEqual(Object.keys(res).sort(), ['id', 'previous_secret_expires_at', 'signing_secret']);
+  assert.notEqual(res.signing_secret, sub.signing_secret);
+  assert.equal(Date.parse(res.previous_secret_expires_at) - t.clock.now().getTime() > 24 * 3600 * 1000 - 5000, true);
+  const [row] = await sql(t, `SELECT before, after FROM audit_events WHERE target_id = $1 AND action = 'webhook.secret_rotated'`, [sub.id]);
+  assert.ok(row);
+  assert.doesNotMatch(JSON.stringify(row), /whsec_/);
+});
+
+test('DELETE: 204, audited webhook.deleted, and its queued retries are dropped', async () => {
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: url('d1') });
+  await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending'`, [sub.id]))[0].n, 1);
+  const agent = (await createApiKey(t, { scope: 'platform', permissions: ['webhooks.manage'], restrictDestructive: true })).secret;
+  assertError(await call(t, 'DELETE', `/v1/webhooks/${sub.id}`, agent), 403, 'destructive_operation_restricted');
+  assert.equal((await call(t, 'DELETE', `/v1/webhooks/${sub.id}`, admin)).statusCode, 204);
+  assertError(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 404, 'webhook_not_found');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1', [sub.id]))[0].n, 0);
+  const [audit] = await sql(t, `SELECT actor_type, before FROM audit_events WHERE target_id = $1 AND action = 'webhook.deleted'`, [sub.id]);
+  assert.equal(audit.before.id, sub.id);
+});
+
+test('writes audit webhook.created with actor, target, Application and Tenant, in the same transaction as the row', async () => {
+  const owned = await newApp(t, admin);
+  const key = await appKey(t, owned.id);
+  const sub = await createWebhook(t, key, { url: url('c1') });
+  const [row] = await sql(t, `SELECT * FROM audit_events WHERE target_id = $1 AND action = 'webhook.created'`, [sub.id]);
+  assert.equal(row.actor_type, 'api_key');
+  assert.equal(row.via_api_key_id, row.actor_id);
+  assert.equal(row.target_type, 'webhook');
+  assert.equal(row.application_id, owned.id);
+  assert.equal(row.tenant_id, owned.tenantId);
+  assert.equal(row.after.id, sub.id);
+  assert.equal(row.after.signing_secret, undefined);
+  const [stored] = await sql(t, 'SELECT created_at FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+  assert.equal(row.created_at.getTime(), stored.created_at.getTime());
+});
+
+test('test-mode keys create test-mode subscriptions, invisible to live callers', async () => {
+  const testKey = await platformKey(t, ['webhooks.manage'], 'test');
+  const sub = await createWebhook(t, testKey, { scope: 'platform', url: url('t1') });
+  assert.equal(sub.test_mode, true);
+  assertError(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 404, 'webhook_not_found');
+  assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, testKey), 200);
+});

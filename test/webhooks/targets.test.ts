@@ -1,0 +1,121 @@
+// Where webhooks may go (WH-6, WH-7) and how they are signed (WH-1). The address rules run with
+// WEBHOOK_ALLOW_PRIVATE_TARGETS off and an injected resolver, so no test needs DNS.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestApp } from '../helpers/app.js';
+import { isPublicAddress } from '../../src/modules/webhooks/targets.js';
+import { setWebhookResolver, signatureHeader, verifySignature } from '../../src/modules/webhooks/index.js';
+import { signPayload } from '../../src/modules/webhooks/signature.js';
+import { assertError, assertStatus, buildApp, call, deliveriesOf, platformKey, Receiver, runDelivery, sql } from './support.js';
+
+let t: TestApp;
+let admin: string;
+/** What the injected resolver answers, per host name; a missing name does not resolve. */
+const dns = new Map<string, string[]>();
+before(async () => {
+  t = await buildApp({ webhookAllowPrivateTargets: false });
+  admin = await platformKey(t);
+  setWebhookResolver(t.deps, async (host) => {
+    const answers = dns.get(host);
+    if (!answers) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+    return answers.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+  });
+});
+after(() => t.close());
+
+test('WH-1: the signature of the reference vector; two v1 entries verify with either secret', () => {
+  const body = '{"id":"wev_01HZX","type":"webhook.test","data":{"message":"hi"}}';
+  assert.equal(signPayload('whsec_test_0123456789abcdef', 1700000000, body), '18dffc4739884ca828408d8e0cf4a8ed53d6aea8c58be46230ce0bf93f250914');
+  const header = signatureHeader(['whsec_new', 'whsec_old'], 1700000000, body);
+  assert.match(header, /^t=1700000000,v1=[0-9a-f]{64},v1=[0-9a-f]{64}$/);
+  assert.equal(verifySignature(header, 'whsec_old', body, 1700000100), true);
+  assert.equal(verifySignature(header, 'whsec_new', body, 1700000100), true);
+  assert.equal(verifySignature(header, 'whsec_other', body, 1700000100), false);
+  assert.equal(verifySignature(header, 'whsec_new', `${body} `, 1700000100), false, 'the exact raw bytes are signed');
+  assert.equal(verifySignature(header, 'whsec_new', body, 1700000301), false, 'older than 5 minutes');
+});
+
+test('the address classifier: public unicast only', () => {
+  const refused = [
+    '127.0.0.1', '127.255.255.254', '0.0.0.0', '10.0.0.1', '172.16.0.1', '172.31.255.255', '192.168.1.1', '100.64.0.1', '169.254.169.254',
+    '198.18.0.1', '198.19.255.255', '224.0.0.1', '240.0.0.1', '255.255.255.255', '192.0.2.1', '::1', '::', '::ffff:127.0.0.1', '::ffff:8.8.8.8',
+    '64:ff9b::a00:1', 'fc00::1', 'fd12:3456::1', 'fe80::1', 'fe80::1%eth0', 'ff02::1', '2001:db8::1', '2002:7f00:1::1', '2001::1', 'not-an-ip',
+  ];
+  for (const a of refused) assert.equal(isPublicAddress(a), false, a);
+  for (const a of ['93.184.216.34', '8.8.8.8', '172.32.0.1', '100.128.0.1', '2606:4700:4700::1111', '2a00:1450:4001:81a::200e']) {
+    assert.equal(isPublicAddress(a), true, a);
+  }
+});
+
+test('WH-6: at creation, non-https, userinfo and every private, loopback, link-local, unique-local, mapped or encoded address is 422 invalid_webhook_url', async () => {
+  dns.set('localhost', ['127.0.0.1']);
+  dns.set('mixed.example', ['93.184.216.34', '10.0.0.1']);
+  dns.set('inner.example', ['fd00::5']);
+  dns.set('public.example', ['93.184.216.34']);
+  const urls = [
+    'http://public.example/hook', 'ftp://public.example/', 'https://user:pass@public.example/', 'https://user@public.example/', 'https://@public.example/',
+    'https://127.0.0.1/', 'https://127.1/', 'https://2130706433/', 'https://0x7f000001/', 'https://017700000001/', 'https://0.0.0.0/',
+    'https://localhost./', 'https://localhost/', 'https://app.localhost/', 'https://[::1]/', 'https://[::]/', 'https://[::ffff:127.0.0.1]/',
+    'https://[64:ff9b::a00:1]/', 'https://[fc00::1]/', 'https://[fe80::1]/', 'https://10.1.2.3/', 'https://172.16.0.1/', 'https://192.168.0.1/',
+    'https://100.64.0.1/', 'https://169.254.169.254/latest/meta-data', 'https://198.18.0.1/', 'https://224.0.0.1/', 'https://240.0.0.1/',
+    'https://mixed.example/', 'https://inner.example/', 'https://nxdomain.example/', 'not a url',
+  ];
+  for (const url of urls) {
+    const res = await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url, events: ['*'] });
+    assertError(res, 422, 'invalid_webhook_url');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions'))[0].n, 0);
+  const ok = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'https://public.example/hook', events: ['*'] }), 201);
+  assertError(await call(t, 'PATCH', `/v1/webhooks/${ok.id}`, admin, { url: 'https://10.0.0.8/' }), 422, 'invalid_webhook_url');
+});
+
+test('WH-7: a name that resolved public at creation and resolves to 127.0.0.1 at delivery (DNS rebinding) is never dialled', async () => {
+  const receiver = await Receiver.start();
+  try {
+    dns.set('rebind.example', ['93.184.216.34']);
+    const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: `https://rebind.example:${receiver.port}/hook`, events: ['*'] }), 201);
+    for (const internal of ['127.0.0.1', '169.254.169.254']) {
+      dns.set('rebind.example', [internal]);
+      assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+      await runDelivery(t);
+    }
+    const rows = await deliveriesOf(t, sub.id);
+    assert.equal(rows.length, 2);
+    for (const r of rows) {
+      assert.equal(r.status, 'failed');
+      assert.equal(r.response_status, null);
+      assert.match(r.error!, /non-public address (127\.0\.0\.1|169\.254\.169\.254)/);
+    }
+    assert.equal(receiver.connections, 0, 'no connection reached the internal address');
+  } finally {
+    await receiver.close();
+  }
+});
+
+test('WH-7: a stored literal internal address is refused at delivery without dialling', async () => {
+  const receiver = await Receiver.start();
+  try {
+    dns.set('ok.example', ['93.184.216.34']);
+    const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'https://ok.example/hook', events: ['*'] }), 201);
+    await sql(t, 'UPDATE webhook_subscriptions SET url = $2 WHERE id = $1', [sub.id, `https://127.0.0.1:${receiver.port}/hook`]);
+    assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+    await runDelivery(t);
+    const [row] = await deliveriesOf(t, sub.id);
+    assert.equal(row.status, 'failed');
+    assert.match(row.error!, /refused/);
+    assert.equal(receiver.connections, 0);
+  } finally {
+    await receiver.close();
+  }
+});
+
+test('WEBHOOK_ALLOW_PRIVATE_TARGETS=1 relaxes the scheme and address rules (development only), never userinfo', async () => {
+  const dev = await buildApp({ webhookAllowPrivateTargets: true });
+  try {
+    const key = await platformKey(dev);
+    assertStatus(await call(dev, 'POST', '/v1/webhooks', key, { scope: 'platform', url: 'http://127.0.0.1:8080/hook', events: ['*'] }), 201);
+    assertError(await call(dev, 'POST', '/v1/webhooks', key, { scope: 'platform', url: 'http://user:pw@127.0.0.1/', events: ['*'] }), 422, 'invalid_webhook_url');
+  } finally {
+    await dev.close();
+  }
+});
