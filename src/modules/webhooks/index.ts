@@ -7,9 +7,8 @@ export const webhooksModule: Module = {
   name: 'webhooks',
   routes: webhookRoutes,
   jobs: () => [
-    // One pass each tick; startWebhookWorker is the low-latency path (it polls every ~100 ms).
-    // The continuous worker (startWebhookWorker) does the steady work; this pass is the catch-all and the
-    // operator's `jobs run webhook-delivery`.
+    // startWebhookWorker is the low-latency path (it polls every ~100 ms); this pass is the catch-all
+    // and the operator's `jobs run webhook-delivery`.
     { name: 'webhook-delivery', intervalSeconds: 15, timeoutSeconds: 120, run: (deps) => runDeliveryPass(deps) },
     { name: 'webhook-health', intervalSeconds: 3600, timeoutSeconds: 300, run: runHealthSweep },
   ],
