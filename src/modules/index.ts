@@ -15,8 +15,9 @@ import { auditModule } from './audit/index.js';
 import { webhooksModule } from './webhooks/index.js';
 import { tenancyModule } from './tenancy/index.js';
 import { billingModule } from './billing/index.js';
+import { oauthModule } from './oauth/index.js';
 
 /** Every resource module, in registration order. */
 export const MODULES: Module[] = [
   systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule,
-  organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule];
+  organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule, oauthModule];

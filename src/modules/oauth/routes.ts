@@ -1,0 +1,41 @@
+import type { App } from '../types.js';
+import type { Deps } from '../../context.js';
+import { ctxOf } from '../../http/gate.js';
+import { AuthorizationCode, AuthorizationCodeBody, OAuthError, OAuthErrorBody, TokenBody, TokenResponse } from './schemas.js';
+import { issueAuthorizationCode } from './authorization-codes.js';
+import { exchangeToken } from './token.js';
+
+export function oauthRoutes(app: App, deps: Deps): void {
+  app.post('/v1/auth/oauth/authorization-codes', {
+    schema: { summary: 'An authorization code for the hosted sign-in flow (PKCE S256)', tags: ['Auth'], body: AuthorizationCodeBody, response: { 201: AuthorizationCode } },
+    config: { meta: { auth: 'user', errors: ['application_not_found', 'entitlement_required', 'application_not_available', 'tenant_suspended'] } },
+    handler: async (request, reply) => {
+      const result = await issueAuthorizationCode(ctxOf(deps, request), request.body);
+      reply.code(201);
+      return result;
+    },
+  });
+
+  // OAuth errors are RFC 6749 §5.2 bodies, so schema problems are reported by the verb, not the gate.
+  app.post('/v1/auth/oauth/token', {
+    schema: {
+      summary: 'Exchange an authorization code or an app refresh token (public client, PKCE)',
+      tags: ['Auth'],
+      consumes: ['application/json', 'application/x-www-form-urlencoded'],
+      body: TokenBody,
+      response: { 200: TokenResponse, 400: OAuthErrorBody },
+    },
+    attachValidation: true,
+    config: { meta: { auth: 'none', throttle: 'auth' } },
+    handler: async (request, reply) => {
+      reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
+      try {
+        if (request.validationError) throw new OAuthError('invalid_request', 'The request body is malformed.');
+        return await exchangeToken(ctxOf(deps, request), request.body as Record<string, unknown>);
+      } catch (err) {
+        if (err instanceof OAuthError) return reply.code(400).send(err.toBody());
+        throw err;
+      }
+    },
+  });
+}

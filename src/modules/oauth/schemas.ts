@@ -1,0 +1,77 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+/** PKCE code challenge: base64url of a SHA-256 digest is 43 characters; RFC 7636 allows up to 128. */
+export const CHALLENGE_PATTERN = '^[A-Za-z0-9_-]{43,128}$';
+
+export const AuthorizationCodeBody = Type.Object(
+  {
+    application_id: Type.String({ minLength: 1, maxLength: 100 }),
+    redirect_uri: Type.String({ minLength: 1, maxLength: 2048 }),
+    code_challenge: Type.String({ minLength: 43, maxLength: 128, pattern: CHALLENGE_PATTERN, description: 'base64url(SHA-256(code_verifier)), no padding.' }),
+    code_challenge_method: Type.Literal('S256'),
+    state: Type.Optional(Type.String({ maxLength: 512 })),
+  },
+  { additionalProperties: false },
+);
+export type AuthorizationCodeBody = Static<typeof AuthorizationCodeBody>;
+
+export const AuthorizationCode = Type.Object(
+  {
+    code: Type.String({ description: 'Single use; exchange it at POST /v1/auth/oauth/token within expires_in seconds.' }),
+    expires_in: Type.Integer(),
+    redirect_to: Type.String({ description: 'redirect_uri with code (and state, when given) added to its query.' }),
+  },
+  { $id: 'AuthorizationCode', title: 'AuthorizationCode' },
+);
+export type AuthorizationCode = Static<typeof AuthorizationCode>;
+
+/**
+ * The token request (JSON or application/x-www-form-urlencoded). Parameters are checked by the
+ * service, not the schema, so every problem answers in the OAuth error shape.
+ */
+export const TokenBody = Type.Object(
+  {
+    grant_type: Type.Optional(Type.String({ description: 'authorization_code or refresh_token' })),
+    code: Type.Optional(Type.String()),
+    code_verifier: Type.Optional(Type.String()),
+    redirect_uri: Type.Optional(Type.String()),
+    client_id: Type.Optional(Type.String({ description: 'The application id.' })),
+    refresh_token: Type.Optional(Type.String()),
+  },
+  { additionalProperties: true },
+);
+export type TokenBody = Record<string, unknown>;
+
+export const TokenResponse = Type.Object(
+  {
+    access_token: Type.String({ description: 'App token: RS256 JWT, aud = client_id; verify against the JWKS.' }),
+    token_type: Type.Literal('Bearer'),
+    expires_in: Type.Integer(),
+    refresh_token: Type.String({ description: 'App refresh token (rtk_), single use, rotating, bound to this Application.' }),
+    refresh_token_expires_in: Type.Integer(),
+  },
+  { $id: 'OAuthTokenResponse', title: 'OAuthTokenResponse' },
+);
+export type TokenResponse = Static<typeof TokenResponse>;
+
+export const OAuthErrorBody = Type.Object(
+  {
+    error: Type.Union([Type.Literal('invalid_request'), Type.Literal('invalid_grant'), Type.Literal('invalid_client'), Type.Literal('unsupported_grant_type')]),
+    error_description: Type.String(),
+  },
+  { $id: 'OAuthError', title: 'OAuthError', description: 'RFC 6749 §5.2 error (not the usual envelope).' },
+);
+export type OAuthErrorBody = Static<typeof OAuthErrorBody>;
+
+export type OAuthErrorCode = OAuthErrorBody['error'];
+
+/** The token endpoint's only error type; its route turns it into 400 {error, error_description}. */
+export class OAuthError extends Error {
+  constructor(readonly error: OAuthErrorCode, readonly description: string) {
+    super(description);
+  }
+
+  toBody(): OAuthErrorBody {
+    return { error: this.error, error_description: this.description };
+  }
+}

@@ -1,0 +1,116 @@
+// POST /v1/auth/oauth/authorization-codes (Part A Rule 8): codes for the hosted sign-in page.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { assertError, assertInvalid, assertStatus, call, patchEnt, person, platformKey, sql, type AppFixture } from '../access/support.js';
+import { authorize, member, oauthApp, pkce, REDIRECT, CODES } from './support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await oauthApp(t, admin);
+});
+after(() => t.close());
+
+const body = (extra: Record<string, unknown> = {}) => ({
+  application_id: app.id, redirect_uri: REDIRECT, code_challenge: pkce().challenge, code_challenge_method: 'S256', ...extra,
+});
+
+test('201 {code, expires_in 60, redirect_to}: redirect_to carries code and state; the code is stored hashed and bound to app, redirect_uri, challenge and session', async () => {
+  const user = await member(t, admin, app.id);
+  const { challenge } = pkce();
+  const res = await authorize(t, user.token, body({ code_challenge: challenge, state: 'xyz &=/ state' }));
+  const out = assertStatus(res, 201);
+  assert.deepEqual(Object.keys(out).sort(), ['code', 'expires_in', 'redirect_to']);
+  assert.equal(out.expires_in, 60);
+  const to = new URL(out.redirect_to);
+  assert.equal(`${to.origin}${to.pathname}`, REDIRECT);
+  assert.equal(to.searchParams.get('code'), out.code);
+  assert.equal(to.searchParams.get('state'), 'xyz &=/ state');
+
+  const rows = await sql(t, 'SELECT * FROM oauth_authorization_codes WHERE user_id = $1', [user.id]);
+  assert.equal(rows.length, 1);
+  const row = rows[0];
+  assert.equal(row.code_hash, createHash('sha256').update(out.code).digest('hex'));
+  assert.ok(!JSON.stringify(row).includes(out.code), 'the code itself is never stored');
+  assert.equal(row.application_id, app.id);
+  assert.equal(row.redirect_uri, REDIRECT);
+  assert.equal(row.code_challenge, challenge);
+  assert.equal(row.session_id, user.sid);
+  assert.equal(row.used_at, null);
+  assert.equal(new Date(row.expires_at).getTime() - new Date(row.created_at).getTime(), 60_000);
+});
+
+test('without state, redirect_to has only code; a registered query string is kept', async () => {
+  const withQuery = 'https://app.example.com/cb?tenant=acme';
+  const other = await oauthApp(t, admin, { redirect_uris: [REDIRECT, withQuery] });
+  const user = await member(t, admin, other.id);
+  const plain = new URL(assertStatus(await authorize(t, user.token, body({ application_id: other.id })), 201).redirect_to);
+  assert.deepEqual([...plain.searchParams.keys()], ['code']);
+  const kept = new URL(assertStatus(await authorize(t, user.token, body({ application_id: other.id, redirect_uri: withQuery, state: 's1' })), 201).redirect_to);
+  assert.equal(kept.searchParams.get('tenant'), 'acme');
+  assert.equal(kept.searchParams.get('state'), 's1');
+  assert.ok(kept.searchParams.get('code'));
+});
+
+test('404 application_not_found for an unknown Application', async () => {
+  const user = await person(t);
+  assertError(await authorize(t, user.token, body({ application_id: 'app_nosuchapp' })), 404, 'application_not_found');
+});
+
+test('422 naming redirect_uri: the Application has no redirect_uris, or the URI is not an exact match', async () => {
+  const bare = await oauthApp(t, admin, { redirect_uris: [] });
+  const user = await member(t, admin, bare.id);
+  assertInvalid(await authorize(t, user.token, body({ application_id: bare.id })), 'redirect_uri');
+  const member2 = await member(t, admin, app.id);
+  for (const uri of [`${REDIRECT}/`, `${REDIRECT}?x=1`, REDIRECT.toUpperCase(), 'https://app.example.com/callbac', 'https://evil.example.com/callback']) {
+    assertInvalid(await authorize(t, member2.token, body({ redirect_uri: uri })), 'redirect_uri');
+  }
+});
+
+test('422 on the PKCE and state limits: challenge 43–128 base64url characters, method only S256, state up to 512', async () => {
+  const user = await member(t, admin, app.id);
+  assertStatus(await authorize(t, user.token, body({ code_challenge: 'a'.repeat(43) })), 201);
+  assertStatus(await authorize(t, user.token, body({ code_challenge: 'A_-9'.repeat(32) })), 201);
+  assertStatus(await authorize(t, user.token, body({ state: 's'.repeat(512) })), 201);
+  assertInvalid(await authorize(t, user.token, body({ code_challenge: 'a'.repeat(42) })), 'code_challenge');
+  assertInvalid(await authorize(t, user.token, body({ code_challenge: 'a'.repeat(129) })), 'code_challenge');
+  assertInvalid(await authorize(t, user.token, body({ code_challenge: `${'a'.repeat(42)}=` })), 'code_challenge');
+  assertInvalid(await authorize(t, user.token, body({ code_challenge: `${'a'.repeat(42)}+` })), 'code_challenge');
+  assertInvalid(await authorize(t, user.token, body({ code_challenge_method: 'plain' })), 'code_challenge_method');
+  assertInvalid(await authorize(t, user.token, body({ state: 's'.repeat(513) })), 'state');
+  for (const field of ['application_id', 'redirect_uri', 'code_challenge', 'code_challenge_method']) {
+    const b: Record<string, unknown> = body();
+    delete b[field];
+    assertInvalid(await authorize(t, user.token, b), field);
+  }
+  assertInvalid(await authorize(t, user.token, body({ scope: 'openid' })), 'scope');
+});
+
+test('403 entitlement_required without active access (none, or disabled)', async () => {
+  const user = await person(t);
+  assertError(await authorize(t, user.token, body()), 403, 'entitlement_required');
+  const m = await member(t, admin, app.id);
+  assertStatus(await patchEnt(t, admin, m.entitlementId, { status: 'disabled', disabled_reason: 'x' }), 200);
+  assertError(await authorize(t, m.token, body()), 403, 'entitlement_required');
+});
+
+test('409 application_not_available when the Application is not approved; 403 tenant_suspended when its Tenant is suspended', async () => {
+  const other = await oauthApp(t, admin);
+  const user = await member(t, admin, other.id);
+  const b = body({ application_id: other.id });
+  await sql(t, 'UPDATE tenants SET suspended = true WHERE id = $1', [other.tenant_id]);
+  assertError(await authorize(t, user.token, b), 403, 'tenant_suspended');
+  await sql(t, 'UPDATE tenants SET suspended = false WHERE id = $1', [other.tenant_id]);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${other.id}`, admin, { review_status: 'suspended', review_notes: 'incident' }), 200);
+  assertError(await authorize(t, user.token, b), 409, 'application_not_available');
+});
+
+test('a User token is required: anonymous 401, an API key 400 user_token_required', async () => {
+  assertError(await authorize(t, null, body()), 401, 'unauthenticated');
+  assertError(await call(t, 'POST', CODES, admin, body()), 400, 'user_token_required');
+});

@@ -1,0 +1,94 @@
+// POST /v1/auth/oauth/token, grant_type=refresh_token: app refresh tokens (Part A "App refresh token").
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, type AppFixture } from '../access/support.js';
+import { createUser } from '../helpers/fixtures.js';
+import { assertOAuthError, member, oauthApp, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await oauthApp(t, admin);
+});
+after(() => t.close());
+
+test('a refresh returns a new app token and a new refresh token; the old one is single use', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+  assert.deepEqual(Object.keys(next).sort(), ['access_token', 'expires_in', 'refresh_token', 'refresh_token_expires_in', 'token_type']);
+  assert.notEqual(next.refresh_token, first.refresh_token);
+  assert.match(next.refresh_token, /^rtk_/);
+  assert.equal(next.expires_in, 300);
+  const claims = await verifyAppToken(t, next.access_token, app.id);
+  assert.equal(claims.sub, user.id);
+  assert.equal(claims.sid, user.sid);
+  assertStatus(await tokenReq(t, refreshGrant(next.refresh_token, app.id)), 200);
+});
+
+test('reuse of a used refresh token is invalid_grant and revokes the whole grant (the live successor too), audited', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+  assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant');
+  assertOAuthError(await tokenReq(t, refreshGrant(next.refresh_token, app.id)), 'invalid_grant');
+  assert.equal((await auditOf(t, user.id, 'oauth.refresh_token_reused')).length, 1);
+  // Another grant of the same session is not affected, nor is the platform session.
+  const again = await signIn(t, user, app.id);
+  assertStatus(await tokenReq(t, refreshGrant(again.refresh_token, app.id)), 200);
+  assert.equal((await call(t, 'GET', '/v1/users/me', user.token)).statusCode, 200);
+});
+
+test('concurrent refreshes with one token: exactly one succeeds', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  const results = await Promise.all([1, 2, 3].map(() => tokenReq(t, refreshGrant(first.refresh_token, app.id))));
+  assert.equal(results.filter((r) => r.statusCode === 200).length, 1, results.map((r) => r.body).join('\n'));
+});
+
+test('bound to its Application: another client_id is invalid_grant (token not used up), an unknown one invalid_client', async () => {
+  const other = await oauthApp(t, admin);
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, other.id)), 'invalid_grant');
+  assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, 'app_nosuchclient')), 'invalid_client');
+  assertOAuthError(await tokenReq(t, refreshGrant('rtk_unknown', app.id)), 'invalid_grant');
+  assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+});
+
+test('access is re-checked on each use: a disabled entitlement is invalid_grant; restored access works again', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  assertStatus(await patchEnt(t, admin, user.entitlementId, { status: 'disabled', disabled_reason: 'x' }), 200);
+  assert.match(assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant'), /entitlement_required/);
+  assertStatus(await patchEnt(t, admin, user.entitlementId, { status: 'active' }), 200);
+  assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+});
+
+test('ending the session ends its app refresh tokens (logout)', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  assertStatus(await call(t, 'POST', '/v1/auth/logout', user.token, {}), 204);
+  assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant');
+});
+
+test('app and platform refresh tokens do not cross: each endpoint refuses the other kind', async () => {
+  const user = await createUser(t);
+  await grant(t, admin, user.id, app.id);
+  const platform = await session(t, user) as { access_token: string; refresh_token?: string };
+  const appTokens = await signIn(t, { token: platform.access_token }, app.id);
+  assertError(await t.app.inject({ method: 'POST', url: '/v1/auth/token/refresh', payload: { refresh_token: appTokens.refresh_token } }), 401, 'invalid_refresh_token');
+  assertOAuthError(await tokenReq(t, refreshGrant(platform.refresh_token!, app.id)), 'invalid_grant');
+  assertStatus(await tokenReq(t, refreshGrant(appTokens.refresh_token, app.id)), 200);
+});
+
+test('app refresh tokens idle out after 30 days', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  t.clock.advance(30 * 86400 + 1);
+  assert.match(assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant'), /expired/);
+});

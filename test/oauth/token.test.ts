@@ -1,0 +1,161 @@
+// POST /v1/auth/oauth/token, grant_type=authorization_code (public client, PKCE S256).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { decodeProtectedHeader } from 'jose';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { assertStatus, auditOf, call, patchEnt, platformKey, sql, type AppFixture } from '../access/support.js';
+import {
+  assertOAuthError, codeFor, codeGrant, member, oauthApp, refreshGrant, REDIRECT, tokenReq, verifyAppToken,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await oauthApp(t, admin);
+});
+after(() => t.close());
+
+test('a code exchange returns {access_token, token_type, expires_in 300, refresh_token, refresh_token_expires_in}; the app token verifies with aud = application id', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const res = await tokenReq(t, codeGrant(c, app.id));
+  const body = assertStatus(res, 200);
+  assert.equal(res.headers['cache-control'], 'no-store');
+  assert.deepEqual(Object.keys(body).sort(), ['access_token', 'expires_in', 'refresh_token', 'refresh_token_expires_in', 'token_type']);
+  assert.equal(body.token_type, 'Bearer');
+  assert.equal(body.expires_in, 300);
+  assert.match(body.refresh_token, /^rtk_/);
+  assert.equal(body.refresh_token_expires_in, 30 * 86400);
+  assert.equal(decodeProtectedHeader(body.access_token).alg, 'RS256');
+  const claims = await verifyAppToken(t, body.access_token, app.id);
+  assert.equal(claims.sub, user.id);
+  assert.equal(claims.sid, user.sid);
+  assert.equal(claims.test_mode, false);
+  assert.match(String(claims.jti), /^atk_/);
+  assert.equal(claims.exp! - claims.iat!, 300);
+  await assert.rejects(verifyAppToken(t, body.access_token, 'platform'));
+  // The app token is not a platform credential; the refresh token is stored only as a hash.
+  assert.equal((await call(t, 'GET', '/v1/users/me', body.access_token)).statusCode, 401);
+  const rows = await sql(t, 'SELECT * FROM oauth_refresh_tokens WHERE session_id = $1', [user.sid]);
+  assert.equal(rows.length, 1);
+  assert.equal(rows[0].application_id, app.id);
+  assert.ok(!JSON.stringify(rows[0]).includes(body.refresh_token));
+});
+
+test('the token endpoint accepts application/x-www-form-urlencoded bodies, errors included', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const body = assertStatus(await tokenReq(t, codeGrant(c, app.id), true), 200);
+  await verifyAppToken(t, body.access_token, app.id);
+  assertStatus(await tokenReq(t, refreshGrant(body.refresh_token, app.id), true), 200);
+  assertOAuthError(await tokenReq(t, { grant_type: 'password' }, true), 'unsupported_grant_type');
+});
+
+test('a test-mode user gets test_mode true in the app token', async () => {
+  const testKey = await platformKey(t, ['entitlements.manage'], 'test');
+  const user = await member(t, testKey, app.id, { mode: 'test' });
+  const c = await codeFor(t, user, app.id);
+  const body = assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+  assert.equal((await verifyAppToken(t, body.access_token, app.id)).test_mode, true);
+  assertStatus(await tokenReq(t, refreshGrant(body.refresh_token, app.id)), 200);
+});
+
+test('a reused code is invalid_grant and revokes every token issued from it (RFC 6749 §4.1.2), audited', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const first = assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+  const rotated = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant');
+  assertOAuthError(await tokenReq(t, refreshGrant(rotated.refresh_token, app.id)), 'invalid_grant');
+  const audit = await auditOf(t, user.id, 'oauth.authorization_code_reused');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_type, 'system');
+  // The platform session itself is untouched.
+  assert.equal((await call(t, 'GET', '/v1/users/me', user.token)).statusCode, 200);
+});
+
+test('concurrent exchanges of one code: exactly one succeeds', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const results = await Promise.all([1, 2, 3].map(() => tokenReq(t, codeGrant(c, app.id))));
+  assert.equal(results.filter((r) => r.statusCode === 200).length, 1, results.map((r) => r.body).join('\n'));
+  for (const r of results.filter((x) => x.statusCode !== 200)) assertOAuthError(r, 'invalid_grant');
+});
+
+test('PKCE: a wrong verifier is invalid_grant (and does not burn the code); a malformed one invalid_request', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: 'x'.repeat(43) })), 'invalid_grant');
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: 'x'.repeat(42) })), 'invalid_request');
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: 'x'.repeat(129) })), 'invalid_request');
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: `${'x'.repeat(42)}+` })), 'invalid_request');
+  // The challenge itself is not a verifier.
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: c.challenge })), 'invalid_grant');
+  assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+});
+
+test('redirect_uri and client_id must match the code: invalid_grant; an unknown client_id is invalid_client', async () => {
+  const other = await oauthApp(t, admin);
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { redirect_uri: `${REDIRECT}/` })), 'invalid_grant');
+  assertOAuthError(await tokenReq(t, codeGrant(c, other.id)), 'invalid_grant');
+  assertOAuthError(await tokenReq(t, codeGrant(c, 'app_nosuchclient')), 'invalid_client');
+  assertOAuthError(await tokenReq(t, codeGrant({ code: 'oac_unknown', verifier: c.verifier }, 'app_nosuchclient')), 'invalid_client');
+  assertOAuthError(await tokenReq(t, codeGrant({ code: 'oac_unknown', verifier: c.verifier }, app.id)), 'invalid_grant');
+  assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+});
+
+test('access is re-checked at the exchange: a disabled entitlement or a suspended Application is invalid_grant', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  assertStatus(await patchEnt(t, admin, user.entitlementId, { status: 'disabled', disabled_reason: 'x' }), 200);
+  assert.match(assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant'), /entitlement_required/);
+
+  const other = await oauthApp(t, admin);
+  const m = await member(t, admin, other.id);
+  const c2 = await codeFor(t, m, other.id);
+  await sql(t, 'UPDATE tenants SET suspended = true WHERE id = $1', [other.tenant_id]);
+  assert.match(assertOAuthError(await tokenReq(t, codeGrant(c2, other.id)), 'invalid_grant'), /tenant_suspended/);
+  await sql(t, 'UPDATE tenants SET suspended = false WHERE id = $1', [other.tenant_id]);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${other.id}`, admin, { review_status: 'suspended', review_notes: 'incident' }), 200);
+  assert.match(assertOAuthError(await tokenReq(t, codeGrant(c2, other.id)), 'invalid_grant'), /application_not_available/);
+});
+
+test('the code belongs to the session: after logout the exchange is invalid_grant', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  assertStatus(await call(t, 'POST', '/v1/auth/logout', user.token, {}), 204);
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant');
+});
+
+test('missing or non-string parameters are invalid_request; an unknown grant_type unsupported_grant_type', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  assertOAuthError(await tokenReq(t, {}), 'invalid_request');
+  assertOAuthError(await tokenReq(t, { grant_type: 'client_credentials' }), 'unsupported_grant_type');
+  assertOAuthError(await tokenReq(t, { grant_type: 'implicit', code: c.code }), 'unsupported_grant_type');
+  for (const field of ['code', 'code_verifier', 'redirect_uri', 'client_id']) {
+    const b: Record<string, unknown> = codeGrant(c, app.id);
+    delete b[field];
+    assert.match(assertOAuthError(await tokenReq(t, b), 'invalid_request'), new RegExp(field));
+    assertOAuthError(await tokenReq(t, { ...codeGrant(c, app.id), [field]: 42 }), 'invalid_request');
+  }
+  assertOAuthError(await tokenReq(t, { grant_type: 'refresh_token', client_id: app.id }), 'invalid_request');
+  assertOAuthError(await tokenReq(t, { grant_type: 'refresh_token', refresh_token: 'rtk_x' }), 'invalid_request');
+  // None of these used the code up.
+  assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+});
+
+test('codes live 60 seconds: an expired code is invalid_grant', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const fresh = await codeFor(t, user, app.id);
+  t.clock.advance(59);
+  assertStatus(await tokenReq(t, codeGrant(fresh, app.id)), 200);
+  t.clock.advance(2);
+  assert.match(assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant'), /expired/);
+});
