@@ -58,6 +58,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   };
   deps.jobs = new JobRunner(deps, modules.flatMap((m) => m.jobs?.(deps) ?? []));
 
+  fastify.addHook('onClose', async () => deps.keys.stop());
   registerErrorHandling(fastify);
   await registerOpenApi(fastify, config.publicUrl);
   registerGate(fastify, deps);

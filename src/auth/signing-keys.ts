@@ -35,6 +35,7 @@ export class SigningKeys {
   private keys: LoadedKey[] = [];
   private loadedAt = 0;
   private reloading: Promise<void> | null = null;
+  private timer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly database: Database,
@@ -50,6 +51,17 @@ export class SigningKeys {
       if (rowCount === 0) await this.insertKey(tx);
     });
     await this.reload();
+    // Keys are refreshed in the background, never on a request's path: signing happens inside
+    // transactions, where a query on another connection would break the transaction rule.
+    this.timer ??= setInterval(() => {
+      this.reload().catch(() => undefined);
+    }, REFRESH_INTERVAL_MS);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
   }
 
   /** New key signs from now on; the old ones keep verifying until their tokens have expired. */
@@ -101,12 +113,7 @@ export class SigningKeys {
     return this.reloading;
   }
 
-  private async fresh(): Promise<void> {
-    if (Date.now() - this.loadedAt > REFRESH_INTERVAL_MS) await this.reload();
-  }
-
   async jwks(): Promise<{ keys: JWK[] }> {
-    await this.fresh();
     return { keys: this.keys.filter((k) => this.verifies(k)).map((k) => k.publicJwk) };
   }
 
@@ -116,7 +123,6 @@ export class SigningKeys {
   }
 
   async sign(claims: JWTPayload & { sub: string; jti: string }, audience: string, lifetimeSeconds: number): Promise<string> {
-    await this.fresh();
     const key = this.keys.find((k) => !k.retiredAt);
     if (!key) throw new Error('no signing key: call ensure() at start');
     const iat = toUnixSeconds(this.clock.now());
@@ -146,7 +152,6 @@ export class SigningKeys {
   }
 
   private async publicKeyFor(kid: string | undefined): Promise<KeyObject | CryptoKey> {
-    await this.fresh();
     let key = this.keys.find((k) => k.kid === kid);
     // Another process may have rotated: look once more in the database.
     if (!key && kid && Date.now() - this.loadedAt > 1000) {

@@ -447,3 +447,14 @@ test('signing key rotation: both keys are published, old tokens keep working, ne
   assert.equal(decodeProtectedHeader(fresh).kid, newKid);
   assert.equal((await me(fresh)).statusCode, 200, 'the current key keeps working');
 });
+
+test('sign-in keeps working when the in-memory signing keys are old: keys are refreshed in the background, never inside the session transaction', async () => {
+  // Before this was fixed, a login more than a minute after the last key load re-read the keys from
+  // inside the session transaction and failed with 500.
+  (t.deps.keys as unknown as { loadedAt: number }).loadedAt = 0;
+  const user = await createUser(t);
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: user.email, password: user.password } });
+  assert.equal(res.statusCode, 200);
+  const refreshed = await t.app.inject({ method: 'POST', url: '/v1/auth/token/refresh', payload: { refresh_token: res.json().refresh_token } });
+  assert.equal(refreshed.statusCode, 200);
+});
