@@ -32,6 +32,9 @@ export async function measure({ baseUrl, request, connections, duration, expectS
     duration,
     pipelining: 1,
     timeout: 30,
+    // A scenario whose requests change per call (e.g. rotating refresh tokens) supplies autocannon
+    // request objects with setupRequest/onResponse hooks.
+    ...(request.requests ? { requests: request.requests } : {}),
   });
   instance.on('response', (_client, statusCode, _bytes, responseTime) => {
     if (statusCode === expectStatus) latencies.push(responseTime);

@@ -1,0 +1,41 @@
+// POST /v1/auth/token/refresh: single-use rotating refresh tokens. A shared queue holds one live
+// refresh token per session; each request takes one and puts back the token its answer carries, so
+// every request is a valid rotation (an atomic UPDATE, an INSERT and an RS256 signature in one
+// transaction). autocannon resets per-connection context after every request, hence the queue.
+export const name = 'token-refresh';
+export const connections = 32;
+export const duration = 10;
+export const baseline = 'jwt-select';
+
+export async function setup(ctx) {
+  const tokens = [];
+  // Each autocannon run (warm-up, rounds) abandons its in-flight requests, whose rotated tokens are
+  // lost; five tokens per connection keep the queue from running dry.
+  for (let i = 0; i < connections * 5 + 1; i++) {
+    const res = await ctx.api('POST', '/v1/auth/login', { body: { email: ctx.email, password: ctx.password } });
+    if (res.status !== 200) throw new Error(`login: ${res.status}`);
+    tokens.push(res.body.refresh_token);
+  }
+  return { refreshTokens: tokens };
+}
+
+export function request(ctx) {
+  const [probeToken, ...queue] = ctx.refreshTokens;
+  return {
+    method: 'POST',
+    path: '/v1/auth/token/refresh',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ refresh_token: probeToken }),
+    requests: [
+      {
+        method: 'POST',
+        path: '/v1/auth/token/refresh',
+        headers: { 'content-type': 'application/json' },
+        setupRequest: (req) => ({ ...req, body: JSON.stringify({ refresh_token: queue.shift() }) }),
+        onResponse: (status, body) => {
+          if (status === 200) queue.push(JSON.parse(body).refresh_token);
+        },
+      },
+    ],
+  };
+}
