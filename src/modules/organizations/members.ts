@@ -107,7 +107,7 @@ export async function acceptMembership(ctx: Ctx, orgId: string): Promise<Member>
 export async function changeMemberRole(ctx: Ctx, orgId: string, userParam: string, role: 'org_admin' | 'member'): Promise<Member> {
   const { org, manage, admin } = await orgAccess(ctx, orgId);
   if (!manage && !admin) throw new ApiError('forbidden');
-  if (!manage) assertOrgActive(org);
+  assertOrgActive(org);
   const userId = resolveUserId(ctx, userParam);
   return ctx.db.transaction(async (tx) => {
     const member = await findMember(tx, orgId, userId);
@@ -142,9 +142,10 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
     if (!self) {
       const access = await orgAccess(c, orgId);
       if (!access.manage && !access.admin) throw new ApiError('forbidden');
-      if (!access.manage) assertOrgActive(access.org);
     } else if (!org) throw new ApiError('member_not_found');
     if (!member) throw new ApiError('member_not_found');
+    // Every member write under a suspended Organization is refused, leaving and declining included.
+    assertOrgActive(org!);
     if (member.role === 'org_admin' && member.membership_status === 'active' && (await activeAdminCount(tx, orgId)) <= 1) throw new ApiError('last_org_admin');
     const change = async () => {
       await tx.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [orgId, userId]);

@@ -1,0 +1,222 @@
+// Organization members: invite, add, accept, role changes, removal (Part B, "Organization status and
+// membership" and the member rules of "Organization-wide grants and Organizations").
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { uniqueEmail } from '../helpers/fixtures.js';
+import {
+  accept, accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
+  orgGrantApi, orgWithMembers, person, platformKey, sql,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+});
+after(() => t.close());
+
+const memberCount = async (orgId: string) => assertStatus(await call(t, 'GET', `/v1/organizations/${orgId}`, admin), 200).member_count;
+
+test('invite by email creates a pending membership and an organization_invitation mail naming the Organization; an address without a live User gets an invited User; the response has the same shape either way', async () => {
+  const { org, owner } = await createOrgApi(t, undefined, 'Invite Labs');
+  const known = await person(t);
+  const unknownEmail = uniqueEmail('newcomer');
+  const a = assertStatus(await invite(t, owner.token, org.id, known.email), 201);
+  const b = assertStatus(await invite(t, owner.token, org.id, unknownEmail, 'org_admin'), 201);
+  assert.deepEqual(Object.keys(a).sort(), Object.keys(b).sort(), 'same response shape');
+  const created = (await sql(t, 'SELECT id, status FROM users WHERE lower(email) = lower($1)', [unknownEmail]));
+  assert.equal(created.length, 1);
+  assert.equal(created[0].status, 'invited');
+  for (const [res, email, userId, role] of [[a, known.email, known.id, 'member'], [b, unknownEmail, created[0].id, 'org_admin']] as const) {
+    assert.equal(res.user_id, userId);
+    assert.equal(res.email, email);
+    assert.equal(res.membership_status, 'pending');
+    assert.equal(res.role, role);
+    assert.equal(res.display_name, null);
+    assert.equal(res.joined_at, null);
+    assert.equal(typeof res.invited_at, 'string');
+    const sent = await mails(t, email);
+    assert.equal(sent.length, 1);
+    assert.ok(`${sent[0].subject}\n${sent[0].text_body}`.includes('Invite Labs'), 'the invitation names the Organization');
+    const audit = await orgAudit(t, org.id, 'organization.member_invited', userId);
+    assert.equal(audit.length, 1);
+    assert.equal((await membership(t, org.id, userId))?.membership_status, 'pending');
+  }
+  // Pending invitations fire no organization.member_* webhook and are not counted.
+  assert.deepEqual(await memberWebhooks(t, org.id), []);
+  assert.equal(await memberCount(org.id), 1);
+  const pending = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?membership_status=pending`, owner.token), 200);
+  assert.deepEqual(pending.data.map((m: any) => m.user_id).sort(), [known.id, created[0].id].sort());
+  const admins = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?role=org_admin`, owner.token), 200);
+  assert.deepEqual(admins.data.map((m: any) => m.user_id).sort(), [owner.id, created[0].id].sort());
+});
+
+test('adding by user_id (organizations.manage) is active at once: organization.member_added and access.granted (org_member_added) where a grant exists', async () => {
+  const org = await orgWithMembers(t, admin);
+  const app = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const user = await person(t);
+  const res = assertStatus(await addById(t, admin, org.id, user.id), 201);
+  assert.equal(res.user_id, user.id);
+  assert.equal(res.membership_status, 'active');
+  assert.equal(res.role, 'member');
+  assert.notEqual(res.joined_at, null);
+  const hooks = await memberWebhooks(t, org.id, user.id);
+  assert.deepEqual(hooks, [{ type: 'organization.member_added', data: { organization_id: org.id, user_id: user.id, role: 'member' } }]);
+  assert.equal((await orgAudit(t, org.id, 'organization.member_added', user.id)).length, 1);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'org_member_added', 'active']]);
+  assert.equal((await effective(t, admin, user.id, app.id)).allowed, true);
+  assert.equal(await memberCount(org.id), 2);
+  assert.deepEqual(await mails(t, user.email), [], 'no invitation mail for a direct add');
+});
+
+test('an org admin adding by user_id gets 403 forbidden', async () => {
+  const org = await orgWithMembers(t, admin);
+  const user = await person(t);
+  assertError(await addById(t, org.owner.token, org.id, user.id), 403, 'forbidden');
+  assert.equal(await membership(t, org.id, user.id), undefined);
+});
+
+test('a plain member may not invite (403 forbidden)', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  assertError(await invite(t, org.members[0].token, org.id, uniqueEmail()), 403, 'forbidden');
+});
+
+test('accept (POST members/me/accept) moves pending to active (200) with organization.member_added and access.granted; accepting an active one returns 200 unchanged; without a pending membership 404 member_not_found', async () => {
+  const org = await orgWithMembers(t, admin);
+  const app = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const user = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, user.email), 201);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [], 'a pending membership grants nothing');
+  assert.equal((await effective(t, admin, user.id, app.id)).allowed, false);
+  const joined = assertStatus(await accept(t, user.token, org.id), 200);
+  assert.equal(joined.membership_status, 'active');
+  assert.equal(joined.role, 'member');
+  assert.notEqual(joined.joined_at, null);
+  assert.equal(typeof joined.display_name, 'string');
+  assert.deepEqual(await memberWebhooks(t, org.id, user.id), [{ type: 'organization.member_added', data: { organization_id: org.id, user_id: user.id, role: 'member' } }]);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'org_member_added', 'active']]);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, user.token), 200).id, org.id, 'an active member sees it');
+  const again = assertStatus(await accept(t, user.token, org.id), 200);
+  assert.deepEqual(again, joined);
+  assert.equal((await memberWebhooks(t, org.id, user.id)).length, 1);
+  assert.equal((await accessEvents(t, user.id, app.id)).length, 1);
+  const stranger = await person(t);
+  assertError(await accept(t, stranger.token, org.id), 404, 'member_not_found');
+  assertError(await accept(t, stranger.token, 'org_doesnotexist'), 404, 'member_not_found');
+});
+
+test('PATCH members/{userId} changes the role (organization.member_role_changed), pending members too; a plain member gets 403; unknown user 404 member_not_found', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [a, b] = org.members;
+  const invitee = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, invitee.email), 201);
+  const promoted = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${a.id}`, org.owner.token, { role: 'org_admin' }), 200);
+  assert.equal(promoted.role, 'org_admin');
+  assert.equal(promoted.membership_status, 'active');
+  const audit = await orgAudit(t, org.id, 'organization.member_role_changed', a.id);
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].before.role, 'member');
+  assert.equal(audit[0].after.role, 'org_admin');
+  const pending = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${invitee.id}`, admin, { role: 'org_admin' }), 200);
+  assert.equal(pending.role, 'org_admin');
+  assert.equal(pending.membership_status, 'pending');
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${a.id}`, b.token, { role: 'member' }), 403, 'forbidden');
+  assert.equal((await membership(t, org.id, a.id))?.role, 'org_admin');
+  const nobody = await person(t);
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${nobody.id}`, org.owner.token, { role: 'org_admin' }), 404, 'member_not_found');
+});
+
+test('409 last_org_admin when demoting or removing the last active org_admin (a pending org_admin does not count)', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const invitee = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, invitee.email, 'org_admin'), 201);
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${org.owner.id}`, org.owner.token, { role: 'member' }), 409, 'last_org_admin');
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/me`, org.owner.token, { role: 'member' }), 409, 'last_org_admin');
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${org.owner.id}`, admin), 409, 'last_org_admin');
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, org.owner.token), 409, 'last_org_admin');
+  assert.equal((await membership(t, org.id, org.owner.id))?.role, 'org_admin');
+  // With a second active org_admin, the first may be demoted.
+  assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${org.members[0].id}`, org.owner.token, { role: 'org_admin' }), 200);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${org.owner.id}`, org.owner.token, { role: 'member' }), 200).role, 'member');
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${org.members[0].id}`, admin), 409, 'last_org_admin');
+});
+
+test('409 already_member for an active or pending member (by email and by user_id); 404 member_not_found for DELETE of a non-member', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const active = org.members[0];
+  const pending = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, pending.email), 201);
+  assertError(await invite(t, org.owner.token, org.id, active.email), 409, 'already_member');
+  assertError(await invite(t, org.owner.token, org.id, pending.email), 409, 'already_member');
+  assertError(await addById(t, admin, org.id, active.id), 409, 'already_member');
+  assertError(await addById(t, admin, org.id, pending.id), 409, 'already_member');
+  assertError(await addById(t, admin, org.id, org.owner.id), 409, 'already_member');
+  assert.equal((await mails(t, pending.email)).length, 1, 'no second invitation');
+  const nobody = await person(t);
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${nobody.id}`, org.owner.token), 404, 'member_not_found');
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, nobody.token), 404, 'member_not_found');
+});
+
+test('removal strips org_seat paths: access.revoked (org_member_removed) only where it was the last path; the id leaves member_overrides; app Role assignments stay; organization.member_removed webhook', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [u, v] = org.members;
+  const appA = await newApp(t, admin);
+  const appB = await newApp(t, admin, { available_app_roles: ['editor'] });
+  await orgGrantApi(t, admin, org.id, appA.id);
+  const scoped = await orgGrantApi(t, admin, org.id, appB.id, { member_scope: 'allowlist', member_overrides: [u.id, v.id] });
+  await grant(t, admin, u.id, appA.id); // a personal path to appA
+  const roleId = `role_${appB.slug}_editor`;
+  assertStatus(await call(t, 'POST', `/v1/users/${u.id}/roles/${roleId}`, admin, {}), 201);
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${u.id}`, org.owner.token)).statusCode, 204);
+  assert.equal(await membership(t, org.id, u.id), undefined);
+  assert.deepEqual(await accessEvents(t, u.id, appA.id), [['access.granted', 'entitlement_granted', 'active']], 'the personal path remains: no access.revoked');
+  assert.equal((await effective(t, admin, u.id, appA.id)).allowed, true);
+  assert.deepEqual(await accessEvents(t, u.id, appB.id), [['access.granted', 'entitlement_granted', 'active'], ['access.revoked', 'org_member_removed', 'none']]);
+  assert.equal((await effective(t, admin, u.id, appB.id)).allowed, false);
+  // v is untouched.
+  for (const app of [appA, appB]) assert.deepEqual(await accessEvents(t, v.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+  assert.deepEqual((await sql(t, 'SELECT member_overrides FROM entitlements WHERE id = $1', [scoped.id]))[0].member_overrides, [v.id]);
+  assert.equal((await sql(t, 'SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $2', [u.id, roleId])).length, 1, 'app Role assignment stays');
+  const hooks = await memberWebhooks(t, org.id, u.id);
+  assert.deepEqual(hooks.map((h) => h.type), ['organization.member_added', 'organization.member_removed']);
+  assert.deepEqual(hooks[1].data, { organization_id: org.id, user_id: u.id, role: 'member' });
+  assert.equal((await orgAudit(t, org.id, 'organization.member_removed', u.id)).length, 1);
+  assert.equal(await memberCount(org.id), 2);
+});
+
+test('a member may leave (DELETE members/me): 204, organization.member_removed and access.revoked (org_member_removed)', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const leaver = org.members[0];
+  const app = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, app.id);
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, leaver.token)).statusCode, 204);
+  assert.equal(await membership(t, org.id, leaver.id), undefined);
+  assert.deepEqual(await accessEvents(t, leaver.id, app.id), [['access.granted', 'entitlement_granted', 'active'], ['access.revoked', 'org_member_removed', 'none']]);
+  assert.deepEqual((await memberWebhooks(t, org.id, leaver.id)).map((h) => h.type), ['organization.member_added', 'organization.member_removed']);
+  assertError(await call(t, 'GET', `/v1/organizations/${org.id}`, leaver.token), 404, 'organization_not_found');
+  // The org admin kept access.
+  assert.deepEqual(await accessEvents(t, org.owner.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+});
+
+test('withdrawing or declining a pending invitation writes the organization.member_removed audit only (no webhook, no access event)', async () => {
+  const org = await orgWithMembers(t, admin);
+  const app = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const withdrawn = await person(t);
+  const decliner = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, withdrawn.email), 201);
+  assertStatus(await invite(t, org.owner.token, org.id, decliner.email), 201);
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${withdrawn.id}`, org.owner.token)).statusCode, 204);
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, decliner.token)).statusCode, 204);
+  for (const u of [withdrawn, decliner]) {
+    assert.equal(await membership(t, org.id, u.id), undefined);
+    assert.equal((await orgAudit(t, org.id, 'organization.member_removed', u.id)).length, 1);
+    assert.deepEqual(await memberWebhooks(t, org.id, u.id), []);
+    assert.deepEqual(await accessEvents(t, u.id, app.id), []);
+  }
+  assertError(await accept(t, decliner.token, org.id), 404, 'member_not_found');
+});

@@ -1,0 +1,237 @@
+// Organization-wide grants: POST /v1/organizations/{id}/entitlements, member scope, org admin toggles,
+// granted_via and the access flips each change causes (Part B, org grant rules and Entitlement status).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  accessEvents, assertError, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
+  patchEnt, person, platformKey, sql,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+});
+after(() => t.close());
+
+const GRANTED: [string, string, string] = ['access.granted', 'entitlement_granted', 'active'];
+
+test('POST /v1/organizations/{id}/entitlements: source is always org_seat; entitlement.granted once and access.granted per included active member; included_member_count', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const pending = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, pending.email), 201);
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  assert.match(ent.id, /^ent_/);
+  assert.equal(ent.source, 'org_seat');
+  assert.equal(ent.user_id, null);
+  assert.equal(ent.organization_id, org.id);
+  assert.equal(ent.application_id, app.id);
+  assert.equal(ent.status, 'active');
+  assert.equal(ent.member_scope, 'all_members');
+  assert.deepEqual(ent.member_overrides, []);
+  assert.equal(ent.included_member_count, 3);
+  for (const u of [org.owner, ...org.members]) {
+    assert.deepEqual(await accessEvents(t, u.id, app.id), [GRANTED]);
+    const view = await effective(t, admin, u.id, app.id);
+    assert.equal(view.allowed, true);
+    assert.deepEqual(view.access_paths, [{ source: 'org_seat', entitlement_id: ent.id, status: 'active', organization_id: org.id, member_decision: 'included' }]);
+  }
+  assert.deepEqual(await accessEvents(t, pending.id, app.id), [], 'a pending membership grants nothing');
+  const events = (await sql(t, `SELECT type, data FROM outbox_events WHERE data->'entitlement'->>'id' = $1`, [ent.id]));
+  assert.deepEqual(events.map((e) => e.type), ['entitlement.granted']);
+  assert.equal(events[0].data.entitlement.user_id, null);
+  assert.equal(events[0].data.entitlement.organization_id, org.id);
+  const audit = await orgAudit(t, org.id, 'entitlement.granted');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].target_id, ent.id);
+});
+
+test('an org grant requires an Idempotency-Key; sending source gets 422', async () => {
+  const org = await orgWithMembers(t, admin);
+  const app = await newApp(t, admin);
+  assert.equal((await orgGrantReq(t, admin, org.id, { application_id: app.id }, null)).statusCode, 400);
+  const res = await orgGrantReq(t, admin, org.id, { application_id: app.id, source: 'org_seat' });
+  assert.equal(res.statusCode, 422, res.body);
+  const res2 = await orgGrantReq(t, admin, org.id, { application_id: app.id, source: 'purchase' });
+  assert.equal(res2.statusCode, 422, res2.body);
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).length, 0);
+  assert.deepEqual(await accessEvents(t, org.owner.id, app.id), []);
+});
+
+test('one live grant per Organization and Application: 409 entitlement_already_exists (active or disabled); a revoked one does not block', async () => {
+  const org = await orgWithMembers(t, admin);
+  const app = await newApp(t, admin);
+  const first = await orgGrantApi(t, admin, org.id, app.id);
+  let err = assertError(await orgGrantReq(t, admin, org.id, { application_id: app.id }), 409, 'entitlement_already_exists');
+  assert.equal(err.details.existing_entitlement_id, first.id);
+  assertStatus(await patchEnt(t, admin, first.id, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  err = assertError(await orgGrantReq(t, admin, org.id, { application_id: app.id }), 409, 'entitlement_already_exists');
+  assert.equal(err.details.existing_entitlement_id, first.id);
+  assertStatus(await patchEnt(t, admin, first.id, { status: 'revoked', disabled_reason: 'ended' }), 200);
+  const second = await orgGrantApi(t, admin, org.id, app.id);
+  assert.notEqual(second.id, first.id);
+  assert.deepEqual(await accessEvents(t, org.owner.id, app.id), [
+    GRANTED,
+    ['access.revoked', 'entitlement_disabled', 'disabled'],
+    GRANTED,
+  ]);
+});
+
+test('member_scope allowlist and denylist with member_overrides of current members only; included_member_count counts members reached', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [a, b] = org.members;
+  const allowApp = await newApp(t, admin);
+  const denyApp = await newApp(t, admin);
+  const allow = await orgGrantApi(t, admin, org.id, allowApp.id, { member_scope: 'allowlist', member_overrides: [a.id] });
+  assert.equal(allow.member_scope, 'allowlist');
+  assert.deepEqual(allow.member_overrides, [a.id]);
+  assert.equal(allow.included_member_count, 1);
+  assert.deepEqual(await accessEvents(t, a.id, allowApp.id), [GRANTED]);
+  for (const u of [org.owner, b]) assert.deepEqual(await accessEvents(t, u.id, allowApp.id), []);
+  const deny = await orgGrantApi(t, admin, org.id, denyApp.id, { member_scope: 'denylist', member_overrides: [a.id] });
+  assert.equal(deny.included_member_count, 2);
+  assert.deepEqual(await accessEvents(t, a.id, denyApp.id), []);
+  for (const u of [org.owner, b]) assert.deepEqual(await accessEvents(t, u.id, denyApp.id), [GRANTED]);
+  const excluded = await effective(t, admin, a.id, denyApp.id);
+  assert.equal(excluded.allowed, false);
+  assert.deepEqual(excluded.access_paths, [{ source: 'org_seat', entitlement_id: deny.id, status: 'active', organization_id: org.id, member_decision: 'excluded' }]);
+  // The list view carries included_member_count too.
+  const list = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/entitlements`, org.owner.token), 200);
+  const counts = Object.fromEntries(list.data.map((e: any) => [e.id, e.included_member_count]));
+  assert.deepEqual(counts, { [allow.id]: 1, [deny.id]: 2 });
+});
+
+test('member_overrides naming a non-member or a pending member: 422 member_override_not_a_member (create and PATCH)', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const outsider = await person(t);
+  const pending = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, pending.email), 201);
+  const app = await newApp(t, admin);
+  for (const id of [outsider.id, pending.id]) {
+    assertError(await orgGrantReq(t, admin, org.id, { application_id: app.id, member_scope: 'allowlist', member_overrides: [org.members[0].id, id] }), 422, 'member_override_not_a_member');
+  }
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).length, 0);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  assertError(await patchEnt(t, org.owner.token, ent.id, { member_scope: 'denylist', member_overrides: [outsider.id] }), 422, 'member_override_not_a_member');
+  assertError(await patchEnt(t, admin, ent.id, { member_scope: 'allowlist', member_overrides: [pending.id] }), 422, 'member_override_not_a_member');
+  assert.equal((await sql(t, 'SELECT member_scope FROM entitlements WHERE id = $1', [ent.id]))[0].member_scope, 'all_members');
+});
+
+test('an org admin can never create the grant for their own Organization (403 forbidden), even as the Application owner; the Application owner who is not its org admin may', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const owned = await newApp(t, admin, { owner_user_id: org.owner.id });
+  assertError(await orgGrantReq(t, org.owner.token, org.id, { application_id: owned.id }), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).length, 0);
+  assert.deepEqual(await accessEvents(t, org.owner.id, owned.id), []);
+  // An Application owner outside the Organization grants it.
+  const other = await newApp(t, admin);
+  const ent = await orgGrantApi(t, other.owner!.token, org.id, other.id);
+  assert.equal(ent.source, 'org_seat');
+  assert.equal(ent.included_member_count, 2);
+});
+
+test('org admins may toggle their org_seat row: disabled with disabled_reason (200, access.revoked per member), back to active (access.granted); revoke or other fields: 403 forbidden', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const member = org.members[0];
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  assertError(await patchEnt(t, member.token, ent.id, { status: 'disabled', disabled_reason: 'not mine' }), 403, 'forbidden');
+  const off = assertStatus(await patchEnt(t, org.owner.token, ent.id, { status: 'disabled', disabled_reason: 'budget freeze' }), 200);
+  assert.equal(off.status, 'disabled');
+  assert.equal(off.disabled_reason, 'budget freeze');
+  for (const u of [org.owner, member]) assert.deepEqual(await accessEvents(t, u.id, app.id), [GRANTED, ['access.revoked', 'entitlement_disabled', 'disabled']]);
+  const on = assertStatus(await patchEnt(t, org.owner.token, ent.id, { status: 'active' }), 200);
+  assert.equal(on.status, 'active');
+  assert.equal(on.disabled_reason, null);
+  for (const u of [org.owner, member]) assert.deepEqual((await accessEvents(t, u.id, app.id)).at(-1), ['access.granted', 'entitlement_enabled', 'active']);
+  assertError(await patchEnt(t, org.owner.token, ent.id, { status: 'revoked', disabled_reason: 'done' }), 403, 'forbidden');
+  assertError(await patchEnt(t, org.owner.token, ent.id, { ends_at: new Date(Date.now() + 86400_000).toISOString() }), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT status FROM entitlements WHERE id = $1', [ent.id]))[0].status, 'active');
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.disabled', 'entitlement.granted']);
+  for (const u of [org.owner, member]) assert.equal((await accessEvents(t, u.id, app.id)).length, 3);
+});
+
+test('org admins may set member_scope and member_overrides: entitlement.member_scope_changed and exactly the access flips it causes (org_grant_changed)', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [a, b] = org.members;
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  const deny = assertStatus(await patchEnt(t, org.owner.token, ent.id, { member_scope: 'denylist', member_overrides: [a.id] }), 200);
+  assert.equal(deny.member_scope, 'denylist');
+  assert.deepEqual(deny.member_overrides, [a.id]);
+  assert.deepEqual(await accessEvents(t, a.id, app.id), [GRANTED, ['access.revoked', 'org_grant_changed', 'none']]);
+  for (const u of [org.owner, b]) assert.deepEqual(await accessEvents(t, u.id, app.id), [GRANTED]);
+  // allowlist [a]: a back in, owner and b out.
+  assertStatus(await patchEnt(t, org.owner.token, ent.id, { member_scope: 'allowlist' }), 200);
+  assert.deepEqual((await accessEvents(t, a.id, app.id)).at(-1), ['access.granted', 'org_grant_changed', 'active']);
+  for (const u of [org.owner, b]) assert.deepEqual(await accessEvents(t, u.id, app.id), [GRANTED, ['access.revoked', 'org_grant_changed', 'none']]);
+  // all_members: owner and b back.
+  assertStatus(await patchEnt(t, org.owner.token, ent.id, { member_scope: 'all_members', member_overrides: [] }), 200);
+  for (const u of [org.owner, b]) assert.deepEqual((await accessEvents(t, u.id, app.id)).at(-1), ['access.granted', 'org_grant_changed', 'active']);
+  assert.equal((await accessEvents(t, a.id, app.id)).length, 3);
+  const types = await entitlementEvents(t, ent.id);
+  assert.deepEqual(types, ['entitlement.granted', 'entitlement.member_scope_changed', 'entitlement.member_scope_changed', 'entitlement.member_scope_changed']);
+  assert.equal((await orgAudit(t, org.id, 'entitlement.member_scope_changed')).length, 3);
+  // Sending the current scope again flips nobody.
+  const before = (await sql(t, `SELECT count(*)::int AS n FROM outbox_events WHERE type LIKE 'access.%' AND application_id = $1`, [app.id]))[0].n;
+  assertStatus(await patchEnt(t, admin, ent.id, { member_scope: 'all_members', member_overrides: [] }), 200);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM outbox_events WHERE type LIKE 'access.%' AND application_id = $1`, [app.id]))[0].n, before);
+});
+
+test('a member added after an allowlist grant is not reached by it (no access.granted); a later denylist grant not naming them reaches them', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, app.id, { member_scope: 'allowlist', member_overrides: [org.members[0].id] });
+  const late = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: late.id }), 201);
+  assert.deepEqual(await accessEvents(t, late.id, app.id), [], 'not on the allowlist: no access.granted');
+  const denyApp = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, denyApp.id, { member_scope: 'denylist', member_overrides: [] });
+  assert.deepEqual(await accessEvents(t, late.id, denyApp.id), [GRANTED]);
+});
+
+test('GET /v1/users/{id}/entitlements annotates org grants with granted_via {organization_id, member_decision included/excluded}', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [a, b] = org.members;
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id, { member_scope: 'denylist', member_overrides: [a.id] });
+  for (const [u, decision] of [[a, 'excluded'], [b, 'included'], [org.owner, 'included']] as const) {
+    for (const cred of [admin, u.token]) {
+      const list = assertStatus(await call(t, 'GET', `/v1/users/${u.id}/entitlements`, cred), 200);
+      const row = list.data.find((e: any) => e.id === ent.id);
+      assert.ok(row, `org grant listed for ${decision} member`);
+      assert.deepEqual(row.granted_via, { organization_id: org.id, member_decision: decision });
+      assert.equal(row.user_id, null);
+      assert.equal(row.source, 'org_seat');
+    }
+  }
+  const pending = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, pending.email), 201);
+  const none = assertStatus(await call(t, 'GET', `/v1/users/${pending.id}/entitlements`, admin), 200);
+  assert.equal(none.data.some((e: any) => e.id === ent.id), false, 'pending members do not see org grants');
+});
+
+test('GET /v1/organizations/{id}/entitlements lists org grants for active members and organizations.manage', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const [one, two] = [await newApp(t, admin), await newApp(t, admin)];
+  const g1 = await orgGrantApi(t, admin, org.id, one.id);
+  const g2 = await orgGrantApi(t, admin, org.id, two.id);
+  const elsewhere = await orgWithMembers(t, admin);
+  await orgGrantApi(t, admin, elsewhere.id, one.id);
+  for (const cred of [org.owner.token, org.members[0].token, admin]) {
+    const list = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/entitlements`, cred), 200);
+    assert.deepEqual(list.data.map((e: any) => e.id).sort(), [g1.id, g2.id].sort());
+    for (const e of list.data) {
+      assert.equal(e.organization_id, org.id);
+      assert.equal(e.user_id, null);
+      assert.equal(e.included_member_count, 2);
+    }
+  }
+  const filtered = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/entitlements?application_id=${two.id}`, org.owner.token), 200);
+  assert.deepEqual(filtered.data.map((e: any) => e.id), [g2.id]);
+  const stranger = await person(t);
+  assertError(await call(t, 'GET', `/v1/organizations/${org.id}/entitlements`, stranger.token), 404, 'organization_not_found');
+});

@@ -1,0 +1,229 @@
+// Organizations: creation, visibility, listing, rename, suspend and reactivate (Part B, "Organization
+// and member", "Organization status and membership", "Organization-wide grants and Organizations").
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { uniqueEmail } from '../helpers/fixtures.js';
+import {
+  accept, accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, invite, membership, newApp, orgAudit, orgGrantApi, orgGrantReq,
+  orgWithMembers, patchEnt, person, platformKey, rand, sql,
+} from './support.js';
+
+let t: TestApp;
+let admin: string;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+});
+after(() => t.close());
+
+const suspendOrg = async (orgId: string, reason = 'compliance review') =>
+  assertStatus(await call(t, 'PATCH', `/v1/organizations/${orgId}`, admin, { status: 'suspended', reason }), 200);
+
+test('POST /v1/organizations: any active user with a User token creates one (201) and becomes its first org_admin in the same transaction; audit organization.created', async () => {
+  const user = await person(t);
+  const res = await call(t, 'POST', '/v1/organizations', user.token, { name: 'Acme Research' });
+  const org = assertStatus(res, 201);
+  assert.match(org.id, /^org_/);
+  assert.equal(org.name, 'Acme Research');
+  assert.equal(org.status, 'active');
+  assert.equal(org.member_count, 1);
+  assert.equal(org.created_by, user.id);
+  assert.equal(org.test_mode, false);
+  assert.equal(typeof org.created_at, 'string');
+  assert.equal(typeof org.updated_at, 'string');
+  const members = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members`, user.token), 200);
+  assert.equal(members.data.length, 1);
+  assert.equal(members.data[0].user_id, user.id);
+  assert.equal(members.data[0].role, 'org_admin');
+  assert.equal(members.data[0].membership_status, 'active');
+  assert.notEqual(members.data[0].joined_at, null);
+  const audit = await orgAudit(t, org.id, 'organization.created');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_type, 'user');
+  assert.equal(audit[0].actor_id, user.id);
+  assert.equal(audit[0].target_type, 'organization');
+  assert.equal(audit[0].target_id, org.id);
+  assert.equal(audit[0].after.id, org.id);
+  assert.equal(audit[0].after.name, 'Acme Research');
+});
+
+test('POST /v1/organizations with an API key: 400 user_token_required and nothing is created', async () => {
+  const name = `Keyed ${rand(4)}`;
+  assertError(await call(t, 'POST', '/v1/organizations', admin, { name }), 400, 'user_token_required');
+  assert.equal((await sql(t, 'SELECT id FROM organizations WHERE name = $1', [name])).length, 0);
+});
+
+test('organization creation limit: 10 per user per day; the 11th gets 429 rate_limited', async () => {
+  const user = await person(t);
+  for (let i = 0; i < 10; i++) assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: `Burst ${i}` }), 201);
+  const res = await call(t, 'POST', '/v1/organizations', user.token, { name: 'Burst 11' });
+  assertError(res, 429, 'rate_limited');
+  assert.ok(Number(res.headers['retry-after']) > 0, 'Retry-After is sent');
+  assert.equal((await sql(t, 'SELECT id FROM organizations WHERE created_by = $1', [user.id])).length, 10);
+  // The limit is per user: another user still creates one.
+  await createOrgApi(t);
+});
+
+test('GET /v1/organizations/{id}: active members and organizations.manage see it; pending invitees and non-members get 404 organization_not_found', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const invitee = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, invitee.email), 201);
+  const stranger = await person(t);
+  const superadmin = await person(t, { roles: ['superadmin'] });
+  for (const cred of [org.owner.token, org.members[0].token, superadmin.token, admin]) {
+    const body = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, cred), 200);
+    assert.equal(body.id, org.id);
+    assert.equal(body.member_count, 2, 'member_count counts active members only');
+  }
+  for (const cred of [invitee.token, stranger.token]) {
+    assertError(await call(t, 'GET', `/v1/organizations/${org.id}`, cred), 404, 'organization_not_found');
+    assertError(await call(t, 'GET', `/v1/organizations/${org.id}/members`, cred), 404, 'organization_not_found');
+    assertError(await call(t, 'GET', `/v1/organizations/${org.id}/entitlements`, cred), 404, 'organization_not_found');
+  }
+  assertError(await call(t, 'GET', '/v1/organizations/org_doesnotexist', superadmin.token), 404, 'organization_not_found');
+});
+
+test('GET /v1/organizations lists own Organizations, active and pending, with my_role and my_membership_status', async () => {
+  const user = await person(t);
+  const { org: own } = await createOrgApi(t, user, 'Own Org');
+  const other = await orgWithMembers(t, admin);
+  assertStatus(await invite(t, other.owner.token, other.id, user.email), 201);
+  const unrelated = await orgWithMembers(t, admin);
+  const list = assertStatus(await call(t, 'GET', '/v1/organizations', user.token), 200);
+  const byId = new Map(list.data.map((o: any) => [o.id, o]));
+  assert.deepEqual([...byId.keys()].sort(), [own.id, other.id].sort());
+  assert.equal(byId.has(unrelated.id), false);
+  const mine: any = byId.get(own.id);
+  assert.equal(mine.my_role, 'org_admin');
+  assert.equal(mine.my_membership_status, 'active');
+  const pending: any = byId.get(other.id);
+  assert.equal(pending.my_role, 'member');
+  assert.equal(pending.my_membership_status, 'pending');
+});
+
+test('GET /v1/organizations with organizations.manage lists everything without my_role; filters status and q (name prefix)', async () => {
+  const prefix = `Zeta${rand(3)}`;
+  const { org: one } = await createOrgApi(t, undefined, `${prefix} One`);
+  const { org: two } = await createOrgApi(t, undefined, `${prefix} Two`);
+  const { org: notPrefix } = await createOrgApi(t, undefined, `Other ${prefix}`);
+  await suspendOrg(two.id);
+  const all = assertStatus(await call(t, 'GET', `/v1/organizations?q=${encodeURIComponent(prefix)}`, admin), 200);
+  assert.deepEqual(all.data.map((o: any) => o.id).sort(), [one.id, two.id].sort());
+  assert.ok(!all.data.some((o: any) => o.id === notPrefix.id));
+  for (const o of all.data) {
+    assert.equal('my_role' in o, false, 'no my_role for organizations.manage');
+    assert.equal('my_membership_status' in o, false);
+  }
+  const suspended = assertStatus(await call(t, 'GET', `/v1/organizations?status=suspended&q=${encodeURIComponent(prefix)}`, admin), 200);
+  assert.deepEqual(suspended.data.map((o: any) => o.id), [two.id]);
+  assert.equal(suspended.data[0].status, 'suspended');
+  const active = assertStatus(await call(t, 'GET', `/v1/organizations?status=active&q=${encodeURIComponent(prefix)}`, admin), 200);
+  assert.deepEqual(active.data.map((o: any) => o.id), [one.id]);
+  // A superadmin user token (organizations.manage) sees Organizations it does not belong to.
+  const superadmin = await person(t, { roles: ['superadmin'] });
+  const viaUser = assertStatus(await call(t, 'GET', `/v1/organizations?q=${encodeURIComponent(prefix)}`, superadmin.token), 200);
+  assert.deepEqual(viaUser.data.map((o: any) => o.id).sort(), [one.id, two.id].sort());
+  assert.equal('my_role' in viaUser.data[0], false);
+});
+
+test('PATCH /v1/organizations/{id}: an org admin renames it (organization.updated); a plain member gets 403 forbidden', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const renamed = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { name: 'Renamed Co' }), 200);
+  assert.equal(renamed.name, 'Renamed Co');
+  assert.equal(renamed.status, 'active');
+  const audit = await orgAudit(t, org.id, 'organization.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].before.name, org.name);
+  assert.equal(audit[0].after.name, 'Renamed Co');
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.members[0].token, { name: 'Hijacked' }), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT name FROM organizations WHERE id = $1', [org.id]))[0].name, 'Renamed Co');
+  assert.equal((await orgAudit(t, org.id, 'organization.updated')).length, 1);
+});
+
+test('suspend and reactivate only by organizations.manage: an org admin sending status gets 403 forbidden; the reason is recorded on the audit event', async () => {
+  const org = await orgWithMembers(t, admin);
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { status: 'suspended' }), 403, 'forbidden');
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { name: 'x', status: 'suspended', reason: 'self' }), 403, 'forbidden');
+  const row = (await sql(t, 'SELECT name, status FROM organizations WHERE id = $1', [org.id]))[0];
+  assert.deepEqual(row, { name: org.name, status: 'active' });
+  const suspended = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { status: 'suspended', reason: 'chargeback investigation' }), 200);
+  assert.equal(suspended.status, 'suspended');
+  let audit = await orgAudit(t, org.id, 'organization.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_type, 'api_key');
+  assert.equal(audit[0].before.status, 'active');
+  assert.equal(audit[0].after.status, 'suspended');
+  assert.ok(JSON.stringify(audit[0]).includes('chargeback investigation'), 'reason recorded on the audit event');
+  // The org admin cannot reactivate either.
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { status: 'active' }), 403, 'forbidden');
+  const reactivated = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { status: 'active', reason: 'resolved' }), 200);
+  assert.equal(reactivated.status, 'active');
+  audit = await orgAudit(t, org.id, 'organization.updated');
+  assert.equal(audit.length, 2);
+  assert.equal(audit[1].after.status, 'active');
+  assert.ok(JSON.stringify(audit[1]).includes('resolved'));
+});
+
+test('while suspended: inviting, accepting, adding, org grant creation and PATCH of its org_seat entitlement return 403 organization_suspended; existing members keep access', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const member = org.members[0];
+  const app = await newApp(t, admin);
+  const other = await newApp(t, admin);
+  const grant = await orgGrantApi(t, admin, org.id, app.id);
+  const invitee = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, invitee.email), 201);
+  const outsider = await person(t);
+  await suspendOrg(org.id);
+
+  assertError(await invite(t, org.owner.token, org.id, uniqueEmail('late')), 403, 'organization_suspended');
+  assertError(await invite(t, admin, org.id, uniqueEmail('late')), 403, 'organization_suspended');
+  assertError(await addById(t, admin, org.id, outsider.id), 403, 'organization_suspended');
+  assert.equal(await membership(t, org.id, outsider.id), undefined);
+  assertError(await accept(t, invitee.token, org.id), 403, 'organization_suspended');
+  assert.equal((await membership(t, org.id, invitee.id))?.membership_status, 'pending');
+  assertError(await orgGrantReq(t, admin, org.id, { application_id: other.id }), 403, 'organization_suspended');
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1 AND application_id = $2', [org.id, other.id])).length, 0);
+  assertError(await patchEnt(t, org.owner.token, grant.id, { status: 'disabled', disabled_reason: 'cost cutting' }), 403, 'organization_suspended');
+  assertError(await patchEnt(t, org.owner.token, grant.id, { member_scope: 'denylist', member_overrides: [member.id] }), 403, 'organization_suspended');
+  assertError(await patchEnt(t, admin, grant.id, { status: 'disabled', disabled_reason: 'cost cutting' }), 403, 'organization_suspended');
+  assert.equal((await sql(t, 'SELECT status, member_scope FROM entitlements WHERE id = $1', [grant.id]))[0].status, 'active');
+
+  // Existing grants and members' access are untouched.
+  for (const u of [org.owner, member]) {
+    const view = await effective(t, admin, u.id, app.id);
+    assert.equal(view.allowed, true);
+    assert.equal(view.entitlement_status, 'active');
+    assert.deepEqual(await accessEvents(t, u.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+  }
+  assert.equal((await effective(t, admin, invitee.id, app.id)).allowed, false);
+
+  // Reactivated: the pending invitee can join again.
+  assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { status: 'active' }), 200);
+  assert.equal(assertStatus(await accept(t, invitee.token, org.id), 200).membership_status, 'active');
+  assert.deepEqual(await accessEvents(t, invitee.id, app.id), [['access.granted', 'org_member_added', 'active']]);
+});
+
+// While suspended, every member write under the Organization returns 403 organization_suspended,
+// whoever sends it (the spec makes no exception for organizations.manage or for the member leaving).
+const suspendedMemberWrites: [string, (org: Awaited<ReturnType<typeof orgWithMembers>>) => [string, string, string | null, unknown?]][] = [
+  ['an org admin changing a role', (org) => ['PATCH', `/v1/organizations/${org.id}/members/${org.members[0].id}`, org.owner.token, { role: 'org_admin' }]],
+  ['organizations.manage changing a role', (org) => ['PATCH', `/v1/organizations/${org.id}/members/${org.members[0].id}`, admin, { role: 'org_admin' }]],
+  ['an org admin removing a member', (org) => ['DELETE', `/v1/organizations/${org.id}/members/${org.members[0].id}`, org.owner.token]],
+  ['organizations.manage removing a member', (org) => ['DELETE', `/v1/organizations/${org.id}/members/${org.members[0].id}`, admin]],
+  ['a member leaving (DELETE members/me)', (org) => ['DELETE', `/v1/organizations/${org.id}/members/me`, org.members[0].token]],
+];
+for (const [label, req] of suspendedMemberWrites) {
+  test(`while suspended, ${label} returns 403 organization_suspended and changes nothing`, async () => {
+    const org = await orgWithMembers(t, admin, 1);
+    const app = await newApp(t, admin);
+    await orgGrantApi(t, admin, org.id, app.id);
+    await suspendOrg(org.id);
+    const [method, url, cred, body] = req(org);
+    assertError(await call(t, method, url, cred, body), 403, 'organization_suspended');
+    const row = await membership(t, org.id, org.members[0].id);
+    assert.equal(row?.membership_status, 'active');
+    assert.equal(row?.role, 'member');
+    assert.deepEqual(await accessEvents(t, org.members[0].id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+  });
+}
