@@ -9,8 +9,8 @@ import { bearer, createApiKey, createUser, PASSWORD, type TestUser } from '../he
 import type { Mode } from '../../src/db/types.js';
 import { systemCtx } from '../../src/context.js';
 import { issueSession } from '../../src/modules/auth/sessions.js';
-
-export type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
+export { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
+import { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
 
 export const ALL_PERMISSIONS = [
   'users.list', 'users.manage', 'entitlements.manage', 'applications.manage', 'roles.manage', 'organizations.manage',
@@ -23,30 +23,6 @@ export const rand = (n = 4) => randomBytes(n).toString('hex');
 export const slugOf = (label = 'a') => `${label}${rand(4)}`;
 export const iso = (d: Date) => d.toISOString();
 export const inSeconds = (t: TestApp, s: number) => new Date(t.clock.now().getTime() + s * 1000).toISOString();
-
-export async function sql<R = Record<string, any>>(t: TestApp, text: string, params: unknown[] = []): Promise<R[]> {
-  return (await t.database.scoped('system').query<R>(text, params)).rows;
-}
-
-/** One HTTP call; cred is a User access token or an API key secret (null: anonymous). */
-export function call(t: TestApp, method: string, url: string, cred: string | null, payload?: unknown, headers: Record<string, string> = {}): Promise<InjectResponse> {
-  return t.app.inject({
-    method: method as any,
-    url,
-    headers: { ...(cred ? bearer(cred) : {}), ...headers },
-    ...(payload === undefined ? {} : { payload: payload as any }),
-  });
-}
-
-export function assertError(res: InjectResponse, status: number, code: string): { code: string; message: string; details: Record<string, any> } {
-  assert.equal(res.statusCode, status, `expected ${status} ${code}, got ${res.statusCode} ${res.body}`);
-  const body = res.json();
-  assert.equal(body.error?.code, code, res.body);
-  assert.equal(typeof body.error.message, 'string');
-  assert.equal(typeof body.error.details, 'object');
-  assert.notEqual(body.error.details, null);
-  return body.error;
-}
 
 export function assertStatus(res: InjectResponse, status: number): any {
   assert.equal(res.statusCode, status, `expected ${status}, got ${res.statusCode} ${res.body}`);

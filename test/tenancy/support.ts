@@ -7,35 +7,13 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { bearer, createUser, login, userToken, type TestUser } from '../helpers/fixtures.js';
 import { newId } from '../../src/ids.js';
 import type { Config } from '../../src/config.js';
-
-export type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
+export { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
+import { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
 
 export const rand = (n = 5) => randomBytes(n).toString('hex');
 
 /** The service with the tenancy and billing modules mounted. */
 export const buildApp = (overrides: Partial<Config> = {}) => buildTestApp(overrides);
-
-export async function sql<R = Record<string, any>>(t: TestApp, text: string, params: unknown[] = []): Promise<R[]> {
-  return (await t.database.scoped('system').query<R>(text, params)).rows;
-}
-
-export function call(t: TestApp, method: string, url: string, token: string | null, payload?: unknown, headers: Record<string, string> = {}): Promise<InjectResponse> {
-  return t.app.inject({
-    method: method as any,
-    url,
-    headers: { ...(token ? bearer(token) : {}), ...headers },
-    ...(payload === undefined ? {} : { payload: payload as any }),
-  });
-}
-
-export function assertError(res: InjectResponse, status: number, code: string): { code: string; message: string; details: Record<string, any> } {
-  assert.equal(res.statusCode, status, `expected ${status} ${code}, got ${res.statusCode} ${res.body}`);
-  const body = res.json();
-  assert.equal(body.error?.code, code, res.body);
-  assert.equal(typeof body.error.message, 'string');
-  assert.equal(typeof body.error.details, 'object');
-  return body.error;
-}
 
 export function assertStatus(res: InjectResponse, status: number): any {
   assert.equal(res.statusCode, status, `expected ${status}, got ${res.statusCode} ${res.body}`);

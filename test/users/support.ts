@@ -6,38 +6,13 @@ import { randomBytes } from 'node:crypto';
 import type { TestApp } from '../helpers/app.js';
 import { bearer } from '../helpers/fixtures.js';
 import type { Mode } from '../../src/db/types.js';
-
-export type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
+export { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
+import { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
 
 /** A strong password that is not the fixture PASSWORD. */
 export const NEW_PASSWORD = 'amber-lantern-orchard-77';
 
 export const rand = (n = 5) => randomBytes(n).toString('hex');
-
-export async function sql<R = Record<string, any>>(t: TestApp, text: string, params: unknown[] = []): Promise<R[]> {
-  return (await t.database.scoped('system').query<R>(text, params)).rows;
-}
-
-/** One HTTP call; token null means anonymous. */
-export function call(t: TestApp, method: string, url: string, token: string | null, payload?: unknown, headers: Record<string, string> = {}): Promise<InjectResponse> {
-  return t.app.inject({
-    method: method as any,
-    url,
-    headers: { ...(token ? bearer(token) : {}), ...headers },
-    ...(payload === undefined ? {} : { payload: payload as any }),
-  });
-}
-
-/** Asserts the error envelope {error: {code, message, details}} with this status and code; returns error. */
-export function assertError(res: InjectResponse, status: number, code: string): { code: string; message: string; details: Record<string, any> } {
-  assert.equal(res.statusCode, status, `expected ${status} ${code}, got ${res.statusCode} ${res.body}`);
-  const body = res.json();
-  assert.equal(body.error?.code, code, res.body);
-  assert.equal(typeof body.error.message, 'string');
-  assert.equal(typeof body.error.details, 'object');
-  assert.notEqual(body.error.details, null);
-  return body.error;
-}
 
 /** 422 validation_failed whose details.fields name exactly these paths (order ignored). */
 export function assertFields(res: InjectResponse, paths: string[]): void {

@@ -12,8 +12,8 @@ import type { Config } from '../../src/config.js';
 import type { Mode } from '../../src/db/types.js';
 import { systemCtx } from '../../src/context.js';
 import { emit } from '../../src/outbox/emit.js';
-
-export type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
+export { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
+import { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
 
 export const DAY = 86400;
 export const rand = (n = 4) => randomBytes(n).toString('hex');
@@ -25,26 +25,6 @@ export const ALL_PERMISSIONS = [
 
 /** The service with private webhook targets allowed (the loopback receiver), unless overridden. */
 export const buildApp = (overrides: Partial<Config> = {}) => buildTestApp({ webhookAllowPrivateTargets: true, ...overrides });
-
-export async function sql<R = Record<string, any>>(t: TestApp, text: string, params: unknown[] = []): Promise<R[]> {
-  return (await t.database.scoped('system').query<R>(text, params)).rows;
-}
-
-export function call(t: TestApp, method: string, url: string, cred: string | null, payload?: unknown, headers: Record<string, string> = {}): Promise<InjectResponse> {
-  return t.app.inject({
-    method: method as any,
-    url,
-    headers: { ...(cred ? bearer(cred) : {}), ...headers },
-    ...(payload === undefined ? {} : { payload: payload as any }),
-  });
-}
-
-export function assertError(res: InjectResponse, status: number, code: string): { code: string; message: string; details: Record<string, any> } {
-  assert.equal(res.statusCode, status, `expected ${status} ${code}, got ${res.statusCode} ${res.body}`);
-  const body = res.json();
-  assert.equal(body.error?.code, code, res.body);
-  return body.error;
-}
 
 export function assertStatus(res: InjectResponse, status: number): any {
   assert.equal(res.statusCode, status, `expected ${status}, got ${res.statusCode} ${res.body}`);
