@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { generate } from 'otplib';
 import type { TestApp } from '../helpers/app.js';
 import { bearer, createUser, type TestUser } from '../helpers/fixtures.js';
+export { latestToken, linkToken, mailsTo, type MailRow } from '../helpers/mail.js';
 
 type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
 
@@ -65,39 +66,6 @@ export function jwtPayload(token: string): Record<string, any> {
 
 export function jwtHeader(token: string): Record<string, any> {
   return JSON.parse(Buffer.from(token.split('.')[0], 'base64url').toString('utf8'));
-}
-
-export interface MailRow {
-  id: string;
-  template: string;
-  to_address: string;
-  from_name: string | null;
-  subject: string;
-  text_body: string;
-}
-
-/** Mails queued to an address (any mode), oldest first, optionally of one template. */
-export async function mailsTo(t: TestApp, email: string, template?: string): Promise<MailRow[]> {
-  return sql<MailRow>(
-    t,
-    `SELECT id, template, to_address, from_name, subject, text_body FROM emails
-      WHERE lower(to_address) = lower($1) ${template ? 'AND template = $2' : ''} ORDER BY created_at, id`,
-    template ? [email, template] : [email],
-  );
-}
-
-/** The token of the `token=` link in a mail body. */
-export function linkToken(mail: MailRow): string {
-  const match = /[?&]token=([^\s&]+)/.exec(mail.text_body);
-  assert.ok(match, `no token= link in ${mail.template} mail: ${mail.text_body}`);
-  return decodeURIComponent(match[1]);
-}
-
-/** The token of the newest mail of this template to this address. */
-export async function latestToken(t: TestApp, email: string, template: string): Promise<string> {
-  const mails = await mailsTo(t, email, template);
-  assert.ok(mails.length > 0, `no ${template} mail to ${email}`);
-  return linkToken(mails[mails.length - 1]);
 }
 
 export async function auditRows(t: TestApp, action: string, targetUserId: string) {

@@ -8,6 +8,7 @@ import { bearer } from '../helpers/fixtures.js';
 import type { Mode } from '../../src/db/types.js';
 export { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
 import { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
+export { latestToken, linkToken, mailsTo, type MailRow } from '../helpers/mail.js';
 
 /** A strong password that is not the fixture PASSWORD. */
 export const NEW_PASSWORD = 'amber-lantern-orchard-77';
@@ -25,38 +26,6 @@ export function assertFields(res: InjectResponse, paths: string[]): void {
 export function assertStatus(res: InjectResponse, status: number): any {
   assert.equal(res.statusCode, status, `expected ${status}, got ${res.statusCode} ${res.body}`);
   return res.body ? res.json() : null;
-}
-
-// ---- mails -------------------------------------------------------------------------------------
-
-export interface MailRow {
-  id: string;
-  template: string;
-  to_address: string;
-  text_body: string;
-}
-
-/** Mails queued to an address (any mode), oldest first, optionally of one template. */
-export async function mailsTo(t: TestApp, email: string, template?: string): Promise<MailRow[]> {
-  return sql<MailRow>(
-    t,
-    `SELECT id, template, to_address, text_body FROM emails
-      WHERE lower(to_address) = lower($1) ${template ? 'AND template = $2' : ''} ORDER BY created_at, id`,
-    template ? [email, template] : [email],
-  );
-}
-
-/** The token of the `token=` link in a mail body. */
-export function linkToken(mail: MailRow): string {
-  const match = /[?&]token=([^\s&]+)/.exec(mail.text_body);
-  assert.ok(match, `no token= link in ${mail.template} mail: ${mail.text_body}`);
-  return decodeURIComponent(match[1]);
-}
-
-export async function latestToken(t: TestApp, email: string, template: string): Promise<string> {
-  const mails = await mailsTo(t, email, template);
-  assert.ok(mails.length > 0, `no ${template} mail to ${email}`);
-  return linkToken(mails[mails.length - 1]);
 }
 
 // ---- audit, outbox, sessions -------------------------------------------------------------------
