@@ -44,10 +44,15 @@ export interface PathRow {
   member_decision: 'included' | 'excluded' | 'seat_limit' | null;
 }
 
-/** The member decision of an organization-wide grant `e` for member `m`. */
+/**
+ * The member decision of an organization-wide grant `e` for member `m`: excluded by the grant's
+ * member_scope, seat_limit when the grant reached the member beyond a Starter Tenant's seat cap
+ * (org_seat_limits), else included.
+ */
 export const MEMBER_DECISION_SQL = `CASE
-    WHEN e.member_scope = 'allowlist' THEN CASE WHEN m.user_id = ANY(COALESCE(e.member_overrides, '{}')) THEN 'included' ELSE 'excluded' END
-    WHEN e.member_scope = 'denylist' THEN CASE WHEN m.user_id = ANY(COALESCE(e.member_overrides, '{}')) THEN 'excluded' ELSE 'included' END
+    WHEN e.member_scope = 'allowlist' AND NOT (m.user_id = ANY(COALESCE(e.member_overrides, '{}'))) THEN 'excluded'
+    WHEN e.member_scope = 'denylist' AND m.user_id = ANY(COALESCE(e.member_overrides, '{}')) THEN 'excluded'
+    WHEN EXISTS (SELECT 1 FROM org_seat_limits l WHERE l.entitlement_id = e.id AND l.user_id = m.user_id) THEN 'seat_limit'
     ELSE 'included' END`;
 
 /**

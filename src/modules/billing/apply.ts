@@ -1,6 +1,7 @@
 import type { Ctx, Deps } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { recordAudit } from '../../audit/record.js';
+import { releaseSeatLimits } from '../tenancy/seats.js';
 import { measureUsage, planFits, type Plan } from '../tenancy/plans.js';
 import { findTenantRecord, tenantModeOf, type TenantRecord } from '../tenancy/service.js';
 import { CHECKOUT_ALLOWED } from './sessions.js';
@@ -169,6 +170,7 @@ async function writeState(tx: Tx, ctx: Ctx, tenant: TenantRecord, next: NextStat
   const audit = { target: { type: 'tenant', id: tenant.id }, tenantId: tenant.id, organizationId: tenant.owner_organization_id };
   if (plan !== tenant.plan) {
     await recordAudit(tx, ctx, { action: 'tenant.plan_changed', ...audit, before: { plan: tenant.plan }, after: { plan } });
+    await releaseSeatLimits(tx, ctx, tenant.id);
   }
   if (status !== tenant.subscription_status) {
     await recordAudit(tx, ctx, {

@@ -1,5 +1,6 @@
 import type { Deps } from '../../context.js';
-import { countSeats } from '../tenancy/seats.js';
+import { systemCtx } from '../../context.js';
+import { countSeats, releaseSeatLimits } from '../tenancy/seats.js';
 import { measureUsage, planFits } from '../tenancy/plans.js';
 import { tenantModeOf } from '../tenancy/service.js';
 import { LAPSED } from './apply.js';
@@ -29,4 +30,25 @@ export async function runSeatSync(deps: Deps): Promise<Record<string, unknown>> 
     await system.query('UPDATE tenants SET seats_synced = $2, seats_last_synced_at = $3, restricted = $4 WHERE id = $1', [tenant.id, seats, now, lapsedOver]);
   }
   return { tenants: rows.length, restricted };
+}
+
+/**
+ * seat-limit-release (every minute): on each Tenant with members marked seat_limit, gives seats freed
+ * since (expiries, erasures, lost memberships) back to them, oldest marks first, with access.granted.
+ * Mutations that free seats directly (entitlement PATCH and DELETE, member removal, plan changes) do
+ * it in their own transaction; this catches the time-driven ones.
+ */
+export async function runSeatLimitRelease(deps: Deps): Promise<Record<string, unknown>> {
+  const system = deps.database.scoped('system');
+  const { rows } = await system.query<Row>(
+    `SELECT DISTINCT t.id, t.owner_user_id, t.owner_organization_id, t.subscription_status
+       FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
+       JOIN tenants t ON t.id = a.tenant_id ORDER BY t.id`,
+  );
+  let released = 0;
+  for (const tenant of rows) {
+    const ctx = systemCtx(deps, await tenantModeOf(system, tenant));
+    released += await system.transaction((tx) => releaseSeatLimits(tx, { ...ctx, db: tx }, tenant.id));
+  }
+  return { tenants: rows.length, released };
 }

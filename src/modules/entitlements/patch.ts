@@ -4,6 +4,7 @@ import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
+import { applicationTenant, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
 import { ENT_COLUMNS, etagOf, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { visibleEntitlement } from './read.js';
 import { emitEntitlementEvent } from './grant.js';
@@ -82,7 +83,9 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const reason: AccessReason = move?.reason ?? (scopeChange ? 'org_grant_changed' : changed.includes('ends_at') && endsAt && endsAt <= ctx.now ? 'entitlement_expired' : 'entitlement_granted');
     const disabledReason = status === 'active' ? null : move?.needsReason ? body.disabled_reason! : row.disabled_reason;
     const users = await affectedUsers(tx, row);
-    const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, async () => {
+    const tenantId = await applicationTenant(tx, row.application_id);
+    const capped = row.organization_id && tenantId ? [tenantId] : [];
+    const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, () => withSeatCap(tx, capped, users, ctx.now, async () => {
       const { rows } = await tx.query<EntitlementRow>(
         `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
                 member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = $9
@@ -90,7 +93,8 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
         [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, ctx.now],
       );
       return rows[0];
-    });
+    }));
+    if (tenantId) await releaseSeatLimits(tx, c, tenantId);
     const audit = { target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(updated) };
     if (move) {
       await recordAudit(tx, c, { action: move.event, ...audit });

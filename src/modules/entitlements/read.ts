@@ -1,4 +1,5 @@
 import type { Ctx } from '../../context.js';
+import type { Queryable } from '../../db/types.js';
 import { hasPermission } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { keyset, toPage } from '../../http/pagination.js';
@@ -45,6 +46,15 @@ export async function visibleEntitlement(ctx: Ctx, id: string, forUpdate = false
 
 const inactiveFilter = (q: { status?: string; include_inactive?: boolean }) =>
   q.status || q.include_inactive ? null : `e.status IN ('active', 'disabled')`;
+
+/** Members an organization-wide grant `e` includes (neither excluded by its scope nor over the seat cap). */
+const INCLUDED_COUNT_SQL = `SELECT count(*)::int FROM organization_members m
+  WHERE m.organization_id = e.organization_id AND m.membership_status = 'active' AND ${MEMBER_DECISION_SQL} = 'included'`;
+
+export async function includedMemberCount(db: Queryable, entitlementId: string): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(`SELECT (${INCLUDED_COUNT_SQL}) AS n FROM entitlements e WHERE e.id = $1`, [entitlementId]);
+  return rows[0]?.n ?? 0;
+}
 
 /** GET /v1/users/{id}/entitlements: personal rows plus org-wide rows of the user's Organizations, with granted_via. */
 export async function listUserEntitlements(ctx: Ctx, idParam: string, q: UserEntitlementQuery) {
@@ -110,9 +120,7 @@ export async function listEntitlements(ctx: Ctx, q: EntitlementQuery, extra: { o
   const ks = keyset(q, params.length + 1, 'e');
   const { rows } = await ctx.db.query<EntitlementRow & { included: number | null }>(
     `SELECT ${ENT_COLUMNS},
-            CASE WHEN e.organization_id IS NULL THEN NULL ELSE
-              (SELECT count(*)::int FROM organization_members m WHERE m.organization_id = e.organization_id AND m.membership_status = 'active'
-                 AND ${MEMBER_DECISION_SQL} = 'included') END AS included
+            CASE WHEN e.organization_id IS NULL THEN NULL ELSE (${INCLUDED_COUNT_SQL}) END AS included
        FROM entitlements e WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
     [...params, ...ks.params],
   );

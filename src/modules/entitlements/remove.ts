@@ -3,6 +3,7 @@ import { inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
+import { applicationTenant, releaseSeatLimits } from '../tenancy/seats.js';
 import { toEntitlement } from './store.js';
 import { visibleEntitlement } from './read.js';
 import { affectedUsers, assertHoldingOrgActive } from './patch.js';
@@ -28,6 +29,8 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
     await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, 'entitlement_deleted', async () => {
       await tx.query('DELETE FROM entitlements WHERE id = $1', [row.id]);
     });
+    const tenantId = await applicationTenant(tx, row.application_id);
+    if (tenantId) await releaseSeatLimits(tx, c, tenantId);
     await recordAudit(tx, c, { action: 'entitlement.deleted', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row) });
     await emitEntitlementEvent(tx, c, 'entitlement.deleted', row);
   });

@@ -5,11 +5,12 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { findTenant } from '../tenancy/plans.js';
-import { isSeat } from '../tenancy/seats.js';
+import { isSeat, withSeatCap } from '../tenancy/seats.js';
 import { emitEntitlementEvent, grantableApplication, grantTerm } from '../entitlements/grant.js';
 import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
 import type { Entitlement } from '../entitlements/schemas.js';
 import { findMember, findOrg } from './store.js';
+import { includedMemberCount } from '../entitlements/read.js';
 import { assertOrgActive } from './service.js';
 import type { OrgGrantBody } from './schemas.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
@@ -55,7 +56,7 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
         if (!(await isSeat(tx, tenant.id, userId, ctx.now))) throw new ApiError('subscription_required', { details: { tenant_id: tenant.id, resource: 'seats' } });
       }
     }
-    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', async () => {
+    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withSeatCap(tx, [tenant.id], memberIds, ctx.now, async () => {
       const { rows } = await tx.query<EntitlementRow>(
         `INSERT INTO entitlements AS e (id, organization_id, application_id, status, source, order_id, starts_at, ends_at, member_scope, member_overrides,
            test_mode, created_at, updated_at, start_notified_at)
@@ -63,9 +64,8 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
         [newId('ent'), orgId, app.id, body.order_id ?? null, startsAt, endsAt, scope, body.member_overrides ?? [], ctx.mode === 'test', ctx.now, startsAt <= ctx.now ? ctx.now : null],
       );
       return rows[0];
-    });
-    const overrides = new Set(row.member_overrides ?? []);
-    const included = memberIds.filter((u) => (scope === 'allowlist' ? overrides.has(u) : scope === 'denylist' ? !overrides.has(u) : true)).length;
+    }));
+    const included = await includedMemberCount(tx, row.id);
     await recordAudit(tx, c, { action: 'entitlement.granted', target: { type: 'entitlement', id: row.id }, organizationId: orgId, applicationId: app.id, tenantId: app.tenant_id, after: toEntitlement(row) });
     await emitEntitlementEvent(tx, c, 'entitlement.granted', row);
     return { ...toEntitlement(row), included_member_count: included };

@@ -5,6 +5,7 @@ import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { withAccessFlips } from '../../access/flips.js';
+import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
@@ -40,7 +41,8 @@ async function memberEvent(tx: Tx, ctx: Ctx, type: 'organization.member_added' |
 
 /** Membership becomes active: the user's access flips on for each grant that now reaches them. */
 async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: string, existing: boolean): Promise<void> {
-  await withAccessFlips(tx, ctx, { userIds: [userId] }, 'org_member_added', async () => {
+  const tenants = await orgGrantTenants(tx, org.id);
+  await withAccessFlips(tx, ctx, { userIds: [userId] }, 'org_member_added', () => withSeatCap(tx, tenants, [userId], ctx.now, async () => {
     if (existing) {
       await tx.query(`UPDATE organization_members SET membership_status = 'active', joined_at = $3 WHERE organization_id = $1 AND user_id = $2`, [org.id, userId, ctx.now]);
     } else {
@@ -49,7 +51,7 @@ async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: str
         [org.id, userId, role, ctx.now],
       );
     }
-  });
+  }));
   await memberEvent(tx, ctx, 'organization.member_added', { organization_id: org.id, user_id: userId, role });
 }
 
@@ -154,9 +156,12 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
           WHERE organization_id = $1 AND $2 = ANY(member_overrides)`,
         [orgId, userId, ctx.now],
       );
+      await tx.query('DELETE FROM org_seat_limits WHERE user_id = $2 AND entitlement_id IN (SELECT id FROM entitlements WHERE organization_id = $1)', [orgId, userId]);
     };
-    if (member.membership_status === 'active') await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', change);
-    else await change();
+    if (member.membership_status === 'active') {
+      await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', change);
+      for (const tenantId of await orgGrantTenants(tx, orgId)) await releaseSeatLimits(tx, c, tenantId);
+    } else await change();
     await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active');
   });
 }

@@ -1,8 +1,13 @@
-import type { Queryable } from '../../db/types.js';
+import type { Ctx } from '../../context.js';
+import type { Queryable, Tx } from '../../db/types.js';
+import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { withAccessFlips } from '../../access/flips.js';
+import { PLAN_LIMITS, type Plan } from './plans.js';
 
 /**
  * Seats of a Tenant: distinct users reached by a live grant (active or scheduled, not ended) to any
- * of its Applications — personal rows, and members included by organization-wide grants.
+ * of its Applications — personal rows, and members an organization-wide grant includes (a member
+ * marked seat_limit is not a seat).
  */
 export const SEAT_HOLDERS_SQL = `
   SELECT e.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
@@ -11,9 +16,7 @@ export const SEAT_HOLDERS_SQL = `
   SELECT m.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
     JOIN organization_members m ON m.organization_id = e.organization_id AND m.membership_status = 'active'
    WHERE a.tenant_id = $1 AND e.organization_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
-     AND (e.member_scope = 'all_members' OR e.member_scope IS NULL
-          OR (e.member_scope = 'allowlist' AND m.user_id = ANY(e.member_overrides))
-          OR (e.member_scope = 'denylist' AND NOT (m.user_id = ANY(COALESCE(e.member_overrides, '{}')))))`;
+     AND ${MEMBER_DECISION_SQL} = 'included'`;
 
 export async function countSeats(db: Queryable, tenantId: string, now: Date): Promise<number> {
   const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${SEAT_HOLDERS_SQL}) s`, [tenantId, now]);
@@ -21,6 +24,96 @@ export async function countSeats(db: Queryable, tenantId: string, now: Date): Pr
 }
 
 export async function isSeat(db: Queryable, tenantId: string, userId: string, now: Date): Promise<boolean> {
-  const { rowCount } = await db.query(`SELECT 1 FROM (${SEAT_HOLDERS_SQL}) s WHERE s.user_id = $3`, [tenantId, now, userId]);
-  return rowCount > 0;
+  return (await seatHoldersAmong(db, tenantId, [userId], now)).has(userId);
+}
+
+async function seatHoldersAmong(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Set<string>> {
+  if (userIds.length === 0) return new Set();
+  const { rows } = await db.query<{ user_id: string }>(`SELECT s.user_id FROM (${SEAT_HOLDERS_SQL}) s WHERE s.user_id = ANY($3::text[])`, [tenantId, now, userIds]);
+  return new Set(rows.map((r) => r.user_id));
+}
+
+async function seatCapOf(db: Queryable, tenantId: string): Promise<number | null> {
+  const { rows } = await db.query<{ plan: Plan }>('SELECT plan FROM tenants WHERE id = $1', [tenantId]);
+  return rows[0] ? PLAN_LIMITS[rows[0].plan].seats : null;
+}
+
+export async function applicationTenant(db: Queryable, applicationId: string): Promise<string | null> {
+  const { rows } = await db.query<{ tenant_id: string | null }>('SELECT tenant_id FROM applications WHERE id = $1', [applicationId]);
+  return rows[0]?.tenant_id ?? null;
+}
+
+/** The Tenants whose Applications an Organization's live grants are for. */
+export async function orgGrantTenants(db: Queryable, orgId: string): Promise<string[]> {
+  const { rows } = await db.query<{ tenant_id: string }>(
+    `SELECT DISTINCT a.tenant_id FROM entitlements e JOIN applications a ON a.id = e.application_id
+      WHERE e.organization_id = $1 AND e.status IN ('active', 'disabled') AND a.tenant_id IS NOT NULL`,
+    [orgId],
+  );
+  return rows.map((r) => r.tenant_id);
+}
+
+/**
+ * Runs `mutate` (which may make organization-wide grants reach members) and then holds the Tenants'
+ * seat caps: when a capped Tenant ends up over its cap, the users among `userIds` who became seats
+ * through the change (newest user ids last, so the choice is stable) are marked seat_limit on every
+ * grant of that Tenant that reaches them, until the count is back at the cap. Adding a member never
+ * fails on a plan limit; the excess members simply get no access. Call it inside withAccessFlips so
+ * the marked members' access never flips on.
+ */
+export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: string[], now: Date, mutate: () => Promise<T>): Promise<T> {
+  const capped: { tenantId: string; cap: number; before: Set<string> }[] = [];
+  for (const tenantId of new Set(tenantIds)) {
+    const cap = await seatCapOf(tx, tenantId);
+    if (cap !== null) capped.push({ tenantId, cap, before: await seatHoldersAmong(tx, tenantId, userIds, now) });
+  }
+  const result = await mutate();
+  for (const { tenantId, cap, before } of capped) {
+    const excess = (await countSeats(tx, tenantId, now)) - cap;
+    if (excess <= 0) continue;
+    const after = await seatHoldersAmong(tx, tenantId, userIds, now);
+    const added = [...after].filter((u) => !before.has(u)).sort();
+    const over = added.slice(Math.max(0, added.length - excess));
+    if (over.length === 0) continue;
+    await tx.query(
+      `INSERT INTO org_seat_limits (entitlement_id, user_id, created_at)
+       SELECT e.id, m.user_id, $3 FROM entitlements e JOIN applications a ON a.id = e.application_id
+         JOIN organization_members m ON m.organization_id = e.organization_id AND m.membership_status = 'active'
+        WHERE a.tenant_id = $1 AND m.user_id = ANY($2::text[]) AND e.organization_id IS NOT NULL AND e.status IN ('active', 'disabled')
+       ON CONFLICT DO NOTHING`,
+      [tenantId, over, now],
+    );
+  }
+  return result;
+}
+
+/**
+ * Gives freed seats back: members marked seat_limit on the Tenant regain their place, oldest marks
+ * first, while the Tenant has room (all of them when its plan has no cap; a member who is already a
+ * seat through another path costs nothing). Their access flips on with reason org_grant_changed.
+ */
+export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Promise<number> {
+  const { rows: marked } = await tx.query<{ user_id: string }>(
+    `SELECT l.user_id FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
+      WHERE a.tenant_id = $1 GROUP BY l.user_id ORDER BY min(l.created_at), l.user_id`,
+    [tenantId],
+  );
+  if (marked.length === 0) return 0;
+  const cap = await seatCapOf(tx, tenantId);
+  const ids = marked.map((r) => r.user_id);
+  let released = ids;
+  if (cap !== null) {
+    const seated = await seatHoldersAmong(tx, tenantId, ids, ctx.now);
+    let room = cap - (await countSeats(tx, tenantId, ctx.now));
+    released = ids.filter((u) => seated.has(u) || room-- > 0);
+  }
+  if (released.length === 0) return 0;
+  await withAccessFlips(tx, ctx, { userIds: released }, 'org_grant_changed', () =>
+    tx.query(
+      `DELETE FROM org_seat_limits l USING entitlements e, applications a
+        WHERE e.id = l.entitlement_id AND a.id = e.application_id AND a.tenant_id = $1 AND l.user_id = ANY($2::text[])`,
+      [tenantId, released],
+    ),
+  );
+  return released.length;
 }

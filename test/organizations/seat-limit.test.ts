@@ -1,0 +1,133 @@
+// Seats and organization-wide grants on a Starter Tenant at its 1,000-seat cap (Part B, member rules:
+// "when a member becomes active each all_members or denylist grant reaches them and counts as a seat,
+// and on a Starter Tenant at its seat cap member_decision reads seat_limit and gives no access").
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { accessEvents, addById, assertStatus, call, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
+
+let t: TestApp;
+let admin: string;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+});
+after(() => t.close());
+
+/** A Starter Tenant's Application with `seats` seats taken by personal grants (rows inserted directly); their entitlement ids. */
+async function starterAppWithSeats(seats: number): Promise<{ app: Awaited<ReturnType<typeof newApp>>; personal: string[] }> {
+  const app = await newApp(t, admin);
+  const now = t.clock.now();
+  const prefix = `usr_seat${rand(6)}_`;
+  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
+                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, $3::int) g`, [prefix, now, seats]);
+  const rows = await sql<{ id: string }>(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, $4::int) g RETURNING id`,
+    [prefix, now, app.id, seats]);
+  return { app, personal: rows.map((r) => r.id) };
+}
+
+const tenantOf = async (appId: string) => (await sql<{ tenant_id: string }>(t, 'SELECT tenant_id FROM applications WHERE id = $1', [appId]))[0].tenant_id;
+
+async function decisionOf(userId: string, appId: string): Promise<{ allowed: boolean; decision: string }> {
+  const view = await effective(t, admin, userId, appId);
+  const org = view.access_paths.find((p: any) => p.source === 'org_seat');
+  return { allowed: view.allowed, decision: org?.member_decision };
+}
+
+test('on a Starter Tenant at its 1,000-seat cap an org grant reaches members beyond the cap as seat_limit: listed, no access, no access.granted, not a seat', async () => {
+  const { app } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 1);
+  const [within, beyond] = [org.owner, org.members[0]].sort((a, b) => a.id.localeCompare(b.id));
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  assert.equal(ent.included_member_count, 1, 'only the member within the cap is included');
+  assert.deepEqual(await decisionOf(within.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await decisionOf(beyond.id, app.id), { allowed: false, decision: 'seat_limit' });
+  assert.deepEqual(await accessEvents(t, beyond.id, app.id), [], 'the member over the cap gets no access.granted');
+  assert.deepEqual(await accessEvents(t, within.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+  const listed = assertStatus(await call(t, 'GET', `/v1/users/${beyond.id}/entitlements`, admin), 200);
+  assert.deepEqual(listed.data.find((e: any) => e.id === ent.id).granted_via, { organization_id: org.id, member_decision: 'seat_limit' });
+  const tenantId = await tenantOf(app.id);
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/usage`, app.owner!.token), 200);
+  assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1000, included: 1000 });
+  const read = assertStatus(await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin), 200);
+  assert.equal(read.status, 'active');
+});
+
+test('adding a member never fails on a plan limit: a member joining at the cap is added (201) and reads seat_limit', async () => {
+  const { app } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const late = await person(t);
+  const added = assertStatus(await addById(t, admin, org.id, late.id), 201);
+  assert.equal(added.membership_status, 'active');
+  assert.deepEqual(await decisionOf(late.id, app.id), { allowed: false, decision: 'seat_limit' });
+  assert.deepEqual(await accessEvents(t, late.id, app.id), []);
+  const audit = await sql(t, `SELECT action FROM audit_events WHERE action = 'organization.member_added' AND target_user_id = $1`, [late.id]);
+  assert.equal(audit.length, 1);
+});
+
+test('a member already holding a seat through a personal grant is never seat_limit: joining adds no seat', async () => {
+  const { app } = await starterAppWithSeats(998);
+  const holder = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/users/${holder.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  assertStatus(await addById(t, admin, org.id, holder.id), 201);
+  assert.deepEqual(await decisionOf(holder.id, app.id), { allowed: true, decision: 'included' });
+});
+
+test('a seat freed by revoking a personal grant goes back to the seat_limit member in the same transaction: access.granted with reason org_grant_changed', async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 1);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const beyond = [org.owner, org.members[0]].sort((a, b) => b.id.localeCompare(a.id))[0];
+  assert.equal((await decisionOf(beyond.id, app.id)).decision, 'seat_limit');
+  assertStatus(await patchEnt(t, admin, personal[0], { status: 'revoked', disabled_reason: 'refunded' }), 200);
+  assert.deepEqual(await decisionOf(beyond.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, beyond.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+});
+
+test('seat-limit-release job: seats freed by time (an expired personal grant) and a plan without a cap release seat_limit members, oldest marks first', async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const first = await person(t);
+  const second = await person(t);
+  assertStatus(await addById(t, admin, org.id, first.id), 201);
+  assertStatus(await addById(t, admin, org.id, second.id), 201);
+  for (const u of [first, second]) assert.equal((await decisionOf(u.id, app.id)).decision, 'seat_limit');
+
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(first.id, app.id), { allowed: true, decision: 'included' }, 'the oldest mark is released first');
+  assert.deepEqual(await decisionOf(second.id, app.id), { allowed: false, decision: 'seat_limit' });
+  assert.deepEqual(await accessEvents(t, first.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [await tenantOf(app.id)]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(second.id, app.id), { allowed: true, decision: 'included' }, 'Team has no seat cap');
+  assert.deepEqual(await accessEvents(t, second.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await accessEvents(t, second.id, app.id), [['access.granted', 'org_grant_changed', 'active']], 'announced once');
+});
+
+test('removing an included member frees the seat for the oldest seat_limit member; removing a seat_limit member drops their mark', async () => {
+  const { app } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const waiting = await person(t);
+  assertStatus(await addById(t, admin, org.id, waiting.id), 201);
+  const spare = await person(t);
+  assertStatus(await addById(t, admin, org.id, spare.id, 'org_admin'), 201);
+  for (const u of [waiting, spare]) assert.equal((await decisionOf(u.id, app.id)).decision, 'seat_limit');
+  assertStatus(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${org.owner.id}`, admin), 204);
+  assert.deepEqual(await accessEvents(t, org.owner.id, app.id), [['access.granted', 'entitlement_granted', 'active'], ['access.revoked', 'org_member_removed', 'none']]);
+  assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.equal((await decisionOf(spare.id, app.id)).decision, 'seat_limit');
+  assertStatus(await addById(t, admin, org.id, (await person(t)).id, 'org_admin'), 201);
+  assertStatus(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${spare.id}`, admin), 204);
+  assert.equal((await sql(t, 'SELECT 1 FROM org_seat_limits WHERE user_id = $1', [spare.id])).length, 0);
+  assert.deepEqual(await accessEvents(t, spare.id, app.id), []);
+});
