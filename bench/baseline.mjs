@@ -5,6 +5,10 @@
 //                        (issuer, audience, exp), then SELECT id, email FROM users WHERE id = $1.
 //   POST /argon2-select  {email, password}: one indexed SELECT of the user and its password hash by
 //                        lower(email), then an Argon2id verify (@node-rs/argon2) of that hash.
+//   GET  /select?id=…    one indexed SELECT by primary key, nothing else (no credential).
+//   POST /argon2-loop    {seconds, concurrency}: a bare loop of Argon2id verifications of one hash at
+//                        the service's parameters, `concurrency` in flight, for `seconds`; answers
+//                        {verifications, seconds}. No HTTP or SQL per verification.
 import Fastify from 'fastify';
 import pg from 'pg';
 import { createLocalJWKSet, jwtVerify } from 'jose';
@@ -76,6 +80,27 @@ async function start(setup) {
     const rows = await store.query('SELECT id, email FROM users WHERE id = $1', [claims.sub]);
     if (!rows[0]) return reply.code(404).send({ error: 'not_found' });
     return { id: rows[0].id, email: rows[0].email };
+  });
+
+  app.get('/select', async (request, reply) => {
+    const rows = await store.query('SELECT id, email FROM users WHERE id = $1', [request.query.id]);
+    if (!rows[0]) return reply.code(404).send({ error: 'not_found' });
+    return { id: rows[0].id, email: rows[0].email };
+  });
+
+  const loopHash = await hash('bench-loop-password-0123', ARGON2);
+  app.post('/argon2-loop', async (request) => {
+    const { seconds, concurrency } = request.body;
+    const end = performance.now() + seconds * 1000;
+    let verifications = 0;
+    const started = performance.now();
+    await Promise.all(Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) {
+        if (!(await verify(loopHash, 'bench-loop-password-0123'))) throw new Error('argon2 loop: verify failed');
+        verifications++;
+      }
+    }));
+    return { verifications, seconds: (performance.now() - started) / 1000 };
   });
 
   app.post('/argon2-select', async (request, reply) => {

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { prepareStorage } from './lib/storage.mjs';
 import { startBaseline, startService } from './lib/processes.mjs';
 import { BASELINES } from './lib/baselines.mjs';
-import { measure, probe, summarize } from './lib/load.mjs';
+import { measure, measureLoop, probe, rs256SignRate, summarize } from './lib/load.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
@@ -37,6 +37,7 @@ async function loadScenarios() {
     if (!Number.isInteger(m.connections) || m.connections < 1) problems.push('connections');
     if (typeof m.duration !== 'number' || m.duration <= 0) problems.push('duration');
     if (typeof m.baselineRequest !== 'function' && !BASELINES[m.baseline]) problems.push(`baseline (one of ${Object.keys(BASELINES).join(', ')})`);
+    if (m.companion !== undefined && (typeof m.companion?.path !== 'string' || !Number.isInteger(m.companion?.connections))) problems.push('companion {path, connections}');
     if (problems.length) throw new Error(`bench/scenarios/${file}: missing or invalid export(s): ${problems.join(', ')}`);
     scenarios.push(m);
   }
@@ -156,25 +157,41 @@ async function main() {
       const duration = durationOverride ?? scenario.duration;
       const expectStatus = scenario.expectStatus ?? 200;
       const baselineName = scenario.baselineRequest ? (scenario.baseline ?? 'custom') : scenario.baseline;
+      const baselineDef = BASELINES[scenario.baseline];
+      const loop = !scenario.baselineRequest && baselineDef?.loop;
       const targets = [
         { label: 'service', url: service.url, request: await scenario.request(ctx), expectStatus },
-        { label: `baseline ${baselineName}`, url: baseline.url, request: await (scenario.baselineRequest ?? BASELINES[scenario.baseline].request)(ctx), expectStatus: 200 },
+        { label: `baseline ${baselineName}`, url: baseline.url, loop: !!loop, request: loop ? null : await (scenario.baselineRequest ?? baselineDef.request)(ctx), expectStatus: 200 },
       ];
+      const run = (t, seconds) =>
+        t.loop
+          ? measureLoop({ baseUrl: t.url, request: loop(ctx, { seconds, connections }) })
+          : measure({ baseUrl: t.url, request: t.request, connections, duration: seconds, expectStatus: t.expectStatus });
       for (const t of targets) {
-        await probe(t.url, t.request, t.expectStatus);
-        if (warmup > 0) await measure({ baseUrl: t.url, request: t.request, connections, duration: warmup, expectStatus: t.expectStatus });
+        if (!t.loop) await probe(t.url, t.request, t.expectStatus);
+        if (warmup > 0) await run(t, warmup);
       }
+      // A companion request (e.g. GET /health) measured with a few connections while the service is
+      // under the scenario's load, and once alone for comparison.
+      const companion = scenario.companion ? { method: 'GET', path: scenario.companion.path } : null;
+      const companionRuns = [];
+      const companionIdle = companion ? summarize([await measure({ baseUrl: service.url, request: companion, connections: scenario.companion.connections, overallRate: scenario.companion.rate, duration: 2 })]) : null;
       // Alternate service and baseline in `rounds` slices, so a change of background load during
       // the run affects both sides alike rather than only the one that happened to run then.
       log(`${scenario.name}: service vs baseline ${baselineName}, ${connections} connections, ${duration} s each in ${rounds} round(s)`);
       const runs = targets.map(() => []);
       for (let round = 0; round < rounds; round++) {
         for (const [i, t] of targets.entries()) {
-          runs[i].push(await measure({ baseUrl: t.url, request: t.request, connections, duration: duration / rounds, expectStatus: t.expectStatus }));
+          const seconds = duration / rounds;
+          const beside = companion && i === 0 ? measure({ baseUrl: service.url, request: companion, connections: scenario.companion.connections, overallRate: scenario.companion.rate, duration: seconds }) : null;
+          runs[i].push(await run(t, seconds));
+          if (beside) companionRuns.push(await beside);
           await sleep(200);
         }
       }
       const results = runs.map(summarize);
+      const signCeiling = scenario.signsPerRequest ? (await rs256SignRate({ concurrency: connections })) / scenario.signsPerRequest : null;
+      const companionLoaded = companion ? summarize(companionRuns) : null;
       for (const [i, r] of results.entries()) {
         if (r.unexpected || r.errors || r.timeouts) {
           failures++;
@@ -194,6 +211,15 @@ async function main() {
           baseline_p99_ms: round(base.p99, 2),
           ratio: base.reqPerSec > 0 ? round(svc.reqPerSec / base.reqPerSec, 3) : null,
           baseline: baselineName,
+          ...(signCeiling ? { rs256_ceiling_req_per_s: round(signCeiling, 1), ceiling_ratio: round(signCeiling / base.reqPerSec, 3) } : {}),
+          ...(companion
+            ? {
+                companion: companion.path,
+                companion_p99_ms_idle: round(companionIdle.p99, 2),
+                companion_p99_ms_under_load: round(companionLoaded.p99, 2),
+                companion_req_per_s_under_load: round(companionLoaded.reqPerSec, 1),
+              }
+            : {}),
           storage: storage.storage,
         }) + '\n',
       );

@@ -20,7 +20,7 @@ export async function probe(baseUrl, request, expectStatus) {
  * outcome. Latencies are kept for every response with the expected status, at sub-millisecond
  * precision (autocannon's own histogram rounds to whole milliseconds).
  */
-export async function measure({ baseUrl, request, connections, duration, expectStatus = 200 }) {
+export async function measure({ baseUrl, request, connections, duration, expectStatus = 200, overallRate }) {
   const latencies = [];
   let unexpected = 0;
   const instance = autocannon({
@@ -31,6 +31,7 @@ export async function measure({ baseUrl, request, connections, duration, expectS
     connections,
     duration,
     pipelining: 1,
+    ...(overallRate ? { overallRate } : {}),
     timeout: 30,
     // A scenario whose requests change per call (e.g. rotating refresh tokens) supplies autocannon
     // request objects with setupRequest/onResponse hooks.
@@ -49,10 +50,11 @@ export async function measure({ baseUrl, request, connections, duration, expectS
 export function summarize(runs) {
   const latencies = Float64Array.from(runs.flatMap((r) => r.latencies)).sort();
   const seconds = runs.reduce((s, r) => s + r.seconds, 0);
+  const count = runs.reduce((s, r) => s + (r.count ?? r.latencies.length), 0);
   const statusCodes = {};
   for (const r of runs) for (const [k, v] of Object.entries(r.statusCodes)) statusCodes[k] = (statusCodes[k] ?? 0) + v;
   return {
-    reqPerSec: seconds > 0 ? latencies.length / seconds : 0,
+    reqPerSec: seconds > 0 ? count / seconds : 0,
     p50: percentile(latencies, 50),
     p99: percentile(latencies, 99),
     unexpected: runs.reduce((s, r) => s + r.unexpected, 0),
@@ -60,4 +62,37 @@ export function summarize(runs) {
     timeouts: runs.reduce((s, r) => s + r.timeouts, 0),
     statusCodes,
   };
+}
+
+/**
+ * A baseline measured inside the baseline process (no autocannon): POSTs the loop request and turns
+ * its {verifications, seconds} answer into a measurement with `count` operations and no latencies.
+ */
+export async function measureLoop({ baseUrl, request }) {
+  const res = await fetch(baseUrl + request.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(request.body) });
+  if (res.status !== 200) throw new Error(`${baseUrl}${request.path} answered ${res.status}: ${(await res.text()).slice(0, 300)}`);
+  const { verifications, seconds } = await res.json();
+  return { latencies: [], count: verifications, seconds, unexpected: 0, errors: 0, timeouts: 0, statusCodes: {} };
+}
+
+/**
+ * The machine's ceiling for a route that signs one RS256 JWT per request: RSA-2048 signatures per
+ * second through WebCrypto (what jose uses; it runs on libuv's thread pool, so on every core) with
+ * `concurrency` in flight, and nothing else.
+ */
+export async function rs256SignRate({ seconds = 2, concurrency = 32 } = {}) {
+  const { subtle } = globalThis.crypto;
+  const algorithm = { name: 'RSASSA-PKCS1-v1_5', modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: 'SHA-256' };
+  const { privateKey } = await subtle.generateKey(algorithm, false, ['sign', 'verify']);
+  const data = new TextEncoder().encode('eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ1c3JfMDEifQ');
+  const end = performance.now() + seconds * 1000;
+  const started = performance.now();
+  let signs = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (performance.now() < end) {
+      await subtle.sign('RSASSA-PKCS1-v1_5', privateKey, data);
+      signs++;
+    }
+  }));
+  return signs / ((performance.now() - started) / 1000);
 }

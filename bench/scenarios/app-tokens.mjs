@@ -5,6 +5,8 @@ export const name = 'app-tokens';
 export const connections = 32;
 export const duration = 10;
 export const baseline = 'jwt-select';
+// One RS256 signature per request: the bench also prints the machine's ceiling for that (rs256_ceiling_req_per_s).
+export const signsPerRequest = 1;
 
 export const setup = prepare;
 
