@@ -51,7 +51,8 @@ export async function startService({ root, env, timeoutMs = 60_000 }) {
   const url = `http://127.0.0.1:${port}`;
   const childEnv = { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1', PUBLIC_URL: url };
   for (const [k, v] of Object.entries(childEnv)) if (v === undefined) delete childEnv[k];
-  const child = spawn(process.execPath, [join(root, 'dist', 'src', 'main.js')], { cwd: root, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean); // e.g. --cpu-prof
+  const child = spawn(process.execPath, [...nodeArgs, join(root, 'dist', 'src', 'main.js')], { cwd: root, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   forward(child, 'service');
   const service = { url, child, stop: () => stop(child) };
   const deadline = Date.now() + timeoutMs;
