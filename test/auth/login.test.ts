@@ -104,8 +104,6 @@ test('the four invalid_credentials cases take about the same time, each at least
   const ROUNDS = 7;
   const ATTEMPTS = 3;
   const hash = await hashPassword(`timing-${Date.now()}`);
-  const invited = await createUser(t, { status: 'invited' });
-  const sso = await ssoOnlyUser();
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   // Warm up (the first unknown-email login prepares the dummy hash).
   assertError(await post(t, '/v1/auth/login', { email: uniqueEmail('warm'), password: PASSWORD }), 401, 'invalid_credentials');
@@ -115,12 +113,15 @@ test('the four invalid_credentials cases take about the same time, each at least
   const reports: string[] = [];
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     const verifyMs = await median(5, () => verifyPassword(hash, PASSWORD));
+    // Fresh accounts per round: each one also has the 5-attempt lockout (unknown emails included).
     const wrongUsers = await Promise.all(Array.from({ length: ROUNDS }, () => createUser(t)));
+    const invited = await Promise.all(Array.from({ length: ROUNDS }, () => createUser(t, { status: 'invited' })));
+    const sso = await Promise.all(Array.from({ length: ROUNDS }, () => ssoOnlyUser()));
     const cases: Record<string, (round: number) => ReturnType<typeof post>> = {
       wrong: (round) => fail(wrongUsers[round]),
       unknown: () => post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD }),
-      invited: () => post(t, '/v1/auth/login', { email: invited.email, password: PASSWORD }),
-      sso: () => post(t, '/v1/auth/login', { email: sso.email, password: PASSWORD }),
+      invited: (round) => post(t, '/v1/auth/login', { email: invited[round].email, password: PASSWORD }),
+      sso: (round) => post(t, '/v1/auth/login', { email: sso[round].email, password: PASSWORD }),
     };
     const samples: Record<string, number[]> = { wrong: [], unknown: [], invited: [], sso: [] };
     for (let round = 0; round < ROUNDS; round++) {

@@ -1,6 +1,6 @@
-import type { Queryable } from '../../db/types.js';
+import type { Mode, Queryable } from '../../db/types.js';
 import { addSeconds } from '../../clock.js';
-import { newId } from '../../ids.js';
+import { hashSecret, newId } from '../../ids.js';
 
 export const LOCKOUT_THRESHOLD = 5;
 export const LOCKOUT_WINDOW_SECONDS = 15 * 60;
@@ -50,6 +50,49 @@ export async function recordFailure(db: Queryable, identityId: string, now: Date
   );
   const lockedUntil = rows[0]?.locked_until ?? null;
   return lockedUntil && lockedUntil > now ? lockedUntil : null;
+}
+
+/** The outcome of taking an attempt slot: refused (locked), or taken, possibly as the one that locks. */
+export type AttemptClaim = { refused: true; lockedUntil: Date } | { refused: false; lockedUntil: Date | null };
+
+// One claim, for identities and for login_lockouts alike: the attempt is counted as a failure before
+// the password is evaluated (a success clears it), so parallel guesses cannot evaluate more than
+// LOCKOUT_THRESHOLD passwords; a locked row is not updated and the attempt is refused unevaluated.
+const COUNT_ATTEMPT = (t: string) => `
+  recent_failures = ARRAY(SELECT f FROM unnest(${t}.recent_failures || $3::timestamptz) AS f WHERE f > $2 ORDER BY f DESC LIMIT $4),
+  locked_until = CASE WHEN (SELECT count(*) FROM unnest(${t}.recent_failures || $3::timestamptz) AS f WHERE f > $2) >= $4
+                      THEN $5 ELSE ${t}.locked_until END`;
+
+function claimOf(rows: { locked_until: Date | null }[], now: Date, current: () => Promise<Date | null>): Promise<AttemptClaim> | AttemptClaim {
+  if (rows.length === 0) {
+    return current().then((until) => ({ refused: true as const, lockedUntil: until && until > now ? until : addSeconds(now, 1) }));
+  }
+  const until = rows[0].locked_until;
+  return { refused: false, lockedUntil: until && until > now ? until : null };
+}
+
+/** Takes an attempt slot on a password identity before its password is evaluated. */
+export async function claimAttempt(db: Queryable, identityId: string, now: Date): Promise<AttemptClaim> {
+  const { rows } = await db.query<{ locked_until: Date | null }>(
+    `UPDATE identities SET ${COUNT_ATTEMPT('identities')}
+      WHERE id = $1 AND (locked_until IS NULL OR locked_until <= $3) RETURNING locked_until`,
+    [identityId, addSeconds(now, -LOCKOUT_WINDOW_SECONDS), now, LOCKOUT_THRESHOLD, addSeconds(now, LOCKOUT_SECONDS)],
+  );
+  return claimOf(rows, now, async () => (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM identities WHERE id = $1', [identityId])).rows[0]?.locked_until ?? null);
+}
+
+/** The same slot for an email without a password identity, so its answers match a real account's. */
+export async function claimEmailAttempt(db: Queryable, mode: Mode, email: string, now: Date): Promise<AttemptClaim> {
+  const key = `${mode}:${hashSecret(email.toLowerCase())}`;
+  const { rows } = await db.query<{ locked_until: Date | null }>(
+    `INSERT INTO login_lockouts AS l (key, recent_failures, expires_at) VALUES ($1, ARRAY[$3::timestamptz], $6)
+     ON CONFLICT (key) DO UPDATE SET ${COUNT_ATTEMPT('l')}, expires_at = $6
+      WHERE l.locked_until IS NULL OR l.locked_until <= $3
+     RETURNING locked_until`,
+    [key, addSeconds(now, -LOCKOUT_WINDOW_SECONDS), now, LOCKOUT_THRESHOLD, addSeconds(now, LOCKOUT_SECONDS),
+      addSeconds(now, LOCKOUT_WINDOW_SECONDS + LOCKOUT_SECONDS)],
+  );
+  return claimOf(rows, now, async () => (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM login_lockouts WHERE key = $1', [key])).rows[0]?.locked_until ?? null);
 }
 
 /** A success resets the counter. */

@@ -6,7 +6,7 @@ import { retryAfterSeconds } from '../../http/counters.js';
 import { verifyAgainstDummy, verifyPassword } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { hashRecoveryCode, verifyTotp } from '../../auth/totp.js';
-import { clearFailures, findPasswordIdentity, recordFailure, type PasswordIdentity } from './identities.js';
+import { claimAttempt, claimEmailAttempt, clearFailures, findPasswordIdentity, recordFailure, type PasswordIdentity } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
 import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
 
@@ -36,17 +36,23 @@ export async function login(ctx: Ctx, input: LoginBody): Promise<AuthSession | M
   const user = rows[0];
   const identity = user ? await findPasswordIdentity(ctx.db, user.id) : null;
   if (!user || !identity?.password_hash) {
+    // Unknown email, invited or SSO-only: the same Argon2 work and the same lockout as an account.
+    const claim = await claimEmailAttempt(ctx.db, ctx.mode, input.email, ctx.now);
+    if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     await verifyAgainstDummy(input.password);
+    if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     throw new ApiError('invalid_credentials');
   }
-  if (identity.locked_until && identity.locked_until > ctx.now) throw tooManyAttempts(identity.locked_until, ctx.now);
+  const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
+  if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   if (!(await verifyPassword(identity.password_hash, input.password))) {
-    const lockedUntil = await recordFailure(ctx.db, identity.id, ctx.now);
-    if (lockedUntil) throw tooManyAttempts(lockedUntil, ctx.now);
+    if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     throw new ApiError('invalid_credentials');
   }
-  if (user.status === 'suspended') throw new ApiError('account_suspended');
-  if (user.status !== 'active') throw new ApiError('invalid_credentials');
+  if (user.status !== 'active') {
+    await clearFailures(ctx.db, identity.id, ctx.now); // the password was right: the attempt was no failure
+    throw new ApiError(user.status === 'suspended' ? 'account_suspended' : 'invalid_credentials');
+  }
 
   return ctx.db.transaction(async (tx) => {
     await clearFailures(tx, identity.id, ctx.now);
@@ -78,22 +84,30 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
   const method: AuthMethod = input.code !== undefined ? 'otp' : 'recovery_code';
   const step = input.code !== undefined ? await verifyTotp(identity.totp_secret, input.code, ctx.now, identity.totp_last_step) : null;
 
-  const outcome = await ctx.db.transaction(async (tx) => {
-    const accepted =
-      method === 'otp'
-        ? step !== null && (await takeTotpStep(tx, identity.id, step))
-        : await takeRecoveryCode(tx, pending.user_id, input.recovery_code!, ctx.now);
-    if (!accepted) return null;
-    if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) return null;
-    const { rows } = await tx.query<{ id: string; status: string; email_verified: boolean; test_mode: boolean }>(
-      'SELECT id, status, email_verified, test_mode FROM users WHERE id = $1',
-      [pending.user_id],
-    );
-    const user = rows[0];
-    if (!user || user.status !== 'active') return null;
-    await clearFailures(tx, identity.id, ctx.now);
-    return issueSession(tx, inTx(ctx, tx), user, ['pwd', method]);
-  });
+  // Every step or none: a challenge another request already used, or a user no longer active, rolls
+  // back the code it would have spent (a losing recovery code stays usable).
+  const rejected = new Error('mfa verification rejected');
+  const outcome = await ctx.db
+    .transaction(async (tx) => {
+      if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) throw rejected;
+      const accepted =
+        method === 'otp'
+          ? step !== null && (await takeTotpStep(tx, identity.id, step))
+          : await takeRecoveryCode(tx, pending.user_id, input.recovery_code!, ctx.now);
+      if (!accepted) throw rejected;
+      const { rows } = await tx.query<{ id: string; status: string; email_verified: boolean; test_mode: boolean }>(
+        'SELECT id, status, email_verified, test_mode FROM users WHERE id = $1',
+        [pending.user_id],
+      );
+      const user = rows[0];
+      if (!user || user.status !== 'active') throw rejected;
+      await clearFailures(tx, identity.id, ctx.now);
+      return issueSession(tx, inTx(ctx, tx), user, ['pwd', method]);
+    })
+    .catch((err) => {
+      if (err === rejected) return null;
+      throw err;
+    });
   if (outcome) return outcome;
 
   // A wrong code counts against the challenge and against the identity's lockout.

@@ -1,12 +1,13 @@
 import type { Ctx } from '../../context.js';
-import { hasPermission, inTx } from '../../context.js';
+import { inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { assertStrongPassword, hashPassword, verifyPassword } from '../../auth/passwords.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { resolveUserId } from '../users/service.js';
+import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
-import { clearFailures, findPasswordIdentity, recordFailure, setPassword } from './identities.js';
+import { claimAttempt, clearFailures, findPasswordIdentity, setPassword } from './identities.js';
 import { retryAfterSeconds } from '../../http/counters.js';
 import type { ChangePasswordBody } from './schemas.js';
 
@@ -17,20 +18,24 @@ import type { ChangePasswordBody } from './schemas.js';
 export async function changePassword(ctx: Ctx, idParam: string, input: ChangePasswordBody): Promise<void> {
   const id = resolveUserId(ctx, idParam);
   if (ctx.actor.type !== 'user' || ctx.actor.userId !== id) {
-    throw hasPermission(ctx.actor, 'users.manage') ? new ApiError('forbidden', { message: 'Only the user may change their password.' }) : new ApiError('user_not_found');
+    // Readers of the user get 403, anyone else 404 (decisions "403 or 404").
+    await targetUser(ctx, idParam, 'read');
+    throw new ApiError('forbidden', { message: 'Only the user may change their password.' });
   }
   const sessionId = ctx.actor.sessionId;
   const user = (await findUserById(ctx.db, id))!;
   const identity = await findPasswordIdentity(ctx.db, id);
   if (!identity?.password_hash) throw new ApiError('password_identity_required');
-  if (identity.locked_until && identity.locked_until > ctx.now) {
-    throw new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(identity.locked_until, ctx.now)) } });
-  }
+  // The attempt is counted before the password is evaluated, so parallel guesses cannot evaluate more
+  // than the lockout allows; a right password clears it again.
+  const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
+  const locked = (until: Date) => new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(until, ctx.now)) } });
+  if (claim.refused) throw locked(claim.lockedUntil);
   if (!(await verifyPassword(identity.password_hash, input.current_password))) {
-    const lockedUntil = await recordFailure(ctx.db, identity.id, ctx.now);
-    if (lockedUntil) throw new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(lockedUntil, ctx.now)) } });
+    if (claim.lockedUntil) throw locked(claim.lockedUntil);
     throw new ApiError('invalid_current_password');
   }
+  await clearFailures(ctx.db, identity.id, ctx.now);
   assertStrongPassword(input.new_password, user.email);
   const passwordHash = await hashPassword(input.new_password);
   await ctx.db.transaction(async (tx) => {

@@ -108,7 +108,7 @@ export function authRoutes(app: App, deps: Deps): void {
 
   app.post('/v1/users/:id/password', {
     schema: { summary: 'Change your password (current password required)', tags, params: UserIdParam, body: ChangePasswordBody, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'user', errors: ['invalid_current_password', 'weak_password', 'too_many_attempts', 'user_not_found'] } },
+    config: { meta: { auth: 'user', errors: ['invalid_current_password', 'weak_password', 'too_many_attempts', 'user_not_found', 'forbidden'] } },
     handler: async (request, reply) => {
       await changePassword(ctxOf(deps, request), request.params.id, request.body);
       reply.code(204);
