@@ -35,7 +35,7 @@ const gone = (reply: FastifyReply) => page(reply, 404, 'Session not found', '<p>
 export function simulatorRoutes(app: App, deps: Deps): void {
   const meta = { auth: 'none' as const };
   app.get('/billing/simulator/checkout/:id', {
-    schema: { summary: 'Simulated hosted checkout page', description, tags, params: SessionParam, response: { 200: Html } },
+    schema: { summary: 'Simulated hosted checkout page', description, tags, params: SessionParam, response: { 200: Html, 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const open = await openSimSession(deps, 'checkout', request.params.id);
@@ -52,7 +52,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     },
   });
   app.post('/billing/simulator/checkout/:id/complete', {
-    schema: { summary: 'Complete a simulated checkout (signs and delivers the processor events)', description, tags, params: SessionParam },
+    schema: { summary: 'Complete a simulated checkout (signs and delivers the processor events)', description, tags, params: SessionParam, response: { 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const next = await completeSimulatedCheckout(deps, request.params.id, request.id);
@@ -60,7 +60,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     },
   });
   app.post('/billing/simulator/checkout/:id/cancel', {
-    schema: { summary: 'Abandon a simulated checkout', description, tags, params: SessionParam },
+    schema: { summary: 'Abandon a simulated checkout', description, tags, params: SessionParam, response: { 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const next = await cancelSimulatedCheckout(deps, request.params.id);
@@ -68,7 +68,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     },
   });
   app.get('/billing/simulator/portal/:id', {
-    schema: { summary: 'Simulated customer portal page', description, tags, params: SessionParam, response: { 200: Html } },
+    schema: { summary: 'Simulated customer portal page', description, tags, params: SessionParam, response: { 200: Html, 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const open = await openSimSession(deps, 'portal', request.params.id);
@@ -95,7 +95,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     },
   });
   app.post('/billing/simulator/portal/:id/:action', {
-    schema: { summary: 'Act in the simulated customer portal', description, tags, params: ActionParam },
+    schema: { summary: 'Act in the simulated customer portal', description, tags, params: ActionParam, response: { 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const done = await runPortalAction(deps, request.params.id, request.params.action, request.id);

@@ -6,15 +6,19 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
+import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
 import { findPasswordIdentity, type PasswordIdentity } from '../auth/identities.js';
 import { takeRecoveryCode, takeTotpStep } from '../auth/login.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
 
-/** Self-service MFA endpoints act only on the caller; anyone else gets 404. */
+/** Self-service MFA endpoints act only on the caller: readers of the user get 403, anyone else 404. */
 async function selfIdentity(ctx: Ctx, idParam: string): Promise<{ userId: string; email: string; identity: PasswordIdentity }> {
   const userId = resolveUserId(ctx, idParam);
-  if (ctx.actor.type !== 'user' || ctx.actor.userId !== userId) throw new ApiError('user_not_found');
+  if (ctx.actor.type !== 'user' || ctx.actor.userId !== userId) {
+    await targetUser(ctx, idParam, 'read');
+    throw new ApiError('forbidden', { message: 'Only the user may change their MFA settings.' });
+  }
   const user = (await findUserById(ctx.db, userId))!;
   const identity = await findPasswordIdentity(ctx.db, userId);
   if (!identity?.password_hash) throw new ApiError('password_identity_required');

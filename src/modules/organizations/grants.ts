@@ -22,6 +22,8 @@ import { assertTenantWritable } from '../tenancy/writable.js';
  * Application. Each newly included member gets access.granted.
  */
 export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantBody): Promise<Entitlement & { included_member_count: number }> {
+  // Rights over the Application first: a caller without any learns nothing about the Organization.
+  const app = await grantableApplication(ctx, body.application_id);
   const org = await findOrg(ctx.db, orgId);
   if (!org) throw new ApiError('organization_not_found');
   const platform = hasPermission(ctx.actor, 'entitlements.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
@@ -32,7 +34,6 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
     }
   }
   assertOrgActive(org);
-  const app = await grantableApplication(ctx, body.application_id);
   const { startsAt, endsAt } = grantTerm(ctx, { ...body, source: 'org_seat' });
   const scope = body.member_scope ?? 'all_members';
   return ctx.db.transaction(async (tx) => {

@@ -16,7 +16,7 @@ const orgErrors = ['organization_not_found', 'forbidden', 'organization_suspende
 export function organizationRoutes(app: App, deps: Deps): void {
   app.get('/v1/organizations', {
     schema: { summary: 'Own Organizations (everything for organizations.manage)', tags, querystring: OrgListQuery, response: { 200: ListOf(Organization) } },
-    config: { meta: { auth: 'any' } },
+    config: { meta: { auth: 'any', errors: ['forbidden'] } },
     handler: (request) => listOrganizations(ctxOf(deps, request), request.query),
   });
   app.post('/v1/organizations', {
