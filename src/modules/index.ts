@@ -16,8 +16,9 @@ import { webhooksModule } from './webhooks/index.js';
 import { tenancyModule } from './tenancy/index.js';
 import { billingModule } from './billing/index.js';
 import { oauthModule } from './oauth/index.js';
+import { signinModule } from './signin/index.js';
 
 /** Every resource module, in registration order. */
 export const MODULES: Module[] = [
   systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule,
-  organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule, oauthModule];
+  organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule, oauthModule, signinModule];

@@ -1,0 +1,90 @@
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { FastifyReply } from 'fastify';
+import { ApiError } from '../../errors.js';
+import type { FormName } from './schemas.js';
+
+// The page's one cookie holds a random secret (HttpOnly, SameSite=Lax, Path=/signin, Secure unless
+// the service runs on loopback http). Before sign-in it only anchors the CSRF tokens; after sign-in
+// its SHA-256 names the browser's platform session (signin_browser_sessions). A fresh secret is
+// issued at every sign-in, so a secret planted before sign-in is never bound to a session.
+
+export const COOKIE_NAME = 'platform_signin';
+const SECRET = /^[A-Za-z0-9_-]{43}$/;
+
+export interface SigninSite {
+  /** Public paths of the page (PUBLIC_URL's path, if any, then /signin). */
+  paths: { signin: string; mfa: string; continue: string };
+  /** Secure cookies, except on http://localhost, 127.0.0.1 or [::1] (development). */
+  secure: boolean;
+}
+
+export function signinSite(publicUrl: string): SigninSite {
+  const url = new URL(publicUrl);
+  const signin = `${url.pathname.replace(/\/+$/, '')}/signin`;
+  const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname);
+  return { paths: { signin, mfa: `${signin}/mfa`, continue: `${signin}/continue` }, secure: !(url.protocol === 'http:' && loopback) };
+}
+
+export const newBrowserSecret = (): string => randomBytes(32).toString('base64url');
+
+/** The secret of the page cookie, when the request carries a well-formed one. */
+export function readBrowserSecret(cookieHeader: string | undefined): string | null {
+  for (const part of (cookieHeader ?? '').split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === COOKIE_NAME) {
+      const value = part.slice(eq + 1).trim();
+      if (SECRET.test(value)) return value;
+    }
+  }
+  return null;
+}
+
+/** A session cookie before sign-in; after sign-in it lasts as long as the platform session. */
+export function browserCookie(site: SigninSite, secret: string, maxAgeSeconds?: number): string {
+  const parts = [`${COOKIE_NAME}=${secret}`, `Path=${site.paths.signin}`, 'HttpOnly', 'SameSite=Lax'];
+  if (maxAgeSeconds !== undefined) parts.push(`Max-Age=${Math.max(0, Math.floor(maxAgeSeconds))}`);
+  if (site.secure) parts.push('Secure');
+  return parts.join('; ');
+}
+
+/** Each form's token is an HMAC of its name keyed with the cookie secret: unforgeable without the cookie. */
+export const csrfToken = (secret: string, form: FormName): string =>
+  createHmac('sha256', secret).update(`signin-csrf:${form}`).digest('base64url');
+
+export function assertCsrf(secret: string | null, form: FormName, token: string | undefined): void {
+  const expected = secret ? Buffer.from(csrfToken(secret, form)) : null;
+  const given = Buffer.from(token ?? '');
+  if (!expected || expected.length !== given.length || !timingSafeEqual(expected, given)) {
+    throw new ApiError('forbidden', {
+      message: 'This form has expired or was not sent from the sign-in page. Go back to the application and start signing in again.',
+      details: { reason: secret ? 'csrf_token_mismatch' : 'csrf_cookie_missing' },
+    });
+  }
+}
+
+/** The CSP source a form may navigate to after the final redirect: the redirect_uri's origin (or scheme). */
+export function redirectSource(redirectUri: string): string | null {
+  const url = new URL(redirectUri);
+  const source = url.protocol === 'http:' || url.protocol === 'https:' ? url.origin : url.protocol;
+  return /^[a-z][a-z0-9+.-]*:(\/\/[A-Za-z0-9.\-[\]:]+)?$/.test(source) ? source : null;
+}
+
+/**
+ * Headers of every page: no caching, no framing, no referrer, nothing loaded but the inline style
+ * (by hash) and https or data: images. `formTarget`, when forms may end in the redirect to the
+ * Application, is added to form-action: Chromium checks redirects after a form POST against it.
+ */
+export function pageHeaders(reply: FastifyReply, styleHash: string, formTarget: string | null | 'none'): FastifyReply {
+  const formAction = formTarget === 'none' ? "'none'" : `'self'${formTarget ? ` ${formTarget}` : ''}`;
+  return reply
+    .type('text/html; charset=utf-8')
+    .header('cache-control', 'no-store')
+    .header('pragma', 'no-cache')
+    .header(
+      'content-security-policy',
+      `default-src 'none'; style-src '${styleHash}'; img-src https: data:; form-action ${formAction}; frame-ancestors 'none'; base-uri 'none'`,
+    )
+    .header('x-frame-options', 'DENY')
+    .header('referrer-policy', 'no-referrer')
+    .header('x-content-type-options', 'nosniff');
+}

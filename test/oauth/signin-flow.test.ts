@@ -1,0 +1,220 @@
+// Signing in through the hosted page (app.inject): password, the MFA step, the API's messages and
+// lockout, the redirect with code and state, the code's redemption, "Continue as" and no access.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { hashSecret } from '../../src/ids.js';
+import { createUser } from '../helpers/fixtures.js';
+import { alignToStep, createMfaUser, totpCode } from '../auth/support.js';
+import { assertStatus, grant, newApp, person, platformKey, sql, type AppFixture } from '../access/support.js';
+import { assertOAuthError, codeGrant, member, oauthApp, REDIRECT, tokenReq, verifyAppToken } from './support.js';
+import { assertPage, assertRedirect, Browser, flow, formOf, setCookieHeader } from './signin-support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await oauthApp(t, admin, { name: 'Acme Notes' });
+});
+after(() => t.close());
+
+const WRONG = 'wrong-password-123';
+
+test('email and password: 303 to the redirect_uri with code and state; the code redeems with the verifier; a new cookie names the session', async () => {
+  const user = await member(t, admin, app.id);
+  const f = flow(app.id, { state: 'a b&c=d/é' });
+  const browser = new Browser(t);
+  const page = await browser.open(f.params);
+  const before = browser.cookie!;
+  const res = await browser.signIn(page, user.email, user.password);
+  const { code, state } = assertRedirect(res);
+  assert.equal(state, 'a b&c=d/é', 'state is echoed verbatim');
+  assert.equal(res.headers['cache-control'], 'no-store');
+  assert.equal(res.headers['referrer-policy'], 'no-referrer');
+
+  // The cookie is replaced at sign-in (a secret planted earlier is never bound) and lasts as the session does.
+  const cookie = String(setCookieHeader(res));
+  assert.match(cookie, /^platform_signin=[A-Za-z0-9_-]{43}; Path=\/signin; HttpOnly; SameSite=Lax; Max-Age=\d+$/);
+  assert.notEqual(browser.cookie, before);
+  assert.ok(Math.abs(Number(/Max-Age=(\d+)/.exec(cookie)![1]) - 90 * 86400) < 60);
+  const rows = await sql(t, 'SELECT b.*, s.user_id FROM signin_browser_sessions b JOIN sessions s ON s.id = b.session_id WHERE s.user_id = $1', [user.id]);
+  assert.equal(rows.length, 1);
+  assert.equal(rows[0].cookie_hash, hashSecret(browser.cookie!), 'only the hash is stored');
+
+  // The code is bound to that session (Rule 8) and redeems at the token endpoint with the verifier.
+  const [row] = await sql(t, 'SELECT session_id, redirect_uri FROM oauth_authorization_codes WHERE code_hash = $1', [hashSecret(code)]);
+  assert.equal(row.session_id, rows[0].session_id);
+  const tokens = assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, app.id)), 200);
+  const claims = await verifyAppToken(t, tokens.access_token, app.id);
+  assert.equal(claims.sub, user.id);
+  assert.equal(claims.sid, rows[0].session_id);
+  // …once, and only with the right verifier.
+  assertOAuthError(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, app.id)), 'invalid_grant');
+  const other = flow(app.id);
+  const second = assertRedirect(await browser.signIn(await browser.open(other.params), user.email, user.password));
+  assertOAuthError(await tokenReq(t, codeGrant({ code: second.code, verifier: f.verifier }, app.id)), 'invalid_grant');
+});
+
+test('wrong password or unknown email: 401 with the API message, the email kept, fields marked invalid; empty fields 422', async () => {
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  for (const [email, password] of [[user.email, WRONG], ['nobody@example.com', user.password]]) {
+    const body = assertPage(await browser.signIn(page, email, password), 401, 'Email or password is incorrect.');
+    assert.ok(body.includes(`value="${email}" aria-invalid="true" aria-describedby="signin-error"`), body);
+  }
+  assertPage(await browser.signIn(page, '', ''), 422, 'Enter your email and password.');
+  // The form re-rendered after an error still works.
+  const retry = await browser.signIn(assertPageAnd(await browser.signIn(page, user.email, WRONG)), user.email, user.password);
+  assertRedirect(retry);
+});
+
+const assertPageAnd = (res: Awaited<ReturnType<Browser['open']>>) => (assertPage(res, 401), res);
+
+test('lockout as the API: the fifth failure locks for 15 minutes (429, Retry-After, "try again in 15 minutes"), even with the right password', async () => {
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  for (let i = 0; i < 4; i++) assertPage(await browser.signIn(page, user.email, WRONG), 401);
+  const locked = await browser.signIn(page, user.email, WRONG);
+  assertPage(locked, 429, 'Too many attempts; try again in 15 minutes.');
+  assert.equal(locked.headers['retry-after'], '900');
+  const still = await browser.signIn(page, user.email, user.password);
+  assertPage(still, 429, /^Too many attempts; try again in 1[45] minutes\.$/);
+  t.clock.advance(15 * 60 + 1);
+  assertRedirect(await browser.signIn(page, user.email, user.password));
+});
+
+test('a suspended user with the right password: 403 "This account is suspended."', async () => {
+  const user = await createUser(t, { status: 'suspended' });
+  const browser = new Browser(t);
+  assertPage(await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password), 403, 'This account is suspended.');
+});
+
+test('MFA: the password step shows the code form (and a recovery code form); a wrong code is 401, a malformed one 422; the right code redirects', async () => {
+  const { user, secret } = await createMfaUser(t);
+  await grant(t, admin, user.id, app.id);
+  const f = flow(app.id);
+  const browser = new Browser(t);
+  const mfa = await browser.signIn(await browser.open(f.params), user.email, user.password);
+  const body = assertPage(mfa, 200);
+  assert.ok(body.includes('<h1>Two-step verification</h1>'));
+  assert.match(body, /<label for="code">Authentication code<\/label>/);
+  assert.match(body, /autocomplete="one-time-code"/);
+  assert.match(body, /<summary>Use a recovery code instead<\/summary>/);
+  assert.match(formOf(mfa, '/signin/mfa').mfa_token, /^mfa_/);
+  assert.equal(setCookieHeader(mfa), undefined, 'not signed in yet');
+
+  const right = await totpCode(t, secret);
+  const wrong = right === '000000' ? '111111' : '000000';
+  const again = await browser.mfa(mfa, 'code', wrong);
+  assertPage(again, 401, 'The code is not valid.');
+  assert.match(again.body, /aria-invalid="true"/);
+  assertPage(await browser.mfa(again, 'code', '12ab'), 422, 'Enter the 6-digit code from your authenticator app.');
+  const { code } = assertRedirect(await browser.mfa(again, 'code', right));
+  const tokens = assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, app.id)), 200);
+  assert.equal((await verifyAppToken(t, tokens.access_token, app.id)).sub, user.id);
+  const [session] = await sql(t, `SELECT amr FROM sessions WHERE user_id = $1 ORDER BY created_at DESC LIMIT 1`, [user.id]);
+  assert.deepEqual(session.amr, ['pwd', 'otp']);
+});
+
+test('MFA with a recovery code: redirects; a used or unknown recovery code is 401 on the recovery form', async () => {
+  const { user, recoveryCodes } = await createMfaUser(t);
+  await grant(t, admin, user.id, app.id);
+  const browser = new Browser(t);
+  const mfa = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+  const bad = await browser.mfa(mfa, 'recovery_code', 'aaaaa-aaaaa');
+  assertPage(bad, 401, 'The code is not valid.');
+  assert.match(bad.body, /<details open>/);
+  assertRedirect(await browser.mfa(bad, 'recovery_code', recoveryCodes[0]));
+  const next = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+  assertPage(await browser.mfa(next, 'recovery_code', recoveryCodes[0]), 401, 'The code is not valid.');
+});
+
+test('MFA token expired (300 s): back to the password form, "sign in again"; a token of another mode counts as unknown', async () => {
+  const { user, secret } = await createMfaUser(t);
+  await grant(t, admin, user.id, app.id);
+  const browser = new Browser(t);
+  const mfa = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+  t.clock.advance(301);
+  alignToStep(t, 5);
+  const res = await browser.mfa(mfa, 'code', await totpCode(t, secret));
+  const body = assertPage(res, 401, 'The MFA token is invalid or expired. Please sign in again.');
+  assert.ok(body.includes('name="password"'));
+  assertPage(await browser.mfa(mfa, 'code', 'abc'), 401, 'The MFA token is invalid or expired.');
+  assertPage(await browser.post('/signin/mfa', { ...formOf(mfa, '/signin/mfa'), mfa_token: 'mfa_forged', code: '123456' }), 401, 'The MFA token is invalid or expired.');
+});
+
+test('MFA: five wrong codes void the challenge and lock the identity: the password form with the lockout message (429)', async () => {
+  const { user, secret } = await createMfaUser(t);
+  await grant(t, admin, user.id, app.id);
+  const browser = new Browser(t);
+  let page = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+  const right = await totpCode(t, secret);
+  const wrong = right === '000000' ? '111111' : '000000';
+  for (let i = 0; i < 4; i++) page = await browser.mfa(page, 'code', wrong), assertPage(page, 401, 'The code is not valid.');
+  const locked = await browser.mfa(page, 'code', wrong);
+  const body = assertPage(locked, 429, 'Too many attempts; try again in 15 minutes.');
+  assert.ok(body.includes('name="password"'), 'the challenge is void: sign in again');
+  assert.equal(locked.headers['retry-after'], '900');
+});
+
+test('no access to the Application: a 403 page (no redirect) with a link returning error=access_denied and the state to the registered URI', async () => {
+  const user = await person(t);
+  const browser = new Browser(t);
+  const res = await browser.signIn(await browser.open(flow(app.id, { state: 's&1' }).params), user.email, user.password);
+  const body = assertPage(res, 403, `You are signed in as ${user.email}, but this account does not have access to Acme Notes.`);
+  const href = /<a class="button" href="([^"]+)">Return to Acme Notes<\/a>/.exec(body)![1].replace(/&amp;/g, '&');
+  const back = new URL(href);
+  assert.equal(`${back.origin}${back.pathname}`, 'https://app.example.com/callback');
+  assert.equal(back.searchParams.get('error'), 'access_denied');
+  assert.equal(back.searchParams.get('state'), 's&1');
+  assert.equal(back.searchParams.get('code'), null);
+  assert.ok(setCookieHeader(res), 'the sign-in itself succeeded');
+  const codes = await sql(t, 'SELECT 1 FROM oauth_authorization_codes WHERE user_id = $1', [user.id]);
+  assert.equal(codes.length, 0);
+});
+
+test('a second visit offers "Continue as"; continuing issues a code on the same session; once the session ends, sign in again', async () => {
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  assertRedirect(await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password));
+  const [{ session_id: sessionId }] = await sql(t, 'SELECT b.session_id FROM signin_browser_sessions b WHERE b.cookie_hash = $1', [hashSecret(browser.cookie!)]);
+
+  const f = flow(app.id, { state: 'again' });
+  const page = await browser.open(f.params);
+  const body = assertPage(page, 200);
+  assert.ok(body.includes(`<button type="submit" autofocus>Continue as ${user.email}</button>`), body);
+  assert.ok(body.includes('<h2>Use another account</h2>'));
+  const { code, state } = assertRedirect(await browser.post('/signin/continue', formOf(page, '/signin/continue')));
+  assert.equal(state, 'again');
+  const [row] = await sql(t, 'SELECT session_id FROM oauth_authorization_codes WHERE code_hash = $1', [hashSecret(code)]);
+  assert.equal(row.session_id, sessionId);
+
+  // Another browser (another cookie) is not signed in.
+  assert.ok(!assertPage(await new Browser(t).open(f.params), 200).includes('Continue as'));
+
+  await sql(t, 'UPDATE sessions SET revoked_at = now() WHERE id = $1', [sessionId]);
+  assert.ok(!assertPage(await browser.open(f.params), 200).includes('Continue as'));
+  assertPage(await browser.post('/signin/continue', formOf(page, '/signin/continue')), 401, 'Your session has ended. Please sign in again.');
+});
+
+test('a test_mode Application signs in test-mode users only (its own mode), and the app token says test_mode', async () => {
+  const testKey = await platformKey(t, undefined, 'test');
+  const testApp = await newApp(t, testKey, { redirect_uris: [REDIRECT] }, { ownerMode: 'test' });
+  const tester = await person(t, { mode: 'test' });
+  await grant(t, testKey, tester.id, testApp.id);
+  const live = await member(t, admin, app.id);
+  const f = flow(testApp.id);
+  const browser = new Browser(t);
+  const page = await browser.open(f.params);
+  assert.ok(page.body.includes('<p class="badge">Test mode</p>'));
+  assertPage(await browser.signIn(page, live.email, live.password), 401, 'Email or password is incorrect.');
+  const { code } = assertRedirect(await browser.signIn(page, tester.email, tester.password));
+  const tokens = assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, testApp.id)), 200);
+  assert.equal((await verifyAppToken(t, tokens.access_token, testApp.id)).test_mode, true);
+  // The live page does not see the test session of this browser.
+  assert.ok(!assertPage(await browser.open(flow(app.id).params), 200).includes('Continue as'));
+});

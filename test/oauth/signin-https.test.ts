@@ -1,0 +1,33 @@
+// The hosted sign-in page on an https PUBLIC_URL with the per-IP throttle on (its own service, so
+// the other page tests keep the development defaults): a Secure cookie, and the throttle as a page.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { platformKey, type AppFixture } from '../access/support.js';
+import { oauthApp } from './support.js';
+import { assertPage, Browser, flow, formOf, setCookieHeader, signinUrl } from './signin-support.js';
+
+let t: TestApp;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp({ publicUrl: 'https://id.example.com', authRateLimitPerMinute: 2 });
+  app = await oauthApp(t, await platformKey(t));
+});
+after(() => t.close());
+
+test('on an https PUBLIC_URL the page cookie is Secure (and still HttpOnly, SameSite=Lax, Path=/signin)', async () => {
+  const res = await t.app.inject({ method: 'GET', url: signinUrl(flow(app.id).params) });
+  assertPage(res, 200);
+  assert.match(String(setCookieHeader(res)), /^platform_signin=[A-Za-z0-9_-]{43}; Path=\/signin; HttpOnly; SameSite=Lax; Secure$/);
+});
+
+test('the per-IP throttle of the auth endpoints covers the page POSTs and answers with a page (429, Retry-After)', async () => {
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  const fields = { ...formOf(page, '/signin'), email: 'nobody@example.com', password: 'wrong-password-123' };
+  // Two per fixed minute: the third POST of a window is refused (a window may end in between).
+  let res = await browser.post('/signin', fields);
+  for (let i = 0; i < 5 && res.statusCode === 401; i++) res = await browser.post('/signin', fields);
+  assertPage(res, 429, /^Too many requests; try again in (\d+ seconds?|1 minute)\.$/);
+  assert.ok(Number(res.headers['retry-after']) >= 1);
+});

@@ -1,0 +1,215 @@
+// The hosted sign-in page (/signin): request validation, headers, the page cookie and CSRF. Every bad
+// request is an HTML error page (400) that never redirects and never links to the redirect_uri.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { member, oauthApp, REDIRECT } from './support.js';
+import { platformKey, setReview, sql, type AppFixture } from '../access/support.js';
+import { signinSite } from '../../src/modules/signin/browser.js';
+import { assertPage, Browser, flow, formOf, setCookieHeader, signinUrl } from './signin-support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await oauthApp(t, admin, { name: 'Acme <Notes> & "Co"', icon_url: 'https://cdn.example.com/acme.png' });
+});
+after(() => t.close());
+
+const get = (url: string) => t.app.inject({ method: 'GET', url });
+
+/** 400 error page naming `field`, with no link to any redirect URI. */
+function assertBadRequest(res: Awaited<ReturnType<typeof get>>, field: string): void {
+  const body = assertPage(res, 400, 'This sign-in request is');
+  assert.ok(body.includes(`<code>${field}</code>`), `expected the field ${field} named: ${body}`);
+  assert.ok(!/<a /.test(body) && !/<form/.test(body), 'an error page has no links and no forms');
+  assert.match(String(res.headers['content-security-policy']), /form-action 'none'/);
+}
+
+test('GET /signin renders the sign-in form: the Application name (escaped) and icon, the request in hidden fields, labels and autocomplete', async () => {
+  const { params } = flow(app.id, { state: 'x"><script>alert(1)</script>' });
+  const res = await get(signinUrl(params));
+  const body = assertPage(res, 200);
+  assert.match(body, /^<!doctype html>\n<html lang="en">/);
+  assert.ok(body.includes('<title>Sign in – Acme &lt;Notes&gt; &amp; &quot;Co&quot;</title>'));
+  assert.ok(body.includes('<strong>Acme &lt;Notes&gt; &amp; &quot;Co&quot;</strong>'));
+  assert.ok(!body.includes('<script>'), 'nothing supplied is ever markup');
+  assert.ok(body.includes('<img src="https://cdn.example.com/acme.png" alt=""'));
+  assert.match(body, /<label for="email">Email<\/label>\n<input id="email" name="email" type="email" autocomplete="username"/);
+  assert.match(body, /<label for="password">Password<\/label>\n<input id="password" name="password" type="password" autocomplete="current-password"/);
+  const hidden = formOf(res, '/signin');
+  assert.deepEqual(Object.keys(hidden).sort(), ['application_id', 'code_challenge', 'code_challenge_method', 'csrf', 'redirect_uri', 'state']);
+  assert.equal(hidden.state, params.state, 'the state survives verbatim');
+  assert.equal(hidden.redirect_uri, REDIRECT);
+});
+
+test('headers: CSP (nothing external, style by hash, form-action self plus the redirect origin, no framing), X-Frame-Options, Referrer-Policy, no-store', async () => {
+  const res = await get(signinUrl(flow(app.id).params));
+  assertPage(res, 200);
+  const csp = String(res.headers['content-security-policy']);
+  assert.match(csp, /default-src 'none'/);
+  assert.match(csp, /style-src 'sha256-[A-Za-z0-9+/]+=*'/);
+  assert.match(csp, /img-src https: data:/);
+  assert.match(csp, /form-action 'self' https:\/\/app\.example\.com(;|$)/);
+  assert.match(csp, /frame-ancestors 'none'/);
+  assert.match(csp, /base-uri 'none'/);
+  assert.ok(!/script-src|unsafe-inline/.test(csp));
+  assert.equal(res.headers['x-frame-options'], 'DENY');
+  assert.equal(res.headers['referrer-policy'], 'no-referrer');
+  assert.equal(res.headers['cache-control'], 'no-store');
+  assert.equal(res.headers['x-content-type-options'], 'nosniff');
+  // A private-use scheme redirect URI is allowed as a scheme source.
+  const native = await oauthApp(t, admin, { redirect_uris: ['com.example.notes:/callback'] });
+  const nres = await get(signinUrl(flow(native.id, { redirect_uri: 'com.example.notes:/callback' }).params));
+  assertPage(nres, 200);
+  assert.match(String(nres.headers['content-security-policy']), /form-action 'self' com\.example\.notes:;/);
+});
+
+test('the page cookie: HttpOnly, SameSite=Lax, Path=/signin; not Secure on http://localhost or 127.0.0.1 (https: signin-https.test.ts)', async () => {
+  const cookie = setCookieHeader(await get(signinUrl(flow(app.id).params)));
+  assert.match(String(cookie), /^platform_signin=[A-Za-z0-9_-]{43}; Path=\/signin; HttpOnly; SameSite=Lax$/);
+  // Only loopback http goes without Secure; plain http elsewhere keeps it (the browser then refuses the cookie).
+  for (const [publicUrl, expected] of [['http://127.0.0.1:8080', false], ['http://[::1]:8080', false], ['http://id.example.com', true], ['https://localhost', true]] as const) {
+    assert.equal(signinSite(publicUrl).secure, expected, publicUrl);
+  }
+  assert.deepEqual(signinSite('https://id.example.com/auth/').paths, { signin: '/auth/signin', mfa: '/auth/signin/mfa', continue: '/auth/signin/continue' });
+  // A browser that already has a well-formed cookie keeps it.
+  const browser = new Browser(t);
+  await browser.open(flow(app.id).params);
+  const again = await browser.open(flow(app.id).params);
+  assert.equal(setCookieHeader(again), undefined);
+});
+
+test('400 without redirect: missing or unknown Application, client_id disagreeing with application_id, response_type other than code', async () => {
+  const { params } = flow(app.id);
+  const { application_id: _, ...noApp } = params;
+  assertBadRequest(await get(signinUrl(noApp)), 'application_id');
+  assertBadRequest(await get(signinUrl({ ...params, application_id: 'app_nosuchapp' })), 'application_id');
+  assertBadRequest(await get(signinUrl({ ...params, client_id: 'app_other' })), 'client_id');
+  assertBadRequest(await get(signinUrl({ ...params, response_type: 'token' })), 'response_type');
+  // The standard OAuth names work: client_id alone, response_type=code, unknown parameters ignored.
+  assertPage(await get(signinUrl({ ...noApp, client_id: app.id, response_type: 'code', scope: 'openid', nonce: 'n' })), 200);
+});
+
+test('400 without redirect: redirect_uri missing, not byte-identical to a registered one, or none registered (OA-3)', async () => {
+  const { params } = flow(app.id);
+  const variants = [
+    `${REDIRECT}/`, `${REDIRECT}?x=1`, `${REDIRECT}#f`, 'https://APP.example.com/callback', 'https://app.example.com/Callback',
+    'https://app.example.com%2Fcallback', 'https://app.example.com:444/callback', 'http://app.example.com/callback',
+    'https://app.example.com@evil.example.com/callback', 'https://app.example.com/cb/../callback', 'https://evil.example.com/callback', '',
+  ];
+  for (const uri of variants) {
+    const res = await get(signinUrl({ ...params, redirect_uri: uri }));
+    assertBadRequest(res, 'redirect_uri');
+    if (uri) assert.ok(!res.body.includes(`href="${uri}`), uri);
+  }
+  const bare = await oauthApp(t, admin, { redirect_uris: [] });
+  const body = assertPage(await get(signinUrl({ ...params, application_id: bare.id })), 400);
+  assert.ok(body.includes('has no registered redirect URIs'));
+});
+
+test('400 without redirect: an Application not approved, or whose Tenant is suspended', async () => {
+  const paused = await oauthApp(t, admin);
+  await setReview(t, paused.id, 'suspended');
+  assertBadRequest(await get(signinUrl(flow(paused.id).params)), 'application_id');
+  const frozen = await oauthApp(t, admin);
+  await sql(t, 'UPDATE tenants SET suspended = true WHERE id = $1', [frozen.tenant_id]);
+  assertBadRequest(await get(signinUrl(flow(frozen.id).params)), 'application_id');
+});
+
+test('400 without redirect: PKCE (challenge missing, 42 or 129 characters, bad characters; method missing or plain) and state over 512', async () => {
+  const { params } = flow(app.id);
+  const { code_challenge: _c, ...noChallenge } = params;
+  const { code_challenge_method: _m, ...noMethod } = params;
+  assertBadRequest(await get(signinUrl(noChallenge)), 'code_challenge');
+  for (const challenge of ['a'.repeat(42), 'a'.repeat(129), `${'a'.repeat(42)}+`, `${'a'.repeat(42)}=`]) {
+    assertBadRequest(await get(signinUrl({ ...params, code_challenge: challenge })), 'code_challenge');
+  }
+  assertPage(await get(signinUrl({ ...params, code_challenge: 'a'.repeat(128) })), 200);
+  assertBadRequest(await get(signinUrl(noMethod)), 'code_challenge_method');
+  assertBadRequest(await get(signinUrl({ ...params, code_challenge_method: 'plain' })), 'code_challenge_method');
+  assertBadRequest(await get(signinUrl({ ...params, code_challenge_method: 's256' })), 'code_challenge_method');
+  assertBadRequest(await get(signinUrl({ ...params, state: 's'.repeat(513) })), 'state');
+  assertPage(await get(signinUrl({ ...params, state: 's'.repeat(512) })), 200);
+});
+
+test('400 without redirect: a repeated parameter; several problems are listed together', async () => {
+  const { params } = flow(app.id);
+  assertBadRequest(await get(`${signinUrl(params)}&state=again`), 'state');
+  const res = await get(signinUrl({ application_id: app.id, code_challenge_method: 'plain', state: 's'.repeat(600) }));
+  for (const field of ['redirect_uri', 'code_challenge', 'code_challenge_method', 'state']) assertBadRequest(res, field);
+});
+
+test('POST forms re-check the request: tampered hidden fields (unregistered redirect_uri, plain method) are the 400 page, with no sign-in attempt', async () => {
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  const hidden = formOf(page, '/signin');
+  const tampered: Record<string, string>[] = [{ redirect_uri: 'https://evil.example.com/callback' }, { code_challenge_method: 'plain' }, { application_id: 'app_nosuchapp' }];
+  for (const change of tampered) {
+    const res = await browser.post('/signin', { ...hidden, ...change, email: user.email, password: 'wrong-password-123' });
+    assertPage(res, 400, 'This sign-in request is not valid.');
+  }
+  const [identity] = await sql(t, `SELECT failed_attempts FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failed_attempts, 0, 'no password was checked');
+});
+
+test('CSRF: every POST needs the page cookie and its form token; otherwise 403 and nothing is tried', async () => {
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  const hidden = formOf(page, '/signin');
+  const fields: Record<string, string> = { ...hidden, email: user.email, password: 'wrong-password-123' };
+  const { csrf: _, ...noToken } = fields;
+  const stranger = new Browser(t);
+  const strangerPage = await stranger.open(flow(app.id).params);
+  const cases: [string, Browser, Record<string, string>][] = [
+    ['no cookie', new Browser(t), fields],
+    ['no token', browser, noToken],
+    ['a wrong token', browser, { ...fields, csrf: 'A'.repeat(43) }],
+    ["another browser's token", browser, { ...fields, csrf: formOf(strangerPage, '/signin').csrf }],
+  ];
+  for (const [label, b, body] of cases) {
+    const res = await b.post('/signin', body);
+    assertPage(res, 403, 'This form has expired or was not sent from the sign-in page.');
+    assert.ok(!res.body.includes('<form'), label);
+  }
+  for (const action of ['/signin/mfa', '/signin/continue']) {
+    assertPage(await browser.post(action, { ...hidden, mfa_token: 'mfa_x', code: '123456' }), 403);
+    assertPage(await browser.post(action, { ...hidden, csrf: '' }), 403);
+  }
+  // A malformed cookie counts as none.
+  const res = await t.app.inject({
+    method: 'POST', url: '/signin', headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: 'platform_signin=short' },
+    payload: new URLSearchParams(fields).toString(),
+  });
+  assertPage(res, 403);
+  const [identity] = await sql(t, `SELECT failed_attempts FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failed_attempts, 0, 'no password was checked');
+});
+
+test('malformed bodies are the error page, not JSON: a non-string field, another media type', async () => {
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  const json = await t.app.inject({
+    method: 'POST', url: '/signin', headers: { cookie: `platform_signin=${browser.cookie}` }, payload: { ...formOf(page, '/signin'), email: 42, password: 'x' },
+  });
+  assertPage(json, 400, 'malformed');
+  const text = await t.app.inject({ method: 'POST', url: '/signin', headers: { 'content-type': 'text/plain' }, payload: 'hello' });
+  assertPage(text, 415);
+});
+
+test('opening a form step directly (reload, bookmark) is a 405 page, not JSON', async () => {
+  for (const url of ['/signin/mfa', '/signin/continue']) {
+    const res = await get(url);
+    assertPage(res, 405, 'This step cannot be opened directly.');
+    assert.equal(res.headers.allow, 'POST');
+  }
+});
+
+test('the page is outside the OpenAPI document', async () => {
+  const doc = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
+  assert.ok(!Object.keys(doc.paths).some((p) => p.startsWith('/signin')), Object.keys(doc.paths).join(', '));
+});
