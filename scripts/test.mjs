@@ -26,7 +26,7 @@ for (const run of runs) {
   console.log(`\n=== ${files.length} test files on ${run.name} ===`);
   const result = spawnSync(
     process.execPath,
-    ['--import', 'tsx', '--test', '--test-concurrency=4', '--test-timeout=120000', ...files],
+    ['--import', 'tsx', '--test', '--test-concurrency=4', '--test-timeout=600000', ...files],
     { cwd: root, stdio: 'inherit', env: { ...process.env, ...run.env, NODE_ENV: 'test' } },
   );
   if (result.status !== 0) failed = true;
