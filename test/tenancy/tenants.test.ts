@@ -126,3 +126,20 @@ test('GET /v1/tenants: a platform API key with tenants.manage lists every Tenant
   assert.deepEqual(assertStatus(await call(t, 'GET', '/v1/tenants', bare.secret), 200).data, []);
   assertError(await call(t, 'GET', `/v1/tenants/${owner.tenantId}`, bare.secret), 404, 'tenant_not_found');
 });
+
+test("a Tenant lives in its owner's mode: a test-mode key with tenants.manage gets 404 tenant_not_found for a live Tenant and never lists it, and the reverse", async () => {
+  const live = await tenantOwner(t);
+  const testUser = await createUser(t, { mode: 'test' });
+  const testTenant = await seedTenant(t, { ownerUserId: testUser.id });
+  const testKey = await createApiKey(t, { permissions: ['tenants.manage'], mode: 'test' });
+  const liveKey = await createApiKey(t, { permissions: ['tenants.manage'] });
+  assertError(await call(t, 'GET', `/v1/tenants/${live.tenantId}`, testKey.secret), 404, 'tenant_not_found');
+  assertError(await call(t, 'GET', `/v1/tenants/${live.tenantId}/tier-change-requests`, testKey.secret), 404, 'tenant_not_found');
+  assertError(await call(t, 'GET', `/v1/tenants/${testTenant}`, liveKey.secret), 404, 'tenant_not_found');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/tenants/${testTenant}`, testKey.secret), 200).id, testTenant);
+  const listedByTest = assertStatus(await call(t, 'GET', '/v1/tenants?limit=100', testKey.secret), 200).data.map((x: any) => x.id);
+  assert.ok(listedByTest.includes(testTenant));
+  assert.ok(!listedByTest.includes(live.tenantId));
+  const listedByLive = assertStatus(await call(t, 'GET', `/v1/tenants?owner_user_id=${testUser.id}`, liveKey.secret), 200).data;
+  assert.deepEqual(listedByLive, []);
+});

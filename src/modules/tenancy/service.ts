@@ -4,7 +4,7 @@ import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { PLAN_LIMITS, fittingPlans, measureUsage } from './plans.js';
-import { TENANT_RECORD_COLUMNS, findTenantRecord, isTenantOwner, tenantOwnerCondition, toTenant, type TenantRecord } from './store.js';
+import { TENANT_IN_MODE, TENANT_RECORD_COLUMNS, findTenantRecord, isTenantOwner, tenantOwnerCondition, toTenant, type TenantRecord } from './store.js';
 import type { Tenant, TenantListQuery, Usage } from './schemas.js';
 
 export { assertTenantWritable } from './writable.js';
@@ -34,7 +34,7 @@ export async function tenantFor(ctx: Ctx, id: string, rights: readonly TenantRig
 /** GET /v1/tenants: the caller's own Tenants; every Tenant (with filters) for tenants.manage. */
 export async function listTenants(ctx: Ctx, q: TenantListQuery) {
   const params: unknown[] = [];
-  const where: string[] = [];
+  const where: string[] = [TENANT_IN_MODE];
   const add = (sql: (n: number) => string, value: unknown) => {
     params.push(value);
     where.push(sql(params.length));

@@ -40,8 +40,16 @@ export const tenantOwnerCondition = (userParam: number) =>
   `(t.owner_user_id = $${userParam} OR t.owner_organization_id IN (SELECT m.organization_id FROM organization_members m
       WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active'))`;
 
+/**
+ * A Tenant belongs to its owner's mode: it is visible only where its owner (a User or an Organization,
+ * both moded tables under row-level security) is, so a test-mode credential never reaches a live
+ * Tenant. On the unrestricted system connection every Tenant passes.
+ */
+export const TENANT_IN_MODE = `(EXISTS (SELECT 1 FROM users ou WHERE ou.id = t.owner_user_id)
+  OR EXISTS (SELECT 1 FROM organizations oo WHERE oo.id = t.owner_organization_id))`;
+
 export async function findTenantRecord(db: Queryable, id: string, forUpdate = false): Promise<TenantRecord | null> {
-  const { rows } = await db.query<TenantRecord>(`SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t WHERE t.id = $1 ${forUpdate ? 'FOR UPDATE OF t' : ''}`, [id]);
+  const { rows } = await db.query<TenantRecord>(`SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t WHERE t.id = $1 AND ${TENANT_IN_MODE} ${forUpdate ? 'FOR UPDATE OF t' : ''}`, [id]);
   return rows[0] ?? null;
 }
 
