@@ -75,6 +75,13 @@ export async function openPg(options: PgOptions): Promise<Database> {
     transaction: async <T>(fn: (tx: Tx) => Promise<T>) => {
       assertNotInTransaction(database);
       const client = await poolFor(scope).connect();
+      // The pool listens for errors only on idle clients: losing the server while this one is checked
+      // out (database stopped, network cut) must fail the transaction, not crash the process.
+      let lost = false;
+      const onLost = () => {
+        lost = true;
+      };
+      client.on('error', onLost);
       const tx: Tx = {
         scope,
         inTransaction: true,
@@ -96,7 +103,8 @@ export async function openPg(options: PgOptions): Promise<Database> {
         });
         throw err;
       } finally {
-        client.release(broken);
+        client.removeListener('error', onLost);
+        client.release(broken || lost);
       }
     },
   });

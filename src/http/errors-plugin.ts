@@ -10,6 +10,9 @@ export function toApiError(err: unknown): ApiError {
     return new ApiError('validation_failed', { details: { fields: fieldErrors(fe.validation, fe.validationContext) } });
   }
   switch (fe?.code) {
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      // The router refuses a path parameter over maxParamLength (200) before the schema sees it.
+      return new ApiError('validation_failed', { details: { fields: [{ path: 'path', message: 'must NOT have more than 200 characters' }] } });
     case 'FST_ERR_BAD_URL':
       return new ApiError('bad_request', { message: 'The URL is not validly encoded.' });
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
@@ -22,6 +25,10 @@ export function toApiError(err: unknown): ApiError {
       return fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? new ApiError('unsupported_media_type') : new ApiError('malformed_json', { message: 'Invalid Content-Length.' });
   }
   if (err instanceof SyntaxError && (fe as { statusCode?: number }).statusCode === 400) return new ApiError('malformed_json');
+  // Safety net for U+0000 the request checks did not see (22021 in text, 22P05 in jsonb).
+  if (fe?.code === '22021' || fe?.code === '22P05') {
+    return new ApiError('validation_failed', { details: { fields: [{ path: 'body', message: 'must not contain U+0000' }] } });
+  }
   const fromDb = fromDatabaseError(err);
   if (fromDb) return fromDb;
   if (isDatabaseUnavailable(err)) {

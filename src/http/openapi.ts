@@ -61,6 +61,9 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
           op.security = [];
         }
         if (meta.auth === 'user') op.responses['400'] ??= errorResponse('user_token_required: this operation needs a User token.');
+        // `me` as a user id (Part A convention 8) needs a User token: an API key gets 400.
+        if (meta.auth === 'any' && /\/users\/:id(\/|$)|\/members\/:userId$/.test(r.url)) op.responses['400'] ??= errorResponse('user_token_required: `me` needs a User token.');
+        if (meta.idempotency === 'required') op.responses['400'] ??= errorResponse('idempotency_key_required.');
         if (meta.permission) {
           op['x-platform-permission'] = meta.permission;
           op.responses['403'] ??= errorResponse(`forbidden: requires ${meta.permission}.`);

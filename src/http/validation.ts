@@ -25,6 +25,19 @@ export const validatorCompiler: FastifySchemaCompiler<any> = ({ schema, httpPart
   return (data: unknown) => (validate(data) ? { value: data } : { error: validate.errors as unknown as Error });
 };
 
+/** The field path of the first string or key holding U+0000 (PostgreSQL text and jsonb cannot store it), or null. */
+export function nulPath(value: unknown, path: string): string | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
+  if (!value || typeof value !== 'object' || Buffer.isBuffer(value)) return null;
+  for (const [key, item] of Object.entries(value)) {
+    const sub = path ? `${path}.${key}` : key;
+    if (key.includes('\u0000')) return sub;
+    const found = nulPath(item, sub);
+    if (found !== null) return found;
+  }
+  return null;
+}
+
 export interface FieldError {
   path: string;
   message: string;

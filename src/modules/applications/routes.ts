@@ -11,7 +11,7 @@ const tags = ['Applications'];
 export function applicationRoutes(app: App, deps: Deps): void {
   app.get('/v1/applications', {
     schema: { summary: 'List the catalog (trimmed view)', tags, querystring: ApplicationListQuery, response: { 200: ListOf(ApplicationListItem) } },
-    config: { meta: { auth: 'any' } },
+    config: { meta: { auth: 'any', errors: ['forbidden'] } },
     handler: (request) => listApplications(ctxOf(deps, request), request.query),
   });
   app.post('/v1/applications', {

@@ -12,6 +12,9 @@ const description = 'Local payment-processor simulator, served only without STRI
 const SessionParam = Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 }) });
 const ActionParam = Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 }), action: Type.Union(PORTAL_ACTIONS.map((a) => Type.Literal(a))) });
 const Html = Type.String({ description: 'text/html' });
+const SeeOther = Type.Null({ description: 'See Other: Location is the next page.' });
+// Pages for people: every answer but the 422 envelope is text/html (or a bodyless 303).
+const produces = ['text/html'];
 
 const escape = (s: unknown) => String(s ?? '').replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
@@ -35,7 +38,7 @@ const gone = (reply: FastifyReply) => page(reply, 404, 'Session not found', '<p>
 export function simulatorRoutes(app: App, deps: Deps): void {
   const meta = { auth: 'none' as const };
   app.get('/billing/simulator/checkout/:id', {
-    schema: { summary: 'Simulated hosted checkout page', description, tags, params: SessionParam, response: { 200: Html, 404: Html } },
+    schema: { summary: 'Simulated hosted checkout page', description, tags, params: SessionParam, produces, response: { 200: Html, 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const open = await openSimSession(deps, 'checkout', request.params.id);
@@ -52,7 +55,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     },
   });
   app.post('/billing/simulator/checkout/:id/complete', {
-    schema: { summary: 'Complete a simulated checkout (signs and delivers the processor events)', description, tags, params: SessionParam, response: { 404: Html } },
+    schema: { summary: 'Complete a simulated checkout (signs and delivers the processor events)', description, tags, params: SessionParam, produces, response: { 303: SeeOther, 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const next = await completeSimulatedCheckout(deps, request.params.id, request.id);
@@ -60,7 +63,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     },
   });
   app.post('/billing/simulator/checkout/:id/cancel', {
-    schema: { summary: 'Abandon a simulated checkout', description, tags, params: SessionParam, response: { 404: Html } },
+    schema: { summary: 'Abandon a simulated checkout', description, tags, params: SessionParam, produces, response: { 303: SeeOther, 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const next = await cancelSimulatedCheckout(deps, request.params.id);
@@ -68,7 +71,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     },
   });
   app.get('/billing/simulator/portal/:id', {
-    schema: { summary: 'Simulated customer portal page', description, tags, params: SessionParam, response: { 200: Html, 404: Html } },
+    schema: { summary: 'Simulated customer portal page', description, tags, params: SessionParam, produces, response: { 200: Html, 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const open = await openSimSession(deps, 'portal', request.params.id);
@@ -95,7 +98,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     },
   });
   app.post('/billing/simulator/portal/:id/:action', {
-    schema: { summary: 'Act in the simulated customer portal', description, tags, params: ActionParam, response: { 404: Html } },
+    schema: { summary: 'Act in the simulated customer portal', description, tags, params: ActionParam, produces, response: { 303: SeeOther, 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const done = await runPortalAction(deps, request.params.id, request.params.action, request.id);

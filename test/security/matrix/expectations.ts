@@ -370,22 +370,22 @@ export const RULES: Record<string, Rule> = {
 
   // ---- Tenancy and billing (Part B; decisions "Tenant visibility": owner, tenants.manage, billing.manage see it; seeing without the right → 403) ----
   'GET /v1/tenants': {
-    why: 'Part B: any user (own Tenants) or tenants.manage (all); a key without tenants.manage gets an empty page (test/tenancy/tenants.test.ts pins it); Tenants have no mode (decisions)',
-    ok: 200, allow: ['user', 'key'], sees: ['tenants.manage'], modeless: true,
+    why: "Part B: any user (own Tenants) or tenants.manage (all); a key without tenants.manage gets an empty page (test/tenancy/tenants.test.ts pins it); a Tenant lives in its owner's mode (decisions), so a test key does not see TA",
+    ok: 200, allow: ['user', 'key'], sees: ['tenants.manage'],
   },
-  'GET /v1/tenants/{id}': { why: 'Part B: owner, tenants.manage, billing.manage; else 404', ok: 200, allow: ['tenants.manage', 'billing.manage'], deny: nf('tenant_not_found') },
-  'POST /v1/tenants/{id}/tier-change-requests': { why: 'Part B: tenants.manage', ok: 201, allow: ['tenants.manage'] },
+  'GET /v1/tenants/{id}': { why: "Part B: owner, tenants.manage, billing.manage; else 404; TA is live (a Tenant lives in its owner's mode)", ok: 200, allow: ['tenants.manage', 'billing.manage'], deny: nf('tenant_not_found'), live: 'tenant_not_found' },
+  'POST /v1/tenants/{id}/tier-change-requests': { why: "Part B: tenants.manage; TA is live", ok: 201, allow: ['tenants.manage'], live: 'tenant_not_found' },
   'GET /v1/tenants/{id}/tier-change-requests': {
-    why: 'Part B: owner or tenants.manage; billing.manage sees the Tenant → 403',
-    ok: 200, allow: ['tenants.manage'], deny: nf('tenant_not_found'),
+    why: "Part B: owner or tenants.manage; billing.manage sees the Tenant → 403; TA is live",
+    ok: 200, allow: ['tenants.manage'], deny: nf('tenant_not_found'), live: 'tenant_not_found',
     except: { 'perm:billing.manage': [FORBIDDEN, 'sees the Tenant, may not read its requests'] },
   },
   'GET /v1/tenants/{id}/tier-change-requests/{requestId}': {
-    why: 'Part B: owner or tenants.manage; billing.manage sees the Tenant → 403',
-    ok: 200, allow: ['tenants.manage'], deny: nf('tenant_not_found'),
+    why: "Part B: owner or tenants.manage; billing.manage sees the Tenant → 403; TA is live",
+    ok: 200, allow: ['tenants.manage'], deny: nf('tenant_not_found'), live: 'tenant_not_found',
     except: { 'perm:billing.manage': [FORBIDDEN, 'sees the Tenant, may not read its requests'] },
   },
-  'PATCH /v1/tenants/{id}/tier-change-requests/{requestId}': { why: 'Part B: tenants.manage', ok: 200, allow: ['tenants.manage'] },
+  'PATCH /v1/tenants/{id}/tier-change-requests/{requestId}': { why: 'Part B: tenants.manage; TA is live', ok: 200, allow: ['tenants.manage'], live: 'tenant_not_found' },
   'GET /v1/tenants/{id}/subscription': {
     why: 'Part B Billing: owner or billing.manage; User token',
     user: true, ok: 200, allow: ['billing.manage'], deny: nf('tenant_not_found'),

@@ -1,0 +1,138 @@
+// FT-4: PostgreSQL stopped for 15 s under load. A private PostgreSQL server (never the machine's
+// shared one) backs one server process with its workers on; clients keep calling GET /health, a
+// database-backed read (GET /v1/users/me) and a write (PATCH /v1/users/{id}/profile) while the
+// database is stopped (`pg_ctl stop -m fast`) and started again. operations.md: /health answers 503
+// when the database is unreachable; ASVS 16.5: fail closed with a generic error, degrade gracefully.
+// Expected: 503 with Retry-After (never 500, never a stack), the process stays up, and it recovers
+// on its own once the database is back.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { freePort, MP_SKIP, serverEnv, ServerProcess, sleep, type Reply } from './cluster.js';
+import { errorCode, expectStatus, seconds, signup } from './fixtures.js';
+import { PrivatePostgres, postgresBinaries } from './private-postgres.js';
+
+const OUTAGE_MS = 15_000;
+const CLIENTS = 4;
+
+// Runs in the PostgreSQL pass only (like the [MP] tests), and only where PostgreSQL binaries exist.
+const SKIP: string | false = MP_SKIP
+  ? '[FT-4] runs in the PostgreSQL pass (TEST_DATABASE_URL set): it starts a private PostgreSQL server'
+  : postgresBinaries()
+    ? false
+    : '[FT-4] needs PostgreSQL server binaries (initdb, pg_ctl; set PG_BIN)';
+
+let pg: PrivatePostgres | null = null;
+let server: ServerProcess | null = null;
+after(async () => {
+  await server?.stop();
+  await pg?.destroy();
+});
+
+interface Sample {
+  at: number;
+  end: number;
+  what: string;
+  status: number;
+  retryAfter: string | undefined;
+  body: string;
+}
+
+/** A leak of internals in an error body: a stack frame, a file path, SQL or a driver message. */
+const LEAK = /\bat \S+ \(|node_modules|\/src\/|\.ts:\d+|ECONNREFUSED|SELECT |INSERT |UPDATE |terminating connection|stack/i;
+
+test(`FT-4 PostgreSQL stopped for ${OUTAGE_MS / 1000} s under load: 503 with Retry-After, no 500, no stack, no exit, recovery without a restart`, { skip: SKIP }, async () => {
+  pg = await PrivatePostgres.start();
+  const port = await freePort();
+  server = new ServerProcess('A', port, serverEnv(pg.url, port, `http://127.0.0.1:${port}`, { WORKERS: '1', DEV_CLOCK: '0', LOG_LEVEL: 'error' }));
+  await server.start();
+  const user = await signup(server);
+  const calls: Array<[string, () => Promise<Reply>]> = [
+    ['health', () => server!.call('GET', '/health')],
+    ['read', () => server!.call('GET', '/v1/users/me', { token: user.access_token })],
+    ['write', () => server!.call('PATCH', `/v1/users/${user.id}/profile`, { token: user.access_token, body: { display_name: `FT-4 ${Date.now()}` } })],
+  ];
+  await server.warm(CLIENTS);
+
+  const samples: Sample[] = [];
+  const transportErrors: string[] = [];
+  let running = true;
+  const client = async (offset: number, only?: number, until = () => !running) => {
+    for (let i = offset; !until(); i++) {
+      const [what, send] = calls[only ?? i % calls.length];
+      const at = Date.now();
+      try {
+        const res = await send();
+        samples.push({ at, end: Date.now(), what, status: res.status, retryAfter: res.headers['retry-after'] as string | undefined, body: res.text });
+      } catch (err) {
+        transportErrors.push(`${what}: ${(err as Error).message}`);
+      }
+      if (only === undefined) await sleep(25);
+    }
+  };
+  const load = Promise.all(Array.from({ length: CLIENTS }, (_, i) => client(i)));
+
+  await sleep(1_500);
+  // The stop must land while writes are inside their transactions: writers without pauses from
+  // 0.5 s before the stop until 1 s after it.
+  let hammering = true;
+  const hammer = Promise.all(Array.from({ length: 8 }, () => client(0, 2, () => !hammering)));
+  await sleep(500);
+  const stoppedAt = Date.now();
+  await pg.stop('fast');
+  setTimeout(() => (hammering = false), 1_000);
+  await hammer;
+  const downAt = Date.now();
+  await sleep(OUTAGE_MS);
+  const restartAt = Date.now();
+  await pg.resume();
+  const upAt = Date.now();
+  // Recovery: keep the load on until 3 s pass without an error, at most 20 s.
+  while (Date.now() - upAt < 20_000) {
+    await sleep(200);
+    const lastBad = Math.max(upAt, ...samples.filter((s) => s.at >= upAt && s.status !== 200).map((s) => s.at));
+    if (Date.now() - lastBad >= 3_000) break;
+  }
+  running = false;
+  await load;
+
+  const baseline = samples.filter((s) => s.end < stoppedAt);
+  const outage = samples.filter((s) => s.at >= downAt && s.at < restartAt);
+  const afterUp = samples.filter((s) => s.at >= upAt);
+  const lastFailure = Math.max(upAt, ...afterUp.filter((s) => s.status !== 200).map((s) => s.at));
+  const recoverySeconds = (lastFailure - upAt) / 1000;
+  const tail = afterUp.filter((s) => s.at > lastFailure);
+  const byStatus = (list: Sample[]) => list.reduce<Record<string, number>>((m, s) => ((m[`${s.what} ${s.status}`] = (m[`${s.what} ${s.status}`] ?? 0) + 1), m), {});
+  const fiveHundreds = samples.filter((s) => s.status === 500);
+  const not503 = outage.filter((s) => s.status !== 503);
+  const noRetryAfter = outage.filter((s) => s.status === 503 && !(Number(s.retryAfter) > 0));
+  const leaky = samples.filter((s) => s.status >= 400 && LEAK.test(s.body));
+  const wrongEnvelope = outage.filter((s) => s.status === 503 && errorCode({ text: s.body, json: () => JSON.parse(s.body) } as Reply) !== 'service_unavailable');
+  const exits = server.exits.length;
+
+  console.log(`[FT-4] baseline ${JSON.stringify(byStatus(baseline))}`);
+  console.log(`[FT-4] database down ${seconds(restartAt - downAt)} s: ${JSON.stringify(byStatus(outage))}; transport errors ${transportErrors.length}`);
+  console.log(`[FT-4] 500 answers: ${fiveHundreds.length}; outage answers other than 503: ${not503.length}; 503 without Retry-After: ${noRetryAfter.length}; bodies leaking internals: ${leaky.length}`);
+  console.log(`[FT-4] after the restart: ${JSON.stringify(byStatus(afterUp))}`);
+  const firstOk = afterUp.filter((s) => s.status === 200).reduce((m, s) => Math.min(m, s.end), Infinity);
+  const recovery = Number.isFinite(firstOk)
+    ? `${recoverySeconds.toFixed(2)} s after PostgreSQL accepted connections again (first 200 after ${((firstOk - upAt) / 1000).toFixed(2)} s; ${tail.length} clean answers after it; no restart of the service)`
+    : 'none: no answer after PostgreSQL came back';
+  console.log(`[FT-4] error-free recovery time: ${recovery}`);
+  console.log(`[FT-4] process exits: ${exits}`);
+  for (const s of [...fiveHundreds, ...not503, ...leaky].slice(0, 5)) console.log(`[FT-4]   ${s.what} ${s.status} ${s.body.slice(0, 300)}`);
+  for (const e of transportErrors.slice(0, 5)) console.log(`[FT-4]   transport: ${e}`);
+  if (exits || fiveHundreds.length) console.log(`[FT-4] server output (tail):\n${server.output.slice(-3000)}`);
+
+  assert.equal(exits, 0, 'the process must not exit');
+  assert.ok(baseline.length > 0 && baseline.every((s) => s.status === 200), `baseline: ${JSON.stringify(byStatus(baseline))}`);
+  assert.ok(outage.length > 0);
+  assert.deepEqual(fiveHundreds.map((s) => `${s.what} ${s.body}`), []);
+  assert.deepEqual(not503.map((s) => `${s.what} ${s.status} ${s.body}`), []);
+  assert.deepEqual(noRetryAfter.map((s) => s.what), []);
+  assert.deepEqual(wrongEnvelope.map((s) => s.body), []);
+  assert.deepEqual(leaky.map((s) => s.body), []);
+  assert.deepEqual(transportErrors, []);
+  assert.ok(tail.length > 0, 'answers after the recovery');
+  assert.ok(recoverySeconds < 10, `recovered only after ${recoverySeconds} s`);
+  expectStatus(await server.call('GET', '/v1/users/me', { token: user.access_token }), 200);
+});

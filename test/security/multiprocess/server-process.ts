@@ -1,0 +1,201 @@
+// One server process of src/main.ts for the [MP] tests: started, health-checked, SIGKILLed and
+// restarted on the same port; its output is kept for diagnostics and its CPU time can be read.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { httpCall, sleep, type CallOptions, type Reply } from './http.js';
+
+export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+
+const STARTUP_TIMEOUT_MS = 90_000;
+const OUTPUT_KEPT = 64 * 1024;
+
+/**
+ * How a server process runs src/main.ts. Default: one esbuild bundle of it (the transpiler tsx uses,
+ * packages left external), built once per test file under node_modules/.cache: a start costs about
+ * 1.6 s of CPU instead of 3.4 s through the tsx loader, which matters when several files each start
+ * two processes (and FT-1 restarts them) on a 2-core machine. MP_SERVER=tsx runs
+ * `node --import tsx src/main.ts` exactly.
+ */
+const SERVER_MODE = process.env.MP_SERVER === 'tsx' ? 'tsx' : 'bundle';
+let bundled: Promise<string> | null = null;
+
+export const pidAlive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+};
+
+const ORPHAN_GUARD = fileURLToPath(new URL('./orphan-guard.mjs', import.meta.url));
+
+async function serverArgs(): Promise<string[]> {
+  const guard = ['--import', ORPHAN_GUARD];
+  if (SERVER_MODE === 'tsx') return [...guard, '--import', 'tsx', 'src/main.ts'];
+  bundled ??= (async () => {
+    const { build } = await import('esbuild');
+    mkdirSync(join(ROOT, 'node_modules', '.cache', 'platform-mp'), { recursive: true });
+    // The real path: main.ts serves only when import.meta.url equals argv[1] (no symlink between).
+    const cache = realpathSync(join(ROOT, 'node_modules', '.cache', 'platform-mp'));
+    // Bundles of test processes that were killed before they could clean up.
+    for (const old of readdirSync(cache)) if (!pidAlive(Number(old.split('-')[0]))) rmSync(join(cache, old), { recursive: true, force: true });
+    const dir = join(cache, `${process.pid}-${randomBytes(4).toString('hex')}`);
+    mkdirSync(dir, { recursive: true });
+    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+    const outfile = join(dir, 'main.mjs');
+    await build({ entryPoints: [join(ROOT, 'src', 'main.ts')], outfile, bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', logLevel: 'error' });
+    return outfile;
+  })();
+  return [...guard, await bundled];
+}
+
+export interface ExitRecord {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** True when the harness caused it (kill, stop). */
+  expected: boolean;
+}
+
+/** One server process, restartable on the same port. */
+export class ServerProcess {
+  child: ChildProcess | null = null;
+  readonly exits: ExitRecord[] = [];
+  output = '';
+  /** Started and answering /health; false from a kill or crash until the next start completes. */
+  ready = false;
+  private expectingExit = false;
+  private exited: Promise<void> = Promise.resolve();
+
+  constructor(
+    readonly name: string,
+    readonly port: number,
+    private readonly env: Record<string, string>,
+  ) {}
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+  get alive(): boolean {
+    return this.child !== null;
+  }
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+  /** Exits the harness did not cause (crashes). */
+  get unexpectedExits(): ExitRecord[] {
+    return this.exits.filter((e) => !e.expected);
+  }
+
+  /** Spawns the process and waits until GET /health answers 200. */
+  async start(): Promise<void> {
+    if (this.child) throw new Error(`${this.name} is already running`);
+    const child = spawn(process.execPath, await serverArgs(), {
+      cwd: ROOT,
+      env: this.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.child = child;
+    this.expectingExit = false;
+    const keep = (chunk: Buffer) => {
+      this.output = (this.output + chunk.toString('utf8')).slice(-OUTPUT_KEPT);
+    };
+    child.stdout!.on('data', keep);
+    child.stderr!.on('data', keep);
+    this.exited = new Promise((resolve) => {
+      child.on('exit', (code, signal) => {
+        this.ready = false;
+        this.exits.push({ code, signal, expected: this.expectingExit });
+        if (this.child === child) this.child = null;
+        resolve();
+      });
+    });
+    const deadline = Date.now() + STARTUP_TIMEOUT_MS;
+    while (Date.now() < deadline) {
+      if (this.child !== child) throw new Error(`${this.name} exited during start-up:\n${this.output}`);
+      try {
+        const res = await httpCall(this.url, this.name, 'GET', '/health');
+        if (res.status === 200) {
+          this.ready = true;
+          return;
+        }
+      } catch {
+        /* not listening yet */
+      }
+      await sleep(50);
+    }
+    throw new Error(`${this.name} did not become healthy within ${STARTUP_TIMEOUT_MS} ms:\n${this.output}`);
+  }
+
+  /** kill -9, then waits for the exit. */
+  async kill(): Promise<void> {
+    if (!this.child) return;
+    this.expectingExit = true;
+    this.ready = false;
+    this.child.kill('SIGKILL');
+    await this.exited;
+  }
+
+  /** SIGTERM (graceful close), SIGKILL after 10 s. */
+  async stop(): Promise<void> {
+    if (!this.child) return;
+    this.expectingExit = true;
+    this.ready = false;
+    const child = this.child;
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+    await this.exited;
+    clearTimeout(timer);
+  }
+
+  call(method: string, path: string, opts: CallOptions = {}): Promise<Reply> {
+    return httpCall(this.url, this.name, method, path, opts);
+  }
+
+  /**
+   * Opens n keep-alive connections, so that a following burst does not pay for connecting, and as
+   * many database connections in the process's system pool (/health) and, given a user token, its
+   * live pool (GET /v1/users/me).
+   */
+  async warm(n: number, token?: string): Promise<void> {
+    await Promise.all(Array.from({ length: n }, () => this.call('GET', '/health')));
+    if (token) await Promise.all(Array.from({ length: n }, () => this.call('GET', '/v1/users/me', { token })));
+  }
+
+  /** CPU time (user + system, all threads) used so far, in milliseconds, from /proc. */
+  cpuMs(): number {
+    return processCpuMs(this.pid!);
+  }
+}
+
+/** Linux USER_HZ: /proc/<pid>/stat counts CPU time in 1/100 s. */
+const CLOCK_TICKS_PER_SECOND = 100;
+
+export function processCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(rest[11]) + Number(rest[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
+}
+
+/** The environment of a server process (operations.md names). */
+export function serverEnv(databaseUrl: string, port: number, publicUrl: string, extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {};
+  // Only what a server needs from ours (PATH for tsx, HOME for its cache); no TEST_* or DATABASE_URL leaks.
+  for (const name of ['PATH', 'HOME', 'TMPDIR', 'LANG', 'TZ']) if (process.env[name]) env[name] = process.env[name]!;
+  return {
+    ...env,
+    DATABASE_URL: databaseUrl,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    PUBLIC_URL: publicUrl,
+    DEV_CLOCK: '1',
+    LOG_LEVEL: 'silent',
+    AUTH_RATE_LIMIT_PER_MINUTE: '0',
+    WORKERS: '0',
+    ...extra,
+  };
+}
