@@ -48,7 +48,8 @@ async function assertPermissions(ctx: Ctx, scope: string, permissions: string[])
 
 async function visibleKey(ctx: Ctx, id: string): Promise<KeyRow> {
   const key = await findKey(ctx.db, id);
-  if (!key) throw new ApiError('api_key_not_found');
+  // Test credentials see only test keys (Part A convention 10); live ones manage both.
+  if (!key || (ctx.mode === 'test' && !key.test_mode)) throw new ApiError('api_key_not_found');
   if (hasPermission(ctx.actor, 'api_keys.manage')) return key;
   if (key.scope !== 'platform' && (await isApplicationOwner(ctx.db, callerId(ctx), key.scope))) return key;
   throw new ApiError('api_key_not_found');
@@ -63,6 +64,8 @@ export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey &
     throw new ApiError('validation_failed', { details: { fields: [{ path: 'expires_at', message: 'must be in the future' }] } });
   }
   const mode = body.mode ?? 'live';
+  // A test credential never mints a live key: that would be a way out of test mode.
+  if (ctx.mode === 'test' && mode === 'live') throw new ApiError('forbidden', { message: 'A test-mode caller creates test keys only.', details: { field: 'mode' } });
   const intendedUse = body.intended_use ?? 'service';
   const secret = newSecret(API_KEY_PREFIX[mode]);
   const id = newId('key');
@@ -97,6 +100,7 @@ export async function listKeys(ctx: Ctx, q: KeyListQuery) {
   if (!hasPermission(ctx.actor, 'api_keys.manage')) add((n) => `scope IN (${OWNED_APPLICATIONS_SQL(n)})`, userId);
   if (q.scope) add((n) => `scope = $${n}`, q.scope);
   if (q.mode) add((n) => `test_mode = $${n}`, q.mode === 'test');
+  if (ctx.mode === 'test') add((n) => `test_mode = $${n}`, true);
   if (q.intended_use) add((n) => `intended_use = $${n}`, q.intended_use);
   if (!q.include_inactive) add((n) => `revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $${n})`, ctx.now);
   const ks = keyset(q, params.length + 1);

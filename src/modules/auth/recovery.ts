@@ -13,6 +13,7 @@ import { revokeSessions } from '../sessions/store.js';
 import { setPassword } from './identities.js';
 import { issueSession } from './sessions.js';
 import type { AuthSession, EmailBody, TokenBody, TokenPasswordBody } from './schemas.js';
+import { withAccessFlips } from '../../access/flips.js';
 
 /** Password reset mails: 3 per email per hour, like the re-send family. */
 const RESET_LIMIT_PER_HOUR = 3;
@@ -112,9 +113,9 @@ export async function acceptInvitation(base: Ctx, input: TokenPasswordBody): Pro
   const passwordHash = await hashPassword(input.password);
   return ctx.db.transaction(async (tx) => {
     await consume(tx, pending, ctx.now);
-    const { rowCount } = await tx.query(
-      `UPDATE users SET status = 'active', email_verified = true, updated_at = $2 WHERE id = $1 AND status = 'invited'`,
-      [user.id, ctx.now],
+    // An invited user may already hold grants: activation can flip access on.
+    const { rowCount } = await withAccessFlips(tx, inTx(ctx, tx), { userIds: [user.id] }, 'user_reactivated', () =>
+      tx.query(`UPDATE users SET status = 'active', email_verified = true, updated_at = $2 WHERE id = $1 AND status = 'invited'`, [user.id, ctx.now]),
     );
     if (rowCount !== 1) throw badToken();
     await setPassword(tx, user.id, passwordHash, ctx.now);

@@ -42,7 +42,9 @@ export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
 
 async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<void> {
   const users = await affectedUsers(tx, row);
-  const before = row.status === 'active' ? await resolveBefore(tx, users, row.application_id, row.ends_at!) : new Map();
+  // A row created already past its ends_at (backdated) never gave access: there is nothing to revoke.
+  const gaveAccess = row.status === 'active' && row.ends_at! > row.created_at;
+  const before = gaveAccess ? await resolveBefore(tx, users, row.application_id, row.ends_at!) : new Map();
   const { rows } = await tx.query<EntitlementRow>(`UPDATE entitlements e SET status = 'expired', updated_at = $2 WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`, [row.id, ctx.now]);
   if (row.status !== 'active') return;
   const after = await resolveAccess(tx, users, ctx.now, [row.application_id]);

@@ -94,7 +94,8 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
   if (to === 'deleted' || to === 'invited') throw invalidTransition(user.status, to);
   if (to === 'suspended') return suspendUserRow(tx, ctx, user);
   // to active
-  if (user.status === 'invited') return transition(tx, ctx, user, 'active', 'user.updated', null, null);
+  // An invited user may already hold grants (Part B allows them), so activation can flip access on.
+  if (user.status === 'invited') return transition(tx, ctx, user, 'active', 'user.updated', 'user_reactivated', null);
   if (user.status === 'suspended') return transition(tx, ctx, user, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated');
   // deleted → active: restore
   const { rows } = await tx.query<{ status: string }>('SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]);
