@@ -25,6 +25,8 @@ export type Actor =
       permissions: ReadonlySet<string>;
       /** The user's row as read with the session (one query authenticates and loads it). */
       user?: UserRow;
+      /** A route with `session: 'fused'` has not checked the session yet (see RouteMeta.session). */
+      unconfirmed?: true;
     }
   | {
       type: 'api_key';

@@ -23,22 +23,46 @@ export interface AccessCheck {
  * the one resolver's (PATH_ROWS_SQL + computeAccess), so it cannot drift from the flips.
  */
 export async function checkAccess(db: Queryable, userId: string, appId: string, now: Date): Promise<AccessCheck> {
-  const { rows } = await db.query<{ app: AccessCheck['app']; usr: AccessCheck['user']; paths: PathRow[] | null; roles: RoleGrant[] | null; default_role: RoleGrant | null }>(
-    `WITH ids AS (SELECT $1::text AS id),
+  const { rows } = await db.query<CheckRow>(`${CHECK_CTES} SELECT ${CHECK_COLUMNS}`, [userId, appId]);
+  return accessCheckOf(rows[0], userId, appId, now);
+}
+
+/**
+ * checkAccess and a caller's session in one round trip (the hottest route authenticates in its own
+ * query): the session of parameter $3 (SESSION_SQL's columns) beside the check of $1 and $2.
+ */
+export async function checkAccessWithSession<S>(db: Queryable, sessionSql: string, userId: string, appId: string, sessionId: string, now: Date): Promise<{ session: S | undefined; check: AccessCheck }> {
+  const { rows } = await db.query<CheckRow & S & { user_id: string | null }>(
+    `${CHECK_CTES} SELECT sess.*, ${CHECK_COLUMNS} FROM (SELECT 1) one LEFT JOIN (${sessionSql}) sess ON true`,
+    [userId, appId, sessionId],
+  );
+  const row = rows[0];
+  return { session: row.user_id === null ? undefined : row, check: accessCheckOf(row, userId, appId, now) };
+}
+
+interface CheckRow {
+  app: AccessCheck['app'];
+  usr: AccessCheck['user'];
+  paths: PathRow[] | null;
+  roles: RoleGrant[] | null;
+  default_role: RoleGrant | null;
+}
+
+const CHECK_CTES = `WITH ids AS (SELECT $1::text AS id),
           a AS (SELECT a.id, a.slug, a.review_status, a.default_app_role, COALESCE(t.suspended, false) AS tenant_suspended
                   FROM applications a LEFT JOIN tenants t ON t.id = a.tenant_id WHERE a.id = $2),
-          p AS (${PATH_ROWS_SQL('ARRAY[$2::text]')})
-     SELECT (SELECT row_to_json(a) FROM a) AS app,
+          p AS (${PATH_ROWS_SQL('ARRAY[$2::text]')})`;
+
+const CHECK_COLUMNS = `(SELECT row_to_json(a) FROM a) AS app,
             (SELECT json_build_object('id', u.id, 'status', u.status, 'erased', u.erased_at IS NOT NULL, 'deleted', u.status = 'deleted')
                FROM users u WHERE u.id = $1) AS usr,
             (SELECT json_agg(p) FROM p) AS paths,
             (SELECT json_agg(json_build_object('id', r.id, 'name', r.name, 'permissions', r.permissions) ORDER BY r.id)
                FROM role_assignments ra JOIN roles r ON r.id = ra.role_id WHERE ra.user_id = $1 AND r.scope = $2) AS roles,
             (SELECT json_build_object('id', r.id, 'name', r.name, 'permissions', r.permissions)
-               FROM a JOIN roles r ON r.id = 'role_' || a.slug || '_' || a.default_app_role) AS default_role`,
-    [userId, appId],
-  );
-  const r = rows[0];
+               FROM a JOIN roles r ON r.id = 'role_' || a.slug || '_' || a.default_app_role) AS default_role`;
+
+function accessCheckOf(r: CheckRow, userId: string, appId: string, now: Date): AccessCheck {
   const access = r.usr ? (computeAccess(r.paths ?? [], [userId], now, [appId]).get(accessKey(userId, appId)) ?? null) : null;
   return { app: r.app, user: r.usr, access, roles: r.roles ?? [], defaultRole: r.default_role };
 }

@@ -27,8 +27,10 @@ export function bearerToken(header: string | undefined): string | null {
 }
 
 /** Resolves a bearer to an actor with one indexed query; throws 401 for anything not currently valid. */
+export const isApiKeySecret = (token: string) => token.startsWith(API_KEY_PREFIX.live) || token.startsWith(API_KEY_PREFIX.test);
+
 export async function resolveBearer(deps: Deps, token: string): Promise<Actor> {
-  if (token.startsWith(API_KEY_PREFIX.live) || token.startsWith(API_KEY_PREFIX.test)) return resolveApiKey(deps, token);
+  if (isApiKeySecret(token)) return resolveApiKey(deps, token);
   return resolveAccessToken(deps, token);
 }
 
@@ -76,7 +78,7 @@ async function resolveApiKey(deps: Deps, secret: string): Promise<Actor> {
   };
 }
 
-interface SessionRow extends UserRow {
+export interface SessionRow extends UserRow {
   user_id: string;
   session_test_mode: boolean;
   expires_at: Date;
@@ -84,30 +86,48 @@ interface SessionRow extends UserRow {
   permissions: string[];
 }
 
-async function resolveAccessToken(deps: Deps, token: string): Promise<Actor> {
+export interface AccessTokenClaims {
+  sub: string;
+  sid: string;
+  test_mode: boolean;
+}
+
+/** A platform access token's signature, issuer, audience and expiry, without its session (no query). */
+export async function verifyAccessTokenClaims(deps: Deps, token: string): Promise<AccessTokenClaims> {
   const claims = await deps.keys.verify(token, PLATFORM_AUDIENCE);
   if (!claims || typeof claims.sid !== 'string' || typeof claims.sub !== 'string') throw unauthenticated(true);
-  // Session state and platform permissions in one query: a revoked session fails at once, and a
-  // Role change applies on the next request (tokens carry no permissions).
-  const { rows } = await deps.database.scoped('system').query<SessionRow>(
-    `SELECT s.user_id, s.test_mode AS session_test_mode, s.expires_at, s.revoked_at, ${USER_COLUMNS},
+  return { sub: claims.sub, sid: claims.sid, test_mode: claims.test_mode === true };
+}
+
+/**
+ * The session of an access token, its user and the user's platform permissions, as one SELECT with the
+ * session id as parameter `$n` (a route may embed it in its own query to authenticate in the same
+ * round trip). A revoked session fails at once; a Role change applies on the next request.
+ */
+export const SESSION_SQL = (n: number) => `
+     SELECT s.user_id, s.test_mode AS session_test_mode, s.expires_at, s.revoked_at, ${USER_COLUMNS},
             COALESCE((SELECT array_agg(DISTINCT p) FROM role_assignments ra
                         JOIN roles r ON r.id = ra.role_id AND r.scope = 'platform'
                         CROSS JOIN LATERAL unnest(r.permissions) AS p
                        WHERE ra.user_id = s.user_id), '{}') AS permissions
        FROM sessions s JOIN users u ON u.id = s.user_id
-      WHERE s.id = $1`,
-    [claims.sid],
-  );
-  const session = rows[0];
-  const now = deps.clock.now();
+      WHERE s.id = $${n}`;
+
+async function resolveAccessToken(deps: Deps, token: string): Promise<Actor> {
+  const claims = await verifyAccessTokenClaims(deps, token);
+  const { rows } = await deps.database.scoped('system').query<SessionRow>(SESSION_SQL(1), [claims.sid]);
+  return actorOfSession(claims, rows[0], deps.clock.now());
+}
+
+/** The user actor of a verified token and its session row; 401 unless the session is live and the user active. */
+export function actorOfSession(claims: AccessTokenClaims, session: SessionRow | undefined, now: Date): Actor {
   if (
     !session ||
     session.user_id !== claims.sub ||
     session.revoked_at ||
     session.expires_at <= now ||
     session.status !== 'active' ||
-    session.session_test_mode !== (claims.test_mode === true)
+    session.session_test_mode !== claims.test_mode
   ) {
     throw unauthenticated(true);
   }

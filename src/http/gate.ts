@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Actor, Ctx, Deps } from '../context.js';
 import { ApiError } from '../errors.js';
-import { bearerToken, resolveBearer, unauthenticated } from '../auth/credentials.js';
+import { bearerToken, isApiKeySecret, resolveBearer, unauthenticated, verifyAccessTokenClaims } from '../auth/credentials.js';
+import { modeOf } from '../db/types.js';
 import { metaOf } from './meta.js';
 import { hitCounter, retryAfterSeconds } from './counters.js';
 import { claimIdempotencyKey, completeInTransaction, settleAfterResponse } from './idempotency.js';
@@ -88,6 +89,11 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     if (meta.auth === 'none') return;
     const token = bearerToken(request.headers.authorization);
     if (!token) throw unauthenticated(false);
+    if (meta.session === 'fused' && !meta.permission && !meta.destructive && !meta.idempotency && !isApiKeySecret(token)) {
+      const claims = await verifyAccessTokenClaims(deps, token);
+      request.actor = { type: 'user', userId: claims.sub, sessionId: claims.sid, mode: modeOf(claims.test_mode), permissions: new Set(), unconfirmed: true };
+      return;
+    }
     request.actor = await resolveBearer(deps, token);
   });
 

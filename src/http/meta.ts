@@ -38,6 +38,13 @@ export interface RouteMeta {
   idempotency?: 'required' | 'optional';
   /** Per-IP throttle of the unauthenticated auth endpoints (AUTH_RATE_LIMIT_PER_MINUTE). */
   throttle?: 'auth';
+  /**
+   * fused: the route checks a User token's session inside its own query (one round trip for the
+   * hottest reads); the gate verifies the token's signature and claims only and hands the route a
+   * user actor marked `unconfirmed`, with no permissions until the route confirms it. Only for routes
+   * without permission, destructive or idempotency metadata.
+   */
+  session?: 'fused';
   /** Error codes the operation itself can answer; published in the OpenAPI document by status. */
   errors?: ErrorCode[];
 }

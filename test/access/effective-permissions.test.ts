@@ -153,3 +153,26 @@ test("callers: self, the app's own key, users.list and entitlements.manage; anot
   assertError(await call(t, 'GET', `/v1/users/${user.id}/apps/${app.id}/effective-permissions`, stranger.token), 404, 'user_not_found');
   assertError(await call(t, 'GET', `/v1/users/${user.id}/apps/app_nosuchapp/effective-permissions`, admin), 404, 'application_not_found');
 });
+
+test('the live check authenticates in its own query: a revoked session, a suspended user and a platform role removed apply to the very next call', async () => {
+  const app = await appWithRoles();
+  const reader = await person(t, { roles: ['support'] });
+  const subject = await person(t);
+  await grant(t, admin, subject.id, app.id);
+  const url = `/v1/users/me/apps/${app.id}/effective-permissions`;
+  assert.equal(assertStatus(await call(t, 'GET', url, subject.token), 200).allowed, true);
+  // users.list (support) reads another user's check; without it the same call is 404.
+  const other = `/v1/users/${subject.id}/apps/${app.id}/effective-permissions`;
+  assert.equal(assertStatus(await call(t, 'GET', other, reader.token), 200).user_id, subject.id);
+  assertStatus(await call(t, 'DELETE', `/v1/users/${reader.id}/roles/role_platform_support`, admin), 204);
+  assertError(await call(t, 'GET', other, reader.token), 404, 'user_not_found');
+  // Revoking the session: the access token is refused at once.
+  const [{ sid }] = (await t.database.scoped('system').query<{ sid: string }>('SELECT id AS sid FROM sessions WHERE user_id = $1', [subject.id])).rows;
+  assertStatus(await call(t, 'DELETE', `/v1/users/${subject.id}/sessions/${sid}`, admin), 204);
+  assertError(await call(t, 'GET', url, subject.token), 401, 'unauthenticated');
+  // A suspended user's token is refused at once too.
+  const later = await person(t);
+  await grant(t, admin, later.id, app.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${later.id}/suspend`, admin, { reason: 'test' }), 200);
+  assertError(await call(t, 'GET', `/v1/users/me/apps/${app.id}/effective-permissions`, later.token), 401, 'unauthenticated');
+});

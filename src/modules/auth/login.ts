@@ -49,13 +49,12 @@ export async function login(ctx: Ctx, input: LoginBody): Promise<AuthSession | M
     if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     throw new ApiError('invalid_credentials');
   }
-  if (user.status !== 'active') {
-    await clearFailures(ctx.db, identity.id, ctx.now); // the password was right: the attempt was no failure
-    throw new ApiError(user.status === 'suspended' ? 'account_suspended' : 'invalid_credentials');
-  }
+  // The password was right: the attempt was no failure. Cleared on its own (not in the session's
+  // transaction) so concurrent sign-ins of one identity do not queue on its row.
+  await clearFailures(ctx.db, identity.id, ctx.now);
+  if (user.status !== 'active') throw new ApiError(user.status === 'suspended' ? 'account_suspended' : 'invalid_credentials');
 
   return ctx.db.transaction(async (tx) => {
-    await clearFailures(tx, identity.id, ctx.now);
     if (identity.totp_confirmed_at) return challenge(tx, ctx, user.id, identity);
     return issueSession(tx, inTx(ctx, tx), user, ['pwd']);
   });

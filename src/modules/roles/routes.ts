@@ -75,7 +75,7 @@ export function roleRoutes(app: App, deps: Deps): void {
   });
   app.get('/v1/users/:id/apps/:appId/effective-permissions', {
     schema: { summary: 'The live access check', tags, params: UserAppParams, response: { 200: EffectivePermissions } },
-    config: { meta: { auth: 'any', errors: ['user_not_found', 'application_not_found'] } },
+    config: { meta: { auth: 'any', session: 'fused', errors: ['user_not_found', 'application_not_found'] } },
     handler: (request) => effectivePermissions(ctxOf(deps, request), request.params.id, request.params.appId),
   });
 }
