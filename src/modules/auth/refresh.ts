@@ -2,9 +2,10 @@ import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { modeOf } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
-import { hashSecret } from '../../ids.js';
+import { hashSecret, newId, newSecret } from '../../ids.js';
+import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
-import { ACCESS_TOKEN_SECONDS, insertRefreshToken, REFRESH_IDLE_SECONDS, signAccessToken, type AuthMethod } from './sessions.js';
+import { ACCESS_TOKEN_SECONDS, REFRESH_IDLE_SECONDS, signAccessToken, type AuthMethod } from './sessions.js';
 import type { AuthSession, RefreshBody } from './schemas.js';
 
 interface TokenRow {
@@ -28,49 +29,67 @@ interface TokenRow {
  */
 export async function refresh(baseCtx: Ctx, input: RefreshBody): Promise<AuthSession> {
   const system = baseCtx.deps.database.scoped('system');
+  const now = baseCtx.now;
+  const tokenHash = hashSecret(input.refresh_token);
+  // The rotation is one statement (one round trip, atomic on its own): mark the token used if it is
+  // unused and its session live, and insert its successor.
+  const next = newSecret('rtk_');
+  const { rows: rotated } = await system.query<RotatedRow>(
+    `WITH used AS (
+       UPDATE refresh_tokens t SET used_at = $2
+         FROM sessions s JOIN users u ON u.id = s.user_id
+        WHERE t.token_hash = $1 AND t.used_at IS NULL AND s.id = t.session_id AND s.revoked_at IS NULL
+          AND s.expires_at > $2 AND t.idle_expires_at > $2 AND u.status = 'active'
+       RETURNING t.id, t.session_id, s.user_id, s.test_mode, s.amr, s.expires_at AS session_expires_at, u.email_verified
+     ), successor AS (
+       INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, idle_expires_at, parent_id)
+       SELECT $3, used.session_id, $4, $2, LEAST($5::timestamptz, used.session_expires_at), used.id FROM used
+       RETURNING id
+     )
+     SELECT used.* FROM used, successor`,
+    [tokenHash, now, newId('rtk'), hashSecret(next), addSeconds(now, REFRESH_IDLE_SECONDS)],
+  );
+  const won = rotated[0];
+  if (won) {
+    const mode = modeOf(won.test_mode);
+    const ctx: Ctx = { ...baseCtx, mode, db: baseCtx.deps.database.scoped(mode) };
+    const user = { id: won.user_id, email_verified: won.email_verified, test_mode: won.test_mode };
+    return {
+      token_type: 'Bearer' as const,
+      access_token: await signAccessToken(ctx, user, won.session_id, won.amr),
+      expires_in: ACCESS_TOKEN_SECONDS,
+      refresh_token: next,
+      refresh_token_expires_in: Math.min(REFRESH_IDLE_SECONDS, Math.floor((won.session_expires_at.getTime() - now.getTime()) / 1000)),
+      session_id: won.session_id,
+      user_id: won.user_id,
+      email_verified: won.email_verified,
+    };
+  }
+
+  // Not rotated: unknown, expired, a dead session, or already used (reuse ends the session).
   const { rows } = await system.query<TokenRow>(
     `SELECT t.id, t.session_id, t.used_at, t.idle_expires_at, s.user_id, s.test_mode, s.amr,
             s.expires_at AS session_expires_at, s.revoked_at AS session_revoked_at, u.status, u.email_verified
        FROM refresh_tokens t JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = s.user_id
       WHERE t.token_hash = $1`,
-    [hashSecret(input.refresh_token)],
+    [tokenHash],
   );
   const token = rows[0];
-  if (!token) throw new ApiError('invalid_refresh_token');
-  const mode = modeOf(token.test_mode);
-  const ctx: Ctx = { ...baseCtx, mode, db: baseCtx.deps.database.scoped(mode) };
-
-  if (token.used_at) {
-    await revokeForReuse(ctx, token);
-    throw new ApiError('invalid_refresh_token');
+  if (token?.used_at) {
+    const mode = modeOf(token.test_mode);
+    await revokeForReuse({ ...baseCtx, mode, db: baseCtx.deps.database.scoped(mode) }, token);
   }
-  if (token.session_revoked_at || token.session_expires_at <= ctx.now || token.idle_expires_at <= ctx.now || token.status !== 'active') {
-    throw new ApiError('invalid_refresh_token');
-  }
-
-  const issued = await ctx.db.transaction(async (tx) => {
-    const { rowCount } = await tx.query(
-      `UPDATE refresh_tokens SET used_at = $2 WHERE id = $1 AND used_at IS NULL`,
-      [token.id, ctx.now],
-    );
-    if (rowCount !== 1) return null; // lost the race: another refresh used it first
-    const c = inTx(ctx, tx);
-    const next = await insertRefreshToken(tx, c, token.session_id, token.id, token.session_expires_at);
-    const user = { id: token.user_id, email_verified: token.email_verified, test_mode: token.test_mode };
-    return {
-      token_type: 'Bearer' as const,
-      access_token: await signAccessToken(c, user, token.session_id, token.amr),
-      expires_in: ACCESS_TOKEN_SECONDS,
-      refresh_token: next,
-      refresh_token_expires_in: Math.min(REFRESH_IDLE_SECONDS, Math.floor((token.session_expires_at.getTime() - ctx.now.getTime()) / 1000)),
-      session_id: token.session_id,
-      user_id: token.user_id,
-      email_verified: token.email_verified,
-    };
-  });
-  if (issued) return issued;
-  await revokeForReuse(ctx, token);
   throw new ApiError('invalid_refresh_token');
+}
+
+interface RotatedRow {
+  id: string;
+  session_id: string;
+  user_id: string;
+  test_mode: boolean;
+  amr: AuthMethod[];
+  session_expires_at: Date;
+  email_verified: boolean;
 }
 
 async function revokeForReuse(ctx: Ctx, token: TokenRow): Promise<void> {
