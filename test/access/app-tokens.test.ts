@@ -141,3 +141,18 @@ test('an API key gets 400 user_token_required', async () => {
   }
   assert.equal((await issue('', { application_id: app.id })).statusCode, 401);
 });
+
+test('app-tokens authenticates in its own query: a revoked session or a suspended user gets 401 on the very next call; an API key 400 user_token_required', async () => {
+  const user = await createUser(t);
+  const auth = await session(t, user);
+  await grant(t, admin, user.id, app.id);
+  assertStatus(await issue(auth.access_token, { application_id: app.id }), 200);
+  assertStatus(await call(t, 'DELETE', `/v1/users/${user.id}/sessions/${auth.session_id}`, admin), 204);
+  assertError(await issue(auth.access_token, { application_id: app.id }), 401, 'unauthenticated');
+  const other = await createUser(t);
+  const otherAuth = await session(t, other);
+  await grant(t, admin, other.id, app.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${other.id}/suspend`, admin, { reason: 'test' }), 200);
+  assertError(await issue(otherAuth.access_token, { application_id: app.id }), 401, 'unauthenticated');
+  assertError(await issue(admin, { application_id: app.id }), 400, 'user_token_required');
+});

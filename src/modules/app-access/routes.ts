@@ -9,7 +9,7 @@ import { getAppProfile, patchAppProfile } from './app-profiles.js';
 export function appAccessRoutes(app: App, deps: Deps): void {
   app.post('/v1/auth/app-tokens', {
     schema: { summary: 'A short-lived token for one Application', tags: ['Auth'], body: AppTokenBody, response: { 200: AppToken } },
-    config: { meta: { auth: 'user', errors: ['entitlement_required', 'application_not_available', 'tenant_suspended', 'application_not_found'] } },
+    config: { meta: { auth: 'user', session: 'fused', errors: ['entitlement_required', 'application_not_available', 'tenant_suspended', 'application_not_found'] } },
     handler: (request) => issueAppToken(ctxOf(deps, request), request.body),
   });
   app.get('/v1/users/:id/apps/:appId/profile', {
