@@ -1,4 +1,6 @@
+import type { Ctx } from '../context.js';
 import type { Queryable } from '../db/types.js';
+import { SESSION_SQL, actorOfSession, type SessionRow } from '../auth/credentials.js';
 import { accessKey, computeAccess, PATH_ROWS_SQL, type PathRow, type ResolvedAccess } from './resolve.js';
 
 export interface RoleGrant {
@@ -65,4 +67,17 @@ const CHECK_COLUMNS = `(SELECT row_to_json(a) FROM a) AS app,
 function accessCheckOf(r: CheckRow, userId: string, appId: string, now: Date): AccessCheck {
   const access = r.usr ? (computeAccess(r.paths ?? [], [userId], now, [appId]).get(accessKey(userId, appId)) ?? null) : null;
   return { app: r.app, user: r.usr, access, roles: r.roles ?? [], defaultRole: r.default_role };
+}
+
+/**
+ * The access check for a request's caller, confirming first an actor the gate left unconfirmed
+ * (routes with `session: 'fused'`): its session and the check come back in one round trip, and the
+ * returned ctx carries the confirmed actor (with its platform permissions). 401 if the session is not live.
+ */
+export async function checkAccessForCaller(ctx: Ctx, userId: string, appId: string): Promise<{ ctx: Ctx; check: AccessCheck }> {
+  if (ctx.actor.type !== 'user' || !ctx.actor.unconfirmed) return { ctx, check: await checkAccess(ctx.db, userId, appId, ctx.now) };
+  const { userId: sub, sessionId } = ctx.actor;
+  const fused = await checkAccessWithSession<SessionRow>(ctx.db, SESSION_SQL(3), userId, appId, sessionId, ctx.now);
+  const actor = actorOfSession({ sub, sid: sessionId, test_mode: ctx.mode === 'test' }, fused.session, ctx.now);
+  return { ctx: { ...ctx, actor }, check: fused.check };
 }

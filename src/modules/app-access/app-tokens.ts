@@ -1,8 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
-import { checkAccess, checkAccessWithSession, type AccessCheck } from '../../access/check.js';
-import { SESSION_SQL, actorOfSession, type SessionRow } from '../../auth/credentials.js';
+import { checkAccessForCaller } from '../../access/check.js';
 import type { AppToken, AppTokenBody } from './schemas.js';
 
 export const APP_TOKEN_SECONDS = 5 * 60;
@@ -13,17 +12,8 @@ export const APP_TOKEN_SECONDS = 5 * 60;
  */
 export async function issueAppToken(ctx: Ctx, body: AppTokenBody): Promise<AppToken> {
   if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
-  let check: AccessCheck;
-  if (ctx.actor.unconfirmed) {
-    // The caller's session is checked here, in the same round trip as the access check.
-    const { userId, sessionId } = ctx.actor;
-    const fused = await checkAccessWithSession<SessionRow>(ctx.db, SESSION_SQL(3), userId, body.application_id, sessionId, ctx.now);
-    actorOfSession({ sub: userId, sid: sessionId, test_mode: ctx.mode === 'test' }, fused.session, ctx.now);
-    check = fused.check;
-  } else {
-    check = await checkAccess(ctx.db, ctx.actor.userId, body.application_id, ctx.now);
-  }
-  const { app, access } = check;
+  // The caller's session is confirmed in the same round trip as the access check (session: 'fused').
+  const { app, access } = (await checkAccessForCaller(ctx, ctx.actor.userId, body.application_id)).check;
   if (!app || !access) throw new ApiError('application_not_found');
   if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
   if (app.tenant_suspended) throw new ApiError('tenant_suspended');

@@ -5,8 +5,7 @@ import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { resolveAccess, accessKey } from '../../access/resolve.js';
-import { checkAccess, checkAccessWithSession, type AccessCheck } from '../../access/check.js';
-import { SESSION_SQL, actorOfSession, type SessionRow } from '../../auth/credentials.js';
+import { checkAccessForCaller } from '../../access/check.js';
 import { targetUser, confinedApp } from '../users/access.js';
 import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
 import { findUserById } from '../users/store.js';
@@ -146,23 +145,15 @@ export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Pro
  * empty unless access is allowed.
  */
 export async function effectivePermissions(given: Ctx, idParam: string, appId: string): Promise<EffectivePermissions> {
-  let ctx = given;
-  const key = confinedApp(ctx);
+  const key = confinedApp(given);
   if (key && key !== appId) throw new ApiError('application_not_found');
-  const userId = resolveUserId(ctx, idParam);
-  let check: AccessCheck;
-  if (ctx.actor.type === 'user' && ctx.actor.unconfirmed) {
-    // The route's session is checked here, in the same round trip as the access check.
-    const { sessionId } = ctx.actor;
-    const fused = await checkAccessWithSession<SessionRow>(ctx.db, SESSION_SQL(3), userId, appId, sessionId, ctx.now);
-    const claims = { sub: ctx.actor.userId, sid: sessionId, test_mode: ctx.mode === 'test' };
-    ctx = { ...ctx, actor: actorOfSession(claims, fused.session, ctx.now) };
-    check = fused.check;
-  }
+  const userId = resolveUserId(given, idParam);
+  // The caller's session is confirmed in the same round trip as the access check (session: 'fused'),
+  // before any right of the caller is looked at.
+  const { ctx, check } = await checkAccessForCaller(given, userId, appId);
   const self = ctx.actor.type === 'user' && ctx.actor.userId === userId;
   const reader = key === appId || hasPermission(ctx.actor, 'users.list') || hasPermission(ctx.actor, 'entitlements.manage');
   if (!self && !reader) throw new ApiError('user_not_found');
-  check ??= await checkAccess(ctx.db, userId, appId, ctx.now);
   if (!check.user || check.user.erased || (check.user.deleted && !hasPermission(ctx.actor, 'users.manage'))) throw new ApiError('user_not_found');
   if (!self && key && !check.access?.access_paths.length) throw new ApiError('user_not_found');
   if (!check.app || !check.access) throw new ApiError('application_not_found');
