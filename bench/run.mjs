@@ -54,8 +54,18 @@ function selectScenarios(all, names) {
 
 const round = (n, digits) => (n === null || !Number.isFinite(n) ? null : Number(n.toFixed(digits)));
 
+// Standalone benches (their own process, their own storage): `npm run bench org-grant`.
+const STANDALONE = { 'org-grant': 'org-grant.mjs', 'webhook-throughput': 'webhook-throughput.mjs' };
+
 async function main() {
-  const args = process.argv.slice(2);
+  let args = process.argv.slice(2);
+  for (const name of args.filter((a) => STANDALONE[a])) {
+    const { spawnSync } = await import('node:child_process');
+    const result = spawnSync(process.execPath, [join(here, STANDALONE[name])], { stdio: 'inherit' });
+    if (result.status !== 0) return 1;
+  }
+  args = args.filter((a) => !STANDALONE[a]);
+  if (process.argv.length > 2 && args.length === 0) return 0;
   const all = await loadScenarios();
   if (args.includes('-h') || args.includes('--help')) {
     process.stderr.write(`usage: npm run bench [scenario…]\nscenarios: ${all.map((s) => s.name).join(', ')}\nsee bench/README.md\n`);
