@@ -9,6 +9,7 @@ interface RouteRecord {
   url: string;
   meta: RouteMeta;
   bodyOptional: boolean;
+  ownValidation: boolean;
 }
 
 const toOpenApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
@@ -28,7 +29,9 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
     if (!meta || route.schema?.hide) return;
     const body = route.schema?.body as { required?: string[] } | undefined;
     const bodyOptional = !!body && !body.required?.length;
-    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method: method.toLowerCase(), url: route.url, meta, bodyOptional });
+    // A route that attaches validation errors answers them in its own shape (the OAuth token endpoint).
+    const ownValidation = !!route.attachValidation;
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method: method.toLowerCase(), url: route.url, meta, bodyOptional, ownValidation });
   });
   app.addSchema(ErrorEnvelope);
 
@@ -85,7 +88,7 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
           op.responses['409'] ??= errorResponse('idempotency_key_in_flight.');
         }
         if (meta.throttle) op.responses['429'] ??= errorResponse('rate_limited: per-IP throttle; Retry-After set.');
-        op.responses['422'] ??= errorResponse('validation_failed: details.fields names each offending field.');
+        if (!r.ownValidation) op.responses['422'] ??= errorResponse('validation_failed: details.fields names each offending field.');
       }
       return doc;
     },

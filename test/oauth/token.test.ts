@@ -159,3 +159,13 @@ test('codes live 60 seconds: an expired code is invalid_grant', async () => {
   t.clock.advance(2);
   assert.match(assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant'), /expired/);
 });
+
+test('a token request whose body is not valid JSON gets 400 invalid_request in the RFC 6749 shape with no-store; the document lists no 422 for the endpoint', async () => {
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/oauth/token', headers: { 'content-type': 'application/json' }, payload: '{"grant_type":' });
+  assert.equal(res.statusCode, 400);
+  assert.deepEqual(Object.keys(res.json()).sort(), ['error', 'error_description']);
+  assert.equal(res.json().error, 'invalid_request');
+  assert.equal(res.headers['cache-control'], 'no-store');
+  const doc = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
+  assert.equal(doc.paths['/v1/auth/oauth/token'].post.responses['422'], undefined);
+});

@@ -28,6 +28,15 @@ export function oauthRoutes(app: App, deps: Deps): void {
     },
     attachValidation: true,
     config: { meta: { auth: 'none', throttle: 'auth' } },
+    // A body that is not JSON (or not a form) is an RFC 6749 invalid_request too; size, media type,
+    // throttle and server errors keep the general envelope (parent handler).
+    errorHandler: (err, _request, reply) => {
+      const code = (err as { code?: string }).code;
+      if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || (err instanceof SyntaxError && (err as { statusCode?: number }).statusCode === 400)) {
+        return reply.code(400).header('cache-control', 'no-store').header('pragma', 'no-cache').send(new OAuthError('invalid_request', 'The request body is not valid JSON.').toBody());
+      }
+      throw err;
+    },
     handler: async (request, reply) => {
       reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
       try {
