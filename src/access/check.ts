@@ -33,7 +33,7 @@ export async function checkAccess(db: Queryable, userId: string, appId: string, 
  * checkAccess and a caller's session in one round trip (the hottest route authenticates in its own
  * query): the session of parameter $3 (SESSION_SQL's columns) beside the check of $1 and $2.
  */
-export async function checkAccessWithSession<S>(db: Queryable, sessionSql: string, userId: string, appId: string, sessionId: string, now: Date): Promise<{ session: S | undefined; check: AccessCheck }> {
+async function checkAccessWithSession<S>(db: Queryable, sessionSql: string, userId: string, appId: string, sessionId: string, now: Date): Promise<{ session: S | undefined; check: AccessCheck }> {
   const { rows } = await db.query<CheckRow & S & { user_id: string | null }>(
     `${CHECK_CTES} SELECT sess.*, ${CHECK_COLUMNS} FROM (SELECT 1) one LEFT JOIN (${sessionSql}) sess ON true`,
     [userId, appId, sessionId],
