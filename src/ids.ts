@@ -1,4 +1,4 @@
-import { randomBytes, createHash } from 'node:crypto';
+import { randomBytes, randomFillSync, createHash } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
 
 export const ID_PREFIXES = [
@@ -8,7 +8,18 @@ export const ID_PREFIXES = [
 ] as const;
 export type IdPrefix = (typeof ID_PREFIXES)[number];
 
-const ulid = monotonicFactory();
+// ulid's own PRNG asks the CSPRNG for one byte per character (16 calls per id); this one draws the
+// same CSPRNG bytes from a refilled pool.
+const pool = new Uint8Array(4096);
+let poolAt = pool.length;
+function prng(): number {
+  if (poolAt === pool.length) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  return pool[poolAt++] / 256;
+}
+const ulid = monotonicFactory(prng);
 
 /** Type prefix plus a ULID, e.g. `usr_01J…`. Ids sort by creation time. */
 export function newId(prefix: IdPrefix): string {

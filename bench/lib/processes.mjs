@@ -75,7 +75,8 @@ export async function startService({ root, env, timeoutMs = 60_000 }) {
 
 /** Forks bench/baseline.mjs, sends it its setup and waits for the port it listens on. */
 export async function startBaseline({ script, setup, timeoutMs = 60_000 }) {
-  const child = fork(script, [], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+  const execArgv = (process.env.BENCH_BASELINE_NODE_ARGS ?? '').split(' ').filter(Boolean); // e.g. --cpu-prof
+  const child = fork(script, [], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], execArgv });
   forward(child, 'baseline');
   const baseline = { child, url: null, stop: () => stop(child) };
   try {

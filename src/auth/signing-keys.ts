@@ -9,6 +9,13 @@ export const PLATFORM_AUDIENCE = 'platform';
 export const RETIRED_KEY_GRACE_SECONDS = 24 * 3600;
 const REFRESH_INTERVAL_MS = 60_000;
 const LOCK_KEY = 727_100_002;
+/** Verified tokens remembered per process (about 1 KiB each); the oldest is forgotten first. */
+const VERIFIED_TOKENS_MAX = 10_000;
+
+/** jose's time checks without clock tolerance: valid while exp > now and not before nbf. */
+function stillValid(payload: JWTPayload, now: number): boolean {
+  return typeof payload.exp === 'number' && payload.exp > now && (payload.nbf === undefined || payload.nbf <= now);
+}
 
 interface LoadedKey {
   kid: string;
@@ -36,6 +43,8 @@ export class SigningKeys {
   private loadedAt = 0;
   private reloading: Promise<void> | null = null;
   private timer: NodeJS.Timeout | null = null;
+  /** Tokens whose signature, issuer and audience were verified, oldest first (see verify). */
+  private readonly verified = new Map<string, { payload: JWTPayload; kid: string; audience: string }>();
 
   constructor(
     private readonly database: Database,
@@ -135,16 +144,34 @@ export class SigningKeys {
       .sign(key.privateKey);
   }
 
-  /** Verifies signature, alg, issuer, audience and expiry against the service clock; null if invalid. */
+  /**
+   * Verifies signature, alg, issuer, audience and expiry against the service clock; null if invalid.
+   *
+   * A token's signature either matches or it does not, for as long as its key verifies: a token
+   * verified once is remembered (by its exact text) until it expires, and a later presentation
+   * checks only what can change, its expiry and its key's retirement, on the service clock. Nothing
+   * about the session or the user is remembered: callers check those live on every request.
+   */
   async verify(token: string, audience: string): Promise<JWTPayload | null> {
+    const now = this.clock.now();
+    const hit = this.verified.get(token);
+    if (hit) {
+      const key = this.keys.find((k) => k.kid === hit.kid);
+      if (hit.audience === audience && key && this.verifies(key) && stillValid(hit.payload, toUnixSeconds(now))) return hit.payload;
+      this.verified.delete(token);
+    }
     try {
-      const { payload } = await jwtVerify(token, async (header) => this.publicKeyFor(header.kid), {
+      const { payload, protectedHeader } = await jwtVerify(token, async (header) => this.publicKeyFor(header.kid), {
         algorithms: ['RS256'],
         issuer: this.issuer,
         audience,
-        currentDate: this.clock.now(),
+        currentDate: now,
         requiredClaims: ['exp', 'iat', 'sub', 'jti'],
       });
+      if (protectedHeader.kid) {
+        if (this.verified.size >= VERIFIED_TOKENS_MAX) this.verified.delete(this.verified.keys().next().value!);
+        this.verified.set(token, { payload: Object.freeze(payload), kid: protectedHeader.kid, audience });
+      }
       return payload;
     } catch {
       return null;

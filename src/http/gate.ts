@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Actor, Ctx, Deps } from '../context.js';
 import { ApiError } from '../errors.js';
 import { bearerToken, isApiKeySecret, resolveBearer, unauthenticated, verifyAccessTokenClaims } from '../auth/credentials.js';
@@ -48,6 +48,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
   // Handlers set the status with reply.code() and return the payload.
   app.addHook('onRoute', (route) => {
     if (!route.config?.meta?.idempotency) return;
+    route.onSend = [...(Array.isArray(route.onSend) ? route.onSend : route.onSend ? [route.onSend] : []), settleOnSend(deps) as never];
     const handler = route.handler;
     route.handler = async function (this: unknown, request, reply) {
       const claim = request.idempotencyClaim;
@@ -125,12 +126,16 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     }
   });
 
-  app.addHook('onSend', async (request, reply, payload) => {
+}
+
+/** Settles an idempotent request's claim once its response is final (idempotent routes only). */
+function settleOnSend(deps: Deps) {
+  return async (request: FastifyRequest, reply: FastifyReply, payload: unknown) => {
     const claim = request.idempotencyClaim;
     if (claim) {
       request.idempotencyClaim = undefined;
       await settleAfterResponse(deps, claim, reply.statusCode, typeof payload === 'string' ? payload : '');
     }
     return payload;
-  });
+  };
 }
