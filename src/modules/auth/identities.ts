@@ -95,11 +95,60 @@ export async function claimEmailAttempt(db: Queryable, mode: Mode, email: string
   return claimOf(rows, now, async () => (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM login_lockouts WHERE key = $1', [key])).rows[0]?.locked_until ?? null);
 }
 
+/** The statement that resets an identity's counter; `id` and `now` are parameter references. */
+export const CLEAR_LOCKOUT_SQL = (id: string, now: string) =>
+  `UPDATE identities SET failed_attempts = 0, first_failed_at = NULL, recent_failures = '{}', locked_until = NULL, last_used_at = ${now}
+    WHERE id = ${id}`;
+
 /** A success resets the counter. */
 export async function clearFailures(db: Queryable, identityId: string, now: Date): Promise<void> {
-  await db.query(
-    `UPDATE identities SET failed_attempts = 0, first_failed_at = NULL, recent_failures = '{}', locked_until = NULL, last_used_at = $2
-      WHERE id = $1`,
-    [identityId, now],
+  await db.query(CLEAR_LOCKOUT_SQL('$1', '$2'), [identityId, now]);
+}
+
+/** What a password sign-in needs of a user, found by email, with its attempt slot already taken. */
+export interface SignInCandidate {
+  id: string;
+  status: string;
+  email_verified: boolean;
+  test_mode: boolean;
+  identity_id: string | null;
+  password_hash: string | null;
+  totp_confirmed_at: Date | null;
+  /** The attempt slot: taken (and whether this attempt locked the identity), or refused (locked). */
+  claim: AttemptClaim | null;
+}
+
+/**
+ * Finds the user of an email (in the handle's mode) and its password identity and, when the
+ * identity has a password, takes an attempt slot on it, in one statement. `claim` is null when
+ * there is no password to evaluate (the caller counts the attempt against the email instead).
+ */
+export async function findAndClaim(db: Queryable, email: string, now: Date): Promise<SignInCandidate | null> {
+  const { rows } = await db.query<Omit<SignInCandidate, 'claim'> & { claimed: boolean; claimed_lock: Date | null; current_lock: Date | null }>(
+    `WITH u AS (
+       SELECT id, status, email_verified, test_mode FROM users WHERE lower(email) = lower($1) AND status <> 'deleted'
+     ), claimed AS (
+       UPDATE identities SET ${COUNT_ATTEMPT('identities')}
+         FROM u
+        WHERE identities.user_id = u.id AND identities.method = 'password' AND identities.password_hash IS NOT NULL
+          AND (identities.locked_until IS NULL OR identities.locked_until <= $3)
+       RETURNING identities.id, identities.locked_until
+     )
+     SELECT u.id, u.status, u.email_verified, u.test_mode, i.id AS identity_id, i.password_hash, i.totp_confirmed_at,
+            claimed.id IS NOT NULL AS claimed, claimed.locked_until AS claimed_lock, i.locked_until AS current_lock
+       FROM u LEFT JOIN identities i ON i.user_id = u.id AND i.method = 'password'
+       LEFT JOIN claimed ON claimed.id = i.id`,
+    [email, addSeconds(now, -LOCKOUT_WINDOW_SECONDS), now, LOCKOUT_THRESHOLD, addSeconds(now, LOCKOUT_SECONDS)],
   );
+  const row = rows[0];
+  if (!row) return null;
+  const { claimed, claimed_lock, current_lock, ...candidate } = row;
+  let claim: AttemptClaim | null = null;
+  if (claimed) claim = { refused: false, lockedUntil: claimed_lock && claimed_lock > now ? claimed_lock : null };
+  else if (candidate.identity_id && candidate.password_hash) {
+    // Refused: locked. The statement's snapshot may predate a lock set meanwhile: read it then.
+    const until = current_lock && current_lock > now ? current_lock : (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM identities WHERE id = $1', [candidate.identity_id])).rows[0]?.locked_until ?? null;
+    claim = { refused: true, lockedUntil: until && until > now ? until : addSeconds(now, 1) };
+  }
+  return { ...candidate, claim };
 }

@@ -6,19 +6,12 @@ import { retryAfterSeconds } from '../../http/counters.js';
 import { verifyAgainstDummy, verifyPassword } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { hashRecoveryCode, verifyTotp } from '../../auth/totp.js';
-import { claimAttempt, claimEmailAttempt, clearFailures, findPasswordIdentity, recordFailure, type PasswordIdentity } from './identities.js';
+import { claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, recordFailure } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
 import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
 
 /** Wrong codes a single MFA challenge tolerates before it is void. */
 const MFA_CHALLENGE_ATTEMPTS = 5;
-
-interface LoginRow {
-  id: string;
-  status: string;
-  email_verified: boolean;
-  test_mode: boolean;
-}
 
 const tooManyAttempts = (until: Date, now: Date) =>
   new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(until, now)) } });
@@ -29,13 +22,9 @@ const tooManyAttempts = (until: Date, now: Date) =>
  * correct credentials. Five failures in 15 minutes lock the identity for 15 minutes.
  */
 export async function login(ctx: Ctx, input: LoginBody): Promise<AuthSession | MfaChallenge> {
-  const { rows } = await ctx.db.query<LoginRow>(
-    `SELECT id, status, email_verified, test_mode FROM users WHERE lower(email) = lower($1) AND status <> 'deleted'`,
-    [input.email],
-  );
-  const user = rows[0];
-  const identity = user ? await findPasswordIdentity(ctx.db, user.id) : null;
-  if (!user || !identity?.password_hash) {
+  // The user, its password identity and an attempt slot on it: one statement.
+  const user = await findAndClaim(ctx.db, input.email, ctx.now);
+  if (!user?.claim) {
     // Unknown email, invited or SSO-only: the same Argon2 work and the same lockout as an account.
     const claim = await claimEmailAttempt(ctx.db, ctx.mode, input.email, ctx.now);
     if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
@@ -43,25 +32,23 @@ export async function login(ctx: Ctx, input: LoginBody): Promise<AuthSession | M
     if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     throw new ApiError('invalid_credentials');
   }
-  const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
+  const { claim } = user;
+  const identityId = user.identity_id!;
   if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
-  if (!(await verifyPassword(identity.password_hash, input.password))) {
+  if (!(await verifyPassword(user.password_hash!, input.password))) {
     if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     throw new ApiError('invalid_credentials');
   }
-  // The password was right: the attempt was no failure. Cleared on its own (not in the session's
-  // transaction) so concurrent sign-ins of one identity do not queue on its row.
-  await clearFailures(ctx.db, identity.id, ctx.now);
+  // The password was right: the attempt was no failure. A session clears the attempt in its own
+  // statement; otherwise it is cleared on its own.
+  if (user.status !== 'active' || user.totp_confirmed_at) await clearFailures(ctx.db, identityId, ctx.now);
   if (user.status !== 'active') throw new ApiError(user.status === 'suspended' ? 'account_suspended' : 'invalid_credentials');
-
-  return ctx.db.transaction(async (tx) => {
-    if (identity.totp_confirmed_at) return challenge(tx, ctx, user.id, identity);
-    return issueSession(tx, inTx(ctx, tx), user, ['pwd']);
-  });
+  if (user.totp_confirmed_at) return ctx.db.transaction((tx) => challenge(tx, ctx, user.id, identityId));
+  return issueSession(ctx.db, ctx, user, ['pwd'], identityId);
 }
 
-async function challenge(tx: Tx, ctx: Ctx, userId: string, identity: PasswordIdentity): Promise<MfaChallenge> {
-  const token = await issueOneTimeToken(tx, ctx, { kind: 'mfa_challenge', userId, data: { identity_id: identity.id } });
+async function challenge(tx: Tx, ctx: Ctx, userId: string, identityId: string): Promise<MfaChallenge> {
+  const token = await issueOneTimeToken(tx, ctx, { kind: 'mfa_challenge', userId, data: { identity_id: identityId } });
   return { mfa_required: true, mfa_token: token, methods: ['totp', 'recovery_code'], expires_in: TOKEN_LIFETIME_SECONDS.mfa_challenge };
 }
 

@@ -1,5 +1,6 @@
 import type { Ctx } from '../../context.js';
-import type { Tx } from '../../db/types.js';
+import type { Queryable } from '../../db/types.js';
+import { CLEAR_LOCKOUT_SQL } from './identities.js';
 import { addSeconds } from '../../clock.js';
 import { hashSecret, newId, newSecret } from '../../ids.js';
 import { PLATFORM_AUDIENCE } from '../../auth/signing-keys.js';
@@ -17,16 +18,34 @@ export interface SessionUser {
   test_mode: boolean;
 }
 
-/** Starts a session: the `ses_` row, its first refresh token, an access token; sets last_login_at. */
-export async function issueSession(tx: Tx, ctx: Ctx, user: SessionUser, amr: AuthMethod[]): Promise<AuthSession> {
+/**
+ * Starts a session: the `ses_` row, its first refresh token and last_login_at, in one statement
+ * (atomic on its own, one round trip), then an access token. `clearLockoutOf` also resets that
+ * password identity's failed attempts in the same statement (a successful password sign-in).
+ */
+export async function issueSession(db: Queryable, ctx: Ctx, user: SessionUser, amr: AuthMethod[], clearLockoutOf?: string): Promise<AuthSession> {
   const sessionId = newId('ses');
-  await tx.query(
-    `INSERT INTO sessions (id, user_id, test_mode, amr, ip_address, user_agent, created_at, expires_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-    [sessionId, user.id, user.test_mode, amr, ctx.ip, ctx.userAgent?.slice(0, 512) ?? null, ctx.now, addSeconds(ctx.now, SESSION_ABSOLUTE_SECONDS)],
+  const refreshToken = newSecret('rtk_');
+  const sessionExpiresAt = addSeconds(ctx.now, SESSION_ABSOLUTE_SECONDS);
+  const idle = addSeconds(ctx.now, REFRESH_IDLE_SECONDS);
+  // Referential checks run at the end of the statement, when the session row exists.
+  await db.query(
+    `WITH s AS (
+       INSERT INTO sessions (id, user_id, test_mode, amr, ip_address, user_agent, created_at, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+     ), t AS (
+       INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, idle_expires_at, parent_id)
+       VALUES ($9, $1, $10, $7, $11, NULL)
+     ), u AS (
+       UPDATE users SET last_login_at = $7 WHERE id = $2
+     )${clearLockoutOf ? `, i AS (${CLEAR_LOCKOUT_SQL('$12', '$7')})` : ''}
+     SELECT 1`,
+    [
+      sessionId, user.id, user.test_mode, amr, ctx.ip, ctx.userAgent?.slice(0, 512) ?? null, ctx.now, sessionExpiresAt,
+      newId('rtk'), hashSecret(refreshToken), idle < sessionExpiresAt ? idle : sessionExpiresAt,
+      ...(clearLockoutOf ? [clearLockoutOf] : []),
+    ],
   );
-  await tx.query('UPDATE users SET last_login_at = $2 WHERE id = $1', [user.id, ctx.now]);
-  const refreshToken = await insertRefreshToken(tx, ctx, sessionId, null, addSeconds(ctx.now, SESSION_ABSOLUTE_SECONDS));
   return {
     token_type: 'Bearer',
     access_token: await signAccessToken(ctx, user, sessionId, amr),
@@ -37,17 +56,6 @@ export async function issueSession(tx: Tx, ctx: Ctx, user: SessionUser, amr: Aut
     user_id: user.id,
     email_verified: user.email_verified,
   };
-}
-
-/** A refresh token idles out after 30 days and never outlives its session (90 days absolute). */
-export async function insertRefreshToken(tx: Tx, ctx: Ctx, sessionId: string, parentId: string | null, sessionExpiresAt: Date): Promise<string> {
-  const token = newSecret('rtk_');
-  const idle = addSeconds(ctx.now, REFRESH_IDLE_SECONDS);
-  await tx.query(
-    `INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, idle_expires_at, parent_id) VALUES ($1, $2, $3, $4, $5, $6)`,
-    [newId('rtk'), sessionId, hashSecret(token), ctx.now, idle < sessionExpiresAt ? idle : sessionExpiresAt, parentId],
-  );
-  return token;
 }
 
 /** Claims exactly as Part A "Platform access token claims"; no permissions. */
