@@ -1,6 +1,7 @@
 // Child processes of a bench run: the service (dist/src/main.js) and the baseline (bench/baseline.mjs).
 import { fork, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -45,13 +46,20 @@ async function stop(child, graceMs = 5000) {
   clearTimeout(timer);
 }
 
+/** The Node options in package.json's `start` script (`node --flag… dist/src/main.js`). */
+function startFlags(root) {
+  const start = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start;
+  return start.split(/\s+/).filter((a) => a.startsWith('--'));
+}
+
 /** Starts the compiled service and waits until GET /health answers 200. */
 export async function startService({ root, env, timeoutMs = 60_000 }) {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const childEnv = { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1', PUBLIC_URL: url };
   for (const [k, v] of Object.entries(childEnv)) if (v === undefined) delete childEnv[k];
-  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean); // e.g. --cpu-prof
+  // The service runs with the Node options of `npm start` (package.json), plus any given here.
+  const nodeArgs = [...startFlags(root), ...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean)]; // e.g. --cpu-prof
   const child = spawn(process.execPath, [...nodeArgs, join(root, 'dist', 'src', 'main.js')], { cwd: root, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   forward(child, 'service');
   const service = { url, child, stop: () => stop(child) };
