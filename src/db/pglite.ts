@@ -8,9 +8,23 @@ import { assertNotInTransaction, runInTransactionContext } from './guard.js';
  * Embedded PostgreSQL. It has one connection, so every statement and transaction is queued here;
  * before each one the connection is switched to the caller's scope (role and mode setting).
  */
-export async function openPglite(dataDir: string | null): Promise<Database> {
+export interface PgliteOptions {
+  /** Start from this dump of a data directory (see dumpPglite) instead of an empty cluster. */
+  loadDataDir?: Blob;
+}
+
+const engines = new WeakMap<Database, PGlite>();
+
+/** A dump of an open embedded database's whole data directory (uncompressed tar). */
+export async function dumpPglite(database: Database): Promise<Blob> {
+  const pg = engines.get(database);
+  if (!pg) throw new Error('not an embedded database');
+  return pg.dumpDataDir('none');
+}
+
+export async function openPglite(dataDir: string | null, options: PgliteOptions = {}): Promise<Database> {
   if (dataDir) mkdirSync(dataDir, { recursive: true });
-  const pg = dataDir ? await PGlite.create(dataDir) : await PGlite.create();
+  const pg = await PGlite.create({ ...(dataDir ? { dataDir } : {}), ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}) });
   let queue: Promise<unknown> = Promise.resolve();
   let current: Scope = 'system';
   let closed = false;
@@ -85,5 +99,6 @@ export async function openPglite(dataDir: string | null): Promise<Database> {
       await exclusive(() => pg.close());
     },
   };
+  engines.set(database, pg);
   return database;
 }

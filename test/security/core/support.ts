@@ -28,7 +28,7 @@ export async function buildCapturedApp(overrides: Partial<Config> = {}, t?: Test
   const logs: LogLine[] = [];
   const stream = captureInto(logs);
   const config = testConfig(overrides);
-  const { database, schema, drop } = await openTestDatabase();
+  const { database, schema, drop } = await openTestDatabase(null, { migrated: true });
   const clock = new SystemClock();
   const { app, deps } = await boot({ config, database, clock, logger: { level, stream } });
   await app.ready();
