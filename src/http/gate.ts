@@ -125,7 +125,6 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
       if (replayed) return reply;
     }
   });
-
 }
 
 /** Settles an idempotent request's claim once its response is final (idempotent routes only). */

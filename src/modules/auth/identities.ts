@@ -143,12 +143,12 @@ export async function findAndClaim(db: Queryable, email: string, now: Date): Pro
   const row = rows[0];
   if (!row) return null;
   const { claimed, claimed_lock, current_lock, ...candidate } = row;
-  let claim: AttemptClaim | null = null;
-  if (claimed) claim = { refused: false, lockedUntil: claimed_lock && claimed_lock > now ? claimed_lock : null };
-  else if (candidate.identity_id && candidate.password_hash) {
-    // Refused: locked. The statement's snapshot may predate a lock set meanwhile: read it then.
-    const until = current_lock && current_lock > now ? current_lock : (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM identities WHERE id = $1', [candidate.identity_id])).rows[0]?.locked_until ?? null;
-    claim = { refused: true, lockedUntil: until && until > now ? until : addSeconds(now, 1) };
-  }
+  if (!claimed && !(candidate.identity_id && candidate.password_hash)) return { ...candidate, claim: null };
+  // Refused when not claimed: locked. The statement's snapshot may predate a lock set meanwhile.
+  const claim = await claimOf(claimed ? [{ locked_until: claimed_lock }] : [], now, async () =>
+    current_lock && current_lock > now
+      ? current_lock
+      : ((await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM identities WHERE id = $1', [candidate.identity_id])).rows[0]?.locked_until ?? null),
+  );
   return { ...candidate, claim };
 }
