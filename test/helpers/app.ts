@@ -4,7 +4,7 @@ import pg from 'pg';
 import { loadConfig, type Config } from '../../src/config.js';
 import { SystemClock } from '../../src/clock.js';
 import { createHash } from 'node:crypto';
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { dumpPglite, openPglite } from '../../src/db/pglite.js';
@@ -72,8 +72,12 @@ function migratedSnapshot(): Promise<Blob> {
         await migrate(database, migrations);
         const dump = await dumpPglite(database);
         const partial = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
-        writeFileSync(partial, Buffer.from(await dump.arrayBuffer()));
-        renameSync(partial, file);
+        try {
+          writeFileSync(partial, Buffer.from(await dump.arrayBuffer()));
+          renameSync(partial, file);
+        } catch {
+          rmSync(partial, { force: true }); // no room to keep it: the next process makes its own
+        }
         return dump;
       } finally {
         await database.close();
