@@ -46,6 +46,9 @@ async function stop(child, graceMs = 5000) {
   clearTimeout(timer);
 }
 
+/** Node options from an environment variable, space-separated (e.g. `--cpu-prof --cpu-prof-dir=…`). */
+const nodeArgsFrom = (name) => (process.env[name] ?? '').split(' ').filter(Boolean);
+
 /** The Node options in package.json's `start` script (`node --flag… dist/src/main.js`). */
 function startFlags(root) {
   const start = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start;
@@ -59,7 +62,7 @@ export async function startService({ root, env, timeoutMs = 60_000 }) {
   const childEnv = { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1', PUBLIC_URL: url };
   for (const [k, v] of Object.entries(childEnv)) if (v === undefined) delete childEnv[k];
   // The service runs with the Node options of `npm start` (package.json), plus any given here.
-  const nodeArgs = [...startFlags(root), ...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean)]; // e.g. --cpu-prof
+  const nodeArgs = [...startFlags(root), ...nodeArgsFrom('BENCH_SERVICE_NODE_ARGS')];
   const child = spawn(process.execPath, [...nodeArgs, join(root, 'dist', 'src', 'main.js')], { cwd: root, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   forward(child, 'service');
   const service = { url, child, stop: () => stop(child) };
@@ -83,8 +86,7 @@ export async function startService({ root, env, timeoutMs = 60_000 }) {
 
 /** Forks bench/baseline.mjs, sends it its setup and waits for the port it listens on. */
 export async function startBaseline({ script, setup, timeoutMs = 60_000 }) {
-  const execArgv = (process.env.BENCH_BASELINE_NODE_ARGS ?? '').split(' ').filter(Boolean); // e.g. --cpu-prof
-  const child = fork(script, [], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], execArgv });
+  const child = fork(script, [], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], execArgv: nodeArgsFrom('BENCH_BASELINE_NODE_ARGS') });
   forward(child, 'baseline');
   const baseline = { child, url: null, stop: () => stop(child) };
   try {

@@ -1,9 +1,8 @@
 import type { TestContext } from 'node:test';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { loadConfig, type Config } from '../../src/config.js';
 import { SystemClock } from '../../src/clock.js';
-import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,9 +53,9 @@ export async function openTestDatabase(schema: string | null = null, { migrated 
   return { database, schema: name, drop: () => dropSchema(name) };
 }
 
-// An empty embedded cluster costs about a second to create (initdb) and the migrations more; every
-// test database starts instead from a dump of a migrated one, made once per set of migrations and
-// PGlite version and kept in the OS temp directory (written whole, then renamed into place).
+// An empty embedded cluster costs about a second to create (initdb) and the migrations more; the
+// database of a booted test app starts instead from a dump of a migrated one, made once per set of
+// migrations and PGlite version and kept in the OS temp directory (written whole, then renamed).
 let snapshot: Promise<Blob> | null = null;
 function migratedSnapshot(): Promise<Blob> {
   snapshot ??= (async () => {
