@@ -1,15 +1,13 @@
-// Counts Argon2 password evaluations (AU-4). Import it FIRST in a test file: it wraps verify on the
-// CommonJS exports of @node-rs/argon2 before src/auth/passwords.ts imports (and binds) it.
-import { createRequire } from 'node:module';
+// Counts Argon2 password evaluations (AU-4): every verification is a task submitted to the Argon2
+// pool of src/auth/passwords.ts, so the probe counts the pool's verify tasks.
+import { Piscina } from 'piscina';
 
-const require = createRequire(import.meta.url);
-const argon2 = require('@node-rs/argon2') as { verify: (...args: unknown[]) => Promise<boolean> };
-const realVerify = argon2.verify;
 let evaluations = 0;
-argon2.verify = (...args: unknown[]) => {
-  evaluations++;
-  return realVerify(...args);
-};
+const realRun = Piscina.prototype.run;
+Piscina.prototype.run = function run(this: Piscina, task: unknown, ...rest: unknown[]) {
+  if ((task as { op?: string } | null)?.op === 'verify') evaluations++;
+  return (realRun as (...args: unknown[]) => Promise<unknown>).call(this, task, ...rest);
+} as typeof realRun;
 
 /** Argon2 verifications run in this process so far (known accounts and the unknown-email dummy alike). */
 export const passwordEvaluations = (): number => evaluations;

@@ -1,6 +1,6 @@
 // AU-4: the login lockout, single process. 5 failures in 15 minutes lock the password identity for
 // 15 minutes (Part A "Login lockout"; docs/decisions.md "Throttles"). Argon2 evaluations are counted
-// by wrapping @node-rs/argon2's verify, so "locked" can be checked as "no password evaluated".
+// as the verify tasks the Argon2 pool receives, so "locked" can be checked as "no password evaluated".
 import { passwordEvaluations } from './argon2-probe.js';
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
