@@ -10,11 +10,11 @@ export const BASELINES = {
     request: (ctx) => ({ method: 'GET', path: `/select?id=${encodeURIComponent(ctx.userId)}` }),
   },
   /**
-   * A bare loop of Argon2id verifications (19456 KiB, t=2, p=1) in the baseline process, as many in
-   * flight as the scenario has connections: no HTTP, no SQL. Measured by `loop`, not autocannon.
+   * Bare loops of Argon2id verifications (19456 KiB, t=2, p=1) in the baseline process, one thread
+   * per core: no HTTP, no SQL. Measured by `loop`, not autocannon.
    */
   'argon2-loop': {
-    loop: (ctx, { seconds, connections }) => ({ path: '/argon2-loop', body: { seconds, concurrency: connections } }),
+    loop: (ctx, { seconds }) => ({ path: '/argon2-loop', body: { seconds } }),
   },
   /** One indexed SELECT by lower(email) and an Argon2id verify (19456 KiB, t=2, p=1). */
   'argon2-select': {
