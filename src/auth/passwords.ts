@@ -14,18 +14,13 @@ export const PASSWORD_MIN = 12;
 export const PASSWORD_MAX = 128;
 const BREACHED_COUNT = 100_000;
 
-/**
- * How much lower than the event loop the hashing threads are scheduled (nice(2) increment, Linux).
- * A CPU saturated by sign-ins still serves every other request promptly: the hashes take the CPU
- * the rest of the service leaves, and a flood of logins (or password guesses) cannot starve it.
- */
-export const ARGON2_NICE_INCREMENT = 10;
-
 // Argon2 runs on a pool of its own, not on libuv's (which also runs the signatures, file and DNS
 // work every request needs), with one thread per core: more hashes at once than cores only share
 // the cores and evict each other's 19 MiB from the caches (a bare loop on two cores verifies about
 // a quarter more per second with two threads than with libuv's four). Each thread takes a second
-// task while it hashes, so it never waits for the event loop between two. The worker module has this
+// task while it hashes, so it never waits for the event loop between two. The threads keep the
+// event loop's priority: niced below it, they starved on a saturated machine (a verification took
+// 0.8 s under the test suite's load), which slows sign-ins without bound. The worker module has this
 // module's extension (.ts under the test runner, .js when built).
 let pool: Piscina<Argon2Task, string | boolean> | null = null;
 function argon2(task: Argon2Task): Promise<string | boolean> {
@@ -35,7 +30,6 @@ function argon2(task: Argon2Task): Promise<string | boolean> {
     maxThreads: availableParallelism(),
     concurrentTasksPerWorker: 2,
     idleTimeout: 60_000,
-    niceIncrement: ARGON2_NICE_INCREMENT,
   });
   return pool.run(task);
 }
