@@ -46,9 +46,20 @@ async function serverArgs(): Promise<string[]> {
     const dir = join(cache, `${process.pid}-${randomBytes(4).toString('hex')}`);
     mkdirSync(dir, { recursive: true });
     process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
-    const outfile = join(dir, 'main.mjs');
-    await build({ entryPoints: [join(ROOT, 'src', 'main.ts')], outfile, bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', logLevel: 'error' });
-    return outfile;
+    // The Argon2 pool's worker module is a second entry point: the service finds it next to itself,
+    // with its own extension (src/auth/passwords.ts).
+    await build({
+      entryPoints: { main: join(ROOT, 'src', 'main.ts'), 'argon2-worker': join(ROOT, 'src', 'auth', 'argon2-worker.ts') },
+      outdir: dir,
+      outExtension: { '.js': '.mjs' },
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node20',
+      packages: 'external',
+      logLevel: 'error',
+    });
+    return join(dir, 'main.mjs');
   })();
   return [...guard, await bundled];
 }
