@@ -1,5 +1,5 @@
 // Runs on the Argon2 pool's threads (src/auth/passwords.ts): the synchronous calls do the hashing on
-// this thread, whose scheduling priority the pool has lowered.
+// this thread, off the event loop and off libuv's pool.
 import { hashSync, verifySync, type Options } from '@node-rs/argon2';
 
 export type Argon2Task = { op: 'hash'; password: string; options: Options } | { op: 'verify'; hash: string; password: string };

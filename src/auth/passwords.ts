@@ -20,8 +20,9 @@ const BREACHED_COUNT = 100_000;
 // a quarter more per second with two threads than with libuv's four). Each thread takes a second
 // task while it hashes, so it never waits for the event loop between two. The threads keep the
 // event loop's priority: niced below it, they starved on a saturated machine (a verification took
-// 0.8 s under the test suite's load), which slows sign-ins without bound. The worker module has this
-// module's extension (.ts under the test runner, .js when built).
+// 0.8 s under the test suite's load), which slows sign-ins without bound. The worker module lies
+// beside this one with its extension (.ts under the test runner, .js when built, .mjs in the
+// multi-process tests' bundle).
 let pool: Piscina<Argon2Task, string | boolean> | null = null;
 function argon2(task: Argon2Task): Promise<string | boolean> {
   pool ??= new Piscina({
