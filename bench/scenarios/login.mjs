@@ -2,8 +2,8 @@
 // identity, an Argon2id verify, one statement starts the session (session row, refresh token,
 // last_login_at, failures cleared), and an RS256-signed access token.
 // Issue: at least 80% of a bare loop of Argon2id verifications at the same parameters (one thread
-// per core), the hash running off the event loop (on the service's Argon2 pool), and GET /health keeps flowing meanwhile: its p99 is measured beside the login
-// load (companion) and alone.
+// per core), the hash running off the event loop (on the service's Argon2 pool), and GET /health
+// keeps flowing meanwhile: its p99 is measured beside the login load (companion) and alone.
 //
 // The logins rotate over one account per connection (the bench admin and users signed up for it):
 // an account takes at most five unresolved attempts at once (each attempt holds a lockout slot until

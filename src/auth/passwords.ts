@@ -18,7 +18,8 @@ const BREACHED_COUNT = 100_000;
 // work every request needs), with one thread per core: more hashes at once than cores only share
 // the cores and evict each other's 19 MiB from the caches (a bare loop on two cores verifies about
 // a quarter more per second with two threads than with libuv's four). Each thread takes a second
-// task while it hashes, so it never waits for the event loop between two. The threads keep the
+// task while it hashes, so it never waits for the event loop between two. All threads start with
+// the pool (at the first hash) and stay: no thread starts or stops under load. The threads keep the
 // event loop's priority: niced below it, they starved on a saturated machine (a verification took
 // 0.8 s under the test suite's load), which slows sign-ins without bound. The worker module lies
 // beside this one with its extension (.ts under the test runner, .js when built, .mjs in the
@@ -27,10 +28,9 @@ let pool: Piscina<Argon2Task, string | boolean> | null = null;
 function argon2(task: Argon2Task): Promise<string | boolean> {
   pool ??= new Piscina({
     filename: new URL(`./argon2-worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url).href,
-    minThreads: 1,
+    minThreads: availableParallelism(),
     maxThreads: availableParallelism(),
     concurrentTasksPerWorker: 2,
-    idleTimeout: 60_000,
   });
   return pool.run(task);
 }
