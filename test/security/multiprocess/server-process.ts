@@ -1,8 +1,10 @@
 // One server process of src/main.ts for the [MP] tests: started, health-checked, SIGKILLed and
-// restarted on the same port; its output is kept for diagnostics and its CPU time can be read.
+// restarted on the same port; its output is kept for diagnostics and its Argon2 password
+// evaluations can be counted (argon2-count.mjs).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { httpCall, sleep, type CallOptions, type Reply } from './http.js';
@@ -32,9 +34,21 @@ export const pidAlive = (pid: number) => {
 };
 
 const ORPHAN_GUARD = fileURLToPath(new URL('./orphan-guard.mjs', import.meta.url));
+const ARGON2_COUNT = fileURLToPath(new URL('./argon2-count.mjs', import.meta.url));
+
+/** The files the server processes of this test process write their Argon2 counts to. */
+let countDir: string | null = null;
+function countFile(name: string): string {
+  if (!countDir) {
+    const dir = mkdtempSync(join(tmpdir(), 'platform-mp-argon2-'));
+    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+    countDir = dir;
+  }
+  return join(countDir, name);
+}
 
 async function serverArgs(): Promise<string[]> {
-  const guard = ['--import', ORPHAN_GUARD];
+  const guard = ['--import', ORPHAN_GUARD, '--import', ARGON2_COUNT];
   if (SERVER_MODE === 'tsx') return [...guard, '--import', 'tsx', 'src/main.ts'];
   bundled ??= (async () => {
     const { build } = await import('esbuild');
@@ -81,11 +95,15 @@ export class ServerProcess {
   private expectingExit = false;
   private exited: Promise<void> = Promise.resolve();
 
+  private readonly countFile: string;
+
   constructor(
     readonly name: string,
     readonly port: number,
     private readonly env: Record<string, string>,
-  ) {}
+  ) {
+    this.countFile = countFile(`${name}-${port}`);
+  }
 
   get url(): string {
     return `http://127.0.0.1:${this.port}`;
@@ -106,7 +124,7 @@ export class ServerProcess {
     if (this.child) throw new Error(`${this.name} is already running`);
     const child = spawn(process.execPath, await serverArgs(), {
       cwd: ROOT,
-      env: this.env,
+      env: { ...this.env, MP_ARGON2_COUNT_FILE: this.countFile },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;
@@ -176,20 +194,18 @@ export class ServerProcess {
     if (token) await Promise.all(Array.from({ length: n }, () => this.call('GET', '/v1/users/me', { token })));
   }
 
-  /** CPU time (user + system, all threads) used so far, in milliseconds, from /proc. */
-  cpuMs(): number {
-    return processCpuMs(this.pid!);
+  /**
+   * Argon2 password evaluations (verifications, known accounts and the unknown-email dummy alike)
+   * this process has started since it was last started.
+   */
+  argon2Evaluations(): number {
+    try {
+      return Number(readFileSync(this.countFile, 'utf8'));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+      throw err;
+    }
   }
-}
-
-/** Linux USER_HZ: /proc/<pid>/stat counts CPU time in 1/100 s. */
-const CLOCK_TICKS_PER_SECOND = 100;
-
-export function processCpuMs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
-  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(rest[11]) + Number(rest[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
 }
 
 /** The environment of a server process (operations.md names). */
