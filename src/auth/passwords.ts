@@ -35,6 +35,37 @@ function argon2(task: Argon2Task): Promise<string | boolean> {
   return pool.run(task);
 }
 
+// Admission (catalog LD-1): a request that hashes or verifies a password is let in only while fewer
+// than PASSWORD_WORK_PER_THREAD such requests per pool thread are in flight in this process (about
+// half a second of queued hashing on a loaded 2-core machine); the others get 503
+// service_unavailable with Retry-After at once, before they touch anything (a login takes no lockout
+// slot), instead of queueing without bound until their clients time out. The pool itself never runs
+// more hashes at once than it has threads, so memory stays bounded either way (19 MiB per hash).
+// The limit is per process because the pool is: it guards this process's CPU, not shared state.
+export const PASSWORD_WORK_PER_THREAD = 32;
+export const passwordWorkCapacity = (): number => availableParallelism() * PASSWORD_WORK_PER_THREAD;
+const PASSWORD_WORK_RETRY_AFTER_SECONDS = 1;
+let passwordWorkInFlight = 0;
+
+/**
+ * Runs fn, a request's work that hashes or verifies passwords, if this process has room for it;
+ * else throws 503 service_unavailable with Retry-After without calling fn.
+ */
+export async function withPasswordWork<T>(fn: () => Promise<T>): Promise<T> {
+  if (passwordWorkInFlight >= passwordWorkCapacity()) {
+    throw new ApiError('service_unavailable', {
+      message: 'Too many sign-ins are being processed; retry shortly.',
+      headers: { 'retry-after': String(PASSWORD_WORK_RETRY_AFTER_SECONDS) },
+    });
+  }
+  passwordWorkInFlight++;
+  try {
+    return await fn();
+  } finally {
+    passwordWorkInFlight--;
+  }
+}
+
 export const hashPassword = async (password: string): Promise<string> => (await argon2({ op: 'hash', password, options: ARGON2 })) as string;
 
 /** False for a wrong password and for a stored hash that is not a valid Argon2 string. */

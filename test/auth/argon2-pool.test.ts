@@ -1,10 +1,26 @@
 // Issue 3: login is bounded by Argon2id and "the hashing runs off the event loop so other requests
-// keep flowing". The hashes run on a thread pool of their own (src/auth/passwords.ts).
+// keep flowing". The hashes run on a thread pool of their own (src/auth/passwords.ts). Catalog LD-1:
+// excess sign-ins get 503 instead of queueing until their clients time out.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { Piscina } from 'piscina';
+import { passwordWorkCapacity } from '../../src/auth/passwords.js';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
-import { post } from './support.js';
+import { assertAuthSession, assertError, post } from './support.js';
+
+// While `gate` is set, every verification task waits for it before it reaches the Argon2 pool, so
+// the test decides how many sign-ins are in flight.
+let gate: Promise<void> | null = null;
+let held = 0;
+const realRun = Piscina.prototype.run;
+Piscina.prototype.run = async function run(this: Piscina, task: unknown, ...rest: unknown[]) {
+  if (gate && (task as { op?: string } | null)?.op === 'verify') {
+    held++;
+    await gate;
+  }
+  return (realRun as (...args: unknown[]) => Promise<unknown>).call(this, task, ...rest);
+} as typeof realRun;
 
 let t: TestApp;
 before(async () => {
@@ -32,4 +48,50 @@ test('Argon2id runs off the event loop: requests keep being answered while sign-
   }
   assert.deepEqual((await signIns).map((r) => r.statusCode), [401, 200, 401, 200]);
   assert.ok(answeredMeanwhile >= 3, `GET /health answered ${answeredMeanwhile} times while four sign-ins hashed`);
+});
+
+/** The answer, which must come while the admitted verifications are still held. */
+function answeredWhileHeld<T>(answer: Promise<T>): Promise<T> {
+  return Promise.race([
+    answer,
+    new Promise<never>((_, reject) => setTimeout(() => reject(new Error('not answered while the admitted sign-ins wait: queued instead of refused')), 20_000).unref()),
+  ]);
+}
+
+test('LD-1 sign-ins beyond the process\'s password-work capacity get 503 service_unavailable with Retry-After at once, take no lockout slot, and the admitted ones are served', async () => {
+  const email = uniqueEmail('capacity');
+  assert.equal((await post(t, '/v1/auth/signup', { email, password: PASSWORD })).statusCode, 201);
+  const capacity = passwordWorkCapacity();
+  let release!: () => void;
+  gate = new Promise((resolve) => {
+    release = resolve;
+  });
+  held = 0;
+  try {
+    // `capacity` failing sign-ins for unknown emails fill the process; their verifications wait.
+    const admitted = Array.from({ length: capacity }, () => post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD }));
+    for (let waited = 0; held < capacity; waited++) {
+      assert.ok(waited < 3000, `only ${held} of ${capacity} sign-ins reached the Argon2 pool`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    // Six wrong passwords for a real account meanwhile: each is answered while the others still wait.
+    const refused = await answeredWhileHeld(Promise.all(Array.from({ length: 6 }, () => post(t, '/v1/auth/login', { email, password: `${PASSWORD}x` }))));
+    for (const res of refused) {
+      assertError(res, 503, 'service_unavailable');
+      assert.equal(res.headers['retry-after'], '1');
+    }
+    // A sign-up is password work too.
+    assertError(await answeredWhileHeld(post(t, '/v1/auth/signup', { email: uniqueEmail('later'), password: PASSWORD })), 503, 'service_unavailable');
+    assert.equal(held, capacity, 'no refused request reached the Argon2 pool');
+    release();
+    for (const res of await Promise.all(admitted)) assertError(res, 401, 'invalid_credentials');
+  } finally {
+    gate = null;
+    release?.();
+  }
+  // Six refused wrong guesses would have locked the account had they taken lockout slots; the room
+  // is free again.
+  const res = await post(t, '/v1/auth/login', { email, password: PASSWORD });
+  assert.equal(res.statusCode, 200, res.body);
+  assertAuthSession(res.json());
 });

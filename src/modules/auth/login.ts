@@ -3,7 +3,7 @@ import { inTx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { retryAfterSeconds } from '../../http/counters.js';
-import { verifyAgainstDummy, verifyPassword } from '../../auth/passwords.js';
+import { verifyAgainstDummy, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { hashRecoveryCode, verifyTotp } from '../../auth/totp.js';
 import { claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, recordFailure } from './identities.js';
@@ -19,9 +19,12 @@ const tooManyAttempts = (until: Date, now: Date) =>
 /**
  * POST /v1/auth/login. Unknown email, wrong password, an invited user without a password and an
  * SSO-only user all get the same 401 after the same Argon2id work; suspension is revealed only to
- * correct credentials. Five failures in 15 minutes lock the identity for 15 minutes.
+ * correct credentials. Five failures in 15 minutes lock the identity for 15 minutes. Refused with
+ * 503 before anything else when the process has no room for more password work (withPasswordWork).
  */
-export async function login(ctx: Ctx, input: LoginBody): Promise<AuthSession | MfaChallenge> {
+export const login = (ctx: Ctx, input: LoginBody): Promise<AuthSession | MfaChallenge> => withPasswordWork(() => loginAdmitted(ctx, input));
+
+async function loginAdmitted(ctx: Ctx, input: LoginBody): Promise<AuthSession | MfaChallenge> {
   // The user, its password identity and an attempt slot on it: one statement.
   const user = await findAndClaim(ctx.db, input.email, ctx.now);
   if (!user?.claim) {

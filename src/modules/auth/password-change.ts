@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
-import { assertStrongPassword, hashPassword, verifyPassword } from '../../auth/passwords.js';
+import { assertStrongPassword, hashPassword, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { resolveUserId } from '../users/service.js';
@@ -15,7 +15,9 @@ import type { ChangePasswordBody } from './schemas.js';
  * POST /v1/users/{id}/password, self only (admins never set passwords). Needs the current
  * password; wrong guesses count toward the identity's lockout. Other sessions end.
  */
-export async function changePassword(ctx: Ctx, idParam: string, input: ChangePasswordBody): Promise<void> {
+export const changePassword = (ctx: Ctx, idParam: string, input: ChangePasswordBody): Promise<void> => withPasswordWork(() => changePasswordAdmitted(ctx, idParam, input));
+
+async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePasswordBody): Promise<void> {
   const id = resolveUserId(ctx, idParam);
   if (ctx.actor.type !== 'user' || ctx.actor.userId !== id) {
     // Readers of the user get 403, anyone else 404 (decisions "403 or 404").

@@ -2,7 +2,7 @@ import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
-import { assertStrongPassword, hashPassword } from '../../auth/passwords.js';
+import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
@@ -86,7 +86,9 @@ export async function forgotPassword(ctx: Ctx, input: EmailBody): Promise<void> 
 }
 
 /** POST /v1/auth/password/reset: single-use token; sets the password and ends every session. */
-export async function resetPassword(base: Ctx, input: TokenPasswordBody): Promise<void> {
+export const resetPassword = (base: Ctx, input: TokenPasswordBody): Promise<void> => withPasswordWork(() => resetPasswordAdmitted(base, input));
+
+async function resetPasswordAdmitted(base: Ctx, input: TokenPasswordBody): Promise<void> {
   const { ctx, pending, user } = await tokenCtx(base, ['password_reset'], input.token);
   assertStrongPassword(input.password, user.email);
   const passwordHash = await hashPassword(input.password);
@@ -106,7 +108,9 @@ export async function resetPassword(base: Ctx, input: TokenPasswordBody): Promis
 }
 
 /** POST /v1/auth/invitations/accept: sets the password, activates the invited user, signs in. */
-export async function acceptInvitation(base: Ctx, input: TokenPasswordBody): Promise<AuthSession> {
+export const acceptInvitation = (base: Ctx, input: TokenPasswordBody): Promise<AuthSession> => withPasswordWork(() => acceptInvitationAdmitted(base, input));
+
+async function acceptInvitationAdmitted(base: Ctx, input: TokenPasswordBody): Promise<AuthSession> {
   const { ctx, pending, user } = await tokenCtx(base, ['invitation'], input.token);
   if (user.status !== 'invited') throw badToken();
   assertStrongPassword(input.password, user.email);

@@ -20,7 +20,7 @@ const tags = ['Auth'];
 export function authRoutes(app: App, deps: Deps): void {
   app.post('/v1/auth/signup', {
     schema: { summary: 'Create an account with email and password', tags, body: SignupBody, response: { 201: AuthSession } },
-    config: { meta: { auth: 'none', throttle: 'auth', errors: ['email_taken', 'weak_password'] } },
+    config: { meta: { auth: 'none', throttle: 'auth', errors: ['email_taken', 'weak_password', 'service_unavailable'] } },
     handler: async (request, reply) => {
       const session = await signup(ctxOf(deps, request, modeOf(request.body.test_mode === true)), request.body);
       reply.code(201);
@@ -36,7 +36,7 @@ export function authRoutes(app: App, deps: Deps): void {
       body: LoginBody,
       response: { 200: Type.Union([AuthSession, MfaChallenge]) },
     },
-    config: { meta: { auth: 'none', throttle: 'auth', errors: ['invalid_credentials', 'account_suspended', 'too_many_attempts'] } },
+    config: { meta: { auth: 'none', throttle: 'auth', errors: ['invalid_credentials', 'account_suspended', 'too_many_attempts', 'service_unavailable'] } },
     handler: (request) => login(ctxOf(deps, request, modeOf(request.body.test_mode === true)), request.body),
   });
 
@@ -84,7 +84,7 @@ export function authRoutes(app: App, deps: Deps): void {
 
   app.post('/v1/auth/password/reset', {
     schema: { summary: 'Set a new password with the mailed token; ends every session', tags, body: TokenPasswordBody, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'none', throttle: 'auth', errors: ['invalid_token', 'weak_password'] } },
+    config: { meta: { auth: 'none', throttle: 'auth', errors: ['invalid_token', 'weak_password', 'service_unavailable'] } },
     handler: async (request, reply) => {
       await resetPassword(ctxOf(deps, request), request.body);
       reply.code(204);
@@ -94,7 +94,7 @@ export function authRoutes(app: App, deps: Deps): void {
 
   app.post('/v1/auth/invitations/accept', {
     schema: { summary: 'Accept an invitation: set a password and sign in', tags, body: TokenPasswordBody, response: { 200: AuthSession } },
-    config: { meta: { auth: 'none', throttle: 'auth', errors: ['invalid_token', 'weak_password'] } },
+    config: { meta: { auth: 'none', throttle: 'auth', errors: ['invalid_token', 'weak_password', 'service_unavailable'] } },
     handler: (request) => acceptInvitation(ctxOf(deps, request), request.body),
   });
 
@@ -108,7 +108,7 @@ export function authRoutes(app: App, deps: Deps): void {
 
   app.post('/v1/users/:id/password', {
     schema: { summary: 'Change your password (current password required)', tags, params: UserIdParam, body: ChangePasswordBody, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'user', errors: ['invalid_current_password', 'weak_password', 'too_many_attempts', 'user_not_found', 'forbidden'] } },
+    config: { meta: { auth: 'user', errors: ['invalid_current_password', 'weak_password', 'too_many_attempts', 'user_not_found', 'forbidden', 'service_unavailable'] } },
     handler: async (request, reply) => {
       await changePassword(ctxOf(deps, request), request.params.id, request.body);
       reply.code(204);

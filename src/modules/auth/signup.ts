@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
-import { assertStrongPassword, hashPassword } from '../../auth/passwords.js';
+import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
 import { createUserRecords } from '../users/service.js';
 import { findLiveUserByEmail } from '../users/store.js';
 import { sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
@@ -12,7 +12,9 @@ import type { AuthSession, SignupBody } from './schemas.js';
  * POST /v1/auth/signup: the User (active, unverified), password identity, Profile, Settings and
  * member Role in one transaction, the verification mail, and a session.
  */
-export async function signup(ctx: Ctx, input: SignupBody): Promise<AuthSession> {
+export const signup = (ctx: Ctx, input: SignupBody): Promise<AuthSession> => withPasswordWork(() => signupAdmitted(ctx, input));
+
+async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession> {
   assertStrongPassword(input.password, input.email);
   const application = input.application_id ? await findApplicationBranding(ctx, input.application_id) : null;
   const existing = await findLiveUserByEmail(ctx.db, input.email);

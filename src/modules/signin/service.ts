@@ -30,7 +30,7 @@ export interface Result {
 }
 
 /** Sign-in errors the user can act on; they re-render the form with the API's message and status. */
-const RECOVERABLE = new Set(['invalid_credentials', 'account_suspended', 'too_many_attempts']);
+const RECOVERABLE = new Set(['invalid_credentials', 'account_suspended', 'too_many_attempts', 'service_unavailable']);
 const MFA_EXPIRED = 'The MFA token is invalid or expired.';
 
 async function openPage(baseCtx: Ctx, params: AuthorizationQuery): Promise<Page> {
