@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
-import type { Database, Db, QueryResult, Scope, Tx } from './types.js';
+import { DatabaseBusyError, MAX_WAITING_FOR_CONNECTION, type Database, type Db, type QueryResult, type Scope, type Tx } from './types.js';
 import { APP_ROLE } from './roles.js';
 import { assertNotInTransaction, runInTransactionContext } from './guard.js';
 
@@ -59,6 +59,13 @@ export async function openPg(options: PgOptions): Promise<Database> {
     return pool;
   };
 
+  /** The scope's pool, unless too many statements already wait for one of its connections. */
+  const admit = (scope: Scope): pg.Pool => {
+    const pool = poolFor(scope);
+    if (pool.waitingCount >= MAX_WAITING_FOR_CONNECTION) throw new DatabaseBusyError();
+    return pool;
+  };
+
   const normalize = <R>(r: pg.QueryResult): QueryResult<R> => ({ rows: r.rows as R[], rowCount: r.rowCount ?? 0 });
 
   const scoped = (scope: Scope): Db => ({
@@ -66,15 +73,15 @@ export async function openPg(options: PgOptions): Promise<Database> {
     inTransaction: false,
     query: async <R>(text: string, params?: unknown[]) => {
       assertNotInTransaction(database);
-      return normalize<R>(await poolFor(scope).query(statement(text, params)));
+      return normalize<R>(await admit(scope).query(statement(text, params)));
     },
     exec: async (text: string) => {
       assertNotInTransaction(database);
-      await poolFor(scope).query(text);
+      await admit(scope).query(text);
     },
     transaction: async <T>(fn: (tx: Tx) => Promise<T>) => {
       assertNotInTransaction(database);
-      const client = await poolFor(scope).connect();
+      const client = await admit(scope).connect();
       // The pool listens for errors only on idle clients: losing the server while this one is checked
       // out (database stopped, network cut) must fail the transaction, not crash the process.
       let lost = false;
@@ -113,7 +120,7 @@ export async function openPg(options: PgOptions): Promise<Database> {
     kind: 'pg',
     scoped,
     ping: async () => {
-      await poolFor('system').query('SELECT 1');
+      await admit('system').query('SELECT 1');
     },
     close: async () => {
       await Promise.all([...pools.values()].map((p) => p.end()));

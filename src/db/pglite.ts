@@ -1,6 +1,6 @@
 import { PGlite, type Transaction } from '@electric-sql/pglite';
 import { mkdirSync } from 'node:fs';
-import type { Database, Db, QueryResult, Scope, Tx } from './types.js';
+import { DatabaseBusyError, MAX_WAITING_FOR_CONNECTION, type Database, type Db, type QueryResult, type Scope, type Tx } from './types.js';
 import { APP_ROLE } from './roles.js';
 import { assertNotInTransaction, runInTransactionContext } from './guard.js';
 
@@ -26,11 +26,18 @@ export async function openPglite(dataDir: string | null, options: PgliteOptions 
   if (dataDir) mkdirSync(dataDir, { recursive: true });
   const pg = await PGlite.create({ ...(dataDir ? { dataDir } : {}), ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}) });
   let queue: Promise<unknown> = Promise.resolve();
+  let waiting = 0;
   let current: Scope = 'system';
   let closed = false;
 
   const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
-    const run = queue.then(fn, fn);
+    if (waiting >= MAX_WAITING_FOR_CONNECTION) return Promise.reject(new DatabaseBusyError());
+    waiting++;
+    const start = () => {
+      waiting--;
+      return fn();
+    };
+    const run = queue.then(start, start);
     queue = run.catch(() => undefined);
     return run;
   };

@@ -30,3 +30,18 @@ export interface Database {
 }
 
 export const modeOf = (testMode: boolean): Mode => (testMode ? 'test' : 'live');
+
+/**
+ * Statements and transactions that may wait for a connection of one pool (PostgreSQL, per scope) or
+ * for the embedded store's one connection (catalog LD-6). Beyond this the database refuses new work
+ * at once with DatabaseBusyError (503 with Retry-After) instead of letting requests pile up behind a
+ * slow database until their clients time out; the connections in use never exceed the pool's size.
+ */
+export const MAX_WAITING_FOR_CONNECTION = 256;
+
+export class DatabaseBusyError extends Error {
+  constructor() {
+    super(`more than ${MAX_WAITING_FOR_CONNECTION} statements are waiting for a database connection`);
+    this.name = 'DatabaseBusyError';
+  }
+}

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError, fromDatabaseError } from '../errors.js';
+import { DatabaseBusyError } from '../db/types.js';
 import { fieldErrors } from './validation.js';
 
 /** Maps anything thrown to the error envelope. The only place errors become HTTP. */
@@ -31,6 +32,9 @@ export function toApiError(err: unknown): ApiError {
   }
   const fromDb = fromDatabaseError(err);
   if (fromDb) return fromDb;
+  if (err instanceof DatabaseBusyError) {
+    return new ApiError('service_unavailable', { message: 'The database is busy; retry shortly.', headers: { 'retry-after': '1' } });
+  }
   if (isDatabaseUnavailable(err)) {
     return new ApiError('service_unavailable', { message: 'The database is unreachable.', headers: { 'retry-after': '5' } });
   }

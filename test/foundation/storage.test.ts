@@ -11,7 +11,7 @@ import { boot } from '../../src/boot.js';
 import { migrate } from '../../src/db/migrate.js';
 import { openPg } from '../../src/db/pg.js';
 import { openPglite } from '../../src/db/pglite.js';
-import type { Database } from '../../src/db/types.js';
+import { DatabaseBusyError, MAX_WAITING_FOR_CONNECTION, type Database } from '../../src/db/types.js';
 import { newId } from '../../src/ids.js';
 import { CuttableProxy, freshSchemaName } from './support/ops.js';
 
@@ -281,6 +281,42 @@ test('GET /health answers 200 {status: "ok"} without a credential', async () => 
   const res = await t.app.inject({ method: 'GET', url: '/health' });
   assert.equal(res.statusCode, 200);
   assert.deepEqual(res.json(), { status: 'ok' });
+});
+
+test('LD-6 beyond 256 statements waiting for a database connection, requests are refused at once with 503 service_unavailable and Retry-After, and served again once the load is gone', async () => {
+  const db = t.database.scoped('system');
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  // Ten transactions hold every connection (the test pool has 3, the embedded store 1) until released.
+  const holders = Array.from({ length: 10 }, () => db.transaction(() => gate));
+  await new Promise((resolve) => setImmediate(resolve));
+  // Then more statements than may wait: the queue is full and nothing leaves it while the gate holds.
+  const fillers = Array.from({ length: MAX_WAITING_FOR_CONNECTION + 10 }, () =>
+    db.query('SELECT 1').then(
+      () => 'served',
+      (err) => (err instanceof DatabaseBusyError ? 'refused' : `failed: ${err}`),
+    ),
+  );
+  try {
+    const res = await Promise.race([
+      t.app.inject({ method: 'GET', url: '/health' }),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('/health waited for a connection instead of being refused')), 20_000).unref()),
+    ]);
+    assert.equal(res.statusCode, 503, res.body);
+    assertEnvelope(res.json(), 'service_unavailable');
+    assert.equal(res.headers['retry-after'], '1');
+  } finally {
+    release();
+  }
+  await Promise.all(holders);
+  const outcomes = await Promise.all(fillers);
+  const refused = outcomes.filter((o) => o === 'refused').length;
+  assert.deepEqual(outcomes.filter((o) => o !== 'served' && o !== 'refused'), []);
+  // The holders beyond the pool's size wait too, so at least the last 10 fillers find the queue full.
+  assert.ok(refused >= 10 && refused <= 20, `${refused} of ${fillers.length} statements refused`);
+  assert.equal((await t.app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
 });
 
 /** Cuts the database under a running app: /health answers 503, and (PostgreSQL) 200 again once it is back. */

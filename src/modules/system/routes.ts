@@ -2,6 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
+import { DatabaseBusyError } from '../../db/types.js';
 
 const Jwks = Type.Object({ keys: Type.Array(Type.Object({}, { additionalProperties: true })) });
 const Discovery = Type.Object({}, { additionalProperties: true });
@@ -13,7 +14,8 @@ export function systemRoutes(app: App, deps: Deps): void {
     handler: async () => {
       try {
         await deps.database.ping();
-      } catch {
+      } catch (err) {
+        if (err instanceof DatabaseBusyError) throw err; // 503 with its own message and Retry-After
         throw new ApiError('service_unavailable', { message: 'The database is unreachable.', headers: { 'retry-after': '5' } });
       }
       return { status: 'ok' as const };
