@@ -297,6 +297,37 @@ test('expired → active is 409 entitlement_already_exists when a newer live row
   assert.equal((await entRow(t, old.id))!.status, 'expired');
 });
 
+test('expired → active of an org-wide grant is 409 entitlement_already_exists with details.existing_entitlement_id when a newer live org grant exists', async () => {
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
+  const target = await newApp(t, admin);
+  const old = await orgGrant(t, org, target.id, { status: 'expired' });
+  const live = await orgGrant(t, org, target.id);
+  const err = assertError(await patchEnt(t, admin, old, { status: 'active', ends_at: null }), 409, 'entitlement_already_exists');
+  assert.deepEqual(err.details, { existing_entitlement_id: live, status: 'active' });
+  assert.equal((await entRow(t, old))!.status, 'expired');
+});
+
+test('disabled → active and expired → active of a personal row on a restricted Tenant give 402 subscription_required (a new seat) and change nothing', async () => {
+  const target = await newApp(t, admin);
+  const disabledHolder = await person(t);
+  const disabled = await grant(t, admin, disabledHolder.id, target.id);
+  assertStatus(await patchEnt(t, admin, disabled.id, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  const expiredHolder = await person(t);
+  const expired = await expiredRow(expiredHolder.id, target.id);
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [target.tenant_id]);
+  try {
+    assertError(await patchEnt(t, admin, disabled.id, { status: 'active' }), 402, 'subscription_required');
+    assertError(await patchEnt(t, admin, expired.id, { status: 'active', ends_at: null }), 402, 'subscription_required');
+    assert.equal((await entRow(t, disabled.id))!.status, 'disabled');
+    assert.equal((await entRow(t, expired.id))!.status, 'expired');
+    assert.deepEqual(await entitlementEvents(t, disabled.id), ['entitlement.granted', 'entitlement.disabled']);
+  } finally {
+    await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [target.tenant_id]);
+  }
+  assert.equal(assertStatus(await patchEnt(t, admin, disabled.id, { status: 'active' }), 200).status, 'active');
+});
+
 test('expired → revoked needs disabled_reason and emits entitlement.revoked', async () => {
   const user = await person(t);
   const ent = await expiredRow(user.id);
@@ -309,12 +340,18 @@ test('revoked → anything is 409 invalid_status_transition (grant a new Entitle
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'refund' }), 200);
-  for (const body of [{ status: 'active' }, { status: 'disabled', disabled_reason: 'x' }, { status: 'expired' }, { ends_at: inSeconds(t, DAY) }, { order_id: 'late' }]) {
+  for (const body of [
+    { status: 'active' }, { status: 'disabled', disabled_reason: 'x' }, { status: 'expired' }, { ends_at: inSeconds(t, DAY) }, { order_id: 'late' },
+    // Naming the row's own status does not open it: nothing else may change either.
+    { status: 'revoked', ends_at: inSeconds(t, DAY) }, { status: 'revoked', order_id: 'late' }, { status: 'revoked', disabled_reason: 'other' },
+  ]) {
     assertError(await patchEnt(t, admin, ent.id, body), 409, 'invalid_status_transition');
   }
   const row = (await entRow(t, ent.id))!;
   assert.equal(row.status, 'revoked');
   assert.equal(row.order_id, null);
+  assert.equal(row.ends_at, null);
+  assert.equal(row.disabled_reason, 'refund');
   assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.revoked']);
 });
 
@@ -530,6 +567,8 @@ test('the cross-user list is confined: an app key sees only its Application, an 
     assert.ok(body.data.every((e: { application_id: string }) => e.application_id === mine.id));
   }
   assertError(await call(t, 'GET', '/v1/entitlements', (await platformKey(t, ['users.list']))), 403, 'forbidden');
+  // A user who owns no Application is no owner: 403, not an empty list.
+  assertError(await call(t, 'GET', '/v1/entitlements', user.token), 403, 'forbidden');
   const adminIds = assertStatus(await call(t, 'GET', `/v1/entitlements?user_id=${user.id}`, admin), 200).data.map((e: { id: string }) => e.id);
   assert.deepEqual(adminIds.sort(), [a.id, b.id].sort());
 });

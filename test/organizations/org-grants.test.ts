@@ -154,6 +154,20 @@ test('org admins may toggle their org_seat row: disabled with disabled_reason (2
   for (const u of [org.owner, member]) assert.equal((await accessEvents(t, u.id, app.id)).length, 3);
 });
 
+test('org admins may not renew an expired org_seat row (expired → active is for entitlements.manage or the owner): 403 forbidden, the row stays expired', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id, { ends_at: new Date(t.clock.now().getTime() + 30_000).toISOString() });
+  t.clock.advance(31);
+  await t.deps.jobs.runNow('entitlement-expiry');
+  // An operator moves the term on without renewing (ends_at is changeable on an expired row).
+  assertStatus(await patchEnt(t, admin, ent.id, { ends_at: new Date(t.clock.now().getTime() + 86400_000).toISOString() }), 200);
+  assert.equal((await sql(t, 'SELECT status FROM entitlements WHERE id = $1', [ent.id]))[0].status, 'expired');
+  assertError(await patchEnt(t, org.owner.token, ent.id, { status: 'active' }), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT status FROM entitlements WHERE id = $1', [ent.id]))[0].status, 'expired');
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.expired', 'entitlement.updated']);
+});
+
 test('org admins may set member_scope and member_overrides: entitlement.member_scope_changed and exactly the access flips it causes (org_grant_changed)', async () => {
   const org = await orgWithMembers(t, admin, 2);
   const [a, b] = org.members;

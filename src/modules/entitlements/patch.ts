@@ -7,7 +7,8 @@ import { withAccessFlips, type AccessReason } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
 import { ENT_COLUMNS, etagOf, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { visibleEntitlement } from './read.js';
-import { emitEntitlementEvent } from './grant.js';
+import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
+import { findApplicationRow } from '../applications/store.js';
 import type { Entitlement, PatchEntitlementBody } from './schemas.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 
@@ -43,13 +44,16 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     const full = rights.platform || rights.appKey || rights.owner;
     const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
-    const orgAdminMove = orgAdmin && row.source === 'org_seat' && limitedFields && (body.status === undefined || ['active', 'disabled'].includes(body.status));
+    // Org admins only toggle between active and disabled (an expired or revoked row is not theirs to move).
+    const toggle = (s: string) => s === 'active' || s === 'disabled';
+    const orgAdminMove = orgAdmin && row.source === 'org_seat' && limitedFields && (body.status === undefined || body.status === row.status || (toggle(body.status) && toggle(row.status)));
     if (!full && !orgAdminMove) throw new ApiError('forbidden');
 
     const status = body.status ?? row.status;
     const move = status !== row.status ? MOVES[row.status]?.[status] : undefined;
     if (status !== row.status && !move) throw new ApiError('invalid_status_transition', { details: { from: row.status, to: status } });
-    if (row.status === 'revoked' && Object.keys(body).length > 0 && body.status !== 'revoked') throw new ApiError('invalid_status_transition', { details: { from: 'revoked' } });
+    // Revoked is terminal: nothing on the row changes any more (a bare {status: revoked} changes nothing).
+    if (row.status === 'revoked' && Object.keys(body).some((k) => k !== 'status')) throw new ApiError('invalid_status_transition', { details: { from: 'revoked' } });
     if (move?.needsReason && !body.disabled_reason) throw new ApiError('disabled_reason_required');
 
     const changed: string[] = [];
@@ -75,8 +79,14 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     if (scopeChange) await assertMemberScope(tx, row, body);
     if (status === 'active' && row.status === 'expired') {
       if (endsAt && endsAt <= ctx.now) throw new ApiError('invalid_status_transition', { message: 'Renew with ends_at in the future or null.', details: { from: 'expired', to: 'active' } });
-      const newer = row.user_id ? await findLivePersonal(tx, row.user_id, row.application_id) : null;
+      const newer = row.user_id ? await findLivePersonal(tx, row.user_id, row.application_id) : await findLiveOrgGrant(tx, row.organization_id!, row.application_id);
       if (newer) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: newer.id, status: newer.status } });
+    }
+    // Re-enabling or renewing a personal row gives its holder a seat again: 402 on a restricted Tenant,
+    // 409 at Starter's cap, as a new grant would (org rows are capped per member below).
+    if (row.user_id && status === 'active' && row.status !== 'active') {
+      const app = await findApplicationRow(tx, row.application_id);
+      if (app) await assertSeatAvailable(tx, ctx, app, [row.user_id]);
     }
     if (!move && changed.length === 0 && !scopeChange) return { entitlement: toEntitlement(row), etag: etagOf(row) };
 
@@ -109,6 +119,15 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     }
     return { entitlement: toEntitlement(updated), etag: etagOf(updated) };
   });
+}
+
+/** The live (active or disabled) org-wide grant of an Organization for an Application. */
+async function findLiveOrgGrant(tx: Tx, organizationId: string, applicationId: string): Promise<{ id: string; status: string } | null> {
+  const { rows } = await tx.query<{ id: string; status: string }>(
+    `SELECT id, status FROM entitlements WHERE organization_id = $1 AND application_id = $2 AND status IN ('active', 'disabled') LIMIT 1`,
+    [organizationId, applicationId],
+  );
+  return rows[0] ?? null;
 }
 
 /** Entitlement writes under a suspended Organization: 403 organization_suspended. */

@@ -104,8 +104,12 @@ export async function listEntitlements(ctx: Ctx, q: EntitlementQuery, extra: { o
     if (!hasPermission(ctx.actor, 'entitlements.manage')) throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
     add((n) => `e.application_id = $${n}`, app);
   } else if (!platform && !extra.organizationId) {
-    if (ctx.actor.type !== 'user') throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
-    add((n) => `e.application_id IN (${OWNED_APPLICATIONS_SQL(n)})`, ctx.actor.userId);
+    // Otherwise only an Application owner may list (the rows of the Applications they own).
+    const actor = ctx.actor;
+    const owner =
+      actor.type === 'user' && (await ctx.db.query<{ owner: boolean }>(`SELECT EXISTS (${OWNED_APPLICATIONS_SQL(1)}) AS owner`, [actor.userId])).rows[0].owner;
+    if (!owner || actor.type !== 'user') throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
+    add((n) => `e.application_id IN (${OWNED_APPLICATIONS_SQL(n)})`, actor.userId);
   }
   if (extra.organizationId) add((n) => `e.organization_id = $${n}`, extra.organizationId);
   if (q.application_id) add((n) => `e.application_id = $${n}`, q.application_id);
