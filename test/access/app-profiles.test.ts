@@ -133,9 +133,12 @@ test('other users cannot read or write someone\'s AppProfile (404); users.list a
 test('403 entitlement_required for self and the app key when access is not active; users.manage is exempt', async () => {
   const user = await person(t);
   const key = await appKey(t, app.id);
-  // No access at all (self).
+  // No access at all, not even a path: self and the app key.
   assertError(await read(user.token, 'me'), 403, 'entitlement_required');
   assertError(await write(user.token, 'me', { display_handle: 'x' }), 403, 'entitlement_required');
+  assertError(await read(key, user.id), 403, 'entitlement_required');
+  assertError(await write(key, user.id, { display_handle: 'x' }), 403, 'entitlement_required');
+  assertError(await read(key, 'usr_01JAAAAAAAAAAAAAAAAAAAAAAA'), 404, 'user_not_found');
   // An access path that is not active (disabled): self and the app key.
   const ent = await grant(t, admin, user.id, app.id);
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);

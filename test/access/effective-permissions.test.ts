@@ -137,7 +137,7 @@ test('a permission change (PATCH role) applies on the next call', async () => {
   assert.deepEqual((await effective(t, admin, user.id, app.id)).effective_permissions, []);
 });
 
-test("callers: self, the app's own key, users.list and entitlements.manage; another Application's key 404; a stranger 404", async () => {
+test("callers: self, the app's own key (about any live user, always 200), users.list and entitlements.manage; another Application's key 404; a stranger 404", async () => {
   const app = await appWithRoles();
   const user = await person(t);
   await grant(t, admin, user.id, app.id);
@@ -146,6 +146,13 @@ test("callers: self, the app's own key, users.list and entitlements.manage; anot
     assert.equal((await effective(t, cred, user.id, app.id)).allowed, true);
   }
   assert.equal((await effective(t, user.token, 'me', app.id)).user_id, user.id);
+  // Always 200 for the own key, also about a user without any path to the Application.
+  const pathless = await person(t);
+  const view = await effective(t, ownKey, pathless.id, app.id);
+  assert.equal(view.allowed, false);
+  assert.equal(view.entitlement_status, 'none');
+  assert.deepEqual(view.access_paths, []);
+  assertError(await call(t, 'GET', `/v1/users/usr_01JAAAAAAAAAAAAAAAAAAAAAAA/apps/${app.id}/effective-permissions`, ownKey), 404, 'user_not_found');
   const otherKey = await appKey(t, (await appWithRoles()).id, ['users.list', 'entitlements.manage']);
   const res = await call(t, 'GET', `/v1/users/${user.id}/apps/${app.id}/effective-permissions`, otherKey);
   assert.equal(res.statusCode, 404, res.body);

@@ -5,13 +5,15 @@ import { mergeCustom } from '../../http/patch.js';
 import { accessKey, resolveAccess } from '../../access/resolve.js';
 import { targetUser, confinedApp } from '../users/access.js';
 import { findApplicationRow } from '../applications/store.js';
+import { findUserById, type UserRow } from '../users/store.js';
+import { resolveUserId } from '../users/service.js';
 import type { AppProfile, PatchAppProfileBody } from './schemas.js';
 
 export const CUSTOM_MAX_BYTES = 16 * 1024;
 
 /**
- * Callers: the user themself, the Application's own key (no extra permission; another Application's
- * key gets 404), or users.manage. Self and the app key need the user's access to be active (403
+ * Callers: the user themself, the Application's own key (no extra permission, any live user; another
+ * Application's key gets 404), or users.manage. Self and the app key need the user's access to be active (403
  * entitlement_required); users.manage is exempt.
  */
 async function authorize(ctx: Ctx, idParam: string, appId: string) {
@@ -20,13 +22,21 @@ async function authorize(ctx: Ctx, idParam: string, appId: string) {
   const app = await findApplicationRow(ctx.db, appId);
   if (!app) throw new ApiError('application_not_found');
   const manage = hasPermission(ctx.actor, 'users.manage') && !key;
-  const { user, self } = await targetUser(ctx, idParam, 'read', { readers: ['users.manage'], ownKeyApp: appId });
+  // The own key reaches every live user: one without active access (no path at all included) is
+  // 403 entitlement_required, as the rule for the app key says, not 404.
+  const { user, self } = key === appId ? { user: await liveUser(ctx, idParam), self: false } : await targetUser(ctx, idParam, 'read', { readers: ['users.manage'] });
   if (!self && !manage && key !== appId) throw new ApiError('user_not_found');
   if (!manage) {
     const access = (await resolveAccess(ctx.db, [user.id], ctx.now, [app.id])).get(accessKey(user.id, app.id));
     if (!access?.allowed) throw new ApiError('entitlement_required');
   }
   return { user, app };
+}
+
+async function liveUser(ctx: Ctx, idParam: string): Promise<UserRow> {
+  const user = await findUserById(ctx.db, resolveUserId(ctx, idParam));
+  if (!user || user.erased_at || user.status === 'deleted') throw new ApiError('user_not_found');
+  return user;
 }
 
 interface Row {

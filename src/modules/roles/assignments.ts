@@ -140,7 +140,8 @@ export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Pro
 
 /**
  * GET /v1/users/{id}/apps/{appId}/effective-permissions: the live access check, in one round trip
- * after authentication. Always 200 for a caller who may ask. effective_permissions holds only the
+ * after authentication. Always 200 for a caller who may ask (the Application's own key may ask about
+ * any live user: one without a path is allowed false with entitlement_status none). effective_permissions holds only the
  * Application's app.<slug>.* keys from explicit and implicit (default_app_role) assignments, and is
  * empty unless access is allowed.
  */
@@ -155,7 +156,6 @@ export async function effectivePermissions(given: Ctx, idParam: string, appId: s
   const reader = key === appId || hasPermission(ctx.actor, 'users.list') || hasPermission(ctx.actor, 'entitlements.manage');
   if (!self && !reader) throw new ApiError('user_not_found');
   if (!check.user || check.user.erased || (check.user.deleted && !hasPermission(ctx.actor, 'users.manage'))) throw new ApiError('user_not_found');
-  if (!self && key && !check.access?.access_paths.length) throw new ApiError('user_not_found');
   if (!check.app || !check.access) throw new ApiError('application_not_found');
   const access = check.access;
   const roles = check.roles.map((r) => ({ ...r, implicit: false }));
