@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { bearer, createUser, login } from '../helpers/fixtures.js';
+import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
   alignToStep, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, loginRes, mfaChallenge, post, sql, totpCode,
 } from './support.js';
@@ -253,4 +253,52 @@ test('an enrollment that was begun but not confirmed does not require MFA at log
   assert.equal(res.statusCode, 200);
   assertAuthSession(res.json(), user.id);
   assert.equal(await mfaEnabled(token), false);
+});
+
+const wrongCode = (code: string) => String((Number(code) + 500_000) % 1_000_000).padStart(6, '0');
+
+test('wrong MFA codes count toward the lockout across challenges: a right password does not reset the counter, so the 5th failure in 15 minutes locks (429 too_many_attempts with Retry-After)', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const wrong = wrongCode(await totpCode(t, secret));
+  const answers: string[] = [];
+  for (let round = 0; round < 2; round++) {
+    const res = await loginRes(t, user);
+    if (res.statusCode !== 200) {
+      answers.push(`login ${res.statusCode} ${res.json().error.code}`);
+      break;
+    }
+    const mfaToken = res.json().mfa_token;
+    for (let i = 0; i < 3; i++) {
+      const verify = await post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, code: wrong });
+      answers.push(`${verify.statusCode} ${verify.json().error.code}`);
+    }
+  }
+  // Round 1: three wrong codes (3 failures). Round 2: the right password is no failure, two more
+  // wrong codes make five and lock; the third is refused by the lock.
+  assert.deepEqual(answers, [
+    '401 invalid_credentials', '401 invalid_credentials', '401 invalid_credentials',
+    '401 invalid_credentials', '429 too_many_attempts', '429 too_many_attempts',
+  ]);
+  const locked = await loginRes(t, user);
+  assertError(locked, 429, 'too_many_attempts');
+  assert.ok(Number(locked.headers['retry-after']) > 0);
+});
+
+test('a right password for an MFA user neither counts as a failure nor clears earlier ones: 4 wrong passwords, a right one, then 1 wrong password locks', async () => {
+  const { user } = await createMfaUser(t);
+  for (let i = 0; i < 4; i++) assertError(await loginRes(t, { ...user, password: `${user.password}x` }), 401, 'invalid_credentials');
+  assert.equal((await loginRes(t, user)).json().mfa_required, true);
+  assertError(await loginRes(t, { ...user, password: `${user.password}x` }), 429, 'too_many_attempts');
+});
+
+test('mfa/verify with a right code for a user suspended after the password step gets 403 account_suspended and counts no failure', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  const admin = await createApiKey(t, { permissions: ['users.manage'] });
+  assert.equal((await t.app.inject({ method: 'POST', url: `/v1/users/${user.id}/suspend`, headers: bearer(admin.secret), payload: {} })).statusCode, 200);
+  assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, code: await totpCode(t, secret) }), 403, 'account_suspended');
+  const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failures ?? 0, 0);
+  const [challenge] = await sql(t, `SELECT attempts FROM one_time_tokens WHERE kind = 'mfa_challenge' AND user_id = $1`, [user.id]);
+  assert.equal(challenge.attempts, 0);
 });

@@ -105,6 +105,23 @@ export async function clearFailures(db: Queryable, identityId: string, now: Date
   await db.query(CLEAR_LOCKOUT_SQL('$1', '$2'), [identityId, now]);
 }
 
+/**
+ * Gives back the attempt slot a claim took at `now` when the password was right but no session is
+ * issued yet (MFA pending, or a suspended user): a right password is no failure, but only a session
+ * resets the counter, so the failures before it (wrong passwords, wrong MFA codes) stay. When this
+ * attempt was the one that set the lock, the lock goes with it.
+ */
+export async function releaseAttempt(db: Queryable, identityId: string, now: Date, lockedByThisAttempt: boolean): Promise<void> {
+  await db.query(
+    `UPDATE identities SET
+        recent_failures = CASE WHEN array_position(recent_failures, $2::timestamptz) IS NULL THEN recent_failures
+          ELSE recent_failures[:array_position(recent_failures, $2::timestamptz) - 1] || recent_failures[array_position(recent_failures, $2::timestamptz) + 1:] END,
+        locked_until = CASE WHEN $3::boolean THEN NULL ELSE locked_until END
+      WHERE id = $1`,
+    [identityId, now, lockedByThisAttempt],
+  );
+}
+
 /** What a password sign-in needs of a user, found by email, with its attempt slot already taken. */
 export interface SignInCandidate {
   id: string;

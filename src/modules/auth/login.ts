@@ -6,7 +6,7 @@ import { retryAfterSeconds } from '../../http/counters.js';
 import { verifyAgainstDummy, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { hashRecoveryCode, verifyTotp } from '../../auth/totp.js';
-import { claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, recordFailure } from './identities.js';
+import { claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, recordFailure, releaseAttempt } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
 import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
 
@@ -42,9 +42,10 @@ async function loginAdmitted(ctx: Ctx, input: LoginBody): Promise<AuthSession | 
     if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     throw new ApiError('invalid_credentials');
   }
-  // The password was right: the attempt was no failure. A session clears the attempt in its own
-  // statement; otherwise it is cleared on its own.
-  if (user.status !== 'active' || user.totp_confirmed_at) await clearFailures(ctx.db, identityId, ctx.now);
+  // The password was right: the attempt was no failure. A session resets the counter in its own
+  // statement; without one (MFA pending, suspended) only this attempt's slot is given back, so wrong
+  // MFA codes keep counting toward the lockout across challenges.
+  if (user.status !== 'active' || user.totp_confirmed_at) await releaseAttempt(ctx.db, identityId, ctx.now, claim.lockedUntil !== null);
   if (user.status !== 'active') throw new ApiError(user.status === 'suspended' ? 'account_suspended' : 'invalid_credentials');
   if (user.totp_confirmed_at) return ctx.db.transaction((tx) => challenge(tx, ctx, user.id, identityId));
   return issueSession(ctx.db, ctx, user, ['pwd'], identityId);
@@ -76,6 +77,7 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
   // Every step or none: a challenge another request already used, or a user no longer active, rolls
   // back the code it would have spent (a losing recovery code stays usable).
   const rejected = new Error('mfa verification rejected');
+  const suspended = new ApiError('account_suspended');
   const outcome = await ctx.db
     .transaction(async (tx) => {
       if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) throw rejected;
@@ -89,6 +91,8 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
         [pending.user_id],
       );
       const user = rows[0];
+      // A right code for a suspended user: 403, as for a right password (nothing is spent or counted).
+      if (user?.status === 'suspended') throw suspended;
       if (!user || user.status !== 'active') throw rejected;
       await clearFailures(tx, identity.id, ctx.now);
       return issueSession(tx, inTx(ctx, tx), user, ['pwd', method]);
