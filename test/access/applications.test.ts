@@ -456,3 +456,109 @@ test('PATCH: a caller who is neither owner nor applications.manage gets 403 forb
   assertError(await call(t, 'PATCH', `/v1/applications/${internal.id}`, user.token, { name: 'x' }), 404, 'application_not_found');
   assert.equal(assertStatus(await get(admin, pub.id), 200).name, 'Test App');
 });
+
+// ---- plan caps on PATCH, owners, URL fields ----------------------------------------------------------
+
+test("ownership change: available_app_roles longer than the new owner's Tenant plan cap is 409 plan_limit_reached (resource app_roles), even when no name is added", async () => {
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const app = await newApp(t, admin, { owner_organization_id: org, available_app_roles: ['r_a', 'r_b', 'r_c', 'r_d'] });
+  const newOwner = await person(t);
+  const res = await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: newOwner.id, owner_organization_id: null });
+  const err = assertError(res, 409, 'plan_limit_reached');
+  assert.equal(err.details.resource, 'app_roles');
+  assert.equal(err.details.plan, 'starter');
+  assert.equal(err.details.limit, 3);
+  const current = assertStatus(await get(admin, app.id), 200);
+  assert.equal(current.tenant_id, app.tenant_id);
+  assert.equal(current.owner_organization_id, org);
+  assert.equal(current.owner_user_id, null);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE scope = $1', [app.id]))[0].n, 4);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM tenants WHERE owner_user_id = $1', [newOwner.id]))[0].n, 0);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+});
+
+test("ownership change: app roles added in the same PATCH are checked against the new owner's Tenant plan (Team: no cap)", async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['r_a', 'r_b', 'r_c'] });
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const res = await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_organization_id: org, owner_user_id: null, available_app_roles: ['r_a', 'r_b', 'r_c', 'r_d'] });
+  const body = assertStatus(res, 200);
+  assert.notEqual(body.tenant_id, app.tenant_id);
+  assert.equal(body.owner_organization_id, org);
+  assert.deepEqual(body.available_app_roles, ['r_a', 'r_b', 'r_c', 'r_d']);
+  const [tenant] = await sql(t, 'SELECT plan, owner_organization_id FROM tenants WHERE id = $1', [body.tenant_id]);
+  assert.deepEqual({ ...tenant }, { plan: 'team', owner_organization_id: org });
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE scope = $1', [app.id]))[0].n, 4);
+  const audit = await auditOf(t, app.id, 'application.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].tenant_id, body.tenant_id);
+});
+
+test('PATCH on a restricted Tenant: adding an app role or moving an Application into it is 402 subscription_required, documented in OpenAPI, and nothing changes', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['viewer'] });
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [app.tenant_id]);
+  const err = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, { available_app_roles: ['viewer', 'editor'] }), 402, 'subscription_required');
+  assert.equal(err.details.resource, 'app_roles');
+  assert.equal(err.details.tenant_id, app.tenant_id);
+  assert.deepEqual(assertStatus(await get(admin, app.id), 200).available_app_roles, ['viewer']);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE scope = $1', [app.id]))[0].n, 1);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+
+  // Moving another Application into the restricted Tenant.
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const orgApp = await newApp(t, admin, { owner_organization_id: org });
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [orgApp.tenant_id]);
+  const moved = await newApp(t, admin);
+  assertError(await call(t, 'PATCH', `/v1/applications/${moved.id}`, admin, { owner_organization_id: org, owner_user_id: null }), 402, 'subscription_required');
+  const after = assertStatus(await get(admin, moved.id), 200);
+  assert.equal(after.tenant_id, moved.tenant_id);
+  assert.equal(after.owner_user_id, moved.owner!.id);
+
+  const doc = assertStatus(await call(t, 'GET', '/v1/openapi.json', null), 200);
+  const responses = doc.paths['/v1/applications/{id}'].patch.responses;
+  assert.ok(responses['402'], 'PATCH /v1/applications/{id} documents 402');
+  assert.match(JSON.stringify(responses['402']), /subscription_required/);
+});
+
+test('PATCH ownership to a deleted or erased user is refused as POST refuses it: 422 validation_failed on owner_user_id, nothing changes', async () => {
+  const deleted = await person(t);
+  await sql(t, `UPDATE users SET status = 'deleted', deleted_at = now() WHERE id = $1`, [deleted.id]);
+  const erased = await person(t);
+  await sql(t, `UPDATE users SET erased_at = now() WHERE id = $1`, [erased.id]);
+  const app = await newApp(t, admin);
+  for (const gone of [deleted, erased]) {
+    assertInvalid(await post(admin, base(gone.id)), 'owner_user_id');
+    assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: gone.id }), 'owner_user_id');
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM tenants WHERE owner_user_id = $1', [gone.id]))[0].n, 0);
+  }
+  const current = assertStatus(await get(admin, app.id), 200);
+  assert.equal(current.owner_user_id, app.owner!.id);
+  assert.equal(current.tenant_id, app.tenant_id);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+});
+
+test('icon_url is an http or https URL and support_url an http(s) or mailto: URL (no https rule); launch_url stays https; other values are 422', async () => {
+  const owner = await person(t);
+  const created = assertStatus(await post(admin, base(owner.id, { icon_url: 'http://cdn.example.com/i.png', support_url: 'mailto:help@example.com' })), 201);
+  assert.equal(created.icon_url, 'http://cdn.example.com/i.png');
+  assert.equal(created.support_url, 'mailto:help@example.com');
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${created.id}`, owner.token, { icon_url: 'https://cdn.example.com/i.png', support_url: 'http://help.example.com' }), 200);
+  assert.equal(patched.icon_url, 'https://cdn.example.com/i.png');
+  assert.equal(patched.support_url, 'http://help.example.com');
+
+  const other = await person(t);
+  for (const icon_url of ['ftp://cdn.example.com/i.png', 'mailto:help@example.com', '/i.png', 'https://user:pw@cdn.example.com/i.png', 'javascript:alert(1)']) {
+    assertInvalid(await post(admin, base(other.id, { icon_url })), 'icon_url');
+  }
+  for (const support_url of ['ftp://help.example.com', 'mailto:', 'mailto:nobody', 'help@example.com', 'http://user:pw@help.example.com', 'javascript:alert(1)']) {
+    assertInvalid(await post(admin, base(other.id, { support_url })), 'support_url');
+  }
+  assertInvalid(await post(admin, base(other.id, { launch_url: 'http://app.example.com' })), 'launch_url');
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${created.id}`, owner.token, { launch_url: 'http://app.example.com' }), 'launch_url');
+  assertInvalid(await post(admin, base(other.id, { icon_url: `https://cdn.example.com/${'x'.repeat(2048)}` })), 'icon_url');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [other.id]))[0].n, 0);
+  const current = assertStatus(await get(admin, created.id), 200);
+  assert.equal(current.launch_url, 'https://app.example.com');
+});

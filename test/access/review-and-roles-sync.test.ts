@@ -161,3 +161,40 @@ test('PATCH removing a permission still referenced by a Role is 409 permission_i
   const ok = assertStatus(await patch(app.owner!.token, app.id, { permissions: [{ key: `app.${slug}.read`, description: 'read' }] }), 200);
   assert.deepEqual(ok.permissions, [{ key: `app.${slug}.read`, description: 'read' }]);
 });
+
+test("rejected → pending_review happens on the owner's next PATCH of a configuration field even when the owner also holds applications.manage, unless the PATCH sets review_status", async () => {
+  const owner = await person(t, { roles: ['superadmin'] });
+  const app = await newApp(t, admin, { owner_user_id: owner.id });
+  await setReview(t, app.id, 'pending_review');
+  assertStatus(await patch(admin, app.id, { review_status: 'rejected', review_notes: 'fix the name' }), 200);
+
+  // A PATCH that sets review_status itself is not moved automatically.
+  const kept = assertStatus(await patch(owner.token, app.id, { description: 'still rejected', review_status: 'rejected', review_notes: 'fix the name' }), 200);
+  assert.equal(kept.review_status, 'rejected');
+  assert.equal(kept.description, 'still rejected');
+  assert.deepEqual(await reviewAudits(app.id), ['rejected']);
+
+  const body = assertStatus(await patch(owner.token, app.id, { name: 'Fixed name' }), 200);
+  assert.equal(body.review_status, 'pending_review');
+  assert.equal(body.name, 'Fixed name');
+  assert.deepEqual(await reviewAudits(app.id), ['rejected', 'pending_review']);
+  const queue = assertStatus(await call(t, 'GET', '/v1/applications?review_status=pending_review&limit=100', admin), 200);
+  assert.ok(queue.data.some((a: { id: string }) => a.id === app.id));
+});
+
+test('review_notes of only whitespace count as missing: reject and suspend get 422 review_notes_required and nothing changes', async () => {
+  const pending = await newApp(t, admin);
+  await setReview(t, pending.id, 'pending_review');
+  const approved = await newApp(t, admin);
+  for (const notes of ['   ', '\n\t ']) {
+    assertError(await patch(admin, pending.id, { review_status: 'rejected', review_notes: notes }), 422, 'review_notes_required');
+    assertError(await patch(admin, approved.id, { review_status: 'suspended', review_notes: notes }), 422, 'review_notes_required');
+  }
+  for (const [app, status] of [[pending, 'pending_review'], [approved, 'approved']] as const) {
+    const current = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200);
+    assert.equal(current.review_status, status);
+    assert.equal(current.review_notes, null);
+    assert.deepEqual(await reviewEvents(app.id), []);
+    assert.deepEqual(await reviewAudits(app.id), []);
+  }
+});

@@ -6,7 +6,7 @@ import { recordAudit } from '../../audit/record.js';
 import { assertWithinPlan, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
 import { findApplicationRow, toApplication, type ApplicationRow } from './store.js';
 import type { Application, PatchApplicationBody } from './schemas.js';
-import { emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
+import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
@@ -46,15 +46,17 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
       if (!REVIEW_MOVES[app.review_status]?.includes(body.review_status)) {
         throw new ApiError('invalid_review_transition', { details: { from: app.review_status, to: body.review_status } });
       }
-      if (NOTES_REQUIRED.includes(body.review_status) && !body.review_notes) throw new ApiError('review_notes_required');
+      // Whitespace-only notes count as missing.
+      if (NOTES_REQUIRED.includes(body.review_status) && !body.review_notes?.trim()) throw new ApiError('review_notes_required');
       review = body.review_status;
-    } else if (app.review_status === 'rejected' && owner && !admin && CONFIG_FIELDS.some((f) => f in body)) {
-      // The owner's next configuration change puts a rejected Application back in the queue.
+    } else if (app.review_status === 'rejected' && owner && body.review_status === undefined && CONFIG_FIELDS.some((f) => f in body)) {
+      // The owner's next configuration change puts a rejected Application back in the queue, also when
+      // the owner holds applications.manage; a PATCH that sets review_status itself is not moved.
       review = 'pending_review';
     }
 
     const tenantId = await moveOwnership(tx, ctx, app, body);
-    await syncAppRoles(tx, ctx, app, roles);
+    await syncAppRoles(tx, ctx, app, roles, tenantId);
     if (permissions) await assertPermissionsUnused(tx, app, permissions.map((p) => p.key));
 
     const v = <K extends keyof ApplicationRow>(k: K, fallback: ApplicationRow[K]) => (k in body ? (body as any)[k] : fallback);
@@ -88,12 +90,16 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
   });
 }
 
-/** Adding a name seeds its Role; removing one deletes the unassigned Role or refuses (409 app_role_in_use). */
-async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string[]): Promise<void> {
+/**
+ * Adding a name seeds its Role; removing one deletes the unassigned Role or refuses (409 app_role_in_use).
+ * The AppRole cap is the plan of the Tenant the Application ends up in: checked when a name is added
+ * and on every move to another Tenant, even when no name is added.
+ */
+async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string[], tenantId: string): Promise<void> {
   const added = roles.filter((r) => !app.available_app_roles.includes(r));
   const removed = app.available_app_roles.filter((r) => !roles.includes(r));
-  if (added.length) {
-    const tenant = (await findTenant(tx, app.tenant_id))!;
+  if (added.length || tenantId !== app.tenant_id) {
+    const tenant = (await findTenant(tx, tenantId))!;
     assertWithinPlan(tenant, 'app_roles', roles.length);
   }
   for (const name of removed) {
@@ -127,9 +133,7 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   body.owner_user_id = nextUser;
   body.owner_organization_id = nextOrg;
   if (nextUser === app.owner_user_id && nextOrg === app.owner_organization_id) return app.tenant_id;
-  const table = nextUser ? 'users' : 'organizations';
-  const { rowCount } = await tx.query(`SELECT 1 FROM ${table} WHERE id = $1`, [nextUser ?? nextOrg]);
-  if (!rowCount) throw new ApiError('validation_failed', { details: { fields: [{ path: nextUser ? 'owner_user_id' : 'owner_organization_id', message: 'is not known' }] } });
+  await assertOwnerKnown(tx, { userId: nextUser, organizationId: nextOrg });
   const from = (await findTenant(tx, app.tenant_id))!;
   const to = await resolveOwnerTenant(tx, { userId: nextUser, organizationId: nextOrg }, ctx.now);
   if (to.id === from.id) return from.id;

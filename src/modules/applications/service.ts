@@ -9,7 +9,7 @@ import { assertWithinPlan, countTenantApplications, findTenant, resolveOwnerTena
 import { APP_COLUMNS, findApplicationRow, toApplication, toListItem, type ApplicationRow } from './store.js';
 import type { Application, ApplicationListQuery, CreateApplicationBody } from './schemas.js';
 import { ownerCondition, viewerOf, visibleCondition } from './visibility.js';
-import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateRedirectUris, validateSettingsSchema, validateSlug } from './validation.js';
+import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateRedirectUris, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
 const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
@@ -90,12 +90,23 @@ export interface ConfigInput {
 /** Field rules shared by create and PATCH; returns normalized permissions. */
 export function validateConfig(slug: string, testMode: boolean, input: ConfigInput, availableRoles: string[], defaultRole: string | null) {
   validateHttpsUrl('launch_url', input.launch_url);
-  validateHttpsUrl('icon_url', input.icon_url);
-  validateHttpsUrl('support_url', input.support_url);
+  validateWebUrl('icon_url', input.icon_url);
+  validateWebUrl('support_url', input.support_url, { mailto: true });
   if (input.redirect_uris) validateRedirectUris(input.redirect_uris, testMode);
   if (input.settings_schema) validateSettingsSchema(input.settings_schema);
   if (defaultRole !== null && !availableRoles.includes(defaultRole)) throw invalid('default_app_role', 'must be one of available_app_roles');
   return input.permissions ? validatePermissions(slug, input.permissions) : undefined;
+}
+
+/** The owner named on create or on an ownership change exists; a deleted or erased user is not a known user (422). */
+export async function assertOwnerKnown(tx: Tx, owner: { userId?: string | null; organizationId?: string | null }): Promise<void> {
+  if (owner.userId) {
+    const { rowCount } = await tx.query(`SELECT 1 FROM users WHERE id = $1 AND status <> 'deleted' AND erased_at IS NULL`, [owner.userId]);
+    if (!rowCount) throw invalid('owner_user_id', 'is not a known user');
+  } else {
+    const { rowCount } = await tx.query('SELECT 1 FROM organizations WHERE id = $1', [owner.organizationId]);
+    if (!rowCount) throw invalid('owner_organization_id', 'is not a known organization');
+  }
 }
 
 /** Seeds the empty Role role_<slug>_<name> for an available_app_roles name. */
@@ -115,13 +126,7 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
   const roles = body.available_app_roles ?? [];
   const permissions = validateConfig(body.slug, testMode, body, roles, body.default_app_role ?? null) ?? [];
   return ctx.db.transaction(async (tx) => {
-    if (body.owner_user_id) {
-      const { rowCount } = await tx.query(`SELECT 1 FROM users WHERE id = $1 AND status <> 'deleted'`, [body.owner_user_id]);
-      if (!rowCount) throw invalid('owner_user_id', 'is not a known user');
-    } else {
-      const { rowCount } = await tx.query('SELECT 1 FROM organizations WHERE id = $1', [body.owner_organization_id]);
-      if (!rowCount) throw invalid('owner_organization_id', 'is not a known organization');
-    }
+    await assertOwnerKnown(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id });
     if (await findApplicationRow(tx, `app_${body.slug}`)) throw new ApiError('slug_taken');
     const tenant = await resolveOwnerTenant(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id }, ctx.now);
     await assertTenantWritable(tx, tenant.id);

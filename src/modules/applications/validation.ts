@@ -23,6 +23,23 @@ export function validateHttpsUrl(path: string, value: string | null | undefined)
   if (url.protocol !== 'https:' || url.username || url.password) throw invalid(path, 'must be an https URL');
 }
 
+/** An absolute http or https URL without credentials (icon_url; support_url also takes mailto:). */
+export function validateWebUrl(path: string, value: string | null | undefined, opts: { mailto?: boolean } = {}): void {
+  if (value === null || value === undefined) return;
+  const message = opts.mailto ? 'must be an http(s) URL or a mailto: URL' : 'must be an http(s) URL';
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw invalid(path, message);
+  }
+  if (opts.mailto && url.protocol === 'mailto:') {
+    if (!/^[^@\s/]+@[^@\s/]+$/.test(url.pathname)) throw invalid(path, message);
+    return;
+  }
+  if ((url.protocol !== 'https:' && url.protocol !== 'http:') || !url.hostname || url.username || url.password) throw invalid(path, message);
+}
+
 /**
  * redirect_uris: exact-match entries, https URLs or reverse-DNS private-use schemes
  * (com.example.app:/path); http://localhost and http://127.0.0.1 (any port) only on a test_mode
