@@ -32,6 +32,18 @@ export interface OneTimeTokenRow {
   used_at: Date | null;
 }
 
+/**
+ * Tokens mailed to a user's address: whoever follows one proves control of that address (verify,
+ * email change) or gets it marked verified (reset). When the address changes they must die with it,
+ * or a link mailed to the old address would verify, or undo, the new one.
+ */
+const ADDRESS_BOUND: OneTimeTokenKind[] = ['email_verification', 'email_change', 'password_reset'];
+
+/** Voids the user's outstanding address-bound tokens; call in the transaction that changes the email. */
+export async function voidAddressTokens(tx: Tx, userId: string, now: Date): Promise<void> {
+  await tx.query('UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = ANY($2::text[]) AND used_at IS NULL', [userId, ADDRESS_BOUND, now]);
+}
+
 /** Issues a single-use token (stored as a hash) and returns the secret to mail or return once. */
 export async function issueOneTimeToken(
   tx: Tx,

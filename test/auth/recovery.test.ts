@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { bearer, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
+import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import {
   alignToWindow, assertAuthSession, assertError, assertFields, get, jwtPayload, latestToken, loginRes, mailsTo, NEW_PASSWORD, post, sql,
 } from './support.js';
@@ -247,4 +247,44 @@ test('email and password endpoints: bad input gets 422 validation_failed with de
   assertFields(await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD, password: 'x' }, bearer(session.access_token)), ['password']);
   assertError(await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }), 401, 'unauthenticated');
   assert.equal((await loginRes(t, user)).statusCode, 200, 'nothing changed');
+});
+
+test('an email change voids the links mailed to the old address: after an admin sets a new email, an earlier email-change, verification or reset token gets 400 invalid_token and changes nothing', async () => {
+  const { email, session } = await signup();
+  const user = { id: session.user_id as string, email };
+  const access_token = session.access_token as string;
+  // Three links outstanding: the signup verification of the old address, a reset sent to it, a self-service change.
+  const verifyToken = await latestToken(t, user.email, 'email_verification');
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const resetToken = await latestToken(t, user.email, 'password_reset');
+  const pending = uniqueEmail('pending');
+  const change = await t.app.inject({ method: 'PATCH', url: '/v1/users/me', headers: bearer(access_token), payload: { email: pending } });
+  assert.equal(change.json().pending_email, pending, change.body);
+  const changeToken = await latestToken(t, pending, 'email_change_verification');
+
+  const admin = await createApiKey(t, { permissions: ['users.manage'] });
+  const adminSet = uniqueEmail('admin-set');
+  const res = await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin.secret), payload: { email: adminSet } });
+  assert.equal(res.statusCode, 200, res.body);
+
+  assertError(await post(t, '/v1/auth/email/verify', { token: changeToken }), 400, 'invalid_token');
+  assertError(await post(t, '/v1/auth/email/verify', { token: verifyToken }), 400, 'invalid_token');
+  assertError(await post(t, '/v1/auth/password/reset', { token: resetToken, password: NEW_PASSWORD }), 400, 'invalid_token');
+  const [row] = await sql(t, 'SELECT email, pending_email, email_verified FROM users WHERE id = $1', [user.id]);
+  assert.deepEqual(row, { email: adminSet, pending_email: null, email_verified: false });
+  // The verification mailed to the new address does work.
+  assert.equal((await post(t, '/v1/auth/email/verify', { token: await latestToken(t, adminSet, 'email_verification') })).statusCode, 204);
+  assert.equal(await emailVerified(user.id), true);
+});
+
+test('completing a self-service email change voids the reset link mailed to the old address (400 invalid_token)', async () => {
+  const user = await createUser(t);
+  const { access_token } = await signIn(user);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const resetToken = await latestToken(t, user.email, 'password_reset');
+  const next = uniqueEmail('next');
+  assert.equal((await t.app.inject({ method: 'PATCH', url: '/v1/users/me', headers: bearer(access_token), payload: { email: next } })).statusCode, 200);
+  assert.equal((await post(t, '/v1/auth/email/verify', { token: await latestToken(t, next, 'email_change_verification') })).statusCode, 204);
+  assertError(await post(t, '/v1/auth/password/reset', { token: resetToken, password: NEW_PASSWORD }), 400, 'invalid_token');
+  assert.equal((await loginRes(t, { ...user, email: next })).statusCode, 200);
 });

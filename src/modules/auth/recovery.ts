@@ -3,7 +3,7 @@ import { inTx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
-import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
+import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTokens, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { hitCounter } from '../../http/counters.js';
@@ -44,9 +44,13 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
       return;
     }
     const email = String(pending.data.email);
+    // Only the change still pending: an admin may have set another address since.
+    if (user.pending_email?.toLowerCase() !== email.toLowerCase()) throw badToken();
     const holder = await findLiveUserByEmail(tx, email);
     if (holder && holder.id !== user.id) throw new ApiError('email_taken');
     await tx.query('UPDATE users SET email = $2, pending_email = NULL, email_verified = true, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
+    // Links mailed to the old address (verification, reset) die with it.
+    await voidAddressTokens(tx, user.id, ctx.now);
     await recordAudit(tx, inTx(ctx, tx), {
       action: 'user.email_changed',
       target: { type: 'user', id: user.id },

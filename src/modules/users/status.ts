@@ -5,7 +5,7 @@ import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
-import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
+import { issueOneTimeToken, voidAddressTokens } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, toUser, type UserRow } from './store.js';
@@ -106,6 +106,7 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
     const holder = await findLiveUserByEmail(tx, newEmail);
     if (holder) throw emailTaken(holder);
     await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL WHERE id = $1', [user.id, newEmail]);
+    await voidAddressTokens(tx, user.id, ctx.now);
     restored = await reload(tx, user.id);
   } else {
     const holder = await findLiveUserByEmail(tx, user.email);
@@ -121,6 +122,8 @@ async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promi
   const holder = await findLiveUserByEmail(tx, email);
   if (holder && holder.id !== user.id) throw emailTaken(holder);
   await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
+  // Links mailed to the old address (a pending self-service change, verification, reset) die with it.
+  await voidAddressTokens(tx, user.id, ctx.now);
   const after = await reload(tx, user.id);
   await sendVerification(tx, ctx, after);
   await recordAudit(tx, inTx(ctx, tx), { action: 'user.updated', target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: toUser(after) });
