@@ -155,6 +155,13 @@ test("signup application_id grants nothing: it is stored as signup_application_i
   const [plainMail] = await mailsTo(t, plain, 'email_verification');
   assert.equal(plainMail.from_name, null);
   assert.doesNotMatch(plainMail.text_body, /Acme Notes/);
+
+  // A re-sent verification mail carries the same branding.
+  assert.equal((await post(t, '/v1/auth/email/verify/resend', { email })).statusCode, 202);
+  const mails = await mailsTo(t, email, 'email_verification');
+  assert.equal(mails.length, 2);
+  assert.equal(mails[1].from_name, 'Acme Notes');
+  assert.match(mails[1].text_body, /Acme Notes/);
 });
 
 test('signup with an unknown application_id gets 422 validation_failed naming application_id and creates nothing', async () => {
@@ -244,7 +251,7 @@ test('the re-send limit is 3 per email per hour even across a clock-hour boundar
 });
 
 test('password policy: fewer than 12 characters gets 422 weak_password with details.reason too_short; exactly 12 is accepted', async () => {
-  for (const password of ['short-pw-11', '𝒜'.repeat(11)]) {
+  for (const password of ['short-pw-11', '𝒜'.repeat(11), '']) {
     const email = uniqueEmail('short');
     const res = await signup({ email, password });
     assert.equal(assertError(res, 422, 'weak_password').details.reason, 'too_short', password);
@@ -256,8 +263,10 @@ test('password policy: fewer than 12 characters gets 422 weak_password with deta
 
 test('password policy: more than 128 characters gets 422 weak_password with details.reason too_long; exactly 128 is accepted', async () => {
   const email = uniqueEmail('long');
-  const res = await signup({ email, password: 'x7-'.repeat(43) }); // 129
-  assert.equal(assertError(res, 422, 'weak_password').details.reason, 'too_long');
+  for (const password of ['x7-'.repeat(43), 'x7-'.repeat(2000)]) { // 129, and far out of range
+    const res = await signup({ email, password });
+    assert.equal(assertError(res, 422, 'weak_password').details.reason, 'too_long');
+  }
   assert.deepEqual(await userRowsFor(email), []);
   const ok = await signup({ email: uniqueEmail('onetwentyeight'), password: 'x7-'.repeat(42) + 'ab' }); // 128
   assert.equal(ok.statusCode, 201, ok.body);

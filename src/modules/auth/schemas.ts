@@ -27,14 +27,19 @@ export const MfaChallenge = Type.Object(
 export type MfaChallenge = Static<typeof MfaChallenge>;
 
 const Email = Type.String({ format: 'email', maxLength: 320 });
-/** Length rules live in the password policy (422 weak_password), not in the schema. */
+/** A password to check against a stored hash (login, current_password). */
 const Password = Type.String({ minLength: 1, maxLength: 4096 });
+/**
+ * A password to set: its length rules live in the password policy (422 weak_password, too_short or
+ * too_long, however far out of range); the body limit bounds its size.
+ */
+const NewPassword = Type.String({ description: '12–128 characters (422 weak_password otherwise).' });
 const TestMode = Type.Optional(Type.Boolean({ default: false }));
 
 export const SignupBody = Type.Object(
   {
     email: Email,
-    password: Password,
+    password: NewPassword,
     display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     application_id: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     test_mode: TestMode,
@@ -69,13 +74,13 @@ export const EmailBody = Type.Object({ email: Type.String({ minLength: 1, maxLen
 export type EmailBody = Static<typeof EmailBody>;
 
 export const TokenPasswordBody = Type.Object(
-  { token: Type.String({ minLength: 1, maxLength: 200 }), password: Password },
+  { token: Type.String({ minLength: 1, maxLength: 200 }), password: NewPassword },
   { additionalProperties: false },
 );
 export type TokenPasswordBody = Static<typeof TokenPasswordBody>;
 
 export const ChangePasswordBody = Type.Object(
-  { current_password: Password, new_password: Password },
+  { current_password: Password, new_password: NewPassword },
   { additionalProperties: false },
 );
 export type ChangePasswordBody = Static<typeof ChangePasswordBody>;

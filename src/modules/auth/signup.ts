@@ -37,7 +37,7 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
       passwordHash,
       selfService: true,
     });
-    await sendVerification(tx, ctx, user, application?.email_from_name ?? null);
+    await sendVerification(tx, ctx, user);
     return issueSession(tx, inTx(ctx, tx), user, ['pwd']);
   });
 }

@@ -19,8 +19,17 @@ export async function sendInvitation(tx: Tx, ctx: Ctx, user: { id: string; email
   await enqueueMail(tx, ctx, { template: 'invitation', to: user.email, vars: { token } });
 }
 
-/** A new email verification token and mail, branded with the Application's email_from_name when given. */
-export async function sendVerification(tx: Tx, ctx: Ctx, user: { id: string; email: string }, fromName: string | null = null): Promise<void> {
+/**
+ * A new email verification token and mail, branded with the email_from_name of the Application the
+ * user signed up through (Part A Rule 2), for the first mail and every later one alike.
+ */
+export async function sendVerification(tx: Tx, ctx: Ctx, user: { id: string; email: string; signup_application_id: string | null }): Promise<void> {
+  const fromName = user.signup_application_id ? await emailFromName(tx, user.signup_application_id) : null;
   const token = await issueOneTimeToken(tx, ctx, { kind: 'email_verification', userId: user.id, replacePrevious: true });
   await enqueueMail(tx, ctx, { template: 'email_verification', to: user.email, vars: { token, fromName }, fromName });
+}
+
+async function emailFromName(tx: Tx, applicationId: string): Promise<string | null> {
+  const { rows } = await tx.query<{ email_from_name: string | null }>('SELECT email_from_name FROM applications WHERE id = $1', [applicationId]);
+  return rows[0]?.email_from_name ?? null;
 }
