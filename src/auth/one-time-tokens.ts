@@ -39,10 +39,18 @@ export interface OneTimeTokenRow {
  */
 const ADDRESS_BOUND: OneTimeTokenKind[] = ['email_verification', 'email_change', 'password_reset'];
 
-/** Voids the user's outstanding address-bound tokens; call in the transaction that changes the email. */
-export async function voidAddressTokens(tx: Tx, userId: string, now: Date): Promise<void> {
-  await tx.query('UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = ANY($2::text[]) AND used_at IS NULL', [userId, ADDRESS_BOUND, now]);
+async function voidTokens(tx: Tx, userId: string, kinds: OneTimeTokenKind[], now: Date): Promise<void> {
+  await tx.query('UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = ANY($2::text[]) AND used_at IS NULL', [userId, kinds, now]);
 }
+
+/** Voids the user's outstanding address-bound tokens; call in the transaction that changes the email. */
+export const voidAddressTokens = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ADDRESS_BOUND, now);
+
+/**
+ * Voids the user's pending MFA challenges; call in the transaction that sets a new password, so a
+ * challenge won with the old password cannot start a session after the sessions were ended.
+ */
+export const voidMfaChallenges = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['mfa_challenge'], now);
 
 /** Issues a single-use token (stored as a hash) and returns the secret to mail or return once. */
 export async function issueOneTimeToken(

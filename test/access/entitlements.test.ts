@@ -477,6 +477,32 @@ test('GET and PATCH return an ETag; PATCH with a stale If-Match is 412 precondit
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }, { 'if-match': newTag }), 200);
 });
 
+test('the ETag changes with every write, even two writes within one millisecond: the older If-Match is 412 precondition_failed', async () => {
+  const user = await person(t);
+  const instant = t.clock.now();
+  const realNow = t.clock.now;
+  t.clock.now = () => new Date(instant);
+  try {
+    const ent = await grant(t, admin, user.id, app.id);
+    const etag = (await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag as string;
+    const first = assertStatus(await patchEnt(t, admin, ent.id, { ends_at: inSeconds(t, 10 * DAY) }, { 'if-match': etag }), 200);
+    assert.equal(first.updated_at, ent.updated_at, 'both writes carry one timestamp');
+    assertError(await patchEnt(t, admin, ent.id, { order_id: 'ord-late' }, { 'if-match': etag }), 412, 'precondition_failed');
+    assert.equal((await entRow(t, ent.id))!.order_id, null);
+  } finally {
+    t.clock.now = realNow;
+  }
+});
+
+test('PATCH of an entitlement the caller cannot see is 404 entitlement_not_found, also with read-only fields in the body', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const stranger = await person(t);
+  assertError(await patchEnt(t, stranger.token, ent.id, { starts_at: inSeconds(t, DAY) }), 404, 'entitlement_not_found');
+  assertError(await patchEnt(t, admin, 'ent_01JAAAAAAAAAAAAAAAAAAAAAAA', { starts_at: inSeconds(t, DAY) }), 404, 'entitlement_not_found');
+  assertError(await patchEnt(t, admin, ent.id, { starts_at: inSeconds(t, DAY) }), 422, 'read_only_field');
+});
+
 // ---- DELETE --------------------------------------------------------------------------------------
 
 test('DELETE hard-removes a fresh grant made in error: 204, entitlement.deleted, access.revoked (entitlement_deleted)', async () => {

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import {
-  alignToWindow, assertAuthSession, assertError, assertFields, get, jwtPayload, latestToken, loginRes, mailsTo, NEW_PASSWORD, post, sql,
+  alignToWindow, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD,
+  post, sql, totpCode,
 } from './support.js';
 
 let t: TestApp;
@@ -287,4 +288,15 @@ test('completing a self-service email change voids the reset link mailed to the 
   assert.equal((await post(t, '/v1/auth/email/verify', { token: await latestToken(t, next, 'email_change_verification') })).statusCode, 204);
   assertError(await post(t, '/v1/auth/password/reset', { token: resetToken, password: NEW_PASSWORD }), 400, 'invalid_token');
   assert.equal((await loginRes(t, { ...user, email: next })).statusCode, 200);
+});
+
+test('a password reset voids pending MFA challenges: a challenge won with the old password cannot start a session afterwards (401)', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  assert.equal((await post(t, '/v1/auth/password/reset', { token: await latestToken(t, user.email, 'password_reset'), password: NEW_PASSWORD })).statusCode, 204);
+  // The next step's code: the current one was spent confirming the enrollment.
+  assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, code: await totpCode(t, secret, 1) }), 401, 'invalid_credentials');
+  const [sessions] = await sql(t, 'SELECT count(*)::int AS n FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [user.id]);
+  assert.equal(sessions.n, 0);
 });

@@ -34,11 +34,12 @@ export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string
 
 /** PATCH /v1/entitlements/{id}: status moves, term, trial conversion, order id, member scope. */
 export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined): Promise<{ entitlement: Entitlement; etag: string }> {
-  const readOnly = READ_ONLY.filter((f) => f in body);
-  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
+    // Existence first: a caller who cannot see the row learns nothing from the body's faults.
     const { row, rights, orgAdmin } = await visibleEntitlement(c, id, true);
+    const readOnly = READ_ONLY.filter((f) => f in body);
+    if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
     await assertHoldingOrgActive(tx, row);
     await assertAppTenantWritable(tx, row.application_id);
     if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });

@@ -34,7 +34,11 @@ export function toEntitlement(r: EntitlementRow): Entitlement {
 }
 
 /** The ETag of an Entitlement's current state (If-Match guards concurrent operators). */
-export const etagOf = (r: EntitlementRow) => `"${createHash('sha256').update(`${r.id}:${r.updated_at.toISOString()}:${r.status}`).digest('base64url').slice(0, 22)}"`;
+/**
+ * A strong ETag of everything the row shows: two writes within one millisecond (same updated_at)
+ * still give different ETags when anything changed, so a stale If-Match cannot pass.
+ */
+export const etagOf = (r: EntitlementRow) => `"${createHash('sha256').update(JSON.stringify(toEntitlement(r))).digest('base64url').slice(0, 22)}"`;
 
 export async function findEntitlement(db: Queryable, id: string, forUpdate = false): Promise<EntitlementRow | null> {
   const { rows } = await db.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.id = $1 ${forUpdate ? 'FOR UPDATE' : ''}`, [id]);
