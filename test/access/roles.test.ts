@@ -263,6 +263,12 @@ test('GET /v1/users/{id}/roles lists explicit rows and the implicit default_app_
   // Access off: the implicit row disappears.
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
   assert.ok(!(await list()).some((r: { implicit: boolean }) => r.implicit));
+  // The default Role also assigned explicitly is listed once, as the explicit row.
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'active' }), 200);
+  assertStatus(await assign(admin, user.id, `role_${app.slug}_viewer`), 201);
+  const viewer = (await list()).filter((r: { role_id: string }) => r.role_id === `role_${app.slug}_viewer`);
+  assert.equal(viewer.length, 1);
+  assert.equal(viewer[0].implicit, false);
 });
 
 test('GET /v1/users/{id}/roles: self, roles.manage and users.list read it; an app-confined key sees only its Application\'s rows; others 404', async () => {
@@ -275,9 +281,13 @@ test('GET /v1/users/{id}/roles: self, roles.manage and users.list read it; an ap
   for (const cred of [user.token, await platformKey(t, ['roles.manage']), await platformKey(t, ['users.list'])]) {
     assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles`, cred), 200).data.length, 3);
   }
-  const key = await appKey(t, mine.id, ['users.list']);
-  const confined = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles`, key), 200).data;
-  assert.deepEqual(confined.map((r: { role_id: string }) => r.role_id), [`role_${mine.slug}_viewer`]);
+  // Any of the four confined permissions makes an app key app-confined; without one it reads nothing.
+  for (const permission of ['users.list', 'roles.manage', 'entitlements.manage', 'audit.view']) {
+    const key = await appKey(t, mine.id, [permission]);
+    const confined = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles`, key), 200).data;
+    assert.deepEqual(confined.map((r: { role_id: string }) => r.role_id), [`role_${mine.slug}_viewer`], permission);
+  }
+  assertError(await call(t, 'GET', `/v1/users/${user.id}/roles`, await appKey(t, mine.id, [])), 404, 'user_not_found');
   const stranger = await person(t);
   assertError(await call(t, 'GET', `/v1/users/${user.id}/roles`, stranger.token), 404, 'user_not_found');
 });

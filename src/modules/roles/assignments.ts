@@ -32,6 +32,8 @@ const toAssignment = (r: AssignmentRow): Assignment => ({
   implicit: false,
 });
 
+const APP_CONFINED_PERMISSIONS = ['entitlements.manage', 'users.list', 'roles.manage', 'audit.view'];
+
 /** Implicit default_app_role rows: every user with active access holds the Application's default Role. */
 async function implicitRows(db: Queryable, userId: string, now: Date, appFilter: string | null): Promise<Assignment[]> {
   const { rows } = await db.query<{ id: string; slug: string; default_app_role: string }>(
@@ -48,14 +50,21 @@ async function implicitRows(db: Queryable, userId: string, now: Date, appFilter:
 /** GET /v1/users/{id}/roles: self, roles.manage, users.list, or app-confined (its own Application's rows). */
 export async function listUserRoles(ctx: Ctx, idParam: string, applicationId: string | undefined) {
   const app = confinedApp(ctx);
-  const { user } = await targetUser(ctx, idParam, 'read', { readers: ['users.list', 'roles.manage'] });
+  // "App-confined": an app-scoped key holding any of the four confined permissions reads the rows of
+  // its own Application for users with an access path to it.
+  const confined = app && APP_CONFINED_PERMISSIONS.some((p) => hasPermission(ctx.actor, p)) ? app : undefined;
+  const { user } = await targetUser(ctx, idParam, 'read', { readers: ['users.list', 'roles.manage'], ownKeyApp: confined });
   const filter = app ?? applicationId ?? null;
   const { rows } = await ctx.db.query<AssignmentRow>(
     `SELECT user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id FROM role_assignments
       WHERE user_id = $1 ${filter ? 'AND application_id = $2' : ''} ORDER BY assigned_at, role_id`,
     filter ? [user.id, filter] : [user.id],
   );
-  const data = [...rows.map(toAssignment), ...(await implicitRows(ctx.db, user.id, ctx.now, filter))];
+  const explicit = rows.map(toAssignment);
+  // An implicit row only where the default Role is not also assigned explicitly: one row per Role.
+  const held = new Set(explicit.map((a) => `${a.application_id}:${a.role_id}`));
+  const implicit = (await implicitRows(ctx.db, user.id, ctx.now, filter)).filter((a) => !held.has(`${a.application_id}:${a.role_id}`));
+  const data = [...explicit, ...implicit];
   return { data, page: { next_cursor: null, has_more: false } };
 }
 
