@@ -343,7 +343,7 @@ test('revoked → anything is 409 invalid_status_transition (grant a new Entitle
   for (const body of [
     { status: 'active' }, { status: 'disabled', disabled_reason: 'x' }, { status: 'expired' }, { ends_at: inSeconds(t, DAY) }, { order_id: 'late' },
     // Naming the row's own status does not open it: nothing else may change either.
-    { status: 'revoked', ends_at: inSeconds(t, DAY) }, { status: 'revoked', order_id: 'late' }, { status: 'revoked', disabled_reason: 'other' },
+    { status: 'revoked', ends_at: inSeconds(t, DAY) }, { status: 'revoked', order_id: 'late' }, { disabled_reason: 'other' },
   ]) {
     assertError(await patchEnt(t, admin, ent.id, body), 409, 'invalid_status_transition');
   }
@@ -351,7 +351,9 @@ test('revoked → anything is 409 invalid_status_transition (grant a new Entitle
   assert.equal(row.status, 'revoked');
   assert.equal(row.order_id, null);
   assert.equal(row.ends_at, null);
-  assert.equal(row.disabled_reason, 'refund');
+  // Repeating the revoke is a no-op: 200, the first reason kept, no event.
+  assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'again' }), 200).disabled_reason, 'refund');
+  assert.equal((await entRow(t, ent.id))!.disabled_reason, 'refund');
   assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.revoked']);
 });
 

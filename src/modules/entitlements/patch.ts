@@ -53,8 +53,12 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const status = body.status ?? row.status;
     const move = status !== row.status ? MOVES[row.status]?.[status] : undefined;
     if (status !== row.status && !move) throw new ApiError('invalid_status_transition', { details: { from: row.status, to: status } });
-    // Revoked is terminal: nothing on the row changes any more (a bare {status: revoked} changes nothing).
-    if (row.status === 'revoked' && Object.keys(body).some((k) => k !== 'status')) throw new ApiError('invalid_status_transition', { details: { from: 'revoked' } });
+    // Revoked is terminal: nothing on the row changes any more. Repeating the revoke (status revoked,
+    // with or without a reason) is a no-op 200 that keeps the first reason; any other field is refused.
+    const repeatRevoke = body.status === 'revoked' && Object.keys(body).every((k) => k === 'status' || k === 'disabled_reason');
+    if (row.status === 'revoked' && Object.keys(body).length > 0 && !repeatRevoke) {
+      throw new ApiError('invalid_status_transition', { details: { from: 'revoked' } });
+    }
     if (move?.needsReason && !body.disabled_reason) throw new ApiError('disabled_reason_required');
 
     const changed: string[] = [];

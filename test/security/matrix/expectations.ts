@@ -225,8 +225,8 @@ export const RULES: Record<string, Rule> = {
     except: { otherAppKey: [nf('application_not_found'), "Part A: application_not_found is also 'not the calling key's Application'"] },
   },
   'GET /v1/entitlements': {
-    why: 'Part B: same callers as the grant (entitlements.manage, app-confined, or owner): any user may list, filtered to the Applications they own (none here); app keys see their own rows',
-    ok: 200, allow: ['entitlements.manage', 'user', 'ownAppKey', 'otherAppKey'], deny: FORBIDDEN,
+    why: 'Part B: same callers as the grant (entitlements.manage, app-confined, or owner): an owner lists the rows of the Applications they own, a user who owns none (every user caller here) gets 403; app keys see their own rows',
+    ok: 200, allow: ['entitlements.manage', 'ownAppKey', 'otherAppKey'], deny: FORBIDDEN,
     sees: ['entitlements.manage', 'ownAppKey'],
   },
   'GET /v1/entitlements/{id}': {
