@@ -1,7 +1,7 @@
 import type { Ctx } from '../context.js';
 import type { Tx } from '../db/types.js';
 import { emitMany, type OutboundEvent } from '../outbox/emit.js';
-import { accessKey, resolveAccess, type ResolvedAccess } from './resolve.js';
+import { accessKey, computeAccess, findPathRows, resolveAccess, type PathRow, type ResolvedAccess } from './resolve.js';
 
 export type AccessReason =
   | 'entitlement_granted' | 'entitlement_started' | 'entitlement_enabled' | 'entitlement_disabled' | 'entitlement_revoked'
@@ -9,10 +9,11 @@ export type AccessReason =
   | 'user_suspended' | 'user_reactivated' | 'user_deleted';
 
 /**
- * Every mutation that can change access runs inside this: it resolves the affected users before and
- * after (in the same transaction, at the same instant) and writes access.granted / access.revoked to
- * the outbox exactly once per (user, Application) pair whose access flipped, and never when another
- * active path remains.
+ * Every mutation that can change access runs inside this: it reads the affected users' path rows
+ * before the change and resolves them after (in the same transaction, at the same instant), and
+ * writes access.granted / access.revoked to the outbox exactly once per (user, Application) pair
+ * whose access flipped, and never when another active path remains. A flip that time caused earlier
+ * (an ends_at or starts_at passed, not yet announced) goes out first, with the time-driven reason.
  */
 export async function withAccessFlips<T>(
   tx: Tx,
@@ -22,59 +23,105 @@ export async function withAccessFlips<T>(
   mutate: () => Promise<T>,
 ): Promise<T> {
   const apps = scope.applicationIds ?? null;
-  const before = await resolveAccess(tx, scope.userIds, ctx.now, apps);
+  const rows = await findPathRows(tx, scope.userIds, apps);
   const result = await mutate();
   const after = await resolveAccess(tx, scope.userIds, ctx.now, apps);
-  await emitFlips(tx, ctx, before, after, reason);
+  await emitFlips(tx, ctx, { rows, fallbackAt: ctx.now }, after, reason);
   return result;
 }
 
 /**
- * Writes access.granted / access.revoked for each pair whose `allowed` differs between the two
- * resolutions; `only` limits it to one direction (time-driven sweeps).
+ * The affected pairs before the change: their path rows, read before it, and the instant whose
+ * resolution stands for what was announced about a pair that never was (now, for a mutation).
+ */
+export interface AccessBefore {
+  rows: PathRow[];
+  fallbackAt: Date;
+}
+
+const timeReason = (allowed: boolean): AccessReason => (allowed ? 'entitlement_started' : 'entitlement_expired');
+
+/**
+ * Announces flips against access_states: what subscribers were last told about each pair, and as of
+ * when. First the flips time caused since then (timeSteps, reasons entitlement_started /
+ * entitlement_expired), then `before` → `after` with `reason` (null: the change is time itself, as in
+ * the entitlement jobs). Every pair considered is recorded as of now, flipped or not.
  */
 export async function emitFlips(
   tx: Tx,
   ctx: Ctx,
-  before: Map<string, ResolvedAccess>,
+  before: AccessBefore,
   after: Map<string, ResolvedAccess>,
-  reason: AccessReason,
-  only?: 'granted' | 'revoked',
+  reason: AccessReason | null,
 ): Promise<number> {
-  const keys = [...new Set([...before.keys(), ...after.keys()])];
-  if (keys.length === 0) return 0;
-  const pairs = keys.map((k) => (after.get(k) ?? before.get(k))!);
-  // Compare against what subscribers were last told for each pair (a pair never announced falls
-  // back to the resolution before the change), so no flip is announced twice.
-  const { rows } = await tx.query<{ user_id: string; application_id: string; allowed: boolean }>(
-    `SELECT s.user_id, s.application_id, s.allowed FROM access_states s
+  const rowsOf = new Map<string, PathRow[]>();
+  const pairs = new Map<string, { user_id: string; application_id: string }>();
+  for (const r of before.rows) {
+    if (!r.application_id || !r.entitlement_id) continue;
+    const key = accessKey(r.user_id, r.application_id);
+    if (!rowsOf.has(key)) rowsOf.set(key, []);
+    rowsOf.get(key)!.push(r);
+    pairs.set(key, { user_id: r.user_id, application_id: r.application_id });
+  }
+  for (const [key, a] of after) pairs.set(key, { user_id: a.user_id, application_id: a.application_id });
+  if (pairs.size === 0) return 0;
+  const list = [...pairs.values()];
+  const { rows } = await tx.query<{ user_id: string; application_id: string; allowed: boolean; updated_at: Date }>(
+    `SELECT s.user_id, s.application_id, s.allowed, s.updated_at FROM access_states s
        JOIN unnest($1::text[], $2::text[]) AS p(user_id, application_id) ON p.user_id = s.user_id AND p.application_id = s.application_id`,
-    [pairs.map((p) => p.user_id), pairs.map((p) => p.application_id)],
+    [list.map((p) => p.user_id), list.map((p) => p.application_id)],
   );
-  const announced = new Map(rows.map((r) => [accessKey(r.user_id, r.application_id), r.allowed]));
+  const announced = new Map(rows.map((r) => [accessKey(r.user_id, r.application_id), r]));
   const events: OutboundEvent[] = [];
-  const changed: { user_id: string; application_id: string; allowed: boolean }[] = [];
-  for (const [i, key] of keys.entries()) {
-    const was = announced.get(key) ?? before.get(key)?.allowed ?? false;
+  const flip = (pair: { user_id: string; application_id: string }, allowed: boolean, why: AccessReason, access: ResolvedAccess | undefined) => events.push({
+    type: allowed ? 'access.granted' : 'access.revoked',
+    applicationId: pair.application_id,
+    data: { user_id: pair.user_id, application_id: pair.application_id, reason: why, entitlement_status: access?.entitlement_status ?? 'none' },
+  });
+  const states: boolean[] = [];
+  for (const [key, pair] of pairs) {
+    const record = announced.get(key);
+    let was = record?.allowed ?? null;
+    for (const step of timeSteps(key, rowsOf.get(key) ?? [], record ? new Date(record.updated_at) : before.fallbackAt, ctx.now, was)) {
+      if (was !== null) flip(pair, step.allowed, timeReason(step.allowed), step.access);
+      was = step.allowed;
+    }
     const now = after.get(key);
     const is = now?.allowed ?? false;
-    if (was === is || (only && only !== (is ? 'granted' : 'revoked'))) continue;
-    const pair = pairs[i];
-    changed.push({ user_id: pair.user_id, application_id: pair.application_id, allowed: is });
-    events.push({
-      type: is ? 'access.granted' : 'access.revoked',
-      applicationId: pair.application_id,
-      data: { user_id: pair.user_id, application_id: pair.application_id, reason, entitlement_status: now?.entitlement_status ?? 'none' },
-    });
+    if (is !== (was ?? false)) flip(pair, is, reason ?? timeReason(is), now);
+    states.push(is);
   }
-  if (changed.length) {
-    await tx.query(
-      `INSERT INTO access_states (user_id, application_id, allowed, updated_at)
-       SELECT u, a, al, $4 FROM unnest($1::text[], $2::text[], $3::boolean[]) AS t(u, a, al)
-       ON CONFLICT (user_id, application_id) DO UPDATE SET allowed = EXCLUDED.allowed, updated_at = EXCLUDED.updated_at`,
-      [changed.map((p) => p.user_id), changed.map((p) => p.application_id), changed.map((p) => p.allowed), ctx.now],
-    );
-  }
+  await tx.query(
+    `INSERT INTO access_states (user_id, application_id, allowed, updated_at)
+     SELECT u, a, al, $4 FROM unnest($1::text[], $2::text[], $3::boolean[]) AS t(u, a, al)
+     ON CONFLICT (user_id, application_id) DO UPDATE SET allowed = EXCLUDED.allowed, updated_at = EXCLUDED.updated_at`,
+    [list.map((p) => p.user_id), list.map((p) => p.application_id), states, ctx.now],
+  );
   await emitMany(tx, ctx, events);
   return events.length;
+}
+
+/**
+ * The changes of one pair's resolution in (since, until] from `was` (null: never announced; the first
+ * step is then its resolution at `since`), evaluated at each starts_at / ends_at of its rows. Between
+ * two calls that record a pair, its rows, memberships and user status change only with time (every
+ * other change runs in withAccessFlips), so the rows read now resolve those instants as they were.
+ */
+function timeSteps(key: string, paths: PathRow[], since: Date, until: Date, was: boolean | null): { allowed: boolean; access?: ResolvedAccess }[] {
+  const times = new Set<number>();
+  for (const r of paths) {
+    for (const v of [r.starts_at, r.ends_at]) {
+      const t = v === null ? NaN : new Date(v).getTime();
+      if (t > since.getTime() && t <= until.getTime()) times.add(t);
+    }
+  }
+  const instants = [...times].sort((a, b) => a - b).map((t) => new Date(t));
+  if (was === null) instants.unshift(since);
+  const steps: { allowed: boolean; access?: ResolvedAccess }[] = [];
+  for (const at of instants) {
+    const access = computeAccess(paths, [], at, null).get(key);
+    const allowed = access?.allowed ?? false;
+    if (allowed !== (steps.at(-1)?.allowed ?? was)) steps.push({ allowed, access });
+  }
+  return steps;
 }

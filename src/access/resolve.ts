@@ -78,6 +78,16 @@ export const PATH_ROWS_SQL = (apps: string) => `
        JOIN organization_members m ON m.user_id = u.id AND m.membership_status = 'active'
        JOIN entitlements e ON e.organization_id = m.organization_id AND (${apps}::text[] IS NULL OR e.application_id = ANY(${apps}::text[]))`;
 
+/** The resolver's input: every path row of the given users (to the given Applications, or all). */
+export async function findPathRows(db: Queryable, userIds: string[], apps: string[] | null = null): Promise<PathRow[]> {
+  if (userIds.length === 0) return [];
+  const { rows } = await db.query<PathRow>(
+    `WITH ids AS (SELECT DISTINCT unnest($1::text[]) AS id) ${PATH_ROWS_SQL('$2')}`,
+    [userIds, apps],
+  );
+  return rows;
+}
+
 /** The one access resolver, in SQL: resolves the given users (to the given Applications, or all). */
 export async function resolveAccess(
   db: Queryable,
@@ -86,11 +96,7 @@ export async function resolveAccess(
   apps: string[] | null = null,
 ): Promise<Map<string, ResolvedAccess>> {
   if (userIds.length === 0) return new Map();
-  const { rows } = await db.query<PathRow>(
-    `WITH ids AS (SELECT DISTINCT unnest($1::text[]) AS id) ${PATH_ROWS_SQL('$2')}`,
-    [userIds, apps],
-  );
-  return computeAccess(rows, userIds, now, apps);
+  return computeAccess(await findPathRows(db, userIds, apps), userIds, now, apps);
 }
 
 /**

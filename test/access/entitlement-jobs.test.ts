@@ -207,3 +207,46 @@ test('a user suspended before ends_at and reactivated after it, before the sweep
     ['access.revoked', 'user_suspended', 'active'],
   ]);
 });
+
+test('resolution treats ends_at <= now as expired at once: a PATCH or a suspend that runs first after ends_at announces access.revoked with reason entitlement_expired, once overall', async () => {
+  const [patched, suspended] = [await person(t), await person(t)];
+  const viaPatch = await grant(t, admin, patched.id, app.id, { source: 'trial', ends_at: inSeconds(t, 60) });
+  const viaSuspend = await grant(t, admin, suspended.id, app.id, { source: 'trial', ends_at: inSeconds(t, 60) });
+  t.clock.advance(61);
+  assertStatus(await patchEnt(t, admin, viaPatch.id, { order_id: `ord-${viaPatch.id}` }), 200);
+  assertStatus(await call(t, 'POST', `/v1/users/${suspended.id}/suspend`, admin, {}), 200);
+  await sweep();
+  for (const [user, ent] of [[patched, viaPatch], [suspended, viaSuspend]]) {
+    assert.equal((await getEnt(ent.id)).status, 'expired');
+    assert.deepEqual(await accessEvents(t, user.id, app.id), [
+      ['access.granted', 'entitlement_granted', 'active'],
+      ['access.revoked', 'entitlement_expired', 'expired'],
+    ]);
+  }
+});
+
+test('a grant whose starts_at and ends_at both pass between job runs: access.granted (entitlement_started) then access.revoked (entitlement_expired), whichever job runs first', async () => {
+  for (const order of [['scheduled-starts', 'entitlement-expiry'], ['entitlement-expiry', 'scheduled-starts']]) {
+    const user = await person(t);
+    await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 20), ends_at: inSeconds(t, 40) });
+    t.clock.advance(60);
+    for (const job of order) await t.deps.jobs.runNow(job);
+    for (const job of order) await t.deps.jobs.runNow(job);
+    assert.deepEqual(await accessEvents(t, user.id, app.id), [
+      ['access.granted', 'entitlement_started', 'active'],
+      ['access.revoked', 'entitlement_expired', 'expired'],
+    ], order.join(' before '));
+  }
+});
+
+test('a scheduled grant deleted after starts_at, before scheduled-starts ran: access.granted (entitlement_started), then access.revoked with the deletion\'s reason entitlement_deleted; the job adds none', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 10) });
+  t.clock.advance(11);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin)).statusCode, 204);
+  await starts();
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_started', 'active'],
+    ['access.revoked', 'entitlement_deleted', 'none'],
+  ]);
+});

@@ -3,24 +3,29 @@ import { systemCtx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { recordAudit } from '../../audit/record.js';
 import { emitFlips } from '../../access/flips.js';
-import { resolveAccess, type ResolvedAccess } from '../../access/resolve.js';
+import { computeAccess, findPathRows, type PathRow } from '../../access/resolve.js';
 import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from './store.js';
 import { affectedUsers } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
 
 const BATCH = 200;
-const justBefore = (d: Date) => new Date(d.getTime() - 1);
 
-/** The resolution of each affected pair just before `at` (an expiry or a start), for flip detection. */
-async function resolveBefore(tx: Tx, users: string[], app: string, at: Date): Promise<Map<string, ResolvedAccess>> {
-  return resolveAccess(tx, users, justBefore(at), [app]);
+/**
+ * Announces the time-driven flips of the pairs `row` reaches, read from `paths` (the path rows before
+ * the job wrote the row). A pair never announced starts from its resolution just before `at` (the
+ * row's start or end), or at the row's creation when that came later: a backdated row never gave access.
+ */
+async function announceTimeFlips(tx: Tx, ctx: Ctx, row: EntitlementRow, users: string[], paths: PathRow[], at: Date): Promise<void> {
+  const fallbackAt = new Date(Math.max(at.getTime() - 1, row.created_at.getTime()));
+  await emitFlips(tx, ctx, { rows: paths, fallbackAt }, computeAccess(paths, users, ctx.now, [row.application_id]), null);
 }
 
 /**
  * entitlement-expiry (every 5 minutes): rows whose ends_at passed become expired. Resolution already
  * treated them as expired at ends_at; this writes the row, entitlement.expired (for active rows) and
- * access.revoked with reason entitlement_expired for each pair that was allowed just before ends_at
- * and is not now. Disabled rows expire silently (no access event), keeping disabled_reason.
+ * the time-driven flips not yet announced: access.revoked (entitlement_expired) for each pair that was
+ * allowed just before ends_at and is not now, preceded by access.granted (entitlement_started) when the
+ * pair's start passed unannounced. Disabled rows expire silently (no access event), keeping disabled_reason.
  */
 export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
   let expired = 0;
@@ -42,21 +47,20 @@ export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
 
 async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<void> {
   const users = await affectedUsers(tx, row);
-  // A row created already past its ends_at (backdated) never gave access: there is nothing to revoke.
-  const gaveAccess = row.status === 'active' && row.ends_at! > row.created_at;
-  const before = gaveAccess ? await resolveBefore(tx, users, row.application_id, row.ends_at!) : new Map();
+  // Read before the write: a row marked expired resolves as expired at every instant, even before ends_at.
+  const paths = row.status === 'active' ? await findPathRows(tx, users, [row.application_id]) : [];
   const { rows } = await tx.query<EntitlementRow>(`UPDATE entitlements e SET status = 'expired', updated_at = $2 WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`, [row.id, ctx.now]);
   if (row.status !== 'active') return;
-  const after = await resolveAccess(tx, users, ctx.now, [row.application_id]);
   await recordAudit(tx, ctx, { action: 'entitlement.expired', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(rows[0]) });
   await emitEntitlementEvent(tx, ctx, 'entitlement.expired', rows[0]);
-  await emitFlips(tx, ctx, before, after, 'entitlement_expired', 'revoked');
+  await announceTimeFlips(tx, ctx, row, users, paths, row.ends_at!);
 }
 
 /**
  * scheduled-starts (every minute): a row created with a future starts_at resolves as scheduled until
  * then; once it starts, access.granted with reason entitlement_started fires for each pair that
- * flips (once per row: start_notified_at).
+ * flips (once per row: start_notified_at), unless a transaction that ran since announced it, and
+ * access.revoked (entitlement_expired) follows when the row's ends_at passed too.
  */
 export async function runScheduledStarts(deps: Deps): Promise<{ started: number }> {
   let started = 0;
@@ -71,10 +75,8 @@ export async function runScheduledStarts(deps: Deps): Promise<{ started: number 
       for (const row of rows) {
         const ctx = { ...systemCtx(deps, modeOf(row.test_mode)), db: tx, now };
         const users = await affectedUsers(tx, row);
-        const before = await resolveBefore(tx, users, row.application_id, row.starts_at);
         await tx.query('UPDATE entitlements SET start_notified_at = $2 WHERE id = $1', [row.id, now]);
-        const after = await resolveAccess(tx, users, now, [row.application_id]);
-        await emitFlips(tx, ctx, before, after, 'entitlement_started', 'granted');
+        await announceTimeFlips(tx, ctx, row, users, await findPathRows(tx, users, [row.application_id]), row.starts_at);
       }
       return rows.length;
     });
