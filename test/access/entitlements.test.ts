@@ -105,6 +105,27 @@ test('revoked and expired rows do not block a new personal grant', async () => {
   assert.equal(renewed.status, 'active');
 });
 
+test('a row whose ends_at passed does not block a new grant before the sweep: it is expired by the system in the same transaction (entitlement.expired, access.revoked entitlement_expired), then the new row is granted', async () => {
+  const user = await person(t);
+  const trial = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, 30) });
+  t.clock.advance(31);
+  const purchase = await grant(t, admin, user.id, app.id, { source: 'purchase', order_id: `ord-${user.id}` });
+  assert.notEqual(purchase.id, trial.id);
+  assert.equal((await entRow(t, trial.id))!.status, 'expired');
+  assert.deepEqual(await entitlementEvents(t, trial.id), ['entitlement.granted', 'entitlement.expired']);
+  const expiry = (await auditOf(t, trial.id)).find((a) => a.action === 'entitlement.expired');
+  assert.equal(expiry?.actor_type, 'system');
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_granted', 'active'],
+    ['access.revoked', 'entitlement_expired', 'expired'],
+    ['access.granted', 'entitlement_granted', 'active'],
+  ]);
+  // The sweep finds nothing left to do.
+  await t.deps.jobs.runNow('entitlement-expiry');
+  assert.equal((await accessEvents(t, user.id, app.id)).length, 3);
+  assert.deepEqual(await entitlementEvents(t, trial.id), ['entitlement.granted', 'entitlement.expired']);
+});
+
 test('source org_seat on a personal grant is 422 invalid_source', async () => {
   const user = await person(t);
   assertError(await grantReq(t, admin, user.id, { application_id: app.id, source: 'org_seat' }), 422, 'invalid_source');

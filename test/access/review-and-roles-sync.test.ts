@@ -79,7 +79,7 @@ test('moves not in the review table are 409 invalid_review_transition and change
   assert.deepEqual(await reviewAudits(rejected.id), []);
 });
 
-test("rejected → pending_review happens on the owner's next PATCH of a configuration field (audit application.review_status_changed)", async () => {
+test("rejected → pending_review happens on the owner's next PATCH of a configuration field (audit application.review_status_changed; no webhook, which is for approved, rejected, suspended, reinstated)", async () => {
   const app = await newApp(t, admin);
   await setReview(t, app.id, 'pending_review');
   assertStatus(await patch(admin, app.id, { review_status: 'rejected', review_notes: 'fix the icon' }), 200);
@@ -87,6 +87,8 @@ test("rejected → pending_review happens on the owner's next PATCH of a configu
   assert.equal(body.review_status, 'pending_review');
   assert.equal(body.icon_url, 'https://cdn.example.com/new.png');
   assert.deepEqual(await reviewAudits(app.id), ['rejected', 'pending_review']);
+  const hooks = await outbox(t, { types: ['application.review_status_changed'], applicationId: app.id });
+  assert.deepEqual(hooks.map((h) => h.data.review_status), ['rejected']);
   // Now it is back in the review queue.
   const queue = assertStatus(await call(t, 'GET', '/v1/applications?review_status=pending_review&limit=100', admin), 200);
   assert.ok(queue.data.some((a: { id: string }) => a.id === app.id));

@@ -84,7 +84,9 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
         before: { review_status: app.review_status },
         after: { review_status: review, review_notes: notes },
       });
-      await emitReviewChange(tx, c, after);
+      // The webhook is for approved, rejected, suspended and reinstated (Part B Events); the automatic
+      // return to the queue is audited only.
+      if (review !== 'pending_review') await emitReviewChange(tx, c, after);
     }
     return out;
   });

@@ -45,7 +45,8 @@ export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
   }
 }
 
-async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<void> {
+/** Marks one active or disabled row expired, with the sweep's audit, event and time-driven flips. */
+export async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<void> {
   const users = await affectedUsers(tx, row);
   // Read before the write: a row marked expired resolves as expired at every instant, even before ends_at.
   const paths = row.status === 'active' ? await findPathRows(tx, users, [row.application_id]) : [];
