@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
-  accessEvents, assertError, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
+  accessEvents, appKey, assertError, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
   patchEnt, person, platformKey, sql,
 } from './support.js';
 
@@ -248,4 +248,26 @@ test('GET /v1/organizations/{id}/entitlements lists org grants for active member
   assert.deepEqual(filtered.data.map((e: any) => e.id), [g2.id]);
   const stranger = await person(t);
   assertError(await call(t, 'GET', `/v1/organizations/${org.id}/entitlements`, stranger.token), 404, 'organization_not_found');
+});
+
+test('an org grant row that excludes a member is never an access path: users?application_id leaves them out and the app key cannot read them (404), as effective-permissions and app-tokens deny them', async () => {
+  const app = await newApp(t, admin);
+  const org = await orgWithMembers(t, admin, 2);
+  const [included, excluded] = org.members;
+  const ent = await orgGrantApi(t, admin, org.id, app.id, { member_scope: 'allowlist', member_overrides: [included.id] });
+  const listedIds = async () =>
+    assertStatus(await call(t, 'GET', `/v1/users?application_id=${app.id}&limit=100`, admin), 200).data.map((u: { id: string }) => u.id);
+  assert.equal((await effective(t, admin, excluded.id, app.id)).access_paths[0].member_decision, 'excluded');
+  assertError(await call(t, 'POST', '/v1/auth/app-tokens', excluded.token, { application_id: app.id }), 403, 'entitlement_required');
+  let ids = await listedIds();
+  assert.ok(ids.includes(included.id), 'the included member is listed');
+  assert.ok(!ids.includes(excluded.id), 'the excluded member is not listed');
+  const key = await appKey(t, app.id, ['users.list']);
+  assertStatus(await call(t, 'GET', `/v1/users/${included.id}/profile`, key), 200);
+  assertError(await call(t, 'GET', `/v1/users/${excluded.id}/profile`, key), 404, 'user_not_found');
+  // A scope change that excludes the included member takes them out of the filter too.
+  assertStatus(await patchEnt(t, admin, ent.id, { member_scope: 'denylist', member_overrides: [included.id] }), 200);
+  ids = await listedIds();
+  assert.ok(!ids.includes(included.id), 'the member now denied is not listed');
+  assert.ok(ids.includes(excluded.id), 'the member no longer excluded is listed');
 });

@@ -3,19 +3,23 @@ import { hasPermission } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { findUserById, type UserRow } from './store.js';
 import { resolveUserId } from './service.js';
+import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 
 /** App-confined: an app-scoped key acts only on its own Application (Part A Authentication 4). */
 export const confinedApp = (ctx: Ctx): string | null =>
   ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null;
 
 /**
- * SQL condition: the user (column `col`) has any access path to the Application in parameter `$n`:
- * a personal Entitlement in any status, or active membership of an Organization holding a grant.
+ * SQL condition: the user (column `col`, not of an alias `e` or `m`) has any access path to the
+ * Application in parameter `$n`: a personal Entitlement in any status, or active membership of an
+ * Organization holding a grant that includes the member (the resolver's member decision: a row that
+ * excludes the member, by scope or seat limit, is never an access path).
  */
 export const accessPathCondition = (col: string, n: number) =>
   `(EXISTS (SELECT 1 FROM entitlements ep WHERE ep.user_id = ${col} AND ep.application_id = $${n})
-    OR EXISTS (SELECT 1 FROM entitlements eo JOIN organization_members om ON om.organization_id = eo.organization_id
-                WHERE om.user_id = ${col} AND om.membership_status = 'active' AND eo.application_id = $${n}))`;
+    OR EXISTS (SELECT 1 FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
+                WHERE m.user_id = ${col} AND m.membership_status = 'active' AND e.application_id = $${n}
+                  AND ${MEMBER_DECISION_SQL} = 'included'))`;
 
 export async function hasAccessPath(ctx: Ctx, userId: string, applicationId: string): Promise<boolean> {
   const { rowCount } = await ctx.db.query(`SELECT 1 FROM users u WHERE u.id = $1 AND ${accessPathCondition('u.id', 2)}`, [userId, applicationId]);
