@@ -25,6 +25,12 @@ export function decodeCursor(cursor: string, arity: number): (string | number)[]
   throw invalidCursor();
 }
 
+/**
+ * Only the instants toPage writes (toISOString of a four-digit year): anything else Date.parse
+ * accepts, PostgreSQL may refuse to cast (a 500 instead of a 422).
+ */
+const isCursorInstant = (at: string): boolean => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(at) && !Number.isNaN(Date.parse(at)) && new Date(at).toISOString() === at;
+
 export interface KeysetPage {
   /** SQL condition to AND into the WHERE clause ('TRUE' on the first page). */
   condition: string;
@@ -46,7 +52,7 @@ export function keyset(page: PageParams, firstParam: number, alias = '', directi
   const orderLimit = `ORDER BY ${col('created_at')} ${dir}, ${col('id')} ${dir} LIMIT ${limit + 1}`;
   if (!page.cursor) return { condition: 'TRUE', params: [], orderLimit, limit };
   const [at, id] = decodeCursor(page.cursor, 2);
-  if (typeof at !== 'string' || typeof id !== 'string' || Number.isNaN(Date.parse(at))) throw invalidCursor();
+  if (typeof at !== 'string' || typeof id !== 'string' || !isCursorInstant(at)) throw invalidCursor();
   return {
     condition: `(${col('created_at')}, ${col('id')}) ${direction === 'asc' ? '>' : '<'} ($${firstParam}::timestamptz, $${firstParam + 1})`,
     params: [at, id],
