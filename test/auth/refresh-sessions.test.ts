@@ -70,6 +70,18 @@ test('reusing an already-used refresh token revokes the whole session: the newes
   assert.equal((await refresh(other.refresh_token)).statusCode, 200);
 });
 
+test('a used refresh token replayed after the session ended otherwise (logout) is still refused and audited session.refresh_token_reused, once per token', async () => {
+  const user = await createUser(t);
+  const first = await signIn(user);
+  const rotated = (await refresh(first.refresh_token)).json();
+  assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(rotated.access_token) })).statusCode, 204);
+  for (let i = 0; i < 2; i++) assertError(await refresh(first.refresh_token), 401, 'invalid_refresh_token');
+  const audit = await auditRows(t, 'session.refresh_token_reused', user.id);
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].target_id, first.session_id);
+  assert.equal(audit[0].after.revoked, false, 'the logout had ended the session already');
+});
+
 test('20 concurrent refreshes with one refresh token give exactly one success', async () => {
   const user = await createUser(t);
   const session = await signIn(user);
@@ -129,6 +141,10 @@ test('an access token lasts 15 minutes; after that it gets 401 and the refresh t
 
 test('token/refresh bad input: an unknown token gets 401 invalid_refresh_token; a missing or mistyped refresh_token gets 422 validation_failed naming refresh_token', async () => {
   assertError(await refresh('rtk_not-a-real-token'), 401, 'invalid_refresh_token');
+  // Any other string is a bad refresh token too, a platform access token (TK-2) or a long one included.
+  const session = await signIn(await createUser(t));
+  assertError(await refresh(session.access_token), 401, 'invalid_refresh_token');
+  assertError(await refresh(`rtk_${'x'.repeat(300)}`), 401, 'invalid_refresh_token');
   assertFields(await post(t, '/v1/auth/token/refresh', {}), ['refresh_token']);
   assertFields(await refresh(12345), ['refresh_token']);
   assertFields(await refresh(''), ['refresh_token']);

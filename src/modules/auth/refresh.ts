@@ -92,17 +92,28 @@ interface RotatedRow {
   email_verified: boolean;
 }
 
+/**
+ * Reuse ends the session and is audited: `revoked` says whether this presentation ended it. A replay
+ * after the session ended otherwise (logout, an admin revoke, a suspend) is audited too, once per
+ * reused token, so a stolen token replayed after the owner signed out still leaves a trace.
+ */
 async function revokeForReuse(ctx: Ctx, token: TokenRow): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     const { rowCount } = await tx.query('UPDATE sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL', [token.session_id, ctx.now]);
-    if (rowCount === 1) {
-      await recordAudit(tx, inTx(ctx, tx), {
-        action: 'session.refresh_token_reused',
-        target: { type: 'session', id: token.session_id },
-        targetUserId: token.user_id,
-        after: { session_id: token.session_id, refresh_token_id: token.id, revoked: true },
-        actor: { type: 'system', id: null },
-      });
+    const revoked = rowCount === 1;
+    if (!revoked) {
+      const { rowCount: seen } = await tx.query(
+        `SELECT 1 FROM audit_events WHERE action = 'session.refresh_token_reused' AND target_id = $1 AND after->>'refresh_token_id' = $2 LIMIT 1`,
+        [token.session_id, token.id],
+      );
+      if (seen) return;
     }
+    await recordAudit(tx, inTx(ctx, tx), {
+      action: 'session.refresh_token_reused',
+      target: { type: 'session', id: token.session_id },
+      targetUserId: token.user_id,
+      after: { session_id: token.session_id, refresh_token_id: token.id, revoked },
+      actor: { type: 'system', id: null },
+    });
   });
 }

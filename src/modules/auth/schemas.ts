@@ -64,7 +64,7 @@ export const MfaVerifyBody = Type.Object(
 );
 export type MfaVerifyBody = Static<typeof MfaVerifyBody>;
 
-export const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false });
+export const RefreshBody = Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 4096 }) }, { additionalProperties: false });
 export type RefreshBody = Static<typeof RefreshBody>;
 
 export const TokenBody = Type.Object({ token: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false });
