@@ -74,9 +74,15 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
       } else {
         deps.log.info({ mail_id: mail.id, template: mail.template, to: mail.to_address, subject: mail.subject }, 'mail kept in the database outbox (no SMTP_URL)');
       }
-      await db.query(`UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL WHERE id = $1 AND claim_token = $4`, [
-        mail.id, deps.config.smtpUrl ? 'sent' : 'logged', deps.clock.now(), token,
-      ]);
+      // Once the SMTP server has it, the stored copy keeps no live link: its token= values (reset,
+      // invitation, verification secrets) are redacted (catalog AU-2). Without SMTP_URL the outbox
+      // row is the only copy an operator can read, so it stays whole.
+      await db.query(
+        `UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL,
+                text_body = CASE WHEN $2 = 'sent' THEN regexp_replace(text_body, '([?&]token=)[^[:space:]&]+', '\\1[redacted]', 'g') ELSE text_body END
+          WHERE id = $1 AND claim_token = $4`,
+        [mail.id, deps.config.smtpUrl ? 'sent' : 'logged', deps.clock.now(), token],
+      );
       sent++;
     } catch (err) {
       failed++;

@@ -356,6 +356,9 @@ test('with SMTP_URL the relay sends queued mail through that server and marks it
   assert.equal(row.status, 'sent');
   assert.ok(row.sent_at);
   assert.equal(row.attempts, 1);
+  // The stored copy of a sent mail keeps no live link (catalog AU-2).
+  assert.equal(tokenLinks(row.text_body, 'abc').length, 0, row.text_body);
+  assert.match(row.text_body, /\?token=\[redacted\]/);
 });
 
 test('several relays running at once never send one mail twice (FOR UPDATE SKIP LOCKED)', async (tc) => {
