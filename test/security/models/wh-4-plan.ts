@@ -94,7 +94,10 @@ export function plan(cmd: Cmd, index: number, m: AccessModel, fx: Fixture, d: Dr
     case 'grant': {
       const { startsAt, endsAt, send } = termTimes(cmd.term, m.now, jitter, cmd.slot, cmd.slot2);
       const body = { application_id: fx.apps[cmd.app], source: endsAt !== null ? 'trial' : 'admin_grant', ...send };
-      const code = m.users[cmd.user] === 'deleted' ? 404 : m.liveRow({ user: cmd.user, app: cmd.app }) ? 409 : 201;
+      // A live row whose ends_at passed (not yet swept) does not block: the grant expires it first.
+      const live = m.liveRow({ user: cmd.user, app: cmd.app });
+      const ended = live !== undefined && live.endsAt !== null && live.endsAt <= m.now;
+      const code = m.users[cmd.user] === 'deleted' ? 404 : live && !ended ? 409 : 201;
       return [{
         label: `grant u${cmd.user} a${cmd.app} ${cmd.term}`,
         run: () => d.call('POST', `/v1/users/${fx.users[cmd.user].id}/entitlements`, body, idem()),
@@ -102,6 +105,7 @@ export function plan(cmd: Cmd, index: number, m: AccessModel, fx: Fixture, d: Dr
         reason: 'entitlement_granted',
         apply: (res) => {
           if (code !== 201) return;
+          if (ended) live!.status = 'expired';
           m.rows.push({ id: res!.json().id, user: cmd.user, org: null, app: cmd.app, status: 'active', startsAt, endsAt, createdAt: m.now, scope: null, overrides: [] });
         },
       }];
