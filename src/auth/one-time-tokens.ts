@@ -58,9 +58,7 @@ export async function issueOneTimeToken(
   ctx: Ctx,
   t: { kind: OneTimeTokenKind; userId: string; data?: Record<string, unknown>; replacePrevious?: boolean },
 ): Promise<string> {
-  if (t.replacePrevious) {
-    await tx.query('UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = $2 AND used_at IS NULL', [t.userId, t.kind, ctx.now]);
-  }
+  if (t.replacePrevious) await voidTokens(tx, t.userId, [t.kind], ctx.now);
   const token = newSecret(PREFIX[t.kind]);
   await tx.query(
     `INSERT INTO one_time_tokens (id, kind, token_hash, user_id, test_mode, data, created_at, expires_at)

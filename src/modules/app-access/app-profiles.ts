@@ -5,7 +5,7 @@ import { mergeCustom } from '../../http/patch.js';
 import { accessKey, resolveAccess } from '../../access/resolve.js';
 import { targetUser, confinedApp } from '../users/access.js';
 import { findApplicationRow } from '../applications/store.js';
-import { findUserById, type UserRow } from '../users/store.js';
+import { findLiveUser, type UserRow } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import type { AppProfile, PatchAppProfileBody } from './schemas.js';
 
@@ -34,8 +34,8 @@ async function authorize(ctx: Ctx, idParam: string, appId: string) {
 }
 
 async function liveUser(ctx: Ctx, idParam: string): Promise<UserRow> {
-  const user = await findUserById(ctx.db, resolveUserId(ctx, idParam));
-  if (!user || user.erased_at || user.status === 'deleted') throw new ApiError('user_not_found');
+  const user = await findLiveUser(ctx.db, resolveUserId(ctx, idParam));
+  if (!user) throw new ApiError('user_not_found');
   return user;
 }
 

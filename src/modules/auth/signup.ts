@@ -16,7 +16,7 @@ export const signup = (ctx: Ctx, input: SignupBody): Promise<AuthSession> => wit
 
 async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession> {
   assertStrongPassword(input.password, input.email);
-  const application = input.application_id ? await findApplicationBranding(ctx, input.application_id) : null;
+  if (input.application_id) await assertKnownApplication(ctx, input.application_id);
   const existing = await findLiveUserByEmail(ctx.db, input.email);
   if (existing?.status === 'invited') {
     // The invitation is re-sent (within the re-send limit); it completes only through invitations/accept.
@@ -33,7 +33,7 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
       status: 'active',
       emailVerified: false,
       displayName: input.display_name ?? null,
-      signupApplicationId: application?.id ?? null,
+      signupApplicationId: input.application_id ?? null,
       passwordHash,
       selfService: true,
     });
@@ -42,13 +42,10 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
   });
 }
 
-async function findApplicationBranding(ctx: Ctx, applicationId: string): Promise<{ id: string; email_from_name: string | null }> {
-  const { rows } = await ctx.db.query<{ id: string; email_from_name: string | null }>(
-    'SELECT id, email_from_name FROM applications WHERE id = $1',
-    [applicationId],
-  );
-  if (!rows[0]) {
+/** application_id names an Application (its branding is read when the verification mail is made). */
+async function assertKnownApplication(ctx: Ctx, applicationId: string): Promise<void> {
+  const { rowCount } = await ctx.db.query('SELECT 1 FROM applications WHERE id = $1', [applicationId]);
+  if (!rowCount) {
     throw new ApiError('validation_failed', { details: { fields: [{ path: 'application_id', message: 'is not a known application' }] } });
   }
-  return rows[0];
 }

@@ -7,7 +7,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { findUserById } from '../users/store.js';
+import { findLiveUser } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import { visibleApplication } from '../applications/service.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
@@ -64,8 +64,7 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
   const { startsAt, endsAt } = grantTerm(ctx, body);
   return ctx.db.transaction(async (tx) => {
     await assertTenantWritable(tx, app.tenant_id);
-    const user = await findUserById(tx, userId);
-    if (!user || user.status === 'deleted' || user.erased_at) throw new ApiError('user_not_found');
+    if (!(await findLiveUser(tx, userId))) throw new ApiError('user_not_found');
     let existing = await findLivePersonal(tx, userId, app.id);
     if (existing?.ends_at && existing.ends_at <= ctx.now) {
       // Resolution treats it as expired already; the sweep has not written it yet. Expired rows do

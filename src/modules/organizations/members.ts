@@ -10,7 +10,7 @@ import { keyset, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { createUserRecords, resolveUserId } from '../users/service.js';
-import { findLiveUserByEmail, findUserById } from '../users/store.js';
+import { findLiveUser, findLiveUserByEmail } from '../users/store.js';
 import { activeAdminCount, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
 import { assertOrgActive, orgAccess } from './service.js';
 import type { AddMemberBody, Member, MemberListQuery } from './schemas.js';
@@ -70,8 +70,8 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     if (body.user_id) {
-      const user = await findUserById(tx, body.user_id);
-      if (!user || user.status === 'deleted' || user.erased_at) throw new ApiError('user_not_found');
+      const user = await findLiveUser(tx, body.user_id);
+      if (!user) throw new ApiError('user_not_found');
       if (await findMember(tx, org.id, user.id)) throw new ApiError('already_member');
       await activate(tx, c, org, user.id, role, false);
       return toMember((await findMember(tx, org.id, user.id))!);

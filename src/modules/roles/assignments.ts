@@ -8,7 +8,7 @@ import { resolveAccess, accessKey } from '../../access/resolve.js';
 import { checkAccessForCaller } from '../../access/check.js';
 import { targetUser, confinedApp } from '../users/access.js';
 import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
-import { findUserById } from '../users/store.js';
+import { findLiveUser } from '../users/store.js';
 import { findApplicationRow } from '../applications/store.js';
 import { mayManageAppRoles } from './service.js';
 import { findRole, type RoleRow } from './store.js';
@@ -100,8 +100,8 @@ async function assignable(ctx: Ctx, idParam: string, roleId: string) {
   // Anyone allowed to assign may target any live user (assigning without access grants nothing);
   // an app-confined key still reaches only users with an access path to its Application.
   if (confinedApp(ctx)) return { role, user: (await targetUser(ctx, idParam, 'read', { ownKeyApp: role.scope })).user };
-  const user = await findUserById(ctx.db, resolveUserId(ctx, idParam));
-  if (!user || user.status === 'deleted' || user.erased_at) throw new ApiError('user_not_found');
+  const user = await findLiveUser(ctx.db, resolveUserId(ctx, idParam));
+  if (!user) throw new ApiError('user_not_found');
   return { role, user };
 }
 

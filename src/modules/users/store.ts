@@ -42,6 +42,12 @@ export async function findUserById(db: Queryable, id: string): Promise<UserRow |
   return rows[0] ?? null;
 }
 
+/** The user, unless deleted or erased: who a grant, an assignment or a membership may target. */
+export async function findLiveUser(db: Queryable, id: string): Promise<UserRow | null> {
+  const user = await findUserById(db, id);
+  return user && user.status !== 'deleted' && !user.erased_at ? user : null;
+}
+
 /** The non-deleted user holding this email in the connection's mode. */
 export async function findLiveUserByEmail(db: Queryable, email: string): Promise<UserRow | null> {
   const { rows } = await db.query<UserRow>(
