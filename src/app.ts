@@ -42,6 +42,15 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
 
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.removeContentTypeParser('text/plain');
+  // An empty JSON body is no body (as Express reads it): a client that always sends
+  // `Content-Type: application/json` can call the bodyless POSTs (logout, enrol, rotate), and a
+  // route that needs fields names them in a 422. Anything else is parsed as before.
+  const parseJson = fastify.getDefaultJsonParser('error', 'error');
+  fastify.removeContentTypeParser('application/json');
+  fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if ((body as string).trim() === '') return done(null, undefined);
+    parseJson(request, body as string, done);
+  });
   // The OAuth token endpoint also takes form bodies; everything else is JSON only.
   fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(body as string)));

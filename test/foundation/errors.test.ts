@@ -27,6 +27,21 @@ test('malformed JSON gets 400 malformed_json in the error envelope', async () =>
   assertEnvelope(res.json(), 'malformed_json');
 });
 
+test('an empty body with a JSON content type is no body: a bodyless POST (logout) succeeds', async () => {
+  for (const payload of ['', '  \n']) {
+    const { token } = await userToken(t);
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: { ...bearer(token), 'content-type': 'application/json' }, payload });
+    assert.equal(res.statusCode, 204, res.body);
+  }
+});
+
+test('an empty body with a JSON content type on a route that needs fields gets 422 validation_failed naming them', async () => {
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'application/json' }, payload: '' });
+  assert.equal(res.statusCode, 422, res.body);
+  assertEnvelope(res.json(), 'validation_failed');
+  assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path).sort(), ['email', 'password']);
+});
+
 test('schema violations get 422 validation_failed naming each offending field', async () => {
   const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 42, test_mode: 'yes', extra: 1 } });
   assert.equal(res.statusCode, 422);
