@@ -151,6 +151,25 @@ test('token/refresh bad input: an unknown token gets 401 invalid_refresh_token; 
   assertFields(await post(t, '/v1/auth/token/refresh', { refresh_token: 'rtk_x', grant_type: 'refresh_token' }), ['grant_type']);
 });
 
+test('a session whose refresh token idled out (30 days unused) is no longer listed in GET /v1/users/me/sessions', async () => {
+  const user = await createUser(t);
+  const kept = await signIn(user);
+  const idle = await signIn(user);
+  t.clock.advance(29 * DAY);
+  const renewed = await refresh(kept.refresh_token);
+  assert.equal(renewed.statusCode, 200, renewed.body);
+  const listed = async (token: string) => {
+    const res = await get(t, '/v1/users/me/sessions', token);
+    assert.equal(res.statusCode, 200, res.body);
+    return res.json().data.map((s: any) => s.id).sort();
+  };
+  assert.deepEqual(await listed(renewed.json().access_token), [kept.session_id, idle.session_id].sort(), 'both in use on day 29');
+  t.clock.advance(DAY + 1);
+  const again = await refresh(renewed.json().refresh_token);
+  assert.equal(again.statusCode, 200, again.body);
+  assert.deepEqual(await listed(again.json().access_token), [kept.session_id], 'the idle one is gone on day 30 and a second');
+});
+
 test('every login creates a session; GET /v1/users/me/sessions lists the active ones with id, created_at, ip_address, user_agent and expires_at', async () => {
   const user = await createUser(t);
   const a = await signIn(user, 'Agent-A/1.0');

@@ -7,7 +7,7 @@ import { hashSecret } from '../../src/ids.js';
 import { createUser } from '../helpers/fixtures.js';
 import { alignToStep, createMfaUser, totpCode } from '../auth/support.js';
 import { assertStatus, grant, newApp, person, platformKey, sql, type AppFixture } from '../access/support.js';
-import { assertOAuthError, codeGrant, member, oauthApp, REDIRECT, tokenReq, verifyAppToken } from './support.js';
+import { assertOAuthError, codeGrant, member, oauthApp, REDIRECT, refreshGrant, tokenReq, verifyAppToken } from './support.js';
 import { assertPage, assertRedirect, Browser, flow, formOf, setCookieHeader } from './signin-support.js';
 
 let t: TestApp;
@@ -199,6 +199,28 @@ test('a second visit offers "Continue as"; continuing issues a code on the same 
   await sql(t, 'UPDATE sessions SET revoked_at = now() WHERE id = $1', [sessionId]);
   assert.ok(!assertPage(await browser.open(f.params), 200).includes('Continue as'));
   assertPage(await browser.post('/signin/continue', formOf(page, '/signin/continue')), 401, 'Your session has ended. Please sign in again.');
+});
+
+test('"Continue as" lasts while the session is in use: an Application refreshing its tokens keeps it; 30 days with no token used end it', async () => {
+  const DAY = 24 * 3600;
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const f = flow(app.id);
+  const { code } = assertRedirect(await browser.signIn(await browser.open(f.params), user.email, user.password));
+  let appRefresh = assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, app.id)), 200).refresh_token;
+
+  // Day 29: the Application refreshes; on day 31 the platform refresh token has idled out, the app's has not.
+  t.clock.advance(29 * DAY);
+  appRefresh = assertStatus(await tokenReq(t, refreshGrant(appRefresh, app.id)), 200).refresh_token;
+  t.clock.advance(2 * DAY);
+  const page = await browser.open(flow(app.id).params);
+  assert.ok(assertPage(page, 200).includes(`Continue as ${user.email}`), 'a token of the session was used within 30 days');
+
+  // Then 30 days and a second with no token of the session used: the session has idled out.
+  t.clock.advance(28 * DAY + 1);
+  assert.ok(!assertPage(await browser.open(flow(app.id).params), 200).includes('Continue as'), 'not offered once idle');
+  assertPage(await browser.post('/signin/continue', formOf(page, '/signin/continue')), 401, 'Your session has ended. Please sign in again.');
+  assertOAuthError(await tokenReq(t, refreshGrant(appRefresh, app.id)), 'invalid_grant');
 });
 
 test('a test_mode Application signs in test-mode users only (its own mode), and the app token says test_mode', async () => {

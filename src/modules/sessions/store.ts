@@ -10,12 +10,21 @@ export interface SessionRow {
   user_agent: string | null;
 }
 
-/** Active sessions of a user, newest first, keyset-paginated. */
+/**
+ * A session idles out with its tokens: it is in use while one of its refresh tokens (the platform's,
+ * or an Application's from the hosted flow) is unused and inside its 30 idle days. `s` is the sessions
+ * alias, `now` the parameter holding the instant. Revocation and the 90-day end are checked apart.
+ */
+export const SESSION_IN_USE_SQL = (s: string, now: string) => `(
+  EXISTS (SELECT 1 FROM refresh_tokens r WHERE r.session_id = ${s}.id AND r.used_at IS NULL AND r.idle_expires_at > ${now})
+  OR EXISTS (SELECT 1 FROM oauth_refresh_tokens o WHERE o.session_id = ${s}.id AND o.used_at IS NULL AND o.revoked_at IS NULL AND o.idle_expires_at > ${now}))`;
+
+/** Active sessions of a user (not revoked, not past 90 days, not idled out), newest first, keyset-paginated. */
 export async function listActiveSessions(db: Queryable, userId: string, now: Date, page: PageParams) {
   const ks = keyset(page, 3);
   const { rows } = await db.query<SessionRow>(
-    `SELECT id, user_id, created_at, expires_at, ip_address, user_agent FROM sessions
-      WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $2 AND ${ks.condition}
+    `SELECT id, user_id, created_at, expires_at, ip_address, user_agent FROM sessions s
+      WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $2 AND ${SESSION_IN_USE_SQL('s', '$2')} AND ${ks.condition}
       ${ks.orderLimit}`,
     [userId, now, ...ks.params],
   );

@@ -1,5 +1,6 @@
 import type { Queryable } from '../../db/types.js';
 import { newId } from '../../ids.js';
+import { SESSION_IN_USE_SQL } from '../sessions/store.js';
 
 export interface SigninApp {
   id: string;
@@ -30,8 +31,8 @@ export interface BrowserSession {
 }
 
 /**
- * The platform session a browser signed in with, while it lasts: not revoked, not expired, its user
- * active. Read on a mode-scoped connection, so a live page never sees a test session and vice versa.
+ * The platform session a browser signed in with, while it lasts: not revoked, not expired, not idled
+ * out (no token of it used in 30 days), its user active. Read on a mode-scoped connection, so a live page never sees a test session and vice versa.
  */
 export async function findBrowserSession(db: Queryable, cookieHash: string, now: Date): Promise<BrowserSession | null> {
   const { rows } = await db.query<BrowserSession>(
@@ -39,7 +40,7 @@ export async function findBrowserSession(db: Queryable, cookieHash: string, now:
        FROM signin_browser_sessions b
        JOIN sessions s ON s.id = b.session_id
        JOIN users u ON u.id = s.user_id
-      WHERE b.cookie_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2 AND u.status = 'active'`,
+      WHERE b.cookie_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2 AND ${SESSION_IN_USE_SQL('s', '$2')} AND u.status = 'active'`,
     [cookieHash, now],
   );
   return rows[0] ?? null;
