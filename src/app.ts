@@ -6,6 +6,7 @@ import type { Database } from './db/types.js';
 import type { Deps } from './context.js';
 import { newId } from './ids.js';
 import { SigningKeys } from './auth/signing-keys.js';
+import { confirmSession } from './auth/credentials.js';
 import { JobRunner } from './jobs/runner.js';
 import { validatorCompiler } from './http/validation.js';
 import { frameworkErrorHandler, registerErrorHandling } from './http/errors-plugin.js';
@@ -68,7 +69,10 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   deps.jobs = new JobRunner(deps, modules.flatMap((m) => m.jobs?.(deps) ?? []));
 
   fastify.addHook('onClose', async () => deps.keys.stop());
-  registerErrorHandling(fastify);
+  registerErrorHandling(fastify, async (request) => {
+    const actor = request.actor;
+    if (actor.type === 'user') await confirmSession(deps, { sub: actor.userId, sid: actor.sessionId, test_mode: actor.mode === 'test' });
+  });
   await registerOpenApi(fastify, config.publicUrl);
   registerGate(fastify, deps);
 

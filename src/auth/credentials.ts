@@ -114,7 +114,11 @@ export const SESSION_SQL = (n: number) => `
       WHERE s.id = $${n}`;
 
 async function resolveAccessToken(deps: Deps, token: string): Promise<Actor> {
-  const claims = await verifyAccessTokenClaims(deps, token);
+  return confirmSession(deps, await verifyAccessTokenClaims(deps, token));
+}
+
+/** The user actor of verified claims once its session is read; 401 unless it is live. */
+export async function confirmSession(deps: Deps, claims: AccessTokenClaims): Promise<Actor> {
   const { rows } = await deps.database.scoped('system').query<SessionRow>(SESSION_SQL(1), [claims.sid]);
   return actorOfSession(claims, rows[0], deps.clock.now());
 }

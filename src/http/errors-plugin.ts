@@ -63,9 +63,17 @@ function sendError(reply: FastifyReply, error: ApiError) {
   return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody());
 }
 
-export function registerErrorHandling(app: FastifyInstance): void {
-  app.setErrorHandler((err, request, reply) => {
-    const error = toApiError(err);
+/**
+ * `confirmCaller` settles a caller the gate left unconfirmed (a `session: 'fused'` route checks the
+ * session in its own query): a request refused before the route ran (a field error) answers 401 when
+ * its session has ended, as every other route does, instead of describing its input to a dead session.
+ */
+export function registerErrorHandling(app: FastifyInstance, confirmCaller?: (request: FastifyRequest) => Promise<void>): void {
+  app.setErrorHandler(async (err, request, reply) => {
+    let error = toApiError(err);
+    if (confirmCaller && error.status === 422 && request.actor?.type === 'user' && request.actor.unconfirmed) {
+      error = await confirmCaller(request).then(() => error, toApiError);
+    }
     if (error.status >= 500) request.log.error({ err }, 'request failed');
     return sendError(reply, error);
   });

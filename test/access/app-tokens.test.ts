@@ -149,6 +149,8 @@ test('app-tokens authenticates in its own query: a revoked session or a suspende
   assertStatus(await issue(auth.access_token, { application_id: app.id }), 200);
   assertStatus(await call(t, 'DELETE', `/v1/users/${user.id}/sessions/${auth.session_id}`, admin), 204);
   assertError(await issue(auth.access_token, { application_id: app.id }), 401, 'unauthenticated');
+  assertError(await issue(auth.access_token, {}), 401, 'unauthenticated'); // a field error is not described to an ended session
+  assertError(await issue(auth.access_token, { application_id: 42 }), 401, 'unauthenticated');
   const other = await createUser(t);
   const otherAuth = await session(t, other);
   await grant(t, admin, other.id, app.id);

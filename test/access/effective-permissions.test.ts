@@ -177,6 +177,8 @@ test('the live check authenticates in its own query: a revoked session, a suspen
   const [{ sid }] = (await t.database.scoped('system').query<{ sid: string }>('SELECT id AS sid FROM sessions WHERE user_id = $1', [subject.id])).rows;
   assertStatus(await call(t, 'DELETE', `/v1/users/${subject.id}/sessions/${sid}`, admin), 204);
   assertError(await call(t, 'GET', url, subject.token), 401, 'unauthenticated');
+  // Even a request with a field error: an ended session is told 401, not what was wrong with its input.
+  assertError(await call(t, 'GET', `/v1/users/me/apps/${'a'.repeat(101)}/effective-permissions`, subject.token), 401, 'unauthenticated');
   // A suspended user's token is refused at once too.
   const later = await person(t);
   await grant(t, admin, later.id, app.id);
