@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
   accessEvents, appKey, assertError, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
-  patchEnt, person, platformKey, sql,
+  grant, patchEnt, person, platformKey, sql,
 } from './support.js';
 
 let t: TestApp;
@@ -270,4 +270,50 @@ test('an org grant row that excludes a member is never an access path: users?app
   ids = await listedIds();
   assert.ok(!ids.includes(included.id), 'the member now denied is not listed');
   assert.ok(ids.includes(excluded.id), 'the member no longer excluded is listed');
+});
+
+test('on a restricted Tenant an org grant gives 402 subscription_required only when a member it includes would be a new seat (an allowlist of seated members is granted)', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const seated = org.owner;
+  const newcomer = org.members[0];
+  const appB = await newApp(t, admin);
+  await grant(t, admin, seated.id, appB.id);
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [appB.tenant_id]);
+  try {
+    assertError(await orgGrantReq(t, admin, org.id, { application_id: appB.id }), 402, 'subscription_required');
+    assertError(await orgGrantReq(t, admin, org.id, { application_id: appB.id, member_scope: 'allowlist', member_overrides: [newcomer.id] }), 402, 'subscription_required');
+    assertError(await orgGrantReq(t, admin, org.id, { application_id: appB.id, member_scope: 'denylist', member_overrides: [seated.id] }), 402, 'subscription_required');
+    assert.equal((await sql(t, 'SELECT 1 FROM entitlements WHERE organization_id = $1', [org.id])).length, 0, 'refused grants change nothing');
+    const ent = assertStatus(await orgGrantReq(t, admin, org.id, { application_id: appB.id, member_scope: 'allowlist', member_overrides: [seated.id] }), 201);
+    assert.equal(ent.included_member_count, 1);
+    assert.equal((await effective(t, admin, newcomer.id, appB.id)).allowed, false);
+  } finally {
+    await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [appB.tenant_id]);
+  }
+});
+
+test('on a restricted Tenant a PATCH of an org grant that would give a member a new seat (scope widened, re-enabled) gives 402 subscription_required and changes nothing', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const seated = org.owner;
+  const newcomer = org.members[0];
+  const app = await newApp(t, admin);
+  await grant(t, admin, seated.id, app.id);
+  const ent = await orgGrantApi(t, admin, org.id, app.id, { member_scope: 'allowlist', member_overrides: [seated.id] });
+  const all = await orgGrantApi(t, admin, (await orgWithMembers(t, admin, 0)).id, app.id);
+  assertStatus(await patchEnt(t, admin, all.id, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [app.tenant_id]);
+  try {
+    assertError(await patchEnt(t, admin, ent.id, { member_scope: 'all_members', member_overrides: [] }), 402, 'subscription_required');
+    assertError(await patchEnt(t, admin, ent.id, { member_overrides: [seated.id, newcomer.id] }), 402, 'subscription_required');
+    const row = (await sql(t, 'SELECT member_scope, member_overrides FROM entitlements WHERE id = $1', [ent.id]))[0];
+    assert.deepEqual([row.member_scope, row.member_overrides], ['allowlist', [seated.id]], 'unchanged');
+    assert.equal((await effective(t, admin, newcomer.id, app.id)).allowed, false);
+    assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
+    // Re-enabling the other Organization's grant gives its owner (not a seat holder) a seat: refused too.
+    assertError(await patchEnt(t, admin, all.id, { status: 'active' }), 402, 'subscription_required');
+    // A change that adds no seat goes through.
+    assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { member_scope: 'denylist', member_overrides: [newcomer.id] }), 200).member_scope, 'denylist');
+  } finally {
+    await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [app.tenant_id]);
+  }
 });

@@ -4,7 +4,8 @@ import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
-import { applicationTenant, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
+import { applicationTenant, releaseSeatLimits, seatHoldersAmong, withSeatCap } from '../tenancy/seats.js';
+import { findTenant } from '../tenancy/plans.js';
 import { ENT_COLUMNS, etagOf, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { visibleEntitlement } from './read.js';
 import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
@@ -100,6 +101,9 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const users = await affectedUsers(tx, row);
     const tenantId = await applicationTenant(tx, row.application_id);
     const capped = row.organization_id && tenantId ? [tenantId] : [];
+    // On a restricted Tenant an org row may not give anyone a new seat (scope widened, re-enabled, renewed).
+    const restricted = row.organization_id && tenantId && (await findTenant(tx, tenantId))?.restricted ? tenantId : null;
+    const seatedBefore = restricted ? await seatHoldersAmong(tx, restricted, users, ctx.now) : null;
     const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, () => withSeatCap(tx, capped, users, ctx.now, async () => {
       const { rows } = await tx.query<EntitlementRow>(
         `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
@@ -109,6 +113,10 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
       );
       return rows[0];
     }));
+    if (restricted && seatedBefore) {
+      const seatedAfter = await seatHoldersAmong(tx, restricted, users, ctx.now);
+      if ([...seatedAfter].some((u) => !seatedBefore.has(u))) throw new ApiError('subscription_required', { details: { tenant_id: restricted, resource: 'seats' } });
+    }
     if (tenantId) await releaseSeatLimits(tx, c, tenantId);
     const audit = { target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(updated) };
     if (move) {

@@ -5,7 +5,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { findTenant } from '../tenancy/plans.js';
-import { isSeat, withSeatCap } from '../tenancy/seats.js';
+import { seatHoldersAmong, withSeatCap } from '../tenancy/seats.js';
 import { emitEntitlementEvent, grantableApplication, grantTerm } from '../entitlements/grant.js';
 import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
 import type { Entitlement } from '../entitlements/schemas.js';
@@ -53,9 +53,11 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
     if (live[0]) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: live[0].id, status: live[0].status } });
     const tenant = (await findTenant(tx, app.tenant_id))!;
     if (tenant.restricted) {
-      for (const userId of memberIds) {
-        if (!(await isSeat(tx, tenant.id, userId, ctx.now))) throw new ApiError('subscription_required', { details: { tenant_id: tenant.id, resource: 'seats' } });
-      }
+      // Only the members the scope includes take seats: a grant adding none gives no new seat.
+      const overrides = new Set(body.member_overrides ?? []);
+      const included = memberIds.filter((u) => (scope === 'all_members' ? true : scope === 'allowlist' ? overrides.has(u) : !overrides.has(u)));
+      const seated = await seatHoldersAmong(tx, tenant.id, included, ctx.now);
+      if (included.some((u) => !seated.has(u))) throw new ApiError('subscription_required', { details: { tenant_id: tenant.id, resource: 'seats' } });
     }
     const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withSeatCap(tx, [tenant.id], memberIds, ctx.now, async () => {
       const { rows } = await tx.query<EntitlementRow>(

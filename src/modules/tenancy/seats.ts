@@ -27,7 +27,8 @@ export async function isSeat(db: Queryable, tenantId: string, userId: string, no
   return (await seatHoldersAmong(db, tenantId, [userId], now)).has(userId);
 }
 
-async function seatHoldersAmong(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Set<string>> {
+/** Which of `userIds` hold a seat of the Tenant now. */
+export async function seatHoldersAmong(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Set<string>> {
   if (userIds.length === 0) return new Set();
   const { rows } = await db.query<{ user_id: string }>(`SELECT s.user_id FROM (${SEAT_HOLDERS_SQL}) s WHERE s.user_id = ANY($3::text[])`, [tenantId, now, userIds]);
   return new Set(rows.map((r) => r.user_id));
