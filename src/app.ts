@@ -6,6 +6,7 @@ import type { Database } from './db/types.js';
 import type { Deps } from './context.js';
 import { newId } from './ids.js';
 import { SigningKeys } from './auth/signing-keys.js';
+import { SecretBox } from './auth/secret-box.js';
 import { confirmSession } from './auth/credentials.js';
 import { JobRunner } from './jobs/runner.js';
 import { validatorCompiler } from './http/validation.js';
@@ -64,6 +65,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     clock,
     log: fastify.log,
     keys: new SigningKeys(database, clock, config.publicUrl),
+    secrets: new SecretBox(database, clock, config.encryptionKeys),
     jobs: undefined as unknown as JobRunner,
   };
   deps.jobs = new JobRunner(deps, modules.flatMap((m) => m.jobs?.(deps) ?? []));

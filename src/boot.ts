@@ -6,6 +6,7 @@ import { migrate } from './db/migrate.js';
 import { buildApp } from './app.js';
 import { refreshDevClock } from './dev/clock.js';
 import { bootstrapAdmin } from './modules/users/bootstrap.js';
+import { resealTotpSecrets } from './modules/mfa/service.js';
 import type { Module } from './modules/types.js';
 
 export interface BootOptions {
@@ -24,6 +25,11 @@ export async function boot(options: BootOptions) {
   const { deps } = built;
   await refreshDevClock(deps);
   await deps.keys.ensure();
+  await deps.secrets.ensure();
+  await resealTotpSecrets(deps);
+  if (config.encryptionKeys.length === 0) {
+    deps.log.warn('ENCRYPTION_KEY is not set: stored TOTP secrets are sealed with a key kept in the database; set it in production');
+  }
   if (config.bootstrapAdminEmail && config.bootstrapAdminPassword) {
     const result = await bootstrapAdmin(deps, config.bootstrapAdminEmail, config.bootstrapAdminPassword);
     deps.log.info({ user_id: result.userId, created: result.created }, 'bootstrap admin checked');

@@ -1,4 +1,5 @@
 // The only reader of process.env: parsed once, validated, frozen, passed in.
+import { parseEncryptionKeys } from './auth/secret-box.js';
 export interface Config {
   port: number;
   host: string;
@@ -18,6 +19,8 @@ export interface Config {
   devClock: boolean;
   /** Run background workers (job scheduler, outbox relays) in this process. */
   workers: boolean;
+  /** ENCRYPTION_KEY: keys sealing stored secrets; the first seals, all open (empty: the database's key). */
+  encryptionKeys: readonly Buffer[];
 }
 
 export class ConfigError extends Error {
@@ -66,6 +69,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     return v;
   };
 
+  const encryptionKeys = (): Buffer[] => {
+    const v = str('ENCRYPTION_KEY');
+    if (v === null) return [];
+    const keys = parseEncryptionKeys(v);
+    if (!keys) problems.push('ENCRYPTION_KEY must be one or more comma-separated 32-byte keys (64 hex digits or base64)');
+    return keys ?? [];
+  };
+
   const port = int('PORT', 8080, 0, 65535);
   const publicUrl = (url('PUBLIC_URL', ['http:', 'https:']) ?? `http://localhost:${port}`).replace(/\/+$/, '');
   const logLevel = str('LOG_LEVEL') ?? 'info';
@@ -94,6 +105,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     authRateLimitPerMinute: int('AUTH_RATE_LIMIT_PER_MINUTE', 30, 0, 1_000_000),
     devClock: flag('DEV_CLOCK'),
     workers: str('WORKERS') === null ? true : flag('WORKERS'),
+    encryptionKeys: encryptionKeys(),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze(config);

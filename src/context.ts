@@ -3,6 +3,7 @@ import type { Config } from './config.js';
 import type { Clock } from './clock.js';
 import type { Database, Db, Mode, Tx } from './db/types.js';
 import type { SigningKeys } from './auth/signing-keys.js';
+import type { SecretBox } from './auth/secret-box.js';
 import type { JobRunner } from './jobs/runner.js';
 import type { UserRow } from './modules/users/store.js';
 
@@ -13,6 +14,8 @@ export interface Deps {
   clock: Clock;
   log: FastifyBaseLogger;
   keys: SigningKeys;
+  /** Seals and opens the secrets the service must read back (TOTP secrets). */
+  secrets: SecretBox;
   jobs: JobRunner;
 }
 

@@ -1,5 +1,6 @@
 import { generateSecret, generateURI, verify } from 'otplib';
 import { createHash, randomInt } from 'node:crypto';
+import type { Ctx } from '../context.js';
 
 /** RFC 6238: 30-second steps, 6 digits, SHA-1 (what authenticator apps use), ±1 step of drift. */
 const PERIOD = 30;
@@ -39,3 +40,15 @@ export function newRecoveryCodes(count = 10): string[] {
 
 export const hashRecoveryCode = (code: string): string =>
   createHash('sha256').update(code.trim().toLowerCase().replace(/\s+/g, '')).digest('hex');
+
+// TOTP secrets are stored sealed (SecretBox), bound to their identity; the pending and the confirmed
+// secret share the binding, so confirming moves the sealed value from one column to the other as it is.
+const totpContext = (identityId: string) => `identities.totp:${identityId}`;
+
+export function sealTotpSecret(ctx: Pick<Ctx, 'deps'>, identityId: string, secret: string): string {
+  return ctx.deps.secrets.seal(secret, totpContext(identityId));
+}
+
+export function totpSecretOf(ctx: Pick<Ctx, 'deps'>, identityId: string, stored: string): string {
+  return ctx.deps.secrets.open(stored, totpContext(identityId));
+}

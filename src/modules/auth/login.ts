@@ -5,7 +5,7 @@ import { ApiError } from '../../errors.js';
 import { retryAfterSeconds } from '../../http/counters.js';
 import { verifyAgainstDummy, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
-import { hashRecoveryCode, verifyTotp } from '../../auth/totp.js';
+import { hashRecoveryCode, totpSecretOf, verifyTotp } from '../../auth/totp.js';
 import { claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, recordFailure, releaseAttempt } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
 import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
@@ -72,7 +72,7 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
   if (identity.locked_until && identity.locked_until > ctx.now) throw tooManyAttempts(identity.locked_until, ctx.now);
 
   const method: AuthMethod = input.code !== undefined ? 'otp' : 'recovery_code';
-  const step = input.code !== undefined ? await verifyTotp(identity.totp_secret, input.code, ctx.now, identity.totp_last_step) : null;
+  const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
 
   // Every step or none: a challenge another request already used, or a user no longer active, rolls
   // back the code it would have spent (a losing recovery code stays usable).

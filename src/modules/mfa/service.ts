@@ -1,16 +1,38 @@
-import type { Ctx } from '../../context.js';
+import type { Ctx, Deps } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
-import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, totpUri, verifyTotp } from '../../auth/totp.js';
+import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
 import { findPasswordIdentity, type PasswordIdentity } from '../auth/identities.js';
 import { takeRecoveryCode, takeTotpStep } from '../auth/login.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
+
+/**
+ * At start: seals TOTP secrets stored before sealing existed, and reseals those sealed with a key that
+ * no longer seals (ENCRYPTION_KEY set or rotated). A value changed meanwhile is left to its writer.
+ */
+export async function resealTotpSecrets(deps: Deps): Promise<number> {
+  const db = deps.database.scoped('system');
+  const { rows } = await db.query<{ id: string; totp_secret: string | null; totp_pending_secret: string | null }>(
+    'SELECT id, totp_secret, totp_pending_secret FROM identities WHERE totp_secret IS NOT NULL OR totp_pending_secret IS NOT NULL',
+  );
+  let resealed = 0;
+  for (const row of rows) {
+    for (const column of ['totp_secret', 'totp_pending_secret'] as const) {
+      const stored = row[column];
+      if (stored === null || deps.secrets.isCurrent(stored)) continue;
+      const sealed = sealTotpSecret({ deps }, row.id, totpSecretOf({ deps }, row.id, stored));
+      const { rowCount } = await db.query(`UPDATE identities SET ${column} = $2 WHERE id = $1 AND ${column} = $3`, [row.id, sealed, stored]);
+      resealed += rowCount;
+    }
+  }
+  return resealed;
+}
 
 /** Self-service MFA endpoints act only on the caller: readers of the user get 403, anyone else 404. */
 async function selfIdentity(ctx: Ctx, idParam: string): Promise<{ userId: string; email: string; identity: PasswordIdentity }> {
@@ -30,7 +52,7 @@ export async function beginTotp(ctx: Ctx, idParam: string): Promise<TotpEnrollme
   const { identity, email } = await selfIdentity(ctx, idParam);
   if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
   const secret = newTotpSecret();
-  await ctx.db.query('UPDATE identities SET totp_pending_secret = $2, updated_at = $3 WHERE id = $1', [identity.id, secret, ctx.now]);
+  await ctx.db.query('UPDATE identities SET totp_pending_secret = $2, updated_at = $3 WHERE id = $1', [identity.id, sealTotpSecret(ctx, identity.id, secret), ctx.now]);
   const issuer = new URL(ctx.deps.config.publicUrl).hostname;
   return { secret, otpauth_uri: totpUri(secret, email, issuer), algorithm: 'SHA1', digits: 6, period: 30 };
 }
@@ -40,7 +62,7 @@ export async function confirmTotp(ctx: Ctx, idParam: string, input: ConfirmBody)
   const { userId, identity } = await selfIdentity(ctx, idParam);
   if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
   if (!identity.totp_pending_secret) throw new ApiError('mfa_not_enabled', { message: 'Start enrollment first.' });
-  const step = await verifyTotp(identity.totp_pending_secret, input.code, ctx.now, null);
+  const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, null);
   if (step === null) throw new ApiError('invalid_mfa_code');
   const codes = newRecoveryCodes();
   await ctx.db.transaction(async (tx) => {
@@ -64,7 +86,7 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
   }
   const { userId, identity } = await selfIdentity(ctx, idParam);
   if (!identity.totp_confirmed_at || !identity.totp_secret) throw new ApiError('mfa_not_enabled');
-  const step = input.code !== undefined ? await verifyTotp(identity.totp_secret, input.code, ctx.now, identity.totp_last_step) : null;
+  const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
   await ctx.db.transaction(async (tx) => {
     const ok =
       input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, input.recovery_code!, ctx.now);

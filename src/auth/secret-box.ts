@@ -1,0 +1,89 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import type { Database } from '../db/types.js';
+import type { Clock } from '../clock.js';
+
+const ALGORITHM = 'aes-256-gcm';
+const PREFIX = 'enc:v1:';
+
+interface Key {
+  kid: string;
+  key: Buffer;
+}
+
+const keyOf = (key: Buffer): Key => ({ kid: createHash('sha256').update(key).digest('hex').slice(0, 12), key });
+
+/**
+ * Secrets the service must read back (TOTP secrets) are stored sealed with AES-256-GCM, never in
+ * plaintext. The key comes from ENCRYPTION_KEY (the first one seals, every one opens, so keys can be
+ * rotated); without it, from the database's encryption_keys row (docs/decisions.md "Secrets at rest").
+ * A sealed value is bound to its use (`context`, e.g. the identity it belongs to): it cannot be moved
+ * to another row. Values written before sealing existed are read as they are and resealed at start.
+ */
+export class SecretBox {
+  private sealing: Key | null = null;
+  private readonly opening = new Map<string, Buffer>();
+
+  constructor(
+    private readonly database: Database,
+    private readonly clock: Clock,
+    configured: readonly Buffer[],
+  ) {
+    for (const key of configured.map(keyOf)) {
+      this.sealing ??= key;
+      this.opening.set(key.kid, key.key);
+    }
+  }
+
+  /** Loads (or first creates) the database's key; it seals only when ENCRYPTION_KEY is unset. */
+  async ensure(): Promise<void> {
+    const db = this.database.scoped('system');
+    const fresh = randomBytes(32);
+    const { kid } = keyOf(fresh);
+    await db.query('INSERT INTO encryption_keys (kid, key, created_at) SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM encryption_keys)', [
+      kid, fresh.toString('base64'), this.clock.now(),
+    ]);
+    const { rows } = await db.query<{ kid: string; key: string }>('SELECT kid, key FROM encryption_keys ORDER BY created_at, kid');
+    for (const row of rows) {
+      const stored = { kid: row.kid, key: Buffer.from(row.key, 'base64') };
+      this.sealing ??= stored;
+      if (!this.opening.has(stored.kid)) this.opening.set(stored.kid, stored.key);
+    }
+  }
+
+  /** Whether a stored value is sealed with the key that seals now (else it is resealed at start). */
+  isCurrent(stored: string): boolean {
+    return this.sealing !== null && stored.startsWith(`${PREFIX}${this.sealing.kid}:`);
+  }
+
+  seal(plain: string, context: string): string {
+    if (!this.sealing) throw new Error('SecretBox.ensure() has not run');
+    const iv = randomBytes(12);
+    const cipher = createCipheriv(ALGORITHM, this.sealing.key, iv);
+    cipher.setAAD(Buffer.from(context));
+    const body = Buffer.concat([cipher.update(plain, 'utf8'), cipher.final(), cipher.getAuthTag()]);
+    return `${PREFIX}${this.sealing.kid}:${iv.toString('base64url')}:${body.toString('base64url')}`;
+  }
+
+  open(stored: string, context: string): string {
+    if (!stored.startsWith(PREFIX)) return stored;
+    const [kid, iv, body] = stored.slice(PREFIX.length).split(':');
+    const key = this.opening.get(kid);
+    if (!key) throw new Error(`no key ${kid} to open a sealed secret: was ENCRYPTION_KEY changed without keeping the old key?`);
+    const data = Buffer.from(body, 'base64url');
+    const decipher = createDecipheriv(ALGORITHM, key, Buffer.from(iv, 'base64url'));
+    decipher.setAAD(Buffer.from(context));
+    decipher.setAuthTag(data.subarray(data.length - 16));
+    return Buffer.concat([decipher.update(data.subarray(0, data.length - 16)), decipher.final()]).toString('utf8');
+  }
+}
+
+/** ENCRYPTION_KEY: one or more comma-separated 32-byte keys, as 64 hex digits or base64; null if malformed. */
+export function parseEncryptionKeys(value: string): Buffer[] | null {
+  const keys: Buffer[] = [];
+  for (const part of value.split(',').map((p) => p.trim())) {
+    const key = /^[0-9a-fA-F]{64}$/.test(part) ? Buffer.from(part, 'hex') : /^[A-Za-z0-9+/_-]{43}=?$/.test(part) ? Buffer.from(part, 'base64') : null;
+    if (!key || key.length !== 32) return null;
+    keys.push(key);
+  }
+  return keys;
+}
