@@ -34,14 +34,15 @@ export class SecretBox {
     }
   }
 
-  /** Loads (or first creates) the database's key; it seals only when ENCRYPTION_KEY is unset. */
+  /** Loads the database's key (made by the first process when ENCRYPTION_KEY is unset; it then seals). */
   async ensure(): Promise<void> {
     const db = this.database.scoped('system');
-    const fresh = randomBytes(32);
-    const { kid } = keyOf(fresh);
-    await db.query('INSERT INTO encryption_keys (kid, key, created_at) SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM encryption_keys)', [
-      kid, fresh.toString('base64'), this.clock.now(),
-    ]);
+    if (!this.sealing) {
+      const fresh = keyOf(randomBytes(32));
+      await db.query('INSERT INTO encryption_keys (kid, key, created_at) SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM encryption_keys)', [
+        fresh.kid, fresh.key.toString('base64'), this.clock.now(),
+      ]);
+    }
     const { rows } = await db.query<{ kid: string; key: string }>('SELECT kid, key FROM encryption_keys ORDER BY created_at, kid');
     for (const row of rows) {
       const stored = { kid: row.kid, key: Buffer.from(row.key, 'base64') };
