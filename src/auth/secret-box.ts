@@ -39,11 +39,12 @@ export class SecretBox {
     const db = this.database.scoped('system');
     if (!this.sealing) {
       const fresh = keyOf(randomBytes(32));
-      await db.query('INSERT INTO encryption_keys (kid, key, created_at) SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM encryption_keys)', [
+      // One row for every process: of processes starting together, the first insert wins, the rest read it.
+      await db.query(`INSERT INTO encryption_keys (slot, kid, key, created_at) VALUES ('default', $1, $2, $3) ON CONFLICT (slot) DO NOTHING`, [
         fresh.kid, fresh.key.toString('base64'), this.clock.now(),
       ]);
     }
-    const { rows } = await db.query<{ kid: string; key: string }>('SELECT kid, key FROM encryption_keys ORDER BY created_at, kid');
+    const { rows } = await db.query<{ kid: string; key: string }>('SELECT kid, key FROM encryption_keys');
     for (const row of rows) {
       const stored = { kid: row.kid, key: Buffer.from(row.key, 'base64') };
       this.sealing ??= stored;
