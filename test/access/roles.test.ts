@@ -327,3 +327,48 @@ test('GET /v1/permissions: platform keys plus visible Applications\' keys; an ap
   const platformOnly = assertStatus(await call(t, 'GET', '/v1/permissions?scope=platform', plain.token), 200).data;
   assert.equal(platformOnly.length, 12);
 });
+
+test('assignment_count counts only the holders of the caller\'s mode; a Role held only in the other mode stays (409 role_in_use) and shows that mode\'s count, 0', async () => {
+  const name = `modal${rand(4)}`;
+  const role = assertStatus(await createRole(admin, { name, scope: 'platform', permissions: ['audit.view'] }), 201);
+  const holder = await person(t);
+  assertStatus(await assign(admin, holder.id, role.id), 201);
+  const testKey = await platformKey(t, undefined, 'test');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/roles/${role.id}`, admin), 200).assignment_count, 1);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/roles/${role.id}`, testKey), 200).assignment_count, 0, 'live holders are not counted for a test key');
+  const listed = assertStatus(await call(t, 'GET', '/v1/roles?scope=platform', testKey), 200).data.find((r: any) => r.id === role.id);
+  assert.equal(listed.assignment_count, 0);
+  const err = assertError(await call(t, 'DELETE', `/v1/roles/${role.id}`, testKey), 409, 'role_in_use');
+  assert.equal(err.details.assignment_count, 0, 'the live count is not revealed');
+  assert.equal((await sql(t, 'SELECT 1 FROM roles WHERE id = $1', [role.id])).length, 1, 'the Role stays');
+});
+
+test('PATCH /v1/roles/{id} changes permissions and description only: name, scope, seed and the other read-only fields give 422 read_only_field and change nothing', async () => {
+  const name = `ro${rand(4)}`;
+  const role = assertStatus(await createRole(admin, { name, scope: 'platform', permissions: ['audit.view'] }), 201);
+  for (const [body, fields] of [
+    [{ name: 'renamed' }, ['name']],
+    [{ scope: 'platform', seed: true }, ['scope', 'seed']],
+    [{ id: 'role_platform_x', description: 'also sent' }, ['id']],
+    [{ assignment_count: 9, created_at: '2020-01-01T00:00:00.000Z' }, ['assignment_count', 'created_at']],
+  ] as const) {
+    const err = assertError(await call(t, 'PATCH', `/v1/roles/${role.id}`, admin, body), 422, 'read_only_field');
+    assert.deepEqual(err.details.fields, fields);
+  }
+  const now = assertStatus(await call(t, 'GET', `/v1/roles/${role.id}`, admin), 200);
+  assert.deepEqual([now.name, now.scope, now.seed, now.description], [name, 'platform', false, role.description]);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/roles/${role.id}`, admin, { description: 'fine' }), 200).description, 'fine');
+});
+
+test('the Roles of an Application the caller cannot see do not exist for them: creating or assigning one is 404; on a visible Application without the right, 403 forbidden', async () => {
+  const hidden = await appWith(['ed'], { visibility: 'internal' });
+  const shown = await appWith(['ed'], { visibility: 'public' });
+  const user = await person(t);
+  assertError(await createRole(user.token, { name: 'ed', scope: hidden.id }), 404, 'application_not_found');
+  assertError(await assign(user.token, user.id, `role_${hidden.slug}_ed`), 404, 'role_not_found');
+  assertError(await unassign(user.token, user.id, `role_${hidden.slug}_ed`), 404, 'role_not_found');
+  assertError(await call(t, 'GET', `/v1/roles/role_${hidden.slug}_ed`, user.token), 404, 'role_not_found');
+  assertError(await createRole(user.token, { name: 'ed', scope: shown.id }), 403, 'forbidden');
+  assertError(await assign(user.token, user.id, `role_${shown.slug}_ed`), 403, 'forbidden');
+  assert.deepEqual(await heldRoles(user.id), ['role_platform_member'], 'nothing assigned');
+});

@@ -317,3 +317,17 @@ test('on a restricted Tenant a PATCH of an org grant that would give a member a 
     await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [app.tenant_id]);
   }
 });
+
+test('invite_only visibility: a member an org grant excludes has no access path, so the Application and its permission keys stay hidden (404 application_not_found)', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [kept, excluded] = org.members;
+  const slug = `io${Date.now().toString(36)}`;
+  const target = await newApp(t, admin, { slug, visibility: 'invite_only', permissions: [{ key: `app.${slug}.read`, description: 'Read' }] });
+  await orgGrantApi(t, admin, org.id, target.id, { member_scope: 'denylist', member_overrides: [excluded.id] });
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${target.id}`, kept.token), 200).id, target.id, 'an included member sees it');
+  assertError(await call(t, 'GET', `/v1/applications/${target.id}`, excluded.token), 404, 'application_not_found');
+  const listed = assertStatus(await call(t, 'GET', '/v1/applications?limit=100', excluded.token), 200).data.map((a: any) => a.id);
+  assert.equal(listed.includes(target.id), false, 'not in the excluded member\'s catalog');
+  assert.deepEqual((await call(t, 'GET', `/v1/permissions?scope=${target.id}`, kept.token)).json().data.map((p: any) => p.key), [`app.${slug}.read`]);
+  assert.deepEqual((await call(t, 'GET', `/v1/permissions?scope=${target.id}`, excluded.token)).json().data, [], 'no permission keys of a hidden Application');
+});

@@ -16,11 +16,17 @@ const invalid = (path: string, message: string) => new ApiError('validation_fail
 
 /** The Application if the caller may see it; else 404 application_not_found. */
 export async function visibleApplication(ctx: Ctx, id: string): Promise<ApplicationRow> {
+  const app = await findVisibleApplication(ctx, id);
+  if (!app) throw new ApiError('application_not_found');
+  return app;
+}
+
+/** The Application if the caller may see it (Part B visibility), else null. */
+export async function findVisibleApplication(ctx: Ctx, id: string): Promise<ApplicationRow | null> {
   const params: unknown[] = [id];
   const condition = visibleCondition(viewerOf(ctx), params);
   const { rows } = await ctx.db.query<ApplicationRow>(`SELECT ${APP_COLUMNS} FROM applications a WHERE a.id = $1 AND ${condition}`, params);
-  if (!rows[0]) throw new ApiError('application_not_found');
-  return rows[0];
+  return rows[0] ?? null;
 }
 
 export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {

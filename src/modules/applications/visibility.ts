@@ -1,5 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
+import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 
 /** Who is asking, reduced to what Application visibility depends on. */
 export interface Viewer {
@@ -22,10 +23,16 @@ export const ownerCondition = (userParam: number) =>
   `(a.owner_user_id = $${userParam} OR a.owner_organization_id IN (SELECT m.organization_id FROM organization_members m
       WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active'))`;
 
-/** SQL: the user has any access path to Application `a` (personal row in any status, or an org grant of an Organization they are an active member of). */
+/**
+ * SQL: the user has any access path to Application `a`: a personal row in any status, or an org grant
+ * of an Organization they are an active member of that includes them (a member the grant excludes,
+ * or marks seat_limit, has no path through it).
+ */
 export const accessPathToApp = (userParam: number) =>
-  `EXISTS (SELECT 1 FROM entitlements e WHERE e.application_id = a.id AND (e.user_id = $${userParam} OR e.organization_id IN (
-      SELECT m.organization_id FROM organization_members m WHERE m.user_id = $${userParam} AND m.membership_status = 'active')))`;
+  `(EXISTS (SELECT 1 FROM entitlements ep WHERE ep.application_id = a.id AND ep.user_id = $${userParam})
+    OR EXISTS (SELECT 1 FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
+                WHERE e.application_id = a.id AND m.user_id = $${userParam} AND m.membership_status = 'active'
+                  AND ${MEMBER_DECISION_SQL} = 'included'))`;
 
 /**
  * Part B visibility: public to everyone while approved; invite_only to users with an access path;

@@ -38,7 +38,7 @@ export function roleRoutes(app: App, deps: Deps): void {
   });
   app.patch('/v1/roles/:id', {
     schema: { summary: "Replace a Role's permissions or description", tags, params: RoleIdParam, body: PatchRoleBody, response: { 200: Role } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['role_not_found', 'seed_role_immutable', 'unknown_permission', 'role_escalation_forbidden', 'forbidden'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['role_not_found', 'seed_role_immutable', 'read_only_field', 'unknown_permission', 'role_escalation_forbidden', 'forbidden'] } },
     handler: (request) => patchRole(ctxOf(deps, request), request.params.id, request.body),
   });
   app.delete('/v1/roles/:id', {

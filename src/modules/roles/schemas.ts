@@ -67,11 +67,17 @@ export const CreateRoleBody = Type.Object(
   { additionalProperties: false },
 );
 export type CreateRoleBody = Static<typeof CreateRoleBody>;
+/** Role fields PATCH cannot change (422 read_only_field): only permissions and description can. */
+export const ROLE_READ_ONLY_FIELDS = ['id', 'name', 'scope', 'seed', 'assignment_count', 'created_at', 'updated_at'] as const;
 export const PatchRoleBody = Type.Object(
-  { description: Type.Optional(Nullable(Type.String({ maxLength: 1000 }))), permissions: Type.Optional(Permissions) },
+  {
+    description: Type.Optional(Nullable(Type.String({ maxLength: 1000 }))),
+    permissions: Type.Optional(Permissions),
+    ...Object.fromEntries(ROLE_READ_ONLY_FIELDS.map((f) => [f, Type.Optional(Type.Unknown())])),
+  },
   { additionalProperties: false },
 );
-export type PatchRoleBody = Static<typeof PatchRoleBody>;
+export type PatchRoleBody = { description?: string | null; permissions?: string[] } & Partial<Record<(typeof ROLE_READ_ONLY_FIELDS)[number], unknown>>;
 export const ScopeQuery = Type.Object(
   {
     scope: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),

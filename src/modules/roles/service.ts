@@ -5,10 +5,11 @@ import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
-import { isOwner } from '../applications/service.js';
+import { findVisibleApplication, isOwner } from '../applications/service.js';
 import { viewerOf, visibleCondition } from '../applications/visibility.js';
 import { findRole, PLATFORM_PERMISSION_DESCRIPTIONS, ROLE_COLUMNS, toRole, type RoleRow } from './store.js';
 import type { CreateRoleBody, PatchRoleBody, Role, ScopeQuery } from './schemas.js';
+import { ROLE_READ_ONLY_FIELDS } from './schemas.js';
 
 const keyApp = (ctx: Ctx) => (ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null);
 const platformRolesManage = (ctx: Ctx) => hasPermission(ctx.actor, 'roles.manage') && !keyApp(ctx);
@@ -99,7 +100,11 @@ async function scopeApplication(ctx: Ctx, scope: string): Promise<ApplicationRow
   const app = await findApplicationRow(ctx.db, scope);
   if (!app) throw new ApiError('application_not_found');
   if (keyApp(ctx) && keyApp(ctx) !== app.id) throw new ApiError('application_not_found');
-  if (!(await mayManageAppRoles(ctx, app))) throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
+  if (!(await mayManageAppRoles(ctx, app))) {
+    // An Application the caller cannot see is not revealed by its Roles (Part B: unauthorized readers get 404).
+    if (!(await findVisibleApplication(ctx, app.id))) throw new ApiError('application_not_found');
+    throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
+  }
   return app;
 }
 
@@ -133,6 +138,8 @@ async function editableRole(ctx: Ctx, id: string): Promise<{ role: RoleRow; app:
 /** PATCH /v1/roles/{id}: permissions (replaced wholesale) and description; applies on the holders' next request. */
 export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Promise<Role> {
   const { role, app } = await editableRole(ctx, id);
+  const readOnly = ROLE_READ_ONLY_FIELDS.filter((f) => f in body);
+  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
   if (body.permissions) assertRolePermissions(ctx, role.scope, app, body.permissions);
   return ctx.db.transaction(async (tx) => {
     await tx.query('UPDATE roles SET description = $2, permissions = $3, updated_at = $4 WHERE id = $1', [
@@ -148,8 +155,12 @@ export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Prom
 export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
   const { role, app } = await editableRole(ctx, id);
   await ctx.db.transaction(async (tx) => {
-    const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM role_assignments WHERE role_id = $1', [id]);
-    if (rows[0].n > 0) throw new ApiError('role_in_use', { details: { assignment_count: rows[0].n } });
+    // Held in either mode, the Role stays; the count reported is the caller's mode's (the other's is not theirs to see).
+    const { rows } = await tx.query<{ n: number; visible: number }>(
+      'SELECT count(*)::int AS n, count(u.id)::int AS visible FROM role_assignments ra LEFT JOIN users u ON u.id = ra.user_id WHERE ra.role_id = $1',
+      [id],
+    );
+    if (rows[0].n > 0) throw new ApiError('role_in_use', { details: { assignment_count: rows[0].visible } });
     await tx.query('DELETE FROM roles WHERE id = $1', [id]);
     await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(role) });
   });

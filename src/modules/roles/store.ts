@@ -13,8 +13,9 @@ export interface RoleRow {
   updated_at: Date;
 }
 
+// assignment_count counts the holders the caller's mode sees (users are mode-isolated; a Role is not).
 export const ROLE_COLUMNS = `r.id, r.name, r.scope, r.description, r.permissions, r.seed, r.created_at, r.updated_at,
-  (SELECT count(*)::int FROM role_assignments ra WHERE ra.role_id = r.id) AS assignment_count`;
+  (SELECT count(*)::int FROM role_assignments ra JOIN users u ON u.id = ra.user_id WHERE ra.role_id = r.id) AS assignment_count`;
 
 export const toRole = (r: RoleRow): Role => ({ ...r, created_at: r.created_at.toISOString(), updated_at: r.updated_at.toISOString() });
 
