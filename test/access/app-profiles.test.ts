@@ -110,6 +110,25 @@ test("the app's own key reads and writes without any extra permission; users.man
   assert.equal(assertStatus(await read(manager, user.id), 200).display_handle, 'set by support');
 });
 
+test("a self-service AppProfile change writes no audit event; anyone else's (users.manage, the app's own key) writes profile.updated with before and after", async () => {
+  const user = await member();
+  const audits = async () => sql(t, `SELECT actor_type, target_type, target_id, application_id, before, after FROM audit_events WHERE action = 'profile.updated' AND target_user_id = $1 ORDER BY created_at, id`, [user.id]);
+  assertStatus(await write(user.token, user.id, { display_handle: 'me' }), 200);
+  assert.deepEqual(await audits(), [], 'self edits are not audited');
+  const manager = await platformKey(t, ['users.manage']);
+  assertStatus(await write(manager, user.id, { display_handle: 'by support' }), 200);
+  assertStatus(await write(await appKey(t, app.id), user.id, { custom: { tier: 'gold' } }), 200);
+  const rowsWritten = await audits();
+  assert.equal(rowsWritten.length, 2, JSON.stringify(rowsWritten));
+  assert.deepEqual(rowsWritten.map((r) => [r.actor_type, r.target_type, r.target_id, r.application_id]), [
+    ['api_key', 'app_profile', `${user.id}:${app.id}`, app.id],
+    ['api_key', 'app_profile', `${user.id}:${app.id}`, app.id],
+  ]);
+  assert.equal(rowsWritten[0].before.display_handle, 'me');
+  assert.equal(rowsWritten[0].after.display_handle, 'by support');
+  assert.deepEqual(rowsWritten[1].after.custom, { tier: 'gold' });
+});
+
 test("another Application's key gets 404 application_not_found, even with users.manage", async () => {
   const user = await member();
   const other = await newApp(t, admin);

@@ -1,5 +1,6 @@
 import type { Ctx } from '../../context.js';
-import { hasPermission } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
+import { recordAudit } from '../../audit/record.js';
 import { ApiError } from '../../errors.js';
 import { mergeCustom } from '../../http/patch.js';
 import { accessKey, resolveAccess } from '../../access/resolve.js';
@@ -30,7 +31,7 @@ async function authorize(ctx: Ctx, idParam: string, appId: string) {
     const access = (await resolveAccess(ctx.db, [user.id], ctx.now, [app.id])).get(accessKey(user.id, app.id));
     if (!access?.allowed) throw new ApiError('entitlement_required');
   }
-  return { user, app };
+  return { user, app, self };
 }
 
 async function liveUser(ctx: Ctx, idParam: string): Promise<UserRow> {
@@ -74,10 +75,11 @@ export async function getAppProfile(ctx: Ctx, idParam: string, appId: string): P
 
 /** PATCH: the first one creates the record; custom merges one level deep (null removes a key), at most 16 KB. */
 export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, body: PatchAppProfileBody): Promise<AppProfile> {
-  const { user, app } = await authorize(ctx, idParam, appId);
+  const { user, app, self } = await authorize(ctx, idParam, appId);
   return ctx.db.transaction(async (tx) => {
     const c = { ...ctx, db: tx };
-    const { row } = await load(c, user.id, app.id);
+    const current = await load(c, user.id, app.id);
+    const { row } = current;
     const custom = body.custom ? mergeCustom(row?.custom ?? {}, body.custom) : row?.custom ?? {};
     if (Buffer.byteLength(JSON.stringify(custom)) > CUSTOM_MAX_BYTES) {
       throw new ApiError('validation_failed', { details: { fields: [{ path: 'custom', message: 'must serialize to at most 16 KB' }] } });
@@ -89,6 +91,19 @@ export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, 
       [user.id, app.id, handle, JSON.stringify(custom), ctx.now],
     );
     const after = await load(c, user.id, app.id);
-    return shape(user.id, app.id, after.row, after.displayName);
+    const profile = shape(user.id, app.id, after.row, after.displayName);
+    // As for the Profile: a self-service change writes no audit event; anyone else's (users.manage, the
+    // Application's own key) writes profile.updated.
+    if (!self) {
+      await recordAudit(tx, inTx(ctx, tx), {
+        action: 'profile.updated',
+        target: { type: 'app_profile', id: `${user.id}:${app.id}` },
+        targetUserId: user.id,
+        applicationId: app.id,
+        before: shape(user.id, app.id, current.row, current.displayName),
+        after: profile,
+      });
+    }
+    return profile;
   });
 }
