@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
   accessEvents, assertStatus, call, createOrg, DAY, effective, entitlementEvents, entRow, grant, HOUR, inSeconds, newApp, outbox, patchEnt, person,
-  orgGrant, platformKey, type AppFixture,
+  orgGrant, platformKey, sql, type AppFixture,
 } from './support.js';
 import { entitlementsModule } from '../../src/modules/entitlements/index.js';
 
@@ -67,7 +67,7 @@ test('the sweep moves an active row past ends_at to expired and emits entitlemen
   assert.equal((await accessEvents(t, user.id, app.id)).length, 2);
 });
 
-test('a disabled row whose ends_at passes expires silently: disabled_reason kept, no access event', async () => {
+test('a disabled row whose ends_at passes expires: entitlement.expired and its audit row, disabled_reason kept, no access event', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, HOUR) });
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'payment failed' }), 200);
@@ -79,6 +79,11 @@ test('a disabled row whose ends_at passes expires silently: disabled_reason kept
   assert.equal(row.status, 'expired');
   assert.equal(row.disabled_reason, 'payment failed');
   assert.deepEqual(await accessEvents(t, user.id, app.id), before);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.disabled', 'entitlement.expired']);
+  const [audit] = await sql(t, `SELECT before, after, actor_type FROM audit_events WHERE action = 'entitlement.expired' AND target_id = $1`, [ent.id]);
+  assert.deepEqual([audit?.before.status, audit?.after.status, audit?.actor_type], ['disabled', 'expired', 'system']);
+  await sweep();
+  assert.equal((await entitlementEvents(t, ent.id)).length, 3, 'once');
 });
 
 test('setting ends_at in the past on an active row expires it at the next sweep; access.revoked (entitlement_expired) fires exactly once overall', async () => {

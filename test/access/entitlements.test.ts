@@ -392,6 +392,25 @@ test('→ expired by PATCH is 409 invalid_status_transition (only the system exp
 
 // ---- other PATCH fields --------------------------------------------------------------------------
 
+test('disabled_reason: a disabled row can have it reworded (entitlement.updated, changed_fields disabled_reason); on a row that is not disabled it is refused (422) and nothing changes', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const err = assertError(await patchEnt(t, admin, ent.id, { disabled_reason: 'why' }), 422, 'validation_failed');
+  assert.deepEqual(err.details.fields.map((f: any) => f.path), ['disabled_reason']);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'first' }), 200);
+  assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { disabled_reason: 'reworded' }), 200).disabled_reason, 'reworded');
+  assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'again' }), 200).disabled_reason, 'again');
+  assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { disabled_reason: 'again' }), 200).status, 'disabled', 'the same reason is a no-op');
+  const events = await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] });
+  assert.deepEqual(events.map((e) => e.data.changed_fields), [['disabled_reason'], ['disabled_reason']]);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 2);
+  assertError(await patchEnt(t, admin, ent.id, { disabled_reason: null }), 422, 'disabled_reason_required');
+  assertError(await patchEnt(t, admin, ent.id, { disabled_reason: '' }), 422, 'disabled_reason_required');
+  assert.equal((await entRow(t, ent.id))!.disabled_reason, 'again');
+  assert.equal((await accessEvents(t, user.id, app.id)).length, 2, 'granted, then revoked by the disable; rewording flips nothing');
+});
+
 test('ends_at is changeable on an active row: entitlement.updated with changed_fields, audit entitlement.updated, no access event', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);

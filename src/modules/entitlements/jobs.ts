@@ -51,10 +51,10 @@ export async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<
   // Read before the write: a row marked expired resolves as expired at every instant, even before ends_at.
   const paths = row.status === 'active' ? await findPathRows(tx, users, [row.application_id]) : [];
   const { rows } = await tx.query<EntitlementRow>(`UPDATE entitlements e SET status = 'expired', updated_at = $2 WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`, [row.id, ctx.now]);
-  if (row.status !== 'active') return;
   await recordAudit(tx, ctx, { action: 'entitlement.expired', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(rows[0]) });
   await emitEntitlementEvent(tx, ctx, 'entitlement.expired', rows[0]);
-  await announceTimeFlips(tx, ctx, row, users, paths, row.ends_at!);
+  // disabled → expired keeps disabled_reason and gives no access event (the row gave no access).
+  if (row.status === 'active') await announceTimeFlips(tx, ctx, row, users, paths, row.ends_at!);
 }
 
 /**

@@ -63,6 +63,21 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     if (move?.needsReason && !body.disabled_reason) throw new ApiError('disabled_reason_required');
 
     const changed: string[] = [];
+    // disabled_reason goes with a move to disabled or revoked; a disabled row that stays disabled can
+    // have it reworded (entitlement.updated). A reason for a row that is not disabled is refused.
+    let reworded: string | null = null;
+    if (body.disabled_reason != null && !move?.needsReason && row.status !== 'revoked') {
+      if (status !== 'disabled') {
+        throw new ApiError('validation_failed', { details: { fields: [{ path: 'disabled_reason', message: 'is set with status disabled or revoked, or on a disabled row' }] } });
+      }
+      if (!body.disabled_reason) throw new ApiError('disabled_reason_required');
+      if (body.disabled_reason !== row.disabled_reason) {
+        reworded = body.disabled_reason;
+        changed.push('disabled_reason');
+      }
+    } else if (body.disabled_reason === null && status === 'disabled' && !move) {
+      throw new ApiError('disabled_reason_required');
+    }
     let endsAt = row.ends_at;
     if ('ends_at' in body) {
       endsAt = body.ends_at ? new Date(body.ends_at) : null;
@@ -97,7 +112,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     if (!move && changed.length === 0 && !scopeChange) return { entitlement: toEntitlement(row), etag: etagOf(row) };
 
     const reason: AccessReason = move?.reason ?? (scopeChange ? 'org_grant_changed' : changed.includes('ends_at') && endsAt && endsAt <= ctx.now ? 'entitlement_expired' : 'entitlement_granted');
-    const disabledReason = status === 'active' ? null : move?.needsReason ? body.disabled_reason! : row.disabled_reason;
+    const disabledReason = status === 'active' ? null : move?.needsReason ? body.disabled_reason! : reworded ?? row.disabled_reason;
     const users = await affectedUsers(tx, row);
     const tenantId = await applicationTenant(tx, row.application_id);
     const capped = row.organization_id && tenantId ? [tenantId] : [];
