@@ -9,7 +9,7 @@ import { claimIdempotencyKey, completeInTransaction, settleAfterResponse } from 
 import type { Mode, Tx } from '../db/types.js';
 import { refreshDevClock } from '../dev/clock.js';
 import { lazyTransaction } from '../db/lazy-tx.js';
-import { nulPath } from './validation.js';
+import { unstorableText } from './validation.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -101,11 +101,12 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
   // Bodyless POSTs of routes that declare a body schema validate as an empty object.
   app.addHook('preValidation', async (request) => {
     if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
-    // U+0000 cannot be stored by PostgreSQL: a field error, never a 500 (routes that attach
-    // validation, the OAuth token endpoint, answer it in their own error shape).
+    // Text PostgreSQL cannot store as sent (U+0000, unpaired surrogates): a field error, never a 500 or
+    // a silent change (routes that attach validation, the OAuth token endpoint, answer it in their own
+    // error shape).
     if (request.routeOptions.attachValidation) return;
-    const nul = nulPath(request.params, 'path') ?? nulPath(request.query, 'query') ?? nulPath(request.body, '');
-    if (nul !== null) throw new ApiError('validation_failed', { details: { fields: [{ path: nul || 'body', message: 'must not contain U+0000' }] } });
+    const bad = unstorableText(request.params, 'path') ?? unstorableText(request.query, 'query') ?? unstorableText(request.body, '');
+    if (bad !== null) throw new ApiError('validation_failed', { details: { fields: [{ path: bad.path || 'body', message: bad.message }] } });
   });
 
   app.addHook('preHandler', async (request, reply) => {

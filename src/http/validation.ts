@@ -25,14 +25,27 @@ export const validatorCompiler: FastifySchemaCompiler<any> = ({ schema, httpPart
   return (data: unknown) => (validate(data) ? { value: data } : { error: validate.errors as unknown as Error });
 };
 
-/** The field path of the first string or key holding U+0000 (PostgreSQL text and jsonb cannot store it), or null. */
-export function nulPath(value: unknown, path: string): string | null {
-  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
+// An unpaired UTF-16 surrogate has no UTF-8 form: stored or hashed, it silently becomes U+FFFD, so two
+// different inputs (two passwords, say) would turn into the same text.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const unstorable = (text: string): string | null =>
+  text.includes('\u0000') ? 'must not contain U+0000' : LONE_SURROGATE.test(text) ? 'must be well-formed Unicode (no unpaired surrogate)' : null;
+
+/**
+ * The first string or key that text columns cannot hold as sent: U+0000 (PostgreSQL text and jsonb
+ * refuse it) or an unpaired surrogate (it would change). Its field path and why, or null.
+ */
+export function unstorableText(value: unknown, path: string): FieldError | null {
+  if (typeof value === 'string') {
+    const message = unstorable(value);
+    return message ? { path, message } : null;
+  }
   if (!value || typeof value !== 'object' || Buffer.isBuffer(value)) return null;
   for (const [key, item] of Object.entries(value)) {
     const sub = path ? `${path}.${key}` : key;
-    if (key.includes('\u0000')) return sub;
-    const found = nulPath(item, sub);
+    const inKey = unstorable(key);
+    if (inKey) return { path: sub, message: inKey };
+    const found = unstorableText(item, sub);
     if (found !== null) return found;
   }
   return null;

@@ -274,6 +274,23 @@ test('password policy: more than 128 characters gets 422 weak_password with deta
   assert.equal(login.statusCode, 200);
 });
 
+test('a password (or any text) with an unpaired UTF-16 surrogate gets 422 validation_failed: it has no UTF-8 form, so two different passwords would hash alike', async () => {
+  const email = uniqueEmail('surrogate');
+  for (const password of ['abcdefghijk\ud800', 'abcdefghijk\udfff', '\udc00abcdefghijkl']) {
+    const res = await signup({ email, password });
+    const err = assertError(res, 422, 'validation_failed');
+    assert.deepEqual(err.details.fields.map((f: any) => f.path), ['password'], password);
+  }
+  assert.deepEqual(await userRowsFor(email), []);
+  const named = await signup({ email, password: 'tw3lve-chars-ok', display_name: 'Ann \ud83d' });
+  assert.deepEqual(assertError(named, 422, 'validation_failed').details.fields.map((f: any) => f.path), ['display_name']);
+  // A well-formed pair (an emoji) is one character and fine; the login refuses the lone half as input.
+  const ok = await signup({ email, password: 'abcdefghijk\ud83d\ude00' });
+  assert.equal(ok.statusCode, 201, ok.body);
+  assertError(await post(t, '/v1/auth/login', { email, password: 'abcdefghijk\ud83d' }), 422, 'validation_failed');
+  assertError(await post(t, '/v1/auth/login', { email, password: 'abcdefghijk\ufffd' }), 401, 'invalid_credentials');
+});
+
 test('password policy: a password among the 100,000 most common breached passwords gets 422 weak_password with details.reason breached (case-insensitively)', async () => {
   for (const password of ['password1234', 'qwertyuiop12', 'PASSWORD1234', 'qwerty123456']) {
     const email = uniqueEmail('breached');

@@ -1,7 +1,7 @@
 import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { ctxOf } from '../../http/gate.js';
-import { nulPath } from '../../http/validation.js';
+import { unstorableText } from '../../http/validation.js';
 import { AuthorizationCode, AuthorizationCodeBody, OAuthError, OAuthErrorBody, TokenBody, TokenResponse } from './schemas.js';
 import { issueAuthorizationCode } from './authorization-codes.js';
 import { exchangeToken } from './token.js';
@@ -40,7 +40,7 @@ export function oauthRoutes(app: App, deps: Deps): void {
     handler: async (request, reply) => {
       reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
       try {
-        if (request.validationError || nulPath(request.body, '') !== null) throw new OAuthError('invalid_request', 'The request body is malformed.');
+        if (request.validationError || unstorableText(request.body, '') !== null) throw new OAuthError('invalid_request', 'The request body is malformed.');
         return await exchangeToken(ctxOf(deps, request), request.body as Record<string, unknown>);
       } catch (err) {
         if (err instanceof OAuthError) return reply.code(400).send(err.toBody());
