@@ -53,6 +53,8 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
         if (!op) continue;
         const { meta } = r;
         op.responses ??= {};
+        // An operation that is not implemented yet (the SSO callback, 501) has no success response.
+        if (meta.errors?.includes('not_implemented')) delete op.responses['200'];
         if (r.bodyOptional && op.requestBody) op.requestBody.required = false;
         const byStatus = new Map<number, string[]>();
         for (const code of meta.errors ?? []) byStatus.set(ERROR_CODES[code][0], [...(byStatus.get(ERROR_CODES[code][0]) ?? []), code]);

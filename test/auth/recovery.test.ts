@@ -290,6 +290,21 @@ test('completing a self-service email change voids the reset link mailed to the 
   assert.equal((await loginRes(t, { ...user, email: next })).statusCode, 200);
 });
 
+test('completing an email change onto an address an invited user took meanwhile: 409 email_taken with details.reason invitation_pending, nothing changes', async () => {
+  const user = await createUser(t);
+  const { access_token } = await signIn(user);
+  const next = uniqueEmail('taken');
+  assert.equal((await t.app.inject({ method: 'PATCH', url: '/v1/users/me', headers: bearer(access_token), payload: { email: next } })).statusCode, 200);
+  const token = await latestToken(t, next, 'email_change_verification');
+  const { secret } = await createApiKey(t, { scope: 'platform', permissions: ['users.manage'] });
+  const invited = await t.app.inject({ method: 'POST', url: '/v1/users', headers: bearer(secret), payload: { email: next, send_invitation: false } });
+  assert.equal(invited.statusCode, 201, invited.body);
+  const err = assertError(await post(t, '/v1/auth/email/verify', { token }), 409, 'email_taken');
+  assert.deepEqual(err.details, { reason: 'invitation_pending' });
+  const [row] = await sql(t, 'SELECT email FROM users WHERE id = $1', [user.id]);
+  assert.equal(row.email, user.email);
+});
+
 test('a password reset voids pending MFA challenges: a challenge won with the old password cannot start a session afterwards (401)', async () => {
   const { user, secret } = await createMfaUser(t);
   const mfaToken = await mfaChallenge(t, user);

@@ -162,6 +162,15 @@ test('operations needing a credential declare bearer security and a 401; User-to
   }
 });
 
+test('statuses the service answers are documented and none it never answers: mfa/verify has 403 account_suspended; the SSO callback (501) has no 200', () => {
+  const verify = doc.paths['/v1/auth/mfa/verify'].post.responses;
+  assert.ok(verify['403'], 'mfa/verify answers 403 account_suspended for a suspended user with a right code');
+  assert.match(verify['403'].description, /account_suspended/);
+  const sso = doc.paths['/v1/auth/sso/{provider}/callback'].post.responses;
+  assert.deepEqual(Object.keys(sso).filter((s) => s.startsWith('2')), [], 'no success response');
+  assert.ok(sso['501'], 'the 501 not_implemented it always answers');
+});
+
 test('every $ref in the description resolves inside it', () => {
   const resolve = (ref: string) =>
     ref

@@ -9,6 +9,7 @@ import { recordAudit } from '../../audit/record.js';
 import { hitCounter } from '../../http/counters.js';
 import { findLiveUserByEmail, findUserById, toUser, type UserRow } from '../users/store.js';
 import { sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { emailTaken } from '../users/status.js';
 import { revokeSessions } from '../sessions/store.js';
 import { setPassword } from './identities.js';
 import { issueSession } from './sessions.js';
@@ -47,7 +48,7 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
     // Only the change still pending: an admin may have set another address since.
     if (user.pending_email?.toLowerCase() !== email.toLowerCase()) throw badToken();
     const holder = await findLiveUserByEmail(tx, email);
-    if (holder && holder.id !== user.id) throw new ApiError('email_taken');
+    if (holder && holder.id !== user.id) throw emailTaken(holder);
     await tx.query('UPDATE users SET email = $2, pending_email = NULL, email_verified = true, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
     // Links mailed to the old address (verification, reset) die with it.
     await voidAddressTokens(tx, user.id, ctx.now);

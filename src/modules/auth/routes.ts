@@ -42,7 +42,7 @@ export function authRoutes(app: App, deps: Deps): void {
 
   app.post('/v1/auth/mfa/verify', {
     schema: { summary: 'Complete an MFA sign-in with a TOTP or recovery code', tags, body: MfaVerifyBody, response: { 200: AuthSession } },
-    config: { meta: { auth: 'none', throttle: 'auth', errors: ['invalid_credentials', 'too_many_attempts'] } },
+    config: { meta: { auth: 'none', throttle: 'auth', errors: ['invalid_credentials', 'account_suspended', 'too_many_attempts'] } },
     handler: (request) => verifyMfa(ctxOf(deps, request), request.body),
   });
 

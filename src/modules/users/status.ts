@@ -15,7 +15,7 @@ import type { PatchUserBody, User, UserStatus } from './schemas.js';
 
 const invalidTransition = (from: UserStatus, to: string) => new ApiError('invalid_status_transition', { details: { from, to } });
 /** 409 email_taken; details.reason invitation_pending when the holder is an invited user (Part A Errors). */
-const emailTaken = (holder: UserRow, message?: string) =>
+export const emailTaken = (holder: Pick<UserRow, 'status'>, message?: string) =>
   new ApiError('email_taken', { ...(message ? { message } : {}), ...(holder.status === 'invited' ? { details: { reason: 'invitation_pending' } } : {}) });
 
 async function reload(tx: Tx, id: string): Promise<UserRow> {
