@@ -4,8 +4,7 @@ import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
-import { applicationTenant, releaseSeatLimits, seatHoldersAmong, withSeatCap } from '../tenancy/seats.js';
-import { findTenant } from '../tenancy/plans.js';
+import { applicationTenant, releaseSeatLimits, withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
 import { ENT_COLUMNS, etagOf, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { visibleEntitlement } from './read.js';
 import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
@@ -116,10 +115,9 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const users = await affectedUsers(tx, row);
     const tenantId = await applicationTenant(tx, row.application_id);
     const capped = row.organization_id && tenantId ? [tenantId] : [];
-    // On a restricted Tenant an org row may not give anyone a new seat (scope widened, re-enabled, renewed).
-    const restricted = row.organization_id && tenantId && (await findTenant(tx, tenantId))?.restricted ? tenantId : null;
-    const seatedBefore = restricted ? await seatHoldersAmong(tx, restricted, users, ctx.now) : null;
-    const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, () => withSeatCap(tx, capped, users, ctx.now, async () => {
+    // An org row on a restricted Tenant may not seat anyone new (scope widened, re-enabled, renewed).
+    const restrictedCheck = row.organization_id ? tenantId : null;
+    const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, () => withoutNewSeatsIfRestricted(tx, restrictedCheck, users, ctx.now, () => withSeatCap(tx, capped, users, ctx.now, async () => {
       const { rows } = await tx.query<EntitlementRow>(
         `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
                 member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = $9
@@ -127,11 +125,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
         [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, ctx.now],
       );
       return rows[0];
-    }));
-    if (restricted && seatedBefore) {
-      const seatedAfter = await seatHoldersAmong(tx, restricted, users, ctx.now);
-      if ([...seatedAfter].some((u) => !seatedBefore.has(u))) throw new ApiError('subscription_required', { details: { tenant_id: restricted, resource: 'seats' } });
-    }
+    })));
     if (tenantId) await releaseSeatLimits(tx, c, tenantId);
     const audit = { target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(updated) };
     if (move) {

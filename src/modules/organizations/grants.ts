@@ -5,7 +5,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { findTenant } from '../tenancy/plans.js';
-import { seatHoldersAmong, withSeatCap } from '../tenancy/seats.js';
+import { withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
 import { emitEntitlementEvent, grantableApplication, grantTerm } from '../entitlements/grant.js';
 import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
 import type { Entitlement } from '../entitlements/schemas.js';
@@ -52,14 +52,8 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
     );
     if (live[0]) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: live[0].id, status: live[0].status } });
     const tenant = (await findTenant(tx, app.tenant_id))!;
-    if (tenant.restricted) {
-      // Only the members the scope includes take seats: a grant adding none gives no new seat.
-      const overrides = new Set(body.member_overrides ?? []);
-      const included = memberIds.filter((u) => (scope === 'all_members' ? true : scope === 'allowlist' ? overrides.has(u) : !overrides.has(u)));
-      const seated = await seatHoldersAmong(tx, tenant.id, included, ctx.now);
-      if (included.some((u) => !seated.has(u))) throw new ApiError('subscription_required', { details: { tenant_id: tenant.id, resource: 'seats' } });
-    }
-    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withSeatCap(tx, [tenant.id], memberIds, ctx.now, async () => {
+    // Only members the scope includes take seats: on a restricted Tenant a grant seating anyone new is 402.
+    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withoutNewSeatsIfRestricted(tx, tenant.id, memberIds, ctx.now, () => withSeatCap(tx, [tenant.id], memberIds, ctx.now, async () => {
       const { rows } = await tx.query<EntitlementRow>(
         `INSERT INTO entitlements AS e (id, organization_id, application_id, status, source, order_id, starts_at, ends_at, member_scope, member_overrides,
            test_mode, created_at, updated_at, start_notified_at)
@@ -67,7 +61,7 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
         [newId('ent'), orgId, app.id, body.order_id ?? null, startsAt, endsAt, scope, body.member_overrides ?? [], ctx.mode === 'test', ctx.now, startsAt <= ctx.now ? ctx.now : null],
       );
       return rows[0];
-    }));
+    })));
     const included = await includedMemberCount(tx, row.id);
     await recordAudit(tx, c, { action: 'entitlement.granted', target: { type: 'entitlement', id: row.id }, organizationId: orgId, applicationId: app.id, tenantId: app.tenant_id, after: toEntitlement(row) });
     await emitEntitlementEvent(tx, c, 'entitlement.granted', row);

@@ -1,4 +1,5 @@
 import type { Ctx } from '../../context.js';
+import { ApiError } from '../../errors.js';
 import type { Queryable, Tx } from '../../db/types.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { withAccessFlips } from '../../access/flips.js';
@@ -27,8 +28,7 @@ export async function isSeat(db: Queryable, tenantId: string, userId: string, no
   return (await seatHoldersAmong(db, tenantId, [userId], now)).has(userId);
 }
 
-/** Which of `userIds` hold a seat of the Tenant now. */
-export async function seatHoldersAmong(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Set<string>> {
+async function seatHoldersAmong(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Set<string>> {
   if (userIds.length === 0) return new Set();
   const { rows } = await db.query<{ user_id: string }>(`SELECT s.user_id FROM (${SEAT_HOLDERS_SQL}) s WHERE s.user_id = ANY($3::text[])`, [tenantId, now, userIds]);
   return new Set(rows.map((r) => r.user_id));
@@ -52,6 +52,21 @@ export async function orgGrantTenants(db: Queryable, orgId: string): Promise<str
     [orgId],
   );
   return rows.map((r) => r.tenant_id);
+}
+
+/**
+ * Runs `mutate` and refuses it (402 subscription_required; the caller's transaction rolls back) when
+ * the Tenant is restricted and one of `userIds` holds a seat afterwards that they did not hold before:
+ * a restricted Tenant takes no new seat (Part B). Seats already held stay; a change adding none passes.
+ */
+export async function withoutNewSeatsIfRestricted<T>(tx: Tx, tenantId: string | null, userIds: string[], now: Date, mutate: () => Promise<T>): Promise<T> {
+  const restricted = tenantId !== null && (await tx.query<{ restricted: boolean }>('SELECT restricted FROM tenants WHERE id = $1', [tenantId])).rows[0]?.restricted;
+  if (!restricted) return mutate();
+  const before = await seatHoldersAmong(tx, tenantId, userIds, now);
+  const result = await mutate();
+  const after = await seatHoldersAmong(tx, tenantId, userIds, now);
+  if ([...after].some((u) => !before.has(u))) throw new ApiError('subscription_required', { details: { tenant_id: tenantId, resource: 'seats' } });
+  return result;
 }
 
 /**
