@@ -33,7 +33,7 @@ function operations(): Operation[] {
 /**
  * The destructive classification of Part A convention 11: always for every DELETE, user suspend,
  * erasure request, tier-change request creation (role deletion and role assignment removal are
- * DELETEs); conditional for entitlement PATCH and logout.
+ * DELETEs); conditional for entitlement PATCH, logout and a user PATCH to status suspended (a suspend).
  */
 function expectedDestructive(method: string, path: string): 'always' | 'conditional' | undefined {
   if (method === 'delete') return 'always';
@@ -42,6 +42,8 @@ function expectedDestructive(method: string, path: string): 'always' | 'conditio
   if (method === 'post' && /tier-change-requests$/.test(path)) return 'always';
   if (method === 'post' && path === '/v1/auth/logout') return 'conditional';
   if (method === 'patch' && /^\/v1\/entitlements\/\{[^}]+\}$/.test(path)) return 'conditional';
+  // A user suspend asked for through PATCH status suspended.
+  if (method === 'patch' && /^\/v1\/users\/\{[^}]+\}$/.test(path)) return 'conditional';
   return undefined;
 }
 

@@ -117,6 +117,16 @@ test('POST /v1/api-keys/{id}/rotate: a new secret on the same record, the old se
   assert.equal((await auditOfTarget(t, body.id, 'api_key.rotated')).length, 1);
 });
 
+test('an expired key behaves as revoked: its secret gets 401, and PATCH and rotate get 409 api_key_revoked (no new secret)', async () => {
+  const body = await newKey({ expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() });
+  t.clock.advance(61);
+  assertError(await useKey(body.secret), 401, 'unauthenticated');
+  assertError(await rotateKey(body.id), 409, 'api_key_revoked');
+  assertError(await patchKey(body.id, { name: 'renamed' }), 409, 'api_key_revoked');
+  assert.equal(assertStatus(await getKey(body.id), 200).secret_hint, body.secret.slice(-4), 'not rotated');
+  assert.equal((await auditOfTarget(t, body.id, 'api_key.rotated')).length, 0);
+});
+
 test('DELETE /v1/api-keys/{id} revokes permanently: 204, the secret gets 401; PATCH and rotate afterwards get 409 api_key_revoked; audit api_key.revoked', async () => {
   const body = await newKey();
   const res = await revokeKey(body.id);

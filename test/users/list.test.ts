@@ -99,6 +99,10 @@ test('q filter: case-insensitive prefix of email or display_name, minimum 3 char
   assert.equal((await list('q=zqx', support.token)).statusCode, 200, 'exactly 3 characters is accepted');
 });
 
+test('application_id filter naming no Application: 422 validation_failed on query.application_id', async () => {
+  assertFields(await list('application_id=app_nope', support.token), ['query.application_id']);
+});
+
 test('application_id filter: users with an entitlement row to that Application in any status', async () => {
   const app = await createApplication(t);
   const other = await createApplication(t);

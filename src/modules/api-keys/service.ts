@@ -119,7 +119,8 @@ export async function getKey(ctx: Ctx, id: string): Promise<ApiKey> {
 async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise<KeyRow>): Promise<KeyRow> {
   const key = await visibleKey(ctx, id);
   await assertMayManageScope(ctx, key.scope);
-  if (key.revoked_at) throw new ApiError('api_key_revoked');
+  // An expired key behaves as revoked (Part A, API Key expires_at).
+  if (key.revoked_at || (key.expires_at && key.expires_at <= ctx.now)) throw new ApiError('api_key_revoked');
   return ctx.db.transaction((tx) => fn(tx, key));
 }
 

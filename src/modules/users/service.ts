@@ -95,7 +95,10 @@ export async function listUsers(ctx: Ctx, q: UserListQuery) {
   if (q.q) add((n) => `(lower(u.email) LIKE $${n} OR lower(p.display_name) LIKE $${n})`, `${q.q.toLowerCase().replace(/[\\%_]/g, (m) => `\\${m}`)}%`);
   if (q.created_after) add((n) => `u.created_at >= $${n}`, q.created_after);
   if (q.created_before) add((n) => `u.created_at < $${n}`, q.created_before);
-  // An app-scoped key always gets exactly its own Application's result.
+  // An app-scoped key always gets exactly its own Application's result; another filter must name one.
+  if (q.application_id && !confinedApp(ctx) && !(await ctx.db.query('SELECT 1 FROM applications WHERE id = $1', [q.application_id])).rowCount) {
+    throw new ApiError('validation_failed', { details: { fields: [{ path: 'query.application_id', message: 'is not a known application' }] } });
+  }
   const app = confinedApp(ctx) ?? q.application_id;
   if (app) add((n) => accessPathCondition('u.id', n), app);
   if (q.organization_id) add((n) => `EXISTS (SELECT 1 FROM organization_members om WHERE om.user_id = u.id AND om.organization_id = $${n} AND om.membership_status = 'active')`, q.organization_id);

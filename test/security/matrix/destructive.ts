@@ -17,6 +17,7 @@ export function specClass(key: string): 'always' | 'conditional' | undefined {
   if (method === 'POST' && /^\/v1\/users\/\{id\}\/erasure-requests$/.test(path)) return 'always';
   if (method === 'POST' && /^\/v1\/tenants\/\{id\}\/tier-change-requests$/.test(path)) return 'always';
   if (key === 'PATCH /v1/entitlements/{id}' || key === 'POST /v1/auth/logout') return 'conditional';
+  if (key === 'PATCH /v1/users/{id}') return 'conditional'; // status suspended: a user suspend
   return undefined;
 }
 
@@ -77,6 +78,10 @@ export const CASES: Record<string, Variant[]> = {
     { label: 'ends_at only', destructive: false, ok: 200, arrange: async (w) => at(`/v1/entitlements/${(await freshUser(w)).entitlementId}`, { ends_at: inDays(200) }) },
     { label: 're-enable (disabled → active)', destructive: false, ok: 200, arrange: async (w) => at(`/v1/entitlements/${await disabledEntitlement(w)}`, { status: 'active' }) },
     { label: 'status expired (not a move anyone may make)', destructive: false, ok: 409, arrange: async (w) => at(`/v1/entitlements/${(await freshUser(w)).entitlementId}`, { status: 'expired' }) },
+  ],
+  'PATCH /v1/users/{id}': [
+    { label: 'status suspended', destructive: true, ok: 200, arrange: async (w) => at(`/v1/users/${(await freshUser(w)).id}`, { status: 'suspended' }) },
+    { label: 'email only', destructive: false, ok: 200, arrange: async (w) => at(`/v1/users/${(await freshUser(w)).id}`, { email: `az6-${Math.random().toString(36).slice(2, 10)}@example.com` }) },
   ],
   'POST /v1/auth/logout': [
     { label: 'all_sessions true', destructive: true, ok: 204, userOnly: true, arrange: async () => at('/v1/auth/logout', { all_sessions: true }) },
