@@ -331,3 +331,32 @@ test('restore after the erasure cascade finished is rejected 404 user_not_found'
   assertError(await getUser(user.id, fresh), 404, 'user_not_found');
   assert.equal((await userRow(t, user.id))!.status, 'deleted');
 });
+
+test('concurrent status changes follow the status table: two DELETEs write user.deleted once; DELETE racing suspend or reactivate never brings a deleted user back', async () => {
+  const { token } = await userToken(t, { roles: ['superadmin'] }); // earlier tests moved the clock past admin's token
+  for (let i = 0; i < 3; i++) {
+    const twice = await createUser(t);
+    const deletes = await Promise.all([1, 2].map(() => call(t, 'DELETE', `/v1/users/${twice.id}`, token)));
+    assert.deepEqual(deletes.map((r) => r.statusCode), [204, 204]);
+    assert.equal((await auditFor(t, twice.id, 'user.deleted')).length, 1, 'one deletion, one audit row');
+    assert.equal((await outboxFor(t, twice.id)).filter((e) => e.type === 'user.deleted').length, 1, 'one user.deleted event');
+
+    const raced = await createUser(t);
+    await Promise.all([call(t, 'DELETE', `/v1/users/${raced.id}`, token), call(t, 'POST', `/v1/users/${raced.id}/suspend`, token, {})]);
+    assert.equal((await userRow(t, raced.id))!.status, 'deleted', 'a suspend after the delete is refused, not applied');
+
+    const suspended = await createUser(t);
+    assertStatus(await call(t, 'POST', `/v1/users/${suspended.id}/suspend`, token, {}), 200);
+    await Promise.all([call(t, 'DELETE', `/v1/users/${suspended.id}`, token), call(t, 'PATCH', `/v1/users/${suspended.id}`, token, { status: 'active' })]);
+    const end = (await userRow(t, suspended.id))!;
+    const actions = (await auditFor(t, suspended.id)).map((a) => a.action).filter((a) => a !== 'user.created');
+    // Either order is a path of the table: reactivate then delete, or delete then restore (the
+    // restore's checks applied), never a deleted row reactivated as if it were still suspended.
+    const valid = [
+      ['deleted', 'user.suspended,user.reactivated,user.deleted'],
+      ['active', 'user.suspended,user.deleted,user.reactivated'],
+    ];
+    assert.ok(valid.some(([status, seq]) => end.status === status && actions.join(',') === seq), `final ${end.status} after ${actions.join(', ')}`);
+    if (end.status === 'active') assert.equal(end.deleted_at, null);
+  }
+});

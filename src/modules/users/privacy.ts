@@ -5,7 +5,7 @@ import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
 import { hitCounter, retryAfterSeconds } from '../../http/counters.js';
-import { findUserById, toUser, type UserRow } from './store.js';
+import { findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { actorRef } from './service.js';
 import { targetUser } from './access.js';
 import { softDeleteUserRow } from './status.js';
@@ -79,7 +79,7 @@ export async function requestErasure(ctx: Ctx, idParam: string, reason: string |
   return ctx.db.transaction(async (tx) => {
     const { rows } = await tx.query<ErasureRow>('SELECT user_id, status, requested_at, scheduled_for FROM erasure_requests WHERE user_id = $1 FOR UPDATE', [user.id]);
     if (rows[0]?.status === 'scheduled') return toErasure(rows[0]);
-    await softDeleteUserRow(tx, ctx, user);
+    await softDeleteUserRow(tx, ctx, await lockUser(tx, user.id));
     const by = actorRef(ctx);
     const { rows: saved } = await tx.query<ErasureRow>(
       `INSERT INTO erasure_requests (user_id, status, reason, requested_at, scheduled_for, requested_by_type, requested_by_id)

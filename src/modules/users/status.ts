@@ -8,7 +8,7 @@ import { withAccessFlips, type AccessReason } from '../../access/flips.js';
 import { issueOneTimeToken, voidAddressTokens } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { revokeSessions } from '../sessions/store.js';
-import { findLiveUserByEmail, findUserById, toUser, type UserRow } from './store.js';
+import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { confinedApp, targetUser } from './access.js';
 import { sendVerification } from './invitations.js';
 import type { PatchUserBody, User, UserStatus } from './schemas.js';
@@ -52,7 +52,7 @@ export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow): Promise<U
 /** POST /v1/users/{id}/suspend (users.manage). */
 export async function suspendUser(ctx: Ctx, idParam: string): Promise<User> {
   const { user } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
-  return toUser(await ctx.db.transaction((tx) => suspendUserRow(tx, ctx, user)));
+  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockUser(tx, user.id))));
 }
 
 /** Soft delete: shared by DELETE /v1/users/{id} and erasure requests. */
@@ -64,7 +64,7 @@ export async function softDeleteUserRow(tx: Tx, ctx: Ctx, user: UserRow): Promis
 /** DELETE /v1/users/{id}: self or users.manage. */
 export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
   const { user } = await targetUser(ctx, idParam, 'write');
-  await ctx.db.transaction((tx) => softDeleteUserRow(tx, ctx, user));
+  await ctx.db.transaction(async (tx) => softDeleteUserRow(tx, ctx, await lockUser(tx, user.id)));
 }
 
 /**
@@ -80,7 +80,7 @@ export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody):
   }
   return toUser(
     await ctx.db.transaction(async (tx) => {
-      let current = user;
+      let current = await lockUser(tx, user.id);
       // PATCH status deleted or invited is rejected from any status, the current one included.
       if (body.status === 'deleted' || body.status === 'invited') throw invalidTransition(current.status, body.status);
       if (body.status !== undefined && body.status !== current.status) current = await adminStatus(tx, ctx, current, body.status, body.email);

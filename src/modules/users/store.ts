@@ -42,6 +42,15 @@ export async function findUserById(db: Queryable, id: string): Promise<UserRow |
   return rows[0] ?? null;
 }
 
+/**
+ * The user's row as it is now, locked until the transaction ends: a status change decides on this,
+ * never on a row read before its transaction (two concurrent changes would both pass the table).
+ */
+export async function lockUser(tx: Queryable, id: string): Promise<UserRow> {
+  const { rows } = await tx.query<UserRow>(`SELECT ${USER_COLUMNS} FROM users u WHERE u.id = $1 FOR UPDATE OF u`, [id]);
+  return rows[0];
+}
+
 /** The user, unless deleted or erased: who a grant, an assignment or a membership may target. */
 export async function findLiveUser(db: Queryable, id: string): Promise<UserRow | null> {
   const user = await findUserById(db, id);
