@@ -65,6 +65,18 @@ test('organization creation limit: 10 per user per day; the 11th gets 429 rate_l
   await createOrgApi(t);
 });
 
+test('organization creation limit is a rolling 24 hours: 10 just before midnight UTC leave none for just after, and Retry-After counts to the first one\'s 24 hours', async () => {
+  const now = t.clock.now().getTime();
+  t.clock.advance((86_400_000 - (now % 86_400_000) - 120_000) / 1000); // 23:58 UTC
+  const user = await person(t);
+  for (let i = 0; i < 10; i++) assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: `Late ${i}` }), 201);
+  t.clock.advance(240); // 00:02 the next day
+  const res = await call(t, 'POST', '/v1/organizations', user.token, { name: 'Early' });
+  assertError(res, 429, 'rate_limited');
+  const retry = Number(res.headers['retry-after']);
+  assert.ok(retry > 86_400 - 300 && retry <= 86_400 - 240, `Retry-After ${retry} s: until the first creation is 24 hours old`);
+});
+
 test('GET /v1/organizations/{id}: active members and organizations.manage see it; pending invitees and non-members get 404 organization_not_found', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const invitee = await person(t);

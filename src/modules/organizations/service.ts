@@ -3,7 +3,7 @@ import { hasPermission, inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
-import { hitCounter, retryAfterSeconds } from '../../http/counters.js';
+import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { findMember, findOrg, ORG_COLUMNS, toOrganization, type MemberRow, type OrgRow } from './store.js';
 import type { OrgListQuery, Organization, PatchOrgBody } from './schemas.js';
@@ -64,9 +64,10 @@ export async function createOrganization(ctx: Ctx, name: string): Promise<Organi
   if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
   const userId = ctx.actor.userId;
   return ctx.db.transaction(async (tx) => {
-    const hit = await hitCounter(tx, `org-create:${userId}`, 86400, ctx.now);
-    if (hit.count > ORG_CREATION_PER_DAY) {
-      throw new ApiError('rate_limited', { message: 'At most 10 organizations per user per day.', headers: { 'retry-after': String(retryAfterSeconds(hit.resetAt, ctx.now)) } });
+    // A rolling 24 hours (not the calendar day: 10 before midnight and 10 after would pass).
+    const quota = await takeSlidingQuota(tx, `org-create:${userId}`, ORG_CREATION_PER_DAY, 86400, ctx.now);
+    if (!quota.allowed) {
+      throw new ApiError('rate_limited', { message: 'At most 10 organizations per user per day.', headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) } });
     }
     const id = newId('org');
     await tx.query(`INSERT INTO organizations (id, name, status, created_by, test_mode, created_at, updated_at) VALUES ($1, $2, 'active', $3, $4, $5, $5)`, [
