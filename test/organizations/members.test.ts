@@ -145,6 +145,20 @@ test('409 last_org_admin when demoting or removing the last active org_admin (a 
   assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${org.members[0].id}`, admin), 409, 'last_org_admin');
 });
 
+test('a soft-deleted member is not counted or listed (unless include_inactive) and is no org_admin: the last live org_admin still gets 409 last_org_admin', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const gone = org.members[0];
+  assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${gone.id}`, org.owner.token, { role: 'org_admin' }), 200);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, org.owner.token), 200).member_count, 2);
+  assertStatus(await call(t, 'DELETE', '/v1/users/me', gone.token), 204);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, org.owner.token), 200).member_count, 1, 'active members only');
+  const listed = (q: string) => call(t, 'GET', `/v1/organizations/${org.id}/members${q}`, org.owner.token);
+  assert.deepEqual(assertStatus(await listed(''), 200).data.map((m: any) => m.user_id), [org.owner.id]);
+  assert.deepEqual(assertStatus(await listed('?include_inactive=true'), 200).data.map((m: any) => m.user_id).sort(), [org.owner.id, gone.id].sort());
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, org.owner.token), 409, 'last_org_admin');
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/me`, org.owner.token, { role: 'member' }), 409, 'last_org_admin');
+});
+
 test('409 already_member for an active or pending member (by email and by user_id); 404 member_not_found for DELETE of a non-member', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const active = org.members[0];

@@ -22,6 +22,8 @@ export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
   await orgAccess(ctx, orgId);
   const params: unknown[] = [orgId];
   const where = ['organization_id = $1'];
+  // Soft-deleted users are left out unless include_inactive (Part A convention 12).
+  if (!q.include_inactive) where.push('NOT user_deleted');
   if (q.role) where.push(`role = $${params.push(q.role)}`);
   if (q.membership_status) where.push(`membership_status = $${params.push(q.membership_status)}`);
   if (q.q) where.push(`(lower(email) LIKE $${params.push(`${escapeLike(q.q)}%`)} OR lower(display_name) LIKE $${params.length})`);

@@ -64,6 +64,7 @@ export const MemberListQuery = Type.Object(
     role: Type.Optional(Role),
     membership_status: Type.Optional(Type.Union([Type.Literal('pending'), Type.Literal('active')])),
     q: Type.Optional(Type.String({ minLength: 1, maxLength: 320 })),
+    include_inactive: Type.Optional(Type.Boolean({ description: 'Include members whose User is soft-deleted.' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
     cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
   },

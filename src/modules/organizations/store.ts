@@ -13,7 +13,8 @@ export interface OrgRow {
 }
 
 export const ORG_COLUMNS = `o.id, o.name, o.status, o.created_by, o.test_mode, o.created_at, o.updated_at,
-  (SELECT count(*)::int FROM organization_members mc WHERE mc.organization_id = o.id AND mc.membership_status = 'active') AS member_count`;
+  (SELECT count(*)::int FROM organization_members mc JOIN users uc ON uc.id = mc.user_id AND uc.status <> 'deleted'
+    WHERE mc.organization_id = o.id AND mc.membership_status = 'active') AS member_count`;
 
 export const toOrganization = (r: OrgRow): Organization => ({
   id: r.id,
@@ -42,11 +43,12 @@ export interface MemberRow {
   joined_at: Date | null;
   created_at: Date;
   id: string;
+  user_deleted: boolean;
 }
 
 /** Members with the keyset columns the list pages on (invited_at, user_id). */
 export const MEMBER_COLUMNS = `m.organization_id, m.user_id, u.email, p.display_name, m.membership_status, m.role, m.invited_at, m.joined_at,
-  m.invited_at AS created_at, m.user_id AS id`;
+  m.invited_at AS created_at, m.user_id AS id, u.status = 'deleted' AS user_deleted`;
 export const MEMBER_FROM = `organization_members m JOIN users u ON u.id = m.user_id JOIN profiles p ON p.user_id = m.user_id`;
 
 export const toMember = (r: MemberRow): Member => ({
@@ -66,7 +68,8 @@ export async function findMember(db: Queryable, orgId: string, userId: string): 
 
 export async function activeAdminCount(db: Queryable, orgId: string): Promise<number> {
   const { rows } = await db.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM organization_members WHERE organization_id = $1 AND role = 'org_admin' AND membership_status = 'active'`,
+    `SELECT count(*)::int AS n FROM organization_members m JOIN users u ON u.id = m.user_id AND u.status <> 'deleted'
+      WHERE m.organization_id = $1 AND m.role = 'org_admin' AND m.membership_status = 'active'`,
     [orgId],
   );
   return rows[0].n;
