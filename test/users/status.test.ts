@@ -349,14 +349,13 @@ test('concurrent status changes follow the status table: two DELETEs write user.
     assertStatus(await call(t, 'POST', `/v1/users/${suspended.id}/suspend`, token, {}), 200);
     await Promise.all([call(t, 'DELETE', `/v1/users/${suspended.id}`, token), call(t, 'PATCH', `/v1/users/${suspended.id}`, token, { status: 'active' })]);
     const end = (await userRow(t, suspended.id))!;
-    const actions = (await auditFor(t, suspended.id)).map((a) => a.action).filter((a) => a !== 'user.created');
-    // Either order is a path of the table: reactivate then delete, or delete then restore (the
-    // restore's checks applied), never a deleted row reactivated as if it were still suspended.
-    const valid = [
-      ['deleted', 'user.suspended,user.reactivated,user.deleted'],
-      ['active', 'user.suspended,user.deleted,user.reactivated'],
-    ];
-    assert.ok(valid.some(([status, seq]) => end.status === status && actions.join(',') === seq), `final ${end.status} after ${actions.join(', ')}`);
+    // The two changes must form a serial history of the status table, each starting from the state the
+    // other left (audit rows carry before and after; their timestamps are the requests' start, not
+    // their commit order): reactivate then delete, or delete then restore. Never both from suspended.
+    const moves = (await auditFor(t, suspended.id)).filter((a) => a.action === 'user.deleted' || a.action === 'user.reactivated').map((a: any) => [a.before.status, a.after.status]);
+    assert.equal(moves.length, 2, JSON.stringify(moves));
+    const serial = [moves, [...moves].reverse()].some(([a, b]) => a[0] === 'suspended' && b[0] === a[1] && b[1] === end.status);
+    assert.ok(serial, `final ${end.status} after ${JSON.stringify(moves)}`);
     if (end.status === 'active') assert.equal(end.deleted_at, null);
   }
 });
