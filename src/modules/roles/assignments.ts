@@ -10,8 +10,7 @@ import { targetUser, confinedApp } from '../users/access.js';
 import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
 import { findLiveUser } from '../users/store.js';
 import { findApplicationRow } from '../applications/store.js';
-import { findVisibleApplication } from '../applications/service.js';
-import { mayManageAppRoles } from './service.js';
+import { assertMayManageAppRoles } from './service.js';
 import { findRole, type RoleRow } from './store.js';
 import type { Assignment, EffectivePermissions } from './schemas.js';
 
@@ -91,11 +90,7 @@ async function assertMayAssign(ctx: Ctx, role: RoleRow): Promise<void> {
   }
   if (key && key !== role.scope) throw new ApiError('role_scope_mismatch');
   const app = (await findApplicationRow(ctx.db, role.scope))!;
-  if (!(await mayManageAppRoles(ctx, app))) {
-    // The Roles of an Application the caller cannot see do not exist for them (404, as on GET).
-    if (!(await findVisibleApplication(ctx, app.id))) throw new ApiError('role_not_found');
-    throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
-  }
+  await assertMayManageAppRoles(ctx, app, 'role_not_found');
 }
 
 async function assignable(ctx: Ctx, idParam: string, roleId: string) {

@@ -100,12 +100,18 @@ async function scopeApplication(ctx: Ctx, scope: string): Promise<ApplicationRow
   const app = await findApplicationRow(ctx.db, scope);
   if (!app) throw new ApiError('application_not_found');
   if (keyApp(ctx) && keyApp(ctx) !== app.id) throw new ApiError('application_not_found');
-  if (!(await mayManageAppRoles(ctx, app))) {
-    // An Application the caller cannot see is not revealed by its Roles (Part B: unauthorized readers get 404).
-    if (!(await findVisibleApplication(ctx, app.id))) throw new ApiError('application_not_found');
-    throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
-  }
+  await assertMayManageAppRoles(ctx, app, 'application_not_found');
   return app;
+}
+
+/**
+ * The right to manage an Application's Roles; without it, 403 forbidden, or `hidden` (404) when the
+ * caller cannot see the Application at all: its Roles do not exist for them (Part B visibility).
+ */
+export async function assertMayManageAppRoles(ctx: Ctx, app: ApplicationRow, hidden: 'application_not_found' | 'role_not_found'): Promise<void> {
+  if (await mayManageAppRoles(ctx, app)) return;
+  if (!(await findVisibleApplication(ctx, app.id))) throw new ApiError(hidden);
+  throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
 }
 
 /** POST /v1/roles. */
