@@ -2,6 +2,7 @@ import type { Ctx } from '../context.js';
 import type { Tx } from '../db/types.js';
 import { emitMany, type OutboundEvent } from '../outbox/emit.js';
 import { accessKey, computeAccess, findPathRows, resolveAccess, type PathRow, type ResolvedAccess } from './resolve.js';
+import { lockUsersForAccess } from './locks.js';
 
 export type AccessReason =
   | 'entitlement_granted' | 'entitlement_started' | 'entitlement_enabled' | 'entitlement_disabled' | 'entitlement_revoked'
@@ -14,6 +15,7 @@ export type AccessReason =
  * writes access.granted / access.revoked to the outbox exactly once per (user, Application) pair
  * whose access flipped, and never when another active path remains. A flip that time caused earlier
  * (an ends_at or starts_at passed, not yet announced) goes out first, with the time-driven reason.
+ * The users are locked first (src/access/locks.ts): a concurrent change to them waits for this one.
  */
 export async function withAccessFlips<T>(
   tx: Tx,
@@ -23,6 +25,7 @@ export async function withAccessFlips<T>(
   mutate: () => Promise<T>,
 ): Promise<T> {
   const apps = scope.applicationIds ?? null;
+  await lockUsersForAccess(tx, scope.userIds);
   const rows = await findPathRows(tx, scope.userIds, apps);
   const result = await mutate();
   const after = await resolveAccess(tx, scope.userIds, ctx.now, apps);

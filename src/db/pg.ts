@@ -11,6 +11,10 @@ export interface PgOptions {
   poolSize?: number;
 }
 
+/** deadlock_detected, serialization_failure: the transaction is run again, up to this many times in all. */
+const RETRYABLE = new Set(['40P01', '40001']);
+const TRANSACTION_ATTEMPTS = 3;
+
 // Arrays of timestamps and int8 come back as JS values in both drivers.
 pg.types.setTypeParser(20, (v) => Number(v));
 
@@ -80,41 +84,54 @@ export async function openPg(options: PgOptions): Promise<Database> {
       await admit(scope).query(text);
     },
     transaction: async <T>(fn: (tx: Tx) => Promise<T>) => {
-      assertNotInTransaction(database);
-      const client = await admit(scope).connect();
-      // The pool listens for errors only on idle clients: losing the server while this one is checked
-      // out (database stopped, network cut) must fail the transaction, not crash the process.
-      let lost = false;
-      const onLost = () => {
-        lost = true;
-      };
-      client.on('error', onLost);
-      const tx: Tx = {
-        scope,
-        inTransaction: true,
-        query: async <R>(text: string, params?: unknown[]) => normalize<R>(await client.query(statement(text, params))),
-        exec: async (text: string) => {
-          await client.query(text);
-        },
-        transaction: (inner) => inner(tx),
-      };
-      let broken = false;
-      try {
-        await client.query('BEGIN');
-        const result = await runInTransactionContext(database, () => fn(tx));
-        await client.query('COMMIT');
-        return result;
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => {
-          broken = true;
-        });
-        throw err;
-      } finally {
-        client.removeListener('error', onLost);
-        client.release(broken || lost);
+      // A transaction PostgreSQL aborted as a deadlock victim (or a serialization failure) did
+      // nothing; it runs again from the start. Nothing leaves the process inside a transaction
+      // (transactional outbox), so running the function twice has no outside effect.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await once(scope, fn);
+        } catch (err) {
+          if (attempt >= TRANSACTION_ATTEMPTS || !RETRYABLE.has((err as { code?: string }).code ?? '')) throw err;
+        }
       }
     },
   });
+
+  const once = async <T>(scope: Scope, fn: (tx: Tx) => Promise<T>): Promise<T> => {
+    assertNotInTransaction(database);
+    const client = await admit(scope).connect();
+    // The pool listens for errors only on idle clients: losing the server while this one is checked
+    // out (database stopped, network cut) must fail the transaction, not crash the process.
+    let lost = false;
+    const onLost = () => {
+      lost = true;
+    };
+    client.on('error', onLost);
+    const tx: Tx = {
+      scope,
+      inTransaction: true,
+      query: async <R>(text: string, params?: unknown[]) => normalize<R>(await client.query(statement(text, params))),
+      exec: async (text: string) => {
+        await client.query(text);
+      },
+      transaction: (inner) => inner(tx),
+    };
+    let broken = false;
+    try {
+      await client.query('BEGIN');
+      const result = await runInTransactionContext(database, () => fn(tx));
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {
+        broken = true;
+      });
+      throw err;
+    } finally {
+      client.removeListener('error', onLost);
+      client.release(broken || lost);
+    }
+  };
 
   const database: Database = {
     kind: 'pg',

@@ -1,11 +1,34 @@
 import type { Ctx } from '../context.js';
 import type { Tx } from '../db/types.js';
 import { newId } from '../ids.js';
+import { MEMBER_DECISION_SQL } from '../access/resolve.js';
 
 export interface OutboundEvent {
   type: string;
   applicationId?: string | null;
   data: Record<string, unknown>;
+  /** user.* / organization.member_*: Applications the user had a path to before this transaction's change. */
+  formerPathApplicationIds?: string[];
+}
+
+/** Events about a user that app-scope subscriptions receive only through an access path (Part B Webhooks). */
+export const isUserEvent = (type: string) => type.startsWith('user.') || type.startsWith('organization.member_');
+
+/**
+ * The Applications the user ($1) has an access path to: a personal Entitlement in any status, or a
+ * grant of an Organization they are an active member of that includes them (a grant that excludes
+ * them is never a path). Evaluated when the event is written, so later changes do not re-route it.
+ */
+const PATH_APPLICATIONS_SQL = `ARRAY(
+  SELECT p.application_id FROM entitlements p WHERE p.user_id = $1
+  UNION
+  SELECT e.application_id FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
+   WHERE m.user_id = $1 AND m.membership_status = 'active' AND ${MEMBER_DECISION_SQL} = 'included')`;
+
+/** The Applications a user has an access path to now (PATH_APPLICATIONS_SQL). */
+export async function pathApplicationIds(tx: Tx, userId: string): Promise<string[]> {
+  const { rows } = await tx.query<{ apps: string[] }>(`SELECT ${PATH_APPLICATIONS_SQL} AS apps`, [userId]);
+  return rows[0].apps;
 }
 
 /**
@@ -14,14 +37,19 @@ export interface OutboundEvent {
  */
 export async function emit(tx: Tx, ctx: Ctx, event: OutboundEvent): Promise<string> {
   const id = newId('wev');
+  const userId = typeof event.data.user_id === 'string' ? event.data.user_id : null;
+  let paths: string[] | null = null;
+  if (!event.applicationId && userId && isUserEvent(event.type)) {
+    paths = [...new Set([...(await pathApplicationIds(tx, userId)), ...(event.formerPathApplicationIds ?? [])])];
+  }
   await tx.query(
-    `INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-    [id, event.type, event.applicationId ?? null, ctx.mode === 'test', JSON.stringify(event.data), ctx.now],
+    `INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at, path_application_ids) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+    [id, event.type, event.applicationId ?? null, ctx.mode === 'test', JSON.stringify(event.data), ctx.now, paths],
   );
   return id;
 }
 
-/** Many events in one statement (an organization-wide change can flip thousands of pairs). */
+/** Many events in one statement (an organization-wide change can flip thousands of pairs); each names its Application. */
 export async function emitMany(tx: Tx, ctx: Ctx, events: OutboundEvent[]): Promise<void> {
   if (events.length === 0) return;
   await tx.query(

@@ -382,3 +382,29 @@ test('GET /health fails with 503 in the error envelope when the database is unre
 test('GET /health fails with 503 when the database is unreachable, also with DEV_CLOCK=1', (tc) =>
   healthWhenDatabaseDown(tc, { devClock: true }),
 );
+
+test('a transaction PostgreSQL aborts as a deadlock victim runs again: both of two deadlocking transactions commit', { skip: !TEST_DATABASE_URL && 'PGlite runs one transaction at a time: no deadlock' }, async () => {
+  const db = t.database.scoped('system');
+  const ids = [newId('usr'), newId('usr')];
+  const now = new Date();
+  for (const id of ids) {
+    await db.query(`INSERT INTO users (id, email, status, test_mode, created_at, updated_at) VALUES ($1, $2, 'active', false, $3, $3)`, [id, uniqueEmail('dl'), now]);
+  }
+  // Each locks one row, waits until the other holds its row, then asks for the other's: a deadlock.
+  // The first attempts meet at the barrier; the victim's second attempt finds it passed.
+  let arrived = 0;
+  let release!: () => void;
+  const barrier = new Promise<void>((r) => (release = r));
+  const attempts = [0, 0];
+  const run = (i: number) =>
+    db.transaction(async (tx) => {
+      attempts[i]++;
+      await tx.query(`UPDATE users SET updated_at = $2 WHERE id = $1`, [ids[i], new Date()]);
+      if (++arrived === 2) release();
+      await barrier;
+      await tx.query(`UPDATE users SET updated_at = $2 WHERE id = $1`, [ids[1 - i], new Date()]);
+      return i;
+    });
+  assert.deepEqual(await Promise.all([run(0), run(1)]), [0, 1]);
+  assert.deepEqual([...attempts].sort(), [1, 2], 'the deadlock victim ran twice, the other once');
+});

@@ -67,6 +67,21 @@ test('organization.member_* reach an app subscription when the Organization hold
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
+test('a member an allowlist org grant excludes has no access path: their user.* and organization.member_added do not reach the app subscription', async () => {
+  const admin2 = await person(t, { roles: ['superadmin'] });
+  const [included, excluded, newcomer] = [await person(t), await person(t), await person(t)];
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', admin2.token, { name: 'Allowlist Org' }), 201);
+  for (const m of [included, excluded]) assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: m.id }), 201);
+  const body = { application_id: appA.id, member_scope: 'allowlist', member_overrides: [included.id] };
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/entitlements`, admin, body, { 'idempotency-key': `org-${org.id}` }), 201);
+  const sub = await createWebhook(t, await appKey(t, appA.id), { url: receiver.url('/allowlist'), events: ['user.suspended', 'organization.member_added'] });
+  for (const m of [included, excluded]) assertStatus(await call(t, 'POST', `/v1/users/${m.id}/suspend`, admin), 200);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: newcomer.id }), 201);
+  await runDelivery(t);
+  assert.deepEqual(typesAt('/allowlist'), [`user.suspended:${included.id}`]);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('a subscription receives only events written after it was created', async () => {
   await emitEvent(t, 'user.reactivated', { user_id: 'usr_before' });
   t.clock.advance(1);

@@ -4,6 +4,7 @@ import { modeOf, type Tx } from '../../db/types.js';
 import { recordAudit } from '../../audit/record.js';
 import { emitFlips } from '../../access/flips.js';
 import { computeAccess, findPathRows, type PathRow } from '../../access/resolve.js';
+import { lockUsersForAccess } from '../../access/locks.js';
 import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from './store.js';
 import { affectedUsers } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
@@ -48,6 +49,7 @@ export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
 /** Marks one active or disabled row expired, with the sweep's audit, event and time-driven flips. */
 export async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<void> {
   const users = await affectedUsers(tx, row);
+  await lockUsersForAccess(tx, users);
   // Read before the write: a row marked expired resolves as expired at every instant, even before ends_at.
   const paths = row.status === 'active' ? await findPathRows(tx, users, [row.application_id]) : [];
   const { rows } = await tx.query<EntitlementRow>(`UPDATE entitlements e SET status = 'expired', updated_at = $2 WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`, [row.id, ctx.now]);
@@ -76,6 +78,7 @@ export async function runScheduledStarts(deps: Deps): Promise<{ started: number 
       for (const row of rows) {
         const ctx = { ...systemCtx(deps, modeOf(row.test_mode)), db: tx, now };
         const users = await affectedUsers(tx, row);
+        await lockUsersForAccess(tx, users);
         await tx.query('UPDATE entitlements SET start_notified_at = $2 WHERE id = $1', [row.id, now]);
         await announceTimeFlips(tx, ctx, row, users, await findPathRows(tx, users, [row.application_id]), row.starts_at);
       }

@@ -11,6 +11,7 @@ import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
 import { findApplicationRow } from '../applications/store.js';
 import type { Entitlement, PatchEntitlementBody } from './schemas.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
+import { lockEntitlementOrganization, lockOrganization } from '../../access/locks.js';
 
 const READ_ONLY = ['starts_at', 'user_id', 'organization_id', 'application_id', 'id', 'test_mode', 'created_at', 'updated_at'] as const;
 
@@ -22,9 +23,13 @@ const MOVES: Record<string, Record<string, { event: string; reason: AccessReason
   revoked: {},
 };
 
-/** Users whose access the row can change: its holder, or the active members of its Organization. */
+/**
+ * Users whose access the row can change: its holder, or the active members of its Organization
+ * (locked first, so that no member joins or leaves until the change commits: src/access/locks.ts).
+ */
 export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string[]> {
   if (row.user_id) return [row.user_id];
+  await lockOrganization(tx, row.organization_id!);
   const { rows } = await tx.query<{ user_id: string }>(
     `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
     [row.organization_id],
@@ -36,6 +41,7 @@ export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string
 export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined): Promise<{ entitlement: Entitlement; etag: string }> {
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
+    await lockEntitlementOrganization(tx, id);
     // Existence first: a caller who cannot see the row learns nothing from the body's faults.
     const { row, rights, orgAdmin } = await visibleEntitlement(c, id, true);
     const readOnly = READ_ONLY.filter((f) => f in body);

@@ -4,6 +4,7 @@ import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
+import { lockOrganization } from '../../access/locks.js';
 import { findTenant } from '../tenancy/plans.js';
 import { withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
 import { emitEntitlementEvent, grantableApplication, grantTerm } from '../entitlements/grant.js';
@@ -39,6 +40,7 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     await assertTenantWritable(tx, app.tenant_id);
+    await lockOrganization(tx, orgId);
     const { rows: members } = await tx.query<{ user_id: string }>(
       `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
       [orgId],

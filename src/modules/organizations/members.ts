@@ -3,8 +3,9 @@ import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
-import { emit } from '../../outbox/emit.js';
+import { emit, pathApplicationIds } from '../../outbox/emit.js';
 import { withAccessFlips } from '../../access/flips.js';
+import { lockOrganization } from '../../access/locks.js';
 import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
@@ -35,10 +36,10 @@ export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
   return toPage(rows, ks.limit, toMember);
 }
 
-async function memberEvent(tx: Tx, ctx: Ctx, type: 'organization.member_added' | 'organization.member_removed', m: { organization_id: string; user_id: string; role: string }, webhook = true) {
+async function memberEvent(tx: Tx, ctx: Ctx, type: 'organization.member_added' | 'organization.member_removed', m: { organization_id: string; user_id: string; role: string }, webhook = true, formerPathApplicationIds: string[] = []) {
   const data = { organization_id: m.organization_id, user_id: m.user_id, role: m.role };
   await recordAudit(tx, ctx, { action: type, target: { type: 'organization', id: m.organization_id }, organizationId: m.organization_id, targetUserId: m.user_id, after: data });
-  if (webhook) await emit(tx, ctx, { type, data });
+  if (webhook) await emit(tx, ctx, { type, data, formerPathApplicationIds });
 }
 
 /** Membership becomes active: the user's access flips on for each grant that now reaches them. */
@@ -71,6 +72,8 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
   const role = body.role ?? 'member';
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
+    // Membership writes of one Organization run one at a time (src/access/locks.ts).
+    await lockOrganization(tx, org.id);
     if (body.user_id) {
       const user = await findLiveUser(tx, body.user_id);
       if (!user) throw new ApiError('user_not_found');
@@ -98,6 +101,7 @@ export async function acceptMembership(ctx: Ctx, orgId: string): Promise<Member>
   const userId = ctx.actor.userId;
   return ctx.db.transaction(async (tx) => {
     const org = await findOrg(tx, orgId);
+    if (org) await lockOrganization(tx, orgId);
     const member = org ? await findMember(tx, orgId, userId) : null;
     if (!org || !member) throw new ApiError('member_not_found');
     if (member.membership_status === 'active') return toMember(member);
@@ -114,6 +118,7 @@ export async function changeMemberRole(ctx: Ctx, orgId: string, userParam: strin
   assertOrgActive(org);
   const userId = resolveUserId(ctx, userParam);
   return ctx.db.transaction(async (tx) => {
+    await lockOrganization(tx, orgId);
     const member = await findMember(tx, orgId, userId);
     if (!member) throw new ApiError('member_not_found');
     if (member.role === role) return toMember(member);
@@ -142,6 +147,7 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
   await ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     const org = await findOrg(tx, orgId);
+    if (org) await lockOrganization(tx, orgId);
     const member = org ? await findMember(tx, orgId, userId) : null;
     if (!self) {
       const access = await orgAccess(c, orgId);
@@ -160,10 +166,12 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
       );
       await tx.query('DELETE FROM org_seat_limits WHERE user_id = $2 AND entitlement_id IN (SELECT id FROM entitlements WHERE organization_id = $1)', [orgId, userId]);
     };
+    // member_removed reaches the Applications the membership was a path to, gone once it is removed.
+    const former = member.membership_status === 'active' ? await pathApplicationIds(tx, userId) : [];
     if (member.membership_status === 'active') {
       await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', change);
       for (const tenantId of await orgGrantTenants(tx, orgId)) await releaseSeatLimits(tx, c, tenantId);
     } else await change();
-    await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active');
+    await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active', former);
   });
 }

@@ -66,4 +66,4 @@ export function renderEnvelope(event: StoredEvent, apiVersion: string): string {
 }
 
 /** User and membership events reach an app-scope subscription only through an access path. */
-export const isUserEvent = (type: string) => type.startsWith('user.') || type.startsWith('organization.member_');
+export { isUserEvent } from '../../outbox/emit.js';

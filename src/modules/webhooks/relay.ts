@@ -5,28 +5,22 @@ import { MAX_ATTEMPTS } from './catalog.js';
 /**
  * Subscriptions that receive each event: same mode, not disabled, existing when the event was
  * written, the events filter (or `*`), and the scope. Platform scope receives everything; app scope
- * its Application's events, plus user.* and organization.member_* when the user has an access path
- * to it (a personal entitlement in any status, or an active membership of an Organization holding a
- * grant) — for membership events also when that Organization holds a grant, so member_removed
- * still reaches the Application after the membership is gone. webhook.test is never fanned out.
+ * its Application's events, plus user.* and organization.member_* when the user had an access path
+ * to it when the event was written (path_application_ids, src/outbox/emit.ts). webhook.test is never
+ * fanned out.
  * KEY SHARE on the subscriptions: a concurrent DELETE waits for this fan-out (and then cascades to
  * its deliveries) or, if it committed first, the subscription is simply not matched.
  */
 const MATCH_SQL = `
-SELECT e.id AS event_id, e.type, e.test_mode, s.id AS subscription_id
-  FROM outbox_events e
-  JOIN webhook_subscriptions s ON s.test_mode = e.test_mode AND s.status <> 'disabled' AND s.created_at <= e.created_at
- WHERE e.id = ANY($1::text[]) AND e.type <> 'webhook.test'
-   AND ('*' = ANY(s.events) OR e.type = ANY(s.events))
+SELECT ev.id AS event_id, ev.type, ev.test_mode, s.id AS subscription_id
+  FROM outbox_events ev
+  JOIN webhook_subscriptions s ON s.test_mode = ev.test_mode AND s.status <> 'disabled' AND s.created_at <= ev.created_at
+ WHERE ev.id = ANY($1::text[]) AND ev.type <> 'webhook.test'
+   AND ('*' = ANY(s.events) OR ev.type = ANY(s.events))
    AND (s.application_id IS NULL
-        OR s.application_id = e.application_id
-        OR (e.application_id IS NULL AND (starts_with(e.type, 'user.') OR starts_with(e.type, 'organization.member_')) AND (
-              EXISTS (SELECT 1 FROM entitlements p WHERE p.user_id = e.data->>'user_id' AND p.application_id = s.application_id)
-           OR EXISTS (SELECT 1 FROM entitlements g JOIN organization_members m ON m.organization_id = g.organization_id
-                       WHERE m.user_id = e.data->>'user_id' AND m.membership_status = 'active' AND g.application_id = s.application_id)
-           OR (starts_with(e.type, 'organization.member_')
-               AND EXISTS (SELECT 1 FROM entitlements o WHERE o.organization_id = e.data->>'organization_id' AND o.application_id = s.application_id)))))
- ORDER BY e.created_at, e.id
+        OR s.application_id = ev.application_id
+        OR (ev.application_id IS NULL AND s.application_id = ANY(ev.path_application_ids)))
+ ORDER BY ev.created_at, ev.id
    FOR KEY SHARE OF s`;
 
 /**

@@ -1,0 +1,35 @@
+import type { Tx } from '../db/types.js';
+
+/*
+ * Access changes run one at a time per user and per Organization. Without this, two concurrent
+ * changes (disabling a personal grant while the user leaves the Organization that also grants the
+ * Application) each read "before" without the other's change, and the flip is announced twice or
+ * not at all. Every mutation that can change access locks, in this order:
+ *
+ *   1. the Organization whose members or grants it reads (lockOrganization), before reading them;
+ *   2. the entitlement row it changes (the callers' FOR UPDATE reads);
+ *   3. the users whose access it resolves (withAccessFlips, the entitlement jobs), by id.
+ *
+ * Under READ COMMITTED the statements after a lock see what the previous holder committed. A
+ * transaction that must take two of these out of order can deadlock with another; PostgreSQL
+ * aborts one of them and the database layer runs it again (src/db/pg.ts). Row locks, not advisory
+ * ones: an organization-wide grant locks every member, and advisory locks would fill the shared lock
+ * table. FOR NO KEY UPDATE does not block the foreign-key checks of rows that reference these.
+ */
+
+/** Locks the users whose access the caller is about to resolve before and after a change. */
+export async function lockUsersForAccess(tx: Tx, userIds: string[]): Promise<void> {
+  if (userIds.length === 0) return;
+  await tx.query('SELECT 1 FROM users WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE', [userIds]);
+}
+
+/** Locks an Organization before its members or grants are read for an access change. */
+export async function lockOrganization(tx: Tx, organizationId: string): Promise<void> {
+  await tx.query('SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [organizationId]);
+}
+
+/** For a change of one entitlement: locks its Organization (org grants) before the row itself is locked. */
+export async function lockEntitlementOrganization(tx: Tx, entitlementId: string): Promise<void> {
+  const { rows } = await tx.query<{ organization_id: string | null }>('SELECT organization_id FROM entitlements WHERE id = $1', [entitlementId]);
+  if (rows[0]?.organization_id) await lockOrganization(tx, rows[0].organization_id);
+}
