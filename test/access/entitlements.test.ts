@@ -309,6 +309,19 @@ test('expired → active only with ends_at in the future or null (409 invalid_st
   assert.equal(renewed.status, 'active');
 });
 
+test('a disabled row whose ends_at passed is expired before the sweep: PATCH status active is the expired → active move (409 without a future ends_at; with one, renewed after entitlement.expired)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { ends_at: inSeconds(t, HOUR) });
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'Paused' }), 200);
+  t.clock.advance(HOUR + 5);
+  assertError(await patchEnt(t, admin, ent.id, { status: 'active' }), 409, 'invalid_status_transition');
+  assert.equal((await entRow(t, ent.id))!.status, 'disabled', 'a refused PATCH changes nothing; the sweep expires the row');
+  const renewed = assertStatus(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: inSeconds(t, DAY) }), 200);
+  assert.equal(renewed.status, 'active');
+  assert.deepEqual((await entitlementEvents(t, ent.id)).slice(-2), ['entitlement.expired', 'entitlement.granted']);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.expired')).length, 1);
+});
+
 test('expired → active is 409 entitlement_already_exists when a newer live row exists', async () => {
   const user = await person(t);
   const old = await expiredRow(user.id);

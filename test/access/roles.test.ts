@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
-  ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, customPlatformRole, grant, newApp, outbox, patchEnt, person, platformKey,
+  ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, customPlatformRole, effective, grant, newApp, outbox, patchEnt, person, platformKey,
   rand, slugOf, sql, type AppFixture,
 } from './support.js';
 
@@ -146,6 +146,27 @@ test('DELETE of an assigned Role is 409 role_in_use; an unassigned one is 204 wi
   assert.equal((await call(t, 'DELETE', `/v1/roles/${role.id}`, superadmin.token)).statusCode, 204);
   assertError(await call(t, 'GET', `/v1/roles/${role.id}`, superadmin.token), 404, 'role_not_found');
   assert.equal((await auditOf(t, role.id, 'role.deleted')).length, 1);
+});
+
+test('the default_app_role Role is held by every user with access: DELETE is 409 role_in_use while it is the default, and deletable once it is not', async () => {
+  const app = await appWith(['viewer', 'editor'], { default_app_role: 'viewer' });
+  const viewer = `role_${app.slug}_viewer`;
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${viewer}`, admin, { permissions: [`app.${app.slug}.read`] }), 200);
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  const err = assertError(await call(t, 'DELETE', `/v1/roles/${viewer}`, admin), 409, 'role_in_use');
+  assert.equal(err.details.default_app_role, true);
+  const ep = await effective(t, admin, user.id, app.id);
+  assert.deepEqual(ep.effective_permissions, [`app.${app.slug}.read`], 'the implicit holder keeps the default Role');
+  assert.deepEqual((await auditOf(t, viewer, 'role.deleted')).length, 0);
+  // Another name becomes the default; the former one is an ordinary unassigned Role again.
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { default_app_role: 'editor' }), 200);
+  assert.equal((await call(t, 'DELETE', `/v1/roles/${viewer}`, admin)).statusCode, 204);
+  // Making a declared name whose Role was deleted the default seeds its Role again.
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { default_app_role: 'viewer' }), 200);
+  assertStatus(await call(t, 'GET', `/v1/roles/${viewer}`, admin), 200);
+  const rows = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles?application_id=${app.id}`, admin), 200).data;
+  assert.deepEqual(rows.filter((r: any) => r.implicit).map((r: any) => r.role_id), [viewer]);
 });
 
 // ---- assignments -----------------------------------------------------------------------------------

@@ -57,6 +57,8 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
 
     const tenantId = await moveOwnership(tx, ctx, app, body);
     await syncAppRoles(tx, ctx, app, roles, tenantId);
+    // Everyone with access holds the default Role: it exists even if its Role was deleted while another name was the default.
+    if (defaultRole && defaultRole !== app.default_app_role) await seedAppRole(tx, app, defaultRole, ctx.now);
     if (permissions) await assertPermissionsUnused(tx, app, permissions.map((p) => p.key));
 
     const v = <K extends keyof ApplicationRow>(k: K, fallback: ApplicationRow[K]) => (k in body ? (body as any)[k] : fallback);

@@ -157,9 +157,16 @@ export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Prom
   });
 }
 
-/** DELETE /v1/roles/{id}: non-seed Roles with no assignments. */
+/**
+ * DELETE /v1/roles/{id}: non-seed Roles with no assignments. An Application's default_app_role is
+ * held by every user with access, now and later, without assignment rows: it is in use while it is
+ * the default (409 role_in_use; change default_app_role first).
+ */
 export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
   const { role, app } = await editableRole(ctx, id);
+  if (app && app.default_app_role === role.name) {
+    throw new ApiError('role_in_use', { message: "The Application's default_app_role is held by every user with access; change default_app_role first.", details: { assignment_count: role.assignment_count, default_app_role: true } });
+  }
   await ctx.db.transaction(async (tx) => {
     // Held in either mode, the Role stays; the count reported is the caller's mode's (the other's is not theirs to see).
     const { rows } = await tx.query<{ n: number; visible: number }>(
