@@ -87,6 +87,39 @@ test('verification re-send is limited to 3 per email per hour: the 4th re-send i
   assert.equal((await mailsTo(t, email, 'email_verification')).length, 1 + 4);
 });
 
+test('invitation re-send is limited to 3 per email per hour, the first invitation not counted: 1 + 3 mails, then 429 rate_limited with Retry-After until the oldest re-send leaves the hour', async () => {
+  const admin = await createUser(t, { roles: ['superadmin'] });
+  const token = (await signIn(admin)).access_token;
+  const email = uniqueEmail('inv');
+  const created = await t.app.inject({ method: 'POST', url: '/v1/users', headers: bearer(token), payload: { email } });
+  assert.equal(created.statusCode, 201, created.body);
+  const resend = async () => t.app.inject({ method: 'POST', url: `/v1/users/${created.json().id}/invitation`, headers: bearer((await signIn(admin)).access_token) });
+  assert.equal((await resend()).statusCode, 202);
+  t.clock.advance(600);
+  // Rule 3: a signup with the invited address re-sends the invitation, counted in the same limit.
+  assertError(await post(t, '/v1/auth/signup', { email, password: PASSWORD }), 409, 'email_taken');
+  assert.equal((await resend()).statusCode, 202);
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 1 + 3);
+  const refused = await resend();
+  assertError(refused, 429, 'rate_limited');
+  assert.equal(refused.headers['retry-after'], String(3600 - 600), 'the first re-send leaves the hour in 50 minutes');
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 1 + 3);
+  t.clock.advance(3000);
+  assert.equal((await resend()).statusCode, 202);
+});
+
+test('password reset mails are limited to 3 per address in any hour, also across a clock-hour boundary', async () => {
+  alignToWindow(t, 3600, 3300);
+  const user = await createUser(t);
+  for (let i = 0; i < 3; i++) assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  t.clock.advance(600);
+  for (let i = 0; i < 3; i++) assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  assert.equal((await mailsTo(t, user.email, 'password_reset')).length, 3);
+  t.clock.advance(3000);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  assert.equal((await mailsTo(t, user.email, 'password_reset')).length, 4);
+});
+
 test('password/forgot always answers 202 with the same body; an active address in that mode gets a password_reset mail with a token= link, an unknown one nothing', async () => {
   const user = await createUser(t);
   const unknown = uniqueEmail('ghost');

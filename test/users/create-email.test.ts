@@ -137,33 +137,31 @@ test('POST /v1/users/{id}/invitation for a user who is not invited gets 409 inva
   }
 });
 
-test('POST /v1/users/{id}/invitation beyond 3 mails per email per hour gets 429 rate_limited and sends nothing; the next hour it works again', async () => {
+test('POST /v1/users/{id}/invitation beyond 3 re-sends per email per hour gets 429 rate_limited and sends nothing; the next hour it works again', async () => {
   await alignToWindow(3600, 60);
   const email = uniqueEmail('limit');
-  const user = assertStatus(await create({ email }), 201); // mail 1
-  assert.equal((await resend(user.id)).statusCode, 202); // mail 2
-  assert.equal((await resend(user.id)).statusCode, 202); // mail 3
+  const user = assertStatus(await create({ email }), 201); // the invitation, no re-send
+  for (let i = 0; i < 3; i++) assert.equal((await resend(user.id)).statusCode, 202); // re-sends 1-3
   const res = await resend(user.id);
   assertError(res, 429, 'rate_limited');
-  assert.ok(Number(res.headers['retry-after']) >= 1, 'Retry-After set');
-  assert.equal((await mailsTo(t, email, 'invitation')).length, 3);
+  assert.equal(res.headers['retry-after'], '3600', 'the re-sends were all just now');
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 4);
   t.clock.advance(3600);
   admin.token = await login(t, admin.user);
   assert.equal((await resend(user.id)).statusCode, 202);
-  assert.equal((await mailsTo(t, email, 'invitation')).length, 4);
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 5);
 });
 
-test('the invitation limit is 3 mails per email within any hour: 3 mails at 00:55 and a re-send at 01:05 gets 429 rate_limited', async () => {
+test('the invitation re-send limit is 3 per email within any hour: 3 re-sends at 00:55 and another at 01:05 gets 429 rate_limited', async () => {
   await alignToWindow(3600, 55 * 60);
   const token = admin.token;
   const email = uniqueEmail('window');
   const user = assertStatus(await create({ email }, token), 201);
-  assert.equal((await resend(user.id, token)).statusCode, 202);
-  assert.equal((await resend(user.id, token)).statusCode, 202);
+  for (let i = 0; i < 3; i++) assert.equal((await resend(user.id, token)).statusCode, 202);
   t.clock.advance(10 * 60);
   admin.token = await login(t, admin.user);
   assertError(await resend(user.id), 429, 'rate_limited');
-  assert.equal((await mailsTo(t, email, 'invitation')).length, 3, 'a 4th invitation mail within one hour');
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 4, 'a 4th re-send within one hour');
 });
 
 test('self email change stays pending until verified: pending_email set, email_change_verification to the new address, email_change_notice to the old one', async () => {

@@ -6,7 +6,7 @@ import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTokens, voidMfaChallenges, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
-import { hitCounter } from '../../http/counters.js';
+import { takeSlidingQuota } from '../../http/counters.js';
 import { findLiveUserByEmail, findUserById, toUser, type UserRow } from '../users/store.js';
 import { sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
 import { emailTaken } from '../users/status.js';
@@ -68,7 +68,7 @@ export async function resendVerification(ctx: Ctx, input: EmailBody): Promise<vo
   const user = await findLiveUserByEmail(ctx.db, input.email);
   if (!user || (user.status !== 'invited' && (user.status !== 'active' || user.email_verified))) return;
   await ctx.db.transaction(async (tx) => {
-    if (!(await takeResendQuota(tx, ctx, user.email))) return;
+    if (!(await takeResendQuota(tx, ctx, user.email)).allowed) return;
     if (user.status === 'invited') await sendInvitation(tx, ctx, user);
     else await sendVerification(tx, ctx, user);
   });
@@ -80,11 +80,10 @@ export async function forgotPassword(ctx: Ctx, input: EmailBody): Promise<void> 
   if (!user || (user.status !== 'active' && user.status !== 'invited')) return;
   await ctx.db.transaction(async (tx) => {
     if (user.status === 'invited') {
-      if (await takeResendQuota(tx, ctx, user.email)) await sendInvitation(tx, ctx, user);
+      if ((await takeResendQuota(tx, ctx, user.email)).allowed) await sendInvitation(tx, ctx, user);
       return;
     }
-    const hit = await hitCounter(tx, `mail:reset:${ctx.mode}:${user.email.toLowerCase()}`, 3600, ctx.now);
-    if (hit.count > RESET_LIMIT_PER_HOUR) return;
+    if (!(await takeSlidingQuota(tx, `mail:reset:${ctx.mode}:${user.email.toLowerCase()}`, RESET_LIMIT_PER_HOUR, 3600, ctx.now)).allowed) return;
     const token = await issueOneTimeToken(tx, ctx, { kind: 'password_reset', userId: user.id, replacePrevious: true });
     await enqueueMail(tx, ctx, { template: 'password_reset', to: user.email, vars: { token } });
   });

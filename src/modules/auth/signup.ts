@@ -21,7 +21,7 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
   if (existing?.status === 'invited') {
     // The invitation is re-sent (within the re-send limit); it completes only through invitations/accept.
     await ctx.db.transaction(async (tx) => {
-      if (await takeResendQuota(tx, ctx, existing.email)) await sendInvitation(tx, ctx, existing);
+      if ((await takeResendQuota(tx, ctx, existing.email)).allowed) await sendInvitation(tx, ctx, existing);
     });
     throw new ApiError('email_taken', { details: { reason: 'invitation_pending' } });
   }

@@ -7,10 +7,12 @@ import { takeSlidingQuota } from '../../http/counters.js';
 /** Verification and invitation re-sends share this limit: 3 per email per hour (Part A Limits). */
 export const RESEND_LIMIT_PER_HOUR = 3;
 
-/** Counts one mail of the re-send family for this address; false once the hour's quota is used. */
-export async function takeResendQuota(tx: Tx, ctx: Ctx, email: string): Promise<boolean> {
-  const quota = await takeSlidingQuota(tx, `mail:resend:${ctx.mode}:${email.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now);
-  return quota.allowed;
+/**
+ * Counts one re-send of a verification or invitation mail for this address; not allowed once 3 were
+ * sent in the last hour (retryAt: when one frees). The first mail (signup, invitation) is no re-send.
+ */
+export function takeResendQuota(tx: Tx, ctx: Ctx, email: string): Promise<{ allowed: boolean; retryAt: Date | null }> {
+  return takeSlidingQuota(tx, `mail:resend:${ctx.mode}:${email.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now);
 }
 
 /** A new invitation token (the previous ones stop working) and the invitation mail. */

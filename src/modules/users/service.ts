@@ -9,6 +9,7 @@ import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, 
 import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
 import { accessPathCondition, confinedApp, targetUser } from './access.js';
 import { sendInvitation, takeResendQuota } from './invitations.js';
+import { retryAfterSeconds } from '../../http/counters.js';
 
 export const MEMBER_ROLE_ID = 'role_platform_member';
 export const SUPERADMIN_ROLE_ID = 'role_platform_superadmin';
@@ -116,10 +117,8 @@ export async function createUser(ctx: Ctx, input: CreateUserBody): Promise<User>
   return ctx.db.transaction(async (tx) => {
     const status = input.status ?? 'invited';
     const user = await createUserRecords(tx, ctx, { email: input.email, status, emailVerified: false, displayName: input.display_name ?? null });
-    if (status === 'invited' && input.send_invitation !== false) {
-      await takeResendQuota(tx, ctx, user.email);
-      await sendInvitation(tx, ctx, user);
-    }
+    // The first invitation is no re-send: it does not count toward the re-send limit.
+    if (status === 'invited' && input.send_invitation !== false) await sendInvitation(tx, ctx, user);
     return toUser(user);
   });
 }
@@ -129,8 +128,12 @@ export async function resendInvitation(ctx: Ctx, idParam: string): Promise<void>
   const { user } = await targetUser(ctx, idParam, 'manage', { allowSelf: false });
   if (user.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { status: user.status } });
   await ctx.db.transaction(async (tx) => {
-    if (!(await takeResendQuota(tx, ctx, user.email))) {
-      throw new ApiError('rate_limited', { message: 'At most 3 invitation mails per address per hour.', headers: { 'retry-after': '3600' } });
+    const quota = await takeResendQuota(tx, ctx, user.email);
+    if (!quota.allowed) {
+      throw new ApiError('rate_limited', {
+        message: 'At most 3 invitation re-sends per address per hour.',
+        headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) },
+      });
     }
     await sendInvitation(tx, ctx, user);
   });
