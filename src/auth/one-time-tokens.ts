@@ -46,6 +46,9 @@ async function voidTokens(tx: Tx, userId: string, kinds: OneTimeTokenKind[], now
 /** Voids the user's outstanding address-bound tokens; call in the transaction that changes the email. */
 export const voidAddressTokens = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ADDRESS_BOUND, now);
 
+/** Voids the user's pending email change links (the change was withdrawn). */
+export const voidEmailChangeTokens = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['email_change'], now);
+
 /**
  * Voids the user's pending MFA challenges; call in the transaction that sets a new password, so a
  * challenge won with the old password cannot start a session after the sessions were ended.

@@ -228,6 +228,40 @@ test('admin email change (users.manage) is immediate and resets email_verified; 
   assert.equal((await call(t, 'POST', '/v1/auth/email/verify', null, { token })).statusCode, 204);
   assert.equal((await userRow(t, user.id))!.email_verified, true);
   assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: newEmail, password: user.password }), 200);
+  // The change completes at once: audit user.email_changed (Part A Events).
+  const audit = await auditFor(t, user.id, 'user.email_changed');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].before.email, user.email);
+  assert.equal(audit[0].after.email, newEmail);
+});
+
+test('pending_email is set only while the self-service change awaits verification: once the 24-hour link expired, the email-change-expiry job clears it', async () => {
+  const { user, token } = await userToken(t);
+  const newEmail = uniqueEmail('lapsed');
+  assert.equal(assertStatus(await patch('me', { email: newEmail }, token), 200).pending_email, newEmail);
+  const link = await latestToken(t, newEmail, 'email_change_verification');
+  t.clock.advance(24 * 3600 - 60);
+  await t.deps.jobs.runNow('email-change-expiry');
+  assert.equal((await userRow(t, user.id))!.pending_email, newEmail, 'still awaiting within the 24 hours');
+  t.clock.advance(120);
+  await t.deps.jobs.runNow('email-change-expiry');
+  assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: link }), 400, 'invalid_token');
+  admin.token = await login(t, admin.user);
+  const read = assertStatus(await call(t, 'GET', `/v1/users/${user.id}`, admin.token), 200);
+  assert.equal(read.pending_email, null);
+  assert.equal(read.email, user.email);
+});
+
+test('a self-service PATCH back to the current email withdraws the pending change: pending_email null, the mailed link stops working', async () => {
+  const { user, token } = await userToken(t);
+  const newEmail = uniqueEmail('withdrawn');
+  assertStatus(await patch('me', { email: newEmail }, token), 200);
+  const link = await latestToken(t, newEmail, 'email_change_verification');
+  const back = assertStatus(await patch('me', { email: user.email.toUpperCase() }, token), 200);
+  assert.equal(back.pending_email, null);
+  assert.equal(back.email, user.email);
+  assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: link }), 400, 'invalid_token');
+  assert.equal((await userRow(t, user.id))!.email, user.email);
 });
 
 test('admin email change colliding with an active user gets 409 email_taken; with an invited one, details.reason invitation_pending', async () => {

@@ -1,11 +1,11 @@
-import type { Ctx } from '../../context.js';
+import type { Ctx, Deps } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
-import { issueOneTimeToken, voidAddressTokens } from '../../auth/one-time-tokens.js';
+import { issueOneTimeToken, voidAddressTokens, voidEmailChangeTokens } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from './store.js';
@@ -114,7 +114,10 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
   }
   const after = await transition(tx, ctx, restored, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated');
   // A new email sent with the restore is an admin email change: verification mail to the new address.
-  if (newEmail !== undefined) await sendVerification(tx, ctx, after);
+  if (newEmail !== undefined) {
+    await sendVerification(tx, ctx, after);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.email_changed', target: { type: 'user', id: user.id }, targetUserId: user.id, before: { email: user.email }, after: { email: after.email } });
+  }
   return after;
 }
 
@@ -126,12 +129,19 @@ async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promi
   await voidAddressTokens(tx, user.id, ctx.now);
   const after = await reload(tx, user.id);
   await sendVerification(tx, ctx, after);
-  await recordAudit(tx, inTx(ctx, tx), { action: 'user.updated', target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: toUser(after) });
+  // An admin email change completes at once (Part A Events: email change completes → user.email_changed).
+  await recordAudit(tx, inTx(ctx, tx), { action: 'user.email_changed', target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: toUser(after) });
   return after;
 }
 
 async function requestEmailChange(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
-  if (email.toLowerCase() === user.email.toLowerCase()) return user;
+  if (email.toLowerCase() === user.email.toLowerCase()) {
+    if (!user.pending_email) return user;
+    // Back to the current address: the pending change is withdrawn and its link stops working.
+    await voidEmailChangeTokens(tx, user.id, ctx.now);
+    await tx.query('UPDATE users SET pending_email = NULL, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
+    return reload(tx, user.id);
+  }
   const holder = await findLiveUserByEmail(tx, email);
   if (holder) throw emailTaken(holder);
   await tx.query('UPDATE users SET pending_email = $2, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
@@ -139,4 +149,19 @@ async function requestEmailChange(tx: Tx, ctx: Ctx, user: UserRow, email: string
   await enqueueMail(tx, ctx, { template: 'email_change_verification', to: email, vars: { token } });
   await enqueueMail(tx, ctx, { template: 'email_change_notice', to: user.email, vars: { newEmail: email } });
   return reload(tx, user.id);
+}
+
+/**
+ * email-change-expiry (every 5 minutes): a pending_email whose change link expired (24 hours) no
+ * longer awaits verification and is cleared.
+ */
+export async function expirePendingEmails(deps: Deps): Promise<{ cleared: number }> {
+  const now = deps.clock.now();
+  const { rowCount } = await deps.database.scoped('system').query(
+    `UPDATE users u SET pending_email = NULL, updated_at = $1
+      WHERE u.pending_email IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM one_time_tokens t WHERE t.user_id = u.id AND t.kind = 'email_change' AND t.used_at IS NULL AND t.expires_at > $1)`,
+    [now],
+  );
+  return { cleared: rowCount };
 }
