@@ -11,6 +11,8 @@ export interface MailRequest<T extends MailTemplate> {
   vars: MailVars<T>;
   /** Display name of the sender (an application's email_from_name); the address is always MAIL_FROM. */
   fromName?: string | null;
+  /** The user the mail is about (erasure removes their mails, whatever the address). */
+  userId?: string | null;
 }
 
 /** Queues a mail in the caller's transaction; it leaves the process only after commit. */
@@ -18,9 +20,9 @@ export async function enqueueMail<T extends MailTemplate>(tx: Tx, ctx: Ctx, mail
   const id = newId('eml');
   const rendered = renderMail(mail.template, mail.vars, { publicUrl: ctx.deps.config.publicUrl });
   await tx.query(
-    `INSERT INTO emails (id, template, to_address, from_name, subject, text_body, test_mode, next_attempt_at, created_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
-    [id, mail.template, mail.to, mail.fromName ?? null, rendered.subject, rendered.text, ctx.mode === 'test', ctx.now],
+    `INSERT INTO emails (id, template, to_address, from_name, subject, text_body, test_mode, next_attempt_at, created_at, user_id)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)`,
+    [id, mail.template, mail.to, mail.fromName ?? null, rendered.subject, rendered.text, ctx.mode === 'test', ctx.now, mail.userId ?? null],
   );
   return id;
 }

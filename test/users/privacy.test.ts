@@ -223,6 +223,9 @@ test('the erasure cascade clears everything exported except global Settings (als
   const auditBefore = (await auditFor(t, r.user.id)).length;
   const snapshotsWithEmail = await count('audit_events', `target_user_id = $1 AND (before::text ILIKE $2 OR after::text ILIKE $2)`, [r.user.id, `%${r.user.email}%`]);
   assert.ok(snapshotsWithEmail > 0, 'precondition: snapshots hold the email');
+  // The address is reusable at once: another account signs up with it and gets its own mail.
+  assertStatus(await call(t, 'POST', '/v1/auth/signup', null, { email: secondEmail, password: 'another-Passw0rd-here' }), 201);
+  const othersMail = await sql<{ id: string }>(t, `SELECT id FROM emails WHERE lower(to_address) = lower($1) AND template = 'email_verification' ORDER BY created_at DESC LIMIT 1`, [secondEmail]);
 
   t.clock.advance(7 * DAY + 1);
   const result = await t.deps.jobs.runNow('erasure-cascade');
@@ -241,6 +244,9 @@ test('the erasure cascade clears everything exported except global Settings (als
     assert.ok(!JSON.stringify(row).includes(email), `users row still holds ${email}`);
     assert.equal(await count('audit_events', `target_user_id = $1 AND (before::text ILIKE $2 OR after::text ILIKE $2)`, [id, `%${email}%`]), 0, `audit snapshots still hold ${email}`);
   }
+  for (const email of [r.user.email, r.pendingEmail]) assert.equal(await count('emails', 'lower(to_address) = lower($1)', [email]), 0, `mails to ${email} cleared`);
+  assert.equal(await count('emails', 'lower(to_address) = lower($1)', [secondEmail]), 1, "the erased user's mails to the address are cleared, the new account's stays");
+  assert.equal(await count('emails', 'id = $1', [othersMail[0].id]), 1);
   const audit = await auditFor(t, id);
   assert.ok(audit.length >= auditBefore, 'audit events persist');
   assert.ok(audit.some((a) => a.action === 'user.erased'));

@@ -46,7 +46,7 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
     await voidMfaChallenges(tx, id, ctx.now);
     await clearFailures(tx, identity.id, ctx.now);
     await tx.query('UPDATE sessions SET revoked_at = $3 WHERE user_id = $1 AND id <> $2 AND revoked_at IS NULL', [id, sessionId, ctx.now]);
-    await enqueueMail(tx, ctx, { template: 'password_changed', to: user.email, vars: {} });
+    await enqueueMail(tx, ctx, { template: 'password_changed', to: user.email, vars: {}, userId: user.id });
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.password_changed', target: { type: 'user', id }, targetUserId: id });
   });
 }

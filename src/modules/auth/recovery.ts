@@ -85,7 +85,7 @@ export async function forgotPassword(ctx: Ctx, input: EmailBody): Promise<void> 
     }
     if (!(await takeSlidingQuota(tx, `mail:reset:${ctx.mode}:${user.email.toLowerCase()}`, RESET_LIMIT_PER_HOUR, 3600, ctx.now)).allowed) return;
     const token = await issueOneTimeToken(tx, ctx, { kind: 'password_reset', userId: user.id, replacePrevious: true });
-    await enqueueMail(tx, ctx, { template: 'password_reset', to: user.email, vars: { token } });
+    await enqueueMail(tx, ctx, { template: 'password_reset', to: user.email, vars: { token }, userId: user.id });
   });
 }
 

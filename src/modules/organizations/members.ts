@@ -89,7 +89,7 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
       [org.id, user.id, role, ctx.now],
     );
     const token = user.status === 'invited' ? await issueOneTimeToken(tx, c, { kind: 'invitation', userId: user.id, replacePrevious: true }) : null;
-    await enqueueMail(tx, c, { template: 'organization_invitation', to: user.email, vars: { organizationName: org.name, token } });
+    await enqueueMail(tx, c, { template: 'organization_invitation', to: user.email, vars: { organizationName: org.name, token }, userId: user.id });
     await recordAudit(tx, c, { action: 'organization.member_invited', target: { type: 'organization', id: org.id }, organizationId: org.id, targetUserId: user.id, after: { user_id: user.id, role } });
     return toMember((await findMember(tx, org.id, user.id))!);
   });

@@ -18,7 +18,7 @@ export function takeResendQuota(tx: Tx, ctx: Ctx, email: string): Promise<{ allo
 /** A new invitation token (the previous ones stop working) and the invitation mail. */
 export async function sendInvitation(tx: Tx, ctx: Ctx, user: { id: string; email: string }): Promise<void> {
   const token = await issueOneTimeToken(tx, ctx, { kind: 'invitation', userId: user.id, replacePrevious: true });
-  await enqueueMail(tx, ctx, { template: 'invitation', to: user.email, vars: { token } });
+  await enqueueMail(tx, ctx, { template: 'invitation', to: user.email, vars: { token }, userId: user.id });
 }
 
 /**
@@ -28,7 +28,7 @@ export async function sendInvitation(tx: Tx, ctx: Ctx, user: { id: string; email
 export async function sendVerification(tx: Tx, ctx: Ctx, user: { id: string; email: string; signup_application_id: string | null }): Promise<void> {
   const fromName = user.signup_application_id ? await emailFromName(tx, user.signup_application_id) : null;
   const token = await issueOneTimeToken(tx, ctx, { kind: 'email_verification', userId: user.id, replacePrevious: true });
-  await enqueueMail(tx, ctx, { template: 'email_verification', to: user.email, vars: { token, fromName }, fromName });
+  await enqueueMail(tx, ctx, { template: 'email_verification', to: user.email, vars: { token, fromName }, fromName, userId: user.id });
 }
 
 async function emailFromName(tx: Tx, applicationId: string): Promise<string | null> {

@@ -154,7 +154,13 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
   ]) {
     await tx.query(sql, [id]);
   }
-  await tx.query('DELETE FROM emails WHERE lower(to_address) = lower($1)', [user.email]);
+  // The user's own mails, to every address they had; not those of another account that reused the
+  // address (mails queued before user_id was recorded: by address, in the user's mode, up to deletion).
+  await tx.query(
+    `DELETE FROM emails WHERE user_id = $1
+        OR (user_id IS NULL AND lower(to_address) = lower($2) AND test_mode = $3 AND created_at <= COALESCE($4, created_at))`,
+    [id, user.email, user.test_mode, user.deleted_at],
+  );
   await tx.query(`UPDATE audit_events SET before = CASE WHEN before IS NULL THEN NULL ELSE $2::jsonb END, after = CASE WHEN after IS NULL THEN NULL ELSE $2::jsonb END WHERE target_user_id = $1`, [id, REDACTED]);
   await tx.query(
     `UPDATE users SET email = $2, pending_email = NULL, signup_application_id = NULL, last_login_at = NULL, erased_at = $3, updated_at = $3 WHERE id = $1`,

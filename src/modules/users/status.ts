@@ -146,8 +146,8 @@ async function requestEmailChange(tx: Tx, ctx: Ctx, user: UserRow, email: string
   if (holder) throw emailTaken(holder);
   await tx.query('UPDATE users SET pending_email = $2, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
   const token = await issueOneTimeToken(tx, ctx, { kind: 'email_change', userId: user.id, data: { email }, replacePrevious: true });
-  await enqueueMail(tx, ctx, { template: 'email_change_verification', to: email, vars: { token } });
-  await enqueueMail(tx, ctx, { template: 'email_change_notice', to: user.email, vars: { newEmail: email } });
+  await enqueueMail(tx, ctx, { template: 'email_change_verification', to: email, vars: { token }, userId: user.id });
+  await enqueueMail(tx, ctx, { template: 'email_change_notice', to: user.email, vars: { newEmail: email }, userId: user.id });
   return reload(tx, user.id);
 }
 
