@@ -152,6 +152,27 @@ test('a lapse while usage fits Starter leaves the Tenant unrestricted', async ()
   assert.deepEqual([row.plan, row.subscription_status, row.restricted], ['starter', 'unpaid', false]);
 });
 
+test('a lapse counts usage in the Tenant\'s own mode: a live Tenant whose live usage fits Starter is not restricted by test-mode webhooks, and seat-sync agrees', async () => {
+  const owner = await tenantOwner(t);
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  for (const testMode of [false, true]) {
+    await sql(
+      t,
+      `INSERT INTO webhook_subscriptions (id, scope, application_id, url, events, status, signing_secret, api_version, test_mode, created_at, updated_at)
+       VALUES ($1, $2, $2, 'https://hooks.example.com/x', ARRAY['*'], 'healthy', 'whsec_x', '2026-01-01', $3, now(), now())`,
+      [`whk_mode_${testMode}_${appId}`, appId, testMode],
+    );
+  }
+  assert.ok(assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, owner.token), 200).fits_plans.includes('starter'), 'one live webhook fits Starter');
+  const sub = { tenantId: owner.tenantId, id: 'sub_mode', customer: 'cus_mode' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 10 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' })), 200);
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status, row.restricted], ['starter', 'canceled', false]);
+  await t.deps.jobs.runNow('seat-sync');
+  assert.equal((await tenantRow(t, owner.tenantId)).restricted, false);
+});
+
 test('invoice.payment_failed moves an active subscription to past_due; invoice.paid brings it back to active', async () => {
   const owner = await tenantOwner(t);
   const sub = { tenantId: owner.tenantId, id: 'sub_i', customer: 'cus_i' };

@@ -1,5 +1,6 @@
 import type { Ctx, Deps } from '../../context.js';
 import type { Tx } from '../../db/types.js';
+import { asModeWithin } from '../../db/roles.js';
 import { recordAudit } from '../../audit/record.js';
 import { releaseSeatLimits } from '../tenancy/seats.js';
 import { measureUsage, planFits, type Plan } from '../tenancy/plans.js';
@@ -150,7 +151,9 @@ async function writeState(tx: Tx, ctx: Ctx, tenant: TenantRecord, next: NextStat
   const processorPlan = next.processorPlan !== undefined ? next.processorPlan : tenant.processor_plan;
   const lapsed = LAPSED.has(status);
   const plan: Plan = ENTITLED.has(status) ? (processorPlan ?? tenant.plan) : lapsed ? 'starter' : tenant.plan;
-  const restricted = lapsed && !planFits('starter', await measureUsage(tx, tenant.id, ctx.now));
+  // Usage as the Tenant's own mode counts it (GET usage, seat-sync): the other mode's rows are not its own.
+  const usage = lapsed ? await asModeWithin(tx, await tenantModeOf(tx, tenant), () => measureUsage(tx, tenant.id, ctx.now)) : null;
+  const restricted = usage !== null && !planFits('starter', usage);
   const keep = <K extends keyof NextState>(key: K, stored: NextState[K]) => (next[key] !== undefined ? next[key] : stored);
   await tx.query(
     `UPDATE tenants SET plan = $2, subscription_status = $3, processor_plan = $4, restricted = $5,
