@@ -1,4 +1,4 @@
-import Fastify, { type FastifyBaseLogger } from 'fastify';
+import Fastify, { errorCodes as fastifyErrors, type FastifyBaseLogger } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Config } from './config.js';
 import type { Clock } from './clock.js';
@@ -53,9 +53,19 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     if ((body as string).trim() === '') return done(null, undefined);
     parseJson(request, body as string, done);
   });
-  // The OAuth token endpoint also takes form bodies; everything else is JSON only.
-  fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
-    done(null, Object.fromEntries(new URLSearchParams(body as string)));
+  // The OAuth token endpoint and the hosted sign-in page's forms also take form bodies; everything
+  // else is JSON only (Part A convention 1). A repeated parameter stays a list, so the route's schema
+  // refuses it (RFC 6749 §3.1: parameters MUST NOT be included more than once).
+  fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (request, body, done) => {
+    const url = request.routeOptions.url ?? '';
+    if (url !== '/v1/auth/oauth/token' && !url.startsWith('/signin')) {
+      return done(new fastifyErrors.FST_ERR_CTP_INVALID_MEDIA_TYPE('application/x-www-form-urlencoded'), undefined);
+    }
+    const params = new URLSearchParams(body as string);
+    done(null, Object.fromEntries([...new Set(params.keys())].map((key) => {
+      const values = params.getAll(key);
+      return [key, values.length === 1 ? values[0] : values];
+    })));
   });
 
   const modules = [...MODULES, ...(config.devClock ? [devModule] : []), ...(options.extraModules ?? [])];

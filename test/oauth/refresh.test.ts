@@ -43,6 +43,15 @@ test('reuse of a used refresh token is invalid_grant and revokes the whole grant
   assert.equal((await call(t, 'GET', '/v1/users/me', user.token)).statusCode, 200);
 });
 
+test('a used refresh token replayed with another client_id still revokes the grant (RFC 9700 §4.14.2: whoever presents it)', async () => {
+  const other = await oauthApp(t, admin);
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+  assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, other.id)), 'invalid_grant');
+  assertOAuthError(await tokenReq(t, refreshGrant(next.refresh_token, app.id)), 'invalid_grant');
+});
+
 test('concurrent refreshes with one token: exactly one succeeds', async () => {
   const user = await member(t, admin, app.id);
   const first = await signIn(t, user, app.id);

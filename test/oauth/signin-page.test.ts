@@ -6,7 +6,7 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { member, oauthApp, REDIRECT } from './support.js';
 import { platformKey, setReview, sql, type AppFixture } from '../access/support.js';
 import { signinSite } from '../../src/modules/signin/browser.js';
-import { assertPage, Browser, flow, formOf, setCookieHeader, signinUrl } from './signin-support.js';
+import { assertPage, Browser, COOKIE, flow, formOf, setCookieHeader, signinUrl } from './signin-support.js';
 
 let t: TestApp;
 let admin: string;
@@ -140,6 +140,28 @@ test('400 without redirect: a repeated parameter; several problems are listed to
   assertBadRequest(await get(`${signinUrl(params)}&state=again`), 'state');
   const res = await get(signinUrl({ application_id: app.id, code_challenge_method: 'plain', state: 's'.repeat(600) }));
   for (const field of ['redirect_uri', 'code_challenge', 'code_challenge_method', 'state']) assertBadRequest(res, field);
+});
+
+test('state is counted in characters (code points) as the API counts it: 512 emoji are accepted, 513 are the 400 page', async () => {
+  const ok = flow(app.id, { state: '😀'.repeat(512) });
+  assertPage(await get(signinUrl(ok.params)), 200);
+  assertBadRequest(await get(signinUrl(flow(app.id, { state: '😀'.repeat(513) }).params)), 'state');
+});
+
+test('a parameter repeated in a POST form body is the 400 page too, with no sign-in attempt and no redirect', async () => {
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  const fields = new URLSearchParams({ ...formOf(page, '/signin'), email: user.email, password: user.password });
+  fields.append('state', 'second-state');
+  const res = await t.app.inject({
+    method: 'POST',
+    url: '/signin',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: `${COOKIE}=${browser.cookie}` },
+    payload: fields.toString(),
+  });
+  assertBadRequest(res, 'state');
+  assert.equal(res.headers.location, undefined);
 });
 
 test('POST forms re-check the request: tampered hidden fields (unregistered redirect_uri, plain method) are the 400 page, with no sign-in attempt', async () => {

@@ -54,6 +54,32 @@ test('the token endpoint accepts application/x-www-form-urlencoded bodies, error
   assertOAuthError(await tokenReq(t, { grant_type: 'password' }, true), 'unsupported_grant_type');
 });
 
+test('a parameter repeated in a form body is invalid_request (RFC 6749 §3.1) and the code stays usable', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const form = { 'content-type': 'application/x-www-form-urlencoded' };
+  for (const repeated of ['code', 'grant_type', 'client_id']) {
+    const q = new URLSearchParams(codeGrant(c, app.id) as Record<string, string>);
+    q.append(repeated, q.get(repeated)!);
+    assertOAuthError(await t.app.inject({ method: 'POST', url: '/v1/auth/oauth/token', headers: form, payload: q.toString() }), 'invalid_request');
+  }
+  assertStatus(await tokenReq(t, codeGrant(c, app.id), true), 200);
+});
+
+test('only the token endpoint (and the hosted sign-in page) takes form bodies: any other route answers 415 unsupported_media_type', async () => {
+  const form = { 'content-type': 'application/x-www-form-urlencoded' };
+  const user = await member(t, admin, app.id);
+  for (const [url, payload, headers] of [
+    ['/v1/auth/login', { email: 'someone@example.com', password: 'whatever-password' }, {}],
+    ['/v1/auth/oauth/authorization-codes', { application_id: app.id, redirect_uri: REDIRECT }, { authorization: `Bearer ${user.token}` }],
+    ['/v1/auth/password/forgot', { email: 'someone@example.com' }, {}],
+  ] as const) {
+    const res = await t.app.inject({ method: 'POST', url, headers: { ...form, ...headers }, payload: new URLSearchParams(payload as Record<string, string>).toString() });
+    assert.equal(res.statusCode, 415, `${url}: ${res.body}`);
+    assert.equal(res.json().error.code, 'unsupported_media_type');
+  }
+});
+
 test('a test-mode user gets test_mode true in the app token', async () => {
   const testKey = await platformKey(t, ['entitlements.manage'], 'test');
   const user = await member(t, testKey, app.id, { mode: 'test' });

@@ -80,10 +80,11 @@ async function exchangeRefreshToken(baseCtx: Ctx, body: TokenBody): Promise<Toke
     throw new OAuthError('invalid_grant', 'The refresh token is invalid.');
   }
   const ctx = modeCtx(baseCtx, row.test_mode);
-  await checkClient(ctx, clientId, row.application_id);
+  // A used token presented again ends its grant whoever presents it (RFC 9700 §4.14.2), client_id or not.
   if (row.used_at && !row.revoked_at) {
     await revokeForReplay(ctx, row.authorization_code_id, row.user_id, 'oauth.refresh_token_reused');
   }
+  await checkClient(ctx, clientId, row.application_id);
   if (row.used_at || row.revoked_at) throw new OAuthError('invalid_grant', 'The refresh token was already used or is revoked.');
   if (row.idle_expires_at <= ctx.now) throw new OAuthError('invalid_grant', 'The refresh token has expired.');
   assertSessionActive(row, ctx.now);

@@ -31,7 +31,8 @@ export async function resolveAuthorizationRequest(db: Queryable, q: Authorizatio
   if (!q.code_challenge) problem('code_challenge', 'is required');
   else if (!CHALLENGE.test(q.code_challenge)) problem('code_challenge', 'must be 43 to 128 characters of A-Z, a-z, 0-9, - and _ (base64url of a SHA-256 digest)');
   if (q.code_challenge_method !== 'S256') problem('code_challenge_method', q.code_challenge_method ? 'must be S256' : 'is required and must be S256');
-  if (q.state !== undefined && q.state.length > STATE_MAX) problem('state', `must be at most ${STATE_MAX} characters`);
+  // Characters are code points, as the API's schema counts them (an emoji is one).
+  if (q.state !== undefined && [...q.state].length > STATE_MAX) problem('state', `must be at most ${STATE_MAX} characters`);
 
   const app = appId ? await findSigninApp(db, appId) : null;
   if (appId && !app) problem('application_id', 'is not a known application');
