@@ -75,7 +75,7 @@ test('GET /v1/users/{id}/export (self) returns every key of the bundle: exported
   assert.ok(bundle.sessions.length >= 2);
   assert.ok(bundle.sessions.some((s: { id: string }) => s.id === r.session.session_id));
   for (const s of bundle.sessions) assert.deepEqual(Object.keys(s).sort(), ['created_at', 'id', 'ip_address', 'user_agent']);
-  assert.deepEqual(bundle.organizations.map((o: any) => [o.organization_id, o.role, typeof o.joined_at]), [[r.org, 'org_admin', 'string']]);
+  assert.deepEqual(bundle.organizations.map((o: any) => [o.organization_id, o.role, o.membership_status, typeof o.joined_at]), [[r.org, 'org_admin', 'active', 'string']]);
   assert.ok(bundle.roles.some((x: any) => x.role_id === 'role_platform_member' && x.application_id === null && typeof x.assigned_at === 'string'));
   const app = bundle.applications.find((a: any) => a.application_id === r.app.id);
   assert.ok(app, JSON.stringify(bundle.applications));
@@ -87,6 +87,29 @@ test('GET /v1/users/{id}/export (self) returns every key of the bundle: exported
   assert.deepEqual(app.app_settings, { dark: true });
   const actions = bundle.audit_events.map((e: { action: string }) => e.action);
   assert.ok(actions.includes('user.created') && actions.includes('user.mfa_enabled'), actions.join());
+});
+
+test('the export\'s audit_events are the user\'s own trail in hot storage, shaped as GET /v1/audit-events returns them; organizations include a pending invitation', async () => {
+  const { user, token } = await (async () => {
+    const u = await createUser(t);
+    return { user: u, token: await login(t, u) };
+  })();
+  const bundle = assertStatus(await exportOf('me', token), 200);
+  const listed = assertStatus(await call(t, 'GET', '/v1/audit-events?target_user_id=me&limit=100', token), 200).data;
+  assert.ok(bundle.audit_events.length > 0);
+  assert.deepEqual(bundle.audit_events, [...listed].reverse(), 'the same events, oldest first');
+  // Outside the 365-day hot window, an event is no longer exported.
+  t.clock.advance(366 * DAY);
+  const later = await login(t, user);
+  const old = assertStatus(await exportOf('me', later), 200).audit_events.map((e: { id: string }) => e.id);
+  for (const e of bundle.audit_events) assert.ok(!old.includes(e.id), `${e.action} is older than the hot window`);
+  // A pending Organization invitation is data about the user too.
+  const orgAdmin = await createUser(t);
+  const orgToken = await login(t, orgAdmin);
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', orgToken, { name: 'Export Org' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, orgToken, { email: user.email }), 201);
+  const withInvite = assertStatus(await exportOf('me', later), 200);
+  assert.deepEqual(withInvite.organizations, [{ organization_id: org.id, role: 'member', membership_status: 'pending', joined_at: null }]);
 });
 
 test('the export never contains a password hash, MFA secret, token or key secret', async () => {

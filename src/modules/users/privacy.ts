@@ -10,6 +10,8 @@ import { actorRef } from './service.js';
 import { targetUser } from './access.js';
 import { softDeleteUserRow } from './status.js';
 import type { ErasureRequest } from './schemas.js';
+import { AUDIT_COLUMNS, toAuditEvent, type AuditRow } from '../audit/store.js';
+import { PLATFORM_HOT_WINDOW_DAYS, windowStart } from '../audit/service.js';
 
 export const EXPORT_LIMIT_PER_DAY = 5;
 export const ERASURE_DELAY_SECONDS = 7 * 24 * 3600;
@@ -28,7 +30,8 @@ export async function exportUser(ctx: Ctx, idParam: string) {
   const [settings] = await one('SELECT theme, timezone, locale, notifications FROM settings WHERE user_id = $1');
   const identities = await one('SELECT method, totp_confirmed_at IS NOT NULL AS mfa_enabled, last_used_at FROM identities WHERE user_id = $1 ORDER BY created_at');
   const sessions = await one('SELECT id, created_at, ip_address, user_agent FROM sessions WHERE user_id = $1 ORDER BY created_at');
-  const organizations = await one(`SELECT organization_id, role, joined_at FROM organization_members WHERE user_id = $1 AND membership_status = 'active' ORDER BY joined_at`);
+  // Pending invitations are data about the user too (joined_at null until accepted).
+  const organizations = await one(`SELECT organization_id, role, membership_status, joined_at FROM organization_members WHERE user_id = $1 ORDER BY joined_at NULLS LAST, invited_at`);
   const roles = await one('SELECT role_id, application_id, assigned_at FROM role_assignments WHERE user_id = $1 ORDER BY assigned_at');
   const applications = await one(
     `SELECT a.application_id,
@@ -42,9 +45,10 @@ export async function exportUser(ctx: Ctx, idParam: string) {
              UNION SELECT application_id FROM app_settings WHERE user_id = $1) a
       ORDER BY a.application_id`,
   );
-  const audit = await one(
-    `SELECT id, action, actor_type, actor_id, target_type, target_id, application_id, organization_id, before, after, request_id, created_at
-       FROM audit_events WHERE target_user_id = $1 ORDER BY created_at, id`,
+  // The user's own trail in hot storage: what GET /v1/audit-events?target_user_id=me returns, oldest first.
+  const { rows: audit } = await db.query<AuditRow>(
+    `SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE e.target_user_id = $1 AND e.created_at >= $2 ORDER BY e.created_at, e.id`,
+    [user.id, windowStart(ctx, PLATFORM_HOT_WINDOW_DAYS)],
   );
   return {
     exported_at: ctx.now.toISOString(),
@@ -53,10 +57,10 @@ export async function exportUser(ctx: Ctx, idParam: string) {
     settings,
     identities: identities.map((i) => ({ method: i.method, mfa_enabled: i.mfa_enabled, last_used_at: iso(i.last_used_at) })),
     sessions: sessions.map((s) => ({ id: s.id, created_at: iso(s.created_at)!, ip_address: s.ip_address, user_agent: s.user_agent })),
-    organizations: organizations.map((o) => ({ organization_id: o.organization_id, role: o.role, joined_at: iso(o.joined_at) })),
+    organizations: organizations.map((o) => ({ organization_id: o.organization_id, role: o.role, membership_status: o.membership_status, joined_at: iso(o.joined_at) })),
     roles: roles.map((r) => ({ role_id: r.role_id, application_id: r.application_id, assigned_at: iso(r.assigned_at)! })),
     applications,
-    audit_events: audit.map((a) => ({ ...a, created_at: iso(a.created_at) })),
+    audit_events: audit.map(toAuditEvent),
   };
 }
 

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Nullable, NullableTimestamp, OpenEnum, Timestamp } from '../../http/schemas.js';
+import { AuditEvent } from '../audit/schemas.js';
 
 export const USER_STATUSES = ['active', 'invited', 'suspended', 'deleted'] as const;
 export type UserStatus = (typeof USER_STATUSES)[number];
@@ -81,10 +82,12 @@ export const ExportBundle = Type.Object(
     settings: Type.Object({}, { additionalProperties: true }),
     identities: Type.Array(Type.Object({ method: Type.String(), mfa_enabled: Type.Boolean(), last_used_at: NullableTimestamp })),
     sessions: Type.Array(Type.Object({ id: Type.String(), created_at: Timestamp, ip_address: Nullable(Type.String()), user_agent: Nullable(Type.String()) })),
-    organizations: Type.Array(Type.Object({ organization_id: Type.String(), role: Type.String(), joined_at: NullableTimestamp })),
+    organizations: Type.Array(
+      Type.Object({ organization_id: Type.String(), role: Type.String(), membership_status: OpenEnum(['active', 'pending'] as const), joined_at: NullableTimestamp }),
+    ),
     roles: Type.Array(Type.Object({ role_id: Type.String(), application_id: Nullable(Type.String()), assigned_at: Timestamp })),
     applications: Type.Array(Type.Object({}, { additionalProperties: true })),
-    audit_events: Type.Array(Type.Object({}, { additionalProperties: true })),
+    audit_events: Type.Array(AuditEvent, { description: "The user's own trail in hot storage (365 days), as GET /v1/audit-events returns it." }),
   },
   { $id: 'ExportBundle', title: 'ExportBundle' },
 );
