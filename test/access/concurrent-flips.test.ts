@@ -16,13 +16,25 @@ before(async () => {
 });
 after(() => t.close());
 
+/** An Application and an Organization (no members yet) holding an all_members grant to it. */
+async function appGrantedToOrganization() {
+  const app = await newApp(t, admin);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  return { app, org };
+}
+
+async function newMember(orgId: string) {
+  const u = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${orgId}/members`, admin, { user_id: u.id }), 201);
+  return u;
+}
+
 const allowed = async (userId: string, appId: string) =>
   assertStatus(await call(t, 'GET', `/v1/users/${userId}/apps/${appId}/effective-permissions`, admin), 200).allowed as boolean;
 
 test('a personal grant at the same time as joining an Organization that grants the Application: exactly one access.granted', async () => {
-  const app = await newApp(t, admin);
-  const org = await orgWithMembers(t, admin, 0);
-  await orgGrantApi(t, admin, org.id, app.id);
+  const { app, org } = await appGrantedToOrganization();
   for (let i = 0; i < ROUNDS; i++) {
     const u = await person(t);
     const [g, m] = await Promise.all([
@@ -36,12 +48,9 @@ test('a personal grant at the same time as joining an Organization that grants t
 });
 
 test('disabling the personal grant at the same time as leaving the granting Organization: exactly one access.revoked', async () => {
-  const app = await newApp(t, admin);
-  const org = await orgWithMembers(t, admin, 0);
-  await orgGrantApi(t, admin, org.id, app.id);
+  const { app, org } = await appGrantedToOrganization();
   for (let i = 0; i < ROUNDS; i++) {
-    const u = await person(t);
-    assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: u.id }), 201);
+    const u = await newMember(org.id);
     const ent = await grant(t, admin, u.id, app.id);
     const [p, d] = await Promise.all([
       call(t, 'PATCH', `/v1/entitlements/${ent.id}`, admin, { status: 'disabled', disabled_reason: 'Concurrent change' }),
@@ -74,12 +83,9 @@ test('a member joining while the Organization grant is being disabled: access.gr
 });
 
 test('the same member removed twice at the same time: one 204, one 404 member_not_found, one organization.member_removed and one access.revoked', async () => {
-  const app = await newApp(t, admin);
-  const org = await orgWithMembers(t, admin, 0);
-  await orgGrantApi(t, admin, org.id, app.id);
+  const { app, org } = await appGrantedToOrganization();
   for (let i = 0; i < ROUNDS; i++) {
-    const u = await person(t);
-    assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: u.id }), 201);
+    const u = await newMember(org.id);
     const res = await Promise.all([0, 1].map(() => call(t, 'DELETE', `/v1/organizations/${org.id}/members/${u.id}`, admin)));
     assert.deepEqual(res.map((r) => r.statusCode).sort(), [204, 404], `round ${i}`);
     const removed = await sql(t, `SELECT 1 FROM audit_events WHERE action = 'organization.member_removed' AND target_user_id = $1`, [u.id]);
