@@ -147,5 +147,10 @@ export function fromDatabaseError(err: unknown): ApiError | null {
   if (e?.code === '23505' && e.constraint && CONSTRAINT_CODES[e.constraint]) {
     return new ApiError(CONSTRAINT_CODES[e.constraint]);
   }
+  // A date-time the schemas let through but the database cannot hold (the format check is meant to
+  // stop these first): bad input, not a server error.
+  if (e?.code === '22007' || e?.code === '22008' || e?.code === '22009') {
+    return new ApiError('validation_failed', { message: 'A date-time value is out of the range the service stores.' });
+  }
   return null;
 }

@@ -11,9 +11,26 @@ const build = (coerceTypes: boolean | 'array') => {
     strict: false,
   });
   addFormats.default(ajv);
+  ajv.addFormat('date-time', { type: 'string', validate: isStorableDateTime });
   ajv.addKeyword({ keyword: 'x-extensible-enum' });
   return ajv;
 };
+
+const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:[Zz]|[+-](\d{2}):(\d{2}))$/;
+
+/**
+ * RFC 3339 date-time that PostgreSQL's timestamptz stores as sent: years 0001–9999, a real calendar
+ * day, no leap second (:60, which the database refuses) and a UTC offset of at most 15:59 (its limit).
+ */
+export function isStorableDateTime(text: string): boolean {
+  const m = DATE_TIME.exec(text);
+  if (!m) return false;
+  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number);
+  if (year < 1 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || second > 59) return false;
+  if (day > new Date(Date.UTC(year, month, 0)).getUTCDate()) return false;
+  if (m[8] !== undefined && (Number(m[8]) > 15 || Number(m[9]) > 59)) return false;
+  return true;
+}
 
 // Bodies are JSON and keep their types ("true" is not a boolean); query strings and path
 // parameters arrive as text and are coerced.

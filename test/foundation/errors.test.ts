@@ -109,3 +109,31 @@ test('a bad path parameter gets a clear 404, never a 500', async () => {
   assert.ok(res.statusCode >= 400 && res.statusCode < 500, String(res.statusCode));
   assert.ok(res.json().error.code);
 });
+
+test('a date-time the database cannot store (year 0000, a leap second, an offset beyond 15:59) is 422 validation_failed naming the field, never a 500, in queries and bodies', async () => {
+  const { createApiKey, createUser } = await import('../helpers/fixtures.js');
+  const key = (await createApiKey(t, { scope: 'platform', permissions: ['users.list', 'users.manage', 'entitlements.manage', 'audit.view', 'applications.manage'] })).secret;
+  const auth = { authorization: `Bearer ${key}` };
+  const owner = await createUser(t);
+  const app = await t.app.inject({ method: 'POST', url: '/v1/applications', headers: auth, payload: { slug: `dt${Date.now() % 1e6}`, name: 'DT', launch_url: 'https://dt.example.com/', owner_user_id: owner.id } });
+  assert.equal(app.statusCode, 201, app.body);
+  const user = await createUser(t);
+  for (const value of ['0000-01-01T00:00:00Z', '2030-06-30T23:59:60.5Z', '2030-01-01T00:00:00-23:59', '2030-02-30T00:00:00Z']) {
+    for (const [url, field] of [['/v1/users?created_after=', 'created_after'], ['/v1/entitlements?ends_before=', 'ends_before'], ['/v1/audit-events?since=', 'since'], ['/v1/audit-events?until=', 'until']]) {
+      const res = await t.app.inject({ method: 'GET', url: url + encodeURIComponent(value), headers: auth });
+      assert.equal(res.statusCode, 422, `${url}${value}: ${res.body}`);
+      assertEnvelope(res.json(), 'validation_failed');
+      assert.ok(res.json().error.details.fields.some((f: { path: string }) => f.path.endsWith(field)), res.body);
+    }
+    const res = await t.app.inject({
+      method: 'POST',
+      url: `/v1/users/${user.id}/entitlements`,
+      headers: { ...auth, 'idempotency-key': `dt-${value}` },
+      payload: { application_id: app.json().id, source: 'admin_grant', ends_at: value },
+    });
+    assert.equal(res.statusCode, 422, `ends_at ${value}: ${res.body}`);
+    assert.ok(res.json().error.details.fields.some((f: { path: string }) => f.path.endsWith('ends_at')), res.body);
+  }
+  const fine = await t.app.inject({ method: 'GET', url: `/v1/audit-events?since=${encodeURIComponent('2030-01-01T00:00:00.123456-15:59')}`, headers: auth });
+  assert.equal(fine.statusCode, 200, 'offsets up to 15:59 and sub-second digits are stored as sent');
+});
