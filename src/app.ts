@@ -37,12 +37,25 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     genReqId: () => newId('req'),
     bodyLimit: BODY_LIMIT_BYTES,
     trustProxy: false,
-    return503OnClosing: true,
+    // Shutting down, requests still arriving on open connections are answered as usual (in the
+    // envelope, with Request-Id), each with Connection: close: see the preClose hook below.
+    return503OnClosing: false,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
     frameworkErrors: frameworkErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   fastify.setValidatorCompiler(validatorCompiler);
+  // Once close() starts, every response ends its connection, so no kept-alive connection holds the
+  // shutdown open until the client's keep-alive runs out.
+  let closing = false;
+  fastify.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
+  fastify.addHook('onSend', (_request, reply, payload, done) => {
+    if (closing) reply.header('connection', 'close');
+    done(null, payload);
+  });
   fastify.removeContentTypeParser('text/plain');
   // An empty JSON body is no body (as Express reads it): a client that always sends
   // `Content-Type: application/json` can call the bodyless POSTs (logout, enrol, rotate), and a

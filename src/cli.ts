@@ -24,7 +24,9 @@ Settings come from the environment (see README).`;
 async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) => Promise<T>): Promise<T> {
   const config = { ...loadConfig(), bootstrapAdminEmail: null, bootstrapAdminPassword: null };
   const database = await openDatabase(config);
-  const booted = await boot({ config, database, clock: new SystemClock(), logger: { level: config.logLevel === 'info' ? 'warn' : config.logLevel } });
+  // Logs go to stderr: stdout carries only the command's result (jobs run prints JSON).
+  const logger = { level: config.logLevel === 'info' ? 'warn' : config.logLevel, stream: process.stderr };
+  const booted = await boot({ config, database, clock: new SystemClock(), logger });
   try {
     return await fn(booted);
   } finally {
@@ -51,7 +53,13 @@ export async function runCli(argv: string[]): Promise<number> {
       return 0;
     }
     case 'bootstrap-admin': {
-      const { values } = parseArgs({ args: [sub, ...rest].filter(Boolean) as string[], options: { email: { type: 'string' }, password: { type: 'string' } } });
+      let values: { email?: string; password?: string };
+      try {
+        ({ values } = parseArgs({ args: [sub, ...rest].filter(Boolean) as string[], options: { email: { type: 'string' }, password: { type: 'string' } } }));
+      } catch (err) {
+        console.error(`${(err as Error).message}\n\n${USAGE}`);
+        return 2;
+      }
       const env = loadConfig();
       const email = values.email ?? env.bootstrapAdminEmail;
       const password = values.password ?? env.bootstrapAdminPassword;

@@ -1,5 +1,7 @@
 // The only reader of process.env: parsed once, validated, frozen, passed in.
 import { parseEncryptionKeys } from './auth/secret-box.js';
+import { isEmailAddress } from './http/validation.js';
+
 export interface Config {
   port: number;
   host: string;
@@ -77,11 +79,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     return keys ?? [];
   };
 
+  const email = (name: string): string | null => {
+    const v = str(name);
+    if (v !== null && !isEmailAddress(v)) problems.push(`${name} must be an email address (got "${v}")`);
+    return v;
+  };
+
   const port = int('PORT', 8080, 0, 65535);
   const publicUrl = (url('PUBLIC_URL', ['http:', 'https:']) ?? `http://localhost:${port}`).replace(/\/+$/, '');
+  // Only used when PUBLIC_URL is valid: otherwise its problem is reported with the others below.
+  const publicHost = URL.canParse(publicUrl) ? new URL(publicUrl).hostname : 'localhost';
   const logLevel = str('LOG_LEVEL') ?? 'info';
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
-  const bootstrapAdminEmail = str('BOOTSTRAP_ADMIN_EMAIL');
+  const bootstrapAdminEmail = email('BOOTSTRAP_ADMIN_EMAIL');
   const bootstrapAdminPassword = str('BOOTSTRAP_ADMIN_PASSWORD');
   if ((bootstrapAdminEmail === null) !== (bootstrapAdminPassword === null)) {
     problems.push('BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD must be set together');
@@ -96,7 +106,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     bootstrapAdminEmail,
     bootstrapAdminPassword,
     smtpUrl: url('SMTP_URL', ['smtp:', 'smtps:']),
-    mailFrom: str('MAIL_FROM') ?? `no-reply@${new URL(publicUrl).hostname}`,
+    mailFrom: email('MAIL_FROM') ?? `no-reply@${publicHost}`,
     webhookAllowPrivateTargets: flag('WEBHOOK_ALLOW_PRIVATE_TARGETS'),
     stripeSecretKey: str('STRIPE_SECRET_KEY'),
     stripeWebhookSecret: str('STRIPE_WEBHOOK_SECRET') ?? SIMULATOR_WEBHOOK_SECRET,

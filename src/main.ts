@@ -5,6 +5,9 @@ import { SystemClock } from './clock.js';
 import { boot } from './boot.js';
 import { startWebhookWorker } from './modules/webhooks/worker.js';
 
+/** How long a shutdown waits for requests in flight before it closes their connections. */
+const SHUTDOWN_GRACE_MS = 10_000;
+
 /** Process entry: loadConfig → openDatabase → boot (migrate, build, keys, bootstrap) → listen; workers. */
 export async function serve(): Promise<void> {
   let config;
@@ -29,7 +32,11 @@ export async function serve(): Promise<void> {
     if (closing) return;
     closing = true;
     deps.log.info({ signal }, 'shutting down');
+    // Requests in flight get up to this long to finish; then their connections are cut.
+    const cut = setTimeout(() => app.server.closeAllConnections(), SHUTDOWN_GRACE_MS);
+    cut.unref();
     await app.close();
+    clearTimeout(cut);
     await deps.jobs.stop();
     await webhooks?.stop();
     await database.close();
@@ -44,7 +51,12 @@ export async function serve(): Promise<void> {
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href;
 if (invokedDirectly) {
   serve().catch((err) => {
-    console.error(err);
+    // A start-up failure (address in use, database unreachable, DATA_DIR unusable, a bootstrap
+    // password the policy refuses): one clear line; the stack only at LOG_LEVEL debug or trace.
+    const e = err as { message?: string; code?: string; details?: Record<string, unknown> };
+    const details = e?.details && Object.keys(e.details).length ? ` ${JSON.stringify(e.details)}` : '';
+    console.error(`platform: could not start: ${e?.message ?? String(err)}${e?.code ? ` (${e.code})` : ''}${details}`);
+    if (['debug', 'trace'].includes(process.env.LOG_LEVEL ?? '')) console.error(err);
     process.exit(1);
   });
 }

@@ -55,7 +55,9 @@ function isDatabaseUnavailable(err: unknown): boolean {
 }
 
 /** Errors Fastify raises before routing (bad URL encoding): same envelope. */
-export function frameworkErrorHandler(err: Error, _request: FastifyRequest, reply: FastifyReply) {
+export function frameworkErrorHandler(err: Error, request: FastifyRequest, reply: FastifyReply) {
+  // The gate's onRequest hook, which sets Request-Id, does not run before a framework error.
+  reply.header('request-id', request.id);
   return sendError(reply, toApiError(err));
 }
 

@@ -37,6 +37,9 @@ export function isStorableDateTime(text: string): boolean {
 const bodyAjv = build(false);
 const textAjv = build('array');
 
+/** An email address as every request body checks it (format email, at most 320 characters). */
+export const isEmailAddress = bodyAjv.compile({ type: 'string', format: 'email', maxLength: 320 }) as (value: unknown) => boolean;
+
 export const validatorCompiler: FastifySchemaCompiler<any> = ({ schema, httpPart }) => {
   const validate = (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object);
   return (data: unknown) => (validate(data) ? { value: data } : { error: validate.errors as unknown as Error });

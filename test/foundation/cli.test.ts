@@ -73,3 +73,22 @@ test('an unknown command exits with status 2 and prints the usage', async () => 
   assert.equal(res.code, 2);
   assert.match(res.stderr, /usage: platform <command>/);
 });
+
+test('stdout carries only the result: jobs list prints exactly the job names and jobs run one JSON line (warnings go to stderr)', async () => {
+  const list = await platform('jobs', 'list');
+  assert.equal(list.code, 0, list.stderr);
+  const names = list.stdout.trim().split('\n');
+  assert.ok(names.includes('entitlement-expiry') && names.includes('email-change-expiry'), list.stdout);
+  for (const name of names) assert.match(name, /^[a-z][a-z-]+$/, `not a job name: ${name}`);
+  assert.match(list.stderr, /ENCRYPTION_KEY/, 'the start-up warning is on stderr');
+  const run = await platform('jobs', 'run', 'idempotency-prune');
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(JSON.parse(run.stdout).job, 'idempotency-prune');
+});
+
+test('an unknown option is a usage error: exit 2 with the usage, no stack trace', async () => {
+  const res = await platform('bootstrap-admin', '--mail', 'x@example.com');
+  assert.equal(res.code, 2);
+  assert.match(res.stderr, /usage: platform <command>/);
+  assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
+});
