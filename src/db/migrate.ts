@@ -44,7 +44,7 @@ export async function migrate(database: Database, migrations = loadMigrations())
   });
 }
 
-/** The app role (cluster-wide) may use every table of this schema, under row-level security. */
+/** The app role (cluster-wide) may use every table of this schema, under row-level security; audit_events insert and read only. */
 async function grantAppRole(tx: Tx) {
   await tx.exec(`DO $$
     BEGIN
@@ -58,5 +58,8 @@ async function grantAppRole(tx: Tx) {
       EXECUTE format('GRANT USAGE ON SCHEMA %I TO ${APP_ROLE}', current_schema());
       EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %I TO ${APP_ROLE}', current_schema());
       EXECUTE format('GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %I TO ${APP_ROLE}', current_schema());
+      -- The audit log is append-only: requests only insert and read it (the erasure cascade and the
+      -- test purge run as the system).
+      EXECUTE format('REVOKE UPDATE, DELETE ON %I.audit_events FROM ${APP_ROLE}', current_schema());
     END $$`);
 }

@@ -108,11 +108,21 @@ test('no write path: POST, PUT, PATCH and DELETE are refused; the database keeps
   const doc = assertStatus(await call(t, 'GET', '/v1/openapi.json', null), 200);
   assert.deepEqual(Object.keys(doc.paths['/v1/audit-events']), ['get']);
   assert.deepEqual(Object.keys(doc.paths['/v1/audit-events/{id}']), ['get']);
-  const [row] = await sql(t, `SELECT id FROM audit_events WHERE test_mode = false LIMIT 1`);
+  const [row] = await sql(t, `SELECT id FROM audit_events WHERE test_mode = false AND before IS NULL AND after IS NOT NULL LIMIT 1`);
   await assert.rejects(sql(t, `UPDATE audit_events SET action = 'forged' WHERE id = $1`, [row.id]), /append-only/);
   await assert.rejects(sql(t, `UPDATE audit_events SET created_at = created_at - interval '1 day' WHERE id = $1`, [row.id]), /append-only/);
   await assert.rejects(sql(t, `DELETE FROM audit_events WHERE id = $1`, [row.id]), /append-only/);
-  await sql(t, `UPDATE audit_events SET after = '"[redacted]"' WHERE id = $1`, [row.id]);
+  // A snapshot may only be redacted: not rewritten, and a missing one not filled in.
+  await assert.rejects(sql(t, `UPDATE audit_events SET after = '{"forged": true}' WHERE id = $1`, [row.id]), /append-only/);
+  await assert.rejects(sql(t, `UPDATE audit_events SET before = '{"redacted": true}' WHERE id = $1`, [row.id]), /append-only/);
+  await sql(t, `UPDATE audit_events SET after = '{"redacted": true}' WHERE id = $1`, [row.id]);
+  // The request role may neither update nor delete, test rows included (only the system's purge deletes them).
+  const testRowId = `evt_${Date.now()}`;
+  await sql(t, `INSERT INTO audit_events (id, action, actor_type, after, test_mode, created_at) VALUES ($1, 'probe.test', 'system', '{"x": 1}', true, now())`, [testRowId]);
+  for (const [scope, id] of [['live', row.id], ['test', testRowId]] as const) {
+    await assert.rejects(t.database.scoped(scope).query(`UPDATE audit_events SET after = '{"redacted": true}' WHERE id = $1`, [id]), /permission denied/);
+    await assert.rejects(t.database.scoped(scope).query(`DELETE FROM audit_events WHERE id = $1`, [id]), /permission denied/);
+  }
 });
 
 test('filters: repeatable action, since (inclusive), until (exclusive), actor, target, organization, application, tenant and target_user_id', async () => {
