@@ -6,7 +6,7 @@ export interface PageParams {
 }
 
 const invalidCursor = () =>
-  new ApiError('validation_failed', { details: { fields: [{ path: 'cursor', message: 'is not a cursor from this list' }] } });
+  new ApiError('validation_failed', { details: { fields: [{ path: 'query.cursor', message: 'is not a cursor from this list' }] } });
 
 /** Cursors are opaque to clients: the sort key of the last row returned, base64url JSON. */
 export function encodeCursor(key: readonly (string | number)[]): string {

@@ -161,14 +161,14 @@ test('list pagination: a cursor that is not from the list gets 422 validation_fa
   const { token } = await userToken(t);
   let res = await t.app.inject({ method: 'GET', url: '/v1/users/me/sessions?cursor=bm9wZQ', headers: bearer(token) });
   assert.equal(res.statusCode, 422);
-  assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['cursor']);
+  assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.cursor']);
   // Well-formed JSON whose instant is not one the list writes: dates PostgreSQL would refuse to cast,
   // or would read otherwise, are 422 too, never a 500.
   for (const at of ['Tue Mar 05 2024 10:00:00 GMT+0100 (CET)', '+275760-09-13T00:00:00.000Z', '2024-03-05', '1 Jan 2020']) {
     const cursor = Buffer.from(JSON.stringify([at, 'ses_x'])).toString('base64url');
     res = await t.app.inject({ method: 'GET', url: `/v1/users/me/sessions?cursor=${cursor}`, headers: bearer(token) });
     assert.equal(res.statusCode, 422, `${at}: ${res.body}`);
-    assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['cursor']);
+    assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.cursor']);
   }
   res = await t.app.inject({ method: 'GET', url: '/v1/users/me/sessions?limit=101', headers: bearer(token) });
   assert.equal(res.statusCode, 422);
