@@ -66,12 +66,12 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     if ((body as string).trim() === '') return done(null, undefined);
     parseJson(request, body as string, done);
   });
-  // The OAuth token endpoint and the hosted sign-in page's forms also take form bodies; everything
-  // else is JSON only (Part A convention 1). A repeated parameter stays a list, so the route's schema
-  // refuses it (RFC 6749 §3.1: parameters MUST NOT be included more than once).
+  // The OAuth token endpoint and the HTML pages' forms (hosted sign-in, the local payment simulator)
+  // also take form bodies; the API is JSON only (Part A convention 1). A repeated parameter stays a
+  // list, so the route's schema refuses it (RFC 6749 §3.1: parameters MUST NOT be included more than once).
   fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (request, body, done) => {
     const url = request.routeOptions.url ?? '';
-    if (url !== '/v1/auth/oauth/token' && !url.startsWith('/signin')) {
+    if (url !== '/v1/auth/oauth/token' && !url.startsWith('/signin') && !url.startsWith('/billing/simulator/')) {
       return done(new fastifyErrors.FST_ERR_CTP_INVALID_MEDIA_TYPE('application/x-www-form-urlencoded'), undefined);
     }
     const params = new URLSearchParams(body as string);

@@ -123,6 +123,7 @@ test('no write path: POST, PUT, PATCH and DELETE are refused; the database keeps
     await assert.rejects(t.database.scoped(scope).query(`UPDATE audit_events SET after = '{"redacted": true}' WHERE id = $1`, [id]), /permission denied/);
     await assert.rejects(t.database.scoped(scope).query(`DELETE FROM audit_events WHERE id = $1`, [id]), /permission denied/);
   }
+  await sql(t, 'DELETE FROM audit_events WHERE id = $1', [testRowId]); // as the test purge may
 });
 
 test('filters: repeatable action, since (inclusive), until (exclusive), actor, target, organization, application, tenant and target_user_id', async () => {
