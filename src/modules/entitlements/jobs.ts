@@ -4,7 +4,7 @@ import { modeOf, type Tx } from '../../db/types.js';
 import { recordAudit } from '../../audit/record.js';
 import { emitFlips } from '../../access/flips.js';
 import { computeAccess, findPathRows, type PathRow } from '../../access/resolve.js';
-import { lockUsersForAccess } from '../../access/locks.js';
+import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
 import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from './store.js';
 import { affectedUsers } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
@@ -48,6 +48,7 @@ export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
 
 /** Marks one active or disabled row expired, with the sweep's audit, event and time-driven flips. */
 export async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<void> {
+  if (row.organization_id) await lockOrganization(tx, row.organization_id);
   const users = await affectedUsers(tx, row);
   await lockUsersForAccess(tx, users);
   // Read before the write: a row marked expired resolves as expired at every instant, even before ends_at.
@@ -77,6 +78,7 @@ export async function runScheduledStarts(deps: Deps): Promise<{ started: number 
       );
       for (const row of rows) {
         const ctx = { ...systemCtx(deps, modeOf(row.test_mode)), db: tx, now };
+        if (row.organization_id) await lockOrganization(tx, row.organization_id);
         const users = await affectedUsers(tx, row);
         await lockUsersForAccess(tx, users);
         await tx.query('UPDATE entitlements SET start_notified_at = $2 WHERE id = $1', [row.id, now]);

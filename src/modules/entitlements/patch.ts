@@ -12,7 +12,7 @@ import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
 import { findApplicationRow } from '../applications/store.js';
 import type { Entitlement, PatchEntitlementBody } from './schemas.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
-import { lockEntitlementOrganization, lockOrganization } from '../../access/locks.js';
+import { lockEntitlementOrganization } from '../../access/locks.js';
 
 const READ_ONLY = ['starts_at', 'user_id', 'organization_id', 'application_id', 'id', 'test_mode', 'created_at', 'updated_at'] as const;
 
@@ -25,12 +25,11 @@ const MOVES: Record<string, Record<string, { event: string; reason: AccessReason
 };
 
 /**
- * Users whose access the row can change: its holder, or the active members of its Organization
- * (locked first, so that no member joins or leaves until the change commits: src/access/locks.ts).
+ * Users whose access the row can change: its holder, or the active members of its Organization.
+ * Callers lock that Organization first (src/access/locks.ts), so no member joins or leaves meanwhile.
  */
 export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string[]> {
   if (row.user_id) return [row.user_id];
-  await lockOrganization(tx, row.organization_id!);
   const { rows } = await tx.query<{ user_id: string }>(
     `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
     [row.organization_id],
