@@ -80,6 +80,26 @@ test('one live grant per Organization and Application: 409 entitlement_already_e
   ]);
 });
 
+test('an org grant whose ends_at passed does not block a new one before the sweep: it is expired by the system in the same transaction (entitlement.expired, access.revoked entitlement_expired), then the new grant is made', async () => {
+  const org = await orgWithMembers(t, admin);
+  const app = await newApp(t, admin);
+  const first = await orgGrantApi(t, admin, org.id, app.id, { ends_at: new Date(t.clock.now().getTime() + 30_000).toISOString() });
+  t.clock.advance(31);
+  const second = await orgGrantApi(t, admin, org.id, app.id);
+  assert.notEqual(second.id, first.id);
+  assert.equal((await sql(t, 'SELECT status FROM entitlements WHERE id = $1', [first.id]))[0].status, 'expired');
+  assert.deepEqual(await entitlementEvents(t, first.id), ['entitlement.granted', 'entitlement.expired']);
+  const expiry = await sql(t, `SELECT actor_type FROM audit_events WHERE target_id = $1 AND action = 'entitlement.expired'`, [first.id]);
+  assert.deepEqual(expiry.map((a) => a.actor_type), ['system']);
+  assert.deepEqual(await accessEvents(t, org.owner.id, app.id), [
+    GRANTED,
+    ['access.revoked', 'entitlement_expired', 'expired'],
+    GRANTED,
+  ]);
+  await t.deps.jobs.runNow('entitlement-expiry');
+  assert.deepEqual(await entitlementEvents(t, first.id), ['entitlement.granted', 'entitlement.expired'], 'the sweep finds nothing left to do');
+});
+
 test('member_scope allowlist and denylist with member_overrides of current members only; included_member_count counts members reached', async () => {
   const org = await orgWithMembers(t, admin, 2);
   const [a, b] = org.members;

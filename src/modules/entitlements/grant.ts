@@ -1,5 +1,5 @@
 import type { Ctx } from '../../context.js';
-import { hasPermission, inTx, systemCtx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
@@ -14,7 +14,7 @@ import { findApplicationRow, type ApplicationRow } from '../applications/store.j
 import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
 import { countSeats, isSeat } from '../tenancy/seats.js';
 import { ENT_COLUMNS, findEntitlement, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
-import { expireRow } from './jobs.js';
+import { expireIfEnded } from './jobs.js';
 import { assertMayGrant, confinedApp, rightsOver } from './rights.js';
 import type { Entitlement, GrantBody } from './schemas.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
@@ -65,12 +65,11 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
   return ctx.db.transaction(async (tx) => {
     await assertTenantWritable(tx, app.tenant_id);
     if (!(await findLiveUser(tx, userId))) throw new ApiError('user_not_found');
+    // A live row whose ends_at passed is expired first: expired rows do not block a new grant.
     let existing = await findLivePersonal(tx, userId, app.id);
     if (existing?.ends_at && existing.ends_at <= ctx.now) {
-      // Resolution treats it as expired already; the sweep has not written it yet. Expired rows do
-      // not block a new grant, so it is expired here, by the system, exactly as the sweep would.
       const locked = await findEntitlement(tx, existing.id, true);
-      if (locked && (locked.status === 'active' || locked.status === 'disabled')) await expireRow(tx, { ...systemCtx(ctx.deps, ctx.mode), db: tx, now: ctx.now }, locked);
+      if (locked) await expireIfEnded(tx, ctx, locked);
       existing = await findLivePersonal(tx, userId, app.id);
     }
     if (existing) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: existing.id, status: existing.status } });

@@ -46,6 +46,18 @@ export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
   }
 }
 
+/**
+ * A live row whose ends_at passed resolves as expired already; the sweep has not written it yet.
+ * Requests that meet one (a new grant, a PATCH) do the sweep's work first, in their transaction, as
+ * the system: `row` must be locked by the caller. Returns the row as it now stands.
+ */
+export async function expireIfEnded(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<EntitlementRow> {
+  if ((row.status !== 'active' && row.status !== 'disabled') || !row.ends_at || row.ends_at > ctx.now) return row;
+  await expireRow(tx, { ...systemCtx(ctx.deps, ctx.mode), db: tx, now: ctx.now }, row);
+  const { rows } = await tx.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.id = $1`, [row.id]);
+  return rows[0];
+}
+
 /** Marks one active or disabled row expired, with the sweep's audit, event and time-driven flips. */
 export async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<void> {
   if (row.organization_id) await lockOrganization(tx, row.organization_id);

@@ -1,12 +1,12 @@
 import type { Ctx } from '../../context.js';
-import { inTx, systemCtx } from '../../context.js';
+import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits, withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
-import { ENT_COLUMNS, etagOf, findEntitlement, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
-import { expireRow } from './jobs.js';
+import { ENT_COLUMNS, etagOf, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
+import { expireIfEnded } from './jobs.js';
 import { visibleEntitlement } from './read.js';
 import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
 import { findApplicationRow } from '../applications/store.js';
@@ -53,10 +53,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
     // work is done first, in this transaction, and the request moves the expired row.
-    if ((row.status === 'active' || row.status === 'disabled') && row.ends_at && row.ends_at <= ctx.now) {
-      await expireRow(tx, { ...systemCtx(ctx.deps, ctx.mode), db: tx, now: ctx.now }, row);
-      row = (await findEntitlement(tx, row.id))!;
-    }
+    row = await expireIfEnded(tx, ctx, row);
     const full = rights.platform || rights.appKey || rights.owner;
     const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
     // Org admins only toggle between active and disabled (an expired or revoked row is not theirs to move).

@@ -12,6 +12,7 @@ import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements
 import type { Entitlement } from '../entitlements/schemas.js';
 import { findMember, findOrg } from './store.js';
 import { includedMemberCount } from '../entitlements/read.js';
+import { expireIfEnded } from '../entitlements/jobs.js';
 import { assertOrgActive } from './service.js';
 import type { OrgGrantBody } from './schemas.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
@@ -48,11 +49,13 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
     const memberIds = members.map((m) => m.user_id);
     const strangers = (body.member_overrides ?? []).filter((u) => !memberIds.includes(u));
     if (strangers.length) throw new ApiError('member_override_not_a_member', { details: { user_ids: strangers } });
-    const { rows: live } = await tx.query<{ id: string; status: string }>(
-      `SELECT id, status FROM entitlements WHERE organization_id = $1 AND application_id = $2 AND status IN ('active', 'disabled')`,
+    // A live grant whose ends_at passed is expired first, as for personal grants: it does not block.
+    const { rows: live } = await tx.query<EntitlementRow>(
+      `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.organization_id = $1 AND e.application_id = $2 AND e.status IN ('active', 'disabled') FOR UPDATE`,
       [orgId, app.id],
     );
-    if (live[0]) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: live[0].id, status: live[0].status } });
+    const existing = live[0] && (await expireIfEnded(tx, c, live[0]));
+    if (existing && existing.status !== 'expired') throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: existing.id, status: existing.status } });
     const tenant = (await findTenant(tx, app.tenant_id))!;
     // Only members the scope includes take seats: on a restricted Tenant a grant seating anyone new is 402.
     const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withoutNewSeatsIfRestricted(tx, tenant.id, memberIds, ctx.now, () => withSeatCap(tx, [tenant.id], memberIds, ctx.now, async () => {

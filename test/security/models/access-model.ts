@@ -160,9 +160,13 @@ export class AccessModel {
   patch(row: ModelRow, body: PatchBody): { code: number; reason: Reason; apply: () => void } {
     const none = { reason: 'entitlement_granted' as Reason, apply: () => undefined };
     if (row.org !== null && this.orgs[row.org].status === 'suspended') return { code: 403, ...none };
-    const to = body.status ?? row.status;
-    const move = to !== row.status ? MOVES[row.status][to] : undefined;
-    if (to !== row.status && !move) return { code: 409, ...none };
+    // A live row whose ends_at passed is expired first (the sweep's work, in the request's
+    // transaction); the request then moves the expired row. Refused, nothing of it stays.
+    const from: RowStatus = (row.status === 'active' || row.status === 'disabled') && row.endsAt !== null && row.endsAt <= this.now ? 'expired' : row.status;
+    const expireFirst = () => void (row.status = from);
+    const to = body.status ?? from;
+    const move = to !== from ? MOVES[from][to] : undefined;
+    if (to !== from && !move) return { code: 409, ...none };
     if (row.status === 'revoked' && body.status !== 'revoked') return { code: 409, ...none };
     let endsAt = row.endsAt;
     let termChanged = false;
@@ -173,12 +177,13 @@ export class AccessModel {
     }
     const scopeChange = body.scope !== undefined;
     if (scopeChange && !body.overrides!.every((u) => this.activeMembers(row.org!).includes(u))) return { code: 422, ...none };
-    if (to === 'active' && row.status === 'expired') {
+    if (to === 'active' && from === 'expired') {
       if (endsAt !== null && endsAt <= this.now) return { code: 409, ...none };
       // "409 entitlement_already_exists if a newer live row exists", for both kinds of row.
-      if (this.liveRow(row.user !== null ? { user: row.user, app: row.app } : { org: row.org!, app: row.app })) return { code: 409, ...none };
+      const live = this.liveRow(row.user !== null ? { user: row.user, app: row.app } : { org: row.org!, app: row.app });
+      if (live && live !== row) return { code: 409, ...none };
     }
-    if (!move && !termChanged && !scopeChange) return { code: 200, ...none };
+    if (!move && !termChanged && !scopeChange) return { code: 200, ...none, apply: expireFirst };
     // A term moved into the past ends access as an expiry; a term moved forward restores it as a grant.
     const reason: Reason = move ?? (scopeChange ? 'org_grant_changed' : endsAt !== null && endsAt <= this.now ? 'entitlement_expired' : 'entitlement_granted');
     return {

@@ -146,9 +146,12 @@ export function plan(cmd: Cmd, index: number, m: AccessModel, fx: Fixture, d: Dr
       const { startsAt, endsAt, send } = termTimes(cmd.term, m.now, jitter, cmd.slot, cmd.slot2);
       const overrides = overridesOf(m, o, cmd.pick, cmd.strict);
       const members = m.activeMembers(o);
+      // As for personal grants, a live grant whose ends_at passed (not yet swept) is expired first.
+      const live = m.liveRow({ org: o, app: cmd.app });
+      const ended = live !== undefined && live.endsAt !== null && live.endsAt <= m.now;
       const code = m.orgs[o].status === 'suspended' ? 403
         : !overrides.every((u) => members.includes(u)) ? 422
-        : m.liveRow({ org: o, app: cmd.app }) ? 409 : 201;
+        : live && !ended ? 409 : 201;
       const body = { application_id: fx.apps[cmd.app], member_scope: cmd.scope, member_overrides: overrides.map((u) => fx.users[u].id), ...send };
       return [{
         label: `org grant o${o} a${cmd.app} ${cmd.scope}[${overrides}] ${cmd.term}`,
@@ -157,6 +160,7 @@ export function plan(cmd: Cmd, index: number, m: AccessModel, fx: Fixture, d: Dr
         reason: 'entitlement_granted',
         apply: (res) => {
           if (code !== 201) return;
+          if (ended) live!.status = 'expired';
           m.rows.push({ id: res!.json().id, user: null, org: o, app: cmd.app, status: 'active', startsAt, endsAt, createdAt: m.now, scope: cmd.scope, overrides });
         },
       }];
