@@ -144,6 +144,19 @@ test('PATCH: url, events, description and api_version change; scope and test_mod
   assert.equal(last.after.status, 'healthy');
 });
 
+test('PATCH that changes nothing (same values, or status healthy on a healthy subscription): 200 with the subscription as it is, no webhook.updated audit row, updated_at kept', async () => {
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: url('n1'), events: ['user.suspended'], description: 'same' });
+  t.clock.advance(60);
+  for (const body of [{ status: 'healthy' }, { url: url('n1'), events: ['user.suspended'], description: 'same', api_version: sub.api_version }]) {
+    const res = assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, body), 200);
+    assert.equal(res.updated_at, sub.updated_at, JSON.stringify(body));
+  }
+  const audit = await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE target_id = $1 AND action = 'webhook.updated'`, [sub.id]);
+  assert.equal(audit[0].n, 0, 'no-op PATCHes write no audit row');
+  assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { description: 'changed' }), 200);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE target_id = $1 AND action = 'webhook.updated'`, [sub.id]))[0].n, 1, 'a change is audited once');
+});
+
 test('rotate-secret: 200 {id, signing_secret, previous_secret_expires_at} 24 hours ahead; audited without the secrets', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('r1') });
   const res = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin), 200);

@@ -35,6 +35,16 @@ export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody)
       }
       reset = true;
     }
+    const next = {
+      url: body.url ?? sub.url,
+      events: body.events ? [...new Set(body.events)] : sub.events,
+      description: body.description !== undefined ? body.description : sub.description,
+      api_version: body.api_version ?? sub.api_version,
+    };
+    // A PATCH that changes nothing writes nothing (no updated_at, no audit row).
+    const unchanged = !reset && next.url === sub.url && next.description === sub.description && next.api_version === sub.api_version
+      && JSON.stringify(next.events) === JSON.stringify(sub.events);
+    if (unchanged) return toWebhook(sub);
     const { rows } = await tx.query(
       `UPDATE webhook_subscriptions w SET url = $2, events = $3, description = $4, api_version = $5, updated_at = $6,
               status = CASE WHEN $7::boolean THEN 'healthy' ELSE w.status END,
@@ -43,15 +53,7 @@ export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody)
               disabled_at = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_at END,
               disabled_reason = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_reason END
         WHERE w.id = $1 RETURNING w.id`,
-      [
-        id,
-        body.url ?? sub.url,
-        body.events ? [...new Set(body.events)] : sub.events,
-        body.description !== undefined ? body.description : sub.description,
-        body.api_version ?? sub.api_version,
-        ctx.now,
-        reset,
-      ],
+      [id, next.url, next.events, next.description, next.api_version, ctx.now, reset],
     );
     if (!rows[0]) throw new ApiError('webhook_not_found');
     const after = (await findSubscription(tx, id))!;
