@@ -34,10 +34,10 @@ export interface OneTimeTokenRow {
 
 /**
  * Tokens mailed to a user's address: whoever follows one proves control of that address (verify,
- * email change) or gets it marked verified (reset). When the address changes they must die with it,
+ * email change) or gets it marked verified (reset, invitation: which also sets the password). When the address changes they must die with it,
  * or a link mailed to the old address would verify, or undo, the new one.
  */
-const ADDRESS_BOUND: OneTimeTokenKind[] = ['email_verification', 'email_change', 'password_reset'];
+const ADDRESS_BOUND: OneTimeTokenKind[] = ['email_verification', 'email_change', 'password_reset', 'invitation'];
 
 async function voidTokens(tx: Tx, userId: string, kinds: OneTimeTokenKind[], now: Date): Promise<void> {
   await tx.query('UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = ANY($2::text[]) AND used_at IS NULL', [userId, kinds, now]);
@@ -55,18 +55,35 @@ export const voidEmailChangeTokens = (tx: Tx, userId: string, now: Date): Promis
  */
 export const voidMfaChallenges = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['mfa_challenge'], now);
 
-/** Issues a single-use token (stored as a hash) and returns the secret to mail or return once. */
+/**
+ * An Organization's invitation "never expires" (Part B): its link lives as long as the user stays
+ * invited (accepting any invitation makes every other one invalid), 100 years in the table.
+ */
+export const ORG_INVITATION_LIFETIME_SECONDS = 100 * 365 * 24 * 3600;
+
+/**
+ * Issues a single-use token (stored as a hash) and returns the secret to mail or return once.
+ * `replacePrevious` voids the user's outstanding tokens of the kind issued for the same
+ * Organization (data.organization_id), or for none: an account invitation never voids an
+ * Organization's link, nor one Organization's link another's.
+ */
 export async function issueOneTimeToken(
   tx: Tx,
   ctx: Ctx,
-  t: { kind: OneTimeTokenKind; userId: string; data?: Record<string, unknown>; replacePrevious?: boolean },
+  t: { kind: OneTimeTokenKind; userId: string; data?: Record<string, unknown>; replacePrevious?: boolean; lifetimeSeconds?: number },
 ): Promise<string> {
-  if (t.replacePrevious) await voidTokens(tx, t.userId, [t.kind], ctx.now);
+  const organizationId = typeof t.data?.organization_id === 'string' ? t.data.organization_id : null;
+  if (t.replacePrevious) {
+    await tx.query(
+      `UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = $2 AND used_at IS NULL AND (data->>'organization_id') IS NOT DISTINCT FROM $4::text`,
+      [t.userId, t.kind, ctx.now, organizationId],
+    );
+  }
   const token = newSecret(PREFIX[t.kind]);
   await tx.query(
     `INSERT INTO one_time_tokens (id, kind, token_hash, user_id, test_mode, data, created_at, expires_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-    [newId('idn'), t.kind, hashSecret(token), t.userId, ctx.mode === 'test', JSON.stringify(t.data ?? {}), ctx.now, addSeconds(ctx.now, TOKEN_LIFETIME_SECONDS[t.kind])],
+    [newId('idn'), t.kind, hashSecret(token), t.userId, ctx.mode === 'test', JSON.stringify(t.data ?? {}), ctx.now, addSeconds(ctx.now, t.lifetimeSeconds ?? TOKEN_LIFETIME_SECONDS[t.kind])],
   );
   return token;
 }

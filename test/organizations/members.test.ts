@@ -53,6 +53,40 @@ test('invite by email creates a pending membership and an organization_invitatio
   assert.deepEqual(admins.data.map((m: any) => m.user_id).sort(), [owner.id, created[0].id].sort());
 });
 
+const PASSWORD = 'violet-harbor-cinnamon-42-x';
+const invitationToken = async (email: string, index = 0) => (await mails(t, email))[index].text_body.match(/inv_[A-Za-z0-9_-]+/)![0];
+
+test('an unaccepted invitation never expires: the link of an Organization\'s invitation to a new address still activates the account 30 days later, and the membership can be accepted', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const email = uniqueEmail('late');
+  assertStatus(await invite(t, owner.token, org.id, email), 201);
+  const token = await invitationToken(email);
+  t.clock.advance(30 * 86400);
+  const session = assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token, password: PASSWORD }), 200);
+  assert.equal(assertStatus(await accept(t, session.access_token, org.id), 200).membership_status, 'active');
+});
+
+test('a second Organization inviting the same new address leaves the first one\'s link working; once one is accepted, the other link is refused (400 invalid_token)', async () => {
+  const a = await createOrgApi(t);
+  const b = await createOrgApi(t);
+  const email = uniqueEmail('twice');
+  assertStatus(await invite(t, a.owner.token, a.org.id, email), 201);
+  assertStatus(await invite(t, b.owner.token, b.org.id, email), 201);
+  const [first, second] = [await invitationToken(email, 0), await invitationToken(email, 1)];
+  assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: first, password: PASSWORD }), 200);
+  assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: second, password: PASSWORD }), 400, 'invalid_token');
+});
+
+test('an admin email change of a user invited by an Organization voids the Organization\'s link mailed to the old address (400 invalid_token)', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const email = uniqueEmail('moved');
+  const member = assertStatus(await invite(t, owner.token, org.id, email), 201);
+  const token = await invitationToken(email);
+  assertStatus(await call(t, 'PATCH', `/v1/users/${member.user_id}`, admin, { email: uniqueEmail('moved-new') }), 200);
+  assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token, password: PASSWORD }), 400, 'invalid_token');
+  assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [member.user_id]))[0].status, 'invited');
+});
+
 test('adding by user_id (organizations.manage) is active at once: organization.member_added and access.granted (org_member_added) where a grant exists', async () => {
   const org = await orgWithMembers(t, admin);
   const app = await newApp(t, admin);

@@ -235,6 +235,21 @@ test('admin email change (users.manage) is immediate and resets email_verified; 
   assert.equal(audit[0].after.email, newEmail);
 });
 
+test('admin email change of an invited user: the invitation mailed to the old address stops working (400 invalid_token, nothing changes) and a new invitation goes to the new address', async () => {
+  const oldEmail = uniqueEmail('inv-old');
+  const invited = assertStatus(await create({ email: oldEmail }), 201);
+  const oldToken = await latestToken(t, oldEmail, 'invitation');
+  const newEmail = uniqueEmail('inv-new');
+  assertStatus(await patch(invited.id, { email: newEmail }), 200);
+  assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: oldToken, password: NEW_PASSWORD }), 400, 'invalid_token');
+  const row = (await userRow(t, invited.id))!;
+  assert.equal(row.status, 'invited');
+  assert.equal(row.email_verified, false);
+  assert.equal((await mailsTo(t, newEmail, 'invitation')).length, 1, 'a new invitation to the new address');
+  const accepted = assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: await latestToken(t, newEmail, 'invitation'), password: NEW_PASSWORD }), 200);
+  assert.equal(accepted.user_id, invited.id);
+});
+
 test('pending_email is set only while the self-service change awaits verification: once the 24-hour link expired, the email-change-expiry job clears it', async () => {
   const { user, token } = await userToken(t);
   const newEmail = uniqueEmail('lapsed');

@@ -8,7 +8,7 @@ import { withAccessFlips } from '../../access/flips.js';
 import { lockOrganization } from '../../access/locks.js';
 import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
 import { keyset, toPage } from '../../http/pagination.js';
-import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
+import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { createUserRecords, resolveUserId } from '../users/service.js';
 import { findLiveUser, findLiveUserByEmail } from '../users/store.js';
@@ -88,7 +88,10 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
       `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, $3, 'pending', $4)`,
       [org.id, user.id, role, ctx.now],
     );
-    const token = user.status === 'invited' ? await issueOneTimeToken(tx, c, { kind: 'invitation', userId: user.id, replacePrevious: true }) : null;
+    // An invited User's way in: this Organization's link, valid until they accept any invitation.
+    const token = user.status === 'invited'
+      ? await issueOneTimeToken(tx, c, { kind: 'invitation', userId: user.id, data: { organization_id: org.id }, replacePrevious: true, lifetimeSeconds: ORG_INVITATION_LIFETIME_SECONDS })
+      : null;
     await enqueueMail(tx, c, { template: 'organization_invitation', to: user.email, vars: { organizationName: org.name, token }, userId: user.id });
     await recordAudit(tx, c, { action: 'organization.member_invited', target: { type: 'organization', id: org.id }, organizationId: org.id, targetUserId: user.id, after: { user_id: user.id, role } });
     return toMember((await findMember(tx, org.id, user.id))!);

@@ -10,7 +10,7 @@ import { enqueueMail } from '../../mail/outbox.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { confinedApp, targetUser } from './access.js';
-import { sendVerification } from './invitations.js';
+import { sendInvitation, sendVerification } from './invitations.js';
 import type { PatchUserBody, User, UserStatus } from './schemas.js';
 
 const invalidTransition = (from: UserStatus, to: string) => new ApiError('invalid_status_transition', { details: { from, to } });
@@ -129,6 +129,8 @@ async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promi
   await voidAddressTokens(tx, user.id, ctx.now);
   const after = await reload(tx, user.id);
   await sendVerification(tx, ctx, after);
+  // An invited user's way in went with the old address: the invitation goes to the new one.
+  if (after.status === 'invited') await sendInvitation(tx, ctx, after);
   // An admin email change completes at once (Part A Events: email change completes → user.email_changed).
   await recordAudit(tx, inTx(ctx, tx), { action: 'user.email_changed', target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: toUser(after) });
   return after;
