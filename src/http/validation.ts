@@ -51,21 +51,26 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 const unstorable = (text: string): string | null =>
   text.includes('\u0000') ? 'must not contain U+0000' : LONE_SURROGATE.test(text) ? 'must be well-formed Unicode (no unpaired surrogate)' : null;
 
+/** How deep a request's JSON may nest (objects and arrays); no field of the API comes near it. */
+export const MAX_JSON_DEPTH = 64;
+
 /**
  * The first string or key that text columns cannot hold as sent: U+0000 (PostgreSQL text and jsonb
- * refuse it) or an unpaired surrogate (it would change). Its field path and why, or null.
+ * refuse it) or an unpaired surrogate (it would change); or the first value nested deeper than
+ * MAX_JSON_DEPTH. Its field path and why, or null.
  */
-export function unstorableText(value: unknown, path: string): FieldError | null {
+export function unstorableText(value: unknown, path: string, depth = 0): FieldError | null {
   if (typeof value === 'string') {
     const message = unstorable(value);
     return message ? { path, message } : null;
   }
   if (!value || typeof value !== 'object' || Buffer.isBuffer(value)) return null;
+  if (depth >= MAX_JSON_DEPTH) return { path: path || 'body', message: `must not nest deeper than ${MAX_JSON_DEPTH} levels` };
   for (const [key, item] of Object.entries(value)) {
     const sub = path ? `${path}.${key}` : key;
     const inKey = unstorable(key);
     if (inKey) return { path: sub, message: inKey };
-    const found = unstorableText(item, sub);
+    const found = unstorableText(item, sub, depth + 1);
     if (found !== null) return found;
   }
   return null;

@@ -57,6 +57,18 @@ test('wrong types are never coerced in bodies ("true" is not a boolean)', async 
   assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['test_mode']);
 });
 
+test('JSON nested 10,000 levels deep (IV-3) gets 422 validation_failed, never a 500, with or without a credential', async () => {
+  const deep = (n: number) => '['.repeat(n) + ']'.repeat(n);
+  const login = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'application/json' }, payload: `{"email":${deep(10_000)},"password":"x"}` });
+  assert.equal(login.statusCode, 422, login.body);
+  assertEnvelope(login.json(), 'validation_failed');
+  assert.match(login.json().error.details.fields[0].message, /nest deeper than 64 levels/);
+  const { token } = await userToken(t);
+  const me = await t.app.inject({ method: 'PATCH', url: '/v1/users/me', headers: { ...bearer(token), 'content-type': 'application/json' }, payload: `{"display_name":${deep(10_000)}}` });
+  assert.equal(me.statusCode, 422, me.body);
+  assertEnvelope(me.json(), 'validation_failed');
+});
+
 test('unknown route gets 404 not_found in the envelope', async () => {
   const res = await t.app.inject({ method: 'GET', url: '/v1/nothing-here' });
   assert.equal(res.statusCode, 404);
