@@ -188,6 +188,34 @@ test('every permission on a new platform key must be held by the creator: api_ke
   assertError(await createKey({ name: 'x', scope: 'platform', permissions: ['users.frobnicate'] }), 422, 'unknown_permission');
 });
 
+test('a caller lacking a permission of a platform key can neither rotate it (a fresh secret) nor lift its restrict_destructive: 403 role_escalation_forbidden, the key unchanged; renaming it is allowed', async () => {
+  const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+  const { token } = await userToken(t, { roles: [role] });
+  const key = await newKey({ permissions: ['users.list', 'users.manage'], intended_use: 'agent' });
+  assert.equal(key.restrict_destructive, true);
+  const rotate = assertError(await call(t, 'POST', `/v1/api-keys/${key.id}/rotate`, token), 403, 'role_escalation_forbidden');
+  assert.deepEqual(rotate.details.permissions, ['users.manage']);
+  assertError(await patchKey(key.id, { restrict_destructive: false }, token), 403, 'role_escalation_forbidden');
+  const after = assertStatus(await getKey(key.id, token), 200);
+  assert.equal(after.restrict_destructive, true);
+  assert.equal(after.secret_hint, key.secret_hint);
+  assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created']);
+  assert.equal(assertStatus(await patchKey(key.id, { name: 'renamed' }, token), 200).name, 'renamed');
+  // Holding every permission, the superadmin may do both.
+  assertStatus(await call(t, 'POST', `/v1/api-keys/${key.id}/rotate`, admin), 200);
+  assert.equal(assertStatus(await patchKey(key.id, { restrict_destructive: false }), 200).restrict_destructive, false);
+});
+
+test('a PATCH of an API key that changes nothing writes nothing: 200, updated key as it was, no api_key.updated audit row', async () => {
+  const key = await newKey({ name: 'same', permissions: ['users.list'] });
+  for (const body of [{}, { name: 'same' }, { permissions: ['users.list'] }, { restrict_destructive: key.restrict_destructive }]) {
+    assertStatus(await patchKey(key.id, body), 200);
+  }
+  assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created']);
+  assertStatus(await patchKey(key.id, { name: 'other' }), 200);
+  assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created', 'api_key.updated']);
+});
+
 test('an app-scoped key may be created by api_keys.manage or the Application owner (owner_user_id); a non-owner gets 403 forbidden', async () => {
   const owner = await userToken(t);
   const stranger = await userToken(t);

@@ -46,6 +46,17 @@ async function assertPermissions(ctx: Ctx, scope: string, permissions: string[])
   if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
 }
 
+/**
+ * A platform key's secret, or its destructive operations, go only to a caller holding every
+ * permission on it: rotating (a fresh secret) or lifting restrict_destructive would otherwise hand
+ * the caller powers they lack (403 role_escalation_forbidden, as on create).
+ */
+function assertHoldsKeyPermissions(ctx: Ctx, key: KeyRow): void {
+  if (key.scope !== 'platform') return;
+  const missing = key.permissions.filter((p) => !hasPermission(ctx.actor, p));
+  if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
+}
+
 async function visibleKey(ctx: Ctx, id: string): Promise<KeyRow> {
   const key = await findKey(ctx.db, id);
   // Test credentials see only test keys (Part A convention 10); live ones manage both.
@@ -128,6 +139,10 @@ async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise
 export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promise<ApiKey> {
   const updated = await change(ctx, id, async (tx, key) => {
     if (body.permissions) await assertPermissions(inTx(ctx, tx), key.scope, body.permissions);
+    if (body.restrict_destructive === false && key.restrict_destructive) assertHoldsKeyPermissions(ctx, key);
+    // A PATCH that changes nothing writes nothing (no updated_at, no audit row).
+    const samePermissions = !body.permissions || (new Set(body.permissions).size === new Set(key.permissions).size && body.permissions.every((p) => key.permissions.includes(p)));
+    if ((body.name === undefined || body.name === key.name) && samePermissions && (body.restrict_destructive === undefined || body.restrict_destructive === key.restrict_destructive)) return key;
     const { rows } = await tx.query<KeyRow>(
       `UPDATE api_keys SET name = COALESCE($2, name), permissions = COALESCE($3, permissions),
               restrict_destructive = COALESCE($4, restrict_destructive), updated_at = $5
@@ -149,6 +164,7 @@ export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promis
 export async function rotateKey(ctx: Ctx, id: string): Promise<ApiKey & { secret: string }> {
   let secret = '';
   const rotated = await change(ctx, id, async (tx, key) => {
+    assertHoldsKeyPermissions(ctx, key);
     secret = newSecret(API_KEY_PREFIX[key.test_mode ? 'test' : 'live']);
     const { rows } = await tx.query<KeyRow>(
       `UPDATE api_keys SET secret_hash = $2, secret_hint = $3, updated_at = $4 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
