@@ -164,6 +164,17 @@ test('PATCH members/{userId} changes the role (organization.member_role_changed)
   assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${nobody.id}`, org.owner.token, { role: 'org_admin' }), 404, 'member_not_found');
 });
 
+test('a soft-deleted org_admin is not the last org_admin: while a live one remains they can be demoted (200) and removed (204)', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const [b, c] = [await person(t), await person(t)];
+  for (const u of [b, c]) assertStatus(await addById(t, admin, org.id, u.id, 'org_admin'), 201);
+  for (const u of [b, c]) assertStatus(await call(t, 'DELETE', `/v1/users/${u.id}`, admin), 204);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${b.id}`, admin, { role: 'member' }), 200).role, 'member');
+  assertStatus(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${c.id}`, owner.token), 204);
+  // The live one is still the last.
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${owner.id}`, owner.token), 409, 'last_org_admin');
+});
+
 test('409 last_org_admin when demoting or removing the last active org_admin (a pending org_admin does not count)', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const invitee = await person(t);

@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
-  accessEvents, appKey, assertError, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
+  accessEvents, appKey, assertError, createOrgApi, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
   grant, patchEnt, person, platformKey, sql,
 } from './support.js';
 
@@ -151,6 +151,14 @@ test('an org admin can never create the grant for their own Organization (403 fo
   const ent = await orgGrantApi(t, other.owner!.token, org.id, other.id);
   assert.equal(ent.source, 'org_seat');
   assert.equal(ent.included_member_count, 2);
+});
+
+test('an org admin can never create the grant for their own Organization, not even holding platform entitlements.manage (support role): 403 forbidden, nothing written', async () => {
+  const boss = await person(t, { roles: ['support'] });
+  const { org } = await createOrgApi(t, boss);
+  const app = await newApp(t, admin);
+  assertError(await orgGrantReq(t, boss.token, org.id, { application_id: app.id }), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).length, 0);
 });
 
 test('org admins may toggle their org_seat row: disabled with disabled_reason (200, access.revoked per member), back to active (access.granted); revoke or other fields: 403 forbidden', async () => {

@@ -12,7 +12,7 @@ import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS } from '../../auth/o
 import { enqueueMail } from '../../mail/outbox.js';
 import { createUserRecords, resolveUserId } from '../users/service.js';
 import { findLiveUser, findLiveUserByEmail } from '../users/store.js';
-import { activeAdminCount, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
+import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
 import { assertOrgActive, orgAccess } from './service.js';
 import type { AddMemberBody, Member, MemberListQuery } from './schemas.js';
 
@@ -125,7 +125,7 @@ export async function changeMemberRole(ctx: Ctx, orgId: string, userParam: strin
     const member = await findMember(tx, orgId, userId);
     if (!member) throw new ApiError('member_not_found');
     if (member.role === role) return toMember(member);
-    if (member.role === 'org_admin' && member.membership_status === 'active' && (await activeAdminCount(tx, orgId)) <= 1) throw new ApiError('last_org_admin');
+    if (member.role === 'org_admin' && member.membership_status === 'active' && (await isLastActiveAdmin(tx, orgId, userId))) throw new ApiError('last_org_admin');
     await tx.query('UPDATE organization_members SET role = $3 WHERE organization_id = $1 AND user_id = $2', [orgId, userId, role]);
     await recordAudit(tx, inTx(ctx, tx), {
       action: 'organization.member_role_changed',
@@ -159,7 +159,7 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
     if (!member) throw new ApiError('member_not_found');
     // Every member write under a suspended Organization is refused, leaving and declining included.
     assertOrgActive(org!);
-    if (member.role === 'org_admin' && member.membership_status === 'active' && (await activeAdminCount(tx, orgId)) <= 1) throw new ApiError('last_org_admin');
+    if (member.role === 'org_admin' && member.membership_status === 'active' && (await isLastActiveAdmin(tx, orgId, userId))) throw new ApiError('last_org_admin');
     const change = async () => {
       await tx.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [orgId, userId]);
       await tx.query(

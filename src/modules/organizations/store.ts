@@ -66,11 +66,15 @@ export async function findMember(db: Queryable, orgId: string, userId: string): 
   return rows[0] ?? null;
 }
 
-export async function activeAdminCount(db: Queryable, orgId: string): Promise<number> {
-  const { rows } = await db.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM organization_members m JOIN users u ON u.id = m.user_id AND u.status <> 'deleted'
-      WHERE m.organization_id = $1 AND m.role = 'org_admin' AND m.membership_status = 'active'`,
+/**
+ * Whether `userId` is the Organization's last active org_admin: the only one left among active,
+ * not deleted members. A soft-deleted admin is never the last one (they no longer count).
+ */
+export async function isLastActiveAdmin(db: Queryable, orgId: string, userId: string): Promise<boolean> {
+  const { rows } = await db.query<{ user_id: string }>(
+    `SELECT m.user_id FROM organization_members m JOIN users u ON u.id = m.user_id AND u.status <> 'deleted'
+      WHERE m.organization_id = $1 AND m.role = 'org_admin' AND m.membership_status = 'active' LIMIT 2`,
     [orgId],
   );
-  return rows[0].n;
+  return rows.length === 1 && rows[0].user_id === userId;
 }
