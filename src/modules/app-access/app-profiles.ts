@@ -6,6 +6,7 @@ import { mergeCustom } from '../../http/patch.js';
 import { accessKey, resolveAccess } from '../../access/resolve.js';
 import { targetUser, confinedApp } from '../users/access.js';
 import { findApplicationRow } from '../applications/store.js';
+import { assertTenantWritable } from '../tenancy/writable.js';
 import { findLiveUser, type UserRow } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import type { AppProfile, PatchAppProfileBody } from './schemas.js';
@@ -77,6 +78,8 @@ export async function getAppProfile(ctx: Ctx, idParam: string, appId: string): P
 export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, body: PatchAppProfileBody): Promise<AppProfile> {
   const { user, app, self } = await authorize(ctx, idParam, appId);
   return ctx.db.transaction(async (tx) => {
+    // An AppProfile is the Application's Tenant's data: unchanged while that Tenant is migrating.
+    await assertTenantWritable(tx, app.tenant_id);
     const c = { ...ctx, db: tx };
     const current = await load(c, user.id, app.id);
     const { row } = current;

@@ -141,6 +141,8 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   const from = (await findTenant(tx, app.tenant_id))!;
   const to = await resolveOwnerTenant(tx, { userId: nextUser, organizationId: nextOrg }, ctx.now);
   if (to.id === from.id) return from.id;
+  // The source Tenant was checked by the caller; the destination receives the Application's data.
+  await assertTenantWritable(tx, to.id);
   if (from.tier !== 'shared' || to.tier !== 'shared') throw new ApiError('ownership_change_requires_migration', { details: { from_tenant: from.id, to_tenant: to.id } });
   const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM applications WHERE tenant_id = $1', [to.id]);
   assertWithinPlan(to, 'applications', rows[0].n + 1);

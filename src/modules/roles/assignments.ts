@@ -10,6 +10,7 @@ import { targetUser, confinedApp } from '../users/access.js';
 import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
 import { findLiveUser } from '../users/store.js';
 import { findApplicationRow } from '../applications/store.js';
+import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { assertMayManageAppRoles } from './service.js';
 import { findRole, type RoleRow } from './store.js';
 import type { Assignment, EffectivePermissions } from './schemas.js';
@@ -111,6 +112,8 @@ export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Pro
   return ctx.db.transaction(async (tx) => {
     const by = actorRef(ctx);
     const applicationId = role.scope === 'platform' ? null : role.scope;
+    // An app Role's assignments are its Application's Tenant's data: paused while it is migrating.
+    if (applicationId) await assertAppTenantWritable(tx, applicationId);
     const { rows } = await tx.query<AssignmentRow>(
       `INSERT INTO role_assignments (user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id)
        VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING
@@ -137,6 +140,7 @@ export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Pro
   const { role, user } = await assignable(ctx, idParam, roleId);
   if (role.id === MEMBER_ROLE_ID) throw new ApiError('member_role_required');
   await ctx.db.transaction(async (tx) => {
+    if (role.scope !== 'platform') await assertAppTenantWritable(tx, role.scope);
     const { rowCount } = await tx.query('DELETE FROM role_assignments WHERE user_id = $1 AND role_id = $2', [user.id, role.id]);
     if (rowCount !== 1) return;
     const c = inTx(ctx, tx);

@@ -7,6 +7,7 @@ import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
 import { findVisibleApplication, isOwner } from '../applications/service.js';
 import { viewerOf, visibleCondition } from '../applications/visibility.js';
+import { assertTenantWritable } from '../tenancy/writable.js';
 import { findRole, PLATFORM_PERMISSION_DESCRIPTIONS, ROLE_COLUMNS, toRole, type RoleRow } from './store.js';
 import type { CreateRoleBody, PatchRoleBody, Role, ScopeQuery } from './schemas.js';
 import { ROLE_READ_ONLY_FIELDS } from './schemas.js';
@@ -122,6 +123,8 @@ export async function createRole(ctx: Ctx, body: CreateRoleBody): Promise<Role> 
   if (app && !app.available_app_roles.includes(body.name)) throw new ApiError('app_role_not_declared', { details: { available_app_roles: app.available_app_roles } });
   const id = app ? `role_${app.slug}_${body.name}` : `role_platform_${body.name}`;
   return ctx.db.transaction(async (tx) => {
+    // An Application's Roles are its Tenant's data: none change while the Tenant is migrating.
+    if (app) await assertTenantWritable(tx, app.tenant_id);
     const { rowCount } = await tx.query(
       `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, false, $6, $6)
        ON CONFLICT DO NOTHING`,
@@ -148,6 +151,7 @@ export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Prom
   if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
   if (body.permissions) assertRolePermissions(ctx, role.scope, app, body.permissions);
   return ctx.db.transaction(async (tx) => {
+    if (app) await assertTenantWritable(tx, app.tenant_id);
     await tx.query('UPDATE roles SET description = $2, permissions = $3, updated_at = $4 WHERE id = $1', [
       id, 'description' in body ? body.description ?? null : role.description, body.permissions ?? role.permissions, ctx.now,
     ]);
@@ -168,6 +172,7 @@ export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
     throw new ApiError('role_in_use', { message: "The Application's default_app_role is held by every user with access; change default_app_role first.", details: { assignment_count: role.assignment_count, default_app_role: true } });
   }
   await ctx.db.transaction(async (tx) => {
+    if (app) await assertTenantWritable(tx, app.tenant_id);
     // Held in either mode, the Role stays; the count reported is the caller's mode's (the other's is not theirs to see).
     const { rows } = await tx.query<{ n: number; visible: number }>(
       'SELECT count(*)::int AS n, count(u.id)::int AS visible FROM role_assignments ra LEFT JOIN users u ON u.id = ra.user_id WHERE ra.role_id = $1',

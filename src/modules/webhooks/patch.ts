@@ -6,6 +6,7 @@ import { visibleSubscription } from './access.js';
 import { findSubscription, toWebhook } from './store.js';
 import { WEBHOOK_READ_ONLY, type PatchWebhookBody, type Webhook } from './schemas.js';
 import { auditWebhook } from './service.js';
+import { assertAppTenantWritable } from '../tenancy/writable.js';
 
 const versionIndex = (v: string) => (API_VERSIONS as readonly string[]).indexOf(v);
 
@@ -28,6 +29,7 @@ export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody)
   return ctx.db.transaction(async (tx) => {
     const sub = await findSubscription(tx, id, true);
     if (!sub) throw new ApiError('webhook_not_found');
+    if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     let reset = false;
     if (body.status === 'healthy' && sub.status !== 'healthy') {
       if (sub.status !== 'disabled') {

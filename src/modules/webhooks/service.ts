@@ -7,6 +7,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
+import { assertAppTenantWritable, assertTenantWritable } from '../tenancy/writable.js';
 import { CURRENT_API_VERSION, newSigningSecret, ROTATION_OVERLAP_SECONDS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
 import { resolveCreateScope, tenantOfApplication, visibleCondition, visibleSubscription, webhookViewer } from './access.js';
@@ -34,6 +35,8 @@ export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<
       const tenantId = (await tenantOfApplication(tx, scope.applicationId))!;
       // The Tenant row lock serializes concurrent creations, so the cap holds under races.
       await tx.query('SELECT id FROM tenants WHERE id = $1 FOR UPDATE', [tenantId]);
+      // An app-scope subscription is its Application's Tenant's data: none is added while it is migrating.
+      await assertTenantWritable(tx, tenantId);
       const tenant = await findTenant(tx, tenantId);
       if (tenant) assertWithinPlan(tenant, 'webhooks', (await countTenantSubscriptions(tx, tenantId)) + 1);
     }
@@ -89,6 +92,7 @@ export async function deleteWebhook(ctx: Ctx, id: string): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     const sub = await findSubscription(tx, id, true);
     if (!sub) throw new ApiError('webhook_not_found');
+    if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     await tx.query('DELETE FROM webhook_subscriptions WHERE id = $1', [id]);
     await auditWebhook(tx, ctx, 'webhook.deleted', sub, { before: toWebhook(sub) });
   });
@@ -100,6 +104,7 @@ export async function rotateSecret(ctx: Ctx, id: string): Promise<{ id: string; 
   return ctx.db.transaction(async (tx) => {
     const sub = await findSubscription(tx, id, true);
     if (!sub) throw new ApiError('webhook_not_found');
+    if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     const secret = newSigningSecret();
     const expires = addSeconds(ctx.now, ROTATION_OVERLAP_SECONDS);
     await tx.query(

@@ -1,0 +1,161 @@
+// Part B, Tier-change request: "While a Tenant is `migrating`, reads work and writes to its data return
+// 503 `service_unavailable` with Retry-After." These cover the writes beyond applications, entitlements,
+// organization grants and checkout: an Application's Roles and their assignments, app-scope webhook
+// subscriptions, AppProfiles, and an ownership move into a migrating Tenant. Each write answers 503 with
+// Retry-After and changes nothing; the Tenant is set to migrating directly (as the tier-change processor does).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { assertError, assertStatus, call, grant, newApp, person, platformKey, sql, type InjectResponse } from '../access/support.js';
+
+let t: TestApp;
+let admin: string;
+before(async () => {
+  t = await buildTestApp({ webhookAllowPrivateTargets: true });
+  admin = await platformKey(t);
+});
+after(() => t.close());
+
+const setTenant = (id: string, cols: Record<string, unknown>) =>
+  sql(t, `UPDATE tenants SET ${Object.keys(cols).map((k, i) => `${k} = $${i + 2}`).join(', ')} WHERE id = $1`, [id, ...Object.values(cols)]);
+
+/** 503 service_unavailable, Retry-After, and the reason naming the Tenant. */
+function assertMigrating(res: InjectResponse, tenantId: string): void {
+  const error = assertError(res, 503, 'service_unavailable');
+  assert.equal(res.headers['retry-after'], '60');
+  assert.equal(error.details.tenant_id, tenantId);
+  assert.equal(error.details.reason, 'tenant_migrating');
+}
+
+const roleRow = async (id: string) => (await sql(t, 'SELECT description, permissions, updated_at FROM roles WHERE id = $1', [id]))[0];
+const assignmentRow = async (userId: string, roleId: string) =>
+  (await sql(t, 'SELECT * FROM role_assignments WHERE user_id = $1 AND role_id = $2', [userId, roleId]))[0];
+
+/** An enterprise-plan Application with Roles editor, viewer and spare; a user with access holds viewer. */
+async function appWithRoles() {
+  const app = await newApp(t, admin, { available_app_roles: ['editor', 'viewer', 'spare'] });
+  await setTenant(app.tenant_id, { plan: 'enterprise' });
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/role_${app.slug}_viewer`, admin, {}), 201);
+  return { app, user };
+}
+
+test('PATCH /v1/roles/{id} of an app Role (and POST /v1/roles) while its Tenant is migrating: 503, the Role unchanged', async () => {
+  const { app } = await appWithRoles();
+  const roleId = `role_${app.slug}_editor`;
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${roleId}`, admin, { description: 'before migration' }), 200);
+  // A deleted declared Role can be created again: done during the migration, it must be refused too.
+  assertStatus(await call(t, 'DELETE', `/v1/roles/role_${app.slug}_spare`, admin), 204);
+  const before = await roleRow(roleId);
+  await setTenant(app.tenant_id, { status: 'migrating' });
+
+  assertMigrating(await call(t, 'PATCH', `/v1/roles/${roleId}`, admin, { description: 'changed during migration' }), app.tenant_id);
+  assert.deepEqual(await roleRow(roleId), before);
+  assertMigrating(await call(t, 'PATCH', `/v1/roles/${roleId}`, app.owner!.token, { description: 'by the owner' }), app.tenant_id);
+  assert.deepEqual(await roleRow(roleId), before);
+  assertMigrating(await call(t, 'POST', '/v1/roles', admin, { scope: app.id, name: 'spare', description: 'during migration' }), app.tenant_id);
+  assert.equal(await roleRow(`role_${app.slug}_spare`), undefined);
+
+  // Reads keep working.
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/roles/${roleId}`, admin), 200).description, 'before migration');
+  // Back to active, the same write goes through.
+  await setTenant(app.tenant_id, { status: 'active' });
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${roleId}`, admin, { description: 'after migration' }), 200);
+});
+
+test('POST and DELETE /v1/users/{u}/roles/{appRoleId} while the Tenant is migrating: 503, assignments unchanged', async () => {
+  const { app, user } = await appWithRoles();
+  const other = await person(t);
+  const viewer = `role_${app.slug}_viewer`;
+  const editor = `role_${app.slug}_editor`;
+  const held = await assignmentRow(user.id, viewer);
+  await setTenant(app.tenant_id, { status: 'migrating' });
+
+  assertMigrating(await call(t, 'POST', `/v1/users/${other.id}/roles/${editor}`, admin, {}), app.tenant_id);
+  assert.equal(await assignmentRow(other.id, editor), undefined);
+  assertMigrating(await call(t, 'DELETE', `/v1/users/${user.id}/roles/${viewer}`, admin), app.tenant_id);
+  assert.deepEqual(await assignmentRow(user.id, viewer), held);
+  const events = await sql(t, `SELECT 1 FROM outbox_events WHERE type IN ('role.assigned', 'role.removed') AND data->>'user_id' = ANY($1)`, [[user.id, other.id]]);
+  assert.equal(events.length, 1, 'only the assignment made before the migration');
+
+  // Reads keep working; platform Roles are no Tenant's data.
+  const listed = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles?application_id=${app.id}`, admin), 200);
+  assert.ok(listed.data.some((a: any) => a.role_id === viewer));
+});
+
+test('DELETE /v1/roles/{appRoleId} while the Tenant is migrating: 503, the Role stays', async () => {
+  const { app } = await appWithRoles();
+  const roleId = `role_${app.slug}_editor`;
+  const before = await roleRow(roleId);
+  await setTenant(app.tenant_id, { status: 'migrating' });
+
+  assertMigrating(await call(t, 'DELETE', `/v1/roles/${roleId}`, admin), app.tenant_id);
+  assert.deepEqual(await roleRow(roleId), before);
+  assertMigrating(await call(t, 'DELETE', `/v1/roles/${roleId}`, app.owner!.token), app.tenant_id);
+  assert.deepEqual(await roleRow(roleId), before);
+});
+
+test('app-scope webhook subscriptions of a migrating Tenant: create, PATCH, DELETE and rotate-secret answer 503 and change nothing', async () => {
+  const app = await newApp(t, admin);
+  await setTenant(app.tenant_id, { plan: 'enterprise' });
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: app.id, url: 'http://127.0.0.1:9/before', events: ['*'], description: 'before' }), 201);
+  const rowOf = async () => (await sql(t, 'SELECT * FROM webhook_subscriptions WHERE id = $1', [sub.id]))[0];
+  const before = await rowOf();
+  await setTenant(app.tenant_id, { status: 'migrating' });
+
+  assertMigrating(await call(t, 'POST', '/v1/webhooks', admin, { scope: app.id, url: 'http://127.0.0.1:9/during', events: ['*'] }), app.tenant_id);
+  assertMigrating(await call(t, 'POST', '/v1/webhooks', app.owner!.token, { scope: app.id, url: 'http://127.0.0.1:9/owner', events: ['*'] }), app.tenant_id);
+  const subs = await sql(t, 'SELECT id FROM webhook_subscriptions WHERE application_id = $1', [app.id]);
+  assert.deepEqual(subs.map((r) => r.id), [sub.id], 'no subscription added');
+
+  assertMigrating(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { description: 'during' }), app.tenant_id);
+  assertMigrating(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin, {}), app.tenant_id);
+  assertMigrating(await call(t, 'DELETE', `/v1/webhooks/${sub.id}`, admin), app.tenant_id);
+  assert.deepEqual(await rowOf(), before);
+
+  // Reads keep working; platform-scope subscriptions are no Tenant's data.
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200).description, 'before');
+  const platform = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'http://127.0.0.1:9/platform', events: ['*'] }), 201);
+  assertStatus(await call(t, 'DELETE', `/v1/webhooks/${platform.id}`, admin), 204);
+});
+
+test('PATCH /v1/users/me/apps/{app}/profile for an Application of a migrating Tenant: 503, the AppProfile unchanged', async () => {
+  const app = await newApp(t, admin);
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  assertStatus(await call(t, 'PATCH', `/v1/users/me/apps/${app.id}/profile`, u.token, { display_handle: 'before', custom: { a: 1 } }), 200);
+  const rowOf = async () => (await sql(t, 'SELECT * FROM app_profiles WHERE user_id = $1 AND application_id = $2', [u.id, app.id]))[0];
+  const before = await rowOf();
+  await setTenant(app.tenant_id, { status: 'migrating' });
+
+  assertMigrating(await call(t, 'PATCH', `/v1/users/me/apps/${app.id}/profile`, u.token, { display_handle: 'during-migration' }), app.tenant_id);
+  assertMigrating(await call(t, 'PATCH', `/v1/users/${u.id}/apps/${app.id}/profile`, admin, { custom: { b: 2 } }), app.tenant_id);
+  assert.deepEqual(await rowOf(), before);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/users/me/apps/${app.id}/profile`, u.token), 200).display_handle, 'before');
+
+  // A first PATCH (no record yet) creates nothing either.
+  const v = await person(t);
+  await setTenant(app.tenant_id, { status: 'active' });
+  await grant(t, admin, v.id, app.id);
+  await setTenant(app.tenant_id, { status: 'migrating' });
+  assertMigrating(await call(t, 'PATCH', `/v1/users/me/apps/${app.id}/profile`, v.token, { display_handle: 'new' }), app.tenant_id);
+  assert.equal((await sql(t, 'SELECT 1 FROM app_profiles WHERE user_id = $1', [v.id])).length, 0);
+});
+
+test('PATCH /v1/applications/{a} {owner_user_id} into a migrating Tenant: 503, the Application stays where it was', async () => {
+  const a = await newApp(t, admin); // user A's Tenant, active
+  const b = await newApp(t, admin); // user B's Tenant, the destination
+  await setTenant(b.tenant_id, { plan: 'enterprise', status: 'migrating' });
+  const rowOf = async () => (await sql(t, 'SELECT tenant_id, owner_user_id, owner_organization_id, updated_at FROM applications WHERE id = $1', [a.id]))[0];
+  const before = await rowOf();
+
+  assertMigrating(await call(t, 'PATCH', `/v1/applications/${a.id}`, admin, { owner_user_id: b.owner!.id }), b.tenant_id);
+  assert.deepEqual(await rowOf(), before);
+  assert.equal(before.tenant_id, a.tenant_id);
+
+  // Once the destination is active again, the move goes through.
+  await setTenant(b.tenant_id, { status: 'active' });
+  const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${a.id}`, admin, { owner_user_id: b.owner!.id }), 200);
+  assert.equal(moved.tenant_id, b.tenant_id);
+});
