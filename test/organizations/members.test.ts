@@ -87,6 +87,20 @@ test('an admin email change of a user invited by an Organization voids the Organ
   assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [member.user_id]))[0].status, 'invited');
 });
 
+test('members ?q= matches a pending member by email only, never by the display_name the list hides until they are active', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const u = await person(t);
+  const name = `Zq${Math.random().toString(36).slice(2, 8)}`;
+  assertStatus(await call(t, 'PATCH', '/v1/users/me/profile', u.token, { display_name: name }), 200);
+  assertStatus(await invite(t, owner.token, org.id, u.email), 201);
+  const byName = async () => assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?q=${name.toLowerCase()}`, admin), 200).data.map((m: any) => m.user_id);
+  assert.deepEqual(await byName(), []);
+  const byEmail = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?q=${encodeURIComponent(u.email)}`, admin), 200).data;
+  assert.deepEqual(byEmail.map((m: any) => [m.user_id, m.display_name]), [[u.id, null]]);
+  assertStatus(await accept(t, u.token, org.id), 200);
+  assert.deepEqual(await byName(), [u.id], 'once active, the shown name matches');
+});
+
 test('adding by user_id (organizations.manage) is active at once: organization.member_added and access.granted (org_member_added) where a grant exists', async () => {
   const org = await orgWithMembers(t, admin);
   const app = await newApp(t, admin);

@@ -139,6 +139,17 @@ test('GET /v1/organizations with organizations.manage lists everything without m
   assert.equal('my_role' in viaUser.data[0], false);
 });
 
+test('a PATCH of an Organization that changes nothing (same name, same status, a reason alone) writes no organization.updated; a real suspend writes one', async () => {
+  const org = await orgWithMembers(t, admin);
+  for (const body of [{ name: org.name }, { reason: 'just a note' }, { status: 'active' }]) {
+    assert.equal(assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, body), 200).status, 'active');
+  }
+  assert.equal((await orgAudit(t, org.id, 'organization.updated')).length, 0);
+  await suspendOrg(org.id, 'a');
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { status: 'suspended', reason: 'b' }), 200).status, 'suspended');
+  assert.equal((await orgAudit(t, org.id, 'organization.updated')).length, 1);
+});
+
 test('PATCH /v1/organizations/{id}: an org admin renames it (organization.updated); a plain member gets 403 forbidden', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const renamed = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { name: 'Renamed Co' }), 200);

@@ -27,7 +27,8 @@ export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
   if (!q.include_inactive) where.push('NOT user_deleted');
   if (q.role) where.push(`role = $${params.push(q.role)}`);
   if (q.membership_status) where.push(`membership_status = $${params.push(q.membership_status)}`);
-  if (q.q) where.push(`(lower(email) LIKE $${params.push(`${escapeLike(q.q)}%`)} OR lower(display_name) LIKE $${params.length})`);
+  // The name is matched only where it is shown: a pending member's display_name is null until active.
+  if (q.q) where.push(`(lower(email) LIKE $${params.push(`${escapeLike(q.q)}%`)} OR (membership_status = 'active' AND lower(display_name) LIKE $${params.length}))`);
   const ks = keyset(q, params.length + 1);
   const { rows } = await ctx.db.query<MemberRow>(
     `SELECT * FROM (SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_FROM}) x WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,

@@ -93,6 +93,8 @@ export async function patchOrganization(ctx: Ctx, id: string, body: PatchOrgBody
   if (!manage && !admin) throw new ApiError('forbidden');
   if ((body.status !== undefined || body.reason !== undefined) && !manage) throw new ApiError('forbidden', { message: 'Only organizations.manage changes an Organization status.' });
   if (!manage) assertOrgActive(org);
+  // A PATCH that changes neither name nor status writes nothing (a reason alone changes nothing).
+  if ((body.name ?? org.name) === org.name && (body.status ?? org.status) === org.status) return toOrganization(org);
   return ctx.db.transaction(async (tx) => {
     await tx.query('UPDATE organizations SET name = $2, status = $3, updated_at = $4 WHERE id = $1', [id, body.name ?? org.name, body.status ?? org.status, ctx.now]);
     const after = toOrganization((await findOrg(tx, id))!);
