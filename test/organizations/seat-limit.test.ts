@@ -67,6 +67,38 @@ test('adding a member never fails on a plan limit: a member joining at the cap i
   assert.equal(audit.length, 1);
 });
 
+test('a restricted Tenant takes no new seat: a member joining (by user_id or accepting an invitation) is added and reads seat_limit with no access; once the restriction lifts, seat-limit-release grants access', async () => {
+  const app = await newApp(t, admin);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const tenantId = await tenantOf(app.id);
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [tenantId]);
+  try {
+    const seatsBefore = assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/usage`, app.owner!.token), 200).limits.seats.current;
+    const byId = await person(t);
+    assert.equal(assertStatus(await addById(t, admin, org.id, byId.id), 201).membership_status, 'active');
+    const invited = await person(t);
+    assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, org.owner.token, { email: invited.email }), 201);
+    assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members/me/accept`, invited.token), 200);
+    for (const u of [byId, invited]) {
+      assert.deepEqual(await decisionOf(u.id, app.id), { allowed: false, decision: 'seat_limit' });
+      assert.deepEqual(await accessEvents(t, u.id, app.id), []);
+    }
+    assert.equal(assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/usage`, app.owner!.token), 200).limits.seats.current, seatsBefore, 'no new seat');
+    await t.deps.jobs.runNow('seat-limit-release');
+    assert.equal((await decisionOf(byId.id, app.id)).allowed, false, 'nothing is released while restricted');
+  } finally {
+    await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [tenantId]);
+  }
+  await t.deps.jobs.runNow('seat-limit-release');
+  const members = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members`, admin), 200).data.filter((m: any) => m.user_id !== org.owner.id);
+  assert.equal(members.length, 2);
+  for (const m of members) {
+    assert.deepEqual(await decisionOf(m.user_id, app.id), { allowed: true, decision: 'included' });
+    assert.deepEqual(await accessEvents(t, m.user_id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  }
+});
+
 test('a member already holding a seat through a personal grant is never seat_limit: joining adds no seat', async () => {
   const { app } = await starterAppWithSeats(998);
   const holder = await person(t);

@@ -55,7 +55,7 @@ async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: str
         [org.id, userId, role, ctx.now],
       );
     }
-  }));
+  }, { holdRestricted: true }));
   await memberEvent(tx, ctx, 'organization.member_added', { organization_id: org.id, user_id: userId, role });
 }
 

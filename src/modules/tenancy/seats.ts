@@ -39,6 +39,11 @@ async function seatCapOf(db: Queryable, tenantId: string): Promise<number | null
   return rows[0] ? PLAN_LIMITS[rows[0].plan].seats : null;
 }
 
+async function isRestricted(db: Queryable, tenantId: string): Promise<boolean> {
+  const { rows } = await db.query<{ restricted: boolean }>('SELECT restricted FROM tenants WHERE id = $1', [tenantId]);
+  return rows[0]?.restricted ?? false;
+}
+
 export async function applicationTenant(db: Queryable, applicationId: string): Promise<string | null> {
   const { rows } = await db.query<{ tenant_id: string | null }>('SELECT tenant_id FROM applications WHERE id = $1', [applicationId]);
   return rows[0]?.tenant_id ?? null;
@@ -60,7 +65,7 @@ export async function orgGrantTenants(db: Queryable, orgId: string): Promise<str
  * a restricted Tenant takes no new seat (Part B). Seats already held stay; a change adding none passes.
  */
 export async function withoutNewSeatsIfRestricted<T>(tx: Tx, tenantId: string | null, userIds: string[], now: Date, mutate: () => Promise<T>): Promise<T> {
-  const restricted = tenantId !== null && (await tx.query<{ restricted: boolean }>('SELECT restricted FROM tenants WHERE id = $1', [tenantId])).rows[0]?.restricted;
+  const restricted = tenantId !== null && (await isRestricted(tx, tenantId));
   if (!restricted) return mutate();
   const before = await seatHoldersAmong(tx, tenantId, userIds, now);
   const result = await mutate();
@@ -74,13 +79,17 @@ export async function withoutNewSeatsIfRestricted<T>(tx: Tx, tenantId: string | 
  * seat caps: when a capped Tenant ends up over its cap, the users among `userIds` who became seats
  * through the change (newest user ids last, so the choice is stable) are marked seat_limit on every
  * grant of that Tenant that reaches them, until the count is back at the cap. Adding a member never
- * fails on a plan limit; the excess members simply get no access. Call it inside withAccessFlips so
+ * fails on a plan limit; the excess members simply get no access. With holdRestricted (a member
+ * becoming active), a restricted Tenant's cap is the seats it holds: it takes no new seat, and the
+ * member is marked instead of the request failing. Call it inside withAccessFlips so
  * the marked members' access never flips on.
  */
-export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: string[], now: Date, mutate: () => Promise<T>): Promise<T> {
+export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: string[], now: Date, mutate: () => Promise<T>, opts: { holdRestricted?: boolean } = {}): Promise<T> {
   const capped: { tenantId: string; cap: number; before: Set<string> }[] = [];
   for (const tenantId of new Set(tenantIds)) {
-    const cap = await seatCapOf(tx, tenantId);
+    let cap = await seatCapOf(tx, tenantId);
+    // A restricted Tenant takes no new seat: its cap is the seats it holds now.
+    if (opts.holdRestricted && (await isRestricted(tx, tenantId))) cap = Math.min(cap ?? Infinity, await countSeats(tx, tenantId, now));
     if (cap !== null) capped.push({ tenantId, cap, before: await seatHoldersAmong(tx, tenantId, userIds, now) });
   }
   const result = await mutate();
@@ -115,12 +124,14 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Pro
     [tenantId],
   );
   if (marked.length === 0) return 0;
-  const cap = await seatCapOf(tx, tenantId);
+  // A restricted Tenant has no room for a new seat until the restriction lifts.
+  const restricted = await isRestricted(tx, tenantId);
+  const cap = restricted ? 0 : await seatCapOf(tx, tenantId);
   const ids = marked.map((r) => r.user_id);
   let released = ids;
   if (cap !== null) {
     const seated = await seatHoldersAmong(tx, tenantId, ids, ctx.now);
-    let room = cap - (await countSeats(tx, tenantId, ctx.now));
+    let room = restricted ? 0 : cap - (await countSeats(tx, tenantId, ctx.now));
     released = ids.filter((u) => seated.has(u) || room-- > 0);
   }
   if (released.length === 0) return 0;
