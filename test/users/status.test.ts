@@ -96,6 +96,17 @@ test('active → suspended by POST suspend (users.manage): revokes all sessions,
   assertError(await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password }), 403, 'account_suspended');
 });
 
+test('POST suspend with the optional reason keeps it in the user.suspended audit row (not on the User)', async () => {
+  const user = await createUser(t);
+  const body = assertStatus(await suspend(user.id, admin.token, { reason: 'chargeback fraud' }), 200);
+  assert.equal(body.status, 'suspended');
+  assert.equal(body.reason, undefined);
+  const audit = await auditFor(t, user.id, 'user.suspended');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].after.reason, 'chargeback fraud');
+  assert.equal(audit[0].after.status, 'suspended');
+});
+
 test('active → suspended by PATCH status suspended (users.manage) has the same effects as POST suspend', async () => {
   const { user, tokens } = await subject();
   const m = await mark(user.id);

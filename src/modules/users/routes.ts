@@ -67,7 +67,7 @@ export function userRoutes(app: App, deps: Deps): void {
   app.post('/v1/users/:id/suspend', {
     schema: { summary: 'Suspend a user', tags, params: UserIdParam, body: ReasonBody, response: { 200: User } },
     config: { meta: { auth: 'any', permission: 'users.manage', destructive: 'always', idempotency: 'optional', errors: ['user_not_found', 'invalid_status_transition'] } },
-    handler: (request) => suspendUser(ctxOf(deps, request), request.params.id),
+    handler: (request) => suspendUser(ctxOf(deps, request), request.params.id, request.body?.reason),
   });
 
   app.post('/v1/users/:id/invitation', {

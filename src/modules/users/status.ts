@@ -26,7 +26,7 @@ async function reload(tx: Tx, id: string): Promise<UserRow> {
  * Moves a user to a new status with the table's side effects: sessions revoked on suspend and
  * delete, access flips, the audit action and the user.* webhook event, in the caller's transaction.
  */
-async function transition(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, action: string, reason: AccessReason | null, webhook: string | null): Promise<UserRow> {
+async function transition(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, action: string, reason: AccessReason | null, webhook: string | null, note?: string): Promise<UserRow> {
   const c = inTx(ctx, tx);
   const change = async () => {
     await tx.query(
@@ -38,21 +38,22 @@ async function transition(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, actio
   if (reason) await withAccessFlips(tx, c, { userIds: [user.id] }, reason, change);
   else await change();
   const after = await reload(tx, user.id);
-  await recordAudit(tx, c, { action, target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: toUser(after) });
+  await recordAudit(tx, c, { action, target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: { ...toUser(after), ...(note ? { reason: note } : {}) } });
   if (webhook) await emit(tx, c, { type: webhook, data: { user_id: user.id } });
   return after;
 }
 
-export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow): Promise<UserRow> {
+/** Suspends an active user; the optional reason is kept in the user.suspended audit row. */
+export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow, reason?: string): Promise<UserRow> {
   if (user.status === 'suspended') return user; // 200 with no change and no events
   if (user.status !== 'active') throw invalidTransition(user.status, 'suspended');
-  return transition(tx, ctx, user, 'suspended', 'user.suspended', 'user_suspended', 'user.suspended');
+  return transition(tx, ctx, user, 'suspended', 'user.suspended', 'user_suspended', 'user.suspended', reason);
 }
 
-/** POST /v1/users/{id}/suspend (users.manage). */
-export async function suspendUser(ctx: Ctx, idParam: string): Promise<User> {
+/** POST /v1/users/{id}/suspend (users.manage), body optional reason. */
+export async function suspendUser(ctx: Ctx, idParam: string, reason?: string): Promise<User> {
   const { user } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
-  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockUser(tx, user.id))));
+  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockUser(tx, user.id), reason)));
 }
 
 /** Soft delete: shared by DELETE /v1/users/{id} and erasure requests. */
