@@ -190,6 +190,16 @@ test('an erasure request is idempotent: a repeat returns the existing request wi
   assert.equal((await auditFor(t, user.id)).length, auditCount, 'no new audit rows');
 });
 
+test('concurrent erasure requests for one user make one request: the same body for all, one user.erasure_requested and one user.deleted (on PostgreSQL they run at once)', async () => {
+  const user = await createUser(t);
+  const admin = await asAdmin();
+  const answers = await Promise.all(Array.from({ length: 4 }, () => requestErasure(user.id, admin)));
+  const bodies = answers.map((a) => assertStatus(a, 202));
+  for (const b of bodies) assert.deepEqual(b, bodies[0]);
+  assert.equal((await auditFor(t, user.id, 'user.erasure_requested')).length, 1);
+  assert.equal((await auditFor(t, user.id, 'user.deleted')).length, 1);
+});
+
 test('an erasure request is allowed for an already soft-deleted user when users.manage', async () => {
   const user = await createUser(t);
   const admin = await asAdmin();

@@ -81,9 +81,12 @@ const toErasure = (r: ErasureRow): ErasureRequest => ({
 export async function requestErasure(ctx: Ctx, idParam: string, reason: string | null): Promise<ErasureRequest> {
   const { user } = await targetUser(ctx, idParam, 'manage');
   return ctx.db.transaction(async (tx) => {
+    // The user row is locked first: two requests at once (no erasure row yet to lock) run one after
+    // the other, and the second returns the first's request.
+    const locked = await lockUser(tx, user.id);
     const { rows } = await tx.query<ErasureRow>('SELECT user_id, status, requested_at, scheduled_for FROM erasure_requests WHERE user_id = $1 FOR UPDATE', [user.id]);
     if (rows[0]?.status === 'scheduled') return toErasure(rows[0]);
-    await softDeleteUserRow(tx, ctx, await lockUser(tx, user.id));
+    await softDeleteUserRow(tx, ctx, locked);
     const by = actorRef(ctx);
     const { rows: saved } = await tx.query<ErasureRow>(
       `INSERT INTO erasure_requests (user_id, status, reason, requested_at, scheduled_for, requested_by_type, requested_by_id)
