@@ -196,7 +196,7 @@ export async function outbox(t: TestApp, filter: { types?: string[]; userId?: st
   if (filter.userId) add((n) => `data->>'user_id' = $${n}`, filter.userId);
   if (filter.applicationId) add((n) => `application_id = $${n}`, filter.applicationId);
   if (filter.entitlementId) add((n) => `data->'entitlement'->>'id' = $${n}`, filter.entitlementId);
-  return sql<OutboxRow>(t, `SELECT id, type, application_id, test_mode, data FROM outbox_events ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`, params);
+  return sql<OutboxRow>(t, `SELECT id, type, application_id, test_mode, data FROM outbox_events ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY seq`, params);
 }
 
 /** access.granted / access.revoked rows for one (user, Application) pair, as [type, reason, entitlement_status]. */

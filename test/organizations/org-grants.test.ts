@@ -153,12 +153,11 @@ test('an org admin can never create the grant for their own Organization (403 fo
   assert.equal(ent.included_member_count, 2);
 });
 
-test('an org admin can never create the grant for their own Organization, not even holding platform entitlements.manage (support role): 403 forbidden, nothing written', async () => {
+test('an org admin who also holds platform entitlements.manage (a superadmin who created the Organization) may create its grant: 201', async () => {
   const boss = await person(t, { roles: ['support'] });
   const { org } = await createOrgApi(t, boss);
   const app = await newApp(t, admin);
-  assertError(await orgGrantReq(t, boss.token, org.id, { application_id: app.id }), 403, 'forbidden');
-  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).length, 0);
+  assert.equal(assertStatus(await orgGrantReq(t, boss.token, org.id, { application_id: app.id }), 201).source, 'org_seat');
 });
 
 test('org admins may toggle their org_seat row: disabled with disabled_reason (200, access.revoked per member), back to active (access.granted); revoke or other fields: 403 forbidden', async () => {

@@ -72,7 +72,7 @@ export async function memberWebhooks(t: TestApp, orgId: string, userId?: string)
   const params: unknown[] = [orgId];
   let where = `type LIKE 'organization.member%' AND data->>'organization_id' = $1`;
   if (userId) where += ` AND data->>'user_id' = $${params.push(userId)}`;
-  return sql(t, `SELECT type, data FROM outbox_events WHERE ${where} ORDER BY created_at, id`, params);
+  return sql(t, `SELECT type, data FROM outbox_events WHERE ${where} ORDER BY seq`, params);
 }
 
 export async function mails(t: TestApp, to: string, template = 'organization_invitation'): Promise<any[]> {

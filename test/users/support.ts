@@ -73,7 +73,7 @@ export interface OutboxRow {
 
 /** Webhook outbox rows whose data names this user, oldest first. */
 export async function outboxFor(t: TestApp, userId: string): Promise<OutboxRow[]> {
-  return sql<OutboxRow>(t, `SELECT type, application_id, test_mode, data FROM outbox_events WHERE data->>'user_id' = $1 ORDER BY created_at, id`, [userId]);
+  return sql<OutboxRow>(t, `SELECT type, application_id, test_mode, data FROM outbox_events WHERE data->>'user_id' = $1 ORDER BY seq`, [userId]);
 }
 
 export async function liveSessionCount(t: TestApp, userId: string): Promise<number> {

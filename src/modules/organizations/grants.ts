@@ -1,5 +1,5 @@
 import type { Ctx } from '../../context.js';
-import { inTx } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
@@ -28,8 +28,10 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
   const app = await grantableApplication(ctx, body.application_id);
   const org = await findOrg(ctx.db, orgId);
   if (!org) throw new ApiError('organization_not_found');
-  // Never: not even an org admin who also holds entitlements.manage on the platform.
-  if (ctx.actor.type === 'user') {
+  // An org admin never grants to their own Organization, unless they hold platform
+  // entitlements.manage (docs/decisions.md "Org admins and their own grants").
+  const platform = hasPermission(ctx.actor, 'entitlements.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
+  if (!platform && ctx.actor.type === 'user') {
     const member = await findMember(ctx.db, orgId, ctx.actor.userId);
     if (member?.role === 'org_admin' && member.membership_status === 'active') {
       throw new ApiError('forbidden', { message: 'Org admins may scope and toggle their Organization grants, never create them.' });

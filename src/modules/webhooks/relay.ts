@@ -20,7 +20,7 @@ SELECT ev.id AS event_id, ev.type, ev.test_mode, s.id AS subscription_id
    AND (s.application_id IS NULL
         OR s.application_id = ev.application_id
         OR (ev.application_id IS NULL AND s.application_id = ANY(ev.path_application_ids)))
- ORDER BY ev.created_at, ev.id
+ ORDER BY ev.seq
    FOR KEY SHARE OF s`;
 
 /**
@@ -32,7 +32,7 @@ SELECT ev.id AS event_id, ev.type, ev.test_mode, s.id AS subscription_id
 export async function relayOutbox(deps: Deps, batchSize = 500): Promise<number> {
   return deps.database.scoped('system').transaction(async (tx) => {
     const { rows: events } = await tx.query<{ id: string }>(
-      `SELECT id FROM outbox_events WHERE relayed_at IS NULL ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED`,
+      `SELECT id FROM outbox_events WHERE relayed_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`,
       [batchSize],
     );
     if (events.length === 0) return 0;

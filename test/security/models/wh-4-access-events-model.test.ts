@@ -110,7 +110,7 @@ async function runSequence(seq: Sequence, stopAt?: string): Promise<Outcome> {
   const newEvents = async (): Promise<string[]> => {
     const rows = await sql<{ id: string; type: AccessEvent['type']; data: any }>(
       t,
-      `SELECT id, type, data FROM outbox_events WHERE type IN ('access.granted', 'access.revoked') AND data->>'user_id' = ANY($1::text[]) ORDER BY created_at, id`,
+      `SELECT id, type, data FROM outbox_events WHERE type IN ('access.granted', 'access.revoked') AND data->>'user_id' = ANY($1::text[]) ORDER BY seq`,
       [fx.users.map((u) => u.id)],
     );
     const fresh = rows.filter((r) => !seen.has(r.id));
