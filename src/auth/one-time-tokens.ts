@@ -34,13 +34,19 @@ export interface OneTimeTokenRow {
 
 /**
  * Tokens mailed to a user's address: whoever follows one proves control of that address (verify,
- * email change) or gets it marked verified (reset, invitation: which also sets the password). When the address changes they must die with it,
- * or a link mailed to the old address would verify, or undo, the new one.
+ * email change) or gets it marked verified (reset, invitation: which also sets the password). When
+ * the address changes they must die with it, or a link mailed to the old address would verify, or
+ * undo, the new one.
  */
 const ADDRESS_BOUND: OneTimeTokenKind[] = ['email_verification', 'email_change', 'password_reset', 'invitation'];
 
-async function voidTokens(tx: Tx, userId: string, kinds: OneTimeTokenKind[], now: Date): Promise<void> {
-  await tx.query('UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = ANY($2::text[]) AND used_at IS NULL', [userId, kinds, now]);
+/** Voids the user's outstanding tokens of `kinds`; with `organizationId` (null: none) only those issued for it. */
+async function voidTokens(tx: Tx, userId: string, kinds: OneTimeTokenKind[], now: Date, organizationId?: string | null): Promise<void> {
+  const forOrganization = organizationId === undefined ? '' : `AND (data->>'organization_id') IS NOT DISTINCT FROM $4::text`;
+  await tx.query(
+    `UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = ANY($2::text[]) AND used_at IS NULL ${forOrganization}`,
+    organizationId === undefined ? [userId, kinds, now] : [userId, kinds, now, organizationId],
+  );
 }
 
 /** Voids the user's outstanding address-bound tokens; call in the transaction that changes the email. */
@@ -73,12 +79,7 @@ export async function issueOneTimeToken(
   t: { kind: OneTimeTokenKind; userId: string; data?: Record<string, unknown>; replacePrevious?: boolean; lifetimeSeconds?: number },
 ): Promise<string> {
   const organizationId = typeof t.data?.organization_id === 'string' ? t.data.organization_id : null;
-  if (t.replacePrevious) {
-    await tx.query(
-      `UPDATE one_time_tokens SET used_at = $3 WHERE user_id = $1 AND kind = $2 AND used_at IS NULL AND (data->>'organization_id') IS NOT DISTINCT FROM $4::text`,
-      [t.userId, t.kind, ctx.now, organizationId],
-    );
-  }
+  if (t.replacePrevious) await voidTokens(tx, t.userId, [t.kind], ctx.now, organizationId);
   const token = newSecret(PREFIX[t.kind]);
   await tx.query(
     `INSERT INTO one_time_tokens (id, kind, token_hash, user_id, test_mode, data, created_at, expires_at)

@@ -125,13 +125,12 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Pro
   );
   if (marked.length === 0) return 0;
   // A restricted Tenant has no room for a new seat until the restriction lifts.
-  const restricted = await isRestricted(tx, tenantId);
-  const cap = restricted ? 0 : await seatCapOf(tx, tenantId);
+  const cap = (await isRestricted(tx, tenantId)) ? 0 : await seatCapOf(tx, tenantId);
   const ids = marked.map((r) => r.user_id);
   let released = ids;
   if (cap !== null) {
     const seated = await seatHoldersAmong(tx, tenantId, ids, ctx.now);
-    let room = restricted ? 0 : cap - (await countSeats(tx, tenantId, ctx.now));
+    let room = cap - (await countSeats(tx, tenantId, ctx.now));
     released = ids.filter((u) => seated.has(u) || room-- > 0);
   }
   if (released.length === 0) return 0;
