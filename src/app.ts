@@ -10,7 +10,7 @@ import { SecretBox } from './auth/secret-box.js';
 import { confirmSession } from './auth/credentials.js';
 import { JobRunner } from './jobs/runner.js';
 import { validatorCompiler } from './http/validation.js';
-import { frameworkErrorHandler, registerErrorHandling } from './http/errors-plugin.js';
+import { frameworkErrorHandler, MAX_PARAM_LENGTH, registerErrorHandling } from './http/errors-plugin.js';
 import { registerGate } from './http/gate.js';
 import { registerOpenApi } from './http/openapi.js';
 import { MODULES } from './modules/index.js';
@@ -40,7 +40,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     // Shutting down, requests still arriving on open connections are answered as usual (in the
     // envelope, with Request-Id), each with Connection: close: see the preClose hook below.
     return503OnClosing: false,
-    routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: frameworkErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 

@@ -1,6 +1,8 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ApiError, fromDatabaseError } from '../errors.js';
+import type { ErrorObject } from 'ajv';
+import { ApiError, fromDatabaseError, type ErrorCode } from '../errors.js';
 import { DatabaseBusyError } from '../db/types.js';
+import { metaOf } from './meta.js';
 import { fieldErrors } from './validation.js';
 
 /** Maps anything thrown to the error envelope. The only place errors become HTTP. */
@@ -12,8 +14,8 @@ export function toApiError(err: unknown): ApiError {
   }
   switch (fe?.code) {
     case 'FST_ERR_MAX_PARAM_LENGTH':
-      // The router refuses a path parameter over maxParamLength (200) before the schema sees it.
-      return new ApiError('validation_failed', { details: { fields: [{ path: 'path', message: 'must NOT have more than 200 characters' }] } });
+      // The router refuses a path parameter over maxParamLength before the schema sees it.
+      return new ApiError('validation_failed', { details: { fields: [{ path: 'path', message: `must NOT have more than ${MAX_PARAM_LENGTH} characters` }] } });
     case 'FST_ERR_BAD_URL':
       return new ApiError('bad_request', { message: 'The URL is not validly encoded.' });
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
@@ -45,6 +47,44 @@ export function toApiError(err: unknown): ApiError {
   return new ApiError('internal_error');
 }
 
+/** The router's limit for one path parameter (app.ts); longer ones are refused before routing. */
+export const MAX_PARAM_LENGTH = 2048;
+
+/** The 404 of the resource a path parameter names, by the route segment before it. */
+const NOT_FOUND_OF_COLLECTION: Record<string, ErrorCode> = {
+  users: 'user_not_found',
+  apps: 'application_not_found',
+  applications: 'application_not_found',
+  entitlements: 'entitlement_not_found',
+  roles: 'role_not_found',
+  sessions: 'session_not_found',
+  'api-keys': 'api_key_not_found',
+  organizations: 'organization_not_found',
+  members: 'member_not_found',
+  tenants: 'tenant_not_found',
+  'tier-change-requests': 'tier_change_request_not_found',
+  'audit-events': 'audit_event_not_found',
+  webhooks: 'webhook_not_found',
+  deliveries: 'delivery_not_found',
+};
+
+/**
+ * A path id that does not fit its schema (longer than any id, say) names nothing that exists, so it
+ * gets the same 404 as an unknown id of the right shape: the route's `*_not_found` for the first such
+ * parameter, or the route's only 404 code. Other path parameters keep 422.
+ */
+function unknownPathResource(request: FastifyRequest, validation: ErrorObject[]): ApiError | null {
+  const segments = (request.routeOptions.url ?? '').split('/');
+  const answers = metaOf(request)?.errors ?? [];
+  const positions = validation.map((e) => segments.indexOf(`:${e.instancePath.replace(/^\//, '')}`));
+  if (positions.some((i) => i < 1)) return null;
+  const code = NOT_FOUND_OF_COLLECTION[segments[Math.min(...positions) - 1]!];
+  if (code && answers.includes(code)) return new ApiError(code);
+  // A route with one 404 answers it for whatever is missing (accepting an Organization's invitation).
+  const notFound = answers.filter((c) => c.endsWith('_not_found'));
+  return code && notFound.length === 1 ? new ApiError(notFound[0]!) : null;
+}
+
 const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08004', '08006']);
 
 /** The database cannot be reached (server down, connection lost, embedded store closed). */
@@ -72,8 +112,9 @@ function sendError(reply: FastifyReply, error: ApiError) {
  */
 export function registerErrorHandling(app: FastifyInstance, confirmCaller?: (request: FastifyRequest) => Promise<void>): void {
   app.setErrorHandler(async (err, request, reply) => {
-    let error = toApiError(err);
-    if (confirmCaller && error.status === 422 && request.actor?.type === 'user' && request.actor.unconfirmed) {
+    const fe = err as FastifyError & { validation?: ErrorObject[]; validationContext?: string };
+    let error = (fe.validationContext === 'params' && fe.validation && unknownPathResource(request, fe.validation)) || toApiError(err);
+    if (confirmCaller && (error.status === 422 || fe.validation) && request.actor?.type === 'user' && request.actor.unconfirmed) {
       error = await confirmCaller(request).then(() => error, toApiError);
     }
     if (error.status >= 500) request.log.error({ err }, 'request failed');

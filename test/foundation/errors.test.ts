@@ -149,3 +149,25 @@ test('a date-time the database cannot store (year 0000, a leap second, an offset
   const fine = await t.app.inject({ method: 'GET', url: `/v1/audit-events?since=${encodeURIComponent('2030-01-01T00:00:00.123456-15:59')}`, headers: auth });
   assert.equal(fine.statusCode, 200, 'offsets up to 15:59 and sub-second digits are stored as sent');
 });
+
+test('a path id longer than any id answers like an unknown id: the resource\'s 404, never 422', async () => {
+  const { token } = await userToken(t, { roles: ['superadmin'] });
+  const spec = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
+  const long = `x${'9'.repeat(299)}`;
+  let compared = 0;
+  for (const [path, ops] of Object.entries<Record<string, unknown>>(spec.paths)) {
+    if (!path.startsWith('/v1/') || !path.includes('{')) continue;
+    for (const method of Object.keys(ops).filter((m) => ['get', 'post', 'patch', 'delete'].includes(m))) {
+      const url = (id: string) => path.replace(/\{[^}]+\}/g, (p) => (p === '{id}' && path.startsWith('/v1/users/') ? 'me' : id));
+      const send = (id: string) =>
+        t.app.inject({ method: method.toUpperCase() as 'GET', url: url(id), headers: { ...bearer(token), 'idempotency-key': `k-${Math.random()}` }, payload: method === 'get' || method === 'delete' ? undefined : {} });
+      if (url(long) === url('x')) continue;
+      const [unknown, tooLong] = [await send('zzz_unknown'), await send(long)];
+      if (unknown.statusCode !== 404) continue;
+      compared++;
+      assert.equal(tooLong.statusCode, 404, `${method} ${path}: ${tooLong.body}`);
+      assert.equal(tooLong.json().error.code, unknown.json().error.code, `${method} ${path}`);
+    }
+  }
+  assert.ok(compared >= 30, `compared ${compared} operations`);
+});
