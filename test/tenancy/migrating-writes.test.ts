@@ -96,12 +96,15 @@ test('DELETE /v1/roles/{appRoleId} while the Tenant is migrating: 503, the Role 
   assert.deepEqual(await roleRow(roleId), before);
 });
 
-test('app-scope webhook subscriptions of a migrating Tenant: create, PATCH, DELETE and rotate-secret answer 503 and change nothing', async () => {
+test('app-scope webhook subscriptions of a migrating Tenant: create, PATCH, DELETE, rotate-secret, test and redeliver answer 503 and change nothing', async () => {
   const app = await newApp(t, admin);
   await setTenant(app.tenant_id, { plan: 'enterprise' });
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: app.id, url: 'http://127.0.0.1:9/before', events: ['*'], description: 'before' }), 201);
   const rowOf = async () => (await sql(t, 'SELECT * FROM webhook_subscriptions WHERE id = $1', [sub.id]))[0];
+  const tested = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin, {}), 202);
   const before = await rowOf();
+  const deliveries = async () => (await sql(t, 'SELECT id FROM webhook_deliveries WHERE subscription_id = $1 ORDER BY id', [sub.id])).map((r) => r.id);
+  const deliveriesBefore = await deliveries();
   await setTenant(app.tenant_id, { status: 'migrating' });
 
   assertMigrating(await call(t, 'POST', '/v1/webhooks', admin, { scope: app.id, url: 'http://127.0.0.1:9/during', events: ['*'] }), app.tenant_id);
@@ -112,7 +115,10 @@ test('app-scope webhook subscriptions of a migrating Tenant: create, PATCH, DELE
   assertMigrating(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { description: 'during' }), app.tenant_id);
   assertMigrating(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin, {}), app.tenant_id);
   assertMigrating(await call(t, 'DELETE', `/v1/webhooks/${sub.id}`, admin), app.tenant_id);
+  assertMigrating(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin, {}), app.tenant_id);
+  assertMigrating(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${tested.id}/redeliver`, admin, {}), app.tenant_id);
   assert.deepEqual(await rowOf(), before);
+  assert.deepEqual(await deliveries(), deliveriesBefore, 'no delivery added');
 
   // Reads keep working; platform-scope subscriptions are no Tenant's data.
   assert.equal(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200).description, 'before');

@@ -10,6 +10,7 @@ import { visibleSubscription } from './access.js';
 import { DELIVERY_COLUMNS, findDelivery, insertDelivery, toDelivery, type DeliveryRow } from './store.js';
 import type { Delivery, DeliveryListQuery } from './schemas.js';
 import { auditWebhook } from './service.js';
+import { assertAppTenantWritable } from '../tenancy/writable.js';
 
 export const TEST_MESSAGE = 'This is a test event from Platform.';
 
@@ -23,6 +24,8 @@ const logStart = (ctx: Ctx) => addSeconds(ctx.now, -DELIVERY_LOG_DAYS * 86400);
 export async function sendTest(ctx: Ctx, id: string): Promise<Delivery> {
   return ctx.db.transaction(async (tx) => {
     const sub = await visibleSubscription(ctx, id, tx);
+    // A delivery of an app-scope subscription is its Application's Tenant's data: none while it is migrating.
+    if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     const c = inTx(ctx, tx);
     const eventId = await emit(tx, c, { type: 'webhook.test', applicationId: sub.application_id, data: { message: TEST_MESSAGE } });
     await tx.query('UPDATE outbox_events SET relayed_at = $2 WHERE id = $1', [eventId, ctx.now]);
@@ -40,6 +43,7 @@ export async function redeliver(ctx: Ctx, id: string, deliveryId: string): Promi
   const original = await findDelivery(ctx.db, sub.id, deliveryId);
   if (!original || original.created_at < logStart(ctx)) throw new ApiError('delivery_not_found');
   return ctx.db.transaction(async (tx) => {
+    if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     const { rowCount } = await tx.query('SELECT 1 FROM outbox_events WHERE id = $1', [original.event_id]);
     if (rowCount === 0) throw new ApiError('delivery_not_found', { message: 'The event of this delivery is no longer kept.' });
     const delivery = await insertDelivery(tx, {
