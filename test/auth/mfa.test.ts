@@ -302,3 +302,39 @@ test('mfa/verify with a right code for a user suspended after the password step 
   const [challenge] = await sql(t, `SELECT attempts FROM one_time_tokens WHERE kind = 'mfa_challenge' AND user_id = $1`, [user.id]);
   assert.equal(challenge.attempts, 0);
 });
+
+test('parallel wrong codes on one mfa_token evaluate at most five: each takes its lockout slot before its code is checked; the fifth locks, the others are refused unevaluated', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  const wrong = wrongCode(await totpCode(t, secret));
+  const answers = await Promise.all(Array.from({ length: 30 }, () => verify({ mfa_token: mfaToken, code: wrong })));
+  const tally = new Map<string, number>();
+  for (const r of answers) {
+    const key = `${r.statusCode} ${r.json().error.code}: ${r.json().error.message}`;
+    tally.set(key, (tally.get(key) ?? 0) + 1);
+  }
+  // Refused with 401 after evaluation: at most four (the fifth evaluated code locks, 429); the rest
+  // found the identity locked (429) or the challenge void (401, the token's message).
+  const known = new Set(['401 invalid_credentials: The code is not valid.', '401 invalid_credentials: The MFA token is invalid or expired.']);
+  for (const key of tally.keys()) assert.ok(known.has(key) || key.startsWith('429 too_many_attempts'), key);
+  assert.ok((tally.get('401 invalid_credentials: The code is not valid.') ?? 0) <= 4, JSON.stringify([...tally]));
+  const [challenge] = await sql(t, `SELECT attempts FROM one_time_tokens WHERE kind = 'mfa_challenge' AND user_id = $1`, [user.id]);
+  assert.ok(challenge.attempts <= 5, `attempts recorded on the challenge: ${challenge.attempts}`);
+  // The identity is locked: a new challenge cannot be had, and the right code on this one is refused.
+  assertError(await loginRes(t, user), 429, 'too_many_attempts');
+  const late = await verify({ mfa_token: mfaToken, code: await totpCode(t, secret) });
+  assert.ok([401, 429].includes(late.statusCode), late.body);
+});
+
+test('wrong codes at mfa/totp/disable count toward the lockout: the 5th in 15 minutes gets 429 too_many_attempts with Retry-After, then even the right code is refused and TOTP stays on', async () => {
+  const { user, token, secret } = await createMfaUser(t);
+  const disable = (payload: object) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload });
+  const wrong = wrongCode(await totpCode(t, secret));
+  for (let i = 0; i < 4; i++) assertError(await disable({ code: wrong }), 422, 'invalid_mfa_code');
+  const fifth = await disable({ code: wrong });
+  assertError(fifth, 429, 'too_many_attempts');
+  assert.ok(Number(fifth.headers['retry-after']) > 0);
+  assertError(await disable({ code: await totpCode(t, secret) }), 429, 'too_many_attempts');
+  assert.equal(await mfaEnabled(token), true);
+  assertError(await loginRes(t, user), 429, 'too_many_attempts');
+});

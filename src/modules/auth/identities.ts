@@ -1,10 +1,16 @@
 import type { Mode, Queryable } from '../../db/types.js';
 import { addSeconds } from '../../clock.js';
+import { ApiError } from '../../errors.js';
+import { retryAfterSeconds } from '../../http/counters.js';
 import { hashSecret, newId } from '../../ids.js';
 
 export const LOCKOUT_THRESHOLD = 5;
 export const LOCKOUT_WINDOW_SECONDS = 15 * 60;
 export const LOCKOUT_SECONDS = 15 * 60;
+
+/** 429 too_many_attempts while an identity (or an email) is locked, with Retry-After. */
+export const tooManyAttempts = (until: Date, now: Date) =>
+  new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(until, now)) } });
 
 export interface PasswordIdentity {
   id: string;
@@ -32,24 +38,6 @@ export async function setPassword(db: Queryable, userId: string, passwordHash: s
        SET password_hash = EXCLUDED.password_hash, failed_attempts = 0, first_failed_at = NULL, recent_failures = '{}', locked_until = NULL, updated_at = $4`,
     [newId('idn'), userId, passwordHash, now],
   );
-}
-
-/**
- * Counts a failed attempt against one identity, atomically (shared by every process): any five
- * within a rolling 15 minutes lock it for 15 minutes. Returns the lock's end when locked.
- */
-export async function recordFailure(db: Queryable, identityId: string, now: Date): Promise<Date | null> {
-  const windowStart = addSeconds(now, -LOCKOUT_WINDOW_SECONDS);
-  const { rows } = await db.query<{ locked_until: Date | null }>(
-    `UPDATE identities SET
-        recent_failures = ARRAY(SELECT f FROM unnest(recent_failures || $3::timestamptz) AS f WHERE f > $2 ORDER BY f DESC LIMIT $4),
-        locked_until = CASE WHEN (SELECT count(*) FROM unnest(recent_failures || $3::timestamptz) AS f WHERE f > $2) >= $4
-                            THEN $5 ELSE locked_until END
-      WHERE id = $1 RETURNING locked_until`,
-    [identityId, windowStart, now, LOCKOUT_THRESHOLD, addSeconds(now, LOCKOUT_SECONDS)],
-  );
-  const lockedUntil = rows[0]?.locked_until ?? null;
-  return lockedUntil && lockedUntil > now ? lockedUntil : null;
 }
 
 /** The outcome of taking an attempt slot: refused (locked), or taken, possibly as the one that locks. */

@@ -2,19 +2,16 @@ import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
-import { retryAfterSeconds } from '../../http/counters.js';
 import { verifyAgainstDummy, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { hashRecoveryCode, totpSecretOf, verifyTotp } from '../../auth/totp.js';
-import { claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, recordFailure, releaseAttempt } from './identities.js';
+import { claimAttempt, claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, releaseAttempt, tooManyAttempts } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
 import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
 
 /** Wrong codes a single MFA challenge tolerates before it is void. */
 const MFA_CHALLENGE_ATTEMPTS = 5;
 
-const tooManyAttempts = (until: Date, now: Date) =>
-  new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(until, now)) } });
 
 /**
  * POST /v1/auth/login. Unknown email, wrong password, an invited user without a password and an
@@ -69,7 +66,24 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
   const ctx: Ctx = { ...baseCtx, mode, db: baseCtx.deps.database.scoped(mode) };
   const identity = await findPasswordIdentity(ctx.db, pending.user_id);
   if (!identity?.totp_secret) throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
-  if (identity.locked_until && identity.locked_until > ctx.now) throw tooManyAttempts(identity.locked_until, ctx.now);
+  // The attempt is counted before the code is evaluated, against the identity's lockout and against
+  // the challenge, so parallel guesses cannot evaluate more codes than either allows; a right code
+  // gives the slots back (a session clears the lockout, the challenge is spent).
+  const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
+  if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
+  const { rows: slot } = await ctx.db.query<{ attempts: number }>(
+    'UPDATE one_time_tokens SET attempts = attempts + 1 WHERE id = $1 AND used_at IS NULL AND expires_at > $2 AND attempts < $3 RETURNING attempts',
+    [pending.id, ctx.now, MFA_CHALLENGE_ATTEMPTS],
+  );
+  const giveBack = async () => {
+    await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
+    await ctx.db.query('UPDATE one_time_tokens SET attempts = attempts - 1 WHERE id = $1 AND attempts > 0', [pending.id]);
+  };
+  if (slot.length === 0) {
+    // Spent or void meanwhile: no code was evaluated.
+    await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
+    throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
+  }
 
   const method: AuthMethod = input.code !== undefined ? 'otp' : 'recovery_code';
   const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
@@ -97,19 +111,18 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
       await clearFailures(tx, identity.id, ctx.now);
       return issueSession(tx, inTx(ctx, tx), user, ['pwd', method]);
     })
-    .catch((err) => {
+    .catch(async (err) => {
       if (err === rejected) return null;
+      if (err === suspended) await giveBack();
       throw err;
     });
   if (outcome) return outcome;
 
-  // A wrong code counts against the challenge and against the identity's lockout.
-  const { rows } = await ctx.db.query<{ attempts: number }>('UPDATE one_time_tokens SET attempts = attempts + 1 WHERE id = $1 RETURNING attempts', [pending.id]);
-  if ((rows[0]?.attempts ?? MFA_CHALLENGE_ATTEMPTS) >= MFA_CHALLENGE_ATTEMPTS) {
+  // A wrong code stays counted; the challenge's last allowed one voids it.
+  if (slot[0]!.attempts >= MFA_CHALLENGE_ATTEMPTS) {
     await ctx.db.query('UPDATE one_time_tokens SET used_at = $2 WHERE id = $1 AND used_at IS NULL', [pending.id, ctx.now]);
   }
-  const lockedUntil = await recordFailure(ctx.db, identity.id, ctx.now);
-  if (lockedUntil) throw tooManyAttempts(lockedUntil, ctx.now);
+  if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   throw new ApiError('invalid_credentials', { message: 'The code is not valid.' });
 }
 

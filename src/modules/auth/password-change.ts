@@ -8,8 +8,7 @@ import { recordAudit } from '../../audit/record.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
-import { claimAttempt, clearFailures, findPasswordIdentity, setPassword } from './identities.js';
-import { retryAfterSeconds } from '../../http/counters.js';
+import { claimAttempt, clearFailures, findPasswordIdentity, setPassword, tooManyAttempts } from './identities.js';
 import type { ChangePasswordBody } from './schemas.js';
 
 /**
@@ -32,10 +31,9 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
   // The attempt is counted before the password is evaluated, so parallel guesses cannot evaluate more
   // than the lockout allows; a right password clears it again.
   const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
-  const locked = (until: Date) => new ApiError('too_many_attempts', { headers: { 'retry-after': String(retryAfterSeconds(until, ctx.now)) } });
-  if (claim.refused) throw locked(claim.lockedUntil);
+  if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   if (!(await verifyPassword(identity.password_hash, input.current_password))) {
-    if (claim.lockedUntil) throw locked(claim.lockedUntil);
+    if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     throw new ApiError('invalid_current_password');
   }
   await clearFailures(ctx.db, identity.id, ctx.now);

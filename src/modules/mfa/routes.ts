@@ -19,7 +19,7 @@ export function mfaRoutes(app: App, deps: Deps): void {
   });
   app.post('/v1/users/:id/mfa/totp/disable', {
     schema: { summary: 'Turn TOTP off with a current code or a recovery code', tags: ['MFA'], params: UserIdParam, body: DisableBody, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'user', errors: ['invalid_mfa_code', 'mfa_not_enabled', 'user_not_found', 'forbidden'] } },
+    config: { meta: { auth: 'user', errors: ['invalid_mfa_code', 'too_many_attempts', 'mfa_not_enabled', 'user_not_found', 'forbidden'] } },
     handler: async (request, reply) => {
       await disableTotp(ctxOf(deps, request), request.params.id, request.body);
       reply.code(204);

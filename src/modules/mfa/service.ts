@@ -8,7 +8,7 @@ import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, sealTotpSecret, totp
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
-import { findPasswordIdentity, type PasswordIdentity } from '../auth/identities.js';
+import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
 import { takeRecoveryCode, takeTotpStep } from '../auth/login.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
 
@@ -86,14 +86,26 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
   }
   const { userId, identity } = await selfIdentity(ctx, idParam);
   if (!identity.totp_confirmed_at || !identity.totp_secret) throw new ApiError('mfa_not_enabled');
+  // Wrong codes count toward the identity's lockout, as at sign-in: a stolen access token does not buy
+  // unlimited guesses at the code that turns MFA off. The slot is taken before the code is evaluated.
+  const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
+  if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
-  await ctx.db.transaction(async (tx) => {
-    const ok =
-      input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, input.recovery_code!, ctx.now);
-    if (!ok) throw new ApiError('invalid_mfa_code');
-    await turnOff(tx, identity.id, userId, ctx.now);
-    await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
-  });
+  const wrong = new ApiError('invalid_mfa_code');
+  await ctx.db
+    .transaction(async (tx) => {
+      const ok =
+        input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, input.recovery_code!, ctx.now);
+      if (!ok) throw wrong;
+      await turnOff(tx, identity.id, userId, ctx.now);
+      await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
+    })
+    .catch((err) => {
+      if (err === wrong && claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
+      throw err;
+    });
+  // A right code was no failure.
+  await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
 }
 
 /** DELETE /v1/users/{id}/mfa/totp: support reset by users.manage; 204 whether or not TOTP was on. */
