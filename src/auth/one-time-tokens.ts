@@ -56,10 +56,11 @@ export const voidAddressTokens = (tx: Tx, userId: string, now: Date): Promise<vo
 export const voidEmailChangeTokens = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['email_change'], now);
 
 /**
- * Voids the user's pending MFA challenges; call in the transaction that sets a new password, so a
- * challenge won with the old password cannot start a session after the sessions were ended.
+ * Voids the user's pending MFA challenges and password reset links; call in the transaction that sets
+ * a new password, so a challenge won with the old password cannot start a session after the sessions
+ * were ended, and a reset link mailed before the change cannot undo it.
  */
-export const voidMfaChallenges = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['mfa_challenge'], now);
+export const voidPasswordTokens = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['mfa_challenge', 'password_reset'], now);
 
 /**
  * An Organization's invitation "never expires" (Part B): its link lives as long as the user stays

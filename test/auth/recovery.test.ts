@@ -348,3 +348,13 @@ test('a password reset voids pending MFA challenges: a challenge won with the ol
   const [sessions] = await sql(t, 'SELECT count(*)::int AS n FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [user.id]);
   assert.equal(sessions.n, 0);
 });
+
+test('a password change voids reset links mailed before it: the earlier reset token gets 400 invalid_token and the new password stays', async () => {
+  const user = await createUser(t);
+  const { access_token } = await signIn(user);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const resetToken = await latestToken(t, user.email, 'password_reset');
+  assert.equal((await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(access_token))).statusCode, 204);
+  assertError(await post(t, '/v1/auth/password/reset', { token: resetToken, password: `${NEW_PASSWORD}-reset` }), 400, 'invalid_token');
+  assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200);
+});

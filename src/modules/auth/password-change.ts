@@ -3,7 +3,7 @@ import { inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { assertStrongPassword, hashPassword, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
 import { enqueueMail } from '../../mail/outbox.js';
-import { voidMfaChallenges } from '../../auth/one-time-tokens.js';
+import { voidPasswordTokens } from '../../auth/one-time-tokens.js';
 import { recordAudit } from '../../audit/record.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
@@ -41,7 +41,7 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
   const passwordHash = await hashPassword(input.new_password);
   await ctx.db.transaction(async (tx) => {
     await setPassword(tx, id, passwordHash, ctx.now);
-    await voidMfaChallenges(tx, id, ctx.now);
+    await voidPasswordTokens(tx, id, ctx.now);
     await clearFailures(tx, identity.id, ctx.now);
     await tx.query('UPDATE sessions SET revoked_at = $3 WHERE user_id = $1 AND id <> $2 AND revoked_at IS NULL', [id, sessionId, ctx.now]);
     await enqueueMail(tx, ctx, { template: 'password_changed', to: user.email, vars: {}, userId: user.id });

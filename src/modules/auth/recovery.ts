@@ -3,7 +3,7 @@ import { inTx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
-import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTokens, voidMfaChallenges, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
+import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTokens, voidPasswordTokens, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { takeSlidingQuota } from '../../http/counters.js';
@@ -99,7 +99,7 @@ async function resetPasswordAdmitted(base: Ctx, input: TokenPasswordBody): Promi
   await ctx.db.transaction(async (tx) => {
     await consume(tx, pending, ctx.now);
     await setPassword(tx, user.id, passwordHash, ctx.now);
-    await voidMfaChallenges(tx, user.id, ctx.now);
+    await voidPasswordTokens(tx, user.id, ctx.now);
     // Following the mailed link proves control of the address.
     await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
     await revokeSessions(tx, { userId: user.id }, ctx.now);
