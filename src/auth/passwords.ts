@@ -66,11 +66,19 @@ export async function withPasswordWork<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-export const hashPassword = async (password: string): Promise<string> => (await argon2({ op: 'hash', password, options: ARGON2 })) as string;
+/**
+ * Passwords are NFKC-normalized before they are checked, hashed or verified (NIST SP 800-63B
+ * 5.1.1.2), so the same password typed on keyboards that compose characters differently (NFC on one,
+ * NFD on another, full-width forms) is the same password. ASCII is unchanged by it.
+ */
+const normalized = (password: string): string => password.normalize('NFKC');
+
+export const hashPassword = async (password: string): Promise<string> =>
+  (await argon2({ op: 'hash', password: normalized(password), options: ARGON2 })) as string;
 
 /** False for a wrong password and for a stored hash that is not a valid Argon2 string. */
 export const verifyPassword = async (stored: string, password: string): Promise<boolean> =>
-  (await argon2({ op: 'verify', hash: stored, password })) === true;
+  (await argon2({ op: 'verify', hash: stored, password: normalized(password) })) === true;
 
 // A hash of a random value: verifying against it when the account is unknown makes every failed
 // login cost the same time.
@@ -94,7 +102,8 @@ function breachedPasswords(): Set<string> {
 
 export type WeakPasswordReason = 'too_short' | 'too_long' | 'breached' | 'matches_email';
 
-export function passwordWeakness(password: string, email: string): WeakPasswordReason | null {
+export function passwordWeakness(raw: string, email: string): WeakPasswordReason | null {
+  const password = normalized(raw);
   const length = [...password].length;
   if (length < PASSWORD_MIN) return 'too_short';
   if (length > PASSWORD_MAX) return 'too_long';

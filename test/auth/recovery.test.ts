@@ -1,6 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { ADDRESS_BLIND_ANSWER_MS } from '../../src/modules/auth/routes.js';
 import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import {
   alignToWindow, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD,
@@ -357,4 +358,31 @@ test('a password change voids reset links mailed before it: the earlier reset to
   assert.equal((await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(access_token))).statusCode, 204);
   assertError(await post(t, '/v1/auth/password/reset', { token: resetToken, password: `${NEW_PASSWORD}-reset` }), 400, 'invalid_token');
   assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200);
+});
+
+test('AU-5 forgot and resend take the same time for known and unknown addresses: every 202 comes no sooner than the address-blind floor, and the medians match', async () => {
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  for (const [url, template, mailsEach] of [['/v1/auth/password/forgot', 'password_reset', 1], ['/v1/auth/email/verify/resend', 'email_verification', 2]] as const) {
+    const timings = { known: [] as number[], unknown: [] as number[] };
+    const knownAddresses: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      // A fresh address each time, so the send limit never turns the known path into a cheap one.
+      const kind = i % 2 === 0 ? 'known' : 'unknown';
+      const address = kind === 'known' ? (await signup()).email : uniqueEmail('ghost');
+      if (kind === 'known') knownAddresses.push(address);
+      const started = performance.now();
+      const res = await post(t, url, { email: address });
+      const took = performance.now() - started;
+      assert.equal(res.statusCode, 202, res.body);
+      assert.equal(res.body, '{"status":"accepted"}');
+      assert.ok(took >= ADDRESS_BLIND_ANSWER_MS - 1, `${url} answered after ${took.toFixed(1)} ms`);
+      timings[kind].push(took);
+    }
+    // The known addresses got their mail (the signup's verification mail plus the re-send for resend).
+    for (const address of knownAddresses) assert.equal((await mailsTo(t, address, template)).length, mailsEach, address);
+    assert.ok(
+      Math.abs(median(timings.known) - median(timings.unknown)) < 25,
+      `${url}: known ${timings.known.map((x) => x.toFixed(1))} ms vs unknown ${timings.unknown.map((x) => x.toFixed(1))} ms`,
+    );
+  }
 });

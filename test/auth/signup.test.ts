@@ -353,3 +353,15 @@ test('two concurrent signups with one email: exactly one 201, the other 409 emai
   assertError(results.find((r) => r.statusCode === 409)!, 409, 'email_taken');
   assert.equal((await userRowsFor(email)).length, 1);
 });
+
+test('passwords are NFKC-normalized before hashing (NIST SP 800-63B): one signed up with composed characters logs in typed decomposed or in full-width forms, and a different password still gets 401', async () => {
+  const email = uniqueEmail('nfkc');
+  const composed = 'Crème brûlée über Straße 42'.normalize('NFC');
+  assert.equal((await signup({ email, password: composed })).statusCode, 201);
+  const login = (password: string) => post(t, '/v1/auth/login', { email, password });
+  const decomposed = composed.normalize('NFD');
+  assert.notEqual(decomposed, composed);
+  assert.equal((await login(decomposed)).statusCode, 200, 'NFD form');
+  assert.equal((await login(composed.replace('42', '\uFF14\uFF12'))).statusCode, 200, 'full-width digits');
+  assertError(await login(composed.replace('42', '43')), 401, 'invalid_credentials');
+});
