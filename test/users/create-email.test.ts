@@ -215,6 +215,43 @@ test('a self-service caller may send only email: other fields get 422 validation
   assertFields(await patch('me', { email: 'nope' }, token), ['email']);
 });
 
+test('self email change: verification re-send is limited to 3 per email per hour, the first mail counted; the 4th request to the address gets 429 rate_limited with Retry-After, changes nothing and sends nothing', async () => {
+  const { user, token } = await userToken(t);
+  const target = uniqueEmail('target');
+  // Ask for the change and withdraw it, three times: each request mails the target and the old address.
+  for (let i = 0; i < 3; i++) {
+    assert.equal(assertStatus(await patch('me', { email: target }, token), 200).pending_email, target);
+    assert.equal(assertStatus(await patch('me', { email: user.email }, token), 200).pending_email, null);
+  }
+  const res = await patch('me', { email: target }, token);
+  assertError(res, 429, 'rate_limited');
+  assert.equal(res.headers['retry-after'], '3600', 'the three mails were all just now');
+  assert.equal((await userRow(t, user.id))!.pending_email, null, 'nothing changes');
+  assert.deepEqual((await mailsTo(t, target)).map((m) => m.template), Array(3).fill('email_change_verification'));
+  assert.deepEqual((await mailsTo(t, user.email)).map((m) => m.template), Array(3).fill('email_change_notice'));
+  // Withdrawing sends no mail and still works; an hour later a request mails again.
+  assertStatus(await patch('me', { email: user.email }, token), 200);
+  t.clock.advance(3600);
+  const fresh = await login(t, user);
+  admin.token = await login(t, admin.user);
+  assert.equal(assertStatus(await patch('me', { email: target }, fresh), 200).pending_email, target);
+  assert.equal((await mailsTo(t, target, 'email_change_verification')).length, 4);
+});
+
+test('self email change: the notice to the old address is limited the same way, 3 per hour; a 4th request to yet another address gets 429 rate_limited and the pending change and its link stay as they were', async () => {
+  const { user, token } = await userToken(t);
+  const targets = [uniqueEmail('a'), uniqueEmail('b'), uniqueEmail('c'), uniqueEmail('d')];
+  for (const target of targets.slice(0, 3)) assertStatus(await patch('me', { email: target }, token), 200);
+  assertError(await patch('me', { email: targets[3] }, token), 429, 'rate_limited');
+  assert.equal((await userRow(t, user.id))!.pending_email, targets[2]);
+  assert.deepEqual(await mailsTo(t, targets[3]), []);
+  assert.equal((await mailsTo(t, user.email, 'email_change_notice')).length, 3);
+  // The link of the change still pending completes it.
+  const verify = await call(t, 'POST', '/v1/auth/email/verify', null, { token: await latestToken(t, targets[2], 'email_change_verification') });
+  assert.equal(verify.statusCode, 204, verify.body);
+  assert.equal((await userRow(t, user.id))!.email, targets[2]);
+});
+
 test('admin email change (users.manage) is immediate and resets email_verified; a verification email goes to the new address', async () => {
   const user = await createUser(t);
   const newEmail = uniqueEmail('admin-set');

@@ -88,6 +88,16 @@ test('avatar_url: an https URL of at most 2048 characters, or null; http or long
   assert.equal((await stored(user.id)).avatar_url, null);
 });
 
+test('avatar_url: an https URL whatever the case of its scheme (RFC 3986 §3.1): HTTPS:// is accepted and stored as sent; HTTP:// gets 422 naming avatar_url', async () => {
+  const { user, token } = await userToken(t);
+  for (const url of ['HTTPS://cdn.example/a.png', 'Https://cdn.example/b.png']) {
+    assert.equal(assertStatus(await patchProfile('me', token, { avatar_url: url }), 200).avatar_url, url);
+    assert.equal((await stored(user.id)).avatar_url, url);
+  }
+  assertFields(await patchProfile('me', token, { avatar_url: 'HTTP://cdn.example/a.png' }), ['avatar_url']);
+  assert.equal((await stored(user.id)).avatar_url, 'Https://cdn.example/b.png', 'a rejected PATCH changes nothing');
+});
+
 test('contact_email: a valid email or null; otherwise 422 validation_failed naming contact_email', async () => {
   const { token } = await userToken(t);
   for (const bad of ['nope', 'a@', '@b.example']) assertFields(await patchProfile('me', token, { contact_email: bad }), ['contact_email']);

@@ -266,6 +266,24 @@ test('restore is rejected 409 email_taken if the email was taken meanwhile, and 
   assert.equal((await mailsTo(t, newEmail, 'email_verification')).length, 1, 'verification email sent to the new address');
 });
 
+test('restore with the user\'s own current email (in any case) is no email change: email_verified stays true, no mail, no user.email_changed; the restore proceeds as usual', async () => {
+  const { user } = await deletedSubject();
+  const m = await mark(user.id);
+  const body = assertStatus(await patch(user.id, { status: 'active', email: user.email.toUpperCase() }), 200);
+  assert.equal(body.status, 'active');
+  assert.equal(body.email, user.email, 'the stored address is unchanged');
+  assert.equal(body.email_verified, true);
+  const row = (await userRow(t, user.id))!;
+  assert.equal(row.email, user.email);
+  assert.equal(row.email_verified, true);
+  assert.equal(row.deleted_at, null);
+  assert.deepEqual(await mailsTo(t, user.email), [], 'no verification mail');
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => a.action), ['user.reactivated'], 'no user.email_changed');
+  assert.ok(outbox.some((e) => e.type === 'user.reactivated'));
+  assert.equal((await getUser('me', await login(t, user))).statusCode, 200);
+});
+
 test('restore is rejected 409 erasure_scheduled while an erasure is scheduled; after cancelling, restore works', async () => {
   const { user } = await subject();
   assertStatus(await call(t, 'POST', `/v1/users/${user.id}/erasure-requests`, admin.token, {}), 202);

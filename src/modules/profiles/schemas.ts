@@ -18,7 +18,8 @@ export type Profile = Static<typeof Profile>;
 export const PatchProfileBody = Type.Object(
   {
     display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
-    avatar_url: Type.Optional(Nullable(Type.String({ maxLength: 2048, pattern: '^https://' }))),
+    // The scheme is case-insensitive (RFC 3986 §3.1): HTTPS://… is an https URL too, stored as sent.
+    avatar_url: Type.Optional(Nullable(Type.String({ maxLength: 2048, pattern: '^[Hh][Tt][Tt][Pp][Ss]://' }))),
     contact_email: Type.Optional(Nullable(Type.String({ format: 'email', maxLength: 320 }))),
     contact_phone: Type.Optional(Nullable(Type.String({ pattern: '^\\+[0-9]{8,15}$' }))),
     locale: Type.Optional(Type.String({ minLength: 2, maxLength: 35 })),

@@ -10,7 +10,8 @@ import { enqueueMail } from '../../mail/outbox.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { confinedApp, targetUser } from './access.js';
-import { sendInvitation, sendVerification } from './invitations.js';
+import { RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from './invitations.js';
+import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import type { PatchUserBody, User, UserStatus } from './schemas.js';
 
 const invalidTransition = (from: UserStatus, to: string) => new ApiError('invalid_status_transition', { details: { from, to } });
@@ -84,8 +85,10 @@ export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody):
       let current = await lockUser(tx, user.id);
       // PATCH status deleted or invited is rejected from any status, the current one included.
       if (body.status === 'deleted' || body.status === 'invited') throw invalidTransition(current.status, body.status);
-      if (body.status !== undefined && body.status !== current.status) current = await adminStatus(tx, ctx, current, body.status, body.email);
-      if (body.email !== undefined && body.email.toLowerCase() !== current.email.toLowerCase()) current = await adminEmail(tx, ctx, current, body.email);
+      // The current email sent again (in any case) is no change, with a restore too: no mail, no audit.
+      const newEmail = body.email !== undefined && body.email.toLowerCase() !== current.email.toLowerCase() ? body.email : undefined;
+      if (body.status !== undefined && body.status !== current.status) current = await adminStatus(tx, ctx, current, body.status, newEmail);
+      if (newEmail !== undefined && newEmail.toLowerCase() !== current.email.toLowerCase()) current = await adminEmail(tx, ctx, current, newEmail);
       return current;
     }),
   );
@@ -147,11 +150,30 @@ async function requestEmailChange(tx: Tx, ctx: Ctx, user: UserRow, email: string
   }
   const holder = await findLiveUserByEmail(tx, email);
   if (holder) throw emailTaken(holder);
+  await takeEmailChangeQuota(tx, ctx, user.email, email);
   await tx.query('UPDATE users SET pending_email = $2, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
   const token = await issueOneTimeToken(tx, ctx, { kind: 'email_change', userId: user.id, data: { email }, replacePrevious: true });
   await enqueueMail(tx, ctx, { template: 'email_change_verification', to: email, vars: { token }, userId: user.id });
   await enqueueMail(tx, ctx, { template: 'email_change_notice', to: user.email, vars: { newEmail: email }, userId: user.id });
   return reload(tx, user.id);
+}
+
+/**
+ * A change request mails both addresses, each at most 3 times per rolling hour (Part A Limits): the
+ * verification counts with the re-sends to the new address, the first included (a change can be
+ * withdrawn and asked again at will), the notice in a count of its own for the current address.
+ * Beyond either, 429 and nothing changes: no pending_email without a live link, no change unnoticed.
+ */
+async function takeEmailChangeQuota(tx: Tx, ctx: Ctx, current: string, email: string): Promise<void> {
+  const verification = await takeResendQuota(tx, ctx, email);
+  const notice = await takeSlidingQuota(tx, `mail:change-notice:${ctx.mode}:${current.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now);
+  const retryAt = [verification.retryAt, notice.retryAt].filter((d): d is Date => d !== null);
+  if (retryAt.length === 0) return;
+  // The throw rolls back the transaction, the slot just taken of the other count included.
+  throw new ApiError('rate_limited', {
+    message: `At most ${RESEND_LIMIT_PER_HOUR} email change mails per address per hour.`,
+    headers: { 'retry-after': String(retryAfterSeconds(new Date(Math.max(...retryAt.map((d) => d.getTime()))), ctx.now)) },
+  });
 }
 
 /**
