@@ -235,3 +235,8 @@ test('the page is outside the OpenAPI document', async () => {
   const doc = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
   assert.ok(!Object.keys(doc.paths).some((p) => p.startsWith('/signin')), Object.keys(doc.paths).join(', '));
 });
+
+test('the icon shows for an https URL in any letter case of the scheme (HTTPS://…)', async () => {
+  const upper = await oauthApp(t, admin, { name: 'Upper', icon_url: 'HTTPS://cdn.example.com/upper.png' });
+  assert.ok(assertPage(await get(signinUrl(flow(upper.id).params)), 200).includes('<img src="HTTPS://cdn.example.com/upper.png" alt=""'));
+});

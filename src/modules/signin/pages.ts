@@ -65,7 +65,7 @@ ${app ? appHeader(app) : null}${body}
 
 /** The Application's icon (https only) or its initial, and its name. */
 function appHeader(app: View['app']): Html {
-  const icon = app.icon_url?.startsWith('https://')
+  const icon = /^https:\/\//i.test(app.icon_url ?? '')
     ? html`<img src="${app.icon_url}" alt="" width="48" height="48" referrerpolicy="no-referrer">`
     : html`<span class="mono" aria-hidden="true">${[...app.name.trim()][0]?.toUpperCase() ?? '?'}</span>`;
   return html`<header class="app">${icon}<p>Continue to<strong>${app.name}</strong></p></header>
