@@ -143,6 +143,40 @@ test('a lapsed subscription drops the Tenant to Starter and restricts it while i
   assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', 'active', false]);
 });
 
+for (const status of ['incomplete', 'paused']) {
+  test(`restricted stays true once a subscription lapsed while usage exceeds Starter: a new ${status} subscription keeps it (402 subscription_required for a new seat, seat-sync too) until it is active on Team`, async () => {
+    const owner = await tenantOwner(t);
+    await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
+    const apps: { appId: string }[] = [];
+    for (let i = 0; i < 2; i++) apps.push(await createApplication(t, admin, { owner_user_id: owner.user.id }));
+    const sub = { tenantId: owner.tenantId, id: `sub_r_${status}`, customer: `cus_r_${status}` };
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 40 }), 200);
+    assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 30 }), 200);
+    assert.equal((await tenantRow(t, owner.tenantId)).restricted, true);
+    const next = { ...sub, id: `sub_r_${status}_2` };
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...next, status }), { created: now() - 20 }), 200);
+    let view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+    assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', status, true]);
+    const audited = (await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).filter((r) => r.after.subscription_status === status);
+    assert.deepEqual(audited.map((r) => r.after), [{ subscription_status: status, restricted: true }]);
+    assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, owner.token), 200).fits_plans, ['team', 'enterprise']);
+    // A new seat and a creation on the restricted Tenant are refused, and nothing is written.
+    const seatless = await caller(t);
+    const grant = () => call(t, 'POST', `/v1/users/${seatless.user.id}/entitlements`, admin.token, { application_id: apps[0].appId, source: 'admin_grant' }, { 'idempotency-key': `k-${status}-${now()}-${Math.random()}` });
+    assertError(await grant(), 402, 'subscription_required');
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [seatless.user.id]))[0].n, 0);
+    assertError(await call(t, 'POST', '/v1/applications', admin.token, { slug: `r-${status}-${Date.now()}`, name: 'R', launch_url: 'https://r.example.com', owner_user_id: owner.user.id }), 402, 'subscription_required');
+    // seat-sync keeps it while usage still exceeds Starter.
+    await t.deps.jobs.runNow('seat-sync');
+    assert.equal((await tenantRow(t, owner.tenantId)).restricted, true);
+    // Paid: the plan becomes Team, which the usage fits, and the restriction lifts.
+    assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...next, status: 'active' }), { created: now() - 10 }), 200);
+    view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+    assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', 'active', false]);
+    assertStatus(await grant(), 201);
+  });
+}
+
 test('a lapse while usage fits Starter leaves the Tenant unrestricted', async () => {
   const owner = await tenantOwner(t);
   const sub = { tenantId: owner.tenantId, id: 'sub_f', customer: 'cus_f' };

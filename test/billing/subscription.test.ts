@@ -99,3 +99,15 @@ test('seat-sync lifts a lapsed Tenant\'s restriction once its usage fits Starter
   assert.equal(assertStatus(await view(fits.tenantId, fits.token), 200).restricted, false);
   assert.equal(assertStatus(await view(over.tenantId, over.token), 200).restricted, true);
 });
+
+test('seat-sync keeps a restriction while a new subscription is not yet paid (incomplete) and usage exceeds Starter, and lifts it once usage fits', async () => {
+  const fits = await tenantOwner(t, { subscriptionStatus: 'incomplete', restricted: true });
+  const over = await tenantOwner(t, { plan: 'enterprise' });
+  for (let i = 0; i < 2; i++) await createApplication(t, admin, { owner_user_id: over.user.id });
+  await sql(t, `UPDATE tenants SET plan = 'starter', subscription_status = 'incomplete', restricted = true WHERE id = $1`, [over.tenantId]);
+  await t.deps.jobs.runNow('seat-sync');
+  assert.deepEqual(
+    [assertStatus(await view(fits.tenantId, fits.token), 200), assertStatus(await view(over.tenantId, over.token), 200)].map((v) => [v.subscription_status, v.restricted]),
+    [['incomplete', false], ['incomplete', true]],
+  );
+});

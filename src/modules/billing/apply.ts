@@ -25,6 +25,13 @@ const ADD_ON_KEYS = new Set(['isolated_tenancy', 'dedicated_region_tenancy']);
 const SUBSCRIPTION_EVENTS = new Set(['customer.subscription.created', 'customer.subscription.updated', 'customer.subscription.deleted']);
 const HANDLED = new Set([...SUBSCRIPTION_EVENTS, 'checkout.session.completed', 'invoice.payment_failed', 'invoice.paid']);
 
+/**
+ * Whether a Tenant in `status` stays restricted while its usage exceeds Starter: a lapse restricts;
+ * only an entitled subscription (or usage that fits) lifts it. A subscription not yet paid
+ * (incomplete, paused) keeps the Tenant on Starter, so it keeps an existing restriction.
+ */
+export const restrictionHolds = (status: string, restricted: boolean): boolean => LAPSED.has(status) || (restricted && !ENTITLED.has(status));
+
 const idOf = (v: unknown): string | null => (typeof v === 'string' ? v : v && typeof v === 'object' && typeof (v as Obj).id === 'string' ? (v as Obj).id : null);
 const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
 const fromSeconds = (v: unknown): Date | null => (typeof v === 'number' ? new Date(v * 1000) : null);
@@ -152,7 +159,9 @@ async function writeState(tx: Tx, ctx: Ctx, tenant: TenantRecord, next: NextStat
   const lapsed = LAPSED.has(status);
   const plan: Plan = ENTITLED.has(status) ? (processorPlan ?? tenant.plan) : lapsed ? 'starter' : tenant.plan;
   // Usage as the Tenant's own mode counts it (GET usage, seat-sync): the other mode's rows are not its own.
-  const usage = lapsed ? await asModeWithin(tx, await tenantModeOf(tx, tenant), () => measureUsage(tx, tenant.id, ctx.now)) : null;
+  const usage = restrictionHolds(status, tenant.restricted)
+    ? await asModeWithin(tx, await tenantModeOf(tx, tenant), () => measureUsage(tx, tenant.id, ctx.now))
+    : null;
   const restricted = usage !== null && !planFits('starter', usage);
   const keep = <K extends keyof NextState>(key: K, stored: NextState[K]) => (next[key] !== undefined ? next[key] : stored);
   await tx.query(

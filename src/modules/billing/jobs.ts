@@ -3,7 +3,7 @@ import { systemCtx } from '../../context.js';
 import { countSeats, releaseSeatLimits } from '../tenancy/seats.js';
 import { measureUsage, planFits } from '../tenancy/plans.js';
 import { tenantModeOf } from '../tenancy/service.js';
-import { LAPSED } from './apply.js';
+import { restrictionHolds } from './apply.js';
 
 interface Row {
   id: string;
@@ -15,19 +15,22 @@ interface Row {
 /**
  * seat-sync (daily): records each Tenant's seat count and when it was taken (the subscription's
  * seats.last_synced_at; seats.current stays live), counted in the Tenant's own mode. A lapsed
- * Tenant's restriction follows its usage: lifted once it fits Starter again.
+ * Tenant's restriction follows its usage: lifted once it fits Starter again, also while a new
+ * subscription is not yet paid (restrictionHolds).
  */
 export async function runSeatSync(deps: Deps): Promise<Record<string, unknown>> {
   const system = deps.database.scoped('system');
   const now = deps.clock.now();
-  const { rows } = await system.query<Row>('SELECT id, owner_user_id, owner_organization_id, subscription_status FROM tenants ORDER BY id');
+  const { rows } = await system.query<Row & { restricted: boolean }>(
+    'SELECT id, owner_user_id, owner_organization_id, subscription_status, restricted FROM tenants ORDER BY id',
+  );
   let restricted = 0;
   for (const tenant of rows) {
     const scoped = deps.database.scoped(await tenantModeOf(system, tenant));
     const seats = await countSeats(scoped, tenant.id, now);
-    const lapsedOver = LAPSED.has(tenant.subscription_status) && !planFits('starter', await measureUsage(scoped, tenant.id, now));
-    if (lapsedOver) restricted++;
-    await system.query('UPDATE tenants SET seats_synced = $2, seats_last_synced_at = $3, restricted = $4 WHERE id = $1', [tenant.id, seats, now, lapsedOver]);
+    const over = restrictionHolds(tenant.subscription_status, tenant.restricted) && !planFits('starter', await measureUsage(scoped, tenant.id, now));
+    if (over) restricted++;
+    await system.query('UPDATE tenants SET seats_synced = $2, seats_last_synced_at = $3, restricted = $4 WHERE id = $1', [tenant.id, seats, now, over]);
   }
   return { tenants: rows.length, restricted };
 }
