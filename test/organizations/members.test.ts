@@ -77,6 +77,28 @@ test('a second Organization inviting the same new address leaves the first one\'
   assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: second, password: PASSWORD }), 400, 'invalid_token');
 });
 
+test('two Organizations inviting the same new address at once both get 201: one invited User is created, with a pending membership and an invitation mail naming each Organization', async () => {
+  // Several rounds: on PostgreSQL the two requests run in parallel transactions and must meet on the one User.
+  for (let round = 0; round < 5; round++) {
+    const orgs = [await createOrgApi(t, undefined, `Race A ${round}`), await createOrgApi(t, undefined, `Race B ${round}`)];
+    const email = uniqueEmail('both');
+    const answers = await Promise.all(orgs.map(({ org, owner }) => invite(t, owner.token, org.id, email)));
+    const bodies = answers.map((res) => assertStatus(res, 201));
+    const users = await sql(t, 'SELECT id, status FROM users WHERE lower(email) = lower($1)', [email]);
+    assert.deepEqual(users.map((u) => u.status), ['invited'], 'one invited User');
+    const userId = users[0].id;
+    assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'user.created' AND target_user_id = $1`, [userId])).length, 1);
+    const sent = await mails(t, email);
+    assert.equal(sent.length, 2);
+    for (const [i, { org }] of orgs.entries()) {
+      assert.deepEqual([bodies[i].user_id, bodies[i].email, bodies[i].membership_status, bodies[i].role], [userId, email, 'pending', 'member']);
+      assert.equal((await membership(t, org.id, userId))?.membership_status, 'pending');
+      assert.equal((await orgAudit(t, org.id, 'organization.member_invited', userId)).length, 1);
+      assert.equal(sent.filter((m) => `${m.subject}\n${m.text_body}`.includes(org.name)).length, 1, `one invitation naming ${org.name}`);
+    }
+  }
+});
+
 test('an admin email change of a user invited by an Organization voids the Organization\'s link mailed to the old address (400 invalid_token)', async () => {
   const { org, owner } = await createOrgApi(t);
   const email = uniqueEmail('moved');

@@ -10,8 +10,8 @@ import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seat
 import { keyset, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
-import { createUserRecords, resolveUserId } from '../users/service.js';
-import { findLiveUser, findLiveUserByEmail } from '../users/store.js';
+import { findOrCreateInvitedUser, resolveUserId } from '../users/service.js';
+import { findLiveUser } from '../users/store.js';
 import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
 import { assertOrgActive, orgAccess } from './service.js';
 import type { AddMemberBody, Member, MemberListQuery } from './schemas.js';
@@ -82,9 +82,9 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
       await activate(tx, c, org, user.id, role, false);
       return toMember((await findMember(tx, org.id, user.id))!);
     }
-    let user = await findLiveUserByEmail(tx, body.email!);
-    if (user && (await findMember(tx, org.id, user.id))) throw new ApiError('already_member');
-    if (!user) user = await createUserRecords(tx, c, { email: body.email!, status: 'invited', emailVerified: false });
+    // Another Organization may be inviting the same new address at this moment: both get one User.
+    const user = await findOrCreateInvitedUser(tx, c, body.email!);
+    if (await findMember(tx, org.id, user.id)) throw new ApiError('already_member');
     await tx.query(
       `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, $3, 'pending', $4)`,
       [org.id, user.id, role, ctx.now],

@@ -42,14 +42,38 @@ export interface CreateUserInput {
 
 /**
  * Creates a User with its default Profile, Settings and the platform member Role (plus any extra
- * Roles), audited as user.created, all in the caller's transaction.
+ * Roles), audited as user.created, all in the caller's transaction; 409 email_taken when a live
+ * user holds the address.
  */
 export async function createUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput): Promise<UserRow> {
-  const c = inTx(ctx, tx);
   const holder = await findLiveUserByEmail(tx, input.email);
   if (holder) throw new ApiError('email_taken', holder.status === 'invited' ? { details: { reason: 'invitation_pending' } } : {});
+  // A concurrent creation of the same address fails here on users_email_live_key (409 email_taken).
+  return (await insertUserRecords(tx, ctx, input, false))!;
+}
+
+/**
+ * The live User holding `email`, else a new `invited` one (an Organization's invitation by email,
+ * where email_taken is no answer). Two transactions inviting one new address at once (two
+ * Organizations) both get the one User: the second waits on the unique index, then reads it.
+ */
+export async function findOrCreateInvitedUser(tx: Tx, ctx: Ctx, email: string): Promise<UserRow> {
+  const input: CreateUserInput = { email, status: 'invited', emailVerified: false };
+  // Retried only if the holder that blocked the insert is deleted before it is read.
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const holder = await findLiveUserByEmail(tx, email);
+    if (holder) return holder;
+    const created = await insertUserRecords(tx, ctx, input, true);
+    if (created) return created;
+  }
+  return createUserRecords(tx, ctx, input);
+}
+
+/** createUserRecords without the holder check; null when `unlessEmailTaken` and a live user holds the email. */
+async function insertUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput, unlessEmailTaken: boolean): Promise<UserRow | null> {
+  const c = inTx(ctx, tx);
   const id = newId('usr');
-  await insertUser(tx, {
+  const inserted = await insertUser(tx, {
     id,
     email: input.email,
     emailVerified: input.emailVerified,
@@ -58,7 +82,8 @@ export async function createUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput
     testMode: ctx.mode === 'test',
     displayName: input.displayName ?? input.email.split('@')[0].slice(0, 100),
     now: ctx.now,
-  });
+  }, unlessEmailTaken);
+  if (!inserted) return null;
   if (input.passwordHash) await insertPasswordIdentity(tx, newId('idn'), id, input.passwordHash, ctx.now);
   for (const roleId of [MEMBER_ROLE_ID, ...(input.extraRoleIds ?? [])]) {
     await assignRole(tx, { userId: id, roleId, applicationId: null, now: ctx.now, ...actorRef(c) });

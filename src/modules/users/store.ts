@@ -77,15 +77,22 @@ export interface NewUser {
   now: Date;
 }
 
-/** User, default Profile and Settings (Part A: created together, in the caller's transaction). */
-export async function insertUser(db: Queryable, u: NewUser): Promise<void> {
-  await db.query(
+/**
+ * User, default Profile and Settings (Part A: created together, in the caller's transaction).
+ * `unlessEmailTaken`: when a live user holds the email (also one a concurrent transaction is creating:
+ * the insert waits for it on users_email_live_key), nothing is inserted and the result is false.
+ */
+export async function insertUser(db: Queryable, u: NewUser, unlessEmailTaken = false): Promise<boolean> {
+  const { rowCount } = await db.query(
     `INSERT INTO users (id, email, email_verified, status, signup_application_id, test_mode, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`,
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+     ${unlessEmailTaken ? `ON CONFLICT (test_mode, lower(email)) WHERE status <> 'deleted' DO NOTHING` : ''}`,
     [u.id, u.email, u.emailVerified, u.status, u.signupApplicationId, u.testMode, u.now],
   );
+  if (rowCount === 0) return false;
   await db.query('INSERT INTO profiles (user_id, display_name, updated_at) VALUES ($1, $2, $3)', [u.id, u.displayName, u.now]);
   await db.query('INSERT INTO settings (user_id, updated_at) VALUES ($1, $2)', [u.id, u.now]);
+  return true;
 }
 
 export async function insertPasswordIdentity(db: Queryable, id: string, userId: string, passwordHash: string, now: Date): Promise<void> {
