@@ -4,7 +4,7 @@ import { openDatabase } from './db/open.js';
 import { migrate } from './db/migrate.js';
 import { SystemClock } from './clock.js';
 import { boot } from './boot.js';
-import { serve } from './main.js';
+import { reportFailure, serve } from './main.js';
 import { bootstrapAdmin } from './modules/users/bootstrap.js';
 import { ApiError } from './errors.js';
 
@@ -104,7 +104,7 @@ runCli(process.argv.slice(2)).then(
   (err) => {
     if (err instanceof ConfigError) console.error(err.message);
     else if (err instanceof ApiError) console.error(`${err.code}: ${err.message} ${JSON.stringify(err.details)}`);
-    else console.error(err);
+    else reportFailure(process.argv[2] === 'serve' ? 'could not start' : `${process.argv.slice(2).join(' ')} failed`, err);
     process.exit(1);
   },
 );

@@ -1,5 +1,5 @@
 import { PGlite, type Transaction } from '@electric-sql/pglite';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { DatabaseBusyError, MAX_WAITING_FOR_CONNECTION, type Database, type Db, type QueryResult, type Scope, type Tx } from './types.js';
 import { APP_ROLE } from './roles.js';
 import { assertNotInTransaction, runInTransactionContext } from './guard.js';
@@ -22,9 +22,55 @@ export async function dumpPglite(database: Database): Promise<Blob> {
   return pg.dumpDataDir('none');
 }
 
+/** Whether a process with this pid exists (EPERM: it does, owned by someone else). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Embedded storage is one process's: a second process opening the same files (a CLI command beside
+ * `npm start`) would corrupt them. `<dir>.lock` holds the opener's pid; a lock whose process is gone
+ * is stale and taken over. Returns the release.
+ */
+function lockDataDir(dataDir: string): () => void {
+  const file = `${dataDir}.lock`;
+  for (;;) {
+    try {
+      writeFileSync(file, String(process.pid), { flag: 'wx' });
+      let held = true;
+      return () => {
+        if (held) rmSync(file, { force: true });
+        held = false;
+      };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const holder = Number.parseInt(readFileSync(file, 'utf8'), 10);
+    if (holder === process.pid) return () => undefined;
+    if (holder > 0 && alive(holder)) {
+      throw new Error(
+        `the embedded database ${dataDir} is open in process ${holder}: stop that process first (several processes share one database through DATABASE_URL); if no such process uses it, delete ${file}`,
+      );
+    }
+    rmSync(file, { force: true });
+  }
+}
+
 export async function openPglite(dataDir: string | null, options: PgliteOptions = {}): Promise<Database> {
   if (dataDir) mkdirSync(dataDir, { recursive: true });
-  const pg = await PGlite.create({ ...(dataDir ? { dataDir } : {}), ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}) });
+  const unlock = dataDir ? lockDataDir(dataDir) : () => undefined;
+  let pg: PGlite;
+  try {
+    pg = await PGlite.create({ ...(dataDir ? { dataDir } : {}), ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}) });
+  } catch (err) {
+    unlock();
+    throw err;
+  }
   let queue: Promise<unknown> = Promise.resolve();
   let waiting = 0;
   let current: Scope = 'system';
@@ -103,7 +149,11 @@ export async function openPglite(dataDir: string | null, options: PgliteOptions 
     },
     close: async () => {
       closed = true;
-      await exclusive(() => pg.close());
+      try {
+        await exclusive(() => pg.close());
+      } finally {
+        unlock();
+      }
     },
   };
   engines.set(database, pg);

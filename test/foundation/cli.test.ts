@@ -92,3 +92,30 @@ test('an unknown option is a usage error: exit 2 with the usage, no stack trace'
   assert.match(res.stderr, /usage: platform <command>/);
   assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
 });
+
+test('embedded storage is one process\'s: while the server holds DATA_DIR a command exits 1 with one line naming that process; after it stops, or with a stale lock, commands run', async () => {
+  const { spawn } = await import('node:child_process');
+  const { writeFile } = await import('node:fs/promises');
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  const server = spawn(process.execPath, [BIN, 'serve'], { cwd: projectPath('.'), env: { ...env, PORT: String(port), HOST: '127.0.0.1', WORKERS: '0' }, stdio: 'ignore' });
+  try {
+    for (let i = 0; ; i++) {
+      const up = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
+      if (up) break;
+      assert.ok(i < 300 && server.exitCode === null, 'the server started');
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const refused = await platform('jobs', 'list');
+    assert.equal(refused.code, 1);
+    assert.equal(refused.stderr.trim().split('\n').length, 1, refused.stderr);
+    assert.match(refused.stderr, new RegExp(`^platform: jobs list failed: the embedded database .* is open in process ${server.pid}: stop that process first`));
+  } finally {
+    const exited = new Promise((r) => server.once('exit', r));
+    server.kill('SIGTERM');
+    await exited;
+  }
+  assert.equal((await platform('jobs', 'list')).code, 0, 'the lock went with the server');
+  await writeFile(join(dataDir, 'pglite.lock'), '4194000');
+  const stale = await platform('jobs', 'list');
+  assert.equal(stale.code, 0, stale.stderr);
+});
