@@ -12,7 +12,6 @@ import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './sche
 /** Wrong codes a single MFA challenge tolerates before it is void. */
 const MFA_CHALLENGE_ATTEMPTS = 5;
 
-
 /**
  * POST /v1/auth/login. Unknown email, wrong password, an invited user without a password and an
  * SSO-only user all get the same 401 after the same Argon2id work; suspension is revealed only to
@@ -75,13 +74,10 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
     'UPDATE one_time_tokens SET attempts = attempts + 1 WHERE id = $1 AND used_at IS NULL AND expires_at > $2 AND attempts < $3 RETURNING attempts',
     [pending.id, ctx.now, MFA_CHALLENGE_ATTEMPTS],
   );
-  const giveBack = async () => {
-    await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
-    await ctx.db.query('UPDATE one_time_tokens SET attempts = attempts - 1 WHERE id = $1 AND attempts > 0', [pending.id]);
-  };
+  const releaseClaim = () => releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
   if (slot.length === 0) {
     // Spent or void meanwhile: no code was evaluated.
-    await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
+    await releaseClaim();
     throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
   }
 
@@ -113,7 +109,10 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
     })
     .catch(async (err) => {
       if (err === rejected) return null;
-      if (err === suspended) await giveBack();
+      if (err === suspended) {
+        await releaseClaim();
+        await ctx.db.query('UPDATE one_time_tokens SET attempts = attempts - 1 WHERE id = $1 AND attempts > 0', [pending.id]);
+      }
       throw err;
     });
   if (outcome) return outcome;
