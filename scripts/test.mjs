@@ -1,5 +1,7 @@
 // npm test: the whole suite on embedded PostgreSQL (PGlite), then again on the PostgreSQL server of
 // TEST_DATABASE_URL when it is set. Extra arguments are test files to run instead of all.
+// The multi-process tests (test/security/multiprocess: real server processes sharing one database) run
+// only on PostgreSQL: the embedded store belongs to one process, so that pass leaves them out.
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
@@ -18,17 +20,21 @@ function find(dir) {
 }
 
 const files = process.argv.length > 2 ? process.argv.slice(2) : [...find(join(root, 'src')), ...find(join(root, 'test'))].sort();
-const runs = [{ name: 'embedded PostgreSQL (PGlite)', env: { TEST_DATABASE_URL: '' } }];
+const multiProcess = (file) => file.split(/[\\/]/).includes('multiprocess');
+const runs = [{ name: 'embedded PostgreSQL (PGlite)', env: { TEST_DATABASE_URL: '' }, files: files.filter((f) => !multiProcess(f)) }];
 // On PostgreSQL the two-process security tests run the catalog's full counts (200 refresh races,
 // 100 idempotency bursts, 10 kills…) unless MP_NO_BUDGET is set otherwise.
-if (process.env.TEST_DATABASE_URL) runs.push({ name: `PostgreSQL (${new URL(process.env.TEST_DATABASE_URL).host})`, env: { MP_NO_BUDGET: process.env.MP_NO_BUDGET ?? '1' } });
+if (process.env.TEST_DATABASE_URL) runs.push({ name: `PostgreSQL (${new URL(process.env.TEST_DATABASE_URL).host})`, env: { MP_NO_BUDGET: process.env.MP_NO_BUDGET ?? '1' }, files });
 
 let failed = false;
 for (const run of runs) {
-  console.log(`\n=== ${files.length} test files on ${run.name} ===`);
+  const left = files.length - run.files.length;
+  const note = !left ? '' : process.env.TEST_DATABASE_URL ? ` (${left} multi-process files: PostgreSQL pass only)` : ` (${left} multi-process files left out: they need TEST_DATABASE_URL)`;
+  console.log(`\n=== ${run.files.length} test files on ${run.name}${note} ===`);
+  if (run.files.length === 0) continue;
   const result = spawnSync(
     process.execPath,
-    ['--import', 'tsx', '--test', '--test-concurrency=4', '--test-timeout=600000', ...files],
+    ['--import', 'tsx', '--test', '--test-concurrency=4', '--test-timeout=600000', ...run.files],
     { cwd: root, stdio: 'inherit', env: { ...process.env, ...run.env, NODE_ENV: 'test' } },
   );
   if (result.status !== 0) failed = true;
