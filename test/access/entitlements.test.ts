@@ -405,7 +405,7 @@ test('→ expired by PATCH is 409 invalid_status_transition (only the system exp
 
 // ---- other PATCH fields --------------------------------------------------------------------------
 
-test('disabled_reason: a disabled row can have it reworded (entitlement.updated, changed_fields disabled_reason); on a row that is not disabled it is refused (422) and nothing changes', async () => {
+test('disabled_reason: a disabled row can have it reworded (audit entitlement.updated, changed_fields disabled_reason; no webhook: entitlement.updated fires when "ends_at, source or order_id changed"); on a row that is not disabled it is refused (422) and nothing changes', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);
   const err = assertError(await patchEnt(t, admin, ent.id, { disabled_reason: 'why' }), 422, 'validation_failed');
@@ -415,12 +415,17 @@ test('disabled_reason: a disabled row can have it reworded (entitlement.updated,
   assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { disabled_reason: 'reworded' }), 200).disabled_reason, 'reworded');
   assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'again' }), 200).disabled_reason, 'again');
   assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { disabled_reason: 'again' }), 200).status, 'disabled', 'the same reason is a no-op');
+  assert.deepEqual(await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] }), []);
+  const audited = await auditOf(t, ent.id, 'entitlement.updated');
+  assert.equal(audited.length, 2);
+  // With a field Part B names, the webhook carries every changed field.
+  const ends = inSeconds(t, 30 * DAY);
+  assertStatus(await patchEnt(t, admin, ent.id, { disabled_reason: 'third', ends_at: ends }), 200);
   const events = await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] });
-  assert.deepEqual(events.map((e) => e.data.changed_fields), [['disabled_reason'], ['disabled_reason']]);
-  assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 2);
+  assert.deepEqual(events.map((e) => [...e.data.changed_fields].sort()), [['disabled_reason', 'ends_at']]);
   assertError(await patchEnt(t, admin, ent.id, { disabled_reason: null }), 422, 'disabled_reason_required');
   assertError(await patchEnt(t, admin, ent.id, { disabled_reason: '' }), 422, 'disabled_reason_required');
-  assert.equal((await entRow(t, ent.id))!.disabled_reason, 'again');
+  assert.equal((await entRow(t, ent.id))!.disabled_reason, 'third');
   assert.equal((await accessEvents(t, user.id, app.id)).length, 2, 'granted, then revoked by the disable; rewording flips nothing');
 });
 
@@ -508,6 +513,21 @@ test('org grant: member_scope change emits entitlement.member_scope_changed and 
   // Members of the holding Organization may fetch the row; others may not.
   assertStatus(await call(t, 'GET', `/v1/entitlements/${id}`, b.token), 200);
   assertError(await call(t, 'GET', `/v1/entitlements/${id}`, stranger.token), 404, 'entitlement_not_found');
+});
+
+test('org grant: member_scope and member_overrides sent as they are is no change ("member_scope or member_overrides changed"): 200, no entitlement.member_scope_changed, no audit row', async () => {
+  const a = await person(t);
+  const org = await createOrg(t, [{ userId: a.id, role: 'org_admin' }]);
+  const target = await newApp(t, admin);
+  const id = await orgGrant(t, org, target.id);
+  const before = assertStatus(await call(t, 'GET', `/v1/entitlements/${id}`, admin), 200);
+  assert.equal(before.member_scope, 'all_members');
+  assert.deepEqual(assertStatus(await patchEnt(t, admin, id, { member_scope: 'all_members' }), 200), before);
+  assertStatus(await patchEnt(t, admin, id, { member_scope: 'denylist', member_overrides: [a.id] }), 200);
+  assertStatus(await patchEnt(t, admin, id, { member_scope: 'denylist', member_overrides: [a.id] }), 200);
+  assertStatus(await patchEnt(t, admin, id, { member_overrides: [a.id] }), 200);
+  assert.deepEqual((await outbox(t, { entitlementId: id })).map((e) => e.type), ['entitlement.member_scope_changed']);
+  assert.equal((await auditOf(t, id, 'entitlement.member_scope_changed')).length, 1);
 });
 
 // ---- ETag / If-Match -----------------------------------------------------------------------------

@@ -139,14 +139,16 @@ test('filters: repeatable action, since (inclusive), until (exclusive), actor, t
   const evt = async (action: string, org: string) => (await sql(t, 'SELECT id FROM audit_events WHERE action = $1 AND target_id = $2', [action, org]))[0].id;
   const created = await Promise.all(orgs.map((o) => evt('organization.created', o)));
   const updated = await evt('organization.updated', orgs[0]);
+  // Each creation also writes organization.member_added for the creator, in the same transaction.
+  const added = await Promise.all(orgs.map((o) => evt('organization.member_added', o)));
   const mine = `actor_id=${user.id}`;
   assert.deepEqual(await ids(viewer, `${mine}&action=organization.created`), [...created].reverse());
   assert.deepEqual(await ids(viewer, `${mine}&action=organization.created&action=organization.updated`), [updated, ...[...created].reverse()]);
   assert.deepEqual(await ids(viewer, `${mine}&action=organization.created&since=${encodeURIComponent(stamps[1])}`), [created[2], created[1]]);
   assert.deepEqual(await ids(viewer, `${mine}&action=organization.created&until=${encodeURIComponent(stamps[2])}`), [created[1], created[0]]);
-  assert.deepEqual(await ids(viewer, `${mine}&since=${encodeURIComponent(stamps[1])}&until=${encodeURIComponent(stamps[2])}`), [created[1]]);
-  assert.deepEqual(await ids(viewer, `target_type=organization&target_id=${orgs[1]}`), [created[1]]);
-  assert.deepEqual(await ids(viewer, `organization_id=${orgs[2]}&actor_type=user`), [created[2]]);
+  assert.deepEqual(await ids(viewer, `${mine}&since=${encodeURIComponent(stamps[1])}&until=${encodeURIComponent(stamps[2])}`), [added[1], created[1]]);
+  assert.deepEqual(await ids(viewer, `target_type=organization&target_id=${orgs[1]}`), [added[1], created[1]]);
+  assert.deepEqual(await ids(viewer, `organization_id=${orgs[2]}&actor_type=user`), [added[2], created[2]]);
   assert.deepEqual(await ids(viewer, `organization_id=${orgs[2]}&actor_type=api_key`), []);
 
   const member = await person(t);

@@ -44,8 +44,9 @@ test('invite by email creates a pending membership and an organization_invitatio
     assert.equal(audit.length, 1);
     assert.equal((await membership(t, org.id, userId))?.membership_status, 'pending');
   }
-  // Pending invitations fire no organization.member_* webhook and are not counted.
-  assert.deepEqual(await memberWebhooks(t, org.id), []);
+  // Pending invitations fire no organization.member_* webhook and are not counted (only the creator's
+  // membership was announced, when the Organization was created).
+  assert.deepEqual(await memberWebhooks(t, org.id), [{ type: 'organization.member_added', data: { organization_id: org.id, user_id: owner.id, role: 'org_admin' } }]);
   assert.equal(await memberCount(org.id), 1);
   const pending = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?membership_status=pending`, owner.token), 200);
   assert.deepEqual(pending.data.map((m: any) => m.user_id).sort(), [known.id, created[0].id].sort());

@@ -20,7 +20,7 @@ after(() => t.close());
 const suspendOrg = async (orgId: string, reason = 'compliance review') =>
   assertStatus(await call(t, 'PATCH', `/v1/organizations/${orgId}`, admin, { status: 'suspended', reason }), 200);
 
-test('POST /v1/organizations: any active user with a User token creates one (201) and becomes its first org_admin in the same transaction; audit organization.created', async () => {
+test('POST /v1/organizations: any active user with a User token creates one (201) and becomes its first org_admin in the same transaction; audit organization.created; organization.member_added for the creator ("an active membership begins")', async () => {
   const user = await person(t);
   const res = await call(t, 'POST', '/v1/organizations', user.token, { name: 'Acme Research' });
   const org = assertStatus(res, 201);
@@ -46,6 +46,11 @@ test('POST /v1/organizations: any active user with a User token creates one (201
   assert.equal(audit[0].target_id, org.id);
   assert.equal(audit[0].after.id, org.id);
   assert.equal(audit[0].after.name, 'Acme Research');
+  const added = await orgAudit(t, org.id, 'organization.member_added');
+  assert.equal(added.length, 1);
+  assert.deepEqual(added[0].after, { organization_id: org.id, user_id: user.id, role: 'org_admin' });
+  const events = await sql(t, `SELECT type, data FROM outbox_events WHERE data->>'organization_id' = $1 ORDER BY seq`, [org.id]);
+  assert.deepEqual(events, [{ type: 'organization.member_added', data: { organization_id: org.id, user_id: user.id, role: 'org_admin' } }]);
 });
 
 test('POST /v1/organizations with an API key: 400 user_token_required and nothing is created', async () => {

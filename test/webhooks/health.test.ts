@@ -101,6 +101,28 @@ test('a successful delivery resets consecutive_failures and returns an unhealthy
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
+test('410 Gone on a test call ("any | 410 Gone response from the receiver | disabled immediately") disables the subscription too; a 500 on a test call changes nothing', async () => {
+  const owner = await createUser(t);
+  const creator = (await createApiKey(t, { scope: 'platform', permissions: ['webhooks.manage'], createdBy: owner.id })).secret;
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', creator, { scope: 'platform', url: receiver.url('/gone-test'), events: ['user.suspended'] }), 201);
+  receiver.routes.set('/gone-test', (_req, res) => res.writeHead(500).end('down'));
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, creator), 202);
+  await runDelivery(t);
+  assert.equal((await statusOf(sub.id)).status, 'healthy');
+  receiver.routes.set('/gone-test', (_req, res) => res.writeHead(410).end('gone'));
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, creator), 202);
+  await runDelivery(t);
+  const state = await statusOf(sub.id);
+  assert.equal(state.status, 'disabled');
+  const [stored] = await sql(t, 'SELECT disabled_reason FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+  assert.equal(stored.disabled_reason, 'gone');
+  assert.equal((await mailsTo(t, owner.email))[0]?.template, 'webhook_disabled');
+  await emitEvent(t, 'user.suspended', { user_id: 'usr_g3' });
+  await runDelivery(t);
+  assert.equal(receiver.at('/gone-test').length, 2, 'the two test calls only');
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('410 Gone disables the subscription at once (owner mailed), and later events are not delivered', async () => {
   const owner = await createUser(t);
   const creator = (await createApiKey(t, { scope: 'platform', permissions: ['webhooks.manage'], createdBy: owner.id })).secret;

@@ -106,8 +106,12 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
       orderId = body.order_id ?? null;
       changed.push('order_id');
     }
-    const scopeChange = 'member_scope' in body || 'member_overrides' in body;
-    if (scopeChange) await assertMemberScope(tx, row, body);
+    // member_scope and member_overrides sent as they already are change nothing (no event, no audit).
+    const scopeSent = body.member_scope !== undefined || body.member_overrides !== undefined;
+    if (scopeSent) await assertMemberScope(tx, row, body);
+    const scopeChange =
+      (body.member_scope !== undefined && body.member_scope !== row.member_scope) ||
+      (body.member_overrides !== undefined && !sameMembers(body.member_overrides, row.member_overrides));
     if (status === 'active' && row.status === 'expired') {
       if (endsAt && endsAt <= ctx.now) throw new ApiError('invalid_status_transition', { message: 'Renew with ends_at in the future or null.', details: { from: 'expired', to: 'active' } });
       const newer = row.user_id ? await findLivePersonal(tx, row.user_id, row.application_id) : await findLiveOrgGrant(tx, row.organization_id!, row.application_id);
@@ -144,7 +148,9 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
       await emitEntitlementEvent(tx, c, move.event, updated);
     } else if (changed.length) {
       await recordAudit(tx, c, { action: 'entitlement.updated', ...audit });
-      await emitEntitlementEvent(tx, c, 'entitlement.updated', updated, { changed_fields: changed });
+      // The webhook fires for what Part B names (ends_at, source, order_id); a reworded disabled_reason
+      // alone is audited only.
+      if (changed.some((f) => UPDATED_EVENT_FIELDS.has(f))) await emitEntitlementEvent(tx, c, 'entitlement.updated', updated, { changed_fields: changed });
     }
     if (scopeChange) {
       await recordAudit(tx, c, { action: 'entitlement.member_scope_changed', ...audit });
@@ -152,6 +158,14 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     }
     return { entitlement: toEntitlement(updated), etag: etagOf(updated) };
   });
+}
+
+const UPDATED_EVENT_FIELDS = new Set(['ends_at', 'source', 'order_id']);
+
+/** The same set of user ids (order is not meaningful). */
+function sameMembers(sent: readonly string[], stored: readonly string[] | null): boolean {
+  const have = new Set(stored ?? []);
+  return sent.length === have.size && sent.every((id) => have.has(id));
 }
 
 /** The live (active or disabled) org-wide grant of an Organization for an Application. */

@@ -3,7 +3,8 @@ import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
-import { emit, pathApplicationIds } from '../../outbox/emit.js';
+import { pathApplicationIds } from '../../outbox/emit.js';
+import { memberEvent } from './events.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { lockOrganization } from '../../access/locks.js';
 import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
@@ -35,12 +36,6 @@ export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
     [...params, ...ks.params],
   );
   return toPage(rows, ks.limit, toMember);
-}
-
-async function memberEvent(tx: Tx, ctx: Ctx, type: 'organization.member_added' | 'organization.member_removed', m: { organization_id: string; user_id: string; role: string }, webhook = true, formerPathApplicationIds: string[] = []) {
-  const data = { organization_id: m.organization_id, user_id: m.user_id, role: m.role };
-  await recordAudit(tx, ctx, { action: type, target: { type: 'organization', id: m.organization_id }, organizationId: m.organization_id, targetUserId: m.user_id, after: data });
-  if (webhook) await emit(tx, ctx, { type, data, formerPathApplicationIds });
 }
 
 /** Membership becomes active: the user's access flips on for each grant that now reaches them. */

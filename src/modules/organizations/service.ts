@@ -5,6 +5,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { keyset, toPage } from '../../http/pagination.js';
+import { memberEvent } from './events.js';
 import { findMember, findOrg, ORG_COLUMNS, toOrganization, type MemberRow, type OrgRow } from './store.js';
 import type { OrgListQuery, Organization, PatchOrgBody } from './schemas.js';
 
@@ -78,7 +79,10 @@ export async function createOrganization(ctx: Ctx, name: string): Promise<Organi
       [id, userId, ctx.now],
     );
     const org = toOrganization((await findOrg(tx, id))!);
-    await recordAudit(tx, inTx(ctx, tx), { action: 'organization.created', target: { type: 'organization', id }, organizationId: id, after: org });
+    const c = inTx(ctx, tx);
+    await recordAudit(tx, c, { action: 'organization.created', target: { type: 'organization', id }, organizationId: id, after: org });
+    // The creator's membership begins active: organization.member_added, like any other.
+    await memberEvent(tx, c, 'organization.member_added', { organization_id: id, user_id: userId, role: 'org_admin' });
     return org;
   });
 }

@@ -19,7 +19,8 @@ function decide(o: Outcome): Decided {
   const d = o.delivery;
   const r = o.result;
   if (r?.ok) return { outcome: o, status: 'succeeded', next: null, exhausted: false, gone: false };
-  const gone = r?.responseStatus === 410 && d.kind !== 'test';
+  // 410 Gone disables the subscription whatever the delivery (a test call too: "any | 410 Gone").
+  const gone = r?.responseStatus === 410;
   const last = !r || gone || d.attempt >= d.max_attempts;
   if (last) return { outcome: o, status: 'failed', next: null, exhausted: !!r && !gone && d.kind === 'event', gone };
   const delay = RETRY_DELAYS_SECONDS[Math.min(d.attempt, RETRY_DELAYS_SECONDS.length) - 1];
