@@ -60,11 +60,25 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   // An empty JSON body is no body (as Express reads it): a client that always sends
   // `Content-Type: application/json` can call the bodyless POSTs (logout, enrol, rotate), and a
   // route that needs fields names them in a 422. Anything else is parsed as before.
+  // Bytes that are not UTF-8 and numbers beyond a double (1e309 parses to Infinity) are malformed
+  // JSON (IV-3), never stored as U+FFFD or null.
   const parseJson = fastify.getDefaultJsonParser('error', 'error');
+  const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+  const malformed = () => new fastifyErrors.FST_ERR_CTP_INVALID_JSON_BODY();
   fastify.removeContentTypeParser('application/json');
-  fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if ((body as string).trim() === '') return done(null, undefined);
-    parseJson(request, body as string, done);
+  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    let text: string;
+    try {
+      text = utf8.decode(body as Buffer);
+    } catch {
+      return done(malformed(), undefined);
+    }
+    if (text.trim() === '') return done(null, undefined);
+    parseJson(request, text, (err, value) => {
+      if (err) return done(err, undefined);
+      if (hasNonFiniteNumber(value)) return done(malformed(), undefined);
+      done(null, value);
+    });
   });
   // The OAuth token endpoint and the HTML pages' forms (hosted sign-in, the local payment simulator)
   // also take form bodies; the API is JSON only (Part A convention 1). A repeated parameter stays a
@@ -110,4 +124,22 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   });
 
   return { app: fastify, deps };
+}
+
+/**
+ * True when a parsed JSON value holds ±Infinity. One pass over the parsed value (about a tenth of
+ * the parse; a reviver triples it), iterative so that deeply nested bodies reach their 422.
+ */
+function hasNonFiniteNumber(value: unknown): boolean {
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === 'number') {
+      if (!Number.isFinite(v)) return true;
+    } else if (typeof v === 'object' && v !== null) {
+      if (Array.isArray(v)) for (const item of v) stack.push(item);
+      else for (const key in v) stack.push((v as Record<string, unknown>)[key]);
+    }
+  }
+  return false;
 }

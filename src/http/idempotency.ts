@@ -42,10 +42,26 @@ const localId = (c: Pick<Claim, 'credential' | 'operation' | 'key'>) => `${c.cre
 const credentialOf = (actor: Actor): string =>
   actor.type === 'user' ? `user:${actor.userId}` : actor.type === 'api_key' ? `api_key:${actor.keyId}` : 'anonymous';
 
+// The body is fingerprinted with its object keys sorted, so a retry that sends the same content in
+// another key order is the same request. A body whose keys were already sorted hashes as before; a
+// record stored before this change from unsorted keys answers its retries 422 until it expires (24 h).
 const fingerprint = (request: FastifyRequest): string =>
   createHash('sha256')
-    .update(`${request.method} ${request.url}\n${JSON.stringify(request.body ?? null)}`)
+    .update(`${request.method} ${request.url}\n${canonicalJson(request.body ?? null)}`)
     .digest('hex');
+
+/** JSON.stringify with object keys in sorted order at every depth; arrays keep their order. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map((item) => canonicalJson(item ?? null)).join(',')}]`;
+  if (typeof value === 'object' && value !== null) {
+    const entries = Object.keys(value)
+      .sort()
+      .filter((key) => (value as Record<string, unknown>)[key] !== undefined)
+      .map((key) => `${JSON.stringify(key)}:${canonicalJson((value as Record<string, unknown>)[key])}`);
+    return `{${entries.join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
 
 /**
  * Part A convention 9. Claims (credential, operation, key) before the handler runs. A retry after

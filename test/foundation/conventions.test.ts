@@ -56,6 +56,37 @@ test('Idempotency-Key: reusing a key with a different body is refused with 422 i
   assert.equal(await countItems('reuse-b'), 0);
 });
 
+test('Idempotency-Key: "A retry with the same key returns the original result" when the retry sends the same body with its keys in another order', async () => {
+  const key = (await createApiKey(t, { scope: 'platform', permissions: ['applications.manage', 'entitlements.manage'] })).secret;
+  const owner = await createUser(t);
+  const app = await t.app.inject({
+    method: 'POST', url: '/v1/applications', headers: bearer(key),
+    payload: { slug: `idem${Date.now() % 1e6}`, name: 'Idem', launch_url: 'https://idem.example.com/', owner_user_id: owner.id },
+  });
+  assert.equal(app.statusCode, 201, app.body);
+  const user = await createUser(t);
+  const grant = (payload: string) =>
+    t.app.inject({ method: 'POST', url: `/v1/users/${user.id}/entitlements`, headers: { ...bearer(key), 'idempotency-key': 'k-order', 'content-type': 'application/json' }, payload });
+  const appId = JSON.stringify(app.json().id);
+  const first = await grant(`{"application_id":${appId},"source":"admin_grant"}`);
+  assert.equal(first.statusCode, 201, first.body);
+  const again = await grant(`{"source":"admin_grant","application_id":${appId}}`);
+  assert.equal(again.statusCode, 201, again.body);
+  assert.equal(again.body, first.body);
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+
+  // Nested objects too; arrays keep their order, so a reordered array is another request.
+  const { token } = await userToken(t);
+  assert.equal((await post(token, 'k-nested', { name: 'nested', extra: { a: 1, b: [1, 2] } })).statusCode, 201);
+  const nested = await post(token, 'k-nested', { extra: { b: [1, 2], a: 1 }, name: 'nested' });
+  assert.equal(nested.statusCode, 201, nested.body);
+  assert.equal(nested.headers['idempotent-replayed'], 'true');
+  assert.equal(await countItems('nested'), 1);
+  const reordered = await post(token, 'k-nested', { name: 'nested', extra: { a: 1, b: [2, 1] } });
+  assert.equal(reordered.statusCode, 422);
+  assert.equal(reordered.json().error.code, 'idempotency_key_reused');
+});
+
 test('Idempotency-Key: missing where required gets 400 idempotency_key_required and changes nothing', async () => {
   const { token } = await userToken(t);
   const res = await post(token, null, { name: 'nokey' });

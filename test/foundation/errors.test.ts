@@ -69,6 +69,48 @@ test('JSON nested 10,000 levels deep (IV-3) gets 422 validation_failed, never a 
   assertEnvelope(me.json(), 'validation_failed');
 });
 
+/** A platform key, an Application and a user with access to it (for the per-application routes). */
+async function userWithApp() {
+  const { createApiKey, createUser } = await import('../helpers/fixtures.js');
+  const auth = { authorization: `Bearer ${(await createApiKey(t, { scope: 'platform', permissions: ['applications.manage', 'entitlements.manage'] })).secret}` };
+  const owner = await createUser(t);
+  const app = await t.app.inject({ method: 'POST', url: '/v1/applications', headers: auth, payload: { slug: `js${Date.now() % 1e6}`, name: 'JSON', launch_url: 'https://json.example.com/', owner_user_id: owner.id } });
+  assert.equal(app.statusCode, 201, app.body);
+  const { user, token } = await userToken(t);
+  const ent = await t.app.inject({ method: 'POST', url: `/v1/users/${user.id}/entitlements`, headers: { ...auth, 'idempotency-key': `js-${user.id}` }, payload: { application_id: app.json().id, source: 'admin_grant' } });
+  assert.equal(ent.statusCode, 201, ent.body);
+  return { token, appId: app.json().id as string };
+}
+
+test('IV-3 "invalid UTF-8 … Passes when: 4xx": a JSON body with bytes that are not UTF-8 gets 400 malformed_json and changes nothing', async () => {
+  const { token } = await userToken(t);
+  const send = (payload: string | Buffer) =>
+    t.app.inject({ method: 'PATCH', url: '/v1/users/me/profile', headers: { ...bearer(token), 'content-type': 'application/json' }, payload });
+  assert.equal((await send('{"display_name":"Zoë 東京 🎉"}')).statusCode, 200, 'well-formed multi-byte UTF-8 is accepted');
+  // FF FE, an overlong "/", a UTF-8-encoded surrogate, a truncated sequence.
+  for (const bytes of [[0xff, 0xfe], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0xe6, 0x9d]]) {
+    const res = await send(Buffer.concat([Buffer.from('{"display_name":"ab'), Buffer.from(bytes), Buffer.from('cd"}')]));
+    assert.equal(res.statusCode, 400, `${Buffer.from(bytes).toString('hex')}: ${res.body}`);
+    assertEnvelope(res.json(), 'malformed_json');
+  }
+  const profile = await t.app.inject({ method: 'GET', url: '/v1/users/me/profile', headers: bearer(token) });
+  assert.equal(profile.json().display_name, 'Zoë 東京 🎉', 'never stored as U+FFFD');
+});
+
+test('IV-3 "1e309 … Passes when: 4xx": a JSON number beyond a double gets 400 malformed_json, never stored as null', async () => {
+  const { token, appId } = await userWithApp();
+  const send = (payload: string) =>
+    t.app.inject({ method: 'PATCH', url: `/v1/users/me/apps/${appId}/profile`, headers: { ...bearer(token), 'content-type': 'application/json' }, payload });
+  assert.equal((await send('{"custom":{"n":1.5e308,"m":1e-400}}')).statusCode, 200, 'large finite numbers (and underflow to 0) are accepted');
+  for (const payload of ['{"custom":{"n":1e309}}', '{"custom":{"n":-1e309}}', '{"custom":{"k":[1,{"deep":1E+400}]}}', `{"custom":{"n":1${'0'.repeat(400)}}}`]) {
+    const res = await send(payload);
+    assert.equal(res.statusCode, 400, `${payload.slice(0, 40)}: ${res.body}`);
+    assertEnvelope(res.json(), 'malformed_json');
+  }
+  const profile = await t.app.inject({ method: 'GET', url: `/v1/users/me/apps/${appId}/profile`, headers: bearer(token) });
+  assert.deepEqual(profile.json().custom, { n: 1.5e308, m: 0 });
+});
+
 test('unknown route gets 404 not_found in the envelope', async () => {
   const res = await t.app.inject({ method: 'GET', url: '/v1/nothing-here' });
   assert.equal(res.statusCode, 404);

@@ -131,8 +131,9 @@ test('every error response references the ErrorEnvelope schema, which has code, 
     for (const [status, response] of Object.entries<any>(op.responses ?? {})) {
       if (!/^[45]/.test(status)) continue;
       count++;
-      // Part A convention 6: the OAuth token endpoint answers 400 in the RFC 6749 shape instead.
-      if (method === 'post' && path === '/v1/auth/oauth/token' && status === '400') {
+      // Part A convention 6: the OAuth token endpoint answers in the RFC 6749 shape instead (400, and
+      // its throttle's 429).
+      if (method === 'post' && path === '/v1/auth/oauth/token' && (status === '400' || status === '429')) {
         assert.deepEqual([...response.content?.['application/json']?.schema?.required].sort(), ['error', 'error_description']);
         continue;
       }

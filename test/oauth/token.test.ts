@@ -4,8 +4,9 @@ import assert from 'node:assert/strict';
 import { decodeProtectedHeader } from 'jose';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { assertStatus, auditOf, call, patchEnt, platformKey, sql, type AppFixture } from '../access/support.js';
+import { alignToWindow } from '../auth/support.js';
 import {
-  assertOAuthError, codeFor, codeGrant, member, oauthApp, refreshGrant, REDIRECT, tokenReq, verifyAppToken,
+  assertOAuthError, codeFor, codeGrant, member, oauthApp, refreshGrant, REDIRECT, TOKEN, tokenReq, verifyAppToken,
 } from './support.js';
 
 let t: TestApp;
@@ -194,4 +195,60 @@ test('a token request whose body is not valid JSON gets 400 invalid_request in t
   assert.equal(res.headers['cache-control'], 'no-store');
   const doc = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
   assert.equal(doc.paths['/v1/auth/oauth/token'].post.responses['422'], undefined);
+});
+
+test('OAuth token errors use the {error, error_description} shape with status 400: a text/plain body, or one with no content type, is invalid_request (not 415), with no-store', async () => {
+  for (const headers of [{ 'content-type': 'text/plain' }, {}] as Array<Record<string, string>>) {
+    const res = await t.app.inject({ method: 'POST', url: TOKEN, headers, payload: 'grant_type=refresh_token&refresh_token=rtk_x&client_id=x' });
+    assert.match(assertOAuthError(res, 'invalid_request'), /application\/x-www-form-urlencoded/, JSON.stringify(headers));
+    assert.equal(res.headers['cache-control'], 'no-store');
+    assert.match(String(res.headers['request-id']), /^req_/);
+  }
+  // Every other route keeps the platform envelope.
+  const other = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'text/plain' }, payload: 'x' });
+  assert.equal(other.statusCode, 415);
+  assert.equal(other.json().error.code, 'unsupported_media_type');
+});
+
+test('OAuth token errors use the {error, error_description} shape with status 400: a form body over the 1 MB body limit is invalid_request (not 413)', async () => {
+  const big = 'grant_type=refresh_token&refresh_token=' + 'x'.repeat(1024 * 1024 + 10);
+  const res = await t.app.inject({ method: 'POST', url: TOKEN, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: big });
+  assertOAuthError(res, 'invalid_request');
+  assert.equal(res.headers['cache-control'], 'no-store');
+  // Every other route keeps the platform envelope.
+  const other = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ email: 'x'.repeat(1024 * 1024 + 10) }) });
+  assert.equal(other.statusCode, 413);
+  assert.equal(other.json().error.code, 'payload_too_large');
+});
+
+test('the OAuth token endpoint instead returns {error, error_description} when throttled: 429 temporarily_unavailable with Retry-After, documented so; other auth endpoints keep the envelope', async () => {
+  const throttled = await buildTestApp({ authRateLimitPerMinute: 2 });
+  try {
+    alignToWindow(throttled, 60, 1);
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    const send = (url: string) => throttled.app.inject({ method: 'POST', url, headers: form, payload: 'grant_type=password', remoteAddress: '203.0.113.50' });
+    for (let i = 0; i < 2; i++) assertOAuthError(await send(TOKEN), 'unsupported_grant_type');
+    const res = await send(TOKEN);
+    assert.equal(res.statusCode, 429, res.body);
+    const body = res.json();
+    assert.deepEqual(Object.keys(body).sort(), ['error', 'error_description'], res.body);
+    assert.equal(body.error, 'temporarily_unavailable');
+    assert.equal(typeof body.error_description, 'string');
+    const retryAfter = Number(res.headers['retry-after']);
+    assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60, `Retry-After ${res.headers['retry-after']}`);
+    assert.equal(res.headers['cache-control'], 'no-store');
+    // The OpenAPI document describes the 429 in the OAuth shape, not the envelope.
+    const doc = (await throttled.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
+    const schema = doc.paths[TOKEN].post.responses['429'].content['application/json'].schema;
+    assert.deepEqual([...schema.required].sort(), ['error', 'error_description']);
+    assert.deepEqual(schema.properties.error.enum, ['temporarily_unavailable']);
+    // Every other route keeps the platform envelope.
+    const login = (payload: object) => throttled.app.inject({ method: 'POST', url: '/v1/auth/login', payload, remoteAddress: '203.0.113.50' });
+    for (let i = 0; i < 2; i++) await login({ email: 'nobody@example.com', password: 'wrong-password-123' });
+    const other = await login({ email: 'nobody@example.com', password: 'wrong-password-123' });
+    assert.equal(other.statusCode, 429);
+    assert.equal(other.json().error.code, 'rate_limited');
+  } finally {
+    await throttled.close();
+  }
 });

@@ -154,6 +154,57 @@ test('GET tier-change requests: the owner and tenants.manage list and fetch; bil
   assertError(await call(t, 'GET', `${base(owner.tenantId)}/${request.id}`, stranger.token), 404, 'tenant_not_found');
 });
 
+test('tier-change list: "terminal records are excluded from list results by default; the flag include_inactive includes them" (completed and cancelled)', async () => {
+  const owner = await enterpriseTenant();
+  const cancelled = await openRequest(owner.tenantId);
+  assertStatus(await patch(owner.tenantId, cancelled.id, { status: 'cancelled', notes: 'Not now' }), 200);
+  const completed = await openRequest(owner.tenantId);
+  assertStatus(await patch(owner.tenantId, completed.id, { status: 'in_progress' }), 200);
+  assertStatus(await patch(owner.tenantId, completed.id, { status: 'completed' }), 200);
+  const rolledBack = await openRequest(owner.tenantId, { requested_tier: 'dedicated_region', requested_region: 'eu-west-1', reason: 'r' });
+  assertStatus(await patch(owner.tenantId, rolledBack.id, { status: 'in_progress' }), 200);
+  assertStatus(await patch(owner.tenantId, rolledBack.id, { status: 'cancelled', notes: 'Rolled back' }), 200);
+  const open = await openRequest(owner.tenantId, { requested_tier: 'dedicated_region', requested_region: 'us-west-2', reason: 'r' });
+  assertStatus(await patch(owner.tenantId, open.id, { status: 'scheduled', scheduled_for: future() }), 200);
+  const ids = (res: any) => res.data.map((r: any) => r.id);
+
+  for (const who of [owner.token, support.token]) {
+    // By default only the open (scheduled) request is listed, and the page knows nothing more follows.
+    for (const query of ['', '?include_inactive=false', '?limit=1']) {
+      const list = assertStatus(await call(t, 'GET', `${base(owner.tenantId)}${query}`, who), 200);
+      assert.deepEqual(ids(list), [open.id], query);
+      assert.equal(list.page.has_more, false, query);
+      assert.equal(list.page.next_cursor, null, query);
+    }
+    const all = assertStatus(await call(t, 'GET', `${base(owner.tenantId)}?include_inactive=true`, who), 200);
+    assert.deepEqual(ids(all), [open.id, rolledBack.id, completed.id, cancelled.id]);
+    assert.deepEqual(all.data.map((r: any) => r.status), ['scheduled', 'cancelled', 'completed', 'cancelled']);
+    // Cursors keep the flag's filter: two pages of two, nothing repeated or skipped.
+    const first = assertStatus(await call(t, 'GET', `${base(owner.tenantId)}?include_inactive=true&limit=2`, who), 200);
+    assert.deepEqual(ids(first), [open.id, rolledBack.id]);
+    assert.equal(first.page.has_more, true);
+    const second = assertStatus(await call(t, 'GET', `${base(owner.tenantId)}?include_inactive=true&limit=2&cursor=${first.page.next_cursor}`, who), 200);
+    assert.deepEqual(ids(second), [completed.id, cancelled.id]);
+    assert.equal(second.page.has_more, false);
+  }
+  assertError(await call(t, 'GET', `${base(owner.tenantId)}?include_inactive=maybe`, support.token), 422, 'validation_failed');
+});
+
+test('tier-change list: with only terminal requests the default list is empty and a cursor page past the open one holds no terminal rows', async () => {
+  const owner = await enterpriseTenant();
+  const done = await openRequest(owner.tenantId);
+  assertStatus(await patch(owner.tenantId, done.id, { status: 'cancelled', notes: 'No' }), 200);
+  const empty = assertStatus(await call(t, 'GET', base(owner.tenantId), owner.token), 200);
+  assert.deepEqual(empty.data, []);
+  assert.equal(empty.page.has_more, false);
+  const open = await openRequest(owner.tenantId);
+  const cursorPastOpen = assertStatus(await call(t, 'GET', `${base(owner.tenantId)}?include_inactive=true&limit=1`, owner.token), 200);
+  assert.deepEqual(cursorPastOpen.data.map((r: any) => r.id), [open.id]);
+  const rest = assertStatus(await call(t, 'GET', `${base(owner.tenantId)}?limit=1&cursor=${cursorPastOpen.page.next_cursor}`, owner.token), 200);
+  assert.deepEqual(rest.data, []);
+  assert.equal(rest.page.has_more, false);
+});
+
 test('a missing request, or one of another Tenant, is 404 tier_change_request_not_found', async () => {
   const a = await enterpriseTenant();
   const b = await enterpriseTenant();

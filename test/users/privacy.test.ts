@@ -155,6 +155,46 @@ test('export is limited to 5 calls per user per day (self and admin calls count 
   assertStatus(await exportOf('me', await login(t, user)), 200);
 });
 
+test('Export calls "5 per user per day" count a rolling 24 hours, not the UTC day: 5 calls at 23:59 UTC leave none for 00:01 UTC; 429 rate_limited with Retry-After until the oldest call leaves the window', async () => {
+  alignToDay(DAY - 60); // 23:59:00 UTC
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const stamps: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    if (i > 0) t.clock.advance(10);
+    const before = t.clock.now().getTime();
+    assertStatus(await exportOf('me', token), 200);
+    stamps.push(before, t.clock.now().getTime());
+  }
+  t.clock.advance(90); // 00:01 UTC of the next day
+  assert.equal(new Date(t.clock.now().getTime() - 90_000).getUTCDate(), new Date(stamps[0]).getUTCDate());
+  assert.notEqual(t.clock.now().getUTCDate(), new Date(stamps[0]).getUTCDate());
+
+  const sent = t.clock.now().getTime();
+  const limited = await exportOf('me', token);
+  const received = t.clock.now().getTime();
+  assertError(limited, 429, 'rate_limited');
+  // Retry-After: seconds until the first call (between stamps[0] and stamps[1]) is 24 hours old.
+  const retryAfter = Number(limited.headers['retry-after']);
+  assert.ok(retryAfter >= Math.floor((stamps[0] + DAY * 1000 - received) / 1000), `Retry-After ${retryAfter}`);
+  assert.ok(retryAfter <= Math.ceil((stamps[1] + DAY * 1000 - sent) / 1000), `Retry-After ${retryAfter}`);
+  assert.ok(retryAfter < DAY - 120 && retryAfter > DAY - 200, `Retry-After ${retryAfter}`);
+
+  // Still refused a little before the oldest call leaves the window (refused calls do not count).
+  t.clock.advance(retryAfter - 5);
+  assertError(await exportOf('me', await login(t, user)), 429, 'rate_limited');
+  // Once it has left, exactly one call is free again; the next waits for the second oldest (10 seconds later).
+  t.clock.advance(6);
+  const fresh = await login(t, user);
+  assertStatus(await exportOf('me', fresh), 200);
+  const again = await exportOf(user.id, await asAdmin());
+  assertError(again, 429, 'rate_limited');
+  const wait = Number(again.headers['retry-after']);
+  assert.ok(wait >= 1 && wait <= 10, `Retry-After ${wait}`);
+  t.clock.advance(wait);
+  assertStatus(await exportOf('me', fresh), 200);
+});
+
 test('POST /v1/users/{id}/erasure-requests (self): 202 {user_id, status scheduled, requested_at, scheduled_for = requested_at + 7 days}; the user is soft-deleted at once and every session revoked', async () => {
   const user = await createUser(t);
   const app = await createApplication(t);
@@ -272,6 +312,10 @@ test('the erasure cascade clears everything exported except global Settings (als
   const overrides = (await sql(t, 'SELECT member_overrides FROM entitlements WHERE id = $1', [grantId]))[0].member_overrides;
   assert.deepEqual(overrides, [r.buddy.id], 'the user is removed from member_overrides; others stay');
   assert.equal(await count('organization_members', 'user_id = $1', [r.buddy.id]), 1, 'other members stay');
+  // "organization.member_removed | an active membership begins or is removed": the cascade's removal too.
+  const removed = await sql(t, `SELECT type, data FROM outbox_events WHERE type = 'organization.member_removed' AND data->>'user_id' = $1`, [id]);
+  assert.deepEqual(removed, [{ type: 'organization.member_removed', data: { organization_id: r.org, user_id: id, role: 'org_admin' } }]);
+  assert.equal(await count('audit_events', `action = 'organization.member_removed' AND target_user_id = $1 AND organization_id = $2`, [id, r.org]), 1);
   const row = await userRow(t, id);
   for (const email of [r.user.email, secondEmail, r.pendingEmail]) {
     assert.ok(!JSON.stringify(row).includes(email), `users row still holds ${email}`);

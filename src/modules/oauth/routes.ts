@@ -2,7 +2,10 @@ import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { ctxOf } from '../../http/gate.js';
 import { unstorableText } from '../../http/validation.js';
-import { AuthorizationCode, AuthorizationCodeBody, OAuthError, OAuthErrorBody, TokenBody, TokenResponse } from './schemas.js';
+import { toApiError } from '../../http/errors-plugin.js';
+import {
+  AuthorizationCode, AuthorizationCodeBody, OAuthError, OAuthErrorBody, OAuthThrottledBody, TokenBody, TokenResponse,
+} from './schemas.js';
 import { issueAuthorizationCode } from './authorization-codes.js';
 import { exchangeToken } from './token.js';
 
@@ -24,18 +27,16 @@ export function oauthRoutes(app: App, deps: Deps): void {
       tags: ['Auth'],
       consumes: ['application/json', 'application/x-www-form-urlencoded'],
       body: TokenBody,
-      response: { 200: TokenResponse, 400: OAuthErrorBody },
+      response: { 200: TokenResponse, 400: OAuthErrorBody, 429: OAuthThrottledBody },
     },
     attachValidation: true,
     config: { meta: { auth: 'none', throttle: 'auth' } },
-    // A body that is not JSON (or not a form) is an RFC 6749 invalid_request too; size, media type,
-    // throttle and server errors keep the general envelope (parent handler).
+    // Errors raised before the handler (body parsing, the body limit, the gate's throttle) answer in
+    // the RFC 6749 shape too (Part A convention 6); server errors keep the general envelope (parent handler).
     errorHandler: (err, _request, reply) => {
-      const code = (err as { code?: string }).code;
-      if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || (err instanceof SyntaxError && (err as { statusCode?: number }).statusCode === 400)) {
-        return reply.code(400).header('cache-control', 'no-store').header('pragma', 'no-cache').send(new OAuthError('invalid_request', 'The request body is not valid JSON.').toBody());
-      }
-      throw err;
+      const oauth = oauthErrorOf(err);
+      if (!oauth) throw err;
+      return reply.code(oauth.status).headers(oauth.headers).header('cache-control', 'no-store').header('pragma', 'no-cache').send(oauth.body);
     },
     handler: async (request, reply) => {
       reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
@@ -48,4 +49,21 @@ export function oauthRoutes(app: App, deps: Deps): void {
       }
     },
   });
+}
+
+/**
+ * A client error raised on the token endpoint before its handler, as RFC 6749 §5.2 has it: the per-IP
+ * throttle keeps 429 and Retry-After as `temporarily_unavailable` (RFC 6749 §4.1.2.1: retry later);
+ * anything else the request did wrong (not JSON, neither JSON nor a form, over the body limit, a bad
+ * Content-Length) is 400 `invalid_request`. Null for server errors, which keep the general envelope.
+ */
+function oauthErrorOf(err: unknown): { status: 400 | 429; headers: Record<string, string>; body: OAuthErrorBody | OAuthThrottledBody } | null {
+  if (err instanceof OAuthError) return { status: 400, headers: {}, body: err.toBody() };
+  const error = toApiError(err);
+  if (error.status === 429) return { status: 429, headers: error.headers, body: { error: 'temporarily_unavailable', error_description: error.message } };
+  if (error.status < 400 || error.status >= 500) return null;
+  const description = error.code === 'unsupported_media_type'
+    ? 'The request body must be application/x-www-form-urlencoded or application/json.'
+    : error.message;
+  return { status: 400, headers: {}, body: new OAuthError('invalid_request', description).toBody() };
 }

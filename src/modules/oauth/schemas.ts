@@ -63,6 +63,20 @@ export const OAuthErrorBody = Type.Object(
 );
 export type OAuthErrorBody = Static<typeof OAuthErrorBody>;
 
+/**
+ * The per-IP auth throttle at the token endpoint: 429 with Retry-After, in the RFC 6749 shape.
+ * `temporarily_unavailable` is RFC 6749's code for "cannot handle the request now, retry later"
+ * (§4.1.2.1); §5.2 has no throttling code, and a client that reads only `error` needs a string.
+ */
+export const OAuthThrottledBody = Type.Object(
+  {
+    error: Type.Literal('temporarily_unavailable'),
+    error_description: Type.String(),
+  },
+  { $id: 'OAuthThrottled', title: 'OAuthThrottled', description: 'Per-IP throttle: temporarily_unavailable in the RFC 6749 shape; Retry-After set.' },
+);
+export type OAuthThrottledBody = Static<typeof OAuthThrottledBody>;
+
 export type OAuthErrorCode = OAuthErrorBody['error'];
 
 /** The token endpoint's only error type; its route turns it into 400 {error, error_description}. */

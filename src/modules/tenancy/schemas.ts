@@ -1,5 +1,5 @@
 import { Type, type Static, type TLiteral, type TUnion } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, PageQuery, Timestamp } from '../../http/schemas.js';
+import { IncludeInactiveQuery, Nullable, NullableTimestamp, OpenEnum, PageQuery, Timestamp } from '../../http/schemas.js';
 
 export const TIERS = ['shared', 'isolated', 'dedicated_region'] as const;
 export type Tier = (typeof TIERS)[number];
@@ -96,7 +96,8 @@ export const PatchTierChangeBody = Type.Object(
 );
 export type PatchTierChangeBody = { status?: (typeof REQUEST_STATUSES)[number]; scheduled_for?: string; notes?: string | null } & Record<string, unknown>;
 
-export const TierChangeListQuery = Type.Object({ ...PageQuery }, { additionalProperties: false });
+/** Terminal requests (completed, cancelled) are listed only with include_inactive (Part A convention 12). */
+export const TierChangeListQuery = Type.Object({ ...IncludeInactiveQuery, ...PageQuery }, { additionalProperties: false });
 export type TierChangeListQuery = Static<typeof TierChangeListQuery>;
 
 const Limit = Nullable(Type.Integer());

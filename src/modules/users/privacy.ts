@@ -4,7 +4,9 @@ import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
-import { hitCounter, retryAfterSeconds } from '../../http/counters.js';
+import { pathApplicationIds } from '../../outbox/emit.js';
+import { memberEvent } from '../organizations/events.js';
+import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { actorRef } from './service.js';
 import { targetUser } from './access.js';
@@ -17,12 +19,16 @@ export const EXPORT_LIMIT_PER_DAY = 5;
 export const ERASURE_DELAY_SECONDS = 7 * 24 * 3600;
 const iso = (d: Date | null) => d?.toISOString() ?? null;
 
-/** GET /v1/users/{id}/export: the whole bundle; never a hash, secret or token. 5 per user per day. */
+/** GET /v1/users/{id}/export: the whole bundle; never a hash, secret or token. 5 per user in any rolling 24 hours. */
 export async function exportUser(ctx: Ctx, idParam: string) {
   const { user } = await targetUser(ctx, idParam, 'manage');
-  const hit = await hitCounter(ctx.deps.database.scoped('system'), `export:${user.id}`, 86400, ctx.now);
-  if (hit.count > EXPORT_LIMIT_PER_DAY) {
-    throw new ApiError('rate_limited', { message: 'At most 5 exports per user per day.', headers: { 'retry-after': String(retryAfterSeconds(hit.resetAt, ctx.now)) } });
+  // A rolling 24 hours (not the calendar day: 5 before midnight and 5 after would pass); Retry-After
+  // is when the oldest export of the window leaves it. Refused calls are not counted.
+  const quota = await ctx.deps.database
+    .scoped('system')
+    .transaction((tx) => takeSlidingQuota(tx, `export:${user.id}`, EXPORT_LIMIT_PER_DAY, 86400, ctx.now));
+  if (!quota.allowed) {
+    throw new ApiError('rate_limited', { message: 'At most 5 exports per user per day.', headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) } });
   }
   const db = ctx.db;
   const one = async (sql: string) => (await db.query(sql, [user.id])).rows;
@@ -145,6 +151,13 @@ export async function runErasureCascade(deps: Deps): Promise<{ erased: number }>
 
 async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
   const id = user.id;
+  // Memberships go with the cascade, each removal announced as a DELETE of the member would
+  // (organization.member_removed; a pending one audited only), routed to the Applications they reached.
+  const { rows: memberships } = await tx.query<{ organization_id: string; role: string; membership_status: string }>(
+    'SELECT organization_id, role, membership_status FROM organization_members WHERE user_id = $1 ORDER BY organization_id',
+    [id],
+  );
+  const formerPaths = memberships.some((m) => m.membership_status === 'active') ? await pathApplicationIds(tx, id) : [];
   for (const sql of [
     'DELETE FROM recovery_codes WHERE user_id = $1',
     'DELETE FROM one_time_tokens WHERE user_id = $1',
@@ -160,6 +173,9 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     `UPDATE entitlements SET member_overrides = array_remove(member_overrides, $1) WHERE $1 = ANY(member_overrides)`,
   ]) {
     await tx.query(sql, [id]);
+  }
+  for (const m of memberships) {
+    await memberEvent(tx, ctx, 'organization.member_removed', { organization_id: m.organization_id, user_id: id, role: m.role }, m.membership_status === 'active', formerPaths);
   }
   // The user's own mails, to every address they had; not those of another account that reused the
   // address (mails queued before user_id was recorded: by address, in the user's mode, up to deletion).
