@@ -168,6 +168,23 @@ test('rotate-secret: 200 {id, signing_secret, previous_secret_expires_at} 24 hou
   assert.doesNotMatch(JSON.stringify(row), /whsec_/);
 });
 
+test('Idempotency-Key on create and rotate-secret: "a retry with the same key returns the original result" (one subscription, one rotation); another body with the key is 422', async () => {
+  const key = { 'idempotency-key': `wh-${Date.now()}-${Math.random()}` };
+  const body = { scope: 'platform', url: url('idem'), events: ['access.revoked'] };
+  const first = await call(t, 'POST', '/v1/webhooks', admin, body, key);
+  const created = assertStatus(first, 201);
+  const again = await call(t, 'POST', '/v1/webhooks', admin, body, key);
+  assert.equal(again.statusCode, 201);
+  assert.equal(again.body, first.body);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE url = $1', [url('idem')]))[0].n, 1);
+  assertError(await call(t, 'POST', '/v1/webhooks', admin, { ...body, url: url('idem-2') }, key), 422, 'idempotency_key_reused');
+  const rotateKey = { 'idempotency-key': `rot-${created.id}` };
+  const rotated = assertStatus(await call(t, 'POST', `/v1/webhooks/${created.id}/rotate-secret`, admin, undefined, rotateKey), 200);
+  const replayed = assertStatus(await call(t, 'POST', `/v1/webhooks/${created.id}/rotate-secret`, admin, undefined, rotateKey), 200);
+  assert.equal(replayed.signing_secret, rotated.signing_secret);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE target_id = $1 AND action = 'webhook.secret_rotated'`, [created.id]))[0].n, 1);
+});
+
 test('DELETE: 204, audited webhook.deleted, and its queued retries are dropped', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('d1') });
   await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin);

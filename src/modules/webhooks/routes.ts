@@ -20,7 +20,7 @@ export function webhookRoutes(app: App, deps: Deps): void {
   });
   app.post('/v1/webhooks', {
     schema: { summary: 'Create a subscription; the signing secret is shown once', tags, body: CreateWebhookBody, response: { 201: Webhook } },
-    config: { meta: { auth: 'any', errors: ['forbidden', 'application_not_found', 'invalid_webhook_url', 'plan_limit_reached', 'subscription_required'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['forbidden', 'application_not_found', 'invalid_webhook_url', 'plan_limit_reached', 'subscription_required'] } },
     handler: async (request, reply) => {
       const created = await createWebhook(ctxOf(deps, request), request.body);
       reply.code(201);
@@ -48,7 +48,7 @@ export function webhookRoutes(app: App, deps: Deps): void {
   });
   app.post('/v1/webhooks/:id/rotate-secret', {
     schema: { summary: 'New signing secret; the previous one also signs for 24 hours', tags, params: WebhookIdParam, body: EmptyBody, response: { 200: RotatedSecret } },
-    config: { meta: { auth: 'any', errors: ['webhook_not_found'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['webhook_not_found'] } },
     handler: (request) => rotateSecret(ctxOf(deps, request), request.params.id),
   });
   app.post('/v1/webhooks/:id/test', {
