@@ -14,7 +14,11 @@ export interface Config {
   mailFrom: string;
   webhookAllowPrivateTargets: boolean;
   stripeSecretKey: string | null;
-  stripeWebhookSecret: string;
+  /**
+   * Verifies processor events. Unset: the local simulator's public secret, but only while no
+   * STRIPE_SECRET_KEY is set; with a real processor and no secret it is null and every event is refused.
+   */
+  stripeWebhookSecret: string | null;
   stripeApiBase: string | null;
   logLevel: string;
   authRateLimitPerMinute: number;
@@ -109,7 +113,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     mailFrom: email('MAIL_FROM') ?? `no-reply@${publicHost}`,
     webhookAllowPrivateTargets: flag('WEBHOOK_ALLOW_PRIVATE_TARGETS'),
     stripeSecretKey: str('STRIPE_SECRET_KEY'),
-    stripeWebhookSecret: str('STRIPE_WEBHOOK_SECRET') ?? SIMULATOR_WEBHOOK_SECRET,
+    stripeWebhookSecret: str('STRIPE_WEBHOOK_SECRET') ?? (str('STRIPE_SECRET_KEY') ? null : SIMULATOR_WEBHOOK_SECRET),
     stripeApiBase: url('STRIPE_API_BASE', ['http:', 'https:']),
     logLevel,
     authRateLimitPerMinute: int('AUTH_RATE_LIMIT_PER_MINUTE', 30, 0, 1_000_000),

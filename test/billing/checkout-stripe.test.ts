@@ -2,6 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestApp } from '../helpers/app.js';
+import { loadConfig, SIMULATOR_WEBHOOK_SECRET } from '../../src/config.js';
 import { assertError, assertStatus, buildApp, call, caller, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
 import { closedPort, deliver, startFakeProcessor, subscription, type FakeProcessor } from './support.js';
 
@@ -151,4 +152,17 @@ test('processor unreachable: checkout and portal answer 503 billing_unavailable 
   } finally {
     await down.close();
   }
+});
+
+test('STRIPE_SECRET_KEY without STRIPE_WEBHOOK_SECRET: processor events are refused (400 invalid_signature), never verified with the public simulator secret, and change nothing', async (c) => {
+  assert.equal(loadConfig({ PUBLIC_URL: 'http://localhost:8080', STRIPE_SECRET_KEY: 'sk_test_x' }).stripeWebhookSecret, null);
+  assert.equal(loadConfig({ PUBLIC_URL: 'http://localhost:8080' }).stripeWebhookSecret, SIMULATOR_WEBHOOK_SECRET);
+  const misconfigured = await buildApp({ stripeSecretKey: 'sk_test_x', stripeApiBase: processor.base, stripeWebhookSecret: null });
+  c.after(() => misconfigured.close());
+  const owner = await tenantOwner(misconfigured);
+  const forged = await deliver(misconfigured, 'customer.subscription.created', subscription({ tenantId: owner.tenantId }), { secret: SIMULATOR_WEBHOOK_SECRET });
+  assert.equal(assertError(forged, 400, 'invalid_signature').details.reason, 'webhook_secret_not_configured');
+  const tenant = await tenantRow(misconfigured, owner.tenantId);
+  assert.equal(tenant.plan, 'starter');
+  assert.equal(tenant.subscription_status, 'none');
 });

@@ -127,7 +127,7 @@ export function subscription(s: SubscriptionShape): Record<string, unknown> {
 
 /** Signs a payload as Stripe does (t=…,v1=…), at the service clock unless told otherwise. */
 export function sign(t: TestApp, payload: string, opts: { secret?: string; timestamp?: number } = {}): string {
-  return Stripe.webhooks.generateTestHeaderString({ payload, secret: opts.secret ?? t.config.stripeWebhookSecret, timestamp: opts.timestamp ?? toUnixSeconds(t.clock.now()) });
+  return Stripe.webhooks.generateTestHeaderString({ payload, secret: opts.secret ?? t.config.stripeWebhookSecret ?? '', timestamp: opts.timestamp ?? toUnixSeconds(t.clock.now()) });
 }
 
 export function postEvent(t: TestApp, payload: string, signature: string | null) {

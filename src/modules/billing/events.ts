@@ -42,6 +42,8 @@ export function verifyProcessorEvent(secret: string, raw: Uint8Array | string | 
  * per event id. Nothing changes unless the signature holds.
  */
 export async function receiveProcessorEvent(deps: Deps, raw: Uint8Array | string | undefined, header: unknown, requestId: string | null): Promise<EventOutcome> {
+  // With a real processor, the simulator's public secret would let anyone forge a payment.
+  if (deps.config.stripeWebhookSecret === null) throw refuse('webhook_secret_not_configured');
   const event = verifyProcessorEvent(deps.config.stripeWebhookSecret, raw, header, deps.clock.now());
   const outcome = await applyProcessorEvent(deps, event, requestId);
   deps.log.info({ event_id: event.id, event_type: event.type, outcome }, 'processor event received');

@@ -1,6 +1,5 @@
 import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
-import { SIMULATOR_WEBHOOK_SECRET } from '../../config.js';
 import { ctxOf } from '../../http/gate.js';
 import { getUsage } from '../tenancy/service.js';
 import { TenantIdParam, Usage } from '../tenancy/schemas.js';
@@ -13,8 +12,8 @@ import { simulatorRoutes } from './simulator-routes.js';
 const tags = ['Billing'];
 
 export function billingRoutes(app: App, deps: Deps): void {
-  if (deps.config.stripeSecretKey && deps.config.stripeWebhookSecret === SIMULATOR_WEBHOOK_SECRET) {
-    deps.log.warn('STRIPE_SECRET_KEY is set but STRIPE_WEBHOOK_SECRET is not: processor events are verified with the public simulator secret');
+  if (deps.config.stripeSecretKey && deps.config.stripeWebhookSecret === null) {
+    deps.log.error('STRIPE_SECRET_KEY is set but STRIPE_WEBHOOK_SECRET is not: every processor event is refused (400 invalid_signature) until it is set');
   }
   app.get('/v1/tenants/:id/subscription', {
     schema: { summary: "The Tenant's platform subscription", tags, params: TenantIdParam, response: { 200: Subscription } },

@@ -3,6 +3,7 @@
 // does, and hand them to the same receiver as POST /v1/billing/processor-events.
 import type { Deps } from '../../context.js';
 import { addSeconds, toUnixSeconds } from '../../clock.js';
+import { SIMULATOR_WEBHOOK_SECRET } from '../../config.js';
 import { findTenantRecord, type TenantRecord } from '../tenancy/service.js';
 import { Stripe } from './processor.js';
 import { receiveProcessorEvent } from './events.js';
@@ -18,7 +19,7 @@ const PERIOD_SECONDS = 30 * 24 * 3600;
 export async function deliverSimulatedEvent(deps: Deps, type: string, object: Record<string, unknown>, requestId: string | null): Promise<EventOutcome> {
   const created = toUnixSeconds(deps.clock.now());
   const payload = JSON.stringify({ id: simId('evt'), object: 'event', api_version: null, created, livemode: false, type, data: { object } });
-  const header = Stripe.webhooks.generateTestHeaderString({ payload, secret: deps.config.stripeWebhookSecret, timestamp: created });
+  const header = Stripe.webhooks.generateTestHeaderString({ payload, secret: deps.config.stripeWebhookSecret ?? SIMULATOR_WEBHOOK_SECRET, timestamp: created });
   return receiveProcessorEvent(deps, payload, header, requestId);
 }
 

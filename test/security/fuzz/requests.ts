@@ -145,7 +145,7 @@ export async function send(world: World, op: Operation, plan: Planned): Promise<
     headers['content-type'] = form ? 'application/x-www-form-urlencoded' : 'application/json';
     if (form) sentBody = Object.fromEntries(new URLSearchParams(payload)); // what the server parses
   }
-  if (headers['stripe-signature'] === 'stripe_signature') headers['stripe-signature'] = stripeSignature(world.t.config.stripeWebhookSecret, payload ?? '');
+  if (headers['stripe-signature'] === 'stripe_signature') headers['stripe-signature'] = stripeSignature(world.t.config.stripeWebhookSecret ?? '', payload ?? '');
   if (caller) headers.authorization = `Bearer ${caller.token}`;
   else if (plan.caller === 'anonymous' && payload && payload.length % 2) headers.authorization = 'Bearer plat_live_not-a-real-key';
   const search = query.toString();

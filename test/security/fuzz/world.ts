@@ -189,7 +189,7 @@ export class World {
       metadata: { tenant_id: tenantId }, items: { object: 'list', data: [{ id: 'si_fz', quantity: 1, current_period_start: now, current_period_end: now + 30 * 86400, price }] },
     };
     const payload = JSON.stringify({ id: `evt_fz_${rand(6)}`, object: 'event', type: 'customer.subscription.created', created: now, livemode: false, data: { object: subscription } });
-    const res = await this.call('POST', '/v1/billing/processor-events', null, payload, { 'content-type': 'application/json', 'stripe-signature': stripeSignature(this.t.config.stripeWebhookSecret, payload) });
+    const res = await this.call('POST', '/v1/billing/processor-events', null, payload, { 'content-type': 'application/json', 'stripe-signature': stripeSignature(this.t.config.stripeWebhookSecret ?? '', payload) });
     if (res.statusCode !== 200) throw new Error(`fuzz fixture enterprise subscription → ${res.statusCode} ${res.body}`);
   }
 
