@@ -388,3 +388,24 @@ test('concurrent status changes follow the status table: two DELETEs write user.
     if (end.status === 'active') assert.equal(end.deleted_at, null);
   }
 });
+
+test('PATCH /v1/users/{id} with a read-only field (mfa_enabled, signup_application_id, id, test_mode, email_verified, created_at…) is 422 read_only_field naming it, for the user and for users.manage, and changes nothing', async () => {
+  const self = await userToken(t);
+  const manager = await userToken(t, { roles: ['superadmin'] }); // earlier tests move the clock past admin's token
+  const before = await userRow(t, self.user.id);
+  const cases: [Record<string, unknown>, string[]][] = [
+    [{ mfa_enabled: true }, ['mfa_enabled']],
+    [{ signup_application_id: appA.id }, ['signup_application_id']],
+    [{ email: uniqueEmail('ro'), email_verified: true }, ['email_verified']],
+    [{ id: 'usr_other', test_mode: true, created_at: '2020-01-01T00:00:00Z' }, ['id', 'test_mode', 'created_at']],
+  ];
+  for (const [body, fields] of cases) {
+    for (const [who, token] of [['me', self.token], [self.user.id, manager.token]] as const) {
+      const error = assertError(await call(t, 'PATCH', `/v1/users/${who}`, token, body), 422, 'read_only_field');
+      assert.deepEqual([...error.details.fields].sort(), [...fields].sort(), JSON.stringify(body));
+    }
+  }
+  assert.deepEqual(await userRow(t, self.user.id), before);
+  assert.equal((await mailsTo(t, self.user.email)).length, 0);
+  assertError(await call(t, 'PATCH', '/v1/users/me', self.token, { nickname: 'x' }), 422, 'validation_failed');
+});

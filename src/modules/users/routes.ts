@@ -48,10 +48,10 @@ export function userRoutes(app: App, deps: Deps): void {
         idempotency: 'optional',
         // Setting status suspended is a user suspend (Part A convention 11), however it is asked for.
         destructive: { when: 'status is set to suspended', test: (request) => (request.body as { status?: string } | undefined)?.status === 'suspended' },
-        errors: ['user_not_found', 'email_taken', 'status_change_forbidden', 'invalid_status_transition', 'erasure_scheduled', 'rate_limited'],
+        errors: ['user_not_found', 'email_taken', 'status_change_forbidden', 'invalid_status_transition', 'erasure_scheduled', 'rate_limited', 'read_only_field'],
       },
     },
-    handler: (request) => patchUser(ctxOf(deps, request), request.params.id, request.body),
+    handler: (request) => patchUser(ctxOf(deps, request), request.params.id, request.body as PatchUserBody),
   });
 
   app.delete('/v1/users/:id', {

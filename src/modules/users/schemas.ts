@@ -51,14 +51,18 @@ export const CreateUserBody = Type.Object(
 );
 export type CreateUserBody = Static<typeof CreateUserBody>;
 
+/** User fields PATCH cannot write; the schema accepts them so the service answers 422 read_only_field. */
+export const USER_READ_ONLY = ['id', 'email_verified', 'pending_email', 'mfa_enabled', 'signup_application_id', 'test_mode', 'created_at', 'updated_at', 'last_login_at'] as const;
+
 export const PatchUserBody = Type.Object(
   {
     email: Type.Optional(Type.String({ format: 'email', maxLength: 320 })),
     status: Type.Optional(Type.Union(USER_STATUSES.map((s) => Type.Literal(s)))),
+    ...Object.fromEntries(USER_READ_ONLY.map((f) => [f, Type.Optional(Type.Unknown())])),
   },
   { additionalProperties: false, minProperties: 1 },
 );
-export type PatchUserBody = Static<typeof PatchUserBody>;
+export type PatchUserBody = { email?: string; status?: UserStatus } & Record<string, unknown>;
 
 export const ReasonBody = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 1000 })) }, { additionalProperties: false });
 export type ReasonBody = Static<typeof ReasonBody>;

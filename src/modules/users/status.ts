@@ -12,7 +12,7 @@ import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } fro
 import { confinedApp, targetUser } from './access.js';
 import { RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
-import type { PatchUserBody, User, UserStatus } from './schemas.js';
+import { USER_READ_ONLY, type PatchUserBody, type User, type UserStatus } from './schemas.js';
 
 const invalidTransition = (from: UserStatus, to: string) => new ApiError('invalid_status_transition', { details: { from, to } });
 /** 409 email_taken; details.reason invitation_pending when the holder is an invited user (Part A Errors). */
@@ -75,6 +75,8 @@ export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
  */
 export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody): Promise<User> {
   const { user, self } = await targetUser(ctx, idParam, 'write');
+  const readOnly = USER_READ_ONLY.filter((f) => f in body);
+  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
   const admin = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
   if (!admin && self) {
     if (body.status !== undefined) throw new ApiError('status_change_forbidden');
