@@ -52,8 +52,11 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     closing = true;
     done();
   });
-  fastify.addHook('onSend', (_request, reply, payload, done) => {
+  // API answers are per caller and may carry tokens or secrets (RFC 6749 §5.1 asks no-store of token
+  // responses): no cache keeps them, unless a route says otherwise.
+  fastify.addHook('onSend', (request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
+    if (request.url.startsWith('/v1/') && !reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
     done(null, payload);
   });
   fastify.removeContentTypeParser('text/plain');

@@ -42,6 +42,25 @@ test('login with correct credentials answers 200 AuthSession and every login cre
   for (const row of rows) assert.deepEqual(row.amr, ['pwd']);
 });
 
+test('responses carrying tokens or secrets are never cached: login, token/refresh, API key creation and other /v1 answers send Cache-Control: no-store (RFC 6749 §5.1); discovery keeps its own', async () => {
+  const user = await createUser(t, { roles: ['superadmin'] });
+  const login = await loginRes(t, user);
+  assert.equal(login.headers['cache-control'], 'no-store');
+  const refreshed = await post(t, '/v1/auth/token/refresh', { refresh_token: login.json().refresh_token });
+  assert.equal(refreshed.statusCode, 200, refreshed.body);
+  assert.equal(refreshed.headers['cache-control'], 'no-store');
+  const wrong = await loginRes(t, user, 'not-the-password-at-all');
+  assert.equal(wrong.statusCode, 401);
+  assert.equal(wrong.headers['cache-control'], 'no-store');
+  const me = await get(t, '/v1/users/me', refreshed.json().access_token);
+  assert.equal(me.headers['cache-control'], 'no-store');
+  const key = await t.app.inject({ method: 'POST', url: '/v1/api-keys', headers: bearer(refreshed.json().access_token), payload: { name: 'cache check', scope: 'platform', permissions: [] } });
+  assert.equal(key.statusCode, 201, key.body);
+  assert.equal(key.headers['cache-control'], 'no-store');
+  const jwks = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
+  assert.equal(jwks.headers['cache-control'], 'public, max-age=300');
+});
+
 test('the access token is an RS256 JWT with iss, aud platform, sub, sid, amr [pwd], email_verified, test_mode, iat, exp 15 minutes later and an atk_ jti, and no permissions', async () => {
   const user = await createUser(t, { roles: ['superadmin'] });
   const res = await loginRes(t, user);
