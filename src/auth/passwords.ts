@@ -107,6 +107,8 @@ export function passwordWeakness(raw: string, email: string): WeakPasswordReason
   const length = [...password].length;
   if (length < PASSWORD_MIN) return 'too_short';
   if (length > PASSWORD_MAX) return 'too_long';
+  // Blanks alone (spaces, tabs, any Unicode white space) count as no password at all.
+  if (password.trim() === '') return 'too_short';
   if (password.toLowerCase() === email.toLowerCase()) return 'matches_email';
   if (breachedPasswords().has(password.toLowerCase())) return 'breached';
   return null;

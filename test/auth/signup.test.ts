@@ -261,6 +261,17 @@ test('password policy: fewer than 12 characters gets 422 weak_password with deta
   assert.equal(ok.statusCode, 201, ok.body);
 });
 
+test('AU-1 password policy: a password of blanks only (12 to 128 spaces, tabs or other white space) is 422 weak_password too_short; blanks inside a password count as characters', async () => {
+  for (const password of [' '.repeat(12), ' '.repeat(128), '\t'.repeat(20), '\u3000'.repeat(12), ' \t\n '.repeat(4)]) {
+    const email = uniqueEmail('blank');
+    const res = await signup({ email, password });
+    assert.equal(assertError(res, 422, 'weak_password').details.reason, 'too_short', JSON.stringify(password));
+    assert.deepEqual(await userRowsFor(email), []);
+  }
+  const ok = await signup({ email: uniqueEmail('spaced'), password: '          a ' }); // 12 with one letter
+  assert.equal(ok.statusCode, 201, ok.body);
+});
+
 test('password policy: more than 128 characters gets 422 weak_password with details.reason too_long; exactly 128 is accepted', async () => {
   const email = uniqueEmail('long');
   for (const password of ['x7-'.repeat(43), 'x7-'.repeat(2000)]) { // 129, and far out of range
