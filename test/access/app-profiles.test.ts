@@ -127,6 +127,12 @@ test("a self-service AppProfile change writes no audit event; anyone else's (use
   assert.equal(rowsWritten[0].before.display_handle, 'me');
   assert.equal(rowsWritten[0].after.display_handle, 'by support');
   assert.deepEqual(rowsWritten[1].after.custom, { tier: 'gold' });
+  // A PATCH that changes nothing writes nothing: no audit row, updated_at kept.
+  const [before] = await rows(user.id);
+  t.clock.advance(5);
+  assertStatus(await write(manager, user.id, { display_handle: 'by support', custom: { tier: 'gold' } }), 200);
+  assert.equal((await audits()).length, 2, 'no row for a PATCH that changes nothing');
+  assert.deepEqual((await rows(user.id))[0].updated_at, before.updated_at);
 });
 
 test("another Application's key gets 404 application_not_found, even with users.manage", async () => {

@@ -113,10 +113,11 @@ test('contact_phone: E.164, + then 8–15 digits; otherwise 422 validation_faile
   for (const good of ['+12345678', '+123456789012345']) assert.equal(assertStatus(await patchProfile('me', token, { contact_phone: good }), 200).contact_phone, good);
 });
 
-test('locale: a BCP 47 tag the service recognizes (fr-CA) is accepted; xx-YY or "not a tag" gets 422 validation_failed naming locale', async () => {
+test('locale: a BCP 47 tag the service recognizes (fr-CA, zh-Hant-TW, es-419) is accepted; xx-YY, an unknown region (en-XY, fr-QQ), script (zh-Xyzw) or variant (de-1234), or "not a tag" gets 422 validation_failed naming locale', async () => {
   const { user, token } = await userToken(t);
+  for (const good of ['zh-Hant-TW', 'es-419']) assert.equal(assertStatus(await patchProfile('me', token, { locale: good }), 200).locale, good);
   assert.equal(assertStatus(await patchProfile('me', token, { locale: 'fr-CA' }), 200).locale, 'fr-CA');
-  for (const bad of ['xx-YY', 'not a tag']) assertFields(await patchProfile('me', token, { locale: bad }), ['locale']);
+  for (const bad of ['xx-YY', 'en-XY', 'fr-QQ', 'zh-Xyzw', 'de-1234', 'not a tag']) assertFields(await patchProfile('me', token, { locale: bad }), ['locale']);
   assert.equal((await stored(user.id)).locale, 'fr-CA', 'unchanged by the rejected writes');
   assert.equal(assertStatus(await getProfile('me', token), 200).locale, 'fr-CA');
 });

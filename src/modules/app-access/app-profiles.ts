@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import { recordAudit } from '../../audit/record.js';
@@ -88,6 +89,9 @@ export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, 
       throw new ApiError('validation_failed', { details: { fields: [{ path: 'custom', message: 'must serialize to at most 16 KB' }] } });
     }
     const handle = 'display_handle' in body ? body.display_handle ?? null : row?.display_handle ?? null;
+    // The first PATCH creates the record; later ones that change nothing write nothing (no audit row,
+    // updated_at kept), as for the Profile.
+    if (row && handle === row.display_handle && isDeepStrictEqual(custom, row.custom)) return shape(user.id, app.id, row, current.displayName);
     await tx.query(
       `INSERT INTO app_profiles (user_id, application_id, display_handle, custom, updated_at) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (user_id, application_id) DO UPDATE SET display_handle = EXCLUDED.display_handle, custom = EXCLUDED.custom, updated_at = EXCLUDED.updated_at`,

@@ -38,10 +38,21 @@ export function recognizedLocale(tag: string): string {
   } catch {
     throw invalid('locale', 'is not a BCP 47 language tag');
   }
-  if (!canonical || Intl.DateTimeFormat.supportedLocalesOf([canonical], { localeMatcher: 'lookup' }).length === 0) {
+  if (!canonical || Intl.DateTimeFormat.supportedLocalesOf([canonical], { localeMatcher: 'lookup' }).length === 0 || !knownSubtags(canonical)) {
     throw invalid('locale', 'is not a locale the service recognizes');
   }
   return canonical;
+}
+
+// The lookup above falls back from en-XY to en, so each subtag is checked on its own: a script and a
+// region the ICU data names (it echoes an unknown code back), and no variant (de-1996) it cannot name.
+const REGION_NAMES = new Intl.DisplayNames(['en'], { type: 'region', fallback: 'none' });
+const SCRIPT_NAMES = new Intl.DisplayNames(['en'], { type: 'script', fallback: 'none' });
+function knownSubtags(canonical: string): boolean {
+  const locale = new Intl.Locale(canonical);
+  if (locale.script && !SCRIPT_NAMES.of(locale.script)) return false;
+  if (locale.region && !REGION_NAMES.of(locale.region)) return false;
+  return locale.baseName === [locale.language, locale.script, locale.region].filter(Boolean).join('-');
 }
 
 /** GET /v1/users/{id}/profile: self, users.list or app-confined users.list. */
