@@ -1,0 +1,118 @@
+// WH-8, FT-7: hostile webhook receivers on loopback (allow-private mode) and an SMTP server that is
+// down. One delivery run meets a trickling receiver, a silent socket, a TLS error and a large error
+// body at once; the bounds are generous (7 s for a 5 s deadline) because the run shares a busy machine.
+// An answer after 5 s is covered by test/webhooks/delivery.test.ts.
+import { test, before, after, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type Server, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { createUser, uniqueEmail } from '../../helpers/fixtures.js';
+import { assertStatus, buildApp, call, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, type TestApp } from '../../webhooks/support.js';
+import { bootAnother, figure } from './support.js';
+
+let t: TestApp;
+let admin: string;
+let receiver: Receiver;
+before(async () => {
+  t = await buildApp();
+  admin = await platformKey(t);
+  receiver = await Receiver.start();
+});
+after(async () => {
+  await receiver.close();
+  await t.close();
+});
+
+async function subscribe(url: string): Promise<string> {
+  return assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url, events: ['user.deleted'] }), 201).id;
+}
+
+/** A raw TCP listener on loopback; `onSocket` decides what it does with each connection. */
+async function tcpListener(c: TestContext, onSocket: (s: Socket) => void): Promise<number> {
+  const sockets: Socket[] = [];
+  const server: Server = createServer((s) => {
+    sockets.push(s);
+    s.on('error', () => undefined);
+    onSocket(s);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  c.after(() => {
+    for (const s of sockets) s.destroy();
+    server.close();
+  });
+  return (server.address() as AddressInfo).port;
+}
+
+test('WH-8 a receiver trickling 1 byte/s after its 500 headers, a socket that never answers and a TLS error: "every attempt ends by the 5 s total deadline"; "only the first 1 KB of error bodies is kept" (a 2 MB body)', async (c) => {
+  const timers: NodeJS.Timeout[] = [];
+  c.after(() => timers.forEach(clearInterval));
+  receiver.routes.set('/trickle', (_req, res) => {
+    res.writeHead(500, { 'content-type': 'text/plain' });
+    const timer = setInterval(() => res.write('x'), 1000);
+    timers.push(timer);
+    res.on('close', () => clearInterval(timer));
+  });
+  receiver.routes.set('/large', (_req, res) => res.writeHead(500, { 'content-type': 'text/plain' }).end('y'.repeat(2 * 1024 * 1024)));
+  const silentPort = await tcpListener(c, () => undefined);
+  const plainPort = await tcpListener(c, (s) => s.end('HTTP/1.1 200 OK\r\n\r\nnot tls'));
+  const subs = {
+    trickle: await subscribe(receiver.url('/trickle')),
+    silent: await subscribe(`http://127.0.0.1:${silentPort}/x`),
+    tls: await subscribe(`https://127.0.0.1:${plainPort}/x`),
+    large: await subscribe(receiver.url('/large')),
+  };
+  c.after(() => sql(t, 'DELETE FROM webhook_subscriptions WHERE id = ANY($1::text[])', [Object.values(subs)]).then(() => undefined));
+
+  await emitEvent(t, 'user.deleted', { user_id: 'usr_wh8' });
+  const started = Date.now();
+  await runDelivery(t);
+  const elapsed = Date.now() - started;
+  const rows = Object.fromEntries(await Promise.all(Object.entries(subs).map(async ([name, id]) => [name, (await deliveriesOf(t, id))[0]] as const)));
+  figure('WH-8', `one run over 4 hostile receivers: ${elapsed} ms (deadline 5,000 ms); kept error body ${rows.large.error?.length ?? 0} characters of 2 MB`);
+  assert.ok(elapsed < 7000, `the run ended by the deadline (${elapsed} ms)`);
+  for (const [name, row] of Object.entries(rows)) {
+    assert.ok(row, `${name}: a delivery row`);
+    assert.notEqual(row.status, 'succeeded', `${name}: ${row.status}`);
+    assert.ok(row.error, `${name}: the failure is recorded`);
+  }
+  assert.equal(rows.trickle.response_status, 500);
+  assert.equal(rows.silent.response_status, null);
+  assert.match(rows.silent.error!, /timeout/);
+  assert.equal(rows.tls.response_status, null);
+  assert.equal(rows.large.response_status, 500);
+  assert.ok(rows.large.error!.length <= 1024, `kept ${rows.large.error!.length} characters`);
+});
+
+test('FT-7 SMTP down: the request answers 202 at once; "the email stays in the outbox and is retried" (queued, attempts 1 with the error, attempt 2 after the backoff)', async () => {
+  const port = await new Promise<number>((resolve) => {
+    const probe = createServer();
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+  const mailer = await bootAnother(t, { smtpUrl: `smtp://127.0.0.1:${port}` });
+  try {
+    const user = await createUser(mailer, { email: uniqueEmail('ft7') });
+    const started = Date.now();
+    const res = await mailer.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: user.email } });
+    assert.equal(res.statusCode, 202);
+    const answeredIn = Date.now() - started;
+    const mail = async () => (await sql(mailer, 'SELECT status, attempts, next_attempt_at, last_error FROM emails WHERE to_address = $1', [user.email]))[0];
+    await mailer.deps.jobs.runNow('mail-delivery');
+    const first = await mail();
+    assert.equal(first.status, 'queued');
+    assert.equal(first.attempts, 1);
+    assert.match(first.last_error, /ECONNREFUSED/);
+    assert.ok(first.next_attempt_at.getTime() > mailer.clock.now().getTime(), 'the retry is scheduled, not immediate');
+    mailer.clock.advance(3600);
+    await mailer.deps.jobs.runNow('mail-delivery');
+    const second = await mail();
+    assert.equal(second.status, 'queued');
+    assert.equal(second.attempts, 2, 'retried');
+    figure('FT-7', `forgot answered in ${answeredIn} ms with SMTP down; the mail stays queued (attempts ${second.attempts})`);
+    assert.ok(answeredIn < 3000, `${answeredIn} ms`);
+  } finally {
+    await mailer.close();
+  }
+});
