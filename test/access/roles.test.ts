@@ -169,6 +169,24 @@ test('the default_app_role Role is held by every user with access: DELETE is 409
   assert.deepEqual(rows.filter((r: any) => r.implicit).map((r: any) => r.role_id), [viewer]);
 });
 
+test('removing the default_app_role name from available_app_roles is 409 app_role_in_use (every user with access holds it) unless the same PATCH changes default_app_role; nothing changes', async () => {
+  const app = await appWith(['viewer', 'editor'], { default_app_role: 'viewer' });
+  const viewer = `role_${app.slug}_viewer`;
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${viewer}`, admin, { permissions: [`app.${app.slug}.read`] }), 200);
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  const err = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['editor'] }), 409, 'app_role_in_use');
+  assert.deepEqual(err.details, { role_id: viewer, default_app_role: true });
+  const kept = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200);
+  assert.deepEqual([kept.available_app_roles, kept.default_app_role], [['viewer', 'editor'], 'viewer']);
+  assertStatus(await call(t, 'GET', `/v1/roles/${viewer}`, admin), 200);
+  assert.deepEqual((await effective(t, admin, user.id, app.id)).effective_permissions, [`app.${app.slug}.read`]);
+  // With a new default in the same PATCH the name and its unassigned Role go.
+  const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['editor'], default_app_role: 'editor' }), 200);
+  assert.deepEqual([moved.available_app_roles, moved.default_app_role], [['editor'], 'editor']);
+  assertError(await call(t, 'GET', `/v1/roles/${viewer}`, admin), 404, 'role_not_found');
+});
+
 // ---- assignments -----------------------------------------------------------------------------------
 
 test('assigning a Role: 201 with the assignment, then 200 on a repeat with no second event; role.assigned webhook and audit once', async () => {

@@ -34,7 +34,15 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
   if (moderation.length && !admin) throw new ApiError('moderation_field_forbidden', { details: { fields: moderation } });
 
   const roles = body.available_app_roles ?? app.available_app_roles;
-  const defaultRole = body.default_app_role !== undefined ? body.default_app_role : app.default_app_role && roles.includes(app.default_app_role) ? app.default_app_role : null;
+  // The default Role is held by everyone with access, now and later: its name goes only with a new
+  // default_app_role in the same PATCH (as DELETE /v1/roles refuses it while it is the default).
+  if (body.default_app_role === undefined && app.default_app_role && !roles.includes(app.default_app_role)) {
+    throw new ApiError('app_role_in_use', {
+      message: 'That app role is the default_app_role: change default_app_role in the same request.',
+      details: { role_id: `role_${app.slug}_${app.default_app_role}`, default_app_role: true },
+    });
+  }
+  const defaultRole = body.default_app_role !== undefined ? body.default_app_role : app.default_app_role;
   const permissions = validateConfig(app.slug, app.test_mode, body, roles, defaultRole);
 
   return ctx.db.transaction(async (tx) => {
