@@ -1,6 +1,14 @@
 // Part A convention 7: PATCH changes only the fields sent; `custom` maps merge one level deep and
 // a key sent as null is removed.
 
+import { ApiError } from '../errors.js';
+
+/** 422 read_only_field naming every read-only field the PATCH body sent (the schemas accept them). */
+export function assertNoReadOnlyFields(body: object, readOnly: readonly string[]): void {
+  const sent = readOnly.filter((f) => f in body);
+  if (sent.length) throw new ApiError('read_only_field', { details: { fields: sent } });
+}
+
 export interface PatchResult<T> {
   next: T;
   /** Names of fields whose value actually changed. */

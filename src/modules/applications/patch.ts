@@ -1,6 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { assertWithinPlan, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
@@ -28,8 +29,7 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
   const admin = hasPermission(ctx.actor, 'applications.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
   const owner = await isOwner(ctx, app);
   if (!admin && !owner) throw new ApiError('forbidden');
-  const readOnly = READ_ONLY_FIELDS.filter((f) => f in body);
-  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+  assertNoReadOnlyFields(body, READ_ONLY_FIELDS);
   const moderation = MODERATION_FIELDS.filter((f) => f in body);
   if (moderation.length && !admin) throw new ApiError('moderation_field_forbidden', { details: { fields: moderation } });
 

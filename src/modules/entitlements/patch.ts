@@ -1,6 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
@@ -46,8 +47,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const visible = await visibleEntitlement(c, id, true);
     const { rights, orgAdmin } = visible;
     let row = visible.row;
-    const readOnly = READ_ONLY.filter((f) => f in body);
-    if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+    assertNoReadOnlyFields(body, READ_ONLY);
     await assertHoldingOrgActive(tx, row);
     await assertAppTenantWritable(tx, row.application_id);
     if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });

@@ -1,5 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
@@ -147,8 +148,7 @@ async function editableRole(ctx: Ctx, id: string): Promise<{ role: RoleRow; app:
 /** PATCH /v1/roles/{id}: permissions (replaced wholesale) and description; applies on the holders' next request. */
 export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Promise<Role> {
   const { role, app } = await editableRole(ctx, id);
-  const readOnly = ROLE_READ_ONLY_FIELDS.filter((f) => f in body);
-  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+  assertNoReadOnlyFields(body, ROLE_READ_ONLY_FIELDS);
   if (body.permissions) assertRolePermissions(ctx, role.scope, app, body.permissions);
   return ctx.db.transaction(async (tx) => {
     if (app) await assertTenantWritable(tx, app.tenant_id);

@@ -1,6 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { enqueueMail } from '../../mail/outbox.js';
@@ -27,8 +28,7 @@ const invalid = (path: string, message: string) => new ApiError('validation_fail
  * Tenant side effects, scheduled_for (to schedule, or to reschedule a scheduled request) and notes.
  */
 export async function patchTierChange(ctx: Ctx, tenantId: string, id: string, body: PatchTierChangeBody): Promise<TierChangeRequest> {
-  const readOnly = TIER_CHANGE_READ_ONLY.filter((f) => f in body);
-  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+  assertNoReadOnlyFields(body, TIER_CHANGE_READ_ONLY);
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     const { tenant } = await tenantFor(c, tenantId, ['tenants.manage'], tx, true);

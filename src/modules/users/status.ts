@@ -1,6 +1,7 @@
 import type { Ctx, Deps } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
@@ -75,8 +76,7 @@ export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
  */
 export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody): Promise<User> {
   const { user, self } = await targetUser(ctx, idParam, 'write');
-  const readOnly = USER_READ_ONLY.filter((f) => f in body);
-  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+  assertNoReadOnlyFields(body, USER_READ_ONLY);
   const admin = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
   if (!admin && self) {
     if (body.status !== undefined) throw new ApiError('status_change_forbidden');

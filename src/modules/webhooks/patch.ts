@@ -1,4 +1,5 @@
 import type { Ctx } from '../../context.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { API_VERSIONS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
@@ -16,8 +17,7 @@ const versionIndex = (v: string) => (API_VERSIONS as readonly string[]).indexOf(
  * are not backfilled). scope and test_mode are fixed: 422 read_only_field.
  */
 export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody): Promise<Webhook> {
-  const readOnly = WEBHOOK_READ_ONLY.filter((f) => f in body);
-  if (readOnly.length) throw new ApiError('read_only_field', { details: { fields: readOnly } });
+  assertNoReadOnlyFields(body, WEBHOOK_READ_ONLY);
   const current = await visibleSubscription(ctx, id);
   if (body.api_version !== undefined && versionIndex(body.api_version) < versionIndex(current.api_version)) {
     throw new ApiError('validation_failed', {
