@@ -339,6 +339,20 @@ test('a self-service caller sending status gets 403 status_change_forbidden and 
   assert.deepEqual(await since(user.id, m), { audit: [], outbox: [] });
 });
 
+test('a users.manage holder cannot change their own status either: PATCH status on oneself is 403 status_change_forbidden, POST suspend on oneself likewise, and nothing changes', async () => {
+  const manager = await userToken(t, { roles: ['superadmin'] });
+  const m = await mark(manager.user.id);
+  for (const id of ['me', manager.user.id]) {
+    assertError(await patch(id, { status: 'suspended' }, manager.token), 403, 'status_change_forbidden');
+    assertError(await patch(id, { status: 'active' }, manager.token), 403, 'status_change_forbidden');
+    assertError(await suspend(id, manager.token, {}), 403, 'status_change_forbidden');
+  }
+  assert.equal((await userRow(t, manager.user.id))!.status, 'active');
+  assert.deepEqual(await since(manager.user.id, m), { audit: [], outbox: [] });
+  // The session survives: a self-suspension would have revoked it.
+  assertStatus(await getUser('me', manager.token), 200);
+});
+
 test('only users.manage changes status: a users.list holder gets 403 forbidden, another user 404 user_not_found', async () => {
   const { user } = await subject();
   const other = await userToken(t);

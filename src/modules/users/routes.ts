@@ -66,7 +66,7 @@ export function userRoutes(app: App, deps: Deps): void {
 
   app.post('/v1/users/:id/suspend', {
     schema: { summary: 'Suspend a user', tags, params: UserIdParam, body: ReasonBody, response: { 200: User } },
-    config: { meta: { auth: 'any', permission: 'users.manage', destructive: 'always', idempotency: 'optional', errors: ['user_not_found', 'invalid_status_transition'] } },
+    config: { meta: { auth: 'any', permission: 'users.manage', destructive: 'always', idempotency: 'optional', errors: ['user_not_found', 'invalid_status_transition', 'status_change_forbidden'] } },
     handler: (request) => suspendUser(ctxOf(deps, request), request.params.id, request.body?.reason),
   });
 

@@ -54,7 +54,8 @@ export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow, reason?: s
 
 /** POST /v1/users/{id}/suspend (users.manage), body optional reason. */
 export async function suspendUser(ctx: Ctx, idParam: string, reason?: string): Promise<User> {
-  const { user } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
+  const { user, self } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
+  if (self) throw new ApiError('status_change_forbidden');
   return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockUser(tx, user.id), reason)));
 }
 
@@ -78,8 +79,10 @@ export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody):
   const { user, self } = await targetUser(ctx, idParam, 'write');
   assertNoReadOnlyFields(body, USER_READ_ONLY);
   const admin = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
+  // Nobody changes their own status, users.manage holders included: a superadmin who suspended
+  // themselves would lose every session at once and could not undo it.
+  if (self && body.status !== undefined) throw new ApiError('status_change_forbidden');
   if (!admin && self) {
-    if (body.status !== undefined) throw new ApiError('status_change_forbidden');
     return toUser(await ctx.db.transaction((tx) => requestEmailChange(tx, ctx, user, body.email!)));
   }
   return toUser(
