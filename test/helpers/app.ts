@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { dumpPglite, openPglite } from '../../src/db/pglite.js';
 import { loadMigrations, migrate } from '../../src/db/migrate.js';
 import { openPg } from '../../src/db/pg.js';
+import { projectPath } from '../../src/paths.js';
 import type { Database } from '../../src/db/types.js';
 import { boot } from '../../src/boot.js';
 import type { Deps } from '../../src/context.js';
@@ -60,7 +61,7 @@ let snapshot: Promise<Blob> | null = null;
 function migratedSnapshot(): Promise<Blob> {
   snapshot ??= (async () => {
     const migrations = loadMigrations();
-    const pgliteVersion = JSON.parse(readFileSync(new URL('../../node_modules/@electric-sql/pglite/package.json', import.meta.url), 'utf8')).version;
+    const pgliteVersion = JSON.parse(readFileSync(projectPath('node_modules/@electric-sql/pglite/package.json'), 'utf8')).version;
     const key = createHash('sha256').update(pgliteVersion).update(JSON.stringify(migrations)).digest('hex').slice(0, 16);
     const file = join(tmpdir(), `platform-api-pglite-${key}.tar`);
     try {

@@ -6,16 +6,16 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { projectPath } from '../../src/paths.js';
 import { grant, newApp, person, platformKey, type AppFixture } from '../access/support.js';
 import { createMfaUser, totpCode } from '../auth/support.js';
 import { pkce } from './support.js';
 
 const CHROMIUM = '/usr/bin/chromium';
-const ARTIFACTS = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'test-artifacts');
+const ARTIFACTS = projectPath('test-artifacts');
 const ICON_URL = 'https://icons.example.test/acme.svg';
 const ICON = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 48 48"><rect width="48" height="48" rx="10" fill="#0f766e"/><path d="M14 34 24 12l10 22h-5l-5-11-5 11z" fill="#fff"/></svg>';
 

@@ -6,10 +6,10 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { httpCall, sleep, type CallOptions, type Reply } from './http.js';
+import { projectPath } from '../../../src/paths.js';
 
-export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+export const ROOT = projectPath('.');
 
 const STARTUP_TIMEOUT_MS = 90_000;
 const OUTPUT_KEPT = 64 * 1024;
@@ -33,8 +33,8 @@ export const pidAlive = (pid: number) => {
   }
 };
 
-const ORPHAN_GUARD = fileURLToPath(new URL('./orphan-guard.mjs', import.meta.url));
-const ARGON2_COUNT = fileURLToPath(new URL('./argon2-count.mjs', import.meta.url));
+const ORPHAN_GUARD = projectPath('test/security/multiprocess/orphan-guard.mjs');
+const ARGON2_COUNT = projectPath('test/security/multiprocess/argon2-count.mjs');
 
 /** The files the server processes of this test process write their Argon2 counts to. */
 let countDir: string | null = null;
