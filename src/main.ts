@@ -22,6 +22,9 @@ export async function serve(): Promise<void> {
   }
   const database = await openDatabase(config);
   const { app, deps } = await boot({ config, database, clock: new SystemClock() });
+  // A rejection nobody handled is a bug, but it must not end every request this process serves (FT-4:
+  // a database outage never stops the process). It is logged at error level with its stack instead.
+  process.on('unhandledRejection', (err) => deps.log.error({ err }, 'unhandled promise rejection'));
   // Background work: the job scheduler and the continuous webhook delivery worker (both claim with
   // SKIP LOCKED, so every process may run them).
   const webhooks = config.workers ? startWebhookWorker(deps) : null;
