@@ -266,6 +266,18 @@ test('DELETE /v1/users/{id}/erasure-requests/current (users.manage) cancels insi
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM identities WHERE user_id = $1', [user.id]))[0].n, 1);
 });
 
+test('an erasure can be cancelled only inside the 7-day window: once scheduled_for has passed, before the cascade job ran, cancel is 404 erasure_not_scheduled and the cascade still erases', async () => {
+  const user = await createUser(t);
+  assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  t.clock.advance(7 * DAY + 1);
+  const admin = await asAdmin();
+  assertError(await cancelErasure(user.id, admin), 404, 'erasure_not_scheduled');
+  assert.equal((await sql(t, 'SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]))[0].status, 'scheduled');
+  assert.equal((await auditFor(t, user.id, 'user.erasure_cancelled')).length, 0);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'the due cascade ran');
+});
+
 test('cancel with nothing scheduled gets 404 erasure_not_scheduled', async () => {
   const user = await createUser(t);
   assertError(await cancelErasure(user.id, await asAdmin()), 404, 'erasure_not_scheduled');

@@ -112,8 +112,10 @@ export async function requestErasure(ctx: Ctx, idParam: string, reason: string |
 export async function cancelErasure(ctx: Ctx, idParam: string): Promise<void> {
   const { user } = await targetUser(ctx, idParam, 'manage', { allowSelf: false });
   await ctx.db.transaction(async (tx) => {
+    // Part A: "users.manage may cancel it inside the window". Once scheduled_for has passed the cascade
+    // is due (the job may not have run yet) and the request can no longer be cancelled.
     const { rowCount } = await tx.query(
-      `UPDATE erasure_requests SET status = 'cancelled', cancelled_at = $2 WHERE user_id = $1 AND status = 'scheduled'`,
+      `UPDATE erasure_requests SET status = 'cancelled', cancelled_at = $2 WHERE user_id = $1 AND status = 'scheduled' AND scheduled_for > $2`,
       [user.id, ctx.now],
     );
     if (rowCount !== 1) throw new ApiError('erasure_not_scheduled');
