@@ -4,6 +4,7 @@ import type { TestApp } from '../helpers/app.js';
 import { toUnixSeconds } from '../../src/clock.js';
 import { assertError, assertStatus, auditRows, buildApp, call, caller, createApplication, sql, tenantOwner, tenantRow, type Caller } from '../tenancy/support.js';
 import { deliver, postEvent, processorEvent, sign, subscription } from './support.js';
+import { runSeatSync } from '../../src/modules/billing/jobs.js';
 
 let t: TestApp;
 let admin: Caller;
@@ -176,6 +177,35 @@ for (const status of ['incomplete', 'paused']) {
     assertStatus(await grant(), 201);
   });
 }
+
+test('seat-sync never undoes a processor event it raced: a Tenant paid (active on Team) while seat-sync was counting its lapsed usage stays unrestricted', async () => {
+  const owner = await tenantOwner(t);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
+  for (let i = 0; i < 2; i++) await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const sub = { tenantId: owner.tenantId, id: 'sub_race', customer: 'cus_race' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 40 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 30 }), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).restricted, true, 'precondition: lapsed with usage over Starter');
+  // The payment lands after seat-sync read the Tenant and counted its usage, before it writes.
+  const system = t.deps.database.scoped('system');
+  let raced = false;
+  const racing = {
+    ...system,
+    query: async (text: string, params?: unknown[]) => {
+      if (!raced && text.includes('UPDATE tenants SET seats_synced') && params?.[0] === owner.tenantId) {
+        raced = true;
+        assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...sub, id: 'sub_race_2' }), { created: now() - 10 }), 200);
+      }
+      return system.query(text, params);
+    },
+  } as typeof system;
+  const database = { ...t.deps.database, scoped: (scope: Parameters<typeof t.deps.database.scoped>[0]) => (scope === 'system' ? racing : t.deps.database.scoped(scope)) };
+  await runSeatSync({ ...t.deps, database });
+  assert.ok(raced, 'the payment was delivered between the read and the write');
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status, row.restricted], ['team', 'active', false]);
+  assert.ok(row.seats_last_synced_at, 'the seat count itself is still recorded');
+});
 
 test('a lapse while usage fits Starter leaves the Tenant unrestricted', async () => {
   const owner = await tenantOwner(t);

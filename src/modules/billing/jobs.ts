@@ -30,7 +30,15 @@ export async function runSeatSync(deps: Deps): Promise<Record<string, unknown>> 
     const seats = await countSeats(scoped, tenant.id, now);
     const over = restrictionHolds(tenant.subscription_status, tenant.restricted) && !planFits('starter', await measureUsage(scoped, tenant.id, now));
     if (over) restricted++;
-    await system.query('UPDATE tenants SET seats_synced = $2, seats_last_synced_at = $3, restricted = $4 WHERE id = $1', [tenant.id, seats, now, over]);
+    // restricted is written only if what it was computed from is still the row's: a processor event
+    // that changed the subscription meanwhile (paid: no longer restricted) must not be overwritten by
+    // this run's older reading until the next one.
+    await system.query(
+      `UPDATE tenants SET seats_synced = $2, seats_last_synced_at = $3,
+              restricted = CASE WHEN subscription_status = $5 AND restricted = $6 THEN $4 ELSE restricted END
+        WHERE id = $1`,
+      [tenant.id, seats, now, over, tenant.subscription_status, tenant.restricted],
+    );
   }
   return { tenants: rows.length, restricted };
 }
