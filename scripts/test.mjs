@@ -8,7 +8,7 @@
 // runs a single file from source.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, rmSync } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -23,7 +23,7 @@ function find(dir) {
   return out;
 }
 
-const files = process.argv.length > 2 ? process.argv.slice(2) : [...find(join(root, 'src')), ...find(join(root, 'test'))].sort();
+const files = process.argv.length > 2 ? process.argv.slice(2).map((f) => relative(root, resolve(f))) : [...find(join(root, 'src')), ...find(join(root, 'test'))].sort();
 const multiProcess = (file) => file.split(/[\\/]/).includes('multiprocess');
 // The operator CLI's tests run the CLI on embedded storage under DATA_DIR whatever TEST_DATABASE_URL
 // says (they clear it): the PostgreSQL pass would repeat them unchanged.
