@@ -105,6 +105,7 @@ test(`FT-1 kill -9 of one of two processes (up to ${KILLS}×) under idempotent w
   console.log(`[FT-1] duplicate deliveries: ${result.duplicateDeliveries} (${result.deliveries} deliveries of ${result.distinctDelivered} distinct events); not delivered after ${seconds(drained.ms)} s of draining: ${drained.pending} pending, ${drained.failed} failed`);
   console.log(`[FT-1] rows minus distinct acknowledged keys: users ${rows.users}, entitlements ${rows.entitlements}, role assignments ${rows.roles}; users in the wrong final status: ${wrongStatus}`);
   for (const line of [...load.serverErrors, ...load.unexpected, ...result.details].slice(0, 20)) console.log(`[FT-1]   ${line}`);
+  if (load.serverErrors.length) for (const node of [c.a, c.b]) console.log(`[FT-1] ${node.name} errors logged:\n${node.output.split('\n').filter((l) => l.includes('"level":50')).slice(-5).join('\n')}`);
 
   assert.ok(kills.length >= MIN_KILLS, `${kills.length} kills`);
   assert.deepEqual(c.unexpectedExits(), []);
