@@ -148,12 +148,18 @@ test('DELETE of an assigned Role is 409 role_in_use; an unassigned one is 204 wi
   assert.equal((await auditOf(t, role.id, 'role.deleted')).length, 1);
 });
 
-test('the default_app_role Role is held by every user with access: DELETE is 409 role_in_use while it is the default, and deletable once it is not', async () => {
+/** An Application with roles viewer (the default, granting app.<slug>.read) and editor, and a user with access. */
+async function defaultRoleHeld() {
   const app = await appWith(['viewer', 'editor'], { default_app_role: 'viewer' });
   const viewer = `role_${app.slug}_viewer`;
   assertStatus(await call(t, 'PATCH', `/v1/roles/${viewer}`, admin, { permissions: [`app.${app.slug}.read`] }), 200);
   const user = await person(t);
   await grant(t, admin, user.id, app.id);
+  return { app, viewer, user };
+}
+
+test('the default_app_role Role is held by every user with access: DELETE is 409 role_in_use while it is the default, and deletable once it is not', async () => {
+  const { app, viewer, user } = await defaultRoleHeld();
   const err = assertError(await call(t, 'DELETE', `/v1/roles/${viewer}`, admin), 409, 'role_in_use');
   assert.equal(err.details.default_app_role, true);
   const ep = await effective(t, admin, user.id, app.id);
@@ -170,11 +176,7 @@ test('the default_app_role Role is held by every user with access: DELETE is 409
 });
 
 test('removing the default_app_role name from available_app_roles is 409 app_role_in_use (every user with access holds it) unless the same PATCH changes default_app_role; nothing changes', async () => {
-  const app = await appWith(['viewer', 'editor'], { default_app_role: 'viewer' });
-  const viewer = `role_${app.slug}_viewer`;
-  assertStatus(await call(t, 'PATCH', `/v1/roles/${viewer}`, admin, { permissions: [`app.${app.slug}.read`] }), 200);
-  const user = await person(t);
-  await grant(t, admin, user.id, app.id);
+  const { app, viewer, user } = await defaultRoleHeld();
   const err = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['editor'] }), 409, 'app_role_in_use');
   assert.deepEqual(err.details, { role_id: viewer, default_app_role: true });
   const kept = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200);

@@ -17,6 +17,21 @@ after(() => t.close());
 const now = () => toUnixSeconds(t.clock.now());
 const eventRows = (id: string) => sql(t, 'SELECT * FROM processor_events WHERE id = $1', [id]);
 
+/**
+ * A Team Tenant with two Applications (more than Starter allows) whose subscription `id` was created
+ * and then canceled: it dropped to Starter and is restricted.
+ */
+async function lapsedOverStarter(id: string) {
+  const owner = await tenantOwner(t);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
+  const apps: { appId: string }[] = [];
+  for (let i = 0; i < 2; i++) apps.push(await createApplication(t, admin, { owner_user_id: owner.user.id }));
+  const sub = { tenantId: owner.tenantId, id, customer: `cus_${id}` };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 40 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 30 }), 200);
+  return { owner, apps, sub };
+}
+
 test('a missing, malformed or wrong Stripe-Signature answers 400 in the error envelope and changes nothing', async () => {
   const owner = await tenantOwner(t);
   const event = processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId }));
@@ -125,12 +140,7 @@ test('unknown event types are acknowledged with 200 and ignored', async () => {
 });
 
 test('a lapsed subscription drops the Tenant to Starter and restricts it while its usage exceeds Starter; active again lifts it', async () => {
-  const owner = await tenantOwner(t);
-  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
-  for (let i = 0; i < 2; i++) await createApplication(t, admin, { owner_user_id: owner.user.id });
-  const sub = { tenantId: owner.tenantId, id: 'sub_l', customer: 'cus_l' };
-  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 30 }), 200);
-  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 20 }), 200);
+  const { owner, sub } = await lapsedOverStarter('sub_l');
   let view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
   assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'canceled', true]);
   assert.equal(view.current_period_start, null, 'Starter has no period');
@@ -146,13 +156,7 @@ test('a lapsed subscription drops the Tenant to Starter and restricts it while i
 
 for (const status of ['incomplete', 'paused']) {
   test(`restricted stays true once a subscription lapsed while usage exceeds Starter: a new ${status} subscription keeps it (402 subscription_required for a new seat, seat-sync too) until it is active on Team`, async () => {
-    const owner = await tenantOwner(t);
-    await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
-    const apps: { appId: string }[] = [];
-    for (let i = 0; i < 2; i++) apps.push(await createApplication(t, admin, { owner_user_id: owner.user.id }));
-    const sub = { tenantId: owner.tenantId, id: `sub_r_${status}`, customer: `cus_r_${status}` };
-    assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 40 }), 200);
-    assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 30 }), 200);
+    const { owner, apps, sub } = await lapsedOverStarter(`sub_r_${status}`);
     assert.equal((await tenantRow(t, owner.tenantId)).restricted, true);
     const next = { ...sub, id: `sub_r_${status}_2` };
     assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...next, status }), { created: now() - 20 }), 200);
@@ -179,12 +183,7 @@ for (const status of ['incomplete', 'paused']) {
 }
 
 test('seat-sync never undoes a processor event it raced: a Tenant paid (active on Team) while seat-sync was counting its lapsed usage stays unrestricted', async () => {
-  const owner = await tenantOwner(t);
-  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
-  for (let i = 0; i < 2; i++) await createApplication(t, admin, { owner_user_id: owner.user.id });
-  const sub = { tenantId: owner.tenantId, id: 'sub_race', customer: 'cus_race' };
-  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 40 }), 200);
-  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 30 }), 200);
+  const { owner, sub } = await lapsedOverStarter('sub_race');
   assert.equal((await tenantRow(t, owner.tenantId)).restricted, true, 'precondition: lapsed with usage over Starter');
   // The payment lands after seat-sync read the Tenant and counted its usage, before it writes.
   const system = t.deps.database.scoped('system');
