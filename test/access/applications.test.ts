@@ -271,16 +271,18 @@ test('invite_only: an active member of an Organization holding a grant has an ac
   assertError(await get(pending.token, app.id), 404, 'application_not_found');
 });
 
-test('internal: only applications.manage, its own key and (decision) its owner; users with a grant and other callers get 404', async () => {
+test('internal: only applications.manage and its own app key; its owner, users with a grant and other callers get 404', async () => {
   const app = await newApp(t, admin, { visibility: 'internal' });
   const holder = await person(t);
   await grant(t, admin, holder.id, app.id);
   const stranger = await person(t);
   const ownKey = await appKey(t, app.id);
   const entManager = await platformKey(t, ['entitlements.manage', 'users.list']);
-  for (const cred of [admin, ownKey, app.owner!.token]) assertStatus(await get(cred, app.id), 200);
-  for (const cred of [holder.token, stranger.token, entManager]) assertError(await get(cred, app.id), 404, 'application_not_found');
-  assert.ok(!(await listIds(holder.token)).includes(app.id));
+  for (const cred of [admin, ownKey]) assertStatus(await get(cred, app.id), 200);
+  for (const cred of [app.owner!.token, holder.token, stranger.token, entManager]) assertError(await get(cred, app.id), 404, 'application_not_found');
+  assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, { name: 'x' }), 404, 'application_not_found');
+  for (const token of [app.owner!.token, holder.token]) assert.ok(!(await listIds(token)).includes(app.id));
+  assert.ok(!(await listIds(app.owner!.token, '&owned=true')).includes(app.id));
   assert.ok((await listIds(admin)).includes(app.id));
 });
 

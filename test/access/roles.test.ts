@@ -401,6 +401,16 @@ test('PATCH /v1/roles/{id} changes permissions and description only: name, scope
   assert.equal(assertStatus(await call(t, 'PATCH', `/v1/roles/${role.id}`, admin, { description: 'fine' }), 200).description, 'fine');
 });
 
+test("an internal Application's owner holds no owner rights over its Roles (internal is visible only to applications.manage and its own key)", async () => {
+  const app = await appWith(['ed'], { visibility: 'internal' });
+  const owner = app.owner!.token;
+  assertError(await call(t, 'GET', `/v1/roles/role_${app.slug}_ed`, owner), 404, 'role_not_found');
+  assertError(await createRole(owner, { name: 'ed', scope: app.id }), 404, 'application_not_found');
+  assertError(await assign(owner, app.owner!.id, `role_${app.slug}_ed`), 404, 'role_not_found');
+  assert.deepEqual(await heldRoles(app.owner!.id), ['role_platform_member'], 'nothing assigned');
+  assertStatus(await call(t, 'GET', `/v1/roles/role_${app.slug}_ed`, admin), 200);
+});
+
 test('the Roles of an Application the caller cannot see do not exist for them: creating or assigning one is 404; on a visible Application without the right, 403 forbidden', async () => {
   const hidden = await appWith(['ed'], { visibility: 'internal' });
   const shown = await appWith(['ed'], { visibility: 'public' });

@@ -29,8 +29,9 @@ export async function findVisibleApplication(ctx: Ctx, id: string): Promise<Appl
   return rows[0] ?? null;
 }
 
+/** The caller owns the Application and so holds owner rights over it: never over an internal one (Part B visibility). */
 export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
-  if (ctx.actor.type !== 'user') return false;
+  if (ctx.actor.type !== 'user' || app.visibility === 'internal') return false;
   const { rowCount } = await ctx.db.query(`SELECT 1 FROM applications a WHERE a.id = $1 AND ${ownerCondition(2)}`, [app.id, ctx.actor.userId]);
   return rowCount > 0;
 }

@@ -36,8 +36,8 @@ export const accessPathToApp = (userParam: number) =>
 
 /**
  * Part B visibility: public to everyone while approved; invite_only to users with an access path;
- * internal only to applications.manage and the Application's own key. Owners, the own key and
- * applications.manage see their Applications in every review_status.
+ * internal only to applications.manage and the Application's own key (not its owner). Owners, the own
+ * key and applications.manage see their other Applications in every review_status.
  */
 export function visibleCondition(viewer: Viewer, params: unknown[]): string {
   if (viewer.admin) return 'TRUE';
@@ -50,7 +50,7 @@ export function visibleCondition(viewer: Viewer, params: unknown[]): string {
   if (viewer.userId) {
     params.push(viewer.userId);
     const u = params.length;
-    parts.push(ownerCondition(u));
+    parts.push(`(a.visibility <> 'internal' AND ${ownerCondition(u)})`);
     parts.push(`(a.review_status = 'approved' AND (a.visibility = 'public' OR (a.visibility = 'invite_only' AND ${accessPathToApp(u)})))`);
   } else {
     parts.push(`(a.review_status = 'approved' AND a.visibility = 'public')`);
