@@ -6,8 +6,15 @@
 // run), and each test process loads plain JavaScript with source maps. Through the tsx loader every
 // test process spent about 2 s more CPU (some 80 processes per pass). `npx tsx --test <file>` still
 // runs a single file from source.
+// The whole suite runs its files in GROUPS, several files per test process: a process's first file
+// pays about 6 s of CPU to load the service, compile PGlite's WebAssembly and warm the JIT, a later
+// file in the same process about 1.5 s, and the suite is CPU-bound on a 2-core machine. Each file runs
+// inside a describe() named after it, so its before/after hooks stay its own and the files of a group
+// run one after another. Groups are balanced by each file's recorded cost (scripts/test-weights.json;
+// a file missing from it counts as DEFAULT_WEIGHT). Files that start processes of their own (the
+// multi-process tests, the CLI's) keep a process each; so do the files named on the command line.
 import { spawnSync } from 'node:child_process';
-import { readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -28,11 +35,11 @@ const multiProcess = (file) => file.split(/[\\/]/).includes('multiprocess');
 // The operator CLI's tests run the CLI on embedded storage under DATA_DIR whatever TEST_DATABASE_URL
 // says (they clear it): the PostgreSQL pass would repeat them unchanged.
 const embeddedOnly = (file) => file.replace(/\\/g, '/') === 'test/foundation/cli.test.ts';
-const runs = [{ name: 'embedded PostgreSQL (PGlite)', env: { TEST_DATABASE_URL: '' }, files: files.filter((f) => !multiProcess(f)), left: 'multi-process' }];
+const runs = [{ name: 'embedded PostgreSQL (PGlite)', id: 'pglite', env: { TEST_DATABASE_URL: '' }, files: files.filter((f) => !multiProcess(f)), left: 'multi-process' }];
 // On PostgreSQL the two-process security tests run the catalog's full counts (200 refresh races,
 // 100 idempotency bursts, 10 kills…) unless MP_NO_BUDGET is set otherwise.
 if (process.env.TEST_DATABASE_URL) {
-  runs.push({ name: `PostgreSQL (${new URL(process.env.TEST_DATABASE_URL).host})`, env: { MP_NO_BUDGET: process.env.MP_NO_BUDGET ?? '1' }, files: files.filter((f) => !embeddedOnly(f)), left: 'embedded-only' });
+  runs.push({ name: `PostgreSQL (${new URL(process.env.TEST_DATABASE_URL).host})`, id: 'postgres', env: { MP_NO_BUDGET: process.env.MP_NO_BUDGET ?? '1' }, files: files.filter((f) => !embeddedOnly(f)), left: 'embedded-only' });
 }
 
 const OUT = '.test-dist';
@@ -44,6 +51,34 @@ if (tsc.status !== 0) {
 }
 const compiled = (file) => join(OUT, file.replace(/\.ts$/, '.js'));
 
+const CONCURRENCY = 4;
+const GROUPS = 2 * CONCURRENCY;
+const DEFAULT_WEIGHT = 10;
+const weights = JSON.parse(readFileSync(join(root, 'scripts', 'test-weights.json'), 'utf8'));
+const weightOf = (file) => weights[file.replace(/\\/g, '/')] ?? DEFAULT_WEIGHT;
+const solo = (file) => multiProcess(file) || embeddedOnly(file);
+
+/** The paths node --test runs for a pass: one grouped entry file per group, and each solo file. */
+function entries(runFiles, passName) {
+  if (process.argv.length > 2) return runFiles.map(compiled);
+  const bins = Array.from({ length: GROUPS }, () => ({ weight: 0, files: [] }));
+  // Longest first, each to the lightest group so far.
+  for (const file of runFiles.filter((f) => !solo(f)).sort((a, b) => weightOf(b) - weightOf(a))) {
+    const bin = bins.reduce((min, b) => (b.weight < min.weight ? b : min));
+    bin.files.push(file);
+    bin.weight += weightOf(file);
+  }
+  const dir = join(OUT, 'groups');
+  mkdirSync(dir, { recursive: true });
+  const grouped = bins.filter((b) => b.files.length > 0).map((bin, i) => {
+    const path = join(dir, `${passName}-${i + 1}.test.js`);
+    const body = bin.files.map((f) => `describe(${JSON.stringify(f)}, async () => { await import(${JSON.stringify(`../${f.replace(/\\/g, '/').replace(/\.ts$/, '.js')}`)}); });`);
+    writeFileSync(path, `import { describe } from 'node:test';\n${body.join('\n')}\n`);
+    return path;
+  });
+  return [...grouped, ...runFiles.filter(solo).map(compiled)];
+}
+
 let failed = false;
 for (const run of runs) {
   const left = files.length - run.files.length;
@@ -53,7 +88,7 @@ for (const run of runs) {
   if (run.files.length === 0) continue;
   const result = spawnSync(
     process.execPath,
-    ['--enable-source-maps', '--test', '--test-concurrency=4', '--test-timeout=600000', ...run.files.map(compiled)],
+    ['--enable-source-maps', '--test', `--test-concurrency=${CONCURRENCY}`, '--test-timeout=600000', ...entries(run.files, run.id)],
     { cwd: root, stdio: 'inherit', env: { ...process.env, ...run.env, NODE_ENV: 'test' } },
   );
   if (result.status !== 0) failed = true;
