@@ -32,9 +32,11 @@ function find(dir) {
 
 const files = process.argv.length > 2 ? process.argv.slice(2).map((f) => relative(root, resolve(f))) : [...find(join(root, 'src')), ...find(join(root, 'test'))].sort();
 const multiProcess = (file) => file.split(/[\\/]/).includes('multiprocess');
-// The operator CLI's tests run the CLI on embedded storage under DATA_DIR whatever TEST_DATABASE_URL
-// says (they clear it): the PostgreSQL pass would repeat them unchanged.
-const embeddedOnly = (file) => file.replace(/\\/g, '/') === 'test/foundation/cli.test.ts';
+// The operator CLI's tests and FT-6 (a server process SIGKILLed on embedded storage) run on embedded
+// storage under DATA_DIR whatever TEST_DATABASE_URL says (they clear it): the PostgreSQL pass would
+// repeat them unchanged.
+const EMBEDDED_ONLY = new Set(['test/foundation/cli.test.ts', 'test/security/core/ft-6-embedded-kill.test.ts']);
+const embeddedOnly = (file) => EMBEDDED_ONLY.has(file.replace(/\\/g, '/'));
 const runs = [{ name: 'embedded PostgreSQL (PGlite)', id: 'pglite', env: { TEST_DATABASE_URL: '' }, files: files.filter((f) => !multiProcess(f)), left: 'multi-process' }];
 // On PostgreSQL the two-process security tests run the catalog's full counts (200 refresh races,
 // 100 idempotency bursts, 10 kills…) unless MP_NO_BUDGET is set otherwise.
