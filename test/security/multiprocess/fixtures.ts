@@ -54,14 +54,14 @@ export function tally(replies: Reply[]): Record<string, number> {
   return counts;
 }
 
-/** A live platform API key holding every permission, inserted as the API keys module stores it. */
-export async function adminKey(cluster: Cluster, permissions = ALL_PERMISSIONS): Promise<string> {
-  const secret = newSecret('plat_live_');
+/** A platform API key holding every permission (live unless testMode), inserted as the API keys module stores it. */
+export async function adminKey(cluster: Cluster, permissions = ALL_PERMISSIONS, { testMode = false } = {}): Promise<string> {
+  const secret = newSecret(testMode ? 'plat_test_' : 'plat_live_');
   await cluster.sql(
     `INSERT INTO api_keys (id, name, scope, permissions, test_mode, intended_use, restrict_destructive, secret_hash,
        secret_hint, expires_at, created_by_user_id, created_at, updated_at)
-     VALUES ($1, 'mp admin', 'platform', $2, false, 'service', false, $3, $4, NULL, 'usr_fixture', now(), now())`,
-    [newId('key'), permissions, hashSecret(secret), secret.slice(-4)],
+     VALUES ($1, 'mp admin', 'platform', $2, $5, 'service', false, $3, $4, NULL, 'usr_fixture', now(), now())`,
+    [newId('key'), permissions, hashSecret(secret), secret.slice(-4), testMode],
   );
   return secret;
 }

@@ -3,7 +3,6 @@
 // jobs' rows are kept apart (live rows never reach test-mode ones; erased users hold no expiring
 // grant), so each effect has one job that may cause it, whatever order the jobs run in.
 import { type Cluster } from './cluster.js';
-import { hashSecret, newId, newSecret } from '../../../src/ids.js';
 import { adminKey, ALL_PERMISSIONS, expectStatus, mapLimit, newApp, rand, settled, signup, uniqueEmail } from './fixtures.js';
 
 export interface JobWork {
@@ -32,22 +31,10 @@ const WEBHOOKS = 3;
 /** A public address literal: creation needs no DNS, and no delivery is ever attempted (no workers). */
 const WEBHOOK_URL = 'https://93.184.215.14/ic8';
 
-/** A live platform API key of the test mode, inserted as the API keys module stores it. */
-async function testModeKey(c: Cluster): Promise<string> {
-  const secret = newSecret('plat_test_');
-  await c.sql(
-    `INSERT INTO api_keys (id, name, scope, permissions, test_mode, intended_use, restrict_destructive, secret_hash,
-       secret_hint, expires_at, created_by_user_id, created_at, updated_at)
-     VALUES ($1, 'ic8 test', 'platform', $2, true, 'service', false, $3, $4, NULL, 'usr_fixture', now(), now())`,
-    [newId('key'), ALL_PERMISSIONS, hashSecret(secret), secret.slice(-4)],
-  );
-  return secret;
-}
-
 export async function seedJobWork(c: Cluster): Promise<JobWork> {
   const node = c.a;
   const admin = await adminKey(c);
-  const testKey = await testModeKey(c);
+  const testKey = await adminKey(c, ALL_PERMISSIONS, { testMode: true });
   const post = async (token: string, path: string, body: unknown, status: number, idempotent = false) =>
     expectStatus(await settled(() => node.call('POST', path, { token, body, headers: idempotent ? { 'idempotency-key': `ic8-${rand(8)}` } : {} })), status);
   const newUser = (token = admin, status = 'active') => post(token, '/v1/users', { email: uniqueEmail('ic8'), status, send_invitation: status === 'invited' }, 201);
