@@ -10,8 +10,14 @@ export { freePort, httpCall, sleep, type CallOptions, type Reply } from './http.
 export { ROOT, serverEnv, ServerProcess, type ExitRecord } from './server-process.js';
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
-/** The `skip` option of every [MP] test: false on PostgreSQL, the reason on the embedded store. */
-export const MP_SKIP: string | false = TEST_DATABASE_URL ? false : '[MP] needs TEST_DATABASE_URL: the embedded store cannot host two processes';
+/**
+ * The PostgreSQL server of the [MP] tests. They never skip: `npm test` runs them in its PostgreSQL pass
+ * only, and run by hand without TEST_DATABASE_URL they fail with this message.
+ */
+export function serverDatabaseUrl(): string {
+  if (!TEST_DATABASE_URL) throw new Error('[MP] needs TEST_DATABASE_URL (the embedded store cannot host two processes); npm test runs these files in its PostgreSQL pass');
+  return TEST_DATABASE_URL;
+}
 
 // ---- databases -------------------------------------------------------------------------------------
 
@@ -74,8 +80,7 @@ export class Cluster {
 
   /** A fresh database and `nodes` processes on it, started together (migrations race under their lock). */
   static async start(opts: ClusterOptions = {}): Promise<Cluster> {
-    if (!TEST_DATABASE_URL) throw new Error('Cluster needs TEST_DATABASE_URL');
-    const db = await freshDatabase(TEST_DATABASE_URL);
+    const db = await freshDatabase(serverDatabaseUrl());
     const nodes: ServerProcess[] = [];
     let publicUrl = '';
     for (let i = 0; i < (opts.nodes ?? 2); i++) {

@@ -10,7 +10,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
-import { MP_SKIP, TEST_DATABASE_URL } from './cluster.js';
+import { serverDatabaseUrl } from './cluster.js';
 import { figure } from '../core/support.js';
 import { CuttableProxy, freshSchemaName, sleep } from '../../foundation/support/ops.js';
 import { dropSchema, testConfig, type TestApp } from '../../helpers/app.js';
@@ -64,16 +64,16 @@ function countingTransactions(database: Database): { database: Database; open: (
 
 test(
   'FT-5 TCP cut mid-transaction through a Node proxy during signup, org creation and app creation: no half-created user, profile, settings and member role (one transaction); every user has exactly one profile, settings row and `member` role',
-  { skip: MP_SKIP },
   async () => {
     const started = Date.now();
-    const target = new URL(TEST_DATABASE_URL!);
+    const serverUrl = serverDatabaseUrl();
+    const target = new URL(serverUrl);
     const proxy = new CuttableProxy(target.hostname, Number(target.port || 5432));
     await proxy.open();
     cleanup.push(() => proxy.cut());
     const schema = freshSchemaName('ft5');
     cleanup.push(() => dropSchema(schema));
-    const proxied = countingTransactions(await openPg({ url: proxy.urlFor(TEST_DATABASE_URL!), schema, poolSize: 6 }));
+    const proxied = countingTransactions(await openPg({ url: proxy.urlFor(serverUrl), schema, poolSize: 6 }));
     cleanup.push(() => proxied.database.close());
     // Error lines name what a 5xx came from (matched to a response by its request id).
     const logs: Array<{ reqId?: string; err?: { message?: string; code?: string; stack?: string } }> = [];
@@ -91,7 +91,7 @@ test(
       await deps.jobs.stop();
     });
     await app.ready();
-    const direct = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2 });
+    const direct = await openPg({ url: serverUrl, schema, poolSize: 2 });
     cleanup.push(() => direct.close());
     // The test app seen through a direct connection: fixtures and every check bypass the proxy.
     const t: TestApp = { app, deps, clock, database: direct, config, schema, close: async () => undefined };

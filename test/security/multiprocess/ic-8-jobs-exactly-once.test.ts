@@ -9,7 +9,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { Cluster, MP_SKIP, ROOT } from './cluster.js';
+import { Cluster, ROOT } from './cluster.js';
 import { runJobsAtOnce, type CliRun } from './ic-8-cli.js';
 import { seedJobWork, type JobWork } from './ic-8-seed.js';
 import { seconds } from './fixtures.js';
@@ -26,7 +26,6 @@ const MOVE_SECONDS = 31 * DAY;
 let cluster: Cluster;
 let work: JobWork;
 before(async () => {
-  if (MP_SKIP) return;
   // The CLI runs the compiled sources (bin/platform.js builds them when stale): build once here, so
   // that twelve processes starting together never each start a build.
   await promisify(execFile)(process.execPath, [projectPath('scripts/build-if-needed.mjs')], { cwd: ROOT, timeout: 180_000 });
@@ -62,7 +61,7 @@ async function overlappingRuns(c: Cluster): Promise<Record<string, number>> {
   return Object.fromEntries(rows.map((r) => [r.job, r.n]));
 }
 
-test(`IC-8 "exactly-once jobs": ${PROCESSES_PER_JOB} processes run \`jobs run\` expiry-sweep, erasure-cascade, test-purge and webhook-health at the same time: each expired row gives exactly one entitlement.expired (plus access.revoked where access flips); duplicate job effects 0`, { skip: MP_SKIP }, async () => {
+test(`IC-8 "exactly-once jobs": ${PROCESSES_PER_JOB} processes run \`jobs run\` expiry-sweep, erasure-cascade, test-purge and webhook-health at the same time: each expired row gives exactly one entitlement.expired (plus access.revoked where access flips); duplicate job effects 0`, async () => {
   const c = cluster;
   const w = work;
   const moved = await c.advanceClock(MOVE_SECONDS);

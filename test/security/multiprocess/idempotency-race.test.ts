@@ -5,7 +5,7 @@
 // event, every answer the identical 2xx or 409 in flight, and byte-identical replays afterwards.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, MP_SKIP, type Reply } from './cluster.js';
+import { Cluster, type Reply } from './cluster.js';
 import { adminKey, Budget, errorCode, expectStatus, newApp, rand, seconds, settled, signup, tally, uniqueEmail, type Account } from './fixtures.js';
 
 const BURST = 50;
@@ -19,7 +19,6 @@ let admin: string;
 let owner: Account;
 let app: { id: string; tenant_id: string };
 before(async () => {
-  if (MP_SKIP) return;
   cluster = await Cluster.start();
   admin = await adminKey(cluster);
   owner = await signup(cluster.a);
@@ -74,7 +73,7 @@ const addAnswers = (into: Record<string, number>, from: Record<string, number>) 
   for (const [k, v] of Object.entries(from)) into[k] = (into[k] ?? 0) + v;
 };
 
-test(`IC-1 ${BURST} concurrent personal grants with one Idempotency-Key on two processes: 1 row, 1 audit event, 1 outbox event, one 2xx body (up to ${GRANT_RUNS} runs)`, { skip: MP_SKIP }, async () => {
+test(`IC-1 ${BURST} concurrent personal grants with one Idempotency-Key on two processes: 1 row, 1 audit event, 1 outbox event, one 2xx body (up to ${GRANT_RUNS} runs)`, async () => {
   const c = cluster;
   const budget = new Budget(GRANT_RUNS, 5, 20);
   const newUser = async (i: number) =>
@@ -106,7 +105,7 @@ test(`IC-1 ${BURST} concurrent personal grants with one Idempotency-Key on two p
   assert.deepEqual(bad, []);
 });
 
-test(`IC-1 ${BURST} concurrent organization grants with one Idempotency-Key on two processes: 1 row, 1 audit event, 1 outbox event (up to ${ORG_RUNS} runs)`, { skip: MP_SKIP }, async () => {
+test(`IC-1 ${BURST} concurrent organization grants with one Idempotency-Key on two processes: 1 row, 1 audit event, 1 outbox event (up to ${ORG_RUNS} runs)`, async () => {
   const c = cluster;
   // Organization creation is limited per user per day: two creators, five Organizations each.
   const creators = [await signup(c.a), await signup(c.b)];
@@ -137,7 +136,7 @@ test(`IC-1 ${BURST} concurrent organization grants with one Idempotency-Key on t
   assert.deepEqual(bad, []);
 });
 
-test(`IC-1 ${BURST} concurrent checkout sessions (local processor simulator) with one Idempotency-Key on two processes: 1 session row, one 2xx body (up to ${CHECKOUT_RUNS} runs)`, { skip: MP_SKIP }, async () => {
+test(`IC-1 ${BURST} concurrent checkout sessions (local processor simulator) with one Idempotency-Key on two processes: 1 session row, one 2xx body (up to ${CHECKOUT_RUNS} runs)`, async () => {
   const c = cluster;
   const started = Date.now();
   const bad: string[] = [];

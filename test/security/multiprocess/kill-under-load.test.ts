@@ -8,7 +8,7 @@
 // shared development clock past the documented 60-second lease instead of waiting for it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, MP_SKIP, sleep } from './cluster.js';
+import { Cluster, sleep } from './cluster.js';
 import { adminKey, Budget, expectStatus, mapLimit, newApp, seconds, settled, signup } from './fixtures.js';
 import { Receiver } from './receiver.js';
 import { countMismatches, reconcileSources } from './reconcile.js';
@@ -27,7 +27,6 @@ let receiver: Receiver;
 let admin: string;
 let apps: string[];
 before(async () => {
-  if (MP_SKIP) return;
   receiver = await Receiver.start();
   cluster = await Cluster.start({ workers: true, env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: '1' } });
   admin = await adminKey(cluster);
@@ -71,7 +70,7 @@ async function drain(c: Cluster): Promise<{ pending: number; failed: number; ms:
 
 const count = async (c: Cluster, sql: string, params: unknown[] = []) => (await c.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${sql}`, params))[0].n;
 
-test(`FT-1 kill -9 of one of two processes (up to ${KILLS}×) under idempotent write load loses no audit or webhook event and leaves no orphan`, { skip: MP_SKIP }, async () => {
+test(`FT-1 kill -9 of one of two processes (up to ${KILLS}×) under idempotent write load loses no audit or webhook event and leaves no orphan`, async () => {
   const c = cluster;
   const before = {
     audit: new Set((await c.sql<{ id: string }>('SELECT id FROM audit_events')).map((r) => r.id)),

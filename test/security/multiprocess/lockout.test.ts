@@ -11,7 +11,7 @@
 // both processes' counts around each burst.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, MP_SKIP, type Reply } from './cluster.js';
+import { Cluster, type Reply } from './cluster.js';
 import { errorCode, login, outcome, signup, tally, uniqueEmail, WRONG_PASSWORD } from './fixtures.js';
 
 const THRESHOLD = 5;
@@ -21,7 +21,6 @@ const LOCKED = '429 too_many_attempts';
 
 let cluster: Cluster;
 before(async () => {
-  if (MP_SKIP) return;
   cluster = await Cluster.start();
   await cluster.warm(PARALLEL / 2, (await signup(cluster.a)).access_token);
 });
@@ -66,7 +65,7 @@ async function parallel(c: Cluster, email: string): Promise<{ answers: Record<st
   return { ...result, evaluations };
 }
 
-test('AU-4 failures alternating between two processes lock after exactly 5 password evaluations; then even the correct password gets 429', { skip: MP_SKIP }, async () => {
+test('AU-4 failures alternating between two processes lock after exactly 5 password evaluations; then even the correct password gets 429', async () => {
   const user = await signup(cluster.a);
   const run = await alternating(cluster, user.email);
   console.log(`[AU-4] alternating A/B: answers ${run.answers.join(', ')}; then ${run.after.map(outcome).join(', ')} (wrong, correct on A, correct on B)`);
@@ -79,7 +78,7 @@ test('AU-4 failures alternating between two processes lock after exactly 5 passw
   for (const r of run.after) assert.ok(isLocked(r), `locked: ${r.node} ${r.status} ${JSON.stringify(r.headers['retry-after'])} ${r.text}`);
 });
 
-test(`AU-4 ${PARALLEL} parallel wrong guesses split across two processes get exactly 5 password evaluations, then the lock holds`, { skip: MP_SKIP }, async () => {
+test(`AU-4 ${PARALLEL} parallel wrong guesses split across two processes get exactly 5 password evaluations, then the lock holds`, async () => {
   const user = await signup(cluster.a);
   const run = await parallel(cluster, user.email);
   console.log(`[AU-4] ${PARALLEL} parallel guesses (${PARALLEL / 2} per process): answers ${JSON.stringify(run.answers)}; ${PARALLEL} more: ${JSON.stringify(run.refused)}; then correct password: ${run.after.map(outcome).join(', ')}`);
@@ -91,7 +90,7 @@ test(`AU-4 ${PARALLEL} parallel wrong guesses split across two processes get exa
   assert.equal(run.evaluations, THRESHOLD, `${2 * PARALLEL + 2} requests were given ${run.evaluations} password evaluations; the lock must cap them at ${THRESHOLD}`);
 });
 
-test('AU-4 an unknown email answers like a known account after 5 tries, sequential and parallel (no enumeration oracle)', { skip: MP_SKIP }, async () => {
+test('AU-4 an unknown email answers like a known account after 5 tries, sequential and parallel (no enumeration oracle)', async () => {
   const known = [await signup(cluster.a), await signup(cluster.b)];
   const knownSequential = await alternating(cluster, known[0].email);
   const unknownSequential = await alternating(cluster, uniqueEmail('nobody'));

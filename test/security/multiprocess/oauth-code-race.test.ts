@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { Cluster, MP_SKIP, type Reply } from './cluster.js';
+import { Cluster, type Reply } from './cluster.js';
 import { adminKey, Budget, errorCode, expectStatus, newApp, rand, REDIRECT, seconds, settled, signup, tally, type Account } from './fixtures.js';
 
 const BURST = 10;
@@ -16,7 +16,6 @@ let cluster: Cluster;
 let app: { id: string };
 let member: Account;
 before(async () => {
-  if (MP_SKIP) return;
   cluster = await Cluster.start();
   const admin = await adminKey(cluster);
   const owner = await signup(cluster.a);
@@ -45,7 +44,7 @@ async function newCode(c: Cluster, node: number): Promise<{ code: string; verifi
 const token = (c: Cluster, node: number, body: Record<string, string>) => c.node(node).call('POST', '/v1/auth/oauth/token', { body });
 const invalidGrant = (r: Reply) => r.status === 400 && errorCode(r) === 'invalid_grant';
 
-test(`OA-2 ${BURST} simultaneous redemptions of one authorization code on two processes: one success, and the replays revoke its refresh token (up to ${RUNS} runs)`, { skip: MP_SKIP }, async () => {
+test(`OA-2 ${BURST} simultaneous redemptions of one authorization code on two processes: one success, and the replays revoke its refresh token (up to ${RUNS} runs)`, async () => {
   const c = cluster;
   const budget = new Budget(RUNS, 10, 15);
   const started = Date.now();

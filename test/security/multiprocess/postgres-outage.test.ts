@@ -7,19 +7,12 @@
 // on its own once the database is back.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { freePort, MP_SKIP, serverEnv, ServerProcess, sleep, type Reply } from './cluster.js';
+import { freePort, serverDatabaseUrl, serverEnv, ServerProcess, sleep, type Reply } from './cluster.js';
 import { errorCode, expectStatus, seconds, signup } from './fixtures.js';
 import { PrivatePostgres, postgresBinaries } from './private-postgres.js';
 
 const OUTAGE_MS = 15_000;
 const CLIENTS = 4;
-
-// Runs in the PostgreSQL pass only (like the [MP] tests), and only where PostgreSQL binaries exist.
-const SKIP: string | false = MP_SKIP
-  ? '[FT-4] runs in the PostgreSQL pass (TEST_DATABASE_URL set): it starts a private PostgreSQL server'
-  : postgresBinaries()
-    ? false
-    : '[FT-4] needs PostgreSQL server binaries (initdb, pg_ctl; set PG_BIN)';
 
 let pg: PrivatePostgres | null = null;
 let server: ServerProcess | null = null;
@@ -40,7 +33,10 @@ interface Sample {
 /** A leak of internals in an error body: a stack frame, a file path, SQL or a driver message. */
 const LEAK = /\bat \S+ \(|node_modules|\/src\/|\.ts:\d+|ECONNREFUSED|SELECT |INSERT |UPDATE |terminating connection|stack/i;
 
-test(`FT-4 PostgreSQL stopped for ${OUTAGE_MS / 1000} s under load: 503 with Retry-After, no 500, no stack, no exit, recovery without a restart`, { skip: SKIP }, async () => {
+test(`FT-4 PostgreSQL stopped for ${OUTAGE_MS / 1000} s under load: 503 with Retry-After, no 500, no stack, no exit, recovery without a restart`, async () => {
+  // Runs in the PostgreSQL pass only, like the [MP] tests, and needs PostgreSQL server binaries.
+  serverDatabaseUrl();
+  assert.ok(postgresBinaries(), '[FT-4] needs PostgreSQL server binaries (initdb, pg_ctl; set PG_BIN)');
   pg = await PrivatePostgres.start();
   const port = await freePort();
   server = new ServerProcess('A', port, serverEnv(pg.url, port, `http://127.0.0.1:${port}`, { WORKERS: '1', DEV_CLOCK: '0', LOG_LEVEL: 'error' }));

@@ -4,7 +4,7 @@
 // the others count as reuse, so the session ends (no grace period).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, MP_SKIP, type Reply } from './cluster.js';
+import { Cluster, type Reply } from './cluster.js';
 import { Budget, errorCode, expectStatus, loginSettled, mapLimit, seconds, signup, tally } from './fixtures.js';
 
 /** Catalog: 200 iterations of 20 requests. Each costs one login (Argon2id) to make a fresh session. */
@@ -14,7 +14,7 @@ const CHUNK = 10;
 
 let cluster: Cluster;
 before(async () => {
-  if (!MP_SKIP) cluster = await Cluster.start();
+  cluster = await Cluster.start();
 });
 after(() => cluster?.close());
 
@@ -22,7 +22,7 @@ const refresh = (c: Cluster, node: number, token: string) => c.node(node).call('
 const me = (c: Cluster, node: number, token: string) => c.node(node).call('GET', '/v1/users/me', { token });
 const isInvalidRefresh = (r: Reply) => r.status === 401 && errorCode(r) === 'invalid_refresh_token';
 
-test('TK-4 sequential rotation rtk1→rtk2 then rtk1 again on the other process revokes the whole session and only it', { skip: MP_SKIP }, async () => {
+test('TK-4 sequential rotation rtk1→rtk2 then rtk1 again on the other process revokes the whole session and only it', async () => {
   const c = cluster;
   const acct = await signup(c.a);
   const other = expectStatus(await loginSettled(c.b, acct.email), 200); // a second session of the same user
@@ -50,7 +50,7 @@ test('TK-4 sequential rotation rtk1→rtk2 then rtk1 again on the other process 
   console.log('[TK-4] sessions revoked on reuse: 1 / 1 (rtk2 and both access tokens refused; the other session of the user kept working)');
 });
 
-test(`TK-5 concurrent refresh across two processes gives exactly one winner per iteration (${BURST} requests, up to ${ITERATIONS} iterations)`, { skip: MP_SKIP }, async () => {
+test(`TK-5 concurrent refresh across two processes gives exactly one winner per iteration (${BURST} requests, up to ${ITERATIONS} iterations)`, async () => {
   const c = cluster;
   const acct = await signup(c.a);
   await c.warm(BURST, acct.access_token);

@@ -10,7 +10,7 @@
 import { test, before, after } from 'node:test';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import assert from 'node:assert/strict';
-import { Cluster, MP_SKIP, sleep, type Reply } from './cluster.js';
+import { Cluster, sleep, type Reply } from './cluster.js';
 import { adminKey, seconds, tally } from './fixtures.js';
 import { hashSecret } from '../../../src/ids.js';
 
@@ -28,7 +28,7 @@ const SETTLE_MS = 500;
 
 let cluster: Cluster;
 before(async () => {
-  if (!MP_SKIP) cluster = await Cluster.start();
+  cluster = await Cluster.start();
 });
 after(() => cluster?.close());
 
@@ -112,7 +112,7 @@ async function load(c: Cluster, key: string, ms: number): Promise<Reply[]> {
   return Promise.all(pending);
 }
 
-test(`TK-8 "last_used_at written ≤1/min even across 2 processes": one API key at ~${RATE} req/s over two processes, ${PHASES.length} phases on the shared clock (0, +30 s, +60 s)`, { skip: MP_SKIP }, async () => {
+test(`TK-8 "last_used_at written ≤1/min even across 2 processes": one API key at ~${RATE} req/s over two processes, ${PHASES.length} phases on the shared clock (0, +30 s, +60 s)`, async () => {
   const c = cluster;
   const key = await adminKey(c, ['users.list']);
   const [{ id: keyId }] = await c.sql<{ id: string }>(`SELECT id FROM api_keys WHERE secret_hash = $1 AND last_used_at IS NULL`, [hashSecret(key)]);

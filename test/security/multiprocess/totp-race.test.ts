@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { generate } from 'otplib';
-import { Cluster, MP_SKIP, type Reply } from './cluster.js';
+import { Cluster, type Reply } from './cluster.js';
 import { Budget, errorCode, expectStatus, loginSettled, mapLimit, seconds, settled, signup, tally, type Account } from './fixtures.js';
 
 /** Catalog: 200 races. Each needs two logins (Argon2id) for two fresh challenges and a fresh time step. */
@@ -22,7 +22,6 @@ interface Enrolled extends Account {
 let cluster: Cluster;
 let users: Enrolled[];
 before(async () => {
-  if (MP_SKIP) return;
   cluster = await Cluster.start();
   users = await mapLimit(Array.from({ length: USERS }), 4, async (_, i) => {
     const user = await signup(cluster.node(i));
@@ -63,7 +62,7 @@ async function sessionsWith(c: Cluster, method: string): Promise<number> {
   return row.n;
 }
 
-test(`MF-3 the same TOTP code raced on two challenges from two processes is accepted exactly once (up to ${TOTP_RACES} races, ${USERS} users side by side)`, { skip: MP_SKIP }, async () => {
+test(`MF-3 the same TOTP code raced on two challenges from two processes is accepted exactly once (up to ${TOTP_RACES} races, ${USERS} users side by side)`, async () => {
   const c = cluster;
   const started = Date.now();
   const budget = new Budget(TOTP_RACES, 20, 30);
@@ -97,7 +96,7 @@ test(`MF-3 the same TOTP code raced on two challenges from two processes is acce
   assert.equal(sessions, races);
 });
 
-test(`MF-3 the same recovery code raced on two challenges from two processes is accepted exactly once (${RECOVERY_RACES} races); codes are stored hashed`, { skip: MP_SKIP }, async () => {
+test(`MF-3 the same recovery code raced on two challenges from two processes is accepted exactly once (${RECOVERY_RACES} races); codes are stored hashed`, async () => {
   const c = cluster;
   const before = await sessionsWith(c, 'recovery_code');
   const races: Reply[][] = [];
