@@ -7,7 +7,7 @@ import { freePort } from './http.js';
 import { pidAlive, serverEnv, ServerProcess, type ExitRecord } from './server-process.js';
 
 export { freePort, httpCall, sleep, type CallOptions, type Reply } from './http.js';
-export { ROOT, serverEnv, ServerProcess, type ExitRecord } from './server-process.js';
+export { ROOT, serverEnv, ServerProcess, socketPorts, type ExitRecord } from './server-process.js';
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL || null;
 /**

@@ -3,7 +3,7 @@
 // evaluations can be counted (argon2-count.mjs).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { httpCall, sleep, type CallOptions, type Reply } from './http.js';
@@ -227,3 +227,31 @@ export function serverEnv(databaseUrl: string, port: number, publicUrl: string, 
     ...extra,
   };
 }
+
+/** Local TCP ports of a process's open sockets (Linux /proc); empty where /proc cannot tell. */
+export function socketPorts(pid: number | undefined): Set<number> {
+  const ports = new Set<number>();
+  try {
+    const inodes = new Set<string>();
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSafe(`/proc/${pid}/fd/${fd}`));
+      if (m) inodes.add(m[1]);
+    }
+    for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
+      for (const line of readFileSync(file, 'utf8').split('\n').slice(1)) {
+        const f = line.trim().split(/\s+/);
+        if (inodes.has(f[9])) ports.add(parseInt(f[1].split(':').at(-1)!, 16));
+      }
+    }
+  } catch {
+    /* not Linux, or the process is gone */
+  }
+  return ports;
+}
+const readlinkSafe = (path: string) => {
+  try {
+    return readlinkSync(path);
+  } catch {
+    return '';
+  }
+};

@@ -8,9 +8,8 @@
 // rotate/revoke/expire → 401, user_token_required, the one-process minute) is in
 // test/users/api-keys.test.ts and test/foundation/credentials.test.ts.
 import { test, before, after } from 'node:test';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import assert from 'node:assert/strict';
-import { Cluster, sleep, type Reply } from './cluster.js';
+import { Cluster, sleep, socketPorts, type Reply } from './cluster.js';
 import { adminKey, seconds, tally } from './fixtures.js';
 import { hashSecret } from '../../../src/ids.js';
 
@@ -59,34 +58,6 @@ async function countWrites(c: Cluster): Promise<void> {
   await c.sql(`CREATE TRIGGER tk8_record_write AFTER UPDATE ON api_keys FOR EACH ROW EXECUTE FUNCTION tk8_record_write()`);
   await c.sql(`CREATE TRIGGER tk8_record_update BEFORE UPDATE ON api_keys FOR EACH STATEMENT EXECUTE FUNCTION tk8_record_write()`);
 }
-
-/** Local TCP ports of a process's open sockets (Linux /proc); empty where /proc cannot tell. */
-function socketPorts(pid: number | undefined): Set<number> {
-  const ports = new Set<number>();
-  try {
-    const inodes = new Set<string>();
-    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-      const m = /^socket:\[(\d+)\]$/.exec(readlinkSafe(`/proc/${pid}/fd/${fd}`));
-      if (m) inodes.add(m[1]);
-    }
-    for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
-      for (const line of readFileSync(file, 'utf8').split('\n').slice(1)) {
-        const f = line.trim().split(/\s+/);
-        if (inodes.has(f[9])) ports.add(parseInt(f[1].split(':').at(-1)!, 16));
-      }
-    }
-  } catch {
-    /* not Linux, or the process is gone */
-  }
-  return ports;
-}
-const readlinkSafe = (path: string) => {
-  try {
-    return readlinkSync(path);
-  } catch {
-    return '';
-  }
-};
 
 /** UPDATE statements on api_keys since `since` by sending process (the connections are still open). */
 async function attemptsByProcess(c: Cluster, since: Date): Promise<Record<string, number>> {
