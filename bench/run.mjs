@@ -159,6 +159,8 @@ async function main() {
       accessToken: session.access_token,
       session,
       api,
+      // The database both sides use, when it is a PostgreSQL server the bench can reach (else null).
+      databaseUrl: storage.shared ? storage.serviceEnv.DATABASE_URL : null,
     };
 
     for (const scenario of scenarios) {
@@ -208,6 +210,12 @@ async function main() {
           log(`WARNING ${scenario.name} (${targets[i].label}): ${r.unexpected} unexpected responses, ${r.errors} errors, ${r.timeouts} timeouts; status codes ${JSON.stringify(r.statusCodes)}`);
         }
       }
+      // A scenario's own checks of what the load did (e.g. token-refresh: no refresh token rotated twice).
+      const verified = (await scenario.verify?.(ctx)) ?? { fields: {}, problems: [] };
+      for (const problem of verified.problems) {
+        failures++;
+        log(`WARNING ${scenario.name}: ${problem}`);
+      }
       const [svc, base] = results;
       process.stdout.write(
         JSON.stringify({
@@ -238,6 +246,7 @@ async function main() {
                 companion_req_per_s_under_load: round(companionLoaded.reqPerSec, 1),
               }
             : {}),
+          ...verified.fields,
           storage: storage.storage,
         }) + '\n',
       );

@@ -2,6 +2,8 @@
 // refresh token per session; each request takes one and puts back the token its answer carries, so
 // every request is a valid rotation (an atomic UPDATE, an INSERT and an RS256 signature in one
 // transaction). autocannon resets per-connection context after every request, hence the queue.
+import pg from 'pg';
+
 export const name = 'token-refresh';
 export const connections = 32;
 export const duration = 10;
@@ -41,4 +43,29 @@ export function request(ctx) {
       },
     ],
   };
+}
+
+/**
+ * The security test catalog's LD-3: under this load no refresh token was rotated twice (TK-5's
+ * invariant: a used token has at most one child) and no session was ended as a reuse. Read from the
+ * shared database after the run; null where the bench cannot reach it (embedded storage).
+ */
+export async function verify(ctx) {
+  if (!ctx.databaseUrl) return { fields: { double_issues: null }, problems: [] };
+  const client = new pg.Client({ connectionString: ctx.databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query(
+      `SELECT (SELECT count(*) FROM (SELECT parent_id FROM refresh_tokens WHERE parent_id IS NOT NULL GROUP BY parent_id HAVING count(*) > 1) d)::int AS double_issues,
+              (SELECT count(*) FROM refresh_tokens WHERE parent_id IS NOT NULL)::int AS rotations,
+              (SELECT count(*) FROM sessions WHERE revoked_at IS NOT NULL)::int AS sessions_revoked`,
+    );
+    const { double_issues, rotations, sessions_revoked } = rows[0];
+    const problems = [];
+    if (double_issues > 0) problems.push(`${double_issues} refresh token(s) were rotated more than once`);
+    if (sessions_revoked > 0) problems.push(`${sessions_revoked} session(s) were revoked: a valid rotation was taken for a reuse`);
+    return { fields: { rotations, double_issues, sessions_revoked }, problems };
+  } finally {
+    await client.end();
+  }
 }
