@@ -64,7 +64,8 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   // `Content-Type: application/json` can call the bodyless POSTs (logout, enrol, rotate), and a
   // route that needs fields names them in a 422. Anything else is parsed as before.
   // Bytes that are not UTF-8 and numbers beyond a double (1e309 parses to Infinity) are malformed
-  // JSON (IV-3), never stored as U+FFFD or null.
+  // JSON (IV-3), never stored as U+FFFD or null; so is an object naming one key twice (RFC 8259
+  // leaves which one wins to the parser, and two readers of one body must not disagree).
   const parseJson = fastify.getDefaultJsonParser('error', 'error');
   const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
   const malformed = () => new fastifyErrors.FST_ERR_CTP_INVALID_JSON_BODY();
@@ -79,7 +80,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     if (text.trim() === '') return done(null, undefined);
     parseJson(request, text, (err, value) => {
       if (err) return done(err, undefined);
-      if (hasNonFiniteNumber(value)) return done(malformed(), undefined);
+      if (hasNonFiniteNumber(value) || hasDuplicateKey(text, value)) return done(malformed(), undefined);
       done(null, value);
     });
   });
@@ -145,4 +146,38 @@ function hasNonFiniteNumber(value: unknown): boolean {
     }
   }
   return false;
+}
+
+/**
+ * True when some object in the JSON text names a key twice (the parsed value kept only the last):
+ * the text's name/value separators (colons outside strings) outnumber the parsed value's keys.
+ */
+function hasDuplicateKey(text: string, value: unknown): boolean {
+  let separators = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 58) separators++;
+    else if (c === 34) {
+      // Skip the string: it ends at the next quote not escaped by a backslash.
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === 92) i++;
+        else if (d === 34) break;
+      }
+    }
+  }
+  if (separators === 0) return false;
+  let keys = 0;
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v !== 'object' || v === null) continue;
+    if (Array.isArray(v)) for (const item of v) stack.push(item);
+    else {
+      const names = Object.keys(v);
+      keys += names.length;
+      for (const name of names) stack.push((v as Record<string, unknown>)[name]);
+    }
+  }
+  return separators !== keys;
 }

@@ -1,0 +1,89 @@
+// IV-3: JSON abuse against a real `custom` PATCH (an AppProfile's custom map, merged one level deep):
+// prototype keys at every depth and spelling, duplicate keys, depth 10k, a body one byte past 1 MB,
+// wrong content types, bytes that are not UTF-8, NUL and 1e309, plus duplicate keys and prototype keys
+// at the OAuth token endpoint (JSON and form bodies).
+// Each gets its 4xx; afterwards no prototype in this (the server's) process is polluted, the stored
+// custom map is untouched and the service still answers.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../../helpers/app.js';
+import { BODY_LIMIT_BYTES } from '../../../src/app.js';
+import { assertError, assertStatus, call, grant, newApp, person, platformKey, type InjectResponse } from '../../access/support.js';
+import { assertOAuthError, TOKEN } from '../../oauth/support.js';
+import { figure } from './support.js';
+
+let t: TestApp;
+before(async () => {
+  t = await buildTestApp();
+});
+after(() => t.close());
+
+const deep = (n: number) => '['.repeat(n) + ']'.repeat(n);
+/** `{"custom":{"a":"xxx…"}}` of exactly `bytes` bytes. */
+const sized = (bytes: number) => `{"custom":{"a":"${'x'.repeat(bytes - '{"custom":{"a":""}}'.length)}"}}`;
+
+test('IV-3 JSON abuse on PATCH custom: __proto__ / constructor.prototype at any depth, duplicate keys, NUL and 1e309 are 4xx (400 malformed_json or 422 validation_failed), depth 10k 422, 1 MB + 1 byte 413 payload_too_large, a wrong Content-Type 415 unsupported_media_type; ({}).polluted stays undefined, custom is unchanged and the process stays up', async () => {
+  const admin = await platformKey(t);
+  const user = await person(t);
+  const app = await newApp(t, admin);
+  await grant(t, admin, user.id, app.id);
+  const url = `/v1/users/me/apps/${app.id}/profile`;
+  const send = (payload: string | Buffer, contentType: string | null = 'application/json') =>
+    t.app.inject({ method: 'PATCH', url, headers: { authorization: `Bearer ${user.token}`, ...(contentType ? { 'content-type': contentType } : {}) }, payload });
+  assertStatus(await send('{"custom":{"kept":1}}'), 200);
+  assert.equal(Buffer.byteLength(sized(BODY_LIMIT_BYTES)), BODY_LIMIT_BYTES);
+
+  const malformed = (r: InjectResponse) => assertError(r, 400, 'malformed_json');
+  const invalid = (field: string) => (r: InjectResponse) => {
+    const error = assertError(r, 422, 'validation_failed');
+    assert.ok(error.details.fields.some((f: { path: string }) => f.path.startsWith(field)), r.body);
+  };
+  const variants: [string, () => Promise<InjectResponse>, (r: InjectResponse) => void][] = [
+    ['__proto__ inside custom', () => send('{"custom":{"__proto__":{"polluted":"yes"}}}'), malformed],
+    ['__proto__ one level below custom', () => send('{"custom":{"x":{"__proto__":{"polluted":"yes"}}}}'), malformed],
+    ['__proto__ spelled with a \\u escape', () => send('{"custom":{"\\u005f_proto__":{"polluted":"yes"}}}'), malformed],
+    ['__proto__ at the top level', () => send('{"__proto__":{"polluted":"yes"},"custom":{}}'), malformed],
+    ['constructor.prototype inside custom', () => send('{"custom":{"constructor":{"prototype":{"polluted":"yes"}}}}'), malformed],
+    ['constructor.prototype at the top level', () => send('{"constructor":{"prototype":{"polluted":"yes"}},"custom":{}}'), malformed],
+    ['duplicate key inside custom', () => send('{"custom":{"a":1,"a":2}}'), malformed],
+    ['duplicate key, one spelled with a \\u escape', () => send('{"custom":{"a":1,"\\u0061":2}}'), malformed],
+    ['duplicate custom at the top level', () => send('{"custom":{"a":1},"custom":{"b":2}}'), malformed],
+    ['duplicate key in a nested object, the second an object', () => send('{"custom":{"x":{"k":1,"k":{"polluted":"yes"}}}}'), malformed],
+    ['nesting depth 10,000 inside custom', () => send(`{"custom":{"a":${deep(10_000)}}}`), invalid('custom')],
+    ['a body of 1 MB + 1 byte', () => send(sized(BODY_LIMIT_BYTES + 1)), (r) => assertError(r, 413, 'payload_too_large')],
+    ['Content-Type text/plain', () => send('{"custom":{"a":1}}', 'text/plain'), (r) => assertError(r, 415, 'unsupported_media_type')],
+    ['Content-Type application/xml', () => send('<custom><a>1</a></custom>', 'application/xml'), (r) => assertError(r, 415, 'unsupported_media_type')],
+    ['a form body on a JSON route', () => send('custom[__proto__][polluted]=yes', 'application/x-www-form-urlencoded'), (r) => assertError(r, 415, 'unsupported_media_type')],
+    ['invalid UTF-8 inside custom', () => send(Buffer.concat([Buffer.from('{"custom":{"a":"x'), Buffer.from([0xc0, 0xaf]), Buffer.from('"}}')])), malformed],
+    ['NUL escaped in a custom value', () => send('{"custom":{"a":"x\\u0000y"}}'), invalid('custom')],
+    ['NUL escaped in a custom key', () => send('{"custom":{"a\\u0000":1}}'), invalid('custom')],
+    ['a raw NUL byte in a string', () => send(Buffer.from('{"custom":{"a":"x\u0000y"}}')), malformed],
+    ['1e309 inside custom', () => send('{"custom":{"a":1e309}}'), malformed],
+    ['duplicate keys in a JSON body at oauth/token (its own error shape)', () => t.app.inject({
+      method: 'POST', url: TOKEN, headers: { 'content-type': 'application/json' },
+      payload: '{"grant_type":"refresh_token","refresh_token":"rtk_x","client_id":"app_x","client_id":"app_y"}',
+    }), (r) => assertOAuthError(r, 'invalid_request')],
+    ['__proto__ keys in a form body at oauth/token', () => t.app.inject({
+      method: 'POST', url: TOKEN, headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: 'grant_type=refresh_token&refresh_token=rtk_x&client_id=app_x&__proto__[polluted]=yes&constructor[prototype][polluted]=yes',
+    }), (r) => assert.equal(r.statusCode, 400, r.body)],
+  ];
+
+  const wrong: string[] = [];
+  for (const [name, sendIt, expect] of variants) {
+    const res = await sendIt();
+    try {
+      expect(res);
+    } catch (err) {
+      wrong.push(`${name}: ${res.statusCode} ${res.body.slice(0, 160)}`);
+    }
+  }
+  const polluted = [Object.prototype, Array.prototype, Function.prototype, String.prototype].filter((p) => 'polluted' in p).length + (({} as any).polluted === undefined ? 0 : 1);
+  const health = await t.app.inject({ method: 'GET', url: '/health' });
+  figure('IV-3', `variants answered otherwise: ${wrong.length} / ${variants.length}; polluted prototypes: ${polluted}; crashes: ${health.statusCode === 200 ? 0 : 1}`);
+  assert.deepEqual(wrong, []);
+  assert.equal(polluted, 0);
+  assert.equal(health.statusCode, 200, health.body);
+  assert.deepEqual(assertStatus(await call(t, 'GET', url, user.token), 200).custom, { kept: 1 }, 'no refused body changed custom');
+  assert.deepEqual(assertStatus(await send('{"custom":{"kept":null,"b":2}}'), 200).custom, { b: 2 }, 'the route still merges');
+});
