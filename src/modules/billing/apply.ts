@@ -121,8 +121,20 @@ function nextStateOf(event: ProcessorEvent, tenant: TenantRecord, where: ReturnT
 }
 
 /**
+ * An invoice event of the current subscription that finds the status it states already in place
+ * (paid while active, failed while past_due) confirms that status as of its created: an older event
+ * arriving later is stale, as it would be had this one changed the status.
+ */
+function confirmsState(event: ProcessorEvent, tenant: TenantRecord, where: ReturnType<typeof locate>): boolean {
+  const other = !!where.subscriptionId && !!tenant.stripe_subscription_id && where.subscriptionId !== tenant.stripe_subscription_id;
+  if (other) return false;
+  return (event.type === 'invoice.paid' && tenant.subscription_status === 'active')
+    || (event.type === 'invoice.payment_failed' && tenant.subscription_status === 'past_due');
+}
+
+/**
  * Applies one processor event exactly once (its id is recorded in the same transaction) and never
- * moves a subscription backwards: an event created before the last applied one is stale.
+ * moves a subscription backwards: an event created before the last applied (or confirming) one is stale.
  */
 export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, requestId: string | null): Promise<EventOutcome> {
   return deps.database.scoped('system').transaction(async (tx) => {
@@ -147,6 +159,8 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
       const ctx: Ctx = { deps, actor: { type: 'system' }, mode: await tenantModeOf(tx, tenant), db: tx, requestId, ip: null, userAgent: null, now };
       // Linking ids says nothing about the subscription's state, so it does not advance the order.
       await writeState(tx, ctx, tenant, next, event.type === 'checkout.session.completed' ? null : created);
+    } else if (!stale && confirmsState(event, tenant, where)) {
+      await tx.query('UPDATE tenants SET last_processor_event_created = GREATEST(COALESCE(last_processor_event_created, $2), $2) WHERE id = $1', [tenant.id, created]);
     }
     await tx.query('UPDATE processor_events SET tenant_id = $2, outcome = $3 WHERE id = $1', [event.id, tenant.id, outcome]);
     return outcome;
