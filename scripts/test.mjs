@@ -10,9 +10,12 @@
 // pays about 6 s of CPU to load the service, compile PGlite's WebAssembly and warm the JIT, a later
 // file in the same process about 1.5 s, and the suite is CPU-bound on a 2-core machine. Each file runs
 // inside a describe() named after it, so its before/after hooks stay its own and the files of a group
-// run one after another. Groups are balanced by each file's recorded cost (scripts/test-weights.json;
-// a file missing from it counts as DEFAULT_WEIGHT). Files that start processes of their own (the
-// multi-process tests, the CLI's) keep a process each; so do the files named on the command line.
+// run one after another. Groups are balanced by each file's recorded cost in this pass
+// (scripts/test-weights.json; a file missing from it counts as DEFAULT_WEIGHT). Files that start
+// processes of their own (the multi-process tests, the CLI's) keep a process each, also wrapped in a
+// describe() named after the file; so do the files named on the command line (unwrapped). The
+// processes start heaviest first, so that a long file does not start last and run on alone.
+// `node scripts/test-weights.mjs < npm-test.log` records the costs of a full run.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -56,29 +59,33 @@ const compiled = (file) => join(OUT, file.replace(/\.ts$/, '.js'));
 const CONCURRENCY = 4;
 const GROUPS = 2 * CONCURRENCY;
 const DEFAULT_WEIGHT = 10;
+/** Seconds per file and pass ({ pglite: {file: s}, postgres: {file: s} }), as a full run measured them. */
 const weights = JSON.parse(readFileSync(join(root, 'scripts', 'test-weights.json'), 'utf8'));
-const weightOf = (file) => weights[file.replace(/\\/g, '/')] ?? DEFAULT_WEIGHT;
+const weightOf = (file, pass) => weights[pass]?.[file.replace(/\\/g, '/')] ?? DEFAULT_WEIGHT;
 const solo = (file) => multiProcess(file) || embeddedOnly(file);
 
-/** The paths node --test runs for a pass: one grouped entry file per group, and each solo file. */
+/** The paths node --test runs for a pass: one entry file per group and per solo file, heaviest first. */
 function entries(runFiles, passName) {
   if (process.argv.length > 2) return runFiles.map(compiled);
+  const weight = (file) => weightOf(file, passName);
   const bins = Array.from({ length: GROUPS }, () => ({ weight: 0, files: [] }));
   // Longest first, each to the lightest group so far.
-  for (const file of runFiles.filter((f) => !solo(f)).sort((a, b) => weightOf(b) - weightOf(a))) {
+  for (const file of runFiles.filter((f) => !solo(f)).sort((a, b) => weight(b) - weight(a))) {
     const bin = bins.reduce((min, b) => (b.weight < min.weight ? b : min));
     bin.files.push(file);
-    bin.weight += weightOf(file);
+    bin.weight += weight(file);
   }
+  const units = [...bins.filter((b) => b.files.length > 0), ...runFiles.filter(solo).map((f) => ({ weight: weight(f), files: [f] }))];
   const dir = join(OUT, 'groups');
   mkdirSync(dir, { recursive: true });
-  const grouped = bins.filter((b) => b.files.length > 0).map((bin, i) => {
-    const path = join(dir, `${passName}-${i + 1}.test.js`);
-    const body = bin.files.map((f) => `describe(${JSON.stringify(f)}, async () => { await import(${JSON.stringify(`../${f.replace(/\\/g, '/').replace(/\.ts$/, '.js')}`)}); });`);
-    writeFileSync(path, `import { describe } from 'node:test';\n${body.join('\n')}\n`);
-    return path;
-  });
-  return [...grouped, ...runFiles.filter(solo).map(compiled)];
+  return units
+    .sort((a, b) => b.weight - a.weight)
+    .map((unit, i) => {
+      const path = join(dir, `${passName}-${String(i + 1).padStart(2, '0')}.test.js`);
+      const body = unit.files.map((f) => `describe(${JSON.stringify(f)}, async () => { await import(${JSON.stringify(`../${f.replace(/\\/g, '/').replace(/\.ts$/, '.js')}`)}); });`);
+      writeFileSync(path, `import { describe } from 'node:test';\n${body.join('\n')}\n`);
+      return path;
+    });
 }
 
 let failed = false;
