@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/fixtures.js';
-import { assertStatus, buildApp, call, DAY, deliveriesOf, emitEvent, mailsTo, newApp, platformKey, Receiver, runDelivery, sql } from './support.js';
+import { assertStatus, buildApp, call, DAY, RETRY_SCHEDULE, deliveriesOf, emitEvent, mailsTo, newApp, platformKey, Receiver, runDelivery, sql } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -20,13 +20,12 @@ after(async () => {
   await t.close();
 });
 
-const SCHEDULE = [60, 300, 1800, 7200, 43200];
 const statusOf = async (id: string) => assertStatus(await call(t, 'GET', `/v1/webhooks/${id}`, admin), 200);
 
 /** Runs deliveries through every retry of the schedule on the service clock. */
 async function exhaustSchedule(): Promise<void> {
   await runDelivery(t);
-  for (const s of SCHEDULE) {
+  for (const s of RETRY_SCHEDULE) {
     t.clock.advance(s);
     await runDelivery(t);
   }

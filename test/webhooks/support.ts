@@ -16,6 +16,8 @@ export { assertError, call, sql, type InjectResponse } from '../helpers/http.js'
 import { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
 
 export const DAY = 86400;
+/** Part B Delivery semantics 2: the delay before each retry, in seconds (after the first attempt at 0). */
+export const RETRY_SCHEDULE = [60, 300, 1800, 7200, 43200];
 export const rand = (n = 4) => randomBytes(n).toString('hex');
 
 export const ALL_PERMISSIONS = [

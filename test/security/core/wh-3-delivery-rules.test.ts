@@ -5,7 +5,7 @@
 // succeed on a healthy, unhealthy and disabled subscription without touching its health.
 import { test, before, after, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertStatus, buildApp, call, DAY, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, type TestApp } from '../../webhooks/support.js';
+import { assertStatus, buildApp, call, DAY, RETRY_SCHEDULE, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, type TestApp } from '../../webhooks/support.js';
 import { figure } from './support.js';
 
 let t: TestApp;
@@ -21,8 +21,6 @@ after(async () => {
   await t.close();
 });
 
-/** Delay before each retry (Part B Delivery semantics 2). */
-const SCHEDULE = [60, 300, 1800, 7200, 43200];
 const fail500 = (path: string) => receiver.routes.set(path, (_req, res) => res.writeHead(500).end('down'));
 const statusOf = async (id: string) => assertStatus(await call(t, 'GET', `/v1/webhooks/${id}`, admin), 200);
 
@@ -51,7 +49,7 @@ test('WH-3 [CLK] a receiver answering 500: attempts at 0, +1 m, +5 m, +30 m, +2 
 
   const deviationsMs: number[] = [];
   let previous = await attemptStarts(kept, eventId);
-  for (const [i, delay] of SCHEDULE.entries()) {
+  for (const [i, delay] of RETRY_SCHEDULE.entries()) {
     t.clock.advance(delay - 1);
     await runDelivery(t);
     assert.equal(receiver.at('/wh3-kept').filter((r) => r.body.data.user_id === 'usr_wh3_schedule').length, i + 1, `attempt ${i + 2} not before +${delay} s`);
@@ -100,7 +98,7 @@ test('WH-3 "/test works while disabled and does not count toward health": failin
   const exhaust = async (n: number) => {
     await emitEvent(t, 'user.suspended', { user_id: `usr_wh3_h${n}` });
     await runDelivery(t);
-    for (const delay of SCHEDULE) {
+    for (const delay of RETRY_SCHEDULE) {
       t.clock.advance(delay);
       await runDelivery(t);
     }
