@@ -143,6 +143,12 @@ export class Cluster {
 
   async close(): Promise<void> {
     await Promise.all(this.nodes.map((n) => n.stop()));
+    // Errors the processes logged (LOG_LEVEL=error: a 5xx leaves its cause here) go to the test's
+    // output, so that a failed run says why a process answered 500.
+    for (const n of this.nodes) {
+      const errors = n.output.split('\n').filter((line) => /"level":(50|60)/.test(line));
+      if (errors.length > 0) console.error(`[${n.name}] logged errors:\n${errors.join('\n')}`);
+    }
     await this.pool.end().catch(() => undefined);
     await this.dropDatabase();
   }
