@@ -85,9 +85,11 @@ function unknownPathResource(request: FastifyRequest, validation: ErrorObject[])
   return code && notFound.length === 1 ? new ApiError(notFound[0]!) : null;
 }
 
-const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08004', '08006']);
+// Connection failures (08…), the server shutting down or starting (57P0x), and the server refusing
+// a new connection because it has as many as it allows (53300 too_many_connections).
+const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08004', '08006', '53300']);
 
-/** The database cannot be reached (server down, connection lost, embedded store closed). */
+/** The database cannot be reached or takes no more connections (server down or full, connection lost, embedded store closed). */
 function isDatabaseUnavailable(err: unknown): boolean {
   const e = err as { code?: string; message?: string };
   if (e?.code && UNAVAILABLE_CODES.has(e.code)) return true;
