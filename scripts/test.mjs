@@ -14,7 +14,8 @@
 // (scripts/test-weights.json; a file missing from it counts as DEFAULT_WEIGHT). Files that start
 // processes of their own (the multi-process tests, the CLI's) keep a process each, also wrapped in a
 // describe() named after the file; so do the files named on the command line (unwrapped). The
-// processes start heaviest first, so that a long file does not start last and run on alone.
+// processes start heaviest first (groups and solo files alternating), so that a long file does not
+// start last and run on alone.
 // `node scripts/test-weights.mjs < npm-test.log` records the costs of a full run.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -75,11 +76,17 @@ function entries(runFiles, passName) {
     bin.files.push(file);
     bin.weight += weight(file);
   }
-  const units = [...bins.filter((b) => b.files.length > 0), ...runFiles.filter(solo).map((f) => ({ weight: weight(f), files: [f] }))];
+  const heaviestFirst = (a, b) => b.weight - a.weight;
+  const groups = bins.filter((b) => b.files.length > 0).sort(heaviestFirst);
+  const solos = runFiles.filter(solo).map((f) => ({ weight: weight(f), files: [f] })).sort(heaviestFirst);
+  // A group, then a solo file, and so on: the multi-process files take turns on the database (one
+  // cluster at a time, test/security/multiprocess/cluster.ts), so two of them started side by side
+  // would leave a process waiting instead of running a group.
+  const units = [];
+  while (groups.length > 0 || solos.length > 0) units.push(...groups.splice(0, 1), ...solos.splice(0, 1));
   const dir = join(OUT, 'groups');
   mkdirSync(dir, { recursive: true });
   return units
-    .sort((a, b) => b.weight - a.weight)
     .map((unit, i) => {
       const path = join(dir, `${passName}-${String(i + 1).padStart(2, '0')}.test.js`);
       const body = unit.files.map((f) => `describe(${JSON.stringify(f)}, async () => { await import(${JSON.stringify(`../${f.replace(/\\/g, '/').replace(/\.ts$/, '.js')}`)}); });`);

@@ -67,12 +67,36 @@ export interface ClusterOptions {
   env?: Record<string, string>;
 }
 
+// ---- one cluster at a time -------------------------------------------------------------------------
+
+/**
+ * The [MP] clusters of all test processes take turns: each holds this session-level advisory lock on
+ * the test server while it runs. Two processes of a busy cluster open up to 40–60 connections between
+ * their pools, and a PostgreSQL at its default max_connections (100) turns the next one away (53300),
+ * which made the service answer 503 in the middle of a test whose other files ran their clusters at
+ * the same moment. A test process that dies releases the lock with its connection.
+ */
+const CLUSTER_TURN_LOCK = 727_100_900;
+async function clusterTurn(serverUrl: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [CLUSTER_TURN_LOCK]);
+  } catch (err) {
+    await client.end().catch(() => undefined);
+    throw err;
+  }
+  client.on('error', () => undefined);
+  return client;
+}
+
 export class Cluster {
   private pool: pg.Pool;
   private constructor(
     readonly databaseUrl: string,
     readonly nodes: ServerProcess[],
     private readonly dropDatabase: () => Promise<void>,
+    private readonly turn: pg.Client,
   ) {
     this.pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
     this.pool.on('error', () => undefined);
@@ -80,7 +104,11 @@ export class Cluster {
 
   /** A fresh database and `nodes` processes on it, started together (migrations race under their lock). */
   static async start(opts: ClusterOptions = {}): Promise<Cluster> {
-    const db = await freshDatabase(serverDatabaseUrl());
+    const turn = await clusterTurn(serverDatabaseUrl());
+    const db = await freshDatabase(serverDatabaseUrl()).catch(async (err) => {
+      await turn.end().catch(() => undefined);
+      throw err;
+    });
     const nodes: ServerProcess[] = [];
     let publicUrl = '';
     for (let i = 0; i < (opts.nodes ?? 2); i++) {
@@ -90,7 +118,7 @@ export class Cluster {
       const env = serverEnv(db.url, port, publicUrl, { WORKERS: opts.workers ? '1' : '0', ...(opts.env ?? {}) });
       nodes.push(new ServerProcess(String.fromCharCode(65 + i), port, env));
     }
-    const cluster = new Cluster(db.url, nodes, db.drop);
+    const cluster = new Cluster(db.url, nodes, db.drop, turn);
     try {
       await Promise.all(nodes.map((n) => n.start()));
     } catch (err) {
@@ -150,6 +178,10 @@ export class Cluster {
       if (errors.length > 0) console.error(`[${n.name}] logged errors:\n${errors.join('\n')}`);
     }
     await this.pool.end().catch(() => undefined);
-    await this.dropDatabase();
+    try {
+      await this.dropDatabase();
+    } finally {
+      await this.turn.end().catch(() => undefined);
+    }
   }
 }
