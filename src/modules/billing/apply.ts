@@ -96,10 +96,14 @@ function fromSubscription(o: Obj, deleted: boolean): NextState {
   };
 }
 
+/** The event names a subscription other than the Tenant's current one. */
+const ofOtherSubscription = (tenant: TenantRecord, where: ReturnType<typeof locate>): boolean =>
+  !!where.subscriptionId && !!tenant.stripe_subscription_id && where.subscriptionId !== tenant.stripe_subscription_id;
+
 /** What the event asks of this Tenant, or null when it does not concern its current subscription. */
 function nextStateOf(event: ProcessorEvent, tenant: TenantRecord, where: ReturnType<typeof locate>): NextState | null {
   const o = event.data.object;
-  const other = !!where.subscriptionId && !!tenant.stripe_subscription_id && where.subscriptionId !== tenant.stripe_subscription_id;
+  const other = ofOtherSubscription(tenant, where);
   // Another subscription may replace the current one only when the current one is not live.
   const replaceable = CHECKOUT_ALLOWED.has(tenant.subscription_status);
   switch (event.type) {
@@ -126,8 +130,7 @@ function nextStateOf(event: ProcessorEvent, tenant: TenantRecord, where: ReturnT
  * arriving later is stale, as it would be had this one changed the status.
  */
 function confirmsState(event: ProcessorEvent, tenant: TenantRecord, where: ReturnType<typeof locate>): boolean {
-  const other = !!where.subscriptionId && !!tenant.stripe_subscription_id && where.subscriptionId !== tenant.stripe_subscription_id;
-  if (other) return false;
+  if (ofOtherSubscription(tenant, where)) return false;
   return (event.type === 'invoice.paid' && tenant.subscription_status === 'active')
     || (event.type === 'invoice.payment_failed' && tenant.subscription_status === 'past_due');
 }
