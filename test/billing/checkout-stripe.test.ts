@@ -100,6 +100,15 @@ test('checkout is for the owner only: billing.manage gets 403 forbidden, anyone 
   assertError(await checkout(owner.tenantId, (await caller(t)).token, 'a-2'), 404, 'tenant_not_found');
 });
 
+test('checkout: a stranger asking for enterprise gets 404 tenant_not_found, not plan_requires_sales (an unauthorized reader learns nothing)', async () => {
+  const owner = await tenantOwner(t);
+  const enterprise = { ...body, plan: 'enterprise' };
+  assertError(await checkout(owner.tenantId, (await caller(t)).token, 'e-1', enterprise), 404, 'tenant_not_found');
+  assertError(await checkout('tnt_00000000000000000000000000', owner.token, 'e-2', enterprise), 404, 'tenant_not_found');
+  assertError(await checkout(owner.tenantId, (await caller(t, ['billing_admin'])).token, 'e-3', enterprise), 403, 'forbidden');
+  assertError(await checkout(owner.tenantId, owner.token, 'e-4', enterprise), 422, 'plan_requires_sales');
+});
+
 test('portal: a Tenant that never paid gets 409 no_billing_account; after payment the owner or billing.manage gets 201 {url, expires_at}', async () => {
   const owner = await tenantOwner(t);
   assertError(await portal(owner.tenantId, owner.token), 409, 'no_billing_account');

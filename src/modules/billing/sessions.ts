@@ -42,11 +42,12 @@ async function callerEmail(db: Queryable, ctx: Ctx): Promise<string | null> {
  * changes when the processor's event arrives; a retry with the same key is replayed by the gate.
  */
 export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: CheckoutBody, idempotencyKey: string | undefined): Promise<HostedSession> {
-  if (body.plan === 'enterprise') throw new ApiError('plan_requires_sales', { details: { plan: body.plan } });
   validateUrl('success_url', body.success_url, ['https:']);
   validateUrl('cancel_url', body.cancel_url, ['https:']);
   const db = readHandle(ctx);
+  // Who may act comes before what the plan allows: a stranger learns nothing (404), even about Enterprise.
   const { tenant } = await tenantFor(ctx, tenantId, ['owner'], db);
+  if (body.plan === 'enterprise') throw new ApiError('plan_requires_sales', { details: { plan: body.plan } });
   // Upgrading mid-migration would change the Tenant under the migration: a write like any other.
   await assertTenantWritable(db, tenant.id);
   if (!CHECKOUT_ALLOWED.has(tenant.subscription_status)) {
