@@ -114,9 +114,8 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     if (!meta || meta.auth === 'none') return;
     const actor = request.actor;
     if (meta.auth === 'user' && actor.type !== 'user') throw new ApiError('user_token_required');
-    if (actor.type === 'api_key' && actor.restrictDestructive && meta.destructive) {
-      const destructive = meta.destructive === 'always' || meta.destructive.test(request);
-      if (destructive) throw new ApiError('destructive_operation_restricted', { details: { key_id: actor.keyId } });
+    if (meta.destructive && meta.destructiveGate !== 'service' && (meta.destructive === 'always' || meta.destructive.test(request))) {
+      assertDestructiveAllowed(actor);
     }
     if (meta.permission && !(actor.type === 'user' || actor.type === 'api_key' ? actor.permissions.has(meta.permission) : false)) {
       throw new ApiError('forbidden', { details: { required_permission: meta.permission } });
@@ -126,6 +125,11 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
       if (replayed) return reply;
     }
   });
+}
+
+/** 403 destructive_operation_restricted for a key with restrict_destructive (Part A, rule 5 of Authentication). */
+export function assertDestructiveAllowed(actor: Actor): void {
+  if (actor.type === 'api_key' && actor.restrictDestructive) throw new ApiError('destructive_operation_restricted', { details: { key_id: actor.keyId } });
 }
 
 /** Settles an idempotent request's claim once its response is final (idempotent routes only). */

@@ -35,6 +35,13 @@ export interface RouteMeta {
   /** A platform permission the caller must hold. Finer rules (self, owner, app-confined) live in services. */
   permission?: PlatformPermission;
   destructive?: Destructive;
+  /**
+   * service: the gate leaves the destructive refusal to the route's service, which calls
+   * assertDestructiveAllowed after the refusals that hold for every caller, restricted keys included
+   * (Part B: DELETE of an order-linked Entitlement is 409 entitlement_order_linked "for every caller
+   * and regardless of restrict_destructive"). The OpenAPI marks still come from `destructive`.
+   */
+  destructiveGate?: 'service';
   idempotency?: 'required' | 'optional';
   /** Per-IP throttle of the unauthenticated auth endpoints (AUTH_RATE_LIMIT_PER_MINUTE). */
   throttle?: 'auth';

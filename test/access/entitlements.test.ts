@@ -3,6 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createApiKey } from '../helpers/fixtures.js';
 import {
   accessEvents, appKey, assertError, assertInvalid, assertStatus, auditOf, call, createOrg, DAY, entitlementEvents, entRow, grant, grantReq,
   HOUR, inSeconds, newApp, orgGrant, outbox, patchEnt, person, platformKey, setReview, sql, type AppFixture,
@@ -592,15 +593,30 @@ test('DELETE hard-removes a fresh grant made in error: 204, entitlement.deleted,
   assertError(await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin), 404, 'entitlement_not_found');
 });
 
-test('DELETE of an order-linked row is 409 entitlement_order_linked for every caller, even a superadmin', async () => {
+test('DELETE of an order-linked row is 409 entitlement_order_linked for every caller and regardless of restrict_destructive, even a superadmin', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', order_id: 'ord_del' });
   const superadmin = await person(t, { roles: ['superadmin'] });
   const key = await appKey(t, app.id, ['entitlements.manage']);
-  for (const cred of [admin, superadmin.token, key]) {
-    assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, cred), 409, 'entitlement_order_linked');
+  const restricted = [
+    (await createApiKey(t, { scope: 'platform', permissions: ['entitlements.manage'], intendedUse: 'agent' })).secret,
+    (await createApiKey(t, { scope: app.id, permissions: ['entitlements.manage'], restrictDestructive: true })).secret,
+  ];
+  for (const cred of [admin, superadmin.token, key, ...restricted]) {
+    const error = assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, cred), 409, 'entitlement_order_linked');
+    assert.equal(error.details.order_id, 'ord_del');
   }
   assert.ok(await entRow(t, ent.id));
+});
+
+test('DELETE of a row without order_id by a restrict_destructive key is 403 destructive_operation_restricted and removes nothing', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const restricted = await createApiKey(t, { scope: 'platform', permissions: ['entitlements.manage'], intendedUse: 'agent' });
+  const error = assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, restricted.secret), 403, 'destructive_operation_restricted');
+  assert.equal(error.details.key_id, restricted.id);
+  assert.equal((await entRow(t, ent.id))!.status, 'active');
+  assert.equal((await outbox(t, { entitlementId: ent.id, types: ['entitlement.deleted'] })).length, 0);
 });
 
 test('DELETE of a row older than 24 hours is 409 entitlement_too_old; a row just under 24 hours old may still be deleted', async () => {

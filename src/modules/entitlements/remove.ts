@@ -10,11 +10,15 @@ import { affectedUsers, assertHoldingOrgActive } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { lockEntitlementOrganization } from '../../access/locks.js';
+import { assertDestructiveAllowed } from '../../http/gate.js';
 
 /** A hard delete is for grants made in error: refused once the row is older than this (docs/decisions.md). */
 export const DELETE_WINDOW_SECONDS = 24 * 3600;
 
-/** DELETE /v1/entitlements/{id}: entitlements.manage (platform or the Application's own key). */
+/**
+ * DELETE /v1/entitlements/{id}: entitlements.manage (platform or the Application's own key); a
+ * restricted key is refused (403) after the refusals that hold for every caller.
+ */
 export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
@@ -24,6 +28,9 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
     await assertAppTenantWritable(tx, row.application_id);
     if (!rights.platform && !rights.appKey) throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
     if (row.order_id !== null) throw new ApiError('entitlement_order_linked', { details: { order_id: row.order_id } });
+    // The route defers the destructive gate to here (destructiveGate: 'service'): an order-linked row is
+    // 409 for every caller, a restricted key included; any other row is refused to that key.
+    assertDestructiveAllowed(ctx.actor);
     if (ctx.now.getTime() - row.created_at.getTime() > DELETE_WINDOW_SECONDS * 1000) {
       throw new ApiError('entitlement_too_old', { details: { max_age_seconds: DELETE_WINDOW_SECONDS } });
     }

@@ -73,7 +73,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
   });
   app.delete('/v1/entitlements/:id', {
     schema: { summary: 'Hard-remove a grant made in error', tags, params: EntitlementIdParam, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'any', permission: 'entitlements.manage', destructive: 'always', errors: ['entitlement_not_found', 'entitlement_order_linked', 'entitlement_too_old'] } },
+    config: { meta: { auth: 'any', permission: 'entitlements.manage', destructive: 'always', destructiveGate: 'service', errors: ['entitlement_not_found', 'entitlement_order_linked', 'entitlement_too_old'] } },
     handler: async (request, reply) => {
       await deleteEntitlement(ctxOf(deps, request), request.params.id);
       reply.code(204);

@@ -3,7 +3,7 @@ import type { Caller } from './callers.js';
 import { heldByGate } from './callers.js';
 import { FORBIDDEN, nf, RESTRICTED, RULES, UNAUTHENTICATED, USER_TOKEN_REQUIRED, type Grant, type Outcome } from './expectations.js';
 
-export type Source = 'public' | 'gate:credential' | 'gate:user-token' | 'gate:destructive' | 'gate:permission' | 'exception' | 'test-mode' | 'allow' | 'deny';
+export type Source = 'public' | 'gate:credential' | 'gate:user-token' | 'gate:destructive' | 'service:destructive' | 'gate:permission' | 'exception' | 'test-mode' | 'allow' | 'deny';
 
 export interface DocOp {
   security?: unknown[];
@@ -24,7 +24,7 @@ export function expectedOutcome(key: string, doc: DocOp, caller: Caller, destruc
   if (caller.kind === 'anonymous' || caller.kind === 'inactive-user') return { outcome: UNAUTHENTICATED, source: 'gate:credential' };
   if (rule.user && caller.kind === 'key') return { outcome: USER_TOKEN_REQUIRED, source: 'gate:user-token' };
   const destructive = doc['x-platform-destructive'] === 'always' || (doc['x-platform-destructive'] === 'conditional' && destructiveNow);
-  if (caller.restrictDestructive && destructive) return { outcome: RESTRICTED, source: 'gate:destructive' };
+  if (caller.restrictDestructive && destructive) return { outcome: RESTRICTED, source: rule.destructiveInService ? 'service:destructive' : 'gate:destructive' };
   const permission = doc['x-platform-permission'];
   if (permission && !heldByGate(caller, permission)) return { outcome: FORBIDDEN, source: 'gate:permission' };
   const exception = rule.except?.[caller.id];

@@ -53,6 +53,11 @@ export interface Rule {
   live?: string;
   except?: Record<CallerId, [Outcome, string]>;
   /**
+   * The service, not the gate, refuses a restrict_destructive key (after refusals that hold for every
+   * caller): the restricted key's call reaches a real target and must still get 403.
+   */
+  destructiveInService?: true;
+  /**
    * List operations: the allowed callers who see the fixture rows the call looks for (operations.ts
    * `listed`); every other allowed caller must get a page without them. A test credential sees no
    * live row unless the resource has no mode (`modeless`).
@@ -238,8 +243,8 @@ export const RULES: Record<string, Rule> = {
     ok: 200, allow: ['entitlements.manage', 'ownAppKey'], deny: nf('entitlement_not_found'), live: 'entitlement_not_found',
   },
   'DELETE /v1/entitlements/{id}': {
-    why: 'Part B: entitlements.manage (platform or app-confined); other apps 404',
-    ok: 204, allow: ['entitlements.manage', 'ownAppKey'], deny: nf('entitlement_not_found'), live: 'entitlement_not_found',
+    why: 'Part B: entitlements.manage (platform or app-confined); other apps 404; order-linked 409 regardless of restrict_destructive',
+    ok: 204, allow: ['entitlements.manage', 'ownAppKey'], deny: nf('entitlement_not_found'), live: 'entitlement_not_found', destructiveInService: true,
   },
 
   // ---- Roles and permissions (Part B Roles) ----
