@@ -151,12 +151,16 @@ test('logout without all_sessions ends only the calling session; with all_sessio
 // Permissions
 // ---------------------------------------------------------------------------------------------
 
-test("a key without users.manage revoking another user's session gets 404 user_not_found and nothing changes", async () => {
+test("a users.list key (it reads the user) revoking or listing another user's sessions gets 403 forbidden (required_permission users.manage) and nothing changes", async () => {
   const v = await victim();
   const key = await createApiKey(t, { permissions: ['users.list'], restrictDestructive: false });
   const res = await revokeSession(key.secret, v.user.id, v.sessionId);
-  assert.equal(res.statusCode, 404);
-  assert.equal(res.json().error.code, 'user_not_found');
+  assert.equal(res.statusCode, 403);
+  assert.equal(res.json().error.code, 'forbidden');
+  assert.equal(res.json().error.details.required_permission, 'users.manage');
+  const list = await t.app.inject({ method: 'GET', url: `/v1/users/${v.user.id}/sessions`, headers: bearer(key.secret) });
+  assert.equal(list.statusCode, 403);
+  assert.equal(list.json().error.code, 'forbidden');
   assert.equal(await revokedAt(v.sessionId), null);
   assert.equal((await me(v.token)).statusCode, 200);
 });

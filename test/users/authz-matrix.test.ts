@@ -81,8 +81,8 @@ const OPS: Record<string, Op> = {
 };
 
 // operation × caller → expected status (Part A endpoint tables, Authentication 1–9, Errors, and
-// the design decisions: may read but not change → 403; cannot read → 404; export and erasure are
-// self or users.manage only; a test credential never sees a live user; API keys never manage keys).
+// the design decisions: may read but not change → 403; cannot read → 404 (export and erasure too:
+// self or users.manage, and a users.list reader gets 403); a test credential never sees a live user; API keys never manage keys).
 //                     anonymous self other support admin platformKey appKey testKey restrictKey
 const MATRIX: Record<keyof typeof OPS, number[]> = {
   listUsers:     [401, 403, 403, 200, 200, 200, 200, 200, 200],
@@ -92,8 +92,8 @@ const MATRIX: Record<keyof typeof OPS, number[]> = {
   deleteUser:    [401, 204, 404, 403, 204, 204, 403, 404, 403],
   suspend:       [401, 403, 403, 403, 200, 200, 403, 404, 403],
   invitation:    [401, 403, 403, 403, 202, 202, 403, 404, 202],
-  exportUser:    [401, 200, 404, 404, 200, 200, 404, 404, 200],
-  erasure:       [401, 202, 404, 404, 202, 202, 404, 404, 403],
+  exportUser:    [401, 200, 404, 403, 200, 200, 403, 404, 200],
+  erasure:       [401, 202, 404, 403, 202, 202, 403, 404, 403],
   cancelErasure: [401, 403, 403, 403, 204, 204, 403, 404, 403],
   getProfile:    [401, 200, 404, 200, 200, 200, 200, 404, 200],
   patchProfile:  [401, 200, 404, 403, 200, 200, 403, 404, 200],

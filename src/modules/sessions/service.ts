@@ -7,7 +7,7 @@ import type { LogoutBody } from './schemas.js';
 
 /** Self or users.manage (Part A Auth endpoints). */
 async function targetUserId(ctx: Ctx, idParam: string): Promise<string> {
-  return (await targetUser(ctx, idParam, 'manage')).user.id;
+  return (await targetUser(ctx, idParam, 'write')).user.id;
 }
 
 export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) {

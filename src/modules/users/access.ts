@@ -27,10 +27,10 @@ export async function hasAccessPath(ctx: Ctx, userId: string, applicationId: str
 }
 
 /**
- * read: self, users.list or users.manage. manage: self or users.manage; others get 404 (a sub-resource
- * they cannot read). write: the same, but a caller who can read the user gets 403.
+ * read: self, users.list or users.manage. write: self or users.manage (sessions, export and erasure
+ * too); a caller who can read the user but not act on it gets 403 forbidden, anyone else 404.
  */
-export type Need = 'read' | 'manage' | 'write';
+export type Need = 'read' | 'write';
 
 /**
  * Resolves {id} for a user-targeted operation and checks the caller: self, users.manage, or (for
@@ -51,7 +51,7 @@ export async function targetUser(
   // and an Application whose own key may read users with an access path to it.
   const app = confinedApp(ctx);
   const list = (opts.readers ?? ['users.list']).some((p) => hasPermission(ctx.actor, p)) || (!!app && app === opts.ownKeyApp);
-  const canRead = self || manage || (list && need !== 'manage');
+  const canRead = self || manage || list;
   if (!canRead) throw new ApiError('user_not_found');
   // A read of oneself uses the row loaded with the session; everything else reads it now.
   const snapshot = self && need === 'read' && ctx.actor.type === 'user' ? ctx.actor.user : undefined;
@@ -60,8 +60,8 @@ export async function targetUser(
   if (user.status === 'deleted' && !manage) throw new ApiError('user_not_found');
   if (!self && !manage && app && !(await hasAccessPath(ctx, id, app))) throw new ApiError('user_not_found');
   // Callers who may see the user but not change it learn that much: 403, not 404.
-  if (need !== 'read' && !manage && !(self && opts.allowSelf !== false)) {
-    throw need === 'write' ? new ApiError('forbidden') : new ApiError('user_not_found');
+  if (need === 'write' && !manage && !(self && opts.allowSelf !== false)) {
+    throw new ApiError('forbidden', { details: { required_permission: 'users.manage' } });
   }
   return { user, self };
 }

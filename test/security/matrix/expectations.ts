@@ -115,12 +115,14 @@ export const RULES: Record<string, Rule> = {
   },
   'POST /v1/auth/logout': { why: 'Part A Auth: user; each user caller ends its own (fresh) session', user: true, ok: 204, allow: ['user'] },
   'GET /v1/users/{id}/sessions': {
-    why: 'Part A: self or users.manage; decisions: sessions are self or users.manage only (others 404)',
+    why: 'Part A: self or users.manage; decisions: readers who cannot act get 403, others 404',
     ok: 200, allow: ['users.manage'], deny: nf('user_not_found'), live: 'user_not_found',
+    except: { 'perm:users.list': [FORBIDDEN, 'reads the user, cannot list its sessions'], ownAppKey: [FORBIDDEN, 'app-confined users.list reads the user, cannot list its sessions'] },
   },
   'DELETE /v1/users/{id}/sessions/{sessionId}': {
-    why: 'Part A: self or users.manage; decisions: sessions are self or users.manage only (others 404)',
+    why: 'Part A: self or users.manage; decisions: readers who cannot act get 403, others 404',
     ok: 204, allow: ['users.manage'], deny: nf('user_not_found'), live: 'user_not_found',
+    except: { 'perm:users.list': [FORBIDDEN, 'reads the user, cannot revoke its sessions'], ownAppKey: [FORBIDDEN, 'app-confined users.list reads the user, cannot revoke its sessions'] },
   },
   'POST /v1/users/{id}/mfa/totp': {
     why: 'Part A: self only (enrollment); decisions "403 or 404"',
@@ -163,12 +165,14 @@ export const RULES: Record<string, Rule> = {
   'POST /v1/users/{id}/suspend': { why: 'Part A: users.manage', ok: 200, allow: ['users.manage'], live: 'user_not_found' },
   'POST /v1/users/{id}/invitation': { why: 'Part A: users.manage (target is an invited user)', ok: 202, allow: ['users.manage'], live: 'user_not_found' },
   'GET /v1/users/{id}/export': {
-    why: 'Part A: self or users.manage; decisions: export is self or users.manage only (others 404)',
+    why: 'Part A: self or users.manage; decisions: readers who cannot act get 403, others 404',
     ok: 200, allow: ['users.manage'], deny: nf('user_not_found'), live: 'user_not_found',
+    except: { 'perm:users.list': [FORBIDDEN, 'reads the user, cannot export it'], ownAppKey: [FORBIDDEN, 'app-confined users.list reads the user, cannot export it'] },
   },
   'POST /v1/users/{id}/erasure-requests': {
-    why: 'Part A: self or users.manage; decisions: erasure is self or users.manage only (others 404)',
+    why: 'Part A: self or users.manage; decisions: readers who cannot act get 403, others 404',
     ok: 202, allow: ['users.manage'], deny: nf('user_not_found'), live: 'user_not_found',
+    except: { 'perm:users.list': [FORBIDDEN, 'reads the user, cannot erase it'], ownAppKey: [FORBIDDEN, 'app-confined users.list reads the user, cannot erase it'] },
   },
   'DELETE /v1/users/{id}/erasure-requests/current': { why: 'Part A: users.manage', ok: 204, allow: ['users.manage'], live: 'user_not_found' },
 
