@@ -89,6 +89,23 @@ test('GET /v1/users/{id}/export (self) returns every key of the bundle: exported
   assert.ok(actions.includes('user.created') && actions.includes('user.mfa_enabled'), actions.join());
 });
 
+test('every timestamp of the export is ISO 8601 UTC with Z and milliseconds, as everywhere in the API (also those built in SQL: entitlement starts_at, app_profile updated_at)', async () => {
+  const r = await richUser();
+  const bundle = assertStatus(await exportOf('me', r.session.access_token), 200);
+  const app = bundle.applications.find((a: any) => a.application_id === r.app.id);
+  assert.match(app.entitlement.starts_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+  assert.equal(app.entitlement.ends_at, null);
+  assert.match(app.app_profile.updated_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+  const stamps: string[] = [];
+  const walk = (v: unknown, key: string) => {
+    if (typeof v === 'string' && /(_at|_for)$/.test(key)) stamps.push(`${key}=${v}`);
+    else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) walk(x, Array.isArray(v) ? key : k);
+  };
+  walk(bundle, '');
+  assert.ok(stamps.length > 10, stamps.join());
+  assert.deepEqual(stamps.filter((s) => !/=\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(s)), []);
+});
+
 test('the export\'s audit_events are the user\'s own trail in hot storage, shaped as GET /v1/audit-events returns them; organizations include a pending invitation', async () => {
   const { user, token } = await (async () => {
     const u = await createUser(t);

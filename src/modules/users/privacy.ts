@@ -18,10 +18,11 @@ import { PLATFORM_HOT_WINDOW_DAYS, windowStart } from '../audit/service.js';
 export const EXPORT_LIMIT_PER_DAY = 5;
 export const ERASURE_DELAY_SECONDS = 7 * 24 * 3600;
 const iso = (d: Date | null) => d?.toISOString() ?? null;
+const isoText = (v: string | null) => (v === null ? null : new Date(v).toISOString());
 
 /** GET /v1/users/{id}/export: the whole bundle; never a hash, secret or token. 5 per user in any rolling 24 hours. */
 export async function exportUser(ctx: Ctx, idParam: string) {
-  const { user } = await targetUser(ctx, idParam, 'manage');
+  const { user } = await targetUser(ctx, idParam, 'write');
   // A rolling 24 hours (not the calendar day: 5 before midnight and 5 after would pass); Retry-After
   // is when the oldest export of the window leaves it. Refused calls are not counted.
   const quota = await ctx.deps.database
@@ -65,7 +66,13 @@ export async function exportUser(ctx: Ctx, idParam: string) {
     sessions: sessions.map((s) => ({ id: s.id, created_at: iso(s.created_at)!, ip_address: s.ip_address, user_agent: s.user_agent })),
     organizations: organizations.map((o) => ({ organization_id: o.organization_id, role: o.role, membership_status: o.membership_status, joined_at: iso(o.joined_at) })),
     roles: roles.map((r) => ({ role_id: r.role_id, application_id: r.application_id, assigned_at: iso(r.assigned_at)! })),
-    applications,
+    // Timestamps built in SQL (json_build_object) come back as PostgreSQL writes them (+00:00):
+    // re-written in the API's one format (ISO 8601 UTC with Z).
+    applications: applications.map((a) => ({
+      ...a,
+      entitlement: a.entitlement && { ...a.entitlement, starts_at: isoText(a.entitlement.starts_at), ends_at: isoText(a.entitlement.ends_at) },
+      app_profile: a.app_profile && { ...a.app_profile, updated_at: isoText(a.app_profile.updated_at) },
+    })),
     audit_events: audit.map(toAuditEvent),
   };
 }
@@ -85,7 +92,7 @@ const toErasure = (r: ErasureRow): ErasureRequest => ({
 
 /** POST /v1/users/{id}/erasure-requests: soft delete now, hard-delete cascade 7 days later; a repeat returns the request. */
 export async function requestErasure(ctx: Ctx, idParam: string, reason: string | null): Promise<ErasureRequest> {
-  const { user } = await targetUser(ctx, idParam, 'manage');
+  const { user } = await targetUser(ctx, idParam, 'write');
   return ctx.db.transaction(async (tx) => {
     // The user row is locked first: two requests at once (no erasure row yet to lock) run one after
     // the other, and the second returns the first's request.
@@ -110,7 +117,7 @@ export async function requestErasure(ctx: Ctx, idParam: string, reason: string |
 
 /** DELETE /v1/users/{id}/erasure-requests/current (users.manage): the user stays soft-deleted. */
 export async function cancelErasure(ctx: Ctx, idParam: string): Promise<void> {
-  const { user } = await targetUser(ctx, idParam, 'manage', { allowSelf: false });
+  const { user } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
   await ctx.db.transaction(async (tx) => {
     // Part A: "users.manage may cancel it inside the window". Once scheduled_for has passed the cascade
     // is due (the job may not have run yet) and the request can no longer be cancelled.
