@@ -285,9 +285,16 @@ test('login bad input gets 422 validation_failed with details.fields naming the 
   assertError(res, 400, 'malformed_json');
 });
 
-test('POST /v1/auth/sso/{provider}/callback answers 501 not_implemented', async () => {
-  for (const payload of [undefined, { code: 'abc' }]) {
-    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/sso/okta/callback', payload });
+test('POST /v1/auth/sso/{provider}/callback answers 501 not_implemented, whatever the body: none, JSON, a form post (how providers call back), malformed JSON, text', async () => {
+  const bodies: { payload?: string | object; type?: string }[] = [
+    {},
+    { payload: { code: 'abc', state: 'xyz' } },
+    { payload: 'code=abc&state=xyz', type: 'application/x-www-form-urlencoded' },
+    { payload: '{', type: 'application/json' },
+    { payload: 'SAMLResponse', type: 'text/plain' },
+  ];
+  for (const { payload, type } of bodies) {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/sso/okta/callback', payload, headers: type ? { 'content-type': type } : {} });
     assertError(res, 501, 'not_implemented');
   }
 });

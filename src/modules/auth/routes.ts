@@ -111,12 +111,18 @@ export function authRoutes(app: App, deps: Deps): void {
     handler: (request) => acceptInvitation(ctxOf(deps, request), request.body),
   });
 
-  app.post('/v1/auth/sso/:provider/callback', {
-    schema: { summary: 'SSO callback (not available until a broker integration exists)', tags, params: Type.Object({ provider: Type.String({ maxLength: 64 }) }) },
-    config: { meta: { auth: 'none', throttle: 'auth', errors: ['not_implemented'] } },
-    handler: async () => {
-      throw new ApiError('not_implemented', { message: 'SSO is not available yet.' });
-    },
+  // A provider posts its callback as a form, JSON or nothing: whatever the body, the answer is 501, so
+  // this route alone takes any content type and does not read it.
+  app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null, undefined));
+    scope.post('/v1/auth/sso/:provider/callback', {
+      schema: { summary: 'SSO callback (not available until a broker integration exists)', tags, params: Type.Object({ provider: Type.String({ maxLength: 64 }) }) },
+      config: { meta: { auth: 'none', throttle: 'auth', errors: ['not_implemented'] } },
+      handler: async () => {
+        throw new ApiError('not_implemented', { message: 'SSO is not available yet.' });
+      },
+    });
   });
 
   app.post('/v1/users/:id/password', {
