@@ -15,7 +15,10 @@ export interface AuditEntry {
   actor?: { type: 'user' | 'api_key' | 'system'; id: string | null };
 }
 
-/** Writes an audit row in the mutation's transaction, so the change and its record commit together. */
+/**
+ * Writes an audit row in the mutation's transaction, so the change and its record commit together.
+ * An event about an Application carries that Application's Tenant unless the entry names one.
+ */
 export async function recordAudit(tx: Tx, ctx: Ctx, entry: AuditEntry): Promise<string> {
   const id = newId('evt');
   const actor = ctx.actor;
@@ -24,7 +27,8 @@ export async function recordAudit(tx: Tx, ctx: Ctx, entry: AuditEntry): Promise<
   await tx.query(
     `INSERT INTO audit_events (id, action, actor_type, actor_id, via_api_key_id, target_type, target_id,
        target_user_id, application_id, organization_id, tenant_id, before, after, request_id, test_mode, created_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+             COALESCE($11::text, (SELECT a.tenant_id FROM applications a WHERE a.id = $9::text)), $12, $13, $14, $15, $16)`,
     [
       id,
       entry.action,

@@ -155,6 +155,17 @@ test('a trial cannot lose its ends_at: PATCH {ends_at: null} on a trial is 422 e
   assert.equal(converted.ends_at, null);
 });
 
+test("every audit row about an Entitlement (grant, disable, enable, delete) carries its Application's tenant_id, as the grant's does", async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'audit tenant' }), 200);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'active' }), 200);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin)).statusCode, 204);
+  const rows = await auditOf(t, ent.id);
+  assert.deepEqual(rows.map((r) => r.action), ['entitlement.granted', 'entitlement.disabled', 'entitlement.granted', 'entitlement.deleted']);
+  assert.deepEqual(rows.map((r) => r.tenant_id), rows.map(() => app.tenant_id));
+});
+
 test('ends_at must be after starts_at (422)', async () => {
   const user = await person(t);
   assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, HOUR), ends_at: inSeconds(t, 60) }), 'ends_at');
