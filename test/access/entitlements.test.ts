@@ -143,18 +143,6 @@ test('a trial without ends_at is 422 ends_at_required; with ends_at it is grante
   assert.equal(ent.source, 'trial');
 });
 
-test('a trial cannot lose its ends_at: PATCH {ends_at: null} on a trial is 422 ends_at_required and changes nothing; the conversion to purchase may clear it', async () => {
-  const user = await person(t);
-  const ends = inSeconds(t, 14 * DAY);
-  const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: ends });
-  assertError(await patchEnt(t, admin, ent.id, { ends_at: null }), 422, 'ends_at_required');
-  assert.equal((await entRow(t, ent.id))!.ends_at.toISOString(), ends);
-  assert.equal((await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] })).length, 0);
-  const converted = assertStatus(await patchEnt(t, admin, ent.id, { source: 'purchase', order_id: 'ord_trial_conv', ends_at: null }), 200);
-  assert.equal(converted.source, 'purchase');
-  assert.equal(converted.ends_at, null);
-});
-
 test("every audit row about an Entitlement (grant, disable, enable, delete) carries its Application's tenant_id, as the grant's does", async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);

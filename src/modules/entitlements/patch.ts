@@ -100,9 +100,6 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
       source = body.source;
       changed.push('source');
     }
-    // A trial always has an end (Part B: ends_at is required for trial); only its conversion to a
-    // purchase may clear it.
-    if (source === 'trial' && endsAt === null) throw new ApiError('ends_at_required');
     let orderId = row.order_id;
     if ('order_id' in body && body.order_id !== row.order_id) {
       if (row.order_id !== null) throw new ApiError('immutable_field', { details: { field: 'order_id' } });
