@@ -182,6 +182,20 @@ test('self email change stays pending until verified: pending_email set, email_c
   assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password }), 200);
 });
 
+test('a users.manage holder changing their own email (PATCH /v1/users/me) is a self-service change too: pending until verified, old address notified, email unchanged meanwhile', async () => {
+  const self = await userToken(t, { roles: ['superadmin'] });
+  const newEmail = uniqueEmail('adminmoved');
+  const body = assertStatus(await patch('me', { email: newEmail }, self.token), 200);
+  assert.equal(body.email, self.user.email);
+  assert.equal(body.pending_email, newEmail);
+  assert.equal(body.email_verified, true);
+  assert.equal((await userRow(t, self.user.id))!.email, self.user.email);
+  assert.deepEqual((await mailsTo(t, newEmail)).map((m) => m.template), ['email_change_verification']);
+  assert.deepEqual((await mailsTo(t, self.user.email)).map((m) => m.template), ['email_change_notice']);
+  assert.deepEqual(await auditFor(t, self.user.id, 'user.email_changed'), []);
+  assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: self.user.email, password: self.user.password }), 200);
+});
+
 test('self email change completes through POST /v1/auth/email/verify with the mailed token: email changes, pending_email clears, audit user.email_changed', async () => {
   const { user, token } = await userToken(t);
   const newEmail = uniqueEmail('verified');

@@ -1,5 +1,5 @@
 import type { Ctx, Deps } from '../../context.js';
-import { hasPermission, inTx } from '../../context.js';
+import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
@@ -10,7 +10,7 @@ import { issueOneTimeToken, voidAddressTokens, voidEmailChangeTokens } from '../
 import { enqueueMail } from '../../mail/outbox.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from './store.js';
-import { confinedApp, targetUser } from './access.js';
+import { targetUser } from './access.js';
 import { RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { USER_READ_ONLY, type PatchUserBody, type User, type UserStatus } from './schemas.js';
@@ -78,11 +78,12 @@ export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
 export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody): Promise<User> {
   const { user, self } = await targetUser(ctx, idParam, 'write');
   assertNoReadOnlyFields(body, USER_READ_ONLY);
-  const admin = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
   // Nobody changes their own status, users.manage holders included: a superadmin who suspended
   // themselves would lose every session at once and could not undo it.
   if (self && body.status !== undefined) throw new ApiError('status_change_forbidden');
-  if (!admin && self) {
+  // A change of one's own email goes through verification, users.manage holders included: a stolen
+  // session must not move an account (and its password resets) to another mailbox at once.
+  if (self) {
     return toUser(await ctx.db.transaction((tx) => requestEmailChange(tx, ctx, user, body.email!)));
   }
   return toUser(
