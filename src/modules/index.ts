@@ -5,6 +5,7 @@ import { usersModule } from './users/index.js';
 import { sessionsModule } from './sessions/index.js';
 import { mfaModule } from './mfa/index.js';
 import { profilesModule } from './profiles/index.js';
+import { settingsModule } from './settings/index.js';
 import { apiKeysModule } from './api-keys/index.js';
 import { applicationsModule } from './applications/index.js';
 import { entitlementsModule } from './entitlements/index.js';
@@ -20,5 +21,5 @@ import { signinModule } from './signin/index.js';
 
 /** Every resource module, in registration order. */
 export const MODULES: Module[] = [
-  systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule,
+  systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, settingsModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule,
   organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule, oauthModule, signinModule];

@@ -15,11 +15,11 @@ import type { AppProfile, PatchAppProfileBody } from './schemas.js';
 export const CUSTOM_MAX_BYTES = 16 * 1024;
 
 /**
- * Callers: the user themself, the Application's own key (no extra permission, any live user; another
+ * AppProfile and AppSettings callers: the user themself, the Application's own key (no extra permission, any live user; another
  * Application's key gets 404), or users.manage. Self and the app key need the user's access to be active (403
  * entitlement_required); users.manage is exempt.
  */
-async function authorize(ctx: Ctx, idParam: string, appId: string) {
+export async function authorizeAppUserData(ctx: Ctx, idParam: string, appId: string) {
   const key = confinedApp(ctx);
   if (key && key !== appId) throw new ApiError('application_not_found');
   const app = await findApplicationRow(ctx.db, appId);
@@ -70,14 +70,14 @@ const shape = (userId: string, appId: string, row: Row | null, displayName: stri
 
 /** GET: without a record, defaults and nothing written. */
 export async function getAppProfile(ctx: Ctx, idParam: string, appId: string): Promise<AppProfile> {
-  const { user, app } = await authorize(ctx, idParam, appId);
+  const { user, app } = await authorizeAppUserData(ctx, idParam, appId);
   const { row, displayName } = await load(ctx, user.id, app.id);
   return shape(user.id, app.id, row, displayName);
 }
 
 /** PATCH: the first one creates the record; custom merges one level deep (null removes a key), at most 16 KB. */
 export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, body: PatchAppProfileBody): Promise<AppProfile> {
-  const { user, app, self } = await authorize(ctx, idParam, appId);
+  const { user, app, self } = await authorizeAppUserData(ctx, idParam, appId);
   return ctx.db.transaction(async (tx) => {
     // An AppProfile is the Application's Tenant's data: unchanged while that Tenant is migrating.
     await assertTenantWritable(tx, app.tenant_id);

@@ -101,6 +101,27 @@ export function validateSettingsSchema(schema: Record<string, unknown>): void {
   }
 }
 
+/** Why each value of `overrides` is refused by the schema: a key it does not declare, or a value its property rejects. */
+export function settingsValueErrors(schema: Record<string, unknown>, overrides: Record<string, unknown>): { key: string; message: string }[] {
+  const properties = (schema.properties ?? {}) as Record<string, object>;
+  const errors: { key: string; message: string }[] = [];
+  for (const [key, value] of Object.entries(overrides)) {
+    const property = Object.hasOwn(properties, key) ? properties[key] : undefined;
+    if (!property) {
+      errors.push({ key, message: "is not a property of the Application's settings_schema" });
+      continue;
+    }
+    let valid = false;
+    try {
+      valid = schemaAjv.validate(property, value) as boolean;
+    } catch {
+      valid = false;
+    }
+    if (!valid) errors.push({ key, message: schemaAjv.errors?.[0]?.message ? `${schemaAjv.errors[0].message}` : 'does not match its settings_schema property' });
+  }
+  return errors;
+}
+
 /** Keys whose stored overrides no longer validate against the schema, per key. */
 export function staleOverrideKeys(schema: Record<string, unknown>, overrides: Record<string, unknown>): string[] {
   const properties = (schema.properties ?? {}) as Record<string, object>;

@@ -197,6 +197,28 @@ export const RULES: Record<string, Rule> = {
     except: { otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
   },
 
+  // ---- Settings (Part A: "not shown"; docs/decisions.md "Settings") ----
+  'GET /v1/users/{id}/settings': {
+    why: 'decisions: self or users.manage; readers of the user who cannot read its preferences get 403',
+    ok: 200, allow: ['users.manage'], deny: nf('user_not_found'), live: 'user_not_found',
+    except: { 'perm:users.list': [FORBIDDEN, 'reads the user, not its Settings'], ownAppKey: [FORBIDDEN, 'app-confined users.list reads the user, not its Settings'] },
+  },
+  'PATCH /v1/users/{id}/settings': {
+    why: 'decisions: self or users.manage; readers who cannot write get 403',
+    ok: 200, allow: ['users.manage'], deny: nf('user_not_found'), live: 'user_not_found',
+    except: { 'perm:users.list': [FORBIDDEN, 'reads the user, cannot write its Settings'], ownAppKey: [FORBIDDEN, 'app-confined users.list reads the user, cannot write its Settings'] },
+  },
+  'GET /v1/users/{id}/apps/{appId}/settings': {
+    why: "decisions: the AppProfile's callers (self, the app's own key, users.manage); another Application's key gets 404",
+    ok: 200, allow: ['users.manage', 'ownAppKey'], deny: nf('user_not_found'), live: 'user_not_found',
+    except: { otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
+  },
+  'PATCH /v1/users/{id}/apps/{appId}/settings': {
+    why: "decisions: the AppProfile's callers (self, the app's own key, users.manage)",
+    ok: 200, allow: ['users.manage', 'ownAppKey'], deny: nf('user_not_found'), live: 'user_not_found',
+    except: { otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
+  },
+
   // ---- API keys (Part A API Keys; a key never manages keys) ----
   'GET /v1/api-keys': { why: 'Part A: keys in scope for the caller (every user; platform keys only for api_keys.manage)', user: true, ok: 200, allow: ['user'], sees: ['api_keys.manage'] },
   'POST /v1/api-keys': { why: 'Part A: a platform key is created by api_keys.manage only', user: true, ok: 201, allow: ['api_keys.manage'], deny: FORBIDDEN },

@@ -103,6 +103,10 @@ export const CALLS: Record<string, OpCall> = {
   'PATCH /v1/users/{id}/profile': { arrange: (w) => at(`/v1/users/${S(w)}/profile`, { display_name: 'Matrix Subject' }) },
   'GET /v1/users/{id}/apps/{appId}/profile': { arrange: (w) => at(`/v1/users/${S(w)}/apps/${w.appA.id}/profile`) },
   'PATCH /v1/users/{id}/apps/{appId}/profile': { arrange: (w) => at(`/v1/users/${S(w)}/apps/${w.appA.id}/profile`, { display_handle: 'matrix' }) },
+  'GET /v1/users/{id}/settings': { arrange: (w) => at(`/v1/users/${S(w)}/settings`) },
+  'PATCH /v1/users/{id}/settings': { arrange: (w) => at(`/v1/users/${S(w)}/settings`, { theme: 'dark' }) },
+  'GET /v1/users/{id}/apps/{appId}/settings': { arrange: (w) => at(`/v1/users/${S(w)}/apps/${w.appA.id}/settings`) },
+  'PATCH /v1/users/{id}/apps/{appId}/settings': { arrange: (w) => at(`/v1/users/${S(w)}/apps/${w.appA.id}/settings`, { overrides: {} }) },
 
   // API keys (the target key is never a caller)
   'GET /v1/api-keys': { arrange: () => at('/v1/api-keys?scope=platform&limit=100'), listed: (w) => [w.targetKey] },

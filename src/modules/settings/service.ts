@@ -1,0 +1,133 @@
+import { isDeepStrictEqual } from 'node:util';
+import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { recordAudit } from '../../audit/record.js';
+import { mergeCustom } from '../../http/patch.js';
+import type { Queryable } from '../../db/types.js';
+import { targetUser } from '../users/access.js';
+import { recognizedLocale } from '../profiles/service.js';
+import { authorizeAppUserData, CUSTOM_MAX_BYTES } from '../app-access/app-profiles.js';
+import { settingsValueErrors } from '../applications/validation.js';
+import { assertTenantWritable } from '../tenancy/writable.js';
+import type { AppSettings, PatchAppSettingsBody, PatchSettingsBody, Settings } from './schemas.js';
+
+const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
+
+interface SettingsRow {
+  user_id: string;
+  theme: Settings['theme'];
+  timezone: string;
+  locale: string;
+  notifications: Settings['notifications'];
+  updated_at: Date;
+}
+
+async function loadSettings(db: Queryable, userId: string): Promise<Settings> {
+  const { rows } = await db.query<SettingsRow>('SELECT user_id, theme, timezone, locale, notifications, updated_at FROM settings WHERE user_id = $1', [userId]);
+  const r = rows[0];
+  if (!r) throw new ApiError('user_not_found');
+  return { ...r, updated_at: r.updated_at.toISOString() };
+}
+
+/** An IANA time zone the runtime knows, in its canonical spelling (europe/paris → Europe/Paris); else 422. */
+export function recognizedTimeZone(zone: string): string {
+  try {
+    return new Intl.DateTimeFormat('en', { timeZone: zone }).resolvedOptions().timeZone;
+  } catch {
+    throw invalid('timezone', 'is not an IANA time zone the service recognizes');
+  }
+}
+
+/** GET /v1/users/{id}/settings: self or users.manage (preferences are not part of what users.list reads). */
+export async function getSettings(ctx: Ctx, idParam: string): Promise<Settings> {
+  const { user } = await targetUser(ctx, idParam, 'write');
+  return loadSettings(ctx.db, user.id);
+}
+
+/**
+ * PATCH /v1/users/{id}/settings: self or users.manage; notifications merge field by field. The locale
+ * is the one the Profile shows. As for the Profile, a self-service change writes no audit event and
+ * anyone else's writes settings.updated.
+ */
+export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettingsBody): Promise<Settings> {
+  const { user, self } = await targetUser(ctx, idParam, 'write');
+  const timezone = body.timezone !== undefined ? recognizedTimeZone(body.timezone) : undefined;
+  const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
+  return ctx.db.transaction(async (tx) => {
+    await tx.query('SELECT 1 FROM settings WHERE user_id = $1 FOR UPDATE', [user.id]);
+    const before = await loadSettings(tx, user.id);
+    const next = {
+      theme: body.theme ?? before.theme,
+      timezone: timezone ?? before.timezone,
+      locale: locale ?? before.locale,
+      notifications: { ...before.notifications, ...body.notifications },
+    };
+    const { user_id: _u, updated_at: _t, ...current } = before;
+    if (isDeepStrictEqual(next, current)) return before;
+    await tx.query('UPDATE settings SET theme = $2, timezone = $3, locale = $4, notifications = $5, updated_at = $6 WHERE user_id = $1', [
+      user.id, next.theme, next.timezone, next.locale, JSON.stringify(next.notifications), ctx.now,
+    ]);
+    const after = await loadSettings(tx, user.id);
+    if (!self) await recordAudit(tx, inTx(ctx, tx), { action: 'settings.updated', target: { type: 'settings', id: user.id }, targetUserId: user.id, before, after });
+    return after;
+  });
+}
+
+interface AppSettingsRow {
+  overrides: Record<string, unknown>;
+  updated_at: Date;
+}
+
+async function loadAppSettings(db: Queryable, userId: string, appId: string): Promise<AppSettingsRow | null> {
+  const { rows } = await db.query<AppSettingsRow>('SELECT overrides, updated_at FROM app_settings WHERE user_id = $1 AND application_id = $2', [userId, appId]);
+  return rows[0] ?? null;
+}
+
+const shape = (userId: string, appId: string, row: AppSettingsRow | null): AppSettings => ({
+  user_id: userId,
+  application_id: appId,
+  overrides: row?.overrides ?? {},
+  updated_at: row?.updated_at.toISOString() ?? null,
+});
+
+/** GET /v1/users/{id}/apps/{appId}/settings: the AppProfile's callers; without a record, no overrides and nothing written. */
+export async function getAppSettings(ctx: Ctx, idParam: string, appId: string): Promise<AppSettings> {
+  const { user, app } = await authorizeAppUserData(ctx, idParam, appId);
+  return shape(user.id, app.id, await loadAppSettings(ctx.db, user.id, app.id));
+}
+
+/**
+ * PATCH /v1/users/{id}/apps/{appId}/settings: overrides merge one level deep (null removes a key);
+ * every value set must be a property of the Application's settings_schema and validate against it
+ * (422 validation_failed naming `overrides.<key>`); at most 16 KB, like AppProfile custom. Values
+ * stored earlier that a later schema no longer accepts stay until changed (counted in the
+ * Application's settings_schema_stats.stale_override_counts).
+ */
+export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string, body: PatchAppSettingsBody): Promise<AppSettings> {
+  const { user, app, self } = await authorizeAppUserData(ctx, idParam, appId);
+  const errors = settingsValueErrors(app.settings_schema, Object.fromEntries(Object.entries(body.overrides).filter(([, v]) => v !== null)));
+  if (errors.length) throw new ApiError('validation_failed', { details: { fields: errors.map((e) => ({ path: `overrides.${e.key}`, message: e.message })) } });
+  return ctx.db.transaction(async (tx) => {
+    // AppSettings are the Application's Tenant's data: unchanged while that Tenant is migrating.
+    await assertTenantWritable(tx, app.tenant_id);
+    await tx.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
+    const row = await loadAppSettings(tx, user.id, app.id);
+    const overrides = mergeCustom(row?.overrides ?? {}, body.overrides);
+    if (Buffer.byteLength(JSON.stringify(overrides)) > CUSTOM_MAX_BYTES) throw invalid('overrides', 'must serialize to at most 16 KB');
+    if (row && isDeepStrictEqual(overrides, row.overrides)) return shape(user.id, app.id, row);
+    await tx.query(
+      `INSERT INTO app_settings (user_id, application_id, overrides, updated_at) VALUES ($1, $2, $3, $4)
+       ON CONFLICT (user_id, application_id) DO UPDATE SET overrides = EXCLUDED.overrides, updated_at = EXCLUDED.updated_at`,
+      [user.id, app.id, JSON.stringify(overrides), ctx.now],
+    );
+    const after = shape(user.id, app.id, await loadAppSettings(tx, user.id, app.id));
+    if (!self) {
+      await recordAudit(tx, inTx(ctx, tx), {
+        action: 'settings.updated', target: { type: 'app_settings', id: `${user.id}:${app.id}` }, targetUserId: user.id, applicationId: app.id,
+        before: shape(user.id, app.id, row), after,
+      });
+    }
+    return after;
+  });
+}

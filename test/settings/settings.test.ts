@@ -1,0 +1,148 @@
+// Settings (Part A: "Settings endpoints … not shown"; the project's, docs/decisions.md "Settings"):
+// global Settings and per-application AppSettings validated against the Application's settings_schema.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import {
+  appKey, assertError, assertInvalid, assertStatus, auditOf, call, grant, newApp, person, platformKey, sql, type AppFixture,
+} from '../access/support.js';
+
+let t: TestApp;
+let admin: string;
+let app: AppFixture;
+const SCHEMA = {
+  type: 'object',
+  properties: {
+    density: { type: 'string', enum: ['compact', 'comfortable'] },
+    page_size: { type: 'integer', minimum: 10, maximum: 100 },
+    beta: { type: 'boolean' },
+  },
+};
+before(async () => {
+  t = await buildTestApp();
+  admin = await platformKey(t);
+  app = await newApp(t, admin, { settings_schema: SCHEMA });
+});
+after(() => t.close());
+
+const settingsOf = (cred: string, user = 'me') => call(t, 'GET', `/v1/users/${user}/settings`, cred);
+const patchSettings = (cred: string, body: unknown, user = 'me') => call(t, 'PATCH', `/v1/users/${user}/settings`, cred, body);
+const appSettingsOf = (cred: string, user = 'me', appId = app.id) => call(t, 'GET', `/v1/users/${user}/apps/${appId}/settings`, cred);
+const patchAppSettings = (cred: string, body: unknown, user = 'me', appId = app.id) => call(t, 'PATCH', `/v1/users/${user}/apps/${appId}/settings`, cred, body);
+
+test('GET /v1/users/me/settings: a new user has the defaults (theme system, timezone UTC, locale en, email on, sms off)', async () => {
+  const u = await person(t);
+  const body = assertStatus(await settingsOf(u.token), 200);
+  assert.deepEqual({ ...body, updated_at: undefined }, { user_id: u.id, theme: 'system', timezone: 'UTC', locale: 'en', notifications: { email: true, sms: false }, updated_at: undefined });
+  assert.match(body.updated_at, /Z$/);
+});
+
+test('PATCH settings changes only what it names (notifications field by field), canonicalizes timezone and locale, and the Profile shows the same locale', async () => {
+  const u = await person(t);
+  t.clock.advance(5);
+  const at = t.clock.now().getTime();
+  const body = assertStatus(await patchSettings(u.token, { theme: 'dark', timezone: 'europe/paris', locale: 'pt-br', notifications: { sms: true } }), 200);
+  assert.equal(body.theme, 'dark');
+  assert.equal(body.timezone, 'Europe/Paris');
+  assert.equal(body.locale, 'pt-BR');
+  assert.deepEqual(body.notifications, { email: true, sms: true });
+  assert.ok(Date.parse(body.updated_at) >= at, body.updated_at);
+  assert.equal(assertStatus(await call(t, 'GET', '/v1/users/me/profile', u.token), 200).locale, 'pt-BR');
+  assert.deepEqual(assertStatus(await settingsOf(u.token), 200), body);
+  // A self-service change writes no audit event.
+  assert.deepEqual(await auditOf(t, u.id, 'settings.updated'), []);
+});
+
+test('PATCH settings refuses bad values with 422 validation_failed naming the field, and changes nothing', async () => {
+  const u = await person(t);
+  assertInvalid(await patchSettings(u.token, { theme: 'neon' }), 'theme');
+  assertInvalid(await patchSettings(u.token, { timezone: 'Mars/Olympus' }), 'timezone');
+  assertInvalid(await patchSettings(u.token, { locale: 'xx-QQ-notalocale' }), 'locale');
+  assertInvalid(await patchSettings(u.token, { notifications: { email: 'yes' } }), 'notifications');
+  assertInvalid(await patchSettings(u.token, { notifications: { push: true } }), 'notifications');
+  assertError(await patchSettings(u.token, { wallpaper: 'x' }), 422, 'validation_failed');
+  const body = assertStatus(await settingsOf(u.token), 200);
+  assert.equal(body.theme, 'system');
+  assert.equal(body.timezone, 'UTC');
+});
+
+test('settings are self or users.manage: a users.list reader gets 403 forbidden, a stranger 404 user_not_found; an admin change is audited settings.updated', async () => {
+  const u = await person(t);
+  const reader = await platformKey(t, ['users.list']);
+  const stranger = await person(t);
+  assertError(await settingsOf(reader, u.id), 403, 'forbidden');
+  assertError(await patchSettings(reader, { theme: 'dark' }, u.id), 403, 'forbidden');
+  assertError(await settingsOf(stranger.token, u.id), 404, 'user_not_found');
+  assertError(await patchSettings(stranger.token, { theme: 'dark' }, u.id), 404, 'user_not_found');
+  const manager = await platformKey(t, ['users.manage']);
+  assert.equal(assertStatus(await patchSettings(manager, { theme: 'light' }, u.id), 200).theme, 'light');
+  const audit = await auditOf(t, u.id, 'settings.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].before.theme, 'system');
+  assert.equal(audit[0].after.theme, 'light');
+});
+
+test('GET AppSettings without a record: no overrides, updated_at null, nothing written', async () => {
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  assert.deepEqual(assertStatus(await appSettingsOf(u.token), 200), { user_id: u.id, application_id: app.id, overrides: {}, updated_at: null });
+  assert.equal((await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [u.id])).length, 0);
+});
+
+test("PATCH AppSettings stores values that validate against the Application's settings_schema; merges one level deep, null removes a key", async () => {
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  const at = t.clock.now().getTime();
+  const first = assertStatus(await patchAppSettings(u.token, { overrides: { density: 'compact', page_size: 50 } }), 200);
+  assert.deepEqual(first.overrides, { density: 'compact', page_size: 50 });
+  assert.ok(Date.parse(first.updated_at) >= at, first.updated_at);
+  const second = assertStatus(await patchAppSettings(u.token, { overrides: { page_size: null, beta: true } }), 200);
+  assert.deepEqual(second.overrides, { density: 'compact', beta: true });
+  assert.deepEqual(assertStatus(await appSettingsOf(u.token), 200), second);
+  // The export carries them.
+  const bundle = assertStatus(await call(t, 'GET', '/v1/users/me/export', u.token), 200);
+  assert.deepEqual(bundle.applications.find((a: any) => a.application_id === app.id).app_settings, { density: 'compact', beta: true });
+});
+
+test('PATCH AppSettings: a key the schema does not declare, or a value its property refuses, is 422 validation_failed naming overrides.<key>, and nothing is stored', async () => {
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  assertInvalid(await patchAppSettings(u.token, { overrides: { colour: 'red' } }), 'overrides.colour');
+  assertInvalid(await patchAppSettings(u.token, { overrides: { density: 'cosy' } }), 'overrides.density');
+  assertInvalid(await patchAppSettings(u.token, { overrides: { page_size: 5 } }), 'overrides.page_size');
+  assertInvalid(await patchAppSettings(u.token, {}), 'overrides');
+  assert.equal((await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [u.id])).length, 0);
+  const bare = await newApp(t, admin);
+  await grant(t, admin, u.id, bare.id);
+  assertInvalid(await patchAppSettings(u.token, { overrides: { density: 'compact' } }, 'me', bare.id), 'overrides.density');
+});
+
+test('AppSettings callers are the AppProfile\'s: self and the own key need active access (403 entitlement_required), users.manage is exempt, another Application\'s key gets 404', async () => {
+  const u = await person(t);
+  assertError(await appSettingsOf(u.token), 403, 'entitlement_required');
+  assertError(await patchAppSettings(u.token, { overrides: { beta: true } }), 403, 'entitlement_required');
+  const manager = await platformKey(t, ['users.manage']);
+  assertStatus(await patchAppSettings(manager, { overrides: { beta: true } }, u.id), 200);
+  const audit = await auditOf(t, `${u.id}:${app.id}`, 'settings.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].application_id, app.id);
+  assert.equal(audit[0].tenant_id, app.tenant_id);
+  const other = await newApp(t, admin);
+  assertError(await appSettingsOf(await appKey(t, other.id, ['users.list']), u.id), 404, 'application_not_found');
+  await grant(t, admin, u.id, app.id);
+  const own = await appKey(t, app.id);
+  assert.deepEqual(assertStatus(await appSettingsOf(own, u.id), 200).overrides, { beta: true });
+  assertError(await appSettingsOf((await person(t)).token, u.id), 404, 'user_not_found');
+});
+
+test('overrides a later settings_schema no longer accepts stay stored and are counted in settings_schema_stats.stale_override_counts', async () => {
+  const owned = await newApp(t, admin, { settings_schema: SCHEMA });
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  assertStatus(await patchAppSettings(u.token, { overrides: { density: 'compact', page_size: 20 } }, 'me', owned.id), 200);
+  const narrowed = { type: 'object', properties: { density: { type: 'string', enum: ['comfortable'] }, page_size: SCHEMA.properties.page_size } };
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: narrowed }), 200);
+  const read = assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200);
+  assert.deepEqual(read.settings_schema_stats.stale_override_counts, { density: 1 });
+  assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, { density: 'compact', page_size: 20 });
+});
