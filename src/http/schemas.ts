@@ -43,3 +43,6 @@ export const IncludeInactiveQuery = {
 export const UserIdParam = Type.Object({
   id: Type.String({ minLength: 1, maxLength: 64, description: 'A usr_ id or the literal me.' }),
 });
+
+/** The body of an operation that takes none: nothing, or an empty object (any field is 422). */
+export const EmptyBody = Type.Object({}, { additionalProperties: false });

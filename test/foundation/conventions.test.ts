@@ -272,3 +272,28 @@ test('AUTH_RATE_LIMIT_PER_MINUTE=0 turns the per-IP throttle off', async () => {
   }
 });
 
+
+test('operations that take no body refuse a field with 422 validation_failed and change nothing (TOTP enrollment, invitation re-send, key rotation); no body or {} is accepted', async () => {
+  const { user, token } = await userToken(t);
+  const enroll = (payload?: object) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token), ...(payload ? { payload } : {}) });
+  const refused = await enroll({ secret: 'JBSWY3DPEHPK3PXP' });
+  assert.equal(refused.statusCode, 422, refused.body);
+  assert.equal(refused.json().error.code, 'validation_failed');
+  const pending = await t.database.scoped('system').query('SELECT totp_pending_secret FROM identities WHERE user_id = $1', [user.id]);
+  assert.ok(pending.rows.every((r) => r.totp_pending_secret === null), 'no enrollment began');
+  assert.equal((await enroll()).statusCode, 200);
+  assert.equal((await enroll({})).statusCode, 200);
+
+  const admin = await userToken(t, { roles: ['superadmin'] });
+  const invited = await createUser(t, { status: 'invited' });
+  const resend = await t.app.inject({ method: 'POST', url: `/v1/users/${invited.id}/invitation`, headers: bearer(admin.token), payload: { email: 'other@example.com' } });
+  assert.equal(resend.statusCode, 422, resend.body);
+  assert.equal(resend.json().error.code, 'validation_failed');
+
+  const created = await t.app.inject({ method: 'POST', url: '/v1/api-keys', headers: bearer(admin.token), payload: { name: 'rot', scope: 'platform', permissions: [] } });
+  assert.equal(created.statusCode, 201, created.body);
+  const rotate = await t.app.inject({ method: 'POST', url: `/v1/api-keys/${created.json().id}/rotate`, headers: bearer(admin.token), payload: { secret: 'mine' } });
+  assert.equal(rotate.statusCode, 422, rotate.body);
+  const stillWorks = await t.app.inject({ method: 'GET', url: '/v1/permissions', headers: bearer(created.json().secret) });
+  assert.equal(stillWorks.statusCode, 200, 'the refused rotation left the secret alone');
+});

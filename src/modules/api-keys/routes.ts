@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { ctxOf } from '../../http/gate.js';
-import { ListOf } from '../../http/schemas.js';
+import { EmptyBody, ListOf } from '../../http/schemas.js';
 import { ApiKey, ApiKeyWithSecret, CreateKeyBody, KeyIdParam, KeyListQuery, PatchKeyBody } from './schemas.js';
 import { createKey, getKey, listKeys, patchKey, revokeKey, rotateKey } from './service.js';
 
@@ -39,7 +39,7 @@ export function apiKeyRoutes(app: App, deps: Deps): void {
     handler: (request) => patchKey(ctxOf(deps, request), request.params.id, request.body),
   });
   app.post('/v1/api-keys/:id/rotate', {
-    schema: { summary: 'Replace the secret; the old one stops working at once', tags, params: KeyIdParam, response: { 200: ApiKeyWithSecret } },
+    schema: { summary: 'Replace the secret; the old one stops working at once', tags, params: KeyIdParam, body: EmptyBody, response: { 200: ApiKeyWithSecret } },
     config: { meta: { auth: 'user', errors: [...errors, 'api_key_revoked'] } },
     handler: (request) => rotateKey(ctxOf(deps, request), request.params.id),
   });

@@ -2,13 +2,13 @@ import { Type } from '@sinclair/typebox';
 import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { ctxOf } from '../../http/gate.js';
-import { UserIdParam } from '../../http/schemas.js';
+import { EmptyBody, UserIdParam } from '../../http/schemas.js';
 import { ConfirmBody, DisableBody, RecoveryCodes, TotpEnrollment } from './schemas.js';
 import { beginTotp, confirmTotp, disableTotp, resetTotp } from './service.js';
 
 export function mfaRoutes(app: App, deps: Deps): void {
   app.post('/v1/users/:id/mfa/totp', {
-    schema: { summary: 'Begin TOTP enrollment', tags: ['MFA'], params: UserIdParam, response: { 200: TotpEnrollment } },
+    schema: { summary: 'Begin TOTP enrollment', tags: ['MFA'], params: UserIdParam, body: EmptyBody, response: { 200: TotpEnrollment } },
     config: { meta: { auth: 'user', errors: ['mfa_already_enabled', 'password_identity_required', 'user_not_found', 'forbidden'] } },
     handler: (request) => beginTotp(ctxOf(deps, request), request.params.id),
   });

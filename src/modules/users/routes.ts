@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { ctxOf } from '../../http/gate.js';
-import { ListOf, UserIdParam } from '../../http/schemas.js';
+import { EmptyBody, ListOf, UserIdParam } from '../../http/schemas.js';
 import { CreateUserBody, ErasureRequest, ExportBundle, PatchUserBody, ReasonBody, User, UserListQuery } from './schemas.js';
 import { createUser, getUser, listUsers, resendInvitation } from './service.js';
 import { deleteUser, patchUser, suspendUser } from './status.js';
@@ -71,7 +71,7 @@ export function userRoutes(app: App, deps: Deps): void {
   });
 
   app.post('/v1/users/:id/invitation', {
-    schema: { summary: 'Send a new invitation', tags, params: UserIdParam, response: { 202: Accepted } },
+    schema: { summary: 'Send a new invitation', tags, params: UserIdParam, body: EmptyBody, response: { 202: Accepted } },
     config: { meta: { auth: 'any', permission: 'users.manage', errors: ['user_not_found', 'invalid_status_transition', 'rate_limited'] } },
     handler: async (request, reply) => {
       await resendInvitation(ctxOf(deps, request), request.params.id);

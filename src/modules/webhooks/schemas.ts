@@ -96,4 +96,4 @@ export type DeliveryListQuery = Static<typeof DeliveryListQuery>;
 
 export const WebhookIdParam = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) });
 export const DeliveryParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), deliveryId: Type.String({ minLength: 1, maxLength: 64 }) });
-export const EmptyBody = Type.Object({}, { additionalProperties: false });
+export { EmptyBody } from '../../http/schemas.js';
