@@ -188,6 +188,20 @@ test('every permission on a new platform key must be held by the creator: api_ke
   assertError(await createKey({ name: 'x', scope: 'platform', permissions: ['users.frobnicate'] }), 422, 'unknown_permission');
 });
 
+test('a caller lacking a permission of a platform key cannot rotate it (the new secret would hand them that permission): 403 role_escalation_forbidden naming it, the old secret still works, no audit', async () => {
+  const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+  const { token } = await userToken(t, { roles: [role] });
+  const key = await newKey({ permissions: ['users.list', 'users.manage'] });
+  const err = assertError(await rotateKey(key.id, token), 403, 'role_escalation_forbidden');
+  assert.deepEqual(err.details.permissions, ['users.manage']);
+  assertStatus(await call(t, 'GET', '/v1/users?limit=1', key.secret), 200);
+  assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created']);
+  // A key within the caller's permissions rotates; so does this one for a caller holding all of them.
+  const own = await newKey({ permissions: ['users.list'] }, token);
+  assert.match(assertStatus(await rotateKey(own.id, token), 200).secret, /^plat_live_/);
+  assert.match(assertStatus(await rotateKey(key.id), 200).secret, /^plat_live_/);
+});
+
 test('a caller lacking a permission of a platform key cannot lift its restrict_destructive: 403 role_escalation_forbidden naming the permission, the key unchanged; renaming it is allowed', async () => {
   const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
   const { token } = await userToken(t, { roles: [role] });

@@ -40,7 +40,7 @@ export function apiKeyRoutes(app: App, deps: Deps): void {
   });
   app.post('/v1/api-keys/:id/rotate', {
     schema: { summary: 'Replace the secret; the old one stops working at once', tags, params: KeyIdParam, body: EmptyBody, response: { 200: ApiKeyWithSecret } },
-    config: { meta: { auth: 'user', errors: [...errors, 'api_key_revoked'] } },
+    config: { meta: { auth: 'user', errors: [...errors, 'api_key_revoked', 'role_escalation_forbidden'] } },
     handler: (request) => rotateKey(ctxOf(deps, request), request.params.id),
   });
   app.delete('/v1/api-keys/:id', {

@@ -47,9 +47,10 @@ async function assertPermissions(ctx: Ctx, scope: string, permissions: string[])
 }
 
 /**
- * A platform key's destructive operations are opened only by a caller holding every permission on
- * it: lifting restrict_destructive would otherwise hand out powers the caller lacks (403
- * role_escalation_forbidden, as on create). Rotation stays api_keys.manage, as Part A's table says.
+ * A platform key's powers are handed to a caller only if the caller holds every permission on it
+ * (403 role_escalation_forbidden, as on create): lifting restrict_destructive, and rotation, whose new
+ * secret is the key's permissions in the caller's hands (catalog AZ-7: no platform key with unheld
+ * permissions).
  */
 function assertHoldsKeyPermissions(ctx: Ctx, key: KeyRow): void {
   if (key.scope !== 'platform') return;
@@ -164,6 +165,7 @@ export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promis
 export async function rotateKey(ctx: Ctx, id: string): Promise<ApiKey & { secret: string }> {
   let secret = '';
   const rotated = await change(ctx, id, async (tx, key) => {
+    assertHoldsKeyPermissions(ctx, key);
     secret = newSecret(API_KEY_PREFIX[key.test_mode ? 'test' : 'live']);
     const { rows } = await tx.query<KeyRow>(
       `UPDATE api_keys SET secret_hash = $2, secret_hint = $3, updated_at = $4 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,

@@ -38,6 +38,8 @@ test('AZ-7 escalation: unheld permissions on a platform key or platform Role and
   const target = await person(t);
 
   const ownKey = assertStatus(await call(t, 'POST', '/v1/api-keys', manager.token, { name: 'own', scope: 'platform', permissions: ['users.list'] }), 201);
+  // A key holding what the manager lacks: rotating it would hand the manager its secret.
+  const strongKey = assertStatus(await call(t, 'POST', '/v1/api-keys', superadmin.token, { name: 'strong', scope: 'platform', permissions: ['users.manage'] }), 201);
   const ownRole = assertStatus(await call(t, 'POST', '/v1/roles', manager.token, { name: `own_${rand(3)}`, scope: 'platform', permissions: ['users.list'] }), 201);
 
   const mine = await appWithViewer();
@@ -55,6 +57,7 @@ test('AZ-7 escalation: unheld permissions on a platform key or platform Role and
   const variants: [string, () => Promise<InjectResponse>, string][] = [
     ['platform key with an unheld permission (create)', () => call(t, 'POST', '/v1/api-keys', manager.token, { name: 'x', scope: 'platform', permissions: ['users.list', 'users.manage'] }), 'role_escalation_forbidden'],
     ['platform key with an unheld permission (PATCH)', () => call(t, 'PATCH', `/v1/api-keys/${ownKey.id}`, manager.token, { permissions: ['users.list', 'users.manage'] }), 'role_escalation_forbidden'],
+    ['platform key with an unheld permission (rotate: its new secret)', () => call(t, 'POST', `/v1/api-keys/${strongKey.id}/rotate`, manager.token, {}), 'role_escalation_forbidden'],
     ['platform Role with an unheld permission (create, user)', () => call(t, 'POST', '/v1/roles', manager.token, { name: `esc_${rand(3)}`, scope: 'platform', permissions: ['users.manage'] }), 'role_escalation_forbidden'],
     ['platform Role with an unheld permission (PATCH, user)', () => call(t, 'PATCH', `/v1/roles/${ownRole.id}`, manager.token, { permissions: ['users.list', 'users.manage'] }), 'role_escalation_forbidden'],
     ['platform Role with an unheld permission (create, platform key)', () => call(t, 'POST', '/v1/roles', rolesKey, { name: `esck_${rand(3)}`, scope: 'platform', permissions: ['users.list', 'users.manage'] }), 'role_escalation_forbidden'],
@@ -87,6 +90,8 @@ test('AZ-7 escalation: unheld permissions on a platform key or platform Role and
   figure('AZ-7', `escalations accepted: ${accepted.length} / ${variants.length}`);
   assert.deepEqual(accepted, []);
   assert.deepEqual(await snapshot(orgId, ownKey.id), untouched, 'nothing changed: assignments, Roles, the key, the Organization');
+  // The strong key's secret was not replaced: it still answers.
+  assertStatus(await call(t, 'GET', `/v1/users/${target.id}`, strongKey.secret), 200);
 
   // Controls: the same callers within what they hold, and the holders of the right, succeed.
   assertStatus(await assign(mineKey, target, `role_${mine.slug}_viewer`), 201);

@@ -225,7 +225,11 @@ export const RULES: Record<string, Rule> = {
   'GET /v1/api-keys/{id}': { why: 'Part A: platform keys are api_keys.manage only; decisions: others 404 api_key_not_found', user: true, ok: 200, allow: ['api_keys.manage'], deny: nf('api_key_not_found') },
   'PATCH /v1/api-keys/{id}': { why: 'Part A: platform keys are api_keys.manage only', user: true, ok: 200, allow: ['api_keys.manage'], deny: nf('api_key_not_found') },
   'DELETE /v1/api-keys/{id}': { why: 'Part A: platform keys are api_keys.manage only', user: true, ok: 204, allow: ['api_keys.manage'], deny: nf('api_key_not_found') },
-  'POST /v1/api-keys/{id}/rotate': { why: 'Part A: platform keys are api_keys.manage only', user: true, ok: 200, allow: ['api_keys.manage'], deny: nf('api_key_not_found') },
+  'POST /v1/api-keys/{id}/rotate': {
+    why: 'Part A: platform keys are api_keys.manage only; decisions: rotating needs every permission on the key (the target holds users.list)',
+    user: true, ok: 200, allow: ['api_keys.manage'], deny: nf('api_key_not_found'),
+    except: { 'perm:api_keys.manage': [err(403, 'role_escalation_forbidden'), "lacks users.list, the key's permission: the new secret would hand it over"] },
+  },
 
   // ---- Applications (Part B Applications) ----
   'GET /v1/applications': { why: 'Part B: any authenticated caller (trimmed list)', ok: 200, allow: ['user', 'key'] },
