@@ -257,7 +257,7 @@ test('an enrollment that was begun but not confirmed does not require MFA at log
 
 const wrongCode = (code: string) => String((Number(code) + 500_000) % 1_000_000).padStart(6, '0');
 
-test('wrong MFA codes count toward the lockout across challenges: a right password does not reset the counter, so the 5th failure in 15 minutes locks (429 too_many_attempts with Retry-After)', async () => {
+test('wrong MFA codes count toward the lockout across challenges: a right password does not reset the counter, so 5 failures in 15 minutes lock (then 429 too_many_attempts with Retry-After)', async () => {
   const { user, secret } = await createMfaUser(t);
   const wrong = wrongCode(await totpCode(t, secret));
   const answers: string[] = [];
@@ -274,10 +274,10 @@ test('wrong MFA codes count toward the lockout across challenges: a right passwo
     }
   }
   // Round 1: three wrong codes (3 failures). Round 2: the right password is no failure, two more
-  // wrong codes make five and lock; the third is refused by the lock.
+  // wrong codes make five failures (both answered 401) and lock; the third is refused by the lock.
   assert.deepEqual(answers, [
     '401 invalid_credentials', '401 invalid_credentials', '401 invalid_credentials',
-    '401 invalid_credentials', '429 too_many_attempts', '429 too_many_attempts',
+    '401 invalid_credentials', '401 invalid_credentials', '429 too_many_attempts',
   ]);
   const locked = await loginRes(t, user);
   assertError(locked, 429, 'too_many_attempts');
@@ -288,7 +288,8 @@ test('a right password for an MFA user neither counts as a failure nor clears ea
   const { user } = await createMfaUser(t);
   for (let i = 0; i < 4; i++) assertError(await loginRes(t, { ...user, password: `${user.password}x` }), 401, 'invalid_credentials');
   assert.equal((await loginRes(t, user)).json().mfa_required, true);
-  assertError(await loginRes(t, { ...user, password: `${user.password}x` }), 429, 'too_many_attempts');
+  assertError(await loginRes(t, { ...user, password: `${user.password}x` }), 401, 'invalid_credentials');
+  assertError(await loginRes(t, user), 429, 'too_many_attempts');
 });
 
 test('mfa/verify with a right code for a user suspended after the password step gets 403 account_suspended and counts no failure', async () => {
@@ -303,7 +304,7 @@ test('mfa/verify with a right code for a user suspended after the password step 
   assert.equal(challenge.attempts, 0);
 });
 
-test('parallel wrong codes on one mfa_token evaluate at most five: each takes its lockout slot before its code is checked; the fifth locks, the others are refused unevaluated', async () => {
+test('parallel wrong codes on one mfa_token evaluate at most five: each takes its lockout slot before its code is checked; the fifth failure locks, the others are refused unevaluated', async () => {
   const { user, secret } = await createMfaUser(t);
   const mfaToken = await mfaChallenge(t, user);
   const wrong = wrongCode(await totpCode(t, secret));
@@ -313,11 +314,11 @@ test('parallel wrong codes on one mfa_token evaluate at most five: each takes it
     const key = `${r.statusCode} ${r.json().error.code}: ${r.json().error.message}`;
     tally.set(key, (tally.get(key) ?? 0) + 1);
   }
-  // Refused with 401 after evaluation: at most four (the fifth evaluated code locks, 429); the rest
-  // found the identity locked (429) or the challenge void (401, the token's message).
+  // Refused with 401 after evaluation: at most five (the fifth evaluated code also sets the lock); the
+  // rest found the identity locked (429) or the challenge void (401, the token's message).
   const known = new Set(['401 invalid_credentials: The code is not valid.', '401 invalid_credentials: The MFA token is invalid or expired.']);
   for (const key of tally.keys()) assert.ok(known.has(key) || key.startsWith('429 too_many_attempts'), key);
-  assert.ok((tally.get('401 invalid_credentials: The code is not valid.') ?? 0) <= 4, JSON.stringify([...tally]));
+  assert.ok((tally.get('401 invalid_credentials: The code is not valid.') ?? 0) <= 5, JSON.stringify([...tally]));
   const [challenge] = await sql(t, `SELECT attempts FROM one_time_tokens WHERE kind = 'mfa_challenge' AND user_id = $1`, [user.id]);
   assert.ok(challenge.attempts <= 5, `attempts recorded on the challenge: ${challenge.attempts}`);
   // The identity is locked: a new challenge cannot be had, and the right code on this one is refused.
@@ -326,15 +327,14 @@ test('parallel wrong codes on one mfa_token evaluate at most five: each takes it
   assert.ok([401, 429].includes(late.statusCode), late.body);
 });
 
-test('wrong codes at mfa/totp/disable count toward the lockout: the 5th in 15 minutes gets 429 too_many_attempts with Retry-After, then even the right code is refused and TOTP stays on', async () => {
+test('wrong codes at mfa/totp/disable count toward the lockout: after 5 in 15 minutes the next gets 429 too_many_attempts with Retry-After, even the right code, and TOTP stays on', async () => {
   const { user, token, secret } = await createMfaUser(t);
   const disable = (payload: object) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload });
   const wrong = wrongCode(await totpCode(t, secret));
-  for (let i = 0; i < 4; i++) assertError(await disable({ code: wrong }), 422, 'invalid_mfa_code');
-  const fifth = await disable({ code: wrong });
-  assertError(fifth, 429, 'too_many_attempts');
-  assert.ok(Number(fifth.headers['retry-after']) > 0);
-  assertError(await disable({ code: await totpCode(t, secret) }), 429, 'too_many_attempts');
+  for (let i = 0; i < 5; i++) assertError(await disable({ code: wrong }), 422, 'invalid_mfa_code');
+  const sixth = await disable({ code: await totpCode(t, secret) });
+  assertError(sixth, 429, 'too_many_attempts');
+  assert.ok(Number(sixth.headers['retry-after']) > 0);
   assert.equal(await mfaEnabled(token), true);
   assertError(await loginRes(t, user), 429, 'too_many_attempts');
 });

@@ -28,14 +28,15 @@ async function loginAdmitted(ctx: Ctx, input: LoginBody): Promise<AuthSession | 
     const claim = await claimEmailAttempt(ctx.db, ctx.mode, input.email, ctx.now);
     if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     await verifyAgainstDummy(input.password);
-    if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
+    // The failure that sets the lock still answers as a failure; the lock refuses the next attempts.
     throw new ApiError('invalid_credentials');
   }
   const { claim } = user;
   const identityId = user.identity_id!;
   if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   if (!(await verifyPassword(user.password_hash!, input.password))) {
-    if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
+    // Five failures, then 429 (Part A Login lockout; catalog AU-4): the fifth wrong password answers
+    // 401 like the four before it and sets the lock that refuses every later attempt.
     throw new ApiError('invalid_credentials');
   }
   // The password was right: the attempt was no failure. A session resets the counter in its own
@@ -121,7 +122,6 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
   if (slot[0]!.attempts >= MFA_CHALLENGE_ATTEMPTS) {
     await ctx.db.query('UPDATE one_time_tokens SET used_at = $2 WHERE id = $1 AND used_at IS NULL', [pending.id, ctx.now]);
   }
-  if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   throw new ApiError('invalid_credentials', { message: 'The code is not valid.' });
 }
 

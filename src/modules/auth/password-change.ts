@@ -33,7 +33,6 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
   const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
   if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   if (!(await verifyPassword(identity.password_hash, input.current_password))) {
-    if (claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
     throw new ApiError('invalid_current_password');
   }
   await clearFailures(ctx.db, identity.id, ctx.now);

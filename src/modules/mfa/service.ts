@@ -91,19 +91,14 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
   const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
   if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
-  const wrong = new ApiError('invalid_mfa_code');
-  await ctx.db
-    .transaction(async (tx) => {
-      const ok =
-        input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, input.recovery_code!, ctx.now);
-      if (!ok) throw wrong;
-      await turnOff(tx, identity.id, userId, ctx.now);
-      await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
-    })
-    .catch((err) => {
-      if (err === wrong && claim.lockedUntil) throw tooManyAttempts(claim.lockedUntil, ctx.now);
-      throw err;
-    });
+  // A wrong code answers 422 invalid_mfa_code, the fifth too; the lock it sets refuses the next ones.
+  await ctx.db.transaction(async (tx) => {
+    const ok =
+      input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, input.recovery_code!, ctx.now);
+    if (!ok) throw new ApiError('invalid_mfa_code');
+    await turnOff(tx, identity.id, userId, ctx.now);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
+  });
   // A right code was no failure.
   await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
 }
