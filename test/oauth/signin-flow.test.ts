@@ -73,11 +73,11 @@ test('wrong password or unknown email: 401 with the API message, the email kept,
 
 const assertPageAnd = (res: Awaited<ReturnType<Browser['open']>>) => (assertPage(res, 401), res);
 
-test('lockout as the API: the fifth failure locks for 15 minutes (429, Retry-After, "try again in 15 minutes"), even with the right password', async () => {
+test('lockout as the API: five failures lock for 15 minutes (then 429, Retry-After, "try again in 15 minutes"), even with the right password', async () => {
   const user = await member(t, admin, app.id);
   const browser = new Browser(t);
   const page = await browser.open(flow(app.id).params);
-  for (let i = 0; i < 4; i++) assertPage(await browser.signIn(page, user.email, WRONG), 401);
+  for (let i = 0; i < 5; i++) assertPage(await browser.signIn(page, user.email, WRONG), 401);
   const locked = await browser.signIn(page, user.email, WRONG);
   assertPage(locked, 429, 'Too many attempts; try again in 15 minutes.');
   assert.equal(locked.headers['retry-after'], '900');
@@ -147,7 +147,7 @@ test('MFA token expired (300 s): back to the password form, "sign in again"; a t
   assertPage(await browser.post('/signin/mfa', { ...formOf(mfa, '/signin/mfa'), mfa_token: 'mfa_forged', code: '123456' }), 401, 'The MFA token is invalid or expired.');
 });
 
-test('MFA: five wrong codes void the challenge and lock the identity: the password form with the lockout message (429)', async () => {
+test('MFA: five wrong codes void the challenge and lock the identity: the fifth shows the password form, and signing in again gets the lockout message (429)', async () => {
   const { user, secret } = await createMfaUser(t);
   await grant(t, admin, user.id, app.id);
   const browser = new Browser(t);
@@ -155,9 +155,11 @@ test('MFA: five wrong codes void the challenge and lock the identity: the passwo
   const right = await totpCode(t, secret);
   const wrong = right === '000000' ? '111111' : '000000';
   for (let i = 0; i < 4; i++) page = await browser.mfa(page, 'code', wrong), assertPage(page, 401, 'The code is not valid.');
-  const locked = await browser.mfa(page, 'code', wrong);
-  const body = assertPage(locked, 429, 'Too many attempts; try again in 15 minutes.');
+  const fifth = await browser.mfa(page, 'code', wrong);
+  const body = assertPage(fifth, 401, 'The code is not valid. Please sign in again.');
   assert.ok(body.includes('name="password"'), 'the challenge is void: sign in again');
+  const locked = await browser.signIn(fifth, user.email, user.password);
+  assertPage(locked, 429, 'Too many attempts; try again in 15 minutes.');
   assert.equal(locked.headers['retry-after'], '900');
 });
 
