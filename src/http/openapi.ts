@@ -56,27 +56,33 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
         // An operation that is not implemented yet (the SSO callback, 501) has no success response.
         if (meta.errors?.includes('not_implemented')) delete op.responses['200'];
         if (r.bodyOptional && op.requestBody) op.requestBody.required = false;
+        // Every error an operation can answer, by status: its own codes (route metadata), then what the
+        // gate adds; one response per status naming them all.
         const byStatus = new Map<number, string[]>();
-        for (const code of meta.errors ?? []) byStatus.set(ERROR_CODES[code][0], [...(byStatus.get(ERROR_CODES[code][0]) ?? []), code]);
-        for (const [status, codes] of byStatus) op.responses[String(status)] ??= errorResponse(codes.join(', '));
+        const add = (status: number, text: string) => {
+          const list = byStatus.get(status) ?? [];
+          if (!list.includes(text)) list.push(text);
+          byStatus.set(status, list);
+        };
+        for (const code of meta.errors ?? []) add(ERROR_CODES[code][0], code);
         if (meta.auth !== 'none') {
           op.security = [{ bearer: [] }];
-          op.responses['401'] ??= errorResponse('Missing, invalid, revoked or expired credential.');
+          add(401, 'unauthenticated: missing, invalid, revoked or expired credential');
         } else {
           op.security = [];
         }
-        if (meta.auth === 'user') op.responses['400'] ??= errorResponse('user_token_required: this operation needs a User token.');
+        if (meta.auth === 'user') add(400, 'user_token_required: this operation needs a User token');
         // `me` as a user id (Part A convention 8) needs a User token: an API key gets 400.
-        if (meta.auth === 'any' && /\/users\/:id(\/|$)|\/members\/:userId$/.test(r.url)) op.responses['400'] ??= errorResponse('user_token_required: `me` needs a User token.');
-        if (meta.idempotency === 'required') op.responses['400'] ??= errorResponse('idempotency_key_required.');
+        if (meta.auth === 'any' && /\/users\/:id(\/|$)|\/members\/:userId$/.test(r.url)) add(400, 'user_token_required: `me` needs a User token');
+        if (meta.idempotency === 'required') add(400, 'idempotency_key_required');
         if (meta.permission) {
           op['x-platform-permission'] = meta.permission;
-          op.responses['403'] ??= errorResponse(`forbidden: requires ${meta.permission}.`);
+          add(403, `forbidden: requires ${meta.permission}`);
         }
         if (meta.destructive) {
           op['x-platform-destructive'] = meta.destructive === 'always' ? 'always' : 'conditional';
           if (meta.destructive !== 'always') op['x-platform-destructive-when'] = meta.destructive.when;
-          op.responses['403'] ??= errorResponse('destructive_operation_restricted: a restrict_destructive key.');
+          add(403, 'destructive_operation_restricted: a restrict_destructive key');
         }
         if (meta.idempotency) {
           op.parameters ??= [];
@@ -87,10 +93,13 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
             schema: { type: 'string', maxLength: 255 },
             description: 'Retained 24 hours per credential and operation; a retry replays the first result.',
           });
-          op.responses['409'] ??= errorResponse('idempotency_key_in_flight.');
+          add(409, 'idempotency_key_in_flight');
         }
-        if (meta.throttle) op.responses['429'] ??= errorResponse('rate_limited: per-IP throttle; Retry-After set.');
-        if (!r.ownValidation) op.responses['422'] ??= errorResponse('validation_failed: details.fields names each offending field.');
+        if (meta.throttle) add(429, 'rate_limited: per-IP throttle; Retry-After set');
+        if (!r.ownValidation) add(422, 'validation_failed: details.fields names each offending field');
+        // Any operation: the database unreachable or at its limits; a write to a Tenant while it migrates.
+        add(503, 'service_unavailable: Retry-After set');
+        for (const [status, texts] of byStatus) op.responses[String(status)] ??= errorResponse(texts.join('; '));
       }
       return doc;
     },

@@ -174,6 +174,18 @@ test('statuses the service answers are documented and none it never answers: mfa
   assert.ok(sso['501'], 'the 501 not_implemented it always answers');
 });
 
+test('every operation documents 503 service_unavailable (the database unreachable or at its limits; writes to a migrating Tenant), and a status names every code it stands for', () => {
+  for (const { method, path, op } of operations()) {
+    assert.match(op.responses['503']?.description ?? '', /service_unavailable/, `${method.toUpperCase()} ${path} documents 503`);
+  }
+  // A Tenant write refused while it migrates (the audit's example), and a 403 with three causes.
+  assert.match(doc.paths['/v1/users/{id}/entitlements'].post.responses['503'].description, /service_unavailable/);
+  const suspend = doc.paths['/v1/users/{id}/suspend'].post.responses['403'].description;
+  for (const code of ['status_change_forbidden', 'forbidden', 'destructive_operation_restricted']) assert.match(suspend, new RegExp(code), `suspend 403: ${suspend}`);
+  const grant = doc.paths['/v1/users/{id}/entitlements'].post.responses['400'].description;
+  for (const code of ['user_token_required', 'idempotency_key_required']) assert.match(grant, new RegExp(code), `grant 400: ${grant}`);
+});
+
 test('every $ref in the description resolves inside it', () => {
   const resolve = (ref: string) =>
     ref
