@@ -7,6 +7,7 @@ import { boot } from './boot.js';
 import { reportFailure, serve } from './main.js';
 import { bootstrapAdmin } from './modules/users/bootstrap.js';
 import { ApiError } from './errors.js';
+import { isEmailAddress } from './http/validation.js';
 
 const USAGE = `usage: platform <command>
 
@@ -65,6 +66,11 @@ export async function runCli(argv: string[]): Promise<number> {
       const password = values.password ?? env.bootstrapAdminPassword;
       if (!email || !password) {
         console.error('bootstrap-admin needs --email and --password (or BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD)');
+        return 2;
+      }
+      // The same check as BOOTSTRAP_ADMIN_EMAIL at start: the superadmin signs in with an address.
+      if (!isEmailAddress(email)) {
+        console.error(`bootstrap-admin: --email must be an email address (got "${email}")`);
         return 2;
       }
       return withServices(async ({ deps }) => {

@@ -86,6 +86,14 @@ test('stdout carries only the result: jobs list prints exactly the job names and
   assert.equal(JSON.parse(run.stdout).job, 'idempotency-prune');
 });
 
+test('platform bootstrap-admin --email that is not an address is a usage error (exit 2, one line), as BOOTSTRAP_ADMIN_EMAIL is at start; no user is created', async () => {
+  const res = await platform('bootstrap-admin', '--email', 'notanemail', '--password', ADMIN_PASSWORD);
+  assert.equal(res.code, 2, res.stdout);
+  assert.match(res.stderr, /--email must be an email address \(got "notanemail"\)/);
+  assert.doesNotMatch(res.stdout, /created superadmin/);
+  assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
+});
+
 test('an unknown option is a usage error: exit 2 with the usage, no stack trace', async () => {
   const res = await platform('bootstrap-admin', '--mail', 'x@example.com');
   assert.equal(res.code, 2);
