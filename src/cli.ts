@@ -20,7 +20,8 @@ const USAGE = `usage: platform <command>
   jobs run <job>                 run one background job now and wait for it
   jobs list                      list the background jobs
 
-Settings come from the environment (see README).`;
+Settings come from the environment (see README). Commands follow the development clock only with
+DEV_CLOCK=1, like the server.`;
 
 async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) => Promise<T>): Promise<T> {
   const config = { ...loadConfig(), bootstrapAdminEmail: null, bootstrapAdminPassword: null };
@@ -39,6 +40,12 @@ async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) =>
 export async function runCli(argv: string[]): Promise<number> {
   const [command, sub, ...rest] = argv;
   switch (command) {
+    case 'help':
+    case '--help':
+    case '-h':
+      // Asked for, the usage is the answer: stdout, exit 0 (a usage error prints it to stderr, exit 2).
+      console.log(USAGE);
+      return 0;
     case 'serve':
       await serve();
       return -1; // keeps running

@@ -94,6 +94,15 @@ test('platform bootstrap-admin --email that is not an address is a usage error (
   assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
 });
 
+test('platform --help, -h and help print the usage to stdout and exit 0', async () => {
+  for (const flag of ['--help', '-h', 'help']) {
+    const res = await platform(flag);
+    assert.equal(res.code, 0, `${flag}: ${res.stderr}`);
+    assert.match(res.stdout, /usage: platform <command>/);
+    assert.match(res.stdout, /bootstrap-admin/);
+  }
+});
+
 test('an unknown option is a usage error: exit 2 with the usage, no stack trace', async () => {
   const res = await platform('bootstrap-admin', '--mail', 'x@example.com');
   assert.equal(res.code, 2);
