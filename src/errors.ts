@@ -129,6 +129,14 @@ export class ApiError extends Error {
   }
 }
 
+/** 422 validation_failed naming fields (`details.fields`, as schema violations name them). */
+export function validationFailed(...fields: { path: string; message: string }[]): ApiError {
+  return new ApiError('validation_failed', { details: { fields } });
+}
+
+/** 422 validation_failed naming one field. */
+export const invalidField = (path: string, message: string): ApiError => validationFailed({ path, message });
+
 export function statusOf(code: ErrorCode): number {
   return ERROR_CODES[code][0];
 }

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { keyset, toPage } from '../../http/pagination.js';
@@ -11,8 +11,6 @@ import type { Application, ApplicationListQuery, CreateApplicationBody } from '.
 import { ownerCondition, viewerOf, visibleCondition } from './visibility.js';
 import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateRedirectUris, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
-
-const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
 
 /** The Application if the caller may see it; else 404 application_not_found. */
 export async function visibleApplication(ctx: Ctx, id: string): Promise<ApplicationRow> {
@@ -101,7 +99,7 @@ export function validateConfig(slug: string, testMode: boolean, input: ConfigInp
   validateWebUrl('support_url', input.support_url, { mailto: true });
   if (input.redirect_uris) validateRedirectUris(input.redirect_uris, testMode);
   if (input.settings_schema) validateSettingsSchema(input.settings_schema);
-  if (defaultRole !== null && !availableRoles.includes(defaultRole)) throw invalid('default_app_role', 'must be one of available_app_roles');
+  if (defaultRole !== null && !availableRoles.includes(defaultRole)) throw invalidField('default_app_role', 'must be one of available_app_roles');
   return input.permissions ? validatePermissions(slug, input.permissions) : undefined;
 }
 
@@ -109,10 +107,10 @@ export function validateConfig(slug: string, testMode: boolean, input: ConfigInp
 export async function assertOwnerKnown(tx: Tx, owner: { userId?: string | null; organizationId?: string | null }): Promise<void> {
   if (owner.userId) {
     const { rowCount } = await tx.query(`SELECT 1 FROM users WHERE id = $1 AND status <> 'deleted' AND erased_at IS NULL`, [owner.userId]);
-    if (!rowCount) throw invalid('owner_user_id', 'is not a known user');
+    if (!rowCount) throw invalidField('owner_user_id', 'is not a known user');
   } else {
     const { rowCount } = await tx.query('SELECT 1 FROM organizations WHERE id = $1', [owner.organizationId]);
-    if (!rowCount) throw invalid('owner_organization_id', 'is not a known organization');
+    if (!rowCount) throw invalidField('owner_organization_id', 'is not a known organization');
   }
 }
 
@@ -128,7 +126,7 @@ export async function seedAppRole(tx: Tx, app: { id: string; slug: string }, nam
 /** POST /v1/applications (applications.manage): creates approved, resolving or creating the owner's Tenant. */
 export async function createApplication(ctx: Ctx, body: CreateApplicationBody): Promise<Application> {
   validateSlug(body.slug);
-  if (!!body.owner_user_id === !!body.owner_organization_id) throw invalid('owner_user_id', 'exactly one of owner_user_id or owner_organization_id is required');
+  if (!!body.owner_user_id === !!body.owner_organization_id) throw invalidField('owner_user_id', 'exactly one of owner_user_id or owner_organization_id is required');
   const testMode = ctx.mode === 'test';
   const roles = body.available_app_roles ?? [];
   const permissions = validateConfig(body.slug, testMode, body, roles, body.default_app_role ?? null) ?? [];

@@ -1,15 +1,13 @@
 import Ajv from 'ajv';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 
 export const SLUG_PATTERN = /^[a-z][a-z0-9-]{1,63}$/;
 const RESERVED_SETTINGS_KEYS = ['locale', 'timezone', 'theme', 'notifications'];
 const PERMISSION_SUFFIX = /^[a-z0-9_.]{1,64}$/;
 
-const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
-
 export function validateSlug(slug: string): void {
-  if (!SLUG_PATTERN.test(slug)) throw invalid('slug', 'must match ^[a-z][a-z0-9-]{1,63}$');
-  if (slug === 'platform') throw invalid('slug', 'is reserved');
+  if (!SLUG_PATTERN.test(slug)) throw invalidField('slug', 'must match ^[a-z][a-z0-9-]{1,63}$');
+  if (slug === 'platform') throw invalidField('slug', 'is reserved');
 }
 
 export function validateHttpsUrl(path: string, value: string | null | undefined): void {
@@ -18,9 +16,9 @@ export function validateHttpsUrl(path: string, value: string | null | undefined)
   try {
     url = new URL(value);
   } catch {
-    throw invalid(path, 'must be an https URL');
+    throw invalidField(path, 'must be an https URL');
   }
-  if (url.protocol !== 'https:' || url.username || url.password) throw invalid(path, 'must be an https URL');
+  if (url.protocol !== 'https:' || url.username || url.password) throw invalidField(path, 'must be an https URL');
 }
 
 /** An absolute http or https URL without credentials (icon_url; support_url also takes mailto:). */
@@ -31,13 +29,13 @@ export function validateWebUrl(path: string, value: string | null | undefined, o
   try {
     url = new URL(value);
   } catch {
-    throw invalid(path, message);
+    throw invalidField(path, message);
   }
   if (opts.mailto && url.protocol === 'mailto:') {
-    if (!/^[^@\s/]+@[^@\s/]+$/.test(url.pathname)) throw invalid(path, message);
+    if (!/^[^@\s/]+@[^@\s/]+$/.test(url.pathname)) throw invalidField(path, message);
     return;
   }
-  if ((url.protocol !== 'https:' && url.protocol !== 'http:') || !url.hostname || url.username || url.password) throw invalid(path, message);
+  if ((url.protocol !== 'https:' && url.protocol !== 'http:') || !url.hostname || url.username || url.password) throw invalidField(path, message);
 }
 
 /**
@@ -53,15 +51,15 @@ export function validateRedirectUris(uris: string[], testMode: boolean): void {
     try {
       url = new URL(value);
     } catch {
-      throw invalid(path, 'is not a URI');
+      throw invalidField(path, 'is not a URI');
     }
-    if (url.hash || url.username || url.password) throw invalid(path, 'must not carry a fragment or credentials');
+    if (url.hash || url.username || url.password) throw invalidField(path, 'must not carry a fragment or credentials');
     const scheme = url.protocol.slice(0, -1);
     const loopback = scheme === 'http' && (url.hostname === 'localhost' || url.hostname === '127.0.0.1');
     const privateUse = /^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$/.test(scheme);
-    if (loopback && !testMode) throw invalid(path, 'http://localhost and http://127.0.0.1 are allowed only on test_mode applications');
-    if (!(scheme === 'https' || loopback || privateUse)) throw invalid(path, 'must be https, a reverse-DNS private-use scheme, or loopback http on a test application');
-    if (seen.has(value)) throw invalid(path, 'is listed twice');
+    if (loopback && !testMode) throw invalidField(path, 'http://localhost and http://127.0.0.1 are allowed only on test_mode applications');
+    if (!(scheme === 'https' || loopback || privateUse)) throw invalidField(path, 'must be https, a reverse-DNS private-use scheme, or loopback http on a test application');
+    if (seen.has(value)) throw invalidField(path, 'is listed twice');
     seen.add(value);
   });
 }
@@ -71,9 +69,9 @@ export function validatePermissions(slug: string, permissions: { key: string; de
   const seen = new Set<string>();
   return permissions.map((p, i) => {
     if (!p.key.startsWith(prefix) || !PERMISSION_SUFFIX.test(p.key.slice(prefix.length))) {
-      throw invalid(`permissions.${i}.key`, `must start with ${prefix} followed by [a-z0-9_.]{1,64}`);
+      throw invalidField(`permissions.${i}.key`, `must start with ${prefix} followed by [a-z0-9_.]{1,64}`);
     }
-    if (seen.has(p.key)) throw invalid(`permissions.${i}.key`, 'is listed twice');
+    if (seen.has(p.key)) throw invalidField(`permissions.${i}.key`, 'is listed twice');
     seen.add(p.key);
     return { key: p.key, description: p.description ?? '' };
   });
@@ -111,32 +109,17 @@ export function settingsValueErrors(schema: Record<string, unknown>, overrides: 
       errors.push({ key, message: "is not a property of the Application's settings_schema" });
       continue;
     }
-    let valid = false;
+    let valid: boolean;
     try {
       valid = schemaAjv.validate(property, value) as boolean;
     } catch {
-      valid = false;
+      valid = false; // a property that does not compile accepts nothing
     }
-    if (!valid) errors.push({ key, message: schemaAjv.errors?.[0]?.message ? `${schemaAjv.errors[0].message}` : 'does not match its settings_schema property' });
+    if (!valid) errors.push({ key, message: schemaAjv.errors?.[0]?.message ?? 'does not match its settings_schema property' });
   }
   return errors;
 }
 
 /** Keys whose stored overrides no longer validate against the schema, per key. */
-export function staleOverrideKeys(schema: Record<string, unknown>, overrides: Record<string, unknown>): string[] {
-  const properties = (schema.properties ?? {}) as Record<string, object>;
-  const stale: string[] = [];
-  for (const [key, value] of Object.entries(overrides)) {
-    const property = properties[key];
-    if (!property) {
-      stale.push(key);
-      continue;
-    }
-    try {
-      if (!schemaAjv.validate(property, value)) stale.push(key);
-    } catch {
-      stale.push(key);
-    }
-  }
-  return stale;
-}
+export const staleOverrideKeys = (schema: Record<string, unknown>, overrides: Record<string, unknown>): string[] =>
+  settingsValueErrors(schema, overrides).map((e) => e.key);

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
 import { callProcessor, processorClient } from './processor.js';
@@ -13,16 +13,14 @@ export const CHECKOUT_ALLOWED = new Set(['none', 'canceled', 'incomplete_expired
 /** Stripe portal sessions carry no expiry; they are short-lived, so we promise five minutes. */
 const PORTAL_SESSION_SECONDS = 300;
 
-const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
-
 function validateUrl(path: string, value: string, protocols: string[]): void {
   let url: URL;
   try {
     url = new URL(value);
   } catch {
-    throw invalid(path, 'must be an absolute URL');
+    throw invalidField(path, 'must be an absolute URL');
   }
-  if (!protocols.includes(url.protocol)) throw invalid(path, `must use ${protocols.map((p) => p.replace(':', '')).join(' or ')}`);
+  if (!protocols.includes(url.protocol)) throw invalidField(path, `must use ${protocols.map((p) => p.replace(':', '')).join(' or ')}`);
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
@@ -19,16 +19,15 @@ import { assertMayGrant, confinedApp, rightsOver } from './rights.js';
 import type { Entitlement, GrantBody } from './schemas.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
-const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
 export const MAX_START_AHEAD_SECONDS = 365 * 24 * 3600;
 
 /** Shared term rules of personal and organization grants. */
 export function grantTerm(ctx: Ctx, body: { source?: string; starts_at?: string; ends_at?: string | null }): { startsAt: Date; endsAt: Date | null } {
   const startsAt = body.starts_at ? new Date(body.starts_at) : ctx.now;
-  if (startsAt > addSeconds(ctx.now, MAX_START_AHEAD_SECONDS)) throw invalid('starts_at', 'must be at most 1 year ahead');
+  if (startsAt > addSeconds(ctx.now, MAX_START_AHEAD_SECONDS)) throw invalidField('starts_at', 'must be at most 1 year ahead');
   const endsAt = body.ends_at ? new Date(body.ends_at) : null;
   if (body.source === 'trial' && !endsAt) throw new ApiError('ends_at_required');
-  if (endsAt && endsAt <= startsAt) throw invalid('ends_at', 'must be after starts_at');
+  if (endsAt && endsAt <= startsAt) throw invalidField('ends_at', 'must be after starts_at');
   return { startsAt, endsAt };
 }
 

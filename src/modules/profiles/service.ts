@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { applyPatch } from '../../http/patch.js';
 import type { Queryable } from '../../db/types.js';
@@ -28,18 +28,16 @@ async function loadProfile(db: Queryable, userId: string): Promise<Profile> {
   return { ...r, updated_at: r.updated_at.toISOString() };
 }
 
-const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
-
 /** A BCP 47 tag the runtime's locale data recognizes, in canonical form; else 422. */
 export function recognizedLocale(tag: string): string {
   let canonical: string;
   try {
     [canonical] = Intl.getCanonicalLocales(tag);
   } catch {
-    throw invalid('locale', 'is not a BCP 47 language tag');
+    throw invalidField('locale', 'is not a BCP 47 language tag');
   }
   if (!canonical || Intl.DateTimeFormat.supportedLocalesOf([canonical], { localeMatcher: 'lookup' }).length === 0 || !knownSubtags(canonical)) {
-    throw invalid('locale', 'is not a locale the service recognizes');
+    throw invalidField('locale', 'is not a locale the service recognizes');
   }
   return canonical;
 }
@@ -71,7 +69,7 @@ export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfile
     try {
       if (new URL(body.avatar_url).protocol !== 'https:') throw new Error();
     } catch {
-      throw invalid('avatar_url', 'must be an https URL');
+      throw invalidField('avatar_url', 'must be an https URL');
     }
   }
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;

@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField, validationFailed } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { mergeCustom } from '../../http/patch.js';
 import type { Queryable } from '../../db/types.js';
@@ -12,8 +12,6 @@ import { settingsValueErrors } from '../applications/validation.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import type { AppSettings, PatchAppSettingsBody, PatchSettingsBody, Settings } from './schemas.js';
 
-const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
-
 interface SettingsRow {
   user_id: string;
   theme: Settings['theme'];
@@ -23,8 +21,11 @@ interface SettingsRow {
   updated_at: Date;
 }
 
-async function loadSettings(db: Queryable, userId: string): Promise<Settings> {
-  const { rows } = await db.query<SettingsRow>('SELECT user_id, theme, timezone, locale, notifications, updated_at FROM settings WHERE user_id = $1', [userId]);
+async function loadSettings(db: Queryable, userId: string, forUpdate = false): Promise<Settings> {
+  const { rows } = await db.query<SettingsRow>(
+    `SELECT user_id, theme, timezone, locale, notifications, updated_at FROM settings WHERE user_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
+    [userId],
+  );
   const r = rows[0];
   if (!r) throw new ApiError('user_not_found');
   return { ...r, updated_at: r.updated_at.toISOString() };
@@ -35,7 +36,7 @@ export function recognizedTimeZone(zone: string): string {
   try {
     return new Intl.DateTimeFormat('en', { timeZone: zone }).resolvedOptions().timeZone;
   } catch {
-    throw invalid('timezone', 'is not an IANA time zone the service recognizes');
+    throw invalidField('timezone', 'is not an IANA time zone the service recognizes');
   }
 }
 
@@ -55,8 +56,7 @@ export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettin
   const timezone = body.timezone !== undefined ? recognizedTimeZone(body.timezone) : undefined;
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
-    await tx.query('SELECT 1 FROM settings WHERE user_id = $1 FOR UPDATE', [user.id]);
-    const before = await loadSettings(tx, user.id);
+    const before = await loadSettings(tx, user.id, true);
     const next = {
       theme: body.theme ?? before.theme,
       timezone: timezone ?? before.timezone,
@@ -107,14 +107,14 @@ export async function getAppSettings(ctx: Ctx, idParam: string, appId: string): 
 export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string, body: PatchAppSettingsBody): Promise<AppSettings> {
   const { user, app, self } = await authorizeAppUserData(ctx, idParam, appId);
   const errors = settingsValueErrors(app.settings_schema, Object.fromEntries(Object.entries(body.overrides).filter(([, v]) => v !== null)));
-  if (errors.length) throw new ApiError('validation_failed', { details: { fields: errors.map((e) => ({ path: `overrides.${e.key}`, message: e.message })) } });
+  if (errors.length) throw validationFailed(...errors.map((e) => ({ path: `overrides.${e.key}`, message: e.message })));
   return ctx.db.transaction(async (tx) => {
     // AppSettings are the Application's Tenant's data: unchanged while that Tenant is migrating.
     await assertTenantWritable(tx, app.tenant_id);
     await tx.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
     const row = await loadAppSettings(tx, user.id, app.id);
     const overrides = mergeCustom(row?.overrides ?? {}, body.overrides);
-    if (Buffer.byteLength(JSON.stringify(overrides)) > CUSTOM_MAX_BYTES) throw invalid('overrides', 'must serialize to at most 16 KB');
+    if (Buffer.byteLength(JSON.stringify(overrides)) > CUSTOM_MAX_BYTES) throw invalidField('overrides', 'must serialize to at most 16 KB');
     if (row && isDeepStrictEqual(overrides, row.overrides)) return shape(user.id, app.id, row);
     await tx.query(
       `INSERT INTO app_settings (user_id, application_id, overrides, updated_at) VALUES ($1, $2, $3, $4)

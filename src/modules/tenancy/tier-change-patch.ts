@@ -2,7 +2,7 @@ import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { tenantFor } from './service.js';
@@ -20,8 +20,6 @@ const MOVES: Record<Status, readonly Status[]> = {
   completed: [],
   cancelled: [],
 };
-
-const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
 
 /**
  * PATCH /v1/tenants/{id}/tier-change-requests/{requestId} (tenants.manage): status moves with their
@@ -42,14 +40,14 @@ export async function patchTierChange(ctx: Ctx, tenantId: string, id: string, bo
     }
     let scheduledFor = row.scheduled_for;
     if (body.scheduled_for !== undefined) {
-      if (to !== 'scheduled') throw invalid('scheduled_for', 'can only be set when scheduling (status scheduled)');
+      if (to !== 'scheduled') throw invalidField('scheduled_for', 'can only be set when scheduling (status scheduled)');
       scheduledFor = new Date(body.scheduled_for);
-      if (scheduledFor.getTime() <= ctx.now.getTime()) throw invalid('scheduled_for', 'must be in the future');
+      if (scheduledFor.getTime() <= ctx.now.getTime()) throw invalidField('scheduled_for', 'must be in the future');
     } else if (moving && to === 'scheduled') {
-      throw invalid('scheduled_for', 'is required to schedule a request');
+      throw invalidField('scheduled_for', 'is required to schedule a request');
     }
     const notes = body.notes !== undefined ? body.notes : row.notes;
-    if (moving && to === 'cancelled' && !notes?.trim()) throw invalid('notes', 'is required to cancel a request');
+    if (moving && to === 'cancelled' && !notes?.trim()) throw invalidField('notes', 'is required to cancel a request');
     const rescheduled = scheduledFor?.getTime() !== row.scheduled_for?.getTime();
     if (!moving && !rescheduled && notes === row.notes) return toTierChangeRequest(row);
 

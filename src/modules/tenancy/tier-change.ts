@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
@@ -11,18 +11,16 @@ import { OPEN_STATUSES, TCR_COLUMNS, findOpenTierChange, findTierChange, insertT
 /** The tier ladder: a request must move strictly up it (a new region within dedicated_region counts as up). */
 const LADDER = { shared: 0, isolated: 1, dedicated_region: 2 } as const;
 
-const invalid = (path: string, message: string) => new ApiError('validation_failed', { details: { fields: [{ path, message }] } });
-
 export const actorId = (ctx: Ctx): string | null => (ctx.actor.type === 'user' ? ctx.actor.userId : ctx.actor.type === 'api_key' ? ctx.actor.keyId : null);
 
 /** requested_region: required (and on the allow-list) for dedicated_region, absent otherwise. */
 function validateRegion(body: CreateTierChangeBody): string | null {
   const region = body.requested_region ?? null;
   if (body.requested_tier !== 'dedicated_region') {
-    if (region !== null) throw invalid('requested_region', `must not be set for ${body.requested_tier}; ${body.requested_tier} Tenants live in ${DEFAULT_REGION}`);
+    if (region !== null) throw invalidField('requested_region', `must not be set for ${body.requested_tier}; ${body.requested_tier} Tenants live in ${DEFAULT_REGION}`);
     return null;
   }
-  if (region === null) throw invalid('requested_region', 'is required for dedicated_region');
+  if (region === null) throw invalidField('requested_region', 'is required for dedicated_region');
   if (!(REGIONS as readonly string[]).includes(region)) {
     throw new ApiError('unsupported_region', { details: { requested_region: region, supported_regions: REGIONS } });
   }
@@ -31,7 +29,7 @@ function validateRegion(body: CreateTierChangeBody): string | null {
 
 /** POST /v1/tenants/{id}/tier-change-requests (tenants.manage): a pending request; no migration starts. */
 export async function createTierChange(ctx: Ctx, tenantId: string, body: CreateTierChangeBody): Promise<TierChangeRequest> {
-  if (!body.reason.trim()) throw invalid('reason', 'must not be blank');
+  if (!body.reason.trim()) throw invalidField('reason', 'must not be blank');
   const region = validateRegion(body);
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
