@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorObject } from 'ajv';
-import { ApiError, fromDatabaseError, type ErrorCode } from '../errors.js';
+import { ApiError, fromDatabaseError, type ErrorCode, invalidField } from '../errors.js';
 import { DatabaseBusyError } from '../db/types.js';
 import { metaOf } from './meta.js';
 import { fieldErrors } from './validation.js';
@@ -15,7 +15,7 @@ export function toApiError(err: unknown): ApiError {
   switch (fe?.code) {
     case 'FST_ERR_MAX_PARAM_LENGTH':
       // The router refuses a path parameter over maxParamLength before the schema sees it.
-      return new ApiError('validation_failed', { details: { fields: [{ path: 'path', message: `must NOT have more than ${MAX_PARAM_LENGTH} characters` }] } });
+      return invalidField('path', `must NOT have more than ${MAX_PARAM_LENGTH} characters`);
     case 'FST_ERR_BAD_URL':
       return new ApiError('bad_request', { message: 'The URL is not validly encoded.' });
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
@@ -30,7 +30,7 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof SyntaxError && (fe as { statusCode?: number }).statusCode === 400) return new ApiError('malformed_json');
   // Safety net for U+0000 the request checks did not see (22021 in text, 22P05 in jsonb).
   if (fe?.code === '22021' || fe?.code === '22P05') {
-    return new ApiError('validation_failed', { details: { fields: [{ path: 'body', message: 'must not contain U+0000' }] } });
+    return invalidField('body', 'must not contain U+0000');
   }
   const fromDb = fromDatabaseError(err);
   if (fromDb) return fromDb;

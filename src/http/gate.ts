@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Actor, Ctx, Deps } from '../context.js';
-import { ApiError } from '../errors.js';
+import { ApiError, invalidField } from '../errors.js';
 import { bearerToken, isApiKeySecret, resolveBearer, unauthenticated, verifyAccessTokenClaims } from '../auth/credentials.js';
 import { modeOf } from '../db/types.js';
 import { metaOf } from './meta.js';
@@ -106,7 +106,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     // error shape).
     if (request.routeOptions.attachValidation) return;
     const bad = unstorableText(request.params, 'path') ?? unstorableText(request.query, 'query') ?? unstorableText(request.body, '');
-    if (bad !== null) throw new ApiError('validation_failed', { details: { fields: [{ path: bad.path || 'body', message: bad.message }] } });
+    if (bad !== null) throw invalidField(bad.path || 'body', bad.message);
   });
 
   app.addHook('preHandler', async (request, reply) => {

@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Actor, Deps } from '../context.js';
 import type { Tx } from '../db/types.js';
-import { ApiError } from '../errors.js';
+import { ApiError, invalidField } from '../errors.js';
 import { addSeconds } from '../clock.js';
 
 export const IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600;
@@ -83,9 +83,7 @@ export async function claimIdempotencyKey(
     return false;
   }
   if (key.length > 255) {
-    throw new ApiError('validation_failed', {
-      details: { fields: [{ path: 'header.idempotency-key', message: 'must be at most 255 characters' }] },
-    });
+    throw invalidField('header.idempotency-key', 'must be at most 255 characters');
   }
   const claim: Claim = {
     credential: credentialOf(actor),

@@ -1,4 +1,4 @@
-import { ApiError } from '../errors.js';
+import { invalidField } from '../errors.js';
 
 export interface PageParams {
   limit?: number;
@@ -6,7 +6,7 @@ export interface PageParams {
 }
 
 const invalidCursor = () =>
-  new ApiError('validation_failed', { details: { fields: [{ path: 'query.cursor', message: 'is not a cursor from this list' }] } });
+  invalidField('query.cursor', 'is not a cursor from this list');
 
 /** Cursors are opaque to clients: the sort key of the last row returned, base64url JSON. */
 export function encodeCursor(key: readonly (string | number)[]): string {

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { hashSecret, newId, newSecret } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
@@ -73,7 +73,7 @@ export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey &
   await assertMayManageScope(ctx, body.scope);
   await assertPermissions(ctx, body.scope, body.permissions);
   if (body.expires_at && Date.parse(body.expires_at) <= ctx.now.getTime()) {
-    throw new ApiError('validation_failed', { details: { fields: [{ path: 'expires_at', message: 'must be in the future' }] } });
+    throw invalidField('expires_at', 'must be in the future');
   }
   const mode = body.mode ?? 'live';
   // A test credential never mints a live key: that would be a way out of test mode.

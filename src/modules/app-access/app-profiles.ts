@@ -2,7 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import { recordAudit } from '../../audit/record.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { mergeCustom } from '../../http/patch.js';
 import { accessKey, resolveAccess } from '../../access/resolve.js';
 import { targetUser, confinedApp } from '../users/access.js';
@@ -86,7 +86,7 @@ export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, 
     const { row } = current;
     const custom = body.custom ? mergeCustom(row?.custom ?? {}, body.custom) : row?.custom ?? {};
     if (Buffer.byteLength(JSON.stringify(custom)) > CUSTOM_MAX_BYTES) {
-      throw new ApiError('validation_failed', { details: { fields: [{ path: 'custom', message: 'must serialize to at most 16 KB' }] } });
+      throw invalidField('custom', 'must serialize to at most 16 KB');
     }
     const handle = 'display_handle' in body ? body.display_handle ?? null : row?.display_handle ?? null;
     // The first PATCH creates the record; later ones that change nothing write nothing (no audit row,

@@ -2,7 +2,7 @@ import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { assertWithinPlan, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
 import { findApplicationRow, toApplication, type ApplicationRow } from './store.js';
@@ -140,7 +140,7 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   const nextUser = userSide ?? (orgSide ? null : ownerUser);
   const nextOrg = orgSide ?? (userSide ? null : ownerOrg);
   if (!!nextUser === !!nextOrg) {
-    throw new ApiError('validation_failed', { details: { fields: [{ path: 'owner_user_id', message: 'exactly one of owner_user_id or owner_organization_id' }] } });
+    throw invalidField('owner_user_id', 'exactly one of owner_user_id or owner_organization_id');
   }
   body.owner_user_id = nextUser;
   body.owner_organization_id = nextOrg;

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
 import { addSeconds } from '../../clock.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import type { AuditEvent, AuditQuery } from './schemas.js';
 import { applicationPlan, AUDIT_COLUMNS, ownedTenants, tenantCondition, tenantsOfEvent, toAuditEvent, windowDaysOf, type AuditRow } from './store.js';
@@ -48,7 +48,7 @@ async function listView(ctx: Ctx, q: AuditQuery): Promise<AuditView> {
 function resolveTargetUser(ctx: Ctx, value: string): string {
   if (value !== 'me') return value;
   if (ctx.actor.type === 'user') return ctx.actor.userId;
-  throw new ApiError('validation_failed', { details: { fields: [{ path: 'query.target_user_id', message: '`me` needs a User token' }] } });
+  throw invalidField('query.target_user_id', '`me` needs a User token');
 }
 
 /** GET /v1/audit-events: newest first, within the caller's hot window (returned for the header). */

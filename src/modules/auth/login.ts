@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { verifyAgainstDummy, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { hashRecoveryCode, totpSecretOf, verifyTotp } from '../../auth/totp.js';
@@ -56,9 +56,7 @@ async function challenge(tx: Tx, ctx: Ctx, userId: string, identityId: string): 
 /** POST /v1/auth/mfa/verify: the second step, with a TOTP code (once only) or a recovery code. */
 export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<AuthSession> {
   if ((input.code === undefined) === (input.recovery_code === undefined)) {
-    throw new ApiError('validation_failed', {
-      details: { fields: [{ path: input.code === undefined ? 'code' : 'recovery_code', message: 'send exactly one of code or recovery_code' }] },
-    });
+    throw invalidField(input.code === undefined ? 'code' : 'recovery_code', 'send exactly one of code or recovery_code');
   }
   const pending = await peekOneTimeToken(baseCtx.deps.database.scoped('system'), ['mfa_challenge'], input.mfa_token, baseCtx.now);
   if (!pending) throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });

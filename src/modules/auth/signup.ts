@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
 import { createUserRecords } from '../users/service.js';
 import { findLiveUserByEmail } from '../users/store.js';
@@ -46,6 +46,6 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
 async function assertKnownApplication(ctx: Ctx, applicationId: string): Promise<void> {
   const { rowCount } = await ctx.db.query('SELECT 1 FROM applications WHERE id = $1', [applicationId]);
   if (!rowCount) {
-    throw new ApiError('validation_failed', { details: { fields: [{ path: 'application_id', message: 'is not a known application' }] } });
+    throw invalidField('application_id', 'is not a known application');
   }
 }

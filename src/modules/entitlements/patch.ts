@@ -2,7 +2,7 @@ import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits, withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
@@ -78,7 +78,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     let reworded: string | null = null;
     if (body.disabled_reason != null && !move?.needsReason && row.status !== 'revoked') {
       if (status !== 'disabled') {
-        throw new ApiError('validation_failed', { details: { fields: [{ path: 'disabled_reason', message: 'is set with status disabled or revoked, or on a disabled row' }] } });
+        throw invalidField('disabled_reason', 'is set with status disabled or revoked, or on a disabled row');
       }
       if (!body.disabled_reason) throw new ApiError('disabled_reason_required');
       if (body.disabled_reason !== row.disabled_reason) {
@@ -91,7 +91,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     let endsAt = row.ends_at;
     if ('ends_at' in body) {
       endsAt = body.ends_at ? new Date(body.ends_at) : null;
-      if (endsAt && endsAt <= row.starts_at) throw new ApiError('validation_failed', { details: { fields: [{ path: 'ends_at', message: 'must be after starts_at' }] } });
+      if (endsAt && endsAt <= row.starts_at) throw invalidField('ends_at', 'must be after starts_at');
       if (String(endsAt?.getTime()) !== String(row.ends_at?.getTime())) changed.push('ends_at');
     }
     let source = row.source;

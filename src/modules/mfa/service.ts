@@ -1,7 +1,7 @@
 import type { Ctx, Deps } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
@@ -82,7 +82,7 @@ export async function confirmTotp(ctx: Ctx, idParam: string, input: ConfirmBody)
 /** POST …/mfa/totp/disable: needs a current code or an unused recovery code. */
 export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody): Promise<void> {
   if ((input.code === undefined) === (input.recovery_code === undefined)) {
-    throw new ApiError('validation_failed', { details: { fields: [{ path: 'code', message: 'send exactly one of code or recovery_code' }] } });
+    throw invalidField('code', 'send exactly one of code or recovery_code');
   }
   const { userId, identity } = await selfIdentity(ctx, idParam);
   if (!identity.totp_confirmed_at || !identity.totp_secret) throw new ApiError('mfa_not_enabled');

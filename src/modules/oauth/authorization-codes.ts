@@ -1,12 +1,12 @@
 import type { Ctx } from '../../context.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { findApplicationRow } from '../applications/store.js';
 import { assertAppAccess } from './access.js';
 import { CODE_SECONDS, insertCode } from './store.js';
 import type { AuthorizationCode, AuthorizationCodeBody } from './schemas.js';
 
 const invalidRedirect = (message: string) =>
-  new ApiError('validation_failed', { details: { fields: [{ path: 'redirect_uri', message }] } });
+  invalidField('redirect_uri', message);
 
 /**
  * POST /v1/auth/oauth/authorization-codes (Part A Rule 8), called by the hosted sign-in page for the

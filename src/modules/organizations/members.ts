@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { pathApplicationIds } from '../../outbox/emit.js';
 import { memberEvent } from './events.js';
@@ -62,7 +62,7 @@ async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: str
 export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): Promise<Member> {
   const { org, manage, admin } = await orgAccess(ctx, orgId);
   if (!manage && !admin) throw new ApiError('forbidden');
-  if (!!body.user_id === !!body.email) throw new ApiError('validation_failed', { details: { fields: [{ path: 'email', message: 'send exactly one of user_id or email' }] } });
+  if (!!body.user_id === !!body.email) throw invalidField('email', 'send exactly one of user_id or email');
   if (body.user_id && !manage) throw new ApiError('forbidden', { message: 'Adding by user_id needs organizations.manage.' });
   assertOrgActive(org);
   const role = body.role ?? 'member';

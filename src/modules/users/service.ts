@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
@@ -123,7 +123,7 @@ export async function listUsers(ctx: Ctx, q: UserListQuery) {
   if (q.created_before) add((n) => `u.created_at < $${n}`, q.created_before);
   // An app-scoped key always gets exactly its own Application's result; another filter must name one.
   if (q.application_id && !confinedApp(ctx) && !(await ctx.db.query('SELECT 1 FROM applications WHERE id = $1', [q.application_id])).rowCount) {
-    throw new ApiError('validation_failed', { details: { fields: [{ path: 'query.application_id', message: 'is not a known application' }] } });
+    throw invalidField('query.application_id', 'is not a known application');
   }
   const app = confinedApp(ctx) ?? q.application_id;
   if (app) add((n) => accessPathCondition('u.id', n), app);

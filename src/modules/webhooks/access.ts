@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { findApplication, isApplicationOwner, OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { SUBSCRIPTION_COLUMNS, type SubscriptionRow } from './store.js';
 
@@ -53,7 +53,7 @@ export interface CreateScope {
 
 const forbidden = (message: string) => new ApiError('forbidden', { message });
 const scopeRequired = () =>
-  new ApiError('validation_failed', { details: { fields: [{ path: 'scope', message: 'is required: `platform` or an application_id' }] } });
+  invalidField('scope', 'is required: `platform` or an application_id');
 
 /**
  * Part B scope rules: an app-scoped key may omit scope or pass its own Application; an Application

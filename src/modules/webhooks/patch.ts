@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, invalidField } from '../../errors.js';
 import { API_VERSIONS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
 import { visibleSubscription } from './access.js';
@@ -20,9 +20,7 @@ export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody)
   assertNoReadOnlyFields(body, WEBHOOK_READ_ONLY);
   const current = await visibleSubscription(ctx, id);
   if (body.api_version !== undefined && versionIndex(body.api_version) < versionIndex(current.api_version)) {
-    throw new ApiError('validation_failed', {
-      details: { fields: [{ path: 'api_version', message: `cannot move back from ${current.api_version}; published versions: ${API_VERSIONS.join(', ')}` }] },
-    });
+    throw invalidField('api_version', `cannot move back from ${current.api_version}; published versions: ${API_VERSIONS.join(', ')}`);
   }
   if (body.url !== undefined && body.url !== current.url) await assertWebhookUrl(ctx.deps, body.url);
 
