@@ -119,7 +119,15 @@ export function registerErrorHandling(app: FastifyInstance, confirmCaller?: (req
     if (confirmCaller && (error.status === 422 || fe.validation) && request.actor?.type === 'user' && request.actor.unconfirmed) {
       error = await confirmCaller(request).then(() => error, toApiError);
     }
-    if (error.status >= 500) request.log.error({ err }, 'request failed');
+    if (error.status >= 500 && error.code !== 'internal_error' && (err instanceof ApiError || err instanceof DatabaseBusyError)) {
+      // An answer the service chose (sign-ins beyond the password pool, the database's queue full, a
+      // migrating Tenant, the processor unavailable, which logs its own cause, an SSO callback not
+      // implemented): no fault, so one warning line without a stack, and shedding does not add error
+      // logging to an overloaded process.
+      request.log.warn({ code: error.code, status: error.status }, `request refused: ${error.message}`);
+    } else if (error.status >= 500) {
+      request.log.error({ err }, 'request failed');
+    }
     return sendError(reply, error);
   });
 

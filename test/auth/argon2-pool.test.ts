@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Piscina } from 'piscina';
 import { passwordWorkCapacity } from '../../src/auth/passwords.js';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildCapturedApp, type CapturedApp } from '../security/core/support.js';
 import { PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
 import { assertAuthSession, assertError, post } from './support.js';
 
@@ -22,9 +22,9 @@ Piscina.prototype.run = async function run(this: Piscina, task: unknown, ...rest
   return (realRun as (...args: unknown[]) => Promise<unknown>).call(this, task, ...rest);
 } as typeof realRun;
 
-let t: TestApp;
+let t: CapturedApp;
 before(async () => {
-  t = await buildTestApp();
+  t = await buildCapturedApp();
 });
 after(() => t.close());
 
@@ -94,4 +94,15 @@ test('LD-1 sign-ins beyond the process\'s password-work capacity get 503 service
   const res = await post(t, '/v1/auth/login', { email, password: PASSWORD });
   assert.equal(res.statusCode, 200, res.body);
   assertAuthSession(res.json());
+
+  // Shedding is an expected condition under load, not a fault: each refusal is one warning line with
+  // its code and request id, no error line and no stack (an overloaded process does not log more).
+  const shed = t.logs.filter((line) => line.code === 'service_unavailable');
+  assert.equal(shed.length, 7, JSON.stringify(t.logs));
+  for (const line of shed) {
+    assert.equal(line.level, 40);
+    assert.match(String(line.reqId), /^req_/);
+    assert.equal(line.err, undefined);
+  }
+  assert.deepEqual(t.logs.filter((line) => line.level >= 50), []);
 });

@@ -139,3 +139,14 @@ test('IV-6 a thrown exception, a database error and a TypeError: "generic 500 wi
   figure('IV-6', `leaky bodies: ${leaky} / 3`);
   assert.equal(leaky, 0);
 });
+
+test('IV-6 an answer the service chooses is no fault: the SSO callback\'s 501 not_implemented is logged as one warning with its req_ id and no stack, never as an error', async () => {
+  const res = await call(t, 'POST', '/v1/auth/sso/google/callback', null, {});
+  assertError(res, 501, 'not_implemented');
+  const requestId = String(res.headers['request-id']);
+  const lines = t.logs.filter((line) => line.reqId === requestId);
+  assert.equal(lines.length, 1, JSON.stringify(lines));
+  assert.equal(lines[0]!.level, 40);
+  assert.equal(lines[0]!.code, 'not_implemented');
+  assert.equal(lines[0]!.err, undefined);
+});
