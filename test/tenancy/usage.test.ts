@@ -45,7 +45,7 @@ test('the usage document gives each capped resource {limit, current}, seats also
   });
 });
 
-test('a null limit means unlimited: Enterprise has no caps; Team includes 25 seats without a cap', async () => {
+test('a null limit means unlimited: Enterprise has no caps (its audit window is the negotiated default, 730 days); Team includes 25 seats without a cap', async () => {
   const enterprise = await tenantOwner(t, { plan: 'enterprise' });
   const e = await usage(enterprise.tenantId, enterprise.token);
   assert.deepEqual(e.limits, {
@@ -53,13 +53,24 @@ test('a null limit means unlimited: Enterprise has no caps; Team includes 25 sea
     seats: { limit: null, current: 0, included: null },
     app_roles: { limit: null, current: 0 },
     webhooks: { limit: null, current: 0 },
-    audit_hot_window_days: { limit: null },
+    audit_hot_window_days: { limit: 730 },
   });
   const team = await tenantOwner(t, { plan: 'team' });
   const tm = await usage(team.tenantId, team.token);
   assert.deepEqual(tm.limits.seats, { limit: null, current: 0, included: 25 });
   assert.deepEqual(tm.limits.applications, { limit: 5, current: 0 });
   assert.equal(tm.limits.audit_hot_window_days.limit, 365);
+});
+
+test('usage audit_hot_window_days is the window the audit log applies to the Tenant owner (Audit-Hot-Window-Start), on every plan', async () => {
+  for (const plan of ['starter', 'team', 'enterprise'] as const) {
+    const owner = await tenantOwner(t, { plan });
+    const { limit } = (await usage(owner.tenantId, owner.token)).limits.audit_hot_window_days;
+    const res = await call(t, 'GET', `/v1/audit-events?tenant_id=${owner.tenantId}`, owner.token);
+    assertStatus(res, 200);
+    const days = Math.round((t.clock.now().getTime() - Date.parse(String(res.headers['audit-hot-window-start']))) / 86_400_000);
+    assert.equal(days, limit, `${plan}: usage says ${limit} days, the audit log applies ${days}`);
+  }
 });
 
 test('app_roles current is the highest count on any one Application, and decides fits_plans', async () => {

@@ -44,10 +44,8 @@ export function toAuditEvent(r: AuditRow): AuditEvent {
 export const tenantCondition = (n: number) =>
   `(e.tenant_id = $${n} OR e.application_id IN (SELECT a.id FROM applications a WHERE a.tenant_id = $${n}))`;
 
-/** Enterprise windows are negotiated; without a negotiated figure on record, two years. */
-export const ENTERPRISE_HOT_WINDOW_DAYS = 730;
-
-export const windowDaysOf = (plan: Plan): number => PLAN_LIMITS[plan]?.audit_hot_window_days ?? ENTERPRISE_HOT_WINDOW_DAYS;
+/** The hot window of a Tenant owner's audit view: its plan's (Part B Limits). */
+export const windowDaysOf = (plan: Plan): number => PLAN_LIMITS[plan].audit_hot_window_days;
 
 export async function tenantPlan(db: Queryable, tenantId: string): Promise<Plan | null> {
   const { rows } = await db.query<{ plan: Plan }>('SELECT plan FROM tenants WHERE id = $1', [tenantId]);

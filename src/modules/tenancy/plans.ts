@@ -6,11 +6,17 @@ import { countSeats } from './seats.js';
 export type Plan = 'starter' | 'team' | 'enterprise';
 export type LimitedResource = 'applications' | 'seats' | 'app_roles' | 'webhooks';
 
+/**
+ * Enterprise audit windows are negotiated (Part B Limits); without a negotiated figure on record, two
+ * years. Usage reports it as the limit, since it is the window the audit log enforces.
+ */
+export const ENTERPRISE_HOT_WINDOW_DAYS = 730;
+
 /** The plan catalog (Part B Limits). null = unlimited. Seats: Starter caps at 1,000; Team includes 25 and bills extra. */
-export const PLAN_LIMITS: Record<Plan, Record<LimitedResource, number | null> & { seats_included: number | null; audit_hot_window_days: number | null }> = {
+export const PLAN_LIMITS: Record<Plan, Record<LimitedResource, number | null> & { seats_included: number | null; audit_hot_window_days: number }> = {
   starter: { applications: 1, app_roles: 3, webhooks: 1, seats: 1000, seats_included: 1000, audit_hot_window_days: 30 },
   team: { applications: 5, app_roles: null, webhooks: 10, seats: null, seats_included: 25, audit_hot_window_days: 365 },
-  enterprise: { applications: null, app_roles: null, webhooks: null, seats: null, seats_included: null, audit_hot_window_days: null },
+  enterprise: { applications: null, app_roles: null, webhooks: null, seats: null, seats_included: null, audit_hot_window_days: ENTERPRISE_HOT_WINDOW_DAYS },
 };
 
 export interface TenantRow {
