@@ -423,3 +423,17 @@ test('the Roles of an Application the caller cannot see do not exist for them: c
   assertError(await assign(user.token, user.id, `role_${shown.slug}_ed`), 403, 'forbidden');
   assert.deepEqual(await heldRoles(user.id), ['role_platform_member'], 'nothing assigned');
 });
+
+test('GET /v1/roles: following page.next_cursor one Role at a time returns every Role exactly once, seed Roles included (list responses, Part A conventions)', async () => {
+  await createRole(admin, { scope: 'platform', name: `walk_${rand()}`, permissions: [] });
+  const all = assertStatus(await call(t, 'GET', '/v1/roles?limit=100', superadmin.token), 200).data.map((r: { id: string }) => r.id);
+  assert.ok(all.includes('role_platform_member') && all.length > 4);
+  const walked: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const page = assertStatus(await call(t, 'GET', `/v1/roles?limit=1${cursor ? `&cursor=${cursor}` : ''}`, superadmin.token), 200);
+    walked.push(...page.data.map((r: { id: string }) => r.id));
+    cursor = page.page.next_cursor;
+  } while (cursor && walked.length <= all.length);
+  assert.deepEqual(walked, all);
+});
