@@ -390,6 +390,8 @@ test('revoked → anything is 409 invalid_status_transition (grant a new Entitle
     { status: 'active' }, { status: 'disabled', disabled_reason: 'x' }, { status: 'expired' }, { ends_at: inSeconds(t, DAY) }, { order_id: 'late' },
     // Naming the row's own status does not open it: nothing else may change either.
     { status: 'revoked', ends_at: inSeconds(t, DAY) }, { status: 'revoked', order_id: 'late' }, { disabled_reason: 'other' },
+    // Another reason would reword a terminal row: refused, not silently dropped.
+    { status: 'revoked', disabled_reason: 'again' },
   ]) {
     assertError(await patchEnt(t, admin, ent.id, body), 409, 'invalid_status_transition');
   }
@@ -397,8 +399,10 @@ test('revoked → anything is 409 invalid_status_transition (grant a new Entitle
   assert.equal(row.status, 'revoked');
   assert.equal(row.order_id, null);
   assert.equal(row.ends_at, null);
-  // Repeating the revoke is a no-op: 200, the first reason kept, no event.
-  assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'again' }), 200).disabled_reason, 'refund');
+  // Repeating the revoke, without a reason or with the same one, is a no-op: 200, no event.
+  for (const body of [{ status: 'revoked' }, { status: 'revoked', disabled_reason: 'refund' }]) {
+    assert.equal(assertStatus(await patchEnt(t, admin, ent.id, body), 200).disabled_reason, 'refund');
+  }
   assert.equal((await entRow(t, ent.id))!.disabled_reason, 'refund');
   assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.revoked']);
 });

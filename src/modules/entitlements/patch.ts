@@ -65,8 +65,12 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const move = status !== row.status ? MOVES[row.status]?.[status] : undefined;
     if (status !== row.status && !move) throw new ApiError('invalid_status_transition', { details: { from: row.status, to: status } });
     // Revoked is terminal: nothing on the row changes any more. Repeating the revoke (status revoked,
-    // with or without a reason) is a no-op 200 that keeps the first reason; any other field is refused.
-    const repeatRevoke = body.status === 'revoked' && Object.keys(body).every((k) => k === 'status' || k === 'disabled_reason');
+    // without a reason or with the row's own) is a no-op 200; another reason, or any other field, would
+    // change the row and is refused rather than dropped.
+    const repeatRevoke =
+      body.status === 'revoked' &&
+      Object.keys(body).every((k) => k === 'status' || k === 'disabled_reason') &&
+      (body.disabled_reason === undefined || body.disabled_reason === row.disabled_reason);
     if (row.status === 'revoked' && Object.keys(body).length > 0 && !repeatRevoke) {
       throw new ApiError('invalid_status_transition', { details: { from: 'revoked' } });
     }
