@@ -424,6 +424,27 @@ test('PATCH: the owner changes configuration fields (200 full object, audit appl
   assert.equal(audit[0].actor_id, app.owner!.id);
 });
 
+test('PATCH that changes nothing (every field sent as it is, settings_schema keys in another order, a review move repeated with its notes) answers 200 with the Application unchanged: no updated_at, no application.updated', async () => {
+  const slug = slugOf();
+  const app = await newApp(t, admin, {
+    slug,
+    settings_schema: { type: 'object', properties: { color: { type: 'string' }, size: { type: 'integer' } } },
+    permissions: [{ key: `app.${slug}.read`, description: 'read' }],
+    available_app_roles: ['viewer'],
+    default_app_role: 'viewer',
+    redirect_uris: ['https://app.example.com/cb'],
+  });
+  const fields = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'permissions', 'available_app_roles', 'default_app_role', 'visibility'];
+  const same = Object.fromEntries(fields.map((f) => [f, app.body[f]]));
+  same.settings_schema = { properties: { size: { type: 'integer' }, color: { type: 'string' } }, type: 'object' };
+  const { visibility, ...ownerFields } = same;
+  assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, ownerFields), 200), app.body);
+  assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { ...same, visibility }), 200), app.body);
+  const suspended = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { review_status: 'suspended', review_notes: 'policy' }), 200);
+  assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { review_status: 'suspended', review_notes: 'policy' }), 200), suspended);
+  assert.deepEqual((await auditOf(t, app.id)).map((r) => r.action), ['application.created', 'application.updated', 'application.review_status_changed']);
+});
+
 test('PATCH: an org_admin of the owning Organization is an owner; a plain member is not (403 forbidden)', async () => {
   const orgAdmin = await person(t);
   const member = await person(t);

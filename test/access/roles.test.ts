@@ -437,3 +437,11 @@ test('GET /v1/roles: following page.next_cursor one Role at a time returns every
   } while (cursor && walked.length <= all.length);
   assert.deepEqual(walked, all);
 });
+
+test('PATCH of a Role with its own description and permissions changes nothing: 200 with the Role as it was, no updated_at, no role.updated', async () => {
+  const created = assertStatus(await createRole(admin, { scope: 'platform', name: `same_${rand()}`, description: 'd', permissions: ['users.list', 'audit.view'] }), 201);
+  for (const body of [{ description: 'd' }, { permissions: ['users.list', 'audit.view'] }, { description: 'd', permissions: ['users.list', 'audit.view'] }]) {
+    assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/roles/${created.id}`, admin, body), 200), created);
+  }
+  assert.deepEqual((await auditOf(t, created.id)).map((r) => r.action), ['role.created']);
+});

@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
@@ -70,6 +71,14 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
     if (permissions) await assertPermissionsUnused(tx, app, permissions.map((p) => p.key));
 
     const v = <K extends keyof ApplicationRow>(k: K, fallback: ApplicationRow[K]) => (k in body ? (body as any)[k] : fallback);
+    const next: Partial<ApplicationRow> = {
+      ...Object.fromEntries(CONFIG_FIELDS.map((f) => [f, v(f, app[f])])),
+      permissions: permissions ?? app.permissions, available_app_roles: roles, default_app_role: defaultRole,
+      visibility: v('visibility', app.visibility), review_status: review, review_notes: notes,
+      owner_user_id: v('owner_user_id', app.owner_user_id), owner_organization_id: v('owner_organization_id', app.owner_organization_id), tenant_id: tenantId,
+    };
+    // A PATCH that changes nothing writes nothing (no updated_at, no application.updated), as elsewhere.
+    if ((Object.keys(next) as (keyof ApplicationRow)[]).every((k) => isDeepStrictEqual(next[k], app[k]))) return toApplication(app, await staleCounts(c, app));
     await tx.query(
       `UPDATE applications SET name = $2, description = $3, icon_url = $4, launch_url = $5, redirect_uris = $6, support_url = $7,
               email_from_name = $8, settings_schema = $9, permissions = $10, available_app_roles = $11, default_app_role = $12,

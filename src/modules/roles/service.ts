@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
@@ -152,9 +153,11 @@ export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Prom
   if (body.permissions) assertRolePermissions(ctx, role.scope, app, body.permissions);
   return ctx.db.transaction(async (tx) => {
     if (app) await assertTenantWritable(tx, app.tenant_id);
-    await tx.query('UPDATE roles SET description = $2, permissions = $3, updated_at = $4 WHERE id = $1', [
-      id, 'description' in body ? body.description ?? null : role.description, body.permissions ?? role.permissions, ctx.now,
-    ]);
+    const description = 'description' in body ? body.description ?? null : role.description;
+    const permissions = body.permissions ?? role.permissions;
+    // A PATCH that changes nothing writes nothing (no updated_at, no role.updated), as elsewhere.
+    if (description === role.description && isDeepStrictEqual(permissions, role.permissions)) return toRole(role);
+    await tx.query('UPDATE roles SET description = $2, permissions = $3, updated_at = $4 WHERE id = $1', [id, description, permissions, ctx.now]);
     const after = toRole((await findRole(tx, id))!);
     await recordAudit(tx, inTx(ctx, tx), { action: 'role.updated', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(role), after });
     return after;
