@@ -260,7 +260,11 @@ test('restore is rejected 409 email_taken if the email was taken meanwhile, and 
   assert.equal(body.email_verified, false, 'an admin email change resets email_verified');
   assert.equal((await userRow(t, taker.id))!.email, user.email, 'the new holder keeps the address');
   const { audit, outbox } = await since(user.id, m);
-  assert.ok(audit.some((a) => a.action === 'user.reactivated'));
+  // The audit row's before is the user as it was: deleted, with the old email (never a mix of the two).
+  const reactivated = audit.find((a) => a.action === 'user.reactivated');
+  assert.ok(reactivated);
+  assert.deepEqual([reactivated.before.status, reactivated.before.email], ['deleted', user.email]);
+  assert.deepEqual([reactivated.after.status, reactivated.after.email], ['active', newEmail]);
   assert.ok(outbox.some((e) => e.type === 'access.granted' && e.data.reason === 'user_reactivated'));
   // An admin email change (here, within the restore) sends a verification email to the new address.
   assert.equal((await mailsTo(t, newEmail, 'email_verification')).length, 1, 'verification email sent to the new address');

@@ -28,7 +28,14 @@ async function reload(tx: Tx, id: string): Promise<UserRow> {
  * Moves a user to a new status with the table's side effects: sessions revoked on suspend and
  * delete, access flips, the audit action and the user.* webhook event, in the caller's transaction.
  */
-async function transition(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, action: string, reason: AccessReason | null, webhook: string | null, note?: string): Promise<UserRow> {
+/**
+ * Moves a user to `to` with its access flips, audit row and webhook. `opts.before` is the audit row's
+ * before when the request changed the row already (a restore with a new email): the user as found.
+ */
+async function transition(
+  tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, action: string, reason: AccessReason | null, webhook: string | null,
+  opts: { note?: string; before?: UserRow } = {},
+): Promise<UserRow> {
   const c = inTx(ctx, tx);
   const change = async () => {
     await tx.query(
@@ -40,7 +47,8 @@ async function transition(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, actio
   if (reason) await withAccessFlips(tx, c, { userIds: [user.id] }, reason, change);
   else await change();
   const after = await reload(tx, user.id);
-  await recordAudit(tx, c, { action, target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: { ...toUser(after), ...(note ? { reason: note } : {}) } });
+  const { note, before = user } = opts;
+  await recordAudit(tx, c, { action, target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(before), after: { ...toUser(after), ...(note ? { reason: note } : {}) } });
   if (webhook) await emit(tx, c, { type: webhook, data: { user_id: user.id } });
   return after;
 }
@@ -49,7 +57,7 @@ async function transition(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, actio
 export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow, reason?: string): Promise<UserRow> {
   if (user.status === 'suspended') return user; // 200 with no change and no events
   if (user.status !== 'active') throw invalidTransition(user.status, 'suspended');
-  return transition(tx, ctx, user, 'suspended', 'user.suspended', 'user_suspended', 'user.suspended', reason);
+  return transition(tx, ctx, user, 'suspended', 'user.suspended', 'user_suspended', 'user.suspended', { note: reason });
 }
 
 /** POST /v1/users/{id}/suspend (users.manage), body optional reason. */
@@ -122,7 +130,7 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
     const holder = await findLiveUserByEmail(tx, user.email);
     if (holder) throw emailTaken(holder, 'The email was taken meanwhile; send a new email in the same request.');
   }
-  const after = await transition(tx, ctx, restored, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated');
+  const after = await transition(tx, ctx, restored, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated', { before: user });
   // A new email sent with the restore is an admin email change: verification mail to the new address.
   if (newEmail !== undefined) {
     await sendVerification(tx, ctx, after);
