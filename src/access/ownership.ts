@@ -8,11 +8,15 @@ export interface OwnedApplication {
   permissions: { key: string; description?: string }[];
 }
 
-/** An Application's owner: its owner_user_id, or any active org_admin of owner_organization_id. */
+/**
+ * An Application's owner: its owner_user_id, or any active org_admin of owner_organization_id. Not of
+ * an `internal` Application, which Part B shows only to applications.manage and its own key: owner
+ * rights (its keys, webhooks, entitlement list) go with seeing it (docs/decisions.md "Owners").
+ */
 export async function isApplicationOwner(db: Queryable, userId: string, applicationId: string): Promise<boolean> {
   const { rowCount } = await db.query(
     `SELECT 1 FROM applications a
-      WHERE a.id = $1 AND (a.owner_user_id = $2 OR EXISTS (
+      WHERE a.id = $1 AND a.visibility <> 'internal' AND (a.owner_user_id = $2 OR EXISTS (
         SELECT 1 FROM organization_members m WHERE m.organization_id = a.owner_organization_id AND m.user_id = $2
            AND m.role = 'org_admin' AND m.membership_status = 'active'))`,
     [applicationId, userId],
@@ -20,11 +24,11 @@ export async function isApplicationOwner(db: Queryable, userId: string, applicat
   return rowCount > 0;
 }
 
-/** Application ids the user owns (directly or as org_admin of the owning Organization). */
+/** Application ids the user owns (directly or as org_admin of the owning Organization), `internal` ones excepted. */
 export const OWNED_APPLICATIONS_SQL = (userParam: number) => `SELECT a.id FROM applications a
-  WHERE a.owner_user_id = $${userParam} OR a.owner_organization_id IN (
+  WHERE a.visibility <> 'internal' AND (a.owner_user_id = $${userParam} OR a.owner_organization_id IN (
     SELECT m.organization_id FROM organization_members m
-     WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active')`;
+     WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active'))`;
 
 export async function findApplication(db: Queryable, id: string): Promise<OwnedApplication | null> {
   const { rows } = await db.query<OwnedApplication>('SELECT id, slug, owner_user_id, owner_organization_id, permissions FROM applications WHERE id = $1', [id]);

@@ -286,6 +286,26 @@ test('internal: only applications.manage and its own app key; its owner, users w
   assert.ok((await listIds(admin)).includes(app.id));
 });
 
+test('internal: owner rights go with seeing the Application, so its owner cannot list its Entitlements, mint or see its API keys, or create its webhooks', async () => {
+  const app = await newApp(t, admin, { visibility: 'internal' });
+  const holder = await person(t);
+  await grant(t, admin, holder.id, app.id);
+  const owner = app.owner!.token;
+  const superadminToken = (await person(t, { roles: ['superadmin'] })).token;
+  // Owning nothing else, the owner is a caller who owns no Application.
+  assertError(await call(t, 'GET', `/v1/entitlements?application_id=${app.id}`, owner), 403, 'forbidden');
+  assertError(await call(t, 'GET', '/v1/entitlements', owner), 403, 'forbidden');
+  assertError(await call(t, 'POST', '/v1/api-keys', owner, { name: 'k', scope: app.id, intended_use: 'service', permissions: [] }), 403, 'forbidden');
+  const adminKey = assertStatus(await call(t, 'POST', '/v1/api-keys', superadminToken, { name: 'k', scope: app.id, intended_use: 'service', permissions: [] }), 201);
+  assert.ok(!assertStatus(await call(t, 'GET', '/v1/api-keys', owner), 200).data.some((k: { id: string }) => k.id === adminKey.id));
+  assertError(await call(t, 'GET', `/v1/api-keys/${adminKey.id}`, owner), 404, 'api_key_not_found');
+  assertError(await call(t, 'POST', '/v1/webhooks', owner, { url: 'https://hooks.example.com/x', scope: app.id, events: ['*'] }), 403, 'forbidden');
+  // The same owner of a public Application has all of them.
+  await sql(t, `UPDATE applications SET visibility = 'public' WHERE id = $1`, [app.id]);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/entitlements?application_id=${app.id}`, owner), 200).data.map((e: { user_id: string }) => e.user_id), [holder.id]);
+  assertStatus(await call(t, 'GET', `/v1/api-keys/${adminKey.id}`, owner), 200);
+});
+
 test('non-approved Applications are visible only to the owner, the own key and applications.manage', async () => {
   const app = await newApp(t, admin, { visibility: 'public' });
   const holder = await person(t);
