@@ -46,3 +46,10 @@ export const UserIdParam = Type.Object({
 
 /** The body of an operation that takes none: nothing, or an empty object (any field is 422). */
 export const EmptyBody = Type.Object({}, { additionalProperties: false });
+
+/**
+ * Body properties for the fields a PATCH may not write: the schema accepts them so that the service
+ * answers 422 read_only_field naming them (after its authorization), not 422 validation_failed.
+ */
+export const readOnlyProperties = (fields: readonly string[]) =>
+  Object.fromEntries(fields.map((f) => [f, Type.Optional(Type.Unknown({ description: 'Read-only: sending it is 422 read_only_field.' }))]));

@@ -35,7 +35,7 @@ export function apiKeyRoutes(app: App, deps: Deps): void {
   });
   app.patch('/v1/api-keys/:id', {
     schema: { summary: 'Change name, permissions or restrict_destructive', tags, params: KeyIdParam, body: PatchKeyBody, response: { 200: ApiKey } },
-    config: { meta: { auth: 'user', idempotency: 'optional', errors: [...errors, 'api_key_revoked', 'role_escalation_forbidden', 'unknown_permission'] } },
+    config: { meta: { auth: 'user', idempotency: 'optional', errors: [...errors, 'api_key_revoked', 'role_escalation_forbidden', 'unknown_permission', 'read_only_field'] } },
     handler: (request) => patchKey(ctxOf(deps, request), request.params.id, request.body),
   });
   app.post('/v1/api-keys/:id/rotate', {

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, Timestamp } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const ApiKey = Type.Object(
   {
@@ -42,11 +42,15 @@ export const CreateKeyBody = Type.Object(
 );
 export type CreateKeyBody = Static<typeof CreateKeyBody>;
 
+/** API key fields a PATCH cannot write (Part A: PATCH changes name, permissions or restrict_destructive; mode never changes). */
+export const KEY_READ_ONLY = ['id', 'scope', 'mode', 'intended_use', 'expires_at', 'secret', 'secret_hint', 'created_by', 'last_used_at', 'created_at', 'updated_at', 'revoked_at'] as const;
+
 export const PatchKeyBody = Type.Object(
   {
     name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     permissions: Type.Optional(Permissions),
     restrict_destructive: Type.Optional(Type.Boolean()),
+    ...readOnlyProperties(KEY_READ_ONLY),
   },
   { additionalProperties: false },
 );

@@ -9,7 +9,8 @@ import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
 import { API_KEY_PREFIX } from '../../auth/credentials.js';
 import { findApplication, isApplicationOwner, OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { findKey, KEY_COLUMNS, toApiKey, type KeyRow } from './store.js';
-import type { ApiKey, CreateKeyBody, KeyListQuery, PatchKeyBody } from './schemas.js';
+import { KEY_READ_ONLY, type ApiKey, type CreateKeyBody, type KeyListQuery, type PatchKeyBody } from './schemas.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 
 /** The platform permissions an app-scoped key may hold; they act only on its own Application. */
 export const APP_CONFINED_PERMISSIONS = ['entitlements.manage', 'users.list', 'roles.manage', 'audit.view'];
@@ -139,6 +140,7 @@ async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise
 /** PATCH /v1/api-keys/{id}: name, permissions, restrict_destructive. */
 export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promise<ApiKey> {
   const updated = await change(ctx, id, async (tx, key) => {
+    assertNoReadOnlyFields(body, KEY_READ_ONLY);
     if (body.permissions) await assertPermissions(inTx(ctx, tx), key.scope, body.permissions);
     if (body.restrict_destructive === false && key.restrict_destructive) assertHoldsKeyPermissions(ctx, key);
     // A PATCH that changes nothing writes nothing (no updated_at, no audit row).

@@ -10,7 +10,8 @@ import { findApplicationRow } from '../applications/store.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { findLiveUser, type UserRow } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
-import type { AppProfile, PatchAppProfileBody } from './schemas.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
+import { APP_PROFILE_READ_ONLY, type AppProfile, type PatchAppProfileBody } from './schemas.js';
 
 export const CUSTOM_MAX_BYTES = 16 * 1024;
 
@@ -78,6 +79,7 @@ export async function getAppProfile(ctx: Ctx, idParam: string, appId: string): P
 /** PATCH: the first one creates the record; custom merges one level deep (null removes a key), at most 16 KB. */
 export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, body: PatchAppProfileBody): Promise<AppProfile> {
   const { user, app, self } = await authorizeAppUserData(ctx, idParam, appId);
+  assertNoReadOnlyFields(body, APP_PROFILE_READ_ONLY);
   return ctx.db.transaction(async (tx) => {
     // An AppProfile is the Application's Tenant's data: unchanged while that Tenant is migrating.
     await assertTenantWritable(tx, app.tenant_id);

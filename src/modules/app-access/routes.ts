@@ -19,7 +19,7 @@ export function appAccessRoutes(app: App, deps: Deps): void {
   });
   app.patch('/v1/users/:id/apps/:appId/profile', {
     schema: { summary: "Update a user's AppProfile", tags: ['Profiles'], params: UserAppParams, body: PatchAppProfileBody, response: { 200: AppProfile } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['entitlement_required', 'application_not_found', 'user_not_found'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['entitlement_required', 'application_not_found', 'user_not_found', 'read_only_field'] } },
     handler: (request) => patchAppProfile(ctxOf(deps, request), request.params.id, request.params.appId, request.body),
   });
 }

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const AppTokenBody = Type.Object(
   { application_id: Type.String({ minLength: 1, maxLength: 100 }), organization_id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })) },
@@ -32,10 +32,14 @@ export const AppProfile = Type.Object(
 );
 export type AppProfile = Static<typeof AppProfile>;
 
+/** AppProfile fields a PATCH cannot write. */
+export const APP_PROFILE_READ_ONLY = ['user_id', 'application_id', 'effective_display_name', 'updated_at'] as const;
+
 export const PatchAppProfileBody = Type.Object(
   {
     display_handle: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 64 }))),
     custom: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+    ...readOnlyProperties(APP_PROFILE_READ_ONLY),
   },
   { additionalProperties: false },
 );

@@ -15,7 +15,8 @@ import { findOrCreateInvitedUser, resolveUserId } from '../users/service.js';
 import { findLiveUser } from '../users/store.js';
 import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
 import { assertOrgActive, orgAccess } from './service.js';
-import type { AddMemberBody, Member, MemberListQuery } from './schemas.js';
+import { MEMBER_READ_ONLY, type AddMemberBody, type Member, type MemberListQuery, type PatchMemberBody } from './schemas.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 
 const escapeLike = (s: string) => s.toLowerCase().replace(/[\\%_]/g, (m) => `\\${m}`);
 
@@ -111,9 +112,11 @@ export async function acceptMembership(ctx: Ctx, orgId: string): Promise<Member>
 }
 
 /** PATCH /v1/organizations/{id}/members/{userId}: role changes, pending members too; never the last org_admin. */
-export async function changeMemberRole(ctx: Ctx, orgId: string, userParam: string, role: 'org_admin' | 'member'): Promise<Member> {
+export async function changeMemberRole(ctx: Ctx, orgId: string, userParam: string, body: PatchMemberBody): Promise<Member> {
+  const { role } = body;
   const { org, manage, admin } = await orgAccess(ctx, orgId);
   if (!manage && !admin) throw new ApiError('forbidden');
+  assertNoReadOnlyFields(body, MEMBER_READ_ONLY);
   assertOrgActive(org);
   const userId = resolveUserId(ctx, userParam);
   return ctx.db.transaction(async (tx) => {

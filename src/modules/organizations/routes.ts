@@ -35,7 +35,7 @@ export function organizationRoutes(app: App, deps: Deps): void {
   });
   app.patch('/v1/organizations/:id', {
     schema: { summary: 'Rename, suspend or reactivate', tags, params: OrgIdParam, body: PatchOrgBody, response: { 200: Organization } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: [...orgErrors] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: [...orgErrors, 'read_only_field'] } },
     handler: (request) => patchOrganization(ctxOf(deps, request), request.params.id, request.body),
   });
   app.get('/v1/organizations/:id/members', {
@@ -59,8 +59,8 @@ export function organizationRoutes(app: App, deps: Deps): void {
   });
   app.patch('/v1/organizations/:id/members/:userId', {
     schema: { summary: "Change a member's role", tags, params: OrgMemberParams, body: PatchMemberBody, response: { 200: Member } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: [...orgErrors, 'member_not_found', 'last_org_admin'] } },
-    handler: (request) => changeMemberRole(ctxOf(deps, request), request.params.id, request.params.userId, request.body.role),
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: [...orgErrors, 'member_not_found', 'last_org_admin', 'read_only_field'] } },
+    handler: (request) => changeMemberRole(ctxOf(deps, request), request.params.id, request.params.userId, request.body),
   });
   app.delete('/v1/organizations/:id/members/:userId', {
     schema: { summary: 'Remove, withdraw, leave or decline', tags, params: OrgMemberParams, response: { 204: Type.Null() } },

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, Timestamp } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const Organization = Type.Object(
   {
@@ -34,11 +34,15 @@ export type Member = Static<typeof Member>;
 
 const Role = Type.Union([Type.Literal('org_admin'), Type.Literal('member')]);
 export const CreateOrgBody = Type.Object({ name: Type.String({ minLength: 1, maxLength: 100 }) }, { additionalProperties: false });
+/** Organization fields a PATCH cannot write. */
+export const ORG_READ_ONLY = ['id', 'member_count', 'created_by', 'test_mode', 'created_at', 'updated_at', 'my_role', 'my_membership_status'] as const;
+
 export const PatchOrgBody = Type.Object(
   {
     name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     status: Type.Optional(Type.Union([Type.Literal('active'), Type.Literal('suspended')])),
     reason: Type.Optional(Type.String({ maxLength: 1000 })),
+    ...readOnlyProperties(ORG_READ_ONLY),
   },
   { additionalProperties: false, minProperties: 1 },
 );
@@ -58,7 +62,10 @@ export const AddMemberBody = Type.Object(
   { additionalProperties: false },
 );
 export type AddMemberBody = Static<typeof AddMemberBody>;
-export const PatchMemberBody = Type.Object({ role: Role }, { additionalProperties: false });
+/** Member fields a PATCH cannot write (only the role changes). */
+export const MEMBER_READ_ONLY = ['user_id', 'email', 'display_name', 'membership_status', 'invited_at', 'joined_at'] as const;
+export const PatchMemberBody = Type.Object({ role: Role, ...readOnlyProperties(MEMBER_READ_ONLY) }, { additionalProperties: false });
+export type PatchMemberBody = Static<typeof PatchMemberBody>;
 export const MemberListQuery = Type.Object(
   {
     role: Type.Optional(Role),

@@ -7,7 +7,8 @@ import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { memberEvent } from './events.js';
 import { findMember, findOrg, ORG_COLUMNS, toOrganization, type MemberRow, type OrgRow } from './store.js';
-import type { OrgListQuery, Organization, PatchOrgBody } from './schemas.js';
+import { ORG_READ_ONLY, type OrgListQuery, type Organization, type PatchOrgBody } from './schemas.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 
 export const ORG_CREATION_PER_DAY = 10;
 
@@ -95,6 +96,7 @@ export async function getOrganization(ctx: Ctx, id: string): Promise<Organizatio
 export async function patchOrganization(ctx: Ctx, id: string, body: PatchOrgBody): Promise<Organization> {
   const { org, manage, admin } = await orgAccess(ctx, id);
   if (!manage && !admin) throw new ApiError('forbidden');
+  assertNoReadOnlyFields(body, ORG_READ_ONLY);
   if ((body.status !== undefined || body.reason !== undefined) && !manage) throw new ApiError('forbidden', { message: 'Only organizations.manage changes an Organization status.' });
   if (!manage) assertOrgActive(org);
   // A PATCH that changes neither name nor status writes nothing (a reason alone changes nothing).

@@ -15,7 +15,7 @@ export function profileRoutes(app: App, deps: Deps): void {
   });
   app.patch('/v1/users/:id/profile', {
     schema: { summary: "Update a user's global Profile", tags, params: UserIdParam, body: PatchProfileBody, response: { 200: Profile } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['user_not_found', 'forbidden'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['user_not_found', 'forbidden', 'read_only_field'] } },
     handler: (request) => patchProfile(ctxOf(deps, request), request.params.id, request.body),
   });
 }

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, Timestamp } from '../../http/schemas.js';
+import { Nullable, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const Profile = Type.Object(
   {
@@ -15,6 +15,9 @@ export const Profile = Type.Object(
 );
 export type Profile = Static<typeof Profile>;
 
+/** Profile fields a PATCH cannot write. */
+export const PROFILE_READ_ONLY = ['user_id', 'updated_at'] as const;
+
 export const PatchProfileBody = Type.Object(
   {
     display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
@@ -23,6 +26,7 @@ export const PatchProfileBody = Type.Object(
     contact_email: Type.Optional(Nullable(Type.String({ format: 'email', maxLength: 320 }))),
     contact_phone: Type.Optional(Nullable(Type.String({ pattern: '^\\+[0-9]{8,15}$' }))),
     locale: Type.Optional(Type.String({ minLength: 2, maxLength: 35 })),
+    ...readOnlyProperties(PROFILE_READ_ONLY),
   },
   { additionalProperties: false },
 );

@@ -5,7 +5,8 @@ import { recordAudit } from '../../audit/record.js';
 import { applyPatch } from '../../http/patch.js';
 import type { Queryable } from '../../db/types.js';
 import { targetUser } from '../users/access.js';
-import type { PatchProfileBody, Profile } from './schemas.js';
+import { PROFILE_READ_ONLY, type PatchProfileBody, type Profile } from './schemas.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 
 interface ProfileRow {
   user_id: string;
@@ -65,6 +66,7 @@ export async function getProfile(ctx: Ctx, idParam: string): Promise<Profile> {
  */
 export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfileBody): Promise<Profile> {
   const { user, self } = await targetUser(ctx, idParam, 'write');
+  assertNoReadOnlyFields(body, PROFILE_READ_ONLY);
   if (body.avatar_url) {
     try {
       if (new URL(body.avatar_url).protocol !== 'https:') throw new Error();

@@ -18,7 +18,7 @@ export function settingsRoutes(app: App, deps: Deps): void {
   });
   app.patch('/v1/users/:id/settings', {
     schema: { summary: "Update a user's global Settings", tags, params: UserIdParam, body: PatchSettingsBody, response: { 200: Settings } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['user_not_found', 'forbidden'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['user_not_found', 'forbidden', 'read_only_field'] } },
     handler: (request) => patchSettings(ctxOf(deps, request), request.params.id, request.body),
   });
   app.get('/v1/users/:id/apps/:appId/settings', {
@@ -28,7 +28,7 @@ export function settingsRoutes(app: App, deps: Deps): void {
   });
   app.patch('/v1/users/:id/apps/:appId/settings', {
     schema: { summary: "Update a user's AppSettings", tags, params: UserAppParams, body: PatchAppSettingsBody, response: { 200: AppSettings } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['entitlement_required', 'application_not_found', 'user_not_found'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['entitlement_required', 'application_not_found', 'user_not_found', 'read_only_field'] } },
     handler: (request) => patchAppSettings(ctxOf(deps, request), request.params.id, request.params.appId, request.body),
   });
 }

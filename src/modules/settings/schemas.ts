@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { NullableTimestamp, Timestamp } from '../../http/schemas.js';
+import { NullableTimestamp, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const THEMES = ['system', 'light', 'dark'] as const;
 
@@ -18,12 +18,16 @@ export const Settings = Type.Object(
 );
 export type Settings = Static<typeof Settings>;
 
+/** Settings fields a PATCH cannot write. */
+export const SETTINGS_READ_ONLY = ['user_id', 'updated_at'] as const;
+
 export const PatchSettingsBody = Type.Object(
   {
     theme: Type.Optional(Type.Union(THEMES.map((t) => Type.Literal(t)))),
     timezone: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
     locale: Type.Optional(Type.String({ minLength: 2, maxLength: 35 })),
     notifications: Type.Optional(Type.Object({ email: Type.Optional(Type.Boolean()), sms: Type.Optional(Type.Boolean()) }, { additionalProperties: false })),
+    ...readOnlyProperties(SETTINGS_READ_ONLY),
   },
   { additionalProperties: false },
 );
@@ -40,11 +44,15 @@ export const AppSettings = Type.Object(
 );
 export type AppSettings = Static<typeof AppSettings>;
 
+/** AppSettings fields a PATCH cannot write. */
+export const APP_SETTINGS_READ_ONLY = ['user_id', 'application_id', 'updated_at'] as const;
+
 export const PatchAppSettingsBody = Type.Object(
   {
     overrides: Type.Record(Type.String(), Type.Unknown(), {
       description: 'Merged into the stored overrides one level deep; null removes a key. Each value must validate against its property in settings_schema.',
     }),
+    ...readOnlyProperties(APP_SETTINGS_READ_ONLY),
   },
   { additionalProperties: false },
 );

@@ -10,7 +10,8 @@ import { recognizedLocale } from '../profiles/service.js';
 import { authorizeAppUserData, CUSTOM_MAX_BYTES } from '../app-access/app-profiles.js';
 import { settingsValueErrors } from '../applications/validation.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
-import type { AppSettings, PatchAppSettingsBody, PatchSettingsBody, Settings } from './schemas.js';
+import { APP_SETTINGS_READ_ONLY, SETTINGS_READ_ONLY, type AppSettings, type PatchAppSettingsBody, type PatchSettingsBody, type Settings } from './schemas.js';
+import { assertNoReadOnlyFields } from '../../http/patch.js';
 
 interface SettingsRow {
   user_id: string;
@@ -53,6 +54,7 @@ export async function getSettings(ctx: Ctx, idParam: string): Promise<Settings> 
  */
 export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettingsBody): Promise<Settings> {
   const { user, self } = await targetUser(ctx, idParam, 'write');
+  assertNoReadOnlyFields(body, SETTINGS_READ_ONLY);
   const timezone = body.timezone !== undefined ? recognizedTimeZone(body.timezone) : undefined;
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
@@ -106,6 +108,7 @@ export async function getAppSettings(ctx: Ctx, idParam: string, appId: string): 
  */
 export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string, body: PatchAppSettingsBody): Promise<AppSettings> {
   const { user, app, self } = await authorizeAppUserData(ctx, idParam, appId);
+  assertNoReadOnlyFields(body, APP_SETTINGS_READ_ONLY);
   const errors = settingsValueErrors(app.settings_schema, Object.fromEntries(Object.entries(body.overrides).filter(([, v]) => v !== null)));
   if (errors.length) throw validationFailed(...errors.map((e) => ({ path: `overrides.${e.key}`, message: e.message })));
   return ctx.db.transaction(async (tx) => {

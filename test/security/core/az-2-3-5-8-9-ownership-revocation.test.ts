@@ -159,7 +159,7 @@ test('AZ-8 "denied on the next request": removing a platform role or editing its
   figure('AZ-8', 'staleness: 0 ms (every change refused or reflected on the very next request)');
 });
 
-test('AZ-9 read-only fields on an Organization (test_mode, id, member_count, created_by) and at signup (id, status, email_verified, mfa_enabled): 422 naming the field; "stored values unchanged"', async () => {
+test('AZ-9 read-only fields on an Organization (test_mode, id, member_count, created_by: 422 read_only_field) and at signup (id, status, email_verified, mfa_enabled: not fields of signup, 422 validation_failed), naming the field; "stored values unchanged"', async () => {
   const orgAdmin = await person(t);
   const org = assertStatus(await call(t, 'POST', '/v1/organizations', orgAdmin.token, { name: 'Kept' }), 201);
   const before = (await sql(t, 'SELECT * FROM organizations WHERE id = $1', [org.id]))[0];
@@ -167,7 +167,7 @@ test('AZ-9 read-only fields on an Organization (test_mode, id, member_count, cre
   for (const [field, value] of [['test_mode', true], ['id', 'org_x'], ['member_count', 99], ['created_by', orgAdmin.id]] as const) {
     for (const cred of [orgAdmin.token, admin]) {
       const res = await call(t, 'PATCH', `/v1/organizations/${org.id}`, cred, { name: 'Changed', [field]: value });
-      const error = assertError(res, 422, 'validation_failed');
+      const error = assertError(res, 422, 'read_only_field');
       assert.ok(JSON.stringify(error.details).includes(field), res.body);
     }
   }
@@ -183,4 +183,38 @@ test('AZ-9 read-only fields on an Organization (test_mode, id, member_count, cre
   changed += (await sql(t, 'SELECT count(*)::int AS n FROM users WHERE lower(email) = $1', [email]))[0].n;
   figure('AZ-9', `fields changed: ${changed}`);
   assert.equal(changed, 0);
+});
+
+test('AZ-9 every PATCH answers a read-only field of its resource with 422 read_only_field naming it, and nothing changes: AppProfile, API key, Organization member, Profile, Settings, AppSettings', async () => {
+  const app = await newApp(t, admin, { settings_schema: { type: 'object', properties: { color: { type: 'string' } } } });
+  const owner = app.owner!;
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  const keyId = assertStatus(await call(t, 'POST', '/v1/api-keys', owner.token, { name: 'k', scope: app.id, permissions: [] }), 201).id;
+  const orgId = assertStatus(await call(t, 'POST', '/v1/organizations', owner.token, { name: `Org ${rand()}` }), 201).id;
+  assertStatus(await call(t, 'POST', `/v1/organizations/${orgId}/members`, admin, { user_id: user.id }), 201);
+  const cases: [string, string, Record<string, unknown>, string[]][] = [
+    [`/v1/users/me/apps/${app.id}/profile`, user.token, { display_handle: 'h' }, ['effective_display_name', 'user_id', 'application_id', 'updated_at']],
+    [`/v1/api-keys/${keyId}`, owner.token, { name: 'renamed' }, ['scope', 'mode', 'intended_use', 'expires_at', 'secret_hint', 'created_by', 'last_used_at', 'revoked_at', 'id']],
+    [`/v1/organizations/${orgId}/members/${user.id}`, owner.token, { role: 'org_admin' }, ['membership_status', 'joined_at', 'email', 'user_id']],
+    ['/v1/users/me/profile', user.token, { display_name: 'Renamed' }, ['user_id', 'updated_at']],
+    ['/v1/users/me/settings', user.token, { theme: 'dark' }, ['user_id', 'updated_at']],
+    [`/v1/users/me/apps/${app.id}/settings`, user.token, { overrides: { color: 'red' } }, ['user_id', 'application_id', 'updated_at']],
+  ];
+  let refused = 0;
+  for (const [path, cred, writable, readOnly] of cases) {
+    // A member has no GET of its own: it is read from its Organization's member list.
+    const read = async () => path.includes('/members/')
+      ? assertStatus(await call(t, 'GET', `/v1/organizations/${orgId}/members?limit=100`, cred), 200).data.find((m: { user_id: string }) => m.user_id === user.id)
+      : assertStatus(await call(t, 'GET', path, cred), 200);
+    const before = await read();
+    assert.ok(before);
+    for (const field of readOnly) {
+      const res = await call(t, 'PATCH', path, cred, { ...writable, [field]: 'x' });
+      assert.deepEqual(assertError(res, 422, 'read_only_field').details, { fields: [field] }, `${path} ${field}`);
+      refused++;
+    }
+    assert.deepEqual(await read(), before, `${path}: stored values unchanged`);
+  }
+  figure('AZ-9', `read-only PATCH fields refused: ${refused}`);
 });
