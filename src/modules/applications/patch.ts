@@ -7,13 +7,12 @@ import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { assertWithinPlan, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
 import { findApplicationRow, toApplication, type ApplicationRow } from './store.js';
-import type { Application, PatchApplicationBody } from './schemas.js';
+import { APPLICATION_READ_ONLY, type Application, type PatchApplicationBody } from './schemas.js';
 import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
 const MODERATION_FIELDS = ['visibility', 'review_status', 'review_notes', 'owner_user_id', 'owner_organization_id'] as const;
-const READ_ONLY_FIELDS = ['id', 'slug', 'tenant_id', 'created_at', 'updated_at', 'test_mode', 'settings_schema_stats'] as const;
 
 /** review_status moves (Part B): from → allowed targets. rejected → pending_review happens only automatically. */
 const REVIEW_MOVES: Record<string, string[]> = {
@@ -30,7 +29,7 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
   const admin = hasPermission(ctx.actor, 'applications.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
   const owner = await isOwner(ctx, app);
   if (!admin && !owner) throw new ApiError('forbidden');
-  assertNoReadOnlyFields(body, READ_ONLY_FIELDS);
+  assertNoReadOnlyFields(body, APPLICATION_READ_ONLY);
   const moderation = MODERATION_FIELDS.filter((f) => f in body);
   if (moderation.length && !admin) throw new ApiError('moderation_field_forbidden', { details: { fields: moderation } });
 

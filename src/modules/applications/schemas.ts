@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, OpenEnum, Timestamp } from '../../http/schemas.js';
+import { Nullable, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const VISIBILITIES = ['public', 'invite_only', 'internal'] as const;
 export const REVIEW_STATUSES = ['pending_review', 'approved', 'rejected', 'suspended'] as const;
@@ -91,6 +91,9 @@ export const CreateApplicationBody = Type.Object(
 export type CreateApplicationBody = Static<typeof CreateApplicationBody>;
 
 /** Read-only and moderation fields are accepted by the schema so the service can answer with their own codes. */
+/** Application fields a PATCH cannot write (422 read_only_field). */
+export const APPLICATION_READ_ONLY = ['id', 'slug', 'tenant_id', 'created_at', 'updated_at', 'test_mode', 'settings_schema_stats'] as const;
+
 export const PatchApplicationBody = Type.Object(
   {
     ...Object.fromEntries(Object.entries(ConfigFields).map(([k, v]) => [k, Type.Optional(v)])),
@@ -99,13 +102,7 @@ export const PatchApplicationBody = Type.Object(
     review_notes: Type.Optional(Nullable(Type.String({ maxLength: 2000 }))),
     owner_user_id: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
     owner_organization_id: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
-    id: Type.Optional(Type.Unknown()),
-    slug: Type.Optional(Type.Unknown()),
-    tenant_id: Type.Optional(Type.Unknown()),
-    created_at: Type.Optional(Type.Unknown()),
-    updated_at: Type.Optional(Type.Unknown()),
-    test_mode: Type.Optional(Type.Unknown()),
-    settings_schema_stats: Type.Optional(Type.Unknown()),
+    ...readOnlyProperties(APPLICATION_READ_ONLY),
   },
   { additionalProperties: false },
 ) as unknown as ReturnType<typeof Type.Object<any>>;

@@ -11,11 +11,10 @@ import { expireIfEnded } from './jobs.js';
 import { visibleEntitlement } from './read.js';
 import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
 import { findApplicationRow } from '../applications/store.js';
-import type { Entitlement, PatchEntitlementBody } from './schemas.js';
+import { ENTITLEMENT_READ_ONLY, type Entitlement, type PatchEntitlementBody } from './schemas.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { lockEntitlementOrganization } from '../../access/locks.js';
 
-const READ_ONLY = ['starts_at', 'user_id', 'organization_id', 'application_id', 'id', 'test_mode', 'created_at', 'updated_at'] as const;
 
 /** The status table of Part B: from → to, and the event and access reason each move carries. */
 const MOVES: Record<string, Record<string, { event: string; reason: AccessReason; needsReason?: boolean }>> = {
@@ -47,7 +46,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const visible = await visibleEntitlement(c, id, true);
     const { rights, orgAdmin } = visible;
     let row = visible.row;
-    assertNoReadOnlyFields(body, READ_ONLY);
+    assertNoReadOnlyFields(body, ENTITLEMENT_READ_ONLY);
     await assertHoldingOrgActive(tx, row);
     await assertAppTenantWritable(tx, row.application_id);
     if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, Timestamp } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const ENTITLEMENT_STATUSES = ['active', 'disabled', 'revoked', 'expired'] as const;
 export const SOURCES = ['purchase', 'trial', 'admin_grant', 'org_seat'] as const;
@@ -51,6 +51,9 @@ export const GrantBody = Type.Object(
 export type GrantBody = Static<typeof GrantBody>;
 
 /** Read-only fields are accepted by the schema so the service answers 422 read_only_field. */
+/** Entitlement fields a PATCH cannot write (422 read_only_field). */
+export const ENTITLEMENT_READ_ONLY = ['starts_at', 'user_id', 'organization_id', 'application_id', 'id', 'test_mode', 'created_at', 'updated_at'] as const;
+
 export const PatchEntitlementBody = Type.Object(
   {
     status: Type.Optional(Type.Union(ENTITLEMENT_STATUSES.map((s) => Type.Literal(s)))),
@@ -60,14 +63,7 @@ export const PatchEntitlementBody = Type.Object(
     order_id: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 255 }))),
     member_scope: Type.Optional(Type.Union(MEMBER_SCOPES.map((s) => Type.Literal(s)))),
     member_overrides: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 10000, uniqueItems: true })),
-    starts_at: Type.Optional(Type.Unknown()),
-    user_id: Type.Optional(Type.Unknown()),
-    organization_id: Type.Optional(Type.Unknown()),
-    application_id: Type.Optional(Type.Unknown()),
-    id: Type.Optional(Type.Unknown()),
-    test_mode: Type.Optional(Type.Unknown()),
-    created_at: Type.Optional(Type.Unknown()),
-    updated_at: Type.Optional(Type.Unknown()),
+    ...readOnlyProperties(ENTITLEMENT_READ_ONLY),
   },
   { additionalProperties: false, minProperties: 1 },
 );

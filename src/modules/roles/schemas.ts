@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, Timestamp } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const Role = Type.Object(
   {
@@ -73,7 +73,7 @@ export const PatchRoleBody = Type.Object(
   {
     description: Type.Optional(Nullable(Type.String({ maxLength: 1000 }))),
     permissions: Type.Optional(Permissions),
-    ...Object.fromEntries(ROLE_READ_ONLY_FIELDS.map((f) => [f, Type.Optional(Type.Unknown())])),
+    ...readOnlyProperties(ROLE_READ_ONLY_FIELDS),
   },
   { additionalProperties: false },
 );

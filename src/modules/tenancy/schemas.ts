@@ -1,5 +1,5 @@
 import { Type, type Static, type TLiteral, type TUnion } from '@sinclair/typebox';
-import { IncludeInactiveQuery, Nullable, NullableTimestamp, OpenEnum, PageQuery, Timestamp } from '../../http/schemas.js';
+import { IncludeInactiveQuery, Nullable, NullableTimestamp, OpenEnum, PageQuery, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const TIERS = ['shared', 'isolated', 'dedicated_region'] as const;
 export type Tier = (typeof TIERS)[number];
@@ -90,7 +90,7 @@ export const PatchTierChangeBody = Type.Object(
     status: Type.Optional(literals(REQUEST_STATUSES)),
     scheduled_for: Type.Optional(Type.String({ format: 'date-time' })),
     notes: Type.Optional(Nullable(Type.String({ maxLength: 2000 }))),
-    ...Object.fromEntries(TIER_CHANGE_READ_ONLY.map((f) => [f, Type.Optional(Type.Unknown())])),
+    ...readOnlyProperties(TIER_CHANGE_READ_ONLY),
   },
   { additionalProperties: false, minProperties: 1 },
 );

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, Timestamp } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 import { AuditEvent } from '../audit/schemas.js';
 
 export const USER_STATUSES = ['active', 'invited', 'suspended', 'deleted'] as const;
@@ -58,7 +58,7 @@ export const PatchUserBody = Type.Object(
   {
     email: Type.Optional(Type.String({ format: 'email', maxLength: 320 })),
     status: Type.Optional(Type.Union(USER_STATUSES.map((s) => Type.Literal(s)))),
-    ...Object.fromEntries(USER_READ_ONLY.map((f) => [f, Type.Optional(Type.Unknown())])),
+    ...readOnlyProperties(USER_READ_ONLY),
   },
   { additionalProperties: false, minProperties: 1 },
 );

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, PageQuery, Timestamp } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, OpenEnum, PageQuery, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 import { API_VERSIONS, EVENT_TYPES } from './catalog.js';
 
 export const Webhook = Type.Object(
@@ -67,7 +67,7 @@ export const PatchWebhookBody = Type.Object(
     description: Type.Optional(Description),
     api_version: Type.Optional(Type.Union(API_VERSIONS.map((v) => Type.Literal(v)), { description: 'A published version, never older than the current one.' })),
     status: Type.Optional(Type.Literal('healthy', { description: 'Only disabled → healthy.' })),
-    ...Object.fromEntries(WEBHOOK_READ_ONLY.map((f) => [f, Type.Optional(Type.Unknown())])),
+    ...readOnlyProperties(WEBHOOK_READ_ONLY),
   },
   { additionalProperties: false, minProperties: 1 },
 );
