@@ -5,6 +5,7 @@ import type { Clock } from './clock.js';
 import type { Database } from './db/types.js';
 import type { Deps } from './context.js';
 import { newId } from './ids.js';
+import { ApiError } from './errors.js';
 import { SigningKeys } from './auth/signing-keys.js';
 import { SecretBox } from './auth/secret-box.js';
 import { confirmSession } from './auth/credentials.js';
@@ -91,6 +92,12 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     const url = request.routeOptions.url ?? '';
     if (url !== '/v1/auth/oauth/token' && !url.startsWith('/signin') && !url.startsWith('/billing/simulator/')) {
       return done(new fastifyErrors.FST_ERR_CTP_INVALID_MEDIA_TYPE('application/x-www-form-urlencoded'), undefined);
+    }
+    // URLSearchParams reads a malformed escape leniently (`%FF` as U+FFFD): refused, as in a query.
+    try {
+      decodeURIComponent((body as string).replace(/\+/g, ' '));
+    } catch {
+      return done(new ApiError('bad_request', { message: 'The form body is not validly percent-encoded.' }), undefined);
     }
     const params = new URLSearchParams(body as string);
     done(null, Object.fromEntries([...new Set(params.keys())].map((key) => {

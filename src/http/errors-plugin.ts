@@ -96,6 +96,21 @@ function isDatabaseUnavailable(err: unknown): boolean {
   return /Connection terminated|timeout exceeded when trying to connect|PGlite is closed|database closed|Client has encountered a connection error/i.test(e?.message ?? '');
 }
 
+/**
+ * Logs a 5xx answer. One the service chose (sign-ins beyond the password pool, the database's queue
+ * full, a migrating Tenant, the processor unavailable, which logs its own cause, an SSO callback not
+ * implemented) is no fault: one warning line without a stack, so shedding does not add error logging
+ * to an overloaded process. Anything else is logged as an error with its stack.
+ */
+export function logServerError(request: FastifyRequest, err: unknown, error: ApiError): void {
+  if (error.status < 500) return;
+  if (error.code !== 'internal_error' && (err instanceof ApiError || err instanceof DatabaseBusyError)) {
+    request.log.warn({ code: error.code, status: error.status }, `request refused: ${error.message}`);
+  } else {
+    request.log.error({ err }, 'request failed');
+  }
+}
+
 /** Errors Fastify raises before routing (bad URL encoding): same envelope. */
 export function frameworkErrorHandler(err: Error, request: FastifyRequest, reply: FastifyReply) {
   // The gate's onRequest hook, which sets Request-Id, does not run before a framework error.
@@ -119,15 +134,7 @@ export function registerErrorHandling(app: FastifyInstance, confirmCaller?: (req
     if (confirmCaller && (error.status === 422 || fe.validation) && request.actor?.type === 'user' && request.actor.unconfirmed) {
       error = await confirmCaller(request).then(() => error, toApiError);
     }
-    if (error.status >= 500 && error.code !== 'internal_error' && (err instanceof ApiError || err instanceof DatabaseBusyError)) {
-      // An answer the service chose (sign-ins beyond the password pool, the database's queue full, a
-      // migrating Tenant, the processor unavailable, which logs its own cause, an SSO callback not
-      // implemented): no fault, so one warning line without a stack, and shedding does not add error
-      // logging to an overloaded process.
-      request.log.warn({ code: error.code, status: error.status }, `request refused: ${error.message}`);
-    } else if (error.status >= 500) {
-      request.log.error({ err }, 'request failed');
-    }
+    logServerError(request, err, error);
     return sendError(reply, error);
   });
 

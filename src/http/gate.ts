@@ -39,6 +39,22 @@ export function ctxOf(deps: Deps, request: FastifyRequest, mode?: Mode): Ctx {
  * One gate for every route, driven by its metadata: throttle, credential, caller type, permission,
  * destructive classification and idempotency, in that order.
  */
+/**
+ * A query string that is not validly percent-encoded (a `%` without two hex digits, or bytes that are
+ * not UTF-8) is 400 bad_request, as the router answers such a path, instead of being read leniently
+ * (a `%FF` as U+FFFD, a `%ZZ` as itself) and searched for. The hosted sign-in page renders it as its
+ * 400 page (its routes' error handler).
+ */
+export function assertQueryEncoded(url: string): void {
+  const q = url.indexOf('?');
+  if (q < 0 || !url.includes('%', q)) return;
+  try {
+    decodeURIComponent(url.slice(q + 1));
+  } catch {
+    throw new ApiError('bad_request', { message: 'The URL is not validly encoded.' });
+  }
+}
+
 export function registerGate(app: FastifyInstance, deps: Deps): void {
   app.decorateRequest('actor', null as any);
   app.decorateRequest('tx', undefined);
@@ -75,6 +91,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
   app.addHook('onRequest', async (request, reply) => {
     reply.header('request-id', request.id);
     request.actor = { type: 'anonymous' };
+    assertQueryEncoded(request.url);
     await refreshDevClock(deps);
     const meta = metaOf(request);
     if (!meta) return;

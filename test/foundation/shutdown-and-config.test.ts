@@ -31,12 +31,18 @@ test('MAIL_FROM and BOOTSTRAP_ADMIN_EMAIL must be email addresses', () => {
   assert.equal(loadConfig({ PUBLIC_URL: 'https://id.example.com' }).mailFrom, 'no-reply@id.example.com');
 });
 
-test('a URL that is not validly encoded gets 400 bad_request with a Request-Id, like every response', async (tc) => {
+test('a URL that is not validly encoded, in its path or its query, gets 400 bad_request with a Request-Id, like every response', async (tc) => {
   const t = await buildTestApp({}, tc);
-  const res = await t.app.inject({ method: 'GET', url: '/v1/users/%E0%A4%A' });
-  assert.equal(res.statusCode, 400);
-  assert.equal(res.json().error.code, 'bad_request');
-  assert.match(String(res.headers['request-id']), /^req_/);
+  for (const url of ['/v1/users/%E0%A4%A', '/v1/users?q=%ZZabc', '/v1/users?q=%FFabc', '/v1/users?email=a%2', '/v1/organizations?q=ab%E0%A4%A']) {
+    const res = await t.app.inject({ method: 'GET', url });
+    assert.equal(res.statusCode, 400, url);
+    assert.equal(res.json().error.code, 'bad_request', url);
+    assert.match(String(res.headers['request-id']), /^req_/);
+  }
+  // Well-formed escapes, `+` and UTF-8 are read as usual (here: unauthenticated, so 401).
+  for (const url of ['/v1/users?q=caf%C3%A9', '/v1/users?q=a+b%25', '/v1/users?q=%E2%9C%93']) {
+    assert.equal((await t.app.inject({ method: 'GET', url })).statusCode, 401, url);
+  }
 });
 
 const slowModule: Module = {

@@ -221,6 +221,13 @@ test('malformed bodies are the error page, not JSON: a non-string field, another
   assertPage(json, 400, 'malformed');
   const text = await t.app.inject({ method: 'POST', url: '/signin', headers: { 'content-type': 'text/plain' }, payload: 'hello' });
   assertPage(text, 415);
+  // Not validly percent-encoded, in the form or in the query: the 400 page, never a lenient U+FFFD.
+  const form = await t.app.inject({
+    method: 'POST', url: '/signin', headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: `platform_signin=${browser.cookie}` },
+    payload: `${new URLSearchParams(formOf(page, '/signin')).toString()}&email=a%FF%40example.com&password=x`,
+  });
+  assertPage(form, 400, 'not validly percent-encoded');
+  assertPage(await t.app.inject({ method: 'GET', url: '/signin?client_id=%ZZ' }), 400, 'not validly encoded');
 });
 
 test('opening a form step directly (reload, bookmark) is a 405 page, not JSON', async () => {

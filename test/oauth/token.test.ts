@@ -55,6 +55,17 @@ test('the token endpoint accepts application/x-www-form-urlencoded bodies, error
   assertOAuthError(await tokenReq(t, { grant_type: 'password' }, true), 'unsupported_grant_type');
 });
 
+test('a form body that is not validly percent-encoded (%FF, %ZZ, a lone %) is invalid_request, and the code stays usable', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const form = { 'content-type': 'application/x-www-form-urlencoded' };
+  const valid = new URLSearchParams(codeGrant(c, app.id) as Record<string, string>).toString();
+  for (const bad of ['&state=%FF', '&state=%ZZ', '&state=50%']) {
+    assertOAuthError(await t.app.inject({ method: 'POST', url: '/v1/auth/oauth/token', headers: form, payload: valid + bad }), 'invalid_request');
+  }
+  assertStatus(await tokenReq(t, codeGrant(c, app.id), true), 200);
+});
+
 test('a parameter repeated in a form body is invalid_request (RFC 6749 §3.1) and the code stays usable', async () => {
   const user = await member(t, admin, app.id);
   const c = await codeFor(t, user, app.id);

@@ -3,7 +3,7 @@ import type { App } from '../types.js';
 import type { Ctx, Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { ctxOf } from '../../http/gate.js';
-import { toApiError } from '../../http/errors-plugin.js';
+import { logServerError, toApiError } from '../../http/errors-plugin.js';
 import { fieldErrors } from '../../http/validation.js';
 import { AuthorizationQuery, SigninForm, type FormName } from './schemas.js';
 import { assertCsrf, browserCookie, csrfToken, newBrowserSecret, pageHeaders, readBrowserSecret, redirectSource, signinSite, type SigninSite } from './browser.js';
@@ -19,7 +19,7 @@ export function signinRoutes(app: App, deps: Deps): void {
   const site = signinSite(deps.config.publicUrl);
   const errorHandler = (err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const error = toApiError(err);
-    if (error.status >= 500) request.log.error({ err }, 'request failed');
+    logServerError(request, err, error);
     return pageHeaders(reply, STYLE_HASH, 'none').code(error.status).headers(error.headers).send(errorPage(error, messageOf(error)));
   };
 
