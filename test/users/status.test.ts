@@ -330,10 +330,10 @@ test('moves not in the table are rejected 409 invalid_status_transition: invited
   assert.equal((await userRow(t, deleted.id))!.status, 'deleted');
 });
 
-test('a self-service caller sending status gets 403 status_change_forbidden and nothing changes', async () => {
+test('a self-service caller sending status gets 403 status_change_forbidden, whatever else the body sends (a read-only field too), and nothing changes', async () => {
   const { user, tokens } = await subject();
   const m = await mark(user.id);
-  for (const payload of [{ status: 'active' }, { status: 'suspended' }, { status: 'deleted' }, { email: uniqueEmail('x'), status: 'active' }]) {
+  for (const payload of [{ status: 'active' }, { status: 'suspended' }, { status: 'deleted' }, { email: uniqueEmail('x'), status: 'active' }, { status: 'active', email_verified: true }]) {
     assertError(await patch('me', payload, tokens[0]), 403, 'status_change_forbidden');
     assertError(await patch(user.id, payload, tokens[0]), 403, 'status_change_forbidden');
   }

@@ -85,10 +85,11 @@ export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
  */
 export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody): Promise<User> {
   const { user, self } = await targetUser(ctx, idParam, 'write');
-  assertNoReadOnlyFields(body, USER_READ_ONLY);
   // Nobody changes their own status, users.manage holders included: a superadmin who suspended
-  // themselves would lose every session at once and could not undo it.
+  // themselves would lose every session at once and could not undo it. Part A answers a self-service
+  // `status` with 403 whatever else the body holds, so this comes before the read-only fields.
   if (self && body.status !== undefined) throw new ApiError('status_change_forbidden');
+  assertNoReadOnlyFields(body, USER_READ_ONLY);
   // A change of one's own email goes through verification, users.manage holders included: a stolen
   // session must not move an account (and its password resets) to another mailbox at once.
   if (self) {
