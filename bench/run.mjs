@@ -55,7 +55,7 @@ function selectScenarios(all, names) {
 const round = (n, digits) => (n === null || !Number.isFinite(n) ? null : Number(n.toFixed(digits)));
 
 // Standalone benches (their own process, their own storage): `npm run bench org-grant`.
-const STANDALONE = { 'org-grant': 'org-grant.mjs', 'webhook-throughput': 'webhook-throughput.mjs', soak: 'soak.mjs' };
+const STANDALONE = { 'org-grant': 'org-grant.mjs', 'webhook-throughput': 'webhook-throughput.mjs', soak: 'soak.mjs', 'login-overload': 'login-overload.mjs' };
 
 async function main() {
   let args = process.argv.slice(2);

@@ -1,7 +1,7 @@
 // autocannon measurements of one request against one server.
 import autocannon from 'autocannon';
 
-function percentile(sorted, p) {
+export function percentile(sorted, p) {
   if (sorted.length === 0) return null;
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 }
@@ -22,6 +22,7 @@ export async function probe(baseUrl, request, expectStatus) {
  */
 export async function measure({ baseUrl, request, connections, duration, expectStatus = 200, overallRate }) {
   const latencies = [];
+  const latenciesByStatus = {};
   let unexpected = 0;
   const instance = autocannon({
     url: baseUrl + request.path,
@@ -38,12 +39,13 @@ export async function measure({ baseUrl, request, connections, duration, expectS
     ...(request.requests ? { requests: request.requests } : {}),
   });
   instance.on('response', (_client, statusCode, _bytes, responseTime) => {
+    (latenciesByStatus[statusCode] ??= []).push(responseTime);
     if (statusCode === expectStatus) latencies.push(responseTime);
     else unexpected++;
   });
   const result = await instance;
   const statusCodes = Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([k, v]) => [k, v.count]));
-  return { latencies, seconds: result.duration, unexpected, errors: result.errors, timeouts: result.timeouts, statusCodes };
+  return { latencies, latenciesByStatus, seconds: result.duration, unexpected, errors: result.errors, timeouts: result.timeouts, statusCodes };
 }
 
 /** Merges the measurements (rounds) of one target: req_per_s counts expected responses only. */
