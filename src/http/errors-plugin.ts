@@ -99,13 +99,14 @@ function isDatabaseUnavailable(err: unknown): boolean {
 /**
  * Logs a 5xx answer. One the service chose (sign-ins beyond the password pool, the database's queue
  * full, a migrating Tenant, the processor unavailable, which logs its own cause, an SSO callback not
- * implemented) is no fault: one warning line without a stack, so shedding does not add error logging
- * to an overloaded process. Anything else is logged as an error with its stack.
+ * implemented) is no fault: one info line with its code and no stack, like the request's completion
+ * line, so that shedding thousands of requests a second does not flood a warn-level log or add error
+ * logging to an overloaded process. Anything else is logged as an error with its stack.
  */
 export function logServerError(request: FastifyRequest, err: unknown, error: ApiError): void {
   if (error.status < 500) return;
   if (error.code !== 'internal_error' && (err instanceof ApiError || err instanceof DatabaseBusyError)) {
-    request.log.warn({ code: error.code, status: error.status }, `request refused: ${error.message}`);
+    request.log.info({ code: error.code, status: error.status }, `request refused: ${error.message}`);
   } else {
     request.log.error({ err }, 'request failed');
   }

@@ -140,13 +140,10 @@ test('IV-6 a thrown exception, a database error and a TypeError: "generic 500 wi
   assert.equal(leaky, 0);
 });
 
-test('IV-6 an answer the service chooses is no fault: the SSO callback\'s 501 not_implemented is logged as one warning with its req_ id and no stack, never as an error', async () => {
+test('IV-6 an answer the service chooses is no fault: the SSO callback\'s 501 not_implemented is never logged as a warning or an error (the log here keeps warn and above)', async () => {
   const res = await call(t, 'POST', '/v1/auth/sso/google/callback', null, {});
   assertError(res, 501, 'not_implemented');
   const requestId = String(res.headers['request-id']);
-  const lines = t.logs.filter((line) => line.reqId === requestId);
-  assert.equal(lines.length, 1, JSON.stringify(lines));
-  assert.equal(lines[0]!.level, 40);
-  assert.equal(lines[0]!.code, 'not_implemented');
-  assert.equal(lines[0]!.err, undefined);
+  assert.match(requestId, /^req_/);
+  assert.deepEqual(t.logs.filter((line) => line.reqId === requestId), []);
 });
