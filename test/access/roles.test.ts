@@ -424,8 +424,11 @@ test('the Roles of an Application the caller cannot see do not exist for them: c
   assert.deepEqual(await heldRoles(user.id), ['role_platform_member'], 'nothing assigned');
 });
 
-test('GET /v1/roles: following page.next_cursor one Role at a time returns every Role exactly once, seed Roles included (list responses, Part A conventions)', async () => {
+test('GET /v1/roles: following page.next_cursor one Role at a time returns every Role exactly once, seed Roles and a Role written to the microsecond by hand included (list responses, Part A conventions)', async () => {
   await createRole(admin, { scope: 'platform', name: `walk_${rand()}`, permissions: [] });
+  const byHand = `hand_${rand()}`;
+  await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at)
+                VALUES ($1, $2, 'platform', '{}', now() - interval '1 hour' + interval '456 microseconds', now())`, [`role_platform_${byHand}`, byHand]);
   const all = assertStatus(await call(t, 'GET', '/v1/roles?limit=100', superadmin.token), 200).data.map((r: { id: string }) => r.id);
   assert.ok(all.includes('role_platform_member') && all.length > 4);
   const walked: string[] = [];
