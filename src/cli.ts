@@ -89,7 +89,8 @@ export async function runCli(argv: string[]): Promise<number> {
     case 'keys':
       if (sub !== 'rotate') break;
       return withServices(async ({ deps }) => {
-        console.log(`new signing key: ${await deps.keys.rotate()}`);
+        const { kid, signsFrom } = await deps.keys.rotate();
+        console.log(`new signing key: ${kid} (published now, signs from ${signsFrom.toISOString()})`);
         return 0;
       });
     case 'jobs':

@@ -8,6 +8,12 @@ export const PLATFORM_AUDIENCE = 'platform';
 /** A retired key keeps verifying (and stays in the JWKS) this long: longer than any token it signed. */
 export const RETIRED_KEY_GRACE_SECONDS = 24 * 3600;
 const REFRESH_INTERVAL_MS = 60_000;
+/**
+ * A rotated key signs this long after it is created, and the key it replaces stops signing then: two
+ * reload intervals, so every process publishes the new key in its JWKS before any process signs
+ * with it, and all of them switch at the same instant of the service clock.
+ */
+export const KEY_PUBLISH_AHEAD_SECONDS = (2 * REFRESH_INTERVAL_MS) / 1000;
 const LOCK_KEY = 727_100_002;
 /** Verified tokens remembered per process (about 1 KiB each); the oldest is forgotten first. */
 const VERIFIED_TOKENS_MAX = 10_000;
@@ -23,6 +29,7 @@ interface LoadedKey {
   publicKey: KeyObject | CryptoKey;
   privateKey: KeyObject | CryptoKey;
   createdAt: Date;
+  signsFrom: Date;
   retiredAt: Date | null;
 }
 
@@ -31,12 +38,14 @@ interface KeyRow {
   public_jwk: JWK;
   private_jwk: JWK;
   created_at: Date;
+  signs_from: Date;
   retired_at: Date | null;
 }
 
 /**
  * RS256 signing keys live in the database so every process signs and verifies with the same set.
- * The newest unretired key signs; retired ones verify until their grace period ends.
+ * The key whose signing period (signs_from until retired_at) holds now signs; a rotated key is
+ * published KEY_PUBLISH_AHEAD_SECONDS before it signs; retired ones verify until their grace ends.
  */
 export class SigningKeys {
   private keys: LoadedKey[] = [];
@@ -57,7 +66,7 @@ export class SigningKeys {
     await this.database.scoped('system').transaction(async (tx) => {
       await tx.query('SELECT pg_advisory_xact_lock($1)', [LOCK_KEY]);
       const { rowCount } = await tx.query('SELECT 1 FROM signing_keys WHERE retired_at IS NULL');
-      if (rowCount === 0) await this.insertKey(tx);
+      if (rowCount === 0) await this.insertKey(tx, this.clock.now());
     });
     await this.reload();
     // Keys are refreshed in the background, never on a request's path: signing happens inside
@@ -73,25 +82,30 @@ export class SigningKeys {
     this.timer = null;
   }
 
-  /** New key signs from now on; the old ones keep verifying until their tokens have expired. */
-  async rotate(): Promise<string> {
+  /**
+   * A new key, published at once (in every process's JWKS within a reload interval) and signing from
+   * KEY_PUBLISH_AHEAD_SECONDS on, when the current key stops signing; that one keeps verifying for
+   * RETIRED_KEY_GRACE_SECONDS more, beyond the life of any token it signed.
+   */
+  async rotate(): Promise<{ kid: string; signsFrom: Date }> {
+    const signsFrom = new Date(this.clock.now().getTime() + KEY_PUBLISH_AHEAD_SECONDS * 1000);
     const kid = await this.database.scoped('system').transaction(async (tx) => {
       await tx.query('SELECT pg_advisory_xact_lock($1)', [LOCK_KEY]);
-      await tx.query('UPDATE signing_keys SET retired_at = $1 WHERE retired_at IS NULL', [this.clock.now()]);
-      return this.insertKey(tx);
+      await tx.query('UPDATE signing_keys SET retired_at = $1 WHERE retired_at IS NULL', [signsFrom]);
+      return this.insertKey(tx, signsFrom);
     });
     await this.reload();
-    return kid;
+    return { kid, signsFrom };
   }
 
-  private async insertKey(tx: Tx): Promise<string> {
+  private async insertKey(tx: Tx, signsFrom: Date): Promise<string> {
     const { publicKey, privateKey } = await generateKeyPair('RS256', { modulusLength: 2048, extractable: true });
     const kid = newId('sig');
     const publicJwk = { ...(await exportJWK(publicKey)), kid, alg: 'RS256', use: 'sig' };
     const privateJwk = { ...(await exportJWK(privateKey)), kid, alg: 'RS256' };
     await tx.query(
-      'INSERT INTO signing_keys (kid, alg, public_jwk, private_jwk, created_at) VALUES ($1, $2, $3, $4, $5)',
-      [kid, 'RS256', JSON.stringify(publicJwk), JSON.stringify(privateJwk), this.clock.now()],
+      'INSERT INTO signing_keys (kid, alg, public_jwk, private_jwk, created_at, signs_from) VALUES ($1, $2, $3, $4, $5, $6)',
+      [kid, 'RS256', JSON.stringify(publicJwk), JSON.stringify(privateJwk), this.clock.now(), signsFrom],
     );
     return kid;
   }
@@ -101,7 +115,7 @@ export class SigningKeys {
       try {
         const { rows } = await this.database
           .scoped('system')
-          .query<KeyRow>('SELECT kid, public_jwk, private_jwk, created_at, retired_at FROM signing_keys ORDER BY created_at DESC, kid DESC');
+          .query<KeyRow>('SELECT kid, public_jwk, private_jwk, created_at, signs_from, retired_at FROM signing_keys ORDER BY signs_from DESC, created_at DESC, kid DESC');
         const cutoff = this.clock.now().getTime() - RETIRED_KEY_GRACE_SECONDS * 1000;
         const live = rows.filter((r) => !r.retired_at || r.retired_at.getTime() > cutoff);
         this.keys = await Promise.all(
@@ -111,6 +125,7 @@ export class SigningKeys {
             publicKey: (await importJWK(r.public_jwk, 'RS256')) as CryptoKey,
             privateKey: (await importJWK(r.private_jwk, 'RS256')) as CryptoKey,
             createdAt: r.created_at,
+            signsFrom: r.signs_from,
             retiredAt: r.retired_at,
           })),
         );
@@ -126,13 +141,23 @@ export class SigningKeys {
     return { keys: this.keys.filter((k) => this.verifies(k)).map((k) => k.publicJwk) };
   }
 
+  /**
+   * The key whose signing period holds now (keys are sorted by signs_from, newest first). A process
+   * that missed the reload announcing its successor keeps signing with the newest key it has whose
+   * period began: its peers publish that key for another 24 hours.
+   */
+  private signingKey(now: number): LoadedKey | undefined {
+    const started = this.keys.filter((k) => k.signsFrom.getTime() <= now);
+    return started.find((k) => !k.retiredAt || k.retiredAt.getTime() > now) ?? started[0];
+  }
+
   /** Unretired, or retired within the grace period (measured on the service clock). */
   private verifies(key: LoadedKey): boolean {
     return !key.retiredAt || this.clock.now().getTime() - key.retiredAt.getTime() <= RETIRED_KEY_GRACE_SECONDS * 1000;
   }
 
   async sign(claims: JWTPayload & { sub: string; jti: string }, audience: string, lifetimeSeconds: number): Promise<string> {
-    const key = this.keys.find((k) => !k.retiredAt);
+    const key = this.signingKey(this.clock.now().getTime());
     if (!key) throw new Error('no signing key: call ensure() at start');
     const iat = toUnixSeconds(this.clock.now());
     return new SignJWT(claims)

@@ -16,6 +16,7 @@ import {
 } from 'jose';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { PASSWORD, bearer, createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+import { KEY_PUBLISH_AHEAD_SECONDS } from '../../src/auth/signing-keys.js';
 
 let t: TestApp;
 before(async () => {
@@ -408,7 +409,7 @@ test('an expired access token (after 15 minutes) gets 401 invalid_token', async 
   assertInvalidToken(await me(token));
 });
 
-test('signing key rotation: both keys are published, old tokens keep working, new tokens use the new kid, and a key retired over 24 h ago no longer verifies', async () => {
+test('signing key rotation: the new key is published at once and signs from 2 minutes later (every process has it by then), the old key until then; old tokens keep working; a key retired over 24 h ago no longer verifies', async () => {
   const user = await createUser(t);
   const oldToken = await login(t, user);
   const oldKid = decodeProtectedHeader(oldToken).kid!;
@@ -421,12 +422,18 @@ test('signing key rotation: both keys are published, old tokens keep working, ne
   );
   assert.equal(decodeProtectedHeader(longLived).kid, oldKid);
 
-  const newKid = await t.deps.keys.rotate();
+  const { kid: newKid, signsFrom } = await t.deps.keys.rotate();
   assert.notEqual(newKid, oldKid);
+  assert.ok(Math.abs(signsFrom.getTime() - t.clock.now().getTime() - KEY_PUBLISH_AHEAD_SECONDS * 1000) < 5000);
+  assert.equal(KEY_PUBLISH_AHEAD_SECONDS, 120);
 
   const kids = (await jwks()).keys.map((k) => k.kid);
   assert.ok(kids.includes(oldKid), 'old kid still published');
-  assert.ok(kids.includes(newKid), 'new kid published');
+  assert.ok(kids.includes(newKid), 'new kid published before it signs');
+  // Until signs_from the old key signs, in this process and in any other.
+  t.clock.advance(KEY_PUBLISH_AHEAD_SECONDS - 10);
+  assert.equal(decodeProtectedHeader(await login(t, user)).kid, oldKid);
+  t.clock.advance(10);
 
   assert.equal((await me(oldToken)).statusCode, 200, 'old token still works');
   assert.equal((await me(longLived)).statusCode, 200, 'old-key long-lived token still works');

@@ -10,6 +10,7 @@ import { assertError, createMfaUser, mfaChallenge, post } from '../../auth/suppo
 import { assertStatus, call, grant, platformKey } from '../../access/support.js';
 import { oauthApp } from '../../oauth/support.js';
 import { bootAnother, figure } from './support.js';
+import { KEY_PUBLISH_AHEAD_SECONDS } from '../../../src/auth/signing-keys.js';
 
 let t: TestApp;
 before(async () => {
@@ -28,17 +29,47 @@ async function signIn(user: TestUser): Promise<Session> {
 
 test('TK-3 "unique kids" across two rotations, none with private members; a key retired over 24 h ago leaves the JWKS', async () => {
   const k1 = decodeProtectedHeader(await login(t, await createUser(t))).kid!;
-  const k2 = await t.deps.keys.rotate();
-  const k3 = await t.deps.keys.rotate();
+  const k2 = (await t.deps.keys.rotate()).kid;
+  const k3 = (await t.deps.keys.rotate()).kid;
   const published = (await jwks()).keys;
   const kids = published.map((k) => k.kid!);
   assert.equal(new Set(kids).size, kids.length, `duplicate kids: ${kids}`);
   for (const kid of [k1, k2, k3]) assert.ok(kids.includes(kid), kid);
   for (const key of published) for (const member of ['d', 'p', 'q', 'dp', 'dq', 'qi']) assert.ok(!(member in key), `${key.kid} publishes ${member}`);
-  t.clock.advance(DAY + 60);
+  // The rotated keys stop signing 2 minutes after the rotation; 24 h later they leave the JWKS.
+  t.clock.advance(DAY + 180);
   await t.deps.keys.reload();
   assert.deepEqual((await jwks()).keys.map((k) => k.kid), [k3], 'only the current key after the 24 h grace');
   figure('TK-3', 'overlap window: 24 h after a rotation (the retired key leaves the JWKS)');
+});
+
+test('TK-3 [MP] a rotated key is in every process\'s JWKS before any process signs with it, and all switch at the same instant; a process that missed the reload signs with a key its peers still publish', async () => {
+  const b = await bootAnother(t, {});
+  const c = await bootAnother(t, {});
+  try {
+    const user = await createUser(t);
+    const kidOf = async (app: TestApp) => decodeProtectedHeader(await login(app, user)).kid!;
+    const published = async (app: TestApp) => (await jwks(app)).keys.map((k) => k.kid!);
+    const oldKid = await kidOf(t);
+    const { kid: newKid } = await t.deps.keys.rotate();
+    // B learns of the key at its next reload (at most a minute: the background timer); C never does.
+    assert.ok(!(await published(b)).includes(newKid));
+    await b.deps.keys.reload();
+    for (const app of [t, b]) assert.ok((await published(app)).includes(newKid));
+    for (const app of [t, b, c]) assert.equal(await kidOf(app), oldKid, 'nobody signs with the new key before signs_from');
+    t.clock.advance(KEY_PUBLISH_AHEAD_SECONDS);
+    assert.deepEqual([await kidOf(t), await kidOf(b)], [newKid, newKid]);
+    // C, which missed the reload, keeps its last key; A and B still publish it and accept its tokens.
+    const fromC = await login(c, user);
+    assert.equal(decodeProtectedHeader(fromC).kid, oldKid);
+    for (const app of [t, b]) {
+      assert.ok((await published(app)).includes(oldKid));
+      assert.equal((await app.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(fromC) })).statusCode, 200);
+    }
+  } finally {
+    await b.close();
+    await c.close();
+  }
 });
 
 test('TK-3 "the discovery issuer equals PUBLIC_URL byte for byte", also for a PUBLIC_URL with a path, and so does every token\'s iss', async () => {
