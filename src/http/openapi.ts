@@ -96,7 +96,17 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
           add(409, 'idempotency_key_in_flight');
         }
         if (meta.throttle) add(429, 'rate_limited: per-IP throttle; Retry-After set');
-        if (!r.ownValidation) add(422, 'validation_failed: details.fields names each offending field');
+        if (!r.ownValidation) {
+          add(422, 'validation_failed: details.fields names each offending field');
+          // What the framework refuses before the route: a URL, and a body, the service cannot read.
+          add(400, 'bad_request: the URL is not validly percent-encoded');
+          if (op.requestBody) {
+            add(400, 'malformed_json: the body is not one valid JSON document');
+            add(413, 'payload_too_large: the body is over 1 MiB');
+            add(415, 'unsupported_media_type: the body must be application/json');
+          }
+          if (meta.idempotency) add(422, 'idempotency_key_reused: the key was used with another request');
+        }
         // Any operation: the database unreachable or at its limits; a write to a Tenant while it migrates.
         add(503, 'service_unavailable: Retry-After set');
         for (const [status, texts] of byStatus) op.responses[String(status)] ??= errorResponse(texts.join('; '));

@@ -186,6 +186,33 @@ test('every operation documents 503 service_unavailable (the database unreachabl
   for (const code of ['user_token_required', 'idempotency_key_required']) assert.match(grant, new RegExp(code), `grant 400: ${grant}`);
 });
 
+test('what the framework refuses before a route is documented on every operation: 400 bad_request (a URL not validly encoded); with a body 400 malformed_json, 413 payload_too_large and 415 unsupported_media_type; with an Idempotency-Key 422 idempotency_key_reused', () => {
+  for (const { method, path, op } of operations()) {
+    if (path === '/v1/auth/oauth/token') continue; // RFC 6749 errors: every client error is 400 invalid_request
+    const name = `${method.toUpperCase()} ${path}`;
+    assert.match(op.responses['400']?.description ?? '', /bad_request/, `${name} 400`);
+    if (op.requestBody) {
+      assert.match(op.responses['400'].description, /malformed_json/, `${name} 400`);
+      assert.match(op.responses['413']?.description ?? '', /payload_too_large/, `${name} 413`);
+      assert.match(op.responses['415']?.description ?? '', /unsupported_media_type/, `${name} 415`);
+    }
+    if ((op.parameters ?? []).some((p: { name: string }) => p.name === 'Idempotency-Key')) {
+      assert.match(op.responses['422']?.description ?? '', /idempotency_key_reused/, `${name} 422`);
+    }
+  }
+});
+
+test('codes the spec gives these operations are documented: 403 forbidden on the self-or-users.manage user operations, 403 organization_suspended on Entitlement PATCH and DELETE, the settings_schema codes on Application PATCH; the slug pattern on Application POST', () => {
+  const codes = (path: string, method: string, status: number) => doc.paths[path][method].responses[String(status)]?.description ?? '';
+  for (const [path, method] of [['/v1/users/{id}', 'patch'], ['/v1/users/{id}', 'delete'], ['/v1/users/{id}/sessions', 'get'], ['/v1/users/{id}/sessions/{sessionId}', 'delete'], ['/v1/users/{id}/export', 'get'], ['/v1/users/{id}/erasure-requests', 'post']]) {
+    assert.match(codes(path, method, 403), /(^|; )forbidden/, `${method} ${path}`);
+  }
+  for (const method of ['patch', 'delete']) assert.match(codes('/v1/entitlements/{id}', method, 403), /organization_suspended/);
+  for (const code of ['invalid_settings_schema', 'reserved_settings_key']) assert.match(codes('/v1/applications/{id}', 'patch', 422), new RegExp(code));
+  const slug = doc.paths['/v1/applications'].post.requestBody.content['application/json'].schema.properties.slug;
+  assert.equal(slug.pattern, '^[a-z][a-z0-9-]{1,63}$');
+});
+
 test('every $ref in the description resolves inside it', () => {
   const resolve = (ref: string) =>
     ref

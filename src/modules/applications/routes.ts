@@ -37,7 +37,7 @@ export function applicationRoutes(app: App, deps: Deps): void {
         auth: 'any',
         idempotency: 'optional',
         errors: ['application_not_found', 'forbidden', 'moderation_field_forbidden', 'read_only_field', 'review_notes_required', 'invalid_review_transition',
-          'app_role_in_use', 'permission_in_use', 'ownership_change_requires_migration', 'plan_limit_reached', 'subscription_required'],
+          'app_role_in_use', 'permission_in_use', 'ownership_change_requires_migration', 'plan_limit_reached', 'subscription_required', 'invalid_settings_schema', 'reserved_settings_key'],
       },
     },
     handler: (request) => patchApplication(ctxOf(deps, request), request.params.id, request.body as any),

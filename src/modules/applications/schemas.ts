@@ -70,7 +70,7 @@ const Visibility = Type.Union(VISIBILITIES.map((v) => Type.Literal(v)));
 
 export const CreateApplicationBody = Type.Object(
   {
-    slug: Type.String({ minLength: 1, maxLength: 64 }),
+    slug: Type.String({ minLength: 2, maxLength: 64, pattern: '^[a-z][a-z0-9-]{1,63}$' }),
     name: ConfigFields.name,
     launch_url: ConfigFields.launch_url,
     owner_user_id: Type.Optional(Type.String({ maxLength: 64 })),

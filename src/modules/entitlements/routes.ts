@@ -62,7 +62,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
         auth: 'any',
         idempotency: 'optional',
         destructive: { when: 'status is set to disabled or revoked', test: (request) => ['disabled', 'revoked'].includes((request.body as { status?: string })?.status ?? '') },
-        errors: ['entitlement_not_found', 'invalid_status_transition', 'disabled_reason_required', 'immutable_field', 'read_only_field', 'not_an_org_grant', 'member_override_not_a_member', 'entitlement_already_exists', 'plan_limit_reached', 'subscription_required', 'precondition_failed', 'forbidden'],
+        errors: ['entitlement_not_found', 'invalid_status_transition', 'disabled_reason_required', 'immutable_field', 'read_only_field', 'not_an_org_grant', 'member_override_not_a_member', 'entitlement_already_exists', 'plan_limit_reached', 'subscription_required', 'precondition_failed', 'forbidden', 'organization_suspended'],
       },
     },
     handler: async (request, reply) => {
@@ -73,7 +73,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
   });
   app.delete('/v1/entitlements/:id', {
     schema: { summary: 'Hard-remove a grant made in error', tags, params: EntitlementIdParam, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'any', permission: 'entitlements.manage', destructive: 'always', destructiveGate: 'service', errors: ['entitlement_not_found', 'entitlement_order_linked', 'entitlement_too_old'] } },
+    config: { meta: { auth: 'any', permission: 'entitlements.manage', destructive: 'always', destructiveGate: 'service', errors: ['entitlement_not_found', 'entitlement_order_linked', 'entitlement_too_old', 'organization_suspended'] } },
     handler: async (request, reply) => {
       await deleteEntitlement(ctxOf(deps, request), request.params.id);
       reply.code(204);

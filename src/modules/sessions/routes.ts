@@ -23,7 +23,7 @@ export function sessionRoutes(app: App, deps: Deps): void {
 
   app.get('/v1/users/:id/sessions', {
     schema: { summary: "List a user's active sessions", tags: ['Sessions'], params: UserIdParam, querystring: SessionListQuery, response: { 200: SessionList } },
-    config: { meta: { auth: 'any', errors: ['user_not_found'] } },
+    config: { meta: { auth: 'any', errors: ['user_not_found', 'forbidden'] } },
     handler: (request) => listSessions(ctxOf(deps, request), request.params.id, request.query),
   });
 
@@ -34,7 +34,7 @@ export function sessionRoutes(app: App, deps: Deps): void {
       params: Type.Object({ id: UserIdParam.properties.id, sessionId: Type.String({ maxLength: 64 }) }),
       response: { 204: Type.Null() },
     },
-    config: { meta: { auth: 'any', destructive: 'always', errors: ['user_not_found', 'session_not_found'] } },
+    config: { meta: { auth: 'any', destructive: 'always', errors: ['user_not_found', 'session_not_found', 'forbidden'] } },
     handler: async (request, reply) => {
       await revokeSession(ctxOf(deps, request), request.params.id, request.params.sessionId);
       return reply.code(204).send(null);

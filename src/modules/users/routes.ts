@@ -48,7 +48,7 @@ export function userRoutes(app: App, deps: Deps): void {
         idempotency: 'optional',
         // Setting status suspended is a user suspend (Part A convention 11), however it is asked for.
         destructive: { when: 'status is set to suspended', test: (request) => (request.body as { status?: string } | undefined)?.status === 'suspended' },
-        errors: ['user_not_found', 'email_taken', 'status_change_forbidden', 'invalid_status_transition', 'erasure_scheduled', 'rate_limited', 'read_only_field'],
+        errors: ['user_not_found', 'forbidden', 'email_taken', 'status_change_forbidden', 'invalid_status_transition', 'erasure_scheduled', 'rate_limited', 'read_only_field'],
       },
     },
     handler: (request) => patchUser(ctxOf(deps, request), request.params.id, request.body as PatchUserBody),
@@ -56,7 +56,7 @@ export function userRoutes(app: App, deps: Deps): void {
 
   app.delete('/v1/users/:id', {
     schema: { summary: 'Soft-delete a user', tags, params: UserIdParam, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'any', destructive: 'always', errors: ['user_not_found'] } },
+    config: { meta: { auth: 'any', destructive: 'always', errors: ['user_not_found', 'forbidden'] } },
     handler: async (request, reply) => {
       await deleteUser(ctxOf(deps, request), request.params.id);
       reply.code(204);
@@ -82,13 +82,13 @@ export function userRoutes(app: App, deps: Deps): void {
 
   app.get('/v1/users/:id/export', {
     schema: { summary: 'Export all data held about a user', tags, params: UserIdParam, response: { 200: ExportBundle } },
-    config: { meta: { auth: 'any', errors: ['user_not_found', 'rate_limited'] } },
+    config: { meta: { auth: 'any', errors: ['user_not_found', 'forbidden', 'rate_limited'] } },
     handler: (request) => exportUser(ctxOf(deps, request), request.params.id),
   });
 
   app.post('/v1/users/:id/erasure-requests', {
     schema: { summary: 'Request erasure: soft delete now, hard delete after 7 days', tags, params: UserIdParam, body: ReasonBody, response: { 202: ErasureRequest } },
-    config: { meta: { auth: 'any', destructive: 'always', idempotency: 'optional', errors: ['user_not_found'] } },
+    config: { meta: { auth: 'any', destructive: 'always', idempotency: 'optional', errors: ['user_not_found', 'forbidden'] } },
     handler: async (request, reply) => {
       const erasure = await requestErasure(ctxOf(deps, request), request.params.id, request.body.reason ?? null);
       reply.code(202);
