@@ -48,13 +48,13 @@ test('scope: an app-scoped key may omit scope or pass its own Application; anoth
   assertError(await call(t, 'POST', '/v1/webhooks', key, { scope: app.id, url: url('k4'), events: ['*'] }), 403, 'forbidden');
 });
 
-test("scope: an Application owner's User token must pass the Application id; platform, another app or no scope are refused", async () => {
+test("scope: an Application owner's User token must pass the Application id; platform, another app or no scope are refused with 403 forbidden (\"anything else 403 forbidden\")", async () => {
   const mine = await newApp(t, admin);
   const sub = await createWebhook(t, mine.owner.token, { scope: mine.id, url: url('o1') });
   assert.equal(sub.scope, mine.id);
   assertError(await call(t, 'POST', '/v1/webhooks', mine.owner.token, { scope: 'platform', url: url('o2'), events: ['*'] }), 403, 'forbidden');
   assertError(await call(t, 'POST', '/v1/webhooks', mine.owner.token, { scope: app.id, url: url('o3'), events: ['*'] }), 403, 'forbidden');
-  assertError(await call(t, 'POST', '/v1/webhooks', mine.owner.token, { url: url('o4'), events: ['*'] }), 422, 'validation_failed');
+  assertError(await call(t, 'POST', '/v1/webhooks', mine.owner.token, { url: url('o4'), events: ['*'] }), 403, 'forbidden');
   const stranger = await person(t);
   assertError(await call(t, 'POST', '/v1/webhooks', stranger.token, { scope: mine.id, url: url('o5'), events: ['*'] }), 403, 'forbidden');
   const noManage = await platformKey(t, ['users.list']);

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
-import { ApiError, invalidField } from '../../errors.js';
+import { ApiError } from '../../errors.js';
 import { findApplication, isApplicationOwner, OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { SUBSCRIPTION_COLUMNS, type SubscriptionRow } from './store.js';
 
@@ -52,8 +52,9 @@ export interface CreateScope {
 }
 
 const forbidden = (message: string) => new ApiError('forbidden', { message });
-const scopeRequired = () =>
-  invalidField('scope', 'is required: `platform` or an application_id');
+// Part B lists what each caller passes as scope, then "anything else 403 forbidden": a User token or
+// platform key that sends none is such a case.
+const scopeRequired = () => forbidden('Send scope: `platform` (webhooks.manage) or an Application id (webhooks.manage or its owner).');
 
 /**
  * Part B scope rules: an app-scoped key may omit scope or pass its own Application; an Application
