@@ -6,6 +6,8 @@ import type { Database } from './db/types.js';
 import type { Deps } from './context.js';
 import { newId } from './ids.js';
 import { ApiError } from './errors.js';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { SigningKeys } from './auth/signing-keys.js';
 import { SecretBox } from './auth/secret-box.js';
 import { confirmSession } from './auth/credentials.js';
@@ -18,6 +20,27 @@ import { MODULES } from './modules/index.js';
 import { devModule } from './modules/dev/index.js';
 import type { App, Module } from './modules/types.js';
 import { Type } from '@sinclair/typebox';
+
+/**
+ * A request Node's HTTP parser refuses before Fastify sees it (headers over the limit, a request not
+ * received in time, bytes that are not HTTP) is answered in the error envelope with a Request-Id, as
+ * every response is, instead of Fastify's default body; then the connection closes.
+ */
+function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const error =
+    err.code === 'HPE_HEADER_OVERFLOW' ? new ApiError('headers_too_large')
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new ApiError('request_timeout')
+        : new ApiError('bad_request', { message: 'The request is not valid HTTP.' });
+  const body = JSON.stringify(error.toBody());
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${newId('req')}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(err);
+}
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
 
@@ -43,6 +66,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     return503OnClosing: false,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: frameworkErrorHandler,
+    clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   fastify.setValidatorCompiler(validatorCompiler);

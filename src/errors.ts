@@ -10,6 +10,8 @@ export const ERROR_CODES = {
   not_found: [404, 'No such route.'],
   method_not_allowed: [405, 'This route does not support that method.'],
   payload_too_large: [413, 'The request body is too large.'],
+  headers_too_large: [431, 'The request headers are too large.'],
+  request_timeout: [408, 'The request was not received in time.'],
   unauthenticated: [401, 'A valid credential is required.'],
   rate_limited: [429, 'Too many requests; retry later.'],
   idempotency_key_reused: [422, 'This Idempotency-Key was used with a different request.'],

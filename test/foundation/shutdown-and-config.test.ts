@@ -45,6 +45,34 @@ test('a URL that is not validly encoded, in its path or its query, gets 400 bad_
   }
 });
 
+/** Sends raw bytes on one connection and returns everything the server wrote before closing it. */
+function rawExchange(port: number, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk) => (received += chunk));
+    socket.on('close', () => resolve(received));
+    socket.on('error', (err) => (received ? resolve(received) : reject(err)));
+  });
+}
+
+test('a request the HTTP parser refuses (headers over the limit, bytes that are not HTTP) is answered in the error envelope with a Request-Id: 431 headers_too_large, 400 bad_request', async (tc) => {
+  const t = await buildTestApp({}, tc);
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = t.app.server.address() as net.AddressInfo;
+  for (const [request, status, code] of [
+    [`GET /v1/users/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'headers_too_large'],
+    ['NOT HTTP AT ALL\r\n\r\n', 400, 'bad_request'],
+  ] as const) {
+    const response = await rawExchange(port, request);
+    const [head, body] = response.split('\r\n\r\n');
+    assert.match(head!, new RegExp(`^HTTP/1.1 ${status} `), response);
+    assert.match(head!, /\r\nrequest-id: req_/i);
+    assert.equal(JSON.parse(body!).error.code, code);
+  }
+});
+
 const slowModule: Module = {
   name: 'slow-probe',
   routes: (app) => {
