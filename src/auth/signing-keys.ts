@@ -144,11 +144,12 @@ export class SigningKeys {
   /**
    * The key whose signing period holds now (keys are sorted by signs_from, newest first). A process
    * that missed the reload announcing its successor keeps signing with the newest key it has whose
-   * period began: its peers publish that key for another 24 hours.
+   * period began: its peers publish that key for another 24 hours. A service clock set before every
+   * key's period (the development clock moved back) signs with the first key.
    */
   private signingKey(now: number): LoadedKey | undefined {
     const started = this.keys.filter((k) => k.signsFrom.getTime() <= now);
-    return started.find((k) => !k.retiredAt || k.retiredAt.getTime() > now) ?? started[0];
+    return started.find((k) => !k.retiredAt || k.retiredAt.getTime() > now) ?? started[0] ?? this.keys[this.keys.length - 1];
   }
 
   /** Unretired, or retired within the grace period (measured on the service clock). */
