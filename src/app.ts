@@ -15,6 +15,7 @@ import { JobRunner } from './jobs/runner.js';
 import { validatorCompiler } from './http/validation.js';
 import { frameworkErrorHandler, MAX_PARAM_LENGTH, registerErrorHandling } from './http/errors-plugin.js';
 import { registerGate } from './http/gate.js';
+import { validlyPercentEncoded } from './http/validation.js';
 import { registerOpenApi } from './http/openapi.js';
 import { MODULES } from './modules/index.js';
 import { devModule } from './modules/dev/index.js';
@@ -118,9 +119,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
       return done(new fastifyErrors.FST_ERR_CTP_INVALID_MEDIA_TYPE('application/x-www-form-urlencoded'), undefined);
     }
     // URLSearchParams reads a malformed escape leniently (`%FF` as U+FFFD): refused, as in a query.
-    try {
-      decodeURIComponent((body as string).replace(/\+/g, ' '));
-    } catch {
+    if (!validlyPercentEncoded(body as string)) {
       return done(new ApiError('bad_request', { message: 'The form body is not validly percent-encoded.' }), undefined);
     }
     const params = new URLSearchParams(body as string);

@@ -28,7 +28,6 @@ interface LoadedKey {
   publicJwk: JWK;
   publicKey: KeyObject | CryptoKey;
   privateKey: KeyObject | CryptoKey;
-  createdAt: Date;
   signsFrom: Date;
   retiredAt: Date | null;
 }
@@ -37,7 +36,6 @@ interface KeyRow {
   kid: string;
   public_jwk: JWK;
   private_jwk: JWK;
-  created_at: Date;
   signs_from: Date;
   retired_at: Date | null;
 }
@@ -115,7 +113,7 @@ export class SigningKeys {
       try {
         const { rows } = await this.database
           .scoped('system')
-          .query<KeyRow>('SELECT kid, public_jwk, private_jwk, created_at, signs_from, retired_at FROM signing_keys ORDER BY signs_from DESC, created_at DESC, kid DESC');
+          .query<KeyRow>('SELECT kid, public_jwk, private_jwk, signs_from, retired_at FROM signing_keys ORDER BY signs_from DESC, created_at DESC, kid DESC');
         const cutoff = this.clock.now().getTime() - RETIRED_KEY_GRACE_SECONDS * 1000;
         const live = rows.filter((r) => !r.retired_at || r.retired_at.getTime() > cutoff);
         this.keys = await Promise.all(
@@ -124,7 +122,6 @@ export class SigningKeys {
             publicJwk: r.public_jwk,
             publicKey: (await importJWK(r.public_jwk, 'RS256')) as CryptoKey,
             privateKey: (await importJWK(r.private_jwk, 'RS256')) as CryptoKey,
-            createdAt: r.created_at,
             signsFrom: r.signs_from,
             retiredAt: r.retired_at,
           })),

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorObject } from 'ajv';
-import { ApiError, fromDatabaseError, type ErrorCode, invalidField } from '../errors.js';
+import { ApiError, fromDatabaseError, invalidField, type ErrorCode } from '../errors.js';
 import { DatabaseBusyError } from '../db/types.js';
 import { metaOf } from './meta.js';
 import { fieldErrors } from './validation.js';
@@ -17,7 +17,7 @@ export function toApiError(err: unknown): ApiError {
       // The router refuses a path parameter over maxParamLength before the schema sees it.
       return invalidField('path', `must NOT have more than ${MAX_PARAM_LENGTH} characters`);
     case 'FST_ERR_BAD_URL':
-      return new ApiError('bad_request', { message: 'The URL is not validly encoded.' });
+      return urlNotEncoded();
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new ApiError('malformed_json');
@@ -111,6 +111,9 @@ export function logServerError(request: FastifyRequest, err: unknown, error: Api
     request.log.error({ err }, 'request failed');
   }
 }
+
+/** 400 for a path or query that is not validly percent-encoded. */
+export const urlNotEncoded = () => new ApiError('bad_request', { message: 'The URL is not validly encoded.' });
 
 /** Errors Fastify raises before routing (bad URL encoding): same envelope. */
 export function frameworkErrorHandler(err: Error, request: FastifyRequest, reply: FastifyReply) {

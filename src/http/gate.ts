@@ -9,7 +9,8 @@ import { claimIdempotencyKey, completeInTransaction, settleAfterResponse } from 
 import type { Mode, Tx } from '../db/types.js';
 import { refreshDevClock } from '../dev/clock.js';
 import { lazyTransaction } from '../db/lazy-tx.js';
-import { unstorableText } from './validation.js';
+import { unstorableText, validlyPercentEncoded } from './validation.js';
+import { urlNotEncoded } from './errors-plugin.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -35,26 +36,21 @@ export function ctxOf(deps: Deps, request: FastifyRequest, mode?: Mode): Ctx {
   };
 }
 
+
+/**
+ * A query string that is not validly percent-encoded is 400 bad_request, as the router answers such a
+ * path, instead of being read leniently (a `%FF` as U+FFFD, a `%ZZ` as itself) and searched for. The
+ * hosted sign-in page renders it as its 400 page (its routes' error handler).
+ */
+function assertQueryEncoded(url: string): void {
+  const q = url.indexOf('?');
+  if (q >= 0 && !validlyPercentEncoded(url.slice(q + 1))) throw urlNotEncoded();
+}
+
 /**
  * One gate for every route, driven by its metadata: throttle, credential, caller type, permission,
  * destructive classification and idempotency, in that order.
  */
-/**
- * A query string that is not validly percent-encoded (a `%` without two hex digits, or bytes that are
- * not UTF-8) is 400 bad_request, as the router answers such a path, instead of being read leniently
- * (a `%FF` as U+FFFD, a `%ZZ` as itself) and searched for. The hosted sign-in page renders it as its
- * 400 page (its routes' error handler).
- */
-export function assertQueryEncoded(url: string): void {
-  const q = url.indexOf('?');
-  if (q < 0 || !url.includes('%', q)) return;
-  try {
-    decodeURIComponent(url.slice(q + 1));
-  } catch {
-    throw new ApiError('bad_request', { message: 'The URL is not validly encoded.' });
-  }
-}
-
 export function registerGate(app: FastifyInstance, deps: Deps): void {
   app.decorateRequest('actor', null as any);
   app.decorateRequest('tx', undefined);

@@ -110,3 +110,14 @@ export function fieldErrors(errors: ErrorObject[], part: string | undefined): Fi
   }
   return fields;
 }
+
+/** False for text with a `%` not followed by two hex digits, or escapes whose bytes are not UTF-8. */
+export function validlyPercentEncoded(text: string): boolean {
+  if (!text.includes('%')) return true;
+  try {
+    decodeURIComponent(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
