@@ -84,11 +84,9 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
               visibility = $13, review_status = $14, review_notes = $15, owner_user_id = $16, owner_organization_id = $17,
               tenant_id = $18, updated_at = $19
         WHERE id = $1`,
-      [app.id, v('name', app.name), v('description', app.description), v('icon_url', app.icon_url), v('launch_url', app.launch_url),
-        v('redirect_uris', app.redirect_uris), v('support_url', app.support_url), v('email_from_name', app.email_from_name),
-        JSON.stringify(v('settings_schema', app.settings_schema)), JSON.stringify(permissions ?? app.permissions), roles, defaultRole,
-        v('visibility', app.visibility), review, notes, v('owner_user_id', app.owner_user_id), v('owner_organization_id', app.owner_organization_id),
-        tenantId, ctx.now],
+      [app.id, next.name, next.description, next.icon_url, next.launch_url, next.redirect_uris, next.support_url, next.email_from_name,
+        JSON.stringify(next.settings_schema), JSON.stringify(next.permissions), next.available_app_roles, next.default_app_role,
+        next.visibility, next.review_status, next.review_notes, next.owner_user_id, next.owner_organization_id, next.tenant_id, ctx.now],
     );
     const after = (await findApplicationRow(tx, app.id))!;
     const out = toApplication(after, await staleCounts(c, after));
