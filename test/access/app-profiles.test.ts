@@ -144,14 +144,15 @@ test("another Application's key gets 404 application_not_found, even with users.
   assert.equal((await rows(user.id)).length, 0);
 });
 
-test('other users cannot read or write someone\'s AppProfile (404); users.list alone does not write', async () => {
+test('other users cannot read or write someone\'s AppProfile (404); a users.list holder sees the user but gets 403 forbidden on its AppProfile', async () => {
   const user = await member();
   const stranger = await member();
   assert.equal((await read(stranger.token, user.id)).statusCode, 404);
   assert.equal((await write(stranger.token, user.id, { display_handle: 'x' })).statusCode, 404);
   const lister = await platformKey(t, ['users.list']);
-  const res = await write(lister, user.id, { display_handle: 'x' });
-  assert.ok([403, 404].includes(res.statusCode), res.body);
+  for (const res of [await read(lister, user.id), await write(lister, user.id, { display_handle: 'x' })]) {
+    assert.equal(assertError(res, 403, 'forbidden').details.required_permission, 'users.manage');
+  }
   assert.equal((await rows(user.id)).length, 0);
 });
 

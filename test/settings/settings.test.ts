@@ -133,6 +133,10 @@ test('AppSettings callers are the AppProfile\'s: self and the own key need activ
   const own = await appKey(t, app.id);
   assert.deepEqual(assertStatus(await appSettingsOf(own, u.id), 200).overrides, { beta: true });
   assertError(await appSettingsOf((await person(t)).token, u.id), 404, 'user_not_found');
+  // A users.list holder sees the user, not its per-Application data (docs/decisions.md "403 or 404").
+  const lister = await platformKey(t, ['users.list']);
+  assertError(await appSettingsOf(lister, u.id), 403, 'forbidden');
+  assertError(await patchAppSettings(lister, { overrides: { beta: false } }, u.id), 403, 'forbidden');
 });
 
 test('overrides a later settings_schema no longer accepts stay stored and are counted in settings_schema_stats.stale_override_counts', async () => {

@@ -28,8 +28,10 @@ export async function authorizeAppUserData(ctx: Ctx, idParam: string, appId: str
   const manage = hasPermission(ctx.actor, 'users.manage') && !key;
   // The own key reaches every live user: one without active access (no path at all included) is
   // 403 entitlement_required, as the rule for the app key says, not 404.
-  const { user, self } = key === appId ? { user: await liveUser(ctx, idParam), self: false } : await targetUser(ctx, idParam, 'read', { readers: ['users.manage'] });
-  if (!self && !manage && key !== appId) throw new ApiError('user_not_found');
+  const { user, self } = key === appId ? { user: await liveUser(ctx, idParam), self: false } : await targetUser(ctx, idParam, 'read');
+  // A users.list holder sees the user but not its per-Application data: 403, as for its Settings
+  // and export (docs/decisions.md "403 or 404"); anyone who cannot see the user got 404 above.
+  if (!self && !manage && key !== appId) throw new ApiError('forbidden', { details: { required_permission: 'users.manage' } });
   if (!manage) {
     const access = (await resolveAccess(ctx.db, [user.id], ctx.now, [app.id])).get(accessKey(user.id, app.id));
     if (!access?.allowed) throw new ApiError('entitlement_required');

@@ -14,12 +14,12 @@ export function appAccessRoutes(app: App, deps: Deps): void {
   });
   app.get('/v1/users/:id/apps/:appId/profile', {
     schema: { summary: "A user's AppProfile", tags: ['Profiles'], params: UserAppParams, response: { 200: AppProfile } },
-    config: { meta: { auth: 'any', errors: ['entitlement_required', 'application_not_found', 'user_not_found'] } },
+    config: { meta: { auth: 'any', errors: ['entitlement_required', 'application_not_found', 'user_not_found', 'forbidden'] } },
     handler: (request) => getAppProfile(ctxOf(deps, request), request.params.id, request.params.appId),
   });
   app.patch('/v1/users/:id/apps/:appId/profile', {
     schema: { summary: "Update a user's AppProfile", tags: ['Profiles'], params: UserAppParams, body: PatchAppProfileBody, response: { 200: AppProfile } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['entitlement_required', 'application_not_found', 'user_not_found', 'read_only_field'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['entitlement_required', 'application_not_found', 'user_not_found', 'forbidden', 'read_only_field'] } },
     handler: (request) => patchAppProfile(ctxOf(deps, request), request.params.id, request.params.appId, request.body),
   });
 }

@@ -23,12 +23,12 @@ export function settingsRoutes(app: App, deps: Deps): void {
   });
   app.get('/v1/users/:id/apps/:appId/settings', {
     schema: { summary: "A user's AppSettings: their values for the Application's settings_schema", tags, params: UserAppParams, response: { 200: AppSettings } },
-    config: { meta: { auth: 'any', errors: ['entitlement_required', 'application_not_found', 'user_not_found'] } },
+    config: { meta: { auth: 'any', errors: ['entitlement_required', 'application_not_found', 'user_not_found', 'forbidden'] } },
     handler: (request) => getAppSettings(ctxOf(deps, request), request.params.id, request.params.appId),
   });
   app.patch('/v1/users/:id/apps/:appId/settings', {
     schema: { summary: "Update a user's AppSettings", tags, params: UserAppParams, body: PatchAppSettingsBody, response: { 200: AppSettings } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['entitlement_required', 'application_not_found', 'user_not_found', 'read_only_field'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['entitlement_required', 'application_not_found', 'user_not_found', 'forbidden', 'read_only_field'] } },
     handler: (request) => patchAppSettings(ctxOf(deps, request), request.params.id, request.params.appId, request.body),
   });
 }

@@ -189,12 +189,16 @@ export const RULES: Record<string, Rule> = {
   'GET /v1/users/{id}/apps/{appId}/profile': {
     why: "Part A Profiles: self, the app's own key, users.manage; another Application's key gets 404",
     ok: 200, allow: ['users.manage', 'ownAppKey'], deny: nf('user_not_found'), live: 'user_not_found',
-    except: { otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
+    except: {
+      'perm:users.list': [FORBIDDEN, 'reads the user, not its per-Application data (decisions: 403 or 404)'],
+      otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
   },
   'PATCH /v1/users/{id}/apps/{appId}/profile': {
     why: "Part A Profiles: self, the app's own key, users.manage",
     ok: 200, allow: ['users.manage', 'ownAppKey'], deny: nf('user_not_found'), live: 'user_not_found',
-    except: { otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
+    except: {
+      'perm:users.list': [FORBIDDEN, 'reads the user, not its per-Application data (decisions: 403 or 404)'],
+      otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
   },
 
   // ---- Settings (Part A: "not shown"; docs/decisions.md "Settings") ----
@@ -211,12 +215,16 @@ export const RULES: Record<string, Rule> = {
   'GET /v1/users/{id}/apps/{appId}/settings': {
     why: "decisions: the AppProfile's callers (self, the app's own key, users.manage); another Application's key gets 404",
     ok: 200, allow: ['users.manage', 'ownAppKey'], deny: nf('user_not_found'), live: 'user_not_found',
-    except: { otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
+    except: {
+      'perm:users.list': [FORBIDDEN, 'reads the user, not its per-Application data (decisions: 403 or 404)'],
+      otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
   },
   'PATCH /v1/users/{id}/apps/{appId}/settings': {
     why: "decisions: the AppProfile's callers (self, the app's own key, users.manage)",
     ok: 200, allow: ['users.manage', 'ownAppKey'], deny: nf('user_not_found'), live: 'user_not_found',
-    except: { otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
+    except: {
+      'perm:users.list': [FORBIDDEN, 'reads the user, not its per-Application data (decisions: 403 or 404)'],
+      otherAppKey: [nf('application_not_found'), 'an app-scoped key "cannot reach another Application (404)"'] },
   },
 
   // ---- API keys (Part A API Keys; a key never manages keys) ----
