@@ -280,7 +280,9 @@ test('removal strips org_seat paths: access.revoked (org_member_removed) only wh
   const hooks = await memberWebhooks(t, org.id, u.id);
   assert.deepEqual(hooks.map((h) => h.type), ['organization.member_added', 'organization.member_removed']);
   assert.deepEqual(hooks[1].data, { organization_id: org.id, user_id: u.id, role: 'member' });
-  assert.equal((await orgAudit(t, org.id, 'organization.member_removed', u.id)).length, 1);
+  // The audit row holds the membership as it was before the removal, and nothing after.
+  const audit = await orgAudit(t, org.id, 'organization.member_removed', u.id);
+  assert.deepEqual(audit.map((a) => [a.before, a.after]), [[{ organization_id: org.id, user_id: u.id, role: 'member', membership_status: 'active' }, null]]);
   assert.equal(await memberCount(org.id), 2);
 });
 
@@ -310,7 +312,8 @@ test('withdrawing or declining a pending invitation writes the organization.memb
   assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, decliner.token)).statusCode, 204);
   for (const u of [withdrawn, decliner]) {
     assert.equal(await membership(t, org.id, u.id), undefined);
-    assert.equal((await orgAudit(t, org.id, 'organization.member_removed', u.id)).length, 1);
+    const audit = await orgAudit(t, org.id, 'organization.member_removed', u.id);
+    assert.deepEqual(audit.map((a) => [a.before, a.after]), [[{ organization_id: org.id, user_id: u.id, role: 'member', membership_status: 'pending' }, null]], 'the removed membership was a pending invitation');
     assert.deepEqual(await memberWebhooks(t, org.id, u.id), []);
     assert.deepEqual(await accessEvents(t, u.id, app.id), []);
   }

@@ -184,7 +184,7 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     await tx.query(sql, [id]);
   }
   for (const m of memberships) {
-    await memberEvent(tx, ctx, 'organization.member_removed', { organization_id: m.organization_id, user_id: id, role: m.role }, m.membership_status === 'active', formerPaths);
+    await memberEvent(tx, ctx, 'organization.member_removed', { organization_id: m.organization_id, user_id: id, role: m.role, membership_status: m.membership_status }, m.membership_status === 'active', formerPaths);
   }
   // The user's own mails, to every address they had; not those of another account that reused the
   // address (mails queued before user_id was recorded: by address, in the user's mode, up to deletion).
