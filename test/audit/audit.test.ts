@@ -209,12 +209,12 @@ test('a Tenant owner reads their Tenant\'s events with tenant_id; another Tenant
   assertError(await list(token, `tenant_id=${app.tenantId}`), 403, 'forbidden');
 });
 
-test('hot window: Audit-Hot-Window-Start by caller (Starter owner 30 days, platform 365); older events are not listed and are 404; since earlier than the window returns nothing older', async () => {
+test('hot window: Audit-Hot-Window-Start by caller (Starter owner 30 days, platform audit.view 730: the longest a Tenant keeps); older events are not listed and are 404; since earlier than the window returns nothing older', async () => {
   const owned = await newApp(t, admin);
   const now = t.clock.now().getTime();
   const res = await list(owned.owner.token, `tenant_id=${owned.tenantId}`);
   near(res, now - 30 * DAY * 1000);
-  near(await list(viewer, 'limit=1'), t.clock.now().getTime() - 365 * DAY * 1000);
+  near(await list(viewer, 'limit=1'), t.clock.now().getTime() - 730 * DAY * 1000);
   const [evt] = assertStatus(res, 200).data.filter((e: any) => e.action === 'application.created');
 
   t.clock.advance(31 * DAY);
@@ -229,6 +229,17 @@ test('hot window: Audit-Hot-Window-Start by caller (Starter owner 30 days, platf
   const team = await list(token, `tenant_id=${owned.tenantId}`);
   assert.ok(assertStatus(team, 200).data.some((e: any) => e.id === evt.id), 'Team keeps a year');
   near(team, t.clock.now().getTime() - 365 * DAY * 1000);
+});
+
+test('"platform audit.view sees everything": an Enterprise Tenant\'s event older than a year, which its owner still reads, is listed and fetched by platform audit.view', async () => {
+  const owned = await newApp(t, admin);
+  await sql(t, `UPDATE tenants SET plan = 'enterprise' WHERE id = $1`, [owned.tenantId]);
+  const [evt] = assertStatus(await list(owned.owner.token, `tenant_id=${owned.tenantId}`), 200).data.filter((e: any) => e.action === 'application.created');
+  t.clock.advance(400 * DAY);
+  const token = await login(t, owned.owner);
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, token), 200);
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, viewer), 200);
+  assert.ok(assertStatus(await list(viewer, `target_id=${owned.id}&action=application.created`), 200).data.some((e: any) => e.id === evt.id));
 });
 
 test('404 audit_event_not_found for an unknown id; test-mode callers see only test-mode events', async () => {

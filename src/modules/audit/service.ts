@@ -4,10 +4,16 @@ import { addSeconds } from '../../clock.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import type { AuditEvent, AuditQuery } from './schemas.js';
+import { ENTERPRISE_HOT_WINDOW_DAYS } from '../tenancy/plans.js';
 import { applicationPlan, AUDIT_COLUMNS, ownedTenants, tenantCondition, tenantsOfEvent, toAuditEvent, windowDaysOf, type AuditRow } from './store.js';
 
-/** Hot window of platform audit.view callers and of a user reading events about themselves. */
+/** Hot window of a user reading events about themselves (and of an app key whose Tenant is unknown). */
 export const PLATFORM_HOT_WINDOW_DAYS = 365;
+/**
+ * Platform audit.view "sees everything": the longest window any Tenant keeps (Enterprise), so no
+ * event a Tenant owner can read is hidden from it.
+ */
+export const PLATFORM_VIEWER_HOT_WINDOW_DAYS = ENTERPRISE_HOT_WINDOW_DAYS;
 
 /** How the caller may read the log: which rows (SQL over `e`) and how far back. */
 interface AuditView {
@@ -29,7 +35,7 @@ export const windowStart = (ctx: Ctx, days: number): Date => addSeconds(ctx.now,
  * Tenant that Tenant's events; any user passing target_user_id=me events about themselves; else 403.
  */
 async function listView(ctx: Ctx, q: AuditQuery): Promise<AuditView> {
-  if (platformViewer(ctx)) return { condition: () => 'TRUE', windowDays: PLATFORM_HOT_WINDOW_DAYS };
+  if (platformViewer(ctx)) return { condition: () => 'TRUE', windowDays: PLATFORM_VIEWER_HOT_WINDOW_DAYS };
   const app = appKeyOf(ctx);
   if (app && hasPermission(ctx.actor, 'audit.view')) {
     const plan = await applicationPlan(ctx.db, app);
@@ -93,7 +99,7 @@ export async function getAuditEvent(ctx: Ctx, id: string): Promise<{ event: Audi
 
 /** The longest hot window under which the caller may read this event, or null if none. */
 async function eventWindow(ctx: Ctx, row: AuditRow): Promise<number | null> {
-  if (platformViewer(ctx)) return PLATFORM_HOT_WINDOW_DAYS;
+  if (platformViewer(ctx)) return PLATFORM_VIEWER_HOT_WINDOW_DAYS;
   const app = appKeyOf(ctx);
   if (app) {
     if (!hasPermission(ctx.actor, 'audit.view') || row.application_id !== app) return null;
