@@ -111,9 +111,14 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     request.actor = await resolveBearer(deps, token);
   });
 
-  // Bodyless POSTs of routes that declare a body schema validate as an empty object.
+  // The caller's rights come before the body's shape: a caller who may not call the operation
+  // learns that (400 user_token_required, 403 destructive_operation_restricted, 403 forbidden),
+  // whatever it sent, and nothing about what the operation would accept. The conditional destructive
+  // tests read the parsed body defensively, before it is validated.
   app.addHook('preValidation', async (request) => {
+    // Bodyless POSTs of routes that declare a body schema validate as an empty object.
     if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
+    authorize(request);
     // Text PostgreSQL cannot store as sent (U+0000, unpaired surrogates): a field error, never a 500 or
     // a silent change (routes that attach validation, the OAuth token endpoint, answer it in their own
     // error shape).
@@ -124,20 +129,24 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
 
   app.addHook('preHandler', async (request, reply) => {
     const meta = metaOf(request);
-    if (!meta || meta.auth === 'none') return;
-    const actor = request.actor;
-    if (meta.auth === 'user' && actor.type !== 'user') throw new ApiError('user_token_required');
-    if (meta.destructive && meta.destructiveGate !== 'service' && (meta.destructive === 'always' || meta.destructive.test(request))) {
-      assertDestructiveAllowed(actor);
-    }
-    if (meta.permission && !(actor.type === 'user' || actor.type === 'api_key' ? actor.permissions.has(meta.permission) : false)) {
-      throw new ApiError('forbidden', { details: { required_permission: meta.permission } });
-    }
-    if (meta.idempotency) {
-      const replayed = await claimIdempotencyKey(deps, request, reply, actor, meta.idempotency === 'required');
-      if (replayed) return reply;
-    }
+    if (!meta?.idempotency) return;
+    const replayed = await claimIdempotencyKey(deps, request, reply, request.actor, meta.idempotency === 'required');
+    if (replayed) return reply;
   });
+}
+
+/** Caller type, destructive mark and permission of the route's metadata (the gate's second half). */
+function authorize(request: FastifyRequest): void {
+  const meta = metaOf(request);
+  if (!meta || meta.auth === 'none') return;
+  const actor = request.actor;
+  if (meta.auth === 'user' && actor.type !== 'user') throw new ApiError('user_token_required');
+  if (meta.destructive && meta.destructiveGate !== 'service' && (meta.destructive === 'always' || meta.destructive.test(request))) {
+    assertDestructiveAllowed(actor);
+  }
+  if (meta.permission && !(actor.type === 'user' || actor.type === 'api_key' ? actor.permissions.has(meta.permission) : false)) {
+    throw new ApiError('forbidden', { details: { required_permission: meta.permission } });
+  }
 }
 
 /** 403 destructive_operation_restricted for a key with restrict_destructive (Part A, rule 5 of Authentication). */

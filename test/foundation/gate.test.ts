@@ -273,3 +273,48 @@ test('creating a User assigns the platform Role member (live and test, with or w
     assert.equal(member.application_id, null);
   }
 });
+
+// ---------------------------------------------------------------------------------------------
+// The caller's rights come before the body's shape (README "Architecture": the gate's order)
+// ---------------------------------------------------------------------------------------------
+
+const call = (method: 'POST' | 'PATCH', url: string, token: string, payload: unknown) =>
+  t.app.inject({ method, url, headers: { ...bearer(token), 'content-type': 'application/json' }, payload: JSON.stringify(payload) });
+
+test('"An API Key can never create, change or rotate API Keys" (400 user_token_required) whatever body it sends: an empty or unknown-field body is not 422 first', async () => {
+  const key = await createApiKey(t, { permissions: [...PLATFORM_PERMISSIONS] });
+  const keys = async () => (await sys().query('SELECT id FROM api_keys')).rows.length;
+  const before = await keys();
+  for (const [method, url, payload] of [
+    ['POST', '/v1/api-keys', {}],
+    ['POST', '/v1/api-keys', { name: 7, bogus: true }],
+    ['PATCH', `/v1/api-keys/${key.id}`, { bogus: 1 }],
+  ] as const) {
+    const res = await call(method, url, key.secret, payload);
+    assert.equal(res.statusCode, 400, `${method} ${url}: ${res.body}`);
+    assert.equal(res.json().error.code, 'user_token_required');
+  }
+  assert.equal(await keys(), before);
+});
+
+test('a restrict_destructive key is refused a destructive operation with 403 destructive_operation_restricted also when the rest of its body is invalid, and nothing changes', async () => {
+  const { user } = await userToken(t);
+  const key = await createApiKey(t, { permissions: ['users.list', 'users.manage'], restrictDestructive: true });
+  const res = await call('PATCH', `/v1/users/${user.id}`, key.secret, { status: 'suspended', bogus: 1 });
+  assert.equal(res.statusCode, 403, res.body);
+  assert.equal(res.json().error.code, 'destructive_operation_restricted');
+  const { rows } = await sys().query<{ status: string }>('SELECT status FROM users WHERE id = $1', [user.id]);
+  assert.equal(rows[0].status, 'active');
+});
+
+test('a credential without the operation\'s permission gets 403 forbidden (required_permission) whatever body it sends; with the permission, the same body is 422 validation_failed', async () => {
+  const weak = await createApiKey(t, { permissions: ['users.list'] });
+  const res = await call('POST', '/v1/users', weak.secret, { bogus: true });
+  assert.equal(res.statusCode, 403, res.body);
+  assert.equal(res.json().error.code, 'forbidden');
+  assert.equal(res.json().error.details.required_permission, 'users.manage');
+  const strong = await createApiKey(t, { permissions: ['users.manage'] });
+  const ok = await call('POST', '/v1/users', strong.secret, { bogus: true });
+  assert.equal(ok.statusCode, 422, ok.body);
+  assert.equal(ok.json().error.code, 'validation_failed');
+});
