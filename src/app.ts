@@ -13,7 +13,7 @@ import { SecretBox } from './auth/secret-box.js';
 import { confirmSession } from './auth/credentials.js';
 import { JobRunner } from './jobs/runner.js';
 import { validatorCompiler } from './http/validation.js';
-import { frameworkErrorHandler, MAX_PARAM_LENGTH, registerErrorHandling } from './http/errors-plugin.js';
+import { frameworkErrorHandler, MAX_PARAM_LENGTH, noStoreForApi, registerErrorHandling } from './http/errors-plugin.js';
 import { registerGate } from './http/gate.js';
 import { validlyPercentEncoded } from './http/validation.js';
 import { registerOpenApi } from './http/openapi.js';
@@ -37,7 +37,7 @@ function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
   if (socket.writable) {
     socket.write(
       `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${newId('req')}\r\nConnection: close\r\n\r\n${body}`,
+        `Content-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${newId('req')}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
     );
   }
   socket.destroy(err);
@@ -78,11 +78,9 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     closing = true;
     done();
   });
-  // API answers are per caller and may carry tokens or secrets (RFC 6749 §5.1 asks no-store of token
-  // responses): no cache keeps them, unless a route says otherwise.
   fastify.addHook('onSend', (request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
-    if (request.url.startsWith('/v1/') && !reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
+    noStoreForApi(request, reply);
     done(null, payload);
   });
   fastify.removeContentTypeParser('text/plain');

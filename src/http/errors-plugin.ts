@@ -117,9 +117,19 @@ export const urlNotEncoded = () => new ApiError('bad_request', { message: 'The U
 
 /** Errors Fastify raises before routing (bad URL encoding): same envelope. */
 export function frameworkErrorHandler(err: Error, request: FastifyRequest, reply: FastifyReply) {
-  // The gate's onRequest hook, which sets Request-Id, does not run before a framework error.
+  // Neither the gate's onRequest hook, which sets Request-Id, nor the onSend hooks run for a
+  // framework error (a URL the router cannot read).
   reply.header('request-id', request.id);
+  noStoreForApi(request, reply);
   return sendError(reply, toApiError(err));
+}
+
+/**
+ * API answers are per caller and may carry tokens or secrets (RFC 6749 §5.1 asks no-store of token
+ * responses): no cache keeps them, unless a route says otherwise.
+ */
+export function noStoreForApi(request: FastifyRequest, reply: FastifyReply): void {
+  if (request.url.startsWith('/v1/') && !reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
 }
 
 function sendError(reply: FastifyReply, error: ApiError) {

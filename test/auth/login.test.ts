@@ -59,6 +59,15 @@ test('responses carrying tokens or secrets are never cached: login, token/refres
   assert.equal(key.headers['cache-control'], 'no-store');
   const jwks = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
   assert.equal(jwks.headers['cache-control'], 'public, max-age=300');
+  const discovery = await t.app.inject({ method: 'GET', url: '/.well-known/openid-configuration' });
+  assert.equal(discovery.statusCode, 200);
+  assert.equal(discovery.headers['cache-control'], 'public, max-age=300');
+  // Answers the router gives before any route runs: a URL it cannot decode, an over-long path parameter.
+  for (const [url, status] of [['/v1/users/%zz', 400], [`/v1/users/${'A'.repeat(2100)}`, 422]] as const) {
+    const res = await get(t, url, refreshed.json().access_token);
+    assert.equal(res.statusCode, status, res.body);
+    assert.equal(res.headers['cache-control'], 'no-store', url.slice(0, 20));
+  }
 });
 
 test('the access token is an RS256 JWT with iss, aud platform, sub, sid, amr [pwd], email_verified, test_mode, iat, exp 15 minutes later and an atk_ jti, and no permissions', async () => {

@@ -57,7 +57,7 @@ function rawExchange(port: number, request: string): Promise<string> {
   });
 }
 
-test('a request the HTTP parser refuses (headers over the limit, bytes that are not HTTP) is answered in the error envelope with a Request-Id: 431 headers_too_large, 400 bad_request', async (tc) => {
+test('a request the HTTP parser refuses (headers over the limit, bytes that are not HTTP) is answered in the error envelope with a Request-Id and Cache-Control: no-store: 431 headers_too_large, 400 bad_request', async (tc) => {
   const t = await buildTestApp({}, tc);
   await t.app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = t.app.server.address() as net.AddressInfo;
@@ -69,6 +69,7 @@ test('a request the HTTP parser refuses (headers over the limit, bytes that are 
     const [head, body] = response.split('\r\n\r\n');
     assert.match(head!, new RegExp(`^HTTP/1.1 ${status} `), response);
     assert.match(head!, /\r\nrequest-id: req_/i);
+    assert.match(head!, /\r\ncache-control: no-store\r\n/i, 'an error answer is never cached');
     assert.equal(JSON.parse(body!).error.code, code);
   }
 });

@@ -34,7 +34,8 @@ export function systemRoutes(app: App, deps: Deps): void {
   app.get('/.well-known/openid-configuration', {
     schema: { summary: 'Issuer metadata', tags: ['Discovery'], response: { 200: Discovery } },
     config: { meta: { auth: 'none' } },
-    handler: async () => {
+    handler: async (_request, reply) => {
+      reply.header('cache-control', 'public, max-age=300');
       const base = deps.config.publicUrl;
       return {
         issuer: base,
