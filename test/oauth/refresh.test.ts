@@ -20,7 +20,8 @@ test('a refresh returns a new app token and a new refresh token; the old one is 
   const user = await member(t, admin, app.id);
   const first = await signIn(t, user, app.id);
   const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
-  assert.deepEqual(Object.keys(next).sort(), ['access_token', 'expires_in', 'refresh_token', 'refresh_token_expires_in', 'token_type']);
+  assert.deepEqual(Object.keys(next).sort(), ['access_token', 'application_id', 'expires_in', 'organization_id', 'refresh_token', 'refresh_token_expires_in', 'token_type']);
+  assert.equal(next.application_id, app.id);
   assert.notEqual(next.refresh_token, first.refresh_token);
   assert.match(next.refresh_token, /^rtk_/);
   assert.equal(next.expires_in, 300);

@@ -19,15 +19,17 @@ before(async () => {
 });
 after(() => t.close());
 
-test('a code exchange returns {access_token, token_type, expires_in 300, refresh_token, refresh_token_expires_in}; the app token verifies with aud = application id', async () => {
+test('a code exchange returns the app token (access_token, token_type, expires_in 300, application_id, organization_id null) plus refresh_token and refresh_token_expires_in; the app token verifies with aud = application id', async () => {
   const user = await member(t, admin, app.id);
   const c = await codeFor(t, user, app.id);
   const res = await tokenReq(t, codeGrant(c, app.id));
   const body = assertStatus(res, 200);
   assert.equal(res.headers['cache-control'], 'no-store');
-  assert.deepEqual(Object.keys(body).sort(), ['access_token', 'expires_in', 'refresh_token', 'refresh_token_expires_in', 'token_type']);
+  assert.deepEqual(Object.keys(body).sort(), ['access_token', 'application_id', 'expires_in', 'organization_id', 'refresh_token', 'refresh_token_expires_in', 'token_type']);
   assert.equal(body.token_type, 'Bearer');
   assert.equal(body.expires_in, 300);
+  assert.equal(body.application_id, app.id);
+  assert.equal(body.organization_id, null);
   assert.match(body.refresh_token, /^rtk_/);
   assert.equal(body.refresh_token_expires_in, 30 * 86400);
   assert.equal(decodeProtectedHeader(body.access_token).alg, 'RS256');

@@ -157,12 +157,15 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
     }
     const stale = !!tenant.last_processor_event_created && created.getTime() < tenant.last_processor_event_created.getTime();
     const next = stale ? null : nextStateOf(event, tenant, where);
-    const outcome: EventOutcome = stale ? 'stale' : next ? 'applied' : 'ignored';
+    // An invoice event stating the status already in place changes nothing but is applied for the
+    // order: older events arriving after it are stale.
+    const confirms = !stale && !next && confirmsState(event, tenant, where);
+    const outcome: EventOutcome = stale ? 'stale' : next || confirms ? 'applied' : 'ignored';
     if (next) {
       const ctx: Ctx = { deps, actor: { type: 'system' }, mode: await tenantModeOf(tx, tenant), db: tx, requestId, ip: null, userAgent: null, now };
       // Linking ids says nothing about the subscription's state, so it does not advance the order.
       await writeState(tx, ctx, tenant, next, event.type === 'checkout.session.completed' ? null : created);
-    } else if (!stale && confirmsState(event, tenant, where)) {
+    } else if (confirms) {
       await tx.query('UPDATE tenants SET last_processor_event_created = GREATEST(COALESCE(last_processor_event_created, $2), $2) WHERE id = $1', [tenant.id, created]);
     }
     await tx.query('UPDATE processor_events SET tenant_id = $2, outcome = $3 WHERE id = $1', [event.id, tenant.id, outcome]);

@@ -49,6 +49,10 @@ export const TokenResponse = Type.Object(
     expires_in: Type.Integer(),
     refresh_token: Type.String({ description: 'App refresh token (rtk_), single use, rotating, bound to this Application.' }),
     refresh_token_expires_in: Type.Integer(),
+    // Part A: "200 app token plus refresh_token and refresh_token_expires_in": the app token's fields
+    // as POST /v1/auth/app-tokens returns them (no Organization is attributed in the hosted flow).
+    application_id: Type.String({ description: 'The Application the token is for (its aud, the client_id).' }),
+    organization_id: Type.Null({ description: 'Always null: the hosted flow attributes no Organization grant.' }),
   },
   { $id: 'OAuthTokenResponse', title: 'OAuthTokenResponse' },
 );

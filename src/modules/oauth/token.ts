@@ -139,7 +139,10 @@ async function issueTokens(tx: Tx, ctx: Ctx, g: Grant): Promise<TokenResponse> {
     g.application_id,
     APP_TOKEN_SECONDS,
   );
-  return { access_token: accessToken, token_type: 'Bearer', expires_in: APP_TOKEN_SECONDS, refresh_token: refresh.token, refresh_token_expires_in: refresh.expiresIn };
+  return {
+    access_token: accessToken, token_type: 'Bearer', expires_in: APP_TOKEN_SECONDS, refresh_token: refresh.token, refresh_token_expires_in: refresh.expiresIn,
+    application_id: g.application_id, organization_id: null,
+  };
 }
 
 /** RFC 6749 §4.1.2 / RFC 9700 §4.14.2: a replay revokes every token issued from that code, audited once. */

@@ -51,6 +51,7 @@ test('WH-2 out-of-order invoice events: invoice.paid (newer) received before inv
   assertStatus(await deliver(t, 'invoice.payment_failed', invoice(sub, 'in_wh2_1'), { created: base + 10, id: 'evt_wh2_inv_failed' }), 200);
   const row = await tenantRow(t, tenantId);
   assert.deepEqual([row.plan, row.subscription_status, row.restricted], ['team', 'active', false]);
+  assert.equal(await outcomeOf('evt_wh2_inv_paid'), 'applied', 'it confirms the active status and counts as applied for the order');
   assert.equal(await outcomeOf('evt_wh2_inv_failed'), 'stale');
   assert.equal(await stateChanges(tenantId), 2, 'only the creation changed plan and status');
   // The mirror image: a newer failure received before an older payment leaves it past_due.
