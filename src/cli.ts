@@ -16,7 +16,8 @@ const USAGE = `usage: platform <command>
   bootstrap-admin [--email E] [--password P]
                                  create the superadmin unless a live user has that email
                                  (defaults: BOOTSTRAP_ADMIN_EMAIL, BOOTSTRAP_ADMIN_PASSWORD)
-  keys rotate                    new signing key signs from now on; old keys verify until their tokens expire
+  keys rotate                    new signing key: in every JWKS within a minute, signs 7 minutes
+                                 later; the old key signs until then and verifies 24 hours more
   jobs run <job>                 run one background job now and wait for it
   jobs list                      list the background jobs
 
@@ -90,7 +91,7 @@ export async function runCli(argv: string[]): Promise<number> {
       if (sub !== 'rotate') break;
       return withServices(async ({ deps }) => {
         const { kid, signsFrom } = await deps.keys.rotate();
-        console.log(`new signing key: ${kid} (published now, signs from ${signsFrom.toISOString()})`);
+        console.log(`new signing key: ${kid} (in every process's JWKS within a minute, signs from ${signsFrom.toISOString()})`);
         return 0;
       });
     case 'jobs':

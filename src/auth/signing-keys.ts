@@ -8,12 +8,16 @@ export const PLATFORM_AUDIENCE = 'platform';
 /** A retired key keeps verifying (and stays in the JWKS) this long: longer than any token it signed. */
 export const RETIRED_KEY_GRACE_SECONDS = 24 * 3600;
 const REFRESH_INTERVAL_MS = 60_000;
+/** How long a verifier may cache the JWKS (its Cache-Control max-age). */
+export const JWKS_MAX_AGE_SECONDS = 300;
 /**
- * A rotated key signs this long after it is created, and the key it replaces stops signing then: two
- * reload intervals, so every process publishes the new key in its JWKS before any process signs
- * with it, and all of them switch at the same instant of the service clock.
+ * A rotated key signs this long after it is created, and the key it replaces stops signing then: one
+ * reload interval (every process publishes the new key in its JWKS by then), plus the JWKS cache
+ * lifetime (a verifier that fetched the JWKS from a process just before its reload has refetched by
+ * then), plus a minute to spare. So no verifier honouring Cache-Control meets a `kid` it lacks, and
+ * all processes switch at the same instant of the service clock.
  */
-export const KEY_PUBLISH_AHEAD_SECONDS = (2 * REFRESH_INTERVAL_MS) / 1000;
+export const KEY_PUBLISH_AHEAD_SECONDS = REFRESH_INTERVAL_MS / 1000 + JWKS_MAX_AGE_SECONDS + 60;
 const LOCK_KEY = 727_100_002;
 /** Verified tokens remembered per process (about 1 KiB each); the oldest is forgotten first. */
 const VERIFIED_TOKENS_MAX = 10_000;

@@ -3,6 +3,7 @@ import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { DatabaseBusyError } from '../../db/types.js';
+import { JWKS_MAX_AGE_SECONDS } from '../../auth/signing-keys.js';
 
 const Jwks = Type.Object({ keys: Type.Array(Type.Object({}, { additionalProperties: true })) });
 const Discovery = Type.Object({}, { additionalProperties: true });
@@ -26,7 +27,7 @@ export function systemRoutes(app: App, deps: Deps): void {
     schema: { summary: 'Public signing keys', tags: ['Discovery'], response: { 200: Jwks } },
     config: { meta: { auth: 'none' } },
     handler: async (_request, reply) => {
-      reply.header('cache-control', 'public, max-age=300');
+      reply.header('cache-control', `public, max-age=${JWKS_MAX_AGE_SECONDS}`);
       return deps.keys.jwks();
     },
   });
@@ -35,7 +36,7 @@ export function systemRoutes(app: App, deps: Deps): void {
     schema: { summary: 'Issuer metadata', tags: ['Discovery'], response: { 200: Discovery } },
     config: { meta: { auth: 'none' } },
     handler: async (_request, reply) => {
-      reply.header('cache-control', 'public, max-age=300');
+      reply.header('cache-control', `public, max-age=${JWKS_MAX_AGE_SECONDS}`);
       const base = deps.config.publicUrl;
       return {
         issuer: base,

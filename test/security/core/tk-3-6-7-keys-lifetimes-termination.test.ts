@@ -36,8 +36,8 @@ test('TK-3 "unique kids" across two rotations, none with private members; a key 
   assert.equal(new Set(kids).size, kids.length, `duplicate kids: ${kids}`);
   for (const kid of [k1, k2, k3]) assert.ok(kids.includes(kid), kid);
   for (const key of published) for (const member of ['d', 'p', 'q', 'dp', 'dq', 'qi']) assert.ok(!(member in key), `${key.kid} publishes ${member}`);
-  // The rotated keys stop signing 2 minutes after the rotation; 24 h later they leave the JWKS.
-  t.clock.advance(DAY + 180);
+  // The rotated keys stop signing KEY_PUBLISH_AHEAD_SECONDS (7 minutes) after the rotation; 24 h later they leave the JWKS.
+  t.clock.advance(DAY + KEY_PUBLISH_AHEAD_SECONDS + 60);
   await t.deps.keys.reload();
   assert.deepEqual((await jwks()).keys.map((k) => k.kid), [k3], 'only the current key after the 24 h grace');
   figure('TK-3', 'overlap window: 24 h after a rotation (the retired key leaves the JWKS)');
