@@ -119,7 +119,12 @@ runCli(process.argv.slice(2)).then(
   (err) => {
     if (err instanceof ConfigError) console.error(err.message);
     else if (err instanceof ApiError) console.error(`${err.code}: ${err.message} ${JSON.stringify(err.details)}`);
-    else reportFailure(process.argv[2] === 'serve' ? 'could not start' : `${process.argv.slice(2).join(' ')} failed`, err);
+    else reportFailure(process.argv[2] === 'serve' ? 'could not start' : `${commandLine(process.argv.slice(2))} failed`, err);
     process.exit(1);
   },
 );
+
+/** The command as typed, for error lines, with the value of --password left out. */
+export function commandLine(args: readonly string[]): string {
+  return args.map((arg, i) => (args[i - 1] === '--password' ? '***' : arg.startsWith('--password=') ? '--password=***' : arg)).join(' ');
+}

@@ -94,6 +94,19 @@ test('platform bootstrap-admin --email that is not an address is a usage error (
   assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
 });
 
+test('a command that fails prints one line naming the command without the value of --password, and exits 1', async () => {
+  const saved = env;
+  env = { ...env, DATABASE_URL: 'postgres://postgres@127.0.0.1:1/unreachable' };
+  try {
+    const res = await platform('bootstrap-admin', '--email', ADMIN_EMAIL, '--password', ADMIN_PASSWORD);
+    assert.equal(res.code, 1, res.stdout);
+    assert.match(res.stderr, /bootstrap-admin --email a@example\.com --password \*\*\* failed/);
+    assert.ok(!res.stderr.includes(ADMIN_PASSWORD), res.stderr);
+  } finally {
+    env = saved;
+  }
+});
+
 test('platform --help, -h and help print the usage to stdout and exit 0', async () => {
   for (const flag of ['--help', '-h', 'help']) {
     const res = await platform(flag);
