@@ -128,13 +128,14 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   });
 
   const modules = [...MODULES, ...(config.devClock ? [devModule] : []), ...(options.extraModules ?? [])];
+  const secrets = new SecretBox(database, clock, config.encryptionKeys);
   const deps: Deps = {
     config,
     database,
     clock,
     log: fastify.log,
-    keys: new SigningKeys(database, clock, config.publicUrl),
-    secrets: new SecretBox(database, clock, config.encryptionKeys),
+    keys: new SigningKeys(database, clock, config.publicUrl, secrets),
+    secrets,
     jobs: undefined as unknown as JobRunner,
   };
   deps.jobs = new JobRunner(deps, modules.flatMap((m) => m.jobs?.(deps) ?? []));

@@ -7,6 +7,7 @@ import { buildApp } from './app.js';
 import { refreshDevClock } from './dev/clock.js';
 import { bootstrapAdmin } from './modules/users/bootstrap.js';
 import { resealTotpSecrets } from './modules/mfa/service.js';
+import { resealSigningSecrets } from './modules/webhooks/dispatch.js';
 import type { Module } from './modules/types.js';
 
 export interface BootOptions {
@@ -24,11 +25,14 @@ export async function boot(options: BootOptions) {
   const built = await buildApp(options);
   const { deps } = built;
   await refreshDevClock(deps);
-  await deps.keys.ensure();
+  // The secret box first: the first signing key is stored sealed.
   await deps.secrets.ensure();
+  await deps.keys.ensure();
   await resealTotpSecrets(deps);
+  await resealSigningSecrets(deps);
+  await deps.keys.reseal();
   if (config.encryptionKeys.length === 0) {
-    deps.log.warn('ENCRYPTION_KEY is not set: stored TOTP secrets are sealed with a key kept in the database; set it in production');
+    deps.log.warn('ENCRYPTION_KEY is not set: stored TOTP secrets, webhook signing secrets, signing keys and idempotent responses are sealed with a key kept in the database; set it in production');
   }
   if (config.bootstrapAdminEmail && config.bootstrapAdminPassword) {
     const result = await bootstrapAdmin(deps, config.bootstrapAdminEmail, config.bootstrapAdminPassword);

@@ -3,6 +3,7 @@ import type { Clock } from '../clock.js';
 import { toUnixSeconds } from '../clock.js';
 import type { Database, Tx } from '../db/types.js';
 import { newId } from '../ids.js';
+import type { SecretBox } from './secret-box.js';
 
 export const PLATFORM_AUDIENCE = 'platform';
 /** A retired key keeps verifying (and stays in the JWKS) this long: longer than any token it signed. */
@@ -39,7 +40,7 @@ interface LoadedKey {
 interface KeyRow {
   kid: string;
   public_jwk: JWK;
-  private_jwk: JWK;
+  private_jwk: JWK | string;
   signs_from: Date;
   retired_at: Date | null;
 }
@@ -61,6 +62,7 @@ export class SigningKeys {
     private readonly database: Database,
     private readonly clock: Clock,
     private readonly issuer: string,
+    private readonly secrets: SecretBox,
   ) {}
 
   /** Creates the first key unless one exists; safe when several processes start at once. */
@@ -107,9 +109,38 @@ export class SigningKeys {
     const privateJwk = { ...(await exportJWK(privateKey)), kid, alg: 'RS256' };
     await tx.query(
       'INSERT INTO signing_keys (kid, alg, public_jwk, private_jwk, created_at, signs_from) VALUES ($1, $2, $3, $4, $5, $6)',
-      [kid, 'RS256', JSON.stringify(publicJwk), JSON.stringify(privateJwk), this.clock.now(), signsFrom],
+      [kid, 'RS256', JSON.stringify(publicJwk), JSON.stringify(this.sealPrivate(kid, privateJwk)), this.clock.now(), signsFrom],
     );
     return kid;
+  }
+
+  // The private key is stored sealed (a JSON string `enc:v1:…` in the jsonb column); a key stored
+  // before sealing existed is a JWK object, read as it is and sealed at start (reseal).
+  private sealPrivate(kid: string, jwk: JWK): string {
+    return this.secrets.seal(JSON.stringify(jwk), `signing_key:${kid}`);
+  }
+
+  private openPrivate(kid: string, stored: JWK | string): JWK {
+    return typeof stored === 'string' ? (JSON.parse(this.secrets.open(stored, `signing_key:${kid}`)) as JWK) : stored;
+  }
+
+  /**
+   * At start: seals private keys stored in the clear and reseals those sealed with a key that no
+   * longer seals (ENCRYPTION_KEY set or rotated). A row changed meanwhile is left to its writer.
+   */
+  async reseal(): Promise<number> {
+    const db = this.database.scoped('system');
+    const { rows } = await db.query<{ kid: string; private_jwk: JWK | string }>('SELECT kid, private_jwk FROM signing_keys');
+    let resealed = 0;
+    for (const row of rows) {
+      if (typeof row.private_jwk === 'string' && this.secrets.isCurrent(row.private_jwk)) continue;
+      const sealed = this.sealPrivate(row.kid, this.openPrivate(row.kid, row.private_jwk));
+      const { rowCount } = await db.query('UPDATE signing_keys SET private_jwk = $2 WHERE kid = $1 AND private_jwk = $3::jsonb', [
+        row.kid, JSON.stringify(sealed), JSON.stringify(row.private_jwk),
+      ]);
+      resealed += rowCount;
+    }
+    return resealed;
   }
 
   async reload(): Promise<void> {
@@ -125,7 +156,7 @@ export class SigningKeys {
             kid: r.kid,
             publicJwk: r.public_jwk,
             publicKey: (await importJWK(r.public_jwk, 'RS256')) as CryptoKey,
-            privateKey: (await importJWK(r.private_jwk, 'RS256')) as CryptoKey,
+            privateKey: (await importJWK(this.openPrivate(r.kid, r.private_jwk), 'RS256')) as CryptoKey,
             signsFrom: r.signs_from,
             retiredAt: r.retired_at,
           })),

@@ -79,7 +79,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
         request.tx = undefined;
       }
       const body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
-      await lazy.commitWith((tx) => completeInTransaction(tx, claim, reply.statusCode, body));
+      await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body));
       return payload;
     };
   });

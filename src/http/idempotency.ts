@@ -138,7 +138,7 @@ async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: Fasti
         .code(row.response_status ?? 200)
         .header('idempotent-replayed', 'true')
         .header('content-type', 'application/json; charset=utf-8');
-      await reply.send(row.response_body ?? '');
+      await reply.send(row.response_body ? deps.secrets.open(row.response_body, localId(claim)) : '');
       return false;
     }
     if (row.locked_until > now) throw new ApiError('idempotency_key_in_flight');
@@ -154,16 +154,20 @@ async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: Fasti
   throw new ApiError('idempotency_key_in_flight');
 }
 
+// A stored response may hold a secret the service shows once (a webhook signing secret) and always
+// holds the caller's data: it is kept sealed (src/auth/secret-box.ts), bound to its claim.
+const sealedBody = (deps: Deps, claim: Claim, body: string): string => (body ? deps.secrets.seal(body, localId(claim)) : body);
+
 /**
  * Stores the successful outcome in the mutation's own transaction, so the change and its replay
  * record commit together: a crash leaves either both or neither. Fails (rolling the mutation back)
  * if another process took the claim over meanwhile.
  */
-export async function completeInTransaction(tx: Tx, claim: Claim, status: number, body: string): Promise<void> {
+export async function completeInTransaction(deps: Deps, tx: Tx, claim: Claim, status: number, body: string): Promise<void> {
   const { rowCount } = await tx.query(
     `UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6
       WHERE credential = $1 AND operation = $2 AND key = $3 AND claim_token = $4 AND status = 'in_flight'`,
-    [claim.credential, claim.operation, claim.key, claim.token, status, body],
+    [claim.credential, claim.operation, claim.key, claim.token, status, sealedBody(deps, claim, body)],
   );
   if (rowCount !== 1) throw new ApiError('idempotency_key_in_flight');
   claim.completed = true;
@@ -181,6 +185,6 @@ export async function settleAfterResponse(deps: Deps, claim: Claim, status: numb
     return;
   }
   await db.query(`UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6 WHERE ${where} AND status = 'in_flight'`, [
-    ...params, status, body,
+    ...params, status, sealedBody(deps, claim, body),
   ]);
 }

@@ -7,7 +7,7 @@ import { boot } from '../../src/boot.js';
 import { SystemClock } from '../../src/clock.js';
 import { ConfigError, loadConfig, type Config } from '../../src/config.js';
 import { buildTestApp, openTestDatabase, testConfig, type TestApp } from '../helpers/app.js';
-import { bearer } from '../helpers/fixtures.js';
+import { bearer, createApiKey } from '../helpers/fixtures.js';
 import { alignToStep, createMfaUser, mfaChallenge, post, sql, totpCode } from './support.js';
 
 /** Every row of every table of the app's schema, as text. */
@@ -48,6 +48,36 @@ test('AU-2: a TOTP secret is never stored in plaintext: the pending and the conf
   assert.ok(!(await databaseText(t)).includes(begin.json().secret), 'the pending secret appears nowhere in the database');
 });
 
+test('AU-2: a webhook signing secret is stored sealed, the current and the previous one after a rotation, and appears nowhere in the database, not in the idempotency record that replays it', async (c) => {
+  const t = await buildTestApp({ webhookAllowPrivateTargets: true }, c);
+  const secretOf = (res: { json: () => any }) => res.json().signing_secret as string;
+  const platform = (await createApiKey(t, { permissions: ['webhooks.manage'] })).secret;
+  const create = () => t.app.inject({
+    method: 'POST', url: '/v1/webhooks', headers: { ...bearer(platform), 'idempotency-key': 'at-rest-1' },
+    payload: { scope: 'platform', url: 'http://127.0.0.1:9/hook', events: ['*'] },
+  });
+  const created = await create();
+  assert.equal(created.statusCode, 201, created.body);
+  const first = secretOf(created);
+  assert.equal(secretOf(await create()), first, 'the replay answers the same secret');
+  const rotated = await t.app.inject({ method: 'POST', url: `/v1/webhooks/${created.json().id}/rotate-secret`, headers: { ...bearer(platform), 'idempotency-key': 'at-rest-2' } });
+  assert.equal(rotated.statusCode, 200, rotated.body);
+  const [row] = await sql(t, 'SELECT signing_secret, previous_secret FROM webhook_subscriptions WHERE id = $1', [created.json().id]);
+  assert.ok(sealedWith(row.signing_secret) && sealedWith(row.previous_secret), 'both secrets sealed');
+  const text = await databaseText(t);
+  for (const secret of [first, secretOf(rotated)]) assert.ok(!text.includes(secret), 'the secret appears nowhere in the database');
+});
+
+test('AU-2: the RSA private signing key is stored sealed, and the service signs and verifies with it', async (c) => {
+  const t = await buildTestApp({}, c);
+  const rows = await sql<{ private_jwk: unknown }>(t, 'SELECT private_jwk FROM signing_keys');
+  assert.ok(rows.length >= 1);
+  for (const row of rows) assert.ok(typeof row.private_jwk === 'string' && sealedWith(row.private_jwk), `sealed: ${JSON.stringify(row.private_jwk).slice(0, 30)}`);
+  assert.ok(!(await databaseText(t)).includes('"d":'), 'no private exponent in any row');
+  const { token } = await createMfaUser(t);
+  assert.equal((await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(token) })).statusCode, 200);
+});
+
 test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with the database key) are resealed with it at start and keep working; a rotated list still opens them', async () => {
   const { database, drop } = await openTestDatabase(null, { migrated: true });
   const clock = new SystemClock();
@@ -67,6 +97,13 @@ test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with
     assert.ok(databaseKid, 'sealed with the database key');
     // A row written before sealing existed holds the secret as it is.
     await sql(first, `UPDATE identities SET totp_secret = $2 WHERE user_id = $1 AND method = 'password'`, [legacyUser.user.id, legacyUser.secret]);
+    // So do a webhook signing secret and a signing key's private JWK.
+    const legacyWebhookSecret = `whsec_${randomBytes(32).toString('base64url')}`;
+    await sql(first, `INSERT INTO webhook_subscriptions (id, scope, url, events, status, signing_secret, api_version, test_mode, created_at, updated_at)
+                      VALUES ('whk_legacy', 'platform', 'http://127.0.0.1:9/x', '{*}', 'healthy', $1, '2026-01-01', false, now(), now())`, [legacyWebhookSecret]);
+    const [keyRow] = await sql<{ kid: string; private_jwk: string }>(first, 'SELECT kid, private_jwk FROM signing_keys WHERE retired_at IS NULL');
+    const privateJwk = first.deps.secrets.open(keyRow.private_jwk, `signing_key:${keyRow.kid}`);
+    await sql(first, 'UPDATE signing_keys SET private_jwk = $2::jsonb WHERE kid = $1', [keyRow.kid, privateJwk]);
     await first.close();
 
     const keyA = randomBytes(32);
@@ -75,6 +112,11 @@ test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with
     assert.ok(kidA && kidA !== databaseKid, 'resealed with ENCRYPTION_KEY');
     assert.equal(sealedWith(await identityOf(second, legacyUser.user.id)), kidA, 'the plaintext secret is sealed at start');
     assert.ok(!(await databaseText(second)).includes(legacyUser.secret), 'no plaintext left');
+    const [hook] = await sql(second, `SELECT signing_secret FROM webhook_subscriptions WHERE id = 'whk_legacy'`);
+    assert.equal(sealedWith(hook.signing_secret), kidA, 'the plaintext webhook secret is sealed at start');
+    assert.equal(second.deps.secrets.open(hook.signing_secret, 'webhook:whk_legacy'), legacyWebhookSecret);
+    const [key] = await sql<{ private_jwk: unknown }>(second, 'SELECT private_jwk FROM signing_keys WHERE kid = $1', [keyRow.kid]);
+    assert.equal(typeof key.private_jwk === 'string' && sealedWith(key.private_jwk), kidA, 'the plaintext private key is sealed at start');
     await verifiesWithTotp(second, sealedUser.user, sealedUser.secret);
     await verifiesWithTotp(second, legacyUser.user, legacyUser.secret);
     await second.close();

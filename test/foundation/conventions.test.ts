@@ -122,8 +122,14 @@ test('Idempotency-Key: the change and its replay record commit in one transactio
   assert.equal(res.statusCode, 201);
   const { rows } = await t.database
     .scoped('system')
-    .query<{ status: string; response_status: number; response_body: string }>(`SELECT status, response_status, response_body FROM idempotency_keys WHERE key = 'k-atomic'`);
-  assert.deepEqual(rows, [{ status: 'done', response_status: 201, response_body: res.body }]);
+    .query<{ credential: string; operation: string; key: string; status: string; response_status: number; response_body: string }>(
+      `SELECT credential, operation, key, status, response_status, response_body FROM idempotency_keys WHERE key = 'k-atomic'`,
+    );
+  assert.deepEqual(rows.map((r) => [r.status, r.response_status]), [['done', 201]]);
+  // The stored answer is sealed (docs/decisions.md "Secrets at rest") and opens to the response sent.
+  const [row] = rows;
+  assert.match(row.response_body, /^enc:v1:/);
+  assert.equal(t.deps.secrets.open(row.response_body, `${row.credential}\u0000${row.operation}\u0000${row.key}`), res.body);
 });
 
 test('Idempotency-Key: keys are retained 24 hours, then the same key runs as new', async () => {

@@ -182,8 +182,8 @@ test('a token from another issuer or signed by an unknown key is refused with 40
   const claims = decodeJwt(token);
   const kid = decodeProtectedHeader(token).kid!;
   // The service's real private key, but a foreign issuer.
-  const { rows } = await t.database.scoped('system').query<{ private_jwk: JWK }>('SELECT private_jwk FROM signing_keys WHERE kid = $1', [kid]);
-  const servicePrivate = await importJWK(rows[0].private_jwk, 'RS256');
+  const { rows } = await t.database.scoped('system').query<{ private_jwk: string }>('SELECT private_jwk FROM signing_keys WHERE kid = $1', [kid]);
+  const servicePrivate = await importJWK(JSON.parse(t.deps.secrets.open(rows[0].private_jwk, `signing_key:${kid}`)) as JWK, 'RS256');
   const foreignIssuer = await new SignJWT({ ...claims, iss: 'https://evil.example' })
     .setProtectedHeader({ alg: 'RS256', typ: 'JWT', kid })
     .sign(servicePrivate);

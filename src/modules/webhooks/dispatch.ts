@@ -60,9 +60,37 @@ export async function claimDue(deps: Deps, limit: number, token: string): Promis
 }
 
 /** The signing secrets in force now: the current one, plus the previous one during a rotation overlap. */
-export function secretsOf(d: Pick<ClaimedDelivery, 'signing_secret' | 'previous_secret' | 'previous_secret_expires_at'>, now: Date): string[] {
+export function secretsOf(deps: Deps, d: Pick<ClaimedDelivery, 'subscription_id' | 'signing_secret' | 'previous_secret' | 'previous_secret_expires_at'>, now: Date): string[] {
   const previous = d.previous_secret && d.previous_secret_expires_at && d.previous_secret_expires_at > now ? [d.previous_secret] : [];
-  return [d.signing_secret, ...previous];
+  return [d.signing_secret, ...previous].map((stored) => openSigningSecret(deps, d.subscription_id, stored));
+}
+
+// Signing secrets are stored sealed (src/auth/secret-box.ts), bound to their subscription; one stored
+// before sealing existed is read as it is and sealed at start (resealSigningSecrets).
+const secretContext = (subscriptionId: string) => `webhook:${subscriptionId}`;
+export const sealSigningSecret = (deps: Deps, subscriptionId: string, secret: string): string => deps.secrets.seal(secret, secretContext(subscriptionId));
+const openSigningSecret = (deps: Deps, subscriptionId: string, stored: string): string => deps.secrets.open(stored, secretContext(subscriptionId));
+
+/**
+ * At start: seals signing secrets stored in the clear and reseals those sealed with a key that no
+ * longer seals (ENCRYPTION_KEY set or rotated). A value changed meanwhile is left to its writer.
+ */
+export async function resealSigningSecrets(deps: Deps): Promise<number> {
+  const db = deps.database.scoped('system');
+  const { rows } = await db.query<{ id: string; signing_secret: string; previous_secret: string | null }>(
+    'SELECT id, signing_secret, previous_secret FROM webhook_subscriptions',
+  );
+  let resealed = 0;
+  for (const row of rows) {
+    for (const column of ['signing_secret', 'previous_secret'] as const) {
+      const stored = row[column];
+      if (stored === null || deps.secrets.isCurrent(stored)) continue;
+      const sealed = sealSigningSecret(deps, row.id, openSigningSecret(deps, row.id, stored));
+      const { rowCount } = await db.query(`UPDATE webhook_subscriptions SET ${column} = $2 WHERE id = $1 AND ${column} = $3`, [row.id, sealed, stored]);
+      resealed += rowCount;
+    }
+  }
+  return resealed;
 }
 
 /** Sends one claimed attempt (signed fresh) and reports what happened; never throws. */
@@ -82,7 +110,7 @@ export async function attemptDelivery(deps: Deps, d: ClaimedDelivery, token: str
     'platform-event-type': d.type,
     'platform-delivery-id': d.id,
     'platform-delivery-attempt': String(d.attempt),
-    [SIGNATURE_HEADER.toLowerCase()]: signatureHeader(secretsOf(d, now), toUnixSeconds(now), body),
+    [SIGNATURE_HEADER.toLowerCase()]: signatureHeader(secretsOf(deps, d, now), toUnixSeconds(now), body),
   };
   const result = await postAttempt(deps, { url: d.url, headers, body });
   const line = {

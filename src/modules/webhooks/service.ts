@@ -10,6 +10,7 @@ import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
 import { assertAppTenantWritable, assertTenantWritable } from '../tenancy/writable.js';
 import { CURRENT_API_VERSION, newSigningSecret, ROTATION_OVERLAP_SECONDS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
+import { sealSigningSecret } from './dispatch.js';
 import { resolveCreateScope, tenantOfApplication, visibleCondition, visibleSubscription, webhookViewer } from './access.js';
 import { countTenantSubscriptions, findSubscription, insertSubscription, SUBSCRIPTION_COLUMNS, toWebhook, type SubscriptionRow } from './store.js';
 import type { CreateWebhookBody, Webhook, WebhookListQuery } from './schemas.js';
@@ -40,15 +41,17 @@ export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<
       const tenant = await findTenant(tx, tenantId);
       if (tenant) assertWithinPlan(tenant, 'webhooks', (await countTenantSubscriptions(tx, tenantId)) + 1);
     }
+    const id = newId('whk');
+    const secret = newSigningSecret();
     const row: SubscriptionRow = {
-      id: newId('whk'),
+      id,
       scope: scope.scope,
       application_id: scope.applicationId,
       url: body.url,
       events: [...new Set(body.events)],
       description: body.description ?? null,
       status: 'healthy',
-      signing_secret: newSigningSecret(),
+      signing_secret: sealSigningSecret(ctx.deps, id, secret),
       previous_secret: null,
       previous_secret_expires_at: null,
       api_version: CURRENT_API_VERSION,
@@ -64,7 +67,7 @@ export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<
     };
     await insertSubscription(tx, row);
     await auditWebhook(tx, ctx, 'webhook.created', row, { after: toWebhook(row) });
-    return toWebhook(row, true);
+    return toWebhook({ ...row, signing_secret: secret }, true);
   });
 }
 
@@ -109,7 +112,8 @@ export async function rotateSecret(ctx: Ctx, id: string): Promise<{ id: string; 
     const expires = addSeconds(ctx.now, ROTATION_OVERLAP_SECONDS);
     await tx.query(
       `UPDATE webhook_subscriptions SET signing_secret = $2, previous_secret = $3, previous_secret_expires_at = $4, updated_at = $5 WHERE id = $1`,
-      [id, secret, sub.signing_secret, expires, ctx.now],
+      // The current secret moves to previous as it is stored (sealed for this subscription).
+      [id, sealSigningSecret(ctx.deps, id, secret), sub.signing_secret, expires, ctx.now],
     );
     await auditWebhook(tx, ctx, 'webhook.secret_rotated', sub, { after: { previous_secret_expires_at: expires.toISOString() } });
     return { id, signing_secret: secret, previous_secret_expires_at: expires.toISOString() };

@@ -35,6 +35,7 @@ export async function secondProcess(t: TestApp, overrides: Partial<Config> = {})
   const { database, close } = await sameDatabase(t);
   const clock = new SystemClock();
   const { app, deps } = await buildApp({ config: Object.freeze({ ...t.config, ...overrides }), database, clock, logger: false });
+  await deps.secrets.ensure(); // as boot() does: the signing keys are stored sealed
   await deps.keys.reload();
   await app.ready();
   return {

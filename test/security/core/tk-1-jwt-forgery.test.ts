@@ -70,9 +70,10 @@ before(async () => {
   otherSid = String(decodeJwt(other.token).sid);
   const [row] = await sql(t, 'SELECT kid, private_jwk, public_jwk FROM signing_keys WHERE retired_at IS NULL ORDER BY created_at DESC LIMIT 1');
   realKid = row.kid;
-  realKey = (await importJWK(row.private_jwk, 'RS256')) as CryptoKey;
+  // Stored sealed (docs/decisions.md "Secrets at rest"): the test opens it as the service does.
+  realPrivateJwk = JSON.parse(t.deps.secrets.open(row.private_jwk, `signing_key:${row.kid}`));
+  realKey = (await importJWK(realPrivateJwk, 'RS256')) as CryptoKey;
   realPublicJwk = row.public_jwk;
-  realPrivateJwk = row.private_jwk;
   const pair = await generateKeyPair('RS256', { extractable: true });
   attacker = { privateKey: pair.privateKey, publicJwk: { ...(await exportJWK(pair.publicKey)), kid: 'attacker-1', alg: 'RS256', use: 'sig' } };
   const app = await newApp(t, admin);
