@@ -43,7 +43,7 @@ export const hashRecoveryCode = (code: string): string =>
 
 // TOTP secrets are stored sealed (SecretBox), bound to their identity; the pending and the confirmed
 // secret share the binding, so confirming moves the sealed value from one column to the other as it is.
-const totpContext = (identityId: string) => `identities.totp:${identityId}`;
+export const totpContext = (identityId: string) => `identities.totp:${identityId}`;
 
 export function sealTotpSecret(ctx: Pick<Ctx, 'deps'>, identityId: string, secret: string): string {
   return ctx.deps.secrets.seal(secret, totpContext(identityId));

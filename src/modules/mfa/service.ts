@@ -4,7 +4,7 @@ import type { Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
-import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
+import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
@@ -12,27 +12,9 @@ import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, ty
 import { takeRecoveryCode, takeTotpStep } from '../auth/login.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
 
-/**
- * At start: seals TOTP secrets stored before sealing existed, and reseals those sealed with a key that
- * no longer seals (ENCRYPTION_KEY set or rotated). A value changed meanwhile is left to its writer.
- */
-export async function resealTotpSecrets(deps: Deps): Promise<number> {
-  const db = deps.database.scoped('system');
-  const { rows } = await db.query<{ id: string; totp_secret: string | null; totp_pending_secret: string | null }>(
-    'SELECT id, totp_secret, totp_pending_secret FROM identities WHERE totp_secret IS NOT NULL OR totp_pending_secret IS NOT NULL',
-  );
-  let resealed = 0;
-  for (const row of rows) {
-    for (const column of ['totp_secret', 'totp_pending_secret'] as const) {
-      const stored = row[column];
-      if (stored === null || deps.secrets.isCurrent(stored)) continue;
-      const sealed = sealTotpSecret({ deps }, row.id, totpSecretOf({ deps }, row.id, stored));
-      const { rowCount } = await db.query(`UPDATE identities SET ${column} = $2 WHERE id = $1 AND ${column} = $3`, [row.id, sealed, stored]);
-      resealed += rowCount;
-    }
-  }
-  return resealed;
-}
+/** At start: TOTP secrets in the clear or sealed with an old key are sealed with the current one. */
+export const resealTotpSecrets = (deps: Deps): Promise<number> =>
+  deps.secrets.resealColumns('identities', ['totp_secret', 'totp_pending_secret'], totpContext);
 
 /** Self-service MFA endpoints act only on the caller: readers of the user get 403, anyone else 404. */
 async function selfIdentity(ctx: Ctx, idParam: string): Promise<{ userId: string; email: string; identity: PasswordIdentity }> {

@@ -71,27 +71,9 @@ const secretContext = (subscriptionId: string) => `webhook:${subscriptionId}`;
 export const sealSigningSecret = (deps: Deps, subscriptionId: string, secret: string): string => deps.secrets.seal(secret, secretContext(subscriptionId));
 const openSigningSecret = (deps: Deps, subscriptionId: string, stored: string): string => deps.secrets.open(stored, secretContext(subscriptionId));
 
-/**
- * At start: seals signing secrets stored in the clear and reseals those sealed with a key that no
- * longer seals (ENCRYPTION_KEY set or rotated). A value changed meanwhile is left to its writer.
- */
-export async function resealSigningSecrets(deps: Deps): Promise<number> {
-  const db = deps.database.scoped('system');
-  const { rows } = await db.query<{ id: string; signing_secret: string; previous_secret: string | null }>(
-    'SELECT id, signing_secret, previous_secret FROM webhook_subscriptions',
-  );
-  let resealed = 0;
-  for (const row of rows) {
-    for (const column of ['signing_secret', 'previous_secret'] as const) {
-      const stored = row[column];
-      if (stored === null || deps.secrets.isCurrent(stored)) continue;
-      const sealed = sealSigningSecret(deps, row.id, openSigningSecret(deps, row.id, stored));
-      const { rowCount } = await db.query(`UPDATE webhook_subscriptions SET ${column} = $2 WHERE id = $1 AND ${column} = $3`, [row.id, sealed, stored]);
-      resealed += rowCount;
-    }
-  }
-  return resealed;
-}
+/** At start: signing secrets in the clear or sealed with an old key are sealed with the current one. */
+export const resealSigningSecrets = (deps: Deps): Promise<number> =>
+  deps.secrets.resealColumns('webhook_subscriptions', ['signing_secret', 'previous_secret'], secretContext);
 
 /** Sends one claimed attempt (signed fresh) and reports what happened; never throws. */
 export async function attemptDelivery(deps: Deps, d: ClaimedDelivery, token: string): Promise<Outcome> {
