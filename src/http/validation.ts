@@ -121,3 +121,17 @@ export function validlyPercentEncoded(text: string): boolean {
     return false;
   }
 }
+
+/**
+ * A URL exactly as sent, or null when the WHATWG parser would have to repair it first: white space
+ * or control characters anywhere (it strips them at the ends and drops tabs and line breaks inside,
+ * so the stored text would not be the URL used, and a CR/LF could reach a header), or an http(s)
+ * URL written without `//` (`https:x.com`). Every URL field the service stores goes through it.
+ */
+export function parseUrlAsSent(value: string): URL | null {
+  if (/[\u0000-\u0020\u007f-\u009f]/.test(value)) return null;
+  if (!URL.canParse(value)) return null;
+  const url = new URL(value);
+  if ((url.protocol === 'http:' || url.protocol === 'https:') && !/^https?:\/\//i.test(value)) return null;
+  return url;
+}

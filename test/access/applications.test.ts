@@ -582,6 +582,23 @@ test('PATCH ownership to a deleted or erased user is refused as POST refuses it:
   assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
 });
 
+test('a URL field is stored exactly as sent or refused: white space, control characters (a CR/LF meant for a header) and `https:` without `//` are 422 in launch_url, icon_url, support_url and redirect_uris', async () => {
+  const owner = await person(t);
+  for (const [field, value] of [
+    ['launch_url', ' https://app.example.com'],
+    ['launch_url', 'https:app.example.com'],
+    ['launch_url', 'https://app.example.com/\r\nX-Injected: 1'],
+    ['icon_url', 'https://cdn.example.com/x" onerror="alert(1)'],
+    ['support_url', 'https://help.example.com/\t'],
+  ] as const) {
+    assertInvalid(await post(admin, base(owner.id, { [field]: value })), field);
+  }
+  for (const uri of ['https://app.example.com/cb\r\nSet-Cookie: a=b', 'com.example.app:/cb\nX: y', 'https://app.example.com/c b']) {
+    assertInvalid(await post(admin, base(owner.id, { redirect_uris: [uri] })), 'redirect_uris.0');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [owner.id]))[0].n, 0);
+});
+
 test('icon_url is an http or https URL and support_url an http(s) or mailto: URL (no https rule); launch_url stays https; other values are 422', async () => {
   const owner = await person(t);
   const created = assertStatus(await post(admin, base(owner.id, { icon_url: 'http://cdn.example.com/i.png', support_url: 'mailto:help@example.com' })), 201);

@@ -72,6 +72,11 @@ test('checkout validation: enterprise is 422 plan_requires_sales; starter, and n
   assert.equal(http.details.fields[0].path, 'success_url');
   const bad = assertError(await checkout(owner.tenantId, owner.token, 'v-4', { ...body, cancel_url: 'not a url' }), 422, 'validation_failed');
   assert.equal(bad.details.fields[0].path, 'cancel_url');
+  // A URL the hosted page later puts in a Location header: a CR/LF or credentials are refused up front.
+  const crlf = assertError(await checkout(owner.tenantId, owner.token, 'v-5', { ...body, cancel_url: 'https://app.example.com/\r\nSet-Cookie: a=1' }), 422, 'validation_failed');
+  assert.equal(crlf.details.fields[0].path, 'cancel_url');
+  const creds = assertError(await checkout(owner.tenantId, owner.token, 'v-6', { ...body, success_url: 'https://user:pw@app.example.com/ok' }), 422, 'validation_failed');
+  assert.equal(creds.details.fields[0].path, 'success_url');
 });
 
 test('checkout is allowed only without a live subscription (none, canceled, incomplete_expired, unpaid); otherwise 409 subscription_exists', async () => {

@@ -1,5 +1,6 @@
 import Ajv from 'ajv';
 import { ApiError, invalidField } from '../../errors.js';
+import { parseUrlAsSent } from '../../http/validation.js';
 
 export const SLUG_PATTERN = /^[a-z][a-z0-9-]{1,63}$/;
 const RESERVED_SETTINGS_KEYS = ['locale', 'timezone', 'theme', 'notifications'];
@@ -12,12 +13,8 @@ export function validateSlug(slug: string): void {
 
 export function validateHttpsUrl(path: string, value: string | null | undefined): void {
   if (value === null || value === undefined) return;
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw invalidField(path, 'must be an https URL');
-  }
+  const url = parseUrlAsSent(value);
+  if (!url) throw invalidField(path, 'must be an https URL');
   if (url.protocol !== 'https:' || url.username || url.password) throw invalidField(path, 'must be an https URL');
 }
 
@@ -25,12 +22,8 @@ export function validateHttpsUrl(path: string, value: string | null | undefined)
 export function validateWebUrl(path: string, value: string | null | undefined, opts: { mailto?: boolean } = {}): void {
   if (value === null || value === undefined) return;
   const message = opts.mailto ? 'must be an http(s) URL or a mailto: URL' : 'must be an http(s) URL';
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw invalidField(path, message);
-  }
+  const url = parseUrlAsSent(value);
+  if (!url) throw invalidField(path, message);
   if (opts.mailto && url.protocol === 'mailto:') {
     if (!/^[^@\s/]+@[^@\s/]+$/.test(url.pathname)) throw invalidField(path, message);
     return;
@@ -47,12 +40,8 @@ export function validateRedirectUris(uris: string[], testMode: boolean): void {
   const seen = new Set<string>();
   uris.forEach((value, i) => {
     const path = `redirect_uris.${i}`;
-    let url: URL;
-    try {
-      url = new URL(value);
-    } catch {
-      throw invalidField(path, 'is not a URI');
-    }
+    const url = parseUrlAsSent(value);
+    if (!url) throw invalidField(path, 'is not a URI (no white space or control characters)');
     if (url.hash || url.username || url.password) throw invalidField(path, 'must not carry a fragment or credentials');
     const scheme = url.protocol.slice(0, -1);
     const loopback = scheme === 'http' && (url.hostname === 'localhost' || url.hostname === '127.0.0.1');

@@ -3,6 +3,7 @@ import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
+import { parseUrlAsSent } from '../../http/validation.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
 import { callProcessor, processorClient } from './processor.js';
 import { createSimulatedSession } from './simulator-store.js';
@@ -14,13 +15,10 @@ export const CHECKOUT_ALLOWED = new Set(['none', 'canceled', 'incomplete_expired
 const PORTAL_SESSION_SECONDS = 300;
 
 function validateUrl(path: string, value: string, protocols: string[]): void {
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw invalidField(path, 'must be an absolute URL');
-  }
+  const url = parseUrlAsSent(value);
+  if (!url) throw invalidField(path, 'must be an absolute URL (no white space or control characters)');
   if (!protocols.includes(url.protocol)) throw invalidField(path, `must use ${protocols.map((p) => p.replace(':', '')).join(' or ')}`);
+  if (url.username || url.password) throw invalidField(path, 'must not carry credentials');
 }
 
 /**

@@ -7,6 +7,7 @@ import type { Queryable } from '../../db/types.js';
 import { targetUser } from '../users/access.js';
 import { PROFILE_READ_ONLY, type PatchProfileBody, type Profile } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
+import { parseUrlAsSent } from '../../http/validation.js';
 
 interface ProfileRow {
   user_id: string;
@@ -67,13 +68,7 @@ export async function getProfile(ctx: Ctx, idParam: string): Promise<Profile> {
 export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfileBody): Promise<Profile> {
   const { user, self } = await targetUser(ctx, idParam, 'write');
   assertNoReadOnlyFields(body, PROFILE_READ_ONLY);
-  if (body.avatar_url) {
-    try {
-      if (new URL(body.avatar_url).protocol !== 'https:') throw new Error();
-    } catch {
-      throw invalidField('avatar_url', 'must be an https URL');
-    }
-  }
+  if (body.avatar_url && parseUrlAsSent(body.avatar_url)?.protocol !== 'https:') throw invalidField('avatar_url', 'must be an https URL');
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
     const before = await loadProfile(tx, user.id);

@@ -5,6 +5,7 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP, isIPv4, isIPv6 } from 'node:net';
 import type { Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
+import { parseUrlAsSent } from '../../http/validation.js';
 
 export interface ResolvedAddress {
   address: string;
@@ -105,12 +106,8 @@ export const hostOf = (url: URL): string => url.hostname.replace(/^\[|\]$/g, '')
  * dotted quads, so they meet the address check like any other literal.
  */
 export function checkUrlShape(raw: string, allowPrivate: boolean): URL {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw invalid('not an absolute URL');
-  }
+  const url = parseUrlAsSent(raw);
+  if (!url) throw invalid('not an absolute URL (no white space or control characters)');
   const schemes = allowPrivate ? ['https:', 'http:'] : ['https:'];
   if (!schemes.includes(url.protocol)) throw invalid('the scheme must be https');
   if (url.username !== '' || url.password !== '' || /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*@/i.test(raw)) throw invalid('credentials (userinfo) are not allowed');
