@@ -134,7 +134,9 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     database,
     clock,
     log: fastify.log,
-    keys: new SigningKeys(database, clock, config.publicUrl, secrets),
+    keys: new SigningKeys(database, clock, config.publicUrl, secrets, (err) =>
+      fastify.log.error({ err }, 'signing keys could not be reloaded; this process keeps its last keys (a key sealed with an ENCRYPTION_KEY it lacks?)'),
+    ),
     secrets,
     jobs: undefined as unknown as JobRunner,
   };

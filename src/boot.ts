@@ -8,6 +8,7 @@ import { refreshDevClock } from './dev/clock.js';
 import { bootstrapAdmin } from './modules/users/bootstrap.js';
 import { resealTotpSecrets } from './modules/mfa/service.js';
 import { resealSigningSecrets } from './modules/webhooks/dispatch.js';
+import { sealStoredAnswers } from './http/idempotency.js';
 import type { Module } from './modules/types.js';
 
 export interface BootOptions {
@@ -30,6 +31,7 @@ export async function boot(options: BootOptions) {
   await deps.keys.ensure();
   await resealTotpSecrets(deps);
   await resealSigningSecrets(deps);
+  await sealStoredAnswers(deps);
   await deps.keys.reseal();
   if (config.encryptionKeys.length === 0) {
     deps.log.warn('ENCRYPTION_KEY is not set: stored TOTP secrets, webhook signing secrets, signing keys and idempotent responses are sealed with a key kept in the database; set it in production');

@@ -63,6 +63,8 @@ export class SigningKeys {
     private readonly clock: Clock,
     private readonly issuer: string,
     private readonly secrets: SecretBox,
+    /** Where a failed background reload is reported (the process keeps its last keys meanwhile). */
+    private readonly onReloadError: (err: unknown) => void = () => undefined,
   ) {}
 
   /** Creates the first key unless one exists; safe when several processes start at once. */
@@ -76,7 +78,7 @@ export class SigningKeys {
     // Keys are refreshed in the background, never on a request's path: signing happens inside
     // transactions, where a query on another connection would break the transaction rule.
     this.timer ??= setInterval(() => {
-      this.reload().catch(() => undefined);
+      this.reload().catch(this.onReloadError);
     }, REFRESH_INTERVAL_MS);
     this.timer.unref();
   }

@@ -134,11 +134,14 @@ async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: Fasti
     }
     if (row.request_hash !== hash) throw new ApiError('idempotency_key_reused');
     if (row.status === 'done') {
+      // Opened first: an answer that cannot be opened (its key dropped from ENCRYPTION_KEY within
+      // its 24 hours) fails as an error of this request, not as a replay.
+      const body = row.response_body ? deps.secrets.open(row.response_body, localId(claim)) : '';
       reply
         .code(row.response_status ?? 200)
         .header('idempotent-replayed', 'true')
         .header('content-type', 'application/json; charset=utf-8');
-      await reply.send(row.response_body ? deps.secrets.open(row.response_body, localId(claim)) : '');
+      await reply.send(body);
       return false;
     }
     if (row.locked_until > now) throw new ApiError('idempotency_key_in_flight');
@@ -152,6 +155,27 @@ async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: Fasti
     throw new ApiError('idempotency_key_in_flight');
   }
   throw new ApiError('idempotency_key_in_flight');
+}
+
+/**
+ * At start: seals stored answers written in the clear (before sealing existed, e.g. by the previous
+ * version during an upgrade). Answers sealed with an older key are left: they expire within 24 hours
+ * (README: keep a rotated-out ENCRYPTION_KEY listed that long).
+ */
+export async function sealStoredAnswers(deps: Deps): Promise<number> {
+  const db = deps.database.scoped('system');
+  const { rows } = await db.query<{ credential: string; operation: string; key: string; response_body: string }>(
+    `SELECT credential, operation, key, response_body FROM idempotency_keys WHERE response_body IS NOT NULL AND response_body <> '' AND response_body NOT LIKE 'enc:%'`,
+  );
+  let sealed = 0;
+  for (const row of rows) {
+    const { rowCount } = await db.query(
+      'UPDATE idempotency_keys SET response_body = $4 WHERE credential = $1 AND operation = $2 AND key = $3 AND response_body = $5',
+      [row.credential, row.operation, row.key, deps.secrets.seal(row.response_body, localId(row)), row.response_body],
+    );
+    sealed += rowCount;
+  }
+  return sealed;
 }
 
 // A stored response may hold a secret the service shows once (a webhook signing secret) and always

@@ -82,7 +82,7 @@ test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with
   const { database, drop } = await openTestDatabase(null, { migrated: true });
   const clock = new SystemClock();
   const start = async (overrides: Partial<Config>): Promise<TestApp> => {
-    const config = testConfig(overrides);
+    const config = testConfig({ webhookAllowPrivateTargets: true, ...overrides });
     const { app, deps } = await boot({ config, database, clock, logger: false });
     await app.ready();
     return { app, deps, clock, database, config, schema: null, close: async () => { await app.close(); await deps.jobs.stop(); } };
@@ -104,6 +104,15 @@ test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with
     const [keyRow] = await sql<{ kid: string; private_jwk: string }>(first, 'SELECT kid, private_jwk FROM signing_keys WHERE retired_at IS NULL');
     const privateJwk = first.deps.secrets.open(keyRow.private_jwk, `signing_key:${keyRow.kid}`);
     await sql(first, 'UPDATE signing_keys SET private_jwk = $2::jsonb WHERE kid = $1', [keyRow.kid, privateJwk]);
+    // And an answer stored for an Idempotency-Key replay (the previous version kept them in the clear).
+    const hooks = (await createApiKey(first, { permissions: ['webhooks.manage'] })).secret;
+    const createHook = (t: TestApp) => t.app.inject({
+      method: 'POST', url: '/v1/webhooks', headers: { ...bearer(hooks), 'idempotency-key': 'legacy-answer' },
+      payload: { scope: 'platform', url: 'http://127.0.0.1:9/y', events: ['*'] },
+    });
+    const answered = await createHook(first);
+    assert.equal(answered.statusCode, 201, answered.body);
+    await sql(first, `UPDATE idempotency_keys SET response_body = $1 WHERE key = 'legacy-answer'`, [answered.body]);
     await first.close();
 
     const keyA = randomBytes(32);
@@ -115,6 +124,11 @@ test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with
     const [hook] = await sql(second, `SELECT signing_secret FROM webhook_subscriptions WHERE id = 'whk_legacy'`);
     assert.equal(sealedWith(hook.signing_secret), kidA, 'the plaintext webhook secret is sealed at start');
     assert.equal(second.deps.secrets.open(hook.signing_secret, 'webhook:whk_legacy'), legacyWebhookSecret);
+    const [stored] = await sql(second, `SELECT response_body FROM idempotency_keys WHERE key = 'legacy-answer'`);
+    assert.equal(sealedWith(stored.response_body), kidA, 'the stored answer in the clear is sealed at start');
+    const replayed = await createHook(second);
+    assert.equal(replayed.headers['idempotent-replayed'], 'true');
+    assert.equal(replayed.body, answered.body);
     const [key] = await sql<{ private_jwk: unknown }>(second, 'SELECT private_jwk FROM signing_keys WHERE kid = $1', [keyRow.kid]);
     assert.equal(typeof key.private_jwk === 'string' && sealedWith(key.private_jwk), kidA, 'the plaintext private key is sealed at start');
     await verifiesWithTotp(second, sealedUser.user, sealedUser.secret);
