@@ -19,6 +19,24 @@ after(() => t.close());
 
 const memberCount = async (orgId: string) => assertStatus(await call(t, 'GET', `/v1/organizations/${orgId}`, admin), 200).member_count;
 
+test('"addresses cannot be probed": an invitation answers the email in lower case while pending, so an account\'s stored spelling does not tell an existing address from a new one', async () => {
+  const { org, owner } = await createOrgApi(t, undefined, 'Probe Labs');
+  const known = await person(t, { email: uniqueEmail('CaseUser') });
+  const knownEmail = known.email;
+  assert.notEqual(knownEmail, knownEmail.toLowerCase(), 'the account is stored with capitals');
+  const fresh = uniqueEmail('NewComer');
+  const a = assertStatus(await invite(t, owner.token, org.id, knownEmail.toLowerCase()), 201);
+  const b = assertStatus(await invite(t, owner.token, org.id, fresh), 201);
+  assert.equal(a.email, knownEmail.toLowerCase());
+  assert.equal(b.email, fresh.toLowerCase());
+  const listed = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?membership_status=pending`, owner.token), 200).data;
+  assert.deepEqual(listed.map((m: any) => m.email).sort(), [knownEmail.toLowerCase(), fresh.toLowerCase()].sort());
+  // Once active, the member shows the account's own spelling.
+  assertStatus(await accept(t, known.token, org.id), 200);
+  const active = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?membership_status=active`, owner.token), 200).data;
+  assert.ok(active.some((m: any) => m.email === knownEmail));
+});
+
 test('invite by email creates a pending membership and an organization_invitation mail naming the Organization; an address without a live User gets an invited User; the response has the same shape either way', async () => {
   const { org, owner } = await createOrgApi(t, undefined, 'Invite Labs');
   const known = await person(t);

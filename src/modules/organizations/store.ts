@@ -46,8 +46,14 @@ export interface MemberRow {
   user_deleted: boolean;
 }
 
-/** Members with the keyset columns the list pages on (invited_at, user_id). */
-export const MEMBER_COLUMNS = `m.organization_id, m.user_id, u.email, p.display_name, m.membership_status, m.role, m.invited_at, m.joined_at,
+/**
+ * Members with the keyset columns the list pages on (invited_at, user_id). A pending member's email
+ * is shown in lower case: an invitation to an address with an account and one without answer alike
+ * (Part B: "the response has the same shape either way so addresses cannot be probed"), and the
+ * stored spelling of an existing account would tell them apart.
+ */
+export const MEMBER_COLUMNS = `m.organization_id, m.user_id,
+  CASE WHEN m.membership_status = 'pending' THEN lower(u.email) ELSE u.email END AS email, p.display_name, m.membership_status, m.role, m.invited_at, m.joined_at,
   m.invited_at AS created_at, m.user_id AS id, u.status = 'deleted' AS user_deleted`;
 export const MEMBER_FROM = `organization_members m JOIN users u ON u.id = m.user_id JOIN profiles p ON p.user_id = m.user_id`;
 
