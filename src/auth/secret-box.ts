@@ -62,18 +62,19 @@ export class SecretBox {
    * and reseals those sealed with a key that no longer seals (ENCRYPTION_KEY set or rotated). A
    * value changed meanwhile is left to its writer. Returns how many values were rewritten.
    */
-  async resealColumns(table: string, columns: readonly string[], context: (id: string) => string): Promise<number> {
+  async resealColumns(table: string, columns: readonly string[], context: (id: string) => string, key = 'id'): Promise<number> {
     const db = this.database.scoped('system');
-    const { rows } = await db.query<Record<string, string | null> & { id: string }>(
-      `SELECT id, ${columns.join(', ')} FROM ${table} WHERE ${columns.map((c) => `${c} IS NOT NULL`).join(' OR ')}`,
+    const { rows } = await db.query<Record<string, string | null>>(
+      `SELECT ${key} AS id, ${columns.join(', ')} FROM ${table} WHERE ${columns.map((c) => `${c} IS NOT NULL`).join(' OR ')}`,
     );
     let resealed = 0;
     for (const row of rows) {
+      const id = row.id!;
       for (const column of columns) {
         const stored = row[column];
         if (stored === null || this.isCurrent(stored)) continue;
-        const sealed = this.seal(this.open(stored, context(row.id)), context(row.id));
-        const { rowCount } = await db.query(`UPDATE ${table} SET ${column} = $2 WHERE id = $1 AND ${column} = $3`, [row.id, sealed, stored]);
+        const sealed = this.seal(this.open(stored, context(id)), context(id));
+        const { rowCount } = await db.query(`UPDATE ${table} SET ${column} = $2 WHERE ${key} = $1 AND ${column} = $3`, [id, sealed, stored]);
         resealed += rowCount;
       }
     }

@@ -20,6 +20,8 @@ export const JWKS_MAX_AGE_SECONDS = 300;
  */
 export const KEY_PUBLISH_AHEAD_SECONDS = REFRESH_INTERVAL_MS / 1000 + JWKS_MAX_AGE_SECONDS + 60;
 const LOCK_KEY = 727_100_002;
+/** A private key is sealed bound to its kid (src/auth/secret-box.ts). */
+const privateKeyContext = (kid: string) => `signing_key:${kid}`;
 /** Verified tokens remembered per process (about 1 KiB each); the oldest is forgotten first. */
 const VERIFIED_TOKENS_MAX = 10_000;
 
@@ -40,7 +42,7 @@ interface LoadedKey {
 interface KeyRow {
   kid: string;
   public_jwk: JWK;
-  private_jwk: JWK | string;
+  private_jwk: string;
   signs_from: Date;
   retired_at: Date | null;
 }
@@ -111,38 +113,19 @@ export class SigningKeys {
     const privateJwk = { ...(await exportJWK(privateKey)), kid, alg: 'RS256' };
     await tx.query(
       'INSERT INTO signing_keys (kid, alg, public_jwk, private_jwk, created_at, signs_from) VALUES ($1, $2, $3, $4, $5, $6)',
-      [kid, 'RS256', JSON.stringify(publicJwk), JSON.stringify(this.sealPrivate(kid, privateJwk)), this.clock.now(), signsFrom],
+      [kid, 'RS256', JSON.stringify(publicJwk), this.secrets.seal(JSON.stringify(privateJwk), privateKeyContext(kid)), this.clock.now(), signsFrom],
     );
     return kid;
   }
 
-  // The private key is stored sealed (a JSON string `enc:v1:…` in the jsonb column); a key stored
-  // before sealing existed is a JWK object, read as it is and sealed at start (reseal).
-  private sealPrivate(kid: string, jwk: JWK): string {
-    return this.secrets.seal(JSON.stringify(jwk), `signing_key:${kid}`);
+  /** The private key as stored: sealed, or (written before sealing existed) its JSON text. */
+  private openPrivate(kid: string, stored: string): JWK {
+    return JSON.parse(this.secrets.open(stored, privateKeyContext(kid))) as JWK;
   }
 
-  private openPrivate(kid: string, stored: JWK | string): JWK {
-    return typeof stored === 'string' ? (JSON.parse(this.secrets.open(stored, `signing_key:${kid}`)) as JWK) : stored;
-  }
-
-  /**
-   * At start: seals private keys stored in the clear and reseals those sealed with a key that no
-   * longer seals (ENCRYPTION_KEY set or rotated). A row changed meanwhile is left to its writer.
-   */
-  async reseal(): Promise<number> {
-    const db = this.database.scoped('system');
-    const { rows } = await db.query<{ kid: string; private_jwk: JWK | string }>('SELECT kid, private_jwk FROM signing_keys');
-    let resealed = 0;
-    for (const row of rows) {
-      if (typeof row.private_jwk === 'string' && this.secrets.isCurrent(row.private_jwk)) continue;
-      const sealed = this.sealPrivate(row.kid, this.openPrivate(row.kid, row.private_jwk));
-      const { rowCount } = await db.query('UPDATE signing_keys SET private_jwk = $2 WHERE kid = $1 AND private_jwk = $3::jsonb', [
-        row.kid, JSON.stringify(sealed), JSON.stringify(row.private_jwk),
-      ]);
-      resealed += rowCount;
-    }
-    return resealed;
+  /** At start: private keys in the clear or sealed with an old key are sealed with the current one. */
+  reseal(): Promise<number> {
+    return this.secrets.resealColumns('signing_keys', ['private_jwk'], privateKeyContext, 'kid');
   }
 
   async reload(): Promise<void> {
