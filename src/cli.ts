@@ -103,7 +103,12 @@ export async function runCli(argv: string[]): Promise<number> {
       }
       if (sub !== 'run' || !rest[0]) break;
       return withServices(async ({ deps }) => {
-        const result = await deps.jobs.runNow(rest[0]);
+        // A name that is no job is a usage error, like an unknown command: exit 2, the known names.
+        if (!deps.jobs.names.includes(rest[0]!)) {
+          console.error(`jobs run: no job named "${rest[0]}"; the jobs are: ${deps.jobs.names.join(', ')}`);
+          return 2;
+        }
+        const result = await deps.jobs.runNow(rest[0]!);
         console.log(JSON.stringify({ job: rest[0], result }));
         return 0;
       });

@@ -86,6 +86,14 @@ test('stdout carries only the result: jobs list prints exactly the job names and
   assert.equal(JSON.parse(run.stdout).job, 'idempotency-prune');
 });
 
+test('jobs run with a name that is no job is a usage error: exit 2, one line naming the known jobs, nothing on stdout', async () => {
+  const res = await platform('jobs', 'run', 'no-such-job');
+  assert.equal(res.code, 2, res.stdout);
+  assert.match(res.stderr, /jobs run: no job named "no-such-job"; the jobs are: .*entitlement-expiry/);
+  assert.equal(res.stdout, '');
+  assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
+});
+
 test('platform bootstrap-admin --email that is not an address is a usage error (exit 2, one line), as BOOTSTRAP_ADMIN_EMAIL is at start; no user is created', async () => {
   const res = await platform('bootstrap-admin', '--email', 'notanemail', '--password', ADMIN_PASSWORD);
   assert.equal(res.code, 2, res.stdout);
