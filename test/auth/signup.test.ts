@@ -164,6 +164,15 @@ test("signup application_id grants nothing: it is stored as signup_application_i
   assert.match(mails[1].text_body, /Acme Notes/);
 });
 
+test("the verification email's sender is always the service's address: an email_from_name that reads as an address is shown without its <, >, @ and quotes", async () => {
+  const appId = await createApplication(t, { slug: 'spoof-name', emailFromName: 'Acme "Support" <help@evil.example>' });
+  const email = uniqueEmail('spoofname');
+  assert.equal((await signup({ email, password: PASSWORD, application_id: appId })).statusCode, 201);
+  const [mail] = await mailsTo(t, email, 'email_verification');
+  assert.equal(mail.from_name, 'Acme Support help evil.example');
+  assert.doesNotMatch(mail.subject, /[<>@"]/);
+});
+
 test('signup with an unknown application_id gets 422 validation_failed naming application_id and creates nothing', async () => {
   const email = uniqueEmail('unknownapp');
   const res = await signup({ email, password: PASSWORD, application_id: 'app_does-not-exist' });

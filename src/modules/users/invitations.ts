@@ -33,5 +33,16 @@ export async function sendVerification(tx: Tx, ctx: Ctx, user: { id: string; ema
 
 async function emailFromName(tx: Tx, applicationId: string): Promise<string | null> {
   const { rows } = await tx.query<{ email_from_name: string | null }>('SELECT email_from_name FROM applications WHERE id = $1', [applicationId]);
-  return rows[0]?.email_from_name ?? null;
+  return senderName(rows[0]?.email_from_name ?? null);
+}
+
+/**
+ * The sending address is always the service's (Part B, email_from_name): a name that reads as an
+ * address ("Acme <billing@evil.example>") would show another sender in mail clients that show only
+ * the display name, so `<`, `>`, `@`, quotes, backslashes and control characters become spaces.
+ */
+export function senderName(name: string | null): string | null {
+  if (name === null) return null;
+  const plain = name.replace(/[<>@"\\\p{Cc}]/gu, ' ').replace(/\s+/g, ' ').trim();
+  return plain === '' ? null : plain;
 }
