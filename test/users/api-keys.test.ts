@@ -252,6 +252,30 @@ test('an app-scoped key may be created by api_keys.manage or the Application own
   assertError(await createKey({ name: 'x', scope: 'platform', permissions: [] }, owner.token), 403, 'forbidden');
 });
 
+test("an app-scoped key may hold only the platform permissions its creator holds, unless the creator owns the Application: api_keys.manage without entitlements.manage gets 403 role_escalation_forbidden (create, PATCH, rotate, lifting restrict_destructive)", async () => {
+  const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+  const { token } = await userToken(t, { roles: [role] });
+  const owner = await userToken(t);
+  const app = await createApplication(t, { owner: owner.user.id });
+  const before = (await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n;
+  const err = assertError(await createKey({ name: 'app', scope: app.id, permissions: ['users.list', 'entitlements.manage'] }, token), 403, 'role_escalation_forbidden');
+  assert.deepEqual(err.details.permissions, ['entitlements.manage']);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n, before, 'no key is created');
+  // What the caller holds it may hand on; the app's own permission keys are not platform powers.
+  const held = assertStatus(await createKey({ name: 'app', scope: app.id, permissions: ['users.list'] }, token), 201);
+  assertError(await patchKey(held.id, { permissions: ['users.list', 'roles.manage'] }, token), 403, 'role_escalation_forbidden');
+  assert.deepEqual(assertStatus(await getKey(held.id, token), 200).permissions, ['users.list']);
+  // A key made by the owner (or the superadmin) with entitlements.manage: this caller cannot take its powers.
+  const ownerKey = assertStatus(await createKey({ name: 'app', scope: app.id, permissions: ['entitlements.manage'], intended_use: 'agent' }, owner.token), 201);
+  assertError(await rotateKey(ownerKey.id, token), 403, 'role_escalation_forbidden');
+  assertError(await patchKey(ownerKey.id, { restrict_destructive: false }, token), 403, 'role_escalation_forbidden');
+  assert.deepEqual((await auditOfTarget(t, ownerKey.id)).map((a: any) => a.action), ['api_key.created']);
+  // The owner's rights cover its Application: the owner holds no platform permission and may.
+  assertStatus(await rotateKey(ownerKey.id, owner.token), 200);
+  assertStatus(await createKey({ name: 'app', scope: app.id, permissions: ['entitlements.manage', 'roles.manage', 'audit.view'] }, owner.token), 201);
+  assertStatus(await createKey({ name: 'app', scope: app.id, permissions: ['entitlements.manage'] }), 201);
+});
+
 test("an Application owned by an Organization: its org_admin may manage the Application's keys; a plain member gets 403 forbidden", async () => {
   const orgAdmin = await userToken(t);
   const member = await userToken(t);

@@ -45,17 +45,30 @@ async function assertPermissions(ctx: Ctx, scope: string, permissions: string[])
   const declared = new Set(app.permissions.map((p) => p.key));
   const unknown = permissions.filter((p) => !APP_CONFINED_PERMISSIONS.includes(p) && !(p.startsWith(`app.${app.slug}.`) && declared.has(p)));
   if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
+  const missing = await unheldByNonOwner(ctx, scope, permissions);
+  if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
 }
 
 /**
- * A platform key's powers are handed to a caller only if the caller holds every permission on it
- * (403 role_escalation_forbidden, as on create): lifting restrict_destructive, and rotation, whose new
- * secret is the key's permissions in the caller's hands (catalog AZ-7: no platform key with unheld
- * permissions).
+ * The platform permissions on an app key (entitlements.manage, users.list, roles.manage, audit.view,
+ * confined to its Application) that the caller does not hold, unless the caller owns the
+ * Application, whose owner rights cover them. api_keys.manage alone would otherwise mint a key with
+ * powers over an Application that its holder has not (Part A's escalation rule, applied to app keys).
  */
-function assertHoldsKeyPermissions(ctx: Ctx, key: KeyRow): void {
-  if (key.scope !== 'platform') return;
-  const missing = key.permissions.filter((p) => !hasPermission(ctx.actor, p));
+async function unheldByNonOwner(ctx: Ctx, scope: string, permissions: string[]): Promise<string[]> {
+  const unheld = permissions.filter((p) => APP_CONFINED_PERMISSIONS.includes(p) && !hasPermission(ctx.actor, p));
+  if (unheld.length === 0 || (await isApplicationOwner(ctx.db, callerId(ctx), scope))) return [];
+  return unheld;
+}
+
+/**
+ * A key's powers are handed to a caller only if the caller holds every permission on it (an app
+ * key's: unless the caller owns the Application), 403 role_escalation_forbidden as on create:
+ * lifting restrict_destructive, and rotation, whose new secret is the key's permissions in the
+ * caller's hands (catalog AZ-7: no platform key with unheld permissions).
+ */
+async function assertHoldsKeyPermissions(ctx: Ctx, key: KeyRow): Promise<void> {
+  const missing = key.scope === 'platform' ? key.permissions.filter((p) => !hasPermission(ctx.actor, p)) : await unheldByNonOwner(ctx, key.scope, key.permissions);
   if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
 }
 
@@ -142,7 +155,7 @@ export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promis
   const updated = await change(ctx, id, async (tx, key) => {
     assertNoReadOnlyFields(body, KEY_READ_ONLY);
     if (body.permissions) await assertPermissions(inTx(ctx, tx), key.scope, body.permissions);
-    if (body.restrict_destructive === false && key.restrict_destructive) assertHoldsKeyPermissions(ctx, key);
+    if (body.restrict_destructive === false && key.restrict_destructive) await assertHoldsKeyPermissions(inTx(ctx, tx), key);
     // A PATCH that changes nothing writes nothing (no updated_at, no audit row).
     const samePermissions = !body.permissions || (new Set(body.permissions).size === new Set(key.permissions).size && body.permissions.every((p) => key.permissions.includes(p)));
     if ((body.name === undefined || body.name === key.name) && samePermissions && (body.restrict_destructive === undefined || body.restrict_destructive === key.restrict_destructive)) return key;
@@ -167,7 +180,7 @@ export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promis
 export async function rotateKey(ctx: Ctx, id: string): Promise<ApiKey & { secret: string }> {
   let secret = '';
   const rotated = await change(ctx, id, async (tx, key) => {
-    assertHoldsKeyPermissions(ctx, key);
+    await assertHoldsKeyPermissions(inTx(ctx, tx), key);
     secret = newSecret(API_KEY_PREFIX[key.test_mode ? 'test' : 'live']);
     const { rows } = await tx.query<KeyRow>(
       `UPDATE api_keys SET secret_hash = $2, secret_hint = $3, updated_at = $4 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
