@@ -183,6 +183,13 @@ test('correct credentials on a suspended user get 403 account_suspended; a wrong
   assert.equal(row.last_login_at, null);
 });
 
+test('correct credentials on a suspended user are no failed attempt: six in a row each get 403 account_suspended, never 429 too_many_attempts', async () => {
+  const user = await createUser(t);
+  await sql(t, `UPDATE users SET status = 'suspended' WHERE id = $1`, [user.id]);
+  for (let i = 0; i < 6; i++) assertError(await loginRes(t, user), 403, 'account_suspended');
+  assert.equal(await sessionCount(user.id), 0);
+});
+
 test('login matches only accounts in the requested test_mode', async () => {
   const live = await createUser(t, { mode: 'live' });
   const testUser = await createUser(t, { mode: 'test' });
@@ -261,6 +268,18 @@ test('any 5 failed attempts within 15 minutes lock, even when the first failure 
   const fifth = await fail(user); // five failures between 14:50 and 15:10
   assert.ok([401, 429].includes(fifth.statusCode), fifth.body);
   assertError(await loginRes(t, user), 429, 'too_many_attempts');
+});
+
+test('an unknown email is treated alike by the lockout: 5 failed attempts within 15 minutes, in any letter case, then 429 too_many_attempts with Retry-After', async () => {
+  const email = uniqueEmail('nobody');
+  const typed = [email, email.toUpperCase(), email, email.toUpperCase(), email];
+  for (const address of typed) assertError(await post(t, '/v1/auth/login', { email: address, password: WRONG }), 401, 'invalid_credentials');
+  for (const address of [email, email.toUpperCase()]) {
+    const locked = await post(t, '/v1/auth/login', { email: address, password: WRONG });
+    assertError(locked, 429, 'too_many_attempts');
+    const retryAfter = Number(locked.headers['retry-after']);
+    assert.ok(retryAfter > 890 && retryAfter <= 900, `Retry-After ${locked.headers['retry-after']}`);
+  }
 });
 
 test('the lockout counter is shared by all processes: failures split across two processes on one database still lock', async () => {

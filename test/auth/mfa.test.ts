@@ -292,6 +292,17 @@ test('a right password for an MFA user neither counts as a failure nor clears ea
   assertError(await loginRes(t, user), 429, 'too_many_attempts');
 });
 
+test('a successful login completed at mfa/verify resets the failure counter: 4 wrong passwords, a sign-in with a TOTP code, 4 wrong passwords leave the identity unlocked', async () => {
+  const { user, secret } = await createMfaUser(t);
+  for (let i = 0; i < 4; i++) assertError(await loginRes(t, user, `${user.password}x`), 401, 'invalid_credentials');
+  const signedIn = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
+  assert.equal(signedIn.statusCode, 200, signedIn.body);
+  for (let i = 0; i < 4; i++) assertError(await loginRes(t, user, `${user.password}x`), 401, 'invalid_credentials');
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+  assert.equal(res.json().mfa_required, true);
+});
+
 test('mfa/verify with a right code for a user suspended after the password step gets 403 account_suspended and counts no failure', async () => {
   const { user, secret } = await createMfaUser(t);
   const mfaToken = await mfaChallenge(t, user);

@@ -186,6 +186,20 @@ test('password change with a wrong current password gets 403 invalid_current_pas
   assert.deepEqual(await mailsTo(t, user.email, 'password_changed'), []);
 });
 
+test('wrong current passwords at password change count toward the lockout: after 5 in 15 minutes the next gets 429 too_many_attempts with Retry-After, even the right one, and the password is unchanged', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const change = (current_password: string) => post(t, '/v1/users/me/password', { current_password, new_password: NEW_PASSWORD }, bearer(session.access_token));
+  for (let i = 0; i < 5; i++) assertError(await change('not-the-password-9'), 403, 'invalid_current_password');
+  const locked = await change(PASSWORD);
+  assertError(locked, 429, 'too_many_attempts');
+  assert.ok(Number(locked.headers['retry-after']) > 0, `Retry-After ${locked.headers['retry-after']}`);
+  assertError(await loginRes(t, user), 429, 'too_many_attempts');
+  t.clock.advance(15 * 60 + 1);
+  assertError(await loginRes(t, user, NEW_PASSWORD), 401, 'invalid_credentials');
+  assert.equal((await loginRes(t, user)).statusCode, 200, 'the old password still signs in');
+});
+
 test('password change (POST /v1/users/me/password) answers 204, ends the other sessions, keeps the current one, and mails password_changed', async () => {
   const user = await createUser(t);
   const current = await signIn(user);

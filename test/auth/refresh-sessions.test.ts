@@ -64,6 +64,7 @@ test('reusing an already-used refresh token revokes the whole session: the newes
   const audit = await auditRows(t, 'session.refresh_token_reused', user.id);
   assert.equal(audit.length, 1);
   assert.equal(audit[0].target_id, first.session_id);
+  assert.equal(audit[0].after.revoked, true, 'this reuse ended the session');
 
   // Other sessions of the user are untouched.
   assert.ok(await works(other.access_token));
@@ -100,6 +101,18 @@ test('a refresh token idles out after 30 days: unused for 30 days and 1 second i
   t.clock.advance(29 * DAY);
   assert.equal((await refresh(kept.refresh_token)).statusCode, 200, 'still valid after 29 days');
   t.clock.advance(DAY + 1);
+  assertError(await refresh(idle.refresh_token), 401, 'invalid_refresh_token');
+});
+
+test('a rotated refresh token idles out after 30 days too: the token a refresh returned, unused for 30 days and 1 second, gets 401 invalid_refresh_token', async () => {
+  const user = await createUser(t);
+  const kept = (await refresh((await signIn(user)).refresh_token)).json();
+  const idle = (await refresh((await signIn(user)).refresh_token)).json();
+  assertAuthSession(kept, user.id);
+  assertAuthSession(idle, user.id);
+  t.clock.advance(30 * DAY - 1);
+  assert.equal((await refresh(kept.refresh_token)).statusCode, 200, 'still valid 1 second before 30 days');
+  t.clock.advance(2);
   assertError(await refresh(idle.refresh_token), 401, 'invalid_refresh_token');
 });
 
