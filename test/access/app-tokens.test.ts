@@ -102,6 +102,26 @@ test('organization_id attributes the token to that Organization\'s grant: org_id
   assert.equal(claims.exp! - claims.iat!, 300);
 });
 
+test('organization_id attributes org_id only through an active, included grant of that Organization: otherwise 403 entitlement_required, even with active access by another path', async () => {
+  const user = await createUser(t);
+  const auth = await session(t, user);
+  const other = await newApp(t, admin);
+  await grant(t, admin, user.id, other.id);
+  // Access is active through the personal grant; none of these Organizations gives it a path.
+  const noGrant = await createOrg(t, [{ userId: user.id }]);
+  const disabled = await createOrg(t, [{ userId: user.id }]);
+  await orgGrant(t, disabled, other.id, { status: 'disabled' });
+  const excluding = await createOrg(t, [{ userId: user.id }]);
+  await orgGrant(t, excluding, other.id, { memberScope: 'denylist', overrides: [user.id] });
+  const stranger = await createOrg(t, [{ userId: (await createUser(t)).id }]);
+  await orgGrant(t, stranger, other.id);
+  for (const org of [noGrant, disabled, excluding, stranger]) {
+    const error = assertError(await issue(auth.access_token, { application_id: other.id, organization_id: org }), 403, 'entitlement_required');
+    assert.equal(error.details.organization_id, org);
+  }
+  assert.equal(assertStatus(await issue(auth.access_token, { application_id: other.id }), 200).organization_id, null);
+});
+
 test('403 entitlement_required unless resolved access is active (no grant, disabled, scheduled)', async () => {
   const user = await person(t);
   const other = await newApp(t, admin);

@@ -161,6 +161,21 @@ test("callers: self, the app's own key (about any live user, always 200), users.
   assertError(await call(t, 'GET', `/v1/users/${user.id}/apps/app_nosuchapp/effective-permissions`, admin), 404, 'application_not_found');
 });
 
+test('a soft-deleted user is visible only to users.manage: users.list and entitlements.manage readers get 404 user_not_found; users.manage gets 200 with user_status deleted and allowed false', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}`, admin)).statusCode, 204);
+  const url = `/v1/users/${user.id}/apps/${app.id}/effective-permissions`;
+  for (const cred of [await platformKey(t, ['users.list']), await platformKey(t, ['entitlements.manage'])]) {
+    assertError(await call(t, 'GET', url, cred), 404, 'user_not_found');
+  }
+  const seen = await effective(t, await platformKey(t, ['users.list', 'users.manage']), user.id, app.id);
+  assert.equal(seen.user_status, 'deleted');
+  assert.equal(seen.allowed, false);
+  assert.deepEqual(seen.effective_permissions, []);
+});
+
 test('the live check authenticates in its own query: a revoked session, a suspended user and a platform role removed apply to the very next call', async () => {
   const app = await appWithRoles();
   const reader = await person(t, { roles: ['support'] });

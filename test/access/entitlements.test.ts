@@ -33,6 +33,18 @@ async function expiredRow(userId: string, applicationId = app.id): Promise<any> 
   return ent;
 }
 
+/** Runs `fn` with the clock held at one instant, so a request's now is exactly the test's (boundaries of "after", "at most", "in the future"). */
+async function atOneInstant<T>(fn: () => Promise<T>): Promise<T> {
+  const instant = t.clock.now();
+  const realNow = t.clock.now;
+  t.clock.now = () => new Date(instant);
+  try {
+    return await fn();
+  } finally {
+    t.clock.now = realNow;
+  }
+}
+
 // ---- POST ----------------------------------------------------------------------------------------
 
 test('POST /v1/users/{id}/entitlements requires an Idempotency-Key: 400 idempotency_key_required without one, nothing written', async () => {
@@ -157,6 +169,10 @@ test("every audit row about an Entitlement (grant, disable, enable, delete) carr
 test('ends_at must be after starts_at (422)', async () => {
   const user = await person(t);
   assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, HOUR), ends_at: inSeconds(t, 60) }), 'ends_at');
+  // "After" is strict: ends_at equal to starts_at is refused too, with or without an explicit starts_at.
+  assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, HOUR), ends_at: inSeconds(t, HOUR) }), 'ends_at');
+  await atOneInstant(async () => assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'trial', ends_at: inSeconds(t, 0) }), 'ends_at'));
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
 });
 
 test('starts_at at most 1 year ahead: beyond is 422 validation_failed; within a year is accepted', async () => {
@@ -164,6 +180,12 @@ test('starts_at at most 1 year ahead: beyond is 422 validation_failed; within a 
   assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, 366 * DAY) }), 'starts_at');
   const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 300 * DAY) });
   assert.equal(ent.status, 'active');
+  // "At most": a starts_at exactly 365 days ahead is still within the year.
+  const other = await person(t);
+  await atOneInstant(async () => {
+    const edge = await grant(t, admin, other.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 365 * DAY) });
+    assert.equal(edge.starts_at, inSeconds(t, 365 * DAY));
+  });
 });
 
 test('order_id is up to 255 characters', async () => {
@@ -306,6 +328,8 @@ test('expired → active only with ends_at in the future or null (409 invalid_st
   const ent = await expiredRow(user.id);
   assertError(await patchEnt(t, admin, ent.id, { status: 'active' }), 409, 'invalid_status_transition');
   assertError(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: inSeconds(t, -10) }), 409, 'invalid_status_transition');
+  // "In the future": an ends_at equal to now is not.
+  await atOneInstant(async () => assertError(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: inSeconds(t, 0) }), 409, 'invalid_status_transition'));
   assert.equal((await entRow(t, ent.id))!.status, 'expired');
   const ends = inSeconds(t, 30 * DAY);
   const body = assertStatus(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: ends }), 200);
@@ -458,6 +482,8 @@ test('ends_at is changeable on an active row: entitlement.updated with changed_f
   assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 1);
   assert.equal((await accessEvents(t, user.id, app.id)).length, 1, 'only the grant');
   assertInvalid(await patchEnt(t, admin, ent.id, { ends_at: new Date(Date.parse(ent.starts_at) - 1000).toISOString() }), 'ends_at');
+  // ends_at must stay strictly after starts_at: equal to it is refused as well.
+  assertInvalid(await patchEnt(t, admin, ent.id, { ends_at: ent.starts_at }), 'ends_at');
   assert.equal((await entRow(t, ent.id))!.ends_at.toISOString(), ends);
 });
 

@@ -349,6 +349,16 @@ test('platform Roles are visible to users with a platform permission; an Applica
   assertStatus(await call(t, 'GET', '/v1/roles/role_platform_member', auditor), 200);
 });
 
+test("app-confined keys act only on their own Application's rows: an app key holding roles.manage and audit.view does not see platform Roles (404 role_not_found, left out of GET /v1/roles)", async () => {
+  const app = await appWith(['viewer']);
+  const key = await appKey(t, app.id, ['roles.manage', 'audit.view', 'users.list', 'entitlements.manage']);
+  assertError(await call(t, 'GET', '/v1/roles/role_platform_member', key), 404, 'role_not_found');
+  assertError(await call(t, 'GET', '/v1/roles/role_platform_support', key), 404, 'role_not_found');
+  const listed = assertStatus(await call(t, 'GET', '/v1/roles?limit=100', key), 200).data;
+  assert.deepEqual(listed.map((r: { id: string }) => r.id), [`role_${app.slug}_viewer`]);
+  assert.deepEqual(assertStatus(await call(t, 'GET', '/v1/roles?scope=platform&limit=100', key), 200).data, []);
+});
+
 test('GET /v1/permissions: platform keys plus visible Applications\' keys; an app-scoped key sees platform keys plus its own', async () => {
   const pub = await appWith([]);
   const internal = await appWith([], { visibility: 'internal' });
