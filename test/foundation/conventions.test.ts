@@ -105,6 +105,34 @@ test('Idempotency-Key: keys are per credential, so another caller with the same 
   assert.equal(await countItems('percred'), 2);
 });
 
+test('Idempotency-Key: keys are per credential, so two API keys sending the same key are not replayed each other\'s result', async () => {
+  const one = await createApiKey(t);
+  const two = await createApiKey(t);
+  const first = await post(one.secret, 'k-shared-keys', { name: 'perkey' });
+  assert.equal(first.statusCode, 201);
+  const other = await post(two.secret, 'k-shared-keys', { name: 'perkey' });
+  assert.equal(other.statusCode, 201);
+  assert.equal(other.headers['idempotent-replayed'], undefined);
+  assert.notEqual(other.json().id, first.json().id);
+  assert.equal(await countItems('perkey'), 2);
+});
+
+test('Idempotency-Key: "A retry with the same key returns the original result" also when that result was a client error, even after the state it depended on changed', async () => {
+  const { token } = await userToken(t);
+  const id = `obx_missing${Date.now()}`;
+  const patch = () =>
+    t.app.inject({ method: 'PATCH', url: `/v1/_probe/items/${id}`, headers: { ...bearer(token), 'idempotency-key': 'k-client-error' }, payload: { note: 'x' } });
+  const first = await patch();
+  assert.equal(first.statusCode, 404);
+  await t.database.scoped('system').query(`INSERT INTO probe_items (id, name) VALUES ($1, 'late')`, [id]);
+  const again = await patch();
+  assert.equal(again.statusCode, 404);
+  assert.equal(again.body, first.body);
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+  const { rows } = await t.database.scoped('system').query<{ calls: number; note: string | null }>('SELECT calls, note FROM probe_items WHERE id = $1', [id]);
+  assert.deepEqual(rows.map((r) => [r.calls, r.note]), [[0, null]]);
+});
+
 test('Idempotency-Key: a server error rolls the change back and releases the key so the retry runs again', async () => {
   const { token } = await userToken(t);
   const failed = await post(token, 'k-fail', { name: 'fail', fail: true });
@@ -142,6 +170,22 @@ test('Idempotency-Key: keys are retained 24 hours, then the same key runs as new
     assert.equal((await post(fresh, 'k-expire', { name: 'expire' })).headers['idempotent-replayed'], undefined);
   } finally {
     t.clock.advance(-(24 * 3600 + 1));
+  }
+});
+
+test('Idempotency-Key: "Keys are retained 24 hours": a retry just under 24 hours later still returns the original result', async () => {
+  const { secret } = await createApiKey(t);
+  const first = await post(secret, 'k-retained', { name: 'retained' });
+  assert.equal(first.statusCode, 201);
+  t.clock.advance(24 * 3600 - 60);
+  try {
+    const again = await post(secret, 'k-retained', { name: 'retained' });
+    assert.equal(again.statusCode, 201);
+    assert.equal(again.body, first.body);
+    assert.equal(again.headers['idempotent-replayed'], 'true');
+    assert.equal(await countItems('retained'), 1);
+  } finally {
+    t.clock.advance(-(24 * 3600 - 60));
   }
 });
 

@@ -359,6 +359,17 @@ test('a restrict_destructive key is refused destructive operations (403 destruct
   assert.deepEqual(await auditOfTarget(t, service.id, 'api_key.restrict_destructive_disabled'), []);
 });
 
+test('"Setting restrict_destructive false on an intended_use agent key writes audit api_key.restrict_destructive_disabled": also when the agent key is created with it false (a service key created so writes none)', async () => {
+  const agent = await newKey({ intended_use: 'agent', restrict_destructive: false });
+  assert.equal(agent.restrict_destructive, false);
+  const audit = await auditOfTarget(t, agent.id, 'api_key.restrict_destructive_disabled');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].actor_id, adminUser.id);
+  assert.equal(audit[0].after.restrict_destructive, false);
+  const service = await newKey({ intended_use: 'service', restrict_destructive: false });
+  assert.deepEqual(await auditOfTarget(t, service.id, 'api_key.restrict_destructive_disabled'), []);
+});
+
 test('PATCH /v1/api-keys/{id} changes name, permissions or restrict_destructive only; audit api_key.updated with before and after; mode and scope never change', async () => {
   const key = await newKey({ permissions: ['users.list'] });
   const body = assertStatus(await patchKey(key.id, { name: 'new name', permissions: ['users.list', 'users.manage'] }), 200);
@@ -396,6 +407,16 @@ test('test keys (mode test) get a plat_test_ secret; a user created with one is 
   assert.equal(audit.test_mode, true);
   // Rotation keeps the mode.
   assert.match(assertStatus(await rotateKey(testKey.id), 200).secret, /^plat_test_/);
+});
+
+test('"Test credentials see only test rows": a test-mode User token creates test keys only; asking for mode live gets 403 forbidden and no key is created', async () => {
+  const testAdmin = await login(t, await createUser(t, { mode: 'test', roles: ['superadmin'] }));
+  const name = `escape-${Date.now()}`;
+  assert.equal(assertError(await createKey({ name, scope: 'platform', permissions: ['users.list'], mode: 'live' }, testAdmin), 403, 'forbidden').details.field, 'mode');
+  assert.deepEqual(await sql(t, 'SELECT id FROM api_keys WHERE name = $1', [name]), []);
+  const sandbox = assertStatus(await createKey({ name, scope: 'platform', permissions: ['users.list'], mode: 'test' }, testAdmin), 201);
+  assert.equal(sandbox.mode, 'test');
+  assert.match(sandbox.secret, /^plat_test_/);
 });
 
 test('GET /v1/api-keys filters by scope, mode and intended_use', async () => {

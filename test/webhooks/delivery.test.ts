@@ -204,6 +204,8 @@ test('webhook.test goes out regardless of the events filter and of a disabled st
   const sub = await subscribe(c, ['user.suspended']);
   receiver.routes.set(sub.path, (_req, res) => res.writeHead(500).end('down'));
   await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2, consecutive_failures = 2 WHERE id = $1`, [sub.id, t.clock.now()]);
+  // A bystander subscribed to every event: the test call is for `sub` only.
+  const bystander = await subscribe(c, ['*']);
   const accepted = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
   assert.match(accepted.id, /^dlv_/);
   assert.equal(accepted.event_type, 'webhook.test');
@@ -219,6 +221,7 @@ test('webhook.test goes out regardless of the events filter and of a disabled st
   assert.equal(after.consecutive_failures, 2);
   const others = await sql(t, `SELECT count(*)::int AS n FROM webhook_deliveries WHERE event_id = $1`, [row.event_id]);
   assert.equal(others[0].n, 1, 'the test event reaches this subscription only');
+  assert.deepEqual(receiver.at(bystander.path), [], 'a subscription to * receives no other subscription\'s webhook.test');
 });
 
 test('redeliver: 202, the same event id under a new delivery id, sent once outside the schedule; unknown or older than 30 days: 404 delivery_not_found', async (c) => {

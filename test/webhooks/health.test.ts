@@ -143,5 +143,8 @@ test('410 Gone disables the subscription at once (owner mailed), and later event
   await emitEvent(t, 'user.suspended', { user_id: 'usr_g2' });
   await runDelivery(t);
   assert.equal(receiver.at('/gone').length, 1);
+  // "delivery stops": nothing is enqueued for a disabled subscription, so its log shows the 410 attempt only.
+  const log = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, creator), 200).data;
+  assert.deepEqual(log.map((d: { response_status: number | null }) => d.response_status), [410]);
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
