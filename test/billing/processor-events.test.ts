@@ -131,6 +131,52 @@ test('a stale event (created before the last applied one) never moves the subscr
   assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'past_due');
 });
 
+test('a stale event is judged by created to the second: one created a single second before the last applied one never moves the subscription backwards', async () => {
+  const owner = await tenantOwner(t);
+  const at = now();
+  const sub = { tenantId: owner.tenantId, id: 'sub_s1', customer: 'cus_s1' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: at - 10 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'past_due' }), { created: at - 11, id: 'evt_stale_by_1s' }), 200);
+  assert.equal((await eventRows('evt_stale_by_1s'))[0].outcome, 'stale');
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'active');
+});
+
+test('a stale event never moves the subscription backwards, also behind an invoice.paid that found the subscription already active: an older subscription event arriving after it is stale', async () => {
+  const owner = await tenantOwner(t);
+  const at = now();
+  const sub = { tenantId: owner.tenantId, id: 'sub_c', customer: 'cus_c' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: at - 20 }), 200);
+  const invoice = { id: 'in_c', object: 'invoice', customer: 'cus_c', subscription: 'sub_c' };
+  assertStatus(await deliver(t, 'invoice.paid', invoice, { created: at - 5 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'past_due' }), { created: at - 10, id: 'evt_behind_paid' }), 200);
+  assert.equal((await eventRows('evt_behind_paid'))[0].outcome, 'stale');
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'active');
+});
+
+test('checkout.session.completed only links the processor ids: a customer.subscription.created created before it but delivered after is not stale and makes the Tenant team', async () => {
+  const owner = await tenantOwner(t);
+  const at = now();
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_o', object: 'checkout.session', client_reference_id: owner.tenantId, customer: 'cus_o', subscription: 'sub_o' }, { created: at - 5 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: 'sub_o', customer: 'cus_o' }), { created: at - 10, id: 'evt_sub_before_checkout' }), 200);
+  assert.equal((await eventRows('evt_sub_before_checkout'))[0].outcome, 'applied');
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status], ['team', 'active']);
+});
+
+test('a canceled subscription never moves backwards: invoice.payment_failed or invoice.paid arriving after the deletion leave the Tenant canceled on Starter', async () => {
+  const owner = await tenantOwner(t);
+  const at = now();
+  const sub = { tenantId: owner.tenantId, id: 'sub_x', customer: 'cus_x' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: at - 30 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: at - 20 }), 200);
+  const invoice = { id: 'in_x', object: 'invoice', customer: 'cus_x', subscription: 'sub_x' };
+  assertStatus(await deliver(t, 'invoice.payment_failed', invoice, { created: at - 10, id: 'evt_failed_after_cancel' }), 200);
+  assertStatus(await deliver(t, 'invoice.paid', invoice, { created: at - 5, id: 'evt_paid_after_cancel' }), 200);
+  for (const id of ['evt_failed_after_cancel', 'evt_paid_after_cancel']) assert.equal((await eventRows(id))[0].outcome, 'ignored', id);
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status], ['starter', 'canceled']);
+});
+
 test('unknown event types are acknowledged with 200 and ignored', async () => {
   const owner = await tenantOwner(t);
   const res = await deliver(t, 'charge.refunded', { id: 'ch_1', object: 'charge', metadata: { tenant_id: owner.tenantId } }, { id: 'evt_unknown_1' });

@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { accessEvents, addById, assertStatus, call, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
+import { accessEvents, addById, assertError, assertStatus, call, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -162,4 +162,19 @@ test('removing an included member frees the seat for the oldest seat_limit membe
   assertStatus(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${spare.id}`, admin), 204);
   assert.equal((await sql(t, 'SELECT 1 FROM org_seat_limits WHERE user_id = $1', [spare.id])).length, 0);
   assert.deepEqual(await accessEvents(t, spare.id, app.id), []);
+});
+
+test("a personal grant adding a new seat beyond Starter's 1,000 gives 409 plan_limit_reached (resource seats) and writes nothing; the 1,000th seat is granted", async () => {
+  const { app } = await starterAppWithSeats(999);
+  const grantTo = (userId: string) => call(t, 'POST', `/v1/users/${userId}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` });
+  const last = await person(t);
+  assertStatus(await grantTo(last.id), 201);
+  const beyond = await person(t);
+  const err = assertError(await grantTo(beyond.id), 409, 'plan_limit_reached');
+  assert.equal(err.details.resource, 'seats');
+  assert.equal(err.details.limit, 1000);
+  assert.deepEqual(await sql(t, 'SELECT id FROM entitlements WHERE user_id = $1', [beyond.id]), []);
+  assert.deepEqual(await accessEvents(t, beyond.id, app.id), []);
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200);
+  assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1000, included: 1000 });
 });
