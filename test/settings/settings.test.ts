@@ -150,3 +150,46 @@ test('overrides a later settings_schema no longer accepts stay stored and are co
   assert.deepEqual(read.settings_schema_stats.stale_override_counts, { density: 1 });
   assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, { density: 'compact', page_size: 20 });
 });
+
+test('PATCH settings: notifications merge field by field with the stored values, not the defaults', async () => {
+  const u = await person(t);
+  assert.deepEqual(assertStatus(await patchSettings(u.token, { notifications: { email: false } }), 200).notifications, { email: false, sms: false });
+  assert.deepEqual(assertStatus(await patchSettings(u.token, { notifications: { sms: true } }), 200).notifications, { email: false, sms: true });
+  assert.deepEqual(assertStatus(await patchSettings(u.token, { theme: 'dark' }), 200).notifications, { email: false, sms: true });
+  assert.deepEqual(assertStatus(await settingsOf(u.token), 200).notifications, { email: false, sms: true });
+});
+
+test('PATCH settings with a read-only field (user_id, updated_at) is 422 read_only_field naming it, and changes nothing', async () => {
+  const u = await person(t);
+  const error = assertError(await patchSettings(u.token, { theme: 'dark', user_id: 'usr_other' }), 422, 'read_only_field');
+  assert.deepEqual(error.details.fields, ['user_id']);
+  assertError(await patchSettings(u.token, { updated_at: new Date().toISOString() }), 422, 'read_only_field');
+  assert.equal(assertStatus(await settingsOf(u.token), 200).theme, 'system');
+});
+
+test('PATCH AppSettings: overrides are at most 16 KB serialized, the merged result counted (422 naming overrides; nothing stored); just 16 KB is accepted', async () => {
+  const roomy = await newApp(t, admin, { settings_schema: { type: 'object', properties: { note: { type: 'string' }, extra: { type: 'string' } } } });
+  const u = await person(t);
+  await grant(t, admin, u.id, roomy.id);
+  assertInvalid(await patchAppSettings(u.token, { overrides: { note: 'x'.repeat(16 * 1024) } }, 'me', roomy.id), 'overrides');
+  assert.equal((await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [u.id])).length, 0);
+  // {"note":"..."} is 11 bytes of framing.
+  const fits = { note: 'x'.repeat(16 * 1024 - 11) };
+  assert.equal(Buffer.byteLength(JSON.stringify(fits)), 16 * 1024);
+  assertStatus(await patchAppSettings(u.token, { overrides: fits }, 'me', roomy.id), 200);
+  assertInvalid(await patchAppSettings(u.token, { overrides: { extra: 'y' } }, 'me', roomy.id), 'overrides');
+  assert.deepEqual(Object.keys(assertStatus(await appSettingsOf(u.token, 'me', roomy.id), 200).overrides), ['note']);
+});
+
+test('AppSettings: a self-service change writes no audit event; a users.manage change writes settings.updated with before and after', async () => {
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  assertStatus(await patchAppSettings(u.token, { overrides: { density: 'compact' } }), 200);
+  assert.deepEqual(await auditOf(t, `${u.id}:${app.id}`, 'settings.updated'), []);
+  const manager = await platformKey(t, ['users.manage']);
+  assertStatus(await patchAppSettings(manager, { overrides: { density: 'comfortable', beta: true } }, u.id), 200);
+  const audit = await auditOf(t, `${u.id}:${app.id}`, 'settings.updated');
+  assert.equal(audit.length, 1);
+  assert.deepEqual(audit[0].before.overrides, { density: 'compact' });
+  assert.deepEqual(audit[0].after.overrides, { density: 'comfortable', beta: true });
+});

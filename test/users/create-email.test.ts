@@ -339,3 +339,18 @@ test('admin email change colliding with an active user gets 409 email_taken; wit
   assert.equal(error.details.reason, 'invitation_pending');
   assert.equal((await userRow(t, user.id))!.email, user.email);
 });
+
+test('the 3-per-email-per-hour limit counts an address case-insensitively: change requests to TARGET@…, Target@… and target@… share it, the 4th gets 429 rate_limited and sends nothing', async () => {
+  const target = uniqueEmail('casey');
+  const spellings = [target.toUpperCase(), `${target[0].toUpperCase()}${target.slice(1)}`, target];
+  // Four users each ask once (the notice to each one's own address stays far below its limit).
+  for (const spelling of spellings) {
+    const { token } = await userToken(t);
+    assert.equal(assertStatus(await patch('me', { email: spelling }, token), 200).pending_email, spelling);
+  }
+  const { user, token } = await userToken(t);
+  assertError(await patch('me', { email: `${target.slice(0, 2).toUpperCase()}${target.slice(2)}` }, token), 429, 'rate_limited');
+  assert.equal((await userRow(t, user.id))!.pending_email, null);
+  const sent = await sql<{ n: number }>(t, `SELECT count(*)::int AS n FROM emails WHERE lower(to_address) = lower($1) AND template = 'email_change_verification'`, [target]);
+  assert.equal(sent[0].n, 3);
+});

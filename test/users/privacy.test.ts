@@ -387,3 +387,26 @@ test('test data older than 30 days is purged nightly; live rows and younger test
   assert.equal((await userRow(t, young.id))!.test_mode, true, 'a test user younger than 30 days stays');
   assert.equal((await call(t, 'GET', '/v1/users/me', await login(t, live))).statusCode, 200);
 });
+
+test('the export\'s roles list every Role assignment (role_id, application_id, assigned_at): an Application Role with its application_id as well as the platform member Role', async () => {
+  const user = await createUser(t);
+  const admin = await asAdmin();
+  const app = await createApplication(t);
+  await sql(t, `UPDATE applications SET available_app_roles = '{viewer}' WHERE id = $1`, [app.id]);
+  const role = assertStatus(await call(t, 'POST', '/v1/roles', admin, { name: 'viewer', scope: app.id, permissions: [`app.${app.slug}.read`] }), 201);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/${role.id}`, admin, {}), 201);
+  const bundle = assertStatus(await exportOf('me', await login(t, user)), 200);
+  const roles = bundle.roles.map((r: any) => [r.role_id, r.application_id]).sort();
+  assert.deepEqual(roles, [[role.id, app.id], ['role_platform_member', null]].sort());
+});
+
+test('the export\'s audit_events are only the user\'s own trail: events the user wrote about another user (an admin editing someone\'s Profile) are not in it', async () => {
+  const adminToken = await asAdmin();
+  const other = await createUser(t);
+  assertStatus(await call(t, 'PATCH', `/v1/users/${other.id}/profile`, adminToken, { display_name: 'Edited By Admin' }), 200);
+  const edit = (await auditFor(t, other.id, 'profile.updated')).at(-1)!;
+  assert.equal(edit.actor_id, adminUser.id, 'precondition: the admin is the actor');
+  const bundle = assertStatus(await exportOf('me', adminToken), 200);
+  assert.ok(!bundle.audit_events.some((e: { id: string }) => e.id === edit.id), 'another user\'s event is in the export');
+  for (const e of bundle.audit_events) assert.equal(e.target_user_id, adminUser.id, `${e.action} is about ${e.target_user_id}`);
+});

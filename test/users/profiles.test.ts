@@ -156,3 +156,25 @@ test('Profile writes: a users.list holder gets 403 forbidden, another user 404 u
   assertError(await getProfile(user.id, other.token), 404, 'user_not_found');
   assert.equal((await stored(user.id)).display_name, before.display_name);
 });
+
+test('Profile read-only fields (user_id, updated_at) in a PATCH get 422 read_only_field naming them, and change nothing', async () => {
+  const { user, token } = await userToken(t);
+  const before = await stored(user.id);
+  for (const [who, cred] of [['me', token], [user.id, admin.token]] as const) {
+    const error = assertError(await patchProfile(who, cred, { display_name: 'Sneaky', user_id: 'usr_other' }), 422, 'read_only_field');
+    assert.deepEqual(error.details.fields, ['user_id']);
+    assertError(await patchProfile(who, cred, { updated_at: new Date().toISOString() }), 422, 'read_only_field');
+  }
+  assert.equal((await stored(user.id)).display_name, before.display_name);
+  assert.deepEqual(await auditFor(t, user.id, 'profile.updated'), []);
+});
+
+test('a Profile PATCH that changes nothing writes nothing: no profile.updated for an admin, updated_at kept', async () => {
+  const user = await createUser(t);
+  const current = assertStatus(await getProfile(user.id, admin.token), 200);
+  t.clock.advance(5);
+  const same = assertStatus(await patchProfile(user.id, admin.token, { display_name: current.display_name, locale: current.locale, contact_phone: null }), 200);
+  assert.equal(same.updated_at, current.updated_at);
+  assert.equal(assertStatus(await getProfile(user.id, admin.token), 200).updated_at, current.updated_at);
+  assert.deepEqual(await auditFor(t, user.id, 'profile.updated'), []);
+});
