@@ -89,6 +89,21 @@ test('3 deliveries that exhausted every retry make a subscription unhealthy; it 
   assert.equal(receiver.at('/health').at(-1)!.body.data.user_id, 'usr_h6');
 });
 
+test('missed events are not backfilled: an event written while the subscription was disabled is not delivered, even when the relay reaches it only after PATCH status healthy', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/window'), events: ['user.suspended'] }), 201);
+  receiver.routes.set('/window', (_req, res) => res.writeHead(200).end());
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2, disabled_reason = 'gone' WHERE id = $1`, [sub.id, t.clock.now()]);
+  await emitEvent(t, 'user.suspended', { user_id: 'usr_missed' });
+  t.clock.advance(1);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'healthy' }), 200).status, 'healthy');
+  await runDelivery(t);
+  assert.deepEqual(receiver.at('/window'), [], 'written while disabled: not delivered');
+  await emitEvent(t, 'user.suspended', { user_id: 'usr_after' });
+  await runDelivery(t);
+  assert.deepEqual(receiver.at('/window').map((r) => r.body.data.user_id), ['usr_after']);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('a successful delivery resets consecutive_failures and returns an unhealthy subscription to healthy', async () => {
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/recover'), events: ['user.reactivated'] }), 201);
   await sql(t, `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 4, unhealthy_since = $2 WHERE id = $1`, [sub.id, t.clock.now()]);

@@ -51,7 +51,8 @@ export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody)
               consecutive_failures = CASE WHEN $7::boolean THEN 0 ELSE w.consecutive_failures END,
               unhealthy_since = CASE WHEN $7::boolean THEN NULL ELSE w.unhealthy_since END,
               disabled_at = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_at END,
-              disabled_reason = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_reason END
+              disabled_reason = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_reason END,
+              reenabled_at = CASE WHEN $7::boolean THEN $6 ELSE w.reenabled_at END
         WHERE w.id = $1 RETURNING w.id`,
       [id, next.url, next.events, next.description, next.api_version, ctx.now, reset],
     );

@@ -4,7 +4,8 @@ import { MAX_ATTEMPTS } from './catalog.js';
 
 /**
  * Subscriptions that receive each event: same mode, not disabled, existing when the event was
- * written, the events filter (or `*`), and the scope. Platform scope receives everything; app scope
+ * written and not disabled since (re-enabled before it: missed events are not backfilled, even
+ * those the relay reaches only after the re-enable), the events filter (or `*`), and the scope. Platform scope receives everything; app scope
  * its Application's events, plus user.* and organization.member_* when the user had an access path
  * to it when the event was written (path_application_ids, src/outbox/emit.ts). webhook.test is never
  * fanned out.
@@ -14,7 +15,8 @@ import { MAX_ATTEMPTS } from './catalog.js';
 const MATCH_SQL = `
 SELECT ev.id AS event_id, ev.type, ev.test_mode, s.id AS subscription_id
   FROM outbox_events ev
-  JOIN webhook_subscriptions s ON s.test_mode = ev.test_mode AND s.status <> 'disabled' AND s.created_at <= ev.created_at
+  JOIN webhook_subscriptions s ON s.test_mode = ev.test_mode AND s.status <> 'disabled'
+   AND COALESCE(s.reenabled_at, s.created_at) <= ev.created_at
  WHERE ev.id = ANY($1::text[]) AND ev.type <> 'webhook.test'
    AND ('*' = ANY(s.events) OR ev.type = ANY(s.events))
    AND (s.application_id IS NULL
