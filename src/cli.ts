@@ -101,15 +101,16 @@ export async function runCli(argv: string[]): Promise<number> {
           return 0;
         });
       }
-      if (sub !== 'run' || !rest[0]) break;
+      const [job] = rest;
+      if (sub !== 'run' || !job) break;
       return withServices(async ({ deps }) => {
         // A name that is no job is a usage error, like an unknown command: exit 2, the known names.
-        if (!deps.jobs.names.includes(rest[0]!)) {
-          console.error(`jobs run: no job named "${rest[0]}"; the jobs are: ${deps.jobs.names.join(', ')}`);
+        if (!deps.jobs.names.includes(job)) {
+          console.error(`jobs run: no job named "${job}"; the jobs are: ${deps.jobs.names.join(', ')}`);
           return 2;
         }
-        const result = await deps.jobs.runNow(rest[0]!);
-        console.log(JSON.stringify({ job: rest[0], result }));
+        const result = await deps.jobs.runNow(job);
+        console.log(JSON.stringify({ job, result }));
         return 0;
       });
   }

@@ -41,7 +41,7 @@ async function emailFromName(tx: Tx, applicationId: string): Promise<string | nu
  * address ("Acme <billing@evil.example>") would show another sender in mail clients that show only
  * the display name, so `<`, `>`, `@`, quotes, backslashes and control characters become spaces.
  */
-export function senderName(name: string | null): string | null {
+function senderName(name: string | null): string | null {
   if (name === null) return null;
   const plain = name.replace(/[<>@"\\\p{Cc}]/gu, ' ').replace(/\s+/g, ' ').trim();
   return plain === '' ? null : plain;

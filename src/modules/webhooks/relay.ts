@@ -3,12 +3,11 @@ import { newId } from '../../ids.js';
 import { MAX_ATTEMPTS } from './catalog.js';
 
 /**
- * Subscriptions that receive each event: same mode, not disabled, existing when the event was
- * written and not disabled since (re-enabled before it: missed events are not backfilled, even
- * those the relay reaches only after the re-enable), the events filter (or `*`), and the scope. Platform scope receives everything; app scope
- * its Application's events, plus user.* and organization.member_* when the user had an access path
- * to it when the event was written (path_application_ids, src/outbox/emit.ts). webhook.test is never
- * fanned out.
+ * Subscriptions that receive each event: same mode, not disabled, created (or last re-enabled:
+ * missed events are not backfilled) no later than the event was written, the events filter (or
+ * `*`), and the scope. Platform scope receives everything; app scope its Application's events,
+ * plus user.* and organization.member_* when the user had an access path to it when the event was
+ * written (path_application_ids, src/outbox/emit.ts). webhook.test is never fanned out.
  * KEY SHARE on the subscriptions: a concurrent DELETE waits for this fan-out (and then cascades to
  * its deliveries) or, if it committed first, the subscription is simply not matched.
  */
