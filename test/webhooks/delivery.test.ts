@@ -288,3 +288,35 @@ test('every attempt is logged through pino with the delivery, event, attempt, st
   assert.match(line.webhook_delivery_id, /^dlv_/);
   assert.equal(typeof line.duration_ms, 'number');
 });
+
+test('redeliver is sent "outside the retry schedule": one attempt, a failing redelivery is not retried', async (c) => {
+  const sub = await subscribe(c, ['entitlement.revoked']);
+  const eventId = await emitEvent(t, 'entitlement.revoked', { entitlement: { id: 'ent_redeliver_once' } });
+  await runDelivery(t);
+  const [original] = await deliveriesOf(t, sub.id);
+  receiver.routes.set(sub.path, (_req, res) => res.writeHead(500).end('down'));
+  const again = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${original.id}/redeliver`, admin), 202);
+  await runDelivery(t);
+  for (const delay of [60, 300, 1800, 7200, 43200]) {
+    t.clock.advance(delay);
+    await runDelivery(t);
+  }
+  const sent = receiver.at(sub.path).filter((r) => r.headers['platform-delivery-id'] === again.id);
+  assert.equal(sent.length, 1, 'one attempt only');
+  const row = (await deliveriesOf(t, sub.id)).find((d) => d.id === again.id)!;
+  assert.deepEqual([row.event_id, row.status, row.attempt, row.next_attempt_at, row.response_status], [eventId, 'failed', 1, null, 500]);
+});
+
+test('"Only the first 1 KB of an error body is kept" also for a redirect answer with a long body', async (c) => {
+  const sub = await subscribe(c, ['user.suspended']);
+  receiver.routes.set(sub.path, (_req, res) => res.writeHead(302, { location: receiver.url('/elsewhere-long') }).end('r'.repeat(3000)));
+  await emitEvent(t, 'user.suspended', { user_id: 'usr_long_redirect' });
+  await runDelivery(t);
+  const [row] = await deliveriesOf(t, sub.id);
+  assert.equal(row.response_status, 302);
+  assert.match(row.error!, /^redirect 302 not followed: r+$/);
+  assert.equal(row.error!.length, 1024, 'at most 1 KB kept');
+  const listed = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, admin), 200).data[0];
+  assert.equal(listed.error.length, 1024);
+  assert.equal(receiver.at('/elsewhere-long').length, 0);
+});

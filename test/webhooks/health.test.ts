@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/fixtures.js';
-import { assertStatus, buildApp, call, DAY, RETRY_SCHEDULE, deliveriesOf, emitEvent, mailsTo, newApp, platformKey, Receiver, runDelivery, sql } from './support.js';
+import { assertStatus, buildApp, call, DAY, RETRY_SCHEDULE, deliveriesOf, emitEvent, mailsTo, newApp, person, platformKey, Receiver, runDelivery, sql } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -161,5 +161,79 @@ test('410 Gone disables the subscription at once (owner mailed), and later event
   // "delivery stops": nothing is enqueued for a disabled subscription, so its log shows the 410 attempt only.
   const log = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, creator), 200).data;
   assert.deepEqual(log.map((d: { response_status: number | null }) => d.response_status), [410]);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"5 consecutive days unhealthy": a delivery that exhausts its retries while the subscription is already unhealthy does not restart the 5 days', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/still-down'), events: ['role.removed'] }), 201);
+  receiver.routes.set('/still-down', (_req, res) => res.writeHead(500).end('down'));
+  const since = new Date(t.clock.now().getTime() - 4 * DAY * 1000);
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 3, unhealthy_since = $2 WHERE id = $1`, [sub.id, since]);
+  await emitEvent(t, 'role.removed', { user_id: 'usr_still_down', role_id: 'role_x', application_id: null });
+  await exhaustSchedule(); // about 14.6 hours: 4 days 14.6 hours unhealthy
+  let state = await statusOf(sub.id);
+  assert.deepEqual([state.status, state.consecutive_failures], ['unhealthy', 4]);
+  t.clock.advance(10 * 3600); // 5 days and a little since it became unhealthy
+  await t.deps.jobs.runNow('webhook-health');
+  state = await statusOf(sub.id);
+  assert.equal(state.status, 'disabled', 'disabled 5 days after it became unhealthy, whatever failed meanwhile');
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"disabled (delivery stops)": a retry queued before the subscription was disabled is not sent after PATCH status healthy ("missed events not backfilled")', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/queued'), events: ['user.suspended'] }), 201);
+  receiver.routes.set('/queued', (_req, res) => res.writeHead(500).end('down'));
+  const eventId = await emitEvent(t, 'user.suspended', { user_id: 'usr_queued' });
+  await runDelivery(t);
+  const queued = (await deliveriesOf(t, sub.id)).find((d) => d.event_id === eventId)!;
+  assert.deepEqual([queued.status, queued.attempt], ['pending', 1], 'a retry is queued');
+  receiver.routes.set('/queued', (_req, res) => res.writeHead(410).end('gone'));
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+  await runDelivery(t);
+  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  assert.equal((await deliveriesOf(t, sub.id)).find((d) => d.id === queued.id)!.status, 'failed', 'the queued retry ended with the disable');
+
+  receiver.routes.set('/queued', (_req, res) => res.writeHead(200).end());
+  assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'healthy' }), 200);
+  t.clock.advance(DAY);
+  await runDelivery(t);
+  assert.equal(receiver.at('/queued').filter((r) => r.body.id === eventId).length, 1, 'the event from before the disable is not sent again');
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"owner emailed" when an Application owned by an Organization loses its subscription: its active org_admins are mailed, not plain or pending members', async () => {
+  const orgAdmin = await person(t);
+  const member = await createUser(t);
+  const pendingAdmin = await createUser(t);
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', orgAdmin.token, { name: `Hooks ${Date.now()}` }), 201);
+  for (const [userId, role, status] of [[member.id, 'member', 'active'], [pendingAdmin.id, 'org_admin', 'pending']]) {
+    await sql(t, `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at, joined_at) VALUES ($1, $2, $3, $4, $5, $5)`, [org.id, userId, role, status, t.clock.now()]);
+  }
+  const slug = `whorg${Date.now()}`;
+  const application = assertStatus(await call(t, 'POST', '/v1/applications', admin, { slug, name: `App ${slug}`, launch_url: `https://${slug}.example.com/`, owner_organization_id: org.id }), 201);
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: application.id, url: receiver.url('/org-owned'), events: ['*'] }), 201);
+  receiver.routes.set('/org-owned', (_req, res) => res.writeHead(410).end('gone'));
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+  await runDelivery(t);
+  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  assert.deepEqual((await mailsTo(t, orgAdmin.email)).map((m) => m.template), ['webhook_disabled']);
+  assert.deepEqual(await mailsTo(t, member.email), []);
+  assert.deepEqual(await mailsTo(t, pendingAdmin.email), []);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('a redelivery does not count toward health (docs/decisions.md "Test and redeliver"): a succeeding one leaves an unhealthy subscription unhealthy', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/redeliver-health'), events: ['user.deleted'] }), 201);
+  receiver.routes.set('/redeliver-health', (_req, res) => res.writeHead(500).end('down'));
+  await emitEvent(t, 'user.deleted', { user_id: 'usr_redeliver_health' });
+  await runDelivery(t);
+  const [original] = await deliveriesOf(t, sub.id);
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 3, unhealthy_since = $2 WHERE id = $1`, [sub.id, t.clock.now()]);
+  receiver.routes.set('/redeliver-health', (_req, res) => res.writeHead(200).end());
+  const again = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${original.id}/redeliver`, admin), 202);
+  await runDelivery(t);
+  assert.equal((await deliveriesOf(t, sub.id)).find((d) => d.id === again.id)!.status, 'succeeded');
+  const state = await statusOf(sub.id);
+  assert.deepEqual([state.status, state.consecutive_failures], ['unhealthy', 3]);
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });

@@ -92,3 +92,17 @@ test('a subscription receives only events written after it was created', async (
   assert.deepEqual(typesAt('/late'), ['user.reactivated:usr_after']);
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
+
+test('a pending invitee of an Organization holding a grant has no access path: their user.* do not reach the app subscription, an active member\'s do', async () => {
+  const admin2 = await person(t, { roles: ['superadmin'] });
+  const [active, invited] = [await person(t), await person(t)];
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', admin2.token, { name: 'Pending Org' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: active.id }), 201);
+  await sql(t, `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, 'member', 'pending', $3)`, [org.id, invited.id, t.clock.now()]);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/entitlements`, admin, { application_id: appA.id }, { 'idempotency-key': `org-${org.id}` }), 201);
+  const sub = await createWebhook(t, await appKey(t, appA.id), { url: receiver.url('/pending'), events: ['user.suspended'] });
+  for (const m of [active, invited]) assertStatus(await call(t, 'POST', `/v1/users/${m.id}/suspend`, admin), 200);
+  await runDelivery(t);
+  assert.deepEqual(typesAt('/pending'), [`user.suspended:${active.id}`]);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});

@@ -35,6 +35,13 @@ test('WH-1: the signature of the reference vector; two v1 entries verify with ei
   assert.equal(verifySignature(header, 'whsec_new', body, 1700000301), false, 'older than 5 minutes');
 });
 
+test('the verifier "rejects when t is more than 5 minutes old": a signature exactly 5 minutes old is still accepted', () => {
+  const body = '{"id":"wev_01HZX","type":"webhook.test","data":{"message":"hi"}}';
+  const header = signatureHeader(['whsec_test_0123456789abcdef'], 1700000000, body);
+  assert.equal(verifySignature(header, 'whsec_test_0123456789abcdef', body, 1700000300), true, '300 s old: not more than 5 minutes');
+  assert.equal(verifySignature(header, 'whsec_test_0123456789abcdef', body, 1700000301), false, '301 s old');
+});
+
 test('the address classifier: public unicast only', () => {
   const refused = [
     '127.0.0.1', '127.255.255.254', '0.0.0.0', '10.0.0.1', '172.16.0.1', '172.31.255.255', '192.168.1.1', '100.64.0.1', '169.254.169.254',
