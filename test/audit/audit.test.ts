@@ -5,6 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestApp } from '../helpers/app.js';
 import { createApiKey, login } from '../helpers/fixtures.js';
+import { seedOrganization, seedTenant } from '../tenancy/support.js';
 import { appKey, assertError, assertStatus, buildApp, call, DAY, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql, type AppFixture } from '../webhooks/support.js';
 
 let t: TestApp;
@@ -249,4 +250,81 @@ test('404 audit_event_not_found for an unknown id; test-mode callers see only te
   const seen = assertStatus(await list(testViewer), 200).data;
   assert.ok(seen.length >= 1 && seen.every((e: any) => e.target?.id === sub.id));
   assert.deepEqual(await ids(viewer, `target_id=${sub.id}`), []);
+});
+
+test("hot window of an app-scoped key with audit.view is its Application's Tenant plan (Starter 30 days): Audit-Hot-Window-Start, older events not listed and 404", async () => {
+  const mine = await newApp(t, admin);
+  const key = await appKey(t, mine.id, ['audit.view']);
+  near(await list(key), t.clock.now().getTime() - 30 * DAY * 1000);
+  const [evt] = await sql(t, `SELECT id FROM audit_events WHERE action = 'application.created' AND target_id = $1`, [mine.id]);
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, key), 200);
+  t.clock.advance(31 * DAY);
+  assert.ok(!(await ids(key, `target_id=${mine.id}`)).includes(evt.id), 'archived for the key of a Starter Tenant\'s Application');
+  assertError(await call(t, 'GET', `/v1/audit-events/${evt.id}`, key), 404, 'audit_event_not_found');
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, viewer), 200);
+});
+
+test('hot window of a user reading target_user_id=me is 365 days (Audit-Hot-Window-Start)', async () => {
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  near(await list(user.token, 'target_user_id=me'), t.clock.now().getTime() - 365 * DAY * 1000);
+});
+
+test("a Tenant owner is its owner user or an active org_admin of owner_organization_id: a plain member and a pending org_admin get 403 with tenant_id", async () => {
+  const [orgAdmin, member, pendingAdmin] = [await person(t), await person(t), await person(t)];
+  const orgId = await seedOrganization(t, [
+    { userId: orgAdmin.id, role: 'org_admin' },
+    { userId: member.id, role: 'member' },
+    { userId: pendingAdmin.id, role: 'org_admin', status: 'pending' },
+  ]);
+  const tenantId = await seedTenant(t, { ownerOrganizationId: orgId, plan: 'team' });
+  assertStatus(await list(orgAdmin.token, `tenant_id=${tenantId}`), 200);
+  assertError(await list(member.token, `tenant_id=${tenantId}`), 403, 'forbidden');
+  assertError(await list(pendingAdmin.token, `tenant_id=${tenantId}`), 403, 'forbidden');
+});
+
+test('filters at the exact instant: since is inclusive and until exclusive of an event\'s own timestamp', async () => {
+  const user = await person(t);
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: 'Boundary' }), 201);
+  const [evt] = assertStatus(await list(viewer, `target_id=${org.id}&action=organization.created`), 200).data;
+  const at = encodeURIComponent(evt.timestamp);
+  assert.deepEqual(await ids(viewer, `target_id=${org.id}&action=organization.created&since=${at}`), [evt.id]);
+  assert.deepEqual(await ids(viewer, `target_id=${org.id}&action=organization.created&until=${at}`), []);
+});
+
+test('filters: target_type alone selects events by their target type', async () => {
+  const mine = await newApp(t, admin);
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, mine.id);
+  const apps = assertStatus(await list(viewer, `application_id=${mine.id}&target_type=application`), 200).data;
+  assert.ok(apps.some((e: any) => e.action === 'application.created'), 'application.created listed');
+  assert.ok(apps.every((e: any) => e.target?.type === 'application'), 'only application targets');
+  const ents = assertStatus(await list(viewer, `application_id=${mine.id}&target_type=entitlement`), 200).data;
+  assert.deepEqual(ents.map((e: any) => e.target.id), [ent.id]);
+});
+
+test('filters: tenant_id narrows a platform audit.view list to that Tenant', async () => {
+  const a = await newApp(t, admin);
+  const b = await newApp(t, admin);
+  const seen = assertStatus(await list(viewer, `tenant_id=${a.tenantId}&limit=100`), 200).data;
+  assert.ok(seen.some((e: any) => e.application_id === a.id), "the Tenant's events are listed");
+  assert.ok(!seen.some((e: any) => e.application_id === b.id || e.tenant_id === b.tenantId), "another Tenant's events are not");
+});
+
+test("GET /v1/audit-events/{id}: an app-scoped key without audit.view gets 404 audit_event_not_found, even for its own Application's event", async () => {
+  const mine = await newApp(t, admin);
+  const [evt] = await sql(t, `SELECT id FROM audit_events WHERE action = 'application.created' AND target_id = $1`, [mine.id]);
+  assertError(await call(t, 'GET', `/v1/audit-events/${evt.id}`, await appKey(t, mine.id)), 404, 'audit_event_not_found');
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, await appKey(t, mine.id, ['audit.view'])), 200);
+});
+
+test("the tenant_id filter also matches events about the Tenant's Applications: after an ownership move, the new Tenant's owner reads the Application's earlier events", async () => {
+  const moved = await newApp(t, admin);
+  const newOwner = await person(t);
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${moved.id}`, admin, { owner_user_id: newOwner.id }), 200);
+  assert.notEqual(patched.tenant_id, moved.tenantId, 'moved to the new owner\'s Tenant');
+  const [created] = await sql(t, `SELECT id, tenant_id FROM audit_events WHERE action = 'application.created' AND target_id = $1`, [moved.id]);
+  assert.equal(created.tenant_id, moved.tenantId, 'recorded with the old Tenant');
+  assert.ok((await ids(newOwner.token, `tenant_id=${patched.tenant_id}`)).includes(created.id), 'listed for the new Tenant');
+  assert.ok((await ids(viewer, `tenant_id=${patched.tenant_id}`)).includes(created.id), 'listed for platform audit.view too');
 });

@@ -143,3 +143,36 @@ test("a Tenant lives in its owner's mode: a test-mode key with tenants.manage ge
   const listedByLive = assertStatus(await call(t, 'GET', `/v1/tenants?owner_user_id=${testUser.id}`, liveKey.secret), 200).data;
   assert.deepEqual(listedByLive, []);
 });
+
+test("GET /v1/tenants: listing every Tenant needs tenants.manage; billing.manage alone lists only the caller's own Tenants", async () => {
+  const other = await tenantOwner(t);
+  const billingAdmin = await caller(t, ['billing_admin']);
+  const own = await seedTenant(t, { ownerUserId: billingAdmin.user.id });
+  const body = assertStatus(await call(t, 'GET', '/v1/tenants?limit=100', billingAdmin.token), 200);
+  assert.deepEqual(body.data.map((x: any) => x.id), [own]);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/tenants?owner_user_id=${other.user.id}`, billingAdmin.token), 200).data, []);
+});
+
+test('GET /v1/tenants: the restricted filter also selects restricted=false', async () => {
+  const open = await tenantOwner(t, { plan: 'team' });
+  const closed = await tenantOwner(t, { plan: 'team', restricted: true });
+  const ids = async (restricted: boolean) =>
+    (await Promise.all([open, closed].map(async (o) => assertStatus(await call(t, 'GET', `/v1/tenants?owner_user_id=${o.user.id}&restricted=${restricted}`, support.token), 200).data))).flat().map((x: any) => x.id);
+  assert.deepEqual(await ids(false), [open.tenantId]);
+  assert.deepEqual(await ids(true), [closed.tenantId]);
+});
+
+test("a new Tenant is plan starter for a user owner and team for an Organization owner (created with the owner's first Application)", async () => {
+  const orgAdmin = await createUser(t);
+  const orgId = await seedOrganization(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const { tenantId } = await createApplication(t, admin, { owner_organization_id: orgId });
+  const tenant = assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}`, await login(t, orgAdmin)), 200);
+  assert.equal(tenant.owner_type, 'organization');
+  assert.equal(tenant.owner_organization_id, orgId);
+  assert.equal(tenant.plan, 'team');
+  assert.equal(tenant.tier, 'shared');
+  assert.equal(tenant.region, 'us-east-1');
+  const user = await caller(t);
+  const mine = await createApplication(t, admin, { owner_user_id: user.user.id });
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/tenants/${mine.tenantId}`, user.token), 200).plan, 'starter');
+});

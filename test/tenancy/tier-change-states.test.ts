@@ -158,3 +158,11 @@ test('scheduled_for is only for scheduling: with another status it answers 422 v
   assert.equal(error.details.fields[0].path, 'scheduled_for');
   assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${id}`, support.token), 200).status, 'pending');
 });
+
+test('cancelling needs notes, sent with it or already on the request: a request with notes cancels without new ones', async () => {
+  const { owner, id } = await requestIn('pending');
+  assertStatus(await patch(owner.tenantId, id, { notes: 'Customer asked to wait' }), 200);
+  const cancelled = assertStatus(await patch(owner.tenantId, id, { status: 'cancelled' }), 200);
+  assert.equal(cancelled.status, 'cancelled');
+  assert.equal(cancelled.notes, 'Customer asked to wait');
+});

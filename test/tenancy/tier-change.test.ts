@@ -257,3 +257,28 @@ test("scheduling an Organization's Tenant mails every active org_admin", async (
   assert.equal((await mailsTo(t, member.email, 'tier_change_scheduled')).length, 0);
   assert.match((await mailsTo(t, adminA.email, 'tier_change_scheduled'))[0].text_body, /eu-central-1/);
 });
+
+test('scheduled_for must be in the future: exactly now answers 422 validation_failed and the request stays pending', async () => {
+  const owner = await enterpriseTenant();
+  const request = await openRequest(owner.tenantId);
+  // Hold the clock still so that the request's "now" is exactly the scheduled_for sent.
+  const frozen = t.clock.now();
+  const realNow = t.clock.now;
+  t.clock.now = () => new Date(frozen);
+  try {
+    const now = assertError(await patch(owner.tenantId, request.id, { status: 'scheduled', scheduled_for: frozen.toISOString() }), 422, 'validation_failed');
+    assert.equal(now.details.fields[0].path, 'scheduled_for');
+  } finally {
+    t.clock.now = realNow;
+  }
+  assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${request.id}`, support.token), 200).status, 'pending');
+});
+
+test('create checks in order: plan_does_not_allow_tier before invalid_tier_transition before tier_change_already_pending', async () => {
+  const team = await tenantOwner(t, { plan: 'team', tier: 'isolated' });
+  assertError(await create(team.tenantId, { requested_tier: 'shared', reason: 'r' }), 409, 'plan_does_not_allow_tier');
+  const owner = await enterpriseTenant();
+  await openRequest(owner.tenantId);
+  assertError(await create(owner.tenantId, { requested_tier: 'shared', reason: 'r' }), 409, 'invalid_tier_transition');
+  assertError(await create(owner.tenantId, { requested_tier: 'isolated', reason: 'r' }), 409, 'tier_change_already_pending');
+});

@@ -130,3 +130,13 @@ test('usage: owner, billing.manage and tenants.manage read it; anyone else 404 t
   const key = await createApiKey(t, { permissions: ['billing.manage', 'tenants.manage'] });
   assertError(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, key.secret), 400, 'user_token_required');
 });
+
+test('usage: tenants.manage alone (without billing.manage) reads it', async () => {
+  const owner = await tenantOwner(t, { plan: 'team' });
+  const name = `tenants_${rand(3)}`;
+  const role = assertStatus(await call(t, 'POST', '/v1/roles', admin.token, { name, scope: 'platform', permissions: ['tenants.manage'] }), 201);
+  const manager = await caller(t, [role.id]);
+  const doc = await usage(owner.tenantId, manager.token);
+  assert.equal(doc.tenant_id, owner.tenantId);
+  assert.equal(doc.plan, 'team');
+});
