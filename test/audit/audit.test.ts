@@ -328,3 +328,15 @@ test("the tenant_id filter also matches events about the Tenant's Applications: 
   assert.ok((await ids(newOwner.token, `tenant_id=${patched.tenant_id}`)).includes(created.id), 'listed for the new Tenant');
   assert.ok((await ids(viewer, `tenant_id=${patched.tenant_id}`)).includes(created.id), 'listed for platform audit.view too');
 });
+
+test('GET /v1/audit-events/{id} reads under the longest window the caller has for the event: a Starter Tenant owner who is also its target fetches a 100-day-old event, as it lists it with target_user_id=me', async () => {
+  const owned = await newApp(t, admin);
+  const ent = await grant(t, admin, owned.owner.id, owned.id);
+  const [evt] = await sql(t, `SELECT id, tenant_id, target_user_id FROM audit_events WHERE action = 'entitlement.granted' AND target_id = $1`, [ent.id]);
+  assert.deepEqual([evt.tenant_id, evt.target_user_id], [owned.tenantId, owned.owner.id], 'the event is about the owner and in the Starter Tenant');
+  t.clock.advance(100 * DAY);
+  const token = await login(t, owned.owner);
+  assert.equal((await ids(token, 'target_user_id=me')).includes(evt.id), true, 'listed under the 365-day window of target_user_id=me');
+  assert.equal((await ids(token, `tenant_id=${owned.tenantId}`)).includes(evt.id), false, 'archived for the Starter Tenant (30 days)');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, token), 200).id, evt.id);
+});
