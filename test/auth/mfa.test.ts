@@ -349,3 +349,50 @@ test('wrong codes at mfa/totp/disable count toward the lockout: after 5 in 15 mi
   assert.equal(await mfaEnabled(token), true);
   assertError(await loginRes(t, user), 429, 'too_many_attempts');
 });
+
+test('MFA enrollment, confirm and disable are self-service only: a users.manage holder gets 403 forbidden on another user\'s, and nothing changes', async () => {
+  const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const plain = await createUser(t);
+  const enrolled = await createMfaUser(t);
+  const call = (url: string, payload: object) => t.app.inject({ method: 'POST', url, headers: bearer(admin), payload });
+  assertError(await call(`/v1/users/${plain.id}/mfa/totp`, {}), 403, 'forbidden');
+  assertError(await call(`/v1/users/${plain.id}/mfa/totp/confirm`, { code: '123456' }), 403, 'forbidden');
+  assertError(await call(`/v1/users/${enrolled.user.id}/mfa/totp/disable`, { code: await totpCode(t, enrolled.secret) }), 403, 'forbidden');
+  const [identity] = await sql(t, `SELECT totp_pending_secret FROM identities WHERE user_id = $1 AND method = 'password'`, [plain.id]);
+  assert.equal(identity.totp_pending_secret, null, 'no enrollment begun for the other user');
+  assert.equal(await mfaEnabled(enrolled.token), true, 'TOTP stays on');
+});
+
+test('MFA enrollment state errors: begin or confirm with TOTP already on gets 409 mfa_already_enabled; confirm before begin and disable with TOTP off get 409 mfa_not_enabled', async () => {
+  const enrolled = await createMfaUser(t);
+  const as = (token: string) => (url: string, payload: object) => t.app.inject({ method: 'POST', url, headers: bearer(token), payload });
+  const on = as(enrolled.token);
+  assertError(await on('/v1/users/me/mfa/totp', {}), 409, 'mfa_already_enabled');
+  assertError(await on('/v1/users/me/mfa/totp/confirm', { code: await totpCode(t, enrolled.secret) }), 409, 'mfa_already_enabled');
+  assert.equal(await mfaEnabled(enrolled.token), true);
+  assert.equal((await loginRes(t, enrolled.user)).json().mfa_required, true, 'the confirmed secret still applies');
+
+  const fresh = as(await login(t, await createUser(t)));
+  assertError(await fresh('/v1/users/me/mfa/totp/confirm', { code: '123456' }), 409, 'mfa_not_enabled');
+  assertError(await fresh('/v1/users/me/mfa/totp/disable', { code: '123456' }), 409, 'mfa_not_enabled');
+});
+
+test('disable takes a current code or a recovery code, not both: both at once get 422 validation_failed and TOTP stays on', async () => {
+  const { token, secret, recoveryCodes } = await createMfaUser(t);
+  const res = await t.app.inject({
+    method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload: { code: await totpCode(t, secret), recovery_code: recoveryCodes[0] },
+  });
+  assertError(res, 422, 'validation_failed');
+  assert.equal(await mfaEnabled(token), true);
+});
+
+test('a right code at mfa/totp/disable is no failed attempt: after 4 wrong codes, disabling with the right code leaves the identity unlocked (the next login succeeds)', async () => {
+  const { user, token, secret } = await createMfaUser(t);
+  const disable = (payload: object) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload });
+  const right = await totpCode(t, secret);
+  for (let i = 0; i < 4; i++) assertError(await disable({ code: wrongCode(right) }), 422, 'invalid_mfa_code');
+  assert.equal((await disable({ code: right })).statusCode, 204);
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+  assertAuthSession(res.json(), user.id);
+});

@@ -289,3 +289,14 @@ test('a test-mode session refreshes in test mode: the new access token carries t
   assert.equal(jwtPayload(next.json().access_token).test_mode, true);
   assert.equal((await get(t, '/v1/users/me', next.json().access_token)).json().test_mode, true);
 });
+
+test('sessions list and revoke are for self or users.manage only: a users.list holder gets 403 forbidden for another user\'s sessions, and the session keeps working', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const support = await login(t, await createUser(t, { roles: ['support'] }));
+  assertError(await get(t, `/v1/users/${user.id}/sessions`, support), 403, 'forbidden');
+  const del = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/sessions/${session.session_id}`, headers: bearer(support) });
+  assertError(del, 403, 'forbidden');
+  assert.equal(await works(session.access_token), true, 'the session was not revoked');
+  assert.equal((await refresh(session.refresh_token)).statusCode, 200);
+});

@@ -410,3 +410,13 @@ test('the export\'s audit_events are only the user\'s own trail: events the user
   assert.ok(!bundle.audit_events.some((e: { id: string }) => e.id === edit.id), 'another user\'s event is in the export');
   for (const e of bundle.audit_events) assert.equal(e.target_user_id, adminUser.id, `${e.action} is about ${e.target_user_id}`);
 });
+
+test('only test rows older than 30 days are purged: a test user 29 days old stays, with its profile and sessions', async () => {
+  const recent = await createUser(t, { mode: 'test' });
+  await login(t, recent);
+  t.clock.advance(29 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal((await userRow(t, recent.id))?.test_mode, true, 'a 29-day-old test user stays');
+  assert.equal(await count('profiles', 'user_id = $1', [recent.id]), 1);
+  assert.equal(await count('sessions', 'user_id = $1', [recent.id]), 1);
+});

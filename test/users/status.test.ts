@@ -427,3 +427,48 @@ test('PATCH /v1/users/{id} with a read-only field (mfa_enabled, signup_applicati
   assert.equal((await mailsTo(t, self.user.email)).length, 0);
   assertError(await call(t, 'PATCH', '/v1/users/me', self.token, { nickname: 'x' }), 422, 'validation_failed');
 });
+
+/** Earlier tests move the clock past the 15-minute access tokens: sign the callers in again. */
+async function freshTokens() {
+  admin.token = await login(t, admin.user);
+  support.token = await login(t, support.user);
+}
+
+test('restore colliding with an invited user gets 409 email_taken with details.reason invitation_pending: the email taken meanwhile by an invitation, and a new email sent in the same request held by one', async () => {
+  await freshTokens();
+  const { user } = await deletedSubject();
+  const invitee = await createUser(t, { email: user.email, status: 'invited' });
+  const m = await mark(user.id);
+  const res = await patch(user.id, { status: 'active' });
+  assert.equal(assertError(res, 409, 'email_taken').details.reason, 'invitation_pending', res.body);
+
+  const other = await createUser(t, { status: 'invited' });
+  const withEmail = await patch(user.id, { status: 'active', email: other.email });
+  assert.equal(assertError(withEmail, 409, 'email_taken').details.reason, 'invitation_pending', withEmail.body);
+
+  const row = (await userRow(t, user.id))!;
+  assert.deepEqual([row.status, row.email], ['deleted', user.email], 'nothing changed');
+  assert.deepEqual((await since(user.id, m)).audit, []);
+  assert.equal((await userRow(t, invitee.id))!.status, 'invited');
+});
+
+test('a restore that sends a new email is an admin email change: it completes at once and writes audit user.email_changed (old and new address) besides user.reactivated', async () => {
+  await freshTokens();
+  const { user } = await deletedSubject();
+  const m = await mark(user.id);
+  const newEmail = uniqueEmail('restored-changed');
+  assertStatus(await patch(user.id, { status: 'active', email: newEmail }), 200);
+  const { audit } = await since(user.id, m);
+  assert.deepEqual(audit.map((a) => a.action).sort(), ['user.email_changed', 'user.reactivated']);
+  const changed = audit.find((a) => a.action === 'user.email_changed')!;
+  assert.equal(changed.actor_id, admin.user.id);
+  assert.equal(changed.before.email, user.email);
+  assert.equal(changed.after.email, newEmail);
+});
+
+test('soft-deleted users are visible only to users.manage: a users.list holder gets 404 user_not_found for GET /v1/users/{id} of a deleted user, users.manage gets it with status deleted', async () => {
+  await freshTokens();
+  const { user } = await deletedSubject();
+  assertError(await getUser(user.id, support.token), 404, 'user_not_found');
+  assert.equal(assertStatus(await getUser(user.id), 200).status, 'deleted');
+});
