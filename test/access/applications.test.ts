@@ -622,3 +622,51 @@ test('icon_url is an http or https URL and support_url an http(s) or mailto: URL
   const current = assertStatus(await get(admin, created.id), 200);
   assert.equal(current.launch_url, 'https://app.example.com');
 });
+
+test('ownership change across non-shared Tenants is 409 ownership_change_requires_migration (source or destination not on the shared tier) and nothing changes', async () => {
+  const app = await newApp(t, admin);
+  const newOwner = await person(t);
+  await sql(t, `UPDATE tenants SET tier = 'isolated' WHERE id = $1`, [app.tenant_id]);
+  const move = () => call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: newOwner.id });
+  assertError(await move(), 409, 'ownership_change_requires_migration');
+  // Source back on shared, destination (the new owner's existing Tenant) isolated: refused too.
+  await sql(t, `UPDATE tenants SET tier = 'shared' WHERE id = $1`, [app.tenant_id]);
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const orgApp = await newApp(t, admin, { owner_organization_id: org });
+  await sql(t, `UPDATE tenants SET tier = 'isolated' WHERE id = $1`, [orgApp.tenant_id]);
+  assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_organization_id: org, owner_user_id: null }), 409, 'ownership_change_requires_migration');
+  const current = assertStatus(await get(admin, app.id), 200);
+  assert.deepEqual([current.owner_user_id, current.owner_organization_id, current.tenant_id], [app.owner!.id, null, app.tenant_id]);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+});
+
+test("ownership change into a Tenant already at its Applications cap is 409 plan_limit_reached (resource applications): Starter allows 1 Application", async () => {
+  const app = await newApp(t, admin);
+  const full = await newApp(t, admin);
+  const err = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: full.owner!.id }), 409, 'plan_limit_reached');
+  assert.equal(err.details.resource, 'applications');
+  const current = assertStatus(await get(admin, app.id), 200);
+  assert.deepEqual([current.owner_user_id, current.tenant_id], [app.owner!.id, app.tenant_id]);
+});
+
+test('list filter owner_organization_id needs applications.manage or tenants.manage: 403 forbidden for others, the org_admin owner included', async () => {
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const app = await newApp(t, admin, { owner_organization_id: org });
+  await newApp(t, admin);
+  for (const cred of [orgAdmin.token, (await person(t)).token]) {
+    assertError(await call(t, 'GET', `/v1/applications?owner_organization_id=${org}`, cred), 403, 'forbidden');
+  }
+  assert.deepEqual(await listIds(admin, `&owner_organization_id=${org}`), [app.id]);
+});
+
+test('PATCH: a pending (unaccepted) org_admin of the owning Organization is not an owner (a pending membership grants nothing): 403 forbidden, nothing changes', async () => {
+  const activeAdmin = await person(t);
+  const pendingAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: activeAdmin.id, role: 'org_admin' }, { userId: pendingAdmin.id, role: 'org_admin', status: 'pending' }]);
+  const app = await newApp(t, admin, { owner_organization_id: org });
+  assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, pendingAdmin.token, { name: 'Taken over' }), 403, 'forbidden');
+  assert.equal(assertStatus(await get(admin, app.id), 200).name, 'Test App');
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, activeAdmin.token, { name: 'Renamed' }), 200);
+});

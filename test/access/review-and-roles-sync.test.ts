@@ -200,3 +200,13 @@ test('review_notes of only whitespace count as missing: reject and suspend get 4
     assert.deepEqual(await reviewAudits(app.id), []);
   }
 });
+
+test("rejected → pending_review is the owner's move only: a configuration PATCH by applications.manage (not the owner) leaves a rejected Application rejected", async () => {
+  const app = await newApp(t, admin);
+  await setReview(t, app.id, 'pending_review');
+  assertStatus(await patch(admin, app.id, { review_status: 'rejected', review_notes: 'fix the icon' }), 200);
+  const body = assertStatus(await patch(admin, app.id, { icon_url: 'https://cdn.example.com/admin.png' }), 200);
+  assert.equal(body.icon_url, 'https://cdn.example.com/admin.png');
+  assert.equal(body.review_status, 'rejected');
+  assert.deepEqual(await reviewAudits(app.id), ['rejected']);
+});

@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
-  ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, customPlatformRole, effective, grant, newApp, outbox, patchEnt, person, platformKey,
+  ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, createOrg, customPlatformRole, effective, grant, newApp, outbox, patchEnt, person, platformKey,
   rand, slugOf, sql, type AppFixture,
 } from './support.js';
 
@@ -457,4 +457,38 @@ test('PATCH of a Role with its own description and permissions changes nothing: 
     assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/roles/${created.id}`, admin, body), 200), created);
   }
   assert.deepEqual((await auditOf(t, created.id)).map((r) => r.action), ['role.created']);
+});
+
+test("GET /v1/permissions filter scope: scope=<application id> lists only that Application's keys, scope=platform only the platform keys", async () => {
+  const app = await appWith([]);
+  const other = await appWith([]);
+  const plain = await person(t);
+  const items = assertStatus(await call(t, 'GET', `/v1/permissions?scope=${app.id}`, plain.token), 200).data;
+  assert.deepEqual(items, [
+    { key: `app.${app.slug}.read`, scope: app.id, description: 'read' },
+    { key: `app.${app.slug}.write`, scope: app.id, description: 'write' },
+  ]);
+  const platform = assertStatus(await call(t, 'GET', '/v1/permissions?scope=platform', plain.token), 200).data;
+  assert.deepEqual([...new Set(platform.map((p: { scope: string }) => p.scope))], ['platform']);
+  assert.equal(platform.some((p: { key: string }) => p.key.startsWith(`app.${other.slug}.`)), false, 'no Application keys under scope=platform');
+});
+
+test("GET /v1/roles: an Organization-owned Application's Roles are listed to an org_admin of that Organization (an owner), not to a plain member", async () => {
+  const orgAdmin = await person(t);
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }, { userId: member.id, role: 'member' }]);
+  const app = await appWith(['viewer'], { owner_organization_id: org });
+  const listed = async (token: string) => assertStatus(await call(t, 'GET', `/v1/roles?scope=${app.id}&limit=100`, token), 200).data.map((r: { id: string }) => r.id);
+  assert.deepEqual(await listed(orgAdmin.token), [`role_${app.slug}_viewer`]);
+  assert.deepEqual(await listed(member.token), []);
+  assertError(await call(t, 'GET', `/v1/roles/role_${app.slug}_viewer`, member.token), 404, 'role_not_found');
+});
+
+test("GET /v1/roles leaves out the Roles of an internal Application for its owner (internal is visible only to applications.manage and its own key), as GET /v1/roles/{id} does", async () => {
+  const app = await appWith(['ed'], { visibility: 'internal' });
+  const owner = app.owner!.token;
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/roles?scope=${app.id}&limit=100`, owner), 200).data, []);
+  const all = assertStatus(await call(t, 'GET', '/v1/roles?limit=100', owner), 200).data.map((r: { id: string }) => r.id);
+  assert.equal(all.includes(`role_${app.slug}_ed`), false, 'not in the unfiltered list either');
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/roles?scope=${app.id}&limit=100`, admin), 200).data.map((r: { id: string }) => r.id), [`role_${app.slug}_ed`]);
 });

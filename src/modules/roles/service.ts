@@ -69,8 +69,9 @@ export async function listRoles(ctx: Ctx, q: ScopeQuery) {
     if (keyApp(ctx)) scopes.push(`r.scope = $${params.push(keyApp(ctx))}`);
     if (ctx.actor.type === 'user') {
       params.push(ctx.actor.userId);
-      scopes.push(`r.scope IN (SELECT a.id FROM applications a WHERE a.owner_user_id = $${params.length} OR a.owner_organization_id IN (
-        SELECT m.organization_id FROM organization_members m WHERE m.user_id = $${params.length} AND m.role = 'org_admin' AND m.membership_status = 'active'))`);
+      // Owner rights never reach an internal Application (Part B visibility), as in mayReadRole.
+      scopes.push(`r.scope IN (SELECT a.id FROM applications a WHERE a.visibility <> 'internal' AND (a.owner_user_id = $${params.length} OR a.owner_organization_id IN (
+        SELECT m.organization_id FROM organization_members m WHERE m.user_id = $${params.length} AND m.role = 'org_admin' AND m.membership_status = 'active')))`);
     }
   }
   if (scopes.length === 0) return { data: [], page: { next_cursor: null, has_more: false } };
