@@ -54,3 +54,21 @@ test('a throttled signup creates nothing', async () => {
   const rows = (await t.database.scoped('system').query('SELECT id FROM users WHERE email = $1', [email])).rows;
   assert.deepEqual(rows, []);
 });
+
+test('the per-minute limit holds for the whole minute: running the idempotency-prune job mid-minute does not reset the count', async () => {
+  alignToWindow(t, 60, 1);
+  const url = '/v1/auth/password/forgot';
+  for (let i = 0; i < 2; i++) assert.notEqual((await call(url, { email: 'nobody@example.com' }, '198.51.100.7')).statusCode, 429);
+  await t.deps.jobs.runNow('idempotency-prune');
+  assertError(await call(url, { email: 'nobody@example.com' }, '198.51.100.7'), 429, 'rate_limited');
+});
+
+test('the limit is per minute: in each of two consecutive minutes the client gets its 2 calls, then 429, and the next minute again', async () => {
+  const url = '/v1/auth/email/verify/resend';
+  alignToWindow(t, 60, 1);
+  for (let minute = 0; minute < 2; minute++) {
+    for (let i = 0; i < 2; i++) assert.notEqual((await call(url, { email: 'nobody@example.com' }, '198.51.100.8')).statusCode, 429, `minute ${minute}, call ${i + 1}`);
+    assertError(await call(url, { email: 'nobody@example.com' }, '198.51.100.8'), 429, 'rate_limited');
+    t.clock.advance(60);
+  }
+});

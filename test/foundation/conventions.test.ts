@@ -256,6 +256,23 @@ test('list pagination: a cursor that is not from the list gets 422 validation_fa
   assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.limit']);
 });
 
+test('list pagination: limit is 1–100 (limit=100 is accepted, limit=0 is 422 naming query.limit) and defaults to 20 rows a page', async () => {
+  // The audit trail: every user created below adds to it.
+  const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;
+  for (let i = 0; i < 21; i++) await createUser(t);
+  const list = (query: string) => t.app.inject({ method: 'GET', url: `/v1/audit-events${query}`, headers: bearer(key) });
+  const page = await list('');
+  assert.equal(page.statusCode, 200, page.body);
+  assert.equal(page.json().data.length, 20);
+  assert.equal(page.json().page.has_more, true);
+  const max = await list('?limit=100');
+  assert.equal(max.statusCode, 200, max.body);
+  assert.equal(max.json().data.length > 20, true, 'limit=100 returns more than the default page');
+  const zero = await list('?limit=0');
+  assert.equal(zero.statusCode, 422, zero.body);
+  assert.deepEqual(zero.json().error.details.fields.map((f: { path: string }) => f.path), ['query.limit']);
+});
+
 test('test mode: test credentials never see live rows and live credentials never see test rows', async () => {
   const live = await createUser(t, { mode: 'live' });
   const testUser = await createUser(t, { mode: 'test' });

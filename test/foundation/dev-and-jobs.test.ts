@@ -282,6 +282,46 @@ test('without SMTP_URL queued mail is kept in the database outbox and marked log
   assert.equal(again.sent, 0, 'nothing is delivered twice');
 });
 
+test('without SMTP_URL the mail kept in the database outbox keeps its token link (it is the only copy)', async () => {
+  const id = await queueResetMail(plain, uniqueEmail('kept'), 'kept-token');
+  await deliverQueuedMail(plain.deps);
+  const row = await mailRow(plain, id);
+  assert.equal(row.status, 'logged');
+  assert.equal(tokenLinks(row.text_body, 'kept-token').length, 1, row.text_body);
+});
+
+test('PUBLIC_URL is the origin of the links in emails: a token link is on the configured PUBLIC_URL, not the default', async (tc) => {
+  const t = await buildTestApp({ publicUrl: 'https://id.example.org' }, tc);
+  const id = await queueResetMail(t, uniqueEmail('origin'), 'origin-token');
+  const links = tokenLinks((await mailRow(t, id)).text_body, 'origin-token');
+  assert.equal(links.length, 1);
+  assert.equal(links[0].origin, 'https://id.example.org');
+});
+
+test('the idempotency-prune job drops only what has ended: a login lockout still running keeps answering 429 too_many_attempts after it runs', async () => {
+  const email = uniqueEmail('prune-lock');
+  const attempt = () => dev.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email, password: 'wrong-password-123' } });
+  for (let i = 0; i < 5; i++) assert.equal((await attempt()).statusCode, 401);
+  assert.equal((await attempt()).statusCode, 429);
+  const res = await dev.app.inject({ method: 'POST', url: '/_dev/jobs/idempotency-prune' });
+  assert.equal(res.statusCode, 200, res.body);
+  const locked = await attempt();
+  assert.equal(locked.statusCode, 429, locked.body);
+  assert.equal(locked.json().error.code, 'too_many_attempts');
+});
+
+test('a job that fails is reported as failed: runNow rejects, the error is recorded and the job is released for its next run', async () => {
+  const job: JobDefinition = { name: `probe-fail-${randomBytes(4).toString('hex')}`, intervalSeconds: 3600, timeoutSeconds: 30, run: async () => { throw new Error('boom'); } };
+  const runner = new JobRunner(dev.deps, [job]);
+  await runner.register();
+  await assert.rejects(runner.runNow(job.name), /boom/);
+  const { rows } = await dev.database.scoped('system').query<{ last_error: string | null; locked_until: Date | null; runs: number }>(
+    'SELECT last_error, locked_until, runs FROM jobs WHERE name = $1',
+    [job.name],
+  );
+  assert.deepEqual(rows.map((r) => [r.last_error, r.locked_until, r.runs]), [['boom', null, 1]]);
+});
+
 test('a mail queued in a transaction that rolls back never exists', async () => {
   const to = uniqueEmail('rollback');
   const ctx = systemCtx(plain.deps, 'live');

@@ -213,3 +213,31 @@ test('a path id longer than any id answers like an unknown id: the resource\'s 4
   }
   assert.ok(compared >= 30, `compared ${compared} operations`);
 });
+
+test('a UTC offset beyond 15:59 (+16:00) is 422 validation_failed naming the field, never a 500; +15:59 is accepted', async () => {
+  const { createApiKey } = await import('../helpers/fixtures.js');
+  const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;
+  const get = (value: string) => t.app.inject({ method: 'GET', url: `/v1/audit-events?since=${encodeURIComponent(value)}`, headers: bearer(key) });
+  for (const value of ['2030-01-01T00:00:00+16:00', '2030-01-01T00:00:00-16:00']) {
+    const res = await get(value);
+    assert.equal(res.statusCode, 422, `${value}: ${res.body}`);
+    assertEnvelope(res.json(), 'validation_failed');
+    assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.since']);
+  }
+  assert.equal((await get('2030-01-01T00:00:00+15:59')).statusCode, 200);
+});
+
+test('every /v1 response carries Cache-Control: no-store (a session with tokens, a resource, an error); the discovery documents outside /v1 are cacheable', async () => {
+  const { user, token } = await userToken(t);
+  const login = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: user.email, password: user.password } });
+  assert.equal(login.statusCode, 200, login.body);
+  assert.equal(login.headers['cache-control'], 'no-store');
+  const me = await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(token) });
+  assert.equal(me.statusCode, 200);
+  assert.equal(me.headers['cache-control'], 'no-store');
+  const refused = await t.app.inject({ method: 'GET', url: '/v1/users/me' });
+  assert.equal(refused.statusCode, 401);
+  assert.equal(refused.headers['cache-control'], 'no-store');
+  const jwks = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
+  assert.match(String(jwks.headers['cache-control']), /^public, max-age=\d+$/);
+});

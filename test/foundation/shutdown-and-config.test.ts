@@ -132,3 +132,32 @@ test('shutting down: a request in flight and one arriving on the same kept-alive
   assert.ok(socket.destroyed || socket.readableEnded, 'the server closed the connection');
   socket.destroy();
 });
+
+test('settings defaults (operations.md Settings): PORT 8080, HOST 0.0.0.0, PUBLIC_URL http://localhost:$PORT, DATA_DIR ./.data, LOG_LEVEL info, DATABASE_URL and SMTP_URL unset', () => {
+  const config = loadConfig({});
+  assert.equal(config.port, 8080);
+  assert.equal(config.host, '0.0.0.0');
+  assert.equal(config.publicUrl, 'http://localhost:8080');
+  assert.equal(config.dataDir, './.data');
+  assert.equal(config.logLevel, 'info');
+  assert.equal(config.databaseUrl, null);
+  assert.equal(config.smtpUrl, null);
+  assert.equal(config.devClock, false);
+  assert.equal(config.webhookAllowPrivateTargets, false);
+  assert.equal(loadConfig({ PORT: '9090' }).publicUrl, 'http://localhost:9090', 'the default PUBLIC_URL follows PORT');
+});
+
+test('DEV_CLOCK and WEBHOOK_ALLOW_PRIVATE_TARGETS: "1" turns them on; "0" leaves them off', () => {
+  const on = loadConfig({ DEV_CLOCK: '1', WEBHOOK_ALLOW_PRIVATE_TARGETS: '1' });
+  assert.deepEqual([on.devClock, on.webhookAllowPrivateTargets], [true, true]);
+  const off = loadConfig({ DEV_CLOCK: '0', WEBHOOK_ALLOW_PRIVATE_TARGETS: '0' });
+  assert.deepEqual([off.devClock, off.webhookAllowPrivateTargets], [false, false]);
+});
+
+test('AUTH_RATE_LIMIT_PER_MINUTE "0 turns the per-IP limit off" is a valid setting; DATABASE_URL must be a postgres:// URL', () => {
+  assert.equal(loadConfig({ AUTH_RATE_LIMIT_PER_MINUTE: '0' }).authRateLimitPerMinute, 0);
+  assert.equal(loadConfig({ DATABASE_URL: 'postgres://u@db.example.com:5432/platform' }).databaseUrl, 'postgres://u@db.example.com:5432/platform');
+  const problems = problemsOf({ DATABASE_URL: 'http://db.example.com/platform' });
+  assert.equal(problems.length, 1, problems.join('; '));
+  assert.match(problems[0]!, /^DATABASE_URL/);
+});
