@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { IncludeInactiveQuery, Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const ApiKey = Type.Object(
   {
@@ -61,9 +61,8 @@ export const KeyListQuery = Type.Object(
     scope: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     mode: Type.Optional(Type.Union([Type.Literal('live'), Type.Literal('test')])),
     intended_use: Type.Optional(Type.Union([Type.Literal('service'), Type.Literal('agent')])),
-    include_inactive: Type.Optional(Type.Boolean({ default: false })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
-    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+    ...IncludeInactiveQuery,
+    ...PageQuery,
   },
   { additionalProperties: false },
 );

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { Nullable, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const VISIBILITIES = ['public', 'invite_only', 'internal'] as const;
 export const REVIEW_STATUSES = ['pending_review', 'approved', 'rejected', 'suspended'] as const;
@@ -122,8 +122,7 @@ export const ApplicationListQuery = Type.Object(
     tenant_id: Type.Optional(Type.String({ maxLength: 64 })),
     owner_user_id: Type.Optional(Type.String({ maxLength: 64 })),
     owner_organization_id: Type.Optional(Type.String({ maxLength: 64 })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
-    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+    ...PageQuery,
   },
   { additionalProperties: false },
 );

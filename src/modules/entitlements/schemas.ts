@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { IncludeInactiveQuery, Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const ENTITLEMENT_STATUSES = ['active', 'disabled', 'revoked', 'expired'] as const;
 export const SOURCES = ['purchase', 'trial', 'admin_grant', 'org_seat'] as const;
@@ -73,9 +73,8 @@ const listFilters = {
   application_id: Type.Optional(Type.String({ maxLength: 100 })),
   status: Type.Optional(Type.Union(ENTITLEMENT_STATUSES.map((s) => Type.Literal(s)))),
   source: Type.Optional(Type.Union(SOURCES.map((s) => Type.Literal(s)))),
-  include_inactive: Type.Optional(Type.Boolean({ default: false })),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
-  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+  ...IncludeInactiveQuery,
+  ...PageQuery,
 };
 export const UserEntitlementQuery = Type.Object(listFilters, { additionalProperties: false });
 export type UserEntitlementQuery = Static<typeof UserEntitlementQuery>;

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const Organization = Type.Object(
   {
@@ -51,8 +51,7 @@ export const OrgListQuery = Type.Object(
   {
     status: Type.Optional(Type.Union([Type.Literal('active'), Type.Literal('suspended')])),
     q: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
-    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+    ...PageQuery,
   },
   { additionalProperties: false },
 );
@@ -72,8 +71,7 @@ export const MemberListQuery = Type.Object(
     membership_status: Type.Optional(Type.Union([Type.Literal('pending'), Type.Literal('active')])),
     q: Type.Optional(Type.String({ minLength: 1, maxLength: 320 })),
     include_inactive: Type.Optional(Type.Boolean({ description: 'Include members whose User is soft-deleted.' })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
-    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+    ...PageQuery,
   },
   { additionalProperties: false },
 );

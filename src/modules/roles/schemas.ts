@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const Role = Type.Object(
   {
@@ -81,8 +81,7 @@ export type PatchRoleBody = { description?: string | null; permissions?: string[
 export const ScopeQuery = Type.Object(
   {
     scope: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
-    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+    ...PageQuery,
   },
   { additionalProperties: false },
 );

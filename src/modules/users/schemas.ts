@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { IncludeInactiveQuery, Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 import { AuditEvent } from '../audit/schemas.js';
 
 export const USER_STATUSES = ['active', 'invited', 'suspended', 'deleted'] as const;
@@ -32,9 +32,8 @@ export const UserListQuery = Type.Object(
     organization_id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
     created_after: Type.Optional(Type.String({ format: 'date-time' })),
     created_before: Type.Optional(Type.String({ format: 'date-time' })),
-    include_inactive: Type.Optional(Type.Boolean({ default: false })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
-    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+    ...IncludeInactiveQuery,
+    ...PageQuery,
   },
   { additionalProperties: false },
 );
