@@ -396,3 +396,20 @@ test('a right code at mfa/totp/disable is no failed attempt: after 4 wrong codes
   assert.equal(res.statusCode, 200, res.body);
   assertAuthSession(res.json(), user.id);
 });
+
+test('MFA changes are audited on the user (docs/decisions.md): user.mfa_enabled at confirm and user.mfa_disabled at disable by the user, user.mfa_reset by the support admin', async () => {
+  const trail = async (userId: string) =>
+    (await sql(t, `SELECT action, actor_type, actor_id, target_type, target_id FROM audit_events WHERE target_user_id = $1 AND action LIKE 'user.mfa%' ORDER BY created_at, id`, [userId]))
+      .map((r: any) => [r.action, r.actor_type, r.actor_id, r.target_type, r.target_id]);
+  const self = await createMfaUser(t);
+  assert.deepEqual(await trail(self.user.id), [['user.mfa_enabled', 'user', self.user.id, 'user', self.user.id]]);
+  const off = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(self.token), payload: { code: await totpCode(t, self.secret) } });
+  assert.equal(off.statusCode, 204, off.body);
+  assert.deepEqual((await trail(self.user.id)).map((r) => r[0]), ['user.mfa_enabled', 'user.mfa_disabled']);
+
+  const reset = await createMfaUser(t);
+  const admin = await createUser(t, { roles: ['superadmin'] });
+  const res = await t.app.inject({ method: 'DELETE', url: `/v1/users/${reset.user.id}/mfa/totp`, headers: bearer(await login(t, admin)) });
+  assert.equal(res.statusCode, 204, res.body);
+  assert.deepEqual((await trail(reset.user.id)).at(-1), ['user.mfa_reset', 'user', admin.id, 'user', reset.user.id]);
+});

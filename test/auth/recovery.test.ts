@@ -400,3 +400,30 @@ test('AU-5 forgot and resend take the same time for known and unknown addresses:
     );
   }
 });
+
+test('password and invitation changes are audited on the user, acted by the user (docs/decisions.md): user.password_changed, user.password_reset, user.invitation_accepted (before invited, after active)', async () => {
+  const rows = async (userId: string, action: string) =>
+    (await sql(t, `SELECT actor_type, actor_id, target_type, target_id, before, after FROM audit_events WHERE target_user_id = $1 AND action = $2`, [userId, action]))
+      .map((r: any) => ({ actor: [r.actor_type, r.actor_id], target: [r.target_type, r.target_id], before: r.before, after: r.after }));
+
+  const changer = await createUser(t);
+  const session = await signIn(changer);
+  assert.equal((await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(session.access_token))).statusCode, 204);
+  const [changed] = await rows(changer.id, 'user.password_changed');
+  assert.deepEqual([changed?.actor, changed?.target], [['user', changer.id], ['user', changer.id]]);
+
+  const resetter = await createUser(t);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: resetter.email })).statusCode, 202);
+  assert.deepEqual(await rows(resetter.id, 'user.password_reset'), [], 'nothing is audited before the reset is done');
+  const reset = await post(t, '/v1/auth/password/reset', { token: await latestToken(t, resetter.email, 'password_reset'), password: NEW_PASSWORD });
+  assert.equal(reset.statusCode, 204, reset.body);
+  const [wasReset] = await rows(resetter.id, 'user.password_reset');
+  assert.deepEqual([wasReset?.actor, wasReset?.target], [['user', resetter.id], ['user', resetter.id]]);
+
+  const invited = await createUser(t, { status: 'invited' });
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: invited.email })).statusCode, 202);
+  const accept = await post(t, '/v1/auth/invitations/accept', { token: await latestToken(t, invited.email, 'invitation'), password: NEW_PASSWORD });
+  assert.equal(accept.statusCode, 200, accept.body);
+  const [accepted] = await rows(invited.id, 'user.invitation_accepted');
+  assert.deepEqual([accepted?.actor, accepted?.target, accepted?.before, accepted?.after.status], [['user', invited.id], ['user', invited.id], { status: 'invited' }, 'active']);
+});
