@@ -271,6 +271,21 @@ test('invite_only: an active member of an Organization holding a grant has an ac
   assertError(await get(pending.token, app.id), 404, 'application_not_found');
 });
 
+test('invite_only: an org grant row that excludes a member is "listed but never an access path": a member on the denylist does not see the Application, an included member does', async () => {
+  const app = await newApp(t, admin, { visibility: 'invite_only' });
+  const included = await person(t);
+  const excluded = await person(t);
+  const org = await createOrg(t, [{ userId: included.id }, { userId: excluded.id }]);
+  await sql(
+    t,
+    `INSERT INTO entitlements (id, organization_id, application_id, status, source, starts_at, member_scope, member_overrides, test_mode, created_at, updated_at, start_notified_at)
+     VALUES ($1, $2, $3, 'active', 'org_seat', now(), 'denylist', $4, false, now(), now(), now())`,
+    [`ent_${rand(8)}`, org, app.id, [excluded.id]],
+  );
+  assertStatus(await get(included.token, app.id), 200);
+  assertError(await get(excluded.token, app.id), 404, 'application_not_found');
+});
+
 test('internal: only applications.manage and its own app key; its owner, users with a grant and other callers get 404', async () => {
   const app = await newApp(t, admin, { visibility: 'internal' });
   const holder = await person(t);
