@@ -685,3 +685,96 @@ test('PATCH: a pending (unaccepted) org_admin of the owning Organization is not 
   assert.equal(assertStatus(await get(admin, app.id), 200).name, 'Test App');
   assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, activeAdmin.token, { name: 'Renamed' }), 200);
 });
+
+// ---- field limits at their boundaries ------------------------------------------------------------
+
+test('permissions: a key is accepted with exactly 64 characters after app.<slug>. ("permission key up to 64 characters after the prefix"); 65 is 422', async () => {
+  const owner = await person(t);
+  const slug = slugOf('perm');
+  const key = `app.${slug}.${'k'.repeat(64)}`;
+  assertInvalid(await post(admin, base(owner.id, { slug, permissions: [{ key: `${key}k`, description: 'x' }] })), 'permissions');
+  const app = assertStatus(await post(admin, base(owner.id, { slug, permissions: [{ key, description: 'x' }] })), 201);
+  assert.deepEqual(app.permissions, [{ key, description: 'x' }]);
+});
+
+test('name is 1–100 characters: 100 is accepted on POST and PATCH; 101 and the empty string are 422', async () => {
+  const owner = await person(t);
+  for (const name of ['', 'n'.repeat(101)]) assertInvalid(await post(admin, base(owner.id, { name })), 'name');
+  const app = assertStatus(await post(admin, base(owner.id, { name: 'n'.repeat(100) })), 201);
+  assert.equal(app.name, 'n'.repeat(100));
+  for (const name of ['', 'm'.repeat(101)]) assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { name }), 'name');
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { name: 'm'.repeat(100) }), 200).name, 'm'.repeat(100));
+});
+
+test('email_from_name is null or 1–50 characters: 50 is accepted; 51 and the empty string are 422 on POST and PATCH', async () => {
+  const owner = await person(t);
+  for (const email_from_name of ['', 'e'.repeat(51)]) assertInvalid(await post(admin, base(owner.id, { email_from_name })), 'email_from_name');
+  const app = assertStatus(await post(admin, base(owner.id, { email_from_name: 'e'.repeat(50) })), 201);
+  assert.equal(app.email_from_name, 'e'.repeat(50));
+  for (const email_from_name of ['', 'f'.repeat(51)]) {
+    assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { email_from_name }), 'email_from_name');
+  }
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { email_from_name: null }), 200).email_from_name, null);
+});
+
+test('available_app_roles names match ^[a-z][a-z0-9_]{1,40}$: a name of 41 characters is accepted (and seeds its Role), 42 is 422', async () => {
+  const owner = await person(t);
+  const name41 = `r${'a'.repeat(40)}`;
+  assertInvalid(await post(admin, base(owner.id, { available_app_roles: [`${name41}a`] })), 'available_app_roles');
+  const app = assertStatus(await post(admin, base(owner.id, { available_app_roles: [name41] })), 201);
+  assert.deepEqual(app.available_app_roles, [name41]);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE id = $1', [`role_${app.slug}_${name41}`]))[0].n, 1);
+});
+
+test('default_app_role is null or one of available_app_roles: the empty string is neither (422), on POST and PATCH', async () => {
+  const owner = await person(t);
+  assertInvalid(await post(admin, base(owner.id, { available_app_roles: ['viewer'], default_app_role: '' })), 'default_app_role');
+  const app = assertStatus(await post(admin, base(owner.id, { available_app_roles: ['viewer'] })), 201);
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { default_app_role: '' }), 'default_app_role');
+  assert.equal(assertStatus(await get(admin, app.id), 200).default_app_role, null);
+});
+
+test('redirect_uris: a test_mode Application takes http://localhost and http://127.0.0.1 by PATCH too (the rule is the Application\'s test_mode, on create and on change)', async () => {
+  const testKey = await platformKey(t, ['applications.manage'], 'test');
+  const testOwner = await person(t, { mode: 'test' });
+  const created = assertStatus(await post(testKey, base(testOwner.id, { redirect_uris: ['https://app.example.com/cb'] })), 201);
+  assert.equal(created.test_mode, true);
+  const uris = ['http://localhost:5173/cb', 'http://127.0.0.1/cb'];
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${created.id}`, testKey, { redirect_uris: uris }), 200);
+  assert.deepEqual(patched.redirect_uris, uris);
+});
+
+test('redirect_uris: on a test_mode Application http is still only for http://localhost and http://127.0.0.1; another http host, or one that merely starts like them, is 422', async () => {
+  const testKey = await platformKey(t, ['applications.manage'], 'test');
+  const testOwner = await person(t, { mode: 'test' });
+  for (const uri of ['http://app.example.com/cb', 'http://localhost.evil.example/cb', 'http://127.0.0.1.evil.example/cb', 'http://localhostx:3000/cb']) {
+    assertInvalid(await post(testKey, base(testOwner.id, { redirect_uris: [uri] })), 'redirect_uris');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [testOwner.id]))[0].n, 0);
+});
+
+test('PATCH: default_app_role may name a role added to available_app_roles in the same request; a PATCH that leaves default_app_role out keeps it', async () => {
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
+  const app = assertStatus(await post(admin, { slug: slugOf(), name: 'x', launch_url: 'https://x.example.com', owner_organization_id: org, available_app_roles: ['viewer'] }), 201);
+  const both = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, member.token, { available_app_roles: ['viewer', 'editor'], default_app_role: 'editor' }), 200);
+  assert.equal(both.default_app_role, 'editor');
+  assert.deepEqual(both.available_app_roles, ['viewer', 'editor']);
+  const renamed = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, member.token, { name: 'Renamed' }), 200);
+  assert.equal(renamed.default_app_role, 'editor', 'a field not sent stays as it was');
+  assert.equal(assertStatus(await get(admin, app.id), 200).default_app_role, 'editor');
+});
+
+test('POST and PATCH /v1/applications refuse an unknown field, at the top or in a permissions entry (422 validation_failed, conventions: "unknown body fields are refused, never silently dropped"); nothing changes', async () => {
+  const owner = await person(t);
+  const slug = slugOf('unk');
+  assertInvalid(await post(admin, base(owner.id, { slug, redirect_uri: 'https://app.example.com/cb' })), 'redirect_uri');
+  assertInvalid(await post(admin, base(owner.id, { slug, permissions: [{ key: `app.${slug}.read`, description: 'r', scope: 'x' }] })), 'permissions');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [owner.id]))[0].n, 0);
+  const app = assertStatus(await post(admin, base(owner.id, { slug })), 201);
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { name: 'Renamed', redirect_uri: 'https://app.example.com/cb' }), 'redirect_uri');
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { permissions: [{ key: `app.${slug}.read`, description: 'r', scope: 'x' }] }), 'permissions');
+  const current = assertStatus(await get(admin, app.id), 200);
+  assert.equal(current.name, 'App');
+  assert.deepEqual(current.permissions, []);
+});

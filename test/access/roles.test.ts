@@ -492,3 +492,22 @@ test("GET /v1/roles leaves out the Roles of an internal Application for its owne
   assert.equal(all.includes(`role_${app.slug}_ed`), false, 'not in the unfiltered list either');
   assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/roles?scope=${app.id}&limit=100`, admin), 200).data.map((r: { id: string }) => r.id), [`role_${app.slug}_ed`]);
 });
+
+test('a Role name matches ^[a-z][a-z0-9_]{1,40}$ ("role name up to 41 characters"): 41 characters are accepted, 42 and a single character are 422', async () => {
+  const name41 = `o${rand(3)}${'x'.repeat(34)}`;
+  assert.equal(name41.length, 41);
+  for (const name of [`${name41}x`, 'o']) {
+    const err = assertError(await createRole(superadmin.token, { name, scope: 'platform', permissions: ['users.list'] }), 422, 'validation_failed');
+    assert.ok(JSON.stringify(err.details).includes('name'), `the error names the field name: ${JSON.stringify(err.details)}`);
+  }
+  const role = assertStatus(await createRole(superadmin.token, { name: name41, scope: 'platform', permissions: ['users.list'] }), 201);
+  assert.equal(role.id, `role_platform_${name41}`);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE name = $1', [`${name41}x`]))[0].n, 0);
+});
+
+test('POST /v1/roles refuses an unknown body field (422 validation_failed naming it, conventions: "unknown body fields are refused, never silently dropped"); nothing is created', async () => {
+  const name = `unk_${rand(3)}`;
+  const err = assertError(await createRole(superadmin.token, { name, scope: 'platform', permissions: ['users.list'], seed: true }), 422, 'validation_failed');
+  assert.ok(JSON.stringify(err.details).includes('seed'), `the error names the field seed: ${JSON.stringify(err.details)}`);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE name = $1', [name]))[0].n, 0);
+});
