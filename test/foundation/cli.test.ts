@@ -157,3 +157,197 @@ test('embedded storage is one process\'s: while the server holds DATA_DIR a comm
   const stale = await platform('jobs', 'list');
   assert.equal(stale.code, 0, stale.stderr);
 });
+
+test('jobs list names every job of the operations contract (the names `jobs run <job>` takes)', async () => {
+  const list = await platform('jobs', 'list');
+  assert.equal(list.code, 0, list.stderr);
+  const names = list.stdout.trim().split('\n');
+  for (const job of ['entitlement-expiry', 'scheduled-starts', 'erasure-cascade', 'test-purge', 'webhook-delivery', 'webhook-health', 'seat-sync', 'idempotency-prune']) {
+    assert.equal(names.includes(job), true, `jobs list lacks ${job}: ${list.stdout}`);
+  }
+});
+
+test('a second platform migrate applies nothing and exits 0', async () => {
+  await platform('migrate');
+  const again = await platform('migrate');
+  assert.equal(again.code, 0, again.stderr);
+  assert.doesNotMatch(again.stdout, /applied:/);
+  assert.match(again.stdout, /database is up to date/);
+});
+
+test('usage errors exit 2 with the usage on stderr and nothing on stdout: keys without rotate, jobs without run or list, jobs run without a job', async () => {
+  for (const args of [['keys'], ['keys', 'frobnicate'], ['jobs'], ['jobs', 'frobnicate', 'idempotency-prune'], ['jobs', 'run']]) {
+    const res = await platform(...args);
+    assert.equal(res.code, 2, `${args.join(' ')}: ${res.stdout}`);
+    assert.match(res.stderr, /usage: platform <command>/, args.join(' '));
+    assert.equal(res.stdout, '', args.join(' '));
+  }
+});
+
+test('platform bootstrap-admin without an email or a password (flags or BOOTSTRAP_ADMIN_*) is a usage error: exit 2, no user created', async () => {
+  for (const args of [[], ['--email', 'nopass@example.com'], ['--password', ADMIN_PASSWORD]]) {
+    const res = await platform('bootstrap-admin', ...args);
+    assert.equal(res.code, 2, `${args.join(' ')}: ${res.stdout}`);
+    assert.match(res.stderr, /bootstrap-admin needs --email and --password/);
+    assert.doesNotMatch(res.stdout, /created superadmin/);
+  }
+  // nopass@example.com was not created: a run with a password creates it now.
+  const later = await platform('bootstrap-admin', '--email', 'nopass@example.com', '--password', ADMIN_PASSWORD);
+  assert.match(later.stdout, /created superadmin usr_/);
+});
+
+test('platform bootstrap-admin defaults to BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD; --email and --password win over them (README, usage)', async () => {
+  const saved = env;
+  try {
+    env = { ...saved, BOOTSTRAP_ADMIN_EMAIL: 'env-admin@example.com', BOOTSTRAP_ADMIN_PASSWORD: ADMIN_PASSWORD };
+    const fromEnv = await platform('bootstrap-admin');
+    assert.equal(fromEnv.code, 0, fromEnv.stderr);
+    const envUser = fromEnv.stdout.match(/created superadmin (usr_\S+)/);
+    assert.ok(envUser, fromEnv.stdout);
+    const flagged = await platform('bootstrap-admin', '--email', 'flag-admin@example.com', '--password', 'amber-lantern-quiet-river-73');
+    assert.equal(flagged.code, 0, flagged.stderr);
+    const flagUser = flagged.stdout.match(/created superadmin (usr_\S+)/);
+    assert.ok(flagUser, `the flag's email, not the environment's, is bootstrapped: ${flagged.stdout}`);
+    const { verify } = await import('@node-rs/argon2');
+    const hashes = await inStorage(async (db) => {
+      const { rows } = await db.query("SELECT u.email, i.password_hash FROM users u JOIN identities i ON i.user_id = u.id AND i.method = 'password' WHERE u.id = ANY($1)", [[envUser[1], flagUser[1]]]);
+      return Object.fromEntries(rows.map((r) => [r.email, r.password_hash]));
+    });
+    assert.equal(await verify(hashes['env-admin@example.com'], ADMIN_PASSWORD), true, 'BOOTSTRAP_ADMIN_PASSWORD is the password');
+    assert.equal(await verify(hashes['flag-admin@example.com'], 'amber-lantern-quiet-river-73'), true, 'the --password flag wins over BOOTSTRAP_ADMIN_PASSWORD');
+    env = saved;
+    const envAgain = await platform('bootstrap-admin', '--email', 'env-admin@example.com', '--password', ADMIN_PASSWORD);
+    assert.match(envAgain.stdout, new RegExp(`a live user already has that email: ${envUser[1]}`));
+    const flagAgain = await platform('bootstrap-admin', '--email', 'flag-admin@example.com', '--password', ADMIN_PASSWORD);
+    assert.match(flagAgain.stdout, new RegExp(`a live user already has that email: ${flagUser[1]}`));
+  } finally {
+    env = saved;
+  }
+});
+
+test('a failing command given --password=<value> leaves the value out of its error line', async () => {
+  const saved = env;
+  env = { ...env, DATABASE_URL: 'postgres://postgres@127.0.0.1:1/unreachable' };
+  try {
+    const res = await platform('bootstrap-admin', `--email=${ADMIN_EMAIL}`, `--password=${ADMIN_PASSWORD}`);
+    assert.equal(res.code, 1, res.stdout);
+    assert.match(res.stderr, /bootstrap-admin --email=a@example\.com --password=\*\*\* failed/);
+    assert.equal(res.stderr.includes(ADMIN_PASSWORD), false, res.stderr);
+  } finally {
+    env = saved;
+  }
+});
+
+/** Reads the embedded storage the commands wrote (while no command holds it). */
+async function inStorage<T>(fn: (db: import('../../src/db/types.js').Db) => Promise<T>): Promise<T> {
+  const { openDatabase } = await import('../../src/db/open.js');
+  const database = await openDatabase({ databaseUrl: null, dataDir } as never);
+  try {
+    return await fn(database.scoped('system'));
+  } finally {
+    await database.close();
+  }
+}
+
+test('platform bootstrap-admin creates the user active, email_verified, holding superadmin, audited with actor system', async () => {
+  const email = 'audited-admin@example.com';
+  const res = await platform('bootstrap-admin', '--email', email, '--password', ADMIN_PASSWORD);
+  assert.equal(res.code, 0, res.stderr);
+  const userId = res.stdout.match(/created superadmin (usr_\S+)/)?.[1];
+  assert.equal(typeof userId, 'string', res.stdout);
+  const { user, roles, audit } = await inStorage(async (db) => ({
+    user: (await db.query('SELECT email, status, email_verified, test_mode FROM users WHERE id = $1', [userId])).rows[0],
+    roles: (await db.query('SELECT role_id FROM role_assignments WHERE user_id = $1 ORDER BY role_id', [userId])).rows.map((r) => r.role_id),
+    audit: (await db.query("SELECT actor_type FROM audit_events WHERE action = 'user.created' AND target_id = $1", [userId])).rows,
+  }));
+  assert.deepEqual(user, { email, status: 'active', email_verified: true, test_mode: false });
+  assert.equal(roles.includes('role_platform_superadmin'), true, roles.join(', '));
+  assert.deepEqual(audit, [{ actor_type: 'system' }]);
+});
+
+test('platform jobs run <job> runs that job now, even when it is not due: each run is recorded once, and no other job runs', async () => {
+  await platform('migrate');
+  const runs = () => inStorage(async (db) => Object.fromEntries((await db.query('SELECT name, runs FROM jobs')).rows.map((r) => [r.name, r.runs])));
+  const before = await runs();
+  // The first run schedules the next one an hour later; the second runs now all the same.
+  for (let i = 0; i < 2; i++) {
+    const res = await platform('jobs', 'run', 'webhook-health');
+    assert.equal(res.code, 0, res.stderr);
+  }
+  const after = await runs();
+  for (const [name, count] of Object.entries(after)) {
+    assert.equal(count, (before[name] ?? 0) + (name === 'webhook-health' ? 2 : 0), name);
+  }
+});
+
+test('platform keys rotate stores the key it names, signing from 7 minutes later; the key that signed until then retires at that instant (decisions: signing keys)', async () => {
+  const res = await platform('keys', 'rotate');
+  assert.equal(res.code, 0, res.stderr);
+  const [, kid, signsFrom] = res.stdout.match(/new signing key: (sig_\S+) .*signs from (\S+?)\)/) ?? [];
+  assert.equal(typeof kid, 'string', res.stdout);
+  const keys = await inStorage(async (db) => (await db.query('SELECT kid, created_at, signs_from, retired_at FROM signing_keys ORDER BY signs_from')).rows);
+  const key = keys.find((k) => k.kid === kid);
+  assert.ok(key, `the key ${kid} is stored`);
+  assert.equal(new Date(key.signs_from).toISOString(), signsFrom);
+  // signs_from is 7 minutes after the rotation began; created_at is stamped after the key pair was generated.
+  const ahead = new Date(key.signs_from).getTime() - new Date(key.created_at).getTime();
+  assert.equal(ahead <= 7 * 60_000 && ahead > 6 * 60_000, true, `signs ${ahead} ms after it was stored`);
+  assert.equal(key.retired_at, null);
+  const previous = keys[keys.indexOf(key) - 1];
+  assert.equal(new Date(previous.retired_at).toISOString(), signsFrom, 'the previous key stops signing when the new one starts');
+});
+
+test('platform bootstrap-admin with a password the password policy rejects exits 1 with a weak_password line (no stack), and creates no user', async () => {
+  for (const [password, reason] of [['short-pw', 'too_short'], ['weak-admin@example.com', 'matches_email']]) {
+    const res = await platform('bootstrap-admin', '--email', 'weak-admin@example.com', '--password', password);
+    assert.equal(res.code, 1, res.stdout);
+    assert.match(res.stderr, new RegExp(`weak_password.*\\{"reason":"${reason}"\\}`));
+    assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
+    assert.equal(res.stdout.includes('created superadmin'), false, res.stdout);
+  }
+  const later = await platform('bootstrap-admin', '--email', 'weak-admin@example.com', '--password', ADMIN_PASSWORD);
+  assert.match(later.stdout, /created superadmin usr_/, 'no user was created by the refused runs');
+});
+
+test('commands follow the development clock moved for every process on the database only with DEV_CLOCK=1, like the server', async () => {
+  const TEN_DAYS = 10 * 86_400_000;
+  const signsFrom = async (devClock: boolean) => {
+    const saved = env;
+    env = devClock ? { ...env, DEV_CLOCK: '1' } : env;
+    try {
+      const res = await platform('keys', 'rotate');
+      assert.equal(res.code, 0, res.stderr);
+      const at = res.stdout.match(/signs from (\S+?)\)/)?.[1];
+      assert.equal(typeof at, 'string', res.stdout);
+      return new Date(at!).getTime() - Date.now();
+    } finally {
+      env = saved;
+    }
+  };
+  await platform('migrate');
+  // What POST /_dev/clock {"advance_seconds": 864000} stores for every process sharing the database.
+  await inStorage((db) => db.query('UPDATE dev_clock SET offset_ms = $1', [TEN_DAYS]));
+  try {
+    const followed = await signsFrom(true);
+    assert.equal(Math.abs(followed - (TEN_DAYS + 7 * 60_000)) < 60_000, true, `DEV_CLOCK=1: signs ${followed} ms from now`);
+    const ignored = await signsFrom(false);
+    assert.equal(Math.abs(ignored - 7 * 60_000) < 60_000, true, `without DEV_CLOCK: signs ${ignored} ms from now`);
+  } finally {
+    await inStorage((db) => db.query('UPDATE dev_clock SET offset_ms = 0'));
+  }
+});
+
+test('a bad setting stops a command with exit 1 and the list of every problem, without a stack trace (README: configuration)', async () => {
+  const saved = env;
+  env = { ...env, PUBLIC_URL: 'notaurl', MAIL_FROM: 'bad' };
+  try {
+    const res = await platform('jobs', 'list');
+    assert.equal(res.code, 1, res.stdout);
+    assert.equal(res.stdout, '');
+    assert.match(res.stderr, /PUBLIC_URL is not a valid URL/);
+    assert.match(res.stderr, /MAIL_FROM must be an email address \(got "bad"\)/);
+    assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
+  } finally {
+    env = saved;
+  }
+});
