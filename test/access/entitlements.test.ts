@@ -2,7 +2,7 @@
 // who may grant per visibility, confinement of app keys and owners, lists, events and audit.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, type TestApp } from '../helpers/app.js';
 import { createApiKey } from '../helpers/fixtures.js';
 import {
   accessEvents, appKey, assertError, assertInvalid, assertStatus, auditOf, call, createOrg, DAY, entitlementEvents, entRow, grant, grantReq,
@@ -33,17 +33,6 @@ async function expiredRow(userId: string, applicationId = app.id): Promise<any> 
   return ent;
 }
 
-/** Runs `fn` with the clock held at one instant, so a request's now is exactly the test's (boundaries of "after", "at most", "in the future"). */
-async function atOneInstant<T>(fn: () => Promise<T>): Promise<T> {
-  const instant = t.clock.now();
-  const realNow = t.clock.now;
-  t.clock.now = () => new Date(instant);
-  try {
-    return await fn();
-  } finally {
-    t.clock.now = realNow;
-  }
-}
 
 // ---- POST ----------------------------------------------------------------------------------------
 
@@ -171,7 +160,7 @@ test('ends_at must be after starts_at (422)', async () => {
   assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, HOUR), ends_at: inSeconds(t, 60) }), 'ends_at');
   // "After" is strict: ends_at equal to starts_at is refused too, with or without an explicit starts_at.
   assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, HOUR), ends_at: inSeconds(t, HOUR) }), 'ends_at');
-  await atOneInstant(async () => assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'trial', ends_at: inSeconds(t, 0) }), 'ends_at'));
+  await atOneInstant(t, async () => assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'trial', ends_at: inSeconds(t, 0) }), 'ends_at'));
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
 });
 
@@ -182,7 +171,7 @@ test('starts_at at most 1 year ahead: beyond is 422 validation_failed; within a 
   assert.equal(ent.status, 'active');
   // "At most": a starts_at exactly 365 days ahead is still within the year.
   const other = await person(t);
-  await atOneInstant(async () => {
+  await atOneInstant(t, async () => {
     const edge = await grant(t, admin, other.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 365 * DAY) });
     assert.equal(edge.starts_at, inSeconds(t, 365 * DAY));
   });
@@ -329,7 +318,7 @@ test('expired → active only with ends_at in the future or null (409 invalid_st
   assertError(await patchEnt(t, admin, ent.id, { status: 'active' }), 409, 'invalid_status_transition');
   assertError(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: inSeconds(t, -10) }), 409, 'invalid_status_transition');
   // "In the future": an ends_at equal to now is not.
-  await atOneInstant(async () => assertError(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: inSeconds(t, 0) }), 409, 'invalid_status_transition'));
+  await atOneInstant(t, async () => assertError(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: inSeconds(t, 0) }), 409, 'invalid_status_transition'));
   assert.equal((await entRow(t, ent.id))!.status, 'expired');
   const ends = inSeconds(t, 30 * DAY);
   const body = assertStatus(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: ends }), 200);
@@ -596,19 +585,14 @@ test('GET and PATCH return an ETag; PATCH with a stale If-Match is 412 precondit
 
 test('the ETag changes with every write, even two writes within one millisecond: the older If-Match is 412 precondition_failed', async () => {
   const user = await person(t);
-  const instant = t.clock.now();
-  const realNow = t.clock.now;
-  t.clock.now = () => new Date(instant);
-  try {
+  await atOneInstant(t, async () => {
     const ent = await grant(t, admin, user.id, app.id);
     const etag = (await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag as string;
     const first = assertStatus(await patchEnt(t, admin, ent.id, { ends_at: inSeconds(t, 10 * DAY) }, { 'if-match': etag }), 200);
     assert.equal(first.updated_at, ent.updated_at, 'both writes carry one timestamp');
     assertError(await patchEnt(t, admin, ent.id, { order_id: 'ord-late' }, { 'if-match': etag }), 412, 'precondition_failed');
     assert.equal((await entRow(t, ent.id))!.order_id, null);
-  } finally {
-    t.clock.now = realNow;
-  }
+  });
 });
 
 test('PATCH of an entitlement the caller cannot see is 404 entitlement_not_found, also with read-only fields in the body', async () => {

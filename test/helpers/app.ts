@@ -97,6 +97,18 @@ export async function dropSchema(name: string): Promise<void> {
   }
 }
 
+/** Runs `fn` with the app's clock held at one instant, so a request's now is exactly the test's (boundaries of "after", "at most", "in the future"). */
+export async function atOneInstant<T>(t: Pick<TestApp, 'clock'>, fn: () => Promise<T>): Promise<T> {
+  const instant = t.clock.now();
+  const realNow = t.clock.now;
+  t.clock.now = () => new Date(instant);
+  try {
+    return await fn();
+  } finally {
+    t.clock.now = realNow;
+  }
+}
+
 /** Boots the whole service (migrations, keys, jobs registry) without listening. Call close() after. */
 export async function buildTestApp(overrides: Partial<Config> = {}, t?: TestContext, extraModules: Module[] = []): Promise<TestApp> {
   const config = testConfig(overrides);

@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
+import { atOneInstant, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/fixtures.js';
 import { assertError, assertStatus, auditRows, buildApp, call, caller, mailsTo, seedOrganization, seedTenant, tenantOwner, tenantRow, type Caller } from './support.js';
 
@@ -261,16 +261,10 @@ test("scheduling an Organization's Tenant mails every active org_admin", async (
 test('scheduled_for must be in the future: exactly now answers 422 validation_failed and the request stays pending', async () => {
   const owner = await enterpriseTenant();
   const request = await openRequest(owner.tenantId);
-  // Hold the clock still so that the request's "now" is exactly the scheduled_for sent.
-  const frozen = t.clock.now();
-  const realNow = t.clock.now;
-  t.clock.now = () => new Date(frozen);
-  try {
-    const now = assertError(await patch(owner.tenantId, request.id, { status: 'scheduled', scheduled_for: frozen.toISOString() }), 422, 'validation_failed');
+  await atOneInstant(t, async () => {
+    const now = assertError(await patch(owner.tenantId, request.id, { status: 'scheduled', scheduled_for: t.clock.now().toISOString() }), 422, 'validation_failed');
     assert.equal(now.details.fields[0].path, 'scheduled_for');
-  } finally {
-    t.clock.now = realNow;
-  }
+  });
   assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${request.id}`, support.token), 200).status, 'pending');
 });
 

@@ -4,6 +4,7 @@ import { hasPermission, inTx } from '../../context.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
+import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
@@ -70,8 +71,7 @@ export async function listRoles(ctx: Ctx, q: ScopeQuery) {
     if (ctx.actor.type === 'user') {
       params.push(ctx.actor.userId);
       // Owner rights never reach an internal Application (Part B visibility), as in mayReadRole.
-      scopes.push(`r.scope IN (SELECT a.id FROM applications a WHERE a.visibility <> 'internal' AND (a.owner_user_id = $${params.length} OR a.owner_organization_id IN (
-        SELECT m.organization_id FROM organization_members m WHERE m.user_id = $${params.length} AND m.role = 'org_admin' AND m.membership_status = 'active')))`);
+      scopes.push(`r.scope IN (${OWNED_APPLICATIONS_SQL(params.length)})`);
     }
   }
   if (scopes.length === 0) return { data: [], page: { next_cursor: null, has_more: false } };
