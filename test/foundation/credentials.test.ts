@@ -468,3 +468,30 @@ test('sign-in keeps working when the in-memory signing keys are old: keys are re
   const refreshed = await t.app.inject({ method: 'POST', url: '/v1/auth/token/refresh', payload: { refresh_token: res.json().refresh_token } });
   assert.equal(refreshed.statusCode, 200);
 });
+
+test('an access token stops working when its session ends, 90 days after sign-in, although the token itself is inside its 15 minutes', async () => {
+  const DAY = 24 * 3600;
+  const user = await createUser(t);
+  const start = t.clock.now().getTime();
+  const signIn = await loginRes(user, false);
+  assert.equal(signIn.statusCode, 200, signIn.body);
+  let current = signIn.json().refresh_token as string;
+  const refresh = async () => {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/token/refresh', payload: { refresh_token: current } });
+    assert.equal(res.statusCode, 200, res.body);
+    current = res.json().refresh_token;
+    return res.json().access_token as string;
+  };
+  for (let i = 0; i < 3; i++) {
+    t.clock.advance(29 * DAY);
+    await refresh();
+  }
+  // Five minutes before the session's end: a fresh access token, valid for 15 minutes.
+  t.clock.advance((start + 90 * DAY * 1000 - 300_000 - t.clock.now().getTime()) / 1000);
+  const lastToken = await refresh();
+  assert.equal((await me(lastToken)).statusCode, 200);
+  // One second past the session's end the token is refused, though its exp is 9 minutes ahead.
+  t.clock.advance(301);
+  assert.ok((decodeJwt(lastToken).exp as number) * 1000 > t.clock.now().getTime(), 'the token has not expired by itself');
+  assertInvalidToken(await me(lastToken));
+});

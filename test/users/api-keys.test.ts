@@ -2,7 +2,7 @@
 // which key, the permissions a key may hold, destructive restriction and test keys.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
   assertError, assertFields, assertStatus, auditOfTarget, call, createApplication, createOrganization, createPlatformRole, sql, waitFor,
@@ -71,9 +71,9 @@ test('the secret appears only in the create and rotate responses: GET and list n
   assert.deepEqual(fetched, withoutSecret);
   const listed = assertStatus(await listKeys('limit=100'), 200);
   const mine = listed.data.find((k: { id: string }) => k.id === body.id);
-  assert.ok(mine);
-  for (const k of listed.data) assert.ok(!('secret' in k));
-  assert.ok(!JSON.stringify(listed).includes(body.secret));
+  assert.ok(mine, 'the new key is listed');
+  for (const k of listed.data) assert.ok(!('secret' in k), 'no secret in the list');
+  assert.ok(!JSON.stringify(listed).includes(body.secret), 'the secret appears nowhere in the list');
   const patched = assertStatus(await patchKey(body.id, { name: 'renamed' }), 200);
   assert.ok(!('secret' in patched), 'update response returns the key without a secret');
 });
@@ -83,6 +83,25 @@ test('expires_at must be in the future: a past value gets 422 validation_failed 
   const before = (await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n;
   assertFields(await createKey({ name: 'old', scope: 'platform', permissions: [], expires_at: past }), ['expires_at']);
   assertFields(await createKey({ name: 'old', scope: 'platform', permissions: [], expires_at: 'tomorrow' }), ['expires_at']);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n, before);
+});
+
+test('"expires_at (optional, future)": exactly now is not in the future (422 validation_failed naming expires_at); a millisecond later is', async () => {
+  await atOneInstant(t, async () => {
+    const now = t.clock.now();
+    assertFields(await createKey({ name: 'now', scope: 'platform', permissions: [], expires_at: now.toISOString() }), ['expires_at']);
+    const next = new Date(now.getTime() + 1).toISOString();
+    assert.equal(assertStatus(await createKey({ name: 'now', scope: 'platform', permissions: [], expires_at: next }), 201).expires_at, next);
+  });
+});
+
+test('Create body: name, scope and permissions are required; each left out gets 422 validation_failed naming it and no key is created', async () => {
+  const full: Record<string, unknown> = { name: 'svc', scope: 'platform', permissions: ['users.list'] };
+  const before = (await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n;
+  for (const field of ['name', 'scope', 'permissions']) {
+    const { [field]: _left, ...body } = full;
+    assertFields(await createKey(body), [field]);
+  }
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM api_keys'))[0].n, before);
 });
 
@@ -97,9 +116,29 @@ test('after expires_at the key behaves as revoked: 401, and the list shows it on
   const res = await useKey(body.secret);
   assertError(res, 401, 'unauthenticated');
   const active = assertStatus(await listKeys('limit=100'), 200).data.map((k: { id: string }) => k.id);
-  assert.ok(!active.includes(body.id));
+  assert.ok(!active.includes(body.id), 'an expired key is not listed by default');
   const all = assertStatus(await listKeys('limit=100&include_inactive=true'), 200).data.map((k: { id: string }) => k.id);
-  assert.ok(all.includes(body.id));
+  assert.ok(all.includes(body.id), 'an expired key is listed with include_inactive');
+});
+
+test('"Reaching expires_at makes it behave as revoked": at the very instant of expires_at the secret gets 401, PATCH and rotate get 409 api_key_revoked, and the list leaves it out without include_inactive', async () => {
+  const body = await newKey({ expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() });
+  const expiresAt = new Date(body.expires_at);
+  const ids = async (q: string) => assertStatus(await listKeys(q), 200).data.map((k: { id: string }) => k.id);
+  await atOneInstant(t, async () => {
+    t.clock.now = () => new Date(expiresAt.getTime() - 1);
+    assert.equal((await useKey(body.secret)).statusCode, 200, 'usable until expires_at');
+    assert.ok((await ids('limit=100')).includes(body.id), 'listed until expires_at');
+    t.clock.now = () => new Date(expiresAt);
+    assertError(await useKey(body.secret), 401, 'unauthenticated');
+    assertError(await patchKey(body.id, { name: 'late' }), 409, 'api_key_revoked');
+    assertError(await rotateKey(body.id), 409, 'api_key_revoked');
+    assert.ok(!(await ids('limit=100')).includes(body.id), 'not listed once expires_at is reached');
+    assert.ok((await ids('limit=100&include_inactive=true')).includes(body.id), 'listed with include_inactive');
+  });
+  // The wall clock passes expires_at too, so time never runs backwards for the next tests.
+  t.clock.advance(60);
+  assert.equal(assertStatus(await getKey(body.id), 200).name, 'svc');
 });
 
 test('POST /v1/api-keys/{id}/rotate: a new secret on the same record, the old secret is invalid at once; secret_hint follows; audit api_key.rotated', async () => {
@@ -142,8 +181,21 @@ test('DELETE /v1/api-keys/{id} revokes permanently: 204, the secret gets 401; PA
   assert.equal(assertStatus(await getKey(body.id), 200).name, 'svc');
   assert.equal((await auditOfTarget(t, body.id, 'api_key.revoked')).length, 1);
   assert.equal((await auditOfTarget(t, body.id, 'api_key.rotated')).length, 0);
-  assert.ok(!assertStatus(await listKeys('limit=100'), 200).data.some((k: { id: string }) => k.id === body.id));
-  assert.ok(assertStatus(await listKeys('limit=100&include_inactive=true'), 200).data.some((k: { id: string }) => k.id === body.id));
+  assert.ok(!assertStatus(await listKeys('limit=100'), 200).data.some((k: { id: string }) => k.id === body.id), 'a revoked key is not listed by default');
+  assert.ok(assertStatus(await listKeys('limit=100&include_inactive=true'), 200).data.some((k: { id: string }) => k.id === body.id), 'a revoked key is listed with include_inactive');
+});
+
+test('DELETE of an already revoked key changes nothing: 204 again, revoked_at stays as it was, one api_key.revoked audit row', async () => {
+  const body = await newKey();
+  assert.equal((await revokeKey(body.id)).statusCode, 204);
+  const revokedAt = assertStatus(await getKey(body.id), 200).revoked_at;
+  assert.ok(revokedAt, 'revoked_at set');
+  t.clock.advance(1);
+  const again = await revokeKey(body.id);
+  assert.equal(again.statusCode, 204, again.body);
+  assert.equal(again.body, '');
+  assert.equal(assertStatus(await getKey(body.id), 200).revoked_at, revokedAt);
+  assert.equal((await auditOfTarget(t, body.id, 'api_key.revoked')).length, 1);
 });
 
 test('GET, PATCH, rotate and DELETE of an unknown key get 404 api_key_not_found', async () => {
@@ -167,7 +219,7 @@ test('last_used_at is updated at most once a minute', async () => {
     const v = await lastUsed();
     return v && v.getTime() > first.getTime() ? v : null;
   }, 'a newer last_used_at');
-  assert.ok(second.getTime() - first.getTime() >= 60_000);
+  assert.ok(second.getTime() - first.getTime() >= 60_000, 'a minute apart at least');
   assert.equal(assertStatus(await getKey(body.id), 200).last_used_at, second.toISOString());
 });
 
@@ -223,6 +275,27 @@ test('a PATCH of an API key that changes nothing writes nothing: 200, updated ke
   }
   assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created']);
   assertStatus(await patchKey(key.id, { name: 'other' }), 200);
+  assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created', 'api_key.updated']);
+});
+
+test('PATCH permissions replaces the list: dropping one removes it (200, audit api_key.updated) and the key can no longer use it', async () => {
+  const key = await newKey({ permissions: ['users.list', 'audit.view'] });
+  assert.equal((await useKey(key.secret)).statusCode, 200);
+  assert.deepEqual(assertStatus(await patchKey(key.id, { permissions: ['audit.view'] }), 200).permissions, ['audit.view']);
+  assert.deepEqual(assertStatus(await getKey(key.id), 200).permissions, ['audit.view']);
+  assertError(await useKey(key.secret), 403, 'forbidden');
+  const audit = await auditOfTarget(t, key.id, 'api_key.updated');
+  assert.equal(audit.length, 1);
+  assert.deepEqual(audit[0].after.permissions, ['audit.view']);
+});
+
+test('restrict_destructive false on a key that is already unrestricted lifts nothing: a caller lacking its permissions gets 200, no role_escalation_forbidden and no audit row', async () => {
+  const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+  const { token } = await userToken(t, { roles: [role] });
+  const key = await newKey({ permissions: ['users.list', 'users.manage'] });
+  assert.equal(key.restrict_destructive, false);
+  assert.equal(assertStatus(await patchKey(key.id, { restrict_destructive: false }, token), 200).restrict_destructive, false);
+  assert.equal(assertStatus(await patchKey(key.id, { name: 'renamed', restrict_destructive: false }, token), 200).name, 'renamed');
   assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created', 'api_key.updated']);
 });
 
@@ -314,6 +387,18 @@ test("PATCH permissions of an app-scoped key within its Application's allowed se
   assert.deepEqual(audit[0].after.permissions, ['users.list', `app.${app.slug}.read`]);
 });
 
+test("the audit rows of an app-scoped key's changes carry its Application: the Application's own audit.view key sees api_key.created, updated, rotated and revoked with its application_id", async () => {
+  const app = await createApplication(t);
+  const viewer = assertStatus(await createKey({ name: 'auditor', scope: app.id, permissions: ['audit.view'] }), 201);
+  const key = assertStatus(await createKey({ name: 'app', scope: app.id, permissions: [] }), 201);
+  assertStatus(await patchKey(key.id, { name: 'renamed' }), 200);
+  assertStatus(await rotateKey(key.id), 200);
+  assert.equal((await revokeKey(key.id)).statusCode, 204);
+  const seen = assertStatus(await call(t, 'GET', `/v1/audit-events?target_id=${key.id}`, viewer.secret), 200).data;
+  assert.deepEqual(seen.map((e: any) => e.action).sort(), ['api_key.created', 'api_key.revoked', 'api_key.rotated', 'api_key.updated']);
+  assert.ok(seen.every((e: any) => e.application_id === app.id), JSON.stringify(seen.map((e: any) => e.application_id)));
+});
+
 test('an API key calling any /v1/api-keys route gets 400 user_token_required, even with api_keys.manage', async () => {
   const target = await newKey();
   const key = await createApiKey(t, { permissions: ['api_keys.manage', 'users.list'] });
@@ -370,6 +455,13 @@ test('"Setting restrict_destructive false on an intended_use agent key writes au
   assert.deepEqual(await auditOfTarget(t, service.id, 'api_key.restrict_destructive_disabled'), []);
 });
 
+test('"restrict_destructive turned off on an agent key" is audited when it turns off: a PATCH sending false to an agent key already unrestricted writes no second api_key.restrict_destructive_disabled', async () => {
+  const agent = await newKey({ intended_use: 'agent', restrict_destructive: false });
+  assertStatus(await patchKey(agent.id, { name: 'renamed', restrict_destructive: false }), 200);
+  assert.equal((await auditOfTarget(t, agent.id, 'api_key.restrict_destructive_disabled')).length, 1);
+  assert.equal((await auditOfTarget(t, agent.id, 'api_key.updated')).length, 1);
+});
+
 test('PATCH /v1/api-keys/{id} changes name, permissions or restrict_destructive only; audit api_key.updated with before and after; mode and scope never change', async () => {
   const key = await newKey({ permissions: ['users.list'] });
   const body = assertStatus(await patchKey(key.id, { name: 'new name', permissions: ['users.list', 'users.manage'] }), 200);
@@ -417,6 +509,27 @@ test('"Test credentials see only test rows": a test-mode User token creates test
   const sandbox = assertStatus(await createKey({ name, scope: 'platform', permissions: ['users.list'], mode: 'test' }, testAdmin), 201);
   assert.equal(sandbox.mode, 'test');
   assert.match(sandbox.secret, /^plat_test_/);
+});
+
+test('"A test-mode credential sees and manages only test keys": a live key is 404 api_key_not_found to a test-mode User token (GET, PATCH, rotate, DELETE) and left out of its list whatever mode it asks for; a live credential manages both', async () => {
+  const testAdmin = await login(t, await createUser(t, { mode: 'test', roles: ['superadmin'] }));
+  const live = await newKey();
+  const sandbox = await newKey({ mode: 'test' }, testAdmin);
+  for (const res of [await getKey(live.id, testAdmin), await patchKey(live.id, { name: 'x' }, testAdmin), await rotateKey(live.id, testAdmin), await revokeKey(live.id, testAdmin)]) {
+    assertError(res, 404, 'api_key_not_found');
+  }
+  const untouched = assertStatus(await getKey(live.id), 200);
+  assert.equal(untouched.name, 'svc');
+  assert.equal(untouched.revoked_at, null);
+  assert.equal(untouched.secret_hint, live.secret.slice(-4));
+  assert.equal((await useKey(live.secret)).statusCode, 200, 'the live key still works');
+  for (const q of ['limit=100', 'limit=100&mode=live', 'limit=100&include_inactive=true']) {
+    const listed = assertStatus(await listKeys(q, testAdmin), 200).data;
+    assert.ok(listed.every((k: { mode: string }) => k.mode === 'test'), `only test keys (${q})`);
+    assert.ok(!listed.some((k: { id: string }) => k.id === live.id), `the live key is not listed (${q})`);
+  }
+  assert.ok(assertStatus(await listKeys('limit=100', testAdmin), 200).data.some((k: { id: string }) => k.id === sandbox.id), 'its test key is listed');
+  assert.equal(assertStatus(await getKey(sandbox.id), 200).mode, 'test', 'a live credential reads the test key');
 });
 
 test('GET /v1/api-keys filters by scope, mode and intended_use', async () => {
