@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, type AppFixture } from '../access/support.js';
 import { createUser } from '../helpers/fixtures.js';
-import { assertOAuthError, member, oauthApp, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
+import { assertOAuthError, member, oauthApp, pausedAfter, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -60,6 +60,29 @@ test('concurrent refreshes with one token: exactly one succeeds', async () => {
   assert.equal(results.filter((r) => r.statusCode === 200).length, 1, results.map((r) => r.body).join('\n'));
 });
 
+test('a refresh token used by another request while this one was checking it is invalid_grant, and its whole grant is revoked (single use), audited', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  let winner: any = null;
+  const loser = await pausedAfter(t, 'FROM oauth_refresh_tokens', async () => {
+    winner = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+  }, () => tokenReq(t, refreshGrant(first.refresh_token, app.id)));
+  assertOAuthError(loser, 'invalid_grant');
+  assertOAuthError(await tokenReq(t, refreshGrant(winner.refresh_token, app.id)), 'invalid_grant');
+  assert.equal((await auditOf(t, user.id, 'oauth.refresh_token_reused')).length, 1);
+});
+
+test('a refresh under way when a replay revokes its grant is invalid_grant too: nothing issued from the grant outlives the replay', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+  const res = await pausedAfter(t, 'FROM oauth_refresh_tokens', async () => {
+    assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant');
+  }, () => tokenReq(t, refreshGrant(next.refresh_token, app.id)));
+  assertOAuthError(res, 'invalid_grant');
+  assert.equal((await auditOf(t, user.id, 'oauth.refresh_token_reused')).length, 1);
+});
+
 test('bound to its Application: another client_id is invalid_grant (token not used up), an unknown one invalid_client', async () => {
   const other = await oauthApp(t, admin);
   const user = await member(t, admin, app.id);
@@ -101,4 +124,18 @@ test('app refresh tokens idle out after 30 days', async () => {
   const first = await signIn(t, user, app.id);
   t.clock.advance(30 * 86400 + 1);
   assert.match(assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant'), /expired/);
+});
+
+test('an app refresh token never outlives its session (90 days absolute): refresh_token_expires_in counts down to the session\'s end, after which the refresh is invalid_grant', async () => {
+  const user = await member(t, admin, app.id);
+  let tokens = await signIn(t, user, app.id);
+  for (let i = 0; i < 3; i++) {
+    t.clock.advance(29 * 86400);
+    tokens = assertStatus(await tokenReq(t, refreshGrant(tokens.refresh_token, app.id)), 200);
+  }
+  // 87 days in, the session ends in 3 days: sooner than the 30-day idle limit.
+  const left = tokens.refresh_token_expires_in;
+  assert.ok(left <= 3 * 86400 && left > 3 * 86400 - 600, `refresh_token_expires_in ${left}`);
+  t.clock.advance(left + 1);
+  assertOAuthError(await tokenReq(t, refreshGrant(tokens.refresh_token, app.id)), 'invalid_grant');
 });

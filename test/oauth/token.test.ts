@@ -3,10 +3,10 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeProtectedHeader } from 'jose';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { assertStatus, auditOf, call, patchEnt, platformKey, sql, type AppFixture } from '../access/support.js';
+import { assertStatus, auditOf, call, inSeconds, patchEnt, platformKey, sql, type AppFixture } from '../access/support.js';
 import { alignToWindow } from '../auth/support.js';
 import {
-  assertOAuthError, codeFor, codeGrant, member, oauthApp, refreshGrant, REDIRECT, TOKEN, tokenReq, verifyAppToken,
+  assertOAuthError, codeFor, codeGrant, member, oauthApp, pausedAfter, pkce, refreshGrant, REDIRECT, TOKEN, tokenReq, verifyAppToken,
 } from './support.js';
 
 let t: TestApp;
@@ -117,12 +117,35 @@ test('a reused code is invalid_grant and revokes every token issued from it (RFC
   assert.equal((await call(t, 'GET', '/v1/users/me', user.token)).statusCode, 200);
 });
 
+test('a reused code presented with another or an unknown client_id still revokes every token issued from it (RFC 6749 §4.1.2)', async () => {
+  const other = await oauthApp(t, admin);
+  const user = await member(t, admin, app.id);
+  for (const clientId of [other.id, 'app_nosuchclient']) {
+    const c = await codeFor(t, user, app.id);
+    const first = assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+    assert.equal((await tokenReq(t, codeGrant(c, clientId))).statusCode, 400);
+    assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant');
+  }
+});
+
 test('concurrent exchanges of one code: exactly one succeeds', async () => {
   const user = await member(t, admin, app.id);
   const c = await codeFor(t, user, app.id);
   const results = await Promise.all([1, 2, 3].map(() => tokenReq(t, codeGrant(c, app.id))));
   assert.equal(results.filter((r) => r.statusCode === 200).length, 1, results.map((r) => r.body).join('\n'));
   for (const r of results.filter((x) => x.statusCode !== 200)) assertOAuthError(r, 'invalid_grant');
+});
+
+test('a code used up by another exchange while this one was checking it is invalid_grant, and every token issued from it is revoked (single use; RFC 6749 §4.1.2), audited', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  let winner: any = null;
+  const loser = await pausedAfter(t, 'FROM oauth_authorization_codes', async () => {
+    winner = assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+  }, () => tokenReq(t, codeGrant(c, app.id)));
+  assertOAuthError(loser, 'invalid_grant');
+  assertOAuthError(await tokenReq(t, refreshGrant(winner.refresh_token, app.id)), 'invalid_grant');
+  assert.equal((await auditOf(t, user.id, 'oauth.authorization_code_reused')).length, 1);
 });
 
 test('PKCE: a wrong verifier is invalid_grant (and does not burn the code); a malformed one invalid_request', async () => {
@@ -137,6 +160,13 @@ test('PKCE: a wrong verifier is invalid_grant (and does not burn the code); a ma
   assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
 });
 
+test('PKCE S256: the verifier\'s digest must equal the whole code_challenge; a challenge that merely begins with it never redeems', async () => {
+  const user = await member(t, admin, app.id);
+  const p = pkce();
+  const c = await codeFor(t, user, app.id, { code_challenge: `${p.challenge}A` });
+  assertOAuthError(await tokenReq(t, codeGrant({ code: c.code, verifier: p.verifier }, app.id)), 'invalid_grant');
+});
+
 test('redirect_uri and client_id must match the code: invalid_grant; an unknown client_id is invalid_client', async () => {
   const other = await oauthApp(t, admin);
   const user = await member(t, admin, app.id);
@@ -147,6 +177,15 @@ test('redirect_uri and client_id must match the code: invalid_grant; an unknown 
   assertOAuthError(await tokenReq(t, codeGrant({ code: 'oac_unknown', verifier: c.verifier }, 'app_nosuchclient')), 'invalid_client');
   assertOAuthError(await tokenReq(t, codeGrant({ code: 'oac_unknown', verifier: c.verifier }, app.id)), 'invalid_grant');
   assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+});
+
+test('the code is bound to the exact redirect_uri it was issued for, whichever registered one that is: another registered one is invalid_grant, that one succeeds', async () => {
+  const second = 'https://app.example.com/other-callback';
+  const multi = await oauthApp(t, admin, { redirect_uris: [REDIRECT, second] });
+  const user = await member(t, admin, multi.id);
+  const c = await codeFor(t, user, multi.id, { redirect_uri: second });
+  assertOAuthError(await tokenReq(t, codeGrant(c, multi.id)), 'invalid_grant');
+  assertStatus(await tokenReq(t, codeGrant(c, multi.id, { redirect_uri: second })), 200);
 });
 
 test('access is re-checked at the exchange: a disabled entitlement or a suspended Application is invalid_grant', async () => {
@@ -172,6 +211,15 @@ test('the code belongs to the session: after logout the exchange is invalid_gran
   assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant');
 });
 
+test('the code belongs to the session: once the session reaches its absolute end the exchange is invalid_grant', async () => {
+  const user = await member(t, admin, app.id);
+  // The session ends in 30 seconds, before the code's own 60.
+  await sql(t, 'UPDATE sessions SET expires_at = $2 WHERE id = $1', [user.sid, inSeconds(t, 30)]);
+  const c = await codeFor(t, user, app.id);
+  t.clock.advance(31);
+  assert.match(assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant'), /session/);
+});
+
 test('missing or non-string parameters are invalid_request; an unknown grant_type unsupported_grant_type', async () => {
   const user = await member(t, admin, app.id);
   const c = await codeFor(t, user, app.id);
@@ -188,6 +236,35 @@ test('missing or non-string parameters are invalid_request; an unknown grant_typ
   assertOAuthError(await tokenReq(t, { grant_type: 'refresh_token', refresh_token: 'rtk_x' }), 'invalid_request');
   // None of these used the code up.
   assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+});
+
+test('a parameter sent with an empty value counts as missing (RFC 6749 §3.1): invalid_request naming it, JSON or form, and the code stays usable', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  for (const field of ['grant_type', 'code', 'code_verifier', 'redirect_uri', 'client_id']) {
+    for (const form of [false, true]) {
+      assert.match(assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { [field]: '' }), form), 'invalid_request'), new RegExp(field));
+    }
+  }
+  assert.match(assertOAuthError(await tokenReq(t, { grant_type: 'refresh_token', refresh_token: '', client_id: app.id }), 'invalid_request'), /refresh_token/);
+  assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+});
+
+test('grant_type is matched exactly: near spellings of authorization_code and refresh_token are unsupported_grant_type', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  for (const grantType of ['refresh', 'refresh_tokens', 'REFRESH_TOKEN', 'authorization_code ', 'Authorization_Code']) {
+    assertOAuthError(await tokenReq(t, { ...codeGrant(c, app.id), grant_type: grantType, refresh_token: 'rtk_x' }), 'unsupported_grant_type');
+  }
+  assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+});
+
+test('only server errors keep the general envelope at the token endpoint: an unexpected failure is 500 internal_error, not an OAuth 400', async () => {
+  const res = await pausedAfter(t, 'FROM oauth_refresh_tokens', async () => {
+    throw new Error('injected failure');
+  }, () => tokenReq(t, refreshGrant('rtk_unknown', app.id)));
+  assert.equal(res.statusCode, 500, res.body);
+  assert.equal(res.json().error.code, 'internal_error');
 });
 
 test('codes live 60 seconds: an expired code is invalid_grant', async () => {
