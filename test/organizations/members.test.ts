@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
-  accept, accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
+  accept, accessEvents, addById, assertError, assertInvalid, assertStatus, call, createOrgApi, effective, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
   orgGrantApi, orgWithMembers, person, platformKey, sql,
 } from './support.js';
 
@@ -128,6 +128,19 @@ test('an admin email change of a user invited by an Organization voids the Organ
   assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [member.user_id]))[0].status, 'invited');
 });
 
+test('an Organization\'s invitation link is replaced by that same Organization\'s next invitation: withdrawn and invited again, the first link is refused (400 invalid_token) and the new one works', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const email = uniqueEmail('again');
+  const first = assertStatus(await invite(t, owner.token, org.id, email), 201);
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${first.user_id}`, owner.token)).statusCode, 204);
+  assertStatus(await invite(t, owner.token, org.id, email), 201);
+  const [oldLink, newLink] = [await invitationToken(email, 0), await invitationToken(email, 1)];
+  assert.notEqual(oldLink, newLink);
+  assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: oldLink, password: PASSWORD }), 400, 'invalid_token');
+  const session = assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: newLink, password: PASSWORD }), 200);
+  assert.equal(assertStatus(await accept(t, session.access_token, org.id), 200).membership_status, 'active');
+});
+
 test('members ?q= matches a pending member by email only, never by the display_name the list hides until they are active', async () => {
   const { org, owner } = await createOrgApi(t);
   const u = await person(t);
@@ -168,6 +181,26 @@ test('an org admin adding by user_id gets 403 forbidden', async () => {
   assert.equal(await membership(t, org.id, user.id), undefined);
 });
 
+test('POST members takes exactly one of user_id or email: both, or neither, is 422 validation_failed and adds nobody', async () => {
+  const org = await orgWithMembers(t, admin);
+  const u = await person(t);
+  assertInvalid(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: u.id, email: u.email }), 'email');
+  assertInvalid(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { role: 'member' }), 'email');
+  assert.equal(await membership(t, org.id, u.id), undefined);
+  assert.deepEqual(await mails(t, u.email), [], 'no invitation sent');
+  assert.equal(await memberCount(org.id), 1);
+});
+
+test('adding by user_id a user who does not exist or is deleted: 404 user_not_found and no membership', async () => {
+  const org = await orgWithMembers(t, admin);
+  assertError(await addById(t, admin, org.id, 'usr_doesnotexist'), 404, 'user_not_found');
+  const gone = await person(t);
+  assertStatus(await call(t, 'DELETE', `/v1/users/${gone.id}`, admin), 204);
+  assertError(await addById(t, admin, org.id, gone.id), 404, 'user_not_found');
+  assert.equal(await membership(t, org.id, gone.id), undefined);
+  assert.deepEqual((await memberWebhooks(t, org.id)).map((h) => h.data.user_id), [org.owner.id], 'only the creator was ever added');
+});
+
 test('a plain member may not invite (403 forbidden)', async () => {
   const org = await orgWithMembers(t, admin, 1);
   assertError(await invite(t, org.members[0].token, org.id, uniqueEmail()), 403, 'forbidden');
@@ -196,6 +229,19 @@ test('accept (POST members/me/accept) moves pending to active (200) with organiz
   const stranger = await person(t);
   assertError(await accept(t, stranger.token, org.id), 404, 'member_not_found');
   assertError(await accept(t, stranger.token, 'org_doesnotexist'), 404, 'member_not_found');
+});
+
+test('accepting an invitation as org_admin: organization.member_added carries role org_admin, and the new member acts as org admin', async () => {
+  const org = await orgWithMembers(t, admin);
+  const u = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, u.email, 'org_admin'), 201);
+  const joined = assertStatus(await accept(t, u.token, org.id), 200);
+  assert.deepEqual([joined.role, joined.membership_status], ['org_admin', 'active']);
+  assert.deepEqual(await memberWebhooks(t, org.id, u.id), [{ type: 'organization.member_added', data: { organization_id: org.id, user_id: u.id, role: 'org_admin' } }]);
+  const added = await orgAudit(t, org.id, 'organization.member_added', u.id);
+  assert.deepEqual(added.map((a) => a.after.role), ['org_admin']);
+  // Two active org_admins now: the creator is no longer the last one.
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${org.owner.id}`, u.token, { role: 'member' }), 200).role, 'member');
 });
 
 test('PATCH members/{userId} changes the role (organization.member_role_changed), pending members too; a plain member gets 403; unknown user 404 member_not_found', async () => {
@@ -259,6 +305,14 @@ test('a soft-deleted member is not counted or listed (unless include_inactive) a
   assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/me`, org.owner.token, { role: 'member' }), 409, 'last_org_admin');
 });
 
+test('a PATCH naming the member\'s current role changes nothing: the last org_admin "demoted" to org_admin answers 200 (no 409 last_org_admin) and no organization.member_role_changed is written', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const same = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${org.owner.id}`, org.owner.token, { role: 'org_admin' }), 200);
+  assert.deepEqual([same.role, same.membership_status], ['org_admin', 'active']);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${org.members[0].id}`, admin, { role: 'member' }), 200).role, 'member');
+  assert.deepEqual(await orgAudit(t, org.id, 'organization.member_role_changed'), []);
+});
+
 test('409 already_member for an active or pending member (by email and by user_id); 404 member_not_found for DELETE of a non-member', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const active = org.members[0];
@@ -316,6 +370,20 @@ test('a member may leave (DELETE members/me): 204, organization.member_removed a
   assertError(await call(t, 'GET', `/v1/organizations/${org.id}`, leaver.token), 404, 'organization_not_found');
   // The org admin kept access.
   assert.deepEqual(await accessEvents(t, org.owner.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+});
+
+test('a plain member may not remove another member (403 forbidden): the membership stays and their access does not flip', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [actor, target] = org.members;
+  const app = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, app.id);
+  for (const victim of [target, org.owner]) {
+    assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${victim.id}`, actor.token), 403, 'forbidden');
+    assert.equal((await membership(t, org.id, victim.id))?.membership_status, 'active');
+    assert.deepEqual(await accessEvents(t, victim.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+  }
+  assert.deepEqual((await memberWebhooks(t, org.id)).map((h) => h.type), ['organization.member_added', 'organization.member_added', 'organization.member_added']);
+  assert.deepEqual(await orgAudit(t, org.id, 'organization.member_removed'), []);
 });
 
 test('withdrawing or declining a pending invitation writes the organization.member_removed audit only (no webhook, no access event)', async () => {

@@ -319,6 +319,23 @@ test('on a restricted Tenant an org grant gives 402 subscription_required only w
   }
 });
 
+test('an org grant to an Application whose Tenant is migrating: 503 service_unavailable with Retry-After, and nothing is granted', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  await sql(t, `UPDATE tenants SET status = 'migrating' WHERE id = $1`, [app.tenant_id]);
+  try {
+    const res = await orgGrantReq(t, admin, org.id, { application_id: app.id });
+    const error = assertError(res, 503, 'service_unavailable');
+    assert.ok(Number(res.headers['retry-after']) > 0, 'Retry-After');
+    assert.equal(error.details.tenant_id, app.tenant_id);
+    assert.deepEqual(await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id]), []);
+    for (const u of [org.owner, ...org.members]) assert.deepEqual(await accessEvents(t, u.id, app.id), []);
+  } finally {
+    await sql(t, `UPDATE tenants SET status = 'active' WHERE id = $1`, [app.tenant_id]);
+  }
+  assertStatus(await orgGrantReq(t, admin, org.id, { application_id: app.id }), 201);
+});
+
 test('on a restricted Tenant a PATCH of an org grant that would give a member a new seat (scope widened, re-enabled) gives 402 subscription_required and changes nothing', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const seated = org.owner;

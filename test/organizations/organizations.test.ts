@@ -193,6 +193,24 @@ test('suspend and reactivate only by organizations.manage: an org admin sending 
   assert.ok(JSON.stringify(audit[1]).includes('resolved'));
 });
 
+test('a suspended Organization is frozen for its org admins: a rename by an org admin is 403 organization_suspended; organizations.manage may still rename it', async () => {
+  const org = await orgWithMembers(t, admin);
+  await suspendOrg(org.id);
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { name: 'Renamed While Frozen' }), 403, 'organization_suspended');
+  assert.equal((await sql(t, 'SELECT name FROM organizations WHERE id = $1', [org.id]))[0].name, org.name);
+  assert.equal((await orgAudit(t, org.id, 'organization.updated')).length, 1, 'only the suspension');
+  const renamed = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { name: 'Renamed By Platform' }), 200);
+  assert.deepEqual([renamed.name, renamed.status], ['Renamed By Platform', 'suspended']);
+});
+
+test('the reason belongs to organizations.manage: an org admin sending a reason (alone or with a name) gets 403 forbidden and nothing changes', async () => {
+  const org = await orgWithMembers(t, admin);
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { reason: 'my note' }), 403, 'forbidden');
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { name: 'With A Reason', reason: 'my note' }), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT name FROM organizations WHERE id = $1', [org.id]))[0].name, org.name);
+  assert.deepEqual(await orgAudit(t, org.id, 'organization.updated'), []);
+});
+
 test('while suspended: inviting, accepting, adding, org grant creation and PATCH of its org_seat entitlement return 403 organization_suspended; existing members keep access', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const member = org.members[0];

@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { accessEvents, addById, assertError, assertStatus, call, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
+import { accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -109,6 +109,23 @@ test('a member already holding a seat through a personal grant is never seat_lim
   assert.deepEqual(await decisionOf(holder.id, app.id), { allowed: true, decision: 'included' });
 });
 
+test('a member who already holds a seat through another path is never marked: a grant taking the Tenant over its cap marks only members who became seats through it', async () => {
+  const { app } = await starterAppWithSeats(998);
+  // The holder has the highest user id, so the highest-ids-first choice would pick them if they counted as new.
+  const [low, mid, holder] = [await person(t), await person(t), await person(t)].sort((a, b) => a.id.localeCompare(b.id));
+  assertStatus(await call(t, 'POST', `/v1/users/${holder.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  const { org } = await createOrgApi(t, low);
+  for (const u of [mid, holder]) assertStatus(await addById(t, admin, org.id, u.id), 201);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  assert.equal(ent.included_member_count, 2);
+  assert.deepEqual(await decisionOf(holder.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await decisionOf(low.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await decisionOf(mid.id, app.id), { allowed: false, decision: 'seat_limit' });
+  assert.deepEqual(await accessEvents(t, mid.id, app.id), []);
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200);
+  assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1000, included: 1000 });
+});
+
 test('a seat freed by revoking a personal grant goes back to the seat_limit member in the same transaction: access.granted with reason org_grant_changed', async () => {
   const { app, personal } = await starterAppWithSeats(999);
   const org = await orgWithMembers(t, admin, 1);
@@ -142,6 +159,24 @@ test('seat-limit-release job: seats freed by time (an expired personal grant) an
   assert.deepEqual(await accessEvents(t, second.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
   await t.deps.jobs.runNow('seat-limit-release');
   assert.deepEqual(await accessEvents(t, second.id, app.id), [['access.granted', 'org_grant_changed', 'active']], 'announced once');
+});
+
+test('a marked member who meanwhile took a seat through another path loses the mark at the next release without using room: the org path reads included again', async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const { org } = await createOrgApi(t);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const marked = await person(t);
+  assertStatus(await addById(t, admin, org.id, marked.id), 201);
+  assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: false, decision: 'seat_limit' });
+  // Time frees a seat; before the release job runs, the marked member is granted it personally.
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  assertStatus(await call(t, 'POST', `/v1/users/${marked.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: true, decision: 'included' });
+  assert.equal((await sql(t, 'SELECT 1 FROM org_seat_limits WHERE user_id = $1', [marked.id])).length, 0);
+  assert.deepEqual(await accessEvents(t, marked.id, app.id), [['access.granted', 'entitlement_granted', 'active']], 'access was already on: no second access.granted');
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200);
+  assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1000, included: 1000 });
 });
 
 test('removing an included member frees the seat for the oldest seat_limit member; removing a seat_limit member drops their mark', async () => {
