@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { hashSecret } from '../../src/ids.js';
 import { createUser } from '../helpers/fixtures.js';
-import { alignToStep, createMfaUser, totpCode } from '../auth/support.js';
+import { alignToStep, createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
 import { assertStatus, grant, newApp, person, platformKey, sql, type AppFixture } from '../access/support.js';
 import { assertOAuthError, codeGrant, member, oauthApp, REDIRECT, refreshGrant, tokenReq, verifyAppToken } from './support.js';
 import { assertPage, assertRedirect, Browser, flow, formOf, setCookieHeader } from './signin-support.js';
@@ -73,6 +73,17 @@ test('wrong password or unknown email: 401 with the API message, the email kept,
 
 const assertPageAnd = (res: Awaited<ReturnType<Browser['open']>>) => (assertPage(res, 401), res);
 
+test('empty fields: an empty password, or an empty email, alone is 422 too, and no password is checked', async () => {
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  const body = assertPage(await browser.signIn(page, user.email, ''), 422, 'Enter your email and password.');
+  assert.match(body, /<input id="password" name="password"[^>]* aria-invalid="true" aria-describedby="signin-error"/);
+  assertPage(await browser.signIn(page, '', user.password), 422, 'Enter your email and password.');
+  const [identity] = await sql(t, `SELECT failed_attempts FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failed_attempts, 0, 'no password was checked');
+});
+
 test('lockout as the API: five failures lock for 15 minutes (then 429, Retry-After, "try again in 15 minutes"), even with the right password', async () => {
   const user = await member(t, admin, app.id);
   const browser = new Browser(t);
@@ -85,6 +96,18 @@ test('lockout as the API: five failures lock for 15 minutes (then 429, Retry-Aft
   assertPage(still, 429, /^Too many attempts; try again in 1[45] minutes\.$/);
   t.clock.advance(15 * 60 + 1);
   assertRedirect(await browser.signIn(page, user.email, user.password));
+});
+
+test('lockout: the page never says to come back before Retry-After (N minutes rounds up)', async () => {
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  for (let i = 0; i < 5; i++) assertPage(await browser.signIn(page, user.email, WRONG), 401);
+  t.clock.advance(30);
+  const locked = await browser.signIn(page, user.email, user.password);
+  const retryAfter = Number(locked.headers['retry-after']);
+  assert.ok(retryAfter > 14 * 60 && retryAfter <= 870, `Retry-After ${retryAfter}`);
+  assertPage(locked, 429, 'Too many attempts; try again in 15 minutes.');
 });
 
 test('a suspended user with the right password: 403 "This account is suspended."', async () => {
@@ -120,6 +143,19 @@ test('MFA: the password step shows the code form (and a recovery code form); a w
   assert.deepEqual(session.amr, ['pwd', 'otp']);
 });
 
+test('MFA: a code that is not 6 digits is 422 as in the API (5 or 7 digits), and is not counted against the challenge', async () => {
+  const { user, secret } = await createMfaUser(t);
+  await grant(t, admin, user.id, app.id);
+  const browser = new Browser(t);
+  let page = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+  for (const code of ['12345', '1234567', '12345', '1234567', '12345']) {
+    page = await browser.mfa(page, 'code', code);
+    assertPage(page, 422, 'Enter the 6-digit code from your authenticator app.');
+  }
+  // Five malformed codes later the challenge still takes the right one.
+  assertRedirect(await browser.mfa(page, 'code', await totpCode(t, secret)));
+});
+
 test('MFA with a recovery code: redirects; a used or unknown recovery code is 401 on the recovery form', async () => {
   const { user, recoveryCodes } = await createMfaUser(t);
   await grant(t, admin, user.id, app.id);
@@ -131,6 +167,21 @@ test('MFA with a recovery code: redirects; a used or unknown recovery code is 40
   assertRedirect(await browser.mfa(bad, 'recovery_code', recoveryCodes[0]));
   const next = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
   assertPage(await browser.mfa(next, 'recovery_code', recoveryCodes[0]), 401, 'The code is not valid.');
+});
+
+test('MFA recovery form: an empty recovery code is 422; its errors are tied to the recovery code field, not the code field', async () => {
+  const { user } = await createMfaUser(t);
+  await grant(t, admin, user.id, app.id);
+  const browser = new Browser(t);
+  const mfa = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+  const empty = await browser.mfa(mfa, 'recovery_code', '');
+  assertPage(empty, 422, 'Enter one of your recovery codes.');
+  const bad = await browser.mfa(empty, 'recovery_code', 'aaaaa-aaaaa');
+  assertPage(bad, 401, 'The code is not valid.');
+  for (const body of [empty.body, bad.body]) {
+    assert.match(body, /<input id="recovery_code" name="recovery_code"[^>]* aria-invalid="true" aria-describedby="signin-error"/);
+    assert.doesNotMatch(body, /<input id="code" [^>]*aria-invalid/);
+  }
 });
 
 test('MFA token expired (300 s): back to the password form, "sign in again"; a token of another mode counts as unknown', async () => {
@@ -145,6 +196,22 @@ test('MFA token expired (300 s): back to the password form, "sign in again"; a t
   assert.ok(body.includes('name="password"'));
   assertPage(await browser.mfa(mfa, 'code', 'abc'), 401, 'The MFA token is invalid or expired.');
   assertPage(await browser.post('/signin/mfa', { ...formOf(mfa, '/signin/mfa'), mfa_token: 'mfa_forged', code: '123456' }), 401, 'The MFA token is invalid or expired.');
+});
+
+test('an MFA challenge of the other mode counts as unknown: back to the password form ("… Please sign in again."), no code issued', async () => {
+  // A test-mode user's challenge (from the API) posted on a live Application's page.
+  const { user: tester, secret } = await createMfaUser(t, { mode: 'test' });
+  const testToken = await mfaChallenge(t, tester);
+  const { user } = await createMfaUser(t);
+  await grant(t, admin, user.id, app.id);
+  const browser = new Browser(t);
+  const mfa = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+  const res = await browser.post('/signin/mfa', { ...formOf(mfa, '/signin/mfa'), mfa_token: testToken, code: await totpCode(t, secret) });
+  const body = assertPage(res, 401, 'The MFA token is invalid or expired. Please sign in again.');
+  assert.ok(body.includes('name="password"'), 'the password form');
+  assert.equal(setCookieHeader(res), undefined, 'not signed in');
+  const codes = await sql(t, 'SELECT 1 FROM oauth_authorization_codes WHERE user_id = $1', [tester.id]);
+  assert.equal(codes.length, 0);
 });
 
 test('MFA: five wrong codes void the challenge and lock the identity: the fifth shows the password form, and signing in again gets the lockout message (429)', async () => {
@@ -179,6 +246,25 @@ test('no access to the Application: a 403 page (no redirect) with a link returni
   assert.equal(codes.length, 0);
 });
 
+test('no access: "Return to" also carries error_description; "Sign in with another account" opens the page again for the same request', async () => {
+  const user = await person(t);
+  const f = flow(app.id, { state: 's&2' });
+  const browser = new Browser(t);
+  const body = assertPage(await browser.signIn(await browser.open(f.params), user.email, user.password), 403);
+  const back = new URL(/<a class="button" href="([^"]+)">Return to Acme Notes<\/a>/.exec(body)![1].replace(/&amp;/g, '&'));
+  assert.ok(back.searchParams.get('error_description'), 'error_description is set');
+  const link = /<a href="([^"]+)">Sign in with another account<\/a>/.exec(body);
+  assert.ok(link, `no "Sign in with another account" link: ${body}`);
+  const again = new URL(link[1].replace(/&amp;/g, '&'), 'http://localhost');
+  assert.equal(again.pathname, '/signin');
+  assert.deepEqual(Object.fromEntries(again.searchParams), f.params);
+  // The page it opens signs another account in for the same request (same state, same PKCE pair).
+  const other = await member(t, admin, app.id);
+  const { code, state } = assertRedirect(await browser.signIn(await browser.open(Object.fromEntries(again.searchParams)), other.email, other.password));
+  assert.equal(state, 's&2');
+  assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, app.id)), 200);
+});
+
 test('a second visit offers "Continue as"; continuing issues a code on the same session; once the session ends, sign in again', async () => {
   const user = await member(t, admin, app.id);
   const browser = new Browser(t);
@@ -201,6 +287,27 @@ test('a second visit offers "Continue as"; continuing issues a code on the same 
   await sql(t, 'UPDATE sessions SET revoked_at = now() WHERE id = $1', [sessionId]);
   assert.ok(!assertPage(await browser.open(f.params), 200).includes('Continue as'));
   assertPage(await browser.post('/signin/continue', formOf(page, '/signin/continue')), 401, 'Your session has ended. Please sign in again.');
+});
+
+test('a new sign-in in the same browser forgets the previous one, whose session stays alive; other browsers keep theirs', async () => {
+  const first = await member(t, admin, app.id);
+  const second = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const elsewhere = new Browser(t);
+  const f = flow(app.id);
+  const { code } = assertRedirect(await browser.signIn(await browser.open(f.params), first.email, first.password));
+  const tokens = assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, app.id)), 200);
+  assertRedirect(await elsewhere.signIn(await elsewhere.open(flow(app.id).params), first.email, first.password));
+  const previous = browser.cookie!;
+
+  assertRedirect(await browser.signIn(await browser.open(flow(app.id).params), second.email, second.password));
+  assert.ok(assertPage(await browser.open(flow(app.id).params), 200).includes(`Continue as ${second.email}`), 'this browser continues as the second user');
+  const stale = new Browser(t);
+  stale.cookie = previous;
+  assert.ok(!assertPage(await stale.open(flow(app.id).params), 200).includes('Continue as'), 'the previous cookie names no session');
+  // The first session lives on: the other browser continues with it, the Application refreshes its tokens.
+  assert.ok(assertPage(await elsewhere.open(flow(app.id).params), 200).includes(`Continue as ${first.email}`), 'the other browser still continues as the first user');
+  assertStatus(await tokenReq(t, refreshGrant(tokens.refresh_token, app.id)), 200);
 });
 
 test('"Continue as" lasts while the session is in use: an Application refreshing its tokens keeps it; 30 days with no token used end it', async () => {
@@ -241,4 +348,19 @@ test('a test_mode Application signs in test-mode users only (its own mode), and 
   assert.equal((await verifyAppToken(t, tokens.access_token, testApp.id)).test_mode, true);
   // The live page does not see the test session of this browser.
   assert.ok(!assertPage(await browser.open(flow(app.id).params), 200).includes('Continue as'));
+});
+
+test('a test_mode Application offers "Continue as" to the test-mode user signed in on it, and continuing issues its code', async () => {
+  const testKey = await platformKey(t, undefined, 'test');
+  const testApp = await newApp(t, testKey, { redirect_uris: [REDIRECT] }, { ownerMode: 'test' });
+  const tester = await person(t, { mode: 'test' });
+  await grant(t, testKey, tester.id, testApp.id);
+  const browser = new Browser(t);
+  assertRedirect(await browser.signIn(await browser.open(flow(testApp.id).params), tester.email, tester.password));
+  const f = flow(testApp.id);
+  const page = await browser.open(f.params);
+  assert.ok(assertPage(page, 200).includes(`Continue as ${tester.email}`), page.body);
+  const { code } = assertRedirect(await browser.post('/signin/continue', formOf(page, '/signin/continue')));
+  const tokens = assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, testApp.id)), 200);
+  assert.equal((await verifyAppToken(t, tokens.access_token, testApp.id)).sub, tester.id);
 });

@@ -4,6 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { platformKey, type AppFixture } from '../access/support.js';
+import { alignToWindow } from '../auth/support.js';
 import { oauthApp } from './support.js';
 import { assertPage, Browser, flow, formOf, setCookieHeader, signinUrl } from './signin-support.js';
 
@@ -30,4 +31,17 @@ test('the per-IP throttle of the auth endpoints covers the page POSTs and answer
   for (let i = 0; i < 5 && res.statusCode === 401; i++) res = await browser.post('/signin', fields);
   assertPage(res, 429, /^Too many requests; try again in (\d+ seconds?|1 minute)\.$/);
   assert.ok(Number(res.headers['retry-after']) >= 1);
+});
+
+test('the form steps are throttled too, each endpoint with its own count: /signin/mfa and /signin/continue answer the 429 page', async () => {
+  const browser = new Browser(t);
+  const fields = formOf(await browser.open(flow(app.id).params), '/signin');
+  alignToWindow(t, 60, 1);
+  for (const action of ['/signin/mfa', '/signin/continue']) {
+    // Two per minute and endpoint: the first two get their own answer (403, the form token is not theirs), the third the throttle.
+    for (let i = 0; i < 2; i++) assertPage(await browser.post(action, fields), 403);
+    const res = await browser.post(action, fields);
+    assertPage(res, 429, /^Too many requests; try again in (\d+ seconds?|1 minute)\.$/);
+    assert.ok(Number(res.headers['retry-after']) >= 1, `Retry-After ${res.headers['retry-after']}`);
+  }
 });

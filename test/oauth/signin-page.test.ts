@@ -82,6 +82,14 @@ test('the page cookie: HttpOnly, SameSite=Lax, Path=/signin; not Secure on http:
   assert.equal(setCookieHeader(again), undefined);
 });
 
+test('a malformed page cookie counts as none: GET /signin issues a fresh one (32 random bytes)', async () => {
+  for (const cookie of ['platform_signin=short', `platform_signin=${'a'.repeat(44)}`]) {
+    const res = await t.app.inject({ method: 'GET', url: signinUrl(flow(app.id).params), headers: { cookie } });
+    assertPage(res, 200);
+    assert.match(String(setCookieHeader(res)), /^platform_signin=[A-Za-z0-9_-]{43}; /, cookie);
+  }
+});
+
 test('400 without redirect: missing or unknown Application, client_id disagreeing with application_id, response_type other than code', async () => {
   const { params } = flow(app.id);
   const { application_id: _, ...noApp } = params;
@@ -246,4 +254,11 @@ test('the page is outside the OpenAPI document', async () => {
 test('the icon shows for an https URL in any letter case of the scheme (HTTPS://…)', async () => {
   const upper = await oauthApp(t, admin, { name: 'Upper', icon_url: 'HTTPS://cdn.example.com/upper.png' });
   assert.ok(assertPage(await get(signinUrl(flow(upper.id).params)), 200).includes('<img src="HTTPS://cdn.example.com/upper.png" alt=""'));
+});
+
+test('the icon is shown only from an https icon_url; an http one shows the Application\'s initial', async () => {
+  const plain = await oauthApp(t, admin, { name: 'plain notes', icon_url: 'http://cdn.example.com/plain.png' });
+  const body = assertPage(await get(signinUrl(flow(plain.id).params)), 200);
+  assert.ok(!body.includes('<img'), 'no image from an http URL');
+  assert.ok(body.includes('<span class="mono" aria-hidden="true">P</span>'), body);
 });
