@@ -1,9 +1,9 @@
 // Billing through the real stripe client, pointed (STRIPE_API_BASE) at a fake processor on loopback.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
+import { atOneInstant, type TestApp } from '../helpers/app.js';
 import { loadConfig, SIMULATOR_WEBHOOK_SECRET } from '../../src/config.js';
-import { assertError, assertStatus, buildApp, call, caller, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
+import { assertError, assertStatus, buildApp, call, caller, seedOrganization, seedTenant, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
 import { closedPort, deliver, startFakeProcessor, subscription, type FakeProcessor } from './support.js';
 
 let t: TestApp;
@@ -179,4 +179,75 @@ test('STRIPE_SECRET_KEY without STRIPE_WEBHOOK_SECRET: processor events are refu
   const tenant = await tenantRow(misconfigured, owner.tenantId);
   assert.equal(tenant.plan, 'starter');
   assert.equal(tenant.subscription_status, 'none');
+});
+
+test('checkout: cancel_url must be https too (422 validation_failed); nothing is sent to the processor', async () => {
+  const owner = await tenantOwner(t);
+  const count = sessionsCreated().length;
+  const error = assertError(await checkout(owner.tenantId, owner.token, 'v-http-cancel', { ...body, cancel_url: 'http://app.example.com/billing' }), 422, 'validation_failed');
+  assert.equal(error.details.fields[0].path, 'cancel_url');
+  assert.equal(sessionsCreated().length, count);
+});
+
+test('checkout is a write: on a migrating Tenant it answers 503 service_unavailable with Retry-After and no processor session is created', async () => {
+  const owner = await tenantOwner(t, { status: 'migrating' });
+  const count = sessionsCreated().length;
+  const res = await checkout(owner.tenantId, owner.token, 'migrating-1');
+  assertError(res, 503, 'service_unavailable');
+  assert.equal(res.headers['retry-after'], '60');
+  assert.equal(sessionsCreated().length, count);
+});
+
+test('a portal session reports expires_at five minutes from now', async () => {
+  const owner = await tenantOwner(t, { stripeCustomerId: 'cus_portal_5m' });
+  await atOneInstant(t, async () => {
+    const session = assertStatus(await portal(owner.tenantId, owner.token), 201);
+    assert.equal(session.expires_at, new Date(t.clock.now().getTime() + 5 * 60_000).toISOString());
+  });
+});
+
+test('the Idempotency-Key sent to the processor is derived from the caller, the Tenant and the client\'s key: two owners using the same key get two processor sessions', async () => {
+  const a = await caller(t);
+  const b = await caller(t);
+  const orgId = await seedOrganization(t, [{ userId: a.user.id, role: 'org_admin' }, { userId: b.user.id, role: 'org_admin' }]);
+  const tenantId = await seedTenant(t, { ownerOrganizationId: orgId });
+  const count = sessionsCreated().length;
+  const first = assertStatus(await checkout(tenantId, a.token, 'same-client-key'), 201);
+  const second = assertStatus(await checkout(tenantId, b.token, 'same-client-key'), 201);
+  const sent = sessionsCreated().slice(count);
+  assert.equal(sent.length, 2);
+  assert.notEqual(sent[0].headers['idempotency-key'], sent[1].headers['idempotency-key']);
+  assert.notEqual(first.url, second.url);
+  assert.deepEqual(sent.map((r) => r.form.customer_email), [a.user.email, b.user.email]);
+});
+
+test('no active processor price with lookup_key team: checkout answers 503 billing_unavailable with Retry-After: 30 and creates no session', async () => {
+  const owner = await tenantOwner(t);
+  processor.prices.delete('team');
+  try {
+    const count = sessionsCreated().length;
+    const res = await checkout(owner.tenantId, owner.token, 'no-price-1');
+    assertError(res, 503, 'billing_unavailable');
+    assert.equal(res.headers['retry-after'], '30');
+    assert.equal(sessionsCreated().length, count);
+  } finally {
+    processor.prices.set('team', 'price_team_monthly');
+  }
+});
+
+test('any processor failure, an error answer as well as no answer, is 503 billing_unavailable with Retry-After: 30', async () => {
+  const owner = await tenantOwner(t, { stripeCustomerId: 'cus_refused' });
+  processor.refuse.add('/v1/billing_portal/sessions');
+  processor.refuse.add('/v1/checkout/sessions');
+  try {
+    const p = await portal(owner.tenantId, owner.token);
+    assert.equal(assertError(p, 503, 'billing_unavailable').details.reason, 'processor_error');
+    assert.equal(p.headers['retry-after'], '30');
+    const c = await checkout(owner.tenantId, owner.token, 'refused-1');
+    assert.equal(assertError(c, 503, 'billing_unavailable').details.reason, 'processor_error');
+    assert.equal(c.headers['retry-after'], '30');
+  } finally {
+    processor.refuse.clear();
+  }
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter');
 });

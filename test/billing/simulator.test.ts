@@ -2,8 +2,8 @@
 // buttons sign processor events and send them through the processor-events receiver.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
-import { assertError, assertStatus, auditRows, buildApp, call, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
+import { atOneInstant, type TestApp } from '../helpers/app.js';
+import { assertError, assertStatus, auditRows, buildApp, call, caller, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
 
 let t: TestApp;
 before(async () => {
@@ -127,4 +127,49 @@ test('the OpenAPI document describes the tenancy and billing operations, marks t
   const simulator = Object.entries<any>(doc.paths).filter(([p]) => p.startsWith('/billing/simulator/'));
   assert.ok(simulator.length >= 4);
   for (const [, item] of simulator) for (const op of Object.values<any>(item)) assert.deepEqual(op.tags, ['Billing simulator']);
+});
+
+test('a simulated checkout is valid a day: expires_at is a day ahead, and after it the page and its buttons are 404 and nothing changes', async () => {
+  const owner = await tenantOwner(t);
+  const session = await atOneInstant(t, async () => {
+    const s = await checkout(owner, 'sim-expiry');
+    assert.equal(s.expires_at, new Date(t.clock.now().getTime() + 24 * 3600_000).toISOString());
+    return s;
+  });
+  const path = pathOf(session.url);
+  t.clock.advance(24 * 3600 - 60);
+  try {
+    assert.equal((await page(path)).statusCode, 200, 'still open a minute before the day is over');
+    t.clock.advance(61);
+    assert.equal((await page(path)).statusCode, 404);
+    assert.equal((await press(`${path}/complete`)).statusCode, 404);
+    assert.equal((await press(`${path}/cancel`)).statusCode, 404);
+  } finally {
+    t.clock.advance(-(24 * 3600 + 1));
+  }
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status, row.stripe_customer_id], ['starter', 'none', null]);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM processor_events WHERE tenant_id = $1', [owner.tenantId]))[0].n, 0);
+});
+
+test('checkout is for the owner only, also through the simulator: a portal session (open to billing.manage) is not a checkout, so its id on the checkout buttons is 404 and subscribes nothing', async () => {
+  const owner = await tenantOwner(t, { subscriptionStatus: 'canceled', stripeCustomerId: 'cus_sim_lapsed' });
+  const billing = await caller(t, ['billing_admin']);
+  const portal = assertStatus(await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, billing.token, { return_url: 'https://app.example.com/settings' }), 201);
+  const id = pathOf(portal.url).split('/').at(-1)!;
+  assert.equal((await page(`/billing/simulator/checkout/${id}`)).statusCode, 404);
+  assert.equal((await press(`/billing/simulator/checkout/${id}/complete`)).statusCode, 404);
+  assert.equal((await press(`/billing/simulator/checkout/${id}/cancel`)).statusCode, 404);
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status], ['starter', 'canceled']);
+  // The portal itself still works.
+  assert.equal((await page(pathOf(portal.url))).statusCode, 200);
+});
+
+test('a Tenant that paid before checks out again through the simulator as the same processor customer', async () => {
+  const owner = await tenantOwner(t, { subscriptionStatus: 'canceled', stripeCustomerId: 'cus_sim_returning' });
+  const session = await checkout(owner, 'sim-returning');
+  assert.equal((await press(`${pathOf(session.url)}/complete`)).statusCode, 303);
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status, row.stripe_customer_id], ['team', 'active', 'cus_sim_returning']);
 });

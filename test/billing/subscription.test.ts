@@ -111,3 +111,19 @@ test('seat-sync keeps a restriction while a new subscription is not yet paid (in
     [['incomplete', false], ['incomplete', true]],
   );
 });
+
+test('Team bills only the seats beyond the 25 included: with fewer, billable is 0', async () => {
+  const owner = await tenantOwner(t, { plan: 'team', subscriptionStatus: 'active' });
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  await seatHolders(appId, 3);
+  assert.deepEqual(assertStatus(await view(owner.tenantId, owner.token), 200).seats, { current: 3, included: 25, billable: 0, last_synced_at: null });
+});
+
+test('restricted only follows a lapse: seat-sync never restricts a Tenant whose subscription is active or past_due, even with usage above Starter', async () => {
+  const owners = [await tenantOwner(t, { plan: 'team', subscriptionStatus: 'active' }), await tenantOwner(t, { plan: 'team', subscriptionStatus: 'past_due' })];
+  for (const owner of owners) for (let i = 0; i < 2; i++) await createApplication(t, admin, { owner_user_id: owner.user.id });
+  await t.deps.jobs.runNow('seat-sync');
+  for (const owner of owners) assert.equal(assertStatus(await view(owner.tenantId, owner.token), 200).restricted, false);
+  // And the Tenant keeps creating within Team's limits.
+  assertStatus(await call(t, 'POST', '/v1/applications', admin.token, { slug: `s-${rand()}`, name: 'S', launch_url: 'https://s.example.com', owner_user_id: owners[0].user.id }), 201);
+});

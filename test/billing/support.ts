@@ -21,6 +21,8 @@ export interface FakeProcessor {
   requests: ProcessorRequest[];
   /** Prices by lookup_key the fake knows (team by default). */
   prices: Map<string, string>;
+  /** Paths the fake refuses with a 400 invalid_request_error, as the processor refuses a request it will not serve. */
+  refuse: Set<string>;
   close(): Promise<void>;
 }
 
@@ -30,10 +32,12 @@ const json = (status: number, body: unknown) => ({ status, body });
 export async function startFakeProcessor(): Promise<FakeProcessor> {
   const requests: ProcessorRequest[] = [];
   const prices = new Map([['team', 'price_team_monthly']]);
+  const refuse = new Set<string>();
   const byIdempotencyKey = new Map<string, { status: number; body: unknown }>();
   let n = 0;
   const answer = (r: ProcessorRequest): { status: number; body: unknown } => {
     const now = Math.floor(Date.now() / 1000);
+    if (refuse.has(r.path)) return json(400, { error: { type: 'invalid_request_error', message: `Refused (${r.method}: ${r.path})` } });
     if (r.method === 'GET' && r.path === '/v1/prices') {
       const keys = [...r.query.entries()].filter(([k]) => k.startsWith('lookup_keys')).map(([, v]) => v);
       const data = keys.filter((k) => prices.has(k)).map((k) => ({ id: prices.get(k), object: 'price', lookup_key: k, active: true, currency: 'usd', unit_amount: 2900 }));
@@ -72,6 +76,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
     base: `http://127.0.0.1:${port}`,
     requests,
     prices,
+    refuse,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

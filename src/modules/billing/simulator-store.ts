@@ -54,11 +54,14 @@ export async function findOpenSimSession(db: Queryable, kind: SimKind, id: strin
   return rows[0] ?? null;
 }
 
-/** Closes an open checkout session exactly once (a double click completes it once). */
+/**
+ * Closes an open checkout session exactly once (a double click completes it once). Only a checkout:
+ * a portal session (open to billing.manage) must not subscribe the Tenant, as checkout is the owner's.
+ */
 export async function finishSimSession(db: Queryable, id: string, status: 'completed' | 'cancelled', now: Date): Promise<SimSessionRow | null> {
   const { rows } = await db.query<SimSessionRow>(
     `UPDATE billing_simulator_sessions SET status = $2, finished_at = $3
-      WHERE id = $1 AND status = 'open' AND expires_at > $3 RETURNING ${COLUMNS}`,
+      WHERE id = $1 AND kind = 'checkout' AND status = 'open' AND expires_at > $3 RETURNING ${COLUMNS}`,
     [id, status, now],
   );
   return rows[0] ?? null;
