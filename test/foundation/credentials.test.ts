@@ -409,6 +409,20 @@ test('an expired access token (after 15 minutes) gets 401 invalid_token', async 
   assertInvalidToken(await me(token));
 });
 
+test('an access token is refused from the second of its exp on (15 minutes after iat), also when it was accepted before', async () => {
+  const { token } = await userToken(t);
+  assert.equal((await me(token)).statusCode, 200, 'accepted (and remembered) while valid');
+  const { exp } = decodeJwt(token);
+  // The service clock held at the first millisecond of exp: no longer valid (RFC 7519 §4.1.4, "on or after").
+  const realNow = t.clock.now;
+  t.clock.now = () => new Date(exp! * 1000);
+  try {
+    assertInvalidToken(await me(token), 'at exp');
+  } finally {
+    t.clock.now = realNow;
+  }
+});
+
 test('signing key rotation: the new key is published at once and signs from 7 minutes later (every process lists it within a minute, and a JWKS cached for its 5-minute max-age has been refetched), the old key until then; old tokens keep working; a key retired over 24 h ago no longer verifies', async () => {
   const user = await createUser(t);
   const oldToken = await login(t, user);
@@ -456,6 +470,33 @@ test('signing key rotation: the new key is published at once and signs from 7 mi
   const fresh = await login(t, user);
   assert.equal(decodeProtectedHeader(fresh).kid, newKid);
   assert.equal((await me(fresh)).statusCode, 200, 'the current key keeps working');
+});
+
+test('signing key rotation: a retired key stays in the JWKS and verifies for 24 hours after it stops signing, then leaves both for good (a later rotation does not bring it back)', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const retiringKid = decodeProtectedHeader(token).kid!;
+  const c = decodeJwt(token) as Record<string, any>;
+  // A token outliving the 15-minute access tokens, to watch the key's grace period.
+  const longLived = await t.deps.keys.sign(
+    { sub: c.sub, sid: c.sid, jti: 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAW', amr: c.amr, email_verified: c.email_verified, test_mode: c.test_mode },
+    'platform',
+    30 * 86400,
+  );
+  await t.deps.keys.rotate();
+  const published = async () => (await jwks()).keys.map((k) => k.kid);
+  // It stops signing KEY_PUBLISH_AHEAD_SECONDS after the rotation; a minute short of 24 hours later it still verifies.
+  t.clock.advance(KEY_PUBLISH_AHEAD_SECONDS + 24 * 3600 - 60);
+  assert.ok((await published()).includes(retiringKid), 'the retired key is still published within its 24 hours');
+  assert.equal((await me(longLived)).statusCode, 200, 'a token of the retired key still verifies within its 24 hours');
+  // Measured on the service clock, not at the next reload of the keys.
+  t.clock.advance(120);
+  assert.ok(!(await published()).includes(retiringKid), 'the retired key leaves the JWKS after 24 hours');
+  assertInvalidToken(await me(longLived), 'a token of a key retired over 24 h ago');
+  // The next rotation retires only the key that signs now.
+  await t.deps.keys.rotate();
+  assert.ok(!(await published()).includes(retiringKid), 'a later rotation does not bring back a key retired long ago');
+  assertInvalidToken(await me(longLived), 'nor does it make its tokens verify again');
 });
 
 test('sign-in keeps working when the in-memory signing keys are old: keys are refreshed in the background, never inside the session transaction', async () => {

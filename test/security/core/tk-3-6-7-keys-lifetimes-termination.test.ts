@@ -72,6 +72,24 @@ test('TK-3 [MP] a rotated key is in every process\'s JWKS before any process sig
   }
 });
 
+test('TK-3 [MP] a process meeting a kid it does not know looks in the database at once: a token of a key another process rotated in verifies there before its next timed reload', async () => {
+  const b = await bootAnother(t, {});
+  try {
+    const user = await createUser(t);
+    const { kid: newKid } = await t.deps.keys.rotate();
+    t.clock.advance(KEY_PUBLISH_AHEAD_SECONDS);
+    const token = await login(t, user);
+    assert.equal(decodeProtectedHeader(token).kid, newKid, 'signed with the rotated key');
+    assert.ok(!(await jwks(b)).keys.some((k) => k.kid === newKid), 'B has not reloaded its keys since the rotation');
+    // B's last load is over a second old (its background reload comes only every minute).
+    (b.deps.keys as unknown as { loadedAt: number }).loadedAt = 0;
+    assert.equal((await b.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(token) })).statusCode, 200);
+    assert.ok((await jwks(b)).keys.some((k) => k.kid === newKid), 'and publishes it from then on');
+  } finally {
+    await b.close();
+  }
+});
+
 test('TK-3 "the discovery issuer equals PUBLIC_URL byte for byte", also for a PUBLIC_URL with a path, and so does every token\'s iss', async () => {
   const publicUrl = 'https://id.example.com/base';
   const other = await bootAnother(t, { publicUrl });
