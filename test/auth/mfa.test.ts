@@ -150,6 +150,31 @@ test('mfa/verify with a recovery code returns an AuthSession whose amr carries p
   assert.equal(other.statusCode, 200, other.body);
 });
 
+test('recovery codes are ten distinct codes of the form xxxxx-xxxxx (docs/decisions.md, MFA enrollment)', async () => {
+  const { recoveryCodes } = await createMfaUser(t);
+  assert.equal(recoveryCodes.length, 10);
+  assert.equal(new Set(recoveryCodes).size, 10);
+  for (const code of recoveryCodes) assert.match(code, /^[a-z0-9]{5}-[a-z0-9]{5}$/);
+});
+
+test('a recovery code is the same code upper-cased or with spaces: typed so, an unused one signs in (amr recovery_code), once', async () => {
+  const { user, recoveryCodes } = await createMfaUser(t);
+  for (const typed of [recoveryCodes[0].toUpperCase(), ` ${recoveryCodes[1].replace('-', ' - ')} `]) {
+    const res = await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: typed });
+    assert.equal(res.statusCode, 200, `${JSON.stringify(typed)}: ${res.body}`);
+    assert.deepEqual([...jwtPayload(res.json().access_token).amr].sort(), ['pwd', 'recovery_code']);
+  }
+  for (const code of recoveryCodes.slice(0, 2)) assertError(await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: code }), 401, 'invalid_credentials');
+});
+
+test('mfa/verify needs no test_mode: a test-mode user completes the challenge with its mfa_token and code alone, and the session is test_mode', async () => {
+  const { user, secret } = await createMfaUser(t, { mode: 'test' });
+  const res = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
+  assert.equal(res.statusCode, 200, res.body);
+  assertAuthSession(res.json(), user.id);
+  assert.equal(jwtPayload(res.json().access_token).test_mode, true);
+});
+
 test('an mfa_token expires after 300 seconds', async () => {
   const { user, secret, recoveryCodes } = await createMfaUser(t);
   const early = await mfaChallenge(t, user);

@@ -1,4 +1,5 @@
 import { test, before, after } from 'node:test';
+import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { ADDRESS_BLIND_ANSWER_MS } from '../../src/modules/auth/routes.js';
@@ -277,6 +278,36 @@ test('token endpoints refuse unknown tokens and tokens of another kind with 400 
   // The tokens were not used up by the refusals.
   assert.equal((await post(t, '/v1/auth/email/verify', { token: verification })).statusCode, 204);
   assert.equal((await post(t, '/v1/auth/password/reset', { token: reset, password: NEW_PASSWORD })).statusCode, 204);
+});
+
+test('token endpoints need no test_mode (Part A rule 6): a test-mode user\'s verification link verifies it and its reset link sets its password', async () => {
+  const email = uniqueEmail('tokmode');
+  const created = await post(t, '/v1/auth/signup', { email, password: PASSWORD, test_mode: true });
+  assert.equal(created.statusCode, 201, created.body);
+  const userId = created.json().user_id;
+  const verified = await post(t, '/v1/auth/email/verify', { token: await latestToken(t, email, 'email_verification') });
+  assert.equal(verified.statusCode, 204, verified.body);
+  assert.equal(await emailVerified(userId), true);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email, test_mode: true })).statusCode, 202);
+  const reset = await post(t, '/v1/auth/password/reset', { token: await latestToken(t, email, 'password_reset'), password: NEW_PASSWORD });
+  assert.equal(reset.statusCode, 204, reset.body);
+  const signedIn = await loginRes(t, { email, password: NEW_PASSWORD, mode: 'test' });
+  assert.equal(signedIn.statusCode, 200, signedIn.body);
+  assert.equal(jwtPayload(signedIn.json().access_token).test_mode, true);
+});
+
+test('one-time tokens are stored only as their SHA-256 hash (docs/decisions.md, secrets at rest): neither a mailed reset token nor an mfa_token is in any one_time_tokens column', async () => {
+  const user = await createUser(t);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const reset = await latestToken(t, user.email, 'password_reset');
+  const mfa = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, mfa.user);
+  const rows = await sql(t, 'SELECT x::text AS r, token_hash FROM one_time_tokens x WHERE user_id = ANY($1::text[])', [[user.id, mfa.user.id]]);
+  const text = rows.map((row) => row.r).join('\n');
+  for (const token of [reset, mfaToken]) {
+    assert.ok(!text.includes(token) && !text.includes(token.slice(4)), 'the token is not stored');
+    assert.ok(rows.some((row) => row.token_hash === createHash('sha256').update(token).digest('hex')), 'its SHA-256 hex is');
+  }
 });
 
 test('email and password endpoints: bad input gets 422 validation_failed with details.fields naming the field', async () => {

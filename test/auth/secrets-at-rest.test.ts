@@ -148,6 +148,41 @@ test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with
   }
 });
 
+test('AU-2: a sealed TOTP secret is bound to its identity: copied onto another user\'s identity it does not open, and the secret\'s codes do not sign that user in', async (c) => {
+  const t = await buildTestApp({}, c);
+  const owner = await createMfaUser(t);
+  const victim = await createMfaUser(t);
+  await sql(t, `UPDATE identities SET totp_secret = (SELECT totp_secret FROM identities WHERE user_id = $1 AND method = 'password') WHERE user_id = $2 AND method = 'password'`, [owner.user.id, victim.user.id]);
+  const sessions = async () => (await sql(t, 'SELECT count(*)::int AS n FROM sessions WHERE user_id = $1', [victim.user.id]))[0].n;
+  const before = await sessions();
+  alignToStep(t, 5);
+  const mfaToken = await mfaChallenge(t, victim.user);
+  const res = await post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, code: await totpCode(t, owner.secret) });
+  assert.notEqual(res.statusCode, 200, res.body);
+  assert.equal(await sessions(), before, 'no session for the victim');
+});
+
+test('ENCRYPTION_KEY: a process started without the key that sealed a stored secret refuses to start and names the missing key (docs/decisions.md)', async () => {
+  const { database, drop } = await openTestDatabase(null, { migrated: true });
+  const clock = new SystemClock();
+  const start = async (encryptionKeys: Buffer[]) => {
+    const { app, deps } = await boot({ config: testConfig({ encryptionKeys }), database, clock, logger: false });
+    await app.ready();
+    return async () => { await app.close(); await deps.jobs.stop(); };
+  };
+  try {
+    const keyA = randomBytes(32);
+    await (await start([keyA]))();
+    const { rows } = await database.scoped('system').query<{ private_jwk: string }>('SELECT private_jwk FROM signing_keys');
+    const kidA = sealedWith(rows[0]!.private_jwk);
+    assert.ok(kidA, 'the signing key is sealed with ENCRYPTION_KEY');
+    await assert.rejects(start([randomBytes(32)]), (err: Error) => err.message.includes(kidA!), 'the error names the missing key');
+  } finally {
+    await database.close();
+    await drop();
+  }
+});
+
 test('ENCRYPTION_KEY must be 32-byte keys (64 hex digits or base64), comma-separated; anything else refuses to start', () => {
   const hex = randomBytes(32).toString('hex');
   const b64 = randomBytes(32).toString('base64');

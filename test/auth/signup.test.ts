@@ -320,6 +320,23 @@ test('password policy: a password among the 100,000 most common breached passwor
   }
 });
 
+test('password policy: the breached list is the first 100,000 entries: the last of 12 or more characters inside it (rank 99,631) gets 422 breached, the first beyond it (rank 100,437) is accepted', async () => {
+  const inside = await signup({ email: uniqueEmail('rank'), password: '1111111111111' });
+  assert.equal(assertError(inside, 422, 'weak_password').details.reason, 'breached');
+  const beyond = await signup({ email: uniqueEmail('rank'), password: '010203040506070809' });
+  assert.equal(beyond.statusCode, 201, beyond.body);
+});
+
+test('password policy applies to the NFKC form, the password the user signs in with: a breached password typed in full-width characters gets 422 breached, and a password equal to the email so typed gets matches_email', async () => {
+  const fullWidth = (s: string) => [...s].map((ch) => (ch >= '!' && ch <= '~' ? String.fromCodePoint(ch.codePointAt(0)! + 0xfee0) : ch)).join('');
+  const breached = await signup({ email: uniqueEmail('fw'), password: fullWidth('password1234') });
+  assert.equal(assertError(breached, 422, 'weak_password').details.reason, 'breached');
+  const email = uniqueEmail('fwmail');
+  const sameAsEmail = await signup({ email, password: fullWidth(email) });
+  assert.equal(assertError(sameAsEmail, 422, 'weak_password').details.reason, 'matches_email');
+  assert.deepEqual(await userRowsFor(email), []);
+});
+
 test('password policy has no composition rules: lowercase-only and spaced passwords outside the breached list (even one ranked beyond 100,000) are accepted', async () => {
   for (const password of ['zaqxswcdevfr', 'correct horse battery']) {
     const res = await signup({ email: uniqueEmail('nocomp'), password });

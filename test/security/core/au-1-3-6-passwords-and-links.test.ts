@@ -12,7 +12,7 @@ import { createMfaUser, latestToken, loginRes, NEW_PASSWORD, post } from '../../
 import { assertError, call, sql, type InjectResponse } from '../../helpers/http.js';
 import { platformKey } from '../../access/support.js';
 import { newId } from '../../../src/ids.js';
-import { figure } from './support.js';
+import { figure, raceTransactions } from './support.js';
 
 let t: TestApp;
 before(async () => {
@@ -126,6 +126,26 @@ test('AU-6 "single-use (second use 400)" across mails: once the newest reset or 
   for (const token of verifications) if ((await post(t, '/v1/auth/email/verify', { token })).statusCode !== 400) reused++;
   figure('AU-6', `reuse accepted: ${reused}`);
   assert.equal(reused, 0);
+});
+
+test('AU-6 "single-use (second use 400)" when raced: two resets with one link at once get one 204 and one 400 invalid_token, and the password is the winner\'s', async () => {
+  const user = await createUser(t);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const token = await latestToken(t, user.email, 'password_reset');
+  const passwords = ['raced-passphrase-one-81', 'raced-passphrase-two-82'];
+  const race = raceTransactions(t.database, 2);
+  let results: InjectResponse[];
+  try {
+    results = await Promise.all(passwords.map((password) => post(t, '/v1/auth/password/reset', { token, password })));
+  } finally {
+    race.restore();
+  }
+  assert.equal(race.arrived(), 2, 'both resets reached their transaction');
+  const won = results.findIndex((r) => r.statusCode === 204);
+  assert.ok(won >= 0, `one reset succeeds: ${results.map((r) => r.statusCode)}`);
+  assertError(results[1 - won]!, 400, 'invalid_token');
+  assert.equal((await login(user.email, passwords[won]!)).statusCode, 200, 'the winner\'s password is set');
+  assertError(await login(user.email, passwords[1 - won]!), 401, 'invalid_credentials');
 });
 
 test('AU-6 "a reset on an MFA account still requires TOTP at the next login (ASVS 6.4.3)": the new password answers the MfaChallenge, no session', async () => {
