@@ -60,6 +60,17 @@ test('an API key change is audited with actor api_key and via_api_key_id, target
   assert.equal(event.after.id, ent.id);
 });
 
+test('an event about an Application carries that Application\'s tenant_id also when its change names no Tenant (entitlement.disabled)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await call(t, 'PATCH', `/v1/entitlements/${ent.id}`, admin, { status: 'disabled', disabled_reason: 'chargeback' }), 200);
+  const [row] = await sql(t, `SELECT id FROM audit_events WHERE action = 'entitlement.disabled' AND target_id = $1`, [ent.id]);
+  assert.ok(row, 'entitlement.disabled written');
+  const event = assertStatus(await call(t, 'GET', `/v1/audit-events/${row.id}`, viewer), 200);
+  assert.equal(event.application_id, app.id);
+  assert.equal(event.tenant_id, app.tenantId);
+});
+
 test('a system change (a 410 from a receiver disabling a subscription) is audited with actor system and before/after', async () => {
   const receiver = await Receiver.start();
   try {

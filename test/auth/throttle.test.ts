@@ -72,3 +72,16 @@ test('the limit is per minute: in each of two consecutive minutes the client get
     t.clock.advance(60);
   }
 });
+
+test('the windows are fixed one-minute windows (docs/conventions.md "Throttling"): late in a minute, Retry-After counts only to that minute\'s end, and the next minute the client may call again', async () => {
+  const url = '/v1/auth/login';
+  const payload = { email: 'nobody@example.com', password: 'wrong-password-123' };
+  alignToWindow(t, 60, 45);
+  for (let i = 0; i < 2; i++) assert.notEqual((await call(url, payload, '198.51.100.9')).statusCode, 429, `call ${i + 1}`);
+  const throttled = await call(url, payload, '198.51.100.9');
+  assertError(throttled, 429, 'rate_limited');
+  const retryAfter = Number(throttled.headers['retry-after']);
+  assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 15, `Retry-After ${throttled.headers['retry-after']}: the minute ends within 15 seconds`);
+  t.clock.advance(retryAfter);
+  assert.notEqual((await call(url, payload, '198.51.100.9')).statusCode, 429, 'a new minute began');
+});

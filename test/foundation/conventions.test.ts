@@ -5,9 +5,35 @@ import { bearer, createApiKey, createUser, login, userToken } from '../helpers/f
 import { probeModule, PROBE_TABLES } from '../helpers/probe-module.js';
 import { boot } from '../../src/boot.js';
 
+/**
+ * Stops the next create request of an item name in a probe module's handler (after its
+ * Idempotency-Key claim, before its write): `arrived` resolves there, `release()` lets it go on.
+ */
+function holder() {
+  const gates = new Map<string, { arrive: () => void; released: Promise<void> }>();
+  return {
+    hold: async (name: string) => {
+      const gate = gates.get(name);
+      if (!gate) return;
+      gates.delete(name);
+      gate.arrive();
+      await gate.released;
+    },
+    gate(name: string) {
+      let arrive!: () => void;
+      let release!: () => void;
+      const arrived = new Promise<void>((resolve) => (arrive = resolve));
+      const released = new Promise<void>((resolve) => (release = resolve));
+      gates.set(name, { arrive, released });
+      return { arrived, release };
+    },
+  };
+}
+
 let t: TestApp;
+const here = holder();
 before(async () => {
-  t = await buildTestApp({}, undefined, [probeModule({ delayMs: 150 })]);
+  t = await buildTestApp({}, undefined, [probeModule({ delayMs: 150, hold: here.hold })]);
   await t.database.scoped('system').exec(PROBE_TABLES);
 });
 after(() => t.close());
@@ -32,6 +58,17 @@ test('Idempotency-Key: a retry with the same key returns the original status and
   assert.equal(again.body, first.body);
   assert.equal(again.headers['idempotent-replayed'], 'true');
   assert.equal(await countItems('replay'), 1);
+});
+
+test('Idempotency-Key: the replay is the original result as sent: same status, same body, Content-Type application/json (Part A convention 1)', async () => {
+  const { token } = await userToken(t);
+  const first = await post(token, 'k-ctype', { name: 'ctype' });
+  assert.equal(first.statusCode, 201);
+  const again = await post(token, 'k-ctype', { name: 'ctype' });
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+  assert.match(String(again.headers['content-type']), /^application\/json/);
+  assert.equal(again.headers['content-type'], first.headers['content-type']);
+  assert.deepEqual(again.json(), first.json());
 });
 
 test('Idempotency-Key: a retry while the first request is still running gets 409 idempotency_key_in_flight', async () => {
@@ -173,6 +210,25 @@ test('Idempotency-Key: keys are retained 24 hours, then the same key runs as new
   }
 });
 
+test('Idempotency-Key: "Keys are retained 24 hours": after them, the same key runs the request again as new (201, a second change)', async () => {
+  const { secret } = await createApiKey(t);
+  const first = await post(secret, 'k-renewed', { name: 'renewed' });
+  assert.equal(first.statusCode, 201);
+  t.clock.advance(24 * 3600 + 1);
+  try {
+    const again = await post(secret, 'k-renewed', { name: 'renewed' });
+    assert.equal(again.statusCode, 201, again.body);
+    assert.equal(again.headers['idempotent-replayed'], undefined);
+    assert.notEqual(again.json().id, first.json().id);
+    assert.equal(await countItems('renewed'), 2);
+    const replay = await post(secret, 'k-renewed', { name: 'renewed' });
+    assert.equal(replay.headers['idempotent-replayed'], 'true', 'the key is held again, for the new request');
+    assert.equal(replay.body, again.body);
+  } finally {
+    t.clock.advance(-(24 * 3600 + 1));
+  }
+});
+
 test('Idempotency-Key: "Keys are retained 24 hours": a retry just under 24 hours later still returns the original result', async () => {
   const { secret } = await createApiKey(t);
   const first = await post(secret, 'k-retained', { name: 'retained' });
@@ -186,6 +242,93 @@ test('Idempotency-Key: "Keys are retained 24 hours": a retry just under 24 hours
     assert.equal(await countItems('retained'), 1);
   } finally {
     t.clock.advance(-(24 * 3600 - 60));
+  }
+});
+
+test('Idempotency-Key: "Keys are at most 255 characters": a 255-character key is used, a 256-character one gets 422 validation_failed naming header.idempotency-key and changes nothing', async () => {
+  const { token } = await userToken(t);
+  const longest = 'k'.repeat(255);
+  const first = await post(token, longest, { name: 'len-255' });
+  assert.equal(first.statusCode, 201, first.body);
+  const again = await post(token, longest, { name: 'len-255' });
+  assert.equal(again.headers['idempotent-replayed'], 'true', 'the 255-character key was kept');
+  assert.equal(await countItems('len-255'), 1);
+  const tooLong = await post(token, 'k'.repeat(256), { name: 'len-256' });
+  assert.equal(tooLong.statusCode, 422, tooLong.body);
+  assert.equal(tooLong.json().error.code, 'validation_failed');
+  assert.deepEqual(tooLong.json().error.details.fields.map((f: { path: string }) => f.path), ['header.idempotency-key']);
+  assert.equal(await countItems('len-256'), 0);
+});
+
+test('Idempotency-Key: an empty Idempotency-Key is a missing one: 400 idempotency_key_required where required, and nothing changes', async () => {
+  const { token } = await userToken(t);
+  const res = await post(token, '', { name: 'emptykey' });
+  assert.equal(res.statusCode, 400, res.body);
+  assert.equal(res.json().error.code, 'idempotency_key_required');
+  assert.equal(await countItems('emptykey'), 0);
+});
+
+test('Idempotency-Key: "the same key with a different request gets 422 idempotency_key_reused": sent again to another URL of the operation (another id), it changes nothing', async () => {
+  const { token } = await userToken(t);
+  const a = (await post(token, 'k-url-a', { name: 'url-a' })).json();
+  const b = (await post(token, 'k-url-b', { name: 'url-b' })).json();
+  const patch = (id: string) =>
+    t.app.inject({ method: 'PATCH', url: `/v1/_probe/items/${id}`, headers: { ...bearer(token), 'idempotency-key': 'k-url' }, payload: { note: 'x' } });
+  assert.equal((await patch(a.id)).statusCode, 200);
+  const other = await patch(b.id);
+  assert.equal(other.statusCode, 422, other.body);
+  assert.equal(other.json().error.code, 'idempotency_key_reused');
+  assert.equal(other.headers['idempotent-replayed'], undefined);
+  const { rows } = await t.database.scoped('system').query<{ calls: number; note: string | null }>('SELECT calls, note FROM probe_items WHERE id = $1', [b.id]);
+  assert.deepEqual(rows.map((r) => [r.calls, r.note]), [[0, null]], 'the other item is untouched');
+});
+
+test('Idempotency-Key: "A claim whose process died is taken over after 60 seconds": a retry before then gets 409 idempotency_key_in_flight, one after runs the request', async () => {
+  const { token } = await userToken(t);
+  assert.equal((await post(token, 'k-orphan', { name: 'orphan' })).statusCode, 201);
+  // The claim as a process that died before committing leaves it: still in flight, nothing written.
+  const sys = t.database.scoped('system');
+  await sys.query(`UPDATE idempotency_keys SET status = 'in_flight', response_status = NULL, response_body = NULL WHERE key = 'k-orphan'`);
+  await sys.query(`DELETE FROM probe_items WHERE name = 'orphan'`);
+  let moved = 0;
+  try {
+    t.clock.advance(50);
+    moved += 50;
+    const early = await post(token, 'k-orphan', { name: 'orphan' });
+    assert.equal(early.statusCode, 409, early.body);
+    assert.equal(early.json().error.code, 'idempotency_key_in_flight');
+    assert.equal(await countItems('orphan'), 0);
+    t.clock.advance(11);
+    moved += 11;
+    const late = await post(token, 'k-orphan', { name: 'orphan' });
+    assert.equal(late.statusCode, 201, late.body);
+    assert.equal(late.headers['idempotent-replayed'], undefined);
+    assert.equal(await countItems('orphan'), 1);
+    const again = await post(token, 'k-orphan', { name: 'orphan' });
+    assert.equal(again.headers['idempotent-replayed'], 'true');
+    assert.equal(again.body, late.body);
+  } finally {
+    t.clock.advance(-moved);
+  }
+});
+
+test('Idempotency-Key: a request whose claim another process took over (after 60 seconds) while it still ran rolls its change back and answers 409 idempotency_key_in_flight: the change happens once', async () => {
+  const { token } = await userToken(t);
+  const gate = here.gate('overtaken');
+  try {
+    const first = post(token, 'k-overtaken', { name: 'overtaken' });
+    await gate.arrived;
+    // What another process's take-over writes: its own claim token and lease.
+    await t.database
+      .scoped('system')
+      .query(`UPDATE idempotency_keys SET claim_token = 'another-process', locked_until = $1 WHERE key = 'k-overtaken'`, [new Date(t.clock.now().getTime() + 60_000)]);
+    gate.release();
+    const res = await first;
+    assert.equal(res.statusCode, 409, res.body);
+    assert.equal(res.json().error.code, 'idempotency_key_in_flight');
+    assert.equal(await countItems('overtaken'), 0, 'the change rolled back with its replay record');
+  } finally {
+    gate.release();
   }
 });
 

@@ -82,6 +82,20 @@ async function userWithApp() {
   return { token, appId: app.json().id as string };
 }
 
+test('"JSON nested deeper than 64 levels (objects and arrays) is refused": a body 64 levels deep is accepted, one 65 levels deep gets 422 validation_failed', async () => {
+  const { token, appId } = await userWithApp();
+  // The body is level 1, custom level 2, then arrays.
+  const nested = (levels: number) => `{"custom":{"k":${'['.repeat(levels - 2)}${']'.repeat(levels - 2)}}}`;
+  const send = (levels: number) =>
+    t.app.inject({ method: 'PATCH', url: `/v1/users/me/apps/${appId}/profile`, headers: { ...bearer(token), 'content-type': 'application/json' }, payload: nested(levels) });
+  const deepest = await send(64);
+  assert.equal(deepest.statusCode, 200, deepest.body);
+  const tooDeep = await send(65);
+  assert.equal(tooDeep.statusCode, 422, tooDeep.body);
+  assertEnvelope(tooDeep.json(), 'validation_failed');
+  assert.match(tooDeep.json().error.details.fields[0].message, /nest deeper than 64 levels/);
+});
+
 test('IV-3 "invalid UTF-8 … Passes when: 4xx": a JSON body with bytes that are not UTF-8 gets 400 malformed_json and changes nothing', async () => {
   const { token } = await userToken(t);
   const send = (payload: string | Buffer) =>
@@ -164,6 +178,37 @@ test('a bad path parameter gets a clear 404, never a 500', async () => {
   assert.ok(res.json().error.code);
 });
 
+test('a path or query that is not validly percent-encoded gets 400 bad_request in the envelope, with its Request-Id and Cache-Control: no-store', async () => {
+  const { token } = await userToken(t);
+  for (const url of ['/v1/users/%E0%A4%A', '/v1/users/%zz', '/v1/users?q=%zz']) {
+    const res = await t.app.inject({ method: 'GET', url, headers: bearer(token) });
+    assert.equal(res.statusCode, 400, `${url}: ${res.body}`);
+    assertEnvelope(res.json(), 'bad_request');
+    assert.match(String(res.headers['request-id']), /^req_[0-9A-HJKMNP-TV-Z]{26}$/, url);
+    assert.equal(res.headers['cache-control'], 'no-store', url);
+  }
+});
+
+test('"The router refuses a path parameter over 2,048 characters with 422": validation_failed naming path; one of 2,048 characters is an unknown id (404)', async () => {
+  const { token } = await userToken(t);
+  const over = await t.app.inject({ method: 'GET', url: `/v1/users/${'a'.repeat(2049)}`, headers: bearer(token) });
+  assert.equal(over.statusCode, 422, over.body);
+  assertEnvelope(over.json(), 'validation_failed');
+  assert.deepEqual(over.json().error.details.fields.map((f: { path: string }) => f.path), ['path']);
+  const longest = await t.app.inject({ method: 'GET', url: `/v1/users/${'a'.repeat(2048)}`, headers: bearer(token) });
+  assert.equal(longest.statusCode, 404, longest.body);
+  assertEnvelope(longest.json(), 'user_not_found');
+});
+
+test('a Content-Length that does not match the body is a malformed request: 400 in the error envelope, never a 500', async () => {
+  const payload = '{"email":"a@example.com","password":"x"}';
+  for (const length of ['5', '500']) {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'application/json', 'content-length': length }, payload });
+    assert.equal(res.statusCode, 400, `Content-Length ${length}: ${res.body}`);
+    assertEnvelope(res.json(), 'malformed_json');
+  }
+});
+
 test('a date-time the database cannot store (year 0000, a leap second, an offset beyond 15:59) is 422 validation_failed naming the field, never a 500, in queries and bodies', async () => {
   const { createApiKey, createUser } = await import('../helpers/fixtures.js');
   const key = (await createApiKey(t, { scope: 'platform', permissions: ['users.list', 'users.manage', 'entitlements.manage', 'audit.view', 'applications.manage'] })).secret;
@@ -225,6 +270,22 @@ test('a UTC offset beyond 15:59 (+16:00) is 422 validation_failed naming the fie
     assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.since']);
   }
   assert.equal((await get('2030-01-01T00:00:00+15:59')).statusCode, 200);
+});
+
+test('a date-time is RFC 3339 (docs/conventions.md "Date-times"): hour 24, minute 60, month 13 and an offset minute of 60 are 422 validation_failed naming the field; up to nine fractional digits are accepted', async () => {
+  const { createApiKey } = await import('../helpers/fixtures.js');
+  const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;
+  const get = (value: string) => t.app.inject({ method: 'GET', url: `/v1/audit-events?since=${encodeURIComponent(value)}`, headers: bearer(key) });
+  for (const value of ['2030-01-01T24:00:00Z', '2030-01-01T23:60:00Z', '2030-13-01T00:00:00Z', '2030-01-01T00:00:00+01:60']) {
+    const res = await get(value);
+    assert.equal(res.statusCode, 422, `${value}: ${res.body}`);
+    assertEnvelope(res.json(), 'validation_failed');
+    assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.since']);
+  }
+  for (const value of ['2030-01-01T00:00:00.123456789Z', '2030-01-01T23:59:59.1234567+01:30']) {
+    const res = await get(value);
+    assert.equal(res.statusCode, 200, `${value}: ${res.body}`);
+  }
 });
 
 test('every /v1 response carries Cache-Control: no-store (a session with tokens, a resource, an error); the discovery documents outside /v1 are cacheable', async () => {

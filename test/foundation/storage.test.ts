@@ -319,6 +319,31 @@ test('LD-6 beyond 256 statements waiting for a database connection, requests are
   assert.equal((await t.app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
 });
 
+test('LD-6 "at most 256 statements or transactions wait" (docs/decisions.md): with every connection held, 256 waiting statements are all served once it frees, the 257th is refused at once with DatabaseBusyError', async () => {
+  const db = t.database.scoped('system');
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  // As many transactions as the scope has connections (the test pool has 3, the embedded store 1).
+  const holders = Array.from({ length: t.database.kind === 'pg' ? 3 : 1 }, () => db.transaction(() => gate));
+  await new Promise((resolve) => setImmediate(resolve));
+  const outcome = (p: Promise<unknown>) => p.then(() => 'served', (err) => (err instanceof DatabaseBusyError ? 'refused' : `failed: ${err}`));
+  const waiting = Array.from({ length: MAX_WAITING_FOR_CONNECTION }, () => outcome(db.query('SELECT 1')));
+  let beyond: string | null = null;
+  const extra = outcome(db.query('SELECT 1')).then((o) => (beyond = o));
+  await new Promise((resolve) => setImmediate(resolve));
+  try {
+    assert.equal(beyond, 'refused', 'the 257th is refused at once, while the connection is still held');
+  } finally {
+    release();
+  }
+  await Promise.all(holders);
+  await extra;
+  const outcomes = await Promise.all(waiting);
+  assert.deepEqual(outcomes.filter((o) => o !== 'served'), [], 'all 256 waiting statements were served');
+});
+
 /** Cuts the database under a running app: /health answers 503, and (PostgreSQL) 200 again once it is back. */
 async function healthWhenDatabaseDown(tc: TestContext, overrides: Partial<Config> = {}) {
   if (!TEST_DATABASE_URL) {

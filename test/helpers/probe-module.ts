@@ -14,7 +14,11 @@ export const PROBE_TABLES = `
 
 const Item = Type.Object({ id: Type.String(), name: Type.String(), note: Type.Union([Type.String(), Type.Null()]), custom: Type.Record(Type.String(), Type.Unknown()) });
 
-export const probeModule = (opts: { delayMs?: number } = {}): Module => ({
+/**
+ * `hold`, when given, is awaited by the create handler after its claim and before its write (a test
+ * decides when a request that holds an Idempotency-Key claim goes on).
+ */
+export const probeModule = (opts: { delayMs?: number; hold?: (name: string) => Promise<void> } = {}): Module => ({
   name: 'probe',
   routes: (app, deps) => {
     app.post('/v1/_probe/items', {
@@ -22,6 +26,7 @@ export const probeModule = (opts: { delayMs?: number } = {}): Module => ({
       config: { meta: { auth: 'any', idempotency: 'required' } },
       handler: async (request, reply) => {
         const ctx = ctxOf(deps, request);
+        if (opts.hold) await opts.hold(request.body.name);
         if (opts.delayMs) await new Promise((r) => setTimeout(r, opts.delayMs));
         const item = await ctx.db.transaction(async (tx) => {
           const { rows } = await tx.query(`INSERT INTO probe_items (id, name) VALUES ($1, $2) RETURNING id, name, note, custom`, [newId('obx'), request.body.name]);

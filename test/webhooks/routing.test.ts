@@ -106,3 +106,17 @@ test('a pending invitee of an Organization holding a grant has no access path: t
   assert.deepEqual(typesAt('/pending'), [`user.suspended:${active.id}`]);
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
+
+test('"Test-mode keys create test-mode subscriptions that only receive test events": a test-mode grant\'s entitlement.granted and derived access.granted carry test_mode true and reach only the test-mode subscription', async () => {
+  const testKey = await platformKey(t, ['entitlements.manage', 'webhooks.manage'], 'test');
+  const events = ['entitlement.granted', 'access.granted'];
+  const live = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/mode-live'), events });
+  const testSub = await createWebhook(t, testKey, { scope: 'platform', url: receiver.url('/mode-test'), events });
+  const user = await person(t, { mode: 'test' });
+  await grant(t, testKey, user.id, appA.id);
+  await runDelivery(t);
+  assert.deepEqual(typesAt('/mode-test'), [`access.granted:${user.id}`, `entitlement.granted:${user.id}`]);
+  assert.ok(receiver.at('/mode-test').every((r) => r.body.test_mode === true), 'every event is a test event');
+  assert.deepEqual(typesAt('/mode-live'), [], 'a live subscription receives no test event');
+  for (const s of [live, testSub]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
+});
