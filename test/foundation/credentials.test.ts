@@ -423,17 +423,18 @@ test('an access token is refused from the second of its exp on (15 minutes after
   }
 });
 
+/** The claims of `token` signed again by the current key with a 30-day lifetime and its own jti. */
+async function longLivedTwin(token: string, jti: string): Promise<string> {
+  const c = decodeJwt(token) as Record<string, any>;
+  return t.deps.keys.sign({ sub: c.sub, sid: c.sid, jti, amr: c.amr, email_verified: c.email_verified, test_mode: c.test_mode }, 'platform', 30 * 86400);
+}
+
 test('signing key rotation: the new key is published at once and signs from 7 minutes later (every process lists it within a minute, and a JWKS cached for its 5-minute max-age has been refetched), the old key until then; old tokens keep working; a key retired over 24 h ago no longer verifies', async () => {
   const user = await createUser(t);
   const oldToken = await login(t, user);
   const oldKid = decodeProtectedHeader(oldToken).kid!;
   // A long-lived token signed by the old key, to outlive the 15-minute access tokens.
-  const c = decodeJwt(oldToken) as Record<string, any>;
-  const longLived = await t.deps.keys.sign(
-    { sub: c.sub, sid: c.sid, jti: 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAV', amr: c.amr, email_verified: c.email_verified, test_mode: c.test_mode },
-    'platform',
-    30 * 86400,
-  );
+  const longLived = await longLivedTwin(oldToken, 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAV');
   assert.equal(decodeProtectedHeader(longLived).kid, oldKid);
 
   const { kid: newKid, signsFrom } = await t.deps.keys.rotate();
@@ -476,13 +477,8 @@ test('signing key rotation: a retired key stays in the JWKS and verifies for 24 
   const user = await createUser(t);
   const token = await login(t, user);
   const retiringKid = decodeProtectedHeader(token).kid!;
-  const c = decodeJwt(token) as Record<string, any>;
   // A token outliving the 15-minute access tokens, to watch the key's grace period.
-  const longLived = await t.deps.keys.sign(
-    { sub: c.sub, sid: c.sid, jti: 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAW', amr: c.amr, email_verified: c.email_verified, test_mode: c.test_mode },
-    'platform',
-    30 * 86400,
-  );
+  const longLived = await longLivedTwin(token, 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAW');
   await t.deps.keys.rotate();
   const published = async () => (await jwks()).keys.map((k) => k.kid);
   // It stops signing KEY_PUBLISH_AHEAD_SECONDS after the rotation; a minute short of 24 hours later it still verifies.
