@@ -68,11 +68,11 @@ async function poll<T>(read: () => Promise<T>, done: (v: T) => boolean, timeoutM
 
 test('signing keys are published at the JWKS document as RSA keys with a kid (no private parts)', async () => {
   const { keys } = await jwks();
-  assert.ok(keys.length >= 1);
+  assert.ok(keys.length >= 1, 'keys.length >= 1');
   for (const k of keys) {
     assert.equal(k.kty, 'RSA');
     assert.equal(typeof k.kid, 'string');
-    assert.ok(k.kid!.length > 0);
+    assert.ok(k.kid!.length > 0, 'k.kid!.length > 0');
     assert.equal(typeof k.n, 'string');
     assert.equal(typeof k.e, 'string');
     for (const privatePart of ['d', 'p', 'q', 'dp', 'dq', 'qi']) assert.equal((k as Record<string, unknown>)[privatePart], undefined, privatePart);
@@ -132,7 +132,7 @@ test('the discovery document lists issuer, jwks_uri, token_endpoint and authoriz
   // The JWKS it points at is served at that path.
   const jwksRes = await t.app.inject({ method: 'GET', url: new URL(doc.jwks_uri).pathname });
   assert.equal(jwksRes.statusCode, 200);
-  assert.ok(Array.isArray(jwksRes.json().keys));
+  assert.ok(Array.isArray(jwksRes.json().keys), 'Array.isArray(jwksRes.json().keys)');
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -218,7 +218,7 @@ test('a revoked session (logout) makes its access token fail at once with 401', 
   assert.equal(out.statusCode, 204);
   assertInvalidToken(await me(token));
   const { rows } = await t.database.scoped('system').query('SELECT revoked_at FROM sessions WHERE id = $1', [decodeJwt(token).sid]);
-  assert.ok(rows[0].revoked_at instanceof Date);
+  assert.ok(rows[0].revoked_at instanceof Date, 'rows[0].revoked_at instanceof Date');
   // Only that session: the user can sign in again and use the new token.
   assert.equal((await me(await login(t, user))).statusCode, 200);
 });
@@ -230,7 +230,7 @@ test('a revoked session (logout) makes its access token fail at once with 401', 
 test('an API key secret is stored only as its SHA-256 hash, never in any column', async () => {
   const target = await createUser(t);
   const key = await createApiKey(t, { permissions: ['users.list'] });
-  assert.ok(key.secret.startsWith('plat_live_'));
+  assert.ok(key.secret.startsWith('plat_live_'), 'key.secret.startsWith(\'plat_live_\')');
   const row = await keyRow(key.id);
   assert.equal(row.secret_hash, sha256Hex(key.secret));
   assert.match(row.secret_hash, /^[0-9a-f]{64}$/);
@@ -252,6 +252,19 @@ test('a valid platform key with users.list can fetch a live user', async () => {
   assert.equal(body.id, target.id);
   assert.equal(body.email, target.email);
   assert.equal(body.test_mode, false);
+});
+
+test('the Bearer auth-scheme is case-insensitive (RFC 7235 section 2.1) for access tokens and API keys alike', async () => {
+  const { user, token } = await userToken(t);
+  const key = await createApiKey(t, { permissions: ['users.list'] });
+  for (const scheme of ['bearer', 'BEARER', 'bEaReR']) {
+    const own = await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: { authorization: `${scheme} ${token}` } });
+    assert.equal(own.statusCode, 200, `${scheme} with an access token: ${own.body}`);
+    assert.equal(own.json().id, user.id);
+    const read = await t.app.inject({ method: 'GET', url: `/v1/users/${user.id}`, headers: { authorization: `${scheme} ${key.secret}` } });
+    assert.equal(read.statusCode, 200, `${scheme} with an API key: ${read.body}`);
+    assert.equal(read.json().id, user.id);
+  }
 });
 
 test('a revoked API key gets 401', async () => {
@@ -280,13 +293,13 @@ test('a plat_test_ secret on a live key, or a plat_live_ secret on a test key, g
   // Secret minted test (plat_test_), row switched to live.
   const a = await createApiKey(t, { permissions: ['users.list'], mode: 'test' });
   await t.database.scoped('system').query('UPDATE api_keys SET test_mode = false WHERE id = $1', [a.id]);
-  assert.ok(a.secret.startsWith('plat_test_'));
+  assert.ok(a.secret.startsWith('plat_test_'), 'a.secret.startsWith(\'plat_test_\')');
   assertInvalidToken(await getUser(a.secret, liveTarget.id), 'plat_test_ on live row');
   assertInvalidToken(await getUser(a.secret, testTarget.id), 'plat_test_ on live row (test user)');
   // Secret minted live (plat_live_), row switched to test.
   const b = await createApiKey(t, { permissions: ['users.list'], mode: 'live' });
   await t.database.scoped('system').query('UPDATE api_keys SET test_mode = true WHERE id = $1', [b.id]);
-  assert.ok(b.secret.startsWith('plat_live_'));
+  assert.ok(b.secret.startsWith('plat_live_'), 'b.secret.startsWith(\'plat_live_\')');
   assertInvalidToken(await getUser(b.secret, liveTarget.id), 'plat_live_ on test row');
   assertInvalidToken(await getUser(b.secret, testTarget.id), 'plat_live_ on test row (test user)');
 });
@@ -300,7 +313,7 @@ test('API key last_used_at is set on use and updated at most once a minute', asy
   assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
   const first = await poll(() => keyRow(key.id), (r) => r.last_used_at !== null);
   assert.ok(first.last_used_at instanceof Date, 'last_used_at set after use');
-  assert.ok(Math.abs(first.last_used_at.getTime() - firstUse.getTime()) < 5000);
+  assert.ok(Math.abs(first.last_used_at.getTime() - firstUse.getTime()) < 5000, 'Math.abs(first.last_used_at.getTime() - firstUse.getTime()) < 5000');
 
   // Within the minute: further uses do not rewrite it.
   t.clock.advance(30);
@@ -334,7 +347,7 @@ test('a test-mode key cannot see a live user (404 user_not_found) and can see a 
   const liveUser = await createUser(t);
   const testUser = await createUser(t, { mode: 'test' });
   const key = await createApiKey(t, { permissions: ['users.list'], mode: 'test' });
-  assert.ok(key.secret.startsWith('plat_test_'));
+  assert.ok(key.secret.startsWith('plat_test_'), 'key.secret.startsWith(\'plat_test_\')');
   const live = await getUser(key.secret, liveUser.id);
   assert.equal(live.statusCode, 404);
   assert.equal(live.json().error.code, 'user_not_found');
@@ -439,7 +452,7 @@ test('signing key rotation: the new key is published at once and signs from 7 mi
 
   const { kid: newKid, signsFrom } = await t.deps.keys.rotate();
   assert.notEqual(newKid, oldKid);
-  assert.ok(Math.abs(signsFrom.getTime() - t.clock.now().getTime() - KEY_PUBLISH_AHEAD_SECONDS * 1000) < 5000);
+  assert.ok(Math.abs(signsFrom.getTime() - t.clock.now().getTime() - KEY_PUBLISH_AHEAD_SECONDS * 1000) < 5000, 'Math.abs(signsFrom.getTime() - t.clock.now().getTime() - KEY_PUBLISH_AHEAD_SECONDS * 1000) < 5000');
   // One key reload (60 s) plus the JWKS's max-age (300 s) plus a minute: a verifier honouring
   // Cache-Control has refetched the JWKS, with the new kid, before the new key signs.
   assert.equal(KEY_PUBLISH_AHEAD_SECONDS, 420);
