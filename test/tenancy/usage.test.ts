@@ -140,3 +140,28 @@ test('usage: tenants.manage alone (without billing.manage) reads it', async () =
   assert.equal(doc.tenant_id, owner.tenantId);
   assert.equal(doc.plan, 'team');
 });
+
+test('a scheduled grant (starts_at ahead) holds its seat from the moment it is granted, so the Starter seat cap refuses it then (409 plan_limit_reached, resource seats)', async () => {
+  const owner = await tenantOwner(t);
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const starts = new Date(t.clock.now().getTime() + 30 * 86_400_000).toISOString();
+  const grant = (userId: string) => call(t, 'POST', `/v1/users/${userId}/entitlements`, admin.token,
+    { application_id: appId, source: 'admin_grant', starts_at: starts }, { 'idempotency-key': `seat-${rand()}` });
+  const first = await createUser(t);
+  const res = assertStatus(await grant(first.id), 201);
+  assert.deepEqual([res.status, res.starts_at], ['active', starts], 'a future starts_at creates the row as active (resolved status scheduled)');
+  assert.deepEqual((await usage(owner.tenantId, owner.token)).limits.seats, { limit: 1000, current: 1, included: 1000 });
+
+  const now = t.clock.now();
+  const prefix = `sched-${rand()}`;
+  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
+                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, 999) g`, [prefix, now]);
+  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, 999) g`, [prefix, now, appId]);
+  assert.equal((await usage(owner.tenantId, owner.token)).limits.seats.current, 1000);
+  const over = await createUser(t);
+  const refused = await grant(over.id);
+  assertError(refused, 409, 'plan_limit_reached');
+  assert.equal(refused.json().error.details.resource, 'seats');
+  assert.deepEqual(await sql(t, 'SELECT id FROM entitlements WHERE user_id = $1', [over.id]), [], 'the refused grant wrote no row');
+});

@@ -6,7 +6,7 @@ import { withAccessFlips } from '../../access/flips.js';
 import { PLAN_LIMITS, type Plan } from './plans.js';
 
 /**
- * Seats of a Tenant: distinct users reached by a live grant (active or scheduled, not ended) to any
+ * Seats of a Tenant: distinct users reached by a live grant (status active, scheduled included: the seat is reserved when the grant is made; not ended) to any
  * of its Applications — personal rows, and members an organization-wide grant includes (a member
  * marked seat_limit is not a seat).
  */
