@@ -51,7 +51,7 @@ test('the first PATCH creates the record; effective_display_name is the display_
   assert.equal(body.display_handle, 'Captain');
   assert.equal(body.effective_display_name, 'Captain');
   assert.deepEqual(body.custom, {});
-  assert.ok(!Number.isNaN(Date.parse(body.updated_at)));
+  assert.ok(!Number.isNaN(Date.parse(body.updated_at)), '!Number.isNaN(Date.parse(body.updated_at))');
   const [row] = await rows(user.id);
   assert.equal(row.application_id, app.id);
   assert.equal(row.display_handle, 'Captain');

@@ -50,7 +50,7 @@ test('an active user gets {token_type Bearer, access_token, expires_in 300, appl
   assert.match(String(claims.jti), /^atk_/);
   assert.equal(claims.test_mode, false);
   assert.equal(claims.exp! - claims.iat!, 300);
-  assert.ok(!('org_id' in claims));
+  assert.ok(!('org_id' in claims), '!(\'org_id\' in claims)');
   // Bound to this Application: another audience or the platform audience does not verify.
   await assert.rejects(verify(body.access_token, 'platform'));
   await assert.rejects(verify(body.access_token, 'app_other'));

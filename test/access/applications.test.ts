@@ -117,7 +117,7 @@ test('slug is immutable: PATCH slug gets 422 read_only_field, for the owner and 
   const { id, slug, owner } = await newApp(t, admin);
   for (const cred of [admin, owner!.token]) {
     const err = assertError(await call(t, 'PATCH', `/v1/applications/${id}`, cred, { slug: `${slug}x` }), 422, 'read_only_field');
-    assert.ok(JSON.stringify(err.details).includes('slug'));
+    assert.ok(JSON.stringify(err.details).includes('slug'), 'JSON.stringify(err.details).includes(\'slug\')');
     assertError(await call(t, 'PATCH', `/v1/applications/${id}`, cred, { tenant_id: 'tnt_other' }), 422, 'read_only_field');
     assertError(await call(t, 'PATCH', `/v1/applications/${id}`, cred, { id: 'app_other' }), 422, 'read_only_field');
     assertError(await call(t, 'PATCH', `/v1/applications/${id}`, cred, { created_at: new Date().toISOString() }), 422, 'read_only_field');
@@ -232,7 +232,7 @@ test('public: every authenticated caller reads an approved public Application; u
   const stranger = await person(t);
   const res = assertStatus(await get(stranger.token, id), 200);
   assert.equal(res.id, id);
-  assert.ok((await listIds(stranger.token)).includes(id));
+  assert.ok((await listIds(stranger.token)).includes(id), '(await listIds(stranger.token)).includes(id)');
   assert.equal((await call(t, 'GET', `/v1/applications/${id}`, null)).statusCode, 401);
 });
 
@@ -248,8 +248,8 @@ test('invite_only: visible to users with an access path, its owner, its own key 
 
   for (const cred of [holder.token, app.owner!.token, ownKey, admin, appsManager.token]) assertStatus(await get(cred, app.id), 200);
   for (const cred of [stranger.token, otherKey]) assertError(await get(cred, app.id), 404, 'application_not_found');
-  assert.ok((await listIds(holder.token)).includes(app.id));
-  assert.ok(!(await listIds(stranger.token)).includes(app.id));
+  assert.ok((await listIds(holder.token)).includes(app.id), '(await listIds(holder.token)).includes(app.id)');
+  assert.ok(!(await listIds(stranger.token)).includes(app.id), '!(await listIds(stranger.token)).includes(app.id)');
 
   // A disabled personal row is still an access path.
   assertStatus(await call(t, 'PATCH', `/v1/entitlements/${ent.id}`, admin, { status: 'disabled', disabled_reason: 'paused' }), 200);
@@ -296,9 +296,9 @@ test('internal: only applications.manage and its own app key; its owner, users w
   for (const cred of [admin, ownKey]) assertStatus(await get(cred, app.id), 200);
   for (const cred of [app.owner!.token, holder.token, stranger.token, entManager]) assertError(await get(cred, app.id), 404, 'application_not_found');
   assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, { name: 'x' }), 404, 'application_not_found');
-  for (const token of [app.owner!.token, holder.token]) assert.ok(!(await listIds(token)).includes(app.id));
-  assert.ok(!(await listIds(app.owner!.token, '&owned=true')).includes(app.id));
-  assert.ok((await listIds(admin)).includes(app.id));
+  for (const token of [app.owner!.token, holder.token]) assert.ok(!(await listIds(token)).includes(app.id), '!(await listIds(token)).includes(app.id)');
+  assert.ok(!(await listIds(app.owner!.token, '&owned=true')).includes(app.id), '!(await listIds(app.owner!.token, \'&owned=true\')).includes(app.id)');
+  assert.ok((await listIds(admin)).includes(app.id), '(await listIds(admin)).includes(app.id)');
 });
 
 test('internal: owner rights go with seeing the Application, so its owner cannot list its Entitlements, mint or see its API keys, or create its webhooks', async () => {
@@ -312,7 +312,7 @@ test('internal: owner rights go with seeing the Application, so its owner cannot
   assertError(await call(t, 'GET', '/v1/entitlements', owner), 403, 'forbidden');
   assertError(await call(t, 'POST', '/v1/api-keys', owner, { name: 'k', scope: app.id, intended_use: 'service', permissions: [] }), 403, 'forbidden');
   const adminKey = assertStatus(await call(t, 'POST', '/v1/api-keys', superadminToken, { name: 'k', scope: app.id, intended_use: 'service', permissions: [] }), 201);
-  assert.ok(!assertStatus(await call(t, 'GET', '/v1/api-keys', owner), 200).data.some((k: { id: string }) => k.id === adminKey.id));
+  assert.ok(!assertStatus(await call(t, 'GET', '/v1/api-keys', owner), 200).data.some((k: { id: string }) => k.id === adminKey.id), '!assertStatus(await call(t, \'GET\', \'/v1/api-keys\', owner), 200).data.some((k: { id: string }) => k.id === adminKey.id)');
   assertError(await call(t, 'GET', `/v1/api-keys/${adminKey.id}`, owner), 404, 'api_key_not_found');
   assertError(await call(t, 'POST', '/v1/webhooks', owner, { url: 'https://hooks.example.com/x', scope: app.id, events: ['*'] }), 403, 'forbidden');
   // The same owner of a public Application has all of them.
@@ -331,8 +331,8 @@ test('non-approved Applications are visible only to the owner, the own key and a
     await setReview(t, app.id, status);
     for (const cred of [app.owner!.token, ownKey, admin]) assert.equal(assertStatus(await get(cred, app.id), 200).review_status, status);
     for (const cred of [holder.token, stranger.token]) assertError(await get(cred, app.id), 404, 'application_not_found');
-    assert.ok(!(await listIds(stranger.token)).includes(app.id));
-    assert.ok((await listIds(app.owner!.token)).includes(app.id));
+    assert.ok(!(await listIds(stranger.token)).includes(app.id), '!(await listIds(stranger.token)).includes(app.id)');
+    assert.ok((await listIds(app.owner!.token)).includes(app.id), '(await listIds(app.owner!.token)).includes(app.id)');
   }
   await setReview(t, app.id, 'approved');
 });
@@ -369,10 +369,10 @@ test('list filter visibility returns only that visibility', async () => {
   const pub = await newApp(t, admin, { visibility: 'public' });
   const inv = await newApp(t, admin, { visibility: 'invite_only' });
   const data = (await list(admin, '&visibility=invite_only')).data;
-  assert.ok(data.every((a: { visibility: string }) => a.visibility === 'invite_only'));
+  assert.ok(data.every((a: { visibility: string }) => a.visibility === 'invite_only'), 'data.every((a: { visibility: string }) => a.visibility === \'invite_only\')');
   const ids = data.map((a: { id: string }) => a.id);
-  assert.ok(ids.includes(inv.id));
-  assert.ok(!ids.includes(pub.id));
+  assert.ok(ids.includes(inv.id), 'ids.includes(inv.id)');
+  assert.ok(!ids.includes(pub.id), '!ids.includes(pub.id)');
 });
 
 test('list filter review_status: non-admins only see approved plus their own', async () => {
@@ -381,12 +381,12 @@ test('list filter review_status: non-admins only see approved plus their own', a
   await setReview(t, mine.id, 'suspended');
   await setReview(t, theirs.id, 'suspended');
   const ownerView = await listIds(mine.owner!.token, '&review_status=suspended');
-  assert.ok(ownerView.includes(mine.id));
-  assert.ok(!ownerView.includes(theirs.id));
+  assert.ok(ownerView.includes(mine.id), 'ownerView.includes(mine.id)');
+  assert.ok(!ownerView.includes(theirs.id), '!ownerView.includes(theirs.id)');
   const stranger = await person(t);
   assert.deepEqual(await listIds(stranger.token, '&review_status=suspended'), []);
   const adminView = await listIds(admin, '&review_status=suspended');
-  assert.ok(adminView.includes(mine.id) && adminView.includes(theirs.id));
+  assert.ok(adminView.includes(mine.id) && adminView.includes(theirs.id), 'adminView.includes(mine.id) && adminView.includes(theirs.id)');
   await setReview(t, mine.id, 'approved');
   await setReview(t, theirs.id, 'approved');
 });
@@ -422,7 +422,7 @@ test('list filter owned=true returns only Applications the caller owns (owner_us
   const notAdminApp = await newApp(t, admin, { owner_organization_id: memberOrg });
   await newApp(t, admin);
   assert.deepEqual((await listIds(owner.token, '&owned=true')).sort(), [mine.id, orgApp.id].sort());
-  assert.ok(!(await listIds(member.token, '&owned=true')).includes(notAdminApp.id));
+  assert.ok(!(await listIds(member.token, '&owned=true')).includes(notAdminApp.id), '!(await listIds(member.token, \'&owned=true\')).includes(notAdminApp.id)');
 });
 
 test('list filters tenant_id, owner_user_id, owner_organization_id need applications.manage or tenants.manage', async () => {
@@ -435,7 +435,7 @@ test('list filters tenant_id, owner_user_id, owner_organization_id need applicat
   assert.deepEqual(await listIds(admin, `&tenant_id=${app.tenant_id}`), [app.id]);
   assert.deepEqual(await listIds(admin, `&owner_user_id=${app.owner!.id}`), [app.id]);
   const tenants = await platformKey(t, ['tenants.manage']);
-  assert.ok((await listIds(tenants, `&tenant_id=${app.tenant_id}`)).includes(app.id));
+  assert.ok((await listIds(tenants, `&tenant_id=${app.tenant_id}`)).includes(app.id), '(await listIds(tenants, `&tenant_id=${app.tenant_id}`)).includes(app.id)');
 });
 
 // ---- PATCH field rights --------------------------------------------------------------------------

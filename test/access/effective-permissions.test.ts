@@ -54,8 +54,8 @@ test('always 200 with the documented shape; allowed with an active personal gran
   );
   assert.deepEqual([...result.effective_permissions].sort(), [app.read, app.write].sort());
   // Platform permissions never appear, even for a superadmin.
-  assert.ok(result.effective_permissions.every((p: string) => p.startsWith(`app.${app.slug}.`)));
-  assert.ok(Math.abs(Date.parse(result.computed_at) - before) < 60_000);
+  assert.ok(result.effective_permissions.every((p: string) => p.startsWith(`app.${app.slug}.`)), 'result.effective_permissions.every((p: string) => p.startsWith(`app.${app.slug}.`))');
+  assert.ok(Math.abs(Date.parse(result.computed_at) - before) < 60_000, 'Math.abs(Date.parse(result.computed_at) - before) < 60_000');
 });
 
 test('no path: 200 with allowed false, entitlement_status none, no access_paths and empty effective_permissions even with an explicit app Role', async () => {
@@ -122,7 +122,7 @@ test("only that Application's app.<slug>.* keys appear: Roles of other Applicati
   assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/role_${other.slug}_editor`, admin, {}), 201);
   const result = await effective(t, admin, user.id, app.id);
   assert.deepEqual(result.effective_permissions, [app.read]);
-  assert.ok(!result.roles.some((r: { role_id: string }) => r.role_id.startsWith(`role_${other.slug}_`)));
+  assert.ok(!result.roles.some((r: { role_id: string }) => r.role_id.startsWith(`role_${other.slug}_`)), '!result.roles.some((r: { role_id: string }) => r.role_id.startsWith(`role_${other.slug}_`))');
   assert.deepEqual([...(await effective(t, admin, user.id, other.id)).effective_permissions].sort(), [other.read, other.write].sort());
 });
 

@@ -27,7 +27,7 @@ const getEnt = async (id: string) => assertStatus(await call(t, 'GET', `/v1/enti
 test('the expiry sweep is registered every 5 minutes and scheduled starts run as a job', () => {
   const jobs = new Map((entitlementsModule.jobs as any)(t.deps).map((j: { name: string; intervalSeconds: number }) => [j.name, j]));
   assert.equal((jobs.get('entitlement-expiry') as any)?.intervalSeconds, 300);
-  assert.ok(jobs.has('scheduled-starts'));
+  assert.ok(jobs.has('scheduled-starts'), 'jobs.has(\'scheduled-starts\')');
 });
 
 test('access resolution treats ends_at <= now as expired at once, before the sweep runs', async () => {

@@ -574,7 +574,7 @@ test('GET and PATCH return an ETag; PATCH with a stale If-Match is 412 precondit
   const first = await patchEnt(t, admin, ent.id, { ends_at: inSeconds(t, 10 * DAY) }, { 'if-match': etag });
   assertStatus(first, 200);
   const newTag = first.headers.etag as string;
-  assert.ok(newTag);
+  assert.ok(newTag, 'newTag');
   assert.notEqual(newTag, etag);
   // A second operator still holding the old ETag.
   assertError(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }, { 'if-match': etag }), 412, 'precondition_failed');
@@ -631,7 +631,7 @@ test('DELETE of an order-linked row is 409 entitlement_order_linked for every ca
     const error = assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, cred), 409, 'entitlement_order_linked');
     assert.equal(error.details.order_id, 'ord_del');
   }
-  assert.ok(await entRow(t, ent.id));
+  assert.ok(await entRow(t, ent.id), 'await entRow(t, ent.id)');
 });
 
 test('DELETE of a row without order_id by a restrict_destructive key is 403 destructive_operation_restricted and removes nothing', async () => {
@@ -653,7 +653,7 @@ test('DELETE of a row older than 24 hours is 409 entitlement_too_old; a row just
   assert.equal((await call(t, 'DELETE', `/v1/entitlements/${young.id}`, admin)).statusCode, 204);
   t.clock.advance(61);
   assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin), 409, 'entitlement_too_old');
-  assert.ok(await entRow(t, ent.id));
+  assert.ok(await entRow(t, ent.id), 'await entRow(t, ent.id)');
 });
 
 test("DELETE needs entitlements.manage: the owner gets 403 forbidden; the app's own key with entitlements.manage may delete", async () => {
@@ -704,9 +704,9 @@ test('the cross-user list is confined: an app key sees only its Application, an 
   for (const cred of [key, mine.owner!.token]) {
     const body = assertStatus(await call(t, 'GET', '/v1/entitlements?limit=100', cred), 200);
     const ids = body.data.map((e: { id: string }) => e.id);
-    assert.ok(ids.includes(a.id));
-    assert.ok(!ids.includes(b.id));
-    assert.ok(body.data.every((e: { application_id: string }) => e.application_id === mine.id));
+    assert.ok(ids.includes(a.id), 'ids.includes(a.id)');
+    assert.ok(!ids.includes(b.id), '!ids.includes(b.id)');
+    assert.ok(body.data.every((e: { application_id: string }) => e.application_id === mine.id), 'body.data.every((e: { application_id: string }) => e.application_id === mine.id)');
   }
   assertError(await call(t, 'GET', '/v1/entitlements', (await platformKey(t, ['users.list']))), 403, 'forbidden');
   // A user who owns no Application is no owner: 403, not an empty list.
@@ -770,7 +770,7 @@ test('user list includes org-wide rows of Organizations the user is an active me
   const id = await orgGrant(t, org, target.id, { memberScope: 'denylist', overrides: [excluded.id] });
   const mine = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/entitlements`, admin), 200).data;
   const row = mine.find((e: { id: string }) => e.id === id);
-  assert.ok(row);
+  assert.ok(row, 'row');
   assert.equal(row.user_id, null);
   assert.deepEqual(row.granted_via, { organization_id: org, member_decision: 'included' });
   const theirs = assertStatus(await call(t, 'GET', `/v1/users/${excluded.id}/entitlements`, admin), 200).data;

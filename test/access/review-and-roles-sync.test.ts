@@ -91,7 +91,7 @@ test("rejected → pending_review happens on the owner's next PATCH of a configu
   assert.deepEqual(hooks.map((h) => h.data.review_status), ['rejected']);
   // Now it is back in the review queue.
   const queue = assertStatus(await call(t, 'GET', '/v1/applications?review_status=pending_review&limit=100', admin), 200);
-  assert.ok(queue.data.some((a: { id: string }) => a.id === app.id));
+  assert.ok(queue.data.some((a: { id: string }) => a.id === app.id), 'queue.data.some((a: { id: string }) => a.id === app.id)');
 });
 
 test('a suspended Application blocks new grants (409 application_not_available); existing Entitlements are untouched', async () => {
@@ -181,7 +181,7 @@ test("rejected → pending_review happens on the owner's next PATCH of a configu
   assert.equal(body.name, 'Fixed name');
   assert.deepEqual(await reviewAudits(app.id), ['rejected', 'pending_review']);
   const queue = assertStatus(await call(t, 'GET', '/v1/applications?review_status=pending_review&limit=100', admin), 200);
-  assert.ok(queue.data.some((a: { id: string }) => a.id === app.id));
+  assert.ok(queue.data.some((a: { id: string }) => a.id === app.id), 'queue.data.some((a: { id: string }) => a.id === app.id)');
 });
 
 test('review_notes of only whitespace count as missing: reject and suspend get 422 review_notes_required and nothing changes', async () => {

@@ -200,7 +200,7 @@ test('assigning a Role: 201 with the assignment, then 200 on a repeat with no se
   assert.equal(body.application_id, null);
   assert.equal(body.implicit, false);
   assert.deepEqual(body.assigned_by, { type: 'user', id: superadmin.id });
-  assert.ok(!Number.isNaN(Date.parse(body.assigned_at)));
+  assert.ok(!Number.isNaN(Date.parse(body.assigned_at)), '!Number.isNaN(Date.parse(body.assigned_at))');
   const again = await assign(superadmin.token, user.id, 'role_platform_support');
   assert.equal(again.statusCode, 200);
   assert.equal(again.json().assigned_at, body.assigned_at);
@@ -247,7 +247,7 @@ test('assigning superadmin requires being superadmin: holding all twelve permiss
   const res = await assign(almost.token, user.id, 'role_platform_superadmin');
   assert.equal(res.statusCode, 403, res.body);
   assert.ok(['role_escalation_forbidden', 'forbidden'].includes(res.json().error.code), res.body);
-  assert.ok(!(await heldRoles(user.id)).includes('role_platform_superadmin'));
+  assert.ok(!(await heldRoles(user.id)).includes('role_platform_superadmin'), '!(await heldRoles(user.id)).includes(\'role_platform_superadmin\')');
   assertStatus(await assign(superadmin.token, user.id, 'role_platform_superadmin'), 201);
 });
 
@@ -296,14 +296,14 @@ test('GET /v1/users/{id}/roles lists explicit rows and the implicit default_app_
   // Implicit rows cannot be removed: the call changes nothing.
   const removal = await unassign(admin, user.id, `role_${app.slug}_viewer`);
   assert.ok([204, 409].includes(removal.statusCode), removal.body);
-  assert.ok((await list()).some((r: { implicit: boolean }) => r.implicit));
+  assert.ok((await list()).some((r: { implicit: boolean }) => r.implicit), '(await list()).some((r: { implicit: boolean }) => r.implicit)');
   assert.deepEqual(await roleEvents(user.id, 'role.removed'), []);
   // application_id filter.
   const filtered = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles?application_id=${app.id}`, admin), 200).data;
   assert.deepEqual(filtered.map((r: { role_id: string }) => r.role_id).sort(), [`role_${app.slug}_editor`, `role_${app.slug}_viewer`].sort());
   // Access off: the implicit row disappears.
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
-  assert.ok(!(await list()).some((r: { implicit: boolean }) => r.implicit));
+  assert.ok(!(await list()).some((r: { implicit: boolean }) => r.implicit), '!(await list()).some((r: { implicit: boolean }) => r.implicit)');
   // The default Role also assigned explicitly is listed once, as the explicit row.
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'active' }), 200);
   assertStatus(await assign(admin, user.id, `role_${app.slug}_viewer`), 201);
@@ -341,7 +341,7 @@ test('platform Roles are visible to users with a platform permission; an Applica
   assertError(await call(t, 'GET', '/v1/roles/role_platform_support', plain.token), 404, 'role_not_found');
   assertError(await call(t, 'GET', `/v1/roles/role_${app.slug}_viewer`, plain.token), 404, 'role_not_found');
   const plainList = assertStatus(await call(t, 'GET', '/v1/roles?limit=100', plain.token), 200).data;
-  assert.ok(!plainList.some((r: { scope: string }) => r.scope === 'platform'));
+  assert.ok(!plainList.some((r: { scope: string }) => r.scope === 'platform'), '!plainList.some((r: { scope: string }) => r.scope === \'platform\')');
   const ownerList = assertStatus(await call(t, 'GET', `/v1/roles?scope=${app.id}`, app.owner!.token), 200).data;
   assert.deepEqual(ownerList.map((r: { id: string }) => r.id), [`role_${app.slug}_viewer`]);
   for (const cred of [app.owner!.token, await appKey(t, app.id), admin]) assertStatus(await call(t, 'GET', `/v1/roles/role_${app.slug}_viewer`, cred), 200);
@@ -366,15 +366,15 @@ test('GET /v1/permissions: platform keys plus visible Applications\' keys; an ap
   const items = assertStatus(await call(t, 'GET', '/v1/permissions', plain.token), 200).data;
   const keys = items.map((p: { key: string }) => p.key);
   for (const p of ALL_PERMISSIONS) assert.ok(keys.includes(p), p);
-  assert.ok(keys.includes(`app.${pub.slug}.read`));
-  assert.ok(!keys.includes(`app.${internal.slug}.read`));
+  assert.ok(keys.includes(`app.${pub.slug}.read`), 'keys.includes(`app.${pub.slug}.read`)');
+  assert.ok(!keys.includes(`app.${internal.slug}.read`), '!keys.includes(`app.${internal.slug}.read`)');
   assert.deepEqual(items.find((p: { key: string }) => p.key === `app.${pub.slug}.read`), { key: `app.${pub.slug}.read`, scope: pub.id, description: 'read' });
   assert.deepEqual(items.find((p: { key: string }) => p.key === 'users.list').scope, 'platform');
   const key = await appKey(t, internal.id);
   const keyItems = assertStatus(await call(t, 'GET', '/v1/permissions', key), 200).data.map((p: { key: string }) => p.key);
-  assert.ok(keyItems.includes(`app.${internal.slug}.read`));
-  assert.ok(!keyItems.includes(`app.${pub.slug}.read`));
-  assert.ok(keyItems.includes('users.list'));
+  assert.ok(keyItems.includes(`app.${internal.slug}.read`), 'keyItems.includes(`app.${internal.slug}.read`)');
+  assert.ok(!keyItems.includes(`app.${pub.slug}.read`), '!keyItems.includes(`app.${pub.slug}.read`)');
+  assert.ok(keyItems.includes('users.list'), 'keyItems.includes(\'users.list\')');
   const platformOnly = assertStatus(await call(t, 'GET', '/v1/permissions?scope=platform', plain.token), 200).data;
   assert.equal(platformOnly.length, 12);
 });
@@ -440,7 +440,7 @@ test('GET /v1/roles: following page.next_cursor one Role at a time returns every
   await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at)
                 VALUES ($1, $2, 'platform', '{}', now() - interval '1 hour' + interval '456 microseconds', now())`, [`role_platform_${byHand}`, byHand]);
   const all = assertStatus(await call(t, 'GET', '/v1/roles?limit=100', superadmin.token), 200).data.map((r: { id: string }) => r.id);
-  assert.ok(all.includes('role_platform_member') && all.length > 4);
+  assert.ok(all.includes('role_platform_member') && all.length > 4, 'all.includes(\'role_platform_member\') && all.length > 4');
   const walked: string[] = [];
   let cursor: string | null = null;
   do {

@@ -166,8 +166,8 @@ test('filters: repeatable action, since (inclusive), until (exclusive), actor, t
   const member = await person(t);
   const ent = await grant(t, admin, member.id, app.id);
   const granted = await evt('entitlement.granted', ent.id);
-  assert.ok((await ids(viewer, `application_id=${app.id}`)).includes(granted));
-  assert.ok((await ids(viewer, `tenant_id=${app.tenantId}`)).includes(granted));
+  assert.ok((await ids(viewer, `application_id=${app.id}`)).includes(granted), '(await ids(viewer, `application_id=${app.id}`)).includes(granted)');
+  assert.ok((await ids(viewer, `tenant_id=${app.tenantId}`)).includes(granted), '(await ids(viewer, `tenant_id=${app.tenantId}`)).includes(granted)');
   assert.deepEqual(await ids(viewer, `target_user_id=${member.id}&action=entitlement.granted`), [granted]);
   assert.equal(assertStatus(await list(viewer, 'limit=1'), 200).data.length, 1);
   assertError(await list(viewer, 'actor_type=robot'), 422, 'validation_failed');
@@ -182,8 +182,8 @@ test('visibility: platform audit.view sees everything; a user sees only target_u
   assertError(await list(user.token), 403, 'forbidden');
   assertError(await list(user.token, `target_user_id=${other.id}`), 403, 'forbidden');
   const own = assertStatus(await list(user.token, 'target_user_id=me'), 200).data;
-  assert.ok(own.length >= 1);
-  assert.ok(own.every((e: any) => e.target_user_id === user.id));
+  assert.ok(own.length >= 1, 'own.length >= 1');
+  assert.ok(own.every((e: any) => e.target_user_id === user.id), 'own.every((e: any) => e.target_user_id === user.id)');
   assert.deepEqual(await ids(user.token, `target_user_id=${user.id}`), own.map((e: any) => e.id));
   const [theirs] = await sql(t, `SELECT id FROM audit_events WHERE target_user_id = $1 LIMIT 1`, [other.id]);
   assertError(await call(t, 'GET', `/v1/audit-events/${theirs.id}`, user.token), 404, 'audit_event_not_found');
@@ -204,8 +204,8 @@ test('an app-scoped key with audit.view sees only its own Application\'s events 
   await grant(t, admin, user.id, theirs.id);
   const key = await appKey(t, mine.id, ['audit.view']);
   const seen = assertStatus(await list(key), 200).data;
-  assert.ok(seen.length >= 2);
-  assert.ok(seen.every((e: any) => e.application_id === mine.id));
+  assert.ok(seen.length >= 2, 'seen.length >= 2');
+  assert.ok(seen.every((e: any) => e.application_id === mine.id), 'seen.every((e: any) => e.application_id === mine.id)');
   assert.deepEqual(await ids(key, `application_id=${theirs.id}`), []);
   const [foreign] = await sql(t, `SELECT id FROM audit_events WHERE application_id = $1 LIMIT 1`, [theirs.id]);
   assertError(await call(t, 'GET', `/v1/audit-events/${foreign.id}`, key), 404, 'audit_event_not_found');
@@ -215,7 +215,7 @@ test('a Tenant owner reads their Tenant\'s events with tenant_id; another Tenant
   const owned = await newApp(t, admin);
   const token = owned.owner.token;
   const events = assertStatus(await list(token, `tenant_id=${owned.tenantId}`), 200).data;
-  assert.ok(events.some((e: any) => e.action === 'application.created' && e.application_id === owned.id));
+  assert.ok(events.some((e: any) => e.action === 'application.created' && e.application_id === owned.id), 'events.some((e: any) => e.action === \'application.created\' && e.application_id === owned.id)');
   const [createdEvt] = events.filter((e: any) => e.action === 'application.created');
   assertStatus(await call(t, 'GET', `/v1/audit-events/${createdEvt.id}`, token), 200);
   assertError(await list(token, `tenant_id=${app.tenantId}`), 403, 'forbidden');
@@ -251,7 +251,7 @@ test('"platform audit.view sees everything": an Enterprise Tenant\'s event older
   const token = await login(t, owned.owner);
   assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, token), 200);
   assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, viewer), 200);
-  assert.ok(assertStatus(await list(viewer, `target_id=${owned.id}&action=application.created`), 200).data.some((e: any) => e.id === evt.id));
+  assert.ok(assertStatus(await list(viewer, `target_id=${owned.id}&action=application.created`), 200).data.some((e: any) => e.id === evt.id), 'assertStatus(await list(viewer, `target_id=${owned.id}&action=application.created`), 200).data.some((e: any) => e.id === evt.id)');
 });
 
 test('404 audit_event_not_found for an unknown id; test-mode callers see only test-mode events', async () => {
@@ -259,7 +259,7 @@ test('404 audit_event_not_found for an unknown id; test-mode callers see only te
   const testViewer = await platformKey(t, ['audit.view', 'webhooks.manage'], 'test');
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', testViewer, { scope: 'platform', url: 'http://127.0.0.1:9/t', events: ['*'] }), 201);
   const seen = assertStatus(await list(testViewer), 200).data;
-  assert.ok(seen.length >= 1 && seen.every((e: any) => e.target?.id === sub.id));
+  assert.ok(seen.length >= 1 && seen.every((e: any) => e.target?.id === sub.id), 'seen.length >= 1 && seen.every((e: any) => e.target?.id === sub.id)');
   assert.deepEqual(await ids(viewer, `target_id=${sub.id}`), []);
 });
 

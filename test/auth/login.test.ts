@@ -86,7 +86,7 @@ test('the access token is an RS256 JWT with iss, aud platform, sub, sid, amr [pw
   assert.equal(claims.email_verified, true);
   assert.equal(claims.test_mode, false);
   assert.equal(claims.exp - claims.iat, 900);
-  assert.ok(Math.abs(claims.iat - Math.floor(t.clock.now().getTime() / 1000)) <= 5);
+  assert.ok(Math.abs(claims.iat - Math.floor(t.clock.now().getTime() / 1000)) <= 5, 'Math.abs(claims.iat - Math.floor(t.clock.now().getTime() / 1000)) <= 5');
   assert.match(claims.jti, /^atk_[0-9A-HJKMNP-TV-Z]{26}$/);
   const jwks = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
   assert.ok(jwks.json().keys.some((k: { kid: string }) => k.kid === header.kid), 'signed with a published key');
@@ -100,7 +100,7 @@ test('login sets last_login_at when the session is issued', async () => {
   const res = await loginRes(t, user);
   assert.equal(res.statusCode, 200);
   const [row] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [user.id]);
-  assert.ok(row.last_login_at.getTime() >= start - 1000 && row.last_login_at.getTime() <= t.clock.now().getTime());
+  assert.ok(row.last_login_at.getTime() >= start - 1000 && row.last_login_at.getTime() <= t.clock.now().getTime(), 'row.last_login_at.getTime() >= start - 1000 && row.last_login_at.getTime() <= t.clock.now().getTime()');
   const me = await get(t, '/v1/users/me', res.json().access_token);
   assert.equal(me.json().last_login_at, row.last_login_at.toISOString());
   // A failed login does not touch it.
@@ -293,7 +293,7 @@ test('the lockout counter is shared by all processes: failures split across two 
     for (const app of [t.app, second.app]) {
       const res = await app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: user.email, password: PASSWORD } });
       assertError(res, 429, 'too_many_attempts');
-      assert.ok(Number(res.headers['retry-after']) > 0);
+      assert.ok(Number(res.headers['retry-after']) > 0, 'Number(res.headers[\'retry-after\']) > 0');
     }
   } finally {
     await second.app.close();

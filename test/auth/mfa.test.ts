@@ -26,7 +26,7 @@ test('TOTP enrollment returns the otpauth URI and secret; confirming with the fi
   assert.ok(otpauth_uri.startsWith('otpauth://totp/'), otpauth_uri);
   const uri = new URL(otpauth_uri);
   assert.equal(uri.searchParams.get('secret'), secret);
-  assert.ok(decodeURIComponent(otpauth_uri).includes(user.email));
+  assert.ok(decodeURIComponent(otpauth_uri).includes(user.email), 'decodeURIComponent(otpauth_uri).includes(user.email)');
   assert.equal(await mfaEnabled(token), false, 'TOTP is on only after confirm');
 
   alignToStep(t, 5);
@@ -306,7 +306,7 @@ test('wrong MFA codes count toward the lockout across challenges: a right passwo
   ]);
   const locked = await loginRes(t, user);
   assertError(locked, 429, 'too_many_attempts');
-  assert.ok(Number(locked.headers['retry-after']) > 0);
+  assert.ok(Number(locked.headers['retry-after']) > 0, 'Number(locked.headers[\'retry-after\']) > 0');
 });
 
 test('a right password for an MFA user neither counts as a failure nor clears earlier ones: 4 wrong passwords, a right one, then 1 wrong password locks', async () => {
@@ -370,7 +370,7 @@ test('wrong codes at mfa/totp/disable count toward the lockout: after 5 in 15 mi
   for (let i = 0; i < 5; i++) assertError(await disable({ code: wrong }), 422, 'invalid_mfa_code');
   const sixth = await disable({ code: await totpCode(t, secret) });
   assertError(sixth, 429, 'too_many_attempts');
-  assert.ok(Number(sixth.headers['retry-after']) > 0);
+  assert.ok(Number(sixth.headers['retry-after']) > 0, 'Number(sixth.headers[\'retry-after\']) > 0');
   assert.equal(await mfaEnabled(token), true);
   assertError(await loginRes(t, user), 429, 'too_many_attempts');
 });

@@ -159,7 +159,7 @@ test('password/reset with the mailed single-use token sets the new password and 
   assert.equal(fresh.statusCode, 200, fresh.body);
   assertAuthSession(fresh.json(), user.id);
   const [identity] = await sql(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
-  assert.ok(identity.password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'));
+  assert.ok(identity.password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'), 'identity.password_hash.startsWith(\'$argon2id$v=19$m=19456,t=2,p=1$\')');
 
   assertError(await post(t, '/v1/auth/password/reset', { token, password: 'yet-another-passphrase-3' }), 400, 'invalid_token');
   assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200, 'the reused token changed nothing');
@@ -248,7 +248,7 @@ test('invitations/accept with the mailed invitation token sets the password, act
   assert.equal(row.status, 'active');
   assert.notEqual(row.last_login_at, null);
   const [identity] = await sql(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND method = 'password'`, [invited.id]);
-  assert.ok(identity.password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'));
+  assert.ok(identity.password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'), 'identity.password_hash.startsWith(\'$argon2id$v=19$m=19456,t=2,p=1$\')');
   assert.equal((await loginRes(t, invited, NEW_PASSWORD)).statusCode, 200);
   assertError(await post(t, '/v1/auth/invitations/accept', { token, password: 'another-passphrase-88' }), 400, 'invalid_token');
 });

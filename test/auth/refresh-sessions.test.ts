@@ -37,7 +37,7 @@ test('token/refresh returns a new AuthSession on the same session with a new rtk
   assert.notEqual(next.refresh_token, first.refresh_token);
   assert.notEqual(jwtPayload(next.access_token).jti, jwtPayload(first.access_token).jti);
   assert.equal(jwtPayload(next.access_token).sid, first.session_id);
-  assert.ok(await works(next.access_token));
+  assert.ok(await works(next.access_token), 'await works(next.access_token)');
   const rows = await sql(t, 'SELECT token_hash FROM refresh_tokens t JOIN sessions s ON s.id = t.session_id WHERE s.user_id = $1', [user.id]);
   for (const row of rows) assert.ok(!String(row.token_hash).includes(next.refresh_token.slice(4)), 'refresh tokens are stored hashed');
 
@@ -52,7 +52,7 @@ test('reusing an already-used refresh token revokes the whole session: the newes
   const other = await signIn(user);
   const first = await signIn(user);
   const rotated = (await refresh(first.refresh_token)).json();
-  assert.ok(await works(rotated.access_token));
+  assert.ok(await works(rotated.access_token), 'await works(rotated.access_token)');
 
   const reuse = await refresh(first.refresh_token);
   assertError(reuse, 401, 'invalid_refresh_token');
@@ -67,7 +67,7 @@ test('reusing an already-used refresh token revokes the whole session: the newes
   assert.equal(audit[0].after.revoked, true, 'this reuse ended the session');
 
   // Other sessions of the user are untouched.
-  assert.ok(await works(other.access_token));
+  assert.ok(await works(other.access_token), 'await works(other.access_token)');
   assert.equal((await refresh(other.refresh_token)).statusCode, 200);
 });
 
@@ -125,7 +125,7 @@ test('a session ends 90 days after sign-in even when refreshed every 29 days', a
     const res = await refresh(current);
     assert.equal(res.statusCode, 200, `refresh on day ${29 * i}: ${res.body}`);
     current = res.json().refresh_token;
-    assert.ok(await works(res.json().access_token));
+    assert.ok(await works(res.json().access_token), 'await works(res.json().access_token)');
   }
   // Day 89: still inside the 90 days.
   t.clock.advance(2 * DAY);
@@ -144,12 +144,12 @@ test('an access token lasts 15 minutes; after that it gets 401 and the refresh t
   const user = await createUser(t);
   const session = await signIn(user);
   t.clock.advance(14 * 60);
-  assert.ok(await works(session.access_token));
+  assert.ok(await works(session.access_token), 'await works(session.access_token)');
   t.clock.advance(60 + 1);
   assertError(await get(t, '/v1/users/me', session.access_token), 401, 'unauthenticated');
   const res = await refresh(session.refresh_token);
   assert.equal(res.statusCode, 200, res.body);
-  assert.ok(await works(res.json().access_token));
+  assert.ok(await works(res.json().access_token), 'await works(res.json().access_token)');
 });
 
 test('token/refresh bad input: an unknown token gets 401 invalid_refresh_token; a missing or mistyped refresh_token gets 422 validation_failed naming refresh_token', async () => {
@@ -202,7 +202,7 @@ test('every login creates a session; GET /v1/users/me/sessions lists the active 
     assert.equal(s.user_agent, agent);
     assert.equal(s.ip_address, '127.0.0.1');
     assert.equal(new Date(s.expires_at).getTime() - new Date(s.created_at).getTime(), 90 * DAY * 1000);
-    assert.ok(new Date(s.created_at).toISOString() === s.created_at);
+    assert.ok(new Date(s.created_at).toISOString() === s.created_at, 'new Date(s.created_at).toISOString() === s.created_at');
   }
   const own = await get(t, `/v1/users/${user.id}/sessions`, a.access_token);
   assert.deepEqual(own.json().data.map((s: any) => s.id).sort(), [...byId.keys()].sort());
@@ -218,7 +218,7 @@ test('DELETE /v1/users/me/sessions/{id} revokes that session: its refresh tokens
   assertError(await get(t, '/v1/users/me', rotated.access_token), 401, 'unauthenticated');
   assertError(await get(t, '/v1/users/me', doomed.access_token), 401, 'unauthenticated');
   assertError(await refresh(rotated.refresh_token), 401, 'invalid_refresh_token');
-  assert.ok(await works(keep.access_token));
+  assert.ok(await works(keep.access_token), 'await works(keep.access_token)');
   assert.equal((await refresh(keep.refresh_token)).statusCode, 200);
 
   // Revoking again, an unknown id, or another user's session: 404 session_not_found, nothing changes.
@@ -226,7 +226,7 @@ test('DELETE /v1/users/me/sessions/{id} revokes that session: its refresh tokens
   for (const id of [doomed.session_id, 'ses_01ARZ3NDEKTSV4RRFFQ69G5FAV', stranger.session_id]) {
     assertError(await t.app.inject({ method: 'DELETE', url: `/v1/users/me/sessions/${id}`, headers: bearer(keep.access_token) }), 404, 'session_not_found');
   }
-  assert.ok(await works(stranger.access_token));
+  assert.ok(await works(stranger.access_token), 'await works(stranger.access_token)');
 });
 
 test('users.manage may list and revoke another user\'s sessions; without it another user\'s sessions are not reachable', async () => {
@@ -253,7 +253,7 @@ test('logout ends the current session (204): its access and refresh tokens stop 
   assert.equal(res.body, '');
   assertError(await get(t, '/v1/users/me', current.access_token), 401, 'unauthenticated');
   assertError(await refresh(current.refresh_token), 401, 'invalid_refresh_token');
-  assert.ok(await works(other.access_token));
+  assert.ok(await works(other.access_token), 'await works(other.access_token)');
   assert.equal((await refresh(other.refresh_token)).statusCode, 200);
 });
 
@@ -269,7 +269,7 @@ test('logout with all_sessions true ends every session of the user', async () =>
   }
   const open = await sql(t, 'SELECT id FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [user.id]);
   assert.deepEqual(open, []);
-  assert.ok(await works(bystander.access_token));
+  assert.ok(await works(bystander.access_token), 'await works(bystander.access_token)');
 });
 
 test('logout bad input: no credential gets 401; all_sessions not a boolean gets 422 validation_failed naming all_sessions', async () => {

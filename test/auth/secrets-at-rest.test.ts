@@ -71,7 +71,7 @@ test('AU-2: a webhook signing secret is stored sealed, the current and the previ
 test('AU-2: the RSA private signing key is stored sealed, and the service signs and verifies with it', async (c) => {
   const t = await buildTestApp({}, c);
   const rows = await sql<{ private_jwk: unknown }>(t, 'SELECT private_jwk FROM signing_keys');
-  assert.ok(rows.length >= 1);
+  assert.ok(rows.length >= 1, 'rows.length >= 1');
   for (const row of rows) assert.ok(typeof row.private_jwk === 'string' && sealedWith(row.private_jwk), `sealed: ${JSON.stringify(row.private_jwk).slice(0, 30)}`);
   assert.ok(!(await databaseText(t)).includes('"d":'), 'no private exponent in any row');
   const { token } = await createMfaUser(t);

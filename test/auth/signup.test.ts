@@ -62,7 +62,7 @@ test('signup without display_name still creates a Profile with a non-empty displ
   assert.equal(res.statusCode, 201, res.body);
   const profiles = await sql(t, 'SELECT display_name FROM profiles WHERE user_id = $1', [res.json().user_id]);
   assert.equal(profiles.length, 1);
-  assert.ok(profiles[0].display_name.length >= 1 && profiles[0].display_name.length <= 100);
+  assert.ok(profiles[0].display_name.length >= 1 && profiles[0].display_name.length <= 100, 'profiles[0].display_name.length >= 1 && profiles[0].display_name.length <= 100');
 });
 
 test('the password hash is Argon2id with memory 19456 KiB, iterations 2, parallelism 1', async () => {
@@ -70,7 +70,7 @@ test('the password hash is Argon2id with memory 19456 KiB, iterations 2, paralle
   assert.equal(res.statusCode, 201, res.body);
   const [identity] = await sql(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND method = 'password'`, [res.json().user_id]);
   assert.ok(identity.password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'), identity.password_hash);
-  assert.ok(!identity.password_hash.includes(PASSWORD));
+  assert.ok(!identity.password_hash.includes(PASSWORD), '!identity.password_hash.includes(PASSWORD)');
 });
 
 test('signup sends the verification email with a token= link, and an unverified user can log in', async () => {

@@ -31,7 +31,7 @@ test('checkout: the owner gets 201 {url, expires_at} from the processor; the ses
   const session = assertStatus(res, 201);
   assert.deepEqual(Object.keys(session).sort(), ['expires_at', 'url']);
   assert.match(session.url, /^https:\/\/checkout\.stripe\.test\/c\/pay\/cs_test_/);
-  assert.ok(Date.parse(session.expires_at) > Date.now());
+  assert.ok(Date.parse(session.expires_at) > Date.now(), 'Date.parse(session.expires_at) > Date.now()');
   const lookup = processor.requests.find((r) => r.path === '/v1/prices')!;
   assert.deepEqual([...lookup.query.entries()].filter(([k]) => k.startsWith('lookup_keys')).map(([, v]) => v), ['team']);
   const sent = sessionsCreated().at(-1)!;
@@ -120,7 +120,7 @@ test('portal: a Tenant that never paid gets 409 no_billing_account; after paymen
   await sql(t, `UPDATE tenants SET stripe_customer_id = 'cus_portal' WHERE id = $1`, [owner.tenantId]);
   const session = assertStatus(await portal(owner.tenantId, owner.token), 201);
   assert.match(session.url, /^https:\/\/billing\.stripe\.test\/p\/session\//);
-  assert.ok(Date.parse(session.expires_at) > t.clock.now().getTime());
+  assert.ok(Date.parse(session.expires_at) > t.clock.now().getTime(), 'Date.parse(session.expires_at) > t.clock.now().getTime()');
   const sent = processor.requests.filter((r) => r.path === '/v1/billing_portal/sessions').at(-1)!;
   assert.equal(sent.form.customer, 'cus_portal');
   assert.equal(sent.form.return_url, 'https://app.example.com/settings');
@@ -156,7 +156,7 @@ test('processor unreachable: checkout and portal answer 503 billing_unavailable 
     const res = await down.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, headers: { authorization: `Bearer ${owner.token}`, 'idempotency-key': 'down-1' }, payload: body });
     const error = assertError(res, 503, 'billing_unavailable');
     assert.equal(error.details.reason, 'unreachable');
-    assert.ok(Number(res.headers['retry-after']) > 0);
+    assert.ok(Number(res.headers['retry-after']) > 0, 'Number(res.headers[\'retry-after\']) > 0');
     assert.ok(Date.now() - started < 15_000, 'bounded');
     const p = await down.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, headers: { authorization: `Bearer ${owner.token}` }, payload: { return_url: 'https://a.example.com' } });
     assertError(p, 503, 'billing_unavailable');

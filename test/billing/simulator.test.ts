@@ -28,8 +28,8 @@ test('without Stripe settings the whole upgrade runs on one machine: checkout UR
   assert.equal(html.statusCode, 200);
   assert.match(String(html.headers['content-type']), /^text\/html/);
   assert.match(html.body, /Pay and subscribe/);
-  assert.ok(html.body.includes(`${pathOf(session.url)}/complete`));
-  assert.ok(html.body.includes(owner.tenantId));
+  assert.ok(html.body.includes(`${pathOf(session.url)}/complete`), 'html.body.includes(`${pathOf(session.url)}/complete`)');
+  assert.ok(html.body.includes(owner.tenantId), 'html.body.includes(owner.tenantId)');
   assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter', 'opening the page changes nothing');
 
   const done = await press(`${pathOf(session.url)}/complete`);
@@ -37,7 +37,7 @@ test('without Stripe settings the whole upgrade runs on one machine: checkout UR
   assert.equal(done.headers.location, body.success_url);
   const sub = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
   assert.deepEqual([sub.plan, sub.subscription_status, sub.restricted, sub.cancel_at_period_end], ['team', 'active', false, false]);
-  assert.ok(sub.current_period_end > sub.current_period_start);
+  assert.ok(sub.current_period_end > sub.current_period_start, 'sub.current_period_end > sub.current_period_start');
   const events = await sql(t, 'SELECT type, outcome FROM processor_events WHERE tenant_id = $1 ORDER BY type', [owner.tenantId]);
   assert.deepEqual(events, [{ type: 'checkout.session.completed', outcome: 'applied' }, { type: 'customer.subscription.created', outcome: 'applied' }]);
   const changed = await auditRows(t, 'tenant.plan_changed', owner.tenantId);
@@ -125,7 +125,7 @@ test('the OpenAPI document describes the tenancy and billing operations, marks t
   assert.deepEqual(doc.paths['/v1/billing/processor-events'].post.security, []);
   assert.equal(doc.paths['/v1/tenants/{id}/billing/checkout-sessions'].post.parameters.find((p: any) => p.name === 'Idempotency-Key').required, true);
   const simulator = Object.entries<any>(doc.paths).filter(([p]) => p.startsWith('/billing/simulator/'));
-  assert.ok(simulator.length >= 4);
+  assert.ok(simulator.length >= 4, 'simulator.length >= 4');
   for (const [, item] of simulator) for (const op of Object.values<any>(item)) assert.deepEqual(op.tags, ['Billing simulator']);
 });
 

@@ -364,7 +364,7 @@ test('list pagination: limit and opaque cursor walk every row once, stable under
   let body = first.json();
   for (;;) {
     pages++;
-    assert.ok(body.data.length <= 2);
+    assert.ok(body.data.length <= 2, 'body.data.length <= 2');
     seen.push(...body.data.map((s: { id: string }) => s.id));
     // A new row arrives between pages (a concurrent sign-in).
     await login(t, user);

@@ -76,7 +76,7 @@ test('GET /_dev/clock answers {now} in ISO time, the service clock', async () =>
   assert.equal(res.statusCode, 200);
   const { now } = res.json();
   assert.equal(new Date(now).toISOString(), now);
-  assert.ok(secondsApart(now, dev.clock.now()) < 5);
+  assert.ok(secondsApart(now, dev.clock.now()) < 5, 'secondsApart(now, dev.clock.now()) < 5');
 });
 
 test('POST /_dev/clock with {advance_seconds: N} moves the service clock forward by N seconds and answers {now}', async () => {
@@ -118,7 +118,7 @@ test('POST /_dev/clock with an invalid body answers 422 validation_failed and do
     assert.equal(res.statusCode, 422, JSON.stringify(payload));
     assertEnvelope(res.json(), 'validation_failed');
   }
-  assert.ok(secondsApart(dev.clock.now(), before) < 5);
+  assert.ok(secondsApart(dev.clock.now(), before) < 5, 'secondsApart(dev.clock.now(), before) < 5');
 });
 
 test('POST /_dev/jobs/{job} runs the job now and answers {job, result} when it has finished (idempotency-prune drops expired records)', async () => {
@@ -273,11 +273,11 @@ test('an email that carries a token carries it in its text as a link on PUBLIC_U
 test('without SMTP_URL queued mail is kept in the database outbox and marked logged', async () => {
   const id = await queueResetMail(plain, uniqueEmail('mail'), 'abc');
   const result = await deliverQueuedMail(plain.deps);
-  assert.ok(result.sent >= 1);
+  assert.ok(result.sent >= 1, 'result.sent >= 1');
   assert.equal(result.failed, 0);
   const row = await mailRow(plain, id);
   assert.equal(row.status, 'logged');
-  assert.ok(row.sent_at);
+  assert.ok(row.sent_at, 'row.sent_at');
   const again = await deliverQueuedMail(plain.deps);
   assert.equal(again.sent, 0, 'nothing is delivered twice');
 });
@@ -333,7 +333,7 @@ test('a mail queued in a transaction that rolls back never exists', async () => 
     }),
     /roll back/,
   );
-  assert.ok(id);
+  assert.ok(id, 'id');
   const { rows } = await plain.database.scoped('system').query('SELECT id FROM emails WHERE id = $1 OR to_address = $2', [id, to]);
   assert.equal(rows.length, 0);
 });
@@ -390,11 +390,11 @@ test('with SMTP_URL the relay sends queued mail through that server and marks it
   assert.equal(mail.subject, 'Reset your password');
   const links = tokenLinks(mail.text, 'abc');
   assert.equal(links.length, 1, mail.text);
-  assert.ok(links[0].href.startsWith(t.config.publicUrl));
+  assert.ok(links[0].href.startsWith(t.config.publicUrl), 'links[0].href.startsWith(t.config.publicUrl)');
 
   const row = await mailRow(t, id);
   assert.equal(row.status, 'sent');
-  assert.ok(row.sent_at);
+  assert.ok(row.sent_at, 'row.sent_at');
   assert.equal(row.attempts, 1);
   // The stored copy of a sent mail keeps no live link (catalog AU-2).
   assert.equal(tokenLinks(row.text_body, 'abc').length, 0, row.text_body);

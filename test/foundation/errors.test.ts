@@ -175,7 +175,7 @@ test('a bad path parameter gets a clear 404, never a 500', async () => {
   const { token } = await userToken(t);
   const res = await t.app.inject({ method: 'GET', url: `/v1/users/${'%E0%A4%A'}`, headers: bearer(token) });
   assert.ok(res.statusCode >= 400 && res.statusCode < 500, String(res.statusCode));
-  assert.ok(res.json().error.code);
+  assert.ok(res.json().error.code, 'res.json().error.code');
 });
 
 test('a path or query that is not validly percent-encoded gets 400 bad_request in the envelope, with its Request-Id and Cache-Control: no-store', async () => {

@@ -68,7 +68,7 @@ test('the same operation with a restrict_destructive false key holding users.man
   const res = await revokeSession(key.secret, v.user.id, v.sessionId);
   assert.equal(res.statusCode, 204);
   assert.equal(res.body, '');
-  assert.ok((await revokedAt(v.sessionId)) instanceof Date);
+  assert.ok((await revokedAt(v.sessionId)) instanceof Date, '(await revokedAt(v.sessionId)) instanceof Date');
   assert.equal((await me(v.token)).statusCode, 401, 'the revoked session token fails at once');
 });
 
@@ -89,7 +89,7 @@ test('an agent key with restrict_destructive set false may perform destructive o
   const key = await createApiKey(t, { permissions: ['users.manage'], intendedUse: 'agent', restrictDestructive: false });
   const res = await revokeSession(key.secret, v.user.id, v.sessionId);
   assert.equal(res.statusCode, 204);
-  assert.ok((await revokedAt(v.sessionId)) instanceof Date);
+  assert.ok((await revokedAt(v.sessionId)) instanceof Date, '(await revokedAt(v.sessionId)) instanceof Date');
 });
 
 test('the destructive gate applies to keys only: a User with users.manage may revoke another user\'s session', async () => {
@@ -97,7 +97,7 @@ test('the destructive gate applies to keys only: a User with users.manage may re
   const { token } = await userToken(t, { roles: ['superadmin'] });
   const res = await revokeSession(token, v.user.id, v.sessionId);
   assert.equal(res.statusCode, 204);
-  assert.ok((await revokedAt(v.sessionId)) instanceof Date);
+  assert.ok((await revokedAt(v.sessionId)) instanceof Date, '(await revokedAt(v.sessionId)) instanceof Date');
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ test('logout without all_sessions ends only the calling session; with all_sessio
 
   const one = await logout(a); // no body at all: all_sessions defaults to false
   assert.equal(one.statusCode, 204);
-  assert.ok((await revokedAt(sa)) instanceof Date);
+  assert.ok((await revokedAt(sa)) instanceof Date, '(await revokedAt(sa)) instanceof Date');
   assert.equal(await revokedAt(sb), null);
   assert.equal(await revokedAt(sc), null);
   assert.equal((await me(a)).statusCode, 401);
@@ -141,8 +141,8 @@ test('logout without all_sessions ends only the calling session; with all_sessio
 
   const all = await logout(b, { all_sessions: true });
   assert.equal(all.statusCode, 204);
-  assert.ok((await revokedAt(sb)) instanceof Date);
-  assert.ok((await revokedAt(sc)) instanceof Date);
+  assert.ok((await revokedAt(sb)) instanceof Date, '(await revokedAt(sb)) instanceof Date');
+  assert.ok((await revokedAt(sc)) instanceof Date, '(await revokedAt(sc)) instanceof Date');
   assert.equal((await me(b)).statusCode, 401);
   assert.equal((await me(c)).statusCode, 401);
 });

@@ -97,7 +97,7 @@ test('the description has the operations of the service, including the discovery
 
 test('every DELETE operation is marked x-platform-destructive always', () => {
   const deletes = operations().filter((o) => o.method === 'delete');
-  assert.ok(deletes.length >= 1);
+  assert.ok(deletes.length >= 1, 'deletes.length >= 1');
   for (const { path, op } of deletes) {
     assert.equal(op['x-platform-destructive'], 'always', `DELETE ${path}`);
     assert.equal(op['x-platform-destructive-when'], undefined, `DELETE ${path}`);
@@ -145,7 +145,7 @@ test('every error response references the ErrorEnvelope schema, which has code, 
       assert.equal(response.content?.['application/json']?.schema?.$ref, ERROR_ENVELOPE_REF, `${method.toUpperCase()} ${path} ${status}`);
     }
   }
-  assert.ok(count > 0);
+  assert.ok(count > 0, 'count > 0');
 });
 
 test('operations needing a credential declare bearer security and a 401; User-token operations a 400; destructive ones a 403', () => {
@@ -243,7 +243,7 @@ test('the /_dev routes are absent from the description even when served', async 
 
 test('the description describes no operation the service does not serve', async () => {
   const ops = operations();
-  assert.ok(ops.length >= 8);
+  assert.ok(ops.length >= 8, 'ops.length >= 8');
   for (const { method, path, op } of ops) {
     const label = `${method.toUpperCase()} ${path}`;
     const fastifyUrl = path.replace(/\{([^}]+)\}/g, ':$1');

@@ -46,7 +46,7 @@ async function assertStartedOnce(database: Database, email: string) {
   const { rows: versions } = await sys.query<{ version: string; n: number }>(
     'SELECT version, count(*)::int AS n FROM schema_migrations GROUP BY version ORDER BY version',
   );
-  assert.ok(versions.length > 0);
+  assert.ok(versions.length > 0, 'versions.length > 0');
   assert.equal(versions[0].version, '0001_foundation');
   for (const v of versions) assert.equal(v.n, 1, `migration ${v.version} applied once`);
 

@@ -54,7 +54,7 @@ test('without state, redirect_to has only code; a registered query string is kep
   const kept = new URL(assertStatus(await authorize(t, user.token, body({ application_id: other.id, redirect_uri: withQuery, state: 's1' })), 201).redirect_to);
   assert.equal(kept.searchParams.get('tenant'), 'acme');
   assert.equal(kept.searchParams.get('state'), 's1');
-  assert.ok(kept.searchParams.get('code'));
+  assert.ok(kept.searchParams.get('code'), 'kept.searchParams.get(\'code\')');
 });
 
 test('404 application_not_found for an unknown Application', async () => {

@@ -211,7 +211,7 @@ test('Chromium: a request with an unregistered redirect_uri shows the error page
     assert.equal(res?.status(), 400);
     assert.equal(await page.getByRole('heading', { level: 1 }).textContent(), 'This sign-in link is not valid');
     assert.match((await page.getByRole('alert').textContent()) ?? '', /redirect_uri/);
-    assert.ok(page.url().startsWith(base));
+    assert.ok(page.url().startsWith(base), 'page.url().startsWith(base)');
     assert.equal(landed.length, before, 'nothing reached the redirect URI');
     await screenshot(page, 'signin-error.png');
   } finally {

@@ -38,7 +38,7 @@ test('email and password: 303 to the redirect_uri with code and state; the code 
   const cookie = String(setCookieHeader(res));
   assert.match(cookie, /^platform_signin=[A-Za-z0-9_-]{43}; Path=\/signin; HttpOnly; SameSite=Lax; Max-Age=\d+$/);
   assert.notEqual(browser.cookie, before);
-  assert.ok(Math.abs(Number(/Max-Age=(\d+)/.exec(cookie)![1]) - 90 * 86400) < 60);
+  assert.ok(Math.abs(Number(/Max-Age=(\d+)/.exec(cookie)![1]) - 90 * 86400) < 60, 'Math.abs(Number(/Max-Age=(\\d+)/.exec(cookie)![1]) - 90 * 86400) < 60');
   const rows = await sql(t, 'SELECT b.*, s.user_id FROM signin_browser_sessions b JOIN sessions s ON s.id = b.session_id WHERE s.user_id = $1', [user.id]);
   assert.equal(rows.length, 1);
   assert.equal(rows[0].cookie_hash, hashSecret(browser.cookie!), 'only the hash is stored');
@@ -123,7 +123,7 @@ test('MFA: the password step shows the code form (and a recovery code form); a w
   const browser = new Browser(t);
   const mfa = await browser.signIn(await browser.open(f.params), user.email, user.password);
   const body = assertPage(mfa, 200);
-  assert.ok(body.includes('<h1>Two-step verification</h1>'));
+  assert.ok(body.includes('<h1>Two-step verification</h1>'), 'body.includes(\'<h1>Two-step verification</h1>\')');
   assert.match(body, /<label for="code">Authentication code<\/label>/);
   assert.match(body, /autocomplete="one-time-code"/);
   assert.match(body, /<summary>Use a recovery code instead<\/summary>/);
@@ -193,7 +193,7 @@ test('MFA token expired (300 s): back to the password form, "sign in again"; a t
   alignToStep(t, 5);
   const res = await browser.mfa(mfa, 'code', await totpCode(t, secret));
   const body = assertPage(res, 401, 'The MFA token is invalid or expired. Please sign in again.');
-  assert.ok(body.includes('name="password"'));
+  assert.ok(body.includes('name="password"'), 'body.includes(\'name="password"\')');
   assertPage(await browser.mfa(mfa, 'code', 'abc'), 401, 'The MFA token is invalid or expired.');
   assertPage(await browser.post('/signin/mfa', { ...formOf(mfa, '/signin/mfa'), mfa_token: 'mfa_forged', code: '123456' }), 401, 'The MFA token is invalid or expired.');
 });
@@ -275,17 +275,17 @@ test('a second visit offers "Continue as"; continuing issues a code on the same 
   const page = await browser.open(f.params);
   const body = assertPage(page, 200);
   assert.ok(body.includes(`<button type="submit" autofocus>Continue as ${user.email}</button>`), body);
-  assert.ok(body.includes('<h2>Use another account</h2>'));
+  assert.ok(body.includes('<h2>Use another account</h2>'), 'body.includes(\'<h2>Use another account</h2>\')');
   const { code, state } = assertRedirect(await browser.post('/signin/continue', formOf(page, '/signin/continue')));
   assert.equal(state, 'again');
   const [row] = await sql(t, 'SELECT session_id FROM oauth_authorization_codes WHERE code_hash = $1', [hashSecret(code)]);
   assert.equal(row.session_id, sessionId);
 
   // Another browser (another cookie) is not signed in.
-  assert.ok(!assertPage(await new Browser(t).open(f.params), 200).includes('Continue as'));
+  assert.ok(!assertPage(await new Browser(t).open(f.params), 200).includes('Continue as'), '!assertPage(await new Browser(t).open(f.params), 200).includes(\'Continue as\')');
 
   await sql(t, 'UPDATE sessions SET revoked_at = now() WHERE id = $1', [sessionId]);
-  assert.ok(!assertPage(await browser.open(f.params), 200).includes('Continue as'));
+  assert.ok(!assertPage(await browser.open(f.params), 200).includes('Continue as'), '!assertPage(await browser.open(f.params), 200).includes(\'Continue as\')');
   assertPage(await browser.post('/signin/continue', formOf(page, '/signin/continue')), 401, 'Your session has ended. Please sign in again.');
 });
 
@@ -341,13 +341,13 @@ test('a test_mode Application signs in test-mode users only (its own mode), and 
   const f = flow(testApp.id);
   const browser = new Browser(t);
   const page = await browser.open(f.params);
-  assert.ok(page.body.includes('<p class="badge">Test mode</p>'));
+  assert.ok(page.body.includes('<p class="badge">Test mode</p>'), 'page.body.includes(\'<p class="badge">Test mode</p>\')');
   assertPage(await browser.signIn(page, live.email, live.password), 401, 'Email or password is incorrect.');
   const { code } = assertRedirect(await browser.signIn(page, tester.email, tester.password));
   const tokens = assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, testApp.id)), 200);
   assert.equal((await verifyAppToken(t, tokens.access_token, testApp.id)).test_mode, true);
   // The live page does not see the test session of this browser.
-  assert.ok(!assertPage(await browser.open(flow(app.id).params), 200).includes('Continue as'));
+  assert.ok(!assertPage(await browser.open(flow(app.id).params), 200).includes('Continue as'), '!assertPage(await browser.open(flow(app.id).params), 200).includes(\'Continue as\')');
 });
 
 test('a test_mode Application offers "Continue as" to the test-mode user signed in on it, and continuing issues its code', async () => {

@@ -30,7 +30,7 @@ test('the per-IP throttle of the auth endpoints covers the page POSTs and answer
   let res = await browser.post('/signin', fields);
   for (let i = 0; i < 5 && res.statusCode === 401; i++) res = await browser.post('/signin', fields);
   assertPage(res, 429, /^Too many requests; try again in (\d+ seconds?|1 minute)\.$/);
-  assert.ok(Number(res.headers['retry-after']) >= 1);
+  assert.ok(Number(res.headers['retry-after']) >= 1, 'Number(res.headers[\'retry-after\']) >= 1');
 });
 
 test('the form steps are throttled too, each endpoint with its own count: /signin/mfa and /signin/continue answer the 429 page', async () => {

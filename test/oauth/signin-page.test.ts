@@ -33,10 +33,10 @@ test('GET /signin renders the sign-in form: the Application name (escaped) and i
   const res = await get(signinUrl(params));
   const body = assertPage(res, 200);
   assert.match(body, /^<!doctype html>\n<html lang="en">/);
-  assert.ok(body.includes('<title>Sign in – Acme &lt;Notes&gt; &amp; &quot;Co&quot;</title>'));
-  assert.ok(body.includes('<strong>Acme &lt;Notes&gt; &amp; &quot;Co&quot;</strong>'));
+  assert.ok(body.includes('<title>Sign in – Acme &lt;Notes&gt; &amp; &quot;Co&quot;</title>'), 'body.includes(\'<title>Sign in \u2013 Acme &lt;Notes&gt; &amp; &quot;Co&quot;</title>\')');
+  assert.ok(body.includes('<strong>Acme &lt;Notes&gt; &amp; &quot;Co&quot;</strong>'), 'body.includes(\'<strong>Acme &lt;Notes&gt; &amp; &quot;Co&quot;</strong>\')');
   assert.ok(!body.includes('<script>'), 'nothing supplied is ever markup');
-  assert.ok(body.includes('<img src="https://cdn.example.com/acme.png" alt=""'));
+  assert.ok(body.includes('<img src="https://cdn.example.com/acme.png" alt=""'), 'body.includes(\'<img src="https://cdn.example.com/acme.png" alt=""\')');
   assert.match(body, /<label for="email">Email<\/label>\n<input id="email" name="email" type="email" autocomplete="username"/);
   assert.match(body, /<label for="password">Password<\/label>\n<input id="password" name="password" type="password" autocomplete="current-password"/);
   const hidden = formOf(res, '/signin');
@@ -55,7 +55,7 @@ test('headers: CSP (nothing external, style by hash, form-action self plus the r
   assert.match(csp, /form-action 'self' https:\/\/app\.example\.com(;|$)/);
   assert.match(csp, /frame-ancestors 'none'/);
   assert.match(csp, /base-uri 'none'/);
-  assert.ok(!/script-src|unsafe-inline/.test(csp));
+  assert.ok(!/script-src|unsafe-inline/.test(csp), '!/script-src|unsafe-inline/.test(csp)');
   assert.equal(res.headers['x-frame-options'], 'DENY');
   assert.equal(res.headers['referrer-policy'], 'no-referrer');
   assert.equal(res.headers['cache-control'], 'no-store');
@@ -115,7 +115,7 @@ test('400 without redirect: redirect_uri missing, not byte-identical to a regist
   }
   const bare = await oauthApp(t, admin, { redirect_uris: [] });
   const body = assertPage(await get(signinUrl({ ...params, application_id: bare.id })), 400);
-  assert.ok(body.includes('has no registered redirect URIs'));
+  assert.ok(body.includes('has no registered redirect URIs'), 'body.includes(\'has no registered redirect URIs\')');
 });
 
 test('400 without redirect: an Application not approved, or whose Tenant is suspended', async () => {
@@ -253,7 +253,7 @@ test('the page is outside the OpenAPI document', async () => {
 
 test('the icon shows for an https URL in any letter case of the scheme (HTTPS://…)', async () => {
   const upper = await oauthApp(t, admin, { name: 'Upper', icon_url: 'HTTPS://cdn.example.com/upper.png' });
-  assert.ok(assertPage(await get(signinUrl(flow(upper.id).params)), 200).includes('<img src="HTTPS://cdn.example.com/upper.png" alt=""'));
+  assert.ok(assertPage(await get(signinUrl(flow(upper.id).params)), 200).includes('<img src="HTTPS://cdn.example.com/upper.png" alt=""'), 'assertPage(await get(signinUrl(flow(upper.id).params)), 200).includes(\'<img src="HTTPS://cdn.example.com/upper.png" alt=""\')');
 });
 
 test('the icon is shown only from an https icon_url; an http one shows the Application\'s initial', async () => {

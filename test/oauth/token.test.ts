@@ -45,7 +45,7 @@ test('a code exchange returns the app token (access_token, token_type, expires_i
   const rows = await sql(t, 'SELECT * FROM oauth_refresh_tokens WHERE session_id = $1', [user.sid]);
   assert.equal(rows.length, 1);
   assert.equal(rows[0].application_id, app.id);
-  assert.ok(!JSON.stringify(rows[0]).includes(body.refresh_token));
+  assert.ok(!JSON.stringify(rows[0]).includes(body.refresh_token), '!JSON.stringify(rows[0]).includes(body.refresh_token)');
 });
 
 test('the token endpoint accepts application/x-www-form-urlencoded bodies, errors included', async () => {

@@ -34,7 +34,7 @@ test('"addresses cannot be probed": an invitation answers the email in lower cas
   // Once active, the member shows the account's own spelling.
   assertStatus(await accept(t, known.token, org.id), 200);
   const active = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?membership_status=active`, owner.token), 200).data;
-  assert.ok(active.some((m: any) => m.email === knownEmail));
+  assert.ok(active.some((m: any) => m.email === knownEmail), 'active.some((m: any) => m.email === knownEmail)');
 });
 
 test('invite by email creates a pending membership and an organization_invitation mail naming the Organization; an address without a live User gets an invited User; the response has the same shape either way', async () => {

@@ -127,7 +127,7 @@ test('GET /v1/organizations with organizations.manage lists everything without m
   await suspendOrg(two.id);
   const all = assertStatus(await call(t, 'GET', `/v1/organizations?q=${encodeURIComponent(prefix)}`, admin), 200);
   assert.deepEqual(all.data.map((o: any) => o.id).sort(), [one.id, two.id].sort());
-  assert.ok(!all.data.some((o: any) => o.id === notPrefix.id));
+  assert.ok(!all.data.some((o: any) => o.id === notPrefix.id), '!all.data.some((o: any) => o.id === notPrefix.id)');
   for (const o of all.data) {
     assert.equal('my_role' in o, false, 'no my_role for organizations.manage');
     assert.equal('my_membership_status' in o, false);
@@ -190,7 +190,7 @@ test('suspend and reactivate only by organizations.manage: an org admin sending 
   audit = await orgAudit(t, org.id, 'organization.updated');
   assert.equal(audit.length, 2);
   assert.equal(audit[1].after.status, 'active');
-  assert.ok(JSON.stringify(audit[1]).includes('resolved'));
+  assert.ok(JSON.stringify(audit[1]).includes('resolved'), 'JSON.stringify(audit[1]).includes(\'resolved\')');
 });
 
 test('a suspended Organization is frozen for its org admins: a rename by an org admin is 403 organization_suspended; organizations.manage may still rename it', async () => {

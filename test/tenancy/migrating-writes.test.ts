@@ -81,7 +81,7 @@ test('POST and DELETE /v1/users/{u}/roles/{appRoleId} while the Tenant is migrat
 
   // Reads keep working; platform Roles are no Tenant's data.
   const listed = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles?application_id=${app.id}`, admin), 200);
-  assert.ok(listed.data.some((a: any) => a.role_id === viewer));
+  assert.ok(listed.data.some((a: any) => a.role_id === viewer), 'listed.data.some((a: any) => a.role_id === viewer)');
 });
 
 test('DELETE /v1/roles/{appRoleId} while the Tenant is migrating: 503, the Role stays', async () => {

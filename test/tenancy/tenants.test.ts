@@ -91,12 +91,12 @@ test('GET /v1/tenants: tenants.manage lists every Tenant, filtered by plan, tier
   const all = await ids('');
   for (const id of [a.tenantId, b.tenantId, c.tenantId, d]) assert.ok(all.has(id), id);
   const enterprise = await ids('&plan=enterprise');
-  assert.ok(enterprise.has(a.tenantId) && enterprise.has(c.tenantId) && !enterprise.has(b.tenantId));
+  assert.ok(enterprise.has(a.tenantId) && enterprise.has(c.tenantId) && !enterprise.has(b.tenantId), 'enterprise.has(a.tenantId) && enterprise.has(c.tenantId) && !enterprise.has(b.tenantId)');
   assert.deepEqual([...(await ids(`&tier=isolated&owner_user_id=${a.user.id}`))], [a.tenantId]);
-  assert.ok((await ids('&status=migrating')).has(c.tenantId));
-  assert.ok(!(await ids('&status=active')).has(c.tenantId));
+  assert.ok((await ids('&status=migrating')).has(c.tenantId), '(await ids(\'&status=migrating\')).has(c.tenantId)');
+  assert.ok(!(await ids('&status=active')).has(c.tenantId), '!(await ids(\'&status=active\')).has(c.tenantId)');
   const restricted = await ids('&restricted=true');
-  assert.ok(restricted.has(b.tenantId) && !restricted.has(a.tenantId));
+  assert.ok(restricted.has(b.tenantId) && !restricted.has(a.tenantId), 'restricted.has(b.tenantId) && !restricted.has(a.tenantId)');
   assert.deepEqual([...(await ids(`&owner_organization_id=${orgId}`))], [d]);
   assertError(await call(t, 'GET', '/v1/tenants?plan=gold', support.token), 422, 'validation_failed');
 });
@@ -138,8 +138,8 @@ test("a Tenant lives in its owner's mode: a test-mode key with tenants.manage ge
   assertError(await call(t, 'GET', `/v1/tenants/${testTenant}`, liveKey.secret), 404, 'tenant_not_found');
   assert.equal(assertStatus(await call(t, 'GET', `/v1/tenants/${testTenant}`, testKey.secret), 200).id, testTenant);
   const listedByTest = assertStatus(await call(t, 'GET', '/v1/tenants?limit=100', testKey.secret), 200).data.map((x: any) => x.id);
-  assert.ok(listedByTest.includes(testTenant));
-  assert.ok(!listedByTest.includes(live.tenantId));
+  assert.ok(listedByTest.includes(testTenant), 'listedByTest.includes(testTenant)');
+  assert.ok(!listedByTest.includes(live.tenantId), '!listedByTest.includes(live.tenantId)');
   const listedByLive = assertStatus(await call(t, 'GET', `/v1/tenants?owner_user_id=${testUser.id}`, liveKey.secret), 200).data;
   assert.deepEqual(listedByLive, []);
 });

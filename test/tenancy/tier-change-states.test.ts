@@ -63,7 +63,7 @@ test('in_progress → completed: the Tenant takes the requested tier and region,
   const { owner, id } = await requestIn('in_progress');
   const done = assertStatus(await patch(owner.tenantId, id, { status: 'completed' }), 200);
   assert.equal(done.status, 'completed');
-  assert.ok(done.completed_at && done.started_at && done.completed_at >= done.started_at);
+  assert.ok(done.completed_at && done.started_at && done.completed_at >= done.started_at, 'done.completed_at && done.started_at && done.completed_at >= done.started_at');
   const tenant = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}`, owner.token), 200);
   assert.equal(tenant.tier, 'dedicated_region');
   assert.equal(tenant.region, 'eu-west-1');
@@ -143,7 +143,7 @@ test('every change writes tenant.tier_change_request_updated with the request be
   const rows = await auditRows(t, 'tenant.tier_change_request_updated', owner.tenantId);
   assert.deepEqual(rows.map((r) => r.after.status), ['pending', 'scheduled', 'scheduled', 'in_progress', 'completed']);
   assert.deepEqual(rows.map((r) => r.before.status), ['pending', 'pending', 'scheduled', 'scheduled', 'in_progress']);
-  assert.ok(rows.every((r) => r.target_id === id && r.actor_id === support.user.id));
+  assert.ok(rows.every((r) => r.target_id === id && r.actor_id === support.user.id), 'rows.every((r) => r.target_id === id && r.actor_id === support.user.id)');
   // Rescheduling mails the new window too.
   assert.equal((await mailsTo(t, owner.user.email, 'tier_change_scheduled')).length, 2);
   // A PATCH that changes nothing writes nothing.

@@ -175,7 +175,7 @@ test('self email change stays pending until verified: pending_email set, email_c
   assert.equal(row!.email, user.email);
   assert.equal(row!.pending_email, newEmail);
   assert.deepEqual((await mailsTo(t, newEmail)).map((m) => m.template), ['email_change_verification']);
-  assert.ok(await latestToken(t, newEmail, 'email_change_verification'));
+  assert.ok(await latestToken(t, newEmail, 'email_change_verification'), 'await latestToken(t, newEmail, \'email_change_verification\')');
   assert.deepEqual((await mailsTo(t, user.email)).map((m) => m.template), ['email_change_notice']);
   assert.deepEqual(await auditFor(t, user.id, 'user.email_changed'), [], 'not complete yet');
   // The old address still signs in.

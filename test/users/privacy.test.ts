@@ -61,7 +61,7 @@ test('GET /v1/users/{id}/export (self) returns every key of the bundle: exported
   assert.deepEqual(Object.keys(bundle).sort(), [
     'applications', 'audit_events', 'exported_at', 'identities', 'organizations', 'profile', 'roles', 'sessions', 'settings', 'user',
   ]);
-  assert.ok(!Number.isNaN(Date.parse(bundle.exported_at)));
+  assert.ok(!Number.isNaN(Date.parse(bundle.exported_at)), '!Number.isNaN(Date.parse(bundle.exported_at))');
   assert.equal(bundle.user.id, r.user.id);
   assert.equal(bundle.user.email, r.user.email);
   assert.equal(bundle.user.pending_email, r.pendingEmail);
@@ -72,16 +72,16 @@ test('GET /v1/users/{id}/export (self) returns every key of the bundle: exported
   assert.deepEqual(Object.keys(bundle.identities[0]).sort(), ['last_used_at', 'method', 'mfa_enabled']);
   assert.equal(bundle.identities[0].method, 'password');
   assert.equal(bundle.identities[0].mfa_enabled, true);
-  assert.ok(bundle.sessions.length >= 2);
-  assert.ok(bundle.sessions.some((s: { id: string }) => s.id === r.session.session_id));
+  assert.ok(bundle.sessions.length >= 2, 'bundle.sessions.length >= 2');
+  assert.ok(bundle.sessions.some((s: { id: string }) => s.id === r.session.session_id), 'bundle.sessions.some((s: { id: string }) => s.id === r.session.session_id)');
   for (const s of bundle.sessions) assert.deepEqual(Object.keys(s).sort(), ['created_at', 'id', 'ip_address', 'user_agent']);
   assert.deepEqual(bundle.organizations.map((o: any) => [o.organization_id, o.role, o.membership_status, typeof o.joined_at]), [[r.org, 'org_admin', 'active', 'string']]);
-  assert.ok(bundle.roles.some((x: any) => x.role_id === 'role_platform_member' && x.application_id === null && typeof x.assigned_at === 'string'));
+  assert.ok(bundle.roles.some((x: any) => x.role_id === 'role_platform_member' && x.application_id === null && typeof x.assigned_at === 'string'), 'bundle.roles.some((x: any) => x.role_id === \'role_platform_member\' && x.application_id === null && typeof x.assigned_at === \'string\')');
   const app = bundle.applications.find((a: any) => a.application_id === r.app.id);
   assert.ok(app, JSON.stringify(bundle.applications));
   assert.equal(app.entitlement.status, 'active');
   assert.equal(app.entitlement.source, 'admin_grant');
-  assert.ok(app.entitlement.starts_at);
+  assert.ok(app.entitlement.starts_at, 'app.entitlement.starts_at');
   assert.equal(app.app_profile.display_handle, 'handle');
   assert.deepEqual(app.app_profile.custom, { fav: 'blue' });
   assert.deepEqual(app.app_settings, { dark: true });
@@ -113,7 +113,7 @@ test('the export\'s audit_events are the user\'s own trail in hot storage, shape
   })();
   const bundle = assertStatus(await exportOf('me', token), 200);
   const listed = assertStatus(await call(t, 'GET', '/v1/audit-events?target_user_id=me&limit=100', token), 200).data;
-  assert.ok(bundle.audit_events.length > 0);
+  assert.ok(bundle.audit_events.length > 0, 'bundle.audit_events.length > 0');
   assert.deepEqual(bundle.audit_events, [...listed].reverse(), 'the same events, oldest first');
   // Outside the 365-day hot window, an event is no longer exported.
   t.clock.advance(366 * DAY);
@@ -226,7 +226,7 @@ test('POST /v1/users/{id}/erasure-requests (self): 202 {user_id, status schedule
   assert.equal(Date.parse(body.scheduled_for) - Date.parse(body.requested_at), 7 * DAY * 1000);
   const row = await userRow(t, user.id);
   assert.equal(row!.status, 'deleted');
-  assert.ok(row!.deleted_at);
+  assert.ok(row!.deleted_at, 'row!.deleted_at');
   assert.equal(await liveSessionCount(t, user.id), 0);
   assert.equal((await call(t, 'GET', '/v1/users/me', token)).statusCode, 401);
   const actions = (await auditFor(t, user.id)).map((a) => a.action);
@@ -355,7 +355,7 @@ test('the erasure cascade clears everything exported except global Settings (als
   assert.equal(await count('emails', 'id = $1', [othersMail[0].id]), 1);
   const audit = await auditFor(t, id);
   assert.ok(audit.length >= auditBefore, 'audit events persist');
-  assert.ok(audit.some((a) => a.action === 'user.erased'));
+  assert.ok(audit.some((a) => a.action === 'user.erased'), 'audit.some((a) => a.action === \'user.erased\')');
   assert.ok(!JSON.stringify(audit.map((a) => [a.before, a.after])).includes('Eraseme'), 'profile snapshot values redacted');
   // Nothing remains to read or export.
   const fresh = await asAdmin();

@@ -26,7 +26,7 @@ test('GET /v1/users/{id}/profile returns the Profile fields (self)', async () =>
   assert.deepEqual(Object.keys(body).sort(), ['avatar_url', 'contact_email', 'contact_phone', 'display_name', 'locale', 'updated_at', 'user_id']);
   assert.equal(body.user_id, user.id);
   assert.equal(typeof body.display_name, 'string');
-  assert.ok(body.display_name.length >= 1);
+  assert.ok(body.display_name.length >= 1, 'body.display_name.length >= 1');
   assert.equal(body.avatar_url, null);
   assert.equal(body.contact_email, null);
   assert.equal(body.contact_phone, null);

@@ -262,10 +262,10 @@ test('restore is rejected 409 email_taken if the email was taken meanwhile, and 
   const { audit, outbox } = await since(user.id, m);
   // The audit row's before is the user as it was: deleted, with the old email (never a mix of the two).
   const reactivated = audit.find((a) => a.action === 'user.reactivated');
-  assert.ok(reactivated);
+  assert.ok(reactivated, 'reactivated');
   assert.deepEqual([reactivated.before.status, reactivated.before.email], ['deleted', user.email]);
   assert.deepEqual([reactivated.after.status, reactivated.after.email], ['active', newEmail]);
-  assert.ok(outbox.some((e) => e.type === 'access.granted' && e.data.reason === 'user_reactivated'));
+  assert.ok(outbox.some((e) => e.type === 'access.granted' && e.data.reason === 'user_reactivated'), 'outbox.some((e) => e.type === \'access.granted\' && e.data.reason === \'user_reactivated\')');
   // An admin email change (here, within the restore) sends a verification email to the new address.
   assert.equal((await mailsTo(t, newEmail, 'email_verification')).length, 1, 'verification email sent to the new address');
 });
@@ -284,7 +284,7 @@ test('restore with the user\'s own current email (in any case) is no email chang
   assert.deepEqual(await mailsTo(t, user.email), [], 'no verification mail');
   const { audit, outbox } = await since(user.id, m);
   assert.deepEqual(audit.map((a) => a.action), ['user.reactivated'], 'no user.email_changed');
-  assert.ok(outbox.some((e) => e.type === 'user.reactivated'));
+  assert.ok(outbox.some((e) => e.type === 'user.reactivated'), 'outbox.some((e) => e.type === \'user.reactivated\')');
   assert.equal((await getUser('me', await login(t, user))).statusCode, 200);
 });
 

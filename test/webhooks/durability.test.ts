@@ -36,10 +36,10 @@ test('workers of two processes, four passes at once, deliver each attempt exactl
     const got = receiver.at('/race');
     assert.equal(got.length, 120);
     assert.equal(new Set(got.map((g) => g.headers['platform-delivery-id'])).size, 120, 'no delivery sent twice');
-    assert.ok(got.every((g) => g.headers['platform-delivery-attempt'] === '1'));
+    assert.ok(got.every((g) => g.headers['platform-delivery-attempt'] === '1'), 'got.every((g) => g.headers[\'platform-delivery-attempt\'] === \'1\')');
     const rows = await deliveriesOf(t, sub.id);
     assert.equal(rows.length, 120);
-    assert.ok(rows.every((r) => r.status === 'succeeded' && r.attempt === 1));
+    assert.ok(rows.every((r) => r.status === 'succeeded' && r.attempt === 1), 'rows.every((r) => r.status === \'succeeded\' && r.attempt === 1)');
     await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
   } finally {
     await closeWebhookTransport(second.deps);

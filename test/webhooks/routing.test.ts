@@ -48,8 +48,8 @@ test('platform scope gets every live event; app scope only its Application\'s, a
   assert.deepEqual(typesAt('/b'), [`role.assigned:${w}`]);
   assert.deepEqual(typesAt('/filtered'), [`access.granted:${u}`]);
   assert.deepEqual(typesAt('/test-mode'), ['user.deleted:usr_testmode']);
-  assert.ok(receiver.at('/test-mode').every((r) => r.body.test_mode === true));
-  assert.ok(receiver.at('/platform').every((r) => r.body.test_mode === false));
+  assert.ok(receiver.at('/test-mode').every((r) => r.body.test_mode === true), 'receiver.at(\'/test-mode\').every((r) => r.body.test_mode === true)');
+  assert.ok(receiver.at('/platform').every((r) => r.body.test_mode === false), 'receiver.at(\'/platform\').every((r) => r.body.test_mode === false)');
   for (const s of [platform, onlyA, onlyB, filtered]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [testSub.id]);
 });

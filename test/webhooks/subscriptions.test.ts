@@ -33,7 +33,7 @@ test('POST /v1/webhooks: 201 with the Webhook subscription fields and a whsec_ s
   assert.equal(fetched.signing_secret, undefined, 'the secret is never shown again');
   assert.deepEqual(Object.keys(fetched).sort(), SUB_KEYS);
   const listed = assertStatus(await call(t, 'GET', '/v1/webhooks?scope=platform', admin), 200);
-  assert.ok(listed.data.some((w: any) => w.id === sub.id && w.signing_secret === undefined));
+  assert.ok(listed.data.some((w: any) => w.id === sub.id && w.signing_secret === undefined), 'listed.data.some((w: any) => w.id === sub.id && w.signing_secret === undefined)');
 });
 
 test('scope: an app-scoped key may omit scope or pass its own Application; another scope is 403 forbidden', async () => {
@@ -87,7 +87,7 @@ test("others' subscriptions are 404 webhook_not_found on every {id} route, and a
       assertError(await call(t, method, path, cred, body), 404, 'webhook_not_found');
     }
     const list = assertStatus(await call(t, 'GET', '/v1/webhooks', cred), 200);
-    assert.ok(!list.data.some((w: any) => w.id === sub.id));
+    assert.ok(!list.data.some((w: any) => w.id === sub.id), '!list.data.some((w: any) => w.id === sub.id)');
   }
   assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, await appKey(t, a.id)), 200);
   assertError(await call(t, 'GET', '/v1/webhooks', null), 401, 'unauthenticated');
@@ -138,7 +138,7 @@ test('PATCH: url, events, description and api_version change; scope and test_mod
   assert.equal(healed.status, 'healthy');
   assert.equal(healed.consecutive_failures, 0, 'counters reset');
   const audit = await sql(t, `SELECT action, actor_type, before, after FROM audit_events WHERE target_id = $1 AND action = 'webhook.updated' ORDER BY created_at, id`, [sub.id]);
-  assert.ok(audit.length >= 2);
+  assert.ok(audit.length >= 2, 'audit.length >= 2');
   const last = audit[audit.length - 1];
   assert.equal(last.before.status, 'disabled');
   assert.equal(last.after.status, 'healthy');
@@ -164,7 +164,7 @@ test('rotate-secret: 200 {id, signing_secret, previous_secret_expires_at} 24 hou
   assert.notEqual(res.signing_secret, sub.signing_secret);
   assert.equal(Date.parse(res.previous_secret_expires_at) - t.clock.now().getTime() > 24 * 3600 * 1000 - 5000, true);
   const [row] = await sql(t, `SELECT before, after FROM audit_events WHERE target_id = $1 AND action = 'webhook.secret_rotated'`, [sub.id]);
-  assert.ok(row);
+  assert.ok(row, 'row');
   assert.doesNotMatch(JSON.stringify(row), /whsec_/);
 });
 

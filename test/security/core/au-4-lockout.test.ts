@@ -62,7 +62,7 @@ test('AU-4 the lock lasts 15 minutes on the service clock: 1 s before its end st
   assertLocked(await right(user));
   t.clock.advance(LOCK - 1);
   const nearly = assertLocked(await right(user), 2);
-  assert.ok(nearly <= 2);
+  assert.ok(nearly <= 2, 'nearly <= 2');
   t.clock.advance(2);
   const res = await right(user);
   assert.equal(res.statusCode, 200, res.body);

@@ -208,7 +208,7 @@ test('AZ-9 every PATCH answers a read-only field of its resource with 422 read_o
       ? assertStatus(await call(t, 'GET', `/v1/organizations/${orgId}/members?limit=100`, cred), 200).data.find((m: { user_id: string }) => m.user_id === user.id)
       : assertStatus(await call(t, 'GET', path, cred), 200);
     const before = await read();
-    assert.ok(before);
+    assert.ok(before, 'before');
     for (const field of readOnly) {
       const res = await call(t, 'PATCH', path, cred, { ...writable, [field]: 'x' });
       assert.deepEqual(assertError(res, 422, 'read_only_field').details, { fields: [field] }, `${path} ${field}`);

@@ -188,7 +188,7 @@ test('OA-2 oidcc-codereuse: a second redemption is invalid_grant and revokes the
   // credential, and it stops verifying at exp (300 s after issue, per the documented decision).
   assert.equal((await call(t, 'GET', '/v1/users/me', first.tokens.access_token)).statusCode, 401);
   const claims = await verifyAppToken(t, first.tokens.access_token, app.id);
-  assert.ok(claims.exp! - claims.iat! <= 300);
+  assert.ok(claims.exp! - claims.iat! <= 300, 'claims.exp! - claims.iat! <= 300');
   t.clock.advance(301);
   try {
     await assert.rejects(verifyAppToken(t, first.tokens.access_token, app.id));
@@ -209,7 +209,7 @@ test('OA-2 oidcc-codereuse-30seconds: redeem, rotate the refresh token, replay t
     createHash('sha256').update(first.code).digest('hex'),
   ]);
   assert.equal(rows.length, 2);
-  assert.ok(rows.every((r) => r.revoked_at !== null));
+  assert.ok(rows.every((r) => r.revoked_at !== null), 'rows.every((r) => r.revoked_at !== null)');
   // Replaying again later (still inside the code's 60 s, and after it) never succeeds either.
   for (const wait of [20, 60]) {
     t.clock.advance(wait);

@@ -53,9 +53,9 @@ test('TK-3 [MP] a rotated key is in every process\'s JWKS before any process sig
     const oldKid = await kidOf(t);
     const { kid: newKid } = await t.deps.keys.rotate();
     // B learns of the key at its next reload (at most a minute: the background timer); C never does.
-    assert.ok(!(await published(b)).includes(newKid));
+    assert.ok(!(await published(b)).includes(newKid), '!(await published(b)).includes(newKid)');
     await b.deps.keys.reload();
-    for (const app of [t, b]) assert.ok((await published(app)).includes(newKid));
+    for (const app of [t, b]) assert.ok((await published(app)).includes(newKid), '(await published(app)).includes(newKid)');
     for (const app of [t, b, c]) assert.equal(await kidOf(app), oldKid, 'nobody signs with the new key before signs_from');
     t.clock.advance(KEY_PUBLISH_AHEAD_SECONDS);
     assert.deepEqual([await kidOf(t), await kidOf(b)], [newKid, newKid]);
@@ -63,7 +63,7 @@ test('TK-3 [MP] a rotated key is in every process\'s JWKS before any process sig
     const fromC = await login(c, user);
     assert.equal(decodeProtectedHeader(fromC).kid, oldKid);
     for (const app of [t, b]) {
-      assert.ok((await published(app)).includes(oldKid));
+      assert.ok((await published(app)).includes(oldKid), '(await published(app)).includes(oldKid)');
       assert.equal((await app.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(fromC) })).statusCode, 200);
     }
   } finally {

@@ -69,7 +69,7 @@ test(`FT-2 a delivery worker killed after sending the POST and before recording 
     assert.ok(first, `round ${rounds}: no delivery of the user.suspended event arrived`);
     const deliveryId = first.headers['platform-delivery-id'] as string;
     assert.equal(first.attempt, 1);
-    assert.ok(held.has(deliveryId));
+    assert.ok(held.has(deliveryId), 'held.has(deliveryId)');
 
     // The sender holds the claim; kill it before the attempt's 5 s deadline lets it record anything.
     const sender = senderOf(first);

@@ -121,7 +121,7 @@ test(`FT-4 PostgreSQL stopped for ${OUTAGE_MS / 1000} s under load: 503 with Ret
 
   assert.equal(exits, 0, 'the process must not exit');
   assert.ok(baseline.length > 0 && baseline.every((s) => s.status === 200), `baseline: ${JSON.stringify(byStatus(baseline))}`);
-  assert.ok(outage.length > 0);
+  assert.ok(outage.length > 0, 'outage.length > 0');
   assert.deepEqual(fiveHundreds.map((s) => `${s.what} ${s.body}`), []);
   assert.deepEqual(not503.map((s) => `${s.what} ${s.status} ${s.body}`), []);
   assert.deepEqual(noRetryAfter.map((s) => s.what), []);
