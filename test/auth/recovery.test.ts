@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { ADDRESS_BLIND_ANSWER_MS } from '../../src/modules/auth/routes.js';
+import { verifyPassword } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import {
   alignToWindow, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD,
@@ -199,6 +200,27 @@ test('wrong current passwords at password change count toward the lockout: after
   t.clock.advance(15 * 60 + 1);
   assertError(await loginRes(t, user, NEW_PASSWORD), 401, 'invalid_credentials');
   assert.equal((await loginRes(t, user)).statusCode, 200, 'the old password still signs in');
+});
+
+test('only a successful login resets the lockout counter (Part A Login lockout): a password change refused for its new password, with the right current password, keeps the earlier failures, so 4 wrong logins, that change and 1 wrong login lock the identity', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  for (let i = 0; i < 4; i++) assertError(await loginRes(t, user, 'not-the-password-9'), 401, 'invalid_credentials');
+  const refused = await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: 'too-short' }, bearer(session.access_token));
+  assert.equal(assertError(refused, 422, 'weak_password').details.reason, 'too_short');
+  assertError(await loginRes(t, user, 'not-the-password-9'), 401, 'invalid_credentials');
+  const locked = await loginRes(t, user);
+  assertError(locked, 429, 'too_many_attempts');
+  assert.ok(Number(locked.headers['retry-after']) > 0, `Retry-After ${locked.headers['retry-after']}`);
+  const [row] = await sql(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(await verifyPassword(row.password_hash, PASSWORD), true, 'the refused change left the password as it was');
+  assert.deepEqual(await mailsTo(t, user.email, 'password_changed'), []);
+  // The right current password itself was no failure: 4 wrong logins and the refused change leave one slot.
+  const other = await createUser(t);
+  const otherSession = await signIn(other);
+  for (let i = 0; i < 4; i++) assertError(await loginRes(t, other, 'not-the-password-9'), 401, 'invalid_credentials');
+  assertError(await post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: 'too-short' }, bearer(otherSession.access_token)), 422, 'weak_password');
+  assert.equal((await loginRes(t, other)).statusCode, 200, 'a fifth attempt is still evaluated');
 });
 
 test('password change (POST /v1/users/me/password) answers 204, ends the other sessions, keeps the current one, and mails password_changed', async () => {

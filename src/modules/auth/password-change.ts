@@ -8,7 +8,7 @@ import { recordAudit } from '../../audit/record.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
-import { claimAttempt, clearFailures, findPasswordIdentity, setPassword, tooManyAttempts } from './identities.js';
+import { claimAttempt, clearFailures, findPasswordIdentity, releaseAttempt, setPassword, tooManyAttempts } from './identities.js';
 import type { ChangePasswordBody } from './schemas.js';
 
 /**
@@ -35,7 +35,9 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
   if (!(await verifyPassword(identity.password_hash, input.current_password))) {
     throw new ApiError('invalid_current_password');
   }
-  await clearFailures(ctx.db, identity.id, ctx.now);
+  // A right current password is no failure, but no successful login either: it gives its own slot
+  // back and keeps the earlier failures (Part A Login lockout); a completed change clears them below.
+  await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
   assertStrongPassword(input.new_password, user.email);
   const passwordHash = await hashPassword(input.new_password);
   await ctx.db.transaction(async (tx) => {
