@@ -221,3 +221,22 @@ test('test-mode keys create test-mode subscriptions, invisible to live callers',
   assertError(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 404, 'webhook_not_found');
   assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, testKey), 200);
 });
+
+test('plan limits: "plan_limit_reached | 409 | A plan cap (… webhooks) would be exceeded" also by an ownership move that brings subscriptions into a Tenant at its cap; nothing moves', async () => {
+  const moving = await newApp(t, admin);
+  const target = await newApp(t, admin);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [target.tenantId]);
+  await createWebhook(t, admin, { scope: moving.id, url: url('mv0') });
+  for (let i = 1; i <= 10; i++) await createWebhook(t, admin, { scope: target.id, url: url(`mv${i}`) });
+
+  const capped = assertError(await call(t, 'PATCH', `/v1/applications/${moving.id}`, admin, { owner_user_id: target.owner.id }), 409, 'plan_limit_reached');
+  assert.equal(capped.details.resource, 'webhooks');
+  const [row] = await sql(t, 'SELECT tenant_id, owner_user_id FROM applications WHERE id = $1', [moving.id]);
+  assert.deepEqual([row.tenant_id, row.owner_user_id], [moving.tenantId, moving.owner.id], 'the Application stays where it was');
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action = 'application.updated' AND target_id = $1`, [moving.id]))[0].n, 0, 'the refused move wrote nothing');
+
+  // Below the cap the move goes through, subscriptions and all.
+  await sql(t, `DELETE FROM webhook_subscriptions WHERE id IN (SELECT id FROM webhook_subscriptions WHERE application_id = $1 LIMIT 1)`, [target.id]);
+  const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${moving.id}`, admin, { owner_user_id: target.owner.id }), 200);
+  assert.equal(moved.tenant_id, target.tenantId);
+});

@@ -10,6 +10,7 @@ import { findApplicationRow, toApplication, type ApplicationRow } from './store.
 import { APPLICATION_READ_ONLY, type Application, type PatchApplicationBody } from './schemas.js';
 import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
+import { countTenantSubscriptions } from '../webhooks/store.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
 const MODERATION_FIELDS = ['visibility', 'review_status', 'review_notes', 'owner_user_id', 'owner_organization_id'] as const;
@@ -160,5 +161,9 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   if (from.tier !== 'shared' || to.tier !== 'shared') throw new ApiError('ownership_change_requires_migration', { details: { from_tenant: from.id, to_tenant: to.id } });
   const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM applications WHERE tenant_id = $1', [to.id]);
   assertWithinPlan(to, 'applications', rows[0].n + 1);
+  // Its webhook subscriptions move with it: the destination's webhooks cap holds too (Part B Errors:
+  // plan_limit_reached when "a plan cap ... would be exceeded").
+  const { rows: subs } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [app.id]);
+  if (subs[0].n > 0) assertWithinPlan(to, 'webhooks', (await countTenantSubscriptions(tx, to.id)) + subs[0].n);
   return to.id;
 }
