@@ -141,6 +141,16 @@ test('created_after and created_before filters (ISO 8601)', async () => {
   assertFields(await list('created_after=yesterday', support.token), ['query.created_after']);
 });
 
+test('"created_after, created_before": both are strict; a user created exactly at the instant is neither created after it nor before it', async () => {
+  const { prefix, users } = await cohort(1);
+  const created = assertStatus(await call(t, 'GET', `/v1/users/${users[0].id}`, support.token), 200).created_at;
+  const at = (ms: number) => encodeURIComponent(new Date(Date.parse(created) + ms).toISOString());
+  assert.deepEqual(ids(await list(`q=${prefix}&created_after=${at(0)}`, support.token)), [], 'not created after its own created_at');
+  assert.deepEqual(ids(await list(`q=${prefix}&created_before=${at(0)}`, support.token)), [], 'not created before its own created_at');
+  assert.deepEqual(ids(await list(`q=${prefix}&created_after=${at(-1)}`, support.token)), [users[0].id], 'created after a millisecond earlier');
+  assert.deepEqual(ids(await list(`q=${prefix}&created_before=${at(1)}`, support.token)), [users[0].id], 'created before a millisecond later');
+});
+
 async function appKeyWorld(): Promise<{ app: TestApplication; key: { secret: string }; inside: TestUser[]; outside: TestUser; prefix: string }> {
   const app = await createApplication(t);
   const elsewhere = await createApplication(t);

@@ -119,7 +119,7 @@ export async function listUsers(ctx: Ctx, q: UserListQuery) {
   else if (!(manage && q.include_inactive)) where.push(`u.status <> 'deleted'`);
   if (q.email) add((n) => `lower(u.email) = lower($${n})`, q.email);
   if (q.q) add((n) => `(lower(u.email) LIKE $${n} OR lower(p.display_name) LIKE $${n})`, `${q.q.toLowerCase().replace(/[\\%_]/g, (m) => `\\${m}`)}%`);
-  if (q.created_after) add((n) => `u.created_at >= $${n}`, q.created_after);
+  if (q.created_after) add((n) => `u.created_at > $${n}`, q.created_after);
   if (q.created_before) add((n) => `u.created_at < $${n}`, q.created_before);
   // An app-scoped key always gets exactly its own Application's result; another filter must name one.
   if (q.application_id && !confinedApp(ctx) && !(await ctx.db.query('SELECT 1 FROM applications WHERE id = $1', [q.application_id])).rowCount) {
