@@ -561,6 +561,34 @@ test('org grant: member_scope and member_overrides sent as they are is no change
   assert.equal((await auditOf(t, id, 'entitlement.member_scope_changed')).length, 1);
 });
 
+test('org grant: removing a member listed in member_overrides ("their id is removed from member_overrides") is a member_overrides change: entitlement.member_scope_changed and its audit row, with the new list; a grant not naming them gets none', async () => {
+  const a = await person(t);
+  const listed = await person(t);
+  const unlisted = await person(t);
+  const org = await createOrg(t, [{ userId: a.id, role: 'org_admin' }, { userId: listed.id }, { userId: unlisted.id }]);
+  const [x, y] = [await newApp(t, admin), await newApp(t, admin)];
+  const naming = await orgGrant(t, org, x.id, { memberScope: 'allowlist', overrides: [a.id, listed.id] });
+  const other = await orgGrant(t, org, y.id, { memberScope: 'denylist', overrides: [unlisted.id] });
+  const before = assertStatus(await call(t, 'GET', `/v1/entitlements/${naming}`, admin), 200);
+
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org}/members/${listed.id}`, admin)).statusCode, 204);
+  const after = assertStatus(await call(t, 'GET', `/v1/entitlements/${naming}`, admin), 200);
+  assert.deepEqual(after.member_overrides, [a.id]);
+  assert.equal(after.member_scope, 'allowlist');
+  const events = await outbox(t, { entitlementId: naming });
+  assert.deepEqual(events.map((e) => e.type), ['entitlement.member_scope_changed']);
+  assert.deepEqual(events[0].data.entitlement, after);
+  assert.equal(events[0].application_id, x.id);
+  const audit = await auditOf(t, naming, 'entitlement.member_scope_changed');
+  assert.equal(audit.length, 1);
+  assert.deepEqual(audit[0].before.member_overrides, before.member_overrides);
+  assert.deepEqual(audit[0].after.member_overrides, [a.id]);
+  assert.equal(audit[0].application_id, x.id);
+  assert.equal(audit[0].target_user_id, null);
+  assert.deepEqual((await outbox(t, { entitlementId: other })).map((e) => e.type), []);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/entitlements/${other}`, admin), 200).member_overrides, [unlisted.id]);
+});
+
 // ---- ETag / If-Match -----------------------------------------------------------------------------
 
 test('GET and PATCH return an ETag; PATCH with a stale If-Match is 412 precondition_failed and changes nothing', async () => {

@@ -17,6 +17,8 @@ import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, to
 import { assertOrgActive, orgAccess } from './service.js';
 import { MEMBER_READ_ONLY, type AddMemberBody, type Member, type MemberListQuery, type PatchMemberBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
+import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
+import { emitEntitlementEvent } from '../entitlements/grant.js';
 
 const escapeLike = (s: string) => s.toLowerCase().replace(/[\\%_]/g, (m) => `\\${m}`);
 
@@ -159,13 +161,20 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
     // Every member write under a suspended Organization is refused, leaving and declining included.
     assertOrgActive(org!);
     if (member.role === 'org_admin' && member.membership_status === 'active' && (await isLastActiveAdmin(tx, orgId, userId))) throw new ApiError('last_org_admin');
+    // Grants whose member_overrides name the user: the removal changes them (entitlement.member_scope_changed).
+    const scoped: { before: EntitlementRow; after: EntitlementRow }[] = [];
     const change = async () => {
       await tx.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [orgId, userId]);
-      await tx.query(
-        `UPDATE entitlements SET member_overrides = array_remove(member_overrides, $2), updated_at = $3
-          WHERE organization_id = $1 AND $2 = ANY(member_overrides)`,
+      const { rows: before } = await tx.query<EntitlementRow>(
+        `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.organization_id = $1 AND $2 = ANY(e.member_overrides) ORDER BY e.id FOR UPDATE`,
+        [orgId, userId],
+      );
+      const { rows: after } = await tx.query<EntitlementRow>(
+        `UPDATE entitlements e SET member_overrides = array_remove(member_overrides, $2), updated_at = $3
+          WHERE e.organization_id = $1 AND $2 = ANY(e.member_overrides) RETURNING ${ENT_COLUMNS}`,
         [orgId, userId, ctx.now],
       );
+      for (const row of before) scoped.push({ before: row, after: after.find((r) => r.id === row.id)! });
       await tx.query('DELETE FROM org_seat_limits WHERE user_id = $2 AND entitlement_id IN (SELECT id FROM entitlements WHERE organization_id = $1)', [orgId, userId]);
     };
     // member_removed reaches the Applications the membership was a path to, gone once it is removed.
@@ -175,5 +184,17 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
       for (const tenantId of await orgGrantTenants(tx, orgId)) await releaseSeatLimits(tx, c, tenantId);
     } else await change();
     await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active', former);
+    for (const { before, after } of scoped) {
+      await recordAudit(tx, c, {
+        action: 'entitlement.member_scope_changed',
+        target: { type: 'entitlement', id: after.id },
+        targetUserId: null,
+        organizationId: orgId,
+        applicationId: after.application_id,
+        before: toEntitlement(before),
+        after: toEntitlement(after),
+      });
+      await emitEntitlementEvent(tx, c, 'entitlement.member_scope_changed', after);
+    }
   });
 }
