@@ -329,9 +329,25 @@ test('expired → active only with ends_at in the future or null (409 invalid_st
 
   const other = await person(t);
   const second = await expiredRow(other.id);
-  const renewed = assertStatus(await patchEnt(t, admin, second.id, { status: 'active', ends_at: null }), 200);
+  // A trial always ends: renewing it without an end is 422 ends_at_required, unless it becomes a purchase.
+  assertError(await patchEnt(t, admin, second.id, { status: 'active', ends_at: null }), 422, 'ends_at_required');
+  assert.equal((await entRow(t, second.id))!.status, 'expired');
+  const renewed = assertStatus(await patchEnt(t, admin, second.id, { status: 'active', ends_at: null, source: 'purchase' }), 200);
   assert.equal(renewed.ends_at, null);
   assert.equal(renewed.status, 'active');
+  assert.equal(renewed.source, 'purchase');
+});
+
+test('ends_at_required ("Trial without ends_at") also holds on PATCH: a trial\'s ends_at set to null is 422 and changes nothing; converting to purchase in the same PATCH may drop it', async () => {
+  const user = await person(t);
+  const ends = inSeconds(t, 7 * DAY);
+  const trial = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: ends });
+  assertError(await patchEnt(t, admin, trial.id, { ends_at: null }), 422, 'ends_at_required');
+  const row = assertStatus(await call(t, 'GET', `/v1/entitlements/${trial.id}`, admin), 200);
+  assert.deepEqual([row.source, row.ends_at, row.status], ['trial', ends, 'active']);
+  assert.deepEqual(await entitlementEvents(t, trial.id), ['entitlement.granted'], 'the refused PATCH wrote no event');
+  const converted = assertStatus(await patchEnt(t, admin, trial.id, { source: 'purchase', ends_at: null }), 200);
+  assert.deepEqual([converted.source, converted.ends_at], ['purchase', null]);
 });
 
 test('a disabled row whose ends_at passed is expired before the sweep: PATCH status active is the expired → active move (409 without a future ends_at; with one, renewed after entitlement.expired)', async () => {
@@ -351,7 +367,7 @@ test('expired → active is 409 entitlement_already_exists when a newer live row
   const user = await person(t);
   const old = await expiredRow(user.id);
   const newer = await grant(t, admin, user.id, app.id);
-  const err = assertError(await patchEnt(t, admin, old.id, { status: 'active', ends_at: null }), 409, 'entitlement_already_exists');
+  const err = assertError(await patchEnt(t, admin, old.id, { status: 'active', ends_at: inSeconds(t, 30 * DAY) }), 409, 'entitlement_already_exists');
   assert.equal(err.details.existing_entitlement_id, newer.id);
   assert.equal((await entRow(t, old.id))!.status, 'expired');
 });
@@ -377,7 +393,7 @@ test('disabled → active and expired → active of a personal row on a restrict
   await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [target.tenant_id]);
   try {
     assertError(await patchEnt(t, admin, disabled.id, { status: 'active' }), 402, 'subscription_required');
-    assertError(await patchEnt(t, admin, expired.id, { status: 'active', ends_at: null }), 402, 'subscription_required');
+    assertError(await patchEnt(t, admin, expired.id, { status: 'active', ends_at: inSeconds(t, 30 * DAY) }), 402, 'subscription_required');
     assert.equal((await entRow(t, disabled.id))!.status, 'disabled');
     assert.equal((await entRow(t, expired.id))!.status, 'expired');
     assert.deepEqual(await entitlementEvents(t, disabled.id), ['entitlement.granted', 'entitlement.disabled']);

@@ -103,6 +103,9 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
       source = body.source;
       changed.push('source');
     }
+    // A trial always ends (Part B Errors: ends_at_required, "Trial without ends_at"): ends_at goes to
+    // null only together with the conversion to purchase.
+    if (source === 'trial' && endsAt === null) throw new ApiError('ends_at_required');
     let orderId = row.order_id;
     if ('order_id' in body && body.order_id !== row.order_id) {
       if (row.order_id !== null) throw new ApiError('immutable_field', { details: { field: 'order_id' } });
