@@ -131,6 +131,28 @@ test('PATCH adding a name seeds its Role; removing an unassigned name deletes it
   assertError(await call(t, 'GET', `/v1/roles/role_${app.slug}_editor`, admin), 404, 'role_not_found');
 });
 
+test('Roles seeded and deleted through available_app_roles are audited like the Role endpoints ("Writes role.created … role.deleted"): POST and PATCH write role.created with the new Role, removing a name writes role.deleted with the Role as it was', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['viewer', 'editor'] });
+  for (const name of ['viewer', 'editor']) {
+    const id = `role_${app.slug}_${name}`;
+    const rows = await auditOf(t, id);
+    assert.deepEqual(rows.map((r) => r.action), ['role.created'], `${id} audited once at the Application's creation`);
+    assert.equal(rows[0].application_id, app.id);
+    assert.equal(rows[0].before, null);
+    assert.deepEqual(rows[0].after, assertStatus(await call(t, 'GET', `/v1/roles/${id}`, admin), 200));
+  }
+  assertStatus(await patch(app.owner!.token, app.id, { available_app_roles: ['viewer', 'admin'] }), 200);
+  const created = await auditOf(t, `role_${app.slug}_admin`);
+  assert.deepEqual(created.map((r) => [r.action, r.actor_type, r.actor_id]), [['role.created', 'user', app.owner!.id]], 'the owner who added the name created the Role');
+  assert.equal(created[0].after.name, 'admin');
+  const deleted = await auditOf(t, `role_${app.slug}_editor`);
+  assert.deepEqual(deleted.map((r) => r.action), ['role.created', 'role.deleted']);
+  assert.deepEqual(deleted[1].before, deleted[0].after, 'role.deleted holds the Role as it was');
+  assert.equal(deleted[1].after, null);
+  assert.equal(deleted[1].application_id, app.id);
+  assert.deepEqual((await auditOf(t, `role_${app.slug}_viewer`)).map((r) => r.action), ['role.created'], 'a name kept writes nothing');
+});
+
 test('PATCH removing a name whose Role has assignments is 409 app_role_in_use and changes nothing', async () => {
   const app = await newApp(t, admin, { available_app_roles: ['viewer', 'editor'] });
   const user = await person(t);

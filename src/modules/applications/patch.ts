@@ -11,6 +11,7 @@ import { APPLICATION_READ_ONLY, type Application, type PatchApplicationBody } fr
 import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { countTenantSubscriptions } from '../webhooks/store.js';
+import { findRole, toRole } from '../roles/store.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
 const MODERATION_FIELDS = ['visibility', 'review_status', 'review_notes', 'owner_user_id', 'owner_organization_id'] as const;
@@ -67,7 +68,7 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
     const tenantId = await moveOwnership(tx, ctx, app, body);
     await syncAppRoles(tx, ctx, app, roles, tenantId);
     // Everyone with access holds the default Role: it exists even if its Role was deleted while another name was the default.
-    if (defaultRole && defaultRole !== app.default_app_role) await seedAppRole(tx, app, defaultRole, ctx.now);
+    if (defaultRole && defaultRole !== app.default_app_role) await seedAppRole(tx, ctx, app, defaultRole);
     if (permissions) await assertPermissionsUnused(tx, app, permissions.map((p) => p.key));
 
     const v = <K extends keyof ApplicationRow>(k: K, fallback: ApplicationRow[K]) => (k in body ? (body as any)[k] : fallback);
@@ -125,9 +126,12 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     const roleId = `role_${app.slug}_${name}`;
     const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM role_assignments WHERE role_id = $1', [roleId]);
     if (rows[0].n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: rows[0].n } });
+    const role = await findRole(tx, roleId);
     await tx.query('DELETE FROM roles WHERE id = $1', [roleId]);
+    // Deleted with its name: audited as role.deleted, as DELETE /v1/roles/{id} is.
+    if (role) await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id: roleId }, applicationId: app.id, before: toRole(role) });
   }
-  for (const name of added) await seedAppRole(tx, app, name, ctx.now);
+  for (const name of added) await seedAppRole(tx, ctx, app, name);
 }
 
 async function assertPermissionsUnused(tx: Tx, app: ApplicationRow, keep: string[]): Promise<void> {

@@ -3,6 +3,7 @@ import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
+import { findRole, toRole } from '../roles/store.js';
 import { emit } from '../../outbox/emit.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { assertWithinPlan, countTenantApplications, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
@@ -115,12 +116,15 @@ export async function assertOwnerKnown(tx: Tx, owner: { userId?: string | null; 
 }
 
 /** Seeds the empty Role role_<slug>_<name> for an available_app_roles name. */
-export async function seedAppRole(tx: Tx, app: { id: string; slug: string }, name: string, now: Date): Promise<void> {
-  await tx.query(
+export async function seedAppRole(tx: Tx, ctx: Ctx, app: { id: string; slug: string }, name: string): Promise<void> {
+  const id = `role_${app.slug}_${name}`;
+  const { rowCount } = await tx.query(
     `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at)
      VALUES ($1, $2, $3, NULL, '{}', false, $4, $4) ON CONFLICT DO NOTHING`,
-    [`role_${app.slug}_${name}`, name, app.id, now],
+    [id, name, app.id, ctx.now],
   );
+  // A seeded Role is audited as role.created, as one made through POST /v1/roles.
+  if (rowCount === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app.id, after: toRole((await findRole(tx, id))!) });
 }
 
 /** POST /v1/applications (applications.manage): creates approved, resolving or creating the owner's Tenant. */
@@ -148,7 +152,7 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
         body.visibility ?? 'public', body.owner_user_id ?? null, body.owner_organization_id ?? null, tenant.id, testMode, ctx.now],
     );
     const app = (await findApplicationRow(tx, id))!;
-    for (const name of roles) await seedAppRole(tx, app, name, ctx.now);
+    for (const name of roles) await seedAppRole(tx, ctx, app, name);
     const out = toApplication(app);
     await recordAudit(tx, inTx(ctx, tx), { action: 'application.created', target: { type: 'application', id }, applicationId: id, tenantId: tenant.id, after: out });
     return out;
