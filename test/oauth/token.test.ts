@@ -259,6 +259,23 @@ test('grant_type is matched exactly: near spellings of authorization_code and re
   assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
 });
 
+test('OAuth token errors use the {error, error_description} shape: error_description stays within RFC 6749 §5.2\'s characters (printable ASCII but " and \\) and never echoes the request', async () => {
+  const allowed = /^[\x20-\x21\x23-\x5B\x5D-\x7E]*$/;
+  const hostile = `é"\\<x>${'y'.repeat(2000)}`;
+  const answers = [
+    await tokenReq(t, { grant_type: hostile }),
+    await tokenReq(t, { grant_type: hostile }, true),
+    await t.app.inject({ method: 'POST', url: TOKEN, headers: { 'content-type': 'application/json' }, payload: `{"grant_type": "é\\"` }),
+  ];
+  for (const res of answers) {
+    assert.equal(res.statusCode, 400, res.body);
+    const description = res.json().error_description;
+    assert.match(description, allowed, description.slice(0, 80));
+    assert.ok(!description.includes('yyyy'), `the request is echoed: ${description.slice(0, 80)}`);
+  }
+  assertOAuthError(answers[0], 'unsupported_grant_type');
+});
+
 test('only server errors keep the general envelope at the token endpoint: an unexpected failure is 500 internal_error, not an OAuth 400', async () => {
   const res = await pausedAfter(t, 'FROM oauth_refresh_tokens', async () => {
     throw new Error('injected failure');

@@ -19,7 +19,8 @@ export async function exchangeToken(baseCtx: Ctx, body: TokenBody): Promise<Toke
   const grantType = param(body, 'grant_type');
   if (grantType === 'authorization_code') return exchangeCode(baseCtx, body);
   if (grantType === 'refresh_token') return exchangeRefreshToken(baseCtx, body);
-  throw new OAuthError('unsupported_grant_type', `grant_type ${grantType} is not supported; use authorization_code or refresh_token.`);
+  // Not echoed: error_description allows only printable ASCII without " and \ (RFC 6749 §5.2).
+  throw new OAuthError('unsupported_grant_type', 'This grant_type is not supported; use authorization_code or refresh_token.');
 }
 
 function param(body: TokenBody, name: string): string {
