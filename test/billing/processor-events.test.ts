@@ -529,3 +529,25 @@ test('a plan change without a status change (an active subscription moved from e
   assert.deepEqual(plans.map((r) => [r.before.plan, r.after.plan, r.actor_type]), [['starter', 'enterprise', 'system'], ['enterprise', 'team', 'system']]);
   assert.equal((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).length, 1, 'only none → active');
 });
+
+test("the checkout.session.completed of a second subscription, ignored while the Tenant's is live, links neither its subscription nor its customer: the portal stays on the live customer", async () => {
+  const owner = await tenantOwner(t);
+  const tid = owner.tenantId;
+  const done = (sub: string, cus: string) => ({ id: `cs_${sub}`, object: 'checkout.session', client_reference_id: tid, metadata: { tenant_id: tid }, customer: cus, subscription: sub });
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: tid, id: 'sub_live_a', customer: 'cus_live_a' }), { created: now() - 20 }), 200);
+  assertStatus(await deliver(t, 'checkout.session.completed', done('sub_live_a', 'cus_live_a'), { created: now() - 19 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: tid, id: 'sub_second_b', customer: 'cus_second_b' }), { created: now() - 10 }), 200);
+  assertStatus(await deliver(t, 'checkout.session.completed', done('sub_second_b', 'cus_second_b'), { created: now() - 9 }), 200);
+  const row = await tenantRow(t, tid);
+  assert.deepEqual([row.stripe_subscription_id, row.stripe_customer_id, row.subscription_status], ['sub_live_a', 'cus_live_a', 'active']);
+});
+
+test('a subscription event without a status leaves subscription_status as it was (subscription_status mirrors the processor; it never reads "undefined")', async () => {
+  const owner = await tenantOwner(t);
+  const s = subscription({ tenantId: owner.tenantId, id: 'sub_no_status', customer: 'cus_no_status' });
+  delete (s as Record<string, unknown>).status;
+  assertStatus(await deliver(t, 'customer.subscription.created', s), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.subscription_status, view.plan], ['none', 'starter']);
+  assert.deepEqual(await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId), [], 'no status change audited');
+});

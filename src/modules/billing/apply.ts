@@ -82,7 +82,8 @@ function fromSubscription(o: Obj, deleted: boolean): NextState {
   const planItem = items.find((i) => PLAN_KEYS.has(keyOf(i) ?? ''));
   const periodFrom = planItem ?? items[0];
   return {
-    status: deleted ? 'canceled' : String(o.status),
+    // No status on the object: the status stays as it is (never the text "undefined").
+    status: deleted ? 'canceled' : (str(o.status) ?? undefined),
     processorPlan: planItem ? (keyOf(planItem) as Plan) : null,
     periodStart: fromSeconds(o.current_period_start ?? periodFrom?.current_period_start),
     periodEnd: fromSeconds(o.current_period_end ?? periodFrom?.current_period_end),
@@ -108,6 +109,9 @@ function nextStateOf(event: ProcessorEvent, tenant: TenantRecord, where: ReturnT
   const replaceable = CHECKOUT_ALLOWED.has(tenant.subscription_status);
   switch (event.type) {
     case 'checkout.session.completed':
+      // A second checkout paid while the current subscription is live names a subscription that is
+      // ignored: its customer is not the Tenant's either (the portal must stay on the live one).
+      if (other && !replaceable) return { customerId: null, subscriptionId: null };
       return { customerId: where.customerId, subscriptionId: replaceable ? where.subscriptionId : null };
     case 'customer.subscription.created':
     case 'customer.subscription.updated':
