@@ -420,3 +420,26 @@ test('only test rows older than 30 days are purged: a test user 29 days old stay
   assert.equal(await count('profiles', 'user_id = $1', [recent.id]), 1);
   assert.equal(await count('sessions', 'user_id = $1', [recent.id]), 1);
 });
+
+test('the test purge keeps test owners of shared catalog rows: a test User owning an Application (and its Tenant), and a test Organization owning one with its org admin, stay after 30 days; a plain old test user goes', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['applications.manage', 'organizations.manage'] });
+  const owner = await createUser(t, { mode: 'test' });
+  const orgAdmin = await createUser(t, { mode: 'test' });
+  const plain = await createUser(t, { mode: 'test' });
+  const slug = () => `purge-${Math.random().toString(36).slice(2, 8)}`;
+  const app = assertStatus(await call(t, 'POST', '/v1/applications', key.secret, { slug: slug(), name: 'Owned by a test user', launch_url: 'https://owned.example.com', owner_user_id: owner.id }), 201);
+  const org = { id: await createOrganization(t, [orgAdmin.id], { mode: 'test' }) };
+  const orgApp = assertStatus(await call(t, 'POST', '/v1/applications', key.secret, { slug: slug(), name: 'Owned by a test org', launch_url: 'https://org-owned.example.com', owner_organization_id: org.id }), 201);
+  t.clock.advance(31 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal(await userRow(t, plain.id), undefined, 'a test user owning nothing is purged');
+  assert.equal((await userRow(t, owner.id))?.id, owner.id, "the Application's test owner stays");
+  assert.equal((await userRow(t, orgAdmin.id))?.id, orgAdmin.id, "the owning Organization's org admin stays");
+  assert.equal(await count('organizations', 'id = $1', [org.id]), 1, 'the owning test Organization stays');
+  assert.equal(await count('organization_members', 'organization_id = $1 AND user_id = $2', [org.id, orgAdmin.id]), 1, 'with its org admin');
+  const [tenant] = await sql(t, 'SELECT owner_user_id FROM tenants WHERE id = $1', [app.tenant_id]);
+  assert.equal(tenant.owner_user_id, owner.id);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, key.secret), 200).owner_user_id, owner.id);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${orgApp.id}`, key.secret), 200).owner_organization_id, org.id);
+  assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, key.secret), 200);
+});

@@ -14,16 +14,24 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
     const run = async (name: string, sql: string) => {
       counts[name] = (await tx.query(sql, [cutoff])).rowCount;
     };
-    const oldUsers = `SELECT id FROM users WHERE test_mode AND created_at < $1`;
-    const oldOrgs = `SELECT id FROM organizations WHERE test_mode AND created_at < $1`;
+    // Owners of catalog rows stay: Applications and Tenants are shared by both modes and are not
+    // purged, so a test User or Organization that owns one (and the org admins of such an
+    // Organization) is kept rather than leaving the Application or Tenant with an owner that is gone.
+    const keptOrgs = `SELECT owner_organization_id FROM applications WHERE owner_organization_id IS NOT NULL
+                      UNION SELECT owner_organization_id FROM tenants WHERE owner_organization_id IS NOT NULL`;
+    const oldOrgs = `SELECT o.id FROM organizations o WHERE o.test_mode AND o.created_at < $1 AND o.id NOT IN (${keptOrgs})`;
+    const oldUsers = `SELECT u.id FROM users u WHERE u.test_mode AND u.created_at < $1
+                        AND NOT EXISTS (SELECT 1 FROM applications a WHERE a.owner_user_id = u.id)
+                        AND NOT EXISTS (SELECT 1 FROM tenants n WHERE n.owner_user_id = u.id)
+                        AND NOT EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.role = 'org_admin' AND m.organization_id IN (${keptOrgs}))`;
     for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'role_assignments', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
       await tx.query(`DELETE FROM ${table} WHERE user_id IN (${oldUsers})`, [cutoff]);
     }
     await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);
     await run('entitlements', `DELETE FROM entitlements WHERE test_mode AND (created_at < $1 OR user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs}))`);
-    await run('organizations', `DELETE FROM organizations WHERE test_mode AND created_at < $1`);
+    await run('organizations', `DELETE FROM organizations WHERE id IN (${oldOrgs})`);
     await run('webhook_subscriptions', `DELETE FROM webhook_subscriptions WHERE test_mode AND created_at < $1`);
-    await run('users', `DELETE FROM users WHERE test_mode AND created_at < $1`);
+    await run('users', `DELETE FROM users WHERE id IN (${oldUsers})`);
     await run('audit_events', `DELETE FROM audit_events WHERE test_mode AND created_at < $1`);
     await run('outbox_events', `DELETE FROM outbox_events WHERE test_mode AND created_at < $1`);
     await run('emails', `DELETE FROM emails WHERE test_mode AND created_at < $1`);
