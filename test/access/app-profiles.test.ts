@@ -185,3 +185,21 @@ test('an unknown Application is 404 application_not_found', async () => {
   const user = await member();
   assertError(await read(user.token, 'me', 'app_nosuchapp'), 404, 'application_not_found');
 });
+
+test('Part A Errors, entitlement_required ("No active access to the Application (… AppProfile)"): the app key gets 403 for a suspended or an invited user even with an active entitlement; nothing is written; users.manage is exempt', async () => {
+  const key = await appKey(t, app.id);
+  const suspended = await member();
+  assertStatus(await read(key, suspended.id), 200);
+  assertStatus(await call(t, 'POST', `/v1/users/${suspended.id}/suspend`, admin, {}), 200);
+  const invited = await person(t, { status: 'invited' });
+  await grant(t, admin, invited.id, app.id);
+  const audit = async () => (await sql(t, 'SELECT count(*)::int AS n FROM audit_events'))[0].n;
+  const before = await audit();
+  for (const user of [suspended, invited]) {
+    assertError(await read(key, user.id), 403, 'entitlement_required');
+    assertError(await write(key, user.id, { display_handle: 'x', custom: { a: 1 } }), 403, 'entitlement_required');
+    assert.equal((await rows(user.id)).length, 0);
+  }
+  assert.equal(await audit(), before);
+  assertStatus(await read(admin, suspended.id), 200);
+});

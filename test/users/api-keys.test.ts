@@ -543,3 +543,13 @@ test('GET /v1/api-keys filters by scope, mode and intended_use', async () => {
   assert.deepEqual(await ids(`scope=${app.id}&intended_use=agent`), [b.id]);
   assert.deepEqual(await ids(`scope=${app.id}&intended_use=service`), [a.id]);
 });
+
+test('Part A Errors, role_escalation_forbidden ("New platform key requests a permission the creator lacks"): 403, no key row and no audit row are written', async () => {
+  const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+  const { token } = await userToken(t, { roles: [role] });
+  const count = async (table: string) => (await sql(t, `SELECT count(*)::int AS n FROM ${table}`))[0].n;
+  const before = { keys: await count('api_keys'), audit: await count('audit_events') };
+  const error = assertError(await createKey({ name: 'x', scope: 'platform', permissions: ['users.list', 'users.manage', 'audit.view'] }, token), 403, 'role_escalation_forbidden');
+  assert.deepEqual([...error.details.permissions].sort(), ['audit.view', 'users.manage']);
+  assert.deepEqual({ keys: await count('api_keys'), audit: await count('audit_events') }, before);
+});

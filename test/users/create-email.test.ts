@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
   assertError, assertFields, assertStatus, auditFor, call, latestToken, mailsTo, NEW_PASSWORD, sql, userRow,
 } from './support.js';
@@ -353,4 +353,60 @@ test('the 3-per-email-per-hour limit counts an address case-insensitively: chang
   assert.equal((await userRow(t, user.id))!.pending_email, null);
   const sent = await sql<{ n: number }>(t, `SELECT count(*)::int AS n FROM emails WHERE lower(to_address) = lower($1) AND template = 'email_change_verification'`, [target]);
   assert.equal(sent[0].n, 3);
+});
+
+/** Counts of users, audit rows, outbox rows and mails, to show a refused call wrote nothing. */
+async function writes() {
+  const count = async (table: string) => (await sql<{ n: number }>(t, `SELECT count(*)::int AS n FROM ${table}`))[0].n;
+  return { users: await count('users'), audit: await count('audit_events'), outbox: await count('outbox_events'), mails: await count('emails') };
+}
+
+test('Part A Errors, email_taken: "user create … collides with an active, suspended or invited user": POST /v1/users onto a suspended user\'s address gets 409 email_taken without details.reason, and writes nothing', async () => {
+  const suspended = await createUser(t, { status: 'suspended' });
+  const before = await writes();
+  const error = assertError(await create({ email: suspended.email.toUpperCase() }), 409, 'email_taken');
+  assert.deepEqual(error.details, {}, 'details.reason invitation_pending is only for an invited holder');
+  assert.equal(await userCount(suspended.email), 1);
+  assert.deepEqual(await writes(), before);
+});
+
+test('Part A Errors, email_taken: "user … update collides with an active, suspended or invited user": an admin email change onto a suspended user\'s address gets 409 email_taken without details.reason; nothing changes', async () => {
+  const user = await createUser(t);
+  const suspended = await createUser(t, { status: 'suspended' });
+  const before = await writes();
+  assert.deepEqual(assertError(await patch(user.id, { email: suspended.email }), 409, 'email_taken').details, {});
+  const row = (await userRow(t, user.id))!;
+  assert.equal(row.email, user.email);
+  assert.equal(row.email_verified, true);
+  assert.deepEqual(await writes(), before);
+});
+
+test('Part A Errors, email_taken: a self email change onto an invited user\'s address gets 409 email_taken with details.reason invitation_pending, onto a suspended user\'s 409 without a reason; no pending_email, nothing sent', async () => {
+  const { user, token } = await userToken(t);
+  const invited = await createUser(t, { status: 'invited' });
+  const suspended = await createUser(t, { status: 'suspended' });
+  const before = await writes();
+  assert.deepEqual(assertError(await patch('me', { email: invited.email }, token), 409, 'email_taken').details, { reason: 'invitation_pending' });
+  assert.deepEqual(assertError(await patch('me', { email: suspended.email }, token), 409, 'email_taken').details, {});
+  assert.equal((await userRow(t, user.id))!.pending_email, null);
+  assert.deepEqual(await writes(), before);
+});
+
+test('Part A Errors, email_taken is "in the same mode": a test key creates a user at an address a live user holds (201, test_mode true); a second one in test mode collides (409 email_taken)', async () => {
+  const live = await createUser(t);
+  const key = await createApiKey(t, { mode: 'test', permissions: ['users.list', 'users.manage'] });
+  const created = assertStatus(await call(t, 'POST', '/v1/users', key.secret, { email: live.email }), 201);
+  assert.equal(created.test_mode, true);
+  assert.notEqual(created.id, live.id);
+  const before = await writes();
+  assertError(await call(t, 'POST', '/v1/users', key.secret, { email: live.email }), 409, 'email_taken');
+  assert.deepEqual(await writes(), before);
+});
+
+test('Part A Errors, invalid_status_transition: "invitation re-send for a non-invited user" holds for a deleted user too (409, nothing sent or written)', async () => {
+  const invited = await createUser(t, { status: 'invited' });
+  assertStatus(await call(t, 'DELETE', `/v1/users/${invited.id}`, admin.token), 204);
+  const before = await writes();
+  assertError(await resend(invited.id), 409, 'invalid_status_transition');
+  assert.deepEqual(await writes(), before);
 });

@@ -472,3 +472,27 @@ test('soft-deleted users are visible only to users.manage: a users.list holder g
   assertError(await getUser(user.id, support.token), 404, 'user_not_found');
   assert.equal(assertStatus(await getUser(user.id), 200).status, 'deleted');
 });
+
+test('Part A Errors, email_taken on restore: an address taken meanwhile by a suspended user is 409 email_taken without details.reason; the user stays deleted, nothing written', async () => {
+  const { user } = await deletedSubject();
+  await createUser(t, { email: user.email, status: 'suspended' });
+  const m = await mark(user.id);
+  assert.deepEqual(assertError(await patch(user.id, { status: 'active' }), 409, 'email_taken').details, {});
+  const row = (await userRow(t, user.id))!;
+  assert.equal(row.status, 'deleted');
+  assert.notEqual(row.deleted_at, null);
+  assert.deepEqual(await since(user.id, m), { audit: [], outbox: [] });
+});
+
+test('Part A Errors, erasure_scheduled ("Restore while erasure pending"): a restore that also sends a new email is 409 erasure_scheduled too; email, status and pending erasure unchanged, nothing sent', async () => {
+  const { user } = await subject();
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/erasure-requests`, admin.token, {}), 202);
+  const m = await mark(user.id);
+  const newEmail = uniqueEmail('restored');
+  assertError(await patch(user.id, { status: 'active', email: newEmail }), 409, 'erasure_scheduled');
+  const row = (await userRow(t, user.id))!;
+  assert.deepEqual([row.status, row.email], ['deleted', user.email]);
+  assert.deepEqual(await since(user.id, m), { audit: [], outbox: [] });
+  assert.deepEqual(await mailsTo(t, newEmail), []);
+  assert.equal((await sql(t, 'SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]))[0].status, 'scheduled');
+});
