@@ -104,7 +104,10 @@ export type WeakPasswordReason = 'too_short' | 'too_long' | 'breached' | 'matche
 
 export function passwordWeakness(raw: string, email: string): WeakPasswordReason | null {
   const password = normalized(raw);
-  const length = [...password].length;
+  // Length is the password as sent, one character per code point (Part A Limits, 12–128 characters):
+  // NFKC can expand one character into many (U+FDFA into 18) or merge several, so the normalized form
+  // would let a single character pass the minimum and refuse 12 characters as too long.
+  const length = [...raw].length;
   if (length < PASSWORD_MIN) return 'too_short';
   if (length > PASSWORD_MAX) return 'too_long';
   // Blanks alone (spaces, tabs, any Unicode white space) count as no password at all.

@@ -7,8 +7,10 @@ import { boot } from '../../src/boot.js';
 import { SystemClock } from '../../src/clock.js';
 import { ConfigError, loadConfig, type Config } from '../../src/config.js';
 import { buildTestApp, openTestDatabase, testConfig, type TestApp } from '../helpers/app.js';
-import { bearer, createApiKey } from '../helpers/fixtures.js';
-import { alignToStep, createMfaUser, mfaChallenge, post, sql, totpCode } from './support.js';
+import { bearer, createApiKey, createUser, login, PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
+import { alignToStep, createMfaUser, latestToken, mfaChallenge, NEW_PASSWORD, post, sql, totpCode } from './support.js';
+import { assertStatus, call, platformKey } from '../access/support.js';
+import { codeFor, member, oauthApp, signIn } from '../oauth/support.js';
 
 /** Every row of every table of the app's schema, as text. */
 async function databaseText(t: TestApp): Promise<string> {
@@ -192,4 +194,53 @@ test('ENCRYPTION_KEY must be 32-byte keys (64 hex digits or base64), comma-separ
   for (const bad of ['short', hex.slice(2), randomBytes(16).toString('base64'), `${hex},`]) {
     assert.throws(() => loadConfig({ ENCRYPTION_KEY: bad }), (err: unknown) => err instanceof ConfigError && /ENCRYPTION_KEY/.test(err.message), bad);
   }
+});
+
+test('AU-2 "hash string starts $argon2id$v=19$m=19456,t=2,p=1$; salts unique for identical passwords; no plaintext rtk_, plat_*, reset, invite or MFA secrets anywhere in a DB dump" (after signup, key creation and rotation, refresh, reset, invitation, MFA and the hosted flow; the mail outbox, which keeps links until sent, aside)', async (c) => {
+  const t = await buildTestApp({}, c);
+  const secrets: Record<string, string> = {};
+  const [e1, e2] = [uniqueEmail('au2a'), uniqueEmail('au2b')];
+  const first = assertStatus(await post(t, '/v1/auth/signup', { email: e1, password: PASSWORD }), 201);
+  assertStatus(await post(t, '/v1/auth/signup', { email: e2, password: PASSWORD }), 201);
+  const hashes = await sql<{ password_hash: string }>(
+    t, `SELECT i.password_hash FROM identities i JOIN users u ON u.id = i.user_id WHERE lower(u.email) IN (lower($1), lower($2))`, [e1, e2],
+  );
+  assert.equal(hashes.length, 2);
+  for (const { password_hash } of hashes) assert.ok(password_hash.startsWith('$argon2id$v=19$m=19456,t=2,p=1$'), password_hash);
+  assert.notEqual(hashes[0].password_hash.split('$')[4], hashes[1].password_hash.split('$')[4], 'one password, two salts');
+  assert.notEqual(hashes[0].password_hash, hashes[1].password_hash);
+
+  secrets.signup_refresh_token = first.refresh_token;
+  secrets.verification = await latestToken(t, e1, 'email_verification');
+  secrets.rotated_refresh_token = assertStatus(await post(t, '/v1/auth/token/refresh', { refresh_token: first.refresh_token }), 200).refresh_token;
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: e2 })).statusCode, 202);
+  secrets.reset = await latestToken(t, e2, 'password_reset');
+  const admin = await platformKey(t);
+  const invited = assertStatus(await call(t, 'POST', '/v1/users', admin, { email: uniqueEmail('au2i') }), 201);
+  secrets.invitation = await latestToken(t, invited.email, 'invitation');
+  const keyAdmin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const key = assertStatus(await call(t, 'POST', '/v1/api-keys', keyAdmin, { name: 'au2', scope: 'platform', permissions: ['users.list'] }), 201);
+  secrets.key = key.secret;
+  secrets.rotated_key = assertStatus(await call(t, 'POST', `/v1/api-keys/${key.id}/rotate`, keyAdmin, {}), 200).secret;
+  const mfa = await createMfaUser(t);
+  secrets.mfa_token = await mfaChallenge(t, mfa.user);
+  secrets.totp_secret = mfa.secret;
+  mfa.recoveryCodes.forEach((code, i) => { secrets[`recovery_code_${i}`] = code; });
+  const app = await oauthApp(t, admin);
+  const holder = await member(t, admin, app.id);
+  secrets.authorization_code = (await codeFor(t, holder, app.id)).code;
+  secrets.app_refresh_token = (await signIn(t, holder, app.id)).refresh_token;
+  assert.equal((await post(t, '/v1/auth/password/reset', { token: secrets.reset, password: NEW_PASSWORD })).statusCode, 204);
+
+  const tables = await sql<{ table_name: string }>(t, `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'`);
+  const found: string[] = [];
+  for (const { table_name } of tables) {
+    if (table_name === 'emails') continue; // docs/decisions.md "Sent mail keeps no live link"
+    const text = (await sql<{ r: string }>(t, `SELECT x::text AS r FROM "${table_name}" x`)).map((row) => row.r).join('\n');
+    for (const [name, secret] of Object.entries(secrets)) {
+      const random = secret.replace(/^[a-z]+_(live_|test_)?/, ''); // the secret without its prefix
+      if (text.includes(secret) || (random.length >= 16 && text.includes(random))) found.push(`${name} in ${table_name}`);
+    }
+  }
+  assert.deepEqual(found, [], 'plaintext secrets found');
 });

@@ -50,6 +50,22 @@ test('AU-1 "the 128-character password logs in; the same password minus its last
   figure('AU-1', 'truncated or altered 128-character passwords accepted: 0 / 3');
 });
 
+test('AU-1 "Password length 12–128 characters" counts the characters sent, not their NFKC expansion: 1, 5 and 11 characters that normalize to 18 or more are too_short; 12 and 128 such characters (216 and 2304 after NFKC) are accepted and sign in; 129 are too_long', async () => {
+  const FDFA = '\uFDFA'; // one code point; NFKC gives 18
+  const FI = '\uFB01'; // one code point; NFKC gives "fi"
+  for (const password of [FDFA, '\uFB03\uFB04\uFB03\uFB04\uFB00', FI.repeat(11), `${FDFA}q7`]) {
+    assert.equal(reason(await signup(uniqueEmail('nfkc-short'), password)), 'too_short', password);
+  }
+  assert.equal(reason(await signup(uniqueEmail('nfkc-long'), FI.repeat(129))), 'too_long');
+  for (const password of [FDFA.repeat(12), FI.repeat(65), FDFA.repeat(128)]) {
+    const email = uniqueEmail('nfkc-ok');
+    const res = await signup(email, password);
+    assert.equal(res.statusCode, 201, res.body);
+    assert.equal((await login(email, password)).statusCode, 200);
+    assertError(await login(email, password.slice(0, -1)), 401, 'invalid_credentials');
+  }
+});
+
 async function ssoOnlyUser(): Promise<TestUser> {
   const user = await createUser(t);
   await sql(t, `INSERT INTO identities (id, user_id, method, created_at) VALUES ($1, $2, 'sso', $3)`, [newId('idn'), user.id, t.clock.now()]);

@@ -148,3 +148,28 @@ test('MF-3 recovery codes are stored hashed: 10 SHA-256 rows per user, and no pl
   figure('MF-3', `double-accepts over ${races} races and reuses: ${doubleAccepts}`);
   assert.equal(doubleAccepts, 0);
 });
+
+test('MF-3 "exactly one success in every case" across endpoints: a TOTP code or recovery code used to sign in is refused at mfa/totp/disable (422 invalid_mfa_code, TOTP stays on), as is an older step after a newer one; a code used at disable does not complete a pending challenge', async () => {
+  const disable = (token: string, body: { code?: string; recovery_code?: string }) =>
+    t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: { authorization: `Bearer ${token}` }, payload: body });
+  const totpOn = async (userId: string) => (await sql(t, `SELECT totp_confirmed_at FROM identities WHERE user_id = $1 AND method = 'password'`, [userId]))[0].totp_confirmed_at !== null;
+  const cases: [string, (u: MfaUser) => Promise<[{ code?: string; recovery_code?: string }, { code?: string; recovery_code?: string }]>][] = [
+    ['the same TOTP code', async (u) => { const code = await totpCode(t, u.secret); return [{ code }, { code }]; }],
+    ['an older step after the next one', async (u) => [{ code: await totpCode(t, u.secret, 1) }, { code: await totpCode(t, u.secret) }]],
+    ['the same recovery code', async (u) => [{ recovery_code: u.recoveryCodes[0] }, { recovery_code: u.recoveryCodes[0] }]],
+  ];
+  for (const [name, credentials] of cases) {
+    const u = await createMfaUser(t);
+    const [signInWith, disableWith] = await credentials(u);
+    const res = await verify(await mintedChallenge(u), signInWith);
+    assert.equal(res.statusCode, 200, `${name}: ${res.body}`);
+    assertError(await disable(res.json().access_token, disableWith), 422, 'invalid_mfa_code');
+    assert.equal(await totpOn(u.user.id), true, `${name}: TOTP stays on`);
+  }
+  const u = await createMfaUser(t);
+  const code = await totpCode(t, u.secret);
+  const pending = await mintedChallenge(u);
+  assert.equal((await disable(u.token, { code })).statusCode, 204);
+  assertError(await verify(pending, { code }), 401, 'invalid_credentials');
+  assert.equal(await sessions(u.user.id), 1, 'only the enrolling session');
+});

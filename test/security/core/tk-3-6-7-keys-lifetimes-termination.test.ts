@@ -8,7 +8,7 @@ import { buildTestApp, type TestApp } from '../../helpers/app.js';
 import { bearer, createApiKey, createUser, login, type TestUser } from '../../helpers/fixtures.js';
 import { assertError, createMfaUser, mfaChallenge, post } from '../../auth/support.js';
 import { assertStatus, call, grant, platformKey } from '../../access/support.js';
-import { oauthApp } from '../../oauth/support.js';
+import { CODES, oauthApp, REDIRECT, tokenReq } from '../../oauth/support.js';
 import { bootAnother, figure } from './support.js';
 import { KEY_PUBLISH_AHEAD_SECONDS } from '../../../src/auth/signing-keys.js';
 
@@ -19,6 +19,9 @@ before(async () => {
 after(() => t.close());
 
 const DAY = 86400;
+// RFC 7636 Appendix B.
+const VERIFIER = 'dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk';
+const challenge = { code_challenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM', code_challenge_method: 'S256' };
 type Session = { access_token: string; refresh_token: string; session_id: string };
 const me = (token: string) => t.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(token) });
 const refresh = (rt: string) => post(t, '/v1/auth/token/refresh', { refresh_token: rt });
@@ -212,4 +215,35 @@ test('TK-7 termination by logout, all_sessions, suspend (POST and PATCH), delete
   }, 204);
   figure('TK-7', `terminations with a live token or listing afterwards: ${stale.length} / ${checked} (staleness 0 ms: refused on the next call)`);
   assert.deepEqual(stale, []);
+});
+
+test('TK-7 a session ended by suspend or delete stays ended: after reactivation or restore its access token still gets 401, its refresh token 401 invalid_refresh_token, its app refresh token invalid_grant, and it is not listed', async () => {
+  const admin = await platformKey(t);
+  const revived: string[] = [];
+  for (const [name, end, expected] of [
+    ['suspend, then PATCH status active', (id: string) => call(t, 'POST', `/v1/users/${id}/suspend`, admin, {}), 200],
+    ['delete, then restore', (id: string) => call(t, 'DELETE', `/v1/users/${id}`, admin), 204],
+  ] as const) {
+    const user = await createUser(t);
+    const s = await signIn(user);
+    const app = await oauthApp(t, admin);
+    await grant(t, admin, user.id, app.id);
+    const code = assertStatus(await call(t, 'POST', CODES, s.access_token, { application_id: app.id, redirect_uri: REDIRECT, ...challenge }), 201).code;
+    const appRefresh = assertStatus(await tokenReq(t, { grant_type: 'authorization_code', code, code_verifier: VERIFIER, redirect_uri: REDIRECT, client_id: app.id }), 200).refresh_token;
+    assert.equal((await end(user.id)).statusCode, expected, name);
+    assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}`, admin, { status: 'active' }), 200);
+    assert.equal((await me(await login(t, user))).statusCode, 200, `${name}: the user signs in again`);
+    const access = await me(s.access_token);
+    if (access.statusCode !== 401) revived.push(`${name}: access ${access.statusCode}`);
+    else assert.equal(access.json().error.code, 'unauthenticated');
+    const refreshed = await refresh(s.refresh_token);
+    if (refreshed.statusCode !== 401) revived.push(`${name}: refresh ${refreshed.statusCode}`);
+    else assert.equal(refreshed.json().error.code, 'invalid_refresh_token');
+    const appRefreshed = await tokenReq(t, { grant_type: 'refresh_token', refresh_token: appRefresh, client_id: app.id });
+    if (appRefreshed.statusCode !== 400) revived.push(`${name}: app refresh ${appRefreshed.statusCode}`);
+    else assert.equal(appRefreshed.json().error, 'invalid_grant');
+    const listed = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/sessions`, admin), 200).data;
+    if (listed.some((row: { id: string }) => row.id === s.session_id)) revived.push(`${name}: still listed`);
+  }
+  assert.deepEqual(revived, []);
 });
