@@ -778,3 +778,18 @@ test('POST and PATCH /v1/applications refuse an unknown field, at the top or in 
   assert.equal(current.name, 'App');
   assert.deepEqual(current.permissions, []);
 });
+
+test('PATCH: id and created_at are read-only for the owner and for applications.manage (422 read_only_field naming the field) and nothing changes', async () => {
+  const app = await newApp(t, admin);
+  for (const cred of [app.owner!.token, admin]) {
+    for (const [field, value] of [['id', 'app_other'], ['created_at', '2020-01-01T00:00:00.000Z']] as const) {
+      const error = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, cred, { name: 'Renamed', [field]: value }), 422, 'read_only_field');
+      assert.deepEqual(error.details.fields, [field]);
+    }
+  }
+  const now = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200);
+  assert.equal(now.id, app.id);
+  assert.equal(now.name, 'Test App');
+  assert.equal(now.created_at, app.body.created_at);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+});

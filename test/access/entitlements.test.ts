@@ -839,3 +839,66 @@ test('cross-user list filters: application_id, status, user_id, source, order_id
   assert.deepEqual(await ids('&order_id=ord-ab'), []);
   assert.deepEqual(await ids(`&ends_before=${encodeURIComponent(inSeconds(t, 4 * DAY))}`), [e2.id]);
 });
+
+test('a caller who may not see a row gets 404 entitlement_not_found on GET and PATCH: a user for another user\'s personal row, a pending invitee for the Organization\'s org grant; nothing changes', async () => {
+  const holder = await person(t);
+  const ent = await grant(t, admin, holder.id, app.id);
+  const stranger = await person(t);
+  assertError(await call(t, 'GET', `/v1/entitlements/${ent.id}`, stranger.token), 404, 'entitlement_not_found');
+  assertError(await patchEnt(t, stranger.token, ent.id, { status: 'disabled', disabled_reason: 'x' }), 404, 'entitlement_not_found');
+  const orgAdmin = await person(t);
+  const invitee = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }, { userId: invitee.id, status: 'pending' }]);
+  const other = await newApp(t, admin);
+  const orgRowId = await orgGrant(t, org, other.id);
+  assertError(await call(t, 'GET', `/v1/entitlements/${orgRowId}`, invitee.token), 404, 'entitlement_not_found');
+  assertError(await call(t, 'GET', `/v1/entitlements/${orgRowId}`, stranger.token), 404, 'entitlement_not_found');
+  assert.equal((await entRow(t, ent.id))!.status, 'active');
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
+});
+
+test('a move not in the status table is 409 invalid_status_transition also without disabled_reason (expired → disabled), not 422 disabled_reason_required; nothing changes', async () => {
+  const user = await person(t);
+  const expired = await expiredRow(user.id);
+  const error = assertError(await patchEnt(t, admin, expired.id, { status: 'disabled' }), 409, 'invalid_status_transition');
+  assert.deepEqual(error.details, { from: 'expired', to: 'disabled' });
+  assert.equal((await entRow(t, expired.id))!.status, 'expired');
+  assert.deepEqual(await entitlementEvents(t, expired.id), ['entitlement.granted', 'entitlement.expired']);
+});
+
+test('source of an org grant (org_seat) cannot change: 422 immutable_field, the row stays org_seat', async () => {
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const other = await newApp(t, admin);
+  const rowId = await orgGrant(t, org, other.id);
+  for (const source of ['purchase', 'admin_grant', 'trial']) {
+    const error = assertError(await patchEnt(t, admin, rowId, { source }), 422, 'immutable_field');
+    assert.equal(error.details.field, 'source');
+  }
+  assert.equal((await entRow(t, rowId))!.source, 'org_seat');
+  assert.deepEqual(await entitlementEvents(t, rowId), []);
+});
+
+test('the Application must be approved: pending_review and rejected ones are 409 application_not_available (details.review_status) for platform entitlements.manage and the owner; nothing is granted', async () => {
+  const user = await person(t);
+  for (const status of ['pending_review', 'rejected']) {
+    const other = await newApp(t, admin);
+    await setReview(t, other.id, status);
+    for (const cred of [admin, other.owner!.token]) {
+      const error = assertError(await grantReq(t, cred, user.id, { application_id: other.id, source: 'admin_grant' }), 409, 'application_not_available');
+      assert.equal(error.details.review_status, status);
+    }
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE application_id = $1', [other.id]))[0].n, 0);
+    assert.deepEqual(await accessEvents(t, user.id, other.id), []);
+  }
+});
+
+test('expired → active blocked by a newer live row: details.existing_entitlement_id and details.status name that row (disabled too)', async () => {
+  const user = await person(t);
+  const old = await expiredRow(user.id);
+  const newer = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, newer.id, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  const err = assertError(await patchEnt(t, admin, old.id, { status: 'active', ends_at: inSeconds(t, 30 * DAY) }), 409, 'entitlement_already_exists');
+  assert.deepEqual(err.details, { existing_entitlement_id: newer.id, status: 'disabled' });
+  assert.equal((await entRow(t, old.id))!.status, 'expired');
+});

@@ -232,3 +232,21 @@ test("rejected → pending_review is the owner's move only: a configuration PATC
   assert.equal(body.review_status, 'rejected');
   assert.deepEqual(await reviewAudits(app.id), ['rejected']);
 });
+
+test('a move not in the review table is 409 invalid_review_transition also without review_notes (not 422 review_notes_required), and nothing changes', async () => {
+  const approved = await newApp(t, admin);
+  let error = assertError(await patch(admin, approved.id, { review_status: 'rejected' }), 409, 'invalid_review_transition');
+  assert.deepEqual(error.details, { from: 'approved', to: 'rejected' });
+  const pending = await newApp(t, admin);
+  await setReview(t, pending.id, 'pending_review');
+  error = assertError(await patch(admin, pending.id, { review_status: 'suspended' }), 409, 'invalid_review_transition');
+  assert.deepEqual(error.details, { from: 'pending_review', to: 'suspended' });
+  const rejected = await newApp(t, admin);
+  await setReview(t, rejected.id, 'rejected');
+  assertError(await patch(admin, rejected.id, { review_status: 'suspended' }), 409, 'invalid_review_transition');
+  for (const [app, status] of [[approved, 'approved'], [pending, 'pending_review'], [rejected, 'rejected']] as const) {
+    assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).review_status, status);
+    assert.deepEqual(await reviewAudits(app.id), []);
+    assert.deepEqual(await reviewEvents(app.id), []);
+  }
+});

@@ -511,3 +511,27 @@ test('POST /v1/roles refuses an unknown body field (422 validation_failed naming
   assert.ok(JSON.stringify(err.details).includes('seed'), `the error names the field seed: ${JSON.stringify(err.details)}`);
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE name = $1', [name]))[0].n, 0);
 });
+
+test("removing an assignment of another Application's Role with an app key holding roles.manage is 403 role_scope_mismatch, and the assignment stays (no role.removed)", async () => {
+  const mine = await appWith(['viewer']);
+  const theirs = await appWith(['viewer']);
+  const key = await appKey(t, mine.id, ['roles.manage']);
+  const user = await person(t);
+  const roleId = `role_${theirs.slug}_viewer`;
+  assertStatus(await assign(superadmin.token, user.id, roleId), 201);
+  assertError(await unassign(key, user.id, roleId), 403, 'role_scope_mismatch');
+  assert.deepEqual(await heldRoles(user.id), ['role_platform_member', roleId]);
+  assert.deepEqual(await roleEvents(user.id, 'role.removed'), []);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action = 'role.removed' AND target_user_id = $1`, [user.id]))[0].n, 0);
+});
+
+test('an unresolvable Role id is 404 role_not_found when assigning or removing it, and nothing is written', async () => {
+  const app = await appWith(['viewer']);
+  const user = await person(t);
+  for (const roleId of [`role_${app.slug}_nope`, 'role_platform_nope', 'garbage']) {
+    assertError(await assign(superadmin.token, user.id, roleId), 404, 'role_not_found');
+    assertError(await unassign(superadmin.token, user.id, roleId), 404, 'role_not_found');
+  }
+  assert.deepEqual(await heldRoles(user.id), ['role_platform_member']);
+  assert.deepEqual(await roleEvents(user.id, 'role.assigned'), []);
+});

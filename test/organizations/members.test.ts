@@ -405,3 +405,14 @@ test('withdrawing or declining a pending invitation writes the organization.memb
   }
   assertError(await accept(t, decliner.token, org.id), 404, 'member_not_found');
 });
+
+test('leaving (DELETE members/me) an Organization one is not a member of is 404 member_not_found; accepting with an API key is 400 user_token_required; nothing is written', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const stranger = await person(t);
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, stranger.token), 404, 'member_not_found');
+  assertError(await accept(t, admin, org.id), 400, 'user_token_required');
+  assert.equal(await membership(t, org.id, stranger.id), undefined);
+  assert.equal(await memberCount(org.id), 2);
+  assert.deepEqual(await orgAudit(t, org.id, 'organization.member_removed'), []);
+  assert.deepEqual(await orgAudit(t, org.id, 'organization.member_added', stranger.id), []);
+});

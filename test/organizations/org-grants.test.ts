@@ -375,3 +375,27 @@ test('invite_only visibility: a member an org grant excludes has no access path,
   assert.deepEqual((await call(t, 'GET', `/v1/permissions?scope=${target.id}`, kept.token)).json().data.map((p: any) => p.key), [`app.${slug}.read`]);
   assert.deepEqual((await call(t, 'GET', `/v1/permissions?scope=${target.id}`, excluded.token)).json().data, [], 'no permission keys of a hidden Application');
 });
+
+test('an org grant without an Idempotency-Key is 400 idempotency_key_required, and one sending source ("not accepted") is 422 validation_failed naming source; nothing is granted', async () => {
+  const org = await orgWithMembers(t, admin);
+  const app = await newApp(t, admin);
+  assertError(await orgGrantReq(t, admin, org.id, { application_id: app.id }, null), 400, 'idempotency_key_required');
+  for (const source of ['org_seat', 'purchase']) {
+    const error = assertError(await orgGrantReq(t, admin, org.id, { application_id: app.id, source }), 422, 'validation_failed');
+    assert.ok(error.details.fields.some((f: { path: string }) => f.path === 'source'), JSON.stringify(error.details));
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE organization_id = $1', [org.id]))[0].n, 0);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE organization_id = $1 AND action = 'entitlement.granted'`, [org.id]))[0].n, 0);
+});
+
+test('an org grant to an Application that is not approved (pending_review, rejected, suspended) is 409 application_not_available with its review_status, and nothing is granted', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  for (const status of ['pending_review', 'rejected', 'suspended']) {
+    const app = await newApp(t, admin);
+    await sql(t, 'UPDATE applications SET review_status = $2 WHERE id = $1', [app.id, status]);
+    const error = assertError(await orgGrantReq(t, admin, org.id, { application_id: app.id }), 409, 'application_not_available');
+    assert.equal(error.details.review_status, status);
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE application_id = $1', [app.id]))[0].n, 0);
+    assert.deepEqual(await accessEvents(t, org.members[0].id, app.id), []);
+  }
+});

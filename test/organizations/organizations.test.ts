@@ -273,3 +273,38 @@ for (const [label, req] of suspendedMemberWrites) {
     assert.deepEqual(await accessEvents(t, org.members[0].id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
   });
 }
+
+test('while suspended, declining or withdrawing a pending invitation and changing a pending member\'s role return 403 organization_suspended; the invitation stays pending and nothing is audited', async () => {
+  const org = await orgWithMembers(t, admin);
+  const declining = await person(t);
+  const withdrawn = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, declining.email), 201);
+  assertStatus(await invite(t, org.owner.token, org.id, withdrawn.email), 201);
+  await suspendOrg(org.id);
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, declining.token), 403, 'organization_suspended');
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${withdrawn.id}`, org.owner.token), 403, 'organization_suspended');
+  assertError(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${withdrawn.id}`, admin), 403, 'organization_suspended');
+  assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${withdrawn.id}`, org.owner.token, { role: 'org_admin' }), 403, 'organization_suspended');
+  for (const u of [declining, withdrawn]) {
+    const row = await membership(t, org.id, u.id);
+    assert.equal(row?.membership_status, 'pending');
+    assert.equal(row?.role, 'member');
+  }
+  assert.deepEqual(await orgAudit(t, org.id, 'organization.member_removed'), []);
+  assert.deepEqual(await orgAudit(t, org.id, 'organization.member_role_changed'), []);
+});
+
+test('while suspended, every write to its org grant returns 403 organization_suspended, platform entitlements.manage included: DELETE, ends_at, order_id and revoke; the grant and its members\' access stay', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  const grant = await orgGrantApi(t, admin, org.id, app.id);
+  await suspendOrg(org.id);
+  assertError(await call(t, 'DELETE', `/v1/entitlements/${grant.id}`, admin), 403, 'organization_suspended');
+  assertError(await patchEnt(t, admin, grant.id, { ends_at: new Date(t.clock.now().getTime() + 86_400_000).toISOString() }), 403, 'organization_suspended');
+  assertError(await patchEnt(t, admin, grant.id, { order_id: 'ord_late' }), 403, 'organization_suspended');
+  assertError(await patchEnt(t, admin, grant.id, { status: 'revoked', disabled_reason: 'ended' }), 403, 'organization_suspended');
+  const row = (await sql(t, 'SELECT status, ends_at, order_id FROM entitlements WHERE id = $1', [grant.id]))[0];
+  assert.deepEqual({ ...row }, { status: 'active', ends_at: null, order_id: null });
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE target_id = $1 AND action <> 'entitlement.granted'`, [grant.id]))[0].n, 0);
+  assert.deepEqual(await accessEvents(t, org.members[0].id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+});

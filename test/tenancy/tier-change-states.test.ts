@@ -166,3 +166,12 @@ test('cancelling needs notes, sent with it or already on the request: a request 
   assert.equal(cancelled.status, 'cancelled');
   assert.equal(cancelled.notes, 'Customer asked to wait');
 });
+
+test('a move not in the request table is 409 invalid_request_transition also without notes (completed → cancelled), not 422 for missing notes; the request stays completed', async () => {
+  const { owner, id } = await requestIn('completed');
+  const error = assertError(await patch(owner.tenantId, id, { status: 'cancelled' }), 409, 'invalid_request_transition');
+  assert.deepEqual(error.details, { from: 'completed', to: 'cancelled' });
+  assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${id}`, support.token), 200).status, 'completed');
+  assert.equal((await tenantRow(t, owner.tenantId)).tier, 'dedicated_region');
+  assert.equal((await auditRows(t, 'tenant.tier_change_request_updated', owner.tenantId)).length, 2);
+});

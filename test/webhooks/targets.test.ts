@@ -126,3 +126,14 @@ test('WEBHOOK_ALLOW_PRIVATE_TARGETS=1 relaxes the scheme and address rules (deve
     await dev.close();
   }
 });
+
+test('PATCH url follows the create rules: non-https, userinfo, a name resolving to a private address and a loopback literal are 422 invalid_webhook_url; the url and audit stay as they were', async () => {
+  dns.set('patch-public.example', ['93.184.216.34']);
+  dns.set('patch-inner.example', ['10.0.0.1']);
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'https://patch-public.example/hook', events: ['*'] }), 201);
+  for (const url of ['http://patch-public.example/hook', 'https://user:pw@patch-public.example/', 'https://user@patch-public.example/', 'https://patch-inner.example/', 'https://127.0.0.1/']) {
+    assertError(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { url }), 422, 'invalid_webhook_url');
+  }
+  assert.equal((await sql(t, 'SELECT url FROM webhook_subscriptions WHERE id = $1', [sub.id]))[0].url, 'https://patch-public.example/hook');
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action = 'webhook.updated' AND target_id = $1`, [sub.id]))[0].n, 0);
+});
