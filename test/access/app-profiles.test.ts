@@ -100,6 +100,14 @@ test('display_handle is 1–64 characters (422 otherwise)', async () => {
   assert.equal(assertStatus(await write(user.token, user.id, { display_handle: 'z' }), 200).display_handle, 'z');
 });
 
+test('display_handle "1–64 characters" counts code points: 64 emoji are accepted and shown as effective_display_name; 65 emoji are 422 naming display_handle', async () => {
+  const E = '\u{1F600}'; // one code point, two UTF-16 units
+  const user = await member();
+  assertInvalid(await write(user.token, user.id, { display_handle: E.repeat(65) }), 'display_handle');
+  const body = assertStatus(await write(user.token, user.id, { display_handle: E.repeat(64) }), 200);
+  assert.deepEqual([body.display_handle, body.effective_display_name], [E.repeat(64), E.repeat(64)]);
+});
+
 test("the app's own key reads and writes without any extra permission; users.manage may too", async () => {
   const user = await member();
   const key = await appKey(t, app.id);

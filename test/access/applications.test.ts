@@ -173,6 +173,19 @@ test('permissions: keys must start with app.<slug>. then [a-z0-9_.]{1,64}; wrong
   assert.deepEqual(app.permissions[0], { key: `app.${slug}.p0`, description: 'd' });
 });
 
+test('"permission description 255" and "name 1–100 characters" count code points: a 255-emoji description and a 100-emoji name are accepted; 256 and 101 are 422 validation_failed', async () => {
+  const E = '\u{1F600}'; // one code point, two UTF-16 units
+  const slug = slugOf('cp');
+  const app = assertStatus(await post(admin, base((await person(t)).id, { slug, name: E.repeat(100), permissions: [{ key: `app.${slug}.read`, description: E.repeat(255) }] })), 201);
+  assert.equal([...app.name].length, 100);
+  assert.equal([...app.permissions[0].description].length, 255);
+  const other = await person(t);
+  const slug2 = slugOf('cp');
+  assertInvalid(await post(admin, base(other.id, { slug: slug2, permissions: [{ key: `app.${slug2}.read`, description: E.repeat(256) }] })), 'permissions');
+  assertInvalid(await post(admin, base(other.id, { name: E.repeat(101) })), 'name');
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { name: E.repeat(101) }), 'name');
+});
+
 test('available_app_roles: 0–20 names matching ^[a-z][a-z0-9_]{1,40}$ (21 is 422)', async () => {
   const member = await person(t);
   const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
@@ -213,6 +226,18 @@ test('Starter allows 1 Application: a second one for the same user owner is 409 
   const err = assertError(await post(admin, base(owner!.id)), 409, 'plan_limit_reached');
   assert.equal(err.details.resource, 'applications');
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [owner!.id]))[0].n, 1);
+});
+
+test('Team allows 5 Applications per Tenant: the 5th is created, the 6th is 409 plan_limit_reached with details.resource applications and nothing is written', async () => {
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const body = () => ({ slug: slugOf(), name: 'x', launch_url: 'https://x.example.com', owner_organization_id: org });
+  const created = [];
+  for (let i = 0; i < 5; i++) created.push(assertStatus(await post(admin, body()), 201));
+  assert.equal((await sql(t, 'SELECT plan FROM tenants WHERE id = $1', [created[0].tenant_id]))[0].plan, 'team');
+  const err = assertError(await post(admin, body()), 409, 'plan_limit_reached');
+  assert.equal(err.details.resource, 'applications');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_organization_id = $1', [org]))[0].n, 5);
 });
 
 test('Starter allows 3 app roles: available_app_roles of 4 is 409 plan_limit_reached (resource app_roles) on create and PATCH', async () => {

@@ -255,6 +255,20 @@ test('internal: only platform entitlements.manage may grant; the owner and the o
 
 // ---- the status table ----------------------------------------------------------------------------
 
+test('disabled_reason is 1–255 characters, counted in code points: 255 (emoji) are accepted on disable and revoke; 256 are 422 validation_failed naming disabled_reason and change nothing', async () => {
+  const E = '\u{1F600}'; // one code point, two UTF-16 units
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertInvalid(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: E.repeat(256) }), 'disabled_reason');
+  assert.equal((await entRow(t, ent.id))!.status, 'active');
+  const disabled = assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: E.repeat(255) }), 200);
+  assert.equal(disabled.disabled_reason, E.repeat(255));
+  assertInvalid(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'r'.repeat(256) }), 'disabled_reason');
+  assert.equal((await entRow(t, ent.id))!.status, 'disabled');
+  const revoked = assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'r'.repeat(255) }), 200);
+  assert.deepEqual([revoked.status, revoked.disabled_reason], ['revoked', 'r'.repeat(255)]);
+});
+
 test('active → disabled needs disabled_reason (422 disabled_reason_required); then entitlement.disabled, audit, access.revoked (entitlement_disabled)', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);

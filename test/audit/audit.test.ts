@@ -275,6 +275,32 @@ test("hot window of an app-scoped key with audit.view is its Application's Tenan
   assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, viewer), 200);
 });
 
+test('"Audit hot window | 30 days | 1 year" on both sides of each edge for an app-scoped key with audit.view: Starter keeps an event 29 days old and not 31; Team keeps it 364 days old and not 366', async () => {
+  const starter = await newApp(t, admin);
+  const team = await newApp(t, admin);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [team.tenantId]);
+  const starterKey = await appKey(t, starter.id, ['audit.view']);
+  const teamKey = await appKey(t, team.id, ['audit.view']);
+  const created = async (a: AppFixture) => (await sql(t, `SELECT id FROM audit_events WHERE action = 'application.created' AND target_id = $1`, [a.id]))[0].id;
+  const [starterEvt, teamEvt] = [await created(starter), await created(team)];
+  near(await list(teamKey), t.clock.now().getTime() - 365 * DAY * 1000);
+  const visible = async (key: string, a: AppFixture, id: string) => {
+    const listed = (await ids(key, `target_id=${a.id}`)).includes(id);
+    const fetched = (await call(t, 'GET', `/v1/audit-events/${id}`, key)).statusCode;
+    assert.equal(listed, fetched === 200, `list and fetch agree (${fetched})`);
+    if (!listed) assert.equal(fetched, 404);
+    return listed;
+  };
+  t.clock.advance(29 * DAY);
+  assert.equal(await visible(starterKey, starter, starterEvt), true, 'Starter: 29 days old is in the window');
+  t.clock.advance(2 * DAY);
+  assert.equal(await visible(starterKey, starter, starterEvt), false, 'Starter: 31 days old is archived');
+  t.clock.advance(333 * DAY);
+  assert.equal(await visible(teamKey, team, teamEvt), true, 'Team: 364 days old is in the window');
+  t.clock.advance(2 * DAY);
+  assert.equal(await visible(teamKey, team, teamEvt), false, 'Team: 366 days old is archived');
+});
+
 test('hot window of a user reading target_user_id=me is 365 days (Audit-Hot-Window-Start)', async () => {
   const user = await person(t);
   await grant(t, admin, user.id, app.id);

@@ -228,6 +228,22 @@ test('lockout: 5 failed attempts within 15 minutes lock the identity for 15 minu
   assert.equal((await loginRes(t, other)).statusCode, 200);
 });
 
+test('"lock 15 minutes" holds to its end: Retry-After right after the fifth failure is 900 s at most; 5 s before the 15 minutes end the right password still gets 429 too_many_attempts with Retry-After, just after them it signs in', async () => {
+  const user = await createUser(t);
+  for (let i = 0; i < 5; i++) await fail(user);
+  const locked = await loginRes(t, user);
+  assertError(locked, 429, 'too_many_attempts');
+  const retryAfter = Number(locked.headers['retry-after']);
+  assert.ok(retryAfter > 890 && retryAfter <= 900, `Retry-After ${retryAfter} is the rest of the 15-minute lock`);
+  t.clock.advance(15 * 60 - 5);
+  const stillLocked = await loginRes(t, user);
+  assertError(stillLocked, 429, 'too_many_attempts');
+  assert.ok(Number(stillLocked.headers['retry-after']) >= 1, 'Retry-After is set until the lock ends');
+  t.clock.advance(6);
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+});
+
 test('the lockout ends after 15 minutes', async () => {
   const user = await createUser(t);
   for (let i = 0; i < 5; i++) await fail(user);

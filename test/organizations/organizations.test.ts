@@ -59,6 +59,21 @@ test('POST /v1/organizations with an API key: 400 user_token_required and nothin
   assert.equal((await sql(t, 'SELECT id FROM organizations WHERE name = $1', [name])).length, 0);
 });
 
+test('Organization name 1–100 characters, counted in code points: 100 characters (emoji included) are accepted on create and rename; 101 and an empty name are 422 validation_failed naming name and change nothing', async () => {
+  const E = '\u{1F600}'; // one code point, two UTF-16 units
+  const user = await person(t);
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: E.repeat(100) }), 201);
+  assert.equal([...org.name].length, 100);
+  for (const name of [E.repeat(101), 'n'.repeat(101), '']) {
+    const err = assertError(await call(t, 'POST', '/v1/organizations', user.token, { name }), 422, 'validation_failed');
+    assert.deepEqual(err.details.fields.map((f: { path: string }) => f.path), ['name']);
+    const rename = assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}`, user.token, { name }), 422, 'validation_failed');
+    assert.deepEqual(rename.details.fields.map((f: { path: string }) => f.path), ['name']);
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM organizations WHERE created_by = $1', [user.id]))[0].n, 1);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, user.token, { name: 'n'.repeat(100) }), 200).name, 'n'.repeat(100));
+});
+
 test('organization creation limit: 10 per user per day; the 11th gets 429 rate_limited', async () => {
   const user = await person(t);
   for (let i = 0; i < 10; i++) assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: `Burst ${i}` }), 201);

@@ -283,6 +283,21 @@ test('DELETE /v1/users/{id}/erasure-requests/current (users.manage) cancels insi
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM identities WHERE user_id = $1', [user.id]))[0].n, 1);
 });
 
+test('"users.manage may cancel it inside the window": a cancel just before the 7 days end (scheduled_for not yet reached, the cascade job run) is 204 and the user is never erased', async () => {
+  const user = await createUser(t);
+  const requested = assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  assert.equal(Date.parse(requested.scheduled_for) - Date.parse(requested.requested_at), 7 * DAY * 1000);
+  t.clock.advance(7 * DAY - 5);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.equal((await userRow(t, user.id))!.erased_at, null, 'not erased before the 7 days');
+  const res = await cancelErasure(user.id, await asAdmin());
+  assert.equal(res.statusCode, 204, res.body);
+  t.clock.advance(DAY);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.equal((await userRow(t, user.id))!.erased_at, null, 'a cancelled erasure never runs');
+  assert.equal((await auditFor(t, user.id, 'user.erasure_cancelled')).length, 1);
+});
+
 test('an erasure can be cancelled only inside the 7-day window: once scheduled_for has passed, before the cascade job ran, cancel is 404 erasure_not_scheduled and the cascade still erases', async () => {
   const user = await createUser(t);
   assertStatus(await requestErasure(user.id, await asAdmin()), 202);

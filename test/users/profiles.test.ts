@@ -68,6 +68,23 @@ test('an admin (users.manage) changing someone else\'s Profile writes audit prof
   assert.equal(audit[0].after.display_name, 'Renamed By Admin');
 });
 
+test('display_name "1–100 characters" counts code points (as passwords do): 100 emoji are accepted on the Profile, at signup and on POST /v1/users; 101 emoji are 422 validation_failed naming display_name', async () => {
+  const E = '\u{1F600}'; // one code point, two UTF-16 units
+  const { user, token } = await userToken(t);
+  assertFields(await patchProfile('me', token, { display_name: E.repeat(101) }), ['display_name']);
+  assert.equal(assertStatus(await patchProfile('me', token, { display_name: E.repeat(100) }), 200).display_name, E.repeat(100));
+  assert.equal((await stored(user.id)).display_name, E.repeat(100));
+  const signup = (display_name: string) =>
+    t.app.inject({ method: 'POST', url: '/v1/auth/signup', payload: { email: `cp-${Math.random().toString(36).slice(2)}@example.com`, password: 'violet-harbor-cinnamon-42', display_name } });
+  assertFields(await signup(E.repeat(101)), ['display_name']);
+  assert.equal((await signup(E.repeat(100))).statusCode, 201);
+  const admin = (await createApiKey(t, { scope: 'platform', permissions: ['users.manage', 'users.list'] })).secret;
+  const create = (display_name: string) => call(t, 'POST', '/v1/users', admin, { email: `cp-${Math.random().toString(36).slice(2)}@example.com`, display_name });
+  assertFields(await create(E.repeat(101)), ['display_name']);
+  const created = assertStatus(await create(E.repeat(100)), 201);
+  assert.equal((await stored(created.id)).display_name, E.repeat(100));
+});
+
 test('display_name: 1–100 characters and never null; otherwise 422 validation_failed naming display_name', async () => {
   const { user, token } = await userToken(t);
   for (const bad of ['', 'x'.repeat(101), null, 42]) assertFields(await patchProfile('me', token, { display_name: bad }), ['display_name']);
