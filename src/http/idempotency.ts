@@ -204,11 +204,24 @@ export async function settleAfterResponse(deps: Deps, claim: Claim, status: numb
   const db = deps.database.scoped('system');
   const where = 'credential = $1 AND operation = $2 AND key = $3 AND claim_token = $4';
   const params = [claim.credential, claim.operation, claim.key, claim.token];
-  if (status >= 500) {
+  // docs/conventions.md: "Validation failures are not recorded": a 422 validation_failed a handler
+  // raises (a rule the schema cannot state) releases the key like the schema's own, so a corrected
+  // retry with the same key runs.
+  if (status >= 500 || (status === 422 && errorCodeOf(body) === 'validation_failed')) {
     await db.query(`DELETE FROM idempotency_keys WHERE ${where}`, params);
     return;
   }
   await db.query(`UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6 WHERE ${where} AND status = 'in_flight'`, [
     ...params, status, sealedBody(deps, claim, body),
   ]);
+}
+
+/** The error code of an error envelope, or null. */
+function errorCodeOf(body: string): string | null {
+  try {
+    const code = (JSON.parse(body) as { error?: { code?: unknown } })?.error?.code;
+    return typeof code === 'string' ? code : null;
+  } catch {
+    return null;
+  }
 }

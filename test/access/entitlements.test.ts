@@ -80,6 +80,20 @@ test('POST: a retry with the same Idempotency-Key returns the original result an
   assert.equal((await accessEvents(t, user.id, app.id)).length, 1);
 });
 
+test('IC-3 / docs/conventions.md "Validation failures are not recorded": a grant refused 422 validation_failed by a rule the schema cannot state (starts_at more than 1 year ahead) leaves the Idempotency-Key free, so the corrected retry with the same key grants (201), once', async () => {
+  const user = await person(t);
+  const refused = await grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant', starts_at: inSeconds(t, 366 * DAY) }, 'ic3-corrected');
+  assertInvalid(refused, 'starts_at');
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM idempotency_keys WHERE key = 'ic3-corrected'`))[0].n, 0, 'nothing recorded for the key');
+  const corrected = await grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant' }, 'ic3-corrected');
+  assert.equal(corrected.statusCode, 201, corrected.body);
+  assert.equal(corrected.headers['idempotent-replayed'], undefined);
+  const replay = await grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant' }, 'ic3-corrected');
+  assert.equal(replay.headers['idempotent-replayed'], 'true');
+  assert.equal(replay.body, corrected.body);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 1);
+});
+
 test('one live personal row per user and Application: an active or disabled one gives 409 entitlement_already_exists with details.existing_entitlement_id and details.status', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);

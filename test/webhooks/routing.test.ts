@@ -120,3 +120,36 @@ test('"Test-mode keys create test-mode subscriptions that only receive test even
   assert.deepEqual(typesAt('/mode-live'), [], 'a live subscription receives no test event');
   for (const s of [live, testSub]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
 });
+
+test('WH-5 "exact delivered sets" from real operations (no synthetic events): an app Role assigned to users with and without an access path reaches only its Application\'s subscription; a platform Role\'s role.assigned and role.removed only the platform one; a review status change its Application; an org grant\'s entitlement.granted, access.granted and a member\'s user.suspended / access.revoked the granted Application', async () => {
+  const A = await newApp(t, admin);
+  const B = await newApp(t, admin);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${A.id}`, admin, { available_app_roles: ['editor'] }), 200);
+  const editor = `role_${A.id.slice('app_'.length)}_editor`;
+  const subs = [
+    await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/real-p') }),
+    await createWebhook(t, await appKey(t, A.id), { url: receiver.url('/real-a') }),
+    await createWebhook(t, await appKey(t, B.id), { url: receiver.url('/real-b') }),
+  ];
+  const u = await person(t);
+  const w = await person(t);
+  await grant(t, admin, u.id, A.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${u.id}/roles/${editor}`, admin, {}), 201);
+  assertStatus(await call(t, 'POST', `/v1/users/${u.id}/roles/role_platform_support`, admin, {}), 201);
+  assertStatus(await call(t, 'POST', `/v1/users/${w.id}/roles/${editor}`, admin, {}), 201);
+  assertStatus(await call(t, 'DELETE', `/v1/users/${u.id}/roles/role_platform_support`, admin), 204);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${A.id}`, admin, { review_status: 'suspended', review_notes: 'x' }), 200);
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', w.token, { name: 'O' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/entitlements`, admin, { application_id: B.id }, { 'idempotency-key': `k-${org.id}` }), 201);
+  assertStatus(await call(t, 'POST', `/v1/users/${w.id}/suspend`, admin, {}), 200);
+  await runDelivery(t);
+  const who = (id: unknown) => (id === u.id ? 'u' : id === w.id ? 'w' : '-');
+  const at = (path: string) => receiver.at(path).map((r) => `${r.body.type}:${r.body.application_id === A.id ? 'A' : r.body.application_id === B.id ? 'B' : '-'}:${who(r.body.data.user_id)}`).sort();
+  const toA = ['access.granted:A:u', 'application.review_status_changed:A:-', 'entitlement.granted:A:-', 'role.assigned:A:u', 'role.assigned:A:w'];
+  const toB = ['access.granted:B:w', 'access.revoked:B:w', 'entitlement.granted:B:-', 'user.suspended:-:w'];
+  const platformOnly = ['organization.member_added:-:w', 'role.assigned:-:u', 'role.removed:-:u'];
+  assert.deepEqual(at('/real-a'), toA);
+  assert.deepEqual(at('/real-b'), toB);
+  assert.deepEqual(at('/real-p'), [...toA, ...toB, ...platformOnly].sort());
+  for (const s of subs) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
+});

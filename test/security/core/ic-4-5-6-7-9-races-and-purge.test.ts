@@ -155,3 +155,41 @@ test('IC-9 test-purge at 29 and 31 days: "live rows untouched; only test rows ol
   }
   figure('IC-9', `live rows deleted: ${liveDeleted}`);
 });
+
+test('IC-9 test-purge with rows hanging off users in both modes (an Entitlement, an Organization with its member row, a webhook subscription, a session, audit and outbox rows): "live rows untouched; only test rows older than 30 days are gone"; the shared Application stays', async () => {
+  const testAdmin = await platformKey(t, undefined, 'test');
+  const app = await newApp(t, admin);
+  const seed = async (mode: 'live' | 'test') => {
+    const key = mode === 'live' ? admin : testAdmin;
+    const u = await person(t, { mode });
+    const ent = await grant(t, key, u.id, app.id);
+    const org = assertStatus(await call(t, 'POST', '/v1/organizations', u.token, { name: `O-${mode}` }), 201);
+    const hook = assertStatus(await call(t, 'POST', '/v1/webhooks', key, { scope: 'platform', url: 'http://127.0.0.1:9/ic9', events: ['*'] }), 201);
+    return { u, ent, org, hook };
+  };
+  const n = async (text: string, params: unknown[]) => (await sql(t, `SELECT count(*)::int AS n FROM ${text}`, params))[0].n;
+  const rowsOf = async (s: Awaited<ReturnType<typeof seed>>) => ({
+    users: await n('users WHERE id = $1', [s.u.id]),
+    entitlements: await n('entitlements WHERE id = $1', [s.ent.id]),
+    organizations: await n('organizations WHERE id = $1', [s.org.id]),
+    members: await n('organization_members WHERE organization_id = $1', [s.org.id]),
+    webhooks: await n('webhook_subscriptions WHERE id = $1', [s.hook.id]),
+    sessions: await n('sessions WHERE user_id = $1', [s.u.id]),
+    audit: await n('audit_events WHERE target_id = ANY($1::text[])', [[s.u.id, s.ent.id, s.org.id, s.hook.id]]),
+    outbox: await n(`outbox_events WHERE data->>'user_id' = $1`, [s.u.id]),
+  });
+  const live = await seed('live');
+  const old = await seed('test');
+  t.clock.advance(2 * DAY);
+  const young = await seed('test');
+  const before = { live: await rowsOf(live), young: await rowsOf(young) };
+  assert.ok(Object.values(await rowsOf(old)).every((count) => count > 0), 'every kind of row was seeded');
+  t.clock.advance(29 * DAY); // live and old: 31 days; young: 29 days
+  await t.deps.jobs.runNow('test-purge');
+  const live31 = await rowsOf(live);
+  figure('IC-9', `live rows deleted with their dependants: ${Object.entries(before.live).filter(([k, v]) => live31[k as keyof typeof live31] !== v).length}`);
+  assert.deepEqual(live31, before.live, 'live rows untouched');
+  assert.deepEqual(await rowsOf(young), before.young, '29-day test rows untouched');
+  assert.deepEqual(Object.entries(await rowsOf(old)).filter(([, count]) => count !== 0), [], '31-day test rows gone');
+  assert.equal(await n('applications WHERE id = $1', [app.id]), 1, 'the shared Application stays');
+});

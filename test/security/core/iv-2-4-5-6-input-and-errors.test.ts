@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Module } from '../../../src/modules/types.js';
 import { ctxOf } from '../../../src/http/gate.js';
 import { PASSWORD, uniqueEmail } from '../../helpers/fixtures.js';
-import { assertError, assertStatus, call, grant, newApp, person, platformKey, rand, sql } from '../../access/support.js';
+import { assertError, assertStatus, call, grant, grantReq, inSeconds, newApp, person, platformKey, rand, sql } from '../../access/support.js';
 import { buildCapturedAppWith } from './catalog-support.js';
 import { figure, type CapturedApp } from './support.js';
 
@@ -25,6 +25,22 @@ const failing: Module = {
     });
     app.get('/v1/_iv6/bug', { config: { meta: { auth: 'any' } } }, async () => {
       throw new TypeError("Cannot read properties of undefined (reading 'id')");
+    });
+    // Timeouts as the pg driver raises them, a lock timeout, and throws that are not Errors.
+    app.get('/v1/_iv6/statement-timeout', { config: { meta: { auth: 'any' } } }, async () => {
+      throw Object.assign(new Error('canceling statement due to statement timeout: SELECT password_hash FROM users'), { code: '57014', where: 'SQL statement "SELECT secret"' });
+    });
+    app.get('/v1/_iv6/connect-timeout', { config: { meta: { auth: 'any' } } }, async () => {
+      throw new Error('timeout exceeded when trying to connect to postgres://app:s3cretpw@db:5432/platform');
+    });
+    app.get('/v1/_iv6/lock-timeout', { config: { meta: { auth: 'any' } } }, async () => {
+      throw Object.assign(new Error('canceling statement due to lock timeout on relation users'), { code: '55P03' });
+    });
+    app.get('/v1/_iv6/object', { config: { meta: { auth: 'any' } } }, async () => {
+      throw { message: 'a plain object from /work/main/src/x.ts', stack: 'at x (/work/main/src/x.ts:1:1)' };
+    });
+    app.get('/v1/_iv6/string', { config: { meta: { auth: 'any' } } }, async () => {
+      throw 'a string thrown with password=hunter2';
     });
   },
 };
@@ -49,6 +65,49 @@ test('IV-2 "422 exactly past each limit": custom at 16 KB counts UTF-8 bytes (16
   assertStatus(await call(t, 'PATCH', url, u.token, { custom: custom(16384) }), 200);
   assertInvalidField(await call(t, 'PATCH', url, u.token, { custom: custom(16385) }), 'custom');
   figure('IV-2', 'custom limit counted in UTF-8 bytes: 16,384 accepted, 16,385 refused');
+});
+
+test('IV-2 the boundary table, "422 exactly past each limit": display_name 0/1/100/101 (counted in characters: 100 emoji accepted), avatar_url 2048/2049 and non-https, contact_phone + 7/8/15/16 digits and malformed, order_id 255/256, starts_at 1 year − 1 s / + 1 s, the slug pattern and `platform`, permission keys 64/65 characters after the prefix, another slug or a platform key', async () => {
+  const wrong: string[] = [];
+  const expect = (label: string, res: Awaited<ReturnType<typeof call>>, status: number) => {
+    if (res.statusCode !== status) wrong.push(`${label}: ${res.statusCode} (want ${status}) ${res.body.slice(0, 160)}`);
+    else if (status === 422) assert.equal(res.json().error.code, 'validation_failed', `${label}: ${res.body}`);
+  };
+  const u = await person(t);
+  const profile = (body: object) => call(t, 'PATCH', '/v1/users/me/profile', u.token, body);
+  for (const [value, status] of [['', 422], ['x', 200], ['x'.repeat(100), 200], ['x'.repeat(101), 422], ['😀'.repeat(100), 200], ['😀'.repeat(101), 422]] as const) {
+    expect(`display_name of ${[...value].length} characters`, await profile({ display_name: value }), status);
+  }
+  const url = (n: number) => `https://e.com/${'a'.repeat(n - 'https://e.com/'.length)}`;
+  for (const [value, status] of [[url(2048), 200], [url(2049), 422], ['http://e.com/a', 422], ['ftp://e.com/a', 422]] as const) {
+    expect(`avatar_url ${value.slice(0, 12)} of ${value.length}`, await profile({ avatar_url: value }), status);
+  }
+  for (const [digits, status] of [[7, 422], [8, 200], [15, 200], [16, 422]] as const) expect(`contact_phone + ${digits} digits`, await profile({ contact_phone: `+${'1'.repeat(digits)}` }), status);
+  for (const value of ['12345678', '+1234 5678', '+12345678\n', '+１２３４５６７８']) expect(`contact_phone ${JSON.stringify(value)}`, await profile({ contact_phone: value }), 422);
+
+  const app = await newApp(t, admin);
+  for (const [length, status] of [[255, 201], [256, 422]] as const) {
+    expect(`order_id of ${length}`, await grantReq(t, admin, (await person(t)).id, { application_id: app.id, source: 'purchase', order_id: 'o'.repeat(length) }), status);
+  }
+  const YEAR = 365 * 86400;
+  for (const [ahead, status] of [[YEAR - 1, 201], [YEAR + 1, 422]] as const) {
+    expect(`starts_at ${ahead} s ahead`, await grantReq(t, admin, (await person(t)).id, { application_id: app.id, source: 'admin_grant', starts_at: inSeconds(t, ahead) }), status);
+  }
+  const createApp = async (slug: string, extra: object = {}) =>
+    call(t, 'POST', '/v1/applications', admin, { slug, name: 'A', launch_url: 'https://a.example.com', owner_user_id: (await person(t)).id, ...extra });
+  const r = rand(3);
+  for (const [slug, status] of [['a', 422], [`a${r}`, 201], [`b${r}${'x'.repeat(63 - r.length - 1)}`, 201], [`c${'x'.repeat(64)}`, 422], [`Ab${r}`, 422], [`1b${r}`, 422],
+    [`a_b${r}`, 422], [`-a${r}`, 422], ['platform', 422], [`a b${r}`, 422], [`aé${r}`, 422]] as const) {
+    expect(`slug ${JSON.stringify(slug)} (${slug.length})`, await createApp(slug), status);
+  }
+  for (const [suffix, status] of [['k'.repeat(64), 201], ['k'.repeat(65), 422], ['K', 422], ['', 422], ['a-b', 422], ['a b', 422]] as const) {
+    const slug = `q${rand(4)}`;
+    expect(`permission key app.<slug>.${suffix.slice(0, 5)} (${suffix.length})`, await createApp(slug, { permissions: [{ key: `app.${slug}.${suffix}`, description: 'd' }] }), status);
+  }
+  expect('permission key of another slug', await createApp(`w${rand(4)}`, { permissions: [{ key: 'app.other.k', description: 'd' }] }), 422);
+  expect('a platform permission key', await createApp(`v${rand(4)}`, { permissions: [{ key: 'users.list', description: 'd' }] }), 422);
+  figure('IV-2', `boundary rows answered otherwise: ${wrong.length}`);
+  assert.deepEqual(wrong, []);
 });
 
 function assertInvalidField(res: Awaited<ReturnType<typeof call>>, field: string): void {
@@ -138,6 +197,24 @@ test('IV-6 a thrown exception, a database error and a TypeError: "generic 500 wi
   }
   figure('IV-6', `leaky bodies: ${leaky} / 3`);
   assert.equal(leaky, 0);
+});
+
+test('IV-6 "force ... timeouts": a statement timeout (57014), a lock timeout (55P03), a pool connect timeout and throws that are not Errors (an object, a string) get a generic envelope (500 internal_error; the unreachable database 503 service_unavailable with Retry-After) with a req_ id, no SQL, secret, path or timeout detail in the body, and an error log line with that id', async () => {
+  const expected: [string, number, string][] = [
+    ['statement-timeout', 500, 'internal_error'], ['lock-timeout', 500, 'internal_error'], ['connect-timeout', 503, 'service_unavailable'],
+    ['object', 500, 'internal_error'], ['string', 500, 'internal_error'],
+  ];
+  const leaky: string[] = [];
+  for (const [path, status, code] of expected) {
+    const res = await call(t, 'GET', `/v1/_iv6/${path}`, admin);
+    assertError(res, status, code);
+    if (status === 503) assert.ok(Number(res.headers['retry-after']) > 0, `${path}: Retry-After`);
+    const requestId = String(res.headers['request-id']);
+    assert.match(requestId, /^req_/);
+    if (/secret|password|hunter2|s3cret|\/work\/|SELECT|statement|timeout|lock|57014|55P03/i.test(res.body)) leaky.push(`${path}: ${res.body}`);
+    assert.ok(t.logs.some((line) => line.level >= 50 && JSON.stringify(line).includes(requestId)), `${path}: no error log line with ${requestId}`);
+  }
+  assert.deepEqual(leaky, []);
 });
 
 test('IV-6 an answer the service chooses is no fault: the SSO callback\'s 501 not_implemented is never logged as a warning or an error (the log here keeps warn and above)', async () => {

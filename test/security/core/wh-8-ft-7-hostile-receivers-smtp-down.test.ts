@@ -8,7 +8,8 @@ import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { createUser, uniqueEmail } from '../../helpers/fixtures.js';
 import { assertStatus, buildApp, call, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, type TestApp } from '../../webhooks/support.js';
-import { bootAnother, figure } from './support.js';
+import { assertError, bootAnother, figure } from './support.js';
+import { buildApp as buildTenancyApp, tenantOwner } from '../../tenancy/support.js';
 
 let t: TestApp;
 let admin: string;
@@ -115,4 +116,25 @@ test('FT-7 SMTP down: the request answers 202 at once; "the email stays in the o
   } finally {
     await mailer.close();
   }
+});
+
+test('FT-7 "processor unreachable → 503 billing_unavailable within a bounded time" when the processor accepts the connection and never answers (a closed port is billing/checkout-stripe.test.ts): checkout and portal, sent together, each answer 503 billing_unavailable with Retry-After within 15 s', async (c) => {
+  const silentPort = await tcpListener(c, () => undefined);
+  const hung = await buildTenancyApp({ stripeSecretKey: 'sk_test_x', stripeApiBase: `http://127.0.0.1:${silentPort}` });
+  c.after(() => hung.close());
+  const owner = await tenantOwner(hung, { stripeCustomerId: 'cus_ft7_silent' });
+  const headers = { authorization: `Bearer ${owner.token}` };
+  const started = Date.now();
+  const [checkout, portal] = await Promise.all([
+    hung.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, headers: { ...headers, 'idempotency-key': 'ft7-silent' },
+      payload: { plan: 'team', success_url: 'https://app.example.com/billing/done', cancel_url: 'https://app.example.com/billing' } }),
+    hung.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, headers, payload: { return_url: 'https://app.example.com' } }),
+  ]);
+  const elapsed = Date.now() - started;
+  figure('FT-7', `silent processor: both answered in ${elapsed} ms`);
+  for (const res of [checkout, portal]) {
+    assertError(res, 503, 'billing_unavailable');
+    assert.ok(Number(res.headers['retry-after']) > 0, `Retry-After: ${res.headers['retry-after']}`);
+  }
+  assert.ok(elapsed < 15_000, `bounded: ${elapsed} ms`);
 });
