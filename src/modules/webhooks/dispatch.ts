@@ -38,23 +38,58 @@ export interface Outcome {
   skipped?: string;
 }
 
+/** Attempts a worker may still start per subscription: `left` by subscription id, `fresh` for any other. */
+export interface ClaimRoom {
+  left: Record<string, number>;
+  fresh: number;
+}
+
+const CLAIM_SELECT = `SELECT c.*, s.url, s.status AS sub_status, s.signing_secret, s.previous_secret, s.previous_secret_expires_at, s.api_version,
+            e.type, e.application_id, e.data, e.created_at AS event_created_at
+       FROM claimed c JOIN webhook_subscriptions s ON s.id = c.subscription_id LEFT JOIN outbox_events e ON e.id = c.event_id`;
+const CLAIM_UPDATE = `UPDATE webhook_deliveries d SET claim_token = $2, claimed_until = $3, attempt = d.attempt + 1, last_attempt_at = $1`;
+const CLAIM_RETURNING = `RETURNING d.id, d.subscription_id, d.event_id, d.kind, d.attempt, d.max_attempts, d.test_mode, d.last_attempt_at`;
+const DUE = `status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)`;
+
 /**
  * Claims due deliveries with FOR UPDATE SKIP LOCKED and a lease token, counting the attempt in the
  * same statement, so concurrent workers in any number of processes never send one attempt twice.
+ * With `room`, at most that many per subscription (oldest due first): a subscription with no room is
+ * passed over, so the others' deliveries are claimed instead of waiting behind it.
  */
-export async function claimDue(deps: Deps, limit: number, token: string): Promise<ClaimedDelivery[]> {
+export async function claimDue(deps: Deps, limit: number, token: string, room?: ClaimRoom): Promise<ClaimedDelivery[]> {
   const now = deps.clock.now();
+  const lease = addSeconds(now, CLAIM_LEASE_SECONDS);
+  if (!room) {
+    const { rows } = await deps.database.scoped('system').query<ClaimedDelivery>(
+      `WITH claimed AS (
+         ${CLAIM_UPDATE}
+          WHERE d.id IN (SELECT id FROM webhook_deliveries WHERE ${DUE} ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+          ${CLAIM_RETURNING})
+       ${CLAIM_SELECT}`,
+      [now, token, lease, limit],
+    );
+    return rows;
+  }
+  // The due condition is repeated where the rows are locked: FOR UPDATE re-checks it on a row another
+  // process claimed meanwhile, and skips it.
   const { rows } = await deps.database.scoped('system').query<ClaimedDelivery>(
-    `WITH claimed AS (
-       UPDATE webhook_deliveries d SET claim_token = $2, claimed_until = $3, attempt = d.attempt + 1, last_attempt_at = $1
-        WHERE d.id IN (SELECT id FROM webhook_deliveries
-                        WHERE status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
-                        ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-        RETURNING d.id, d.subscription_id, d.event_id, d.kind, d.attempt, d.max_attempts, d.test_mode, d.last_attempt_at)
-     SELECT c.*, s.url, s.status AS sub_status, s.signing_secret, s.previous_secret, s.previous_secret_expires_at, s.api_version,
-            e.type, e.application_id, e.data, e.created_at AS event_created_at
-       FROM claimed c JOIN webhook_subscriptions s ON s.id = c.subscription_id LEFT JOIN outbox_events e ON e.id = c.event_id`,
-    [now, token, addSeconds(now, CLAIM_LEASE_SECONDS), limit],
+    `WITH candidates AS (
+       SELECT id, subscription_id, next_attempt_at, COALESCE(($5::jsonb ->> subscription_id)::int, $6) AS room
+         FROM webhook_deliveries
+        WHERE ${DUE} AND COALESCE(($5::jsonb ->> subscription_id)::int, $6) > 0
+        ORDER BY next_attempt_at LIMIT $4 * 4),
+     ranked AS (
+       SELECT id, room, row_number() OVER (PARTITION BY subscription_id ORDER BY next_attempt_at, id) AS rn FROM candidates),
+     picked AS (
+       SELECT id FROM webhook_deliveries
+        WHERE id IN (SELECT id FROM ranked WHERE rn <= room) AND ${DUE}
+        ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED),
+     claimed AS (
+       ${CLAIM_UPDATE} WHERE d.id IN (SELECT id FROM picked)
+       ${CLAIM_RETURNING})
+     ${CLAIM_SELECT}`,
+    [now, token, lease, limit, JSON.stringify(room.left), room.fresh],
   );
   return rows;
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Deps } from '../../context.js';
 import { refreshDevClock } from '../../dev/clock.js';
 import { relayOutbox } from './relay.js';
-import { attemptDelivery, claimDue, type Outcome } from './dispatch.js';
+import { attemptDelivery, claimDue, type ClaimRoom, type Outcome } from './dispatch.js';
 import { recordOutcomes } from './outcomes.js';
 import { closeWebhookTransport } from './transport.js';
 
@@ -14,6 +14,16 @@ export interface WebhookWorkerOptions {
   /** Attempts in flight at once in this process; a slow receiver holds one slot for at most 5 s. */
   maxInFlight?: number;
 }
+
+/**
+ * Attempts in flight per subscription in this process, so that hanging receivers cannot take every
+ * slot from healthy ones (catalog WH-8): a subscription starts with SUBSCRIPTION_START, doubles on
+ * each success up to SUBSCRIPTION_MAX, and drops to one after a failed attempt (timeout, error or
+ * non-2xx) until one succeeds again. A fast receiver reaches the maximum within a few deliveries;
+ * 100 hanging ones hold 200 slots at first and 100 once their first attempts have failed.
+ */
+const SUBSCRIPTION_START = 2;
+const SUBSCRIPTION_MAX = 64;
 
 const RELAY_BATCH = 500;
 const GATHER_MS = 20;
@@ -51,8 +61,24 @@ export async function runDeliveryPass(deps: Deps, opts: { batchSize?: number; ma
 export function startWebhookWorker(deps: Deps, options: WebhookWorkerOptions = {}): { stop(): Promise<void> } {
   const idleMs = options.idleMs ?? 100;
   const batchSize = options.batchSize ?? 100;
-  const maxInFlight = options.maxInFlight ?? 256;
+  const maxInFlight = options.maxInFlight ?? 512;
   const inFlight = new Set<Promise<void>>();
+  const perSubscription = new Map<string, number>();
+  const allowance = new Map<string, number>();
+  const allowanceOf = (sub: string) => allowance.get(sub) ?? SUBSCRIPTION_START;
+  const room = (): ClaimRoom => {
+    const left: Record<string, number> = {};
+    for (const sub of new Set([...allowance.keys(), ...perSubscription.keys()])) left[sub] = Math.max(0, allowanceOf(sub) - (perSubscription.get(sub) ?? 0));
+    return { left, fresh: SUBSCRIPTION_START };
+  };
+  const settle = (o: Outcome) => {
+    const sub = o.delivery.subscription_id;
+    const n = (perSubscription.get(sub) ?? 1) - 1;
+    if (n > 0) perSubscription.set(sub, n);
+    else perSubscription.delete(sub);
+    if (o.result?.ok) allowance.set(sub, Math.min(allowanceOf(sub) * 2, SUBSCRIPTION_MAX));
+    else if (o.result) allowance.set(sub, 1);
+  };
   let finished: Outcome[] = [];
   let stopped = false;
   let nudge: (() => void) | null = null;
@@ -87,12 +113,17 @@ export function startWebhookWorker(deps: Deps, options: WebhookWorkerOptions = {
   };
 
   const launch = (d: Awaited<ReturnType<typeof claimDue>>[number], token: string) => {
+    perSubscription.set(d.subscription_id, (perSubscription.get(d.subscription_id) ?? 0) + 1);
     const run = attemptDelivery(deps, d, token)
       .then((o) => {
         finished.push(o);
+        settle(o);
         nudge?.();
       })
-      .catch((err) => deps.log.error({ err, webhook_delivery_id: d.id }, 'webhook attempt crashed'))
+      .catch((err) => {
+        settle({ delivery: d, token, result: null });
+        deps.log.error({ err, webhook_delivery_id: d.id }, 'webhook attempt crashed');
+      })
       .finally(() => inFlight.delete(run));
     inFlight.add(run);
   };
@@ -110,7 +141,7 @@ export function startWebhookWorker(deps: Deps, options: WebhookWorkerOptions = {
         let claimed = 0;
         if (limit > 0) {
           const token = randomUUID();
-          const batch = await claimDue(deps, limit, token);
+          const batch = await claimDue(deps, limit, token, room());
           claimed = batch.length;
           for (const d of batch) launch(d, token);
         }

@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { createUser, uniqueEmail } from '../../helpers/fixtures.js';
-import { assertStatus, buildApp, call, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, type TestApp } from '../../webhooks/support.js';
+import { assertStatus, buildApp, call, createWebhook, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, until, type TestApp } from '../../webhooks/support.js';
+import { startWebhookWorker } from '../../../src/modules/webhooks/index.js';
 import { assertError, bootAnother, figure } from './support.js';
 import { buildApp as buildTenancyApp, tenantOwner } from '../../tenancy/support.js';
 
@@ -82,6 +83,32 @@ test('WH-8 a receiver trickling 1 byte/s after its 500 headers, a socket that ne
   assert.equal(rows.tls.response_status, null);
   assert.equal(rows.large.response_status, 500);
   assert.ok(rows.large.error!.length <= 1024, `kept ${rows.large.error!.length} characters`);
+});
+
+test('WH-8 100 hanging endpoints plus 1 healthy one: "the healthy endpoint\'s delivery latency is unaffected" while the hanging attempts hold their slots (the continuous worker, events in a row)', async () => {
+  const hanging = 100;
+  const events = 12;
+  for (let i = 0; i < hanging; i++) {
+    receiver.routes.set(`/wh8-hang${i}`, () => undefined);
+    await createWebhook(t, admin, { scope: 'platform', url: receiver.url(`/wh8-hang${i}`), events: ['entitlement.revoked'] });
+  }
+  await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/wh8-healthy'), events: ['entitlement.revoked'] });
+  const worker = startWebhookWorker(t.deps, { idleMs: 50 });
+  const latencies: number[] = [];
+  try {
+    for (let i = 0; i < events; i++) {
+      const sent = Date.now();
+      await emitEvent(t, 'entitlement.revoked', { entitlement: { id: `ent_wh8_${i}` } });
+      await until(() => receiver.at('/wh8-healthy').length === i + 1, 15_000, `healthy delivery ${i}`);
+      latencies.push(receiver.at('/wh8-healthy')[i].at - sent);
+    }
+  } finally {
+    await worker.stop();
+    await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled' WHERE url LIKE $1`, [`%/wh8-%`]);
+  }
+  figure('WH-8', `healthy endpoint beside ${hanging} hanging ones: latencies ${latencies.join(', ')} ms`);
+  // Without the per-subscription allowance every third event waited about 5 s for a slot.
+  assert.ok(Math.max(...latencies) < 1500, `healthy delivery latencies ${latencies.join(', ')} ms`);
 });
 
 test('FT-7 SMTP down: the request answers 202 at once; "the email stays in the outbox and is retried" (queued, attempts 1 with the error, attempt 2 after the backoff)', async () => {
