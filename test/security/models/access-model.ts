@@ -33,6 +33,8 @@ export interface ModelRow {
   scope: MemberScope | null;
   /** User indexes listed in member_overrides. */
   overrides: number[];
+  /** Granted with source trial (a personal row granted with an end): its ends_at can never be null. */
+  trial: boolean;
 }
 
 export interface ModelOrg {
@@ -175,6 +177,8 @@ export class AccessModel {
       if (endsAt !== null && endsAt <= row.startsAt) return { code: 422, ...none };
       termChanged = endsAt !== row.endsAt;
     }
+    // A trial always ends: 422 ends_at_required for a PATCH that would leave it without an end.
+    if (row.trial && endsAt === null) return { code: 422, ...none };
     const scopeChange = body.scope !== undefined;
     if (scopeChange && !body.overrides!.every((u) => this.activeMembers(row.org!).includes(u))) return { code: 422, ...none };
     if (to === 'active' && from === 'expired') {

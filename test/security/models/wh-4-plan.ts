@@ -106,7 +106,7 @@ export function plan(cmd: Cmd, index: number, m: AccessModel, fx: Fixture, d: Dr
         apply: (res) => {
           if (code !== 201) return;
           if (ended) live!.status = 'expired';
-          m.rows.push({ id: res!.json().id, user: cmd.user, org: null, app: cmd.app, status: 'active', startsAt, endsAt, createdAt: m.now, scope: null, overrides: [] });
+          m.rows.push({ id: res!.json().id, user: cmd.user, org: null, app: cmd.app, status: 'active', startsAt, endsAt, createdAt: m.now, scope: null, overrides: [], trial: body.source === 'trial' });
         },
       }];
     }
@@ -161,7 +161,7 @@ export function plan(cmd: Cmd, index: number, m: AccessModel, fx: Fixture, d: Dr
         apply: (res) => {
           if (code !== 201) return;
           if (ended) live!.status = 'expired';
-          m.rows.push({ id: res!.json().id, user: null, org: o, app: cmd.app, status: 'active', startsAt, endsAt, createdAt: m.now, scope: cmd.scope, overrides });
+          m.rows.push({ id: res!.json().id, user: null, org: o, app: cmd.app, status: 'active', startsAt, endsAt, createdAt: m.now, scope: cmd.scope, overrides, trial: false });
         },
       }];
     }
