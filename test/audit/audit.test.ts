@@ -192,7 +192,9 @@ test('visibility: platform audit.view sees everything; a user sees only target_u
   assertStatus(await call(t, 'GET', `/v1/audit-events/${theirs.id}`, support.token), 200);
   assertError(await list(await platformKey(t, ['users.list'])), 403, 'forbidden');
   assertError(await list(await appKey(t, app.id)), 403, 'forbidden');
-  assertError(await list(viewer, 'target_user_id=me'), 422, 'validation_failed');
+  // "me" names a User: an API key sending it gets 400 user_token_required, with or without audit.view.
+  assertError(await list(viewer, 'target_user_id=me'), 400, 'user_token_required');
+  assertError(await list(await platformKey(t, ['users.list']), 'target_user_id=me'), 400, 'user_token_required');
   assertError(await call(t, 'GET', '/v1/audit-events', null), 401, 'unauthenticated');
 });
 

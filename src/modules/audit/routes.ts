@@ -13,7 +13,7 @@ export const HOT_WINDOW_HEADER = 'audit-hot-window-start';
 export function auditRoutes(app: App, deps: Deps): void {
   app.get('/v1/audit-events', {
     schema: { summary: 'Audit events within the caller\'s hot window, newest first', tags, querystring: AuditQuery, response: { 200: ListOf(AuditEvent) } },
-    config: { meta: { auth: 'any', errors: ['forbidden'] } },
+    config: { meta: { auth: 'any', errors: ['forbidden', 'user_token_required'] } },
     handler: async (request, reply) => {
       const { page, windowStart } = await listAuditEvents(ctxOf(deps, request), request.query);
       reply.header(HOT_WINDOW_HEADER, windowStart.toISOString());

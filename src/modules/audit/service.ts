@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
 import { addSeconds } from '../../clock.js';
-import { ApiError, invalidField } from '../../errors.js';
+import { ApiError } from '../../errors.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import type { AuditEvent, AuditQuery } from './schemas.js';
 import { ENTERPRISE_HOT_WINDOW_DAYS } from '../tenancy/plans.js';
@@ -35,6 +35,8 @@ export const windowStart = (ctx: Ctx, days: number): Date => addSeconds(ctx.now,
  * Tenant that Tenant's events; any user passing target_user_id=me events about themselves; else 403.
  */
 async function listView(ctx: Ctx, q: AuditQuery): Promise<AuditView> {
+  // `me` names the caller as a User (convention 8): an API key sending it gets 400, as on user paths.
+  if (q.target_user_id === 'me' && ctx.actor.type !== 'user') throw new ApiError('user_token_required', { message: 'target_user_id=me needs a User token.' });
   if (platformViewer(ctx)) return { condition: () => 'TRUE', windowDays: PLATFORM_VIEWER_HOT_WINDOW_DAYS };
   const app = appKeyOf(ctx);
   if (app && hasPermission(ctx.actor, 'audit.view')) {
@@ -54,7 +56,7 @@ async function listView(ctx: Ctx, q: AuditQuery): Promise<AuditView> {
 function resolveTargetUser(ctx: Ctx, value: string): string {
   if (value !== 'me') return value;
   if (ctx.actor.type === 'user') return ctx.actor.userId;
-  throw invalidField('query.target_user_id', '`me` needs a User token');
+  throw new ApiError('user_token_required', { message: 'target_user_id=me needs a User token.' });
 }
 
 /** GET /v1/audit-events: newest first, within the caller's hot window (returned for the header). */
