@@ -289,6 +289,9 @@ test('active → disabled needs disabled_reason (422 disabled_reason_required); 
   assertError(await patchEnt(t, admin, ent.id, { status: 'disabled' }), 422, 'disabled_reason_required');
   assertError(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: '' }), 422, 'disabled_reason_required');
   assertInvalid(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x'.repeat(256) }), 'disabled_reason');
+  // White space alone is no reason, as for review_notes: on the move, and when rewording a disabled row.
+  assertError(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: ' \t\n ' }), 422, 'disabled_reason_required');
+  assertError(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: '   ' }), 422, 'disabled_reason_required');
   assert.equal((await entRow(t, ent.id))!.status, 'active');
   const body = assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'chargeback' }), 200);
   assert.equal(body.status, 'disabled');
@@ -486,6 +489,7 @@ test('disabled_reason: a disabled row can have it reworded (audit entitlement.up
   assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'first' }), 200);
   assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { disabled_reason: 'reworded' }), 200).disabled_reason, 'reworded');
+  assertError(await patchEnt(t, admin, ent.id, { disabled_reason: '  ' }), 422, 'disabled_reason_required');
   assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'again' }), 200).disabled_reason, 'again');
   assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { disabled_reason: 'again' }), 200).status, 'disabled', 'the same reason is a no-op');
   assert.deepEqual(await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] }), []);

@@ -73,7 +73,8 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     if (row.status === 'revoked' && Object.keys(body).length > 0 && !repeatRevoke) {
       throw new ApiError('invalid_status_transition', { details: { from: 'revoked' } });
     }
-    if (move?.needsReason && !body.disabled_reason) throw new ApiError('disabled_reason_required');
+    // A reason of white space only is no reason (as review_notes and a cancel's notes).
+    if (move?.needsReason && !body.disabled_reason?.trim()) throw new ApiError('disabled_reason_required');
 
     const changed: string[] = [];
     // disabled_reason goes with a move to disabled or revoked; a disabled row that stays disabled can
@@ -83,7 +84,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
       if (status !== 'disabled') {
         throw invalidField('disabled_reason', 'is set with status disabled or revoked, or on a disabled row');
       }
-      if (!body.disabled_reason) throw new ApiError('disabled_reason_required');
+      if (!body.disabled_reason.trim()) throw new ApiError('disabled_reason_required');
       if (body.disabled_reason !== row.disabled_reason) {
         reworded = body.disabled_reason;
         changed.push('disabled_reason');
