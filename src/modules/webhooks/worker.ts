@@ -66,9 +66,12 @@ export function startWebhookWorker(deps: Deps, options: WebhookWorkerOptions = {
   const perSubscription = new Map<string, number>();
   const allowance = new Map<string, number>();
   const allowanceOf = (sub: string) => allowance.get(sub) ?? SUBSCRIPTION_START;
+  // Named: the subscriptions with attempts in flight, and those held below the start after a failure;
+  // any other may start SUBSCRIPTION_START (a fast one regains its allowance as those are in flight).
   const room = (): ClaimRoom => {
     const left: Record<string, number> = {};
-    for (const sub of new Set([...allowance.keys(), ...perSubscription.keys()])) left[sub] = Math.max(0, allowanceOf(sub) - (perSubscription.get(sub) ?? 0));
+    for (const [sub, n] of perSubscription) left[sub] = Math.max(0, allowanceOf(sub) - n);
+    for (const [sub, a] of allowance) if (a < SUBSCRIPTION_START && !(sub in left)) left[sub] = a;
     return { left, fresh: SUBSCRIPTION_START };
   };
   const settle = (o: Outcome) => {
