@@ -136,6 +136,16 @@ test('redirect_uris: https URLs and reverse-DNS private-use schemes are accepted
   }
 });
 
+test('redirect_uris: any userinfo is 422, an empty one (https://@host, https://:@host) included, as a username or a password alone', async () => {
+  for (const uri of ['https://@app.example.com/cb', 'https://:@app.example.com/cb', 'https://u@app.example.com/cb', 'https://:p@app.example.com/cb', 'com.example.app://@cb/x']) {
+    const owner = await person(t);
+    assertInvalid(await post(admin, base(owner.id, { redirect_uris: [uri] })), 'redirect_uris.0');
+  }
+  const owner = await person(t);
+  const ok = assertStatus(await post(admin, base(owner.id, { redirect_uris: ['https://app.example.com/cb?next=a@b'] })), 201);
+  assert.deepEqual(ok.redirect_uris, ['https://app.example.com/cb?next=a@b'], 'an @ in the query is no userinfo');
+});
+
 test('redirect_uris: http://localhost and http://127.0.0.1 with any port only on a test_mode Application', async () => {
   const owner = await person(t);
   for (const uri of ['http://localhost:3000/cb', 'http://127.0.0.1:8080/cb', 'http://localhost/cb']) {

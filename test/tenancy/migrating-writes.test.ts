@@ -1,7 +1,7 @@
 // Part B, Tier-change request: "While a Tenant is `migrating`, reads work and writes to its data return
 // 503 `service_unavailable` with Retry-After." These cover the writes beyond applications, entitlements,
 // organization grants and checkout: an Application's Roles and their assignments, app-scope webhook
-// subscriptions, AppProfiles, and an ownership move into a migrating Tenant. Each write answers 503 with
+// subscriptions, AppProfiles, AppSettings, and an ownership move into a migrating Tenant. Each write answers 503 with
 // Retry-After and changes nothing; the Tenant is set to migrating directly (as the tier-change processor does).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -147,6 +147,20 @@ test('PATCH /v1/users/me/apps/{app}/profile for an Application of a migrating Te
   await setTenant(app.tenant_id, { status: 'migrating' });
   assertMigrating(await call(t, 'PATCH', `/v1/users/me/apps/${app.id}/profile`, v.token, { display_handle: 'new' }), app.tenant_id);
   assert.equal((await sql(t, 'SELECT 1 FROM app_profiles WHERE user_id = $1', [v.id])).length, 0);
+});
+
+test('PATCH /v1/users/me/apps/{app}/settings for an Application of a migrating Tenant: 503, the AppSettings unchanged', async () => {
+  const app = await newApp(t, admin, { settings_schema: { type: 'object', properties: { color: { type: 'string' } } } });
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  assertStatus(await call(t, 'PATCH', `/v1/users/me/apps/${app.id}/settings`, u.token, { overrides: { color: 'red' } }), 200);
+  const rowOf = async () => (await sql(t, 'SELECT * FROM app_settings WHERE user_id = $1 AND application_id = $2', [u.id, app.id]))[0];
+  const before = await rowOf();
+  await setTenant(app.tenant_id, { status: 'migrating' });
+
+  assertMigrating(await call(t, 'PATCH', `/v1/users/me/apps/${app.id}/settings`, u.token, { overrides: { color: 'blue' } }), app.tenant_id);
+  assert.deepEqual(await rowOf(), before, 'the AppSettings row is unchanged');
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/users/me/apps/${app.id}/settings`, u.token), 200).overrides, { color: 'red' }, 'reads keep working');
 });
 
 test('PATCH /v1/applications/{a} {owner_user_id} into a migrating Tenant: 503, the Application stays where it was', async () => {

@@ -34,7 +34,7 @@ export function validateWebUrl(path: string, value: string | null | undefined, o
 /**
  * redirect_uris: exact-match entries, https URLs or reverse-DNS private-use schemes
  * (com.example.app:/path); http://localhost and http://127.0.0.1 (any port) only on a test_mode
- * Application. No fragments, no credentials.
+ * Application. No fragments, no userinfo (not even an empty one).
  */
 export function validateRedirectUris(uris: string[], testMode: boolean): void {
   const seen = new Set<string>();
@@ -42,7 +42,8 @@ export function validateRedirectUris(uris: string[], testMode: boolean): void {
     const path = `redirect_uris.${i}`;
     const url = parseUrlAsSent(value);
     if (!url) throw invalidField(path, 'is not a URI (no white space or control characters)');
-    if (url.hash || url.username || url.password) throw invalidField(path, 'must not carry a fragment or credentials');
+    // Any userinfo, an empty one too (`https://@host/`): the URL parser drops an empty one, so the sent text is checked.
+    if (url.hash || url.username || url.password || /^[^:/?#]+:\/\/[^/?#]*@/.test(value)) throw invalidField(path, 'must not carry a fragment or credentials');
     const scheme = url.protocol.slice(0, -1);
     const loopback = scheme === 'http' && (url.hostname === 'localhost' || url.hostname === '127.0.0.1');
     const privateUse = /^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$/.test(scheme);

@@ -10,8 +10,9 @@ import { listDeliveries, redeliver, sendTest } from './deliveries.js';
 
 const tags = ['Webhooks'];
 
-// Create and rotate return a signing secret, so they take no Idempotency-Key: a replay record
-// would keep the secret in the idempotency table (API key creation does the same).
+// Create and rotate return a signing secret and still take an optional Idempotency-Key: the stored
+// answer is sealed (src/http/idempotency.ts). An API key's secret is only hashed, so its create and
+// rotate take none (docs/decisions.md, Audit and webhooks: Secrets).
 export function webhookRoutes(app: App, deps: Deps): void {
   app.get('/v1/webhooks', {
     schema: { summary: 'Subscriptions the caller may see', tags, querystring: WebhookListQuery, response: { 200: ListOf(Webhook) } },
