@@ -48,8 +48,8 @@ function assertQueryEncoded(url: string): void {
 }
 
 /**
- * One gate for every route, driven by its metadata: throttle, credential, caller type, permission,
- * destructive classification and idempotency, in that order.
+ * One gate for every route, driven by its metadata: throttle, credential, caller type, destructive
+ * classification, permission and idempotency, in that order.
  */
 export function registerGate(app: FastifyInstance, deps: Deps): void {
   app.decorateRequest('actor', null as any);
@@ -135,7 +135,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
   });
 }
 
-/** Caller type, destructive mark and permission of the route's metadata (the gate's second half). */
+/** Caller type, destructive mark and permission (in that order) of the route's metadata (the gate's second half). */
 function authorize(request: FastifyRequest): void {
   const meta = metaOf(request);
   if (!meta || meta.auth === 'none') return;

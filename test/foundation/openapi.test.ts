@@ -270,3 +270,26 @@ test('every route the service serves (except /_dev and the hosted sign-in page /
     assert.ok(doc.paths[path]?.[method], `${method.toUpperCase()} ${url} is described`);
   }
 });
+
+test('response enumerations of more than one value are marked x-extensible-enum (docs/conventions.md "Enumerations", Part A convention 13); the OAuth token endpoint\'s RFC 6749 error codes excepted', () => {
+  const resolve = (ref: string) => ref.slice(2).split('/').reduce<any>((node, key) => node?.[key], doc);
+  const closed: string[] = [];
+  const seen = new Set<unknown>();
+  const walk = (node: any, where: string) => {
+    if (!node || typeof node !== 'object' || seen.has(node)) return;
+    seen.add(node);
+    if (Array.isArray(node)) return node.forEach((n, i) => walk(n, `${where}/${i}`));
+    if (typeof node.$ref === 'string') return walk(resolve(node.$ref), node.$ref);
+    const literals = (node.anyOf ?? node.oneOf)?.filter((b: any) => b?.type === 'string' && Array.isArray(b.enum)) ?? [];
+    const values = Array.isArray(node.enum) ? node.enum.length : literals.length === (node.anyOf ?? node.oneOf)?.length ? literals.length : 0;
+    if (values > 1 && !node['x-extensible-enum']) closed.push(where);
+    for (const [k, v] of Object.entries(node)) walk(v, `${where}/${k}`);
+  };
+  for (const { method, path, op } of operations()) {
+    if (path === '/v1/auth/oauth/token') continue;
+    for (const [status, response] of Object.entries<any>(op.responses ?? {})) {
+      if (/^2/.test(status)) walk(response, `${method.toUpperCase()} ${path} ${status}`);
+    }
+  }
+  assert.deepEqual(closed, [], `closed response enums: ${closed.join('; ')}`);
+});

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { NullableTimestamp, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const THEMES = ['system', 'light', 'dark'] as const;
 
@@ -8,7 +8,8 @@ const Notifications = Type.Object({ email: Type.Boolean(), sms: Type.Boolean() }
 export const Settings = Type.Object(
   {
     user_id: Type.String(),
-    theme: Type.Union(THEMES.map((t) => Type.Literal(t))),
+    // A response enumeration: new themes may come (Part A convention 13); PATCH stays strict.
+    theme: OpenEnum(THEMES),
     timezone: Type.String({ description: 'IANA time zone name.' }),
     locale: Type.String({ description: 'BCP 47 tag; the Profile shows the same value.' }),
     notifications: Notifications,
