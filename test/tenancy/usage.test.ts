@@ -90,15 +90,20 @@ test('fits_plans lists the plans whose limits the current usage fits: six Applic
   assert.deepEqual((await usage(owner.tenantId, owner.token)).fits_plans, ['enterprise']);
 });
 
-test('seats count distinct users with a live grant; more than 1,000 seats do not fit Starter', async () => {
-  const owner = await tenantOwner(t, { plan: 'team' });
-  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+/** n new active users, each with an active personal grant to the Application (n seats), in two statements. */
+async function seatHolders(appId: string, n: number): Promise<void> {
   const now = t.clock.now();
   const prefix = `seat-${rand()}`;
   await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
-                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, 1001) g`, [prefix, now]);
+                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, $3::int) g`, [prefix, now, n]);
   await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
-                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, 1001) g`, [prefix, now, appId]);
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, $4::int) g`, [prefix, now, appId, n]);
+}
+
+test('seats count distinct users with a live grant; more than 1,000 seats do not fit Starter', async () => {
+  const owner = await tenantOwner(t, { plan: 'team' });
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  await seatHolders(appId, 1001);
   const doc = await usage(owner.tenantId, owner.token);
   assert.deepEqual(doc.limits.seats, { limit: null, current: 1001, included: 25 });
   assert.deepEqual(doc.fits_plans, ['team', 'enterprise']);
@@ -152,12 +157,7 @@ test('a scheduled grant (starts_at ahead) holds its seat from the moment it is g
   assert.deepEqual([res.status, res.starts_at], ['active', starts], 'a future starts_at creates the row as active (resolved status scheduled)');
   assert.deepEqual((await usage(owner.tenantId, owner.token)).limits.seats, { limit: 1000, current: 1, included: 1000 });
 
-  const now = t.clock.now();
-  const prefix = `sched-${rand()}`;
-  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
-                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, 999) g`, [prefix, now]);
-  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
-                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, 999) g`, [prefix, now, appId]);
+  await seatHolders(appId, 999);
   assert.equal((await usage(owner.tenantId, owner.token)).limits.seats.current, 1000);
   const over = await createUser(t);
   const refused = await grant(over.id);
