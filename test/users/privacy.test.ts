@@ -458,3 +458,35 @@ test('the test purge keeps test owners of shared catalog rows: a test User ownin
   assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${orgApp.id}`, key.secret), 200).owner_organization_id, org.id);
   assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, key.secret), 200);
 });
+
+test('the test purge is a hard delete like any other for the test users who stay: a member younger than 30 days of a purged test Organization, and a kept test owner whose old test entitlement goes, get access.revoked (entitlement_deleted, test_mode) once for each Application whose access flips (Part B: access.revoked fires on allowed to not allowed)', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['applications.manage', 'organizations.manage', 'entitlements.manage'] });
+  const app = await createApplication(t);
+  const orgAdmin = await createUser(t, { mode: 'test' });
+  const org = await createOrganization(t, [orgAdmin.id], { mode: 'test' });
+  await orgGrant(t, org, app.id, { mode: 'test' });
+  // A test user owning an Application is kept by the purge; their personal test grant is not.
+  const owner = await createUser(t, { mode: 'test' });
+  assertStatus(await call(t, 'POST', '/v1/applications', key.secret, { slug: `own-${Math.random().toString(36).slice(2, 8)}`, name: 'Owned', launch_url: 'https://owned.example.com', owner_user_id: owner.id }), 201);
+  await grant(t, owner.id, app.id, { mode: 'test' });
+  t.clock.advance(20 * DAY);
+  const young = await createUser(t, { mode: 'test' });
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org}/members`, key.secret, { user_id: young.id }), 201);
+  const allowed = async (id: string) => assertStatus(await call(t, 'GET', `/v1/users/${id}/apps/${app.id}/effective-permissions`, key.secret), 200).allowed;
+  assert.equal(await allowed(young.id), true, 'precondition: the young member reaches the Application through the org grant');
+  assert.equal(await allowed(owner.id), true, 'precondition: the owner reaches it through the personal grant');
+  t.clock.advance(11 * DAY);
+  const revoked = async (id: string) => (await outboxFor(t, id)).filter((e) => e.type === 'access.revoked');
+  assert.deepEqual(await revoked(young.id), []);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal((await userRow(t, young.id))?.status, 'active', 'the young member stays');
+  assert.equal((await userRow(t, owner.id))?.status, 'active', 'the owner stays');
+  for (const id of [young.id, owner.id]) {
+    assert.equal(await allowed(id), false, 'access is gone');
+    const events = await revoked(id);
+    assert.deepEqual(events.map((e) => [e.application_id, e.test_mode, e.data.reason, e.data.entitlement_status]), [[app.id, true, 'entitlement_deleted', 'none']]);
+  }
+  // A second run finds nothing more to announce.
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal((await revoked(young.id)).length, 1);
+});

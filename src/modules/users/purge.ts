@@ -1,5 +1,7 @@
 import type { Deps } from '../../context.js';
+import { systemCtx } from '../../context.js';
 import { addSeconds } from '../../clock.js';
+import { withAccessFlips } from '../../access/flips.js';
 
 export const TEST_RETENTION_SECONDS = 30 * 24 * 3600;
 
@@ -27,8 +29,22 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
     for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'role_assignments', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
       await tx.query(`DELETE FROM ${table} WHERE user_id IN (${oldUsers})`, [cutoff]);
     }
-    await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);
-    await run('entitlements', `DELETE FROM entitlements WHERE test_mode AND (created_at < $1 OR user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs}))`);
+    // Test users who stay (younger, or kept owners) may reach an Application through a row that goes
+    // (an old entitlement, an old Organization's membership or grant): their access flips like any
+    // other hard delete, so access.revoked (entitlement_deleted) goes out for each pair that flips.
+    const { rows: staying } = await tx.query<{ id: string }>(
+      `SELECT u.id FROM users u WHERE u.test_mode AND u.id NOT IN (${oldUsers}) AND (
+         EXISTS (SELECT 1 FROM entitlements e WHERE e.user_id = u.id AND e.test_mode AND e.created_at < $1)
+         OR EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.organization_id IN (${oldOrgs}))
+         OR EXISTS (SELECT 1 FROM organization_members m JOIN entitlements e ON e.organization_id = m.organization_id
+                     WHERE m.user_id = u.id AND e.test_mode AND e.created_at < $1))`,
+      [cutoff],
+    );
+    const ctx = { ...systemCtx(deps, 'test'), db: tx, now: deps.clock.now() };
+    await withAccessFlips(tx, ctx, { userIds: staying.map((r) => r.id) }, 'entitlement_deleted', async () => {
+      await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);
+      await run('entitlements', `DELETE FROM entitlements WHERE test_mode AND (created_at < $1 OR user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs}))`);
+    });
     await run('organizations', `DELETE FROM organizations WHERE id IN (${oldOrgs})`);
     await run('webhook_subscriptions', `DELETE FROM webhook_subscriptions WHERE test_mode AND created_at < $1`);
     await run('users', `DELETE FROM users WHERE id IN (${oldUsers})`);
