@@ -63,6 +63,13 @@ export const voidEmailChangeTokens = (tx: Tx, userId: string, now: Date): Promis
 export const voidPasswordTokens = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['mfa_challenge', 'password_reset'], now);
 
 /**
+ * Voids the user's password reset links; call when the account is suspended or deleted, so a link
+ * mailed before does not work again after a reactivation or restore. (A pending MFA challenge stays:
+ * it still answers 403 account_suspended while the user is suspended, and dies in 300 s.)
+ */
+export const voidResetLinks = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['password_reset'], now);
+
+/**
  * An Organization's invitation "never expires" (Part B): its link lives as long as the user stays
  * invited (accepting any invitation makes every other one invalid), 100 years in the table.
  */

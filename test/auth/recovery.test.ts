@@ -166,6 +166,23 @@ test('password/reset with the mailed single-use token sets the new password and 
   assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200, 'the reused token changed nothing');
 });
 
+test('a reset link issued before a suspension or a delete is dead for good: after reactivation or restore it is 400 invalid_token and the password is unchanged', async () => {
+  const { secret: admin } = await createApiKey(t, { permissions: ['users.manage'] });
+  for (const [end, back] of [['suspended', 'active'], ['deleted', 'active']] as const) {
+    const user = await createUser(t);
+    assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+    const token = await latestToken(t, user.email, 'password_reset');
+    const ended = end === 'deleted'
+      ? await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}`, headers: bearer(admin) })
+      : await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin), payload: { status: end } });
+    assert.ok(ended.statusCode === 200 || ended.statusCode === 204, `${end}: ${ended.statusCode} ${ended.body}`);
+    const restored = await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin), payload: { status: back } });
+    assert.equal(restored.statusCode, 200, restored.body);
+    assertError(await post(t, '/v1/auth/password/reset', { token, password: NEW_PASSWORD }), 400, 'invalid_token');
+    assert.equal((await loginRes(t, user)).statusCode, 200, `after ${end}: the old password still signs in`);
+  }
+});
+
 test('password/reset applies the password policy (422 weak_password) and a refused reset leaves the token usable', async () => {
   const user = await createUser(t);
   await post(t, '/v1/auth/password/forgot', { email: user.email });

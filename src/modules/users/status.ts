@@ -14,6 +14,7 @@ import { targetUser } from './access.js';
 import { RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { USER_READ_ONLY, type PatchUserBody, type User, type UserStatus } from './schemas.js';
+import { voidResetLinks } from '../../auth/one-time-tokens.js';
 
 const invalidTransition = (from: UserStatus, to: string) => new ApiError('invalid_status_transition', { details: { from, to } });
 /** 409 email_taken; details.reason invitation_pending when the holder is an invited user (Part A Errors). */
@@ -42,7 +43,11 @@ async function transition(
       `UPDATE users SET status = $2, updated_at = $3, deleted_at = CASE WHEN $2 = 'deleted' THEN $3::timestamptz ELSE NULL END WHERE id = $1`,
       [user.id, to, ctx.now],
     );
-    if (to === 'suspended' || to === 'deleted') await revokeSessions(tx, { userId: user.id }, ctx.now);
+    if (to === 'suspended' || to === 'deleted') {
+      await revokeSessions(tx, { userId: user.id }, ctx.now);
+      // Reset links issued before end with the sessions: a reactivation or restore does not bring them back.
+      await voidResetLinks(tx, user.id, ctx.now);
+    }
   };
   if (reason) await withAccessFlips(tx, c, { userIds: [user.id] }, reason, change);
   else await change();
