@@ -213,3 +213,25 @@ test("a personal grant adding a new seat beyond Starter's 1,000 gives 409 plan_l
   const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200);
   assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1000, included: 1000 });
 });
+
+test("the erasure cascade drops an erased member's seat_limit mark, so a freed seat goes to the next waiting member, not to the erased one", async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const erased = await person(t);
+  assertStatus(await addById(t, admin, org.id, erased.id), 201);
+  t.clock.advance(1);
+  const waiting = await person(t);
+  assertStatus(await addById(t, admin, org.id, waiting.id), 201);
+  for (const u of [erased, waiting]) assert.equal((await decisionOf(u.id, app.id)).decision, 'seat_limit');
+
+  assertStatus(await call(t, 'POST', `/v1/users/${erased.id}/erasure-requests`, admin, {}), 202);
+  t.clock.advance(7 * 86_400 + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.deepEqual(await sql(t, 'SELECT entitlement_id FROM org_seat_limits WHERE user_id = $1', [erased.id]), [], 'the erased member holds no mark');
+
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: true, decision: 'included' }, 'the freed seat reaches the member still waiting');
+  assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+});

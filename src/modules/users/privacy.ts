@@ -174,6 +174,7 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     'DELETE FROM sessions WHERE user_id = $1',
     'DELETE FROM role_assignments WHERE user_id = $1',
     'DELETE FROM organization_members WHERE user_id = $1',
+    'DELETE FROM org_seat_limits WHERE user_id = $1',
     'DELETE FROM app_profiles WHERE user_id = $1',
     'DELETE FROM app_settings WHERE user_id = $1',
     'DELETE FROM entitlements WHERE user_id = $1',
