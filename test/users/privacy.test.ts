@@ -379,6 +379,37 @@ test('the erasure cascade clears everything exported except global Settings (als
   assertError(await call(t, 'GET', `/v1/users/${id}/profile`, fresh), 404, 'user_not_found');
 });
 
+test('"entitlement.member_scope_changed | member_scope or member_overrides changed": the erasure cascade\'s removal of the user from an org grant\'s member_overrides writes one, audited, with the row\'s new updated_at', async () => {
+  const admin = await asAdmin();
+  const [user, buddy] = [await createUser(t), await createUser(t)];
+  const app = await createApplication(t);
+  const org = await createOrganization(t, [buddy.id, user.id]);
+  const grantId = await orgGrant(t, org, app.id, { memberScope: 'allowlist', overrides: [user.id, buddy.id] });
+  assertStatus(await requestErasure(user.id, admin, { reason: 'gdpr' }), 202);
+  t.clock.advance(7 * DAY + 1);
+  const cascadeStart = t.clock.now();
+  await t.deps.jobs.runNow('erasure-cascade');
+
+  const row = (await sql(t, 'SELECT member_overrides, updated_at FROM entitlements WHERE id = $1', [grantId]))[0];
+  assert.deepEqual(row.member_overrides, [buddy.id]);
+  const erasedAt = new Date(row.updated_at).toISOString();
+  assert.ok(new Date(row.updated_at) >= cascadeStart, `the grant changed, so its updated_at moves to the cascade's time (${erasedAt})`);
+  const events = await sql(t, `SELECT type, application_id, data FROM outbox_events WHERE type = 'entitlement.member_scope_changed' AND data->'entitlement'->>'id' = $1`, [grantId]);
+  assert.equal(events.length, 1, JSON.stringify(events));
+  assert.equal(events[0].application_id, app.id);
+  assert.deepEqual(events[0].data.entitlement.member_overrides, [buddy.id]);
+  assert.equal(events[0].data.entitlement.member_scope, 'allowlist');
+  assert.equal(events[0].data.entitlement.user_id, null);
+  assert.equal(events[0].data.entitlement.organization_id, org);
+  assert.equal(events[0].data.entitlement.updated_at, erasedAt);
+  const audit = await sql(t, `SELECT action, organization_id, application_id, actor_type, before, after FROM audit_events WHERE target_id = $1 AND action = 'entitlement.member_scope_changed'`, [grantId]);
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].organization_id, org);
+  assert.equal(audit[0].application_id, app.id);
+  assert.equal(audit[0].actor_type, 'system');
+  assert.deepEqual([audit[0].before.member_overrides, audit[0].after.member_overrides], [[user.id, buddy.id], [buddy.id]]);
+});
+
 test('test data older than 30 days is purged nightly; live rows and younger test rows stay', async () => {
   const live = await createUser(t, { mode: 'live' });
   const old = await createUser(t, { mode: 'test' });

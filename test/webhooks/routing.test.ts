@@ -153,3 +153,26 @@ test('WH-5 "exact delivered sets" from real operations (no synthetic events): an
   assert.deepEqual(at('/real-p'), [...toA, ...toB, ...platformOnly].sort());
   for (const s of subs) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
 });
+
+test('"Test-mode keys create test-mode subscriptions that only receive test events": when seat-limit-release gives a test-mode member their seat (on a live Tenant), the access.granted is a test event and reaches only the test-mode subscription', async () => {
+  const app = await newApp(t, admin);
+  const testKey = await platformKey(t, undefined, 'test');
+  const live = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/seat-live'), events: ['access.granted'] });
+  const testSub = await createWebhook(t, testKey, { scope: 'platform', url: receiver.url('/seat-test'), events: ['access.granted'] });
+  const owner = await person(t, { mode: 'test' });
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', owner.token, { name: 'Test-mode Org' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/entitlements`, testKey, { application_id: app.id }, { 'idempotency-key': `org-${org.id}` }), 201);
+  // A restricted Tenant takes no new seat: the member joining now is marked seat_limit.
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [app.tenantId]);
+  const member = await person(t, { mode: 'test' });
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, testKey, { user_id: member.id }), 201);
+  assert.equal((await sql(t, 'SELECT 1 FROM org_seat_limits WHERE user_id = $1', [member.id])).length, 1, 'precondition: the member is marked seat_limit');
+  await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [app.tenantId]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  await runDelivery(t);
+
+  assert.deepEqual(receiver.at('/seat-live').map((r) => r.body.data.user_id), [], 'a live subscription receives no event about a test-mode member');
+  const got = receiver.at('/seat-test').filter((r) => r.body.data.user_id === member.id).map((r) => [r.body.type, r.body.test_mode, r.body.data.reason]);
+  assert.deepEqual(got, [['access.granted', true, 'org_grant_changed']]);
+  for (const s of [live, testSub]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
+});

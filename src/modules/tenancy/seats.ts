@@ -118,8 +118,8 @@ export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: strin
  * seat through another path costs nothing). Their access flips on with reason org_grant_changed.
  */
 export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Promise<number> {
-  const { rows: marked } = await tx.query<{ user_id: string }>(
-    `SELECT l.user_id FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
+  const { rows: marked } = await tx.query<{ user_id: string; test_mode: boolean }>(
+    `SELECT l.user_id, bool_or(e.test_mode) AS test_mode FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
       WHERE a.tenant_id = $1 GROUP BY l.user_id ORDER BY min(l.created_at), l.user_id`,
     [tenantId],
   );
@@ -134,12 +134,19 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Pro
     released = ids.filter((u) => seated.has(u) || room-- > 0);
   }
   if (released.length === 0) return 0;
-  await withAccessFlips(tx, ctx, { userIds: released }, 'org_grant_changed', () =>
-    tx.query(
-      `DELETE FROM org_seat_limits l USING entitlements e, applications a
-        WHERE e.id = l.entitlement_id AND a.id = e.application_id AND a.tenant_id = $1 AND l.user_id = ANY($2::text[])`,
-      [tenantId, released],
-    ),
-  );
+  // A job or processor event (system scope) sees both modes' marks: each user's access.granted is an
+  // event of that user's mode, so a test member's goes only to test-mode subscriptions.
+  const testUsers = new Set(marked.filter((r) => r.test_mode).map((r) => r.user_id));
+  for (const mode of ['live', 'test'] as const) {
+    const users = released.filter((u) => testUsers.has(u) === (mode === 'test'));
+    if (users.length === 0) continue;
+    await withAccessFlips(tx, { ...ctx, mode }, { userIds: users }, 'org_grant_changed', () =>
+      tx.query(
+        `DELETE FROM org_seat_limits l USING entitlements e, applications a
+          WHERE e.id = l.entitlement_id AND a.id = e.application_id AND a.tenant_id = $1 AND l.user_id = ANY($2::text[])`,
+        [tenantId, users],
+      ),
+    );
+  }
   return released.length;
 }

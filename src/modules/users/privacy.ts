@@ -6,6 +6,8 @@ import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
 import { pathApplicationIds } from '../../outbox/emit.js';
 import { memberEvent } from '../organizations/events.js';
+import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
+import { emitEntitlementEvent } from '../entitlements/grant.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { actorRef } from './service.js';
@@ -180,12 +182,34 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     'DELETE FROM entitlements WHERE user_id = $1',
     'DELETE FROM access_states WHERE user_id = $1',
     'DELETE FROM profiles WHERE user_id = $1',
-    `UPDATE entitlements SET member_overrides = array_remove(member_overrides, $1) WHERE $1 = ANY(member_overrides)`,
   ]) {
     await tx.query(sql, [id]);
   }
+  // Org grants whose member_overrides name the user lose the entry, announced as a DELETE of the
+  // member would (entitlement.member_scope_changed, Part B Resource events).
+  const { rows: scopedBefore } = await tx.query<EntitlementRow>(
+    `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE $1 = ANY(e.member_overrides) ORDER BY e.id FOR UPDATE`,
+    [id],
+  );
+  const { rows: scopedAfter } = await tx.query<EntitlementRow>(
+    `UPDATE entitlements e SET member_overrides = array_remove(member_overrides, $1), updated_at = $2 WHERE $1 = ANY(e.member_overrides) RETURNING ${ENT_COLUMNS}`,
+    [id, ctx.now],
+  );
   for (const m of memberships) {
     await memberEvent(tx, ctx, 'organization.member_removed', { organization_id: m.organization_id, user_id: id, role: m.role, membership_status: m.membership_status }, m.membership_status === 'active', formerPaths);
+  }
+  for (const before of scopedBefore) {
+    const after = scopedAfter.find((r) => r.id === before.id)!;
+    await recordAudit(tx, ctx, {
+      action: 'entitlement.member_scope_changed',
+      target: { type: 'entitlement', id: after.id },
+      targetUserId: null,
+      organizationId: after.organization_id,
+      applicationId: after.application_id,
+      before: toEntitlement(before),
+      after: toEntitlement(after),
+    });
+    await emitEntitlementEvent(tx, ctx, 'entitlement.member_scope_changed', after);
   }
   // The user's own mails, to every address they had; not those of another account that reused the
   // address (mails queued before user_id was recorded: by address, in the user's mode, up to deletion).
