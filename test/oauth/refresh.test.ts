@@ -2,9 +2,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, type AppFixture } from '../access/support.js';
+import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, sql, type AppFixture } from '../access/support.js';
 import { createUser } from '../helpers/fixtures.js';
-import { assertOAuthError, member, oauthApp, pausedAfter, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
+import { assertOAuthError, codeFor, codeGrant, member, oauthApp, pausedAfter, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -107,6 +107,26 @@ test('ending the session ends its app refresh tokens (logout)', async () => {
   const first = await signIn(t, user, app.id);
   assertStatus(await call(t, 'POST', '/v1/auth/logout', user.token, {}), 204);
   assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant');
+});
+
+test('nothing is issued on an ended session: a code exchange or a refresh under way when the session ends (logout) is invalid_grant, and no refresh token is added to it', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  const res = await pausedAfter(t, 'FROM oauth_refresh_tokens t JOIN sessions', async () => {
+    assertStatus(await call(t, 'POST', '/v1/auth/logout', user.token, {}), 204);
+  }, () => tokenReq(t, refreshGrant(first.refresh_token, app.id)));
+  assert.match(assertOAuthError(res, 'invalid_grant'), /session has ended/);
+
+  const other = await member(t, admin, app.id);
+  const c = await codeFor(t, other, app.id);
+  const exchange = await pausedAfter(t, 'FROM oauth_authorization_codes c JOIN sessions', async () => {
+    assertStatus(await call(t, 'POST', '/v1/auth/logout', other.token, {}), 204);
+  }, () => tokenReq(t, codeGrant(c, app.id)));
+  assert.match(assertOAuthError(exchange, 'invalid_grant'), /session has ended/);
+  const rows = await sql(t, 'SELECT session_id, used_at FROM oauth_refresh_tokens WHERE session_id = ANY($1) ORDER BY created_at', [[user.sid, other.sid]]);
+  assert.equal(rows.length, 1, 'only the token issued before the logout');
+  assert.equal(rows[0].session_id, user.sid);
+  assert.equal(rows[0].used_at, null);
 });
 
 test('app and platform refresh tokens do not cross: each endpoint refuses the other kind', async () => {

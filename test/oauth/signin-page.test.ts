@@ -150,6 +150,26 @@ test('400 without redirect: a repeated parameter; several problems are listed to
   for (const field of ['redirect_uri', 'code_challenge', 'code_challenge_method', 'state']) assertBadRequest(res, field);
 });
 
+test('400 without redirect: a parameter holding U+0000 (application_id, client_id, state; in the URL or a POST form) is the 400 page naming it, with no sign-in attempt', async () => {
+  const { params } = flow(app.id);
+  assertBadRequest(await get(signinUrl({ ...params, application_id: `${app.id}\u0000` })), 'application_id');
+  const { application_id: _omit, ...rest } = params;
+  assertBadRequest(await get(signinUrl({ ...rest, client_id: '\u0000' })), 'client_id');
+  assertBadRequest(await get(signinUrl({ ...params, state: 'a\u0000b' })), 'state');
+  const user = await member(t, admin, app.id);
+  const browser = new Browser(t);
+  const page = await browser.open(params);
+  const res = await t.app.inject({
+    method: 'POST',
+    url: '/signin',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: `${COOKIE}=${browser.cookie}` },
+    payload: new URLSearchParams({ ...formOf(page, '/signin'), application_id: `${app.id}\u0000`, email: user.email, password: user.password }).toString(),
+  });
+  assertBadRequest(res, 'application_id');
+  assert.equal(res.headers.location, undefined);
+  assert.equal((await sql(t, 'SELECT 1 FROM sessions WHERE user_id = $1', [user.id])).length, 1, 'no sign-in: only the fixture session');
+});
+
 test('state is counted in characters (code points) as the API counts it: 512 emoji are accepted, 513 are the 400 page', async () => {
   const ok = flow(app.id, { state: '😀'.repeat(512) });
   assertPage(await get(signinUrl(ok.params)), 200);

@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeProtectedHeader } from 'jose';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { assertStatus, auditOf, call, inSeconds, patchEnt, platformKey, sql, type AppFixture } from '../access/support.js';
+import { appKey, assertStatus, auditOf, call, inSeconds, patchEnt, platformKey, sql, type AppFixture } from '../access/support.js';
 import { alignToWindow } from '../auth/support.js';
 import {
   assertOAuthError, codeFor, codeGrant, member, oauthApp, pausedAfter, pkce, refreshGrant, REDIRECT, TOKEN, tokenReq, verifyAppToken,
@@ -126,6 +126,29 @@ test('a reused code presented with another or an unknown client_id still revokes
     assert.equal((await tokenReq(t, codeGrant(c, clientId))).statusCode, 400);
     assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant');
   }
+});
+
+test('a replay\'s audit event is one of the Application\'s events (application_id and its tenant_id): the app-scoped key with audit.view and the Tenant owner see oauth.authorization_code_reused and oauth.refresh_token_reused', async () => {
+  const own = await oauthApp(t, admin);
+  const user = await member(t, admin, own.id);
+  const c = await codeFor(t, user, own.id);
+  assertStatus(await tokenReq(t, codeGrant(c, own.id)), 200);
+  assertOAuthError(await tokenReq(t, codeGrant(c, own.id)), 'invalid_grant');
+  const first = assertStatus(await tokenReq(t, codeGrant(await codeFor(t, user, own.id), own.id)), 200);
+  assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, own.id)), 200);
+  assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, own.id)), 'invalid_grant');
+  const actions = ['oauth.authorization_code_reused', 'oauth.refresh_token_reused'];
+  for (const action of actions) {
+    const [row] = await auditOf(t, user.id, action);
+    assert.equal(row.application_id, own.id, action);
+    assert.equal(row.tenant_id, own.tenant_id, action);
+  }
+  const query = `/v1/audit-events?target_user_id=${user.id}&action=${actions[0]}&action=${actions[1]}`;
+  const seen = (res: any) => (assertStatus(res, 200).data as any[]).map((e) => e.action).sort();
+  // An app-scoped key sees only its own Application's events (Part B, Audit).
+  assert.deepEqual(seen(await call(t, 'GET', query, await appKey(t, own.id, ['audit.view']))), actions);
+  assert.deepEqual(seen(await call(t, 'GET', `${query}&application_id=${own.id}`, admin)), actions);
+  assert.deepEqual(seen(await call(t, 'GET', `/v1/audit-events?tenant_id=${own.tenant_id}&action=${actions[0]}&action=${actions[1]}`, own.owner!.token)), actions);
 });
 
 test('concurrent exchanges of one code: exactly one succeeds', async () => {

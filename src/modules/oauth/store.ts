@@ -58,6 +58,16 @@ export async function findCode(db: Queryable, code: string): Promise<CodeRow | n
   return rows[0] ?? null;
 }
 
+/**
+ * The grant's session, share-locked until the exchange commits, or false once it has ended: a logout,
+ * suspension or password reset (which revoke sessions) either commits first and is seen here, or waits
+ * for the exchange and then revokes what it issued. Nothing is issued on a session that has ended.
+ */
+export async function lockLiveSession(tx: Tx, sessionId: string, now: Date): Promise<boolean> {
+  const { rows } = await tx.query('SELECT 1 FROM sessions WHERE id = $1 AND revoked_at IS NULL AND expires_at > $2 FOR SHARE', [sessionId, now]);
+  return rows.length === 1;
+}
+
 /** Uses a code up atomically: of two concurrent exchanges exactly one wins. */
 export async function consumeCode(tx: Tx, id: string, now: Date): Promise<boolean> {
   const { rowCount } = await tx.query('UPDATE oauth_authorization_codes SET used_at = $2 WHERE id = $1 AND used_at IS NULL', [id, now]);

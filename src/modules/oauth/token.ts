@@ -8,7 +8,7 @@ import { recordAudit } from '../../audit/record.js';
 import { APP_TOKEN_SECONDS } from '../app-access/app-tokens.js';
 import { assertAppAccess } from './access.js';
 import {
-  applicationExists, consumeCode, findAppRefreshToken, findCode, insertAppRefreshToken, revokeGrant, useAppRefreshToken,
+  applicationExists, consumeCode, findAppRefreshToken, findCode, insertAppRefreshToken, lockLiveSession, revokeGrant, useAppRefreshToken,
 } from './store.js';
 import { OAuthError, type TokenBody, type TokenResponse } from './schemas.js';
 
@@ -51,7 +51,7 @@ async function exchangeCode(baseCtx: Ctx, body: TokenBody): Promise<TokenRespons
   }
   const ctx = modeCtx(baseCtx, row.test_mode);
   if (row.used_at) {
-    await revokeForReplay(ctx, row.id, row.user_id, 'oauth.authorization_code_reused');
+    await revokeForReplay(ctx, row, row.id, 'oauth.authorization_code_reused');
     throw new OAuthError('invalid_grant', 'The authorization code was already used; tokens issued from it are revoked.');
   }
   await checkClient(ctx, clientId, row.application_id);
@@ -64,11 +64,13 @@ async function exchangeCode(baseCtx: Ctx, body: TokenBody): Promise<TokenRespons
   await recheckAccess(ctx, row.user_id, row.application_id);
 
   const issued = await ctx.db.transaction(async (tx) => {
+    if (!(await lockLiveSession(tx, row.session_id, ctx.now))) return SESSION_ENDED; // ended since it was read
     if (!(await consumeCode(tx, row.id, ctx.now))) return null; // lost the race: another exchange used it first
     return issueTokens(tx, ctx, { ...row, codeId: row.id, parentId: null });
   });
+  if (issued === SESSION_ENDED) throw sessionEnded();
   if (issued) return issued;
-  await revokeForReplay(ctx, row.id, row.user_id, 'oauth.authorization_code_reused');
+  await revokeForReplay(ctx, row, row.id, 'oauth.authorization_code_reused');
   throw new OAuthError('invalid_grant', 'The authorization code was already used; tokens issued from it are revoked.');
 }
 
@@ -83,7 +85,7 @@ async function exchangeRefreshToken(baseCtx: Ctx, body: TokenBody): Promise<Toke
   const ctx = modeCtx(baseCtx, row.test_mode);
   // A used token presented again ends its grant whoever presents it (RFC 9700 §4.14.2), client_id or not.
   if (row.used_at && !row.revoked_at) {
-    await revokeForReplay(ctx, row.authorization_code_id, row.user_id, 'oauth.refresh_token_reused');
+    await revokeForReplay(ctx, row, row.authorization_code_id, 'oauth.refresh_token_reused');
   }
   await checkClient(ctx, clientId, row.application_id);
   if (row.used_at || row.revoked_at) throw new OAuthError('invalid_grant', 'The refresh token was already used or is revoked.');
@@ -92,11 +94,13 @@ async function exchangeRefreshToken(baseCtx: Ctx, body: TokenBody): Promise<Toke
   await recheckAccess(ctx, row.user_id, row.application_id);
 
   const issued = await ctx.db.transaction(async (tx) => {
+    if (!(await lockLiveSession(tx, row.session_id, ctx.now))) return SESSION_ENDED;
     if (!(await useAppRefreshToken(tx, row.id, ctx.now))) return null;
     return issueTokens(tx, ctx, { ...row, codeId: row.authorization_code_id, parentId: row.id });
   });
+  if (issued === SESSION_ENDED) throw sessionEnded();
   if (issued) return issued;
-  await revokeForReplay(ctx, row.authorization_code_id, row.user_id, 'oauth.refresh_token_reused');
+  await revokeForReplay(ctx, row, row.authorization_code_id, 'oauth.refresh_token_reused');
   throw new OAuthError('invalid_grant', 'The refresh token was already used or is revoked.');
 }
 
@@ -105,8 +109,11 @@ const modeCtx = (baseCtx: Ctx, testMode: boolean): Ctx => {
   return { ...baseCtx, mode, db: baseCtx.deps.database.scoped(mode) };
 };
 
+const SESSION_ENDED = 'session_ended' as const;
+const sessionEnded = () => new OAuthError('invalid_grant', 'The sign-in session has ended.');
+
 function assertSessionActive(row: { session_revoked_at: Date | null; session_expires_at: Date }, now: Date): void {
-  if (row.session_revoked_at || row.session_expires_at <= now) throw new OAuthError('invalid_grant', 'The sign-in session has ended.');
+  if (row.session_revoked_at || row.session_expires_at <= now) throw sessionEnded();
 }
 
 /** Access is re-checked on every exchange; any refusal of the app-tokens rule is invalid_grant. */
@@ -146,15 +153,19 @@ async function issueTokens(tx: Tx, ctx: Ctx, g: Grant): Promise<TokenResponse> {
   };
 }
 
-/** RFC 6749 §4.1.2 / RFC 9700 §4.14.2: a replay revokes every token issued from that code, audited once. */
-async function revokeForReplay(ctx: Ctx, codeId: string, userId: string, action: string): Promise<void> {
+/**
+ * RFC 6749 §4.1.2 / RFC 9700 §4.14.2: a replay revokes every token issued from that code, audited once,
+ * as an event of the grant's Application (its own audit.view key and its Tenant owner see it).
+ */
+async function revokeForReplay(ctx: Ctx, grant: { user_id: string; application_id: string }, codeId: string, action: string): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     const revoked = await revokeGrant(tx, codeId, ctx.now);
     if (revoked > 0) {
       await recordAudit(tx, inTx(ctx, tx), {
         action,
-        target: { type: 'user', id: userId },
-        targetUserId: userId,
+        target: { type: 'user', id: grant.user_id },
+        targetUserId: grant.user_id,
+        applicationId: grant.application_id,
         after: { authorization_code_id: codeId, revoked_refresh_tokens: revoked },
         actor: { type: 'system', id: null },
       });

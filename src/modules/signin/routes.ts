@@ -4,7 +4,7 @@ import type { Ctx, Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { ctxOf } from '../../http/gate.js';
 import { logServerError, toApiError } from '../../http/errors-plugin.js';
-import { fieldErrors } from '../../http/validation.js';
+import { fieldErrors, unstorableText } from '../../http/validation.js';
 import { AuthorizationQuery, SigninForm, type FormName } from './schemas.js';
 import { assertCsrf, browserCookie, csrfToken, newBrowserSecret, pageHeaders, readBrowserSecret, redirectSource, signinSite, type SigninSite } from './browser.js';
 import { continueSignedIn, messageOf, showSignin, signInWithPassword, verifySecondFactor, type Result } from './service.js';
@@ -29,7 +29,7 @@ export function signinRoutes(app: App, deps: Deps): void {
     config: { meta: { auth: 'none' } },
     errorHandler,
     handler: async (request, reply) => {
-      assertWellFormed(request.validationError);
+      assertWellFormed(request.validationError, request.query);
       const existing = readBrowserSecret(request.headers.cookie);
       const secret = existing ?? newBrowserSecret();
       const result = await showSignin(ctxOf(deps, request), request.query, existing);
@@ -45,7 +45,7 @@ export function signinRoutes(app: App, deps: Deps): void {
       config: { meta: { auth: 'none', throttle: 'auth' } },
       errorHandler,
       handler: async (request, reply) => {
-        assertWellFormed(request.validationError);
+        assertWellFormed(request.validationError, request.body);
         const secret = readBrowserSecret(request.headers.cookie);
         assertCsrf(secret, form, request.body.csrf);
         const result = await verb(ctxOf(deps, request), request.body, secret);
@@ -76,10 +76,14 @@ export function signinRoutes(app: App, deps: Deps): void {
   }
 }
 
-/** A repeated parameter, a non-string or an oversized value: the request is malformed. */
-function assertWellFormed(validationError: (Error & { validation?: any[]; validationContext?: string }) | undefined): void {
-  if (!validationError) return;
-  const fields = fieldErrors(validationError.validation ?? [], validationError.validationContext).map((f) => ({
+/**
+ * A repeated parameter, a non-string or an oversized value, or text PostgreSQL cannot hold as sent
+ * (U+0000, an unpaired surrogate): the request is malformed.
+ */
+function assertWellFormed(validationError: (Error & { validation?: any[]; validationContext?: string }) | undefined, params: unknown): void {
+  const unstorable = validationError ? null : unstorableText(params, '');
+  if (!validationError && !unstorable) return;
+  const fields = unstorable ? [unstorable] : fieldErrors(validationError!.validation ?? [], validationError!.validationContext).map((f) => ({
     path: f.path.replace(/^query\./, ''),
     message: f.message === 'must be string' ? 'must be given once, as text' : f.message,
   }));
