@@ -109,6 +109,21 @@ export async function atOneInstant<T>(t: Pick<TestApp, 'clock'>, fn: () => Promi
   }
 }
 
+/**
+ * Runs `fn` with the app's clock standing still except for `clock.advance`, so a boundary one second
+ * away stays one second away however long the requests between take on a loaded machine.
+ */
+export async function withStoppedClock<T>(t: Pick<TestApp, 'clock'>, fn: () => Promise<T>): Promise<T> {
+  const base = t.clock.now().getTime() - t.clock.offsetMs;
+  const realNow = t.clock.now;
+  t.clock.now = () => new Date(base + t.clock.offsetMs);
+  try {
+    return await fn();
+  } finally {
+    t.clock.now = realNow;
+  }
+}
+
 /** Boots the whole service (migrations, keys, jobs registry) without listening. Call close() after. */
 export async function buildTestApp(overrides: Partial<Config> = {}, t?: TestContext, extraModules: Module[] = []): Promise<TestApp> {
   const config = testConfig(overrides);

@@ -5,7 +5,7 @@
 import { passwordEvaluations } from './argon2-probe.js';
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../../helpers/app.js';
+import { buildTestApp, withStoppedClock, type TestApp } from '../../helpers/app.js';
 import { createUser, PASSWORD, uniqueEmail, type TestUser } from '../../helpers/fixtures.js';
 import { linkToken, mailsTo } from '../../helpers/mail.js';
 import { createMfaUser, latestToken, loginRes, NEW_PASSWORD, post } from '../../auth/support.js';
@@ -104,23 +104,25 @@ test('AU-3 "identical 401 invalid_credentials bodies; unknown-email path still r
 });
 
 test('AU-6 reset and invitation links expire on the service clock: a reset token works 1 s before 1 hour and gets 400 invalid_token 1 s after; an invitation likewise at 7 days', async () => {
-  const [a, b] = [await createUser(t), await createUser(t)];
-  const [c, d] = [await createUser(t, { status: 'invited' }), await createUser(t, { status: 'invited' })];
-  for (const u of [a, b, c, d]) assert.equal((await post(t, '/v1/auth/password/forgot', { email: u.email })).statusCode, 202);
-  const [ra, rb] = [await latestToken(t, a.email, 'password_reset'), await latestToken(t, b.email, 'password_reset')];
-  const [ic, id] = [await latestToken(t, c.email, 'invitation'), await latestToken(t, d.email, 'invitation')];
+  await withStoppedClock(t, async () => {
+    const [a, b] = [await createUser(t), await createUser(t)];
+    const [c, d] = [await createUser(t, { status: 'invited' }), await createUser(t, { status: 'invited' })];
+    for (const u of [a, b, c, d]) assert.equal((await post(t, '/v1/auth/password/forgot', { email: u.email })).statusCode, 202);
+    const [ra, rb] = [await latestToken(t, a.email, 'password_reset'), await latestToken(t, b.email, 'password_reset')];
+    const [ic, id] = [await latestToken(t, c.email, 'invitation'), await latestToken(t, d.email, 'invitation')];
 
-  t.clock.advance(HOUR - 1);
-  assert.equal((await post(t, '/v1/auth/password/reset', { token: ra, password: NEW_PASSWORD })).statusCode, 204);
-  t.clock.advance(2);
-  assertError(await post(t, '/v1/auth/password/reset', { token: rb, password: NEW_PASSWORD }), 400, 'invalid_token');
-  assert.equal((await loginRes(t, b)).statusCode, 200, 'the expired link changed nothing');
+    t.clock.advance(HOUR - 1);
+    assert.equal((await post(t, '/v1/auth/password/reset', { token: ra, password: NEW_PASSWORD })).statusCode, 204);
+    t.clock.advance(2);
+    assertError(await post(t, '/v1/auth/password/reset', { token: rb, password: NEW_PASSWORD }), 400, 'invalid_token');
+    assert.equal((await loginRes(t, b)).statusCode, 200, 'the expired link changed nothing');
 
-  t.clock.advance(7 * 24 * HOUR - HOUR - 2);
-  assert.equal((await post(t, '/v1/auth/invitations/accept', { token: ic, password: NEW_PASSWORD })).statusCode, 200);
-  t.clock.advance(2);
-  assertError(await post(t, '/v1/auth/invitations/accept', { token: id, password: NEW_PASSWORD }), 400, 'invalid_token');
-  assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [d.id]))[0].status, 'invited');
+    t.clock.advance(7 * 24 * HOUR - HOUR - 2);
+    assert.equal((await post(t, '/v1/auth/invitations/accept', { token: ic, password: NEW_PASSWORD })).statusCode, 200);
+    t.clock.advance(2);
+    assertError(await post(t, '/v1/auth/invitations/accept', { token: id, password: NEW_PASSWORD }), 400, 'invalid_token');
+    assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [d.id]))[0].status, 'invited');
+  });
 });
 
 test('AU-6 "single-use (second use 400)" across mails: once the newest reset or verification link is used, the older one gets 400 invalid_token and changes nothing', async () => {
