@@ -293,3 +293,30 @@ test('response enumerations of more than one value are marked x-extensible-enum 
   }
   assert.deepEqual(closed, [], `closed response enums: ${closed.join('; ')}`);
 });
+
+test('response fields the spec gives a set of values are marked x-extensible-enum with those values (docs/conventions.md "Enumerations"): effective permissions user_status, entitlement_status and access path source, status and member_decision; an Organization\'s my_role and my_membership_status; MfaChallenge methods; the export\'s identity method and organization role', () => {
+  const resolve = (node: any): any => (typeof node?.$ref === 'string' ? resolve(node.$ref.slice(2).split('/').reduce((n: any, k: string) => n?.[k], doc)) : node);
+  const schemaOf = (path: string, method: string, status: string) => resolve(doc.paths[path][method].responses[status].content['application/json'].schema);
+  const values = (node: any): string[] | undefined => {
+    const s = resolve(node);
+    return s?.['x-extensible-enum'] ?? s?.anyOf?.map(resolve).find((b: any) => b?.['x-extensible-enum'])?.['x-extensible-enum'];
+  };
+  const effective = schemaOf('/v1/users/{id}/apps/{appId}/effective-permissions', 'get', '200').properties;
+  assert.deepEqual(values(effective.user_status), ['active', 'invited', 'suspended', 'deleted']);
+  assert.deepEqual(values(effective.entitlement_status)?.slice().sort(), ['active', 'disabled', 'expired', 'none', 'revoked', 'scheduled']);
+  const path = effective.access_paths.items.properties;
+  assert.deepEqual(values(path.source), ['purchase', 'trial', 'admin_grant', 'org_seat']);
+  assert.deepEqual(values(path.status)?.slice().sort(), ['active', 'disabled', 'expired', 'revoked', 'scheduled']);
+  assert.deepEqual(values(path.member_decision), ['included', 'excluded', 'seat_limit']);
+  for (const [p, m, s] of [['/v1/organizations', 'get', '200'], ['/v1/organizations/{id}', 'get', '200']] as const) {
+    const org = schemaOf(p, m, s);
+    const props = resolve(org.properties?.data?.items ?? org).properties;
+    assert.deepEqual(values(props.my_role), ['org_admin', 'member'], `${p} my_role`);
+    assert.deepEqual(values(props.my_membership_status), ['pending', 'active'], `${p} my_membership_status`);
+  }
+  const challenge = resolve(doc.components.schemas.MfaChallenge).properties;
+  assert.deepEqual(values(challenge.methods.items), ['totp', 'recovery_code']);
+  const bundle = schemaOf('/v1/users/{id}/export', 'get', '200').properties;
+  assert.deepEqual(values(bundle.identities.items.properties.method), ['password', 'sso']);
+  assert.deepEqual(values(bundle.organizations.items.properties.role), ['org_admin', 'member']);
+});

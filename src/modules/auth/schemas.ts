@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
+import { OpenEnum } from '../../http/schemas.js';
 
 export const AuthSession = Type.Object(
   {
@@ -19,7 +20,7 @@ export const MfaChallenge = Type.Object(
   {
     mfa_required: Type.Literal(true),
     mfa_token: Type.String(),
-    methods: Type.Array(Type.String()),
+    methods: Type.Array(OpenEnum(['totp', 'recovery_code'] as const)),
     expires_in: Type.Integer(),
   },
   { $id: 'MfaChallenge', title: 'MfaChallenge' },

@@ -11,8 +11,8 @@ export const Organization = Type.Object(
     test_mode: Type.Boolean(),
     created_at: Timestamp,
     updated_at: Timestamp,
-    my_role: Type.Optional(Nullable(Type.String())),
-    my_membership_status: Type.Optional(Nullable(Type.String())),
+    my_role: Type.Optional(Nullable(OpenEnum(['org_admin', 'member'] as const))),
+    my_membership_status: Type.Optional(Nullable(OpenEnum(['pending', 'active'] as const))),
   },
   { $id: 'Organization', title: 'Organization' },
 );

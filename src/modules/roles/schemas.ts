@@ -1,5 +1,10 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
+import { USER_STATUSES } from '../users/schemas.js';
+import { SOURCES } from '../entitlements/schemas.js';
+
+/** An entitlement row's status resolved at a moment (a future starts_at reads scheduled). */
+const PATH_STATUSES = ['active', 'scheduled', 'disabled', 'expired', 'revoked'] as const;
 
 export const Role = Type.Object(
   {
@@ -37,15 +42,15 @@ export const EffectivePermissions = Type.Object(
     user_id: Type.String(),
     application_id: Type.String(),
     allowed: Type.Boolean(),
-    user_status: Type.String(),
-    entitlement_status: Type.String(),
+    user_status: OpenEnum(USER_STATUSES),
+    entitlement_status: OpenEnum([...PATH_STATUSES, 'none'] as const),
     access_paths: Type.Array(
       Type.Object({
-        source: Type.String(),
+        source: OpenEnum(SOURCES),
         entitlement_id: Type.String(),
-        status: Type.String(),
+        status: OpenEnum(PATH_STATUSES),
         organization_id: Type.Optional(Nullable(Type.String())),
-        member_decision: Type.Optional(Type.String()),
+        member_decision: Type.Optional(OpenEnum(['included', 'excluded', 'seat_limit'] as const)),
       }),
     ),
     roles: Type.Array(Type.Object({ role_id: Type.String(), name: Type.String(), implicit: Type.Boolean() })),

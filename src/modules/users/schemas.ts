@@ -83,10 +83,10 @@ export const ExportBundle = Type.Object(
     user: User,
     profile: Type.Object({}, { additionalProperties: true }),
     settings: Type.Object({}, { additionalProperties: true }),
-    identities: Type.Array(Type.Object({ method: Type.String(), mfa_enabled: Type.Boolean(), last_used_at: NullableTimestamp })),
+    identities: Type.Array(Type.Object({ method: OpenEnum(['password', 'sso'] as const), mfa_enabled: Type.Boolean(), last_used_at: NullableTimestamp })),
     sessions: Type.Array(Type.Object({ id: Type.String(), created_at: Timestamp, ip_address: Nullable(Type.String()), user_agent: Nullable(Type.String()) })),
     organizations: Type.Array(
-      Type.Object({ organization_id: Type.String(), role: Type.String(), membership_status: OpenEnum(['active', 'pending'] as const), joined_at: NullableTimestamp }),
+      Type.Object({ organization_id: Type.String(), role: OpenEnum(['org_admin', 'member'] as const), membership_status: OpenEnum(['active', 'pending'] as const), joined_at: NullableTimestamp }),
     ),
     roles: Type.Array(Type.Object({ role_id: Type.String(), application_id: Nullable(Type.String()), assigned_at: Timestamp })),
     applications: Type.Array(Type.Object({}, { additionalProperties: true })),
