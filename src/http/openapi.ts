@@ -1,4 +1,5 @@
 import swagger from '@fastify/swagger';
+import { STATUS_CODES } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import type { RouteMeta } from './meta.js';
 import { ERROR_CODES } from '../errors.js';
@@ -13,6 +14,15 @@ interface RouteRecord {
 }
 
 const toOpenApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+/**
+ * A stable operationId from the method and the path, as Stripe's document names its operations:
+ * `GET /v1/users/:id/entitlements` is `GetUsersIdEntitlements`. Generated clients name their methods
+ * after it; two routes never share a method and path, so the ids are unique.
+ */
+export const operationIdOf = (method: string, url: string): string =>
+  method[0].toUpperCase() + method.slice(1).toLowerCase() +
+  url.replace(/^\/v1(?=\/|$)/, '').split(/[^A-Za-z0-9]+/).filter(Boolean).map((w) => w[0].toUpperCase() + w.slice(1)).join('');
+
 const errorResponse = (description: string) => ({
   description,
   content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
@@ -53,6 +63,12 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
         if (!op) continue;
         const { meta } = r;
         op.responses ??= {};
+        op.operationId ??= operationIdOf(r.method, r.url);
+        // A success response without a description of its own reads as its status (fastify-swagger's
+        // placeholder is "Default Response").
+        for (const [status, response] of Object.entries<any>(op.responses)) {
+          if (response?.description === 'Default Response') response.description = STATUS_CODES[Number(status)] ?? 'Success';
+        }
         // An operation that is not implemented yet (the SSO callback, 501) has no success response.
         if (meta.errors?.includes('not_implemented')) delete op.responses['200'];
         if (r.bodyOptional && op.requestBody) op.requestBody.required = false;

@@ -95,6 +95,22 @@ test('the description has the operations of the service, including the discovery
   assert.deepEqual(params, ['id', 'sessionId']);
 });
 
+test('every operation has a unique operationId named after its method and path (Stripe\'s scheme), and every response a description of its own, for generated clients', () => {
+  const ids = new Map<string, string>();
+  for (const { method, path, op } of operations()) {
+    assert.match(op.operationId ?? '', /^(Get|Post|Patch|Put|Delete)[A-Za-z0-9]+$/, `${method.toUpperCase()} ${path}`);
+    assert.ok(!ids.has(op.operationId), `${op.operationId}: ${ids.get(op.operationId)} and ${method.toUpperCase()} ${path}`);
+    ids.set(op.operationId, `${method.toUpperCase()} ${path}`);
+    for (const [status, response] of Object.entries<any>(op.responses ?? {})) {
+      assert.ok(response.description && response.description !== 'Default Response', `${op.operationId} ${status}: ${response.description}`);
+    }
+  }
+  assert.equal(doc.paths['/v1/users/{id}/entitlements'].get.operationId, 'GetUsersIdEntitlements');
+  assert.equal(doc.paths['/v1/users/{id}/apps/{appId}/effective-permissions'].get.operationId, 'GetUsersIdAppsAppIdEffectivePermissions');
+  assert.equal(doc.paths['/.well-known/jwks.json'].get.operationId, 'GetWellKnownJwksJson');
+  assert.equal(doc.paths['/v1/auth/login'].post.responses['200'].description, 'OK');
+});
+
 test('every DELETE operation is marked x-platform-destructive always', () => {
   const deletes = operations().filter((o) => o.method === 'delete');
   assert.ok(deletes.length >= 1, 'deletes.length >= 1');
