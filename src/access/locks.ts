@@ -8,13 +8,17 @@ import type { Tx } from '../db/types.js';
  *
  *   1. the Organization whose members or grants it reads (lockOrganization), before reading them;
  *   2. the entitlement row it changes (the callers' FOR UPDATE reads);
- *   3. the users whose access it resolves (withAccessFlips, the entitlement jobs), by id.
+ *   3. the users whose access it resolves (withAccessFlips, the entitlement jobs), by id;
+ *   4. the Tenants whose seats it counts against a cap (lockTenantSeats), before counting them.
  *
  * Under READ COMMITTED the statements after a lock see what the previous holder committed. A
  * transaction that must take two of these out of order can deadlock with another; PostgreSQL
  * aborts one of them and the database layer runs it again (src/db/pg.ts). Row locks, not advisory
  * ones: an organization-wide grant locks every member, and advisory locks would fill the shared lock
  * table. FOR NO KEY UPDATE does not block the foreign-key checks of rows that reference these.
+ * Seats are counted per Tenant across every user and Organization: two changes adding a seat each
+ * (members joining two Organizations granted one Application, a personal grant) would otherwise
+ * both count the Tenant one below its cap and both take the last seat.
  */
 
 /** Locks the users whose access the caller is about to resolve before and after a change. */
@@ -32,4 +36,11 @@ export async function lockOrganization(tx: Tx, organizationId: string): Promise<
 export async function lockEntitlementOrganization(tx: Tx, entitlementId: string): Promise<void> {
   const { rows } = await tx.query<{ organization_id: string | null }>('SELECT organization_id FROM entitlements WHERE id = $1', [entitlementId]);
   if (rows[0]?.organization_id) await lockOrganization(tx, rows[0].organization_id);
+}
+
+/** Locks Tenants (by id) before their seats are counted for a change that may add one. */
+export async function lockTenantSeats(tx: Tx, tenantIds: (string | null)[]): Promise<void> {
+  const ids = [...new Set(tenantIds.filter((id): id is string => id !== null))];
+  if (ids.length === 0) return;
+  await tx.query('SELECT 1 FROM tenants WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE', [ids]);
 }

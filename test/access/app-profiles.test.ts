@@ -211,3 +211,25 @@ test('Part A Errors, entitlement_required ("No active access to the Application 
   assert.equal(await audit(), before);
   assertStatus(await read(admin, suspended.id), 200);
 });
+
+test('custom keys merge one level deep, also under concurrency: two PATCHes of one AppProfile at the same time with different custom keys keep both (on PostgreSQL the two run at once)', async () => {
+  const manager = await platformKey(t, ['users.manage']);
+  for (let round = 0; round < 6; round++) {
+    const user = await member();
+    assertStatus(await write(user.token, user.id, { custom: { theme: 'dark' } }), 200);
+    const [a, b] = await Promise.all([
+      write(manager, user.id, { custom: { level: 3 } }),
+      write(manager, user.id, { display_handle: 'handle', custom: { tier: 'gold' } }),
+    ]);
+    assertStatus(a, 200);
+    assertStatus(b, 200);
+    const stored = assertStatus(await read(manager, user.id), 200);
+    assert.deepEqual(stored.custom, { theme: 'dark', level: 3, tier: 'gold' }, `round ${round}`);
+    assert.equal(stored.display_handle, 'handle');
+    const audit = await sql(t, `SELECT before, after FROM audit_events WHERE action = 'profile.updated' AND target_user_id = $1`, [user.id]);
+    assert.equal(audit.length, 2);
+    const fromOriginal = audit.filter((r) => Object.keys(r.before.custom).length === 1);
+    assert.equal(fromOriginal.length, 1, `round ${round}: only the first change starts from the stored row`);
+    assert.deepEqual(audit.find((r) => r !== fromOriginal[0])!.before, fromOriginal[0].after);
+  }
+});

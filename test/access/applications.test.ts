@@ -828,3 +828,45 @@ test('PATCH: id and created_at are read-only for the owner and for applications.
   assert.equal(now.created_at, app.body.created_at);
   assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
 });
+
+test('PATCH is a partial update, also under concurrency: two PATCHes of one Application at the same time with different fields keep both, and the second application.updated audit row starts from the first one\'s after (on PostgreSQL the two run at once)', async () => {
+  for (let round = 0; round < 6; round++) {
+    const app = await newApp(t, admin);
+    const [a, b] = await Promise.all([
+      call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { name: 'Renamed App' }),
+      call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { description: 'Now described' }),
+    ]);
+    assertStatus(a, 200);
+    assertStatus(b, 200);
+    const stored = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200);
+    assert.deepEqual([stored.name, stored.description], ['Renamed App', 'Now described'], `round ${round}`);
+    const audit = await auditOf(t, app.id, 'application.updated');
+    assert.equal(audit.length, 2);
+    const fromOriginal = audit.filter((r) => r.before.name === 'Test App' && r.before.description === null);
+    assert.equal(fromOriginal.length, 1, `round ${round}: only the first change starts from the original`);
+    const second = audit.find((r) => r !== fromOriginal[0])!;
+    assert.deepEqual(second.before, fromOriginal[0].after, `round ${round}: the second change's before is the first one's after`);
+    assert.deepEqual([second.after.name, second.after.description], ['Renamed App', 'Now described']);
+  }
+});
+
+test('a creation and an ownership move into one Starter Tenant at the same time: "exactly the allowed number succeed" (one Application; the other request is 409 plan_limit_reached, resource applications)', async () => {
+  for (let round = 0; round < 6; round++) {
+    // The owner's Tenant exists and holds no Application: its first one moved to an Organization.
+    const owner = await person(t);
+    const first = await newApp(t, admin, { owner_user_id: owner.id });
+    const orgId = await createOrg(t, [{ userId: (await person(t)).id, role: 'org_admin' }]);
+    assertStatus(await call(t, 'PATCH', `/v1/applications/${first.id}`, admin, { owner_organization_id: orgId }), 200);
+    const moving = await newApp(t, admin);
+    const [created, moved] = await Promise.all([
+      call(t, 'POST', '/v1/applications', admin, { slug: slugOf(), name: 'Second', launch_url: 'https://app.example.com/launch', owner_user_id: owner.id }),
+      call(t, 'PATCH', `/v1/applications/${moving.id}`, admin, { owner_user_id: owner.id }),
+    ]);
+    const succeeded = [created.statusCode === 201, moved.statusCode === 200].filter(Boolean).length;
+    assert.equal(succeeded, 1, `round ${round}: ${created.statusCode} ${created.body} / ${moved.statusCode} ${moved.body}`);
+    const refused = created.statusCode === 201 ? moved : created;
+    assert.equal(assertError(refused, 409, 'plan_limit_reached').details.resource, 'applications');
+    const owned = await sql(t, 'SELECT a.id FROM applications a JOIN tenants tn ON tn.id = a.tenant_id WHERE tn.owner_user_id = $1', [owner.id]);
+    assert.equal(owned.length, 1, `round ${round}`);
+  }
+});

@@ -124,6 +124,26 @@ test('PATCH replaces permissions wholesale and writes role.updated with before a
   assert.deepEqual(audit[1].after.permissions, [`app.${app.slug}.write`]);
 });
 
+test('PATCH is a partial update, also under concurrency: a description PATCH and a permissions PATCH of one Role at the same time keep both, and the second role.updated audit row starts from the first one\'s after (on PostgreSQL the two run at once)', async () => {
+  for (let round = 0; round < 6; round++) {
+    const app = await appWith(['viewer']);
+    const id = `role_${app.slug}_viewer`;
+    const [a, b] = await Promise.all([
+      call(t, 'PATCH', `/v1/roles/${id}`, admin, { description: 'Reads things' }),
+      call(t, 'PATCH', `/v1/roles/${id}`, admin, { permissions: [`app.${app.slug}.read`] }),
+    ]);
+    assertStatus(a, 200);
+    assertStatus(b, 200);
+    const stored = assertStatus(await call(t, 'GET', `/v1/roles/${id}`, admin), 200);
+    assert.deepEqual([stored.description, stored.permissions], ['Reads things', [`app.${app.slug}.read`]], `round ${round}`);
+    const audit = await auditOf(t, id, 'role.updated');
+    assert.equal(audit.length, 2);
+    const fromOriginal = audit.filter((r) => r.before.description === null && r.before.permissions.length === 0);
+    assert.equal(fromOriginal.length, 1, `round ${round}: only the first change starts from the original`);
+    assert.deepEqual(audit.find((r) => r !== fromOriginal[0])!.before, fromOriginal[0].after);
+  }
+});
+
 test('seed Roles are immutable: PATCH and DELETE of role_platform_member (or superadmin) are 403 seed_role_immutable', async () => {
   for (const id of ['role_platform_member', 'role_platform_superadmin', 'role_platform_support']) {
     assertError(await call(t, 'PATCH', `/v1/roles/${id}`, superadmin.token, { description: 'changed' }), 403, 'seed_role_immutable');
@@ -146,6 +166,38 @@ test('DELETE of an assigned Role is 409 role_in_use; an unassigned one is 204 wi
   assert.equal((await call(t, 'DELETE', `/v1/roles/${role.id}`, superadmin.token)).statusCode, 204);
   assertError(await call(t, 'GET', `/v1/roles/${role.id}`, superadmin.token), 404, 'role_not_found');
   assert.equal((await auditOf(t, role.id, 'role.deleted')).length, 1);
+});
+
+test('DELETE of a Role at the same time as assigning it: either the delete wins (204, then the assignment is 404 role_not_found) or the assignment wins (201, then the delete is 409 role_in_use); never a 500, never an assignment of a deleted Role (on PostgreSQL the two run at once)', async () => {
+  for (let round = 0; round < 8; round++) {
+    const app = await appWith(['viewer']);
+    const role = `role_${app.slug}_viewer`;
+    const user = await person(t);
+    const [del, add] = await Promise.all([call(t, 'DELETE', `/v1/roles/${role}`, admin), assign(admin, user.id, role)]);
+    if (del.statusCode === 204) {
+      assertError(add, 404, 'role_not_found');
+      assert.deepEqual(await heldRoles(user.id), ['role_platform_member'], `round ${round}`);
+      assert.equal((await auditOf(t, role, 'role.deleted')).length, 1);
+      assert.deepEqual(await roleEvents(user.id, 'role.assigned'), []);
+    } else {
+      assertError(del, 409, 'role_in_use');
+      assertStatus(add, 201);
+      assert.deepEqual(await heldRoles(user.id), [role, 'role_platform_member'].sort(), `round ${round}`);
+      assert.equal((await auditOf(t, role, 'role.deleted')).length, 0);
+      assert.equal((await roleEvents(user.id, 'role.assigned')).length, 1);
+    }
+  }
+});
+
+test('the same Role deleted twice at the same time: one 204, one 404 role_not_found, and one role.deleted audit row (on PostgreSQL the two run at once)', async () => {
+  for (let round = 0; round < 8; round++) {
+    const app = await appWith(['viewer']);
+    const role = `role_${app.slug}_viewer`;
+    const res = await Promise.all([call(t, 'DELETE', `/v1/roles/${role}`, admin), call(t, 'DELETE', `/v1/roles/${role}`, admin)]);
+    assert.deepEqual(res.map((r) => r.statusCode).sort(), [204, 404], `round ${round}: ${res.map((r) => r.body)}`);
+    assertError(res.find((r) => r.statusCode === 404)!, 404, 'role_not_found');
+    assert.equal((await auditOf(t, role, 'role.deleted')).length, 1, `round ${round}`);
+  }
 });
 
 /** An Application with roles viewer (the default, granting app.<slug>.read) and editor, and a user with access. */
@@ -173,6 +225,24 @@ test('the default_app_role Role is held by every user with access: DELETE is 409
   assertStatus(await call(t, 'GET', `/v1/roles/${viewer}`, admin), 200);
   const rows = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles?application_id=${app.id}`, admin), 200).data;
   assert.deepEqual(rows.filter((r: any) => r.implicit).map((r: any) => r.role_id), [viewer]);
+});
+
+test('DELETE of a Role at the same time as a PATCH making it the default_app_role: the default_app_role always names an existing Role (either the delete goes first and the PATCH seeds the Role again, or the delete is 409 role_in_use)', async () => {
+  for (let round = 0; round < 8; round++) {
+    const app = await appWith(['viewer', 'editor'], { default_app_role: 'viewer' });
+    const editor = `role_${app.slug}_editor`;
+    const [del, patch] = await Promise.all([
+      call(t, 'DELETE', `/v1/roles/${editor}`, admin),
+      call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { default_app_role: 'editor' }),
+    ]);
+    assert.equal(assertStatus(patch, 200).default_app_role, 'editor');
+    if (del.statusCode !== 204) assert.equal(assertError(del, 409, 'role_in_use').details.default_app_role, true);
+    assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).default_app_role, 'editor');
+    assertStatus(await call(t, 'GET', `/v1/roles/${editor}`, admin), 200);
+    // role.deleted, then role.created when the PATCH seeded it again; or neither.
+    const audit = (await auditOf(t, editor)).map((r) => r.action).filter((a) => a === 'role.created' || a === 'role.deleted');
+    assert.deepEqual(audit, del.statusCode === 204 ? ['role.created', 'role.deleted', 'role.created'] : ['role.created'], `round ${round}`);
+  }
 });
 
 test('removing the default_app_role name from available_app_roles is 409 app_role_in_use (every user with access holds it) unless the same PATCH changes default_app_role; nothing changes', async () => {

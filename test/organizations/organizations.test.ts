@@ -170,6 +170,26 @@ test('a PATCH of an Organization that changes nothing (same name, same status, a
   assert.equal((await orgAudit(t, org.id, 'organization.updated')).length, 1);
 });
 
+test('PATCH is a partial update, also under concurrency: a rename and two suspends of one Organization at the same time keep both changes and write two organization.updated rows (the repeated suspend changes nothing), each starting from the stored row (on PostgreSQL the three run at once)', async () => {
+  for (let round = 0; round < 6; round++) {
+    const org = await orgWithMembers(t, admin);
+    const res = await Promise.all([
+      call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { name: 'Renamed Concurrently' }),
+      call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { status: 'suspended', reason: 'one' }),
+      call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { status: 'suspended', reason: 'two' }),
+    ]);
+    for (const r of res) assertStatus(r, 200);
+    const stored = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, admin), 200);
+    assert.deepEqual([stored.name, stored.status], ['Renamed Concurrently', 'suspended'], `round ${round}`);
+    const audit = await orgAudit(t, org.id, 'organization.updated');
+    assert.equal(audit.length, 2, `round ${round}: ${JSON.stringify(audit.map((a) => [a.before, a.after]))}`);
+    const fromOriginal = audit.filter((r) => r.before.name === org.name && r.before.status === 'active');
+    assert.equal(fromOriginal.length, 1, `round ${round}: only the first change starts from the original`);
+    const second = audit.find((r) => r !== fromOriginal[0])!;
+    assert.deepEqual([second.before.name, second.before.status], [fromOriginal[0].after.name, fromOriginal[0].after.status]);
+  }
+});
+
 test('PATCH /v1/organizations/{id}: an org admin renames it (organization.updated); a plain member gets 403 forbidden', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const renamed = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { name: 'Renamed Co' }), 200);

@@ -235,3 +235,29 @@ test("the erasure cascade drops an erased member's seat_limit mark, so a freed s
   assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: true, decision: 'included' }, 'the freed seat reaches the member still waiting');
   assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
 });
+
+test('the 1,000-seat cap holds under concurrency: members joining two Organizations granted one Application and a personal grant, at the same time, one seat left each round, never take the Tenant past 1,000 (on PostgreSQL the three run at once)', async () => {
+  for (let round = 0; round < 4; round++) {
+    const { app } = await starterAppWithSeats(997);
+    const [a, b] = [await orgWithMembers(t, admin, 0), await orgWithMembers(t, admin, 0)];
+    for (const org of [a, b]) await orgGrantApi(t, admin, org.id, app.id);
+    const usageOf = async () => assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200).limits.seats;
+    assert.equal((await usageOf()).current, 999, 'the two org owners took seats 998 and 999');
+    const [x, y, z] = [await person(t), await person(t), await person(t)];
+    const [joinA, joinB, personal] = await Promise.all([
+      addById(t, admin, a.id, x.id),
+      addById(t, admin, b.id, y.id),
+      call(t, 'POST', `/v1/users/${z.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }),
+    ]);
+    assert.deepEqual([joinA.statusCode, joinB.statusCode], [201, 201], `round ${round}: adding a member never fails on a plan limit`);
+    assert.ok(personal.statusCode === 201 || personal.statusCode === 409, `round ${round}: ${personal.body}`);
+    if (personal.statusCode === 409) assert.equal(assertError(personal, 409, 'plan_limit_reached').details.resource, 'seats');
+    assert.deepEqual(await usageOf(), { limit: 1000, current: 1000, included: 1000 }, `round ${round}`);
+    const decisions = [(await decisionOf(x.id, app.id)).decision, (await decisionOf(y.id, app.id)).decision];
+    const seated = decisions.filter((d) => d === 'included').length + (personal.statusCode === 201 ? 1 : 0);
+    assert.equal(seated, 1, `round ${round}: exactly one of the three took the last seat (${decisions}, personal ${personal.statusCode})`);
+    for (const [u, d] of [[x, decisions[0]], [y, decisions[1]]] as const) {
+      assert.deepEqual(await accessEvents(t, u.id, app.id), d === 'included' ? [['access.granted', 'org_member_added', 'active']] : [], `round ${round}`);
+    }
+  }
+});

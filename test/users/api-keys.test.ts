@@ -553,3 +553,22 @@ test('Part A Errors, role_escalation_forbidden ("New platform key requests a per
   assert.deepEqual([...error.details.permissions].sort(), ['audit.view', 'users.manage']);
   assert.deepEqual({ keys: await count('api_keys'), audit: await count('audit_events') }, before);
 });
+
+test('rotate and PATCH at the same time as revoking the key: a revoked key is never rotated or changed afterwards (409 api_key_revoked, no new secret, no audit row after api_key.revoked); a rotation that went first hands out a secret that stops working at the revocation (on PostgreSQL the three run at once)', async () => {
+  for (let round = 0; round < 8; round++) {
+    const body = await newKey();
+    const [rotated, revoked, patched] = await Promise.all([rotateKey(body.id), revokeKey(body.id), patchKey(body.id, { name: 'renamed' })]);
+    assert.equal(revoked.statusCode, 204);
+    for (const res of [rotated, patched]) {
+      if (res.statusCode === 200) assert.equal(res.json().revoked_at, null, `round ${round}: a change answered 200 happened before the revocation`);
+      else assertError(res, 409, 'api_key_revoked');
+    }
+    const actions = (await auditOfTarget(t, body.id)).map((a) => a.action);
+    assert.equal(actions.filter((a) => a === 'api_key.rotated').length, rotated.statusCode === 200 ? 1 : 0, `round ${round}: ${actions}`);
+    assert.equal(actions.filter((a) => a === 'api_key.updated').length, patched.statusCode === 200 ? 1 : 0, `round ${round}: ${actions}`);
+    const stored = assertStatus(await getKey(body.id), 200);
+    assert.notEqual(stored.revoked_at, null);
+    assert.equal(stored.name, patched.statusCode === 200 ? 'renamed' : 'svc');
+    if (rotated.statusCode === 200) assert.equal((await useKey(rotated.json().secret)).statusCode, 401);
+  }
+});

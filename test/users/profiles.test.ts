@@ -195,3 +195,23 @@ test('a Profile PATCH that changes nothing writes nothing: no profile.updated fo
   assert.equal(assertStatus(await getProfile(user.id, admin.token), 200).updated_at, current.updated_at);
   assert.deepEqual(await auditFor(t, user.id, 'profile.updated'), []);
 });
+
+test('PATCH is a partial update, also under concurrency: two admin PATCHes of one Profile at the same time with different fields keep both, and the second profile.updated audit row starts from the first one\'s after (on PostgreSQL the two run at once)', async () => {
+  for (let round = 0; round < 6; round++) {
+    const user = await createUser(t);
+    const original = assertStatus(await getProfile(user.id, admin.token), 200);
+    const [a, b] = await Promise.all([
+      patchProfile(user.id, admin.token, { display_name: 'Both Kept' }),
+      patchProfile(user.id, admin.token, { contact_phone: '+14155550123' }),
+    ]);
+    assertStatus(a, 200);
+    assertStatus(b, 200);
+    const stored = assertStatus(await getProfile(user.id, admin.token), 200);
+    assert.deepEqual([stored.display_name, stored.contact_phone], ['Both Kept', '+14155550123'], `round ${round}`);
+    const audit = await auditFor(t, user.id, 'profile.updated');
+    assert.equal(audit.length, 2);
+    const fromOriginal = audit.filter((r) => r.before.display_name === original.display_name && r.before.contact_phone === null);
+    assert.equal(fromOriginal.length, 1, `round ${round}: only the first change starts from the original`);
+    assert.deepEqual(audit.find((r) => r !== fromOriginal[0])!.before, fromOriginal[0].after);
+  }
+});

@@ -147,7 +147,14 @@ async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise
   await assertMayManageScope(ctx, key.scope);
   // An expired key behaves as revoked (Part A, API Key expires_at).
   if (key.revoked_at || (key.expires_at && key.expires_at <= ctx.now)) throw new ApiError('api_key_revoked');
-  return ctx.db.transaction((tx) => fn(tx, key));
+  return ctx.db.transaction(async (tx) => {
+    // Locked and read again: a revocation committed meanwhile is seen (409, no rotation of a revoked
+    // key, no audit row after api_key.revoked), and a concurrent change is the starting point.
+    const { rows } = await tx.query<KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE`, [id]);
+    const locked = rows[0];
+    if (locked.revoked_at) throw new ApiError('api_key_revoked');
+    return fn(tx, locked);
+  });
 }
 
 /** PATCH /v1/api-keys/{id}: name, permissions, restrict_destructive. */

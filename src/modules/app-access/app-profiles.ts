@@ -85,6 +85,9 @@ export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, 
   return ctx.db.transaction(async (tx) => {
     // An AppProfile is the Application's Tenant's data: unchanged while that Tenant is migrating.
     await assertTenantWritable(tx, app.tenant_id);
+    // The row may not exist yet: the user is locked instead (as for AppSettings), so a concurrent
+    // PATCH's custom keys are merged into, not overwritten.
+    await tx.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
     const c = { ...ctx, db: tx };
     const current = await load(c, user.id, app.id);
     const { row } = current;

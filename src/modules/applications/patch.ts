@@ -25,8 +25,19 @@ const REVIEW_MOVES: Record<string, string[]> = {
 };
 const NOTES_REQUIRED = ['rejected', 'suspended'];
 
-/** PATCH /v1/applications/{id}: owner (configuration fields) or applications.manage (all). */
+/**
+ * PATCH /v1/applications/{id}: owner (configuration fields) or applications.manage (all). The row is
+ * locked before it is read: of two PATCHes at once the second starts from the first's result (only
+ * the fields sent change), and a DELETE /v1/roles of the Role it makes the default waits (or is seen).
+ */
 export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicationBody): Promise<Application> {
+  return ctx.db.transaction(async (tx) => {
+    await tx.query('SELECT 1 FROM applications WHERE id = $1 FOR NO KEY UPDATE', [id]);
+    return patchLockedApplication(inTx(ctx, tx), id, body);
+  });
+}
+
+async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicationBody): Promise<Application> {
   const app = await visibleApplication(ctx, id);
   const admin = hasPermission(ctx.actor, 'applications.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
   const owner = await isOwner(ctx, app);

@@ -7,6 +7,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { withAccessFlips } from '../../access/flips.js';
+import { lockTenantSeats, lockUsersForAccess } from '../../access/locks.js';
 import { findLiveUser } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import { visibleApplication } from '../applications/service.js';
@@ -44,6 +45,9 @@ export async function grantableApplication(ctx: Ctx, applicationId: string): Pro
 
 /** A new seat on the Tenant: 402 on a restricted Tenant, 409 at Starter's cap. */
 export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow, userIds: string[]): Promise<void> {
+  // In the order of src/access/locks.ts: the users (withAccessFlips locks them again later), then the Tenant.
+  await lockUsersForAccess(tx, userIds);
+  await lockTenantSeats(tx, [app.tenant_id]);
   const tenant = (await findTenant(tx, app.tenant_id))!;
   let added = 0;
   for (const userId of userIds) if (!(await isSeat(tx, tenant.id, userId, ctx.now))) added++;

@@ -1,5 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
+import { lockOrganization } from '../../access/locks.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
@@ -94,6 +95,14 @@ export async function getOrganization(ctx: Ctx, id: string): Promise<Organizatio
 
 /** PATCH /v1/organizations/{id}: org admin renames; organizations.manage renames, suspends and reactivates (reason audited). */
 export async function patchOrganization(ctx: Ctx, id: string, body: PatchOrgBody): Promise<Organization> {
+  // Locked before it is read: of two PATCHes at once the second starts from the first's result.
+  return ctx.db.transaction(async (tx) => {
+    await lockOrganization(tx, id);
+    return patchLockedOrganization(inTx(ctx, tx), id, body);
+  });
+}
+
+async function patchLockedOrganization(ctx: Ctx, id: string, body: PatchOrgBody): Promise<Organization> {
   const { org, manage, admin } = await orgAccess(ctx, id);
   if (!manage && !admin) throw new ApiError('forbidden');
   assertNoReadOnlyFields(body, ORG_READ_ONLY);

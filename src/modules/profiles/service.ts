@@ -71,6 +71,8 @@ export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfile
   if (body.avatar_url && parseUrlAsSent(body.avatar_url)?.protocol !== 'https:') throw invalidField('avatar_url', 'must be an https URL');
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
+    // Locked before it is read: a concurrent PATCH's fields are kept (only fields sent change).
+    await tx.query('SELECT 1 FROM profiles WHERE user_id = $1 FOR UPDATE', [user.id]);
     const before = await loadProfile(tx, user.id);
     const { next, changed } = applyPatch(before, { ...body, locale }, ['display_name', 'avatar_url', 'contact_email', 'contact_phone', 'locale']);
     if (changed.length === 0) return before;

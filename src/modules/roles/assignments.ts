@@ -114,6 +114,10 @@ export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Pro
     const applicationId = role.scope === 'platform' ? null : role.scope;
     // An app Role's assignments are its Application's Tenant's data: paused while it is migrating.
     if (applicationId) await assertAppTenantWritable(tx, applicationId);
+    // The Role may have been deleted since it was read: a concurrent DELETE /v1/roles either waits
+    // for this assignment (and answers role_in_use) or has committed (and the Role is gone here).
+    const { rowCount: present } = await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR KEY SHARE', [role.id]);
+    if (present !== 1) throw new ApiError('role_not_found');
     const { rows } = await tx.query<AssignmentRow>(
       `INSERT INTO role_assignments (user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id)
        VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING

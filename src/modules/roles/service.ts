@@ -147,8 +147,18 @@ async function editableRole(ctx: Ctx, id: string): Promise<{ role: RoleRow; app:
   return { role, app };
 }
 
-/** PATCH /v1/roles/{id}: permissions (replaced wholesale) and description; applies on the holders' next request. */
+/**
+ * PATCH /v1/roles/{id}: permissions (replaced wholesale) and description; applies on the holders' next
+ * request. The row is locked before it is read: a concurrent PATCH's change is kept (only fields sent change).
+ */
 export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Promise<Role> {
+  return ctx.db.transaction(async (tx) => {
+    await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR NO KEY UPDATE', [id]);
+    return patchLockedRole(inTx(ctx, tx), id, body);
+  });
+}
+
+async function patchLockedRole(ctx: Ctx, id: string, body: PatchRoleBody): Promise<Role> {
   const { role, app } = await editableRole(ctx, id);
   assertNoReadOnlyFields(body, ROLE_READ_ONLY_FIELDS);
   if (body.permissions) assertRolePermissions(ctx, role.scope, app, body.permissions);
@@ -172,11 +182,16 @@ export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Prom
  */
 export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
   const { role, app } = await editableRole(ctx, id);
-  if (app && app.default_app_role === role.name) {
-    throw new ApiError('role_in_use', { message: "The Application's default_app_role is held by every user with access; change default_app_role first.", details: { assignment_count: role.assignment_count, default_app_role: true } });
-  }
   await ctx.db.transaction(async (tx) => {
     if (app) await assertTenantWritable(tx, app.tenant_id);
+    // Locked, then read again: a concurrent PATCH making this Role the default_app_role, or an
+    // assignment of it, either commits first (and is seen here) or waits and finds the Role gone.
+    const held = app ? (await tx.query<{ default_app_role: string | null }>('SELECT default_app_role FROM applications WHERE id = $1 FOR NO KEY UPDATE', [app.id])).rows[0] : null;
+    if (held && held.default_app_role === role.name) {
+      throw new ApiError('role_in_use', { message: "The Application's default_app_role is held by every user with access; change default_app_role first.", details: { assignment_count: role.assignment_count, default_app_role: true } });
+    }
+    const { rowCount: present } = await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR UPDATE', [id]);
+    if (present !== 1) throw new ApiError('role_not_found');
     // Held in either mode, the Role stays; the count reported is the caller's mode's (the other's is not theirs to see).
     const { rows } = await tx.query<{ n: number; visible: number }>(
       'SELECT count(*)::int AS n, count(u.id)::int AS visible FROM role_assignments ra LEFT JOIN users u ON u.id = ra.user_id WHERE ra.role_id = $1',

@@ -50,7 +50,9 @@ export async function resolveOwnerTenant(db: Queryable, owner: { userId?: string
      VALUES ($1, $2, $3, $4, 'shared', $5, 'us-east-1', $6, $6) ON CONFLICT DO NOTHING`,
     [newId('tnt'), byUser ? 'user' : 'organization', byUser ? value : null, byUser ? null : value, byUser ? 'starter' : 'team', now],
   );
-  const { rows } = await db.query<TenantRow>(`SELECT ${TENANT_COLUMNS} FROM tenants WHERE ${column} = $1`, [value]);
+  // Locked: the caller counts its Applications against the plan cap, and a creation and an ownership
+  // move into one Tenant at once must not both see room for the last one.
+  const { rows } = await db.query<TenantRow>(`SELECT ${TENANT_COLUMNS} FROM tenants WHERE ${column} = $1 FOR NO KEY UPDATE`, [value]);
   return rows[0];
 }
 

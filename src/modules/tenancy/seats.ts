@@ -3,6 +3,7 @@ import { ApiError } from '../../errors.js';
 import type { Queryable, Tx } from '../../db/types.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { withAccessFlips } from '../../access/flips.js';
+import { lockTenantSeats } from '../../access/locks.js';
 import { PLAN_LIMITS, type Plan } from './plans.js';
 
 /**
@@ -86,6 +87,7 @@ export async function withoutNewSeatsIfRestricted<T>(tx: Tx, tenantId: string | 
  */
 export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: string[], now: Date, mutate: () => Promise<T>, opts: { holdRestricted?: boolean } = {}): Promise<T> {
   const capped: { tenantId: string; cap: number; before: Set<string> }[] = [];
+  await lockTenantSeats(tx, tenantIds);
   for (const tenantId of new Set(tenantIds)) {
     let cap = await seatCapOf(tx, tenantId);
     // A restricted Tenant takes no new seat: its cap is the seats it holds now.
