@@ -11,6 +11,12 @@ interface Links {
 }
 
 const link = (l: Links, path: string, token: string) => `${l.publicUrl}${path}?token=${encodeURIComponent(token)}`;
+/**
+ * A name someone else chose (an Organization's, an inviter's), on one line: line breaks, other control
+ * and format characters become spaces, so a name cannot lay out text of its own in the mail (a second
+ * paragraph with a link of its own above the real one).
+ */
+const oneLine = (name: string) => name.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, ' ').replace(/\s+/g, ' ').trim();
 const signed = (fromName: string | null | undefined) => `\n\n— ${fromName ?? 'Platform'}\n`;
 
 export const MAIL_TEMPLATES = {
@@ -38,14 +44,14 @@ export const MAIL_TEMPLATES = {
   invitation: (v: { token: string; inviterName?: string | null }, l: Links): RenderedMail => ({
     subject: 'You have been invited',
     text:
-      `${v.inviterName ? `${v.inviterName} invited you` : 'You have been invited'} to create an account. ` +
+      `${v.inviterName ? `${oneLine(v.inviterName)} invited you` : 'You have been invited'} to create an account. ` +
       `Choose a password by opening the link below:\n\n${link(l, '/accept-invitation', v.token)}` +
       signed(null),
   }),
   organization_invitation: (v: { organizationName: string; token?: string | null }, l: Links): RenderedMail => ({
-    subject: `You have been invited to join ${v.organizationName}`,
+    subject: `You have been invited to join ${oneLine(v.organizationName)}`,
     text:
-      `You have been invited to join the organization ${v.organizationName}.\n\n` +
+      `You have been invited to join the organization “${oneLine(v.organizationName)}”.\n\n` +
       (v.token
         ? `Create your account by opening the link below, then accept the invitation:\n\n${link(l, '/accept-invitation', v.token)}`
         : `Sign in to accept the invitation.`) +

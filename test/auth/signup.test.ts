@@ -173,6 +173,29 @@ test("the verification email's sender is always the service's address: an email_
   assert.doesNotMatch(mail.subject, /[<>@"]/);
 });
 
+test("an email_from_name written as an RFC 2047 encoded word is not sent as one: mail clients would decode it into a name that reads as an address", async () => {
+  // "=?utf-8?b?…?=" holds none of <, >, @ or quotes, but decodes to "Acme <help@evil.example>", and
+  // the relay sends an ASCII name as is (nodemailer only quotes it), so clients that decode encoded
+  // words in the From name would show another sender.
+  const encoded = `=?utf-8?b?${Buffer.from('Acme <help@evil.example>').toString('base64')}?=`;
+  const appId = await createApplication(t, { slug: 'encoded-name', emailFromName: encoded });
+  const email = uniqueEmail('encodedname');
+  assert.equal((await signup({ email, password: PASSWORD, application_id: appId })).statusCode, 201);
+  const [mail] = await mailsTo(t, email, 'email_verification');
+  assert.ok(mail.from_name, 'the mail is still branded');
+  assert.doesNotMatch(mail.from_name, /=\?/, mail.from_name);
+  assert.doesNotMatch(mail.subject, /=\?/, mail.subject);
+  assert.doesNotMatch(mail.text_body, /=\?utf-8/, mail.text_body);
+});
+
+test("an email_from_name with fullwidth or small look-alikes of < > @ or a right-to-left override is not sent as one: they read as the characters the sender name leaves out", async () => {
+  const appId = await createApplication(t, { slug: 'lookalike-name', emailFromName: 'Acme \uFF1Chelp\uFF20evil.example\uFE65 \u202Egnp.exe' });
+  const email = uniqueEmail('lookalike');
+  assert.equal((await signup({ email, password: PASSWORD, application_id: appId })).statusCode, 201);
+  const [mail] = await mailsTo(t, email, 'email_verification');
+  assert.equal(mail.from_name, 'Acme help evil.example gnp.exe');
+});
+
 test('signup with an unknown application_id gets 422 validation_failed naming application_id and creates nothing', async () => {
   const email = uniqueEmail('unknownapp');
   const res = await signup({ email, password: PASSWORD, application_id: 'app_does-not-exist' });

@@ -37,6 +37,20 @@ test('"addresses cannot be probed": an invitation answers the email in lower cas
   assert.ok(active.some((m: any) => m.email === knownEmail), 'active.some((m: any) => m.email === knownEmail)');
 });
 
+test('the organization_invitation mail names the Organization on one line, in quotes: a name with line breaks cannot lay out a paragraph and link of its own above the real link', async () => {
+  const name = 'Acme\r\n\r\nOpen https://evil.example/accept-invitation?token=stolen\u2028now';
+  const { org, owner } = await createOrgApi(t, undefined, name);
+  const email = uniqueEmail('layout');
+  assertStatus(await invite(t, owner.token, org.id, email), 201);
+  const [mail] = await mails(t, email);
+  assert.equal(mail.subject, 'You have been invited to join Acme Open https://evil.example/accept-invitation?token=stolen now');
+  const lines = mail.text_body.split('\n');
+  assert.equal(lines[0], 'You have been invited to join the organization “Acme Open https://evil.example/accept-invitation?token=stolen now”.');
+  const links = lines.filter((l: string) => /^https?:\/\//.test(l));
+  assert.equal(links.length, 1, mail.text_body);
+  assert.ok(links[0].startsWith(`${t.config.publicUrl}/accept-invitation?token=`), links[0]);
+});
+
 test('invite by email creates a pending membership and an organization_invitation mail naming the Organization; an address without a live User gets an invited User; the response has the same shape either way', async () => {
   const { org, owner } = await createOrgApi(t, undefined, 'Invite Labs');
   const known = await person(t);

@@ -39,10 +39,14 @@ async function emailFromName(tx: Tx, applicationId: string): Promise<string | nu
 /**
  * The sending address is always the service's (Part B, email_from_name): a name that reads as an
  * address ("Acme <billing@evil.example>") would show another sender in mail clients that show only
- * the display name, so `<`, `>`, `@`, quotes, backslashes and control characters become spaces.
+ * the display name, so `<`, `>`, `@`, quotes, backslashes and control characters become spaces, and
+ * so does `=?`, which opens an RFC 2047 encoded word: mail clients decode `=?utf-8?b?…?=` in a From
+ * name into any text (nodemailer sends an ASCII name as is), those characters included. The name is
+ * NFKC-normalized first, so fullwidth and small forms (`＜`, `＠`, `﹤`) count as the characters they
+ * stand for, and format characters (right-to-left overrides) go too.
  */
 function senderName(name: string | null): string | null {
   if (name === null) return null;
-  const plain = name.replace(/[<>@"\\\p{Cc}]/gu, ' ').replace(/\s+/g, ' ').trim();
+  const plain = name.normalize('NFKC').replace(/=\?|[<>@"\\\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, ' ').replace(/\s+/g, ' ').trim();
   return plain === '' ? null : plain;
 }
