@@ -1,4 +1,5 @@
 import { invalidField } from '../errors.js';
+import { unstorableText } from './validation.js';
 
 export interface PageParams {
   limit?: number;
@@ -16,7 +17,8 @@ export function encodeCursor(key: readonly (string | number)[]): string {
 export function decodeCursor(cursor: string, arity: number): (string | number)[] {
   try {
     const key = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (Array.isArray(key) && key.length === arity && key.every((v) => typeof v === 'string' || typeof v === 'number')) {
+    // A string the database cannot compare as sent (U+0000) is no position either.
+    if (Array.isArray(key) && key.length === arity && key.every((v) => typeof v === 'string' || typeof v === 'number') && unstorableText(key, '') === null) {
       return key;
     }
   } catch {
@@ -26,10 +28,10 @@ export function decodeCursor(cursor: string, arity: number): (string | number)[]
 }
 
 /**
- * Only the instants toPage writes (toISOString of a four-digit year): anything else Date.parse
- * accepts, PostgreSQL may refuse to cast (a 500 instead of a 422).
+ * Only the instants toPage writes (toISOString of a four-digit year from 0001; PostgreSQL has no
+ * year 0000): anything else Date.parse accepts, PostgreSQL may refuse to cast.
  */
-const isCursorInstant = (at: string): boolean => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(at) && !Number.isNaN(Date.parse(at)) && new Date(at).toISOString() === at;
+const isCursorInstant = (at: string): boolean => /^(?!0000)\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(at) && !Number.isNaN(Date.parse(at)) && new Date(at).toISOString() === at;
 
 export interface KeysetPage {
   /** SQL condition to AND into the WHERE clause ('TRUE' on the first page). */

@@ -399,6 +399,37 @@ test('list pagination: a cursor that is not from the list gets 422 validation_fa
   assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.limit']);
 });
 
+test('list pagination: "One that does not decode to such a position gets 422 validation_failed naming query.cursor": a cursor naming year 0000 or holding U+0000 is 422 naming query.cursor, and the list is unchanged', async () => {
+  const { token } = await userToken(t);
+  const cursors = [
+    ['0000-01-01T00:00:00.000Z', 'ses_x'], // an instant JavaScript writes but PostgreSQL has no year for
+    ['2024-03-05T10:00:00.000Z', 'ses_\u0000x'], // text PostgreSQL cannot compare
+  ];
+  for (const key of cursors) {
+    const cursor = Buffer.from(JSON.stringify(key)).toString('base64url');
+    const res = await t.app.inject({ method: 'GET', url: `/v1/users/me/sessions?cursor=${cursor}`, headers: bearer(token) });
+    assert.equal(res.statusCode, 422, `${JSON.stringify(key)}: ${res.body}`);
+    assert.equal(res.json().error.code, 'validation_failed');
+    assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.cursor'], res.body);
+  }
+  const ok = await t.app.inject({ method: 'GET', url: '/v1/users/me/sessions', headers: bearer(token) });
+  assert.equal(ok.statusCode, 200, ok.body);
+  assert.equal(ok.json().data.length, 1);
+});
+
+test('list pagination: a cursor that does not decode gets 422 validation_failed naming query.cursor "like every query parameter", also where the caller has nothing to list (tenants, owned applications, roles for a key without permissions)', async () => {
+  const key = (await createApiKey(t, { scope: 'platform', permissions: [] })).secret;
+  for (const url of ['/v1/tenants', '/v1/applications?owned=true', '/v1/roles']) {
+    const empty = await t.app.inject({ method: 'GET', url, headers: bearer(key) });
+    assert.equal(empty.statusCode, 200, `${url}: ${empty.body}`);
+    assert.deepEqual(empty.json(), { data: [], page: { next_cursor: null, has_more: false } });
+    const res = await t.app.inject({ method: 'GET', url: `${url}${url.includes('?') ? '&' : '?'}cursor=bm9wZQ`, headers: bearer(key) });
+    assert.equal(res.statusCode, 422, `${url}: ${res.body}`);
+    assert.equal(res.json().error.code, 'validation_failed');
+    assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), ['query.cursor'], `${url}: ${res.body}`);
+  }
+});
+
 test('list pagination: limit is 1–100 (limit=100 is accepted, limit=0 is 422 naming query.limit) and defaults to 20 rows a page', async () => {
   // The audit trail: every user created below adds to it.
   const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;

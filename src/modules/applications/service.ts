@@ -63,7 +63,8 @@ export async function listApplications(ctx: Ctx, q: ApplicationListQuery) {
   if (q.visibility) add((n) => `a.visibility = $${n}`, q.visibility);
   if (q.review_status) add((n) => `a.review_status = $${n}`, q.review_status);
   if (q.owned) {
-    if (!viewer.userId) return { data: [], page: { next_cursor: null, has_more: false } };
+    // Nothing to list, but the cursor is still checked (docs/conventions.md, Pagination).
+    if (!viewer.userId) return toPage([], keyset(q, 1).limit, toListItem);
     params.push(viewer.userId);
     where.push(ownerCondition(params.length));
   }

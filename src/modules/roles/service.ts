@@ -74,7 +74,8 @@ export async function listRoles(ctx: Ctx, q: ScopeQuery) {
       scopes.push(`r.scope IN (${OWNED_APPLICATIONS_SQL(params.length)})`);
     }
   }
-  if (scopes.length === 0) return { data: [], page: { next_cursor: null, has_more: false } };
+  // Nothing to list, but the cursor is still checked (docs/conventions.md, Pagination).
+  if (scopes.length === 0) return toPage([], keyset(q, 1).limit, toRole);
   const where = [`(${scopes.join(' OR ')})`];
   if (q.scope) where.push(`r.scope = $${params.push(q.scope)}`);
   const ks = keyset(q, params.length + 1, 'r', 'asc');

@@ -40,7 +40,8 @@ export async function listTenants(ctx: Ctx, q: TenantListQuery) {
     where.push(sql(params.length));
   };
   if (!hasPermission(ctx.actor, 'tenants.manage')) {
-    if (ctx.actor.type !== 'user') return { data: [], page: { next_cursor: null, has_more: false } };
+    // Nothing to list, but the cursor is still checked (docs/conventions.md, Pagination).
+    if (ctx.actor.type !== 'user') return toPage([], keyset(q, 1).limit, toTenant);
     params.push(ctx.actor.userId);
     where.push(tenantOwnerCondition(params.length));
   }
