@@ -164,6 +164,23 @@ test("signup application_id grants nothing: it is stored as signup_application_i
   assert.match(mails[1].text_body, /Acme Notes/);
 });
 
+test('only an approved Application brands the verification email: signup through a pending, rejected or suspended one succeeds (application_id is informational) with an unbranded mail', async () => {
+  for (const status of ['pending', 'rejected', 'suspended']) {
+    const appId = await createApplication(t, { slug: `brand-${status}`, emailFromName: `Brand ${status}` });
+    await sql(t, 'UPDATE applications SET review_status = $2 WHERE id = $1', [appId, status]);
+    const email = uniqueEmail(`brand${status}`);
+    const res = await signup({ email, password: PASSWORD, application_id: appId });
+    assert.equal(res.statusCode, 201, res.body);
+    const [mail] = await mailsTo(t, email, 'email_verification');
+    assert.equal(mail.from_name, null, status);
+    assert.doesNotMatch(`${mail.subject}\n${mail.text_body}`, /Brand/, status);
+    // Once approved, a re-sent mail is branded.
+    await sql(t, `UPDATE applications SET review_status = 'approved' WHERE id = $1`, [appId]);
+    assert.equal((await post(t, '/v1/auth/email/verify/resend', { email })).statusCode, 202);
+    assert.equal((await mailsTo(t, email, 'email_verification'))[1].from_name, `Brand ${status}`, status);
+  }
+});
+
 test("the verification email's sender is always the service's address: an email_from_name that reads as an address is shown without its <, >, @ and quotes", async () => {
   const appId = await createApplication(t, { slug: 'spoof-name', emailFromName: 'Acme "Support" <help@evil.example>' });
   const email = uniqueEmail('spoofname');

@@ -32,7 +32,9 @@ export async function sendVerification(tx: Tx, ctx: Ctx, user: { id: string; ema
 }
 
 async function emailFromName(tx: Tx, applicationId: string): Promise<string | null> {
-  const { rows } = await tx.query<{ email_from_name: string | null }>('SELECT email_from_name FROM applications WHERE id = $1', [applicationId]);
+  // Only an approved Application brands a mail: one pending review, rejected or suspended has no
+  // standing to send in its name (signup through it still succeeds; application_id is informational).
+  const { rows } = await tx.query<{ email_from_name: string | null }>(`SELECT email_from_name FROM applications WHERE id = $1 AND review_status = 'approved'`, [applicationId]);
   return senderName(rows[0]?.email_from_name ?? null);
 }
 
