@@ -368,6 +368,30 @@ test("the tenant_id filter also matches events about the Tenant's Applications: 
   assert.ok((await ids(viewer, `tenant_id=${patched.tenant_id}`)).includes(created.id), 'listed for platform audit.view too');
 });
 
+test("the Roles a PATCH moving an Application to another Tenant seeds or deletes (available_app_roles, a deleted Role named the default) are audited with the Tenant it moves to, as its application.updated: the old Tenant's owner no longer reads them", async () => {
+  const moved = await newApp(t, admin);
+  const slug = moved.id.slice('app_'.length);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${moved.id}`, admin, { available_app_roles: ['viewer', 'spare'] }), 200);
+  assertStatus(await call(t, 'DELETE', `/v1/roles/role_${slug}_spare`, admin), 204);
+  const newOwner = await person(t);
+  const res = await call(t, 'PATCH', `/v1/applications/${moved.id}`, admin, { owner_user_id: newOwner.id, available_app_roles: ['editor', 'spare'], default_app_role: 'spare' });
+  const patched = assertStatus(res, 200);
+  assert.notEqual(patched.tenant_id, moved.tenantId, "moved to the new owner's Tenant");
+  const rows = await sql(t, `SELECT id, action, target_id, tenant_id FROM audit_events WHERE application_id = $1 AND request_id = $2 ORDER BY action, target_id`, [moved.id, res.headers['request-id']]);
+  assert.deepEqual(rows.map((r: any) => [r.action, r.target_id, r.tenant_id]), [
+    ['application.updated', moved.id, patched.tenant_id],
+    ['role.created', `role_${slug}_editor`, patched.tenant_id],
+    ['role.created', `role_${slug}_spare`, patched.tenant_id],
+    ['role.deleted', `role_${slug}_viewer`, patched.tenant_id],
+  ]);
+  const oldOwnerSees = await ids(moved.owner.token, `tenant_id=${moved.tenantId}&limit=100`);
+  assert.deepEqual(rows.filter((r: any) => oldOwnerSees.includes(r.id)), [], "none of the move's rows is listed for the old Tenant's owner");
+  const newOwnerSees = await ids(newOwner.token, `tenant_id=${patched.tenant_id}&limit=100`);
+  assert.ok(rows.every((r: any) => newOwnerSees.includes(r.id)), "all of them are listed for the new Tenant's owner");
+  const created = rows.find((r: any) => r.action === 'role.created')!;
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/audit-events/${created.id}`, viewer), 200).tenant_id, patched.tenant_id);
+});
+
 test('GET /v1/audit-events/{id} reads under the longest window the caller has for the event: a Starter Tenant owner who is also its target fetches a 100-day-old event, as it lists it with target_user_id=me', async () => {
   const owned = await newApp(t, admin);
   const ent = await grant(t, admin, owned.owner.id, owned.id);

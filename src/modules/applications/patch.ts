@@ -79,7 +79,7 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
     const tenantId = await moveOwnership(tx, ctx, app, body);
     await syncAppRoles(tx, ctx, app, roles, tenantId);
     // Everyone with access holds the default Role: it exists even if its Role was deleted while another name was the default.
-    if (defaultRole && defaultRole !== app.default_app_role) await seedAppRole(tx, ctx, app, defaultRole);
+    if (defaultRole && defaultRole !== app.default_app_role) await seedAppRole(tx, ctx, app, defaultRole, tenantId);
     if (permissions) await assertPermissionsUnused(tx, app, permissions.map((p) => p.key));
 
     const v = <K extends keyof ApplicationRow>(k: K, fallback: ApplicationRow[K]) => (k in body ? (body as any)[k] : fallback);
@@ -140,9 +140,9 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     const role = await findRole(tx, roleId);
     await tx.query('DELETE FROM roles WHERE id = $1', [roleId]);
     // Deleted with its name: audited as role.deleted, as DELETE /v1/roles/{id} is.
-    if (role) await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id: roleId }, applicationId: app.id, before: toRole(role) });
+    if (role) await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id: roleId }, applicationId: app.id, tenantId, before: toRole(role) });
   }
-  for (const name of added) await seedAppRole(tx, ctx, app, name);
+  for (const name of added) await seedAppRole(tx, ctx, app, name, tenantId);
 }
 
 async function assertPermissionsUnused(tx: Tx, app: ApplicationRow, keep: string[]): Promise<void> {

@@ -117,15 +117,16 @@ export async function assertOwnerKnown(tx: Tx, owner: { userId?: string | null; 
 }
 
 /** Seeds the empty Role role_<slug>_<name> for an available_app_roles name. */
-export async function seedAppRole(tx: Tx, ctx: Ctx, app: { id: string; slug: string }, name: string): Promise<void> {
+export async function seedAppRole(tx: Tx, ctx: Ctx, app: { id: string; slug: string }, name: string, tenantId?: string): Promise<void> {
   const id = `role_${app.slug}_${name}`;
   const { rowCount } = await tx.query(
     `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at)
      VALUES ($1, $2, $3, NULL, '{}', false, $4, $4) ON CONFLICT DO NOTHING`,
     [id, name, app.id, ctx.now],
   );
-  // A seeded Role is audited as role.created, as one made through POST /v1/roles.
-  if (rowCount === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app.id, after: toRole((await findRole(tx, id))!) });
+  // A seeded Role is audited as role.created, as one made through POST /v1/roles. A PATCH moving the
+  // Application names the Tenant it ends up in (its row still names the old one until the UPDATE).
+  if (rowCount === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app.id, tenantId, after: toRole((await findRole(tx, id))!) });
 }
 
 /** POST /v1/applications (applications.manage): creates approved, resolving or creating the owner's Tenant. */
