@@ -138,14 +138,16 @@ function sendError(reply: FastifyReply, error: ApiError) {
 
 /**
  * `confirmCaller` settles a caller the gate left unconfirmed (a `session: 'fused'` route checks the
- * session in its own query): a request refused before the route ran (a field error) answers 401 when
- * its session has ended, as every other route does, instead of describing its input to a dead session.
+ * session in its own query): a request refused before the route ran (a body that is not JSON, too
+ * large or of another media type, a field error) answers 401 when its session has ended, as every
+ * other route does, instead of describing its input to a dead session.
  */
+const REFUSED_BEFORE_ROUTE = new Set([400, 413, 415, 422]);
 export function registerErrorHandling(app: FastifyInstance, confirmCaller?: (request: FastifyRequest) => Promise<void>): void {
   app.setErrorHandler(async (err, request, reply) => {
     const fe = err as FastifyError & { validation?: ErrorObject[]; validationContext?: string };
     let error = (fe.validationContext === 'params' && fe.validation && unknownPathResource(request, fe.validation)) || toApiError(err);
-    if (confirmCaller && (error.status === 422 || fe.validation) && request.actor?.type === 'user' && request.actor.unconfirmed) {
+    if (confirmCaller && (REFUSED_BEFORE_ROUTE.has(error.status) || fe.validation) && request.actor?.type === 'user' && request.actor.unconfirmed) {
       error = await confirmCaller(request).then(() => error, toApiError);
     }
     logServerError(request, err, error);

@@ -178,3 +178,20 @@ test('app-tokens authenticates in its own query: a revoked session or a suspende
   assertError(await issue(otherAuth.access_token, { application_id: app.id }), 401, 'unauthenticated');
   assertError(await issue(admin, { application_id: app.id }), 400, 'user_token_required');
 });
+
+test('app-tokens: a body refused before the route runs (not JSON, another media type, over 1 MB) answers an ended session 401, as every other route does; a live session still gets the body\'s own error', async () => {
+  const user = await createUser(t);
+  const auth = await session(t, user);
+  const send = (token: string, contentType: string, payload: string) =>
+    t.app.inject({ method: 'POST', url: '/v1/auth/app-tokens', headers: { authorization: `Bearer ${token}`, 'content-type': contentType }, payload });
+  const big = JSON.stringify({ application_id: app.id, pad: 'x'.repeat(1024 * 1024) });
+  assertError(await send(auth.access_token, 'application/json', '{'), 400, 'malformed_json');
+  assertError(await send(auth.access_token, 'text/plain', 'x'), 415, 'unsupported_media_type');
+  assertError(await send(auth.access_token, 'application/json', big), 413, 'payload_too_large');
+  assert.equal((await call(t, 'POST', '/v1/auth/logout', auth.access_token, {})).statusCode, 204);
+  assertError(await send(auth.access_token, 'application/json', '{'), 401, 'unauthenticated');
+  assertError(await send(auth.access_token, 'text/plain', 'x'), 401, 'unauthenticated');
+  assertError(await send(auth.access_token, 'application/json', big), 401, 'unauthenticated');
+  // The same body on a route the gate authenticates in full: 401 first.
+  assertError(await t.app.inject({ method: 'POST', url: '/v1/organizations', headers: { authorization: `Bearer ${auth.access_token}`, 'content-type': 'application/json' }, payload: '{' }), 401, 'unauthenticated');
+});
