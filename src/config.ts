@@ -63,14 +63,26 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     problems.push(`${name} must be 1 or 0 (got "${v}")`);
     return false;
   };
-  const url = (name: string, protocols: string[]): string | null => {
+  const url = (name: string, protocols: string[], parts: { host?: boolean } = {}): string | null => {
     const v = str(name);
     if (v === null) return null;
     try {
       const u = new URL(v);
       if (!protocols.includes(u.protocol)) problems.push(`${name} must use ${protocols.join(' or ')} (got "${u.protocol}")`);
+      // `smtp://` or `smtp:relay` parse, but name no server: nodemailer would quietly send to localhost.
+      else if (parts.host && !/^[a-z][a-z0-9+.-]*:\/\/[^/?#]/i.test(v)) problems.push(`${name} must name a host (${protocols[0]}//host:port)`);
     } catch {
       problems.push(`${name} is not a valid URL`);
+    }
+    return v;
+  };
+  /** PUBLIC_URL is the service origin, optionally with a path: the issuer and the base of every link. */
+  const origin = (name: string): string | null => {
+    const v = url(name, ['http:', 'https:'], { host: true });
+    if (v === null || !URL.canParse(v)) return v;
+    const u = new URL(v);
+    if (u.search || u.hash || v.includes('?') || v.includes('#') || u.username || u.password) {
+      problems.push(`${name} must be an origin with an optional path, without a query, fragment or user info`);
     }
     return v;
   };
@@ -90,7 +102,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
   };
 
   const port = int('PORT', 8080, 0, 65535);
-  const publicUrl = (url('PUBLIC_URL', ['http:', 'https:']) ?? `http://localhost:${port}`).replace(/\/+$/, '');
+  const publicUrl = (origin('PUBLIC_URL') ?? `http://localhost:${port}`).replace(/\/+$/, '');
   // Only used when PUBLIC_URL is valid: otherwise its problem is reported with the others below.
   const publicHost = URL.canParse(publicUrl) ? new URL(publicUrl).hostname : 'localhost';
   const logLevel = str('LOG_LEVEL') ?? 'info';
@@ -109,7 +121,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     databaseUrl: url('DATABASE_URL', ['postgres:', 'postgresql:']),
     bootstrapAdminEmail,
     bootstrapAdminPassword,
-    smtpUrl: url('SMTP_URL', ['smtp:', 'smtps:']),
+    smtpUrl: url('SMTP_URL', ['smtp:', 'smtps:'], { host: true }),
     mailFrom: email('MAIL_FROM') ?? `no-reply@${publicHost}`,
     webhookAllowPrivateTargets: flag('WEBHOOK_ALLOW_PRIVATE_TARGETS'),
     stripeSecretKey: str('STRIPE_SECRET_KEY'),

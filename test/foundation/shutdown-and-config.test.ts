@@ -24,6 +24,25 @@ test('a PUBLIC_URL that is not a URL is a configuration problem, listed with the
   assert.ok(problems.some((p) => p.startsWith('PORT')), problems.join('; '));
 });
 
+test('PUBLIC_URL is the service origin (an optional path allowed): a query, a fragment, user info or no host is refused at start, since the issuer and every link are built on it', () => {
+  for (const value of ['https://id.example.com?tenant=1', 'https://id.example.com/#top', 'https://admin:secret@id.example.com', 'http:id.example.com']) {
+    const problems = problemsOf({ PUBLIC_URL: value });
+    assert.equal(problems.length, 1, `${value}: ${problems.join('; ')}`);
+    assert.match(problems[0]!, /^PUBLIC_URL must (be an origin|name a host)/);
+    assert.ok(!problems[0]!.includes('secret'), 'the refusal does not echo user info');
+  }
+  assert.equal(loadConfig({ PUBLIC_URL: 'https://id.example.com/' }).publicUrl, 'https://id.example.com', 'a trailing slash is dropped');
+  assert.equal(loadConfig({ PUBLIC_URL: 'https://example.com/identity/' }).publicUrl, 'https://example.com/identity', 'a path is kept (decisions)');
+});
+
+test('SMTP_URL must name a server (smtp://host:port): `smtp://` or `smtp:relay` is refused at start instead of sending to localhost', () => {
+  for (const value of ['smtp://', 'smtp:relay', 'smtps://']) {
+    assert.deepEqual(problemsOf({ SMTP_URL: value }), ['SMTP_URL must name a host (smtp://host:port)'], value);
+  }
+  assert.equal(loadConfig({ SMTP_URL: 'smtps://user:pass@mail.example.com:465' }).smtpUrl, 'smtps://user:pass@mail.example.com:465');
+  assert.equal(loadConfig({ SMTP_URL: 'smtp://127.0.0.1:2525' }).smtpUrl, 'smtp://127.0.0.1:2525');
+});
+
 test('MAIL_FROM and BOOTSTRAP_ADMIN_EMAIL must be email addresses', () => {
   assert.deepEqual(problemsOf({ MAIL_FROM: 'notanemail' }), ['MAIL_FROM must be an email address (got "notanemail")']);
   const problems = problemsOf({ BOOTSTRAP_ADMIN_EMAIL: 'notanemail', BOOTSTRAP_ADMIN_PASSWORD: 'copper-willow-saddle-harbor-58' });
