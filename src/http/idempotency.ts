@@ -16,6 +16,8 @@ export interface Claim {
   token: string;
   /** Set once the outcome is stored (in the mutation's transaction, or after an error). */
   completed: boolean;
+  /** The user a /v1/users/{id}/… operation is about: the erasure cascade drops such answers. */
+  subjectUserId: string | null;
 }
 
 declare module 'fastify' {
@@ -91,6 +93,7 @@ export async function claimIdempotencyKey(
     key,
     token: randomUUID(),
     completed: false,
+    subjectUserId: subjectUserOf(request, actor),
   };
   const id = localId(claim);
   if (running.has(id)) throw new ApiError('idempotency_key_in_flight');
@@ -114,9 +117,9 @@ async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: Fasti
   for (let attempt = 0; attempt < 3; attempt++) {
     const now = deps.clock.now();
     const inserted = await db.query(
-      `INSERT INTO idempotency_keys (credential, operation, key, request_hash, status, claim_token, locked_until, created_at, expires_at)
-       VALUES ($1, $2, $3, $4, 'in_flight', $5, $6, $7, $8) ON CONFLICT DO NOTHING`,
-      [claim.credential, claim.operation, key, hash, claim.token, addSeconds(now, IN_FLIGHT_LEASE_SECONDS), now, addSeconds(now, IDEMPOTENCY_RETENTION_SECONDS)],
+      `INSERT INTO idempotency_keys (credential, operation, key, request_hash, status, claim_token, locked_until, created_at, expires_at, subject_user_id)
+       VALUES ($1, $2, $3, $4, 'in_flight', $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`,
+      [claim.credential, claim.operation, key, hash, claim.token, addSeconds(now, IN_FLIGHT_LEASE_SECONDS), now, addSeconds(now, IDEMPOTENCY_RETENTION_SECONDS), claim.subjectUserId],
     );
     if (inserted.rowCount === 1) return true;
     const { rows } = await db.query<Row>(
@@ -176,6 +179,24 @@ export async function sealStoredAnswers(deps: Deps): Promise<number> {
     sealed += rowCount;
   }
   return sealed;
+}
+
+/**
+ * The erasure cascade: drops the stored answers (still inside their 24 hours) of operations on this
+ * user (`/v1/users/{id}/…`, e.g. an admin's Profile write to the soft-deleted user in the cascade's
+ * last day). A retry then runs again and gets 404 user_not_found instead of replaying erased data.
+ */
+export async function dropStoredAnswersAbout(tx: Tx, userId: string): Promise<number> {
+  return (await tx.query('DELETE FROM idempotency_keys WHERE subject_user_id = $1', [userId])).rowCount;
+}
+
+/** The user an operation under /v1/users/{id} is about (`me` is the caller), else null. */
+function subjectUserOf(request: FastifyRequest, actor: Actor): string | null {
+  if (!request.routeOptions.url?.startsWith('/v1/users/:id')) return null;
+  const id = (request.params as { id?: unknown }).id;
+  if (typeof id !== 'string') return null;
+  if (id === 'me') return actor.type === 'user' ? actor.userId : null;
+  return id;
 }
 
 // A stored response may hold a secret the service shows once (a webhook signing secret) and always

@@ -410,6 +410,44 @@ test('"entitlement.member_scope_changed | member_scope or member_overrides chang
   assert.deepEqual([audit[0].before.member_overrides, audit[0].after.member_overrides], [[user.id, buddy.id], [buddy.id]]);
 });
 
+test('"Erasure clears everything exported": after the cascade, a retry of an Idempotency-Key write made to the soft-deleted user in the last 24 hours replays no erased data; it runs again and gets 404 user_not_found', async () => {
+  const user = await createUser(t);
+  assertStatus(await requestErasure('me', await login(t, user)), 202);
+  // Six and a half days in, an admin writes to the soft-deleted user's Profile with an Idempotency-Key.
+  t.clock.advance(6.5 * DAY);
+  const admin = await asAdmin();
+  const write = { display_name: 'Latewrite Person', contact_phone: '+4915112345678', contact_email: 'late-contact@example.org' };
+  const first = assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}/profile`, admin, write, { 'idempotency-key': 'erase-late-write' }), 200);
+  assert.equal(first.display_name, 'Latewrite Person');
+  const otherUser = await createUser(t);
+  assertStatus(await call(t, 'PATCH', `/v1/users/${otherUser.id}/profile`, admin, { display_name: 'Bystander Kept' }, { 'idempotency-key': 'erase-other-write' }), 200);
+
+  t.clock.advance(0.5 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased');
+
+  const later = await asAdmin(); // the same credential (the admin user) in a new session
+  const retry = await call(t, 'PATCH', `/v1/users/${user.id}/profile`, later, write, { 'idempotency-key': 'erase-late-write' });
+  assertError(retry, 404, 'user_not_found');
+  assert.equal(retry.headers['idempotent-replayed'], undefined, 'not a replay of the stored answer');
+  for (const value of ['Latewrite', '4915112345678', 'late-contact@example.org']) assert.ok(!retry.body.includes(value), `the retry shows ${value}`);
+  // Another user's stored answer is not about the erased user and still replays.
+  const kept = await call(t, 'PATCH', `/v1/users/${otherUser.id}/profile`, later, { display_name: 'Bystander Kept' }, { 'idempotency-key': 'erase-other-write' });
+  assert.equal(kept.statusCode, 200);
+  assert.equal(kept.headers['idempotent-replayed'], 'true');
+});
+
+test('after the erasure cascade the id stays 404 user_not_found on the support MFA reset (DELETE /v1/users/{id}/mfa/totp) too, and no audit row is written', async () => {
+  const mfa = await createMfaUser(t);
+  const admin = await asAdmin();
+  assertStatus(await requestErasure(mfa.user.id, admin), 202);
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  const fresh = await asAdmin();
+  assertError(await call(t, 'DELETE', `/v1/users/${mfa.user.id}/mfa/totp`, fresh), 404, 'user_not_found');
+  assert.equal((await auditFor(t, mfa.user.id, 'user.mfa_reset')).length, 0);
+});
+
 test('test data older than 30 days is purged nightly; live rows and younger test rows stay', async () => {
   const live = await createUser(t, { mode: 'live' });
   const old = await createUser(t, { mode: 'test' });

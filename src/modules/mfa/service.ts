@@ -90,7 +90,8 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   const userId = resolveUserId(ctx, idParam);
   if (!hasPermission(ctx.actor, 'users.manage')) throw new ApiError('user_not_found');
   const user = await findUserById(ctx.db, userId);
-  if (!user) throw new ApiError('user_not_found');
+  // An erased user's tombstone is 404 like every other path about them (docs/decisions.md "Erasure").
+  if (!user || user.erased_at) throw new ApiError('user_not_found');
   const identity = await findPasswordIdentity(ctx.db, userId);
   if (!identity?.totp_confirmed_at && !identity?.totp_pending_secret) return;
   await ctx.db.transaction(async (tx) => {

@@ -5,6 +5,7 @@ import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
 import { pathApplicationIds } from '../../outbox/emit.js';
+import { dropStoredAnswersAbout } from '../../http/idempotency.js';
 import { memberEvent } from '../organizations/events.js';
 import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
 import { emitEntitlementEvent } from '../entitlements/grant.js';
@@ -218,6 +219,9 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
         OR (user_id IS NULL AND lower(to_address) = lower($2) AND test_mode = $3 AND created_at <= COALESCE($4, created_at))`,
     [id, user.email, user.test_mode, user.deleted_at],
   );
+  // Idempotency-Key answers about the user (an admin's write to the soft-deleted user in the last 24
+  // hours) would replay the erased Profile or address after the cascade.
+  await dropStoredAnswersAbout(tx, id);
   await tx.query(`UPDATE audit_events SET before = CASE WHEN before IS NULL THEN NULL ELSE $2::jsonb END, after = CASE WHEN after IS NULL THEN NULL ELSE $2::jsonb END WHERE target_user_id = $1`, [id, REDACTED]);
   await tx.query(
     `UPDATE users SET email = $2, pending_email = NULL, signup_application_id = NULL, last_login_at = NULL, erased_at = $3, updated_at = $3 WHERE id = $1`,
