@@ -5,7 +5,7 @@ import { bearerToken, isApiKeySecret, resolveBearer, unauthenticated, verifyAcce
 import { modeOf } from '../db/types.js';
 import { metaOf } from './meta.js';
 import { hitCounter, retryAfterSeconds } from './counters.js';
-import { claimIdempotencyKey, completeInTransaction, settleAfterResponse } from './idempotency.js';
+import { claimIdempotencyKey, completeInTransaction, replayedHeaders, settleAfterResponse } from './idempotency.js';
 import type { Mode, Tx } from '../db/types.js';
 import { refreshDevClock } from '../dev/clock.js';
 import { lazyTransaction } from '../db/lazy-tx.js';
@@ -79,7 +79,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
         request.tx = undefined;
       }
       const body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
-      await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body));
+      await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body, replayedHeaders(reply)));
       return payload;
     };
   });
@@ -160,7 +160,7 @@ function settleOnSend(deps: Deps) {
     const claim = request.idempotencyClaim;
     if (claim) {
       request.idempotencyClaim = undefined;
-      await settleAfterResponse(deps, claim, reply.statusCode, typeof payload === 'string' ? payload : '');
+      await settleAfterResponse(deps, claim, reply.statusCode, typeof payload === 'string' ? payload : '', replayedHeaders(reply));
     }
     return payload;
   };

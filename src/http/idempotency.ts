@@ -31,6 +31,7 @@ interface Row {
   status: 'in_flight' | 'done';
   response_status: number | null;
   response_body: string | null;
+  response_headers: Record<string, string> | null;
   locked_until: Date;
   expires_at: Date;
 }
@@ -123,7 +124,7 @@ async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: Fasti
     );
     if (inserted.rowCount === 1) return true;
     const { rows } = await db.query<Row>(
-      `SELECT request_hash, status, response_status, response_body, locked_until, expires_at
+      `SELECT request_hash, status, response_status, response_body, response_headers, locked_until, expires_at
          FROM idempotency_keys WHERE credential = $1 AND operation = $2 AND key = $3`,
       [claim.credential, claim.operation, key],
     );
@@ -142,6 +143,7 @@ async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: Fasti
       const body = row.response_body ? deps.secrets.open(row.response_body, localId(claim)) : '';
       reply
         .code(row.response_status ?? 200)
+        .headers(row.response_headers ?? {})
         .header('idempotent-replayed', 'true')
         .header('content-type', 'application/json; charset=utf-8');
       await reply.send(body);
@@ -203,23 +205,35 @@ function subjectUserOf(request: FastifyRequest, actor: Actor): string | null {
 // holds the caller's data: it is kept sealed (src/auth/secret-box.ts), bound to its claim.
 const sealedBody = (deps: Deps, claim: Claim, body: string): string => (body ? deps.secrets.seal(body, localId(claim)) : body);
 
+/** The headers of a response a client relies on besides its status and body: replayed with them. */
+const REPLAYED_HEADERS = ['etag', 'location'];
+
+export function replayedHeaders(reply: FastifyReply): Record<string, string> | null {
+  const kept: Record<string, string> = {};
+  for (const name of REPLAYED_HEADERS) {
+    const value = reply.getHeader(name);
+    if (value !== undefined) kept[name] = String(value);
+  }
+  return Object.keys(kept).length > 0 ? kept : null;
+}
+
 /**
  * Stores the successful outcome in the mutation's own transaction, so the change and its replay
  * record commit together: a crash leaves either both or neither. Fails (rolling the mutation back)
  * if another process took the claim over meanwhile.
  */
-export async function completeInTransaction(deps: Deps, tx: Tx, claim: Claim, status: number, body: string): Promise<void> {
+export async function completeInTransaction(deps: Deps, tx: Tx, claim: Claim, status: number, body: string, headers: Record<string, string> | null = null): Promise<void> {
   const { rowCount } = await tx.query(
-    `UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6
+    `UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6, response_headers = $7
       WHERE credential = $1 AND operation = $2 AND key = $3 AND claim_token = $4 AND status = 'in_flight'`,
-    [claim.credential, claim.operation, claim.key, claim.token, status, sealedBody(deps, claim, body)],
+    [claim.credential, claim.operation, claim.key, claim.token, status, sealedBody(deps, claim, body), headers === null ? null : JSON.stringify(headers)],
   );
   if (rowCount !== 1) throw new ApiError('idempotency_key_in_flight');
   claim.completed = true;
 }
 
-/** After an error (nothing committed): a client error is stored for replay, a server error releases the key. */
-export async function settleAfterResponse(deps: Deps, claim: Claim, status: number, body: string): Promise<void> {
+/** After an error (nothing committed): a client error is stored for replay, a server error or a 429 releases the key. */
+export async function settleAfterResponse(deps: Deps, claim: Claim, status: number, body: string, headers: Record<string, string> | null = null): Promise<void> {
   running.delete(localId(claim));
   if (claim.completed) return;
   const db = deps.database.scoped('system');
@@ -227,13 +241,15 @@ export async function settleAfterResponse(deps: Deps, claim: Claim, status: numb
   const params = [claim.credential, claim.operation, claim.key, claim.token];
   // docs/conventions.md: "Validation failures are not recorded": a 422 validation_failed a handler
   // raises (a rule the schema cannot state) releases the key like the schema's own, so a corrected
-  // retry with the same key runs.
-  if (status >= 500 || (status === 422 && errorCodeOf(body) === 'validation_failed')) {
+  // retry with the same key runs. A 429 (a per-caller quota: 10 organizations a day, email change
+  // mails an hour) judged the caller's recent activity, not the request, and its Retry-After invites
+  // the same request again: it releases the key too, or that retry would replay the 429 for 24 hours.
+  if (status >= 500 || status === 429 || (status === 422 && errorCodeOf(body) === 'validation_failed')) {
     await db.query(`DELETE FROM idempotency_keys WHERE ${where}`, params);
     return;
   }
-  await db.query(`UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6 WHERE ${where} AND status = 'in_flight'`, [
-    ...params, status, sealedBody(deps, claim, body),
+  await db.query(`UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6, response_headers = $7 WHERE ${where} AND status = 'in_flight'`, [
+    ...params, status, sealedBody(deps, claim, body), headers === null ? null : JSON.stringify(headers),
   ]);
 }
 

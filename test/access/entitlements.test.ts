@@ -659,6 +659,25 @@ test('GET and PATCH return an ETag; PATCH with a stale If-Match is 412 precondit
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }, { 'if-match': newTag }), 200);
 });
 
+test('"A retry with the same key returns the original result": a PATCH replayed under its Idempotency-Key carries the ETag it first answered, so the client\'s next If-Match still holds', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const body = { ends_at: inSeconds(t, 10 * DAY) };
+  const key = { 'idempotency-key': `etag-${ent.id}` };
+  const first = await patchEnt(t, admin, ent.id, body, key);
+  assertStatus(first, 200);
+  const etag = first.headers.etag as string;
+  assert.ok(etag, 'the PATCH carries an ETag');
+  const again = await patchEnt(t, admin, ent.id, body, key);
+  assert.equal(again.statusCode, 200);
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+  assert.equal(again.body, first.body);
+  assert.equal(again.headers.etag, etag, 'the replay carries the original ETag');
+  assert.equal((await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag, etag);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 1, 'one write');
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }, { 'if-match': again.headers.etag as string }), 200);
+});
+
 test('the ETag changes with every write, even two writes within one millisecond: the older If-Match is 412 precondition_failed', async () => {
   const user = await person(t);
   await atOneInstant(t, async () => {

@@ -6,7 +6,7 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
   accept, accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, invite, membership, newApp, orgAudit, orgGrantApi, orgGrantReq,
-  orgWithMembers, patchEnt, person, platformKey, rand, sql,
+  orgWithMembers, patchEnt, person, platformKey, rand, session, sql,
 } from './support.js';
 
 let t: TestApp;
@@ -95,6 +95,35 @@ test('organization creation limit is a rolling 24 hours: 10 just before midnight
   assertError(res, 429, 'rate_limited');
   const retry = Number(res.headers['retry-after']);
   assert.ok(retry > 86_400 - 300 && retry <= 86_400 - 240, `Retry-After ${retry} s: until the first creation is 24 hours old`);
+});
+
+test('organization creation limit: the 429 rate_limited is not recorded against its Idempotency-Key: the same request retried with the same key after Retry-After creates the organization (201), once', async () => {
+  const user = await person(t);
+  for (let i = 0; i < 10; i++) assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: `Keyed ${i}` }), 201);
+  const hours = 23;
+  t.clock.advance(hours * 3600);
+  let moved = hours * 3600;
+  try {
+    const key = { 'idempotency-key': `org-quota-${user.id}` };
+    const fresh = (await session(t, user)).access_token;
+    const limited = await call(t, 'POST', '/v1/organizations', fresh, { name: 'Keyed 11' }, key);
+    assertError(limited, 429, 'rate_limited');
+    const retryAfter = Number(limited.headers['retry-after']);
+    assert.ok(retryAfter > 0 && retryAfter <= 3600, `Retry-After ${retryAfter}`);
+    t.clock.advance(retryAfter + 1);
+    moved += retryAfter + 1;
+    const retried = await call(t, 'POST', '/v1/organizations', (await session(t, user)).access_token, { name: 'Keyed 11' }, key);
+    const org = assertStatus(retried, 201);
+    assert.equal(retried.headers['idempotent-replayed'], undefined);
+    assert.equal(org.name, 'Keyed 11');
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM organizations WHERE created_by = $1', [user.id]))[0].n, 11);
+    assert.equal((await orgAudit(t, org.id, 'organization.created')).length, 1);
+    const replay = await call(t, 'POST', '/v1/organizations', (await session(t, user)).access_token, { name: 'Keyed 11' }, key);
+    assert.equal(replay.headers['idempotent-replayed'], 'true');
+    assert.equal(replay.body, retried.body);
+  } finally {
+    t.clock.advance(-moved);
+  }
 });
 
 test('GET /v1/organizations/{id}: active members and organizations.manage see it; pending invitees and non-members get 404 organization_not_found', async () => {
