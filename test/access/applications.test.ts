@@ -113,6 +113,16 @@ test('slug is unique across live and test: a test key creating the same slug get
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE slug = $1', [slug]))[0].n, 1);
 });
 
+test('slug collision under concurrent creation for one Starter owner: one 201, every other 409 slug_taken (not plan_limit_reached), one row', async () => {
+  const owner = await person(t);
+  const slug = slugOf('dup');
+  const rs = await Promise.all(Array.from({ length: 4 }, () => post(admin, base(owner.id, { slug }))));
+  assert.equal(rs.filter((r) => r.statusCode === 201).length, 1, rs.map((r) => r.statusCode).join(','));
+  for (const r of rs) if (r.statusCode !== 201) assertError(r, 409, 'slug_taken');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE slug = $1', [slug]))[0].n, 1);
+  assert.equal((await auditOf(t, `app_${slug}`, 'application.created')).length, 1);
+});
+
 test('slug is immutable: PATCH slug gets 422 read_only_field, for the owner and for applications.manage; tenant_id too', async () => {
   const { id, slug, owner } = await newApp(t, admin);
   for (const cred of [admin, owner!.token]) {

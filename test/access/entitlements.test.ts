@@ -94,6 +94,17 @@ test('IC-3 / docs/conventions.md "Validation failures are not recorded": a grant
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 1);
 });
 
+test('one live personal row per user and Application under concurrent grants: one 201, every other 409 entitlement_already_exists with details.existing_entitlement_id and details.status of the winner', async () => {
+  const user = await person(t);
+  const rs = await Promise.all(Array.from({ length: 4 }, () => grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant' })));
+  assert.equal(rs.filter((r) => r.statusCode === 201).length, 1, rs.map((r) => r.statusCode).join(','));
+  const winner = rs.find((r) => r.statusCode === 201)!.json();
+  for (const r of rs) {
+    if (r.statusCode !== 201) assert.deepEqual(assertError(r, 409, 'entitlement_already_exists').details, { existing_entitlement_id: winner.id, status: 'active' });
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1 AND application_id = $2', [user.id, app.id]))[0].n, 1);
+});
+
 test('one live personal row per user and Application: an active or disabled one gives 409 entitlement_already_exists with details.existing_entitlement_id and details.status', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);

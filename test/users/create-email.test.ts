@@ -107,6 +107,18 @@ test('POST /v1/users colliding with an active user gets 409 email_taken; with an
   assert.equal(await userCount(invitedEmail), 1);
 });
 
+test('Part A Errors, email_taken: concurrent POST /v1/users of one address (any letter case) create one invited user; every other answer is 409 email_taken with details.reason invitation_pending', async () => {
+  const email = uniqueEmail('concurrent');
+  const variants = [email, email.toUpperCase(), email.replace(/^c/, 'C'), email];
+  const rs = await Promise.all(variants.map((e) => create({ email: e, send_invitation: false })));
+  assert.equal(rs.filter((r) => r.statusCode === 201).length, 1, rs.map((r) => r.statusCode).join(','));
+  for (const r of rs) if (r.statusCode !== 201) assert.deepEqual(assertError(r, 409, 'email_taken').details, { reason: 'invitation_pending' });
+  assert.equal(await userCount(email), 1);
+  const winner = rs.find((r) => r.statusCode === 201)!.json();
+  assert.equal(winner.status, 'invited');
+  assert.equal((await auditFor(t, winner.id, 'user.created')).length, 1);
+});
+
 test('POST /v1/users needs users.manage: a users.list holder gets 403 forbidden and nothing is created', async () => {
   const email = uniqueEmail('nope');
   assertError(await create({ email }, support.token), 403, 'forbidden');

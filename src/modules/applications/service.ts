@@ -138,8 +138,10 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
   const permissions = validateConfig(body.slug, testMode, body, roles, body.default_app_role ?? null) ?? [];
   return ctx.db.transaction(async (tx) => {
     await assertOwnerKnown(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id });
-    if (await findApplicationRow(tx, `app_${body.slug}`)) throw new ApiError('slug_taken');
     const tenant = await resolveOwnerTenant(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id }, ctx.now);
+    // Read after the Tenant lock: a creation of the same slug in this Tenant that held it has committed
+    // by now, so the collision is slug_taken, as one after the other, not the plan cap it filled.
+    if (await findApplicationRow(tx, `app_${body.slug}`)) throw new ApiError('slug_taken');
     await assertTenantWritable(tx, tenant.id);
     assertWithinPlan(tenant, 'applications', (await countTenantApplications(tx, tenant.id)) + 1);
     if (roles.length > 0) assertWithinPlan(tenant, 'app_roles', roles.length);

@@ -75,8 +75,14 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
       if (locked) await expireIfEnded(tx, ctx, locked);
       existing = await findLivePersonal(tx, userId, app.id);
     }
-    if (existing) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: existing.id, status: existing.status } });
+    const alreadyExists = (row: EntitlementRow) =>
+      new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: row.id, status: row.status } });
+    if (existing) throw alreadyExists(existing);
     await assertSeatAvailable(tx, ctx, app, [userId]);
+    // Read again under the user's lock (taken just above): a concurrent grant that held it has committed
+    // its row by now, and answers with its details, not through the unique index's bare 409.
+    const winner = await findLivePersonal(tx, userId, app.id);
+    if (winner) throw alreadyExists(winner);
     const c = inTx(ctx, tx);
     const row = await withAccessFlips(tx, c, { userIds: [userId], applicationIds: [app.id] }, 'entitlement_granted', async () => {
       const { rows } = await tx.query<EntitlementRow>(

@@ -46,10 +46,15 @@ export interface CreateUserInput {
  * user holds the address.
  */
 export async function createUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput): Promise<UserRow> {
+  const taken = (holder: UserRow | null) =>
+    new ApiError('email_taken', holder?.status === 'invited' ? { details: { reason: 'invitation_pending' } } : {});
   const holder = await findLiveUserByEmail(tx, input.email);
-  if (holder) throw new ApiError('email_taken', holder.status === 'invited' ? { details: { reason: 'invitation_pending' } } : {});
-  // A concurrent creation of the same address fails here on users_email_live_key (409 email_taken).
-  return (await insertUserRecords(tx, ctx, input, false))!;
+  if (holder) throw taken(holder);
+  // A concurrent creation of the same address: the insert waits for it on users_email_live_key and
+  // inserts nothing; its User, read now, answers as above (an invited one with invitation_pending).
+  const created = await insertUserRecords(tx, ctx, input, true);
+  if (!created) throw taken(await findLiveUserByEmail(tx, input.email));
+  return created;
 }
 
 /**
