@@ -114,8 +114,16 @@ export async function runCli(argv: string[]): Promise<number> {
         return 0;
       });
   }
-  console.error(USAGE);
+  console.error(`${usageProblem(command, sub)}\n\n${USAGE}`);
   return 2;
+}
+
+/** The first line of a usage error: what was wrong with the command line, naming the word. */
+function usageProblem(command: string | undefined, sub: string | undefined): string {
+  if (!command) return 'platform: no command given';
+  if (!['keys', 'jobs'].includes(command)) return `platform: unknown command "${command}"`;
+  if (command === 'jobs' && sub === 'run') return 'platform jobs run: name the job to run';
+  return sub ? `platform ${command}: unknown subcommand "${sub}"` : `platform ${command}: a subcommand is needed`;
 }
 
 runCli(process.argv.slice(2)).then(

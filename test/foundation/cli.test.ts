@@ -68,9 +68,10 @@ test('platform jobs run <job> runs one background job now and prints its JSON re
   assert.equal(typeof out.result, 'object');
 });
 
-test('an unknown command exits with status 2 and prints the usage', async () => {
+test('an unknown command exits with status 2 and prints the usage after a first line naming the word', async () => {
   const res = await platform('frobnicate');
   assert.equal(res.code, 2);
+  assert.equal(res.stderr.split('\n')[0], 'platform: unknown command "frobnicate"');
   assert.match(res.stderr, /usage: platform <command>/);
 });
 
@@ -176,9 +177,17 @@ test('a second platform migrate applies nothing and exits 0', async () => {
 });
 
 test('usage errors exit 2 with the usage on stderr and nothing on stdout: keys without rotate, jobs without run or list, jobs run without a job', async () => {
+  const firstLines: Record<string, string> = {
+    keys: 'platform keys: a subcommand is needed',
+    'keys frobnicate': 'platform keys: unknown subcommand "frobnicate"',
+    jobs: 'platform jobs: a subcommand is needed',
+    'jobs frobnicate idempotency-prune': 'platform jobs: unknown subcommand "frobnicate"',
+    'jobs run': 'platform jobs run: name the job to run',
+  };
   for (const args of [['keys'], ['keys', 'frobnicate'], ['jobs'], ['jobs', 'frobnicate', 'idempotency-prune'], ['jobs', 'run']]) {
     const res = await platform(...args);
     assert.equal(res.code, 2, `${args.join(' ')}: ${res.stdout}`);
+    assert.equal(res.stderr.split('\n')[0], firstLines[args.join(' ')]);
     assert.match(res.stderr, /usage: platform <command>/, args.join(' '));
     assert.equal(res.stdout, '', args.join(' '));
   }
