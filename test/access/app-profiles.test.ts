@@ -164,6 +164,20 @@ test('other users cannot read or write someone\'s AppProfile (404); a users.list
   assert.equal((await rows(user.id)).length, 0);
 });
 
+test('403 entitlement_required on an AppProfile carries details.entitlement_status, as app-token issuance does (none, then disabled)', async () => {
+  const user = await person(t);
+  const key = await appKey(t, app.id);
+  for (const res of [await read(user.token, 'me'), await write(key, user.id, { display_handle: 'x' })]) {
+    assert.deepEqual(assertError(res, 403, 'entitlement_required').details, { entitlement_status: 'none' });
+  }
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
+  assert.deepEqual(assertError(await read(user.token, 'me'), 403, 'entitlement_required').details, { entitlement_status: 'disabled' });
+  const token = assertError(await call(t, 'POST', '/v1/auth/app-tokens', user.token, { application_id: app.id }), 403, 'entitlement_required');
+  assert.deepEqual(token.details, { entitlement_status: 'disabled' });
+  assert.equal((await rows(user.id)).length, 0);
+});
+
 test('403 entitlement_required for self and the app key when access is not active; users.manage is exempt', async () => {
   const user = await person(t);
   const key = await appKey(t, app.id);

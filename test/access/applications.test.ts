@@ -270,6 +270,16 @@ test('Starter allows 3 app roles: available_app_roles of 4 is 409 plan_limit_rea
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE scope = $1', [app.id]))[0].n, 3);
 });
 
+test('plan_limit_reached for app_roles reports the Application\'s current count of app roles (0 on create), not the requested length minus one', async () => {
+  const owner = await person(t);
+  const created = assertError(await post(admin, base(owner.id, { available_app_roles: ['r_a', 'r_b', 'r_c', 'r_d', 'r_e'] })), 409, 'plan_limit_reached');
+  assert.deepEqual([created.details.resource, created.details.limit, created.details.current, created.details.plan], ['app_roles', 3, 0, 'starter']);
+  const app = assertStatus(await post(admin, base(owner.id, { available_app_roles: ['r_a'] })), 201);
+  const patch = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { available_app_roles: ['r_a', 'r_b', 'r_c', 'r_d', 'r_e'] }), 409, 'plan_limit_reached');
+  assert.deepEqual(patch.details, { resource: 'app_roles', limit: 3, current: 1, plan: 'starter', tenant_id: app.tenant_id });
+  assert.deepEqual(assertStatus(await get(admin, app.id), 200).available_app_roles, ['r_a']);
+});
+
 // ---- visibility ----------------------------------------------------------------------------------
 
 test('public: every authenticated caller reads an approved public Application; unauthenticated gets 401', async () => {

@@ -478,6 +478,16 @@ test('revoked → anything is 409 invalid_status_transition (grant a new Entitle
   assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.revoked']);
 });
 
+test('invalid_status_transition on a revoked row names from and to, whether or not the PATCH sends a status', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'refund' }), 200);
+  assert.deepEqual(assertError(await patchEnt(t, admin, ent.id, { status: 'active' }), 409, 'invalid_status_transition').details, { from: 'revoked', to: 'active' });
+  assert.deepEqual(assertError(await patchEnt(t, admin, ent.id, { ends_at: inSeconds(t, DAY) }), 409, 'invalid_status_transition').details, { from: 'revoked', to: 'revoked' });
+  assert.deepEqual(assertError(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'again' }), 409, 'invalid_status_transition').details, { from: 'revoked', to: 'revoked' });
+  assert.equal((await entRow(t, ent.id))!.ends_at, null);
+});
+
 test('→ expired by PATCH is 409 invalid_status_transition (only the system expires rows); so is expired → disabled', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);

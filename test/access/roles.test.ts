@@ -245,6 +245,21 @@ test('DELETE of a Role at the same time as a PATCH making it the default_app_rol
   }
 });
 
+test('app_role_in_use counts the assignments of the caller\'s mode only, as role_in_use does: a test-mode holder keeps the name but is not counted for a live caller', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['editor', 'viewer'] });
+  const editor = `role_${app.slug}_editor`;
+  const testUser = await person(t, { mode: 'test' });
+  assertStatus(await assign(await platformKey(t, ALL_PERMISSIONS, 'test'), testUser.id, editor), 201);
+  const err = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['viewer'] }), 409, 'app_role_in_use');
+  assert.deepEqual(err.details, { role_id: editor, assignments: 0 });
+  assert.deepEqual(assertError(await call(t, 'DELETE', `/v1/roles/${editor}`, admin), 409, 'role_in_use').details, { assignment_count: 0 });
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).available_app_roles, ['editor', 'viewer']);
+  // A live holder is counted.
+  const liveUser = await person(t);
+  assertStatus(await assign(admin, liveUser.id, editor), 201);
+  assert.equal(assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['viewer'] }), 409, 'app_role_in_use').details.assignments, 1);
+});
+
 test('removing the default_app_role name from available_app_roles is 409 app_role_in_use (every user with access holds it) unless the same PATCH changes default_app_role; nothing changes', async () => {
   const { app, viewer, user } = await defaultRoleHeld();
   const err = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['editor'] }), 409, 'app_role_in_use');

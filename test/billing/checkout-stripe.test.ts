@@ -227,8 +227,10 @@ test('no active processor price with lookup_key team: checkout answers 503 billi
   try {
     const count = sessionsCreated().length;
     const res = await checkout(owner.tenantId, owner.token, 'no-price-1');
-    assertError(res, 503, 'billing_unavailable');
+    const error = assertError(res, 503, 'billing_unavailable');
     assert.equal(res.headers['retry-after'], '30');
+    // The details of every billing_unavailable: the processor operation and a reason.
+    assert.deepEqual(error.details, { operation: 'prices.list', reason: 'processor_error' });
     assert.equal(sessionsCreated().length, count);
   } finally {
     processor.prices.set('team', 'price_team_monthly');

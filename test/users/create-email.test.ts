@@ -149,6 +149,18 @@ test('POST /v1/users/{id}/invitation for a user who is not invited gets 409 inva
   }
 });
 
+test('invalid_status_transition on an invitation re-send has the details of every status change: {from: the user\'s status, to: invited}', async () => {
+  const active = await createUser(t);
+  const suspended = await createUser(t, { status: 'suspended' });
+  for (const [u, from] of [[active, 'active'], [suspended, 'suspended']] as const) {
+    const err = assertError(await resend(u.id), 409, 'invalid_status_transition');
+    assert.deepEqual(err.details, { from, to: 'invited' });
+  }
+  // The same shape as a status PATCH refused by the transition table.
+  const patch = assertError(await call(t, 'PATCH', `/v1/users/${suspended.id}`, admin.token, { status: 'invited' }), 409, 'invalid_status_transition');
+  assert.deepEqual(Object.keys(patch.details).sort(), ['from', 'to']);
+});
+
 test('POST /v1/users/{id}/invitation beyond 3 re-sends per email per hour gets 429 rate_limited and sends nothing; the next hour it works again', async () => {
   await alignToWindow(3600, 60);
   const email = uniqueEmail('limit');

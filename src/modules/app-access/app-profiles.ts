@@ -34,7 +34,7 @@ export async function authorizeAppUserData(ctx: Ctx, idParam: string, appId: str
   if (!self && !manage && key !== appId) throw new ApiError('forbidden', { details: { required_permission: 'users.manage' } });
   if (!manage) {
     const access = (await resolveAccess(ctx.db, [user.id], ctx.now, [app.id])).get(accessKey(user.id, app.id));
-    if (!access?.allowed) throw new ApiError('entitlement_required');
+    if (!access?.allowed) throw new ApiError('entitlement_required', { details: { entitlement_status: access?.entitlement_status ?? 'none' } });
   }
   return { user, app, self };
 }

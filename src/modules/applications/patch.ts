@@ -131,12 +131,16 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
   const removed = app.available_app_roles.filter((r) => !roles.includes(r));
   if (added.length || tenantId !== app.tenant_id) {
     const tenant = (await findTenant(tx, tenantId))!;
-    assertWithinPlan(tenant, 'app_roles', roles.length);
+    assertWithinPlan(tenant, 'app_roles', roles.length, app.available_app_roles.length);
   }
   for (const name of removed) {
     const roleId = `role_${app.slug}_${name}`;
-    const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM role_assignments WHERE role_id = $1', [roleId]);
-    if (rows[0].n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: rows[0].n } });
+    // Held in either mode, the name stays; the count reported is the caller's mode's (as DELETE /v1/roles/{id}).
+    const { rows } = await tx.query<{ n: number; visible: number }>(
+      'SELECT count(*)::int AS n, count(u.id)::int AS visible FROM role_assignments ra LEFT JOIN users u ON u.id = ra.user_id WHERE ra.role_id = $1',
+      [roleId],
+    );
+    if (rows[0].n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: rows[0].visible } });
     const role = await findRole(tx, roleId);
     await tx.query('DELETE FROM roles WHERE id = $1', [roleId]);
     // Deleted with its name: audited as role.deleted, as DELETE /v1/roles/{id} is.

@@ -144,7 +144,7 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
     if (await findApplicationRow(tx, `app_${body.slug}`)) throw new ApiError('slug_taken');
     await assertTenantWritable(tx, tenant.id);
     assertWithinPlan(tenant, 'applications', (await countTenantApplications(tx, tenant.id)) + 1);
-    if (roles.length > 0) assertWithinPlan(tenant, 'app_roles', roles.length);
+    if (roles.length > 0) assertWithinPlan(tenant, 'app_roles', roles.length, 0);
     const id = `app_${body.slug}`;
     await tx.query(
       `INSERT INTO applications (id, slug, name, description, icon_url, launch_url, redirect_uris, support_url, email_from_name,

@@ -59,7 +59,7 @@ export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: Ch
   const price = prices.data[0];
   if (!price) {
     log.error({ lookup_key: body.plan }, 'no active processor price has this lookup_key');
-    throw new ApiError('billing_unavailable', { message: `No processor price is set up for the ${body.plan} plan.`, headers: { 'retry-after': '30' } });
+    throw new ApiError('billing_unavailable', { message: `No processor price is set up for the ${body.plan} plan.`, details: { operation: 'prices.list', reason: 'processor_error' }, headers: { 'retry-after': '30' } });
   }
   const session = await callProcessor(log, 'checkout.sessions.create', () =>
     stripe.checkout.sessions.create(
@@ -76,7 +76,7 @@ export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: Ch
       idempotencyKey ? { idempotencyKey: processorIdempotencyKey(ctx, tenant.id, idempotencyKey) } : undefined,
     ),
   );
-  if (!session.url) throw new ApiError('billing_unavailable', { message: 'The processor returned no checkout URL.', headers: { 'retry-after': '30' } });
+  if (!session.url) throw new ApiError('billing_unavailable', { message: 'The processor returned no checkout URL.', details: { operation: 'checkout.sessions.create', reason: 'processor_error' }, headers: { 'retry-after': '30' } });
   return { url: session.url, expires_at: new Date(session.expires_at * 1000).toISOString() };
 }
 

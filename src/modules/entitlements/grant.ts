@@ -43,6 +43,10 @@ export async function grantableApplication(ctx: Ctx, applicationId: string): Pro
   return app;
 }
 
+/** 409 entitlement_already_exists naming the live row (Part B: details.existing_entitlement_id and details.status). */
+const alreadyExists = (row: Pick<EntitlementRow, 'id' | 'status'>) =>
+  new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: row.id, status: row.status } });
+
 /** A new seat on the Tenant: 402 on a restricted Tenant, 409 at Starter's cap. */
 export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow, userIds: string[]): Promise<void> {
   // In the order of src/access/locks.ts: the users (withAccessFlips locks them again later), then the Tenant.
@@ -75,8 +79,6 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
       if (locked) await expireIfEnded(tx, ctx, locked);
       existing = await findLivePersonal(tx, userId, app.id);
     }
-    const alreadyExists = (row: EntitlementRow) =>
-      new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: row.id, status: row.status } });
     if (existing) throw alreadyExists(existing);
     await assertSeatAvailable(tx, ctx, app, [userId]);
     // Read again under the user's lock (taken just above): a concurrent grant that held it has committed

@@ -71,7 +71,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
       Object.keys(body).every((k) => k === 'status' || k === 'disabled_reason') &&
       (body.disabled_reason === undefined || body.disabled_reason === row.disabled_reason);
     if (row.status === 'revoked' && Object.keys(body).length > 0 && !repeatRevoke) {
-      throw new ApiError('invalid_status_transition', { details: { from: 'revoked' } });
+      throw new ApiError('invalid_status_transition', { details: { from: 'revoked', to: status } });
     }
     // A reason of white space only is no reason (as review_notes and a cancel's notes).
     if (move?.needsReason && !body.disabled_reason?.trim()) throw new ApiError('disabled_reason_required');

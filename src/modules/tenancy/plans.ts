@@ -59,12 +59,14 @@ export async function resolveOwnerTenant(db: Queryable, owner: { userId?: string
 /**
  * The one place plan caps are enforced: 402 subscription_required on a restricted Tenant, 409
  * plan_limit_reached (details name the resource) when `wanted` would exceed the plan's cap.
+ * `current` is the usage now (by default one below `wanted`: one more Application, seat or webhook);
+ * an Application's app roles pass the names it declares now, whatever length the request asks for.
  */
-export function assertWithinPlan(tenant: TenantRow, resource: LimitedResource, wanted: number): void {
+export function assertWithinPlan(tenant: TenantRow, resource: LimitedResource, wanted: number, current = wanted - 1): void {
   if (tenant.restricted) throw new ApiError('subscription_required', { details: { tenant_id: tenant.id, resource } });
   const limit = PLAN_LIMITS[tenant.plan]?.[resource] ?? null;
   if (limit !== null && wanted > limit) {
-    throw new ApiError('plan_limit_reached', { details: { resource, limit, current: wanted - 1, plan: tenant.plan, tenant_id: tenant.id } });
+    throw new ApiError('plan_limit_reached', { details: { resource, limit, current, plan: tenant.plan, tenant_id: tenant.id } });
   }
 }
 

@@ -156,7 +156,7 @@ export async function createUser(ctx: Ctx, input: CreateUserBody): Promise<User>
 /** POST /v1/users/{id}/invitation: a new invitation token and mail; 409 unless the user is invited. */
 export async function resendInvitation(ctx: Ctx, idParam: string): Promise<void> {
   const { user } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
-  if (user.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { status: user.status } });
+  if (user.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { from: user.status, to: 'invited' } });
   await ctx.db.transaction(async (tx) => {
     const quota = await takeResendQuota(tx, ctx, user.email);
     if (!quota.allowed) {
