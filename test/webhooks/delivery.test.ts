@@ -165,6 +165,27 @@ test('a hostile receiver streaming a huge error body: only the first 1 KB is rea
   assert.ok(sent < 50 * 1024 * 1024, `the body was cut off (${sent} bytes written)`);
 });
 
+test('"Only the first 1 KB of an error body is kept": a body with a NUL byte is kept (U+FFFD in its place) and the other subscriptions\' attempts in the batch are recorded', async (c) => {
+  const hostile = await subscribe(c, ['entitlement.expired']);
+  const healthy = await subscribe(c, ['entitlement.expired']);
+  receiver.routes.set(hostile.path, (_req, res) => res.writeHead(500).end('bad\u0000body'));
+  receiver.routes.set(healthy.path, (_req, res) => res.writeHead(200).end('ok'));
+  const eventId = await emitEvent(t, 'entitlement.expired', { entitlement: { id: 'ent_nul_body' } });
+  await runDelivery(t);
+  const [bad] = await deliveriesOf(t, hostile.id);
+  assert.deepEqual([bad.event_id, bad.status, bad.attempt, bad.response_status, bad.error], [eventId, 'pending', 1, 500, 'bad\uFFFDbody']);
+  const listed = assertStatus(await call(t, 'GET', `/v1/webhooks/${hostile.id}/deliveries`, admin), 200).data[0];
+  assert.equal(listed.error, 'bad\uFFFDbody');
+  const [good] = await deliveriesOf(t, healthy.id);
+  assert.deepEqual([good.event_id, good.status, good.attempt, good.response_status], [eventId, 'succeeded', 1, 200]);
+  // After the retry delay and the claim lease: the hostile one is retried, the delivered one never again.
+  t.clock.advance(120);
+  await runDelivery(t);
+  assert.equal(receiver.at(healthy.path).length, 1, 'the delivered event is not sent again');
+  assert.equal(receiver.at(hostile.path).length, 2);
+  assert.equal((await deliveriesOf(t, hostile.id))[0].attempt, 2);
+});
+
 test('rotate-secret: deliveries carry two v1 entries (new and old secret) for 24 hours, then one', async (c) => {
   const sub = await subscribe(c, ['organization.member_added']);
   const rotated = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin), 200);

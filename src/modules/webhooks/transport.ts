@@ -76,6 +76,12 @@ function describe(err: unknown): string {
   return `${e?.code ?? e?.name ?? 'error'}: ${e?.message ?? String(err)}`.slice(0, ERROR_BODY_BYTES);
 }
 
+/**
+ * What may be stored as an attempt's error: a receiver's bytes are text, but PostgreSQL text refuses
+ * U+0000, and one refused row would fail the whole batch of outcomes; it is kept as U+FFFD instead.
+ */
+const storable = (text: string): string => text.replace(/\u0000/g, '\uFFFD').slice(0, ERROR_BODY_BYTES);
+
 async function readPrefix(body: AsyncIterable<Buffer> & { destroy(): void }): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
@@ -111,10 +117,10 @@ export async function postAttempt(deps: Deps, req: AttemptRequest): Promise<Atte
     }
     const text = await readPrefix(res.body as unknown as AsyncIterable<Buffer> & { destroy(): void });
     const error = res.statusCode >= 300 && res.statusCode < 400 ? `redirect ${res.statusCode} not followed${text ? `: ${text}` : ''}` : text || `HTTP ${res.statusCode}`;
-    return { ok: false, responseStatus: res.statusCode, durationMs: elapsed(), error: error.slice(0, ERROR_BODY_BYTES) };
+    return { ok: false, responseStatus: res.statusCode, durationMs: elapsed(), error: storable(error) };
   } catch (err) {
-    if (err instanceof ApiError) return { ok: false, responseStatus: null, durationMs: elapsed(), error: `refused: ${String(err.details.reason ?? err.message)}` };
-    return { ok: false, responseStatus: null, durationMs: elapsed(), error: describe(err) };
+    if (err instanceof ApiError) return { ok: false, responseStatus: null, durationMs: elapsed(), error: storable(`refused: ${String(err.details.reason ?? err.message)}`) };
+    return { ok: false, responseStatus: null, durationMs: elapsed(), error: storable(describe(err)) };
   }
 }
 
