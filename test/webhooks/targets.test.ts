@@ -76,6 +76,18 @@ test('WH-6: at creation, non-https, userinfo and every private, loopback, link-l
   assertError(await call(t, 'PATCH', `/v1/webhooks/${ok.id}`, admin, { url: 'https://10.0.0.8/' }), 422, 'invalid_webhook_url');
 });
 
+test('a refused target discloses no internal name or address: a name resolving to a private address and one that does not resolve get the same reason, without the address', async () => {
+  dns.set('intranet.example', ['10.20.30.40']);
+  const reasons: string[] = [];
+  for (const host of ['intranet.example', 'nowhere.example']) {
+    const error = assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: `https://${host}/hook`, events: ['*'] }), 422, 'invalid_webhook_url');
+    const text = JSON.stringify(error);
+    assert.doesNotMatch(text, /10\.20\.30\.40/, 'the resolved address is not in the answer');
+    reasons.push(text.replaceAll(host, '<host>'));
+  }
+  assert.equal(reasons[0], reasons[1], 'a private answer reads like no answer');
+});
+
 test('WH-7: a name that resolved public at creation and resolves to 127.0.0.1 at delivery (DNS rebinding) is never dialled', async () => {
   const receiver = await Receiver.start();
   try {
@@ -91,7 +103,8 @@ test('WH-7: a name that resolved public at creation and resolves to 127.0.0.1 at
     for (const r of rows) {
       assert.equal(r.status, 'failed');
       assert.equal(r.response_status, null);
-      assert.match(r.error!, /non-public address (127\.0\.0\.1|169\.254\.169\.254)/);
+      assert.match(r.error!, /rebind\.example does not resolve to public addresses only/);
+      assert.doesNotMatch(r.error!, /127\.0\.0\.1|169\.254\.169\.254/, 'the internal address is not disclosed');
     }
     assert.equal(receiver.connections, 0, 'no connection reached the internal address');
   } finally {

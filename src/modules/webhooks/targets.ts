@@ -119,21 +119,24 @@ export function checkUrlShape(raw: string, allowPrivate: boolean): URL {
   return url;
 }
 
-/** Every address the host resolves to must be public (one private answer refuses it). */
+/**
+ * Every address the host resolves to must be public (one private answer refuses it). A name that does
+ * not resolve and one that resolves to a private address get the same words, without the address:
+ * whoever may register a webhook must not learn the service's internal names and addresses from it.
+ */
 export async function resolvePublic(resolver: Resolver, host: string): Promise<ResolvedAddress[]> {
   if (isIP(host)) {
     if (!isPublicAddress(host)) throw new TargetRefused(`${host} is not a public address`);
     return [{ address: host, family: isIPv4(host) ? 4 : 6 }];
   }
+  const notPublic = () => new TargetRefused(`${host} does not resolve to public addresses only`);
   let addresses: ResolvedAddress[];
   try {
     addresses = await resolver(host);
   } catch {
-    throw new TargetRefused(`${host} does not resolve`);
+    throw notPublic();
   }
-  if (addresses.length === 0) throw new TargetRefused(`${host} does not resolve`);
-  const bad = addresses.find((a) => !isPublicAddress(a.address));
-  if (bad) throw new TargetRefused(`${host} resolves to the non-public address ${bad.address}`);
+  if (addresses.length === 0 || addresses.some((a) => !isPublicAddress(a.address))) throw notPublic();
   return addresses;
 }
 
