@@ -218,3 +218,57 @@ test('Chromium: a request with an unregistered redirect_uri shows the error page
     await context.close();
   }
 });
+
+/** Nothing sticks out of the page or its card: no sideways scrolling, no text past the card's edge. */
+async function assertFits(page: Page, width: number): Promise<void> {
+  const overflow = await page.evaluate(() => {
+    const main = document.querySelector('main')!.getBoundingClientRect();
+    const out = [...document.querySelectorAll('main *')].filter((e) => {
+      const r = e.getBoundingClientRect();
+      // A text field scrolls its own value; everything else must fit.
+      return r.width > 0 && (r.left < main.left - 0.5 || r.right > main.right + 0.5 || (e.tagName !== 'INPUT' && e.scrollWidth > e.clientWidth + 1));
+    });
+    return { scrollWidth: document.documentElement.scrollWidth, out: out.map((e) => `${e.tagName}: ${(e.textContent ?? '').trim().slice(0, 40)}`) };
+  });
+  assert.ok(overflow.scrollWidth <= width, `the page scrolls sideways at ${width} px (${overflow.scrollWidth} px wide)`);
+  assert.deepEqual(overflow.out, [], `text sticks out of the card at ${width} px`);
+}
+
+test('Chromium at 320 and 1280 px: a long email wraps inside the card on the wrong-password, "Continue as" and no-access pages', async () => {
+  const email = `firstname.middlename.lastname.${Date.now()}@subdomain.example-company.test`;
+  const user = await person(t, { mode: 'test', email });
+  await grant(t, testKey, user.id, app.id);
+  const outsider = await person(t, { mode: 'test', email: `no.access.${email}` });
+  for (const [width, height] of [[320, 640], [1280, 800]]) {
+    const context = await browser.newContext({ viewport: { width, height }, deviceScaleFactor: 1 });
+    const page = await context.newPage();
+    await page.route(ICON_URL, (route) => route.fulfill({ status: 200, contentType: 'image/svg+xml', body: ICON }));
+    try {
+      await page.goto(authorizeUrl('state-narrow').url);
+      await assertFits(page, width);
+      await page.getByLabel('Email').fill(user.email);
+      await page.getByLabel('Password').fill('wrong-password-123');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('alert').waitFor();
+      await assertFits(page, width);
+      await screenshot(page, `signin-error-${width}.png`);
+
+      await page.getByLabel('Password').fill(user.password);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await landedWith(page, 'state-narrow');
+      await page.goto(authorizeUrl('state-narrow').url);
+      await page.getByRole('button', { name: `Continue as ${user.email}` }).waitFor();
+      await assertFits(page, width);
+      await screenshot(page, `signin-continue-${width}.png`);
+
+      await page.getByLabel('Email').fill(outsider.email);
+      await page.getByLabel('Password').fill(outsider.password);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('heading', { name: 'No access to Acme Notes' }).waitFor();
+      await assertFits(page, width);
+      await screenshot(page, `signin-denied-${width}.png`);
+    } finally {
+      await context.close();
+    }
+  }
+});

@@ -282,3 +282,32 @@ test('the icon is shown only from an https icon_url; an http one shows the Appli
   assert.ok(!body.includes('<img'), 'no image from an http URL');
   assert.ok(body.includes('<span class="mono" aria-hidden="true">P</span>'), body);
 });
+
+/** WCAG contrast ratio of two #rgb or #rrggbb colours. */
+function contrast(a: string, b: string): number {
+  const lum = (color: string) => {
+    const hex = color.length === 4 ? `#${[...color.slice(1)].map((c) => c + c).join('')}` : color;
+    const [r, g, b] = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16) / 255).map((c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4));
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const [hi, lo] = [lum(a), lum(b)].sort((x, y) => y - x);
+  return (hi + 0.05) / (lo + 0.05);
+}
+
+test('the focus ring of fields, buttons, links and the recovery-code toggle has 3:1 contrast against the card and the page (WCAG 1.4.11)', async () => {
+  const body = assertPage(await get(signinUrl(flow(app.id).params)), 200);
+  const style = /<style>([\s\S]*?)<\/style>/.exec(body)![1];
+  const rule = /input:focus,button:focus,a:focus,summary:focus\{outline:3px solid (#[0-9a-f]{3,6});outline-offset:2px\}/.exec(style);
+  assert.ok(rule, `no focus rule in ${style}`);
+  const card = /main\{[^}]*background:(#[0-9a-f]{3,6})/.exec(style)![1];
+  const page = /body\{[^}]*background:(#[0-9a-f]{3,6})/.exec(style)![1];
+  for (const behind of [card, page]) {
+    const ratio = contrast(rule[1], behind);
+    assert.ok(ratio >= 3, `focus ring ${rule[1]} on ${behind}: ${ratio.toFixed(2)}:1, below 3:1`);
+  }
+  // The page's text keeps AA (4.5:1) as before: body, notes, links, the button, the alert.
+  for (const [fg, bg] of [['#1b1f24', card], ['#47505c', card], ['#2449ad', card], ['#fff', '#2f5bd3'], ['#6d1410', '#fdecea']]) {
+    assert.ok(style.includes(`color:${fg}`) && style.includes(bg), `${fg} on ${bg} is no longer in the style`);
+    assert.ok(contrast(fg, bg) >= 4.5, `${fg} on ${bg}: ${contrast(fg, bg).toFixed(2)}:1`);
+  }
+});

@@ -15,7 +15,8 @@ import type { FormName } from './schemas.js';
 export const STYLE = [
   '*{box-sizing:border-box}',
   'body{margin:0;min-height:100vh;display:flex;align-items:center;justify-content:center;background:#f3f4f6;color:#1b1f24;font:16px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}',
-  'main{width:100%;max-width:26rem;margin:1.5rem;padding:2rem;background:#fff;border:1px solid #d5d9df;border-radius:12px}',
+  // min-width and overflow-wrap: a long email or Application name wraps inside the card at 320 px.
+  'main{width:100%;min-width:0;max-width:26rem;margin:1.5rem;padding:2rem;background:#fff;border:1px solid #d5d9df;border-radius:12px;overflow-wrap:anywhere}',
   '.app{display:flex;align-items:center;gap:.75rem;margin:0 0 1.5rem}',
   '.app img,.mono{width:48px;height:48px;border-radius:10px;flex:none;object-fit:cover}',
   '.mono{display:flex;align-items:center;justify-content:center;background:#2f5bd3;color:#fff;font-weight:700;font-size:1.4rem}',
@@ -26,7 +27,8 @@ export const STYLE = [
   'input[aria-invalid=true]{border-color:#b3261e}',
   'button,.button{display:block;width:100%;margin-top:1.25rem;padding:.7rem;font:inherit;font-weight:600;text-align:center;text-decoration:none;color:#fff;background:#2f5bd3;border:0;border-radius:8px;cursor:pointer}',
   'button:hover,.button:hover{background:#2449ad}',
-  'input:focus,button:focus,a:focus,summary:focus{outline:3px solid #8fb0ff;outline-offset:2px}',
+  // The focus ring keeps 3:1 against the card and the page (WCAG 1.4.11).
+  'input:focus,button:focus,a:focus,summary:focus{outline:3px solid #2f5bd3;outline-offset:2px}',
   '.alert{margin:0 0 1rem;padding:.75rem 1rem;border:1px solid #b3261e;border-left-width:4px;border-radius:8px;background:#fdecea;color:#6d1410}',
   '.alert p{margin:0}.alert ul{margin:.5rem 0 0;padding-left:1.25rem}',
   '.note{color:#47505c;font-size:.9rem}.badge{display:inline-block;margin:0 0 1rem;padding:.1rem .5rem;border-radius:999px;background:#fff4d6;color:#6b4a00;font-size:.8rem;font-weight:600}',
