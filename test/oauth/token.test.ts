@@ -57,6 +57,24 @@ test('the token endpoint accepts application/x-www-form-urlencoded bodies, error
   assertOAuthError(await tokenReq(t, { grant_type: 'password' }, true), 'unsupported_grant_type');
 });
 
+test('a browser application on another origin can read the token endpoint, the JWKS and the discovery document (public clients: Access-Control-Allow-Origin *, Retry-After exposed); other routes stay same-origin', async () => {
+  const origin = { origin: 'https://spa.example' };
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const form = { 'content-type': 'application/x-www-form-urlencoded', ...origin };
+  const ok = await t.app.inject({ method: 'POST', url: TOKEN, headers: form, payload: new URLSearchParams(codeGrant(c, app.id) as Record<string, string>).toString() });
+  assertStatus(ok, 200);
+  const refused = await t.app.inject({ method: 'POST', url: TOKEN, headers: form, payload: 'grant_type=password' });
+  assertOAuthError(refused, 'unsupported_grant_type');
+  for (const res of [ok, refused, await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json', headers: origin }), await t.app.inject({ method: 'GET', url: '/.well-known/openid-configuration', headers: origin })]) {
+    assert.equal(res.headers['access-control-allow-origin'], '*', res.raw.req.url);
+    assert.equal(res.headers['access-control-expose-headers'], 'Retry-After', res.raw.req.url);
+    assert.equal(res.headers['access-control-allow-credentials'], undefined, 'no credentials');
+  }
+  const me = await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: { ...origin, authorization: `Bearer ${user.token}` } });
+  assert.equal(me.headers['access-control-allow-origin'], undefined, 'the rest of the API is not readable cross-origin');
+});
+
 test('a form body that is not validly percent-encoded (%FF, %ZZ, a lone %) is invalid_request, and the code stays usable', async () => {
   const user = await member(t, admin, app.id);
   const c = await codeFor(t, user, app.id);

@@ -3,6 +3,7 @@ import type { Deps } from '../../context.js';
 import { ctxOf } from '../../http/gate.js';
 import { unstorableText } from '../../http/validation.js';
 import { toApiError } from '../../http/errors-plugin.js';
+import { readableFromAnyOrigin } from '../../http/cors.js';
 import {
   AuthorizationCode, AuthorizationCodeBody, OAuthError, OAuthErrorBody, OAuthThrottledBody, TokenBody, TokenResponse,
 } from './schemas.js';
@@ -31,6 +32,7 @@ export function oauthRoutes(app: App, deps: Deps): void {
     },
     attachValidation: true,
     config: { meta: { auth: 'none', throttle: 'auth' } },
+    onSend: readableFromAnyOrigin,
     // Errors raised before the handler (body parsing, the body limit, the gate's throttle) answer in
     // the RFC 6749 shape too (Part A convention 6); server errors keep the general envelope (parent handler).
     errorHandler: (err, _request, reply) => {

@@ -4,6 +4,7 @@ import type { Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { DatabaseBusyError } from '../../db/types.js';
 import { JWKS_MAX_AGE_SECONDS } from '../../auth/signing-keys.js';
+import { readableFromAnyOrigin } from '../../http/cors.js';
 
 const Jwks = Type.Object({ keys: Type.Array(Type.Object({}, { additionalProperties: true })) });
 const Discovery = Type.Object({}, { additionalProperties: true });
@@ -26,6 +27,7 @@ export function systemRoutes(app: App, deps: Deps): void {
   app.get('/.well-known/jwks.json', {
     schema: { summary: 'Public signing keys', tags: ['Discovery'], response: { 200: Jwks } },
     config: { meta: { auth: 'none' } },
+    onSend: readableFromAnyOrigin,
     handler: async (_request, reply) => {
       reply.header('cache-control', `public, max-age=${JWKS_MAX_AGE_SECONDS}`);
       return deps.keys.jwks();
@@ -35,6 +37,7 @@ export function systemRoutes(app: App, deps: Deps): void {
   app.get('/.well-known/openid-configuration', {
     schema: { summary: 'Issuer metadata', tags: ['Discovery'], response: { 200: Discovery } },
     config: { meta: { auth: 'none' } },
+    onSend: readableFromAnyOrigin,
     handler: async (_request, reply) => {
       reply.header('cache-control', `public, max-age=${JWKS_MAX_AGE_SECONDS}`);
       const base = deps.config.publicUrl;
