@@ -21,6 +21,7 @@ import { MODULES } from './modules/index.js';
 import { devModule } from './modules/dev/index.js';
 import type { App, Module } from './modules/types.js';
 import { Type } from '@sinclair/typebox';
+import { LINK_PAGE_PATHS, redactTokenQuery } from './modules/links/paths.js';
 
 /**
  * A request Node's HTTP parser refuses before Fastify sees it (headers over the limit, a request not
@@ -45,6 +46,23 @@ function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
 
+/**
+ * Logger options whose request serializer shows the URL with every `token=` query value redacted (the
+ * mailed links' pages take their token in the query). A logger instance passed in is used as it is.
+ */
+function withRedactedUrls(logger: FastifyBaseLogger | boolean | object): FastifyBaseLogger | boolean | object {
+  if (typeof logger !== 'object' || logger === null || typeof (logger as FastifyBaseLogger).info === 'function') return logger;
+  const options = logger as { serializers?: Record<string, unknown> };
+  const req = (request: { method: string; url: string; host?: string; ip?: string; socket?: { remotePort?: number } }) => ({
+    method: request.method,
+    url: redactTokenQuery(request.url),
+    host: request.host,
+    remoteAddress: request.ip,
+    remotePort: request.socket?.remotePort,
+  });
+  return { ...options, serializers: { req, ...options.serializers } };
+}
+
 export interface BuildOptions {
   config: Readonly<Config>;
   database: Database;
@@ -58,7 +76,7 @@ export interface BuildOptions {
 export async function buildApp(options: BuildOptions): Promise<{ app: App; deps: Deps }> {
   const { config, database, clock } = options;
   const fastify = Fastify({
-    logger: options.logger ?? { level: config.logLevel },
+    logger: withRedactedUrls(options.logger ?? { level: config.logLevel }),
     genReqId: () => newId('req'),
     bodyLimit: BODY_LIMIT_BYTES,
     trustProxy: false,
@@ -108,12 +126,12 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
       done(null, value);
     });
   });
-  // The OAuth token endpoint and the HTML pages' forms (hosted sign-in, the local payment simulator)
+  // The OAuth token endpoint and the HTML pages' forms (hosted sign-in, the mailed-link pages, the local payment simulator)
   // also take form bodies; the API is JSON only (Part A convention 1). A repeated parameter stays a
   // list, so the route's schema refuses it (RFC 6749 §3.1: parameters MUST NOT be included more than once).
   fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (request, body, done) => {
     const url = request.routeOptions.url ?? '';
-    if (url !== '/v1/auth/oauth/token' && !url.startsWith('/signin') && !url.startsWith('/billing/simulator/')) {
+    if (url !== '/v1/auth/oauth/token' && !url.startsWith('/signin') && !LINK_PAGE_PATHS.includes(url) && !url.startsWith('/billing/simulator/')) {
       return done(new fastifyErrors.FST_ERR_CTP_INVALID_MEDIA_TYPE('application/x-www-form-urlencoded'), undefined);
     }
     // URLSearchParams reads a malformed escape leniently (`%FF` as U+FFFD): refused, as in a query.

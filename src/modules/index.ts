@@ -18,8 +18,9 @@ import { tenancyModule } from './tenancy/index.js';
 import { billingModule } from './billing/index.js';
 import { oauthModule } from './oauth/index.js';
 import { signinModule } from './signin/index.js';
+import { linksModule } from './links/index.js';
 
 /** Every resource module, in registration order. */
 export const MODULES: Module[] = [
   systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, settingsModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule,
-  organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule, oauthModule, signinModule];
+  organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule, oauthModule, signinModule, linksModule];

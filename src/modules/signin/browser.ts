@@ -28,10 +28,10 @@ export function signinSite(publicUrl: string): SigninSite {
 export const newBrowserSecret = (): string => randomBytes(32).toString('base64url');
 
 /** The secret of the page cookie, when the request carries a well-formed one. */
-export function readBrowserSecret(cookieHeader: string | undefined): string | null {
+export function readBrowserSecret(cookieHeader: string | undefined, name = COOKIE_NAME): string | null {
   for (const part of (cookieHeader ?? '').split(';')) {
     const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === COOKIE_NAME) {
+    if (eq > 0 && part.slice(0, eq).trim() === name) {
       const value = part.slice(eq + 1).trim();
       if (SECRET.test(value)) return value;
     }
@@ -47,16 +47,24 @@ export function browserCookie(site: SigninSite, secret: string, maxAgeSeconds?: 
   return parts.join('; ');
 }
 
-/** Each form's token is an HMAC of its name keyed with the cookie secret: unforgeable without the cookie. */
-export const csrfToken = (secret: string, form: FormName): string =>
+/**
+ * Each form's token is an HMAC of its name keyed with the cookie secret: unforgeable without the cookie.
+ * The hosted link pages (src/modules/links) use the same scheme with their own cookie and form names.
+ */
+export const csrfToken = (secret: string, form: FormName | `link:${string}`): string =>
   createHmac('sha256', secret).update(`signin-csrf:${form}`).digest('base64url');
 
-export function assertCsrf(secret: string | null, form: FormName, token: string | undefined): void {
+export function assertCsrf(
+  secret: string | null,
+  form: FormName | `link:${string}`,
+  token: string | undefined,
+  message = 'This form has expired or was not sent from the sign-in page. Go back to the application and start signing in again.',
+): void {
   const expected = secret ? Buffer.from(csrfToken(secret, form)) : null;
   const given = Buffer.from(token ?? '');
   if (!expected || expected.length !== given.length || !timingSafeEqual(expected, given)) {
     throw new ApiError('forbidden', {
-      message: 'This form has expired or was not sent from the sign-in page. Go back to the application and start signing in again.',
+      message,
       details: { reason: secret ? 'csrf_token_mismatch' : 'csrf_cookie_missing' },
     });
   }

@@ -43,9 +43,9 @@ export interface View {
   csrf: (form: FormName) => string;
 }
 
-const ERROR_ID = 'signin-error';
+export const ERROR_ID = 'signin-error';
 
-function layout(title: string, body: Html, app: View['app'] | null): string {
+export function layout(title: string, body: Html, app: View['app'] | null): string {
   const doc = html`<!doctype html>
 <html lang="en">
 <head>
@@ -74,7 +74,7 @@ function appHeader(app: View['app']): Html {
 ${app.test_mode ? html`<p class="badge">Test mode</p>` : null}`;
 }
 
-const alert = (message: string | undefined, extra: Html | null = null): Html | null =>
+export const alert = (message: string | undefined, extra: Html | null = null): Html | null =>
   message ? html`<div class="alert" role="alert" id="${ERROR_ID}"><p>${message}</p>${extra}</div>` : null;
 
 /** The authorization request (and the form's CSRF token) carried through every form. */
@@ -86,7 +86,7 @@ function hidden(v: View, form: FormName, extra: Record<string, string> = {}): Ht
 }
 
 /** aria attributes tying a field to the page's error message. */
-const invalidAttrs = (message: string | undefined): Html => (message ? html` aria-invalid="true" aria-describedby="${ERROR_ID}"` : html``);
+export const invalidAttrs = (message: string | undefined): Html => (message ? html` aria-invalid="true" aria-describedby="${ERROR_ID}"` : html``);
 
 function passwordForm(v: View, o: Extract<Outcome, { view: 'password' }>): Html {
   const attrs = invalidAttrs(o.message);

@@ -1,0 +1,374 @@
+// The pages the mailed links open (/verify-email, /reset-password, /accept-invitation): a GET shows a
+// form and never uses the token up (mail scanners fetch links); the POST (CSRF-checked, throttled) calls
+// the API operation's verb; every refusal is an HTML page with the sign-in page's headers.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { boot } from '../../src/boot.js';
+import { createUser, PASSWORD, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+import { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
+import { mailsTo, type MailRow } from '../helpers/mail.js';
+import { alignToWindow } from '../auth/support.js';
+import { assertPage, formOf } from './signin-support.js';
+import { csrfToken } from '../../src/modules/signin/browser.js';
+
+const NEW_PASSWORD = 'amber-lantern-orchard-77';
+const COOKIE = 'platform_link';
+
+let t: TestApp;
+let admin: { user: TestUser; token: string };
+before(async () => {
+  t = await buildTestApp();
+  admin = await userToken(t, { roles: ['superadmin'] });
+});
+after(() => t.close());
+
+/** The path and query of the newest mail of this template to this address (what the user clicks). */
+async function mailedLink(email: string, template: string): Promise<{ url: string; token: string }> {
+  const mails: MailRow[] = await mailsTo(t, email, template);
+  assert.ok(mails.length > 0, `no ${template} mail to ${email}`);
+  const match = /https?:\/\/\S+\?token=\S+/.exec(mails[mails.length - 1].text_body);
+  assert.ok(match, mails[mails.length - 1].text_body);
+  const url = new URL(match[0]);
+  return { url: `${url.pathname}${url.search}`, token: url.searchParams.get('token')! };
+}
+
+/** A browser without JavaScript: keeps the link pages' cookie (one per page path). */
+class LinkBrowser {
+  cookies = new Map<string, string>();
+
+  private remember(res: InjectResponse, path: string): InjectResponse {
+    const set = [res.headers['set-cookie'] ?? []].flat().map(String).find((c) => c.startsWith(`${COOKIE}=`));
+    if (set) this.cookies.set(path, set.slice(COOKIE.length + 1).split(';')[0]);
+    return res;
+  }
+
+  private headers(path: string): Record<string, string> {
+    const secret = this.cookies.get(path);
+    return secret ? { cookie: `${COOKIE}=${secret}` } : {};
+  }
+
+  async open(url: string): Promise<InjectResponse> {
+    const path = url.split('?')[0];
+    return this.remember(await t.app.inject({ method: 'GET', url, headers: this.headers(path) }), path);
+  }
+
+  async post(path: string, fields: Record<string, string>): Promise<InjectResponse> {
+    return this.remember(
+      await t.app.inject({
+        method: 'POST',
+        url: path,
+        headers: { 'content-type': 'application/x-www-form-urlencoded', ...this.headers(path) },
+        payload: new URLSearchParams(fields).toString(),
+      }),
+      path,
+    );
+  }
+
+  /** Opens the link and submits its form (with `extra` fields, e.g. the password). */
+  async follow(url: string, extra: Record<string, string> = {}): Promise<{ page: InjectResponse; done: InjectResponse }> {
+    const path = url.split('?')[0];
+    const page = await this.open(url);
+    assertPage(page, 200);
+    return { page, done: await this.post(path, { ...formOf(page, path), ...extra }) };
+  }
+}
+
+function assertHeaders(res: InjectResponse, formAction: string): void {
+  const csp = String(res.headers['content-security-policy']);
+  assert.match(csp, /^default-src 'none'; style-src 'sha256-[A-Za-z0-9+/]+=*'; img-src https: data:; form-action [^;]+; frame-ancestors 'none'; base-uri 'none'$/);
+  assert.ok(csp.includes(`form-action ${formAction};`), csp);
+  assert.equal(res.headers['referrer-policy'], 'no-referrer');
+  assert.equal(res.headers['cache-control'], 'no-store');
+  assert.equal(res.headers['x-frame-options'], 'DENY');
+  assert.equal(res.headers['x-content-type-options'], 'nosniff');
+}
+
+/** lang, a title naming the step, viewport, and the body's h1 the same as the title. */
+function assertDocument(body: string, title: string): void {
+  assert.match(body, /^<!doctype html>\n<html lang="en">/);
+  assert.ok(body.includes(`<title>${title}</title>`), `title ${title}: ${body}`);
+  assert.ok(body.includes('<meta name="viewport" content="width=device-width, initial-scale=1">'));
+  assert.ok(body.includes(`<h1>${title}</h1>`));
+  assert.ok(!body.includes('<script'), 'no script');
+}
+
+const INVALID = 'This link is invalid or has expired.';
+const userRow = async (id: string) => (await sql(t, 'SELECT status, email, pending_email, email_verified FROM users WHERE id = $1', [id]))[0];
+const signup = async (email: string) => {
+  const res = await call(t, 'POST', '/v1/auth/signup', null, { email, password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  return res.json().user_id ?? res.json().user?.id ?? (await sql(t, 'SELECT id FROM users WHERE email = $1', [email]))[0].id;
+};
+const loginStatus = async (email: string, password: string) => (await call(t, 'POST', '/v1/auth/login', null, { email, password })).statusCode;
+const invite = async (email: string) => {
+  const res = await call(t, 'POST', '/v1/users', admin.token, { email });
+  assert.equal(res.statusCode, 201, res.body);
+  return res.json().id as string;
+};
+
+test('verify-email: the signup mail\'s link opens a page with one button (token and CSRF token hidden); the GET uses nothing up; the POST verifies; the link then shows the error page', async () => {
+  const email = uniqueEmail('verify');
+  const id = await signup(email);
+  const { url, token } = await mailedLink(email, 'email_verification');
+  assert.match(url, /^\/verify-email\?token=/);
+  const browser = new LinkBrowser();
+  const page = await browser.open(url);
+  const body = assertPage(page, 200);
+  assertDocument(body, 'Verify your email address');
+  assertHeaders(page, "'self'");
+  assert.ok(body.includes('<button type="submit" autofocus>Verify email address</button>'));
+  assert.deepEqual(formOf(page, '/verify-email'), { token, csrf: formOf(page, '/verify-email').csrf });
+  assert.match(String(page.headers['set-cookie']), /^platform_link=[A-Za-z0-9_-]{43}; Path=\/verify-email; HttpOnly; SameSite=Lax$/);
+  // A scanner's GETs (and a reload) change nothing.
+  await browser.open(url);
+  await t.app.inject({ method: 'GET', url });
+  assert.equal((await userRow(id)).email_verified, false);
+
+  const done = await browser.post('/verify-email', formOf(page, '/verify-email'));
+  const doneBody = assertPage(done, 200);
+  assertDocument(doneBody, 'Email address verified');
+  assert.ok(doneBody.includes('Your email address is verified.'));
+  assertHeaders(done, "'none'");
+  assert.equal((await userRow(id)).email_verified, true);
+
+  // Used: the POST again and the link again are the 400 error page, with no form.
+  for (const res of [await browser.post('/verify-email', formOf(page, '/verify-email')), await browser.open(url)]) {
+    const error = assertPage(res, 400, INVALID);
+    assertDocument(error, 'This link is invalid or has expired');
+    assert.ok(!error.includes('<form'), 'no form on an error page');
+    assertHeaders(res, "'none'");
+  }
+});
+
+test('verify-email: after the page was opened the API verb still takes the token (the GET did not use it)', async () => {
+  const email = uniqueEmail('verifyapi');
+  const id = await signup(email);
+  const { url, token } = await mailedLink(email, 'email_verification');
+  assertPage(await new LinkBrowser().open(url), 200);
+  assert.equal((await call(t, 'POST', '/v1/auth/email/verify', null, { token })).statusCode, 204);
+  assert.equal((await userRow(id)).email_verified, true);
+});
+
+test('verify-email of an email change: the change completes; a verb error (email_taken) is a page saying it', async () => {
+  const { user, token: access } = await userToken(t);
+  const newEmail = uniqueEmail('moved');
+  assert.equal((await call(t, 'PATCH', '/v1/users/me', access, { email: newEmail })).statusCode, 200);
+  const link = await mailedLink(newEmail, 'email_change_verification');
+  const { done } = await new LinkBrowser().follow(link.url);
+  assertPage(done, 200);
+  assert.equal((await userRow(user.id)).email, newEmail);
+
+  const other = await userToken(t);
+  const contested = uniqueEmail('contested');
+  assert.equal((await call(t, 'PATCH', '/v1/users/me', other.token, { email: contested })).statusCode, 200);
+  const second = await mailedLink(contested, 'email_change_verification');
+  await createUser(t, { email: contested });
+  const taken = (await new LinkBrowser().follow(second.url)).done;
+  assertPage(taken, 409, 'That email address is already in use.');
+  assert.ok(!taken.body.includes('<form'));
+  assert.equal((await userRow(other.user.id)).email, other.user.email, 'nothing changed');
+});
+
+test('reset-password: the form (label, new-password, 12–128), a weak password shows the form again with the reason and never echoes it; the POST changes the password; the link is then dead', async () => {
+  const email = `o'neil&co-${uniqueEmail('reset')}`;
+  const user = await createUser(t, { email });
+  assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email })).statusCode, 202);
+  const { url, token } = await mailedLink(email, 'password_reset');
+  assert.match(url, /^\/reset-password\?token=/);
+  const browser = new LinkBrowser();
+  const page = await browser.open(url);
+  const body = assertPage(page, 200);
+  assertDocument(body, 'Choose a new password');
+  assertHeaders(page, "'self'");
+  assert.ok(body.includes('<label for="password">New password</label>'));
+  assert.match(body, /<input id="password" name="password" type="password" autocomplete="new-password" minlength="12" maxlength="128" required autofocus>/);
+  assert.ok(body.includes(`<strong>o&#39;neil&amp;co-`), 'the address is escaped');
+  assert.ok(!body.includes(`o'neil&co`), 'never raw');
+  assert.equal(formOf(page, '/reset-password').token, token);
+
+  const weak = 'password1234';
+  const refused = await browser.post('/reset-password', { ...formOf(page, '/reset-password'), password: weak });
+  const refusedBody = assertPage(refused, 422, /too common/);
+  assert.ok(!refusedBody.includes(weak), 'the password is never echoed');
+  assert.match(refusedBody, /<input id="password" name="password" type="password" autocomplete="new-password" minlength="12" maxlength="128" required aria-invalid="true" aria-describedby="signin-error" autofocus>/);
+  const short = await browser.post('/reset-password', { ...formOf(refused, '/reset-password'), password: '<b>short' });
+  assert.ok(!assertPage(short, 422, 'The password is too short: use at least 12 characters.').includes('short<'), 'not echoed');
+  assert.ok(!short.body.includes('<b>short') && !short.body.includes('&lt;b&gt;short'));
+  assert.equal(await loginStatus(email, PASSWORD), 200, 'nothing changed yet');
+
+  const done = await browser.post('/reset-password', { ...formOf(short, '/reset-password'), password: NEW_PASSWORD });
+  const doneBody = assertPage(done, 200);
+  assert.ok(doneBody.includes('Your password is changed. Sign in with it.'));
+  assert.ok(!doneBody.includes(NEW_PASSWORD));
+  assert.equal(await loginStatus(email, NEW_PASSWORD), 200);
+  assert.equal(await loginStatus(email, PASSWORD), 401);
+  assertPage(await browser.post('/reset-password', { ...formOf(short, '/reset-password'), password: 'another-fine-password-9' }), 400, INVALID);
+  assertPage(await browser.open(url), 400, INVALID);
+  assert.equal(await loginStatus(email, NEW_PASSWORD), 200, 'the used link changed nothing');
+  assert.ok(user.id);
+});
+
+test('reset-password: the API verb still takes the token after the page was opened', async () => {
+  const user = await createUser(t);
+  assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email: user.email })).statusCode, 202);
+  const { url, token } = await mailedLink(user.email, 'password_reset');
+  assertPage(await new LinkBrowser().open(url), 200);
+  assert.equal((await call(t, 'POST', '/v1/auth/password/reset', null, { token, password: NEW_PASSWORD })).statusCode, 204);
+  assert.equal(await loginStatus(user.email, NEW_PASSWORD), 200);
+});
+
+test('accept-invitation: the invitation\'s link opens the password form; the POST activates the user (no cookie, no live session); the link is then dead', async () => {
+  const email = uniqueEmail('invitee');
+  const id = await invite(email);
+  const { url, token } = await mailedLink(email, 'invitation');
+  assert.match(url, /^\/accept-invitation\?token=/);
+  const browser = new LinkBrowser();
+  const page = await browser.open(url);
+  const body = assertPage(page, 200);
+  assertDocument(body, 'Accept your invitation');
+  assertHeaders(page, "'self'");
+  assert.match(body, /<label for="password">New password<\/label>\n<input id="password" name="password" type="password" autocomplete="new-password" minlength="12" maxlength="128" required autofocus>/);
+  await t.app.inject({ method: 'GET', url });
+  assert.equal((await userRow(id)).status, 'invited', 'the GETs changed nothing');
+
+  const done = await browser.post('/accept-invitation', { ...formOf(page, '/accept-invitation'), password: NEW_PASSWORD });
+  assert.ok(assertPage(done, 200).includes('Your account is ready'));
+  assert.equal(done.headers['set-cookie'], undefined, 'no session cookie');
+  assert.equal((await userRow(id)).status, 'active');
+  const live = await sql(t, 'SELECT id FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [id]);
+  assert.deepEqual(live, [], 'the page signs no one in');
+  assert.equal(await loginStatus(email, NEW_PASSWORD), 200);
+  assertPage(await browser.open(url), 400, INVALID);
+  assertPage(await browser.post('/accept-invitation', { ...formOf(page, '/accept-invitation'), password: 'another-fine-password-9' }), 400, INVALID);
+  assert.equal(await loginStatus(email, NEW_PASSWORD), 200, 'the used link changed nothing');
+  // The API verb after a GET: a second invitee.
+  const other = uniqueEmail('invitee2');
+  await invite(other);
+  const second = await mailedLink(other, 'invitation');
+  assertPage(await new LinkBrowser().open(second.url), 200);
+  assert.equal((await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: second.token, password: NEW_PASSWORD })).statusCode, 200);
+  assert.ok(token);
+});
+
+test('an expired link is the 400 error page on GET and POST and changes nothing', async () => {
+  const email = uniqueEmail('late');
+  const id = await signup(email);
+  const { url } = await mailedLink(email, 'email_verification');
+  const browser = new LinkBrowser();
+  const page = await browser.open(url);
+  assertPage(page, 200);
+  t.clock.advance(25 * 3600);
+  assertPage(await browser.open(url), 400, INVALID);
+  assertPage(await browser.post('/verify-email', formOf(page, '/verify-email')), 400, INVALID);
+  assert.equal((await userRow(id)).email_verified, false);
+  // Fresh sign-in token for later tests (the admin's access token expired with the clock).
+  admin.token = (await call(t, 'POST', '/v1/auth/login', null, { email: admin.user.email, password: admin.user.password })).json().access_token;
+});
+
+test('CSRF: a POST without the page cookie or with a missing or wrong form token is a 403 page and uses nothing up', async () => {
+  const user = await createUser(t);
+  assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email: user.email })).statusCode, 202);
+  const { url, token } = await mailedLink(user.email, 'password_reset');
+  const browser = new LinkBrowser();
+  const page = await browser.open(url);
+  const fields: Record<string, string> = { ...formOf(page, '/reset-password'), password: NEW_PASSWORD };
+  const { csrf: _, ...noToken } = fields;
+  const stranger = new LinkBrowser();
+  const strangerFields = formOf(await stranger.open(url), '/reset-password');
+  const cases: [string, LinkBrowser, Record<string, string>][] = [
+    ['no cookie', new LinkBrowser(), fields],
+    ['no token', browser, noToken],
+    ['a wrong token', browser, { ...fields, csrf: 'A'.repeat(43) }],
+    ["another browser's token", browser, { ...fields, csrf: strangerFields.csrf }],
+  ];
+  for (const [label, b, body] of cases) {
+    const res = await b.post('/reset-password', body);
+    assertPage(res, 403, 'This form has expired or was not sent from this page.');
+    assert.ok(!res.body.includes('<form'), label);
+    assert.ok(!res.body.includes(NEW_PASSWORD), label);
+  }
+  // Another link page's form token (same cookie secret) does not stand in, nor does the sign-in page's cookie.
+  const secret = browser.cookies.get('/reset-password')!;
+  assertPage(await browser.post('/reset-password', { ...fields, csrf: csrfToken(secret, 'link:verify_email') }), 403);
+  assertPage(await browser.post('/reset-password', { ...fields, csrf: csrfToken(secret, 'password') }), 403);
+  const signinCookie = await t.app.inject({
+    method: 'POST', url: '/reset-password', headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: `platform_signin=${secret}` },
+    payload: new URLSearchParams(fields).toString(),
+  });
+  assertPage(signinCookie, 403);
+  for (const path of ['/verify-email', '/accept-invitation']) assertPage(await new LinkBrowser().post(path, { token, csrf: '' }), 403);
+  assert.equal(await loginStatus(user.email, NEW_PASSWORD), 401, 'nothing was changed');
+  assert.equal((await call(t, 'POST', '/v1/auth/password/reset', null, { token, password: NEW_PASSWORD })).statusCode, 204, 'the token is still good');
+});
+
+test('bad input is a 400 page, never a 500: no token, a repeated token, U+0000, an over-long token, a bad escape; JSON to the form is refused', async () => {
+  for (const path of ['/verify-email', '/reset-password', '/accept-invitation']) {
+    const cases: [string, string | RegExp][] = [
+      [path, INVALID],
+      [`${path}?token=`, INVALID],
+      [`${path}?token=a&token=b`, /malformed/],
+      [`${path}?token=a%00b`, /malformed/],
+      [`${path}?token=${'a'.repeat(201)}`, /malformed/],
+      [`${path}?token=%FF`, /not validly encoded/],
+      [`${path}?token=${encodeURIComponent('"><script>x</script>')}`, INVALID],
+    ];
+    for (const [url, message] of cases) {
+      const res = await t.app.inject({ method: 'GET', url });
+      assertPage(res, 400, message);
+      assert.ok(!res.body.includes('<script>x'), url);
+      assertHeaders(res, "'none'");
+    }
+    const browser = new LinkBrowser();
+    await browser.open(`${path}?token=whatever`);
+    const csrf = '';
+    const repeated = await t.app.inject({
+      method: 'POST', url: path, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'token=a&token=b&csrf=x',
+    });
+    assertPage(repeated, 400, /malformed/);
+    const nul = await browser.post(path, { token: 'a\u0000b', csrf });
+    assertPage(nul, 400, /malformed/);
+    const json = await t.app.inject({ method: 'POST', url: path, payload: { token: 'x' } });
+    assertPage(json, 403, 'This form has expired or was not sent from this page.');
+  }
+});
+
+test('the request log never shows a link\'s token (query values named token are redacted)', async () => {
+  const lines: string[] = [];
+  const stream = new Writable({ write(chunk, _enc, done) { lines.push(String(chunk)); done(); } });
+  const second = await boot({ config: t.config, database: t.database, clock: t.clock, logger: { level: 'info', stream } });
+  try {
+    await second.app.inject({ method: 'GET', url: '/verify-email?token=secret-token-value-123&x=1' });
+    await second.app.inject({ method: 'GET', url: '/reset-password?a=1&token=secret-token-value-456' });
+  } finally {
+    await second.app.close();
+    await second.deps.jobs.stop();
+  }
+  const log = lines.join('');
+  assert.ok(log.includes('/verify-email?token=[redacted]&x=1'), log);
+  assert.ok(log.includes('/reset-password?a=1&token=[redacted]'), log);
+  assert.ok(!log.includes('secret-token-value'), log);
+});
+
+test('the POSTs share the per-IP auth throttle (a 429 page with Retry-After)', async () => {
+  const limited = await buildTestApp({ authRateLimitPerMinute: 2 });
+  try {
+    alignToWindow(limited, 60, 1);
+    const post = () => limited.app.inject({ method: 'POST', url: '/verify-email', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'token=x&csrf=y' });
+    assertPage(await post(), 403);
+    assertPage(await post(), 403);
+    const res = await post();
+    assertPage(res, 429);
+    assert.ok(Number(res.headers['retry-after']) >= 1);
+  } finally {
+    await limited.close();
+  }
+});
+
+test('the API operations answer as before (JSON errors): the pages change nothing for API callers', async () => {
+  assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: 'nope' }), 400, 'invalid_token');
+  // Form bodies stay refused on /v1 operations other than the OAuth token endpoint.
+  const form = await t.app.inject({ method: 'POST', url: '/v1/auth/email/verify', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'token=x' });
+  assertError(form, 415, form.json().error.code);
+});
