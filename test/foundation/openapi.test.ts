@@ -276,8 +276,10 @@ test('the description describes no operation the service does not serve', async 
   }
 });
 
-test('every route the service serves (except /_dev, the hosted sign-in page /signin and the mailed links\' pages /verify-email, /reset-password, /accept-invitation) is in the description', () => {
+test('every route the service serves (except /_dev, the hosted sign-in page /signin and the mailed links\' pages /verify-email, /reset-password, /accept-invitation, /forgot-password) is in the description', () => {
   const served = servedRoutes();
+  assert.deepEqual([...LINK_PAGE_PATHS], ['/verify-email', '/reset-password', '/accept-invitation', '/forgot-password']);
+  assert.ok(served.some((r) => r.method === 'post' && r.url === '/forgot-password'), 'the hosted forgot-password page is served');
   // The parser must see the routes we know are there, or the check below would prove nothing.
   assert.ok(served.some((r) => r.method === 'delete' && r.url === '/v1/users/:id/sessions/:sessionId'), JSON.stringify(served));
   assert.ok(served.some((r) => r.method === 'post' && r.url === '/_dev/clock'), JSON.stringify(served));

@@ -12,6 +12,11 @@ import { mailsTo, type MailRow } from '../helpers/mail.js';
 import { alignToWindow } from '../auth/support.js';
 import { assertPage, formOf } from './signin-support.js';
 import { csrfToken } from '../../src/modules/signin/browser.js';
+import { escapeHtml } from '../../src/modules/signin/html.js';
+import { ADDRESS_BLIND_ANSWER_MS } from '../../src/modules/auth/routes.js';
+import { newApp, platformKey } from '../access/support.js';
+import { oauthApp, REDIRECT } from './support.js';
+import { flow } from './signin-support.js';
 
 const NEW_PASSWORD = 'amber-lantern-orchard-77';
 const COOKIE = 'platform_link';
@@ -371,4 +376,109 @@ test('the API operations answer as before (JSON errors): the pages change nothin
   // Form bodies stay refused on /v1 operations other than the OAuth token endpoint.
   const form = await t.app.inject({ method: 'POST', url: '/v1/auth/email/verify', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'token=x' });
   assertError(form, 415, form.json().error.code);
+});
+
+// The hosted /forgot-password page, linked from the sign-in page's password step.
+
+/** The /signin query of a fresh authorization request for a new Application (what the sign-in page links with). */
+async function signinQuery(body: Record<string, unknown> = {}, mode: 'live' | 'test' = 'live'): Promise<string> {
+  const application = mode === 'live'
+    ? await oauthApp(t, await platformKey(t), body)
+    : await newApp(t, await platformKey(t, undefined, 'test'), { redirect_uris: [REDIRECT], ...body }, { ownerMode: 'test' });
+  return new URLSearchParams(flow(application.id).params).toString();
+}
+
+test('forgot-password: the page (email field with label, type=email, autocomplete=username; a submit button; CSRF token and the sign-in parameters hidden) links back to /signin with them', async () => {
+  const query = await signinQuery({ name: 'Forgot <App>' });
+  const browser = new LinkBrowser();
+  const page = await browser.open(`/forgot-password?${query}`);
+  const body = assertPage(page, 200);
+  assertHeaders(page, "'self'");
+  assert.match(String(page.headers['set-cookie']), /^platform_link=[A-Za-z0-9_-]{43}; Path=\/forgot-password; HttpOnly; SameSite=Lax$/);
+  assert.match(body, /<label for="email">Email<\/label>\n<input id="email" name="email" type="email" autocomplete="username"[^>]* required[^>]*>/);
+  assert.match(body, /<button type="submit">Email me a reset link<\/button>/);
+  assert.match(body, /<title>Reset your password – Forgot &lt;App&gt;<\/title>/);
+  const hidden = formOf(page, '/forgot-password');
+  assert.equal(hidden.csrf, csrfToken(browser.cookies.get('/forgot-password')!, 'link:forgot_password'));
+  assert.deepEqual(new URLSearchParams(hidden), new URLSearchParams({ ...Object.fromEntries(new URLSearchParams(query)), csrf: hidden.csrf }));
+  assert.ok(body.includes(`<a href="/signin?${escapeHtml(query)}">Back to sign in</a>`), body);
+  // Opened on its own: the same form, no way back to a sign-in request it does not know.
+  const bare = assertPage(await new LinkBrowser().open('/forgot-password'), 200);
+  assert.match(bare, /<input id="email" name="email" type="email" autocomplete="username"/);
+  assert.ok(!bare.includes('/signin'), bare);
+  // Sign-in parameters are checked as /signin checks them.
+  const bad = await new LinkBrowser().open(`/forgot-password?${query.replace(/redirect_uri=[^&]+/, 'redirect_uri=https%3A%2F%2Fevil.example%2F')}`);
+  assertPage(bad, 400, 'This sign-in request is not valid.');
+});
+
+test('forgot-password: a known and an unknown address get the same page (status and body), no sooner than the API\'s floor; only the known one queues a password_reset mail', async () => {
+  const query = await signinQuery();
+  const user = await createUser(t);
+  const unknown = uniqueEmail('nobody');
+  const answer = async (email: string) => {
+    const browser = new LinkBrowser();
+    const page = await browser.open(`/forgot-password?${query}`);
+    const started = performance.now();
+    const res = await browser.post('/forgot-password', { ...formOf(page, '/forgot-password'), email });
+    return { res, ms: performance.now() - started };
+  };
+  const known = await answer(user.email);
+  const stranger = await answer(unknown);
+  for (const { res, ms } of [known, stranger]) {
+    assertPage(res, 200);
+    assert.ok(ms >= ADDRESS_BLIND_ANSWER_MS - 5, `answered after ${ms} ms`);
+    assert.ok(res.body.includes('If an account exists for that address, we sent a link'), res.body);
+    assert.ok(res.body.includes(`<a href="/signin?${escapeHtml(query)}">Back to sign in</a>`), res.body);
+    assert.equal(res.headers['set-cookie'], undefined);
+  }
+  assert.equal(known.res.statusCode, stranger.res.statusCode);
+  assert.equal(known.res.body, stranger.res.body);
+  assert.ok(!known.res.body.includes(user.email) && !stranger.res.body.includes(unknown), 'the address is not echoed');
+  assert.equal((await mailsTo(t, user.email, 'password_reset')).length, 1);
+  assert.equal((await mailsTo(t, unknown)).length, 0);
+  // The mailed link opens the reset page.
+  const { url } = await mailedLink(user.email, 'password_reset');
+  assertPage(await new LinkBrowser().open(url), 200);
+});
+
+test('forgot-password: the Application\'s mode is the mode, as on /signin (a test Application mails its test user, not the live one)', async () => {
+  const query = await signinQuery({}, 'test');
+  const email = uniqueEmail('modes');
+  await createUser(t, { email, mode: 'test' });
+  const browser = new LinkBrowser();
+  const page = await browser.open(`/forgot-password?${query}`);
+  assertPage(await browser.post('/forgot-password', { ...formOf(page, '/forgot-password'), email }), 200);
+  const mails = await sql<{ test_mode: boolean }>(t, `SELECT test_mode FROM emails WHERE lower(to_address) = lower($1) AND template = 'password_reset'`, [email]);
+  assert.deepEqual(mails.map((m) => m.test_mode), [true]);
+  // Opened without sign-in parameters the page is live: the test user is unknown there.
+  const liveOnly = uniqueEmail('testonly');
+  await createUser(t, { email: liveOnly, mode: 'test' });
+  const bare = new LinkBrowser();
+  const form = await bare.open('/forgot-password');
+  assertPage(await bare.post('/forgot-password', { ...formOf(form, '/forgot-password'), email: liveOnly }), 200);
+  assert.equal((await mailsTo(t, liveOnly)).length, 0);
+});
+
+test('forgot-password: CSRF: without the page cookie, or with a missing, wrong or other page\'s form token, the POST is a 403 page and mails nothing', async () => {
+  const user = await createUser(t);
+  const browser = new LinkBrowser();
+  const page = await browser.open('/forgot-password');
+  const fields: Record<string, string> = { ...formOf(page, '/forgot-password'), email: user.email };
+  const { csrf: _, ...noToken } = fields;
+  const secret = browser.cookies.get('/forgot-password')!;
+  const cases: [string, LinkBrowser, Record<string, string>][] = [
+    ['no cookie', new LinkBrowser(), fields],
+    ['no token', browser, noToken],
+    ['a wrong token', browser, { ...fields, csrf: 'A'.repeat(43) }],
+    ['the reset page\'s token', browser, { ...fields, csrf: csrfToken(secret, 'link:reset_password') }],
+  ];
+  for (const [label, b, body] of cases) {
+    const res = await b.post('/forgot-password', body);
+    assertPage(res, 403, 'This form has expired or was not sent from this page.');
+    assert.ok(!res.body.includes('<form'), label);
+  }
+  assert.equal((await mailsTo(t, user.email)).length, 0, 'nothing was mailed');
+  // A blank address is the form again, saying so (and the title says Error).
+  const blank = await browser.post('/forgot-password', { ...fields, email: ' ' });
+  assert.match(assertPage(blank, 422, 'Enter your email address.'), /<title>Error: Reset your password<\/title>/);
 });

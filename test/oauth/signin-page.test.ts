@@ -7,6 +7,10 @@ import { member, oauthApp, REDIRECT } from './support.js';
 import { platformKey, setReview, sql, type AppFixture } from '../access/support.js';
 import { signinSite } from '../../src/modules/signin/browser.js';
 import { assertPage, Browser, COOKIE, flow, formOf, setCookieHeader, signinUrl } from './signin-support.js';
+import { requestQuery } from '../../src/modules/signin/params.js';
+import { escapeHtml } from '../../src/modules/signin/html.js';
+import { createMfaUser } from '../auth/support.js';
+import { createUser, uniqueEmail } from '../helpers/fixtures.js';
 
 let t: TestApp;
 let admin: string;
@@ -74,7 +78,7 @@ test('the page cookie: HttpOnly, SameSite=Lax, Path=/signin; not Secure on http:
   for (const [publicUrl, expected] of [['http://127.0.0.1:8080', false], ['http://[::1]:8080', false], ['http://id.example.com', true], ['https://localhost', true]] as const) {
     assert.equal(signinSite(publicUrl).secure, expected, publicUrl);
   }
-  assert.deepEqual(signinSite('https://id.example.com/auth/').paths, { signin: '/auth/signin', mfa: '/auth/signin/mfa', continue: '/auth/signin/continue' });
+  assert.deepEqual(signinSite('https://id.example.com/auth/').paths, { signin: '/auth/signin', mfa: '/auth/signin/mfa', continue: '/auth/signin/continue', forgot: '/auth/forgot-password' });
   // A browser that already has a well-formed cookie keeps it.
   const browser = new Browser(t);
   await browser.open(flow(app.id).params);
@@ -310,4 +314,38 @@ test('the focus ring of fields, buttons, links and the recovery-code toggle has 
     assert.ok(style.includes(`color:${fg}`) && style.includes(bg), `${fg} on ${bg} is no longer in the style`);
     assert.ok(contrast(fg, bg) >= 4.5, `${fg} on ${bg}: ${contrast(fg, bg).toFixed(2)}:1`);
   }
+});
+
+test('the password step links to the hosted forgot-password page with the sign-in request\'s parameters (to come back)', async () => {
+  const f = flow(app.id);
+  const body = assertPage(await new Browser(t).open(f.params), 200);
+  const query = requestQuery({ application_id: app.id, redirect_uri: REDIRECT, code_challenge: f.challenge, code_challenge_method: 'S256', state: 'st-1' });
+  assert.ok(body.includes(`<a href="/forgot-password?${escapeHtml(query)}">Forgot password?</a>`), body);
+});
+
+test('the title says when a step shows an error ("Error: Sign in – <App>"); without one it does not', async () => {
+  const user = await createUser(t);
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  assert.match(assertPage(page, 200), /<title>Sign in – Acme &lt;Notes&gt; &amp; &quot;Co&quot;<\/title>/);
+  const wrong = await browser.signIn(page, user.email, 'not-the-password-at-all');
+  assert.match(assertPage(wrong, 401), /<title>Error: Sign in – Acme &lt;Notes&gt; &amp; &quot;Co&quot;<\/title>/);
+});
+
+test('the MFA step shows which account is signing in (escaped) and a "Use another account" link back to the password step; its error title says Error', async () => {
+  const email = uniqueEmail("o'brien+<b>");
+  const { user } = await createMfaUser(t, { email });
+  const f = flow(app.id);
+  const browser = new Browser(t);
+  const mfa = await browser.signIn(await browser.open(f.params), user.email, user.password);
+  const body = assertPage(mfa, 200);
+  assert.ok(body.includes(`<p>Signing in as <strong>${escapeHtml(email)}</strong>.</p>`), body);
+  assert.ok(!body.includes(email), 'the email is escaped');
+  const query = requestQuery({ application_id: app.id, redirect_uri: REDIRECT, code_challenge: f.challenge, code_challenge_method: 'S256', state: 'st-1' });
+  assert.ok(body.includes(`<a href="/signin?${escapeHtml(query)}">Use another account</a>`), body);
+  assert.match(body, /<title>Two-step verification – /);
+  const bad = await browser.mfa(mfa, 'code', '12ab');
+  const badBody = assertPage(bad, 422, 'Enter the 6-digit code');
+  assert.match(badBody, /<title>Error: Two-step verification – /);
+  assert.ok(badBody.includes(`<strong>${escapeHtml(email)}</strong>`), 'the account is still shown after an error');
 });

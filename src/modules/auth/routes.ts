@@ -26,7 +26,8 @@ const tags = ['Auth'];
  * two-core machine took 100–330 ms), so the floor is what a caller measures, whatever the address.
  */
 export const ADDRESS_BLIND_ANSWER_MS = 150;
-const addressBlind = async (work: Promise<void>): Promise<void> => {
+/** Answers no sooner than ADDRESS_BLIND_ANSWER_MS (also the hosted /forgot-password page's floor). */
+export const addressBlind = async (work: Promise<void>): Promise<void> => {
   await Promise.all([work, sleep(ADDRESS_BLIND_ANSWER_MS)]);
 };
 

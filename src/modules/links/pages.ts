@@ -1,7 +1,7 @@
 import type { ApiError } from '../../errors.js';
 import type { FieldError } from '../../http/validation.js';
 import { html, type Html } from '../signin/html.js';
-import { alert, invalidAttrs, layout } from '../signin/pages.js';
+import { alert, invalidAttrs, layout, stepTitle, type View } from '../signin/pages.js';
 
 // The pages the mailed links open, in the hosted sign-in page's layout, style and escaping: semantic
 // HTML without JavaScript, errors in a role=alert region tied to the field. No Application header: a
@@ -37,7 +37,7 @@ const PASSWORD_STEPS = {
 /** The new-password form of the reset and invitation pages; `message` is why the last try was refused. */
 export function passwordPage(kind: 'reset_password' | 'accept_invitation', f: LinkForm, email: string | null, message?: string): string {
   const step = PASSWORD_STEPS[kind];
-  return layout(step.title, html`<h1>${step.title}</h1>
+  return layout(stepTitle(step.title, message), html`<h1>${step.title}</h1>
 ${alert(message)}${email ? html`<p>For <strong>${email}</strong>. Choose a password of 12 to 128 characters.</p>` : html`<p>Choose a password of 12 to 128 characters.</p>`}
 <form method="post" action="${f.action}">
 ${hidden(f)}
@@ -81,4 +81,41 @@ export function linkErrorPage(error: ApiError, message: string): string {
       : 'Open the link from the email again. If this keeps happening, contact the support of the application that sent it.';
   return layout(errorTitle(error), html`<h1>${errorTitle(error)}</h1>
 ${alert(message, list)}<p class="note">${advice}</p>`, null);
+}
+
+/** The /forgot-password page's form: the sign-in request (if any) rides along in hidden fields. */
+export interface ForgotForm {
+  action: string;
+  csrf: string;
+  /** The /signin parameters it was opened with (none when opened on its own). */
+  request: Record<string, string> | null;
+  /** The /signin URL to go back to (with those parameters), or null. */
+  back: string | null;
+  app: View['app'] | null;
+}
+
+const forgotHidden = (f: ForgotForm): Html =>
+  html`${Object.entries({ ...(f.request ?? {}), csrf: f.csrf }).map(([name, value]) => html`<input type="hidden" name="${name}" value="${value}">
+`)}`;
+
+const backLink = (f: ForgotForm): Html | null => (f.back ? html`<p><a href="${f.back}">Back to sign in</a></p>` : null);
+
+/** The email form; `message` is why the last try was refused (a blank address). */
+export function forgotPasswordPage(f: ForgotForm, message?: string): string {
+  return layout(stepTitle('Reset your password', message), html`<h1>Reset your password</h1>
+${alert(message)}<p>Enter the email address of your account and we will email you a link to choose a new password.</p>
+<form method="post" action="${f.action}">
+${forgotHidden(f)}<label for="email">Email</label>
+<input id="email" name="email" type="email" autocomplete="username" autocapitalize="none" spellcheck="false" maxlength="320" required${invalidAttrs(message)} autofocus>
+<button type="submit">Email me a reset link</button>
+</form>
+${backLink(f)}`, f.app);
+}
+
+/** The one answer, whatever the address (nothing in it depends on the address). */
+export function forgotSentPage(f: ForgotForm): string {
+  return layout('Check your email', html`<h1>Check your email</h1>
+<p role="status">If an account exists for that address, we sent a link to choose a new password. It expires in 1 hour.</p>
+<p class="note">No email? Check your spam folder, or try again in a few minutes.</p>
+${backLink(f)}`, f.app);
 }

@@ -11,10 +11,14 @@ import { peekOneTimeToken, type OneTimeTokenKind } from '../../auth/one-time-tok
 import type { WeakPasswordReason } from '../../auth/passwords.js';
 import { findUserById } from '../users/store.js';
 import { revokeSessions } from '../sessions/store.js';
-import { acceptInvitation, resetPassword, verifyEmail } from '../auth/recovery.js';
+import { acceptInvitation, forgotPassword, resetPassword, verifyEmail } from '../auth/recovery.js';
+import { addressBlind } from '../auth/routes.js';
 import { assertCsrf, csrfToken, newBrowserSecret, pageHeaders, readBrowserSecret, signinSite } from '../signin/browser.js';
-import { STYLE_HASH } from '../signin/pages.js';
-import { donePage, linkErrorPage, passwordPage, verifyEmailPage, type LinkKind } from './pages.js';
+import { errorPage, STYLE_HASH } from '../signin/pages.js';
+import { requestQuery, resolveAuthorizationRequest } from '../signin/params.js';
+import { AuthorizationQuery } from '../signin/schemas.js';
+import { messageOf as signinMessageOf } from '../signin/service.js';
+import { donePage, forgotPasswordPage, forgotSentPage, linkErrorPage, passwordPage, verifyEmailPage, type ForgotForm, type LinkKind } from './pages.js';
 
 // The pages the mailed links open (`<PUBLIC_URL>/verify-email?token=…`, `/reset-password?token=…`,
 // `/accept-invitation?token=…`): HTML for people, outside /v1 and the OpenAPI document, built with the
@@ -132,6 +136,77 @@ export function linkRoutes(app: App, deps: Deps): void {
       },
     });
   }
+
+  forgotRoutes(app, deps, `${base}${FORGOT_PATH}`, site.paths.signin, site.secure);
+}
+
+const FORGOT_PATH = '/forgot-password';
+const FORGOT_FORM = 'link:forgot_password' as const;
+const ForgotBody = Type.Object({ ...AuthorizationQuery.properties, csrf: text(200), email: text(320) }, { additionalProperties: true });
+type ForgotBody = AuthorizationQuery & { csrf?: string; email?: string };
+const AUTHORIZATION_PARAMS = Object.keys(AuthorizationQuery.properties) as (keyof AuthorizationQuery)[];
+const FORGOT_CSRF_MESSAGE = 'This form has expired or was not sent from this page. Open the page again.';
+
+/**
+ * GET/POST /forgot-password, linked from the sign-in page's password step: the verb of POST
+ * /v1/auth/password/forgot behind a form. Opened with the /signin parameters, they are checked as
+ * /signin checks them (a bad request is the 400 page), the Application's mode is the mode (a test
+ * Application resets test users) and both pages link back to /signin with them; opened without, live.
+ * The answer is the same page, no sooner than the API route's floor, whatever the address.
+ */
+function forgotRoutes(app: App, deps: Deps, action: string, signinPath: string, secure: boolean): void {
+  const errorHandler = (err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+    const error = toApiError(err);
+    logServerError(request, err, error);
+    return pageHeaders(reply, STYLE_HASH, 'none').code(error.status).headers(error.headers).send(errorPage(error, signinMessageOf(error)));
+  };
+
+  /** The sign-in request the page was opened with (checked, as /signin does), and the ctx in its Application's mode. */
+  const open = async (request: FastifyRequest, params: AuthorizationQuery, secret: string): Promise<{ ctx: Ctx; form: ForgotForm }> => {
+    const base = ctxOf(deps, request, 'live');
+    const given = AUTHORIZATION_PARAMS.some((name) => params[name] !== undefined);
+    if (!given) return { ctx: base, form: { action, csrf: csrfToken(secret, FORGOT_FORM), request: null, back: null, app: null } };
+    const checked = await resolveAuthorizationRequest(base.db, params);
+    const mode = modeOf(checked.app.test_mode);
+    const query = requestQuery(checked.request);
+    return {
+      ctx: { ...base, mode, db: deps.database.scoped(mode) },
+      form: { action, csrf: csrfToken(secret, FORGOT_FORM), request: Object.fromEntries(new URLSearchParams(query)), back: `${signinPath}?${query}`, app: checked.app },
+    };
+  };
+
+  app.get(FORGOT_PATH, {
+    schema: { hide: true, querystring: AuthorizationQuery },
+    attachValidation: true,
+    config: { meta: { auth: 'none' } },
+    errorHandler,
+    handler: async (request, reply) => {
+      assertWellFormed(request.validationError, request.query);
+      const existing = readBrowserSecret(request.headers.cookie, LINK_COOKIE);
+      const secret = existing ?? newBrowserSecret();
+      const { form } = await open(request, request.query, secret);
+      if (!existing) reply.header('set-cookie', linkCookie(action, secure, secret));
+      return pageHeaders(reply, STYLE_HASH, null).code(200).send(forgotPasswordPage(form));
+    },
+  });
+
+  app.post(FORGOT_PATH, {
+    schema: { hide: true, body: ForgotBody },
+    attachValidation: true,
+    config: { meta: { auth: 'none', throttle: 'auth' } },
+    errorHandler,
+    handler: async (request, reply) => {
+      const body = request.body as ForgotBody;
+      assertWellFormed(request.validationError, body);
+      const secret = readBrowserSecret(request.headers.cookie, LINK_COOKIE);
+      assertCsrf(secret, FORGOT_FORM, body.csrf, FORGOT_CSRF_MESSAGE);
+      const { ctx, form } = await open(request, body, secret!);
+      const email = (body.email ?? '').trim();
+      if (!email) return pageHeaders(reply, STYLE_HASH, null).code(422).send(forgotPasswordPage(form, 'Enter your email address.'));
+      await addressBlind(forgotPassword(ctx, { email, test_mode: ctx.mode === 'test' }));
+      return pageHeaders(reply, STYLE_HASH, 'none').code(200).send(forgotSentPage(form));
+    },
+  });
 }
 
 /** The address the token is for (shown on the password forms), or the invalid-link error when it is not usable. */

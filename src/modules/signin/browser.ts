@@ -13,16 +13,17 @@ const SECRET = /^[A-Za-z0-9_-]{43}$/;
 
 export interface SigninSite {
   /** Public paths of the page (PUBLIC_URL's path, if any, then /signin). */
-  paths: { signin: string; mfa: string; continue: string };
+  paths: { signin: string; mfa: string; continue: string; forgot: string };
   /** Secure cookies, except on http://localhost, 127.0.0.1 or [::1] (development). */
   secure: boolean;
 }
 
 export function signinSite(publicUrl: string): SigninSite {
   const url = new URL(publicUrl);
-  const signin = `${url.pathname.replace(/\/+$/, '')}/signin`;
+  const base = url.pathname.replace(/\/+$/, '');
+  const signin = `${base}/signin`;
   const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname);
-  return { paths: { signin, mfa: `${signin}/mfa`, continue: `${signin}/continue` }, secure: !(url.protocol === 'http:' && loopback) };
+  return { paths: { signin, mfa: `${signin}/mfa`, continue: `${signin}/continue`, forgot: `${base}/forgot-password` }, secure: !(url.protocol === 'http:' && loopback) };
 }
 
 export const newBrowserSecret = (): string => randomBytes(32).toString('base64url');

@@ -45,6 +45,9 @@ export interface View {
 
 export const ERROR_ID = 'signin-error';
 
+/** The title of a step showing an error says so first (screen readers announce the title on load). */
+export const stepTitle = (title: string, message: string | undefined): string => (message ? `Error: ${title}` : title);
+
 export function layout(title: string, body: Html, app: View['app'] | null): string {
   const doc = html`<!doctype html>
 <html lang="en">
@@ -97,7 +100,8 @@ ${hidden(v, 'password')}
 <label for="password">Password</label>
 <input id="password" name="password" type="password" autocomplete="current-password" maxlength="1024" required${attrs}${o.email ? raw(' autofocus') : null}>
 <button type="submit">Sign in</button>
-</form>`;
+</form>
+<p><a href="${v.site.paths.forgot}?${requestQuery(v.request)}">Forgot password?</a></p>`;
 }
 
 export function passwordPage(v: View, o: Extract<Outcome, { view: 'password' }>): string {
@@ -111,15 +115,16 @@ ${hidden(v, 'continue')}
 <h2>Use another account</h2>
 ${passwordForm(v, o)}`, v.app);
   }
-  return layout('Sign in', html`<h1>Sign in</h1>
+  return layout(stepTitle('Sign in', o.message), html`<h1>Sign in</h1>
 ${alert(o.message)}${passwordForm(v, o)}`, v.app);
 }
 
 export function mfaPage(v: View, o: Extract<Outcome, { view: 'mfa' }>): string {
   const attrs = invalidAttrs(o.message);
   const extra = { mfa_token: o.mfaToken };
-  return layout('Two-step verification', html`<h1>Two-step verification</h1>
-${alert(o.message)}<form method="post" action="${v.site.paths.mfa}">
+  return layout(stepTitle('Two-step verification', o.message), html`<h1>Two-step verification</h1>
+${alert(o.message)}<p>Signing in as <strong>${o.email}</strong>.</p>
+<form method="post" action="${v.site.paths.mfa}">
 ${hidden(v, 'mfa', extra)}
 <label for="code">Authentication code</label>
 <p class="note" id="code-hint">Enter the 6-digit code from your authenticator app.</p>
@@ -134,7 +139,8 @@ ${hidden(v, 'mfa', extra)}
 <input id="recovery_code" name="recovery_code" type="text" autocomplete="off" autocapitalize="none" spellcheck="false" maxlength="64" required${o.recovery ? attrs : null}${o.recovery ? raw(' autofocus') : null}>
 <button type="submit">Verify recovery code</button>
 </form>
-</details>`, v.app);
+</details>
+<p><a href="${v.site.paths.signin}?${requestQuery(v.request)}">Use another account</a></p>`, v.app);
 }
 
 export function deniedPage(v: View, o: Extract<Outcome, { view: 'denied' }>): string {

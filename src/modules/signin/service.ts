@@ -3,6 +3,7 @@ import { modeOf } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { hashSecret } from '../../ids.js';
 import { peekOneTimeToken } from '../../auth/one-time-tokens.js';
+import { findUserById } from '../users/store.js';
 import { login, verifyMfa } from '../auth/login.js';
 import { issueAuthorizationCode } from '../oauth/authorization-codes.js';
 import { errorRedirect, resolveAuthorizationRequest, type AuthorizationRequest } from './params.js';
@@ -18,7 +19,7 @@ export interface Page extends AuthorizationRequest {
 /** What the page answers; routes turn it into HTML or the redirect. */
 export type Outcome =
   | { view: 'password'; status: number; message?: string; email?: string; signedInAs?: string; headers?: Record<string, string> }
-  | { view: 'mfa'; status: number; mfaToken: string; message?: string; recovery?: boolean; headers?: Record<string, string> }
+  | { view: 'mfa'; status: number; mfaToken: string; email: string; message?: string; recovery?: boolean; headers?: Record<string, string> }
   | { view: 'denied'; status: 403; email: string; returnTo: string }
   | { view: 'redirect'; location: string };
 
@@ -53,7 +54,10 @@ export async function signInWithPassword(baseCtx: Ctx, form: SigninForm, secret:
   if (!email || !form.password) return { page, outcome: { view: 'password', status: 422, message: 'Enter your email and password.', email } };
   try {
     const result = await login(page.ctx, { email, password: form.password, test_mode: page.app.test_mode });
-    if ('mfa_required' in result) return { page, outcome: { view: 'mfa', status: 200, mfaToken: result.mfa_token } };
+    if ('mfa_required' in result) {
+      const account = await challengeEmail(page, result.mfa_token);
+      return { page, outcome: { view: 'mfa', status: 200, mfaToken: result.mfa_token, email: account ?? email } };
+    }
     return await completeSignin(page, result.session_id, secret);
   } catch (err) {
     if (err instanceof ApiError && RECOVERABLE.has(err.code)) return { page, outcome: { view: 'password', status: err.status, message: messageOf(err), email, headers: err.headers } };
@@ -67,24 +71,25 @@ export async function verifySecondFactor(baseCtx: Ctx, form: SigninForm, secret:
   const mfaToken = form.mfa_token ?? '';
   const recovery = form.code === undefined && form.recovery_code !== undefined;
   // A challenge of the other mode is as unknown here as an expired one.
-  if (!(await liveChallenge(page, mfaToken))) return restart(page, 401, `${MFA_EXPIRED} Please sign in again.`);
+  const email = await challengeEmail(page, mfaToken);
+  if (email === null) return restart(page, 401, `${MFA_EXPIRED} Please sign in again.`);
 
   const code = (form.code ?? '').replace(/\s+/g, '');
   const recoveryCode = (form.recovery_code ?? '').trim();
   if (!recovery && !/^[0-9]{6}$/.test(code)) {
-    return { page, outcome: { view: 'mfa', status: 422, mfaToken, message: 'Enter the 6-digit code from your authenticator app.' } };
+    return { page, outcome: { view: 'mfa', status: 422, mfaToken, email, message: 'Enter the 6-digit code from your authenticator app.' } };
   }
-  if (recovery && !recoveryCode) return { page, outcome: { view: 'mfa', status: 422, mfaToken, recovery, message: 'Enter one of your recovery codes.' } };
+  if (recovery && !recoveryCode) return { page, outcome: { view: 'mfa', status: 422, mfaToken, email, recovery, message: 'Enter one of your recovery codes.' } };
   try {
     const session = await verifyMfa(page.ctx, recovery ? { mfa_token: mfaToken, recovery_code: recoveryCode } : { mfa_token: mfaToken, code });
     return await completeSignin(page, session.session_id, secret);
   } catch (err) {
     if (!(err instanceof ApiError) || !RECOVERABLE.has(err.code)) throw err;
     // Five wrong codes void the challenge: then the only way on is to sign in again.
-    if (!(await liveChallenge(page, mfaToken))) {
+    if ((await challengeEmail(page, mfaToken)) === null) {
       return restart(page, err.status, err.code === 'too_many_attempts' ? messageOf(err) : `${err.message} Please sign in again.`, err.headers);
     }
-    return { page, outcome: { view: 'mfa', status: err.status, mfaToken, recovery, message: messageOf(err), headers: err.headers } };
+    return { page, outcome: { view: 'mfa', status: err.status, mfaToken, email, recovery, message: messageOf(err), headers: err.headers } };
   }
 }
 
@@ -130,10 +135,13 @@ async function authorize(page: Page, current: BrowserSession): Promise<Outcome> 
   }
 }
 
-async function liveChallenge(page: Page, mfaToken: string): Promise<boolean> {
-  if (!mfaToken) return false;
+/** The email of the account a live MFA challenge (of the Application's mode) is for; null when the challenge is not usable. */
+async function challengeEmail(page: Page, mfaToken: string): Promise<string | null> {
+  if (!mfaToken) return null;
   const pending = await peekOneTimeToken(page.ctx.deps.database.scoped('system'), ['mfa_challenge'], mfaToken, page.ctx.now);
-  return !!pending && pending.test_mode === page.app.test_mode;
+  if (!pending || pending.test_mode !== page.app.test_mode) return null;
+  const user = await findUserById(page.ctx.db, pending.user_id);
+  return user ? user.email : null;
 }
 
 const restart = (page: Page, status: number, message: string, headers?: Record<string, string>): Result => ({

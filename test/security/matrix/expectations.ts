@@ -461,4 +461,5 @@ export const UNDOCUMENTED_ALLOWED: { pattern: RegExp; reason: string }[] = [
   { pattern: /^\/_dev\//, reason: 'operations.md: development clock and jobs, only with DEV_CLOCK=1, hidden from the description (schema.hide)' },
   { pattern: /^\/signin(\/|$)/, reason: 'operations.md: the hosted sign-in page (HTML for browsers, not an API operation)' },
   { pattern: /^\/(verify-email|reset-password|accept-invitation)$/, reason: 'decisions "Mailed links\' pages": the pages the mails\' token links open (HTML for browsers, not an API operation)' },
+  { pattern: /^\/forgot-password$/, reason: 'decisions "Mailed links\' pages": the hosted page, linked from the sign-in page, that mails a reset link (HTML for browsers, not an API operation)' },
 ];
