@@ -18,6 +18,8 @@ const USAGE = `usage: platform <command>
                                  (defaults: BOOTSTRAP_ADMIN_EMAIL, BOOTSTRAP_ADMIN_PASSWORD)
   keys rotate                    new signing key: in every JWKS within a minute, signs 7 minutes
                                  later; the old key signs until then and verifies 24 hours more
+  keys rotate --retire-now       for a key that leaked: the new key signs at once and every older
+                                 key stops verifying at once (its tokens refused within a minute)
   jobs run <job>                 run one background job now and wait for it
   jobs list                      list the background jobs
 
@@ -87,13 +89,25 @@ export async function runCli(argv: string[]): Promise<number> {
         return 0;
       });
     }
-    case 'keys':
+    case 'keys': {
       if (sub !== 'rotate') break;
+      let retireNow = false;
+      try {
+        retireNow = parseArgs({ args: rest, options: { 'retire-now': { type: 'boolean' } } }).values['retire-now'] === true;
+      } catch (err) {
+        console.error(`${(err as Error).message}\n\n${USAGE}`);
+        return 2;
+      }
       return withServices(async ({ deps }) => {
-        const { kid, signsFrom } = await deps.keys.rotate();
-        console.log(`new signing key: ${kid} (in every process's JWKS within a minute, signs from ${signsFrom.toISOString()})`);
+        const { kid, signsFrom } = await deps.keys.rotate({ retireNow });
+        console.log(
+          retireNow
+            ? `new signing key: ${kid} (signs from ${signsFrom.toISOString()}); every older key stopped verifying: its tokens are refused in every process within a minute`
+            : `new signing key: ${kid} (in every process's JWKS within a minute, signs from ${signsFrom.toISOString()})`,
+        );
         return 0;
       });
+    }
     case 'jobs':
       if (sub === 'list') {
         return withServices(async ({ deps }) => {

@@ -94,12 +94,23 @@ export class SigningKeys {
    * A new key, published at once (in every process's JWKS within a reload interval) and signing from
    * KEY_PUBLISH_AHEAD_SECONDS on, when the current key stops signing; that one keeps verifying for
    * RETIRED_KEY_GRACE_SECONDS more, beyond the life of any token it signed.
+   *
+   * With `retireNow` (a key that leaked): the new key signs at once and every earlier key stops
+   * verifying at once, its grace already spent, so every token they signed is refused (in every
+   * process within a reload interval); users refresh or sign in again. Relying parties that cached
+   * the JWKS meet an unknown kid and refetch it.
    */
-  async rotate(): Promise<{ kid: string; signsFrom: Date }> {
-    const signsFrom = new Date(this.clock.now().getTime() + KEY_PUBLISH_AHEAD_SECONDS * 1000);
+  async rotate(opts: { retireNow?: boolean } = {}): Promise<{ kid: string; signsFrom: Date }> {
+    const now = this.clock.now().getTime();
+    const signsFrom = new Date(opts.retireNow ? now : now + KEY_PUBLISH_AHEAD_SECONDS * 1000);
     const kid = await this.database.scoped('system').transaction(async (tx) => {
       await tx.query('SELECT pg_advisory_xact_lock($1)', [LOCK_KEY]);
-      await tx.query('UPDATE signing_keys SET retired_at = $1 WHERE retired_at IS NULL', [signsFrom]);
+      if (opts.retireNow) {
+        const spent = new Date(now - (RETIRED_KEY_GRACE_SECONDS + 1) * 1000);
+        await tx.query('UPDATE signing_keys SET retired_at = $1 WHERE retired_at IS NULL OR retired_at > $1', [spent]);
+      } else {
+        await tx.query('UPDATE signing_keys SET retired_at = $1 WHERE retired_at IS NULL', [signsFrom]);
+      }
       return this.insertKey(tx, signsFrom);
     });
     await this.reload();

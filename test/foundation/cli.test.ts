@@ -306,6 +306,22 @@ test('platform keys rotate stores the key it names, signing from 7 minutes later
   assert.equal(new Date(previous.retired_at).toISOString(), signsFrom, 'the previous key stops signing when the new one starts');
 });
 
+test('platform keys rotate --retire-now (a leaked key): the new key signs at once and every older key\'s grace is spent; an unknown option is a usage error', async () => {
+  const res = await platform('keys', 'rotate', '--retire-now');
+  assert.equal(res.code, 0, res.stderr);
+  const kid = res.stdout.match(/new signing key: (sig_\S+) /)?.[1];
+  assert.equal(typeof kid, 'string', res.stdout);
+  const keys = await inStorage(async (db) => (await db.query('SELECT kid, created_at, signs_from, retired_at FROM signing_keys')).rows);
+  const key = keys.find((k) => k.kid === kid)!;
+  assert.ok(new Date(key.signs_from).getTime() - new Date(key.created_at).getTime() < 60_000, 'signs at once');
+  for (const other of keys.filter((k) => k.kid !== kid)) {
+    assert.ok(other.retired_at && new Date(key.created_at).getTime() - new Date(other.retired_at).getTime() > 24 * 3600_000, `${other.kid} stopped verifying`);
+  }
+  const bad = await platform('keys', 'rotate', '--frobnicate');
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /usage: platform <command>/);
+});
+
 test('platform bootstrap-admin with a password the password policy rejects exits 1 with a weak_password line (no stack), and creates no user', async () => {
   for (const [password, reason] of [['short-pw', 'too_short'], ['weak-admin@example.com', 'matches_email']]) {
     const res = await platform('bootstrap-admin', '--email', 'weak-admin@example.com', '--password', password);
