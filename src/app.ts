@@ -158,7 +158,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     secrets,
     jobs: undefined as unknown as JobRunner,
   };
-  deps.jobs = new JobRunner(deps, modules.flatMap((m) => m.jobs?.(deps) ?? []));
+  deps.jobs = new JobRunner(deps, modules.flatMap((m) => m.jobs?.() ?? []));
 
   fastify.addHook('onClose', async () => deps.keys.stop());
   registerErrorHandling(fastify, async (request) => {

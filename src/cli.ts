@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig, ConfigError } from './config.js';
 import { openDatabase } from './db/open.js';
 import { migrate } from './db/migrate.js';
+import { jobNames } from './modules/index.js';
 import { SystemClock } from './clock.js';
 import { boot } from './boot.js';
 import { reportFailure, serve } from './main.js';
@@ -108,7 +109,7 @@ export async function runCli(argv: string[]): Promise<number> {
         return 0;
       });
     }
-    case 'jobs':
+    case 'jobs': {
       if (sub === 'list') {
         return withServices(async ({ deps }) => {
           console.log(deps.jobs.names.join('\n'));
@@ -117,16 +118,19 @@ export async function runCli(argv: string[]): Promise<number> {
       }
       const [job] = rest;
       if (sub !== 'run' || !job) break;
+      // A name that is no job is a usage error, like an unknown command: exit 2, the known names. The
+      // names are known without a database, so a typo is refused before anything is opened or migrated.
+      const names = jobNames();
+      if (!names.includes(job)) {
+        console.error(`jobs run: no job named "${job}"; the jobs are: ${names.join(', ')}`);
+        return 2;
+      }
       return withServices(async ({ deps }) => {
-        // A name that is no job is a usage error, like an unknown command: exit 2, the known names.
-        if (!deps.jobs.names.includes(job)) {
-          console.error(`jobs run: no job named "${job}"; the jobs are: ${deps.jobs.names.join(', ')}`);
-          return 2;
-        }
         const result = await deps.jobs.runNow(job);
         console.log(JSON.stringify({ job, result }));
         return 0;
       });
+    }
   }
   console.error(`${usageProblem(command, sub)}\n\n${USAGE}`);
   return 2;

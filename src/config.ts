@@ -49,7 +49,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
   const int = (name: string, fallback: number, min: number, max: number): number => {
     const v = str(name);
     if (v === null) return fallback;
-    const n = Number(v);
+    // Decimal digits only: Number() would also read "0x50", "1e3", " 80" and "" as numbers.
+    const n = /^[0-9]+$/.test(v) ? Number(v) : NaN;
     if (!Number.isInteger(n) || n < min || n > max) {
       problems.push(`${name} must be an integer between ${min} and ${max} (got "${v}")`);
       return fallback;

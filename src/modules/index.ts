@@ -24,3 +24,8 @@ import { linksModule } from './links/index.js';
 export const MODULES: Module[] = [
   systemModule, authModule, usersModule, sessionsModule, mfaModule, profilesModule, settingsModule, apiKeysModule, applicationsModule, entitlementsModule, rolesModule, appAccessModule,
   organizationsModule, auditModule, webhooksModule, tenancyModule, billingModule, oauthModule, signinModule, linksModule];
+
+/** The background jobs' names (the operations contract's), known without a database. */
+export function jobNames(): string[] {
+  return MODULES.flatMap((m) => m.jobs?.() ?? []).map((job) => job.name);
+}

@@ -9,5 +9,5 @@ export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression,
 export interface Module {
   name: string;
   routes?: (app: App, deps: Deps) => void;
-  jobs?: (deps: Deps) => JobDefinition[];
+  jobs?: () => JobDefinition[];
 }

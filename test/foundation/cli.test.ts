@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -93,6 +93,20 @@ test('jobs run with a name that is no job is a usage error: exit 2, one line nam
   assert.match(res.stderr, /jobs run: no job named "no-such-job"; the jobs are: .*entitlement-expiry/);
   assert.equal(res.stdout, '');
   assert.doesNotMatch(res.stderr, /\n\s+at /, 'no stack trace');
+});
+
+test('jobs run with a name that is no job is refused before any storage is opened: no DATA_DIR is created, nothing is migrated', async () => {
+  const fresh = join(dataDir, 'never-opened');
+  const saved = env.DATA_DIR;
+  env.DATA_DIR = fresh;
+  try {
+    const typo = await platform('jobs', 'run', 'entitlement-expiri');
+    assert.equal(typo.code, 2, typo.stdout);
+    assert.match(typo.stderr, /^jobs run: no job named "entitlement-expiri"; the jobs are: .*entitlement-expiry/);
+    await assert.rejects(stat(fresh), { code: 'ENOENT' }, 'the storage was never opened');
+  } finally {
+    env.DATA_DIR = saved;
+  }
 });
 
 test('platform bootstrap-admin --email that is not an address is a usage error (exit 2, one line), as BOOTSTRAP_ADMIN_EMAIL is at start; no user is created', async () => {

@@ -24,6 +24,15 @@ test('a PUBLIC_URL that is not a URL is a configuration problem, listed with the
   assert.ok(problems.some((p) => p.startsWith('PORT')), problems.join('; '));
 });
 
+test('number settings are decimal integers: PORT=0x50, 1e3, 8080.0, " 80" or +80 is refused at start with the others, not read as another number', () => {
+  for (const value of ['0x50', '1e3', '8080.0', ' 80', '+80', '0b1010']) {
+    assert.deepEqual(problemsOf({ PORT: value }), [`PORT must be an integer between 0 and 65535 (got "${value}")`], value);
+  }
+  assert.deepEqual(problemsOf({ AUTH_RATE_LIMIT_PER_MINUTE: '1e2' }), ['AUTH_RATE_LIMIT_PER_MINUTE must be an integer between 0 and 1000000 (got "1e2")']);
+  assert.equal(loadConfig({ PORT: '8081' }).port, 8081);
+  assert.equal(loadConfig({ PORT: '0' }).port, 0);
+});
+
 test('PUBLIC_URL is the service origin (an optional path allowed): a query, a fragment, user info or no host is refused at start, since the issuer and every link are built on it', () => {
   for (const value of ['https://id.example.com?tenant=1', 'https://id.example.com/#top', 'https://admin:secret@id.example.com', 'http:id.example.com']) {
     const problems = problemsOf({ PUBLIC_URL: value });
