@@ -5,7 +5,7 @@ import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser 
 import { boot } from '../../src/boot.js';
 import { hashPassword, verifyPassword } from '../../src/auth/passwords.js';
 import { newId } from '../../src/ids.js';
-import { assertAuthSession, assertError, assertFields, get, jwtHeader, jwtPayload, loginRes, median, post, sql } from './support.js';
+import { assertAuthSession, assertError, assertFields, get, jwtHeader, jwtPayload, loginRes, mailsTo, median, post, sql } from './support.js';
 
 let t: TestApp;
 before(async () => {
@@ -361,4 +361,25 @@ test('login matches the email case-insensitively', async () => {
   const res = await post(t, '/v1/auth/login', { email: user.email.toUpperCase(), password: PASSWORD });
   assert.equal(res.statusCode, 200, res.body);
   assert.equal(res.json().user_id, user.id);
+});
+
+test('the email matches in ASCII case only: `İ` (U+0130) and the Kelvin sign (U+212A), which PostgreSQL lowers to `i` and `k`, name no account for login, forgot-password or the verification re-send', async () => {
+  const user = await createUser(t, { email: uniqueEmail('kim') });
+  const unverified = await createUser(t, { email: uniqueEmail('kim') });
+  await sql(t, 'UPDATE users SET email_verified = false WHERE id = $1', [unverified.id]);
+  const lookAlike = (email: string) => email.replace('k', '\u212a').replace('i', '\u0130');
+  const typed = lookAlike(user.email);
+  assert.notEqual(typed, user.email);
+
+  assertError(await post(t, '/v1/auth/login', { email: typed, password: PASSWORD }), 401, 'invalid_credentials');
+  assert.equal(await sessionCount(user.id), 0, 'no session for the account of kim@…');
+  assert.equal((await sql(t, `SELECT recent_failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]))[0].recent_failures.length, 0, "the account's lockout counts nothing");
+
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: typed })).statusCode, 202);
+  assert.deepEqual(await mailsTo(t, user.email), [], 'no reset link for the account of kim@…');
+  assert.equal((await post(t, '/v1/auth/email/verify/resend', { email: lookAlike(unverified.email) })).statusCode, 202);
+  assert.deepEqual(await mailsTo(t, unverified.email), [], 'no verification mail for the account of kim@…');
+
+  // The address itself, in any ASCII case, still works.
+  assert.equal((await post(t, '/v1/auth/login', { email: user.email.toUpperCase(), password: PASSWORD })).statusCode, 200);
 });

@@ -13,6 +13,9 @@ import { projectPath } from '../../src/paths.js';
 import { grant, newApp, person, platformKey, type AppFixture } from '../access/support.js';
 import { createMfaUser, totpCode } from '../auth/support.js';
 import { pkce } from './support.js';
+import { createUser } from '../helpers/fixtures.js';
+import { call } from '../helpers/http.js';
+import { latestToken } from '../helpers/mail.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = projectPath('test-artifacts');
@@ -270,5 +273,26 @@ test('Chromium at 320 and 1280 px: a long email wraps inside the card on the wro
     } finally {
       await context.close();
     }
+  }
+});
+
+test('Chromium: the reset-password page sets the password as pasted, never cut to a maxlength counted in UTF-16 code units (70 emoji: 70 characters, 140 units)', async () => {
+  const email = `astral-${Date.now()}@example.com`;
+  await createUser(t, { email });
+  assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email })).statusCode, 202);
+  const token = await latestToken(t, email, 'password_reset');
+  const { context, page, problems } = await openContext();
+  try {
+    await page.goto(`${base}/reset-password?token=${encodeURIComponent(token)}`);
+    const password = '\u{1F511}'.repeat(70);
+    await page.getByLabel('New password').fill(password);
+    assert.equal([...(await page.getByLabel('New password').inputValue())].length, 70, 'the field holds the whole password');
+    await page.getByRole('button', { name: 'Change password' }).click();
+    await page.getByRole('heading', { name: 'Password changed' }).waitFor();
+    assert.equal((await call(t, 'POST', '/v1/auth/login', null, { email, password })).statusCode, 200, 'the password as pasted signs in');
+    assert.equal((await call(t, 'POST', '/v1/auth/login', null, { email, password: '\u{1F511}'.repeat(64) })).statusCode, 401, 'not a cut one');
+    assert.deepEqual(problems, []);
+  } finally {
+    await context.close();
   }
 });

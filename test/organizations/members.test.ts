@@ -169,6 +169,20 @@ test('members ?q= matches a pending member by email only, never by the display_n
   assert.deepEqual(await byName(), [u.id], 'once active, the shown name matches');
 });
 
+test('members ?q= finds an active member by a display_name searched exactly as it is stored, also where JavaScript and PostgreSQL lower it differently (`İ`, a word-final `Σ`)', async () => {
+  const { org, owner } = await createOrgApi(t);
+  for (const name of ['İlker Yılmaz', 'ΟΔΟΣ Ένα']) {
+    const u = await person(t);
+    assertStatus(await call(t, 'PATCH', '/v1/users/me/profile', u.token, { display_name: name }), 200);
+    assertStatus(await invite(t, owner.token, org.id, u.email), 201);
+    assertStatus(await accept(t, u.token, org.id), 200);
+    for (const q of [name, name.split(' ')[0], name.split(' ')[0].toUpperCase()]) {
+      const found = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?q=${encodeURIComponent(q)}`, admin), 200).data.map((m: any) => m.user_id);
+      assert.deepEqual(found, [u.id], `q=${q} finds ${name}`);
+    }
+  }
+});
+
 test('adding by user_id (organizations.manage) is active at once: organization.member_added and access.granted (org_member_added) where a grant exists', async () => {
   const org = await orgWithMembers(t, admin);
   const app = await newApp(t, admin);

@@ -188,6 +188,17 @@ test('GET /v1/organizations with organizations.manage lists everything without m
   assert.equal('my_role' in viaUser.data[0], false);
 });
 
+test('GET /v1/organizations?q= finds a name searched exactly as it is stored, also where JavaScript and PostgreSQL lower it differently (`İ`, a word-final `Σ`)', async () => {
+  const tag = rand(4);
+  for (const name of [`İstanbul Devs ${tag}`, `ΟΔΟΣ Ένα ${tag}`]) {
+    const { org } = await createOrgApi(t, undefined, name);
+    for (const q of [name, name.split(' ')[0], name.split(' ')[0].toUpperCase()]) {
+      const found = assertStatus(await call(t, 'GET', `/v1/organizations?q=${encodeURIComponent(q)}`, admin), 200).data.map((o: any) => o.id);
+      assert.ok(found.includes(org.id), `q=${q} finds ${name}`);
+    }
+  }
+});
+
 test('a PATCH of an Organization that changes nothing (same name, same status, a reason alone) writes no organization.updated; a real suspend writes one', async () => {
   const org = await orgWithMembers(t, admin);
   for (const body of [{ name: org.name }, { reason: 'just a note' }, { status: 'active' }]) {

@@ -82,6 +82,26 @@ test('email filter: exact match, case-insensitive', async () => {
   assert.deepEqual(ids(await list(`email=${encodeURIComponent(`x${users[1].email}`)}`, support.token)), []);
 });
 
+test('email filter matches in ASCII case only: `İ` (U+0130) and the Kelvin sign (U+212A), which PostgreSQL lowers to `i` and `k`, find no user', async () => {
+  const user = await createUser(t, { email: `kim-${rand(6)}@example.com` });
+  const typed = user.email.replace('k', '\u212a').replace('i', '\u0130');
+  assert.deepEqual(ids(await list(`email=${encodeURIComponent(typed)}`, support.token)), []);
+  assert.deepEqual(ids(await list(`email=${encodeURIComponent(user.email.toUpperCase())}`, support.token)), [user.id]);
+});
+
+test('q filter finds a name searched exactly as it is stored, also where JavaScript and PostgreSQL lower it differently (`İ`, a word-final `Σ`)', async () => {
+  const tag = rand(4);
+  const made: Record<string, string> = {};
+  for (const name of [`İlker Yılmaz ${tag}`, `ΟΔΟΣ Ένα ${tag}`]) {
+    made[name] = assertStatus(await call(t, 'POST', '/v1/users', admin.token, { email: `${rand(6)}@example.com`, display_name: name, send_invitation: false }), 201).id;
+  }
+  for (const [name, id] of Object.entries(made)) {
+    for (const q of [name, name.split(' ')[0], name.split(' ')[0].toUpperCase()]) {
+      assert.deepEqual(ids(await list(`q=${encodeURIComponent(q)}`, support.token)), [id], `q=${q} finds ${name}`);
+    }
+  }
+});
+
 test('q filter: case-insensitive prefix of email or display_name, minimum 3 characters (2 → 422 validation_failed naming q)', async () => {
   const tag = `Zq${rand(3)}`;
   const byName = assertStatus(

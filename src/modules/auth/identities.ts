@@ -3,6 +3,7 @@ import { addSeconds } from '../../clock.js';
 import { ApiError } from '../../errors.js';
 import { retryAfterSeconds } from '../../http/counters.js';
 import { hashSecret, newId } from '../../ids.js';
+import { mayBeStoredEmail } from '../users/store.js';
 
 export const LOCKOUT_THRESHOLD = 5;
 export const LOCKOUT_WINDOW_SECONDS = 15 * 60;
@@ -129,6 +130,7 @@ export interface SignInCandidate {
  * there is no password to evaluate (the caller counts the attempt against the email instead).
  */
 export async function findAndClaim(db: Queryable, email: string, now: Date): Promise<SignInCandidate | null> {
+  if (!mayBeStoredEmail(email)) return null;
   const { rows } = await db.query<Omit<SignInCandidate, 'claim'> & { claimed: boolean; claimed_lock: Date | null; current_lock: Date | null }>(
     `WITH u AS (
        SELECT id, status, email_verified, test_mode FROM users WHERE lower(email) = lower($1) AND status <> 'deleted'

@@ -34,7 +34,13 @@ const PASSWORD_STEPS = {
   accept_invitation: { title: 'Accept your invitation', button: 'Create account' },
 } as const;
 
-/** The new-password form of the reset and invitation pages; `message` is why the last try was refused. */
+/**
+ * The new-password form of the reset and invitation pages; `message` is why the last try was refused.
+ * No `maxlength`: browsers count it in UTF-16 code units and silently cut pasted text to it, so 128
+ * would set a password other than the one typed (70 emoji became 64; 150 letters became 128, accepted)
+ * where the policy counts code points and never truncates; the server's too_long says what is wrong.
+ * `minlength` counts the same units, never more than the code points, so it refuses no valid password.
+ */
 export function passwordPage(kind: 'reset_password' | 'accept_invitation', f: LinkForm, email: string | null, message?: string): string {
   const step = PASSWORD_STEPS[kind];
   return layout(stepTitle(step.title, message), html`<h1>${step.title}</h1>
@@ -43,7 +49,7 @@ ${alert(message)}${email ? html`<p>For <strong>${email}</strong>. Choose a passw
 ${hidden(f)}
 ${email ? html`<input type="hidden" name="username" value="${email}" autocomplete="username">
 ` : null}<label for="password">New password</label>
-<input id="password" name="password" type="password" autocomplete="new-password" minlength="12" maxlength="128" required${invalidAttrs(message)} autofocus>
+<input id="password" name="password" type="password" autocomplete="new-password" minlength="12" required${invalidAttrs(message)} autofocus>
 <button type="submit">${step.button}</button>
 </form>`, null);
 }

@@ -4,8 +4,8 @@ import type { Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
-import { keyset, toPage } from '../../http/pagination.js';
-import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, insertUser, toUser, USER_COLUMNS, type UserRow } from './store.js';
+import { keyset, prefixPattern, toPage } from '../../http/pagination.js';
+import { assignRole, findLiveUserByEmail, findUserById, mayBeStoredEmail, insertPasswordIdentity, insertUser, toUser, USER_COLUMNS, type UserRow } from './store.js';
 import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
 import { accessPathCondition, confinedApp, targetUser } from './access.js';
 import { sendInvitation, takeResendQuota } from './invitations.js';
@@ -122,8 +122,9 @@ export async function listUsers(ctx: Ctx, q: UserListQuery) {
   };
   if (q.status) add((n) => `u.status = $${n}`, q.status);
   else if (!(manage && q.include_inactive)) where.push(`u.status <> 'deleted'`);
-  if (q.email) add((n) => `lower(u.email) = lower($${n})`, q.email);
-  if (q.q) add((n) => `(lower(u.email) LIKE $${n} OR lower(p.display_name) LIKE $${n})`, `${q.q.toLowerCase().replace(/[\\%_]/g, (m) => `\\${m}`)}%`);
+  if (q.email && !mayBeStoredEmail(q.email)) where.push('false');
+  else if (q.email) add((n) => `lower(u.email) = lower($${n})`, q.email);
+  if (q.q) add((n) => `(lower(u.email) LIKE lower($${n}) OR lower(p.display_name) LIKE lower($${n}))`, prefixPattern(q.q));
   if (q.created_after) add((n) => `u.created_at > $${n}`, q.created_after);
   if (q.created_before) add((n) => `u.created_at < $${n}`, q.created_before);
   // An app-scoped key always gets exactly its own Application's result; another filter must name one.

@@ -57,8 +57,18 @@ export async function findLiveUser(db: Queryable, id: string): Promise<UserRow |
   return user && user.status !== 'deleted' && !user.erased_at ? user : null;
 }
 
-/** The non-deleted user holding this email in the connection's mode. */
+/**
+ * Whether `email` could be a stored address. Addresses are stored only after the `email` format check,
+ * which admits ASCII alone, so "case-insensitive" is ASCII case; but PostgreSQL's lower() also folds a
+ * few other letters into ASCII ones (with glibc and in PGlite: U+0130 `İ` into `i`, the Kelvin sign
+ * U+212A into `k`), which let `kİm@example.com`, another mailbox to any mail server, sign in to, reset
+ * and find the account of `kim@example.com`. Such text names no account.
+ */
+export const mayBeStoredEmail = (email: string): boolean => /^[\x00-\x7f]*$/.test(email);
+
+/** The non-deleted user holding this email (ASCII case-insensitive) in the connection's mode. */
 export async function findLiveUserByEmail(db: Queryable, email: string): Promise<UserRow | null> {
+  if (!mayBeStoredEmail(email)) return null;
   const { rows } = await db.query<UserRow>(
     `SELECT ${USER_COLUMNS} FROM users u WHERE lower(u.email) = lower($1) AND u.status <> 'deleted'`,
     [email],
