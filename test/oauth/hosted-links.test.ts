@@ -308,6 +308,21 @@ test('CSRF: a POST without the page cookie or with a missing or wrong form token
   assert.equal((await call(t, 'POST', '/v1/auth/password/reset', null, { token, password: NEW_PASSWORD })).statusCode, 204, 'the token is still good');
 });
 
+test('the link and forgot-password pages\' 400 page names only parameters they know: a parameter of the link-maker\'s naming that holds U+0000 is "a parameter", in the URL and in a form', async () => {
+  const spoof = encodeURIComponent('Your account is locked. Call +1 800 555 0100');
+  for (const path of ['/verify-email', '/reset-password', '/accept-invitation', '/forgot-password']) {
+    const res = await t.app.inject({ method: 'GET', url: `${path}?token=a&${spoof}=a%00b` });
+    const body = assertPage(res, 400, /malformed/);
+    assert.ok(body.includes('<code>a parameter</code>'), body);
+    assert.ok(!body.includes('Your account is locked'), `${path}: ${body}`);
+    const form = await t.app.inject({
+      method: 'POST', url: path, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `token=a&csrf=x&${spoof}=a%00b`,
+    });
+    assert.ok(!assertPage(form, 400, /malformed/).includes('Your account is locked'), `${path} form`);
+  }
+  assert.ok(assertPage(await t.app.inject({ method: 'GET', url: '/reset-password?token=a%00b' }), 400, /malformed/).includes('<code>token</code>'), 'a known name is still named');
+});
+
 test('bad input is a 400 page, never a 500: no token, a repeated token, U+0000, an over-long token, a bad escape; JSON to the form is refused', async () => {
   for (const path of ['/verify-email', '/reset-password', '/accept-invitation']) {
     const cases: [string, string | RegExp][] = [

@@ -174,6 +174,15 @@ test('400 without redirect: a parameter holding U+0000 (application_id, client_i
   assert.equal((await sql(t, 'SELECT 1 FROM sessions WHERE user_id = $1', [user.id])).length, 1, 'no sign-in: only the fixture session');
 });
 
+test('the 400 page names only parameters the page knows: a parameter of the link-maker\'s naming that holds U+0000 is "a parameter", so no text of theirs stands in the page\'s alert', async () => {
+  const { params } = flow(app.id);
+  const spoof = 'Your account is locked. Call +1 800 555 0100';
+  const res = await get(`${signinUrl(params)}&${encodeURIComponent(spoof)}=a%00b`);
+  assertBadRequest(res, 'a parameter');
+  assert.ok(!res.body.includes('Your account is locked'), res.body);
+  assertBadRequest(await get(signinUrl({ ...params, state: 'a\u0000b' })), 'state');
+});
+
 test('state is counted in characters (code points) as the API counts it: 512 emoji are accepted, 513 are the 400 page', async () => {
   const ok = flow(app.id, { state: '😀'.repeat(512) });
   assertPage(await get(signinUrl(ok.params)), 200);

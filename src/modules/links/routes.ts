@@ -5,7 +5,6 @@ import type { Ctx, Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { ctxOf } from '../../http/gate.js';
 import { logServerError, toApiError } from '../../http/errors-plugin.js';
-import { fieldErrors, unstorableText } from '../../http/validation.js';
 import { modeOf } from '../../db/types.js';
 import { peekOneTimeToken, type OneTimeTokenKind } from '../../auth/one-time-tokens.js';
 import type { WeakPasswordReason } from '../../auth/passwords.js';
@@ -13,7 +12,7 @@ import { findUserById } from '../users/store.js';
 import { revokeSessions } from '../sessions/store.js';
 import { acceptInvitation, forgotPassword, resetPassword, verifyEmail } from '../auth/recovery.js';
 import { addressBlind } from '../auth/routes.js';
-import { assertCsrf, csrfToken, newBrowserSecret, pageHeaders, readBrowserSecret, signinSite } from '../signin/browser.js';
+import { assertCsrf, assertWellFormedPage, csrfToken, newBrowserSecret, pageHeaders, readBrowserSecret, signinSite } from '../signin/browser.js';
 import { errorPage, STYLE_HASH } from '../signin/pages.js';
 import { requestQuery, resolveAuthorizationRequest } from '../signin/params.js';
 import { AuthorizationQuery } from '../signin/schemas.js';
@@ -48,6 +47,8 @@ const LinkForm = Type.Object({ token: text(TOKEN_MAX), csrf: text(200), password
 type LinkForm = { token?: string; csrf?: string; password?: string };
 
 const CSRF_MESSAGE = 'This form has expired or was not sent from this page. Open the link from the email again.';
+// The password is never echoed, nor is a value of any field.
+const MALFORMED = 'This link is malformed (a parameter is repeated, not text, or too long).';
 const INVALID_LINK = 'This link is invalid or has expired.';
 
 const WEAK: Record<WeakPasswordReason, string> = {
@@ -95,7 +96,7 @@ export function linkRoutes(app: App, deps: Deps): void {
       config: { meta: { auth: 'none' } },
       errorHandler,
       handler: async (request, reply) => {
-        assertWellFormed(request.validationError, request.query);
+        assertWellFormedPage(request.validationError, request.query, LinkQuery, MALFORMED);
         const token = request.query.token;
         if (!token) throw new ApiError('invalid_token');
         const existing = readBrowserSecret(request.headers.cookie, LINK_COOKIE);
@@ -112,7 +113,7 @@ export function linkRoutes(app: App, deps: Deps): void {
       errorHandler,
       handler: async (request, reply) => {
         const body = request.body as LinkForm;
-        assertWellFormed(request.validationError, body);
+        assertWellFormedPage(request.validationError, body, LinkForm, MALFORMED);
         const secret = readBrowserSecret(request.headers.cookie, LINK_COOKIE);
         assertCsrf(secret, form, body.csrf, CSRF_MESSAGE);
         const token = body.token;
@@ -181,7 +182,7 @@ function forgotRoutes(app: App, deps: Deps, action: string, signinPath: string, 
     config: { meta: { auth: 'none' } },
     errorHandler,
     handler: async (request, reply) => {
-      assertWellFormed(request.validationError, request.query);
+      assertWellFormedPage(request.validationError, request.query, AuthorizationQuery, MALFORMED);
       const existing = readBrowserSecret(request.headers.cookie, LINK_COOKIE);
       const secret = existing ?? newBrowserSecret();
       const { form } = await open(request, request.query, secret);
@@ -197,7 +198,7 @@ function forgotRoutes(app: App, deps: Deps, action: string, signinPath: string, 
     errorHandler,
     handler: async (request, reply) => {
       const body = request.body as ForgotBody;
-      assertWellFormed(request.validationError, body);
+      assertWellFormedPage(request.validationError, body, ForgotBody, MALFORMED);
       const secret = readBrowserSecret(request.headers.cookie, LINK_COOKIE);
       assertCsrf(secret, FORGOT_FORM, body.csrf, FORGOT_CSRF_MESSAGE);
       const { ctx, form } = await open(request, body, secret!);
@@ -219,13 +220,3 @@ async function pendingEmail(ctx: Ctx, step: Step, token: string): Promise<string
 }
 
 /** A repeated parameter, a non-string or an oversized value, or text PostgreSQL cannot hold (U+0000): a 400 page. */
-function assertWellFormed(validationError: (Error & { validation?: any[]; validationContext?: string }) | undefined, params: unknown): void {
-  const unstorable = validationError ? null : unstorableText(params, '');
-  if (!validationError && !unstorable) return;
-  const fields = unstorable ? [{ path: unstorable.path, message: unstorable.message }] : fieldErrors(validationError!.validation ?? [], validationError!.validationContext).map((f) => ({
-    path: f.path.replace(/^query\./, ''),
-    message: f.message === 'must be string' ? 'must be given once, as text' : f.message,
-  }));
-  // The password is never echoed, nor is a value of any field.
-  throw new ApiError('bad_request', { message: 'This link is malformed (a parameter is repeated, not text, or too long).', details: { fields } });
-}

@@ -1,6 +1,8 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
+import type { TObject } from '@sinclair/typebox';
 import { ApiError } from '../../errors.js';
+import { fieldErrors, unstorableText } from '../../http/validation.js';
 import type { FormName } from './schemas.js';
 
 // The page's one cookie holds a random secret (HttpOnly, SameSite=Lax, Path=/signin, Secure unless
@@ -96,4 +98,26 @@ export function pageHeaders(reply: FastifyReply, styleHash: string, formTarget: 
     .header('x-frame-options', 'DENY')
     .header('referrer-policy', 'no-referrer')
     .header('x-content-type-options', 'nosniff');
+}
+
+type ValidationError = Error & { validation?: any[]; validationContext?: string };
+
+/**
+ * Refuses a page's request whose parameters its schema refused, or that text columns cannot hold:
+ * 400 `bad_request` with `details.fields`, shown in the error page's alert. Only the names the page
+ * knows are shown: the query is whoever made the link's, and a name of their choosing ("Your account
+ * is locked. Call …") would stand in the alert of a page on this service's origin. No value is shown.
+ */
+export function assertWellFormedPage(validationError: ValidationError | undefined, params: unknown, schema: TObject, message: string): void {
+  const unstorable = validationError ? null : unstorableText(params, '');
+  if (!validationError && !unstorable) return;
+  const known = new Set(Object.keys(schema.properties));
+  const fields = (unstorable ? [unstorable] : fieldErrors(validationError!.validation ?? [], validationError!.validationContext)).map((f) => {
+    const path = f.path.replace(/^(query|body)\./, '');
+    return {
+      path: known.has(path.split('.')[0]!) ? path : 'a parameter',
+      message: f.message === 'must be string' ? 'must be given once, as text' : f.message,
+    };
+  });
+  throw new ApiError('bad_request', { message, details: { fields } });
 }

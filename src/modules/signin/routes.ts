@@ -4,9 +4,8 @@ import type { Ctx, Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { ctxOf } from '../../http/gate.js';
 import { logServerError, toApiError } from '../../http/errors-plugin.js';
-import { fieldErrors, unstorableText } from '../../http/validation.js';
 import { AuthorizationQuery, SigninForm, type FormName } from './schemas.js';
-import { assertCsrf, browserCookie, csrfToken, newBrowserSecret, pageHeaders, readBrowserSecret, redirectSource, signinSite, type SigninSite } from './browser.js';
+import { assertCsrf, assertWellFormedPage, browserCookie, csrfToken, newBrowserSecret, pageHeaders, readBrowserSecret, redirectSource, signinSite, type SigninSite } from './browser.js';
 import { continueSignedIn, messageOf, showSignin, signInWithPassword, verifySecondFactor, type Result } from './service.js';
 import { deniedPage, errorPage, mfaPage, passwordPage, STYLE_HASH, type View } from './pages.js';
 
@@ -15,6 +14,8 @@ type Verb = (ctx: Ctx, form: SigninForm, secret: string | null) => Promise<Resul
 // The hosted sign-in page: HTML for people, outside /v1 and the OpenAPI document. Every route renders
 // its own errors as a page (never JSON, never a redirect); the POSTs share the auth endpoints' per-IP
 // throttle and each checks the CSRF token of its form.
+const MALFORMED = 'This sign-in request is malformed (a parameter is repeated, not text, or too long).';
+
 export function signinRoutes(app: App, deps: Deps): void {
   const site = signinSite(deps.config.publicUrl);
   const errorHandler = (err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
@@ -29,7 +30,7 @@ export function signinRoutes(app: App, deps: Deps): void {
     config: { meta: { auth: 'none' } },
     errorHandler,
     handler: async (request, reply) => {
-      assertWellFormed(request.validationError, request.query);
+      assertWellFormedPage(request.validationError, request.query, AuthorizationQuery, MALFORMED);
       const existing = readBrowserSecret(request.headers.cookie);
       const secret = existing ?? newBrowserSecret();
       const result = await showSignin(ctxOf(deps, request), request.query, existing);
@@ -45,7 +46,7 @@ export function signinRoutes(app: App, deps: Deps): void {
       config: { meta: { auth: 'none', throttle: 'auth' } },
       errorHandler,
       handler: async (request, reply) => {
-        assertWellFormed(request.validationError, request.body);
+        assertWellFormedPage(request.validationError, request.body, SigninForm, MALFORMED);
         const secret = readBrowserSecret(request.headers.cookie);
         assertCsrf(secret, form, request.body.csrf);
         const result = await verb(ctxOf(deps, request), request.body, secret);
@@ -80,16 +81,6 @@ export function signinRoutes(app: App, deps: Deps): void {
  * A repeated parameter, a non-string or an oversized value, or text PostgreSQL cannot hold as sent
  * (U+0000, an unpaired surrogate): the request is malformed.
  */
-function assertWellFormed(validationError: (Error & { validation?: any[]; validationContext?: string }) | undefined, params: unknown): void {
-  const unstorable = validationError ? null : unstorableText(params, '');
-  if (!validationError && !unstorable) return;
-  const fields = unstorable ? [unstorable] : fieldErrors(validationError!.validation ?? [], validationError!.validationContext).map((f) => ({
-    path: f.path.replace(/^query\./, ''),
-    message: f.message === 'must be string' ? 'must be given once, as text' : f.message,
-  }));
-  throw new ApiError('bad_request', { message: 'This sign-in request is malformed (a parameter is repeated, not text, or too long).', details: { fields } });
-}
-
 function respond(reply: FastifyReply, site: SigninSite, { page, outcome }: Result, secret: string) {
   if (outcome.view === 'redirect') {
     // 303: the browser follows with a GET; the code travels only in this Location.
