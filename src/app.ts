@@ -145,6 +145,22 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     })));
   });
 
+  // Bodies are read as sent, never decoded: one declaring a Content-Encoding (gzip, deflate, br) is
+  // refused (RFC 9110 §8.4.1: 415, Accept-Encoding: identity) instead of being read as the bytes it
+  // is not (a gzip body answered as malformed JSON) or applied although it claims to be compressed (a
+  // proxy or log that decodes it sees another request than the one the service ran).
+  fastify.addHook('preParsing', async (request, _reply, payload) => {
+    const coding = request.headers['content-encoding']?.trim().toLowerCase();
+    const hasBody = request.headers['transfer-encoding'] !== undefined || Number(request.headers['content-length'] ?? 0) > 0;
+    if (coding && coding !== 'identity' && hasBody) {
+      throw new ApiError('unsupported_media_type', {
+        message: 'Request bodies must not be compressed: send them without Content-Encoding.',
+        headers: { 'accept-encoding': 'identity' },
+      });
+    }
+    return payload;
+  });
+
   const modules = [...MODULES, ...(config.devClock ? [devModule] : []), ...(options.extraModules ?? [])];
   const secrets = new SecretBox(database, clock, config.encryptionKeys);
   const deps: Deps = {

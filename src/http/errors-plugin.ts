@@ -157,8 +157,9 @@ export function registerErrorHandling(app: FastifyInstance, confirmCaller?: (req
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
     const path = request.url.split('?')[0];
     const allowed = new Set<string>();
-    for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE']) {
-      if (method !== request.method && app.findRoute({ method: method as any, url: path })) allowed.add(method);
+    // Every GET route also answers HEAD (RFC 9110 §9.3.2), so Allow lists it too (§15.5.6: the methods the resource supports).
+    for (const method of ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE']) {
+      if (method !== request.method && app.findRoute({ method: (method === 'HEAD' ? 'GET' : method) as any, url: path })) allowed.add(method);
     }
     if (allowed.size > 0) {
       reply.header('allow', [...allowed].join(', '));

@@ -69,16 +69,20 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
       const lazy = lazyTransaction(deps.database.scoped(mode));
       request.tx = lazy.tx;
       let payload: unknown;
+      let body: string;
       try {
         payload = await handler.call(this as never, request, reply);
         if (reply.sent) throw new Error('idempotent handlers must return their payload, not send it');
+        // Serialized before the commit and inside the try: a payload that cannot be serialized rolls
+        // the transaction back (a 500 that changed nothing) instead of leaving it open, holding its
+        // connection and locks for good (on the embedded database, every later request waited on it).
+        body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
       } catch (err) {
         await lazy.rollback();
         throw err;
       } finally {
         request.tx = undefined;
       }
-      const body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
       await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body, replayedHeaders(reply)));
       return payload;
     };
@@ -119,6 +123,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     // Bodyless POSTs of routes that declare a body schema validate as an empty object.
     if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
     authorize(request);
+    if (request.method === 'DELETE' && !request.routeOptions.schema?.body) assertNoBody(request.body);
     // Text PostgreSQL cannot store as sent (U+0000, unpaired surrogates): a field error, never a 500 or
     // a silent change (routes that attach validation, the OAuth token endpoint, answer it in their own
     // error shape).
@@ -133,6 +138,20 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     const replayed = await claimIdempotencyKey(deps, request, reply, request.actor, meta.idempotency === 'required');
     if (replayed) return reply;
   });
+}
+
+/**
+ * A DELETE takes no body: a field sent with one is refused like any unknown field (never silently
+ * ignored while the delete goes ahead); no body, an empty one or `{}` is no body.
+ */
+function assertNoBody(body: unknown): void {
+  if (body === undefined) return;
+  if (typeof body === 'object' && body !== null && !Array.isArray(body) && !Buffer.isBuffer(body)) {
+    const [field] = Object.keys(body);
+    if (field !== undefined) throw invalidField(field, 'is not a known field');
+    return;
+  }
+  throw invalidField('body', 'must be empty (this operation takes no body)');
 }
 
 /** Caller type, destructive mark and permission (in that order) of the route's metadata (the gate's second half). */

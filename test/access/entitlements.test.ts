@@ -681,6 +681,26 @@ test('GET and PATCH return an ETag; PATCH with a stale If-Match is 412 precondit
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }, { 'if-match': newTag }), 200);
 });
 
+test('If-Match is a list (RFC 9110 §13.1.1): a list or two If-Match headers naming the current ETag among others are honoured; a list of stale tags or a weak W/ tag is 412 precondition_failed and changes nothing', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const etag = (await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag as string;
+  const endsIn = (days: number) => ({ ends_at: inSeconds(t, days * DAY) });
+  assertError(await patchEnt(t, admin, ent.id, endsIn(5), { 'if-match': '"stale-1", "stale-2"' }), 412, 'precondition_failed');
+  assertError(await patchEnt(t, admin, ent.id, endsIn(5), { 'if-match': `W/${etag}` }), 412, 'precondition_failed');
+  assert.equal((await entRow(t, ent.id))!.ends_at, null);
+  const listed = await patchEnt(t, admin, ent.id, endsIn(10), { 'if-match': `"stale", ${etag}` });
+  assertStatus(listed, 200);
+  const twice = await t.app.inject({
+    method: 'PATCH', url: `/v1/entitlements/${ent.id}`, payload: endsIn(20),
+    // Sent as two header lines (the inject types take one string per name).
+    headers: { authorization: `Bearer ${admin}`, 'if-match': ['"stale"', listed.headers.etag as string] } as unknown as Record<string, string>,
+  });
+  assertStatus(twice, 200);
+  assert.equal(new Date((await entRow(t, ent.id))!.ends_at).toISOString(), twice.json().ends_at);
+  assert.notEqual(twice.json().ends_at, listed.json().ends_at);
+});
+
 test('"A retry with the same key returns the original result": a PATCH replayed under its Idempotency-Key carries the ETag it first answered, so the client\'s next If-Match still holds', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);

@@ -181,6 +181,21 @@ test('Idempotency-Key: a server error rolls the change back and releases the key
   assert.equal(retry.headers['idempotent-replayed'], undefined);
 });
 
+test('Idempotency-Key: a response that cannot be serialized is a server error like any other: 500 internal_error, the change rolled back, the key released, and the database free for every later request', async () => {
+  const { token } = await userToken(t);
+  const failed = await post(token, 'k-unserializable', { name: 'unserializable', unserializable: true });
+  assert.equal(failed.statusCode, 500, failed.body);
+  assert.equal(failed.json().error.code, 'internal_error');
+  assert.equal(await countItems('unserializable'), 0, 'the write rolled back with the failed serialization');
+  const health = await t.app.inject({ method: 'GET', url: '/health' });
+  assert.equal(health.statusCode, 200, 'no transaction was left open holding the connection');
+  const retry = await post(token, 'k-unserializable', { name: 'unserializable', unserializable: true });
+  assert.equal(retry.statusCode, 500);
+  assert.equal(retry.headers['idempotent-replayed'], undefined);
+  const rows = await t.database.scoped('system').query(`SELECT 1 FROM idempotency_keys WHERE key = 'k-unserializable'`);
+  assert.equal(rows.rows.length, 0, 'the key was released');
+});
+
 test('Idempotency-Key: the change and its replay record commit in one transaction', async () => {
   const { token } = await userToken(t);
   const res = await post(token, 'k-atomic', { name: 'atomic' });
@@ -537,4 +552,28 @@ test('operations that take no body refuse a field with 422 validation_failed and
   assert.equal(rotate.statusCode, 422, rotate.body);
   const stillWorks = await t.app.inject({ method: 'GET', url: '/v1/permissions', headers: bearer(created.json().secret) });
   assert.equal(stillWorks.statusCode, 200, 'the refused rotation left the secret alone');
+});
+
+test('DELETE operations take no body: a field sent with one is 422 validation_failed naming it (a JSON value that is not an object names body), and nothing is deleted; no body, an empty body or {} is accepted', async () => {
+  const admin = await userToken(t, { roles: ['superadmin'] });
+  const newKey = async () => {
+    const created = await t.app.inject({ method: 'POST', url: '/v1/api-keys', headers: bearer(admin.token), payload: { name: 'del', scope: 'platform', permissions: [] } });
+    assert.equal(created.statusCode, 201, created.body);
+    return created.json() as { id: string; secret: string };
+  };
+  const revoke = (id: string, payload?: string) =>
+    t.app.inject({ method: 'DELETE', url: `/v1/api-keys/${id}`, headers: { ...bearer(admin.token), 'content-type': 'application/json' }, ...(payload === undefined ? {} : { payload }) });
+  const key = await newKey();
+  for (const [payload, path] of [['{"reason":"leaked"}', 'reason'], ['[]', 'body'], ['null', 'body'], ['"x"', 'body']]) {
+    const res = await revoke(key.id, payload);
+    assert.equal(res.statusCode, 422, `${payload}: ${res.body}`);
+    assert.equal(res.json().error.code, 'validation_failed');
+    assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), [path]);
+  }
+  const stillWorks = await t.app.inject({ method: 'GET', url: '/v1/permissions', headers: bearer(key.secret) });
+  assert.equal(stillWorks.statusCode, 200, 'no refused DELETE revoked the key');
+  for (const payload of [undefined, '', '{}']) {
+    const res = await revoke((await newKey()).id, payload);
+    assert.equal(res.statusCode, 204, `${JSON.stringify(payload)}: ${res.body}`);
+  }
 });

@@ -1,5 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { deflateSync, gzipSync } from 'node:zlib';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { bearer, userToken } from '../helpers/fixtures.js';
 
@@ -138,6 +139,16 @@ test('unsupported method on a known route gets 405 method_not_allowed with Allow
   assertEnvelope(res.json(), 'method_not_allowed');
 });
 
+test('"Allow lists them": a path with GET also lists HEAD, which every GET route answers (OPTIONS, PUT and DELETE on GET routes)', async () => {
+  for (const [method, url, allow] of [['OPTIONS', '/health', 'GET, HEAD'], ['PUT', '/v1/users', 'GET, HEAD, POST'], ['DELETE', '/v1/openapi.json', 'GET, HEAD']] as const) {
+    const res = await t.app.inject({ method, url });
+    assert.equal(res.statusCode, 405, `${method} ${url}`);
+    assert.equal(res.headers.allow, allow, `${method} ${url}`);
+    assertEnvelope(res.json(), 'method_not_allowed');
+    assert.equal((await t.app.inject({ method: 'HEAD', url })).statusCode === 405, false, `HEAD ${url} is answered`);
+  }
+});
+
 test('oversize body gets 413 payload_too_large', async () => {
   const res = await t.app.inject({
     method: 'POST',
@@ -153,6 +164,37 @@ test('a non-JSON content type gets 415 unsupported_media_type', async () => {
   const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', headers: { 'content-type': 'text/plain' }, payload: 'hello' });
   assert.equal(res.statusCode, 415);
   assertEnvelope(res.json(), 'unsupported_media_type');
+});
+
+test('a body with a Content-Encoding (gzip, deflate, br) gets 415 unsupported_media_type with Accept-Encoding: identity and changes nothing, compressed or not; identity is a plain body; the token endpoint answers invalid_request', async () => {
+  const { token } = await userToken(t);
+  const patch = (payload: string | Buffer, encoding: string) =>
+    t.app.inject({ method: 'PATCH', url: '/v1/users/me/settings', headers: { ...bearer(token), 'content-type': 'application/json', 'content-encoding': encoding }, payload });
+  for (const [encoding, payload] of [
+    ['gzip', gzipSync('{"theme":"dark"}')],
+    ['gzip', '{"theme":"dark"}'],
+    ['deflate', deflateSync('{"theme":"dark"}')],
+    ['br', '{"theme":"dark"}'],
+    ['GZIP', '{"theme":"dark"}'],
+    ['identity, gzip', '{"theme":"dark"}'],
+  ] as const) {
+    const res = await patch(payload, encoding);
+    assert.equal(res.statusCode, 415, `${encoding}: ${res.body}`);
+    assertEnvelope(res.json(), 'unsupported_media_type');
+    assert.equal(res.headers['accept-encoding'], 'identity');
+  }
+  const settings = await t.app.inject({ method: 'GET', url: '/v1/users/me/settings', headers: bearer(token) });
+  assert.equal(settings.json().theme, 'system', 'no refused body changed anything');
+  const identity = await patch('{"theme":"dark"}', 'identity');
+  assert.equal(identity.statusCode, 200, identity.body);
+  assert.equal(identity.json().theme, 'dark');
+  const oauth = await t.app.inject({
+    method: 'POST', url: '/v1/auth/oauth/token', headers: { 'content-type': 'application/x-www-form-urlencoded', 'content-encoding': 'gzip' },
+    payload: gzipSync('grant_type=refresh_token&refresh_token=rtk_x&client_id=app_x'),
+  });
+  assert.equal(oauth.statusCode, 400, oauth.body);
+  assert.equal(oauth.json().error, 'invalid_request');
+  assert.match(oauth.json().error_description, /Content-Encoding/);
 });
 
 test('missing credential gets 401 with WWW-Authenticate: Bearer', async () => {

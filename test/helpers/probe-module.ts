@@ -22,7 +22,7 @@ export const probeModule = (opts: { delayMs?: number; hold?: (name: string) => P
   name: 'probe',
   routes: (app, deps) => {
     app.post('/v1/_probe/items', {
-      schema: { body: Type.Object({ name: Type.String({ minLength: 1 }), fail: Type.Optional(Type.Boolean()) }), response: { 201: Item } },
+      schema: { body: Type.Object({ name: Type.String({ minLength: 1 }), fail: Type.Optional(Type.Boolean()), unserializable: Type.Optional(Type.Boolean()) }), response: { 201: Item } },
       config: { meta: { auth: 'any', idempotency: 'required' } },
       handler: async (request, reply) => {
         const ctx = ctxOf(deps, request);
@@ -35,6 +35,8 @@ export const probeModule = (opts: { delayMs?: number; hold?: (name: string) => P
         // A failure after the write: the write must roll back with it.
         if (request.body.fail) throw new ApiError('internal_error');
         reply.code(201);
+        // A payload its response schema cannot serialize (a bug of the kind a 500 is for).
+        if (request.body.unserializable) return { ...item, custom: { n: 1n } } as any;
         return item as any;
       },
     });

@@ -151,6 +151,37 @@ test('overrides a later settings_schema no longer accepts stay stored and are co
   assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, { density: 'compact', page_size: 20 });
 });
 
+test('stale_override_counts counts keys named like Object.prototype members (constructor, toString) as numbers: GET and PATCH of the Application answer 200, never 500', async () => {
+  const named = { type: 'object', properties: { constructor: { type: 'string' }, toString: { type: 'string' }, hasOwnProperty: { type: 'string' }, density: { type: 'string' } } };
+  const owned = await newApp(t, admin, { settings_schema: named });
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  assertStatus(await patchAppSettings(u.token, { overrides: { constructor: 'a', toString: 'b', hasOwnProperty: 'c', density: 'd' } }, 'me', owned.id), 200);
+  const narrowed = { type: 'object', properties: { density: { type: 'string' } } };
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: narrowed }, { 'idempotency-key': `k-${owned.id}` }), 200);
+  const counts = { constructor: 1, toString: 1, hasOwnProperty: 1 };
+  assert.deepEqual(patched.settings_schema_stats.stale_override_counts, counts);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200).settings_schema_stats.stale_override_counts, counts);
+  assert.equal((await t.app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
+});
+
+test("a settings_schema's $id is its Application's own: the same Application may change a schema that keeps its $id, another Application may use the same $id, and no schema can $ref another's", async () => {
+  const id = `https://schemas.example.com/settings-${Date.now()}`;
+  const first = await newApp(t, admin, { settings_schema: { $id: id, type: 'object', properties: { a: { type: 'string' } } } });
+  const changed = { $id: id, type: 'object', properties: { a: { type: 'string' }, b: { type: 'integer' } } };
+  assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/applications/${first.id}`, admin, { settings_schema: changed }), 200).settings_schema, changed);
+  const second = await newApp(t, admin, { settings_schema: { $id: id, type: 'object', properties: { c: { type: 'boolean' } } } });
+  const u = await person(t);
+  await grant(t, admin, u.id, second.id);
+  assertStatus(await patchAppSettings(u.token, { overrides: { c: true } }, 'me', second.id), 200);
+  assertInvalid(await patchAppSettings(u.token, { overrides: { a: 'x' } }, 'me', second.id), 'overrides.a');
+  const error = assertError(await call(t, 'POST', '/v1/applications', admin, {
+    slug: `r${Date.now().toString(36)}`, name: 'Ref', launch_url: 'https://app.example.com/launch', visibility: 'public', owner_user_id: (await person(t)).id,
+    settings_schema: { type: 'object', properties: { k: { $ref: id } } },
+  }), 422, 'invalid_settings_schema');
+  assert.match(error.details.reason, /can't resolve reference/);
+});
+
 test('PATCH settings: notifications merge field by field with the stored values, not the defaults', async () => {
   const u = await person(t);
   assert.deepEqual(assertStatus(await patchSettings(u.token, { notifications: { email: false } }), 200).notifications, { email: false, sms: false });

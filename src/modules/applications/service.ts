@@ -38,9 +38,11 @@ export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
 export async function staleCounts(ctx: Ctx, app: ApplicationRow): Promise<Record<string, number>> {
   if (Object.keys(app.settings_schema).length === 0) return {};
   const { rows } = await ctx.db.query<{ overrides: Record<string, unknown> }>('SELECT overrides FROM app_settings WHERE application_id = $1', [app.id]);
-  const counts: Record<string, number> = {};
-  for (const r of rows) for (const key of staleOverrideKeys(app.settings_schema, r.overrides)) counts[key] = (counts[key] ?? 0) + 1;
-  return counts;
+  // Counted in a Map: a key is any name a schema declared (`constructor`, `toString`), and on a plain
+  // object those would start from what Object.prototype holds under that name.
+  const counts = new Map<string, number>();
+  for (const r of rows) for (const key of staleOverrideKeys(app.settings_schema, r.overrides)) counts.set(key, (counts.get(key) ?? 0) + 1);
+  return Object.fromEntries(counts);
 }
 
 export async function getApplication(ctx: Ctx, id: string): Promise<Application> {

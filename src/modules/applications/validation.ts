@@ -1,4 +1,5 @@
-import Ajv from 'ajv';
+import Ajv, { type ValidateFunction } from 'ajv';
+import { createHash } from 'node:crypto';
 import { ApiError, invalidField } from '../../errors.js';
 import { parseUrlAsSent } from '../../http/validation.js';
 
@@ -67,8 +68,33 @@ export function validatePermissions(slug: string, permissions: { key: string; de
   });
 }
 
-const schemaAjv = new Ajv.default({ strict: false, allErrors: true });
+// Each Application's settings_schema is compiled on its own. Ajv would otherwise register a schema by
+// its `$id` for the life of the process (a second schema naming that `$id`, the same Application's next
+// version included, was refused as "already exists", and another Application's schema could `$ref` it)
+// and keep every schema object it ever compiled (its cache is keyed by object, and each request reads a
+// fresh one). The compiled functions are kept here instead, by the schema's text, a bounded number.
+const schemaAjv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false });
 schemaAjv.addKeyword({ keyword: 'x-pii' });
+const COMPILED_SETTINGS_MAX = 256;
+const compiledSettings = new Map<string, ValidateFunction>();
+
+/** The validation function of one settings schema (or property schema); throws when it does not compile. */
+function compileSettings(schema: object): ValidateFunction {
+  const key = createHash('sha256').update(JSON.stringify(schema)).digest('base64');
+  let validate = compiledSettings.get(key);
+  if (validate) {
+    compiledSettings.delete(key); // most recently used last
+  } else {
+    try {
+      validate = schemaAjv.compile(schema);
+    } finally {
+      schemaAjv.removeSchema(schema);
+    }
+    if (compiledSettings.size >= COMPILED_SETTINGS_MAX) compiledSettings.delete(compiledSettings.keys().next().value!);
+  }
+  compiledSettings.set(key, validate);
+  return validate;
+}
 
 /** A JSON-schema style object for AppSettings: an object schema that compiles; reserved names refused. */
 export function validateSettingsSchema(schema: Record<string, unknown>): void {
@@ -83,7 +109,7 @@ export function validateSettingsSchema(schema: Record<string, unknown>): void {
   const reserved = Object.keys((properties as object) ?? {}).filter((k) => RESERVED_SETTINGS_KEYS.includes(k));
   if (reserved.length) throw new ApiError('reserved_settings_key', { details: { keys: reserved } });
   try {
-    schemaAjv.compile(schema);
+    compileSettings(schema);
   } catch (err) {
     throw new ApiError('invalid_settings_schema', { details: { reason: (err as Error).message } });
   }
@@ -99,13 +125,13 @@ export function settingsValueErrors(schema: Record<string, unknown>, overrides: 
       errors.push({ key, message: "is not a property of the Application's settings_schema" });
       continue;
     }
-    let valid: boolean;
+    let validate: ValidateFunction | null;
     try {
-      valid = schemaAjv.validate(property, value) as boolean;
+      validate = compileSettings(property);
     } catch {
-      valid = false; // a property that does not compile accepts nothing
+      validate = null; // a property that does not compile accepts nothing
     }
-    if (!valid) errors.push({ key, message: schemaAjv.errors?.[0]?.message ?? 'does not match its settings_schema property' });
+    if (!validate || !validate(value)) errors.push({ key, message: validate?.errors?.[0]?.message ?? 'does not match its settings_schema property' });
   }
   return errors;
 }

@@ -37,6 +37,12 @@ export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string
   return rows.map((r) => r.user_id);
 }
 
+/**
+ * RFC 9110 §13.1.1: `*`, or a list of entity tags (one header with commas, or the header sent twice,
+ * which Node joins with a comma) of which any may match the current ETag, compared strongly.
+ */
+const ifMatchHolds = (header: string, etag: string): boolean => header.trim() === '*' || header.split(',').some((tag) => tag.trim() === etag);
+
 /** PATCH /v1/entitlements/{id}: status moves, term, trial conversion, order id, member scope. */
 export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined): Promise<{ entitlement: Entitlement; etag: string }> {
   return ctx.db.transaction(async (tx) => {
@@ -49,7 +55,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     assertNoReadOnlyFields(body, ENTITLEMENT_READ_ONLY);
     await assertHoldingOrgActive(tx, row);
     await assertAppTenantWritable(tx, row.application_id);
-    if (ifMatch !== undefined && ifMatch !== etagOf(row) && ifMatch !== '*') throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
+    if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
     // work is done first, in this transaction, and the request moves the expired row.
     row = await expireIfEnded(tx, ctx, row);

@@ -3,6 +3,7 @@ import type { Deps } from '../../context.js';
 import { ctxOf } from '../../http/gate.js';
 import { unstorableText } from '../../http/validation.js';
 import { toApiError } from '../../http/errors-plugin.js';
+import { ApiError } from '../../errors.js';
 import { readableFromAnyOrigin } from '../../http/cors.js';
 import {
   AuthorizationCode, AuthorizationCodeBody, OAuthError, OAuthErrorBody, OAuthThrottledBody, TokenBody, TokenResponse,
@@ -64,7 +65,8 @@ function oauthErrorOf(err: unknown): { status: 400 | 429; headers: Record<string
   const error = toApiError(err);
   if (error.status === 429) return { status: 429, headers: error.headers, body: { error: 'temporarily_unavailable', error_description: error.message } };
   if (error.status < 400 || error.status >= 500) return null;
-  const description = error.code === 'unsupported_media_type'
+  // A media type it does not take (Fastify's refusal); a compressed body keeps its own description.
+  const description = error.code === 'unsupported_media_type' && !(err instanceof ApiError)
     ? 'The request body must be application/x-www-form-urlencoded or application/json.'
     : error.message;
   return { status: 400, headers: {}, body: new OAuthError('invalid_request', description).toBody() };
