@@ -182,6 +182,23 @@ test("a settings_schema's $id is its Application's own: the same Application may
   assert.match(error.details.reason, /can't resolve reference/);
 });
 
+test('settings_schema patterns run in linear time (RE2): `^(a+)+$` against 32 a\'s and a `!` is refused at once, never holding the event loop every tenant shares; a pattern RE2 cannot run (a look-behind) is 422 invalid_settings_schema', async () => {
+  const owned = await newApp(t, admin, {
+    settings_schema: { type: 'object', properties: { code: { type: 'string', pattern: '^(a+)+$' } }, patternProperties: { '^(x+)+$': { type: 'string' } } },
+  });
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  const started = process.hrtime.bigint();
+  assertInvalid(await patchAppSettings(u.token, { overrides: { code: `${'a'.repeat(32)}!` } }, 'me', owned.id), 'overrides.code');
+  // A backtracking engine takes about 20 s on this input (it doubles with each a); RE2 a few milliseconds.
+  assert.ok(process.hrtime.bigint() - started < 2_000_000_000n, 'answered without backtracking');
+  assert.equal(assertStatus(await patchAppSettings(u.token, { overrides: { code: 'aaa' } }, 'me', owned.id), 200).overrides.code, 'aaa');
+  const error = assertError(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, {
+    settings_schema: { type: 'object', properties: { code: { type: 'string', pattern: '(?<=a)b' } } },
+  }), 422, 'invalid_settings_schema');
+  assert.match(error.details.reason, /regexp|pattern/i);
+});
+
 test('PATCH settings: notifications merge field by field with the stored values, not the defaults', async () => {
   const u = await person(t);
   assert.deepEqual(assertStatus(await patchSettings(u.token, { notifications: { email: false } }), 200).notifications, { email: false, sms: false });

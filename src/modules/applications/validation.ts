@@ -1,5 +1,6 @@
 import Ajv, { type ValidateFunction } from 'ajv';
 import { createHash } from 'node:crypto';
+import { RE2JS } from 're2js';
 import { ApiError, invalidField } from '../../errors.js';
 import { parseUrlAsSent } from '../../http/validation.js';
 
@@ -73,7 +74,14 @@ export function validatePermissions(slug: string, permissions: { key: string; de
 // version included, was refused as "already exists", and another Application's schema could `$ref` it)
 // and keep every schema object it ever compiled (its cache is keyed by object, and each request reads a
 // fresh one). The compiled functions are kept here instead, by the schema's text, a bounded number.
-const schemaAjv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false });
+//
+// `pattern` and `patternProperties` run on RE2 (re2js: linear time in the input), not on the backtracking
+// RegExp: a settings_schema is written by an Application's owner and its patterns run on every write of
+// AppSettings and every read of the Application, in the one event loop every tenant shares, so
+// `^(a+)+$` against 30 characters held it for minutes. RE2 has no look-around or back-references: a
+// pattern using them does not compile (422 invalid_settings_schema).
+const linearRegExp = Object.assign((pattern: string) => RE2JS.compile(pattern), { code: 'require("re2js").RE2JS.compile' });
+const schemaAjv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false, code: { regExp: linearRegExp } });
 schemaAjv.addKeyword({ keyword: 'x-pii' });
 const COMPILED_SETTINGS_MAX = 256;
 const compiledSettings = new Map<string, ValidateFunction>();
