@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestApp } from '../helpers/app.js';
-import { isPublicAddress } from '../../src/modules/webhooks/targets.js';
+import { isPublicAddress, RESOLVE_DEADLINE_MS } from '../../src/modules/webhooks/targets.js';
 import { setWebhookResolver, signatureHeader, verifySignature } from '../../src/modules/webhooks/index.js';
 import { signPayload } from '../../src/modules/webhooks/signature.js';
 import { assertError, assertStatus, buildApp, call, deliveriesOf, platformKey, Receiver, runDelivery, sql } from './support.js';
@@ -17,6 +17,7 @@ before(async () => {
   admin = await platformKey(t);
   setWebhookResolver(t.deps, async (host) => {
     const answers = dns.get(host);
+    if (answers?.[0] === 'never') return new Promise(() => {});
     if (!answers) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
     return answers.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
   });
@@ -52,6 +53,17 @@ test('the address classifier: public unicast only', () => {
   for (const a of ['93.184.216.34', '8.8.8.8', '172.32.0.1', '100.128.0.1', '2606:4700:4700::1111', '2a00:1450:4001:81a::200e']) {
     assert.equal(isPublicAddress(a), true, a);
   }
+});
+
+test('a webhook host whose name gets no answer is refused within the resolve deadline (422 invalid_webhook_url, the same words as a name that does not resolve), never a request hanging with the resolver; nothing is created', async () => {
+  dns.set('silent.example', ['never']);
+  const before = await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions');
+  const started = Date.now();
+  const err = assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'https://silent.example/hook', events: ['*'] }), 422, 'invalid_webhook_url');
+  const waited = Date.now() - started;
+  assert.equal(err.details.reason, 'silent.example does not resolve to public addresses only');
+  assert.ok(waited >= RESOLVE_DEADLINE_MS - 50 && waited < RESOLVE_DEADLINE_MS + 5000, `answered after ${waited} ms`);
+  assert.deepEqual(await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions'), before);
 });
 
 test('WH-6: at creation, non-https, userinfo and every private, loopback, link-local, unique-local, mapped or encoded address is 422 invalid_webhook_url', async () => {

@@ -119,6 +119,9 @@ export function checkUrlShape(raw: string, allowPrivate: boolean): URL {
   return url;
 }
 
+/** How long a webhook host's name may take to resolve (a resolver's own retries can take 20 s and more). */
+export const RESOLVE_DEADLINE_MS = 3000;
+
 /**
  * Every address the host resolves to must be public (one private answer refuses it). A name that does
  * not resolve and one that resolves to a private address get the same words, without the address:
@@ -131,10 +134,18 @@ export async function resolvePublic(resolver: Resolver, host: string): Promise<R
   }
   const notPublic = () => new TargetRefused(`${host} does not resolve to public addresses only`);
   let addresses: ResolvedAddress[];
+  let timer: NodeJS.Timeout | undefined;
+  // A resolver that does not answer is a name that does not resolve: the request waiting on it (a
+  // create, a PATCH, a test send) is answered within the deadline instead of hanging with it.
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer for ${host} within ${RESOLVE_DEADLINE_MS} ms`)), RESOLVE_DEADLINE_MS);
+  });
   try {
-    addresses = await resolver(host);
+    addresses = await Promise.race([resolver(host), deadline]);
   } catch {
     throw notPublic();
+  } finally {
+    clearTimeout(timer);
   }
   if (addresses.length === 0 || addresses.some((a) => !isPublicAddress(a.address))) throw notPublic();
   return addresses;
