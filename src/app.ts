@@ -21,7 +21,8 @@ import { MODULES } from './modules/index.js';
 import { devModule } from './modules/dev/index.js';
 import type { App, Module } from './modules/types.js';
 import { Type } from '@sinclair/typebox';
-import { LINK_PAGE_PATHS, redactTokenQuery } from './modules/links/paths.js';
+import { LINK_PAGE_PATHS } from './modules/links/paths.js';
+import { redactUrl, serializeError } from './http/log-redaction.js';
 
 /**
  * A request Node's HTTP parser refuses before Fastify sees it (headers over the limit, a request not
@@ -47,20 +48,22 @@ function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
 export const BODY_LIMIT_BYTES = 1024 * 1024;
 
 /**
- * Logger options whose request serializer shows the URL with every `token=` query value redacted (the
- * mailed links' pages take their token in the query). A logger instance passed in is used as it is.
+ * Logger options whose serializers keep secrets out of the log: the request's URL with every
+ * credential query value and secret-shaped value redacted (the mailed links' pages take their token
+ * in the query; a client may put any credential there), and errors without the values of a failed
+ * statement (src/http/log-redaction.ts). A logger instance passed in is used as it is.
  */
-function withRedactedUrls(logger: FastifyBaseLogger | boolean | object): FastifyBaseLogger | boolean | object {
+function withRedactedSecrets(logger: FastifyBaseLogger | boolean | object): FastifyBaseLogger | boolean | object {
   if (typeof logger !== 'object' || logger === null || typeof (logger as FastifyBaseLogger).info === 'function') return logger;
   const options = logger as { serializers?: Record<string, unknown> };
   const req = (request: { method: string; url: string; host?: string; ip?: string; socket?: { remotePort?: number } }) => ({
     method: request.method,
-    url: redactTokenQuery(request.url),
+    url: redactUrl(request.url),
     host: request.host,
     remoteAddress: request.ip,
     remotePort: request.socket?.remotePort,
   });
-  return { ...options, serializers: { req, ...options.serializers } };
+  return { ...options, serializers: { req, err: serializeError, ...options.serializers } };
 }
 
 export interface BuildOptions {
@@ -76,7 +79,7 @@ export interface BuildOptions {
 export async function buildApp(options: BuildOptions): Promise<{ app: App; deps: Deps }> {
   const { config, database, clock } = options;
   const fastify = Fastify({
-    logger: withRedactedUrls(options.logger ?? { level: config.logLevel }),
+    logger: withRedactedSecrets(options.logger ?? { level: config.logLevel }),
     genReqId: () => newId('req'),
     bodyLimit: BODY_LIMIT_BYTES,
     trustProxy: false,

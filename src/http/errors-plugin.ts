@@ -126,10 +126,12 @@ export function frameworkErrorHandler(err: Error, request: FastifyRequest, reply
 
 /**
  * API answers are per caller and may carry tokens or secrets (RFC 6749 §5.1 asks no-store of token
- * responses): no cache keeps them, unless a route says otherwise.
+ * responses): no cache keeps them, unless a route says otherwise. Judged by the route that answers,
+ * not the URL as sent: the router decodes the path, so `/%761/auth/login` is the login route.
  */
 export function noStoreForApi(request: FastifyRequest, reply: FastifyReply): void {
-  if (request.url.startsWith('/v1/') && !reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
+  const path = request.routeOptions.url ?? request.url;
+  if (path.startsWith('/v1/') && !reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
 }
 
 function sendError(reply: FastifyReply, error: ApiError) {

@@ -38,6 +38,8 @@ interface EmailRow {
 }
 
 const MAX_ATTEMPTS = 6;
+/** The stored body with every token= value (reset, invitation, verification secrets) replaced by `[redacted]`. */
+const REDACTED_BODY = `regexp_replace(text_body, '([?&]token=)[^[:space:]&]+', '\\1[redacted]', 'g')`;
 const CLAIM_SECONDS = 120;
 let transport: { url: string; transporter: Transporter } | null = null;
 
@@ -81,7 +83,7 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
       // row is the only copy an operator can read, so it stays whole.
       await db.query(
         `UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL,
-                text_body = CASE WHEN $2 = 'sent' THEN regexp_replace(text_body, '([?&]token=)[^[:space:]&]+', '\\1[redacted]', 'g') ELSE text_body END
+                text_body = CASE WHEN $2 = 'sent' THEN ${REDACTED_BODY} ELSE text_body END
           WHERE id = $1 AND claim_token = $4`,
         [mail.id, deps.config.smtpUrl ? 'sent' : 'logged', deps.clock.now(), token],
       );
@@ -91,8 +93,10 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
       const attempts = mail.attempts + 1;
       const retryAt = addSeconds(deps.clock.now(), 60 * 2 ** attempts);
       deps.log.warn({ err, mail_id: mail.id, attempts }, 'mail delivery failed');
+      // A mail that failed for good is never sent: its stored copy keeps no live link either.
       await db.query(
-        `UPDATE emails SET attempts = $2, status = $3, next_attempt_at = $4, last_error = $5, claimed_until = NULL
+        `UPDATE emails SET attempts = $2, status = $3, next_attempt_at = $4, last_error = $5, claimed_until = NULL,
+                text_body = CASE WHEN $3 = 'failed' THEN ${REDACTED_BODY} ELSE text_body END
           WHERE id = $1 AND claim_token = $6`,
         [mail.id, attempts, attempts >= MAX_ATTEMPTS ? 'failed' : 'queued', retryAt, String((err as Error).message).slice(0, 1024), token],
       );

@@ -4,7 +4,9 @@ import { randomBytes } from 'node:crypto';
 import { SMTPServer } from 'smtp-server';
 import { Writable } from 'node:stream';
 import { buildTestApp, openTestDatabase, testConfig, type TestApp } from '../helpers/app.js';
-import { uniqueEmail } from '../helpers/fixtures.js';
+import { bearer, createApiKey, uniqueEmail } from '../helpers/fixtures.js';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { systemCtx } from '../../src/context.js';
 import { addSeconds, SystemClock } from '../../src/clock.js';
 import { boot } from '../../src/boot.js';
@@ -399,6 +401,36 @@ test('with SMTP_URL the relay sends queued mail through that server and marks it
   // The stored copy of a sent mail keeps no live link (catalog AU-2).
   assert.equal(tokenLinks(row.text_body, 'abc').length, 0, row.text_body);
   assert.match(row.text_body, /\?token=\[redacted\]/);
+});
+
+test('a mail that fails for good keeps no live link either: after its last attempt an invitation\'s stored copy has its token redacted (the invitation lives 7 days, the row for ever)', async (tc) => {
+  // SMTP_URL names a port nothing listens on: every attempt fails.
+  const closed = createServer();
+  const port = await new Promise<number>((resolve) => closed.listen(0, '127.0.0.1', () => resolve((closed.address() as AddressInfo).port)));
+  await new Promise<void>((resolve) => closed.close(() => resolve()));
+  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` }, tc);
+  const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
+  const to = uniqueEmail('undeliverable');
+  const invited = await t.app.inject({ method: 'POST', url: '/v1/users', headers: bearer(admin), payload: { email: to } });
+  assert.equal(invited.statusCode, 201, invited.body);
+  const row = async () =>
+    (await t.database.scoped('system').query<{ status: string; attempts: number; text_body: string; last_error: string }>(
+      'SELECT status, attempts, text_body, last_error FROM emails WHERE to_address = $1', [to],
+    )).rows[0];
+  const queued = await row();
+  assert.match(queued.text_body, /\?token=inv_/, 'a queued mail keeps its link: it is still to be sent');
+  for (let attempt = 1; attempt <= 6; attempt++) {
+    await t.deps.jobs.runNow('mail-delivery');
+    const now = await row();
+    assert.equal(now.attempts, attempt);
+    assert.equal(now.status, attempt < 6 ? 'queued' : 'failed');
+    if (attempt < 6) assert.match(now.text_body, /\?token=inv_/, `attempt ${attempt}: kept for the retry`);
+    t.clock.advance(86_400);
+  }
+  const failed = await row();
+  assert.match(failed.last_error, /ECONNREFUSED/);
+  assert.match(failed.text_body, /\/accept-invitation\?token=\[redacted\]/, failed.text_body);
+  assert.doesNotMatch(failed.text_body, /inv_/);
 });
 
 test('several relays running at once never send one mail twice (FOR UPDATE SKIP LOCKED)', async (tc) => {

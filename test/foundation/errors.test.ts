@@ -344,3 +344,19 @@ test('every /v1 response carries Cache-Control: no-store (a session with tokens,
   const jwks = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' });
   assert.match(String(jwks.headers['cache-control']), /^public, max-age=\d+$/);
 });
+
+test('Cache-Control: no-store follows the route that answers, not the URL as sent: a /v1 route reached through a percent-encoded path (/%761/auth/login) still carries it with its tokens', async () => {
+  const { user, token } = await userToken(t);
+  for (const url of ['/%761/auth/login', '/v%31/auth/login']) {
+    const login = await t.app.inject({ method: 'POST', url, payload: { email: user.email, password: user.password } });
+    assert.equal(login.statusCode, 200, `${url}: ${login.body}`);
+    assert.match(login.json().refresh_token, /^rtk_/);
+    assert.equal(login.headers['cache-control'], 'no-store', url);
+  }
+  const me = await t.app.inject({ method: 'GET', url: '/%761/users/me/export', headers: bearer(token) });
+  assert.equal(me.statusCode, 200, me.body);
+  assert.equal(me.headers['cache-control'], 'no-store');
+  const jwks = await t.app.inject({ method: 'GET', url: '/.well-known/%6Awks.json' });
+  assert.equal(jwks.statusCode, 200);
+  assert.match(String(jwks.headers['cache-control']), /^public, max-age=\d+$/, 'a route outside /v1 keeps its own caching');
+});

@@ -1,0 +1,88 @@
+// What the service logs never holds a credential or a stored row's values (docs/security.md, the AU-2 rows):
+// the request serializer redacts credentials wherever a client puts them in the URL, and the error
+// serializer drops the values of a failed statement. Every log line is captured at trace level.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildCapturedApp, type CapturedApp } from '../security/core/support.js';
+import { bearer, createUser, PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
+import { assertError, sql } from '../helpers/http.js';
+import { newApp, platformKey } from '../access/support.js';
+import { codeFor, member, pkce, REDIRECT } from '../oauth/support.js';
+import { redactUrl } from '../../src/http/log-redaction.js';
+
+let t: CapturedApp;
+before(async () => {
+  t = await buildCapturedApp({}, undefined, 'trace');
+});
+after(() => t.close());
+
+const logText = () => t.logs.map((line) => JSON.stringify(line)).join('\n');
+
+test('AU-2: the request log redacts a credential a client sends in the query: a refresh token in ?refresh_token= is refused (422) and never logged, and only its holder can use it', async () => {
+  const user = await createUser(t);
+  const login = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: user.email, password: PASSWORD } });
+  assert.equal(login.statusCode, 200, login.body);
+  const { refresh_token: refreshToken, access_token: accessToken } = login.json();
+
+  const refresh = await t.app.inject({ method: 'POST', url: `/v1/auth/token/refresh?refresh_token=${refreshToken}` });
+  assertError(refresh, 422, 'validation_failed');
+  const me = await t.app.inject({ method: 'GET', url: `/v1/users/me?access_token=${accessToken}` });
+  assertError(me, 401, 'unauthenticated');
+  const password = await t.app.inject({ method: 'POST', url: `/v1/auth/login?email=${encodeURIComponent(user.email)}&password=${PASSWORD}` });
+  assert.equal(password.statusCode, 422, password.body);
+
+  const log = logText();
+  for (const secret of [refreshToken, accessToken, PASSWORD]) assert.ok(!log.includes(secret), `logged: ${secret.slice(0, 12)}…`);
+  assert.ok(log.includes('/v1/auth/token/refresh?refresh_token=[redacted]'), 'the line still shows which parameter was sent');
+  assert.ok(log.includes('/v1/users/me?access_token=[redacted]'));
+  assert.ok(log.includes(`/v1/auth/login?email=${encodeURIComponent(user.email)}&password=[redacted]`), 'other parameters stay readable');
+  // The refresh token was not spent by the refused request: its holder still refreshes with it.
+  const used = await t.app.inject({ method: 'POST', url: '/v1/auth/token/refresh', payload: { refresh_token: refreshToken } });
+  assert.equal(used.statusCode, 200, used.body);
+});
+
+test('AU-2: the request log redacts an OAuth code and PKCE verifier sent in the token request\'s query, and any secret-shaped value in the path', async () => {
+  const admin = await platformKey(t);
+  const application = await newApp(t, admin, { redirect_uris: [REDIRECT] });
+  const who = await member(t, admin, application.id);
+  const issued = await codeFor(t, who, application.id);
+  const query = new URLSearchParams({ grant_type: 'authorization_code', code: issued.code, code_verifier: issued.verifier, redirect_uri: REDIRECT, client_id: application.id });
+  const res = await t.app.inject({ method: 'POST', url: `/v1/auth/oauth/token?${query}` });
+  assert.equal(res.statusCode, 400, res.body);
+  const key = `plat_live_${'A'.repeat(43)}`;
+  const byPath = await t.app.inject({ method: 'GET', url: `/v1/api-keys/${key}`, headers: bearer(who.token) });
+  assertError(byPath, 404, 'api_key_not_found');
+
+  const log = logText();
+  for (const secret of [issued.code, issued.verifier, key]) assert.ok(!log.includes(secret), `logged: ${secret.slice(0, 12)}…`);
+  assert.ok(log.includes(`code=[redacted]&code_verifier=[redacted]&redirect_uri=`), 'the non-secret parameters stay');
+  assert.ok(log.includes('/v1/api-keys/plat_live_[redacted]'));
+  // A PKCE challenge and the sign-in page's other parameters are not secrets and stay readable.
+  const p = pkce();
+  assert.equal(redactUrl(`/signin?application_id=app_x&code_challenge=${p.challenge}&state=s`), `/signin?application_id=app_x&code_challenge=${p.challenge}&state=s`);
+  assert.equal(redactUrl('/verify-email?token=vrf_x&x=1'), '/verify-email?token=[redacted]&x=1');
+});
+
+test('AU-2: an unexpected database error is logged without the failed statement\'s values: no parameters (the mailed link\'s token), no row in its detail', async () => {
+  // A constraint no row meets stands for a write the database refuses (disk full, a corrupted index).
+  await sql(t, 'ALTER TABLE emails ADD CONSTRAINT refuse_every_mail CHECK (false) NOT VALID');
+  try {
+    const email = uniqueEmail('db-error');
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/signup', payload: { email, password: 'Disk-Refused-Passw0rd-7' } });
+    assertError(res, 500, 'internal_error');
+    const line = t.logs.find((l) => l.msg === 'request failed' && l.reqId === res.headers['request-id']);
+    assert.ok(line, 'the failure is logged');
+    const err = line.err as Record<string, unknown>;
+    assert.equal(err.code, '23514');
+    assert.equal(err.constraint, 'refuse_every_mail');
+    assert.match(String(err.query ?? 'INSERT INTO emails'), /INSERT INTO emails/, 'the statement text (placeholders only) may stay');
+    assert.equal(err.params, undefined, 'no parameter values');
+    assert.equal(err.queryOptions, undefined);
+    assert.equal(err.detail, 'Failing row contains ([redacted]).');
+    const text = JSON.stringify(line);
+    assert.ok(!/token=|vrf_/.test(text), `the verification link is not in the log: ${text}`);
+    assert.ok(!text.includes(email), 'nor the address');
+  } finally {
+    await sql(t, 'ALTER TABLE emails DROP CONSTRAINT refuse_every_mail');
+  }
+});
