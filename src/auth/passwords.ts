@@ -76,6 +76,16 @@ const normalized = (password: string): string => password.normalize('NFKC');
 export const hashPassword = async (password: string): Promise<string> =>
   (await argon2({ op: 'hash', password: normalized(password), options: ARGON2 })) as string;
 
+/**
+ * A recovery code as stored: Argon2id with the password parameters, salted with its user's id. A code
+ * carries about 50 bits (10 of 31 symbols), which a plain hash does not protect: SHA-256 of every
+ * possible code is a GPU-day, after which every user's codes in a copy of the database could be read
+ * off (NIST SP 800-63B 5.1.2.2 asks a salted password hash below 112 bits). The salt is fixed per
+ * user, so the hash of a code someone sends is computed once and found with an equality match.
+ */
+export const hashRecoveryCode = async (userId: string, code: string): Promise<string> =>
+  (await argon2({ op: 'hash', password: code.trim().toLowerCase().replace(/\s+/g, ''), options: { ...ARGON2, salt: Buffer.from(`recovery_code:${userId}`) } })) as string;
+
 /** False for a wrong password and for a stored hash that is not a valid Argon2 string. */
 export const verifyPassword = async (stored: string, password: string): Promise<boolean> =>
   (await argon2({ op: 'verify', hash: stored, password: normalized(password) })) === true;

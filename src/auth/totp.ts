@@ -38,7 +38,8 @@ export function newRecoveryCodes(count = 10): string[] {
   return Array.from({ length: count }, () => `${part()}-${part()}`);
 }
 
-export const hashRecoveryCode = (code: string): string =>
+/** How codes issued before 2026-11-29 were stored (unsalted SHA-256); they stay usable until replaced. */
+export const legacyRecoveryCodeHash = (code: string): string =>
   createHash('sha256').update(code.trim().toLowerCase().replace(/\s+/g, '')).digest('hex');
 
 // TOTP secrets are stored sealed (SecretBox), bound to their identity; the pending and the confirmed

@@ -1,6 +1,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
   alignToStep, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, loginRes, mfaChallenge, post, sql, totpCode,
@@ -148,6 +150,24 @@ test('mfa/verify with a recovery code returns an AuthSession whose amr carries p
   assertError(await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: 'zzzzz-zzzzz' }), 401, 'invalid_credentials');
   const other = await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: recoveryCodes[1] });
   assert.equal(other.statusCode, 200, other.body);
+});
+
+test('recovery codes are stored as Argon2id (m=19456, t=2, p=1) salted per user, not as a plain hash an offline search of ~50 bits reads back: the same code of two users is stored differently; a code stored the earlier way (SHA-256) still signs in, once', async () => {
+  const a = await createMfaUser(t);
+  const b = await createMfaUser(t);
+  const rows = await sql(t, 'SELECT user_id, code_hash FROM recovery_codes WHERE user_id = ANY($1::text[])', [[a.user.id, b.user.id]]);
+  assert.equal(rows.length, 20);
+  for (const row of rows) assert.match(row.code_hash, /^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]+$/, row.code_hash);
+  // One code given to both users: the two stored hashes differ (a salt per user, no precomputed table).
+  const code = 'abcde-fghjk';
+  const [ofA, ofB] = await Promise.all([a.user.id, b.user.id].map((id) => hashRecoveryCode(id, code)));
+  assert.notEqual(ofA, ofB);
+  assert.ok(!rows.some((r) => r.code_hash === createHash('sha256').update(a.recoveryCodes[0]).digest('hex')), 'no unsalted SHA-256 is stored');
+  // A code issued before the change, stored as SHA-256, is still accepted, once.
+  await sql(t, 'UPDATE recovery_codes SET code_hash = $2 WHERE id = (SELECT id FROM recovery_codes WHERE user_id = $1 LIMIT 1)', [a.user.id, createHash('sha256').update(code).digest('hex')]);
+  const res = await verify({ mfa_token: await mfaChallenge(t, a.user), recovery_code: code.toUpperCase() });
+  assert.equal(res.statusCode, 200, res.body);
+  assertError(await verify({ mfa_token: await mfaChallenge(t, a.user), recovery_code: code }), 401, 'invalid_credentials');
 });
 
 test('recovery codes are ten distinct codes of the form xxxxx-xxxxx (docs/decisions.md, MFA enrollment)', async () => {

@@ -2,9 +2,9 @@ import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
-import { verifyAgainstDummy, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
+import { verifyAgainstDummy, verifyPassword, withPasswordWork, hashRecoveryCode } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
-import { hashRecoveryCode, totpSecretOf, verifyTotp } from '../../auth/totp.js';
+import { legacyRecoveryCodeHash, totpSecretOf, verifyTotp } from '../../auth/totp.js';
 import { claimAttempt, claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, releaseAttempt, tooManyAttempts } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
 import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
@@ -82,6 +82,7 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
 
   const method: AuthMethod = input.code !== undefined ? 'otp' : 'recovery_code';
   const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
+  const recoveryHashes = input.code === undefined ? await recoveryCodeHashes(pending.user_id, input.recovery_code!) : [];
 
   // Every step or none: a challenge another request already used, or a user no longer active, rolls
   // back the code it would have spent (a losing recovery code stays usable).
@@ -93,7 +94,7 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
       const accepted =
         method === 'otp'
           ? step !== null && (await takeTotpStep(tx, identity.id, step))
-          : await takeRecoveryCode(tx, pending.user_id, input.recovery_code!, ctx.now);
+          : await takeRecoveryCode(tx, pending.user_id, recoveryHashes, ctx.now);
       if (!accepted) throw rejected;
       const { rows } = await tx.query<{ id: string; status: string; email_verified: boolean; test_mode: boolean }>(
         'SELECT id, status, email_verified, test_mode FROM users WHERE id = $1',
@@ -132,10 +133,16 @@ export async function takeTotpStep(tx: Tx, identityId: string, step: number): Pr
   return rowCount === 1;
 }
 
-export async function takeRecoveryCode(tx: Tx, userId: string, code: string, now: Date): Promise<boolean> {
+/** What a recovery code someone sent may be stored as: computed before the transaction (it hashes). */
+export async function recoveryCodeHashes(userId: string, code: string): Promise<string[]> {
+  return [await hashRecoveryCode(userId, code), legacyRecoveryCodeHash(code)];
+}
+
+/** Uses up the user's unused recovery code with one of these hashes; false when there is none. */
+export async function takeRecoveryCode(tx: Tx, userId: string, hashes: string[], now: Date): Promise<boolean> {
   const { rowCount } = await tx.query(
-    'UPDATE recovery_codes SET used_at = $3 WHERE user_id = $1 AND code_hash = $2 AND used_at IS NULL',
-    [userId, hashRecoveryCode(code), now],
+    'UPDATE recovery_codes SET used_at = $3 WHERE id = (SELECT id FROM recovery_codes WHERE user_id = $1 AND code_hash = ANY($2::text[]) AND used_at IS NULL LIMIT 1 FOR UPDATE) AND used_at IS NULL',
+    [userId, hashes, now],
   );
   return rowCount === 1;
 }

@@ -4,12 +4,13 @@ import type { Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
-import { hashRecoveryCode, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
+import { newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
 import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
-import { takeRecoveryCode, takeTotpStep } from '../auth/login.js';
+import { hashRecoveryCode } from '../../auth/passwords.js';
+import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep } from '../auth/login.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
 
 /** At start: TOTP secrets in the clear or sealed with an old key are sealed with the current one. */
@@ -47,6 +48,7 @@ export async function confirmTotp(ctx: Ctx, idParam: string, input: ConfirmBody)
   const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, null);
   if (step === null) throw new ApiError('invalid_mfa_code');
   const codes = newRecoveryCodes();
+  const hashes = await Promise.all(codes.map((code) => hashRecoveryCode(userId, code)));
   await ctx.db.transaction(async (tx) => {
     const { rowCount } = await tx.query(
       `UPDATE identities SET totp_secret = totp_pending_secret, totp_pending_secret = NULL, totp_confirmed_at = $2,
@@ -55,7 +57,7 @@ export async function confirmTotp(ctx: Ctx, idParam: string, input: ConfirmBody)
       [identity.id, ctx.now, step, identity.totp_pending_secret],
     );
     if (rowCount !== 1) throw new ApiError('mfa_already_enabled');
-    await replaceRecoveryCodes(tx, userId, codes, ctx.now);
+    await replaceRecoveryCodes(tx, userId, hashes, ctx.now);
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_enabled', target: { type: 'user', id: userId }, targetUserId: userId });
   });
   return { recovery_codes: codes };
@@ -73,10 +75,11 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
   const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
   if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
+  const recoveryHashes = input.code === undefined ? await recoveryCodeHashes(userId, input.recovery_code!) : [];
   // A wrong code answers 422 invalid_mfa_code, the fifth too; the lock it sets refuses the next ones.
   await ctx.db.transaction(async (tx) => {
     const ok =
-      input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, input.recovery_code!, ctx.now);
+      input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, recoveryHashes, ctx.now);
     if (!ok) throw new ApiError('invalid_mfa_code');
     await turnOff(tx, identity.id, userId, ctx.now);
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
@@ -109,9 +112,9 @@ async function turnOff(tx: Tx, identityId: string, userId: string, now: Date): P
   await tx.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
 }
 
-async function replaceRecoveryCodes(tx: Tx, userId: string, codes: string[], now: Date): Promise<void> {
+async function replaceRecoveryCodes(tx: Tx, userId: string, hashes: string[], now: Date): Promise<void> {
   await tx.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
-  for (const code of codes) {
-    await tx.query('INSERT INTO recovery_codes (id, user_id, code_hash, created_at) VALUES ($1, $2, $3, $4)', [newId('idn'), userId, hashRecoveryCode(code), now]);
+  for (const hash of hashes) {
+    await tx.query('INSERT INTO recovery_codes (id, user_id, code_hash, created_at) VALUES ($1, $2, $3, $4)', [newId('idn'), userId, hash, now]);
   }
 }

@@ -3,7 +3,7 @@
 // newer one, and recovery codes stored as hashes only.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
+import { hashRecoveryCode } from '../../../src/auth/passwords.js';
 import { buildTestApp, type TestApp } from '../../helpers/app.js';
 import { assertError, sql, type InjectResponse } from '../../helpers/http.js';
 import { alignToStep, createMfaUser, jwtPayload, mfaChallenge, totpCode, type MfaUser } from '../../auth/support.js';
@@ -128,13 +128,13 @@ test('MF-3 a recovery code works once: reused as typed, upper-cased or spaced it
   assert.deepEqual(row, { unused: 1, total: 10 });
 });
 
-test('MF-3 recovery codes are stored hashed: 10 SHA-256 rows per user, and no plaintext code appears anywhere in the database', async () => {
+test('MF-3 recovery codes are stored hashed: 10 Argon2id rows per user (salted with the user), and no plaintext code appears anywhere in the database', async () => {
   const u = await createMfaUser(t);
   const rows = await sql(t, 'SELECT * FROM recovery_codes WHERE user_id = $1', [u.user.id]);
   assert.equal(rows.length, 10);
-  const expected = u.recoveryCodes.map((c) => createHash('sha256').update(c.toLowerCase()).digest('hex')).sort();
+  const expected = (await Promise.all(u.recoveryCodes.map((c) => hashRecoveryCode(u.user.id, c)))).sort();
   assert.deepEqual(rows.map((r) => r.code_hash).sort(), expected);
-  for (const r of rows) assert.match(r.code_hash, /^[0-9a-f]{64}$/);
+  for (const r of rows) assert.match(r.code_hash, /^\$argon2id\$v=19\$m=19456,t=2,p=1\$/);
   // Every table of the service, as text, searched for any of the codes (with or without the dash).
   const tables = await sql<{ name: string }>(t, `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'`);
   assert.ok(tables.length > 10, 'the service tables are visible');

@@ -1,7 +1,7 @@
 // MF-3 [MP]: a TOTP code and a recovery code are each accepted once, even when the same code is
 // presented on two MFA challenges at the same instant on two server processes.
 // docs/decisions.md "MFA enrollment": a code is accepted once; the last used time step per identity
-// only moves forward (±1 step of drift). Recovery codes are single use and stored as SHA-256.
+// only moves forward (±1 step of drift). Recovery codes are single use and stored as Argon2id hashes salted with the user.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { generate } from 'otplib';
