@@ -133,7 +133,7 @@ export async function findAndClaim(db: Queryable, email: string, now: Date): Pro
   if (!mayBeStoredEmail(email)) return null;
   const { rows } = await db.query<Omit<SignInCandidate, 'claim'> & { claimed: boolean; claimed_lock: Date | null; current_lock: Date | null }>(
     `WITH u AS (
-       SELECT id, status, email_verified, test_mode FROM users WHERE lower(email) = lower($1) AND status <> 'deleted'
+       SELECT id, status, email_verified, test_mode FROM users WHERE email_lower = lower($1) AND status <> 'deleted'
      ), claimed AS (
        UPDATE identities SET ${COUNT_ATTEMPT('identities')}
          FROM u

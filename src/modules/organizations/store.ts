@@ -12,9 +12,12 @@ export interface OrgRow {
   updated_at: Date;
 }
 
+// member_count leaves out soft-deleted users by probing the small index of deleted users, not by
+// reading every member's user row (an Organization of 20k members took 57 ms).
 export const ORG_COLUMNS = `o.id, o.name, o.status, o.created_by, o.test_mode, o.created_at, o.updated_at,
-  (SELECT count(*)::int FROM organization_members mc JOIN users uc ON uc.id = mc.user_id AND uc.status <> 'deleted'
-    WHERE mc.organization_id = o.id AND mc.membership_status = 'active') AS member_count`;
+  (SELECT count(*)::int FROM organization_members mc
+    WHERE mc.organization_id = o.id AND mc.membership_status = 'active'
+      AND NOT EXISTS (SELECT 1 FROM users uc WHERE uc.id = mc.user_id AND uc.status = 'deleted')) AS member_count`;
 
 export const toOrganization = (r: OrgRow): Organization => ({
   id: r.id,

@@ -43,10 +43,11 @@ export const tenantOwnerCondition = (userParam: number) =>
 /**
  * A Tenant belongs to its owner's mode: it is visible only where its owner (a User or an Organization,
  * both moded tables under row-level security) is, so a test-mode credential never reaches a live
- * Tenant. On the unrestricted system connection every Tenant passes.
+ * Tenant. On the unrestricted system connection every Tenant passes. Scalar subqueries (one primary
+ * key probe per Tenant): as EXISTS, a list page was planned as a hashed scan of every user.
  */
-export const TENANT_IN_MODE = `(EXISTS (SELECT 1 FROM users ou WHERE ou.id = t.owner_user_id)
-  OR EXISTS (SELECT 1 FROM organizations oo WHERE oo.id = t.owner_organization_id))`;
+export const TENANT_IN_MODE = `(COALESCE((SELECT true FROM users ou WHERE ou.id = t.owner_user_id), false)
+  OR COALESCE((SELECT true FROM organizations oo WHERE oo.id = t.owner_organization_id), false))`;
 
 export async function findTenantRecord(db: Queryable, id: string, forUpdate = false): Promise<TenantRecord | null> {
   const { rows } = await db.query<TenantRecord>(`SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t WHERE t.id = $1 AND ${TENANT_IN_MODE} ${forUpdate ? 'FOR UPDATE OF t' : ''}`, [id]);

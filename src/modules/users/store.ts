@@ -17,9 +17,11 @@ export interface UserRow {
   erased_at: Date | null;
 }
 
+// mfa_enabled is a scalar subquery, one index probe per row: as an EXISTS, a list page was planned as
+// a hashed scan of every confirmed identity (docs/conventions.md, Queries at scale).
 export const USER_COLUMNS = `u.id, u.email, u.email_verified, u.pending_email, u.status, u.signup_application_id, u.test_mode,
   u.created_at, u.updated_at, u.last_login_at, u.deleted_at, u.erased_at,
-  EXISTS (SELECT 1 FROM identities i WHERE i.user_id = u.id AND i.totp_confirmed_at IS NOT NULL) AS mfa_enabled`;
+  COALESCE((SELECT true FROM identities i WHERE i.user_id = u.id AND i.totp_confirmed_at IS NOT NULL LIMIT 1), false) AS mfa_enabled`;
 
 export function toUser(row: UserRow): User {
   return {
@@ -66,11 +68,15 @@ export async function findLiveUser(db: Queryable, id: string): Promise<UserRow |
  */
 export const mayBeStoredEmail = (email: string): boolean => /^[\x00-\x7f]*$/.test(email);
 
-/** The non-deleted user holding this email (ASCII case-insensitive) in the connection's mode. */
+/**
+ * The non-deleted user holding this email (ASCII case-insensitive) in the connection's mode. Compared
+ * on email_lower (the stored lower(email)): under row-level security a lower(email) condition cannot
+ * use an index.
+ */
 export async function findLiveUserByEmail(db: Queryable, email: string): Promise<UserRow | null> {
   if (!mayBeStoredEmail(email)) return null;
   const { rows } = await db.query<UserRow>(
-    `SELECT ${USER_COLUMNS} FROM users u WHERE lower(u.email) = lower($1) AND u.status <> 'deleted'`,
+    `SELECT ${USER_COLUMNS} FROM users u WHERE u.email_lower = lower($1) AND u.status <> 'deleted'`,
     [email],
   );
   return rows[0] ?? null;

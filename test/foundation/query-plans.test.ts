@@ -1,0 +1,143 @@
+// Queries at scale (docs/conventions.md): the statements a request runs, captured at the database
+// handles, planned as the request role plans them (row-level security on) with sequential scans
+// discouraged, so a plan shows which conditions an index can serve whatever the table sizes.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createUser, userToken, type TestUser } from '../helpers/fixtures.js';
+import { call } from '../helpers/http.js';
+import { rand } from '../users/support.js';
+import type { Database, Db, Scope, Tx } from '../../src/db/types.js';
+import { findLiveUserByEmail } from '../../src/modules/users/store.js';
+import { findAndClaim } from '../../src/modules/auth/identities.js';
+
+let t: TestApp;
+let admin: { user: TestUser; token: string };
+
+before(async () => {
+  t = await buildTestApp();
+  admin = await userToken(t, { roles: ['superadmin'] });
+});
+after(() => t.close());
+
+interface Statement {
+  scope: Scope;
+  text: string;
+  params: unknown[];
+}
+
+/** Every statement `fn` runs on the database, in order, with the scope it ran in. */
+async function statementsOf(database: Database, fn: () => Promise<unknown>): Promise<Statement[]> {
+  const seen: Statement[] = [];
+  const wrapTx = (tx: Tx): Tx => ({
+    ...tx,
+    query: (text, params) => {
+      seen.push({ scope: tx.scope, text, params: params ?? [] });
+      return tx.query(text, params);
+    },
+    transaction: (inner) => inner(wrapTx(tx)),
+  });
+  const original = database.scoped;
+  database.scoped = (scope: Scope): Db => {
+    const db = original.call(database, scope);
+    return {
+      ...db,
+      query: (text, params) => {
+        seen.push({ scope, text, params: params ?? [] });
+        return db.query(text, params);
+      },
+      transaction: (fn2) => db.transaction((tx) => fn2(wrapTx(tx))),
+    };
+  };
+  try {
+    await fn();
+  } finally {
+    database.scoped = original;
+  }
+  return seen;
+}
+
+/** The plan of a statement in its scope (the request role's row-level security), sequential scans discouraged. */
+async function planOf(s: Statement): Promise<string> {
+  return t.database.scoped(s.scope).transaction(async (tx) => {
+    await tx.exec('SET LOCAL enable_seqscan = off');
+    const { rows } = await tx.query<Record<string, string>>(`EXPLAIN ${s.text}`, s.params);
+    return rows.map((r) => Object.values(r)[0]).join('\n');
+  });
+}
+
+/** A handle that records the statements a store function sends and answers each with no rows. */
+function recorder(scope: Scope) {
+  const seen: Statement[] = [];
+  const db = {
+    query: async (text: string, params?: unknown[]) => {
+      seen.push({ scope, text, params: params ?? [] });
+      return { rows: [], rowCount: 0 };
+    },
+  };
+  return { db: db as unknown as Tx, seen };
+}
+
+test('the email lookup of sign-up, invitations and the forgot-password route is an index condition under row-level security', async () => {
+  const { db, seen } = recorder('live');
+  await findLiveUserByEmail(db, 'Someone@Example.com');
+  const plan = await planOf(seen[0]);
+  assert.doesNotMatch(plan, /Seq Scan on users/, plan);
+  assert.match(plan, /Index Cond: .*email_lower = /, plan);
+});
+
+test('the sign-in lookup by email is an index condition under row-level security', async () => {
+  const { db, seen } = recorder('live');
+  await findAndClaim(db, 'Someone@Example.com', new Date());
+  const plan = await planOf(seen[0]);
+  assert.doesNotMatch(plan, /Seq Scan on users/, plan);
+  assert.match(plan, /Index Cond: .*email_lower = /, plan);
+});
+
+test('GET /v1/users?email= and ?q= search by index conditions: the email, and the email or display_name prefix', async () => {
+  const user = await createUser(t, { email: `plan-${rand(6)}@example.com` });
+  const byEmail = await statementsOf(t.database, async () => {
+    const res = await call(t, 'GET', `/v1/users?email=${encodeURIComponent(user.email.toUpperCase())}`, admin.token);
+    assert.equal(res.statusCode, 200);
+    assert.deepEqual(res.json().data.map((u: { id: string }) => u.id), [user.id]);
+  });
+  const listed = byEmail.filter((s) => /FROM users u JOIN profiles p/.test(s.text));
+  assert.equal(listed.length, 1);
+  assert.match(await planOf(listed[0]), /Index Cond: .*email_lower = /);
+
+  const byPrefix = await statementsOf(t.database, async () => {
+    const res = await call(t, 'GET', `/v1/users?q=${encodeURIComponent(user.email.slice(0, 12).toUpperCase())}`, admin.token);
+    assert.equal(res.statusCode, 200);
+    assert.deepEqual(res.json().data.map((u: { id: string }) => u.id), [user.id]);
+  });
+  const searched = byPrefix.filter((s) => /FROM users u JOIN profiles p/.test(s.text));
+  assert.equal(searched.length, 1);
+  const plan = await planOf(searched[0]);
+  assert.doesNotMatch(plan, /Seq Scan on (users|profiles)/, plan);
+  assert.match(plan, /Index Cond: .*email_lower ~>=~/, plan);
+  assert.match(plan, /Index Cond: .*lower\(display_name\) ~>=~/, plan);
+});
+
+test('GET /v1/users runs the same number of statements for a page of 1 and a page of 50', async () => {
+  for (let i = 0; i < 3; i++) await createUser(t, {});
+  const count = async (limit: number) =>
+    (await statementsOf(t.database, async () => assert.equal((await call(t, 'GET', `/v1/users?limit=${limit}`, admin.token)).statusCode, 200))).length;
+  assert.equal(await count(1), await count(50));
+});
+
+test('GET /v1/audit-events filters by actor, target, application, organization and action through their indexes', async () => {
+  const filters: [string, RegExp][] = [
+    ['actor_id=usr_01HZZZZZZZZZZZZZZZZZZZZZZZ', /audit_events_actor_idx/],
+    ['target_id=usr_01HZZZZZZZZZZZZZZZZZZZZZZZ', /audit_events_target_idx/],
+    ['application_id=app_nothing_here', /audit_events_application_idx/],
+    ['organization_id=org_01HZZZZZZZZZZZZZZZZZZZZZZZ', /audit_events_organization_idx/],
+    ['action=nothing.happened', /audit_events_action_idx/],
+  ];
+  for (const [query, index] of filters) {
+    const run = await statementsOf(t.database, async () => assert.equal((await call(t, 'GET', `/v1/audit-events?${query}`, admin.token)).statusCode, 200));
+    const listed = run.filter((s) => /FROM audit_events e WHERE/.test(s.text));
+    assert.equal(listed.length, 1, query);
+    const plan = await planOf(listed[0]);
+    assert.match(plan, index, `${query}\n${plan}`);
+  }
+});
