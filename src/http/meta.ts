@@ -54,6 +54,8 @@ export interface RouteMeta {
   session?: 'fused';
   /** Error codes the operation itself can answer; published in the OpenAPI document by status. */
   errors?: ErrorCode[];
+  /** Headers the success response carries that a client reads (name: what it holds); published in the OpenAPI document. */
+  headers?: Record<string, string>;
 }
 
 declare module 'fastify' {

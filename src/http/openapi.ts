@@ -23,6 +23,10 @@ export const operationIdOf = (method: string, url: string): string =>
   method[0].toUpperCase() + method.slice(1).toLowerCase() +
   url.replace(/^\/v1(?=\/|$)/, '').split(/[^A-Za-z0-9]+/).filter(Boolean).map((w) => w[0].toUpperCase() + w.slice(1)).join('');
 
+const header = (description: string) => ({ description, schema: { type: 'string' } });
+/** Every 429 and 503 the service answers says when to come back. */
+const RETRY_AFTER = { 'Retry-After': { description: 'Seconds to wait before sending the request again.', schema: { type: 'integer', minimum: 0 } } };
+
 const errorResponse = (description: string) => ({
   description,
   content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
@@ -37,8 +41,10 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
   app.addHook('onRoute', (route) => {
     const meta = route.config?.meta;
     if (!meta || route.schema?.hide) return;
-    const body = route.schema?.body as { required?: string[] } | undefined;
-    const bodyOptional = !!body && !body.required?.length;
+    const body = route.schema?.body as { required?: string[]; minProperties?: number } | undefined;
+    // A body that must name a field (a PATCH of users, entitlements, organizations, webhooks or
+    // tier-change requests has minProperties 1) is required: without one the answer is 422.
+    const bodyOptional = !!body && !body.required?.length && !body.minProperties;
     // A route that attaches validation errors answers them in its own shape (the OAuth token endpoint).
     const ownValidation = !!route.attachValidation;
     for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method: method.toLowerCase(), url: route.url, meta, bodyOptional, ownValidation });
@@ -73,11 +79,15 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
         if (meta.errors?.includes('not_implemented')) delete op.responses['200'];
         if (r.bodyOptional && op.requestBody) op.requestBody.required = false;
         // Every error an operation can answer, by status: its own codes (route metadata), then what the
-        // gate adds; one response per status naming them all.
+        // gate adds; one response per status naming them all, each code once (a later text that
+        // explains a code replaces its bare mention).
         const byStatus = new Map<number, string[]>();
+        const codeOf = (text: string) => text.split(':')[0];
         const add = (status: number, text: string) => {
           const list = byStatus.get(status) ?? [];
-          if (!list.includes(text)) list.push(text);
+          const at = list.findIndex((t) => codeOf(t) === codeOf(text));
+          if (at < 0) list.push(text);
+          else if (list[at].length < text.length) list[at] = text;
           byStatus.set(status, list);
         };
         for (const code of meta.errors ?? []) add(ERROR_CODES[code][0], code);
@@ -126,6 +136,14 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
         // Any operation: the database unreachable or at its limits; a write to a Tenant while it migrates.
         add(503, 'service_unavailable: Retry-After set');
         for (const [status, texts] of byStatus) op.responses[String(status)] ??= errorResponse(texts.join('; '));
+        // The headers a client reads from a success: the route's own, and the replay mark.
+        const successHeaders: Record<string, ReturnType<typeof header>> = {};
+        for (const [name, description] of Object.entries(meta.headers ?? {})) successHeaders[name] = header(description);
+        if (meta.idempotency) successHeaders['Idempotent-Replayed'] = header('`true` when this is the stored answer to an earlier request with the same Idempotency-Key.');
+        for (const [status, response] of Object.entries<any>(op.responses)) {
+          if (/^2/.test(status) && Object.keys(successHeaders).length) response.headers = { ...response.headers, ...successHeaders };
+          if (status === '429' || status === '503') response.headers = { ...RETRY_AFTER, ...response.headers };
+        }
       }
       return doc;
     },

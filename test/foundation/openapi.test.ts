@@ -2,6 +2,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { LINK_PAGE_PATHS } from '../../src/modules/links/paths.js';
+import { userToken } from '../helpers/fixtures.js';
+import { assertError, call } from '../helpers/http.js';
 
 // DEV_CLOCK on, so the /_dev routes are served: the description must still leave them out.
 let t: TestApp;
@@ -338,4 +340,51 @@ test('response fields the spec gives a set of values are marked x-extensible-enu
   const bundle = schemaOf('/v1/users/{id}/export', 'get', '200').properties;
   assert.deepEqual(values(bundle.identities.items.properties.method), ['password', 'sso']);
   assert.deepEqual(values(bundle.organizations.items.properties.role), ['org_admin', 'member']);
+});
+
+test('a request body is optional in the description only where the service takes none: a PATCH that must name a field (users, entitlements, organizations, webhooks, tier-change requests) declares its body required, and a PATCH /v1/users/me without one is 422', async () => {
+  for (const { method, path, op } of operations()) {
+    if (!op.requestBody || op.requestBody.required) continue;
+    const schema = op.requestBody.content['application/json']?.schema ?? {};
+    assert.ok(!schema.required?.length && !schema.minProperties, `${method.toUpperCase()} ${path}: body documented optional, yet its schema needs ${JSON.stringify(schema.required ?? schema.minProperties)}`);
+  }
+  for (const path of ['/v1/users/{id}', '/v1/entitlements/{id}', '/v1/organizations/{id}', '/v1/webhooks/{id}', '/v1/tenants/{id}/tier-change-requests/{requestId}']) {
+    assert.equal(doc.paths[path].patch.requestBody.required, true, `PATCH ${path}`);
+  }
+  assert.equal(doc.paths['/v1/users/{id}/profile'].patch.requestBody.required, false, 'an empty Profile PATCH is a no-op 200');
+  const { token } = await userToken(t);
+  const res = await call(t, 'PATCH', '/v1/users/me', token);
+  assert.deepEqual(assertError(res, 422, 'validation_failed').details.fields, [{ path: 'body', message: 'must NOT have fewer than 1 properties' }]);
+  assert.equal((await call(t, 'PATCH', '/v1/users/me/profile', token)).statusCode, 200);
+});
+
+test('each error status names each of its codes once (503 service_unavailable, 400 user_token_required of GET /v1/users/{id} were listed twice)', () => {
+  for (const { method, path, op } of operations()) {
+    for (const [status, response] of Object.entries<any>(op.responses)) {
+      if (!/^[45]/.test(status) || path === '/v1/auth/oauth/token') continue;
+      const codes = response.description.split('; ').map((text: string) => text.split(':')[0]);
+      assert.deepEqual(codes, [...new Set(codes)], `${method.toUpperCase()} ${path} ${status}: ${response.description}`);
+    }
+  }
+  assert.equal(doc.paths['/v1/auth/signup'].post.responses['503'].description, 'service_unavailable: Retry-After set');
+  assert.equal(doc.paths['/v1/users/{id}'].get.responses['400'].description, 'user_token_required: `me` needs a User token; bad_request: the URL is not validly percent-encoded');
+});
+
+test('response headers a client reads are described: Retry-After on every 429 and 503, Audit-Hot-Window-Start on the audit reads (Part B), ETag on Entitlement GET and PATCH, Idempotent-Replayed on operations taking an Idempotency-Key', async () => {
+  for (const { method, path, op } of operations()) {
+    for (const status of ['429', '503']) {
+      if (op.responses[status]) assert.ok(op.responses[status].headers?.['Retry-After'], `${method.toUpperCase()} ${path} ${status}`);
+    }
+    const idempotent = (op.parameters ?? []).some((p: { name: string }) => p.name === 'Idempotency-Key');
+    for (const [status, response] of Object.entries<any>(op.responses)) {
+      if (/^2/.test(status)) assert.equal(!!response.headers?.['Idempotent-Replayed'], idempotent, `${method.toUpperCase()} ${path} ${status}`);
+    }
+  }
+  for (const path of ['/v1/audit-events', '/v1/audit-events/{id}']) assert.ok(doc.paths[path].get.responses['200'].headers?.['Audit-Hot-Window-Start'], path);
+  for (const method of ['get', 'patch']) assert.ok(doc.paths['/v1/entitlements/{id}'][method].responses['200'].headers?.ETag, method);
+  // What the description names is what the service sends.
+  const { token } = await userToken(t);
+  const audit = await call(t, 'GET', '/v1/audit-events?target_user_id=me', token);
+  assert.equal(audit.statusCode, 200);
+  assert.ok(!Number.isNaN(Date.parse(String(audit.headers['audit-hot-window-start']))), String(audit.headers['audit-hot-window-start']));
 });

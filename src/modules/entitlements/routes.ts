@@ -11,6 +11,8 @@ import { deleteEntitlement } from './remove.js';
 import { etagOf, toEntitlement } from './store.js';
 
 const tags = ['Entitlements'];
+/** The row's strong ETag, for If-Match on the next PATCH. */
+const ETAG = { ETag: 'A strong tag of the row as returned; send it as If-Match on a PATCH (412 precondition_failed once the row changed).' };
 
 export function entitlementRoutes(app: App, deps: Deps): void {
   app.get('/v1/users/:id/entitlements', {
@@ -40,7 +42,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
   });
   app.get('/v1/entitlements/:id', {
     schema: { summary: 'Fetch an Entitlement', tags, params: EntitlementIdParam, response: { 200: Entitlement } },
-    config: { meta: { auth: 'any', errors: ['entitlement_not_found'] } },
+    config: { meta: { auth: 'any', errors: ['entitlement_not_found'], headers: ETAG } },
     handler: async (request, reply) => {
       const { row } = await visibleEntitlement(ctxOf(deps, request), request.params.id);
       reply.header('etag', etagOf(row));
@@ -63,6 +65,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
         idempotency: 'optional',
         destructive: { when: 'status is set to disabled or revoked', test: (request) => ['disabled', 'revoked'].includes((request.body as { status?: string })?.status ?? '') },
         errors: ['entitlement_not_found', 'invalid_status_transition', 'disabled_reason_required', 'ends_at_required', 'immutable_field', 'read_only_field', 'not_an_org_grant', 'member_override_not_a_member', 'entitlement_already_exists', 'plan_limit_reached', 'subscription_required', 'precondition_failed', 'forbidden', 'organization_suspended'],
+        headers: ETAG,
       },
     },
     handler: async (request, reply) => {
