@@ -551,3 +551,59 @@ test('a subscription event without a status leaves subscription_status as it was
   assert.deepEqual([view.subscription_status, view.plan], ['none', 'starter']);
   assert.deepEqual(await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId), [], 'no status change audited');
 });
+
+test('customer.subscription.created is the first word on a subscription: delivered after its own updated (active) and invoice.paid of the same second, as a checkout sends them, it is stale and the Tenant stays active on Team', async () => {
+  const owner = await tenantOwner(t);
+  const at = now();
+  const sub = { tenantId: owner.tenantId, id: 'sub_same_s', customer: 'cus_same_s' };
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_same_s', object: 'checkout.session', client_reference_id: owner.tenantId, customer: 'cus_same_s', subscription: 'sub_same_s' }, { created: at }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'active' }), { created: at }), 200);
+  assertStatus(await deliver(t, 'invoice.paid', { id: 'in_same_s', object: 'invoice', customer: 'cus_same_s', subscription: 'sub_same_s' }, { created: at }), 200);
+  const late = await deliver(t, 'customer.subscription.created', subscription({ ...sub, status: 'incomplete' }), { created: at, id: 'evt_late_created' });
+  assert.deepEqual(assertStatus(late, 200), { received: true });
+  assert.equal((await eventRows('evt_late_created'))[0].outcome, 'stale');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', 'active', false]);
+  const changes = await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId);
+  assert.deepEqual(changes.map((r) => r.after.subscription_status), ['active']);
+});
+
+test('a canceled subscription is final: a customer.subscription.updated of the same second delivered after its deletion is stale and the Tenant stays canceled on Starter; a new subscription still replaces it', async () => {
+  const { owner, apps, sub } = await lapsedOverStarter('sub_final');
+  const deletedAt = now() - 30;
+  const late = await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'active', cancelAtPeriodEnd: true }), { created: deletedAt, id: 'evt_update_after_delete' });
+  assertStatus(late, 200);
+  assert.equal((await eventRows('evt_update_after_delete'))[0].outcome, 'stale');
+  let view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'canceled', true]);
+  assertError(await call(t, 'POST', '/v1/applications', admin.token, { slug: `final-${Date.now()}-${apps.length}`, name: 'F', launch_url: 'https://f.example.com', owner_user_id: owner.user.id }), 402, 'subscription_required');
+  assert.deepEqual((await auditRows(t, 'tenant.plan_changed', owner.tenantId)).map((r) => r.after.plan), ['starter']);
+  // The same holds for an expired first payment (incomplete_expired), and a new subscription, even of
+  // the same second, is not superseded by the old one's end.
+  const next = { tenantId: owner.tenantId, id: 'sub_final_2', customer: sub.customer };
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_final_2', object: 'checkout.session', client_reference_id: owner.tenantId, customer: sub.customer, subscription: 'sub_final_2' }, { created: deletedAt }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...next, status: 'incomplete' }), { created: deletedAt }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...next, status: 'incomplete_expired' }), { created: deletedAt + 1 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...next, status: 'active' }), { created: deletedAt + 1, id: 'evt_update_after_expiry' }), 200);
+  assert.equal((await eventRows('evt_update_after_expiry'))[0].outcome, 'stale');
+  view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'incomplete_expired', true]);
+});
+
+test('an invoice of no subscription (a one-off invoice to the same customer) never changes the subscription status: a failed one leaves it active, a paid one leaves it past_due', async () => {
+  const owner = await tenantOwner(t);
+  const sub = { tenantId: owner.tenantId, id: 'sub_oneoff', customer: 'cus_oneoff' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 60 }), 200);
+  // Both invoice shapes: `subscription: null` (older API versions) and `parent: null` (current ones).
+  const oneOff = (id: string) => ({ id, object: 'invoice', customer: 'cus_oneoff', subscription: null, parent: null, billing_reason: 'manual' });
+  assertStatus(await deliver(t, 'invoice.payment_failed', oneOff('in_oneoff_1'), { created: now() - 50, id: 'evt_oneoff_failed' }), 200);
+  assert.equal((await eventRows('evt_oneoff_failed'))[0].outcome, 'ignored');
+  assert.deepEqual([(await tenantRow(t, owner.tenantId)).subscription_status, (await tenantRow(t, owner.tenantId)).plan], ['active', 'team']);
+  const invoice = { id: 'in_sub_oneoff', object: 'invoice', customer: 'cus_oneoff', parent: { subscription_details: { subscription: 'sub_oneoff', metadata: { tenant_id: owner.tenantId } } } };
+  assertStatus(await deliver(t, 'invoice.payment_failed', invoice, { created: now() - 40 }), 200);
+  assertStatus(await deliver(t, 'invoice.paid', { ...oneOff('in_oneoff_2'), metadata: { tenant_id: owner.tenantId } }, { created: now() - 30, id: 'evt_oneoff_paid' }), 200);
+  assert.equal((await eventRows('evt_oneoff_paid'))[0].outcome, 'ignored');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status], ['team', 'past_due']);
+  assert.deepEqual((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status), ['active', 'past_due']);
+});

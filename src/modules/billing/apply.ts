@@ -20,6 +20,8 @@ export type EventOutcome = 'applied' | 'stale' | 'ignored' | 'duplicate';
 /** Lapsed subscriptions drop the Tenant to Starter; entitled ones give it the subscription's plan. */
 export const LAPSED = new Set(['canceled', 'unpaid', 'incomplete_expired']);
 const ENTITLED = new Set(['active', 'trialing', 'past_due']);
+/** Final in the processor: a canceled or expired subscription never comes back (a new one is checked out). */
+const FINAL = new Set(['canceled', 'incomplete_expired']);
 const PLAN_KEYS = new Set(['team', 'enterprise']);
 const ADD_ON_KEYS = new Set(['isolated_tenancy', 'dedicated_region_tenancy']);
 const SUBSCRIPTION_EVENTS = new Set(['customer.subscription.created', 'customer.subscription.updated', 'customer.subscription.deleted']);
@@ -47,6 +49,8 @@ interface NextState {
   currency?: string | null;
   customerId?: string | null;
   subscriptionId?: string | null;
+  /** The subscription whose own event states `status` (subscription events only). */
+  statusOf?: string | null;
 }
 
 /** Where an event points: the Tenant (metadata.tenant_id / client_reference_id), else its processor ids. */
@@ -115,14 +119,17 @@ function nextStateOf(event: ProcessorEvent, tenant: TenantRecord, where: ReturnT
       return { customerId: where.customerId, subscriptionId: replaceable ? where.subscriptionId : null };
     case 'customer.subscription.created':
     case 'customer.subscription.updated':
-    case 'customer.subscription.deleted':
+    case 'customer.subscription.deleted': {
       if (other && (event.type === 'customer.subscription.deleted' || !replaceable)) return null;
-      return fromSubscription(o, event.type === 'customer.subscription.deleted');
+      const next = fromSubscription(o, event.type === 'customer.subscription.deleted');
+      return next.status === undefined ? next : { ...next, statusOf: where.subscriptionId };
+    }
+    // An invoice of no subscription (a one-off invoice to the same customer) says nothing about it.
     case 'invoice.payment_failed':
-      if (other || !['active', 'trialing'].includes(tenant.subscription_status)) return null;
+      if (!where.subscriptionId || other || !['active', 'trialing'].includes(tenant.subscription_status)) return null;
       return { status: 'past_due' };
     case 'invoice.paid':
-      if (other || !['past_due', 'unpaid', 'incomplete'].includes(tenant.subscription_status)) return null;
+      if (!where.subscriptionId || other || !['past_due', 'unpaid', 'incomplete'].includes(tenant.subscription_status)) return null;
       return { status: 'active' };
   }
   return null;
@@ -134,14 +141,26 @@ function nextStateOf(event: ProcessorEvent, tenant: TenantRecord, where: ReturnT
  * arriving later is stale, as it would be had this one changed the status.
  */
 function confirmsState(event: ProcessorEvent, tenant: TenantRecord, where: ReturnType<typeof locate>): boolean {
-  if (ofOtherSubscription(tenant, where)) return false;
+  if (!where.subscriptionId || ofOtherSubscription(tenant, where)) return false;
   return (event.type === 'invoice.paid' && tenant.subscription_status === 'active')
     || (event.type === 'invoice.payment_failed' && tenant.subscription_status === 'past_due');
 }
 
 /**
+ * An event of the subscription whose own event set the Tenant's status that cannot be newer than that
+ * status, whatever its created says (whole seconds: the events of one checkout or one cancellation
+ * often share a second): customer.subscription.created is the first word on a subscription, and
+ * canceled and incomplete_expired are final in the processor.
+ */
+function supersededBySameSubscription(event: ProcessorEvent, tenant: TenantRecord, where: ReturnType<typeof locate>): boolean {
+  if (!SUBSCRIPTION_EVENTS.has(event.type) || !where.subscriptionId || where.subscriptionId !== tenant.status_subscription_id) return false;
+  return event.type === 'customer.subscription.created' || FINAL.has(tenant.subscription_status);
+}
+
+/**
  * Applies one processor event exactly once (its id is recorded in the same transaction) and never
- * moves a subscription backwards: an event created before the last applied (or confirming) one is stale.
+ * moves a subscription backwards: an event created before the last applied (or confirming) one is stale,
+ * and so is one its own subscription's state has already superseded.
  */
 export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, requestId: string | null): Promise<EventOutcome> {
   return deps.database.scoped('system').transaction(async (tx) => {
@@ -159,7 +178,8 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
       deps.log.warn({ event_id: event.id, event_type: event.type, ...where }, 'processor event for no known Tenant');
       return 'ignored';
     }
-    const stale = !!tenant.last_processor_event_created && created.getTime() < tenant.last_processor_event_created.getTime();
+    const stale = (!!tenant.last_processor_event_created && created.getTime() < tenant.last_processor_event_created.getTime())
+      || supersededBySameSubscription(event, tenant, where);
     const next = stale ? null : nextStateOf(event, tenant, where);
     // An invoice event stating the status already in place changes nothing but is applied for the
     // order: older events arriving after it are stale.
@@ -194,13 +214,13 @@ async function writeState(tx: Tx, ctx: Ctx, tenant: TenantRecord, next: NextStat
             current_period_start = $8, current_period_end = $9, cancel_at_period_end = $10, add_ons = $11, currency = $12,
             last_processor_event_created = CASE WHEN $13::timestamptz IS NULL THEN last_processor_event_created
                                                 ELSE GREATEST(COALESCE(last_processor_event_created, $13::timestamptz), $13::timestamptz) END,
-            updated_at = $14
+            status_subscription_id = COALESCE($15, status_subscription_id), updated_at = $14
       WHERE id = $1`,
     [
       tenant.id, plan, status, processorPlan, restricted, next.customerId ?? null, next.subscriptionId ?? null,
       keep('periodStart', tenant.current_period_start), keep('periodEnd', tenant.current_period_end),
       keep('cancelAtPeriodEnd', tenant.cancel_at_period_end), JSON.stringify(keep('addOns', tenant.add_ons)),
-      keep('currency', tenant.currency) ?? tenant.currency, created, ctx.now,
+      keep('currency', tenant.currency) ?? tenant.currency, created, ctx.now, next.statusOf ?? null,
     ],
   );
   const audit = { target: { type: 'tenant', id: tenant.id }, tenantId: tenant.id, organizationId: tenant.owner_organization_id };

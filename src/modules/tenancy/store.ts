@@ -24,6 +24,8 @@ export interface TenantRecord {
   cancel_at_period_end: boolean;
   seats_last_synced_at: Date | null;
   last_processor_event_created: Date | null;
+  /** The processor subscription whose own event last set subscription_status (null: not known). */
+  status_subscription_id: string | null;
   add_ons: { code: string; amount: number }[];
   currency: string;
   created_at: Date;
@@ -33,7 +35,7 @@ export interface TenantRecord {
 export const TENANT_RECORD_COLUMNS = `t.id, t.owner_type, t.owner_user_id, t.owner_organization_id, t.tier, t.plan, t.region, t.status,
   t.subscription_status, t.restricted, (SELECT count(*)::int FROM applications a WHERE a.tenant_id = t.id) AS application_count,
   t.stripe_customer_id, t.stripe_subscription_id, t.processor_plan, t.current_period_start, t.current_period_end,
-  t.cancel_at_period_end, t.seats_last_synced_at, t.last_processor_event_created, t.add_ons, t.currency, t.created_at, t.updated_at`;
+  t.cancel_at_period_end, t.seats_last_synced_at, t.last_processor_event_created, t.status_subscription_id, t.add_ons, t.currency, t.created_at, t.updated_at`;
 
 /** SQL: the user owns Tenant `t` (its owner_user_id, or an active org_admin of owner_organization_id). */
 export const tenantOwnerCondition = (userParam: number) =>
