@@ -7,13 +7,18 @@ import type { Tx } from '../db/types.js';
  * not at all. Every mutation that can change access locks, in this order:
  *
  *   1. the Organization whose members or grants it reads (lockOrganization), before reading them;
- *   2. the entitlement row it changes (the callers' FOR UPDATE reads);
- *   3. the users whose access it resolves (withAccessFlips, the entitlement jobs), by id;
- *   4. the Tenants whose seats it counts against a cap (lockTenantSeats), before counting them.
+ *   2. the Tenants whose seats it counts or gives back (lockTenantSeats), before reading any row
+ *      below: an entitlement write locks its Application's Tenant up front (lockEntitlementScope),
+ *      since giving freed seats back (releaseSeatLimits) counts them and then locks the members it
+ *      releases;
+ *   3. the entitlement row it changes (the callers' FOR UPDATE reads);
+ *   4. the users whose access it resolves (withAccessFlips, the entitlement jobs), by id.
  *
- * Under READ COMMITTED the statements after a lock see what the previous holder committed. A
- * transaction that must take two of these out of order can deadlock with another; PostgreSQL
- * aborts one of them and the database layer runs it again (src/db/pg.ts). Row locks, not advisory
+ * Under READ COMMITTED the statements after a lock see what the previous holder committed. Two
+ * transactions taking two of these in opposite orders deadlock; PostgreSQL aborts one after
+ * deadlock_timeout (a second) and the database layer runs it again (src/db/pg.ts), a safety net, not
+ * the design. The jobs that pick rows (entitlement-expiry, scheduled-starts) take one row per
+ * transaction, its Organization before the row. Row locks, not advisory
  * ones: an organization-wide grant locks every member, and advisory locks would fill the shared lock
  * table. FOR NO KEY UPDATE does not block the foreign-key checks of rows that reference these.
  * Seats are counted per Tenant across every user and Organization: two changes adding a seat each
@@ -32,10 +37,18 @@ export async function lockOrganization(tx: Tx, organizationId: string): Promise<
   await tx.query('SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [organizationId]);
 }
 
-/** For a change of one entitlement: locks its Organization (org grants) before the row itself is locked. */
-export async function lockEntitlementOrganization(tx: Tx, entitlementId: string): Promise<void> {
-  const { rows } = await tx.query<{ organization_id: string | null }>('SELECT organization_id FROM entitlements WHERE id = $1', [entitlementId]);
-  if (rows[0]?.organization_id) await lockOrganization(tx, rows[0].organization_id);
+/**
+ * For a change of one entitlement: locks its Organization (org grants), then its Application's
+ * Tenant, before the row itself is locked.
+ */
+export async function lockEntitlementScope(tx: Tx, entitlementId: string): Promise<void> {
+  const { rows } = await tx.query<{ organization_id: string | null; tenant_id: string | null }>(
+    'SELECT e.organization_id, a.tenant_id FROM entitlements e JOIN applications a ON a.id = e.application_id WHERE e.id = $1',
+    [entitlementId],
+  );
+  if (!rows[0]) return;
+  if (rows[0].organization_id) await lockOrganization(tx, rows[0].organization_id);
+  await lockTenantSeats(tx, [rows[0].tenant_id]);
 }
 
 /** Locks Tenants (by id) before their seats are counted for a change that may add one. */

@@ -3,7 +3,8 @@
 // not expire) and every test sets its times relative to the clock.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { probeWhileHeld } from '../helpers/locks.js';
 import {
   accessEvents, assertStatus, call, createOrg, DAY, effective, entitlementEvents, entRow, grant, HOUR, inSeconds, newApp, outbox, patchEnt, person,
   orgGrant, platformKey, sql, type AppFixture,
@@ -254,4 +255,30 @@ test('a scheduled grant deleted after starts_at, before scheduled-starts ran: ac
     ['access.granted', 'entitlement_started', 'active'],
     ['access.revoked', 'entitlement_deleted', 'none'],
   ]);
+});
+
+test('the expiry sweep and scheduled starts lock an organization-wide grant\'s Organization before the row, one row at a time (src/access/locks.ts): a PATCH of the grant at the same time (Organization, then row) cannot deadlock with them', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('lock order: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const member = await person(t);
+  const orgId = await createOrg(t, [{ userId: member.id }]);
+  const ended = await orgGrant(t, orgId, app.id, { endsAt: new Date(t.clock.now().getTime() - 1000) });
+  const expiry = await probeWhileHeld(
+    t,
+    ['SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [orgId]],
+    sweep,
+    ['SELECT 1 FROM entitlements WHERE id = $1 FOR UPDATE NOWAIT', [ended]],
+  );
+  assert.equal(expiry.probeLocked, true, 'the sweep waited for the Organization without holding the row');
+  assert.equal((await entRow(t, ended))!.status, 'expired');
+  const other = await newApp(t, admin);
+  const started = await orgGrant(t, orgId, other.id);
+  await sql(t, 'UPDATE entitlements SET start_notified_at = NULL WHERE id = $1', [started]);
+  const start = await probeWhileHeld(
+    t,
+    ['SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [orgId]],
+    starts,
+    ['SELECT 1 FROM entitlements WHERE id = $1 FOR UPDATE NOWAIT', [started]],
+  );
+  assert.equal(start.probeLocked, true, 'scheduled starts waited for the Organization without holding the row');
+  assert.notEqual((await entRow(t, started))!.start_notified_at, null);
 });

@@ -189,6 +189,31 @@ test('DELETE of a Role at the same time as assigning it: either the delete wins 
   }
 });
 
+test('an app role name removed by PATCH /v1/applications at the same time as its Role is assigned: either the PATCH wins (200, the Role is gone, the assignment is 404 role_not_found) or the assignment wins (201, the PATCH is 409 app_role_in_use); never a 500 (on PostgreSQL the two run at once)', async () => {
+  for (let round = 0; round < 8; round++) {
+    const app = await appWith(['viewer', 'editor']);
+    const editor = `role_${app.slug}_editor`;
+    const user = await person(t);
+    const [patch, add] = await Promise.all([call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['viewer'] }), assign(admin, user.id, editor)]);
+    const names = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).available_app_roles;
+    if (patch.statusCode === 200) {
+      assertError(add, 404, 'role_not_found');
+      assert.deepEqual(names, ['viewer'], `round ${round}`);
+      assertError(await call(t, 'GET', `/v1/roles/${editor}`, admin), 404, 'role_not_found');
+      assert.deepEqual(await heldRoles(user.id), ['role_platform_member'], `round ${round}`);
+      assert.equal((await auditOf(t, editor, 'role.deleted')).length, 1);
+      assert.deepEqual(await roleEvents(user.id, 'role.assigned'), []);
+    } else {
+      assert.deepEqual(assertError(patch, 409, 'app_role_in_use').details, { role_id: editor, assignments: 1 }, `round ${round}`);
+      assertStatus(add, 201);
+      assert.deepEqual(names, ['viewer', 'editor'], `round ${round}`);
+      assert.deepEqual(await heldRoles(user.id), [editor, 'role_platform_member'].sort(), `round ${round}`);
+      assert.equal((await auditOf(t, editor, 'role.deleted')).length, 0);
+      assert.equal((await roleEvents(user.id, 'role.assigned')).length, 1);
+    }
+  }
+});
+
 test('the same Role deleted twice at the same time: one 204, one 404 role_not_found, and one role.deleted audit row (on PostgreSQL the two run at once)', async () => {
   for (let round = 0; round < 8; round++) {
     const app = await appWith(['viewer']);

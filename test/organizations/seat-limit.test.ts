@@ -3,7 +3,9 @@
 // and on a Starter Tenant at its seat cap member_decision reads seat_limit and gives no access").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { probeWhileHeld } from '../helpers/locks.js';
+import { deliver, subscription } from '../billing/support.js';
 import { accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
 
 let t: TestApp;
@@ -259,5 +261,68 @@ test('the 1,000-seat cap holds under concurrency: members joining two Organizati
     for (const [u, d] of [[x, decisions[0]], [y, decisions[1]]] as const) {
       assert.deepEqual(await accessEvents(t, u.id, app.id), d === 'included' ? [['access.granted', 'org_member_added', 'active']] : [], `round ${round}`);
     }
+  }
+});
+
+test('the cap holds while freed seats are given back: the seat-limit-release job and a personal grant at the same time, one seat freed by time each round, never take the Tenant past 1,000 (on PostgreSQL the two run at once)', async () => {
+  for (let round = 0; round < 4; round++) {
+    const { app, personal } = await starterAppWithSeats(999);
+    const org = await orgWithMembers(t, admin, 0);
+    await orgGrantApi(t, admin, org.id, app.id);
+    const waiting = await person(t);
+    assertStatus(await addById(t, admin, org.id, waiting.id), 201);
+    assert.equal((await decisionOf(waiting.id, app.id)).decision, 'seat_limit');
+    // A seat is freed by time (an ends_at passed): what the job gives back.
+    const now = t.clock.now().getTime();
+    await sql(t, 'UPDATE entitlements SET starts_at = $2, ends_at = $3 WHERE id = $1', [personal[0], new Date(now - 5000), new Date(now - 1000)]);
+    const newcomer = await person(t);
+    const [granted, job] = await Promise.all([
+      call(t, 'POST', `/v1/users/${newcomer.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }),
+      t.deps.jobs.runNow('seat-limit-release'),
+    ]);
+    const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200).limits.seats;
+    assert.deepEqual(usage, { limit: 1000, current: 1000, included: 1000 }, `round ${round}: ${granted.statusCode} ${JSON.stringify(job)}`);
+    const released = (await decisionOf(waiting.id, app.id)).decision === 'included';
+    assert.equal(granted.statusCode === 201, !released, `round ${round}: exactly one of the two took the freed seat (grant ${granted.body}, job ${JSON.stringify(job)})`);
+    if (granted.statusCode !== 201) assert.equal(assertError(granted, 409, 'plan_limit_reached').details.resource, 'seats');
+  }
+});
+
+test('a personal grant locks the Tenant before the user (src/access/locks.ts): a plan change giving seats back to marked members, which holds the Tenant and then locks them, cannot deadlock with a grant to one of them', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('lock order: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const app = await newApp(t, admin);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const member = await person(t);
+  assertStatus(await addById(t, admin, org.id, member.id), 201);
+  const tenantId = await tenantOf(app.id);
+  const { probeLocked, result } = await probeWhileHeld(
+    t,
+    ['SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE', [tenantId]],
+    () => call(t, 'POST', `/v1/users/${member.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }),
+    ['SELECT 1 FROM users WHERE id = $1 FOR NO KEY UPDATE NOWAIT', [member.id]],
+  );
+  assertStatus(result, 201);
+  assert.equal(probeLocked, true, 'the grant waited for the Tenant without holding the user');
+});
+
+test('a plan change giving seats back to members marked seat_limit, at the same time as personal grants to those members: every answer is 201 or 409 plan_limit_reached, never a 500 (on PostgreSQL they run at once)', async () => {
+  for (let round = 0; round < 4; round++) {
+    const { app } = await starterAppWithSeats(999);
+    const org = await orgWithMembers(t, admin, 0);
+    await orgGrantApi(t, admin, org.id, app.id);
+    const marked = [await person(t), await person(t), await person(t)];
+    for (const m of marked) assertStatus(await addById(t, admin, org.id, m.id), 201);
+    const tenantId = await tenantOf(app.id);
+    const [event, ...grants] = await Promise.all([
+      deliver(t, 'customer.subscription.created', subscription({ tenantId, id: `sub_${rand(6)}`, customer: `cus_${rand(6)}`, plan: 'team' })),
+      ...[...marked].reverse().map((m) => call(t, 'POST', `/v1/users/${m.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` })),
+    ]);
+    assertStatus(event, 200);
+    for (const g of grants) {
+      if (g.statusCode !== 201) assert.equal(assertError(g, 409, 'plan_limit_reached').details.resource, 'seats', `round ${round}`);
+    }
+    // The Team plan has no seat cap: every marked member got their seat back.
+    for (const m of marked) assert.equal((await decisionOf(m.id, app.id)).decision, 'included', `round ${round}`);
   }
 });

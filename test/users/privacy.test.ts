@@ -2,7 +2,8 @@
 // of test data. Tests here move the clock forward by days; each signs in again as it needs.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { probeWhileHeld } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import { createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
 import {
@@ -558,4 +559,22 @@ test('the test purge is a hard delete like any other for the test users who stay
   // A second run finds nothing more to announce.
   await t.deps.jobs.runNow('test-purge');
   assert.equal((await revoked(young.id)).length, 1);
+});
+
+test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('lock order: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const user = await createUser(t);
+  const orgId = await createOrganization(t, [user.id]);
+  assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  t.clock.advance(7 * DAY + 1);
+  const { probeLocked, result } = await probeWhileHeld(
+    t,
+    ['SELECT 1 FROM users WHERE id = $1 FOR NO KEY UPDATE', [user.id]],
+    () => t.deps.jobs.runNow('erasure-cascade'),
+    ['SELECT 1 FROM organization_members WHERE organization_id = $1 AND user_id = $2 FOR UPDATE NOWAIT', [orgId, user.id]],
+  );
+  assert.equal(probeLocked, true, 'the cascade waited for the user before touching the membership');
+  assert.deepEqual(result, { erased: 1 });
+  assert.notEqual((await userRow(t, user.id))!.erased_at, null);
+  assert.equal(await count('organization_members', 'user_id = $1', [user.id]), 0);
 });

@@ -135,6 +135,9 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
   }
   for (const name of removed) {
     const roleId = `role_${app.slug}_${name}`;
+    // Locked before its assignments are counted, as DELETE /v1/roles/{id} does: an assignment made at
+    // the same time either commits first (counted here: 409) or waits and finds the Role gone (404).
+    await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR UPDATE', [roleId]);
     // Held in either mode, the name stays; the count reported is the caller's mode's (as DELETE /v1/roles/{id}).
     const { rows } = await tx.query<{ n: number; visible: number }>(
       'SELECT count(*)::int AS n, count(u.id)::int AS visible FROM role_assignments ra LEFT JOIN users u ON u.id = ra.user_id WHERE ra.role_id = $1',

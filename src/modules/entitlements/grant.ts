@@ -49,9 +49,10 @@ const alreadyExists = (row: Pick<EntitlementRow, 'id' | 'status'>) =>
 
 /** A new seat on the Tenant: 402 on a restricted Tenant, 409 at Starter's cap. */
 export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow, userIds: string[]): Promise<void> {
-  // In the order of src/access/locks.ts: the users (withAccessFlips locks them again later), then the Tenant.
-  await lockUsersForAccess(tx, userIds);
+  // In the order of src/access/locks.ts: the Tenant (callers lock it first already), then the users
+  // (withAccessFlips locks them again later).
   await lockTenantSeats(tx, [app.tenant_id]);
+  await lockUsersForAccess(tx, userIds);
   const tenant = (await findTenant(tx, app.tenant_id))!;
   let added = 0;
   for (const userId of userIds) if (!(await isSeat(tx, tenant.id, userId, ctx.now))) added++;
@@ -71,6 +72,8 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
   const { startsAt, endsAt } = grantTerm(ctx, body);
   return ctx.db.transaction(async (tx) => {
     await assertTenantWritable(tx, app.tenant_id);
+    // The Tenant before the rows below it (src/access/locks.ts): an ended live row is expired next.
+    await lockTenantSeats(tx, [app.tenant_id]);
     if (!(await findLiveUser(tx, userId))) throw new ApiError('user_not_found');
     // A live row whose ends_at passed is expired first: expired rows do not block a new grant.
     let existing = await findLivePersonal(tx, userId, app.id);

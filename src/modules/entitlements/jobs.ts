@@ -9,8 +9,6 @@ import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from './store.js';
 import { affectedUsers } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
 
-const BATCH = 200;
-
 /**
  * Announces the time-driven flips of the pairs `row` reaches, read from `paths` (the path rows before
  * the job wrote the row). A pair never announced starts from its resolution just before `at` (the
@@ -29,20 +27,35 @@ async function announceTimeFlips(tx: Tx, ctx: Ctx, row: EntitlementRow, users: s
  * pair's start passed unannounced. Disabled rows expire silently (no access event), keeping disabled_reason.
  */
 export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
-  let expired = 0;
+  const expired = await eachDueRow(deps, `e.status IN ('active', 'disabled') AND e.ends_at <= $1`, 'e.ends_at', (tx, ctx, row) => expireRow(tx, ctx, row));
+  return { expired };
+}
+
+/**
+ * Runs `fn` on each entitlement row `due` selects (at the clock's now, $1), oldest `order` first, one
+ * transaction per row: the row's Organization is locked before the row, as every request does
+ * (src/access/locks.ts). Locking a batch of rows first and their Organizations and users after
+ * deadlocked with a PATCH of one of them (Organization, then row). A row a request changed
+ * meanwhile is read again under its lock and left alone when it is no longer due.
+ */
+async function eachDueRow(deps: Deps, due: string, order: string, fn: (tx: Tx, ctx: Ctx, row: EntitlementRow) => Promise<void>): Promise<number> {
+  let done = 0;
   for (;;) {
-    const n = await deps.database.scoped('system').transaction(async (tx) => {
+    const outcome = await deps.database.scoped('system').transaction(async (tx) => {
       const now = deps.clock.now();
-      const { rows } = await tx.query<EntitlementRow>(
-        `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.status IN ('active', 'disabled') AND e.ends_at <= $1
-          ORDER BY e.ends_at LIMIT ${BATCH} FOR UPDATE SKIP LOCKED`,
+      const { rows: [next] } = await tx.query<{ id: string; organization_id: string | null }>(
+        `SELECT e.id, e.organization_id FROM entitlements e WHERE ${due} ORDER BY ${order}, e.id LIMIT 1`,
         [now],
       );
-      for (const row of rows) await expireRow(tx, { ...systemCtx(deps, modeOf(row.test_mode)), db: tx, now }, row);
-      return rows.length;
+      if (!next) return 'none';
+      if (next.organization_id) await lockOrganization(tx, next.organization_id);
+      const { rows: [row] } = await tx.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE ${due} AND e.id = $2 FOR UPDATE`, [now, next.id]);
+      if (!row) return 'gone';
+      await fn(tx, { ...systemCtx(deps, modeOf(row.test_mode)), db: tx, now }, row);
+      return 'done';
     });
-    expired += n;
-    if (n < BATCH) return { expired };
+    if (outcome === 'none') return done;
+    if (outcome === 'done') done++;
   }
 }
 
@@ -79,27 +92,12 @@ export async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<
  * access.revoked (entitlement_expired) follows when the row's ends_at passed too.
  */
 export async function runScheduledStarts(deps: Deps): Promise<{ started: number }> {
-  let started = 0;
-  for (;;) {
-    const n = await deps.database.scoped('system').transaction(async (tx) => {
-      const now = deps.clock.now();
-      const { rows } = await tx.query<EntitlementRow>(
-        `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.status = 'active' AND e.start_notified_at IS NULL AND e.starts_at <= $1
-          ORDER BY e.starts_at LIMIT ${BATCH} FOR UPDATE SKIP LOCKED`,
-        [now],
-      );
-      for (const row of rows) {
-        const ctx = { ...systemCtx(deps, modeOf(row.test_mode)), db: tx, now };
-        if (row.organization_id) await lockOrganization(tx, row.organization_id);
-        const users = await affectedUsers(tx, row);
-        await lockUsersForAccess(tx, users);
-        await tx.query('UPDATE entitlements SET start_notified_at = $2 WHERE id = $1', [row.id, now]);
-        await announceTimeFlips(tx, ctx, row, users, await findPathRows(tx, users, [row.application_id]), row.starts_at);
-      }
-      return rows.length;
-    });
-    started += n;
-    if (n < BATCH) return { started };
-  }
+  const started = await eachDueRow(deps, `e.status = 'active' AND e.start_notified_at IS NULL AND e.starts_at <= $1`, 'e.starts_at', async (tx, ctx, row) => {
+    const users = await affectedUsers(tx, row);
+    await lockUsersForAccess(tx, users);
+    await tx.query('UPDATE entitlements SET start_notified_at = $2 WHERE id = $1', [row.id, ctx.now]);
+    await announceTimeFlips(tx, ctx, row, users, await findPathRows(tx, users, [row.application_id]), row.starts_at);
+  });
+  return { started };
 }
 

@@ -13,7 +13,7 @@ import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
 import { findApplicationRow } from '../applications/store.js';
 import { ENTITLEMENT_READ_ONLY, type Entitlement, type PatchEntitlementBody } from './schemas.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
-import { lockEntitlementOrganization } from '../../access/locks.js';
+import { lockEntitlementScope } from '../../access/locks.js';
 
 
 /** The status table of Part B: from → to, and the event and access reason each move carries. */
@@ -47,7 +47,7 @@ const ifMatchHolds = (header: string, etag: string): boolean => header.trim() ==
 export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined): Promise<{ entitlement: Entitlement; etag: string }> {
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
-    await lockEntitlementOrganization(tx, id);
+    await lockEntitlementScope(tx, id);
     // Existence first: a caller who cannot see the row learns nothing from the body's faults.
     const visible = await visibleEntitlement(c, id, true);
     const { rights, orgAdmin } = visible;

@@ -9,7 +9,7 @@ import { visibleEntitlement } from './read.js';
 import { affectedUsers, assertHoldingOrgActive } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
-import { lockEntitlementOrganization } from '../../access/locks.js';
+import { lockEntitlementScope } from '../../access/locks.js';
 import { assertDestructiveAllowed } from '../../http/gate.js';
 
 /** A hard delete is for grants made in error: refused once the row is older than this (docs/decisions.md). */
@@ -22,7 +22,7 @@ export const DELETE_WINDOW_SECONDS = 24 * 3600;
 export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
-    await lockEntitlementOrganization(tx, id);
+    await lockEntitlementScope(tx, id);
     const { row, rights } = await visibleEntitlement(c, id, true);
     await assertHoldingOrgActive(tx, row);
     await assertAppTenantWritable(tx, row.application_id);

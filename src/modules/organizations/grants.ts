@@ -4,7 +4,7 @@ import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { lockOrganization } from '../../access/locks.js';
+import { lockOrganization, lockTenantSeats } from '../../access/locks.js';
 import { findTenant } from '../tenancy/plans.js';
 import { withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
 import { emitEntitlementEvent, grantableApplication, grantTerm } from '../entitlements/grant.js';
@@ -44,6 +44,8 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
     const c = inTx(ctx, tx);
     await assertTenantWritable(tx, app.tenant_id);
     await lockOrganization(tx, orgId);
+    // The Tenant whose seats the grant takes, before the live row and the members (src/access/locks.ts).
+    await lockTenantSeats(tx, [app.tenant_id]);
     const { rows: members } = await tx.query<{ user_id: string }>(
       `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
       [orgId],

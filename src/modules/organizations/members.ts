@@ -6,7 +6,7 @@ import { recordAudit } from '../../audit/record.js';
 import { pathApplicationIds } from '../../outbox/emit.js';
 import { memberEvent } from './events.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { lockOrganization } from '../../access/locks.js';
+import { lockOrganization, lockTenantSeats } from '../../access/locks.js';
 import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
 import { keyset, prefixPattern, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
@@ -42,6 +42,8 @@ export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
 /** Membership becomes active: the user's access flips on for each grant that now reaches them. */
 async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: string, existing: boolean): Promise<void> {
   const tenants = await orgGrantTenants(tx, org.id);
+  // The Tenants before the user (src/access/locks.ts).
+  await lockTenantSeats(tx, tenants);
   await withAccessFlips(tx, ctx, { userIds: [userId] }, 'org_member_added', () => withSeatCap(tx, tenants, [userId], ctx.now, async () => {
     if (existing) {
       await tx.query(`UPDATE organization_members SET membership_status = 'active', joined_at = $3 WHERE organization_id = $1 AND user_id = $2`, [org.id, userId, ctx.now]);
@@ -178,8 +180,11 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
     // member_removed reaches the Applications the membership was a path to, gone once it is removed.
     const former = member.membership_status === 'active' ? await pathApplicationIds(tx, userId) : [];
     if (member.membership_status === 'active') {
+      // The seats it frees are given back: the Tenants are locked before the user (src/access/locks.ts).
+      const tenants = await orgGrantTenants(tx, orgId);
+      await lockTenantSeats(tx, tenants);
       await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', change);
-      for (const tenantId of await orgGrantTenants(tx, orgId)) await releaseSeatLimits(tx, c, tenantId);
+      for (const tenantId of tenants) await releaseSeatLimits(tx, c, tenantId);
     } else await change();
     await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active', former);
     for (const { before, after } of scoped) {

@@ -120,6 +120,9 @@ export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: strin
  * seat through another path costs nothing). Their access flips on with reason org_grant_changed.
  */
 export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Promise<number> {
+  // Seats are counted here: a grant counting them at the same time would take the room this gives
+  // back too (the Tenant over its cap). Locked before the members released (src/access/locks.ts).
+  await lockTenantSeats(tx, [tenantId]);
   const { rows: marked } = await tx.query<{ user_id: string; test_mode: boolean }>(
     `SELECT l.user_id, bool_or(e.test_mode) AS test_mode FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
       WHERE a.tenant_id = $1 GROUP BY l.user_id ORDER BY min(l.created_at), l.user_id`,

@@ -11,6 +11,7 @@ import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements
 import { emitEntitlementEvent } from '../entitlements/grant.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { findUserById, lockUser, toUser, type UserRow } from './store.js';
+import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
 import { actorRef } from './service.js';
 import { targetUser } from './access.js';
 import { softDeleteUserRow } from './status.js';
@@ -144,21 +145,38 @@ export async function runErasureCascade(deps: Deps): Promise<{ erased: number }>
   let erased = 0;
   for (;;) {
     const now = deps.clock.now();
-    const done = await deps.database.scoped('system').transaction(async (tx) => {
+    const outcome = await deps.database.scoped('system').transaction(async (tx) => {
       const { rows } = await tx.query<{ user_id: string; test_mode: boolean }>(
         `SELECT r.user_id, u.test_mode FROM erasure_requests r JOIN users u ON u.id = r.user_id
-          WHERE r.status = 'scheduled' AND r.scheduled_for <= $1 ORDER BY r.scheduled_for LIMIT 1 FOR UPDATE OF r SKIP LOCKED`,
+          WHERE r.status = 'scheduled' AND r.scheduled_for <= $1 ORDER BY r.scheduled_for, r.user_id LIMIT 1`,
         [now],
       );
       const due = rows[0];
-      if (!due) return false;
+      if (!due) return 'none';
+      await lockForErasure(tx, due.user_id);
+      // Read again under the locks: a cancel or a repeated request may have come first.
+      const { rowCount } = await tx.query(`SELECT 1 FROM erasure_requests WHERE user_id = $1 AND status = 'scheduled' AND scheduled_for <= $2 FOR UPDATE`, [due.user_id, now]);
+      if (rowCount !== 1) return 'gone';
       const user = (await findUserById(tx, due.user_id))!;
       await eraseUser(tx, { ...systemCtx(deps, modeOf(due.test_mode)), db: tx, now }, user);
-      return true;
+      return 'erased';
     });
-    if (!done) return { erased };
-    erased++;
+    if (outcome === 'none') return { erased };
+    if (outcome === 'erased') erased++;
   }
+}
+
+/**
+ * The cascade changes the user's memberships, personal grants and the org grants naming them, then the
+ * user row: it locks them in the order of src/access/locks.ts (Organizations, entitlement rows, the
+ * user) before the first change. Deleting the memberships first and writing the user row last
+ * deadlocked with a member removal of the same user (Organization, user, membership).
+ */
+async function lockForErasure(tx: Tx, userId: string): Promise<void> {
+  const { rows: orgs } = await tx.query<{ organization_id: string }>('SELECT organization_id FROM organization_members WHERE user_id = $1 ORDER BY organization_id', [userId]);
+  for (const { organization_id } of orgs) await lockOrganization(tx, organization_id);
+  await tx.query('SELECT 1 FROM entitlements WHERE user_id = $1 OR $1 = ANY(member_overrides) ORDER BY id FOR UPDATE', [userId]);
+  await lockUsersForAccess(tx, [userId]);
 }
 
 async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {

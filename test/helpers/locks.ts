@@ -1,0 +1,61 @@
+// Lock-order probes (PostgreSQL only): two operations taking the same two row locks in opposite
+// orders deadlock, and PostgreSQL's retry after a second hides it. These check the order itself: while
+// a transaction of the test holds the first lock, the operation must wait for it before it takes the
+// second, so another transaction can still take the second at once (NOWAIT).
+import pg from 'pg';
+import { TEST_DATABASE_URL, type TestApp } from './app.js';
+
+async function client(t: TestApp): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: TEST_DATABASE_URL!, options: `-c search_path=${t.schema}` });
+  await c.connect();
+  return c;
+}
+
+/**
+ * Holds `hold` (a locking SELECT) in a transaction of its own, starts `op`, waits until `op` is
+ * blocked by that transaction, then tries `probe` (a locking SELECT … NOWAIT) on a third connection.
+ * Returns whether the probe got its lock (the operation had not taken it while waiting), and the
+ * operation's result once the hold is released. Throws when `op` ends without waiting.
+ */
+export async function probeWhileHeld<T>(
+  t: TestApp,
+  hold: [string, unknown[]],
+  op: () => Promise<T>,
+  probe: [string, unknown[]],
+): Promise<{ probeLocked: boolean; result: T }> {
+  const holder = await client(t);
+  const prober = await client(t);
+  try {
+    await holder.query('BEGIN');
+    await holder.query(...hold);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    let finished = false;
+    const running = op().finally(() => {
+      finished = true;
+    });
+    for (let waited = 0; ; waited += 20) {
+      const { rows: blocked } = await prober.query('SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [rows[0].pid]);
+      if (blocked.length) break;
+      if (finished || waited > 5000) {
+        await holder.query('ROLLBACK');
+        await running;
+        throw new Error('the operation never waited for the held lock');
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    let probeLocked = true;
+    await prober.query('BEGIN');
+    try {
+      await prober.query(...probe);
+    } catch (err) {
+      if ((err as { code?: string }).code !== '55P03') throw err;
+      probeLocked = false;
+    }
+    await prober.query('ROLLBACK');
+    await holder.query('ROLLBACK');
+    return { probeLocked, result: await running };
+  } finally {
+    await holder.end();
+    await prober.end();
+  }
+}
