@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
-import { DatabaseBusyError, MAX_WAITING_FOR_CONNECTION, type Database, type Db, type QueryResult, type Scope, type Tx } from './types.js';
+import { DatabaseBusyError, isRetryableConflict, MAX_WAITING_FOR_CONNECTION, TRANSACTION_ATTEMPTS, type Database, type Db, type QueryResult, type Scope, type Tx } from './types.js';
 import { APP_ROLE } from './roles.js';
 import { assertNotInTransaction, runInTransactionContext } from './guard.js';
 
@@ -11,9 +11,6 @@ export interface PgOptions {
   poolSize?: number;
 }
 
-/** deadlock_detected, serialization_failure: the transaction is run again, up to this many times in all. */
-const RETRYABLE = new Set(['40P01', '40001']);
-const TRANSACTION_ATTEMPTS = 3;
 
 // Arrays of timestamps and int8 come back as JS values in both drivers.
 pg.types.setTypeParser(20, (v) => Number(v));
@@ -91,7 +88,7 @@ export async function openPg(options: PgOptions): Promise<Database> {
         try {
           return await once(scope, fn);
         } catch (err) {
-          if (attempt >= TRANSACTION_ATTEMPTS || !RETRYABLE.has((err as { code?: string }).code ?? '')) throw err;
+          if (attempt >= TRANSACTION_ATTEMPTS || !isRetryableConflict(err)) throw err;
         }
       }
     },

@@ -45,3 +45,9 @@ export class DatabaseBusyError extends Error {
     this.name = 'DatabaseBusyError';
   }
 }
+
+/** deadlock_detected, serialization_failure: a transaction so aborted did nothing and is run again. */
+const RETRYABLE_CODES = new Set(['40P01', '40001']);
+/** How many times in all a transaction PostgreSQL aborted as a deadlock victim or a serialization failure runs. */
+export const TRANSACTION_ATTEMPTS = 3;
+export const isRetryableConflict = (err: unknown): boolean => RETRYABLE_CODES.has((err as { code?: string } | null)?.code ?? '');

@@ -6,7 +6,7 @@ import { modeOf } from '../db/types.js';
 import { metaOf } from './meta.js';
 import { hitCounter, retryAfterSeconds } from './counters.js';
 import { claimIdempotencyKey, completeInTransaction, replayedHeaders, settleAfterResponse } from './idempotency.js';
-import type { Mode, Tx } from '../db/types.js';
+import { isRetryableConflict, TRANSACTION_ATTEMPTS, type Mode, type Tx } from '../db/types.js';
 import { refreshDevClock } from '../dev/clock.js';
 import { lazyTransaction } from '../db/lazy-tx.js';
 import { unstorableText, validlyPercentEncoded } from './validation.js';
@@ -66,25 +66,31 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
       const claim = request.idempotencyClaim;
       if (!claim) return handler.call(this as never, request, reply);
       const mode = request.actor.type === 'user' || request.actor.type === 'api_key' ? request.actor.mode : 'live';
-      const lazy = lazyTransaction(deps.database.scoped(mode));
-      request.tx = lazy.tx;
-      let payload: unknown;
-      let body: string;
-      try {
-        payload = await handler.call(this as never, request, reply);
-        if (reply.sent) throw new Error('idempotent handlers must return their payload, not send it');
-        // Serialized before the commit and inside the try: a payload that cannot be serialized rolls
-        // the transaction back (a 500 that changed nothing) instead of leaving it open, holding its
-        // connection and locks for good (on the embedded database, every later request waited on it).
-        body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
-      } catch (err) {
-        await lazy.rollback();
-        throw err;
-      } finally {
-        request.tx = undefined;
+      // The handler and the stored answer are one transaction, so a deadlock or serialization failure
+      // in it is run again from the start, as every other transaction is (src/db/pg.ts): it did
+      // nothing, and nothing leaves the process inside a transaction.
+      for (let attempt = 1; ; attempt++) {
+        const lazy = lazyTransaction(deps.database.scoped(mode));
+        request.tx = lazy.tx;
+        let payload: unknown;
+        let body: string;
+        try {
+          payload = await handler.call(this as never, request, reply);
+          if (reply.sent) throw new Error('idempotent handlers must return their payload, not send it');
+          // Serialized before the commit and inside the try: a payload that cannot be serialized rolls
+          // the transaction back (a 500 that changed nothing) instead of leaving it open, holding its
+          // connection and locks for good (on the embedded database, every later request waited on it).
+          body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
+        } catch (err) {
+          await lazy.rollback();
+          if (attempt < TRANSACTION_ATTEMPTS && isRetryableConflict(err)) continue;
+          throw err;
+        } finally {
+          request.tx = undefined;
+        }
+        await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body, replayedHeaders(reply)));
+        return payload;
       }
-      await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body, replayedHeaders(reply)));
-      return payload;
     };
   });
 

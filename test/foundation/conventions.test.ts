@@ -196,6 +196,17 @@ test('Idempotency-Key: a response that cannot be serialized is a server error li
   assert.equal(rows.rows.length, 0, 'the key was released');
 });
 
+test('Idempotency-Key: a request whose transaction PostgreSQL aborts as a deadlock victim (40P01) is run again from the start, as any other transaction is: one 201, one row, and its replay answers the same', async () => {
+  const { token } = await userToken(t);
+  const first = await post(token, 'k-deadlock', { name: 'deadlock-once', deadlock_once: true });
+  assert.equal(first.statusCode, 201, first.body);
+  assert.equal(await countItems('deadlock-once'), 1, 'the aborted attempt wrote nothing; the second wrote once');
+  const replay = await post(token, 'k-deadlock', { name: 'deadlock-once', deadlock_once: true });
+  assert.equal(replay.statusCode, 201);
+  assert.equal(replay.headers['idempotent-replayed'], 'true');
+  assert.equal(replay.json().id, first.json().id);
+});
+
 test('Idempotency-Key: the change and its replay record commit in one transaction', async () => {
   const { token } = await userToken(t);
   const res = await post(token, 'k-atomic', { name: 'atomic' });

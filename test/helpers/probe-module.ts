@@ -18,11 +18,13 @@ const Item = Type.Object({ id: Type.String(), name: Type.String(), note: Type.Un
  * `hold`, when given, is awaited by the create handler after its claim and before its write (a test
  * decides when a request that holds an Idempotency-Key claim goes on).
  */
+const deadlocked = new Set<string>();
+
 export const probeModule = (opts: { delayMs?: number; hold?: (name: string) => Promise<void> } = {}): Module => ({
   name: 'probe',
   routes: (app, deps) => {
     app.post('/v1/_probe/items', {
-      schema: { body: Type.Object({ name: Type.String({ minLength: 1 }), fail: Type.Optional(Type.Boolean()), unserializable: Type.Optional(Type.Boolean()) }), response: { 201: Item } },
+      schema: { body: Type.Object({ name: Type.String({ minLength: 1 }), fail: Type.Optional(Type.Boolean()), unserializable: Type.Optional(Type.Boolean()), deadlock_once: Type.Optional(Type.Boolean()) }), response: { 201: Item } },
       config: { meta: { auth: 'any', idempotency: 'required' } },
       handler: async (request, reply) => {
         const ctx = ctxOf(deps, request);
@@ -34,6 +36,11 @@ export const probeModule = (opts: { delayMs?: number; hold?: (name: string) => P
         });
         // A failure after the write: the write must roll back with it.
         if (request.body.fail) throw new ApiError('internal_error');
+        // PostgreSQL's answer to a deadlock victim (40P01), once per name: its transaction did nothing.
+        if (request.body.deadlock_once && !deadlocked.has(request.body.name)) {
+          deadlocked.add(request.body.name);
+          throw Object.assign(new Error('deadlock detected'), { code: '40P01' });
+        }
         reply.code(201);
         // A payload its response schema cannot serialize (a bug of the kind a 500 is for).
         if (request.body.unserializable) return { ...item, custom: { n: 1n } } as any;
