@@ -82,7 +82,8 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     logger: withRedactedSecrets(options.logger ?? { level: config.logLevel }),
     genReqId: () => newId('req'),
     bodyLimit: BODY_LIMIT_BYTES,
-    trustProxy: false,
+    // Only the configured reverse proxies' X-Forwarded-For is believed (TRUST_PROXY); by default none.
+    trustProxy: config.trustProxy.length ? config.trustProxy : false,
     // Shutting down, requests still arriving on open connections are answered as usual (in the
     // envelope, with Request-Id), each with Connection: close: see the preClose hook below.
     return503OnClosing: false,

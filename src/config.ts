@@ -1,4 +1,5 @@
 // The only reader of process.env: parsed once, validated, frozen, passed in.
+import { isIP } from 'node:net';
 import { parseEncryptionKeys } from './auth/secret-box.js';
 import { isEmailAddress } from './http/validation.js';
 
@@ -22,6 +23,8 @@ export interface Config {
   stripeApiBase: string | null;
   logLevel: string;
   authRateLimitPerMinute: number;
+  /** Addresses or ranges of the reverse proxies whose X-Forwarded-For gives the client's address; empty: none. */
+  trustProxy: string[];
   devClock: boolean;
   /** Run background workers (job scheduler, outbox relays) in this process. */
   workers: boolean;
@@ -114,6 +117,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     problems.push('BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD must be set together');
   }
 
+  // Reverse proxies in front of the service: their X-Forwarded-For names the client (per-IP throttles,
+  // a session's ip_address). Addresses, CIDR ranges or proxy-addr's names; never "everyone", which would
+  // let any client choose the address it is throttled as.
+  const trustProxy = (str('TRUST_PROXY') ?? '').split(',').map((v) => v.trim()).filter(Boolean);
+  for (const entry of trustProxy) {
+    const [address, bits, extra] = entry.split('/');
+    const max = isIP(address!) === 4 ? 32 : 128;
+    const named = ['loopback', 'linklocal', 'uniquelocal'].includes(entry);
+    if (!named && (!isIP(address!) || extra !== undefined || (bits !== undefined && !(/^[0-9]+$/.test(bits) && Number(bits) <= max)))) {
+      problems.push(`TRUST_PROXY must list proxy addresses or CIDR ranges (or loopback, linklocal, uniquelocal), comma-separated (got "${entry}")`);
+    }
+  }
+
   const config: Config = {
     port,
     host: str('HOST') ?? '0.0.0.0',
@@ -130,6 +146,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     stripeApiBase: url('STRIPE_API_BASE', ['http:', 'https:']),
     logLevel,
     authRateLimitPerMinute: int('AUTH_RATE_LIMIT_PER_MINUTE', 30, 0, 1_000_000),
+    trustProxy,
     devClock: flag('DEV_CLOCK'),
     workers: str('WORKERS') === null ? true : flag('WORKERS'),
     encryptionKeys: encryptionKeys(),

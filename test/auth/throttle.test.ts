@@ -45,6 +45,32 @@ for (const [url, payload] of ENDPOINTS) {
   });
 }
 
+test('per IP means per client, not per proxy: X-Forwarded-For is ignored unless the request comes from a TRUST_PROXY address, and then names the client that is throttled', async () => {
+  const url = '/v1/auth/password/forgot';
+  const payload = { email: 'nobody@example.com' };
+  const from = (remoteAddress: string, forwardedFor: string) =>
+    t.app.inject({ method: 'POST', url, payload, remoteAddress, headers: { 'x-forwarded-for': forwardedFor } });
+  // No proxy trusted (the default): a client cannot leave its bucket by naming another address.
+  alignToWindow(t, 60, 1);
+  for (const forwarded of ['198.51.100.1', '198.51.100.2']) assert.notEqual((await from('192.0.2.10', forwarded)).statusCode, 429);
+  assertError(await from('192.0.2.10', '198.51.100.3'), 429, 'rate_limited');
+  // Behind a trusted proxy: each client has its own bucket; a client's own X-Forwarded-For is not believed.
+  const proxied = await buildTestApp({ authRateLimitPerMinute: 2, trustProxy: ['10.0.0.0/8'] });
+  try {
+    alignToWindow(proxied, 60, 1);
+    const via = (client: string, remoteAddress = '10.1.2.3') =>
+      proxied.app.inject({ method: 'POST', url, payload, remoteAddress, headers: { 'x-forwarded-for': client } });
+    for (let i = 0; i < 2; i++) assert.notEqual((await via('198.51.100.7')).statusCode, 429);
+    assertError(await via('198.51.100.7'), 429, 'rate_limited');
+    assert.notEqual((await via('198.51.100.8')).statusCode, 429, 'another client behind the same proxy is not throttled');
+    for (let i = 0; i < 2; i++) assert.notEqual((await via(`198.51.100.${20 + i}`, '192.0.2.99')).statusCode, 429);
+    // An untrusted peer is throttled as itself, whatever it forwards.
+    assertError(await via('198.51.100.30', '192.0.2.99'), 429, 'rate_limited');
+  } finally {
+    await proxied.close();
+  }
+});
+
 test('a throttled signup creates nothing', async () => {
   alignToWindow(t, 60, 1);
   await call('/v1/auth/signup', {});

@@ -33,6 +33,16 @@ test('number settings are decimal integers: PORT=0x50, 1e3, 8080.0, " 80" or +80
   assert.equal(loadConfig({ PORT: '0' }).port, 0);
 });
 
+test('TRUST_PROXY lists the reverse proxies whose X-Forwarded-For is believed (addresses, CIDR ranges, loopback/linklocal/uniquelocal); unset, none is; "true", "*" or a malformed range is refused at start', () => {
+  assert.deepEqual(loadConfig({}).trustProxy, []);
+  assert.deepEqual(loadConfig({ TRUST_PROXY: '10.0.0.0/8, 192.168.1.5,loopback,fd00::/8' }).trustProxy, ['10.0.0.0/8', '192.168.1.5', 'loopback', 'fd00::/8']);
+  for (const value of ['true', '*', '10.0.0.0/33', '10.0.0.1/8/1', 'proxy.internal', '1']) {
+    const problems = problemsOf({ TRUST_PROXY: value });
+    assert.equal(problems.length, 1, `${value}: ${problems.join('; ')}`);
+    assert.match(problems[0]!, /^TRUST_PROXY must list proxy addresses or CIDR ranges/);
+  }
+});
+
 test('PUBLIC_URL is the service origin (an optional path allowed): a query, a fragment, user info or no host is refused at start, since the issuer and every link are built on it', () => {
   for (const value of ['https://id.example.com?tenant=1', 'https://id.example.com/#top', 'https://admin:secret@id.example.com', 'http:id.example.com']) {
     const problems = problemsOf({ PUBLIC_URL: value });
