@@ -88,6 +88,7 @@ test('the description has the operations of the service, including the discovery
     ['get', '/health'],
     ['get', '/.well-known/jwks.json'],
     ['get', '/.well-known/openid-configuration'],
+    ['get', '/.well-known/oauth-authorization-server'],
   ];
   for (const [method, path] of expected) {
     assert.ok(doc.paths[path], `path ${path}`);

@@ -20,6 +20,19 @@ const body = (extra: Record<string, unknown> = {}) => ({
   application_id: app.id, redirect_uri: REDIRECT, code_challenge: pkce().challenge, code_challenge_method: 'S256', ...extra,
 });
 
+test('RFC 9207: the authorization response names its issuer (redirect_to carries iss, the discovery issuer), and both metadata documents (OpenID discovery and RFC 8414) say so', async () => {
+  const user = await member(t, admin, app.id);
+  const out = assertStatus(await authorize(t, user.token, body({ state: 's1' })), 201);
+  const to = new URL(out.redirect_to);
+  assert.equal(to.searchParams.get('iss'), t.config.publicUrl);
+  const openid = assertStatus(await t.app.inject({ method: 'GET', url: '/.well-known/openid-configuration' }), 200);
+  const oauth = assertStatus(await t.app.inject({ method: 'GET', url: '/.well-known/oauth-authorization-server' }), 200);
+  assert.equal(openid.issuer, t.config.publicUrl);
+  for (const doc of [openid, oauth]) assert.equal(doc.authorization_response_iss_parameter_supported, true);
+  const { subject_types_supported: _s, id_token_signing_alg_values_supported: _i, ...shared } = openid;
+  assert.deepEqual(oauth, shared, 'RFC 8414 metadata: the same server, without the OpenID-only fields');
+});
+
 test('201 {code, expires_in 60, redirect_to}: redirect_to carries code and state; the code is stored hashed and bound to app, redirect_uri, challenge and session', async () => {
   const user = await member(t, admin, app.id);
   const { challenge } = pkce();
@@ -45,12 +58,12 @@ test('201 {code, expires_in 60, redirect_to}: redirect_to carries code and state
   assert.equal(new Date(row.expires_at).getTime() - new Date(row.created_at).getTime(), 60_000);
 });
 
-test('without state, redirect_to has only code; a registered query string is kept', async () => {
+test('without state, redirect_to has only code and iss; a registered query string is kept', async () => {
   const withQuery = 'https://app.example.com/cb?tenant=acme';
   const other = await oauthApp(t, admin, { redirect_uris: [REDIRECT, withQuery] });
   const user = await member(t, admin, other.id);
   const plain = new URL(assertStatus(await authorize(t, user.token, body({ application_id: other.id })), 201).redirect_to);
-  assert.deepEqual([...plain.searchParams.keys()], ['code']);
+  assert.deepEqual([...plain.searchParams.keys()], ['code', 'iss']);
   const kept = new URL(assertStatus(await authorize(t, user.token, body({ application_id: other.id, redirect_uri: withQuery, state: 's1' })), 201).redirect_to);
   assert.equal(kept.searchParams.get('tenant'), 'acme');
   assert.equal(kept.searchParams.get('state'), 's1');

@@ -230,7 +230,7 @@ test('MFA: five wrong codes void the challenge and lock the identity: the fifth 
   assert.equal(locked.headers['retry-after'], '900');
 });
 
-test('no access to the Application: a 403 page (no redirect) with a link returning error=access_denied and the state to the registered URI', async () => {
+test('no access to the Application: a 403 page (no redirect) with a link returning error=access_denied, the state and the issuer (iss) to the registered URI', async () => {
   const user = await person(t);
   const browser = new Browser(t);
   const res = await browser.signIn(await browser.open(flow(app.id, { state: 's&1' }).params), user.email, user.password);
@@ -240,6 +240,7 @@ test('no access to the Application: a 403 page (no redirect) with a link returni
   assert.equal(`${back.origin}${back.pathname}`, 'https://app.example.com/callback');
   assert.equal(back.searchParams.get('error'), 'access_denied');
   assert.equal(back.searchParams.get('state'), 's&1');
+  assert.equal(back.searchParams.get('iss'), t.config.publicUrl, 'RFC 9207: the error response names its issuer too');
   assert.equal(back.searchParams.get('code'), null);
   assert.ok(setCookieHeader(res), 'the sign-in itself succeeded');
   const codes = await sql(t, 'SELECT 1 FROM oauth_authorization_codes WHERE user_id = $1', [user.id]);

@@ -66,7 +66,7 @@ test('a browser application on another origin can read the token endpoint, the J
   assertStatus(ok, 200);
   const refused = await t.app.inject({ method: 'POST', url: TOKEN, headers: form, payload: 'grant_type=password' });
   assertOAuthError(refused, 'unsupported_grant_type');
-  for (const res of [ok, refused, await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json', headers: origin }), await t.app.inject({ method: 'GET', url: '/.well-known/openid-configuration', headers: origin })]) {
+  for (const res of [ok, refused, await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json', headers: origin }), await t.app.inject({ method: 'GET', url: '/.well-known/openid-configuration', headers: origin }), await t.app.inject({ method: 'GET', url: '/.well-known/oauth-authorization-server', headers: origin })]) {
     assert.equal(res.headers['access-control-allow-origin'], '*', res.raw.req.url);
     assert.equal(res.headers['access-control-expose-headers'], 'Retry-After', res.raw.req.url);
     assert.equal(res.headers['access-control-allow-credentials'], undefined, 'no credentials');

@@ -36,5 +36,7 @@ export async function issueAuthorizationCode(ctx: Ctx, body: AuthorizationCodeBo
   const target = new URL(body.redirect_uri);
   target.searchParams.set('code', code);
   if (body.state !== undefined) target.searchParams.set('state', body.state);
+  // RFC 9207: the client checks that the answer comes from the server it sent the user to.
+  target.searchParams.set('iss', ctx.deps.config.publicUrl);
   return { code, expires_in: CODE_SECONDS, redirect_to: target.toString() };
 }

@@ -19,7 +19,7 @@ export const AuthorizationCode = Type.Object(
   {
     code: Type.String({ description: 'Single use; exchange it at POST /v1/auth/oauth/token within expires_in seconds.' }),
     expires_in: Type.Integer(),
-    redirect_to: Type.String({ description: 'redirect_uri with code (and state, when given) added to its query.' }),
+    redirect_to: Type.String({ description: 'redirect_uri with code, state (when given) and iss (the issuer, RFC 9207) added to its query.' }),
   },
   { $id: 'AuthorizationCode', title: 'AuthorizationCode' },
 );

@@ -56,12 +56,13 @@ export async function resolveAuthorizationRequest(db: Queryable, q: Authorizatio
   };
 }
 
-/** The registered redirect_uri with an RFC 6749 §4.1.2.1 error (and the state, verbatim). */
-export function errorRedirect(request: AuthorizationCodeBody, error: string, description: string): string {
+/** The registered redirect_uri with an RFC 6749 §4.1.2.1 error (the state, verbatim, and the issuer: RFC 9207). */
+export function errorRedirect(request: AuthorizationCodeBody, issuer: string, error: string, description: string): string {
   const target = new URL(request.redirect_uri);
   target.searchParams.set('error', error);
   target.searchParams.set('error_description', description);
   if (request.state !== undefined) target.searchParams.set('state', request.state);
+  target.searchParams.set('iss', issuer);
   return target.toString();
 }
 

@@ -130,7 +130,7 @@ async function authorize(page: Page, current: BrowserSession): Promise<Outcome> 
     return { view: 'redirect', location: code.redirect_to };
   } catch (err) {
     if (!(err instanceof ApiError) || err.code !== 'entitlement_required') throw err;
-    const returnTo = errorRedirect(request, 'access_denied', 'The user has no access to this application.');
+    const returnTo = errorRedirect(request, ctx.deps.config.publicUrl, 'access_denied', 'The user has no access to this application.');
     return { view: 'denied', status: 403, email: current.email, returnTo };
   }
 }

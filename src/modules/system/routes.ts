@@ -34,25 +34,37 @@ export function systemRoutes(app: App, deps: Deps): void {
     },
   });
 
-  app.get('/.well-known/openid-configuration', {
-    schema: { summary: 'Issuer metadata', tags: ['Discovery'], response: { 200: Discovery } },
-    config: { meta: { auth: 'none' } },
-    onSend: readableFromAnyOrigin,
-    handler: async (_request, reply) => {
-      reply.header('cache-control', `public, max-age=${JWKS_MAX_AGE_SECONDS}`);
-      const base = deps.config.publicUrl;
-      return {
-        issuer: base,
-        jwks_uri: `${base}/.well-known/jwks.json`,
-        authorization_endpoint: `${base}/signin`,
-        token_endpoint: `${base}/v1/auth/oauth/token`,
-        response_types_supported: ['code'],
-        grant_types_supported: ['authorization_code', 'refresh_token'],
-        code_challenge_methods_supported: ['S256'],
-        token_endpoint_auth_methods_supported: ['none'],
-        subject_types_supported: ['public'],
-        id_token_signing_alg_values_supported: ['RS256'],
-      };
-    },
-  });
+  // RFC 8414 metadata for OAuth clients, and the OpenID discovery document: the same authorization
+  // server. The authorization response names its issuer (RFC 9207, iss), against mix-up attacks on
+  // clients of several servers (RFC 9700 §4.4).
+  const serverMetadata = () => {
+    const base = deps.config.publicUrl;
+    return {
+      issuer: base,
+      jwks_uri: `${base}/.well-known/jwks.json`,
+      authorization_endpoint: `${base}/signin`,
+      token_endpoint: `${base}/v1/auth/oauth/token`,
+      response_types_supported: ['code'],
+      grant_types_supported: ['authorization_code', 'refresh_token'],
+      code_challenge_methods_supported: ['S256'],
+      token_endpoint_auth_methods_supported: ['none'],
+      authorization_response_iss_parameter_supported: true,
+    };
+  };
+  const discovery = (path: string, summary: string, body: () => Record<string, unknown>) =>
+    app.get(path, {
+      schema: { summary, tags: ['Discovery'], response: { 200: Discovery } },
+      config: { meta: { auth: 'none' } },
+      onSend: readableFromAnyOrigin,
+      handler: async (_request, reply) => {
+        reply.header('cache-control', `public, max-age=${JWKS_MAX_AGE_SECONDS}`);
+        return body();
+      },
+    });
+  discovery('/.well-known/openid-configuration', 'Issuer metadata', () => ({
+    ...serverMetadata(),
+    subject_types_supported: ['public'],
+    id_token_signing_alg_values_supported: ['RS256'],
+  }));
+  discovery('/.well-known/oauth-authorization-server', 'OAuth 2.0 authorization server metadata (RFC 8414)', serverMetadata);
 }

@@ -22,7 +22,7 @@ before(async () => {
 });
 after(() => t.close());
 
-test('OA-4 "state echoed verbatim up to 512": 512 code points of reserved, percent, fragment and non-ASCII characters come back byte for byte as the only other redirect parameter; 513 are 422', async () => {
+test('OA-4 "state echoed verbatim up to 512": 512 code points of reserved, percent, fragment and non-ASCII characters come back byte for byte as the only other redirect parameter beside the issuer (RFC 9207); 513 are 422', async () => {
   const user = await member(t, admin, app.id);
   const unit = [...'a+b %2F&c=d#é/?\u{1F600}'];
   const state = Array.from({ length: 512 }, (_, i) => unit[i % unit.length]).join('');
@@ -30,7 +30,7 @@ test('OA-4 "state echoed verbatim up to 512": 512 code points of reserved, perce
   const to = new URL(assertStatus(await request(state), 201).redirect_to);
   assert.equal(to.searchParams.get('state'), state);
   assert.equal(to.hash, '');
-  assert.deepEqual([...to.searchParams.keys()].sort(), ['code', 'state']);
+  assert.deepEqual([...to.searchParams.keys()].sort(), ['code', 'iss', 'state']);
   assert.equal((await request(`${state}x`)).statusCode, 422);
 });
 

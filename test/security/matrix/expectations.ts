@@ -88,6 +88,7 @@ export const RULES: Record<string, Rule> = {
   'GET /health': { why: 'operations.md: no credential', public: { status: 200 } },
   'GET /.well-known/jwks.json': { why: 'Part A Auth table: none', public: { status: 200 } },
   'GET /.well-known/openid-configuration': { why: 'Part A Auth table: none', public: { status: 200 } },
+  'GET /.well-known/oauth-authorization-server': { why: 'RFC 8414 metadata of the same server as the discovery document (decisions.md, OAuth): none', public: { status: 200 } },
   'GET /v1/openapi.json': { why: 'operations.md Outside interfaces', public: { status: 200 } },
   'POST /v1/auth/signup': { why: 'Part A Auth: none; an email held by an active user → 409 email_taken', public: err(409, 'email_taken') },
   'POST /v1/auth/login': { why: 'Part A Auth: none; unknown email → 401 invalid_credentials (not the gate 401)', public: err(401, 'invalid_credentials') },

@@ -45,6 +45,7 @@ export const CALLS: Record<string, OpCall> = {
   'GET /health': { arrange: () => at('/health') },
   'GET /.well-known/jwks.json': { arrange: () => at('/.well-known/jwks.json') },
   'GET /.well-known/openid-configuration': { arrange: () => at('/.well-known/openid-configuration') },
+  'GET /.well-known/oauth-authorization-server': { arrange: () => at('/.well-known/oauth-authorization-server') },
   'GET /v1/openapi.json': { arrange: () => at('/v1/openapi.json') },
   'POST /v1/auth/signup': { arrange: (w) => at('/v1/auth/signup', { email: w.subject.email, password: STRONG }) },
   'POST /v1/auth/login': { arrange: () => at('/v1/auth/login', { email: nobody(), password: STRONG }) },
