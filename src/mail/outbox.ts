@@ -40,7 +40,16 @@ interface EmailRow {
 const MAX_ATTEMPTS = 6;
 /** The stored body with every token= value (reset, invitation, verification secrets) replaced by `[redacted]`. */
 const REDACTED_BODY = `regexp_replace(text_body, '([?&]token=)[^[:space:]&]+', '\\1[redacted]', 'g')`;
+/** How long a relay holds the batch it picked: a crashed relay's mails are taken up again after this. */
 const CLAIM_SECONDS = 120;
+/**
+ * How long a relay holds the one mail it is about to send. An SMTP exchange may outlast the batch's
+ * claim (nodemailer allows 2 minutes to connect and waits up to 10 minutes for an answer, as RFC 5321
+ * asks after the message data), and the batch's later mails wait behind it; each mail's claim is
+ * therefore taken again, for longer than an exchange, just before it is sent, and a mail whose claim
+ * another relay took meanwhile (or that was erased) is left alone: no mail is sent twice.
+ */
+const SENDING_CLAIM_SECONDS = 15 * 60;
 let transport: { url: string; transporter: Transporter } | null = null;
 
 function transporterFor(url: string): Transporter {
@@ -67,10 +76,18 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
   let sent = 0;
   let failed = 0;
   for (const mail of rows) {
+    const held = await db.query(
+      `UPDATE emails SET claimed_until = $3 WHERE id = $1 AND claim_token = $2 AND status = 'queued'`,
+      [mail.id, token, addSeconds(deps.clock.now(), SENDING_CLAIM_SECONDS)],
+    );
+    if (held.rowCount !== 1) continue;
     try {
       if (deps.config.smtpUrl) {
         await transporterFor(deps.config.smtpUrl).sendMail({
           from: mail.from_name ? { name: mail.from_name, address: deps.config.mailFrom } : deps.config.mailFrom,
+          // One Message-ID per outbox row, kept by every attempt: a retry after an attempt the server
+          // did accept (its answer lost) is the same message, which receivers can recognise.
+          messageId: `<${mail.id}@${deps.config.mailFrom.slice(deps.config.mailFrom.lastIndexOf('@') + 1)}>`,
           to: mail.to_address,
           subject: mail.subject,
           text: mail.text_body,

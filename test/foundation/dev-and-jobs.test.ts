@@ -4,7 +4,8 @@ import { randomBytes } from 'node:crypto';
 import { SMTPServer } from 'smtp-server';
 import { Writable } from 'node:stream';
 import { buildTestApp, openTestDatabase, testConfig, type TestApp } from '../helpers/app.js';
-import { bearer, createApiKey, uniqueEmail } from '../helpers/fixtures.js';
+import { bearer, createApiKey, createUser, uniqueEmail } from '../helpers/fixtures.js';
+import { sql } from '../helpers/http.js';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { systemCtx } from '../../src/context.js';
@@ -456,4 +457,83 @@ test('several relays running at once never send one mail twice (FOR UPDATE SKIP 
     assert.equal(r.status, 'sent');
     assert.equal(r.attempts, 1);
   }
+});
+
+test('a mail keeps its Message-ID through its retries: an attempt the SMTP server refused after the data (451) and the retry carry the same Message-ID, another mail another one', async (tc) => {
+  const seen: { to: string; messageId: string }[] = [];
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS', 'AUTH'],
+    logger: false,
+    onData(stream, session, callback) {
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        const { headers } = decodeMessage(Buffer.concat(chunks).toString('latin1'));
+        seen.push({ to: session.envelope.rcptTo[0].address, messageId: headers['message-id'] ?? '' });
+        if (seen.length === 1) callback(Object.assign(new Error('try again later'), { responseCode: 451 }));
+        else callback();
+      });
+    },
+  });
+  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
+  tc.after(() => new Promise<void>((r) => server.close(() => r())));
+  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` }, tc);
+  const [user, other] = [await createUser(t), await createUser(t)];
+  assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: user.email } })).statusCode, 202);
+  await t.deps.jobs.runNow('mail-delivery');
+  const [row] = await sql(t, 'SELECT id, status, attempts FROM emails WHERE to_address = $1', [user.email]);
+  assert.deepEqual([row.status, row.attempts], ['queued', 1], 'the first attempt failed');
+  t.clock.advance(120);
+  assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: other.email } })).statusCode, 202);
+  await t.deps.jobs.runNow('mail-delivery');
+  const ids = (to: string) => seen.filter((m) => m.to === to).map((m) => m.messageId);
+  assert.equal(ids(user.email).length, 2);
+  assert.equal(ids(user.email)[0], `<${row.id}@localhost>`);
+  assert.equal(ids(user.email)[1], ids(user.email)[0], 'the retry is the same message');
+  assert.equal(ids(other.email).length, 1);
+  assert.notEqual(ids(other.email)[0], ids(user.email)[0]);
+});
+
+test('a relay never sends a mail another relay is still sending: when one SMTP exchange outlasts the batch claim (2 minutes), a second relay sends only the batch\'s other mail, and each recipient gets one mail', async (tc) => {
+  const received: string[] = [];
+  const held: (() => void)[] = [];
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS', 'AUTH'],
+    logger: false,
+    onData(stream, session, callback) {
+      stream.resume();
+      stream.on('end', () => {
+        received.push(session.envelope.rcptTo[0].address);
+        // The first mail's final answer waits until the test lets it go (a slow relay).
+        if (received.length === 1) held.push(() => callback());
+        else callback();
+      });
+    },
+  });
+  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
+  tc.after(() => new Promise<void>((r) => server.close(() => r())));
+  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` }, tc);
+  const other = await secondProcess(t);
+  tc.after(() => other.close());
+  const users = [await createUser(t), await createUser(t)];
+  for (const u of users) {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: u.email } });
+    assert.equal(res.statusCode, 202, res.body);
+  }
+
+  const first = deliverQueuedMail(t.deps);
+  for (let waited = 0; received.length < 1; waited += 20) {
+    assert.ok(waited < 10_000, 'the first relay reached the SMTP server');
+    await sleep(20);
+  }
+  other.clock.advance(121); // the first relay's batch claim has lapsed for the second relay
+  const second = await deliverQueuedMail(other.deps);
+  held.forEach((release) => release());
+  assert.deepEqual(await first, { sent: 1, failed: 0 });
+  assert.deepEqual(second, { sent: 1, failed: 0 }, 'the second relay sent only the mail nobody was sending');
+  assert.deepEqual([...received].sort(), users.map((u) => u.email).sort(), 'each mail exactly once');
+  const rows = await sql(t, 'SELECT status, attempts FROM emails WHERE to_address = ANY($1::text[])', [users.map((u) => u.email)]);
+  assert.deepEqual(rows.map((r) => [r.status, r.attempts]), [['sent', 1], ['sent', 1]]);
 });

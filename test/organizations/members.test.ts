@@ -6,7 +6,7 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
   accept, accessEvents, addById, assertError, assertInvalid, assertStatus, call, createOrgApi, effective, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
-  orgGrantApi, orgWithMembers, person, platformKey, sql,
+  orgGrantApi, orgWithMembers, person, platformKey, session, sql,
 } from './support.js';
 
 let t: TestApp;
@@ -153,6 +153,31 @@ test('an Organization\'s invitation link is replaced by that same Organization\'
   assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: oldLink, password: PASSWORD }), 400, 'invalid_token');
   const session = assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: newLink, password: PASSWORD }), 200);
   assert.equal(assertStatus(await accept(t, session.access_token, org.id), 200).membership_status, 'active');
+});
+
+test('an Organization mails one address at most 3 times per rolling hour: invited, withdrawn and invited again, the fourth invitation within the hour answers 429 rate_limited with Retry-After, adds nobody and mails nothing; another Organization still invites the address, and the first one can again an hour later', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const email = uniqueEmail('mailbomb');
+  for (let i = 0; i < 3; i++) {
+    const member = assertStatus(await invite(t, owner.token, org.id, email), 201);
+    assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${member.user_id}`, owner.token)).statusCode, 204);
+  }
+  assert.equal((await mails(t, email)).length, 3);
+  const refused = await invite(t, owner.token, org.id, email);
+  assertError(refused, 429, 'rate_limited');
+  const retryAfter = Number(refused.headers['retry-after']);
+  assert.ok(retryAfter >= 1 && retryAfter <= 3600, `Retry-After ${refused.headers['retry-after']}`);
+  assert.equal((await mails(t, email)).length, 3, 'no fourth mail');
+  const pending = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?membership_status=pending`, owner.token), 200).data;
+  assert.deepEqual(pending, [], 'no pending membership');
+  assert.equal((await orgAudit(t, org.id, 'organization.member_invited')).length, 3);
+
+  const other = await createOrgApi(t);
+  assertStatus(await invite(t, other.owner.token, other.org.id, email), 201);
+  t.clock.advance(3600);
+  const { access_token } = await session(t, owner); // the access token of an hour ago has expired
+  assertStatus(await invite(t, access_token, org.id, email.toUpperCase()), 201);
+  assert.equal((await mails(t, email)).length, 5);
 });
 
 test('members ?q= matches a pending member by email only, never by the display_name the list hides until they are active', async () => {

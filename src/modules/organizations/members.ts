@@ -11,6 +11,8 @@ import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seat
 import { keyset, prefixPattern, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
+import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
+import { RESEND_LIMIT_PER_HOUR } from '../users/invitations.js';
 import { findOrCreateInvitedUser, resolveUserId } from '../users/service.js';
 import { findLiveUser } from '../users/store.js';
 import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
@@ -83,6 +85,7 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
     // Another Organization may be inviting the same new address at this moment: both get one User.
     const user = await findOrCreateInvitedUser(tx, c, body.email!);
     if (await findMember(tx, org.id, user.id)) throw new ApiError('already_member');
+    await takeOrgInvitationQuota(tx, c, org.id, user.email);
     await tx.query(
       `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, $3, 'pending', $4)`,
       [org.id, user.id, role, ctx.now],
@@ -94,6 +97,24 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
     await enqueueMail(tx, c, { template: 'organization_invitation', to: user.email, vars: { organizationName: org.name, token }, userId: user.id });
     await recordAudit(tx, c, { action: 'organization.member_invited', target: { type: 'organization', id: org.id }, organizationId: org.id, targetUserId: user.id, after: { user_id: user.id, role } });
     return toMember((await findMember(tx, org.id, user.id))!);
+  });
+}
+
+/**
+ * Each invitation by email mails the address, and a pending one can be withdrawn (DELETE) and sent
+ * again at will, so none of its mails is a once-only first: an Organization mails one address at most
+ * 3 times per rolling hour (the re-send limit of Part A), the first invitation included. Beyond it the
+ * invitation answers 429 rate_limited with Retry-After and changes nothing (the throw rolls the
+ * transaction back, the invited User it may have created included). Counted per Organization, so one
+ * Organization's invitations never hold up another's, and the answer tells its admins only about
+ * their own invitations.
+ */
+async function takeOrgInvitationQuota(tx: Tx, ctx: Ctx, orgId: string, email: string): Promise<void> {
+  const quota = await takeSlidingQuota(tx, `mail:org-invitation:${ctx.mode}:${orgId}:${email.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now);
+  if (quota.allowed) return;
+  throw new ApiError('rate_limited', {
+    message: `At most ${RESEND_LIMIT_PER_HOUR} invitations of one address per organization per hour.`,
+    headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) },
   });
 }
 

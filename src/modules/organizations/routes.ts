@@ -45,7 +45,7 @@ export function organizationRoutes(app: App, deps: Deps): void {
   });
   app.post('/v1/organizations/:id/members', {
     schema: { summary: 'Invite by email or add by user_id', tags, params: OrgIdParam, body: AddMemberBody, response: { 201: Member } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: [...orgErrors, 'already_member', 'user_not_found'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: [...orgErrors, 'already_member', 'user_not_found', 'rate_limited'] } },
     handler: async (request, reply) => {
       const member = await addMember(ctxOf(deps, request), request.params.id, request.body);
       reply.code(201);
