@@ -88,6 +88,8 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
           // One Message-ID per outbox row, kept by every attempt: a retry after an attempt the server
           // did accept (its answer lost) is the same message, which receivers can recognise.
           messageId: `<${mail.id}@${deps.config.mailFrom.slice(deps.config.mailFrom.lastIndexOf('@') + 1)}>`,
+          // RFC 3834: a machine's mail, which vacation responders and other robots do not answer.
+          headers: { 'Auto-Submitted': 'auto-generated' },
           to: mail.to_address,
           subject: mail.subject,
           text: mail.text_body,

@@ -459,8 +459,8 @@ test('several relays running at once never send one mail twice (FOR UPDATE SKIP 
   }
 });
 
-test('a mail keeps its Message-ID through its retries: an attempt the SMTP server refused after the data (451) and the retry carry the same Message-ID, another mail another one', async (tc) => {
-  const seen: { to: string; messageId: string }[] = [];
+test('a mail keeps its Message-ID through its retries: an attempt the SMTP server refused after the data (451) and the retry carry the same Message-ID, another mail another one; every mail says Auto-Submitted: auto-generated (RFC 3834: no vacation replies)', async (tc) => {
+  const seen: { to: string; messageId: string; autoSubmitted: string }[] = [];
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['STARTTLS', 'AUTH'],
@@ -470,7 +470,7 @@ test('a mail keeps its Message-ID through its retries: an attempt the SMTP serve
       stream.on('data', (c: Buffer) => chunks.push(c));
       stream.on('end', () => {
         const { headers } = decodeMessage(Buffer.concat(chunks).toString('latin1'));
-        seen.push({ to: session.envelope.rcptTo[0].address, messageId: headers['message-id'] ?? '' });
+        seen.push({ to: session.envelope.rcptTo[0].address, messageId: headers['message-id'] ?? '', autoSubmitted: headers['auto-submitted'] ?? '' });
         if (seen.length === 1) callback(Object.assign(new Error('try again later'), { responseCode: 451 }));
         else callback();
       });
@@ -493,6 +493,7 @@ test('a mail keeps its Message-ID through its retries: an attempt the SMTP serve
   assert.equal(ids(user.email)[1], ids(user.email)[0], 'the retry is the same message');
   assert.equal(ids(other.email).length, 1);
   assert.notEqual(ids(other.email)[0], ids(user.email)[0]);
+  assert.deepEqual(seen.map((m) => m.autoSubmitted), ['auto-generated', 'auto-generated', 'auto-generated']);
 });
 
 test('a relay never sends a mail another relay is still sending: when one SMTP exchange outlasts the batch claim (2 minutes), a second relay sends only the batch\'s other mail, and each recipient gets one mail', async (tc) => {
