@@ -5,6 +5,7 @@ import { toUnixSeconds } from '../../src/clock.js';
 import { assertError, assertStatus, auditRows, buildApp, call, caller, createApplication, sql, tenantOwner, tenantRow, type Caller } from '../tenancy/support.js';
 import { deliver, postEvent, processorEvent, sign, subscription } from './support.js';
 import { runSeatSync } from '../../src/modules/billing/jobs.js';
+import { loadMigrations } from '../../src/db/migrate.js';
 import { accessEvents, addById, effective, newApp, orgGrantApi, orgWithMembers, person } from '../organizations/support.js';
 
 let t: TestApp;
@@ -588,6 +589,49 @@ test('a canceled subscription is final: a customer.subscription.updated of the s
   assert.equal((await eventRows('evt_update_after_expiry'))[0].outcome, 'stale');
   view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
   assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'incomplete_expired', true]);
+});
+
+test('a Tenant canceled before 0029 recorded which subscription set its status is protected once upgraded (0030): a customer.subscription.updated of the same second delivered after the upgrade is stale; a Tenant whose new checkout has no event of its subscription yet stays unrecorded, and that subscription still applies', async () => {
+  // The row as the last release left it (no status_subscription_id), then the migrations after 0029.
+  const upgrade = async (tenantId: string) => {
+    await sql(t, 'UPDATE tenants SET status_subscription_id = NULL WHERE id = $1', [tenantId]);
+    for (const m of loadMigrations().filter((m) => m.version >= '0030')) await sql(t, m.sql);
+  };
+  const { owner, sub } = await lapsedOverStarter('sub_pre0029');
+  const deletedAt = now() - 30;
+  await upgrade(owner.tenantId);
+  assert.equal((await tenantRow(t, owner.tenantId)).status_subscription_id, 'sub_pre0029');
+  const late = await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'active' }), { created: deletedAt, id: 'evt_pre0029_late' });
+  assertStatus(late, 200);
+  assert.equal((await eventRows('evt_pre0029_late'))[0].outcome, 'stale');
+  let view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'canceled', true]);
+  assert.deepEqual((await auditRows(t, 'tenant.plan_changed', owner.tenantId)).map((r) => r.after.plan), ['starter']);
+
+  // Active before the upgrade, its checkout delivered after its subscription's event (as the simulator
+  // sends them) and its customer.subscription.created missed: delivered after the upgrade, it is stale.
+  const live = await tenantOwner(t);
+  const at = now() - 10;
+  const livesub = { tenantId: live.tenantId, id: 'sub_pre0029_live', customer: 'cus_pre0029_live' };
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...livesub, status: 'active' }), { created: at }), 200);
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_pre0029_live', object: 'checkout.session', client_reference_id: live.tenantId, customer: livesub.customer, subscription: livesub.id }, { created: at }), 200);
+  await upgrade(live.tenantId);
+  assert.equal((await tenantRow(t, live.tenantId)).status_subscription_id, 'sub_pre0029_live');
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...livesub, status: 'incomplete' }), { created: at, id: 'evt_pre0029_created' }), 200);
+  assert.equal((await eventRows('evt_pre0029_created'))[0].outcome, 'stale');
+  view = assertStatus(await call(t, 'GET', `/v1/tenants/${live.tenantId}/subscription`, live.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status], ['team', 'active']);
+
+  // Canceled, then checked out again before the upgrade: the new subscription's own events come after it.
+  const second = await lapsedOverStarter('sub_pre0029_old');
+  const fresh = { tenantId: second.owner.tenantId, id: 'sub_pre0029_new', customer: second.sub.customer };
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_pre0029', object: 'checkout.session', client_reference_id: fresh.tenantId, customer: fresh.customer, subscription: fresh.id }, { created: now() - 20 }), 200);
+  await upgrade(fresh.tenantId);
+  assert.equal((await tenantRow(t, fresh.tenantId)).status_subscription_id, null);
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...fresh, status: 'active' }), { created: now() - 20, id: 'evt_pre0029_new' }), 200);
+  assert.equal((await eventRows('evt_pre0029_new'))[0].outcome, 'applied');
+  view = assertStatus(await call(t, 'GET', `/v1/tenants/${fresh.tenantId}/subscription`, second.owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', 'active', false]);
 });
 
 test('an invoice of no subscription (a one-off invoice to the same customer) never changes the subscription status: a failed one leaves it active, a paid one leaves it past_due', async () => {

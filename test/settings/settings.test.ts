@@ -199,6 +199,43 @@ test('settings_schema patterns run in linear time (RE2): `^(a+)+$` against 32 a\
   assert.match(error.details.reason, /regexp|pattern/i);
 });
 
+test('settings_schema patterns keep their ECMAScript meaning on RE2: a schema stored before (\\uXXXX, a surrogate pair, \\u{…}, \\cX, [\\b], [^], \\s, \\S, .) validates AppSettings as it did and can be saved again; a stored property RE2 cannot run refuses its key saying so, never a 500', async () => {
+  const owned = await newApp(t, admin, { settings_schema: { type: 'object', properties: { x: { type: 'string' } } } });
+  const schema = {
+    type: 'object',
+    properties: {
+      name_ar: { type: 'string', pattern: '^[\\u0600-\\u06FF ]+$' },
+      smile: { type: 'string', pattern: '^(\\uD83D\\uDE00|\\u{1F642})$' },
+      tabbed: { type: 'string', pattern: '^a\\cIb[\\b]?$' },
+      any: { type: 'string', pattern: '^[^]{2}$' },
+      handle: { type: 'string', pattern: '^\\S+$' },
+      line: { type: 'string', pattern: '^.+$' },
+      spaced: { type: 'string', pattern: '^a\\sb$' },
+      legacy: { type: 'string', pattern: '^(?!admin)[a-z]+$' },
+    },
+  };
+  // As the last release stored it (it compiled these with ECMAScript RegExp).
+  await sql(t, 'UPDATE applications SET settings_schema = $2 WHERE id = $1', [owned.id, JSON.stringify(schema)]);
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  const valid = { name_ar: 'سلام عليكم', smile: '😀', tabbed: 'a\tb\b', any: '\n\r', handle: 'ab', line: 'one line', spaced: 'a\u00a0b' };
+  assert.deepEqual(assertStatus(await patchAppSettings(u.token, { overrides: valid }, 'me', owned.id), 200).overrides, valid);
+  for (const [key, value] of Object.entries({ name_ar: 'salam', smile: '🙁', tabbed: 'a b', any: 'abc', handle: 'a\u00a0b', line: 'a\u2028b', spaced: 'a\u0085b' })) {
+    assertInvalid(await patchAppSettings(u.token, { overrides: { [key]: value } }, 'me', owned.id), `overrides.${key}`);
+  }
+  const app = assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200);
+  assert.deepEqual(app.settings_schema, schema);
+  assert.deepEqual(app.settings_schema_stats.stale_override_counts, {});
+  // The look-ahead RE2 cannot run: its key is refused with the reason, the rest of the schema still works.
+  const error = assertError(await patchAppSettings(u.token, { overrides: { legacy: 'alice' } }, 'me', owned.id), 422, 'validation_failed');
+  assert.deepEqual(error.details.fields, [{ path: 'overrides.legacy', message: "cannot be set: its settings_schema property no longer compiles (the Application's owner must change it)" }]);
+  assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200);
+  // The owner saves the schema again without the look-ahead: every ECMAScript escape above is accepted.
+  const { legacy: _, ...kept } = schema.properties;
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: { ...schema, properties: kept } }), 200);
+  assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, valid);
+});
+
 test('PATCH settings: notifications merge field by field with the stored values, not the defaults', async () => {
   const u = await person(t);
   assert.deepEqual(assertStatus(await patchSettings(u.token, { notifications: { email: false } }), 200).notifications, { email: false, sms: false });

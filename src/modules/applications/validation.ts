@@ -80,7 +80,67 @@ export function validatePermissions(slug: string, permissions: { key: string; de
 // AppSettings and every read of the Application, in the one event loop every tenant shares, so
 // `^(a+)+$` against 30 characters held it for minutes. RE2 has no look-around or back-references: a
 // pattern using them does not compile (422 invalid_settings_schema).
-const linearRegExp = Object.assign((pattern: string) => RE2JS.compile(pattern), { code: 'require("re2js").RE2JS.compile' });
+//
+// The patterns are still the ECMAScript ones JSON Schema names (and the ones stored before RE2 ran
+// them): what RE2 spells otherwise or means otherwise is rewritten first, so a schema that compiled
+// before keeps its meaning. `\uXXXX` (a surrogate pair as one code point), `\u{…}` and `\cX` become
+// `\x{…}`; `[\b]` is a backspace; `[^]` any character and `[]` none; `\s`, `\S` and `.` keep their
+// ECMAScript sets (RE2's `\s` is ASCII only and its `.` matches \r, U+2028 and U+2029).
+const JS_SPACE = '\\t\\n\\x{b}\\f\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}\\x{feff}';
+const JS_NON_SPACE =
+  '\\x{0}-\\x{8}\\x{e}-\\x{1f}\\x{21}-\\x{9f}\\x{a1}-\\x{167f}\\x{1681}-\\x{1fff}\\x{200b}-\\x{2027}\\x{202a}-\\x{202e}\\x{2030}-\\x{205e}\\x{2060}-\\x{2fff}\\x{3001}-\\x{fefe}\\x{ff00}-\\x{10ffff}';
+const codePoint = (cp: number) => `\\x{${cp.toString(16)}}`;
+
+export function re2Syntax(pattern: string): string {
+  let out = '';
+  let inClass = false;
+  for (let i = 0; i < pattern.length; ) {
+    const c = pattern[i];
+    if (c === '\\' && i + 1 < pattern.length) {
+      const n = pattern[i + 1];
+      const rest = pattern.slice(i + 2);
+      const braced = n === 'u' ? /^\{([0-9a-fA-F]{1,6})\}/.exec(rest) : null;
+      const hex4 = n === 'u' ? /^[0-9a-fA-F]{4}/.exec(rest) : null;
+      if (braced) {
+        out += codePoint(parseInt(braced[1], 16));
+        i += 2 + braced[0].length;
+      } else if (hex4) {
+        const unit = parseInt(hex4[0], 16);
+        const low = unit >= 0xd800 && unit <= 0xdbff ? /^\\u(d[c-f][0-9a-f]{2})/i.exec(pattern.slice(i + 6)) : null;
+        out += codePoint(low ? 0x10000 + ((unit - 0xd800) << 10) + (parseInt(low[1], 16) - 0xdc00) : unit);
+        i += low ? 12 : 6;
+      } else if (n === 'c' && /^[A-Za-z]/.test(rest)) {
+        out += codePoint(rest.charCodeAt(0) % 32);
+        i += 3;
+      } else {
+        out += n === 'b' && inClass ? codePoint(8) : n === 's' ? (inClass ? JS_SPACE : `[${JS_SPACE}]`) : n === 'S' ? (inClass ? JS_NON_SPACE : `[${JS_NON_SPACE}]`) : c + n;
+        i += 2;
+      }
+    } else if (inClass) {
+      inClass = c !== ']';
+      out += c;
+      i += 1;
+    } else if (c === '[') {
+      // In ECMAScript a `]` right after `[` or `[^` closes the class; in RE2 it is a member.
+      const empty = /^\[\^?\]/.exec(pattern.slice(i));
+      if (empty) {
+        out += empty[0] === '[]' ? `[^${codePoint(0)}-${codePoint(0x10ffff)}]` : `[${codePoint(0)}-${codePoint(0x10ffff)}]`;
+        i += empty[0].length;
+      } else {
+        const negated = pattern[i + 1] === '^';
+        out += negated ? '[^' : '[';
+        i += negated ? 2 : 1;
+        inClass = true;
+      }
+    } else {
+      out += c === '.' ? `[^\\n\\r${codePoint(0x2028)}${codePoint(0x2029)}]` : c;
+      i += 1;
+    }
+  }
+  return out;
+}
+
+const linearRegExp = Object.assign((pattern: string) => RE2JS.compile(re2Syntax(pattern)), { code: 'require("re2js").RE2JS.compile' });
 const schemaAjv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false, code: { regExp: linearRegExp } });
 schemaAjv.addKeyword({ keyword: 'x-pii' });
 const COMPILED_SETTINGS_MAX = 256;
@@ -133,13 +193,15 @@ export function settingsValueErrors(schema: Record<string, unknown>, overrides: 
       errors.push({ key, message: "is not a property of the Application's settings_schema" });
       continue;
     }
-    let validate: ValidateFunction | null;
+    let validate: ValidateFunction;
     try {
       validate = compileSettings(property);
     } catch {
-      validate = null; // a property that does not compile accepts nothing
+      // A property stored before a rule it breaks (a pattern RE2 cannot run) accepts nothing, and says so.
+      errors.push({ key, message: "cannot be set: its settings_schema property no longer compiles (the Application's owner must change it)" });
+      continue;
     }
-    if (!validate || !validate(value)) errors.push({ key, message: validate?.errors?.[0]?.message ?? 'does not match its settings_schema property' });
+    if (!validate(value)) errors.push({ key, message: validate.errors?.[0]?.message ?? 'does not match its settings_schema property' });
   }
   return errors;
 }
