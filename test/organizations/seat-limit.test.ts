@@ -326,3 +326,25 @@ test('a plan change giving seats back to members marked seat_limit, at the same 
     for (const m of marked) assert.equal((await decisionOf(m.id, app.id)).decision, 'included', `round ${round}`);
   }
 });
+
+test("seat-limit-release counts each mode's seats apart, as requests count them: a test-mode grant on a live Starter Tenant's Application never keeps a live seat_limit member from a seat freed in live mode", async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const waiting = await person(t);
+  assertStatus(await addById(t, admin, org.id, waiting.id), 201);
+  assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: false, decision: 'seat_limit' });
+  // Test mode on the same (shared) Application: a test user granted by a test key takes a test seat.
+  const testAdmin = await platformKey(t, undefined, 'test');
+  const tester = await person(t, { mode: 'test' });
+  assertStatus(await call(t, 'POST', `/v1/users/${tester.id}/entitlements`, testAdmin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  const tenantId = await tenantOf(app.id);
+  const seatsOf = async () => assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/usage`, app.owner!.token), 200).limits.seats.current;
+  assert.equal(await seatsOf(), 1000, 'the live seats: the test one is not the live Tenant\'s');
+  // Time frees a live seat: the live member waiting for one gets it.
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.equal(await seatsOf(), 1000);
+});

@@ -151,6 +151,25 @@ test('overrides a later settings_schema no longer accepts stay stored and are co
   assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, { density: 'compact', page_size: 20 });
 });
 
+test("stale_override_counts counts the users of the caller's mode only (users are mode-isolated, the Application is shared): a test-mode key never counts a live user's overrides, and the reverse", async () => {
+  const owned = await newApp(t, admin, { settings_schema: SCHEMA });
+  const testAdmin = await platformKey(t, undefined, 'test');
+  const live = await person(t);
+  await grant(t, admin, live.id, owned.id);
+  assertStatus(await patchAppSettings(live.token, { overrides: { density: 'compact', page_size: 20 } }, 'me', owned.id), 200);
+  const tester = await person(t, { mode: 'test' });
+  await grant(t, testAdmin, tester.id, owned.id);
+  assertStatus(await patchAppSettings(tester.token, { overrides: { page_size: 30 } }, 'me', owned.id), 200);
+  const narrowed = { type: 'object', properties: { density: { type: 'string', enum: ['comfortable'] }, page_size: { type: 'integer', minimum: 50, maximum: 100 } } };
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: narrowed }), 200);
+  const countsFor = async (cred: string) => assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, cred), 200).settings_schema_stats.stale_override_counts;
+  assert.deepEqual(await countsFor(admin), { density: 1, page_size: 1 }, 'the live user only');
+  assert.deepEqual(await countsFor(testAdmin), { page_size: 1 }, 'the test user only');
+  // A PATCH answers with the same counts as the GET of its mode.
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, testAdmin, { description: 'test-mode edit' }), 200);
+  assert.deepEqual(patched.settings_schema_stats.stale_override_counts, { page_size: 1 });
+});
+
 test('stale_override_counts counts keys named like Object.prototype members (constructor, toString) as numbers: GET and PATCH of the Application answer 200, never 500', async () => {
   const named = { type: 'object', properties: { constructor: { type: 'string' }, toString: { type: 'string' }, hasOwnProperty: { type: 'string' }, density: { type: 'string' } } };
   const owned = await newApp(t, admin, { settings_schema: named });

@@ -37,7 +37,12 @@ export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
 
 export async function staleCounts(ctx: Ctx, app: ApplicationRow): Promise<Record<string, number>> {
   if (Object.keys(app.settings_schema).length === 0) return {};
-  const { rows } = await ctx.db.query<{ overrides: Record<string, unknown> }>('SELECT overrides FROM app_settings WHERE application_id = $1', [app.id]);
+  // The users of the caller's mode (row-level security on users): an Application is shared by both
+  // modes, its users are not (as a Role's assignment_count).
+  const { rows } = await ctx.db.query<{ overrides: Record<string, unknown> }>(
+    'SELECT s.overrides FROM app_settings s JOIN users u ON u.id = s.user_id WHERE s.application_id = $1',
+    [app.id],
+  );
   // Counted in a Map: a key is any name a schema declared (`constructor`, `toString`), and on a plain
   // object those would start from what Object.prototype holds under that name.
   const counts = new Map<string, number>();

@@ -4,6 +4,7 @@ import type { Queryable, Tx } from '../../db/types.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { lockTenantSeats } from '../../access/locks.js';
+import { asModeWithin } from '../../db/roles.js';
 import { PLAN_LIMITS, type Plan } from './plans.js';
 
 /**
@@ -131,19 +132,19 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Pro
   if (marked.length === 0) return 0;
   // A restricted Tenant has no room for a new seat until the restriction lifts.
   const cap = (await isRestricted(tx, tenantId)) ? 0 : await seatCapOf(tx, tenantId);
-  const ids = marked.map((r) => r.user_id);
-  let released = ids;
-  if (cap !== null) {
-    const seated = await seatHoldersAmong(tx, tenantId, ids, ctx.now);
-    let room = cap - (await countSeats(tx, tenantId, ctx.now));
-    released = ids.filter((u) => seated.has(u) || room-- > 0);
-  }
-  if (released.length === 0) return 0;
-  // A job or processor event (system scope) sees both modes' marks: each user's access.granted is an
-  // event of that user's mode, so a test member's goes only to test-mode subscriptions.
-  const testUsers = new Set(marked.filter((r) => r.test_mode).map((r) => r.user_id));
+  // A job or processor event (system scope) sees both modes' marks. Each mode's seats are counted
+  // apart, as that mode's requests count them (row-level security), so the other mode's seats never
+  // take this mode's room; and each user's access.granted is an event of that user's mode, so a test
+  // member's goes only to test-mode subscriptions.
+  let count = 0;
   for (const mode of ['live', 'test'] as const) {
-    const users = released.filter((u) => testUsers.has(u) === (mode === 'test'));
+    const ids = marked.filter((r) => r.test_mode === (mode === 'test')).map((r) => r.user_id);
+    if (ids.length === 0) continue;
+    const users = cap === null ? ids : await asModeWithin(tx, mode, async () => {
+      const seated = await seatHoldersAmong(tx, tenantId, ids, ctx.now);
+      let room = cap - (await countSeats(tx, tenantId, ctx.now));
+      return ids.filter((u) => seated.has(u) || room-- > 0);
+    });
     if (users.length === 0) continue;
     await withAccessFlips(tx, { ...ctx, mode }, { userIds: users }, 'org_grant_changed', () =>
       tx.query(
@@ -152,6 +153,7 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Pro
         [tenantId, users],
       ),
     );
+    count += users.length;
   }
-  return released.length;
+  return count;
 }
