@@ -74,6 +74,24 @@ test("an Organization owner's new Tenant is on plan team; further Applications o
   assert.equal(tenant.region, 'us-east-1');
 });
 
+test('an Application changes hands only within its mode: a test-mode key naming a test user or test Organization as the owner of a live Application is 422 validation_failed naming the field, and the live owner keeps it (no audit row)', async () => {
+  const app = await newApp(t, admin);
+  const testKey = await platformKey(t, undefined, 'test');
+  const testUser = await person(t, { mode: 'test' });
+  const testOrg = await createOrg(t, [{ userId: testUser.id, role: 'org_admin' }], { mode: 'test' });
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, testKey, { owner_user_id: testUser.id }), 'owner_user_id');
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, testKey, { owner_organization_id: testOrg }), 'owner_organization_id');
+  // A live caller cannot hand it to a test user either.
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: testUser.id }), 'owner_user_id');
+  const read = assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200);
+  assert.equal(read.owner_user_id, app.owner!.id);
+  assert.equal(read.tenant_id, app.tenant_id);
+  assert.deepEqual((await auditOf(t, app.id, 'application.updated')).length, 0);
+  // Within its mode the move still works.
+  const liveUser = await person(t);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: liveUser.id }), 200).owner_user_id, liveUser.id);
+});
+
 test('POST requires exactly one of owner_user_id or owner_organization_id', async () => {
   const owner = await person(t);
   const member = await person(t);

@@ -174,7 +174,7 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   body.owner_user_id = nextUser;
   body.owner_organization_id = nextOrg;
   if (nextUser === app.owner_user_id && nextOrg === app.owner_organization_id) return app.tenant_id;
-  await assertOwnerKnown(tx, { userId: nextUser, organizationId: nextOrg });
+  await assertOwnerKnown(tx, { userId: nextUser, organizationId: nextOrg }, app.test_mode);
   const from = (await findTenant(tx, app.tenant_id))!;
   const to = await resolveOwnerTenant(tx, { userId: nextUser, organizationId: nextOrg }, ctx.now);
   if (to.id === from.id) return from.id;

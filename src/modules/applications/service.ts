@@ -112,14 +112,19 @@ export function validateConfig(slug: string, testMode: boolean, input: ConfigInp
   return input.permissions ? validatePermissions(slug, input.permissions) : undefined;
 }
 
-/** The owner named on create or on an ownership change exists; a deleted or erased user is not a known user (422). */
-export async function assertOwnerKnown(tx: Tx, owner: { userId?: string | null; organizationId?: string | null }): Promise<void> {
+/**
+ * The owner named on create or on an ownership change exists, in the Application's mode; a deleted or
+ * erased user is not a known user (422). A live Application is never handed to a test User or
+ * Organization, nor the reverse: a test-mode key could otherwise take a live Application out of its
+ * live owner's hands by naming a test user it made.
+ */
+export async function assertOwnerKnown(tx: Tx, owner: { userId?: string | null; organizationId?: string | null }, testMode: boolean): Promise<void> {
   if (owner.userId) {
-    const { rowCount } = await tx.query(`SELECT 1 FROM users WHERE id = $1 AND status <> 'deleted' AND erased_at IS NULL`, [owner.userId]);
-    if (!rowCount) throw invalidField('owner_user_id', 'is not a known user');
+    const { rowCount } = await tx.query(`SELECT 1 FROM users WHERE id = $1 AND status <> 'deleted' AND erased_at IS NULL AND test_mode = $2`, [owner.userId, testMode]);
+    if (!rowCount) throw invalidField('owner_user_id', `is not a known ${testMode ? 'test-mode' : 'live'} user (the Application's mode)`);
   } else {
-    const { rowCount } = await tx.query('SELECT 1 FROM organizations WHERE id = $1', [owner.organizationId]);
-    if (!rowCount) throw invalidField('owner_organization_id', 'is not a known organization');
+    const { rowCount } = await tx.query('SELECT 1 FROM organizations WHERE id = $1 AND test_mode = $2', [owner.organizationId, testMode]);
+    if (!rowCount) throw invalidField('owner_organization_id', `is not a known ${testMode ? 'test-mode' : 'live'} organization (the Application's mode)`);
   }
 }
 
@@ -144,7 +149,7 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
   const roles = body.available_app_roles ?? [];
   const permissions = validateConfig(body.slug, testMode, body, roles, body.default_app_role ?? null) ?? [];
   return ctx.db.transaction(async (tx) => {
-    await assertOwnerKnown(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id });
+    await assertOwnerKnown(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id }, testMode);
     const tenant = await resolveOwnerTenant(tx, { userId: body.owner_user_id, organizationId: body.owner_organization_id }, ctx.now);
     // Read after the Tenant lock: a creation of the same slug in this Tenant that held it has committed
     // by now, so the collision is slug_taken, as one after the other, not the plan cap it filled.
