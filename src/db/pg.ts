@@ -9,6 +9,8 @@ export interface PgOptions {
   /** Schema to use instead of public (tests isolate themselves this way). */
   schema?: string;
   poolSize?: number;
+  /** Distinct statement texts prepared under a name (NAMED_STATEMENTS_MAX). */
+  namedStatements?: number;
 }
 
 
@@ -16,16 +18,26 @@ export interface PgOptions {
 pg.types.setTypeParser(20, (v) => Number(v));
 
 // Parameterized statements are prepared once per connection under a name derived from their text,
-// so the server parses and plans each hot query once instead of on every call.
-const statementNames = new Map<string, string>();
-function statement(text: string, params: unknown[] | undefined): pg.QueryConfig {
-  if (!params || params.length === 0) return { text };
-  let name = statementNames.get(text);
-  if (!name) {
-    name = `s_${createHash('sha1').update(text).digest('base64url').slice(0, 20)}`;
-    statementNames.set(text, name);
-  }
-  return { name, text, values: params as any[] };
+// so the server parses and plans each hot query once instead of on every call. A prepared statement
+// stays on its connection (in the server's memory, tens of KB for a list query's plan) until the
+// connection closes, which a busy pool never does; list queries are written from the filters a
+// request names, so their texts are many. The first NAMED_STATEMENTS_MAX distinct texts are named
+// (the service's own statements are far fewer); any later one runs unnamed, parsed on each call, so a
+// connection holds a bounded number of them however many filter combinations clients send.
+export const NAMED_STATEMENTS_MAX = 1000;
+
+function statementNamer(max: number) {
+  const names = new Map<string, string>();
+  return (text: string, params: unknown[] | undefined): pg.QueryConfig => {
+    if (!params || params.length === 0) return { text };
+    let name = names.get(text);
+    if (!name) {
+      if (names.size >= max) return { text, values: params as any[] };
+      name = `s_${createHash('sha1').update(text).digest('base64url').slice(0, 20)}`;
+      names.set(text, name);
+    }
+    return { name, text, values: params as any[] };
+  };
 }
 
 /** A PostgreSQL server. One pool per scope; mode pools connect as the app role with the mode set. */
@@ -39,6 +51,7 @@ export async function openPg(options: PgOptions): Promise<Database> {
       await client.end();
     }
   }
+  const statement = statementNamer(options.namedStatements ?? NAMED_STATEMENTS_MAX);
   const pools = new Map<Scope, pg.Pool>();
   const poolFor = (scope: Scope): pg.Pool => {
     let pool = pools.get(scope);

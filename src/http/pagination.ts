@@ -44,8 +44,9 @@ const isCursorInstant = (at: string): boolean => /^(?!0000)\d{4}-\d{2}-\d{2}T\d{
 export interface KeysetPage {
   /** SQL condition to AND into the WHERE clause ('TRUE' on the first page). */
   condition: string;
+  /** The condition's parameters, then the LIMIT's: numbered from firstParam, after the caller's own. */
   params: unknown[];
-  /** ORDER BY ... LIMIT n (+1 row to learn has_more). */
+  /** ORDER BY ... LIMIT $n (+1 row to learn has_more). */
   orderLimit: string;
   limit: number;
 }
@@ -54,19 +55,23 @@ export interface KeysetPage {
  * Keyset pagination on (created_at, id), newest first (or oldest first for queues). A row inserted
  * while a client pages never moves a row across the cursor, so pages never repeat or skip rows that
  * existed when paging began.
+ *
+ * The LIMIT is a parameter, not text: each distinct statement text is prepared on every PostgreSQL
+ * connection that runs it and stays there (src/db/pg.ts), so a limit written into the text made each
+ * of the 100 limits of every filter combination a statement of its own.
  */
 export function keyset(page: PageParams, firstParam: number, alias = '', direction: 'asc' | 'desc' = 'desc'): KeysetPage {
   const limit = page.limit ?? 20;
   const col = (c: string) => (alias ? `${alias}.${c}` : c);
   const dir = direction === 'asc' ? 'ASC' : 'DESC';
-  const orderLimit = `ORDER BY ${col('created_at')} ${dir}, ${col('id')} ${dir} LIMIT ${limit + 1}`;
-  if (!page.cursor) return { condition: 'TRUE', params: [], orderLimit, limit };
+  const orderLimit = (limitParam: number) => `ORDER BY ${col('created_at')} ${dir}, ${col('id')} ${dir} LIMIT $${limitParam}::int`;
+  if (!page.cursor) return { condition: 'TRUE', params: [limit + 1], orderLimit: orderLimit(firstParam), limit };
   const [at, id] = decodeCursor(page.cursor, 2);
   if (typeof at !== 'string' || typeof id !== 'string' || !isCursorInstant(at)) throw invalidCursor();
   return {
     condition: `(${col('created_at')}, ${col('id')}) ${direction === 'asc' ? '>' : '<'} ($${firstParam}::timestamptz, $${firstParam + 1})`,
-    params: [at, id],
-    orderLimit,
+    params: [at, id, limit + 1],
+    orderLimit: orderLimit(firstParam + 2),
     limit,
   };
 }

@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildTestApp, dropSchema, openTestDatabase, testConfig, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
-import { uniqueEmail } from '../helpers/fixtures.js';
+import { createApiKey, uniqueEmail } from '../helpers/fixtures.js';
 import { SystemClock } from '../../src/clock.js';
 import type { Config } from '../../src/config.js';
 import { boot } from '../../src/boot.js';
@@ -434,4 +434,49 @@ test('two transactions taking the same two rows in opposite orders both commit: 
   assert.deepEqual(await Promise.all([run(0), run(1)]), [0, 1]);
   const expected = t.database.kind === 'pg' ? [1, 2] : [1, 1];
   assert.deepEqual([...attempts].sort(), expected, t.database.kind === 'pg' ? 'the deadlock victim ran twice, the other once' : 'each ran once, in turn');
+});
+
+/** Prepared statements whose text contains `fragment`, summed over every connection of the scope's pool (each is held at once). */
+async function preparedOnEveryConnection(database: Database, scope: 'live' | 'system', connections: number, fragment: string): Promise<number> {
+  let arrived = 0;
+  let release!: () => void;
+  const everyoneHere = new Promise<void>((resolve) => (release = resolve));
+  const counts = await Promise.all(
+    Array.from({ length: connections }, () =>
+      database.scoped(scope).transaction(async (tx) => {
+        const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_prepared_statements WHERE strpos(statement, $1) > 0', [fragment]);
+        if (++arrived === connections) release();
+        await everyoneHere;
+        return rows[0].n;
+      }),
+    ),
+  );
+  return counts.reduce((a, b) => a + b, 0);
+}
+
+test('a list prepares one statement whatever its limit: GET /v1/audit-events with the limits 1 to 100 leaves at most one prepared statement per connection, not one per limit', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('prepared statements per connection: PostgreSQL only');
+  const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;
+  for (let limit = 1; limit <= 100; limit++) {
+    const res = await t.app.inject({ method: 'GET', url: `/v1/audit-events?actor_type=api_key&limit=${limit}`, headers: { authorization: `Bearer ${key}` } });
+    assert.equal(res.statusCode, 200, res.body);
+  }
+  const prepared = await preparedOnEveryConnection(t.database, 'live', 3, 'FROM audit_events e WHERE');
+  assert.ok(prepared >= 1 && prepared <= 3, `${prepared} prepared statements for one list query`);
+});
+
+test('a PostgreSQL connection holds a bounded number of prepared statements: beyond the bound, statements of new texts run unnamed and answer the same', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('prepared statements per connection: PostgreSQL only');
+  const schema = freshSchemaName('prep');
+  const database = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 1, namedStatements: 5 });
+  try {
+    for (let i = 0; i < 20; i++) {
+      const { rows } = await database.scoped('system').query<{ v: number }>(`SELECT $1::int + ${i} AS v /* bounded */`, [1]);
+      assert.equal(rows[0].v, 1 + i);
+    }
+    assert.equal(await preparedOnEveryConnection(database, 'system', 1, '/* bounded */'), 5);
+  } finally {
+    await database.close();
+    await dropSchema(schema);
+  }
 });

@@ -2,6 +2,8 @@
 // global Settings and per-application AppSettings validated against the Application's settings_schema.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
   appKey, assertError, assertInvalid, assertStatus, auditOf, call, grant, newApp, person, platformKey, sql, type AppFixture,
@@ -296,4 +298,33 @@ test('AppSettings: a self-service change writes no audit event; a users.manage c
   assert.equal(audit.length, 1);
   assert.deepEqual(audit[0].before.overrides, { density: 'compact' });
   assert.deepEqual(audit[0].after.overrides, { density: 'comfortable', beta: true });
+});
+
+test('compiled settings_schemas are not kept for the life of the process: 100 distinct schemas of 200 KB written to an Application (each compiled, its property too for the stale counts) leave the heap within a bounded size', async () => {
+  // Ajv kept every function it compiled, with its schema, in the scope of its one instance: every
+  // schema text ever seen stayed in memory, and reads of more Applications than the cache holds
+  // compiled (and kept) their schemas again on every read.
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const heapAfterGc = async () => {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    gc();
+    gc();
+    return process.memoryUsage().heapUsed;
+  };
+  const owned = await newApp(t, admin, { settings_schema: { type: 'object', properties: { choice: { type: 'string' } } } });
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  assertStatus(await patchAppSettings(u.token, { overrides: { choice: 'c1' } }, 'me', owned.id), 200);
+  const schemaOf = (n: number) => ({ type: 'object', properties: { choice: { type: 'integer', description: `${n} ${'x'.repeat(200_000)}` } } });
+  const write = async (n: number) => {
+    const body = assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: schemaOf(n) }), 200);
+    assert.deepEqual(body.settings_schema_stats.stale_override_counts, { choice: 1 });
+  };
+  for (let n = 0; n < 20; n++) await write(n); // warm up
+  const before = await heapAfterGc();
+  for (let n = 20; n < 120; n++) await write(n);
+  const grown = (await heapAfterGc()) - before;
+  // Kept for good: 200 compiled schemas of 200 KB, some 40 MB. Bounded: 2 MB of schema text per compiler.
+  assert.ok(grown < 16 * 1024 * 1024, `heap grew by ${Math.round(grown / 1024 / 1024)} MB`);
 });

@@ -8,7 +8,7 @@ import { secondProcess } from '../foundation/support/ops.js';
 import { runDeliveryPass, startWebhookWorker } from '../../src/modules/webhooks/index.js';
 import { claimDue } from '../../src/modules/webhooks/dispatch.js';
 import { closeWebhookTransport } from '../../src/modules/webhooks/transport.js';
-import { buildApp, createWebhook, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, until } from './support.js';
+import { buildApp, call, createWebhook, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, until } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -98,4 +98,37 @@ test('the worker delivers concurrently: a hanging receiver never delays another 
   assert.match(hung.error ?? '', /timeout/, 'the hanging attempt ended by its 5 s deadline');
   assert.equal((await deliveriesOf(t, fast.id)).filter((r) => r.status === 'succeeded').length, 21);
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = ANY($1::text[])', [[hang.id, fast.id]]);
+});
+
+test('the worker remembers a bounded number of subscriptions: after 40 failing subscriptions were deleted, its claim statement names at most the bound, not every subscription it ever sent to', async () => {
+  // The claim statement's per-subscription room ($5) is what a worker sends to the database several
+  // times a second; it named every subscription ever held below the start, deleted ones included.
+  const named: number[] = [];
+  const scoped = t.deps.database.scoped.bind(t.deps.database);
+  t.deps.database.scoped = (scope) => {
+    const db = scoped(scope);
+    return {
+      ...db,
+      query: (text: string, params?: unknown[]) => {
+        if (text.includes('WITH candidates AS')) named.push(Object.keys(JSON.parse(String(params![4]))).length);
+        return db.query(text, params);
+      },
+    } as typeof db;
+  };
+  receiver.routes.set('/gone', (_req, res) => res.writeHead(500).end('gone'));
+  const subs: { id: string }[] = [];
+  for (let i = 0; i < 40; i++) subs.push(await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/gone'), events: ['organization.member_removed'] }));
+  const worker = startWebhookWorker(t.deps, { idleMs: 20, rememberedSubscriptions: 10 });
+  try {
+    await emitEvent(t, 'organization.member_removed', { organization: { id: 'org_gone' }, user: { id: 'usr_gone' } });
+    await until(() => receiver.at('/gone').length === 40, 10_000, '40 failed attempts');
+    await until(async () => (await sql(t, "SELECT 1 FROM webhook_deliveries WHERE subscription_id = ANY($1::text[]) AND attempt = 1 AND claim_token IS NULL AND error IS NOT NULL", [subs.map((s) => s.id)])).length === 40, 5000, 'outcomes recorded');
+    for (const sub of subs) assert.equal((await call(t, 'DELETE', `/v1/webhooks/${sub.id}`, admin)).statusCode, 204);
+    const seen = named.length;
+    await until(() => named.length > seen + 2, 5000, 'later claims');
+    assert.ok(Math.max(...named.slice(seen)) <= 10, `the claim statement names ${Math.max(...named.slice(seen))} subscriptions`);
+  } finally {
+    await worker.stop();
+    t.deps.database.scoped = scoped;
+  }
 });

@@ -71,9 +71,13 @@ export function validatePermissions(slug: string, permissions: { key: string; de
 
 // Each Application's settings_schema is compiled on its own. Ajv would otherwise register a schema by
 // its `$id` for the life of the process (a second schema naming that `$id`, the same Application's next
-// version included, was refused as "already exists", and another Application's schema could `$ref` it)
-// and keep every schema object it ever compiled (its cache is keyed by object, and each request reads a
-// fresh one). The compiled functions are kept here instead, by the schema's text, a bounded number.
+// version included, was refused as "already exists", and another Application's schema could `$ref` it).
+// An Ajv instance also keeps every function it compiled, with the schema and the patterns the function
+// uses, for as long as the instance lives (its scope; removeSchema does not release them): one instance
+// for the life of the process grew with every schema text it ever met, and when more schemas were in
+// use than the cache holds, every read of an Application compiled (and kept) its schema again. So an
+// instance compiles a bounded amount (a number of schemas, a total of schema text) and then gives way
+// to a fresh one, the compiled functions kept here (by the schema's text) going with it.
 //
 // `pattern` and `patternProperties` run on RE2 (re2js: linear time in the input), not on the backtracking
 // RegExp: a settings_schema is written by an Application's owner and its patterns run on every write of
@@ -141,26 +145,44 @@ export function re2Syntax(pattern: string): string {
 }
 
 const linearRegExp = Object.assign((pattern: string) => RE2JS.compile(re2Syntax(pattern)), { code: 'require("re2js").RE2JS.compile' });
-const schemaAjv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false, code: { regExp: linearRegExp } });
-schemaAjv.addKeyword({ keyword: 'x-pii' });
 const COMPILED_SETTINGS_MAX = 256;
-const compiledSettings = new Map<string, ValidateFunction>();
+const COMPILED_SETTINGS_TEXT_MAX = 2 * 1024 * 1024;
+
+interface SettingsCompiler {
+  ajv: Ajv.default;
+  /** Schemas compiled (or tried) by this instance, and the length of their texts. */
+  compiles: number;
+  textLength: number;
+  /** Compiled functions by the sha256 of the schema's text. */
+  compiled: Map<string, ValidateFunction>;
+}
+
+function newSettingsCompiler(): SettingsCompiler {
+  const ajv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false, code: { regExp: linearRegExp } });
+  ajv.addKeyword({ keyword: 'x-pii' });
+  return { ajv, compiles: 0, textLength: 0, compiled: new Map() };
+}
+let settingsCompiler = newSettingsCompiler();
 
 /** The validation function of one settings schema (or property schema); throws when it does not compile. */
 function compileSettings(schema: object): ValidateFunction {
-  const key = createHash('sha256').update(JSON.stringify(schema)).digest('base64');
-  let validate = compiledSettings.get(key);
-  if (validate) {
-    compiledSettings.delete(key); // most recently used last
-  } else {
-    try {
-      validate = schemaAjv.compile(schema);
-    } finally {
-      schemaAjv.removeSchema(schema);
-    }
-    if (compiledSettings.size >= COMPILED_SETTINGS_MAX) compiledSettings.delete(compiledSettings.keys().next().value!);
+  const text = JSON.stringify(schema);
+  const key = createHash('sha256').update(text).digest('base64');
+  const cached = settingsCompiler.compiled.get(key);
+  if (cached) return cached;
+  if (settingsCompiler.compiles >= COMPILED_SETTINGS_MAX || settingsCompiler.textLength + text.length > COMPILED_SETTINGS_TEXT_MAX) {
+    settingsCompiler = newSettingsCompiler();
   }
-  compiledSettings.set(key, validate);
+  const compiler = settingsCompiler;
+  compiler.compiles++;
+  compiler.textLength += text.length;
+  let validate: ValidateFunction;
+  try {
+    validate = compiler.ajv.compile(schema);
+  } finally {
+    compiler.ajv.removeSchema(schema);
+  }
+  compiler.compiled.set(key, validate);
   return validate;
 }
 

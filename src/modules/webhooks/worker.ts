@@ -13,6 +13,8 @@ export interface WebhookWorkerOptions {
   batchSize?: number;
   /** Attempts in flight at once in this process; a slow receiver holds one slot for at most 5 s. */
   maxInFlight?: number;
+  /** Subscriptions whose allowance is remembered (REMEMBERED_SUBSCRIPTIONS). */
+  rememberedSubscriptions?: number;
 }
 
 /**
@@ -24,6 +26,13 @@ export interface WebhookWorkerOptions {
  */
 const SUBSCRIPTION_START = 2;
 const SUBSCRIPTION_MAX = 64;
+/**
+ * Subscriptions whose allowance a worker remembers, the least recently changed forgotten first (it
+ * starts again from SUBSCRIPTION_START). Unbounded, it kept every subscription the process had ever
+ * sent to, deleted ones included, and named each one held below the start after a failure in every
+ * claim statement (several a second) for the life of the process.
+ */
+const REMEMBERED_SUBSCRIPTIONS = 1000;
 
 const RELAY_BATCH = 500;
 const GATHER_MS = 20;
@@ -62,6 +71,7 @@ export function startWebhookWorker(deps: Deps, options: WebhookWorkerOptions = {
   const idleMs = options.idleMs ?? 100;
   const batchSize = options.batchSize ?? 100;
   const maxInFlight = options.maxInFlight ?? 512;
+  const remembered = options.rememberedSubscriptions ?? REMEMBERED_SUBSCRIPTIONS;
   const inFlight = new Set<Promise<void>>();
   const perSubscription = new Map<string, number>();
   const allowance = new Map<string, number>();
@@ -74,13 +84,19 @@ export function startWebhookWorker(deps: Deps, options: WebhookWorkerOptions = {
     for (const [sub, a] of allowance) if (a < SUBSCRIPTION_START && !(sub in left)) left[sub] = a;
     return { left, fresh: SUBSCRIPTION_START };
   };
+  // Most recently changed last; beyond the bound the oldest is forgotten.
+  const remember = (sub: string, a: number) => {
+    allowance.delete(sub);
+    allowance.set(sub, a);
+    if (allowance.size > remembered) allowance.delete(allowance.keys().next().value!);
+  };
   const settle = (o: Outcome) => {
     const sub = o.delivery.subscription_id;
     const n = (perSubscription.get(sub) ?? 1) - 1;
     if (n > 0) perSubscription.set(sub, n);
     else perSubscription.delete(sub);
-    if (o.result?.ok) allowance.set(sub, Math.min(allowanceOf(sub) * 2, SUBSCRIPTION_MAX));
-    else if (o.result) allowance.set(sub, 1);
+    if (o.result?.ok) remember(sub, Math.min(allowanceOf(sub) * 2, SUBSCRIPTION_MAX));
+    else if (o.result) remember(sub, 1);
   };
   let finished: Outcome[] = [];
   let stopped = false;
