@@ -257,6 +257,17 @@ test('settings_schema patterns keep their ECMAScript meaning on RE2: a schema st
   assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, valid);
 });
 
+test('a settings_schema is at most 64 KB serialized and none of its arrays has more than 1,000 entries (their meta-schema check is quadratic, in the shared event loop): 422 invalid_settings_schema and nothing stored; 1,000 enum entries are accepted', async () => {
+  const owned = await newApp(t, admin, { settings_schema: SCHEMA });
+  const withEnum = (n: number) => ({ type: 'object', properties: { plan: { type: 'string', enum: Array.from({ length: n }, (_, i) => `p${i}`) } } });
+  const tooMany = assertError(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: withEnum(1001) }), 422, 'invalid_settings_schema');
+  assert.match(tooMany.details.reason, /properties\.plan\.enum has 1001 entries; at most 1000/);
+  const big = { type: 'object', properties: Object.fromEntries(Array.from({ length: 700 }, (_, i) => [`key_${i}`, { type: 'string', description: 'x'.repeat(80) }])) };
+  assert.match(assertError(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: big }), 422, 'invalid_settings_schema').details.reason, /must be at most 65536 bytes serialized/);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200).settings_schema, SCHEMA, 'nothing was stored');
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: withEnum(1000) }), 200).settings_schema.properties.plan.enum.length, 1000);
+});
+
 test('PATCH settings: notifications merge field by field with the stored values, not the defaults', async () => {
   const u = await person(t);
   assert.deepEqual(assertStatus(await patchSettings(u.token, { notifications: { email: false } }), 200).notifications, { email: false, sms: false });
@@ -300,7 +311,7 @@ test('AppSettings: a self-service change writes no audit event; a users.manage c
   assert.deepEqual(audit[0].after.overrides, { density: 'comfortable', beta: true });
 });
 
-test('compiled settings_schemas are not kept for the life of the process: 100 distinct schemas of 200 KB written to an Application (each compiled, its property too for the stale counts) leave the heap within a bounded size', async () => {
+test('compiled settings_schemas are not kept for the life of the process: 200 distinct schemas of 60 KB written to an Application (each compiled, its property too for the stale counts) leave the heap within a bounded size', async () => {
   // Ajv kept every function it compiled, with its schema, in the scope of its one instance: every
   // schema text ever seen stayed in memory, and reads of more Applications than the cache holds
   // compiled (and kept) their schemas again on every read.
@@ -316,15 +327,15 @@ test('compiled settings_schemas are not kept for the life of the process: 100 di
   const u = await person(t);
   await grant(t, admin, u.id, owned.id);
   assertStatus(await patchAppSettings(u.token, { overrides: { choice: 'c1' } }, 'me', owned.id), 200);
-  const schemaOf = (n: number) => ({ type: 'object', properties: { choice: { type: 'integer', description: `${n} ${'x'.repeat(200_000)}` } } });
+  const schemaOf = (n: number) => ({ type: 'object', properties: { choice: { type: 'integer', description: `${n} ${'x'.repeat(60_000)}` } } });
   const write = async (n: number) => {
     const body = assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: schemaOf(n) }), 200);
     assert.deepEqual(body.settings_schema_stats.stale_override_counts, { choice: 1 });
   };
   for (let n = 0; n < 20; n++) await write(n); // warm up
   const before = await heapAfterGc();
-  for (let n = 20; n < 120; n++) await write(n);
+  for (let n = 20; n < 220; n++) await write(n);
   const grown = (await heapAfterGc()) - before;
-  // Kept for good: 200 compiled schemas of 200 KB, some 40 MB. Bounded: 2 MB of schema text per compiler.
+  // Kept for good: 400 compiled schemas of 60 KB, some 24 MB. Bounded: 2 MB of schema text per compiler.
   assert.ok(grown < 16 * 1024 * 1024, `heap grew by ${Math.round(grown / 1024 / 1024)} MB`);
 });

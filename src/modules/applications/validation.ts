@@ -187,8 +187,36 @@ function compileSettings(schema: object): ValidateFunction {
 }
 
 /** A JSON-schema style object for AppSettings: an object schema that compiles; reserved names refused. */
+/**
+ * A settings_schema is at most 64 KB serialized and none of its arrays (enum, required, …) has more
+ * than 1,000 entries. Checking a schema against JSON Schema's meta-schema takes time quadratic in an
+ * array's length (unique items), in the event loop every tenant shares: a 1 MB body holding one enum
+ * of 80,000 names held it for tens of seconds. 16 KB of overrides never need more.
+ */
+export const SETTINGS_SCHEMA_MAX_BYTES = 64 * 1024;
+export const SETTINGS_SCHEMA_ARRAY_MAX = 1000;
+
+function assertSettingsSchemaSize(schema: Record<string, unknown>): void {
+  const bytes = Buffer.byteLength(JSON.stringify(schema));
+  if (bytes > SETTINGS_SCHEMA_MAX_BYTES) {
+    throw new ApiError('invalid_settings_schema', { details: { reason: `must be at most ${SETTINGS_SCHEMA_MAX_BYTES} bytes serialized (got ${bytes})` } });
+  }
+  const walk = (value: unknown, path: string): void => {
+    if (Array.isArray(value)) {
+      if (value.length > SETTINGS_SCHEMA_ARRAY_MAX) {
+        throw new ApiError('invalid_settings_schema', { details: { reason: `${path || 'the schema'} has ${value.length} entries; at most ${SETTINGS_SCHEMA_ARRAY_MAX}` } });
+      }
+      value.forEach((item, i) => walk(item, `${path}[${i}]`));
+    } else if (value && typeof value === 'object') {
+      for (const [key, item] of Object.entries(value)) walk(item, path ? `${path}.${key}` : key);
+    }
+  };
+  walk(schema, '');
+}
+
 export function validateSettingsSchema(schema: Record<string, unknown>): void {
   if (Object.keys(schema).length === 0) return;
+  assertSettingsSchemaSize(schema);
   if (schema.type !== undefined && schema.type !== 'object') {
     throw new ApiError('invalid_settings_schema', { details: { reason: 'type must be object' } });
   }
