@@ -1,14 +1,6 @@
 import { invalidField } from '../errors.js';
 import { unstorableText } from './validation.js';
 
-/**
- * The LIKE pattern of a `q` search (a case-insensitive prefix), its wildcards escaped. The caller
- * lowers both sides in SQL (`lower(column) LIKE lower($n)`), never one of them in JavaScript:
- * String#toLowerCase and PostgreSQL's lower() disagree on some letters (U+0130 `İ`, a word-final `Σ`),
- * so a name searched exactly as stored was not found.
- */
-export const prefixPattern = (q: string): string => `${q.replace(/[\\%_]/g, (m) => `\\${m}`)}%`;
-
 export interface PageParams {
   limit?: number;
   cursor?: string;

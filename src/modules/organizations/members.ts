@@ -8,7 +8,7 @@ import { memberEvent } from './events.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { lockOrganization, lockTenantSeats } from '../../access/locks.js';
 import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
-import { keyset, prefixPattern, toPage } from '../../http/pagination.js';
+import { keyset, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
@@ -32,7 +32,9 @@ export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
   if (q.role) where.push(`role = $${params.push(q.role)}`);
   if (q.membership_status) where.push(`membership_status = $${params.push(q.membership_status)}`);
   // The name is matched only where it is shown: a pending member's display_name is null until active.
-  if (q.q) where.push(`(lower(email) LIKE lower($${params.push(prefixPattern(q.q))}) OR (membership_status = 'active' AND lower(display_name) LIKE lower($${params.length})))`);
+  // `q`: a prefix of the lowered text, both sides lowered in SQL (JavaScript and PostgreSQL lower `İ`
+  // and a word-final `Σ` differently), as the users and organizations searches do.
+  if (q.q) where.push(`(lower(email) ^@ lower($${params.push(q.q)}) OR (membership_status = 'active' AND lower(display_name) ^@ lower($${params.length})))`);
   const ks = keyset(q, params.length + 1);
   const { rows } = await ctx.db.query<MemberRow>(
     `SELECT * FROM (SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_FROM}) x WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,

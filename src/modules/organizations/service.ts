@@ -5,7 +5,7 @@ import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
-import { keyset, prefixPattern, toPage } from '../../http/pagination.js';
+import { keyset, toPage } from '../../http/pagination.js';
 import { memberEvent } from './events.js';
 import { findMember, findOrg, ORG_COLUMNS, toOrganization, type MemberRow, type OrgRow } from './store.js';
 import { ORG_READ_ONLY, type OrgListQuery, type Organization, type PatchOrgBody } from './schemas.js';
@@ -52,7 +52,7 @@ export async function listOrganizations(ctx: Ctx, q: OrgListQuery) {
     where.push(`my.user_id IS NOT NULL`);
   }
   if (q.status) where.push(`o.status = $${params.push(q.status)}`);
-  if (q.q) where.push(`lower(o.name) LIKE lower($${params.push(prefixPattern(q.q))})`);
+  if (q.q) where.push(`lower(o.name) ^@ lower($${params.push(q.q)})`);
   const ks = keyset(q, params.length + 1, 'o');
   const join = mine ? `LEFT JOIN organization_members my ON my.organization_id = o.id AND my.user_id = $1` : '';
   const { rows } = await ctx.db.query<OrgRow & { my_role?: string; my_membership_status?: string }>(
