@@ -7,6 +7,7 @@ import {
   ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, createOrg, customPlatformRole, effective, grant, newApp, outbox, patchEnt, person, platformKey,
   rand, slugOf, sql, type AppFixture,
 } from './support.js';
+import { loadMigrations } from '../../src/db/migrate.js';
 
 let t: TestApp;
 let admin: string;
@@ -504,6 +505,26 @@ test('assignment_count counts only the holders of the caller\'s mode; a Role hel
   const err = assertError(await call(t, 'DELETE', `/v1/roles/${role.id}`, testKey), 409, 'role_in_use');
   assert.equal(err.details.assignment_count, 0, 'the live count is not revealed');
   assert.equal((await sql(t, 'SELECT 1 FROM roles WHERE id = $1', [role.id])).length, 1, 'the Role stays');
+});
+
+test("each mode's assignment_count counts that mode's holders, also for assignments made before they carried their holder's mode (0031)", async () => {
+  const role = assertStatus(await createRole(admin, { name: `upg${rand(4)}`, scope: 'platform', permissions: ['audit.view'] }), 201);
+  await person(t, { roles: [role.id] });
+  await person(t, { roles: [role.id] });
+  await person(t, { mode: 'test', roles: [role.id] });
+  const testKey = await platformKey(t, undefined, 'test');
+  const counts = async () => [admin, testKey].map(async (c) => assertStatus(await call(t, 'GET', `/v1/roles/${role.id}`, c), 200).assignment_count);
+  assert.deepEqual(await Promise.all(await counts()), [2, 1]);
+  // The table as the last release left it (no mode on assignments), then the migrations from 0031.
+  await t.database.scoped('system').transaction(async (tx) => {
+    await tx.exec('ALTER TABLE role_assignments DROP COLUMN test_mode');
+    for (const m of loadMigrations().filter((m) => m.version >= '0031')) await tx.exec(m.sql);
+  });
+  assert.deepEqual(await Promise.all(await counts()), [2, 1]);
+  assert.deepEqual((await sql(t, 'SELECT test_mode FROM role_assignments WHERE role_id = $1 ORDER BY test_mode', [role.id])).map((r) => r.test_mode), [false, false, true]);
+  // A later assignment takes its holder's mode from the database.
+  await person(t, { mode: 'test', roles: [role.id] });
+  assert.deepEqual(await Promise.all(await counts()), [2, 2]);
 });
 
 test('PATCH /v1/roles/{id} changes permissions and description only: name, scope, seed and the other read-only fields give 422 read_only_field and change nothing', async () => {

@@ -141,3 +141,12 @@ test('GET /v1/audit-events filters by actor, target, application, organization a
     assert.match(plan, index, `${query}\n${plan}`);
   }
 });
+
+test("GET /v1/roles counts each Role's holders of the reader's mode from an index, without reading their users", async () => {
+  const run = await statementsOf(t.database, async () => assert.equal((await call(t, 'GET', '/v1/roles?limit=100', admin.token)).statusCode, 200));
+  const listed = run.filter((s) => /assignment_count/.test(s.text));
+  assert.equal(listed.length, 1);
+  const plan = await planOf(listed[0]);
+  assert.doesNotMatch(plan, / on users/, plan);
+  assert.match(plan, /Index Only Scan using role_assignments_role_mode_idx/, plan);
+});

@@ -11,7 +11,7 @@ import { APPLICATION_READ_ONLY, type Application, type PatchApplicationBody } fr
 import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { countTenantSubscriptions } from '../webhooks/store.js';
-import { findRole, toRole } from '../roles/store.js';
+import { findRole, ROLE_HOLDERS_SQL, toRole } from '../roles/store.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
 const MODERATION_FIELDS = ['visibility', 'review_status', 'review_notes', 'owner_user_id', 'owner_organization_id'] as const;
@@ -139,10 +139,7 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     // the same time either commits first (counted here: 409) or waits and finds the Role gone (404).
     await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR UPDATE', [roleId]);
     // Held in either mode, the name stays; the count reported is the caller's mode's (as DELETE /v1/roles/{id}).
-    const { rows } = await tx.query<{ n: number; visible: number }>(
-      'SELECT count(*)::int AS n, count(u.id)::int AS visible FROM role_assignments ra LEFT JOIN users u ON u.id = ra.user_id WHERE ra.role_id = $1',
-      [roleId],
-    );
+    const { rows } = await tx.query<{ n: number; visible: number }>(ROLE_HOLDERS_SQL, [roleId]);
     if (rows[0].n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: rows[0].visible } });
     const role = await findRole(tx, roleId);
     await tx.query('DELETE FROM roles WHERE id = $1', [roleId]);

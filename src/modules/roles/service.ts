@@ -11,7 +11,7 @@ import { findApplicationRow, type ApplicationRow } from '../applications/store.j
 import { findVisibleApplication, isOwner } from '../applications/service.js';
 import { viewerOf, visibleCondition } from '../applications/visibility.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
-import { findRole, PLATFORM_PERMISSION_DESCRIPTIONS, ROLE_COLUMNS, toRole, type RoleRow } from './store.js';
+import { findRole, ROLE_HOLDERS_SQL, PLATFORM_PERMISSION_DESCRIPTIONS, ROLE_COLUMNS, toRole, type RoleRow } from './store.js';
 import type { CreateRoleBody, PatchRoleBody, Role, ScopeQuery } from './schemas.js';
 import { ROLE_READ_ONLY_FIELDS } from './schemas.js';
 
@@ -194,10 +194,7 @@ export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
     const { rowCount: present } = await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR UPDATE', [id]);
     if (present !== 1) throw new ApiError('role_not_found');
     // Held in either mode, the Role stays; the count reported is the caller's mode's (the other's is not theirs to see).
-    const { rows } = await tx.query<{ n: number; visible: number }>(
-      'SELECT count(*)::int AS n, count(u.id)::int AS visible FROM role_assignments ra LEFT JOIN users u ON u.id = ra.user_id WHERE ra.role_id = $1',
-      [id],
-    );
+    const { rows } = await tx.query<{ n: number; visible: number }>(ROLE_HOLDERS_SQL, [id]);
     if (rows[0].n > 0) throw new ApiError('role_in_use', { details: { assignment_count: rows[0].visible } });
     await tx.query('DELETE FROM roles WHERE id = $1', [id]);
     await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(role) });

@@ -13,9 +13,19 @@ export interface RoleRow {
   updated_at: Date;
 }
 
+/** The reader's mode, as row-level security reads it (an assignment carries its user's mode: migration 0031). */
+const READER_MODE = `(current_setting('app.test_mode', true) = 'on')`;
+
 // assignment_count counts the holders the caller's mode sees (users are mode-isolated; a Role is not).
 export const ROLE_COLUMNS = `r.id, r.name, r.scope, r.description, r.permissions, r.seed, r.created_at, r.updated_at,
-  (SELECT count(*)::int FROM role_assignments ra JOIN users u ON u.id = ra.user_id WHERE ra.role_id = r.id) AS assignment_count`;
+  (SELECT count(*)::int FROM role_assignments ra WHERE ra.role_id = r.id AND ra.test_mode = ${READER_MODE}) AS assignment_count`;
+
+/**
+ * A Role's holders of both modes (`n`: held in either, it stays) and of the reader's (`visible`: the
+ * count reported; the other mode's is not theirs to see), of Role $1.
+ */
+export const ROLE_HOLDERS_SQL = `SELECT count(*)::int AS n, (count(*) FILTER (WHERE ra.test_mode = ${READER_MODE}))::int AS visible
+  FROM role_assignments ra WHERE ra.role_id = $1`;
 
 export const toRole = (r: RoleRow): Role => ({ ...r, created_at: r.created_at.toISOString(), updated_at: r.updated_at.toISOString() });
 
