@@ -1,13 +1,14 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import type { Ctx, Deps } from '../context.js';
 import type { Tx } from '../db/types.js';
-import { newId } from '../ids.js';
+import { hashSecret, newId } from '../ids.js';
 import { addSeconds } from '../clock.js';
 import { renderMail, type MailTemplate, type MailVars } from './templates.js';
 
 export interface MailRequest<T extends MailTemplate> {
   template: T;
   to: string;
+  /** A `token` among them is a one-time token (one_time_tokens): the mail is sent only while it works. */
   vars: MailVars<T>;
   /** Display name of the sender (an application's email_from_name); the address is always MAIL_FROM. */
   fromName?: string | null;
@@ -19,10 +20,11 @@ export interface MailRequest<T extends MailTemplate> {
 export async function enqueueMail<T extends MailTemplate>(tx: Tx, ctx: Ctx, mail: MailRequest<T>): Promise<string> {
   const id = newId('eml');
   const rendered = renderMail(mail.template, mail.vars, { publicUrl: ctx.deps.config.publicUrl });
+  const token = (mail.vars as { token?: string | null }).token;
   await tx.query(
-    `INSERT INTO emails (id, template, to_address, from_name, subject, text_body, test_mode, next_attempt_at, created_at, user_id)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)`,
-    [id, mail.template, mail.to, mail.fromName ?? null, rendered.subject, rendered.text, ctx.mode === 'test', ctx.now, mail.userId ?? null],
+    `INSERT INTO emails (id, template, to_address, from_name, subject, text_body, test_mode, next_attempt_at, created_at, user_id, link_token_hash)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10)`,
+    [id, mail.template, mail.to, mail.fromName ?? null, rendered.subject, rendered.text, ctx.mode === 'test', ctx.now, mail.userId ?? null, token ? hashSecret(token) : null],
   );
   return id;
 }
@@ -37,7 +39,21 @@ interface EmailRow {
   attempts: number;
 }
 
-const MAX_ATTEMPTS = 6;
+/**
+ * Retries after a failed attempt: 2, 4, 8, 16, 32 minutes, then every hour, for 4 days (RFC 5321
+ * 4.5.4.1: a sender's give-up time "needs to be at least 4-5 days"), and a mail with a link only while
+ * its link works: an invitation survives an SMTP outage of days, a reset link (1 hour) is not sent
+ * dead, and a link replaced by a newer mail, used or voided meanwhile is not sent at all.
+ */
+const MAX_RETRY_SECONDS = 3600;
+const GIVE_UP_SECONDS = 4 * 86_400;
+/**
+ * Whether mail `e`'s link still works at parameter `at`: its token is not used, voided or expired by
+ * then. (Token rows are deleted only with their user's mails, by an erasure or the test purge.)
+ */
+const LINK_WORKS = (at: string) => `NOT EXISTS (SELECT 1 FROM one_time_tokens t
+    WHERE t.token_hash = e.link_token_hash AND (t.used_at IS NOT NULL OR t.expires_at <= ${at}))`;
+const DEAD_LINK = 'not sent: its link was used, replaced or expired before it could be delivered';
 /** The stored body with every token= value (reset, invitation, verification secrets) replaced by `[redacted]`. */
 const REDACTED_BODY = `regexp_replace(text_body, '([?&]token=)[^[:space:]&]+', '\\1[redacted]', 'g')`;
 /** How long a relay holds the batch it picked: a crashed relay's mails are taken up again after this. */
@@ -76,11 +92,20 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
   let sent = 0;
   let failed = 0;
   for (const mail of rows) {
-    const held = await db.query(
-      `UPDATE emails SET claimed_until = $3 WHERE id = $1 AND claim_token = $2 AND status = 'queued'`,
-      [mail.id, token, addSeconds(deps.clock.now(), SENDING_CLAIM_SECONDS)],
+    const held = await db.query<{ link_works: boolean }>(
+      `UPDATE emails e SET claimed_until = $3 WHERE id = $1 AND claim_token = $2 AND status = 'queued'
+       RETURNING ${LINK_WORKS('$4')} AS link_works`,
+      [mail.id, token, addSeconds(deps.clock.now(), SENDING_CLAIM_SECONDS), deps.clock.now()],
     );
     if (held.rowCount !== 1) continue;
+    if (!held.rows[0].link_works) {
+      failed++;
+      await db.query(
+        `UPDATE emails SET status = 'failed', last_error = $3, claimed_until = NULL, text_body = ${REDACTED_BODY} WHERE id = $1 AND claim_token = $2`,
+        [mail.id, token, DEAD_LINK],
+      );
+      continue;
+    }
     try {
       if (deps.config.smtpUrl) {
         await transporterFor(deps.config.smtpUrl).sendMail({
@@ -110,14 +135,17 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
     } catch (err) {
       failed++;
       const attempts = mail.attempts + 1;
-      const retryAt = addSeconds(deps.clock.now(), 60 * 2 ** attempts);
+      const retryAt = addSeconds(deps.clock.now(), Math.min(60 * 2 ** attempts, MAX_RETRY_SECONDS));
       deps.log.warn({ err, mail_id: mail.id, attempts }, 'mail delivery failed');
-      // A mail that failed for good is never sent: its stored copy keeps no live link either.
+      // Given up when the next attempt would come after 4 days, or after its link stops working. A
+      // mail that failed for good is never sent: its stored copy keeps no live link either.
+      const givenUp = `($3 > e.created_at + make_interval(secs => $6) OR NOT ${LINK_WORKS('$3')})`;
       await db.query(
-        `UPDATE emails SET attempts = $2, status = $3, next_attempt_at = $4, last_error = $5, claimed_until = NULL,
-                text_body = CASE WHEN $3 = 'failed' THEN ${REDACTED_BODY} ELSE text_body END
-          WHERE id = $1 AND claim_token = $6`,
-        [mail.id, attempts, attempts >= MAX_ATTEMPTS ? 'failed' : 'queued', retryAt, String((err as Error).message).slice(0, 1024), token],
+        `UPDATE emails e SET attempts = $2, next_attempt_at = $3, last_error = $4, claimed_until = NULL,
+                status = CASE WHEN ${givenUp} THEN 'failed' ELSE 'queued' END,
+                text_body = CASE WHEN ${givenUp} THEN ${REDACTED_BODY} ELSE text_body END
+          WHERE id = $1 AND claim_token = $5`,
+        [mail.id, attempts, retryAt, String((err as Error).message).slice(0, 1024), token, GIVE_UP_SECONDS],
       );
     }
   }

@@ -404,34 +404,154 @@ test('with SMTP_URL the relay sends queued mail through that server and marks it
   assert.match(row.text_body, /\?token=\[redacted\]/);
 });
 
-test('a mail that fails for good keeps no live link either: after its last attempt an invitation\'s stored copy has its token redacted (the invitation lives 7 days, the row for ever)', async (tc) => {
-  // SMTP_URL names a port nothing listens on: every attempt fails.
-  const closed = createServer();
-  const port = await new Promise<number>((resolve) => closed.listen(0, '127.0.0.1', () => resolve((closed.address() as AddressInfo).port)));
-  await new Promise<void>((resolve) => closed.close(() => resolve()));
-  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` }, tc);
+test('a failed mail is retried 2, 4, 8, 16 and 32 minutes after its attempts, then every hour, and fails for good after 4 days (RFC 5321 4.5.4.1); its stored copy then keeps no live link (the invitation lives 7 days, the row for ever)', async (tc) => {
+  const { t } = await outageApp();
   const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
   const to = uniqueEmail('undeliverable');
   const invited = await t.app.inject({ method: 'POST', url: '/v1/users', headers: bearer(admin), payload: { email: to } });
   assert.equal(invited.statusCode, 201, invited.body);
   const row = async () =>
-    (await t.database.scoped('system').query<{ status: string; attempts: number; text_body: string; last_error: string }>(
-      'SELECT status, attempts, text_body, last_error FROM emails WHERE to_address = $1', [to],
+    (await t.database.scoped('system').query<{ status: string; attempts: number; text_body: string; last_error: string; next_attempt_at: Date; created_at: Date }>(
+      'SELECT status, attempts, text_body, last_error, next_attempt_at, created_at FROM emails WHERE to_address = $1', [to],
     )).rows[0];
   const queued = await row();
   assert.match(queued.text_body, /\?token=inv_/, 'a queued mail keeps its link: it is still to be sent');
-  for (let attempt = 1; attempt <= 6; attempt++) {
-    await t.deps.jobs.runNow('mail-delivery');
-    const now = await row();
-    assert.equal(now.attempts, attempt);
-    assert.equal(now.status, attempt < 6 ? 'queued' : 'failed');
-    if (attempt < 6) assert.match(now.text_body, /\?token=inv_/, `attempt ${attempt}: kept for the retry`);
-    t.clock.advance(86_400);
+  const delays: number[] = [];
+  let now = queued;
+  const attempt = async () => {
+    t.clock.advance(Math.max(0, now.next_attempt_at.getTime() - t.clock.now().getTime()) / 1000);
+    const attemptedAt = t.clock.now().getTime();
+    await deliverQueuedMail(t.deps);
+    now = await row();
+    if (now.status === 'queued') delays.push(Math.round((now.next_attempt_at.getTime() - attemptedAt) / 60_000));
+  };
+  for (let i = 1; i <= 8; i++) {
+    await attempt();
+    assert.deepEqual([now.attempts, now.status], [i, 'queued']);
+    assert.match(now.text_body, /\?token=inv_/, `attempt ${i}: kept for the retry`);
   }
-  const failed = await row();
-  assert.match(failed.last_error, /ECONNREFUSED/);
-  assert.match(failed.text_body, /\/accept-invitation\?token=\[redacted\]/, failed.text_body);
-  assert.doesNotMatch(failed.text_body, /inv_/);
+  assert.deepEqual(delays, [2, 4, 8, 16, 32, 60, 60, 60]);
+  // The hourly retries go on to the fourth day's last hour: the attempt there is the last.
+  const lastHour = queued.created_at.getTime() + 4 * 86_400_000 - 30 * 60_000;
+  t.clock.advance((lastHour - t.clock.now().getTime()) / 1000);
+  now = { ...now, next_attempt_at: t.clock.now() };
+  await attempt();
+  assert.equal(now.attempts, 9);
+  assert.equal(now.status, 'failed');
+  assert.match(now.last_error, /451 try again later/);
+  assert.match(now.text_body, /\/accept-invitation\?token=\[redacted\]/, now.text_body);
+  assert.doesNotMatch(now.text_body, /inv_/);
+});
+
+/** An SMTP server that answers 451 (try again later) to every message while `down` is set. */
+async function flakySmtp() {
+  const state = { down: true, received: [] as { to: string; text: string }[] };
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS', 'AUTH'],
+    logger: false,
+    onData(stream, session, callback) {
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        if (state.down) return callback(Object.assign(new Error('try again later'), { responseCode: 451 }));
+        state.received.push({ to: session.envelope.rcptTo[0].address, text: decodeMessage(Buffer.concat(chunks).toString('latin1')).text });
+        callback();
+      });
+    },
+  });
+  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
+  return { state, url: `smtp://127.0.0.1:${port}`, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+let outage: Promise<{ t: TestApp; smtp: Awaited<ReturnType<typeof flakySmtp>> }> | undefined;
+/** One service whose SMTP server is down (451) until a test brings it up; shared by the outage tests. */
+async function outageApp() {
+  outage ??= (async () => {
+    const smtp = await flakySmtp();
+    return { t: await buildTestApp({ smtpUrl: smtp.url }), smtp };
+  })();
+  const shared = await outage;
+  shared.smtp.state.down = true;
+  shared.smtp.state.received.length = 0;
+  return shared;
+}
+after(async () => {
+  if (!outage) return;
+  const { t, smtp } = await outage;
+  await t.close();
+  await smtp.close();
+});
+
+/** The token of the one link in a mail's text. */
+const linkToken = (text: string) => new URL(text.match(/https?:\/\/\S+token=\S+/)![0]).searchParams.get('token');
+
+/** Runs the relay at each queued mail's next attempt for the next `seconds`. */
+async function relayFor(t: TestApp, seconds: number): Promise<void> {
+  const end = t.clock.now().getTime() + seconds * 1000;
+  for (;;) {
+    const [next] = await sql(t, `SELECT min(next_attempt_at) AS at FROM emails WHERE status = 'queued'`);
+    const at = next.at ? (next.at as Date).getTime() : Infinity;
+    if (at > end) break;
+    t.clock.advance(Math.max(0, at - t.clock.now().getTime()) / 1000);
+    await deliverQueuedMail(t.deps);
+  }
+  t.clock.advance(Math.max(0, end - t.clock.now().getTime()) / 1000);
+}
+
+test('an SMTP outage of two days does not lose an invitation: it stays queued, retried hourly, and is delivered, with its working link, once the server answers', async (tc) => {
+  const { t, smtp } = await outageApp();
+  const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
+  const to = uniqueEmail('outage');
+  assert.equal((await t.app.inject({ method: 'POST', url: '/v1/users', headers: bearer(admin), payload: { email: to } })).statusCode, 201);
+  await relayFor(t, 3600);
+  // Two days later (the relay's hourly attempts in between failed alike), it is still queued.
+  t.clock.advance(2 * 86_400);
+  await deliverQueuedMail(t.deps);
+  const [waiting] = await sql(t, 'SELECT status, attempts, next_attempt_at FROM emails WHERE to_address = $1', [to]);
+  assert.deepEqual([waiting.status, waiting.attempts], ['queued', 6]);
+  assert.equal((waiting.next_attempt_at as Date).getTime() - t.clock.now().getTime() <= 3600_000, true);
+  smtp.state.down = false;
+  await relayFor(t, 3600);
+  assert.equal((await sql(t, 'SELECT status FROM emails WHERE to_address = $1', [to]))[0].status, 'sent');
+  assert.equal(smtp.state.received.length, 1);
+  const accepted = await t.app.inject({ method: 'POST', url: '/v1/auth/invitations/accept', payload: { token: linkToken(smtp.state.received[0].text), password: 'a long enough passphrase 1' } });
+  assert.equal(accepted.statusCode, 200, accepted.body);
+});
+
+test('a mail whose link stopped working during an SMTP outage is not sent: a reset link replaced by a newer request, and one whose hour ran out, fail for good (link redacted) while the newer link is delivered', async (tc) => {
+  const { t, smtp } = await outageApp();
+  const [replaced, live] = [await createUser(t), await createUser(t)];
+  const forgot = async (email: string) => assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email } })).statusCode, 202);
+  await forgot(replaced.email);
+  await forgot(live.email);
+  await relayFor(t, 600);
+  await forgot(replaced.email);
+  smtp.state.down = false;
+  await relayFor(t, 1200);
+  assert.deepEqual(smtp.state.received.map((m) => m.to).sort(), [live.email, replaced.email].sort(), 'the newer reset link and the one still live are sent');
+  const [first] = await sql(t, 'SELECT status, last_error, text_body FROM emails WHERE to_address = $1 ORDER BY created_at', [replaced.email]);
+  assert.equal(first.status, 'failed');
+  assert.match(first.last_error, /link was used, replaced or expired/);
+  assert.doesNotMatch(first.text_body, /token=rst_|token=(?!\[redacted\])/);
+  const delivered = linkToken(smtp.state.received.find((m) => m.to === replaced.email)!.text);
+  const reset = await t.app.inject({ method: 'POST', url: '/v1/auth/password/reset', payload: { token: delivered, password: 'a long enough passphrase 2' } });
+  assert.equal(reset.statusCode, 204, reset.body);
+
+  // A reset link lives one hour: the server down again past it, the mail is given up at its
+  // next attempt after the hour, and never sent dead.
+  smtp.state.down = true;
+  smtp.state.received.length = 0;
+  const later = await createUser(t);
+  await forgot(later.email);
+  await relayFor(t, 2 * 3600);
+  smtp.state.down = false;
+  await relayFor(t, 3600);
+  assert.deepEqual(smtp.state.received, []);
+  const [gone] = await sql(t, 'SELECT status, attempts, text_body FROM emails WHERE to_address = $1', [later.email]);
+  assert.equal(gone.status, 'failed');
+  assert.ok(gone.attempts <= 6, `no attempt after the link expired (${gone.attempts})`);
+  assert.match(gone.text_body, /token=\[redacted\]/);
 });
 
 test('several relays running at once never send one mail twice (FOR UPDATE SKIP LOCKED)', async (tc) => {
