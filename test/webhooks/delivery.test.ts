@@ -341,3 +341,21 @@ test('"Only the first 1 KB of an error body is kept" also for a redirect answer 
   assert.equal(listed.error.length, 1024);
   assert.equal(receiver.at('/elsewhere-long').length, 0);
 });
+
+test('"Only the first 1 KB of an error body is kept" cuts between characters: a body of 4-byte characters keeps the whole ones within 1 KB, never a U+FFFD the receiver did not send', async (c) => {
+  const sub = await subscribe(c, ['user.reactivated']);
+  const redirect = await subscribe(c, ['user.reactivated']);
+  receiver.routes.set(sub.path, (_req, res) => res.writeHead(500).end('a' + '\u{1F600}'.repeat(600)));
+  receiver.routes.set(redirect.path, (_req, res) => res.writeHead(302, { location: receiver.url('/elsewhere-emoji') }).end('r'.repeat(996) + '\u{1F600}'.repeat(7)));
+  await emitEvent(t, 'user.reactivated', { user_id: 'usr_multibyte_body' });
+  await runDelivery(t);
+  const [row] = await deliveriesOf(t, sub.id);
+  assert.equal(row.response_status, 500);
+  assert.equal(row.error, 'a' + '\u{1F600}'.repeat(255), '1 + 255 * 4 = 1,021 bytes: the 256th character would not fit whole');
+  const listed = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, admin), 200).data[0];
+  assert.equal(listed.error, 'a' + '\u{1F600}'.repeat(255));
+  const [cut] = await deliveriesOf(t, redirect.id);
+  assert.equal(cut.response_status, 302);
+  // 27 + 996 UTF-16 units of text, then a character of two: the 1,024-unit cut would keep half of it.
+  assert.equal(cut.error, 'redirect 302 not followed: ' + 'r'.repeat(996), 'no half character (a lone surrogate, stored as U+FFFD) at the end');
+});

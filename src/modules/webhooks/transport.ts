@@ -80,7 +80,23 @@ function describe(err: unknown): string {
  * What may be stored as an attempt's error: a receiver's bytes are text, but PostgreSQL text refuses
  * U+0000, and one refused row would fail the whole batch of outcomes; it is kept as U+FFFD instead.
  */
-const storable = (text: string): string => text.replace(/\u0000/g, '\uFFFD').slice(0, ERROR_BODY_BYTES);
+const storable = (text: string): string => {
+  const kept = text.replace(/\u0000/g, '\uFFFD');
+  const cut = kept.slice(0, ERROR_BODY_BYTES);
+  // A cut between the two halves of a surrogate pair would store U+FFFD for the half character.
+  return cut.length < kept.length && /[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut;
+};
+
+/**
+ * The first ERROR_BODY_BYTES bytes as text, cut between characters: bytes of a character cut in two
+ * would decode as U+FFFD, a character the receiver never sent. A UTF-8 character is at most 4 bytes,
+ * so at most 3 continuation bytes are dropped (bytes that are not UTF-8 are cut where they fall).
+ */
+function utf8Prefix(bytes: Buffer): string {
+  let end = Math.min(bytes.length, ERROR_BODY_BYTES);
+  for (let dropped = 0; end < bytes.length && dropped < 3 && end > 0 && (bytes[end]! & 0xc0) === 0x80; dropped++) end--;
+  return bytes.subarray(0, end).toString('utf8');
+}
 
 async function readPrefix(body: AsyncIterable<Buffer> & { destroy(): void }): Promise<string> {
   const chunks: Buffer[] = [];
@@ -96,7 +112,7 @@ async function readPrefix(body: AsyncIterable<Buffer> & { destroy(): void }): Pr
   } finally {
     body.destroy();
   }
-  return Buffer.concat(chunks).subarray(0, ERROR_BODY_BYTES).toString('utf8');
+  return utf8Prefix(Buffer.concat(chunks));
 }
 
 /** POSTs once. Success is a 2xx within the deadline; 3xx and everything else fail. Never throws. */
