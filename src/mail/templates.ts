@@ -68,6 +68,15 @@ export const MAIL_TEMPLATES = {
     subject: 'Your password was changed',
     text: `Your account's password was changed and your other sessions were signed out. If this was not you, reset your password now.` + signed(null),
   }),
+  mfa_disabled: (v: { bySupport: boolean }): RenderedMail => ({
+    subject: 'Two-step verification was turned off',
+    text:
+      (v.bySupport
+        ? `An administrator turned off two-step verification (TOTP) on your account and removed its recovery codes. `
+        : `Two-step verification (TOTP) was turned off on your account and its recovery codes no longer work. `) +
+      `Your password alone now signs you in. If this was not you, reset your password and turn it on again.` +
+      signed(null),
+  }),
   webhook_disabled: (v: { url: string; subscriptionId: string; reason?: 'unhealthy' | 'gone' }): RenderedMail => ({
     subject: 'A webhook subscription was disabled',
     text:

@@ -5,7 +5,7 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
-  alignToStep, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, loginRes, mfaChallenge, post, sql, totpCode,
+  alignToStep, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, loginRes, mailsTo, mfaChallenge, post, sql, totpCode,
 } from './support.js';
 
 let t: TestApp;
@@ -256,6 +256,53 @@ test('support reset DELETE /v1/users/{id}/mfa/totp with users.manage answers 204
   assert.equal(res.statusCode, 200);
   assertAuthSession(res.json(), user.id);
   assert.equal(await mfaEnabled(res.json().access_token), false);
+});
+
+test('the support reset is for another user: a users.manage holder resetting their own TOTP (me or own id) gets 403 forbidden and TOTP stays on; another users.manage holder may reset it', async () => {
+  const { user, token } = await createMfaUser(t, { roles: ['superadmin'] });
+  for (const id of ['me', user.id]) {
+    const own = await t.app.inject({ method: 'DELETE', url: `/v1/users/${id}/mfa/totp`, headers: bearer(token) });
+    assertError(own, 403, 'forbidden');
+  }
+  assert.equal(await mfaEnabled(token), true);
+  assert.equal((await loginRes(t, user)).json().mfa_required, true);
+  assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'user.mfa_reset' AND target_user_id = $1`, [user.id])).length, 0);
+
+  const other = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const reset = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(other) });
+  assert.equal(reset.statusCode, 204, reset.body);
+  assert.equal(await mfaEnabled(token), false);
+});
+
+test('turning TOTP off notifies the account (ASVS 4.0.3 V2.2.3, a change of authentication details): disable with a code or a recovery code, and the support reset, each mail mfa_disabled; a wrong code, or a reset with nothing confirmed, mails nothing', async () => {
+  const byCode = await createMfaUser(t);
+  const wrong = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(byCode.token), payload: { code: otherCode(await totpCode(t, byCode.secret)) } });
+  assertError(wrong, 422, 'invalid_mfa_code');
+  assert.deepEqual(await mailsTo(t, byCode.user.email, 'mfa_disabled'), []);
+  const off = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(byCode.token), payload: { code: await totpCode(t, byCode.secret) } });
+  assert.equal(off.statusCode, 204, off.body);
+  const [own] = await mailsTo(t, byCode.user.email, 'mfa_disabled');
+  assert.ok(own, 'mfa_disabled mailed');
+  assert.match(own.subject, /turned off/);
+  assert.doesNotMatch(own.text_body, /token=/);
+
+  const byRecovery = await createMfaUser(t);
+  const off2 = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(byRecovery.token), payload: { recovery_code: byRecovery.recoveryCodes[0] } });
+  assert.equal(off2.statusCode, 204, off2.body);
+  assert.equal((await mailsTo(t, byRecovery.user.email, 'mfa_disabled')).length, 1);
+
+  const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const reset = await createMfaUser(t);
+  assert.equal((await t.app.inject({ method: 'DELETE', url: `/v1/users/${reset.user.id}/mfa/totp`, headers: bearer(admin) })).statusCode, 204);
+  const [support] = await mailsTo(t, reset.user.email, 'mfa_disabled');
+  assert.ok(support, 'the support reset mails mfa_disabled');
+  assert.match(support.text_body, /administrator/);
+
+  const pending = await createUser(t);
+  const pendingToken = await login(t, pending);
+  assert.equal((await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(pendingToken) })).statusCode, 200);
+  assert.equal((await t.app.inject({ method: 'DELETE', url: `/v1/users/${pending.id}/mfa/totp`, headers: bearer(admin) })).statusCode, 204);
+  assert.deepEqual(await mailsTo(t, pending.email, 'mfa_disabled'), [], 'an enrollment never confirmed protected nothing');
 });
 
 test('MFA endpoints take me or the own id; another user id is not reachable (404 user_not_found)', async () => {

@@ -115,6 +115,17 @@ test('avatar_url: an https URL whatever the case of its scheme (RFC 3986 §3.1):
   assert.equal((await stored(user.id)).avatar_url, 'Https://cdn.example/b.png', 'a rejected PATCH changes nothing');
 });
 
+test('avatar_url: an https URL carrying userinfo (RFC 9110 §4.2.4), a user and password, a user alone or an empty one, gets 422 naming avatar_url and changes nothing', async () => {
+  const { user, token } = await userToken(t);
+  assert.equal(assertStatus(await patchProfile('me', token, { avatar_url: 'https://cdn.example/a.png' }), 200).avatar_url, 'https://cdn.example/a.png');
+  for (const bad of ['https://user:secret@cdn.example/a.png', 'https://cdn.example@evil.example/a.png', 'https://:pw@cdn.example/a.png', 'https://@cdn.example/a.png']) {
+    assertFields(await patchProfile('me', token, { avatar_url: bad }), ['avatar_url']);
+  }
+  assert.equal((await stored(user.id)).avatar_url, 'https://cdn.example/a.png');
+  const at = 'https://cdn.example/u/@ada/a.png?by=@ada';
+  assert.equal(assertStatus(await patchProfile('me', token, { avatar_url: at }), 200).avatar_url, at, 'an @ in the path or query is no userinfo');
+});
+
 test('contact_email: a valid email or null; otherwise 422 validation_failed naming contact_email', async () => {
   const { token } = await userToken(t);
   for (const bad of ['nope', 'a@', '@b.example']) assertFields(await patchProfile('me', token, { contact_email: bad }), ['contact_email']);

@@ -28,7 +28,7 @@ export function mfaRoutes(app: App, deps: Deps): void {
   });
   app.delete('/v1/users/:id/mfa/totp', {
     schema: { summary: 'Support reset of TOTP', tags: ['MFA'], params: UserIdParam, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'any', permission: 'users.manage', destructive: 'always', errors: ['user_not_found'] } },
+    config: { meta: { auth: 'any', permission: 'users.manage', destructive: 'always', errors: ['user_not_found', 'forbidden'] } },
     handler: async (request, reply) => {
       await resetTotp(ctxOf(deps, request), request.params.id);
       reply.code(204);

@@ -4,6 +4,7 @@ import type { Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
+import { enqueueMail } from '../../mail/outbox.js';
 import { newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
@@ -68,7 +69,7 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
   if ((input.code === undefined) === (input.recovery_code === undefined)) {
     throw invalidField('code', 'send exactly one of code or recovery_code');
   }
-  const { userId, identity } = await selfIdentity(ctx, idParam);
+  const { userId, email, identity } = await selfIdentity(ctx, idParam);
   if (!identity.totp_confirmed_at || !identity.totp_secret) throw new ApiError('mfa_not_enabled');
   // Wrong codes count toward the identity's lockout, as at sign-in: a stolen access token does not buy
   // unlimited guesses at the code that turns MFA off. The slot is taken before the code is evaluated.
@@ -82,16 +83,25 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
       input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, recoveryHashes, ctx.now);
     if (!ok) throw new ApiError('invalid_mfa_code');
     await turnOff(tx, identity.id, userId, ctx.now);
+    await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: email, vars: { bySupport: false }, userId });
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
   });
   // A right code was no failure.
   await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
 }
 
-/** DELETE /v1/users/{id}/mfa/totp: support reset by users.manage; 204 whether or not TOTP was on. */
+/**
+ * DELETE /v1/users/{id}/mfa/totp: support reset by users.manage; 204 whether or not TOTP was on. It is
+ * for someone else's account: on their own, a users.manage holder turns TOTP off as everyone does, with
+ * a current code or a recovery code (403 forbidden here). A stolen access token must not strip the
+ * second factor that still guards the account after an email change and a password reset.
+ */
 export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   const userId = resolveUserId(ctx, idParam);
   if (!hasPermission(ctx.actor, 'users.manage')) throw new ApiError('user_not_found');
+  if (ctx.actor.type === 'user' && ctx.actor.userId === userId) {
+    throw new ApiError('forbidden', { message: 'Turn off your own TOTP with a current code or a recovery code (POST /v1/users/me/mfa/totp/disable).' });
+  }
   const user = await findUserById(ctx.db, userId);
   // An erased user's tombstone is 404 like every other path about them (docs/decisions.md "Erasure").
   if (!user || user.erased_at) throw new ApiError('user_not_found');
@@ -99,6 +109,10 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   if (!identity?.totp_confirmed_at && !identity?.totp_pending_secret) return;
   await ctx.db.transaction(async (tx) => {
     await turnOff(tx, identity.id, userId, ctx.now);
+    // A pending enrollment that never protected the account, and a soft-deleted user, get no notice.
+    if (identity.totp_confirmed_at && !user.deleted_at) {
+      await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: user.email, vars: { bySupport: true }, userId });
+    }
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_reset', target: { type: 'user', id: userId }, targetUserId: userId });
   });
 }

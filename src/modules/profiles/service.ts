@@ -68,7 +68,14 @@ export async function getProfile(ctx: Ctx, idParam: string): Promise<Profile> {
 export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfileBody): Promise<Profile> {
   const { user, self } = await targetUser(ctx, idParam, 'write');
   assertNoReadOnlyFields(body, PROFILE_READ_ONLY);
-  if (body.avatar_url && parseUrlAsSent(body.avatar_url)?.protocol !== 'https:') throw invalidField('avatar_url', 'must be an https URL');
+  if (body.avatar_url) {
+    // Other users and Applications load it: no userinfo, not even an empty one (`https://@host/`, which
+    // the URL parser drops, so the sent text is checked), as for every URL an Application registers
+    // (RFC 9110 §4.2.4: userinfo in an https URI is an error; `https://cdn.example@evil.example/` hides its host).
+    const url = parseUrlAsSent(body.avatar_url);
+    if (url?.protocol !== 'https:') throw invalidField('avatar_url', 'must be an https URL');
+    if (url.username || url.password || /^[^:/?#]+:\/\/[^/?#]*@/.test(body.avatar_url)) throw invalidField('avatar_url', 'must not carry credentials');
+  }
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
     // Locked before it is read: a concurrent PATCH's fields are kept (only fields sent change).
