@@ -83,6 +83,21 @@ test('a used refresh token replayed after the session ended otherwise (logout) i
   assert.equal(audit[0].after.revoked, false, 'the logout had ended the session already');
 });
 
+test('concurrent replays of a used refresh token, after logout or while they end the session, are audited session.refresh_token_reused once per token', async () => {
+  for (const endedBefore of [true, true, true, false, false]) {
+    const user = await createUser(t);
+    const first = await signIn(user);
+    const rotated = (await refresh(first.refresh_token)).json();
+    if (endedBefore) assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(rotated.access_token) })).statusCode, 204);
+    const replays = await Promise.all(Array.from({ length: 10 }, () => refresh(first.refresh_token)));
+    for (const res of replays) assertError(res, 401, 'invalid_refresh_token');
+    const audit = await auditRows(t, 'session.refresh_token_reused', user.id);
+    assert.equal(audit.length, 1, `${audit.length} rows for one replayed token (session ended ${endedBefore ? 'by logout' : 'by the replay'})`);
+    assert.equal(audit[0].after.revoked, !endedBefore);
+    assert.equal(await works(rotated.access_token), false);
+  }
+});
+
 test('20 concurrent refreshes with one refresh token give exactly one success', async () => {
   const user = await createUser(t);
   const session = await signIn(user);

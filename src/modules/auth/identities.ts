@@ -41,6 +41,20 @@ export async function setPassword(db: Queryable, userId: string, passwordHash: s
   );
 }
 
+/**
+ * Replaces a password only while the identity still holds `currentHash` (the one the caller verified),
+ * clearing its lockout; false when a reset or another change set a new one meanwhile (under READ
+ * COMMITTED a concurrent change is waited for and its result re-read).
+ */
+export async function replacePassword(db: Queryable, identityId: string, currentHash: string, passwordHash: string, now: Date): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `UPDATE identities SET password_hash = $3, failed_attempts = 0, first_failed_at = NULL, recent_failures = '{}', locked_until = NULL, updated_at = $4
+      WHERE id = $1 AND password_hash = $2`,
+    [identityId, currentHash, passwordHash, now],
+  );
+  return rowCount === 1;
+}
+
 /** The outcome of taking an attempt slot: refused (locked), or taken, possibly as the one that locks. */
 export type AttemptClaim = { refused: true; lockedUntil: Date } | { refused: false; lockedUntil: Date | null };
 

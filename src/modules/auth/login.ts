@@ -45,7 +45,12 @@ async function loginAdmitted(ctx: Ctx, input: LoginBody): Promise<AuthSession | 
   if (user.status !== 'active' || user.totp_confirmed_at) await releaseAttempt(ctx.db, identityId, ctx.now, claim.lockedUntil !== null);
   if (user.status !== 'active') throw new ApiError(user.status === 'suspended' ? 'account_suspended' : 'invalid_credentials');
   if (user.totp_confirmed_at) return ctx.db.transaction((tx) => challenge(tx, ctx, user.id, identityId));
-  return issueSession(ctx.db, ctx, user, ['pwd'], identityId);
+  // Suspended meanwhile: a right password still gives its slot back. A password set meanwhile
+  // (reset, change) cleared the counter itself; the old one is no longer right.
+  return issueSession(ctx.db, ctx, user, ['pwd'], { identityId, passwordHash: user.password_hash! }).catch(async (err) => {
+    if (err instanceof ApiError && err.code === 'account_suspended') await releaseAttempt(ctx.db, identityId, ctx.now, claim.lockedUntil !== null);
+    throw err;
+  });
 }
 
 async function challenge(tx: Tx, ctx: Ctx, userId: string, identityId: string): Promise<MfaChallenge> {
@@ -105,7 +110,10 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
       if (user?.status === 'suspended') throw suspended;
       if (!user || user.status !== 'active') throw rejected;
       await clearFailures(tx, identity.id, ctx.now);
-      return issueSession(tx, inTx(ctx, tx), user, ['pwd', method]);
+      // Suspended or deleted since the read above (issueSession waits for the user's row lock).
+      return issueSession(tx, inTx(ctx, tx), user, ['pwd', method]).catch((err) => {
+        throw err instanceof ApiError ? (err.code === 'account_suspended' ? suspended : rejected) : err;
+      });
     })
     .catch(async (err) => {
       if (err === rejected) return null;

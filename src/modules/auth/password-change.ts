@@ -8,7 +8,7 @@ import { recordAudit } from '../../audit/record.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
-import { claimAttempt, clearFailures, findPasswordIdentity, releaseAttempt, setPassword, tooManyAttempts } from './identities.js';
+import { claimAttempt, clearFailures, findPasswordIdentity, releaseAttempt, replacePassword, tooManyAttempts } from './identities.js';
 import type { ChangePasswordBody } from './schemas.js';
 
 /**
@@ -40,8 +40,11 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
   await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
   assertStrongPassword(input.new_password, user.email);
   const passwordHash = await hashPassword(input.new_password);
+  const currentHash = identity.password_hash;
   await ctx.db.transaction(async (tx) => {
-    await setPassword(tx, id, passwordHash, ctx.now);
+    // A reset (which ended every session) or another change that completed while this one was hashing
+    // is not undone by the password verified before it: that password is no longer the current one.
+    if (!(await replacePassword(tx, identity.id, currentHash, passwordHash, ctx.now))) throw new ApiError('invalid_current_password');
     await voidPasswordTokens(tx, id, ctx.now);
     await clearFailures(tx, identity.id, ctx.now);
     await tx.query('UPDATE sessions SET revoked_at = $3 WHERE user_id = $1 AND id <> $2 AND revoked_at IS NULL', [id, sessionId, ctx.now]);

@@ -99,6 +99,9 @@ interface RotatedRow {
  */
 async function revokeForReuse(ctx: Ctx, token: TokenRow): Promise<void> {
   await ctx.db.transaction(async (tx) => {
+    // Concurrent replays of one token take their turn on the session row, so the one that audits has
+    // committed before the next looks for its row: audited once, also on a session already ended.
+    await tx.query('SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE', [token.session_id]);
     const { rowCount } = await tx.query('UPDATE sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL', [token.session_id, ctx.now]);
     const revoked = rowCount === 1;
     if (!revoked) {
