@@ -28,6 +28,8 @@ export type Actor =
       permissions: ReadonlySet<string>;
       /** The user's row as read with the session (one query authenticates and loads it). */
       user?: UserRow;
+      /** When the session ends (90 days after sign-in), as read with it. */
+      sessionExpiresAt?: Date;
       /** A route with `session: 'fused'` has not checked the session yet (see RouteMeta.session). */
       unconfirmed?: true;
     }

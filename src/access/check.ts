@@ -13,6 +13,8 @@ export interface AccessCheck {
   app: { id: string; slug: string; review_status: string; default_app_role: string | null; tenant_suspended: boolean } | null;
   user: { id: string; status: string; erased: boolean; deleted: boolean } | null;
   access: ResolvedAccess | null;
+  /** Every path row of the pair, as resolved into `access` (e.g. for accessEndsAt). */
+  paths: PathRow[];
   /** Explicit assignments of the Application's Roles. */
   roles: RoleGrant[];
   /** The default_app_role's Role, held implicitly while access is active. */
@@ -66,7 +68,7 @@ const CHECK_COLUMNS = `(SELECT row_to_json(a) FROM a) AS app,
 
 function accessCheckOf(r: CheckRow, userId: string, appId: string, now: Date): AccessCheck {
   const access = r.usr ? (computeAccess(r.paths ?? [], [userId], now, [appId]).get(accessKey(userId, appId)) ?? null) : null;
-  return { app: r.app, user: r.usr, access, roles: r.roles ?? [], defaultRole: r.default_role };
+  return { app: r.app, user: r.usr, access, paths: r.paths ?? [], roles: r.roles ?? [], defaultRole: r.default_role };
 }
 
 /**

@@ -139,3 +139,24 @@ export function computeAccess(rows: PathRow[], userIds: string[], now: Date, app
 }
 
 export const accessKey = (userId: string, applicationId: string) => `${userId}|${applicationId}`;
+
+/**
+ * When a user's access to an Application ends with time alone, as its rows resolve at `now`: the
+ * latest ends_at of the paths giving access (active; an organization's only where it includes the
+ * member), or null when one of them never ends. With `organizationId`, only that Organization's
+ * paths. A scheduled path that would take over later is not counted, so this is never later than
+ * the real end. A token standing for that access (an app token) must not outlive it.
+ */
+export function accessEndsAt(rows: PathRow[], userId: string, applicationId: string, now: Date, organizationId?: string): Date | null {
+  let end: Date | null = null;
+  for (const r of rows) {
+    if (r.user_id !== userId || r.application_id !== applicationId || !r.entitlement_id) continue;
+    if (organizationId !== undefined && r.organization_id !== organizationId) continue;
+    if (r.organization_id && r.member_decision !== 'included') continue;
+    const endsAt = r.ends_at ? new Date(r.ends_at) : null;
+    if (rowStatus({ status: r.status!, starts_at: new Date(r.starts_at!), ends_at: endsAt }, now) !== 'active') continue;
+    if (!endsAt) return null;
+    if (!end || endsAt > end) end = endsAt;
+  }
+  return end;
+}

@@ -142,5 +142,6 @@ export function actorOfSession(claims: AccessTokenClaims, session: SessionRow | 
     mode: modeOf(session.session_test_mode),
     permissions: new Set(session.permissions),
     user: session,
+    sessionExpiresAt: session.expires_at,
   };
 }

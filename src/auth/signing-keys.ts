@@ -186,16 +186,28 @@ export class SigningKeys {
   }
 
   async sign(claims: JWTPayload & { sub: string; jti: string }, audience: string, lifetimeSeconds: number): Promise<string> {
+    return (await this.signUntil(claims, audience, lifetimeSeconds, null)).token;
+  }
+
+  /**
+   * As sign, but the token never outlives `notAfter` (what it stands for ends then: an entitlement's
+   * ends_at, the session's end): exp is the lifetime's or notAfter's whole second rounded down,
+   * whichever is first, so a verifier refuses it from that instant on, never later. Returns
+   * `expiresIn`, exp − iat (the response's expires_in).
+   */
+  async signUntil(claims: JWTPayload & { sub: string; jti: string }, audience: string, lifetimeSeconds: number, notAfter: Date | null): Promise<{ token: string; expiresIn: number }> {
     const key = this.signingKey(this.clock.now().getTime());
     if (!key) throw new Error('no signing key: call ensure() at start');
     const iat = toUnixSeconds(this.clock.now());
-    return new SignJWT(claims)
+    const exp = Math.max(iat, Math.min(iat + lifetimeSeconds, notAfter ? toUnixSeconds(notAfter) : Infinity));
+    const token = await new SignJWT(claims)
       .setProtectedHeader({ alg: 'RS256', kid: key.kid, typ: 'JWT' })
       .setIssuer(this.issuer)
       .setAudience(audience)
       .setIssuedAt(iat)
-      .setExpirationTime(iat + lifetimeSeconds)
+      .setExpirationTime(exp)
       .sign(key.privateKey);
+    return { token, expiresIn: exp - iat };
   }
 
   /**

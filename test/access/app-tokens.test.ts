@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLocalJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import {
   assertError, assertStatus, call, createOrg, grant, newApp, orgGrant, patchEnt, person, platformKey, session, sql, type AppFixture,
 } from './support.js';
@@ -75,6 +75,71 @@ test('the app token lives 5 minutes: it no longer verifies after exp', async () 
   const at = (s: number) => new Date(t.clock.now().getTime() + s * 1000);
   await jwtVerify(access_token, createLocalJWKSet(jwks), { audience: other.id, currentDate: at(290) });
   await assert.rejects(jwtVerify(access_token, createLocalJWKSet(jwks), { audience: other.id, currentDate: at(301) }));
+});
+
+/** Verifies an app token as its Application would, locally, at `at`. */
+async function verifiesAt(token: string, audience: string, at: Date): Promise<boolean> {
+  const jwks = assertStatus(await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' }), 200);
+  return jwtVerify(token, createLocalJWKSet(jwks), { audience, currentDate: at }).then(() => true, () => false);
+}
+
+test('an app token never outlives the access it stands for (Part B: ends_at <= now is expired at once): issued a minute before a trial\'s ends_at, its exp is ends_at and expires_in the seconds left, so the Application refuses it from ends_at on', async () => {
+  const user = await createUser(t);
+  const other = await newApp(t, admin);
+  await withStoppedClock(t, async () => {
+    const auth = await session(t, user);
+    const endsAt = new Date(Math.floor(t.clock.now().getTime() / 1000) * 1000 + 60_000);
+    await grant(t, admin, user.id, other.id, { source: 'trial', ends_at: endsAt.toISOString() });
+    const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
+    const claims = await verify(body.access_token, other.id);
+    assert.equal(claims.exp, endsAt.getTime() / 1000);
+    assert.equal(body.expires_in, claims.exp! - claims.iat!);
+    assert.ok(body.expires_in <= 60 && body.expires_in >= 59, `expires_in ${body.expires_in}`);
+    assert.equal(await verifiesAt(body.access_token, other.id, new Date(endsAt.getTime() - 1)), true);
+    assert.equal(await verifiesAt(body.access_token, other.id, endsAt), false);
+    // At ends_at the platform refuses too: the two agree on the instant.
+    t.clock.advance(60);
+    assertError(await issue(auth.access_token, { application_id: other.id }), 403, 'entitlement_required');
+  });
+});
+
+test('an app token\'s exp is the latest end among the paths giving access: an unending grant beside one that ends gives the full 5 minutes; with organization_id only that Organization\'s grant counts', async () => {
+  const user = await createUser(t);
+  const other = await newApp(t, admin);
+  await withStoppedClock(t, async () => {
+    const auth = await session(t, user);
+    const endsAt = new Date(Math.floor(t.clock.now().getTime() / 1000) * 1000 + 120_000);
+    const org = await createOrg(t, [{ userId: user.id }]);
+    await orgGrant(t, org, other.id, { endsAt });
+    const unlimited = await createOrg(t, [{ userId: user.id }]);
+    await orgGrant(t, unlimited, other.id);
+    assert.equal(assertStatus(await issue(auth.access_token, { application_id: other.id }), 200).expires_in, 300);
+    const viaOrg = assertStatus(await issue(auth.access_token, { application_id: other.id, organization_id: org }), 200);
+    assert.equal((await verify(viaOrg.access_token, other.id)).exp, endsAt.getTime() / 1000);
+    assert.ok(viaOrg.expires_in <= 120 && viaOrg.expires_in >= 119, `expires_in ${viaOrg.expires_in}`);
+    assert.equal(assertStatus(await issue(auth.access_token, { application_id: other.id, organization_id: unlimited }), 200).expires_in, 300);
+  });
+});
+
+test('an app token never outlives its session (90 days absolute): issued 2 minutes before the session ends, its exp is the session\'s end', async () => {
+  const user = await createUser(t);
+  const other = await newApp(t, admin);
+  await grant(t, admin, user.id, other.id);
+  await withStoppedClock(t, async () => {
+    const signIn = assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password }), 200);
+    const [{ expires_at: sessionEnd }] = await sql<{ expires_at: Date }>(t, 'SELECT expires_at FROM sessions WHERE id = $1', [signIn.session_id]);
+    // Refreshed within every 30 idle days, up to 2 minutes before the session's 90 days end.
+    let auth = signIn;
+    for (const step of [29 * 86400, 29 * 86400, 29 * 86400, (sessionEnd.getTime() - t.clock.now().getTime()) / 1000 - 87 * 86400 - 120]) {
+      t.clock.advance(step);
+      auth = assertStatus(await call(t, 'POST', '/v1/auth/token/refresh', null, { refresh_token: auth.refresh_token }), 200);
+    }
+    const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
+    const claims = await verify(body.access_token, other.id);
+    assert.equal(claims.exp, Math.floor(sessionEnd.getTime() / 1000));
+    assert.equal(body.expires_in, claims.exp! - claims.iat!);
+    assert.ok(body.expires_in <= 120 && body.expires_in >= 119, `expires_in ${body.expires_in}`);
+  });
 });
 
 test('a test-mode user gets test_mode true in the token', async () => {

@@ -82,7 +82,7 @@ test('POST: a retry with the same Idempotency-Key returns the original result an
 
 test('IC-3 / docs/conventions.md "Validation failures are not recorded": a grant refused 422 validation_failed by a rule the schema cannot state (starts_at more than 1 year ahead) leaves the Idempotency-Key free, so the corrected retry with the same key grants (201), once', async () => {
   const user = await person(t);
-  const refused = await grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant', starts_at: inSeconds(t, 366 * DAY) }, 'ic3-corrected');
+  const refused = await grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant', starts_at: inSeconds(t, 400 * DAY) }, 'ic3-corrected');
   assertInvalid(refused, 'starts_at');
   assert.equal((await sql(t, `SELECT count(*)::int AS n FROM idempotency_keys WHERE key = 'ic3-corrected'`))[0].n, 0, 'nothing recorded for the key');
   const corrected = await grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant' }, 'ic3-corrected');
@@ -190,16 +190,43 @@ test('ends_at must be after starts_at (422)', async () => {
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
 });
 
+/** Runs `fn` with the app's clock held at `instant` (an ISO timestamp), then restores it. */
+async function atInstant<T>(instant: string, fn: () => Promise<T>): Promise<T> {
+  const realNow = t.clock.now;
+  t.clock.now = () => new Date(instant);
+  try {
+    return await fn();
+  } finally {
+    t.clock.now = realNow;
+  }
+}
+
 test('starts_at at most 1 year ahead: beyond is 422 validation_failed; within a year is accepted', async () => {
   const user = await person(t);
-  assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: inSeconds(t, 366 * DAY) }), 'starts_at');
-  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 300 * DAY) });
-  assert.equal(ent.status, 'active');
-  // "At most": a starts_at exactly 365 days ahead is still within the year.
   const other = await person(t);
-  await atOneInstant(t, async () => {
+  // From 2026-11-29 the year ahead has 365 days (no 29 February before 2027-11-29).
+  await atInstant('2026-11-29T10:00:00.000Z', async () => {
+    assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: '2027-11-29T10:00:00.001Z' }), 'starts_at');
+    const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 300 * DAY) });
+    assert.equal(ent.status, 'active');
+    // "At most": a starts_at exactly a year (365 days) ahead is still within the year.
     const edge = await grant(t, admin, other.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 365 * DAY) });
-    assert.equal(edge.starts_at, inSeconds(t, 365 * DAY));
+    assert.equal(edge.starts_at, '2027-11-29T10:00:00.000Z');
+  });
+});
+
+test('"at most 1 year ahead" is a calendar year: across 29 February 2028 a starts_at one year ahead (366 days) is accepted, one millisecond later 422 validation_failed; personal and organization grants alike', async () => {
+  const user = await person(t);
+  const late = await person(t);
+  const orgApp = await newApp(t, admin);
+  const org = await createOrg(t, [{ userId: user.id }]);
+  await atInstant('2027-06-01T00:00:00.000Z', async () => {
+    assertInvalid(await grantReq(t, admin, late.id, { application_id: app.id, source: 'purchase', starts_at: '2028-06-01T00:00:00.001Z' }), 'starts_at');
+    const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: '2028-06-01T00:00:00.000Z' });
+    assert.equal(ent.starts_at, '2028-06-01T00:00:00.000Z');
+    const orgPost = (startsAt: string) => call(t, 'POST', `/v1/organizations/${org}/entitlements`, admin, { application_id: orgApp.id, starts_at: startsAt }, { 'idempotency-key': `org-${startsAt}` });
+    assertInvalid(await orgPost('2028-06-01T00:00:00.001Z'), 'starts_at');
+    assert.equal(assertStatus(await orgPost('2028-06-01T00:00:00.000Z'), 201).starts_at, '2028-06-01T00:00:00.000Z');
   });
 });
 

@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeProtectedHeader } from 'jose';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { appKey, assertStatus, auditOf, call, inSeconds, patchEnt, platformKey, sql, type AppFixture } from '../access/support.js';
 import { alignToWindow } from '../auth/support.js';
 import {
@@ -399,4 +399,22 @@ test('the OAuth token endpoint instead returns {error, error_description} when t
   } finally {
     await throttled.close();
   }
+});
+
+test('the app token of a code exchange and of a refresh never outlives the access it is issued on: with the personal grant ending in 90 seconds, its exp is ends_at and expires_in the seconds left', async () => {
+  const user = await member(t, admin, app.id);
+  await withStoppedClock(t, async () => {
+    const endsAt = new Date(Math.floor(t.clock.now().getTime() / 1000) * 1000 + 90_000);
+    assertStatus(await patchEnt(t, admin, user.entitlementId, { ends_at: endsAt.toISOString() }), 200);
+    const first = assertStatus(await tokenReq(t, codeGrant(await codeFor(t, user, app.id), app.id)), 200);
+    t.clock.advance(30);
+    const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+    for (const body of [first, next]) {
+      const claims = await verifyAppToken(t, body.access_token, app.id);
+      assert.equal(claims.exp, endsAt.getTime() / 1000);
+      assert.equal(body.expires_in, claims.exp! - claims.iat!);
+    }
+    assert.ok(first.expires_in <= 90 && first.expires_in >= 89, `expires_in ${first.expires_in}`);
+    assert.ok(next.expires_in <= 60 && next.expires_in >= 59, `expires_in ${next.expires_in}`);
+  });
 });

@@ -342,6 +342,38 @@ test('pending_email is set only while the self-service change awaits verificatio
   assert.equal(read.email, user.email);
 });
 
+test('pending_email reads null from the instant its 24-hour link expires, before the email-change-expiry job runs: one millisecond before it still shows (the link is live), at 24 hours the link is refused and the field reads null (GET /v1/users/me, the admin read and the list agree)', async () => {
+  const { user, token } = await userToken(t);
+  const newEmail = uniqueEmail('boundary');
+  const realNow = t.clock.now;
+  const start = t.clock.now().getTime();
+  t.clock.now = () => new Date(start);
+  try {
+    assert.equal(assertStatus(await patch('me', { email: newEmail }, token), 200).pending_email, newEmail);
+    const link = await latestToken(t, newEmail, 'email_change_verification');
+    const [{ expires_at: linkEnd }] = await sql<{ expires_at: Date }>(t, `SELECT expires_at FROM one_time_tokens WHERE user_id = $1 AND kind = 'email_change' AND used_at IS NULL`, [user.id]);
+    assert.equal(linkEnd.getTime(), start + 24 * 3600 * 1000);
+    const reads = async () => {
+      const self = await login(t, user);
+      const adminToken = await login(t, admin.user);
+      const listed = assertStatus(await call(t, 'GET', `/v1/users?q=${encodeURIComponent(user.email)}`, adminToken), 200).data.find((u: { id: string }) => u.id === user.id);
+      return [
+        assertStatus(await call(t, 'GET', '/v1/users/me', self), 200).pending_email,
+        assertStatus(await call(t, 'GET', `/v1/users/${user.id}`, adminToken), 200).pending_email,
+        listed.pending_email,
+      ];
+    };
+    t.clock.now = () => new Date(linkEnd.getTime() - 1);
+    assert.deepEqual(await reads(), [newEmail, newEmail, newEmail]);
+    t.clock.now = () => new Date(linkEnd.getTime());
+    assert.deepEqual(await reads(), [null, null, null]);
+    assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: link }), 400, 'invalid_token');
+    assert.equal((await userRow(t, user.id))!.pending_email, newEmail, 'the job has not run: only the read hides it');
+  } finally {
+    t.clock.now = realNow;
+  }
+});
+
 test('a self-service PATCH back to the current email withdraws the pending change: pending_email null, the mailed link stops working', async () => {
   const { user, token } = await userToken(t);
   const newEmail = uniqueEmail('withdrawn');

@@ -129,7 +129,7 @@ async function acceptInvitationAdmitted(base: Ctx, input: TokenPasswordBody): Pr
     if (rowCount !== 1) throw badToken();
     await setPassword(tx, user.id, passwordHash, ctx.now);
     const c = inTx(ctx, tx);
-    const after = toUser((await findUserById(tx, user.id))!);
+    const after = toUser((await findUserById(tx, user.id))!, ctx.now);
     await recordAudit(tx, c, {
       action: 'user.invitation_accepted',
       target: { type: 'user', id: user.id },

@@ -2,7 +2,6 @@ import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
-import { addSeconds } from '../../clock.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
@@ -20,12 +19,21 @@ import { assertMayGrant, confinedApp, rightsOver } from './rights.js';
 import type { Entitlement, GrantBody } from './schemas.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
-export const MAX_START_AHEAD_SECONDS = 365 * 24 * 3600;
+/**
+ * "At most 1 year ahead" (Part B) is a calendar year: the same instant of the same date a year later
+ * (UTC), 366 days when a 29 February lies between, so a starts_at a client computes as "now plus one
+ * year" is accepted. From 29 February the year ends on 1 March.
+ */
+export function latestStart(now: Date): Date {
+  const latest = new Date(now);
+  latest.setUTCFullYear(latest.getUTCFullYear() + 1);
+  return latest;
+}
 
 /** Shared term rules of personal and organization grants. */
 export function grantTerm(ctx: Ctx, body: { source?: string; starts_at?: string; ends_at?: string | null }): { startsAt: Date; endsAt: Date | null } {
   const startsAt = body.starts_at ? new Date(body.starts_at) : ctx.now;
-  if (startsAt > addSeconds(ctx.now, MAX_START_AHEAD_SECONDS)) throw invalidField('starts_at', 'must be at most 1 year ahead');
+  if (startsAt > latestStart(ctx.now)) throw invalidField('starts_at', 'must be at most 1 year ahead');
   const endsAt = body.ends_at ? new Date(body.ends_at) : null;
   if (body.source === 'trial' && !endsAt) throw new ApiError('ends_at_required');
   if (endsAt && endsAt <= startsAt) throw invalidField('ends_at', 'must be after starts_at');

@@ -5,7 +5,7 @@ import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
-import { APP_TOKEN_SECONDS } from '../app-access/app-tokens.js';
+import { APP_TOKEN_SECONDS, earliest } from '../app-access/app-tokens.js';
 import { assertAppAccess } from './access.js';
 import {
   applicationExists, consumeCode, findAppRefreshToken, findCode, insertAppRefreshToken, lockLiveSession, revokeGrant, useAppRefreshToken,
@@ -61,12 +61,12 @@ async function exchangeCode(baseCtx: Ctx, body: TokenBody): Promise<TokenRespons
     throw new OAuthError('invalid_grant', 'code_verifier does not match the code_challenge.');
   }
   assertSessionActive(row, ctx.now);
-  await recheckAccess(ctx, row.user_id, row.application_id);
+  const accessEnd = await recheckAccess(ctx, row.user_id, row.application_id);
 
   const issued = await ctx.db.transaction(async (tx) => {
     if (!(await lockLiveSession(tx, row.session_id, ctx.now))) return SESSION_ENDED; // ended since it was read
     if (!(await consumeCode(tx, row.id, ctx.now))) return null; // lost the race: another exchange used it first
-    return issueTokens(tx, ctx, { ...row, codeId: row.id, parentId: null });
+    return issueTokens(tx, ctx, { ...row, codeId: row.id, parentId: null, accessEnd });
   });
   if (issued === SESSION_ENDED) throw sessionEnded();
   if (issued) return issued;
@@ -91,12 +91,12 @@ async function exchangeRefreshToken(baseCtx: Ctx, body: TokenBody): Promise<Toke
   if (row.used_at || row.revoked_at) throw new OAuthError('invalid_grant', 'The refresh token was already used or is revoked.');
   if (row.idle_expires_at <= ctx.now) throw new OAuthError('invalid_grant', 'The refresh token has expired.');
   assertSessionActive(row, ctx.now);
-  await recheckAccess(ctx, row.user_id, row.application_id);
+  const accessEnd = await recheckAccess(ctx, row.user_id, row.application_id);
 
   const issued = await ctx.db.transaction(async (tx) => {
     if (!(await lockLiveSession(tx, row.session_id, ctx.now))) return SESSION_ENDED;
     if (!(await useAppRefreshToken(tx, row.id, ctx.now))) return null;
-    return issueTokens(tx, ctx, { ...row, codeId: row.authorization_code_id, parentId: row.id });
+    return issueTokens(tx, ctx, { ...row, codeId: row.authorization_code_id, parentId: row.id, accessEnd });
   });
   if (issued === SESSION_ENDED) throw sessionEnded();
   if (issued) return issued;
@@ -116,10 +116,10 @@ function assertSessionActive(row: { session_revoked_at: Date | null; session_exp
   if (row.session_revoked_at || row.session_expires_at <= now) throw sessionEnded();
 }
 
-/** Access is re-checked on every exchange; any refusal of the app-tokens rule is invalid_grant. */
-async function recheckAccess(ctx: Ctx, userId: string, appId: string): Promise<void> {
+/** Access is re-checked on every exchange; any refusal of the app-tokens rule is invalid_grant. Returns when the access ends. */
+async function recheckAccess(ctx: Ctx, userId: string, appId: string): Promise<Date | null> {
   try {
-    await assertAppAccess(ctx.db, userId, appId, ctx.now);
+    return await assertAppAccess(ctx.db, userId, appId, ctx.now);
   } catch (err) {
     if (err instanceof ApiError) throw new OAuthError('invalid_grant', `${err.code}: ${err.message}`);
     throw err;
@@ -134,21 +134,27 @@ interface Grant {
   session_expires_at: Date;
   codeId: string;
   parentId: string | null;
+  /** When the access the tokens are issued on ends with time alone (null: never). */
+  accessEnd: Date | null;
 }
 
-/** The app token has the claims of POST /v1/auth/app-tokens (aud = the Application, 5 minutes). */
+/**
+ * The app token has the claims of POST /v1/auth/app-tokens (aud = the Application, 5 minutes, never
+ * past the access's end or the session's).
+ */
 async function issueTokens(tx: Tx, ctx: Ctx, g: Grant): Promise<TokenResponse> {
   const refresh = await insertAppRefreshToken(tx, {
     applicationId: g.application_id, sessionId: g.session_id, codeId: g.codeId, parentId: g.parentId,
     testMode: g.test_mode, sessionExpiresAt: g.session_expires_at, now: ctx.now,
   });
-  const accessToken = await ctx.deps.keys.sign(
+  const { token: accessToken, expiresIn } = await ctx.deps.keys.signUntil(
     { sub: g.user_id, sid: g.session_id, jti: newId('atk'), test_mode: g.test_mode },
     g.application_id,
     APP_TOKEN_SECONDS,
+    earliest(g.accessEnd, g.session_expires_at),
   );
   return {
-    access_token: accessToken, token_type: 'Bearer', expires_in: APP_TOKEN_SECONDS, refresh_token: refresh.token, refresh_token_expires_in: refresh.expiresIn,
+    access_token: accessToken, token_type: 'Bearer', expires_in: expiresIn, refresh_token: refresh.token, refresh_token_expires_in: refresh.expiresIn,
     application_id: g.application_id, organization_id: null,
   };
 }

@@ -63,7 +63,7 @@ export async function exportUser(ctx: Ctx, idParam: string) {
   );
   return {
     exported_at: ctx.now.toISOString(),
-    user: toUser(user),
+    user: toUser(user, ctx.now),
     profile: { ...profile, updated_at: iso(profile.updated_at) },
     settings,
     identities: identities.map((i) => ({ method: i.method, mfa_enabled: i.mfa_enabled, last_used_at: iso(i.last_used_at) })),

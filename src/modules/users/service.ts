@@ -98,7 +98,7 @@ async function insertUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput, unles
     action: 'user.created',
     target: { type: 'user', id },
     targetUserId: id,
-    after: toUser(row),
+    after: toUser(row, ctx.now),
     actor: input.selfService ? { type: 'user', id } : undefined,
   });
   return row;
@@ -106,7 +106,7 @@ async function insertUserRecords(tx: Tx, ctx: Ctx, input: CreateUserInput, unles
 
 /** GET /v1/users/{id}. */
 export async function getUser(ctx: Ctx, idParam: string): Promise<User> {
-  return toUser((await targetUser(ctx, idParam, 'read')).user);
+  return toUser((await targetUser(ctx, idParam, 'read')).user, ctx.now);
 }
 
 /** GET /v1/users: list and search, newest first. */
@@ -146,7 +146,7 @@ export async function listUsers(ctx: Ctx, q: UserListQuery) {
     ? `SELECT * FROM ((${page(`u.email_lower ^@ lower($${prefix})`)}) UNION (${page(`lower(p.display_name) ^@ lower($${prefix})`)})) u ${ks.orderLimit}`
     : page('TRUE');
   const { rows } = await ctx.db.query<UserRow>(sql, [...params, ...ks.params]);
-  return toPage(rows, ks.limit, toUser);
+  return toPage(rows, ks.limit, (row) => toUser(row, ctx.now));
 }
 
 /** POST /v1/users: invited (with an invitation mail unless send_invitation is false) or active without a password. */
@@ -156,7 +156,7 @@ export async function createUser(ctx: Ctx, input: CreateUserBody): Promise<User>
     const user = await createUserRecords(tx, ctx, { email: input.email, status, emailVerified: false, displayName: input.display_name ?? null });
     // The first invitation is no re-send: it does not count toward the re-send limit.
     if (status === 'invited' && input.send_invitation !== false) await sendInvitation(tx, ctx, user);
-    return toUser(user);
+    return toUser(user, ctx.now);
   });
 }
 

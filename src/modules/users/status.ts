@@ -53,7 +53,7 @@ async function transition(
   else await change();
   const after = await reload(tx, user.id);
   const { note, before = user } = opts;
-  await recordAudit(tx, c, { action, target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(before), after: { ...toUser(after), ...(note ? { reason: note } : {}) } });
+  await recordAudit(tx, c, { action, target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(before, ctx.now), after: { ...toUser(after, ctx.now), ...(note ? { reason: note } : {}) } });
   if (webhook) await emit(tx, c, { type: webhook, data: { user_id: user.id } });
   return after;
 }
@@ -69,7 +69,7 @@ export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow, reason?: s
 export async function suspendUser(ctx: Ctx, idParam: string, reason?: string): Promise<User> {
   const { user, self } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
   if (self) throw new ApiError('status_change_forbidden');
-  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockUser(tx, user.id), reason)));
+  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockUser(tx, user.id), reason)), ctx.now);
 }
 
 /** Soft delete: shared by DELETE /v1/users/{id} and erasure requests. */
@@ -98,7 +98,7 @@ export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody):
   // A change of one's own email goes through verification, users.manage holders included: a stolen
   // session must not move an account (and its password resets) to another mailbox at once.
   if (self) {
-    return toUser(await ctx.db.transaction((tx) => requestEmailChange(tx, ctx, user, body.email!)));
+    return toUser(await ctx.db.transaction((tx) => requestEmailChange(tx, ctx, user, body.email!)), ctx.now);
   }
   return toUser(
     await ctx.db.transaction(async (tx) => {
@@ -111,6 +111,7 @@ export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody):
       if (newEmail !== undefined && newEmail.toLowerCase() !== current.email.toLowerCase()) current = await adminEmail(tx, ctx, current, newEmail);
       return current;
     }),
+    ctx.now,
   );
 }
 
@@ -156,7 +157,7 @@ async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promi
   // An invited user's way in went with the old address: the invitation goes to the new one.
   if (after.status === 'invited') await sendInvitation(tx, ctx, after);
   // An admin email change completes at once (Part A Events: email change completes → user.email_changed).
-  await recordAudit(tx, inTx(ctx, tx), { action: 'user.email_changed', target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user), after: toUser(after) });
+  await recordAudit(tx, inTx(ctx, tx), { action: 'user.email_changed', target: { type: 'user', id: user.id }, targetUserId: user.id, before: toUser(user, ctx.now), after: toUser(after, ctx.now) });
   return after;
 }
 

@@ -6,6 +6,8 @@ export interface UserRow {
   email: string;
   email_verified: boolean;
   pending_email: string | null;
+  /** When the link that would complete pending_email stops working (null: none is live). */
+  pending_email_expires_at: Date | null;
   status: UserStatus;
   mfa_enabled: boolean;
   signup_application_id: string | null;
@@ -18,17 +20,27 @@ export interface UserRow {
 }
 
 // mfa_enabled is a scalar subquery, one index probe per row: as an EXISTS, a list page was planned as
-// a hashed scan of every confirmed identity (docs/conventions.md, Queries at scale).
+// a hashed scan of every confirmed identity (docs/conventions.md, Queries at scale). So is
+// pending_email_expires_at, only for the rare user with a pending_email (CASE evaluates it no further).
 export const USER_COLUMNS = `u.id, u.email, u.email_verified, u.pending_email, u.status, u.signup_application_id, u.test_mode,
   u.created_at, u.updated_at, u.last_login_at, u.deleted_at, u.erased_at,
-  COALESCE((SELECT true FROM identities i WHERE i.user_id = u.id AND i.totp_confirmed_at IS NOT NULL LIMIT 1), false) AS mfa_enabled`;
+  COALESCE((SELECT true FROM identities i WHERE i.user_id = u.id AND i.totp_confirmed_at IS NOT NULL LIMIT 1), false) AS mfa_enabled,
+  CASE WHEN u.pending_email IS NULL THEN NULL ELSE
+    (SELECT max(t.expires_at) FROM one_time_tokens t WHERE t.user_id = u.id AND t.kind = 'email_change' AND t.used_at IS NULL) END
+    AS pending_email_expires_at`;
 
-export function toUser(row: UserRow): User {
+/**
+ * The User resource at `now`. pending_email shows only while its change link is live: from the
+ * instant the link expires (24 hours) it reads null, as the email-change-expiry job (every 5
+ * minutes) later stores it; the link and the field never disagree.
+ */
+export function toUser(row: UserRow, now: Date): User {
+  const pendingLive = row.pending_email !== null && row.pending_email_expires_at !== null && row.pending_email_expires_at > now;
   return {
     id: row.id,
     email: row.email,
     email_verified: row.email_verified,
-    pending_email: row.pending_email,
+    pending_email: pendingLive ? row.pending_email : null,
     status: row.status,
     mfa_enabled: row.mfa_enabled,
     signup_application_id: row.signup_application_id,
