@@ -290,6 +290,24 @@ test('a second visit offers "Continue as"; continuing issues a code on the same 
   assertPage(await browser.post('/signin/continue', formOf(page, '/signin/continue')), 401, 'Your session has ended. Please sign in again.');
 });
 
+test('a session ended between the password check and the cookie being bound shows the "sign in again" page (401), never a 500, and sets no cookie', async () => {
+  const user = await member(t, admin, app.id);
+  // An admin's DELETE of the session lands in that window: here, as the browser's row is written.
+  await sql(t, `CREATE FUNCTION end_session_at_bind() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN UPDATE sessions SET revoked_at = now() WHERE id = NEW.session_id; RETURN NEW; END $$`);
+  await sql(t, 'CREATE TRIGGER end_session_at_bind AFTER INSERT ON signin_browser_sessions FOR EACH ROW EXECUTE FUNCTION end_session_at_bind()');
+  try {
+    const browser = new Browser(t);
+    const res = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+    assertPage(res, 401, 'Your session has ended. Please sign in again.');
+    assert.equal(setCookieHeader(res), undefined, 'no cookie bound to the ended session');
+    assert.ok(!assertPage(await browser.open(flow(app.id).params), 200).includes('Continue as'), 'the browser is not signed in');
+  } finally {
+    await sql(t, 'DROP TRIGGER end_session_at_bind ON signin_browser_sessions');
+    await sql(t, 'DROP FUNCTION end_session_at_bind()');
+  }
+});
+
 test('a new sign-in in the same browser forgets the previous one, whose session stays alive; other browsers keep theirs', async () => {
   const first = await member(t, admin, app.id);
   const second = await member(t, admin, app.id);

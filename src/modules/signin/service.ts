@@ -110,7 +110,8 @@ async function completeSignin(page: Page, sessionId: string, previousSecret: str
     await insertBrowserSession(tx, hashSecret(secret), sessionId, ctx.now);
     return findBrowserSession(tx, hashSecret(secret), ctx.now);
   });
-  if (!current) throw new Error(`session ${sessionId} is not readable right after sign-in`);
+  // Ended between the sign-in and this binding (an admin's DELETE, a suspension): nothing is issued.
+  if (!current) return restart(page, 401, 'Your session has ended. Please sign in again.');
   return { page, outcome: await authorize(page, current), signedIn: { secret, expiresAt: current.expires_at } };
 }
 
