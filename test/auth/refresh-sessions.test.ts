@@ -315,3 +315,27 @@ test('sessions list and revoke are for self or users.manage only: a users.list h
   assert.equal(await works(session.access_token), true, 'the session was not revoked');
   assert.equal((await refresh(session.refresh_token)).statusCode, 200);
 });
+
+test('refresh chains and sessions do not grow without bound (API4:2023 Unrestricted Resource Consumption): the idempotency-prune job deletes a session 30 days after its 90-day end, with all its refresh tokens, and keeps it until then; live sessions stay', async () => {
+  const user = await createUser(t);
+  const first = await signIn(user);
+  let current = first.refresh_token;
+  for (let i = 0; i < 3; i++) current = (await refresh(current)).json().refresh_token;
+  assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer((await refresh(current)).json().access_token) })).statusCode, 204);
+  const tokensOf = async (sessionId: string) => (await sql(t, 'SELECT count(*)::int AS n FROM refresh_tokens WHERE session_id = $1', [sessionId]))[0].n;
+  assert.equal(await tokensOf(first.session_id), 5, 'the sign-in token and four rotations');
+
+  t.clock.advance(120 * DAY - 60);
+  await t.deps.jobs.runNow('idempotency-prune');
+  assert.equal(await tokensOf(first.session_id), 5, 'kept until 30 days past the 90-day end');
+  const later = await signIn(user);
+
+  t.clock.advance(120);
+  const result = await t.deps.jobs.runNow('idempotency-prune');
+  assert.ok((result.sessions as number) >= 1, JSON.stringify(result));
+  assert.deepEqual(await sql(t, 'SELECT id FROM sessions WHERE id = $1', [first.session_id]), []);
+  assert.equal(await tokensOf(first.session_id), 0);
+  assertError(await refresh(first.refresh_token), 401, 'invalid_refresh_token');
+  assert.ok(await works(later.access_token), 'the live session stays');
+  assert.equal((await refresh(later.refresh_token)).statusCode, 200);
+});

@@ -180,6 +180,37 @@ test('an Organization mails one address at most 3 times per rolling hour: invite
   assert.equal((await mails(t, email)).length, 5);
 });
 
+test('an org admin mails at most 100 invitations by email in any rolling 24 hours, across their Organizations (API4:2023 Unrestricted Resource Consumption: one address each, any number of addresses, each an `invited` User and a mail naming the Organization): the 101st answers 429 rate_limited with Retry-After, adds, creates and mails nothing; another org admin and organizations.manage still invite; 24 hours later the admin can again', async () => {
+  const first = await createOrgApi(t, undefined, 'Claim your prize at evil.example');
+  const second = await createOrgApi(t, first.owner);
+  const tag = Math.random().toString(36).slice(2, 8);
+  for (let i = 0; i < 100; i++) {
+    const orgId = i % 2 === 0 ? first.org.id : second.org.id;
+    assertStatus(await invite(t, first.owner.token, orgId, `flood-${tag}-${i}@example.net`), 201);
+  }
+  const invitedUsers = async () => (await sql(t, `SELECT count(*)::int AS n FROM users WHERE email LIKE $1`, [`flood-${tag}-%`]))[0].n;
+  assert.equal(await invitedUsers(), 100);
+  const extra = `flood-${tag}-extra@example.net`;
+  const refused = await invite(t, first.owner.token, second.org.id, extra);
+  const error = assertError(refused, 429, 'rate_limited');
+  assert.match(error.message, /100 invitations/);
+  const retryAfter = Number(refused.headers['retry-after']);
+  assert.ok(retryAfter > 23 * 3600 && retryAfter <= 86400, `Retry-After ${refused.headers['retry-after']}`);
+  assert.equal(await invitedUsers(), 100, 'no invited User created');
+  assert.deepEqual(await mails(t, extra), [], 'nothing mailed');
+  assert.equal(await membership(t, second.org.id, (await sql(t, 'SELECT id FROM users WHERE email = $1', [extra]))[0]?.id ?? 'usr_none'), undefined);
+
+  // Another org admin of the same Organization is counted on their own; organizations.manage is not counted.
+  const coAdmin = await person(t);
+  assertStatus(await addById(t, admin, first.org.id, coAdmin.id, 'org_admin'), 201);
+  assertStatus(await invite(t, coAdmin.token, first.org.id, extra), 201);
+  assertStatus(await invite(t, admin, second.org.id, `flood-${tag}-by-platform@example.net`), 201);
+
+  t.clock.advance(86400);
+  const { access_token } = await session(t, first.owner);
+  assertStatus(await invite(t, access_token, second.org.id, `flood-${tag}-next-day@example.net`), 201);
+});
+
 test('members ?q= matches a pending member by email only, never by the display_name the list hides until they are active', async () => {
   const { org, owner } = await createOrgApi(t);
   const u = await person(t);

@@ -273,6 +273,33 @@ test('redeliver: 202, the same event id under a new delivery id, sent once outsi
   assert.equal((await deliveriesOf(t, sub.id)).length, 0);
 });
 
+test('test calls and redeliveries pile up without bound no more (API4:2023 Unrestricted Resource Consumption): at most 10 wait to be sent per subscription; the 11th, parallel calls included, answers 429 rate_limited with Retry-After and writes nothing; another subscription is not held up; once they are sent there is room again', async (c) => {
+  const app = await newApp(t, admin);
+  const owner = app.owner.token;
+  const path = `/manual-${++seq}`;
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', owner, { scope: app.id, url: receiver.url(path), events: ['*'] }), 201);
+  c.after(() => sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]).then(() => undefined));
+  const other = await subscribe(c, ['user.suspended']);
+  const tries = await Promise.all(Array.from({ length: 15 }, () => call(t, 'POST', `/v1/webhooks/${sub.id}/test`, owner)));
+  assert.deepEqual(tries.map((r) => r.statusCode).sort(), [...Array(10).fill(202), ...Array(5).fill(429)]);
+  const refused = await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, owner);
+  assert.equal(refused.statusCode, 429, refused.body);
+  assert.equal(refused.json().error.code, 'rate_limited');
+  assert.equal(refused.headers['retry-after'], '5');
+  const first = (await deliveriesOf(t, sub.id))[0];
+  const redelivery = await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${first.id}/redeliver`, owner);
+  assert.equal(redelivery.statusCode, 429, redelivery.body);
+  assert.equal((await deliveriesOf(t, sub.id)).length, 10, 'nothing written beyond the 10');
+  const audited = await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action IN ('webhook.test_sent', 'webhook.redelivered') AND target_id = $1`, [sub.id]);
+  assert.equal(audited[0].n, 10);
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${other.id}/test`, admin), 202);
+
+  await runDelivery(t);
+  assert.equal(receiver.at(path).length, 10);
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, owner), 202);
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${first.id}/redeliver`, owner), 202);
+});
+
 test('the delivery log filters by status, event_id and since', async (c) => {
   const sub = await subscribe(c, ['access.granted']);
   const first = await emitEvent(t, 'access.granted', { user_id: 'usr_a', application_id: 'app_a', reason: 'entitlement_granted', entitlement_status: 'active' });

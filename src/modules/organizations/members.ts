@@ -88,6 +88,7 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
     const user = await findOrCreateInvitedUser(tx, c, body.email!);
     if (await findMember(tx, org.id, user.id)) throw new ApiError('already_member');
     await takeOrgInvitationQuota(tx, c, org.id, user.email);
+    if (!manage) await takeInviterQuota(tx, c);
     await tx.query(
       `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, $3, 'pending', $4)`,
       [org.id, user.id, role, ctx.now],
@@ -116,6 +117,28 @@ async function takeOrgInvitationQuota(tx: Tx, ctx: Ctx, orgId: string, email: st
   if (quota.allowed) return;
   throw new ApiError('rate_limited', {
     message: `At most ${RESEND_LIMIT_PER_HOUR} invitations of one address per organization per hour.`,
+    headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) },
+  });
+}
+
+/** Invitations by email an org admin may send in any rolling 24 hours, across all their Organizations. */
+export const INVITATIONS_PER_INVITER_PER_DAY = 100;
+
+/**
+ * The per-address limit above leaves the number of addresses open: any signed-in user can create an
+ * Organization and, as its org admin, mail an invitation naming it (a name of their choosing) to
+ * every address they list, each also creating an `invited` User. An org admin therefore sends at most
+ * 100 invitations by email in any rolling 24 hours, counted per inviting user across their
+ * Organizations (Organizations are cheap to create: counted per Organization, ten a day would multiply
+ * it). Beyond it 429 rate_limited with Retry-After, nothing added or mailed (the throw rolls the
+ * count back too). organizations.manage is not counted: platform operators onboard at scale.
+ */
+async function takeInviterQuota(tx: Tx, ctx: Ctx): Promise<void> {
+  if (ctx.actor.type !== 'user') return;
+  const quota = await takeSlidingQuota(tx, `org-invitations-by:${ctx.actor.userId}`, INVITATIONS_PER_INVITER_PER_DAY, 86400, ctx.now);
+  if (quota.allowed) return;
+  throw new ApiError('rate_limited', {
+    message: `At most ${INVITATIONS_PER_INVITER_PER_DAY} invitations by email per org admin per day.`,
     headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) },
   });
 }

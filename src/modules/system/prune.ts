@@ -1,11 +1,34 @@
 import type { Deps } from '../../context.js';
 
-/** Drops idempotency records past their 24 hours, counter windows that have ended and idle login lockouts. */
-export async function pruneExpired(deps: Deps): Promise<{ idempotency_keys: number; counters: number; login_lockouts: number }> {
+/**
+ * Days a session is kept after its 90-day end, revoked or not: until then a replayed refresh token of
+ * it is still recognised (and a used one audited) for as long as the token could have lived.
+ */
+export const ENDED_SESSION_RETENTION_DAYS = 30;
+const SESSION_PRUNE_BATCH = 5000;
+
+/**
+ * Drops idempotency records past their 24 hours, counter windows that have ended, idle login lockouts,
+ * and sessions 30 days past their 90-day end with everything hanging off them (refresh tokens used or
+ * not, app refresh tokens, authorization codes, hosted-page browser rows: ON DELETE CASCADE). Each
+ * refresh writes a token row and each sign-in a session, so kept for ever they grew without bound.
+ * Sessions go in batches, so no one statement holds locks on a huge backlog.
+ */
+export async function pruneExpired(deps: Deps): Promise<{ idempotency_keys: number; counters: number; login_lockouts: number; sessions: number }> {
   const db = deps.database.scoped('system');
   const now = deps.clock.now();
   const keys = await db.query('DELETE FROM idempotency_keys WHERE expires_at <= $1', [now]);
   const counters = await db.query('DELETE FROM counters WHERE expires_at <= $1', [now]);
   const lockouts = await db.query('DELETE FROM login_lockouts WHERE expires_at <= $1', [now]);
-  return { idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount };
+  const cutoff = new Date(now.getTime() - ENDED_SESSION_RETENTION_DAYS * 86400_000);
+  let sessions = 0;
+  for (;;) {
+    const { rowCount } = await db.query(
+      'DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE expires_at <= $1 LIMIT $2)',
+      [cutoff, SESSION_PRUNE_BATCH],
+    );
+    sessions += rowCount;
+    if (rowCount < SESSION_PRUNE_BATCH) break;
+  }
+  return { idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount, sessions };
 }

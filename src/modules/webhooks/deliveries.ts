@@ -2,6 +2,7 @@ import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { addSeconds } from '../../clock.js';
 import { ApiError } from '../../errors.js';
+import type { Tx } from '../../db/types.js';
 import { newId } from '../../ids.js';
 import { emit } from '../../outbox/emit.js';
 import { keyset, toPage } from '../../http/pagination.js';
@@ -13,6 +14,32 @@ import { auditWebhook } from './service.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 
 export const TEST_MESSAGE = 'This is a test event from Platform.';
+
+/** Test calls and redeliveries of one subscription waiting to be sent at once (docs/decisions.md). */
+export const MANUAL_PENDING_LIMIT = 10;
+const MANUAL_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * Each test call or redelivery is a pending delivery that no business write stands behind, sent even
+ * to a disabled subscription. Against a receiver that hangs (one attempt in flight per subscription
+ * after a failure, 5 s each) they only pile up, and every worker's claim, in every process, scans past
+ * the pile to reach other Tenants' deliveries. At most MANUAL_PENDING_LIMIT of them wait per
+ * subscription; beyond it 429 rate_limited with Retry-After, nothing written. Serialized per
+ * subscription (advisory lock), so concurrent calls cannot all see room for the last one.
+ */
+async function assertManualRoom(tx: Tx, subscriptionId: string): Promise<void> {
+  await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`webhook-manual:${subscriptionId}`]);
+  const { rows } = await tx.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending' AND kind <> 'event'`,
+    [subscriptionId],
+  );
+  if (rows[0].n < MANUAL_PENDING_LIMIT) return;
+  throw new ApiError('rate_limited', {
+    message: `At most ${MANUAL_PENDING_LIMIT} test calls and redeliveries of one subscription wait to be sent at once.`,
+    details: { pending: rows[0].n, limit: MANUAL_PENDING_LIMIT },
+    headers: { 'retry-after': String(MANUAL_RETRY_AFTER_SECONDS) },
+  });
+}
 
 const logStart = (ctx: Ctx) => addSeconds(ctx.now, -DELIVERY_LOG_DAYS * 86400);
 
@@ -26,6 +53,7 @@ export async function sendTest(ctx: Ctx, id: string): Promise<Delivery> {
     const sub = await visibleSubscription(ctx, id, tx);
     // A delivery of an app-scope subscription is its Application's Tenant's data: none while it is migrating.
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
+    await assertManualRoom(tx, sub.id);
     const c = inTx(ctx, tx);
     const eventId = await emit(tx, c, { type: 'webhook.test', applicationId: sub.application_id, data: { message: TEST_MESSAGE } });
     await tx.query('UPDATE outbox_events SET relayed_at = $2 WHERE id = $1', [eventId, ctx.now]);
@@ -46,6 +74,7 @@ export async function redeliver(ctx: Ctx, id: string, deliveryId: string): Promi
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     const { rowCount } = await tx.query('SELECT 1 FROM outbox_events WHERE id = $1', [original.event_id]);
     if (rowCount === 0) throw new ApiError('delivery_not_found', { message: 'The event of this delivery is no longer kept.' });
+    await assertManualRoom(tx, sub.id);
     const delivery = await insertDelivery(tx, {
       id: newId('dlv'),
       subscriptionId: sub.id,

@@ -54,7 +54,7 @@ export function webhookRoutes(app: App, deps: Deps): void {
   });
   app.post('/v1/webhooks/:id/test', {
     schema: { summary: 'Send webhook.test through the real delivery path', tags, params: WebhookIdParam, body: EmptyBody, response: { 202: Delivery } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['webhook_not_found'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['webhook_not_found', 'rate_limited'] } },
     handler: async (request, reply) => {
       const delivery = await sendTest(ctxOf(deps, request), request.params.id);
       reply.code(202);
@@ -68,7 +68,7 @@ export function webhookRoutes(app: App, deps: Deps): void {
   });
   app.post('/v1/webhooks/:id/deliveries/:deliveryId/redeliver', {
     schema: { summary: 'Send the same event again now, outside the retry schedule', tags, params: DeliveryParams, body: EmptyBody, response: { 202: Delivery } },
-    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['webhook_not_found', 'delivery_not_found'] } },
+    config: { meta: { auth: 'any', idempotency: 'optional', errors: ['webhook_not_found', 'delivery_not_found', 'rate_limited'] } },
     handler: async (request, reply) => {
       const delivery = await redeliver(ctxOf(deps, request), request.params.id, request.params.deliveryId);
       reply.code(202);
