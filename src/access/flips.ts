@@ -76,14 +76,27 @@ export async function emitFlips(
   );
   const announced = new Map(rows.map((r) => [accessKey(r.user_id, r.application_id), r]));
   const events: OutboundEvent[] = [];
-  const flip = (pair: { user_id: string; application_id: string }, allowed: boolean, why: AccessReason, access: ResolvedAccess | undefined) => events.push({
-    type: allowed ? 'access.granted' : 'access.revoked',
-    applicationId: pair.application_id,
-    data: { user_id: pair.user_id, application_id: pair.application_id, reason: why, entitlement_status: access?.entitlement_status ?? 'none' },
-  });
+  // Receivers drop an access event older (by created_at) than the last one they applied for the pair
+  // (Part B delivery semantics 4). ctx.now is the request's start: a change that started earlier but
+  // took the user's lock after another committed would otherwise be announced as the older one, and
+  // dropped. So each pair's events are dated strictly after what was last announced for it (read
+  // under the user's lock), in the order they are written.
+  let at = ctx.now;
+  const flip = (pair: { user_id: string; application_id: string }, allowed: boolean, why: AccessReason, access: ResolvedAccess | undefined) => {
+    events.push({
+      type: allowed ? 'access.granted' : 'access.revoked',
+      applicationId: pair.application_id,
+      data: { user_id: pair.user_id, application_id: pair.application_id, reason: why, entitlement_status: access?.entitlement_status ?? 'none' },
+      createdAt: at,
+    });
+    at = new Date(at.getTime() + 1);
+  };
   const states: boolean[] = [];
+  const stamps: Date[] = [];
   for (const [key, pair] of pairs) {
     const record = announced.get(key);
+    const last = record ? new Date(record.updated_at).getTime() : -Infinity;
+    at = last >= ctx.now.getTime() ? new Date(last + 1) : ctx.now;
     let was = record?.allowed ?? null;
     for (const step of timeSteps(key, rowsOf.get(key) ?? [], record ? new Date(record.updated_at) : before.fallbackAt, ctx.now, was)) {
       if (was !== null) flip(pair, step.allowed, timeReason(step.allowed), step.access);
@@ -93,12 +106,14 @@ export async function emitFlips(
     const is = now?.allowed ?? false;
     if (is !== (was ?? false)) flip(pair, is, reason ?? timeReason(is), now);
     states.push(is);
+    // The pair's last announced instant: ctx.now, or its last event's when that is later.
+    stamps.push(new Date(Math.max(ctx.now.getTime(), at.getTime() - 1)));
   }
   await tx.query(
     `INSERT INTO access_states (user_id, application_id, allowed, updated_at)
-     SELECT u, a, al, $4 FROM unnest($1::text[], $2::text[], $3::boolean[]) AS t(u, a, al)
+     SELECT u, a, al, at FROM unnest($1::text[], $2::text[], $3::boolean[], $4::timestamptz[]) AS t(u, a, al, at)
      ON CONFLICT (user_id, application_id) DO UPDATE SET allowed = EXCLUDED.allowed, updated_at = EXCLUDED.updated_at`,
-    [list.map((p) => p.user_id), list.map((p) => p.application_id), states, ctx.now],
+    [list.map((p) => p.user_id), list.map((p) => p.application_id), states, stamps.map((d) => d.toISOString())],
   );
   await emitMany(tx, ctx, events);
   return events.length;

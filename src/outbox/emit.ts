@@ -9,6 +9,8 @@ export interface OutboundEvent {
   data: Record<string, unknown>;
   /** user.* / organization.member_*: Applications the user had a path to before this transaction's change. */
   formerPathApplicationIds?: string[];
+  /** The event's created_at when it is not the transaction's instant (ctx.now); emitMany only. */
+  createdAt?: Date;
 }
 
 /** Events about a user that app-scope subscriptions receive only through an access path (Part B Webhooks). */
@@ -49,12 +51,15 @@ export async function emit(tx: Tx, ctx: Ctx, event: OutboundEvent): Promise<stri
   return id;
 }
 
-/** Many events in one statement (an organization-wide change can flip thousands of pairs); each names its Application. */
+/**
+ * Many events in one statement (an organization-wide change can flip thousands of pairs); each names
+ * its Application, and its created_at when not ctx.now.
+ */
 export async function emitMany(tx: Tx, ctx: Ctx, events: OutboundEvent[]): Promise<void> {
   if (events.length === 0) return;
   await tx.query(
     `INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at)
-     SELECT id, type, app, $4, data::jsonb, $5 FROM unnest($1::text[], $2::text[], $3::text[], $6::text[]) AS t(id, type, app, data)`,
-    [events.map(() => newId('wev')), events.map((e) => e.type), events.map((e) => e.applicationId ?? null), ctx.mode === 'test', ctx.now, events.map((e) => JSON.stringify(e.data))],
+     SELECT id, type, app, $4, data::jsonb, COALESCE(at, $5) FROM unnest($1::text[], $2::text[], $3::text[], $6::text[], $7::timestamptz[]) AS t(id, type, app, data, at)`,
+    [events.map(() => newId('wev')), events.map((e) => e.type), events.map((e) => e.applicationId ?? null), ctx.mode === 'test', ctx.now, events.map((e) => JSON.stringify(e.data)), events.map((e) => e.createdAt?.toISOString() ?? null)],
   );
 }

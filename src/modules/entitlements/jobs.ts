@@ -5,7 +5,7 @@ import { recordAudit } from '../../audit/record.js';
 import { emitFlips } from '../../access/flips.js';
 import { computeAccess, findPathRows, type PathRow } from '../../access/resolve.js';
 import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
-import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from './store.js';
+import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from './store.js';
 import { affectedUsers } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
 
@@ -78,7 +78,7 @@ export async function expireRow(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<
   await lockUsersForAccess(tx, users);
   // Read before the write: a row marked expired resolves as expired at every instant, even before ends_at.
   const paths = row.status === 'active' ? await findPathRows(tx, users, [row.application_id]) : [];
-  const { rows } = await tx.query<EntitlementRow>(`UPDATE entitlements e SET status = 'expired', updated_at = $2 WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`, [row.id, ctx.now]);
+  const { rows } = await tx.query<EntitlementRow>(`UPDATE entitlements e SET status = 'expired', updated_at = ${nextUpdatedAt('$2')} WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`, [row.id, ctx.now]);
   await recordAudit(tx, ctx, { action: 'entitlement.expired', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(rows[0]) });
   await emitEntitlementEvent(tx, ctx, 'entitlement.expired', rows[0]);
   // disabled → expired keeps disabled_reason and gives no access event (the row gave no access).

@@ -6,7 +6,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits, withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
-import { ENT_COLUMNS, etagOf, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
+import { ENT_COLUMNS, etagOf, nextUpdatedAt, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { expireIfEnded } from './jobs.js';
 import { visibleEntitlement } from './read.js';
 import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
@@ -148,7 +148,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, () => withoutNewSeatsIfRestricted(tx, restrictedCheck, users, ctx.now, () => withSeatCap(tx, capped, users, ctx.now, async () => {
       const { rows } = await tx.query<EntitlementRow>(
         `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
-                member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = $9
+                member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = ${nextUpdatedAt('$9')}
           WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`,
         [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, ctx.now],
       );

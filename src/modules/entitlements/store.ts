@@ -33,6 +33,15 @@ export function toEntitlement(r: EntitlementRow): Entitlement {
   };
 }
 
+/**
+ * The updated_at a write to an entitlement row (aliased `e`, locked) sets: the transaction's instant
+ * `param`, or 1 ms after the row's when that is not earlier. Receivers drop entitlement.* events whose
+ * entitlement.updated_at is older than the one they hold (Part B delivery semantics 4); the instant is
+ * the request's start, so a change that took the row's lock after a later-started one committed would
+ * otherwise go back in time and be dropped.
+ */
+export const nextUpdatedAt = (param: string) => `GREATEST(${param}::timestamptz, e.updated_at + interval '1 millisecond')`;
+
 /** The ETag of an Entitlement's current state (If-Match guards concurrent operators). */
 /**
  * A strong ETag of everything the row shows: two writes within one millisecond (same updated_at)

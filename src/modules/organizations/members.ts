@@ -19,7 +19,7 @@ import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, to
 import { assertOrgActive, orgAccess } from './service.js';
 import { MEMBER_READ_ONLY, type AddMemberBody, type Member, type MemberListQuery, type PatchMemberBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
-import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
+import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
 import { emitEntitlementEvent } from '../entitlements/grant.js';
 
 /** GET /v1/organizations/{id}/members: active members and organizations.manage. */
@@ -216,7 +216,7 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
         [orgId, userId],
       );
       const { rows: after } = await tx.query<EntitlementRow>(
-        `UPDATE entitlements e SET member_overrides = array_remove(member_overrides, $2), updated_at = $3
+        `UPDATE entitlements e SET member_overrides = array_remove(member_overrides, $2), updated_at = ${nextUpdatedAt('$3')}
           WHERE e.organization_id = $1 AND $2 = ANY(e.member_overrides) RETURNING ${ENT_COLUMNS}`,
         [orgId, userId, ctx.now],
       );

@@ -7,7 +7,7 @@ import { recordAudit } from '../../audit/record.js';
 import { pathApplicationIds } from '../../outbox/emit.js';
 import { dropStoredAnswersAbout } from '../../http/idempotency.js';
 import { memberEvent } from '../organizations/events.js';
-import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
+import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
 import { emitEntitlementEvent } from '../entitlements/grant.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { findUserById, lockUser, toUser, type UserRow } from './store.js';
@@ -211,7 +211,7 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     [id],
   );
   const { rows: scopedAfter } = await tx.query<EntitlementRow>(
-    `UPDATE entitlements e SET member_overrides = array_remove(member_overrides, $1), updated_at = $2 WHERE $1 = ANY(e.member_overrides) RETURNING ${ENT_COLUMNS}`,
+    `UPDATE entitlements e SET member_overrides = array_remove(member_overrides, $1), updated_at = ${nextUpdatedAt('$2')} WHERE $1 = ANY(e.member_overrides) RETURNING ${ENT_COLUMNS}`,
     [id, ctx.now],
   );
   for (const m of memberships) {
