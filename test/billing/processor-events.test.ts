@@ -595,7 +595,9 @@ test('a Tenant canceled before 0029 recorded which subscription set its status i
   // The row as the last release left it (no status_subscription_id), then the migrations after 0029.
   const upgrade = async (tenantId: string) => {
     await sql(t, 'UPDATE tenants SET status_subscription_id = NULL WHERE id = $1', [tenantId]);
-    for (const m of loadMigrations().filter((m) => m.version >= '0030')) await sql(t, m.sql);
+    await t.database.scoped('system').transaction(async (tx) => {
+      for (const m of loadMigrations().filter((m) => m.version >= '0030')) await tx.exec(m.sql);
+    });
   };
   const { owner, sub } = await lapsedOverStarter('sub_pre0029');
   const deletedAt = now() - 30;
