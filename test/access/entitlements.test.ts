@@ -190,29 +190,18 @@ test('ends_at must be after starts_at (422)', async () => {
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
 });
 
-/** Runs `fn` with the app's clock held at `instant` (an ISO timestamp), then restores it. */
-async function atInstant<T>(instant: string, fn: () => Promise<T>): Promise<T> {
-  const realNow = t.clock.now;
-  t.clock.now = () => new Date(instant);
-  try {
-    return await fn();
-  } finally {
-    t.clock.now = realNow;
-  }
-}
-
 test('starts_at at most 1 year ahead: beyond is 422 validation_failed; within a year is accepted', async () => {
   const user = await person(t);
   const other = await person(t);
   // From 2026-11-29 the year ahead has 365 days (no 29 February before 2027-11-29).
-  await atInstant('2026-11-29T10:00:00.000Z', async () => {
+  await atOneInstant(t, async () => {
     assertInvalid(await grantReq(t, admin, user.id, { application_id: app.id, source: 'purchase', starts_at: '2027-11-29T10:00:00.001Z' }), 'starts_at');
     const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 300 * DAY) });
     assert.equal(ent.status, 'active');
     // "At most": a starts_at exactly a year (365 days) ahead is still within the year.
     const edge = await grant(t, admin, other.id, app.id, { source: 'purchase', starts_at: inSeconds(t, 365 * DAY) });
     assert.equal(edge.starts_at, '2027-11-29T10:00:00.000Z');
-  });
+  }, '2026-11-29T10:00:00.000Z');
 });
 
 test('"at most 1 year ahead" is a calendar year: across 29 February 2028 a starts_at one year ahead (366 days) is accepted, one millisecond later 422 validation_failed; personal and organization grants alike', async () => {
@@ -220,14 +209,14 @@ test('"at most 1 year ahead" is a calendar year: across 29 February 2028 a start
   const late = await person(t);
   const orgApp = await newApp(t, admin);
   const org = await createOrg(t, [{ userId: user.id }]);
-  await atInstant('2027-06-01T00:00:00.000Z', async () => {
+  await atOneInstant(t, async () => {
     assertInvalid(await grantReq(t, admin, late.id, { application_id: app.id, source: 'purchase', starts_at: '2028-06-01T00:00:00.001Z' }), 'starts_at');
     const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: '2028-06-01T00:00:00.000Z' });
     assert.equal(ent.starts_at, '2028-06-01T00:00:00.000Z');
     const orgPost = (startsAt: string) => call(t, 'POST', `/v1/organizations/${org}/entitlements`, admin, { application_id: orgApp.id, starts_at: startsAt }, { 'idempotency-key': `org-${startsAt}` });
     assertInvalid(await orgPost('2028-06-01T00:00:00.001Z'), 'starts_at');
     assert.equal(assertStatus(await orgPost('2028-06-01T00:00:00.000Z'), 201).starts_at, '2028-06-01T00:00:00.000Z');
-  });
+  }, '2027-06-01T00:00:00.000Z');
 });
 
 test('order_id is up to 255 characters', async () => {

@@ -4,8 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
-import type { Db } from '../../src/db/types.js';
+import { buildTestApp, pausedAfter as pausedAfterQuery, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { bearer, createApiKey, createUser } from '../helpers/fixtures.js';
 import { assertError, createMfaUser, get, latestToken, loginRes, mfaChallenge, NEW_PASSWORD, post, sql, totpCode } from './support.js';
 
@@ -21,30 +20,7 @@ after(() => t.close());
 const PASSWORD_READ = 'FROM u LEFT JOIN identities i';
 
 /** Runs `request`, and `meanwhile` right after its first query containing `fragment` (any connection scope). */
-async function pausedAfter<T>(fragment: string, meanwhile: () => Promise<void>, request: () => Promise<T>): Promise<T> {
-  const database = t.deps.database;
-  const original = database.scoped;
-  const scoped = original.bind(database);
-  let paused = false;
-  database.scoped = (scope) => {
-    const db = scoped(scope);
-    const query = (async (text: string, params?: unknown[]) => {
-      const result = await db.query(text, params);
-      if (!paused && text.includes(fragment)) {
-        paused = true;
-        await meanwhile();
-      }
-      return result;
-    }) as Db['query'];
-    return { ...db, query };
-  };
-  try {
-    return await request();
-  } finally {
-    database.scoped = original;
-    assert.ok(paused, `no query containing ${fragment} ran`);
-  }
-}
+const pausedAfter = <T>(fragment: string, meanwhile: () => Promise<void>, request: () => Promise<T>) => pausedAfterQuery(t, fragment, meanwhile, request);
 
 const liveSessions = async (userId: string) => sql(t, 'SELECT id FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [userId]);
 

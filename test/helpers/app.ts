@@ -1,4 +1,5 @@
 import type { TestContext } from 'node:test';
+import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { loadConfig, type Config } from '../../src/config.js';
@@ -10,7 +11,7 @@ import { dumpPglite, openPglite } from '../../src/db/pglite.js';
 import { loadMigrations, migrate } from '../../src/db/migrate.js';
 import { openPg } from '../../src/db/pg.js';
 import { projectPath } from '../../src/paths.js';
-import type { Database } from '../../src/db/types.js';
+import type { Database, Db, Scope } from '../../src/db/types.js';
 import { boot } from '../../src/boot.js';
 import type { Deps } from '../../src/context.js';
 import type { App, Module } from '../../src/modules/types.js';
@@ -97,9 +98,12 @@ export async function dropSchema(name: string): Promise<void> {
   }
 }
 
-/** Runs `fn` with the app's clock held at one instant, so a request's now is exactly the test's (boundaries of "after", "at most", "in the future"). */
-export async function atOneInstant<T>(t: Pick<TestApp, 'clock'>, fn: () => Promise<T>): Promise<T> {
-  const instant = t.clock.now();
+/**
+ * Runs `fn` with the app's clock held at one instant (now, or `at`), so a request's now is exactly the
+ * test's (boundaries of "after", "at most", "in the future").
+ */
+export async function atOneInstant<T>(t: Pick<TestApp, 'clock'>, fn: () => Promise<T>, at?: Date | string): Promise<T> {
+  const instant = at === undefined ? t.clock.now() : new Date(at);
   const realNow = t.clock.now;
   t.clock.now = () => new Date(instant);
   try {
@@ -139,4 +143,38 @@ export async function buildTestApp(overrides: Partial<Config> = {}, t?: TestCont
   };
   if (t) t.after(cleanup);
   return { app, deps, clock, database, config, schema, close: cleanup };
+}
+
+/**
+ * Runs `request` with a pause after the first query (on a connection of `scope`, or any) whose text
+ * contains `fragment`: once that query has answered, `meanwhile` runs to its end (another request,
+ * say) before `request` goes on. A deterministic interleaving of two requests, which the embedded
+ * database otherwise does not give (it runs one in-process request to its end before the next).
+ */
+export async function pausedAfter<T>(t: TestApp, fragment: string, meanwhile: () => Promise<void>, request: () => Promise<T>, scope?: Scope): Promise<T> {
+  const database = t.deps.database;
+  const original = database.scoped;
+  const scoped = original.bind(database);
+  let paused = false;
+  database.scoped = (s) => {
+    const db = scoped(s);
+    if (scope !== undefined && s !== scope) return db;
+    const query = (async (text: string, params?: unknown[]) => {
+      const result = await db.query(text, params);
+      if (!paused && text.includes(fragment)) {
+        paused = true;
+        await meanwhile();
+      }
+      return result;
+    }) as Db['query'];
+    return { ...db, query };
+  };
+  let out: T;
+  try {
+    out = await request();
+  } finally {
+    database.scoped = original;
+  }
+  assert.ok(paused, `no query containing ${fragment} ran${scope ? ` on the ${scope} connection` : ''}`);
+  return out;
 }

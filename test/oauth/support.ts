@@ -2,8 +2,7 @@
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { createLocalJWKSet, decodeJwt, jwtVerify, type JWTPayload } from 'jose';
-import type { TestApp } from '../helpers/app.js';
-import type { Db } from '../../src/db/types.js';
+import { pausedAfter as pausedAfterQuery, type TestApp } from '../helpers/app.js';
 import { assertStatus, call, grant, newApp, person, type AppFixture, type InjectResponse, type Person } from '../access/support.js';
 
 export const REDIRECT = 'https://app.example.com/callback';
@@ -86,36 +85,6 @@ export async function verifyAppToken(t: TestApp, token: string, audience: string
   return payload;
 }
 
-/**
- * Runs `request` with a pause after the first query on the system connection whose text contains
- * `fragment`: once that query has answered, `meanwhile` runs to its end (another request, say) before
- * `request` goes on. A deterministic interleaving of two requests, which the embedded database
- * otherwise does not give (it runs one in-process request to its end before the next).
- */
-export async function pausedAfter<T>(t: TestApp, fragment: string, meanwhile: () => Promise<void>, request: () => Promise<T>): Promise<T> {
-  const database = t.deps.database;
-  const original = database.scoped;
-  const scoped = original.bind(database);
-  let paused = false;
-  database.scoped = (scope) => {
-    const db = scoped(scope);
-    if (scope !== 'system') return db;
-    const query = (async (text: string, params?: unknown[]) => {
-      const result = await db.query(text, params);
-      if (!paused && text.includes(fragment)) {
-        paused = true;
-        await meanwhile();
-      }
-      return result;
-    }) as Db['query'];
-    return { ...db, query };
-  };
-  let out: T;
-  try {
-    out = await request();
-  } finally {
-    database.scoped = original;
-  }
-  assert.ok(paused, `no query containing ${fragment} ran on the system connection`);
-  return out;
-}
+/** pausedAfter (test/helpers/app.ts) on the system connection, where the OAuth grants run. */
+export const pausedAfter = <T>(t: TestApp, fragment: string, meanwhile: () => Promise<void>, request: () => Promise<T>): Promise<T> =>
+  pausedAfterQuery(t, fragment, meanwhile, request, 'system');
