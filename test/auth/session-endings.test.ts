@@ -159,3 +159,12 @@ test('a password reset is not undone by a password change that verified the old 
   assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200);
   assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'user.password_changed' AND target_user_id = $1`, [user.id])).length, 0);
 });
+
+test('concurrent sign-ins of one account (as many as its five attempt slots) each get their own session: none fails on another holding the identity (PostgreSQL: no lock upgrade between them)', async () => {
+  const user = await createUser(t);
+  for (let round = 0; round < 10; round++) {
+    const replies = await Promise.all(Array.from({ length: 5 }, () => loginRes(t, user)));
+    assert.deepEqual(replies.map((r) => r.statusCode), Array(5).fill(200), replies.map((r) => r.body).join('\n'));
+  }
+  assert.equal((await liveSessions(user.id)).length, 50);
+});

@@ -40,12 +40,14 @@ export async function issueSession(db: Queryable, ctx: Ctx, user: SessionUser, a
   const refreshToken = newSecret('rtk_');
   const sessionExpiresAt = addSeconds(ctx.now, SESSION_ABSOLUTE_SECONDS);
   const idle = addSeconds(ctx.now, REFRESH_IDLE_SECONDS);
-  // `i` share-locks the identity only while it still holds the verified hash (under READ COMMITTED a
-  // row changed meanwhile is re-read at its newest version), `u` the user only while active; the rows
-  // are written only through `u`. Referential checks run at the end of the statement.
+  // `i` locks the identity only while it still holds the verified hash (under READ COMMITTED a row
+  // changed meanwhile is re-read at its newest version), `u` the user only while active; the rows are
+  // written only through `u`. The identity's lock is the one `c` writes under (FOR NO KEY UPDATE, not
+  // FOR SHARE): two sign-ins of one account holding it shared would each wait for the other to let go
+  // before clearing its counter, a deadlock. Referential checks run at the end of the statement.
   const { rows } = await db.query<{ id: string }>(
     `WITH ${password ? `i AS (
-       SELECT id FROM identities WHERE id = $12 AND password_hash = $13 FOR SHARE
+       SELECT id FROM identities WHERE id = $12 AND password_hash = $13 FOR NO KEY UPDATE
      ), ` : ''}u AS (
        UPDATE users SET last_login_at = $7 ${password ? 'FROM i ' : ''}WHERE users.id = $2 AND users.status = 'active' RETURNING users.id
      ), s AS (
