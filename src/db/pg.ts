@@ -107,6 +107,7 @@ export async function openPg(options: PgOptions): Promise<Database> {
     },
   });
 
+  const quieted = new WeakSet<object>();
   const once = async <T>(scope: Scope, fn: (tx: Tx) => Promise<T>): Promise<T> => {
     assertNotInTransaction(database);
     const client = await admit(scope).connect();
@@ -139,6 +140,12 @@ export async function openPg(options: PgOptions): Promise<Database> {
       throw err;
     } finally {
       client.removeListener('error', onLost);
+      // A client released as broken is ended by the pool, and the server's FATAL may still arrive
+      // after this listener is gone: every client keeps one listener that ignores it (else crash).
+      if (!quieted.has(client)) {
+        quieted.add(client);
+        client.on('error', () => undefined);
+      }
       client.release(broken || lost);
     }
   };
