@@ -1,3 +1,4 @@
+import { ApiError } from '../errors.js';
 import type { Queryable } from '../db/types.js';
 
 export interface CounterHit {
@@ -51,4 +52,14 @@ export async function takeSlidingQuota(
     [bucket, now, new Date(now.getTime() + windowSeconds * 1000)],
   );
   return { allowed: true, retryAt: null };
+}
+
+/**
+ * takeSlidingQuota for a request that must stop at the limit: beyond it, 429 rate_limited with
+ * Retry-After (when a slot frees) and `message`; the throw rolls the caller's transaction back.
+ */
+export async function requireSlidingQuota(db: Queryable, bucket: string, limit: number, windowSeconds: number, now: Date, message: string): Promise<void> {
+  const quota = await takeSlidingQuota(db, bucket, limit, windowSeconds, now);
+  if (quota.allowed) return;
+  throw new ApiError('rate_limited', { message, headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, now)) } });
 }

@@ -11,7 +11,7 @@ import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seat
 import { keyset, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
-import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
+import { requireSlidingQuota } from '../../http/counters.js';
 import { RESEND_LIMIT_PER_HOUR } from '../users/invitations.js';
 import { findOrCreateInvitedUser, resolveUserId } from '../users/service.js';
 import { findLiveUser } from '../users/store.js';
@@ -113,12 +113,8 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
  * their own invitations.
  */
 async function takeOrgInvitationQuota(tx: Tx, ctx: Ctx, orgId: string, email: string): Promise<void> {
-  const quota = await takeSlidingQuota(tx, `mail:org-invitation:${ctx.mode}:${orgId}:${email.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now);
-  if (quota.allowed) return;
-  throw new ApiError('rate_limited', {
-    message: `At most ${RESEND_LIMIT_PER_HOUR} invitations of one address per organization per hour.`,
-    headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) },
-  });
+  await requireSlidingQuota(tx, `mail:org-invitation:${ctx.mode}:${orgId}:${email.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now,
+    `At most ${RESEND_LIMIT_PER_HOUR} invitations of one address per organization per hour.`);
 }
 
 /** Invitations by email an org admin may send in any rolling 24 hours, across all their Organizations. */
@@ -135,12 +131,8 @@ export const INVITATIONS_PER_INVITER_PER_DAY = 100;
  */
 async function takeInviterQuota(tx: Tx, ctx: Ctx): Promise<void> {
   if (ctx.actor.type !== 'user') return;
-  const quota = await takeSlidingQuota(tx, `org-invitations-by:${ctx.actor.userId}`, INVITATIONS_PER_INVITER_PER_DAY, 86400, ctx.now);
-  if (quota.allowed) return;
-  throw new ApiError('rate_limited', {
-    message: `At most ${INVITATIONS_PER_INVITER_PER_DAY} invitations by email per org admin per day.`,
-    headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) },
-  });
+  await requireSlidingQuota(tx, `org-invitations-by:${ctx.actor.userId}`, INVITATIONS_PER_INVITER_PER_DAY, 86400, ctx.now,
+    `At most ${INVITATIONS_PER_INVITER_PER_DAY} invitations by email per org admin per day.`);
 }
 
 /** POST /v1/organizations/{id}/members/me/accept: pending → active; an active one is returned unchanged. */

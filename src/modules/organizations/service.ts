@@ -4,7 +4,7 @@ import { lockOrganization } from '../../access/locks.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
-import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
+import { requireSlidingQuota } from '../../http/counters.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { memberEvent } from './events.js';
 import { findMember, findOrg, ORG_COLUMNS, toOrganization, type MemberRow, type OrgRow } from './store.js';
@@ -68,10 +68,7 @@ export async function createOrganization(ctx: Ctx, name: string): Promise<Organi
   const userId = ctx.actor.userId;
   return ctx.db.transaction(async (tx) => {
     // A rolling 24 hours (not the calendar day: 10 before midnight and 10 after would pass).
-    const quota = await takeSlidingQuota(tx, `org-create:${userId}`, ORG_CREATION_PER_DAY, 86400, ctx.now);
-    if (!quota.allowed) {
-      throw new ApiError('rate_limited', { message: 'At most 10 organizations per user per day.', headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) } });
-    }
+    await requireSlidingQuota(tx, `org-create:${userId}`, ORG_CREATION_PER_DAY, 86400, ctx.now, 'At most 10 organizations per user per day.');
     const id = newId('org');
     await tx.query(`INSERT INTO organizations (id, name, status, created_by, test_mode, created_at, updated_at) VALUES ($1, $2, 'active', $3, $4, $5, $5)`, [
       id, name, userId, ctx.mode === 'test', ctx.now,
