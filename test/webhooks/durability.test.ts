@@ -110,7 +110,7 @@ test('the worker remembers a bounded number of subscriptions: after 40 failing s
     return {
       ...db,
       query: (text: string, params?: unknown[]) => {
-        if (text.includes('WITH candidates AS')) named.push(Object.keys(JSON.parse(String(params![4]))).length);
+        if (text.includes('UPDATE webhook_deliveries d SET claim_token')) named.push(Object.keys(JSON.parse(String(params![4]))).length);
         return db.query(text, params);
       },
     } as typeof db;
@@ -130,5 +130,64 @@ test('the worker remembers a bounded number of subscriptions: after 40 failing s
   } finally {
     await worker.stop();
     t.deps.database.scoped = scoped;
+  }
+});
+
+/** Rows a statement read from webhook_deliveries, from its EXPLAIN ANALYZE (run in a transaction that is rolled back). */
+async function rowsRead(t: TestApp, text: string, params: unknown[]): Promise<number> {
+  let read = 0;
+  const walk = (node: any) => {
+    if (node['Relation Name'] === 'webhook_deliveries') {
+      read += (node['Actual Rows'] + (node['Rows Removed by Filter'] ?? 0) + (node['Rows Removed by Index Recheck'] ?? 0)) * node['Actual Loops'];
+    }
+    for (const child of node.Plans ?? []) walk(child);
+  };
+  await t.deps.database.scoped('system').transaction(async (tx) => {
+    const { rows } = await tx.query<{ 'QUERY PLAN': any }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${text}`, params);
+    const plan = rows[0]['QUERY PLAN'];
+    walk((typeof plan === 'string' ? JSON.parse(plan) : plan)[0].Plan); if (process.env.SHOWPLAN) (await import('node:fs')).writeFileSync(process.env.SHOWPLAN, JSON.stringify(plan));
+    throw new RollBack();
+  }).catch((err) => { if (!(err instanceof RollBack)) throw err; });
+  return read;
+}
+class RollBack extends Error {}
+
+test('a receiver that hangs with a backlog never delays another subscription (WH-8): with 5,000 due deliveries waiting for a subscription that has no room, a claim reads a bounded number of rows, not the backlog, and gives the other subscriptions their oldest deliveries, up to their room', async () => {
+  const hang = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/backlog'), events: ['user.reactivated'] });
+  const others = [
+    await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/other-a'), events: ['user.reactivated'] }),
+    await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/other-b'), events: ['user.reactivated'] }),
+  ];
+  const now = t.clock.now();
+  const insert = (sub: string, prefix: string, n: number, secondsAgo: (g: string) => string) => sql(t,
+    `INSERT INTO webhook_deliveries (id, subscription_id, event_id, event_type, kind, test_mode, status, attempt, max_attempts, next_attempt_at, created_at)
+     SELECT $2 || g, $1, 'evt_' || $2 || g, 'user.reactivated', 'event', false, 'pending', 0, 6, $3::timestamptz - (${secondsAgo('g')}) * interval '1 second', $3
+       FROM generate_series(1, $4::int) g`,
+    [sub, prefix, now, n]);
+  // The backlog is older than anything else waiting (it piled up while the receiver hung).
+  await insert(hang.id, 'whd_backlog', 5000, (g) => `20000 - ${g}`);
+  await insert(others[0].id, 'whd_othera', 5, (g) => `10 - ${g}`);
+  await insert(others[1].id, 'whd_otherb', 5, (g) => `10 - ${g}`);
+  await sql(t, 'ANALYZE webhook_deliveries'); // as autovacuum (PostgreSQL) or the analyze job (embedded) keeps it
+  const claims: { text: string; params: unknown[] }[] = [];
+  const scoped = t.deps.database.scoped.bind(t.deps.database);
+  t.deps.database.scoped = (scope) => {
+    const db = scoped(scope);
+    return { ...db, query: (text: string, params?: unknown[]) => {
+      if (text.includes('UPDATE webhook_deliveries d SET claim_token')) claims.push({ text, params: params! });
+      return db.query(text, params);
+    } } as typeof db;
+  };
+  try {
+    const room = { left: { [hang.id]: 0 }, fresh: 2 };
+    const claimed = await claimDue(t.deps, 100, 'backlog-test', room);
+    assert.deepEqual(claimed.map((d) => d.id).sort(), ['whd_othera1', 'whd_othera2', 'whd_otherb1', 'whd_otherb2'],
+      'each other subscription gets its two oldest (its room), none of the backlog');
+    await sql(t, `UPDATE webhook_deliveries SET claim_token = NULL, claimed_until = NULL, attempt = 0 WHERE claim_token = 'backlog-test'`);
+    const read = await rowsRead(t, claims[0].text, claims[0].params);
+    assert.ok(read < 1000, `the claim read ${read} rows of webhook_deliveries with a backlog of 5,000`);
+  } finally {
+    t.deps.database.scoped = scoped;
+    await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = ANY($1::text[])', [[hang.id, ...others.map((o) => o.id)]]);
   }
 });

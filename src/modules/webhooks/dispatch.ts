@@ -50,6 +50,8 @@ const CLAIM_SELECT = `SELECT c.*, s.url, s.status AS sub_status, s.signing_secre
 const CLAIM_UPDATE = `UPDATE webhook_deliveries d SET claim_token = $2, claimed_until = $3, attempt = d.attempt + 1, last_attempt_at = $1`;
 const CLAIM_RETURNING = `RETURNING d.id, d.subscription_id, d.event_id, d.kind, d.attempt, d.max_attempts, d.test_mode, d.last_attempt_at`;
 const DUE = `status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)`;
+/** A subscription's room in the claim statement: named in $5, else $6. */
+const roomOf = (subscription: string) => `COALESCE(($5::jsonb ->> ${subscription})::int, $6)`;
 
 /**
  * Claims due deliveries with FOR UPDATE SKIP LOCKED and a lease token, counting the attempt in the
@@ -71,19 +73,34 @@ export async function claimDue(deps: Deps, limit: number, token: string, room?: 
     );
     return rows;
   }
+  // The oldest due deliveries are read first (a bounded window); when that window is full and yet
+  // gives fewer than the limit, subscriptions without room fill it (a receiver that hangs, with a
+  // backlog of thousands). Then each subscription with due deliveries is found with one index probe
+  // and gets its oldest, up to its room, so the others never wait for a scan through that backlog.
   // The due condition is repeated where the rows are locked: FOR UPDATE re-checks it on a row another
   // process claimed meanwhile, and skips it.
   const { rows } = await deps.database.scoped('system').query<ClaimedDelivery>(
-    `WITH candidates AS (
-       SELECT id, subscription_id, next_attempt_at, COALESCE(($5::jsonb ->> subscription_id)::int, $6) AS room
-         FROM webhook_deliveries
-        WHERE ${DUE} AND COALESCE(($5::jsonb ->> subscription_id)::int, $6) > 0
-        ORDER BY next_attempt_at LIMIT $4 * 4),
+    `WITH RECURSIVE head AS (
+       SELECT id, subscription_id, next_attempt_at FROM webhook_deliveries WHERE ${DUE} ORDER BY next_attempt_at LIMIT $4 * 4),
      ranked AS (
-       SELECT id, room, row_number() OVER (PARTITION BY subscription_id ORDER BY next_attempt_at, id) AS rn FROM candidates),
+       SELECT id, ${roomOf('subscription_id')} AS room, row_number() OVER (PARTITION BY subscription_id ORDER BY next_attempt_at, id) AS rn FROM head),
+     fast AS (SELECT id FROM ranked WHERE rn <= room),
+     starved AS (SELECT (SELECT count(*) FROM head) = $4 * 4 AND (SELECT count(*) FROM fast) < $4 AS yes),
+     subs AS (
+       (SELECT subscription_id AS sid FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1 ORDER BY subscription_id LIMIT 1)
+       UNION ALL
+       SELECT (SELECT subscription_id FROM webhook_deliveries
+                WHERE status = 'pending' AND next_attempt_at <= $1 AND subscription_id > subs.sid ORDER BY subscription_id LIMIT 1)
+         FROM subs WHERE subs.sid IS NOT NULL),
+     per_sub AS (
+       SELECT d.id FROM (SELECT sid FROM subs WHERE sid IS NOT NULL AND ${roomOf('sid')} > 0) s
+        CROSS JOIN LATERAL (SELECT id FROM webhook_deliveries WHERE subscription_id = s.sid AND ${DUE}
+                             ORDER BY next_attempt_at, id LIMIT ${roomOf('s.sid')}) d),
      picked AS (
        SELECT id FROM webhook_deliveries
-        WHERE id IN (SELECT id FROM ranked WHERE rn <= room) AND ${DUE}
+        WHERE id = ANY (ARRAY(SELECT id FROM fast WHERE NOT (SELECT yes FROM starved)
+                              UNION ALL SELECT id FROM per_sub WHERE (SELECT yes FROM starved)))
+          AND ${DUE}
         ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED),
      claimed AS (
        ${CLAIM_UPDATE} WHERE d.id IN (SELECT id FROM picked)
