@@ -145,7 +145,7 @@ async function rowsRead(t: TestApp, text: string, params: unknown[]): Promise<nu
   await t.deps.database.scoped('system').transaction(async (tx) => {
     const { rows } = await tx.query<{ 'QUERY PLAN': any }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${text}`, params);
     const plan = rows[0]['QUERY PLAN'];
-    walk((typeof plan === 'string' ? JSON.parse(plan) : plan)[0].Plan); if (process.env.SHOWPLAN) (await import('node:fs')).writeFileSync(process.env.SHOWPLAN, JSON.stringify(plan));
+    walk((typeof plan === 'string' ? JSON.parse(plan) : plan)[0].Plan);
     throw new RollBack();
   }).catch((err) => { if (!(err instanceof RollBack)) throw err; });
   return read;
