@@ -106,6 +106,19 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
       );
       continue;
     }
+    // Once the SMTP server has the mail, a failure to record it (a connection lost, a statement
+    // timeout) is no failed attempt: requeued as one, the mail would be sent again.
+    let handedOver = false;
+    const recordSent = () =>
+      // Once the SMTP server has it, the stored copy keeps no live link: its token= values (reset,
+      // invitation, verification secrets) are redacted (catalog AU-2). Without SMTP_URL the outbox
+      // row is the only copy an operator can read, so it stays whole.
+      db.query(
+        `UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL,
+                text_body = CASE WHEN $2 = 'sent' THEN ${REDACTED_BODY} ELSE text_body END
+          WHERE id = $1 AND claim_token = $4`,
+        [mail.id, deps.config.smtpUrl ? 'sent' : 'logged', deps.clock.now(), token],
+      );
     try {
       if (deps.config.smtpUrl) {
         await transporterFor(deps.config.smtpUrl).sendMail({
@@ -122,17 +135,18 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
       } else {
         deps.log.info({ mail_id: mail.id, template: mail.template, to: mail.to_address, subject: mail.subject }, 'mail kept in the database outbox (no SMTP_URL)');
       }
-      // Once the SMTP server has it, the stored copy keeps no live link: its token= values (reset,
-      // invitation, verification secrets) are redacted (catalog AU-2). Without SMTP_URL the outbox
-      // row is the only copy an operator can read, so it stays whole.
-      await db.query(
-        `UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL,
-                text_body = CASE WHEN $2 = 'sent' THEN ${REDACTED_BODY} ELSE text_body END
-          WHERE id = $1 AND claim_token = $4`,
-        [mail.id, deps.config.smtpUrl ? 'sent' : 'logged', deps.clock.now(), token],
-      );
+      handedOver = true;
+      await recordSent();
       sent++;
     } catch (err) {
+      if (handedOver) {
+        // Recorded once more; should that fail too, the mail stays claimed
+        // and the job fails: it is sent again only once its sending claim lapses, as after a crash.
+        deps.log.warn({ err, mail_id: mail.id }, 'recording a sent mail failed; recording it again');
+        await recordSent();
+        sent++;
+        continue;
+      }
       failed++;
       const attempts = mail.attempts + 1;
       const retryAt = addSeconds(deps.clock.now(), Math.min(60 * 2 ** attempts, MAX_RETRY_SECONDS));

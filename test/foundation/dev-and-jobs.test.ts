@@ -658,3 +658,41 @@ test('a relay never sends a mail another relay is still sending: when one SMTP e
   const rows = await sql(t, 'SELECT status, attempts FROM emails WHERE to_address = ANY($1::text[])', [users.map((u) => u.email)]);
   assert.deepEqual(rows.map((r) => [r.status, r.attempts]), [['sent', 1], ['sent', 1]]);
 });
+
+test('a mail the SMTP server accepted is not sent again when recording it fails once (its database connection lost): the relay records it sent, and each recipient gets one mail', async (tc) => {
+  const smtp = await startSmtp();
+  tc.after(() => new Promise<void>((r) => smtp.server.close(() => r())));
+  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${smtp.port}` }, tc);
+  const user = await createUser(t);
+  const res = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: user.email } });
+  assert.equal(res.statusCode, 202, res.body);
+
+  // The statement that records the send fails once, as on a connection the server dropped.
+  const database = t.deps.database;
+  const original = database.scoped;
+  let failed = 0;
+  database.scoped = (scope) => {
+    const db = original.call(database, scope);
+    const query = (async (text: string, params?: unknown[]) => {
+      if (failed === 0 && text.includes('sent_at = $3')) {
+        failed++;
+        throw new Error('Connection terminated unexpectedly');
+      }
+      return db.query(text, params);
+    }) as typeof db.query;
+    return { ...db, query };
+  };
+  tc.after(() => {
+    database.scoped = original;
+  });
+  await t.deps.jobs.runNow('mail-delivery').catch(() => undefined);
+  database.scoped = original;
+  assert.equal(failed, 1, 'the recording statement was failed once');
+  assert.equal(smtp.received.length, 1);
+
+  t.clock.advance(16 * 60); // past the retry (2 minutes) and the sending claim (15 minutes)
+  await t.deps.jobs.runNow('mail-delivery');
+  assert.deepEqual(smtp.received.map((m) => m.to), [[user.email]], 'one mail');
+  const [row] = await sql(t, 'SELECT status, attempts, last_error FROM emails WHERE to_address = $1', [user.email]);
+  assert.deepEqual([row.status, row.attempts, row.last_error], ['sent', 1, null]);
+});
