@@ -738,6 +738,32 @@ test("ownership change into a Tenant already at its Applications cap is 409 plan
   assert.deepEqual([current.owner_user_id, current.tenant_id], [app.owner!.id, app.tenant_id]);
 });
 
+test("ownership change into a Starter Tenant that would hold more than its 1,000 seats is 409 plan_limit_reached (resource seats) and nothing changes", async () => {
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const app = await newApp(t, admin, { owner_organization_id: org });
+  const now = t.clock.now();
+  const prefix = `usr_move${rand(6)}_`;
+  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
+                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, 1001) g`, [prefix, now]);
+  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, 1001) g`, [prefix, now, app.id]);
+  const newOwner = await person(t);
+  const err = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: newOwner.id, owner_organization_id: null }), 409, 'plan_limit_reached');
+  assert.equal(err.details.resource, 'seats');
+  assert.equal(err.details.plan, 'starter');
+  assert.equal(err.details.limit, 1000);
+  const current = assertStatus(await get(admin, app.id), 200);
+  assert.deepEqual([current.owner_organization_id, current.owner_user_id, current.tenant_id], [org, null, app.tenant_id]);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM tenants WHERE owner_user_id = $1', [newOwner.id]))[0].n, 0);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+
+  // With one of those users' grants ended, the 1,000 that remain fit.
+  await sql(t, `UPDATE entitlements SET status = 'revoked', disabled_reason = 'x' WHERE id = $1`, [`ent_${prefix}1`]);
+  const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: newOwner.id, owner_organization_id: null }), 200);
+  assert.notEqual(moved.tenant_id, app.tenant_id);
+});
+
 test('list filter owner_organization_id needs applications.manage or tenants.manage: 403 forbidden for others, the org_admin owner included', async () => {
   const orgAdmin = await person(t);
   const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);

@@ -12,6 +12,7 @@ import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, 
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { countTenantSubscriptions } from '../webhooks/store.js';
 import { findRole, ROLE_HOLDERS_SQL, toRole } from '../roles/store.js';
+import { countSeats, countSeatsWithApplication } from '../tenancy/seats.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
 const MODERATION_FIELDS = ['visibility', 'review_status', 'review_notes', 'owner_user_id', 'owner_organization_id'] as const;
@@ -180,6 +181,11 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   if (from.tier !== 'shared' || to.tier !== 'shared') throw new ApiError('ownership_change_requires_migration', { details: { from_tenant: from.id, to_tenant: to.id } });
   const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM applications WHERE tenant_id = $1', [to.id]);
   assertWithinPlan(to, 'applications', rows[0].n + 1);
+  // Its grants' users become the destination's seats: Starter's seat cap holds too (as for its
+  // webhook subscriptions below). Counted as the caller's mode sees them, as a grant counts them.
+  const seats = await countSeats(tx, to.id, ctx.now);
+  const seatsAfter = await countSeatsWithApplication(tx, to.id, app.id, ctx.now);
+  if (seatsAfter > seats) assertWithinPlan(to, 'seats', seatsAfter, seats);
   // Its webhook subscriptions move with it: the destination's webhooks cap holds too (Part B Errors:
   // plan_limit_reached when "a plan cap ... would be exceeded").
   const { rows: subs } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [app.id]);

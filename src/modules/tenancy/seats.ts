@@ -12,17 +12,24 @@ import { PLAN_LIMITS, type Plan } from './plans.js';
  * of its Applications — personal rows, and members an organization-wide grant includes (a member
  * marked seat_limit is not a seat).
  */
-export const SEAT_HOLDERS_SQL = `
+const seatHoldersOf = (applications: string) => `
   SELECT e.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
-   WHERE a.tenant_id = $1 AND e.user_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
+   WHERE ${applications} AND e.user_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
   UNION
   SELECT m.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
     JOIN organization_members m ON m.organization_id = e.organization_id AND m.membership_status = 'active'
-   WHERE a.tenant_id = $1 AND e.organization_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
+   WHERE ${applications} AND e.organization_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
      AND ${MEMBER_DECISION_SQL} = 'included'`;
+export const SEAT_HOLDERS_SQL = seatHoldersOf('a.tenant_id = $1');
 
 export async function countSeats(db: Queryable, tenantId: string, now: Date): Promise<number> {
   const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${SEAT_HOLDERS_SQL}) s`, [tenantId, now]);
+  return rows[0].n;
+}
+
+/** The seats the Tenant would hold with the grants of Application `applicationId` (of another Tenant) counted in. */
+export async function countSeatsWithApplication(db: Queryable, tenantId: string, applicationId: string, now: Date): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${seatHoldersOf('(a.tenant_id = $1 OR a.id = $3)')}) s`, [tenantId, now, applicationId]);
   return rows[0].n;
 }
 
