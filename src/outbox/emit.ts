@@ -13,6 +13,14 @@ export interface OutboundEvent {
   createdAt?: Date;
 }
 
+/**
+ * Events whose created_at follows the commits of their user's changes (user.*, role.*,
+ * organization.member_*): receivers drop an event older than the last one they applied (Part B
+ * delivery semantics 4), and a request's instant is taken when it starts, so of two racing changes
+ * the one that started first may commit second. access.* are ordered per pair (src/access/flips.ts).
+ */
+const isOrderedByUser = (type: string) => isUserEvent(type) || type.startsWith('role.');
+
 /** Events about a user that app-scope subscriptions receive only through an access path (Part B Webhooks). */
 export const isUserEvent = (type: string) => type.startsWith('user.') || type.startsWith('organization.member_');
 
@@ -44,9 +52,22 @@ export async function emit(tx: Tx, ctx: Ctx, event: OutboundEvent): Promise<stri
   if (!event.applicationId && userId && isUserEvent(event.type)) {
     paths = [...new Set([...(await pathApplicationIds(tx, userId)), ...(event.formerPathApplicationIds ?? [])])];
   }
+  const values = [id, event.type, event.applicationId ?? null, ctx.mode === 'test', JSON.stringify(event.data), ctx.now, paths];
+  if (userId && isOrderedByUser(event.type)) {
+    // Dated strictly after the user's last such event, under its clock row's lock (held to commit).
+    await tx.query(
+      `WITH clock AS (
+         INSERT INTO event_clocks AS c (subject, last_at) VALUES ($8, $6) ON CONFLICT (subject)
+         DO UPDATE SET last_at = GREATEST(EXCLUDED.last_at, c.last_at + interval '1 millisecond') RETURNING last_at)
+       INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at, path_application_ids)
+       SELECT $1, $2, $3, $4, $5, last_at, $7 FROM clock`,
+      [...values, userId],
+    );
+    return id;
+  }
   await tx.query(
     `INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at, path_application_ids) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-    [id, event.type, event.applicationId ?? null, ctx.mode === 'test', JSON.stringify(event.data), ctx.now, paths],
+    values,
   );
   return id;
 }

@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
-import { assertStatus, effective, grant, newApp, patchEnt, person, platformKey, sql } from './support.js';
+import { assertStatus, call, customPlatformRole, effective, grant, newApp, patchEnt, person, platformKey, sql } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -78,4 +78,71 @@ test('Part B delivery semantics 4: two flips of one pair at one instant are date
   const access = await written(u.id, app.id, ['access.granted', 'access.revoked']);
   assert.deepEqual(access.map((e) => e.type), ['access.granted', 'access.revoked']);
   assert.equal(access[1].created_at.getTime() - access[0].created_at.getTime(), 1);
+});
+
+/** The events of `types` about a user, in the order they were written (commit order). */
+async function writtenAbout(userId: string, types: string[]) {
+  return sql<{ type: string; created_at: Date; data: any }>(
+    t,
+    `SELECT type, created_at, data FROM outbox_events WHERE type = ANY($1::text[]) AND data->>'user_id' = $2 ORDER BY seq`,
+    [types, userId],
+  );
+}
+
+function assertDatedInOrder(events: { created_at: Date }[]): void {
+  for (let i = 1; i < events.length; i++) {
+    assert.ok(events[i].created_at.getTime() > events[i - 1].created_at.getTime(), `event ${i} dated ${events[i].created_at.toISOString()}, not after ${events[i - 1].created_at.toISOString()}`);
+  }
+}
+
+test('Part B delivery semantics 4: user.* events are dated as they commit: a suspension that started before a reactivation but committed after it is dated after it, so a receiver dropping stale events holds the user suspended', async () => {
+  const u = await person(t);
+  await withStoppedClock(t, async () => {
+    t.clock.advance(1);
+    assertStatus(await call(t, 'POST', `/v1/users/${u.id}/suspend`, admin, { reason: 'chargeback' }), 200);
+    // The reactivation started 10 s later and committed first; the second suspension started 5 s later and committed after it.
+    t.clock.advance(10);
+    assertStatus(await call(t, 'PATCH', `/v1/users/${u.id}`, admin, { status: 'active' }), 200);
+    t.clock.advance(-5);
+    assertStatus(await call(t, 'POST', `/v1/users/${u.id}/suspend`, admin, { reason: 'fraud' }), 200);
+  });
+  const events = await writtenAbout(u.id, ['user.suspended', 'user.reactivated']);
+  assert.deepEqual(events.map((e) => e.type), ['user.suspended', 'user.reactivated', 'user.suspended']);
+  assertDatedInOrder(events);
+  assert.equal(receiverState(events, (e) => e.created_at.getTime())?.type, 'user.suspended', 'the receiver holds the suspended user as active');
+});
+
+test('Part B delivery semantics 4: role.* events are dated as they commit: an assignment that started before a removal but committed after it is dated after it, and two at one instant are 1 ms apart', async () => {
+  const u = await person(t);
+  const roleId = await customPlatformRole(t, ['users.list']);
+  const assign = () => call(t, 'POST', `/v1/users/${u.id}/roles/${roleId}`, admin, {});
+  await withStoppedClock(t, async () => {
+    t.clock.advance(1);
+    assertStatus(await assign(), 201);
+    t.clock.advance(10);
+    assert.equal((await call(t, 'DELETE', `/v1/users/${u.id}/roles/${roleId}`, admin)).statusCode, 204);
+    t.clock.advance(-5);
+    assertStatus(await assign(), 201);
+    assert.equal((await call(t, 'DELETE', `/v1/users/${u.id}/roles/${roleId}`, admin)).statusCode, 204);
+  });
+  const events = await writtenAbout(u.id, ['role.assigned', 'role.removed']);
+  assert.deepEqual(events.map((e) => e.type), ['role.assigned', 'role.removed', 'role.assigned', 'role.removed']);
+  assertDatedInOrder(events);
+  assert.equal(events[3].created_at.getTime() - events[2].created_at.getTime(), 1, 'two at one instant, 1 ms apart');
+  assert.equal(receiverState(events, (e) => e.created_at.getTime())?.type, 'role.removed', 'the receiver holds the removed role as held');
+});
+
+test('a user\'s event clock is kept while changes may race it and pruned a day after its last event by the idempotency-prune job', async () => {
+  const u = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/users/${u.id}/suspend`, admin, {}), 200);
+  const clock = () => sql<{ last_at: Date }>(t, 'SELECT last_at FROM event_clocks WHERE subject = $1', [u.id]);
+  const [{ created_at }] = await writtenAbout(u.id, ['user.suspended']);
+  assert.deepEqual(await clock(), [{ last_at: created_at }]);
+  t.clock.advance(86400 - 60);
+  await t.deps.jobs.runNow('idempotency-prune');
+  assert.equal((await clock()).length, 1, 'kept within the day');
+  t.clock.advance(120);
+  const result = await t.deps.jobs.runNow('idempotency-prune');
+  assert.deepEqual(await clock(), []);
+  assert.ok((result as { event_clocks: number }).event_clocks >= 1);
 });

@@ -9,17 +9,21 @@ const SESSION_PRUNE_BATCH = 5000;
 
 /**
  * Drops idempotency records past their 24 hours, counter windows that have ended, idle login lockouts,
+ * users' event clocks a day old,
  * and sessions 30 days past their 90-day end with everything hanging off them (refresh tokens used or
  * not, app refresh tokens, authorization codes, hosted-page browser rows: ON DELETE CASCADE). Each
  * refresh writes a token row and each sign-in a session, so kept for ever they grew without bound.
  * Sessions go in batches, so no one statement holds locks on a huge backlog.
  */
-export async function pruneExpired(deps: Deps): Promise<{ idempotency_keys: number; counters: number; login_lockouts: number; sessions: number }> {
+export async function pruneExpired(deps: Deps): Promise<{ idempotency_keys: number; counters: number; login_lockouts: number; sessions: number; event_clocks: number }> {
   const db = deps.database.scoped('system');
   const now = deps.clock.now();
   const keys = await db.query('DELETE FROM idempotency_keys WHERE expires_at <= $1', [now]);
   const counters = await db.query('DELETE FROM counters WHERE expires_at <= $1', [now]);
   const lockouts = await db.query('DELETE FROM login_lockouts WHERE expires_at <= $1', [now]);
+  // A user's event clock (src/outbox/emit.ts) matters only to changes racing it; a day on, every
+  // request's instant is past it.
+  const clocks = await db.query(`DELETE FROM event_clocks WHERE last_at <= $1::timestamptz - interval '1 day'`, [now]);
   const cutoff = new Date(now.getTime() - ENDED_SESSION_RETENTION_DAYS * 86400_000);
   let sessions = 0;
   for (;;) {
@@ -30,5 +34,5 @@ export async function pruneExpired(deps: Deps): Promise<{ idempotency_keys: numb
     sessions += rowCount;
     if (rowCount < SESSION_PRUNE_BATCH) break;
   }
-  return { idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount, sessions };
+  return { idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount, sessions, event_clocks: clocks.rowCount };
 }
