@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { createLocalJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
 import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import {
-  assertError, assertStatus, call, createOrg, grant, newApp, orgGrant, patchEnt, person, platformKey, session, sql, type AppFixture,
+  assertError, assertStatus, call, createOrg, grant, newApp, orgGrant, patchEnt, person, platformKey, session, setReview, sql, type AppFixture,
 } from './support.js';
 import { createUser } from '../helpers/fixtures.js';
 
@@ -208,6 +208,30 @@ test('409 application_not_available when the Application is suspended (existing 
   assert.equal((await sql(t, 'SELECT status FROM entitlements WHERE id = $1', [ent.id]))[0].status, 'active');
   assertStatus(await call(t, 'PATCH', `/v1/applications/${other.id}`, admin, { review_status: 'approved' }), 200);
   assertStatus(await issue(user.token, { application_id: other.id }), 200);
+});
+
+test('Part B "an unauthorized reader of a scoped resource gets 404 to avoid revealing existence": a user who can neither see the Application (internal, or not approved and not theirs) nor holds a path to it gets 404 application_not_found, as for an unknown id, never its review_status or Tenant state; its owner and entitled users keep their 409', async () => {
+  const stranger = await person(t);
+  const unknown = assertError(await issue(stranger.token, { application_id: `app_nope${Date.now()}` }), 404, 'application_not_found');
+  const rejected = await newApp(t, admin);
+  await setReview(t, rejected.id, 'rejected');
+  const pending = await newApp(t, admin);
+  await setReview(t, pending.id, 'pending_review');
+  const suspended = await newApp(t, admin);
+  const entitled = await person(t);
+  await grant(t, admin, entitled.id, suspended.id);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${suspended.id}`, admin, { review_status: 'suspended', review_notes: 'incident' }), 200);
+  const internal = await newApp(t, admin, { visibility: 'internal' });
+  const internalFrozen = await newApp(t, admin, { visibility: 'internal' });
+  await sql(t, 'UPDATE tenants SET suspended = true WHERE id = $1', [internalFrozen.tenant_id]);
+  for (const hidden of [rejected, pending, suspended, internal, internalFrozen]) {
+    const error = assertError(await issue(stranger.token, { application_id: hidden.id }), 404, 'application_not_found');
+    assert.deepEqual(error, unknown, hidden.id);
+  }
+  // Those who may know it still learn why.
+  assert.equal(assertError(await issue(rejected.owner!.token, { application_id: rejected.id }), 409, 'application_not_available').details.review_status, 'rejected');
+  assert.equal(assertError(await issue(entitled.token, { application_id: suspended.id }), 409, 'application_not_available').details.review_status, 'suspended');
+  assertError(await issue(stranger.token, { application_id: app.id }), 403, 'entitlement_required');
 });
 
 test("403 tenant_suspended when the Application's Tenant is suspended", async () => {

@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { assertError, assertInvalid, assertStatus, call, patchEnt, person, platformKey, sql, type AppFixture } from '../access/support.js';
+import { assertError, assertInvalid, assertStatus, call, patchEnt, person, platformKey, setReview, sql, type AppFixture } from '../access/support.js';
 import { authorize, member, oauthApp, pkce, REDIRECT, CODES } from './support.js';
 
 let t: TestApp;
@@ -121,6 +121,22 @@ test('409 application_not_available when the Application is not approved; 403 te
   await sql(t, 'UPDATE tenants SET suspended = false WHERE id = $1', [other.tenant_id]);
   assertStatus(await call(t, 'PATCH', `/v1/applications/${other.id}`, admin, { review_status: 'suspended', review_notes: 'incident' }), 200);
   assertError(await authorize(t, user.token, b), 409, 'application_not_available');
+});
+
+test('Part B "an unauthorized reader of a scoped resource gets 404 to avoid revealing existence": a user who can neither see the Application (internal, or not approved and not theirs) nor holds a path to it gets 404 application_not_found, as for an unknown id, not its review_status or a redirect_uri complaint; no code is stored', async () => {
+  const stranger = await person(t);
+  const unknown = assertError(await authorize(t, stranger.token, body({ application_id: `app_nope${Date.now()}` })), 404, 'application_not_found');
+  const rejected = await oauthApp(t, admin);
+  await setReview(t, rejected.id, 'rejected');
+  const internal = await oauthApp(t, admin, { visibility: 'internal' });
+  const bare = await oauthApp(t, admin, { visibility: 'internal', redirect_uris: [] });
+  for (const [hidden, extra] of [[rejected, {}], [internal, {}], [internal, { redirect_uri: `${REDIRECT}/other` }], [bare, {}]] as const) {
+    const error = assertError(await authorize(t, stranger.token, body({ application_id: hidden.id, ...extra })), 404, 'application_not_found');
+    assert.deepEqual(error, unknown, hidden.id);
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM oauth_authorization_codes WHERE user_id = $1', [stranger.id]))[0].n, 0);
+  // Its owner still learns why.
+  assert.equal(assertError(await authorize(t, rejected.owner!.token, body({ application_id: rejected.id })), 409, 'application_not_available').details.review_status, 'rejected');
 });
 
 test('a User token is required: anonymous 401, an API key 400 user_token_required', async () => {

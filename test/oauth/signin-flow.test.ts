@@ -247,6 +247,16 @@ test('no access to the Application: a 403 page (no redirect) with a link returni
   assert.equal(codes.length, 0);
 });
 
+test('no access to an internal Application (which the user may not see): the same 403 no-access page with its access_denied link, not an error page', async () => {
+  const internal = await oauthApp(t, admin, { name: 'Acme Internal', visibility: 'internal' });
+  const user = await person(t);
+  const browser = new Browser(t);
+  const res = await browser.signIn(await browser.open(flow(internal.id).params), user.email, user.password);
+  const body = assertPage(res, 403, `You are signed in as ${user.email}, but this account does not have access to Acme Internal.`);
+  assert.match(body, /<a class="button" href="https:\/\/app\.example\.com\/callback\?error=access_denied/);
+  assert.equal((await sql(t, 'SELECT 1 FROM oauth_authorization_codes WHERE user_id = $1', [user.id])).length, 0);
+});
+
 test('no access: "Return to" also carries error_description; "Sign in with another account" opens the page again for the same request', async () => {
   const user = await person(t);
   const f = flow(app.id, { state: 's&2' });

@@ -131,6 +131,18 @@ test('400 without redirect: an Application not approved, or whose Tenant is susp
   assertBadRequest(await get(signinUrl(flow(frozen.id).params)), 'application_id');
 });
 
+test('Part B "non-approved applications are visible only to owner, own key and applications.manage": the page answers for one (pending_review, rejected, suspended) exactly as for an unknown id, showing neither its name nor its redirect URIs', async () => {
+  const unknown = assertPage(await get(signinUrl(flow('app_nosuchapp').params)), 400);
+  for (const status of ['pending_review', 'rejected', 'suspended']) {
+    const hidden = await oauthApp(t, admin, { name: `Secret Project ${status}`, redirect_uris: [] });
+    await setReview(t, hidden.id, status);
+    const res = await get(signinUrl(flow(hidden.id).params));
+    assertBadRequest(res, 'application_id');
+    assert.equal(res.body, unknown, status);
+    assert.ok(!res.body.includes('Secret Project'), status);
+  }
+});
+
 test('400 without redirect: PKCE (challenge missing, 42 or 129 characters, bad characters; method missing or plain) and state over 512', async () => {
   const { params } = flow(app.id);
   const { code_challenge: _c, ...noChallenge } = params;

@@ -3,6 +3,7 @@ import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { checkAccessForCaller } from '../../access/check.js';
 import { accessEndsAt } from '../../access/resolve.js';
+import { refusalFor } from '../applications/service.js';
 import type { AppToken, AppTokenBody } from './schemas.js';
 
 export const APP_TOKEN_SECONDS = 5 * 60;
@@ -19,12 +20,17 @@ export async function issueAppToken(ctx: Ctx, body: AppTokenBody): Promise<AppTo
   const { ctx: confirmed, check } = await checkAccessForCaller(ctx, ctx.actor.userId, body.application_id);
   const { app, access } = check;
   if (!app || !access) throw new ApiError('application_not_found');
-  if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
-  if (app.tenant_suspended) throw new ApiError('tenant_suspended');
-  if (!access.allowed) throw new ApiError('entitlement_required', { details: { entitlement_status: access.entitlement_status } });
-  if (body.organization_id) {
-    const viaOrg = access.access_paths.some((p) => p.organization_id === body.organization_id && p.status === 'active' && p.member_decision === 'included');
-    if (!viaOrg) throw new ApiError('entitlement_required', { message: 'No active access through that Organization.', details: { organization_id: body.organization_id } });
+  try {
+    if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
+    if (app.tenant_suspended) throw new ApiError('tenant_suspended');
+    if (!access.allowed) throw new ApiError('entitlement_required', { details: { entitlement_status: access.entitlement_status } });
+    if (body.organization_id) {
+      const viaOrg = access.access_paths.some((p) => p.organization_id === body.organization_id && p.status === 'active' && p.member_decision === 'included');
+      if (!viaOrg) throw new ApiError('entitlement_required', { message: 'No active access through that Organization.', details: { organization_id: body.organization_id } });
+    }
+  } catch (refusal) {
+    // A caller who can neither see the Application nor holds a path to it learns nothing of it: 404.
+    throw await refusalFor(confirmed, app.id, refusal);
   }
   const accessEnd = accessEndsAt(check.paths, ctx.actor.userId, app.id, ctx.now, body.organization_id);
   const sessionEnd = confirmed.actor.type === 'user' ? (confirmed.actor.sessionExpiresAt ?? null) : null;

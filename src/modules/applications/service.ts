@@ -9,7 +9,7 @@ import { keyset, toPage } from '../../http/pagination.js';
 import { assertWithinPlan, countTenantApplications, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
 import { APP_COLUMNS, findApplicationRow, toApplication, toListItem, type ApplicationRow } from './store.js';
 import type { Application, ApplicationListQuery, CreateApplicationBody } from './schemas.js';
-import { ownerCondition, viewerOf, visibleCondition } from './visibility.js';
+import { accessPathToApp, ownerCondition, viewerOf, visibleCondition } from './visibility.js';
 import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateRedirectUris, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
@@ -26,6 +26,23 @@ export async function findVisibleApplication(ctx: Ctx, id: string): Promise<Appl
   const condition = visibleCondition(viewerOf(ctx), params);
   const { rows } = await ctx.db.query<ApplicationRow>(`SELECT ${APP_COLUMNS} FROM applications a WHERE a.id = $1 AND ${condition}`, params);
   return rows[0] ?? null;
+}
+
+/**
+ * Part B: "An unauthorized reader of a scoped resource gets 404 to avoid revealing existence." A
+ * refusal about an Application a user asks to use (not approved, its Tenant suspended, no access, its
+ * redirect_uris) goes only to a caller who may see it or holds an access path to it (any status);
+ * anyone else gets 404 application_not_found, the answer for an unknown id, so these refusals neither
+ * confirm an internal or unapproved Application nor show its review_status. Runs on refusals only.
+ */
+export async function refusalFor(ctx: Ctx, appId: string, refusal: unknown): Promise<unknown> {
+  if (!(refusal instanceof ApiError) || refusal.code === 'application_not_found' || refusal.status >= 500) return refusal;
+  const viewer = viewerOf(ctx);
+  const params: unknown[] = [appId];
+  const known = [visibleCondition(viewer, params)];
+  if (viewer.userId) known.push(accessPathToApp(params.push(viewer.userId)));
+  const { rowCount } = await ctx.db.query(`SELECT 1 FROM applications a WHERE a.id = $1 AND (${known.join(' OR ')})`, params);
+  return rowCount ? refusal : new ApiError('application_not_found');
 }
 
 /** The caller owns the Application and so holds owner rights over it: never over an internal one (Part B visibility). */

@@ -1,6 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { findApplicationRow } from '../applications/store.js';
+import { refusalFor } from '../applications/service.js';
 import { assertAppAccess } from './access.js';
 import { CODE_SECONDS, insertCode } from './store.js';
 import type { AuthorizationCode, AuthorizationCodeBody } from './schemas.js';
@@ -18,9 +19,14 @@ export async function issueAuthorizationCode(ctx: Ctx, body: AuthorizationCodeBo
   const { userId, sessionId } = ctx.actor;
   const app = await findApplicationRow(ctx.db, body.application_id);
   if (!app) throw new ApiError('application_not_found');
-  if (app.redirect_uris.length === 0) throw invalidRedirect('the Application has no registered redirect_uris');
-  if (!app.redirect_uris.includes(body.redirect_uri)) throw invalidRedirect('must exactly match one of the Application\'s redirect_uris');
-  await assertAppAccess(ctx.db, userId, app.id, ctx.now);
+  try {
+    if (app.redirect_uris.length === 0) throw invalidRedirect('the Application has no registered redirect_uris');
+    if (!app.redirect_uris.includes(body.redirect_uri)) throw invalidRedirect('must exactly match one of the Application\'s redirect_uris');
+    await assertAppAccess(ctx.db, userId, app.id, ctx.now);
+  } catch (refusal) {
+    // A caller who can neither see the Application nor holds a path to it learns nothing of it: 404.
+    throw await refusalFor(ctx, app.id, refusal);
+  }
 
   const code = await ctx.db.transaction((tx) =>
     insertCode(tx, {

@@ -34,10 +34,13 @@ export async function resolveAuthorizationRequest(db: Queryable, q: Authorizatio
   // Characters are code points, as the API's schema counts them (an emoji is one).
   if (q.state !== undefined && [...q.state].length > STATE_MAX) problem('state', `must be at most ${STATE_MAX} characters`);
 
-  const app = appId ? await findSigninApp(db, appId) : null;
-  if (appId && !app) problem('application_id', 'is not a known application');
+  const found = appId ? await findSigninApp(db, appId) : null;
+  // Part B: an Application not approved is seen only by its owner, its own key and applications.manage.
+  // To whoever opens this page it reads as an unknown one: neither its name nor its redirect URIs show.
+  const app = found?.review_status === 'approved' ? found : null;
+  if (appId && !app) problem('application_id', 'is not a known application available for sign-in');
   if (app) {
-    if (app.review_status !== 'approved' || app.tenant_suspended) problem('application_id', `${app.name} is not available for sign-in right now`);
+    if (app.tenant_suspended) problem('application_id', `${app.name} is not available for sign-in right now`);
     if (app.redirect_uris.length === 0) problem('redirect_uri', `${app.name} has no registered redirect URIs`);
     else if (q.redirect_uri && !app.redirect_uris.includes(q.redirect_uri)) problem('redirect_uri', `is not registered for ${app.name}`);
   }

@@ -130,7 +130,8 @@ async function authorize(page: Page, current: BrowserSession): Promise<Outcome> 
     const code = await issueAuthorizationCode(actorCtx, request);
     return { view: 'redirect', location: code.redirect_to };
   } catch (err) {
-    if (!(err instanceof ApiError) || err.code !== 'entitlement_required') throw err;
+    // The page showed the Application already: a user who may not see it (an internal one) has no access to it.
+    if (!(err instanceof ApiError) || (err.code !== 'entitlement_required' && err.code !== 'application_not_found')) throw err;
     const returnTo = errorRedirect(request, ctx.deps.config.publicUrl, 'access_denied', 'The user has no access to this application.');
     return { view: 'denied', status: 403, email: current.email, returnTo };
   }
