@@ -4,10 +4,13 @@ import { emitMany, type OutboundEvent } from '../outbox/emit.js';
 import { accessKey, computeAccess, findPathRows, resolveAccess, type PathRow, type ResolvedAccess } from './resolve.js';
 import { lockUsersForAccess } from './locks.js';
 
-export type AccessReason =
-  | 'entitlement_granted' | 'entitlement_started' | 'entitlement_enabled' | 'entitlement_disabled' | 'entitlement_revoked'
-  | 'entitlement_expired' | 'entitlement_deleted' | 'org_grant_changed' | 'org_member_added' | 'org_member_removed'
-  | 'user_suspended' | 'user_reactivated' | 'user_deleted';
+/** The reasons an access.* event gives (Part B, Derived access events). */
+export const ACCESS_REASONS = [
+  'entitlement_granted', 'entitlement_started', 'entitlement_enabled', 'entitlement_disabled', 'entitlement_revoked',
+  'entitlement_expired', 'entitlement_deleted', 'org_grant_changed', 'org_member_added', 'org_member_removed',
+  'user_suspended', 'user_reactivated', 'user_deleted',
+] as const;
+export type AccessReason = (typeof ACCESS_REASONS)[number];
 
 /**
  * Every mutation that can change access runs inside this: it reads the affected users' path rows

@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import type { RouteMeta } from './meta.js';
 import { ERROR_CODES } from '../errors.js';
 import { ErrorEnvelope } from './schemas.js';
+import { webhookDescriptions } from '../modules/webhooks/openapi.js';
 
 interface RouteRecord {
   method: string;
@@ -63,6 +64,8 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
     refResolver: { buildLocalReference: (json, _base, _frag, i) => (json.$id as string) ?? `def-${i}` },
     transformObject: (documentObject) => {
       const doc = (documentObject as unknown as { openapiObject: any }).openapiObject;
+      // What the service sends: each event's POST to a subscription's url (OpenAPI 3.1 webhooks).
+      doc.webhooks = webhookDescriptions();
       doc['x-error-codes'] = Object.fromEntries(Object.entries(ERROR_CODES).map(([code, [status, message]]) => [code, { status, message }]));
       for (const r of routes) {
         const op = doc.paths?.[toOpenApiPath(r.url)]?.[r.method];

@@ -3,13 +3,17 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { LINK_PAGE_PATHS } from '../../src/modules/links/paths.js';
 import { userToken } from '../helpers/fixtures.js';
-import { assertError, call } from '../helpers/http.js';
+import { assertError, call, sql } from '../helpers/http.js';
+import { assertStatus, customPlatformRole, grant, newApp, patchEnt, person, platformKey } from '../access/support.js';
+import { EVENT_TYPES, renderEnvelope, CURRENT_API_VERSION } from '../../src/modules/webhooks/catalog.js';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 
-// DEV_CLOCK on, so the /_dev routes are served: the description must still leave them out.
+// DEV_CLOCK on, so the /_dev routes are served: the description must still leave them out. Private
+// webhook targets allowed: the webhooks section's test sends a test event to a loopback address.
 let t: TestApp;
 let doc: any;
 before(async () => {
-  t = await buildTestApp({ devClock: true });
+  t = await buildTestApp({ devClock: true, webhookAllowPrivateTargets: true });
   const res = await t.app.inject({ method: 'GET', url: '/v1/openapi.json' });
   assert.equal(res.statusCode, 200);
   doc = res.json();
@@ -388,4 +392,63 @@ test('response headers a client reads are described: Retry-After on every 429 an
   const audit = await call(t, 'GET', '/v1/audit-events?target_user_id=me', token);
   assert.equal(audit.statusCode, 200);
   assert.ok(!Number.isNaN(Date.parse(String(audit.headers['audit-hot-window-start']))), String(audit.headers['audit-hot-window-start']));
+});
+
+test('the webhooks section describes each event the service sends (OpenAPI 3.1 webhooks): its envelope, data and the headers a receiver verifies; every event written by real operations validates against it', async () => {
+  assert.deepEqual(Object.keys(doc.webhooks ?? {}).sort(), [...EVENT_TYPES].sort());
+  for (const type of EVENT_TYPES) {
+    const op = doc.webhooks[type].post;
+    assert.ok(op.operationId && op.description, type);
+    assert.deepEqual(op.parameters.filter((p: any) => p.in === 'header' && p.required).map((p: any) => p.name).sort(),
+      ['Platform-Delivery-Attempt', 'Platform-Delivery-Id', 'Platform-Event-Id', 'Platform-Event-Type', 'Platform-Signature']);
+    assert.ok(op.responses['2XX'] && op.responses['410'], type);
+  }
+  // Events written by the operations of Part B's Events tables, over HTTP.
+  const admin = await platformKey(t);
+  const superadmin = await person(t, { roles: ['superadmin'] });
+  const app = await newApp(t, admin);
+  const u = await person(t);
+  const ent = await grant(t, admin, u.id, app.id);
+  const later = (s: number) => new Date(t.clock.now().getTime() + s * 1000).toISOString();
+  assertStatus(await patchEnt(t, admin, ent.id, { ends_at: later(86400) }), 200);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'Payment failed' }), 200);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'revoked', disabled_reason: 'Refunded' }), 200);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin)).statusCode, 204);
+  const v = await person(t);
+  await grant(t, admin, v.id, app.id, { ends_at: later(60) });
+  const roleId = await customPlatformRole(t, ['users.list']);
+  assertStatus(await call(t, 'POST', `/v1/users/${u.id}/roles/${roleId}`, admin, {}), 201);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${u.id}/roles/${roleId}`, admin)).statusCode, 204);
+  assertStatus(await call(t, 'POST', `/v1/users/${u.id}/suspend`, admin, {}), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/users/${u.id}`, admin, { status: 'active' }), 200);
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', superadmin.token, { name: 'Webhook Docs Org' }), 201);
+  const orgEnt = assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/entitlements`, admin, { application_id: app.id }, { 'idempotency-key': `org-${org.id}` }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: u.id }), 201);
+  assertStatus(await patchEnt(t, admin, orgEnt.id, { member_scope: 'denylist', member_overrides: [u.id] }), 200);
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${u.id}`, admin)).statusCode, 204);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${u.id}`, admin)).statusCode, 204);
+  // This app serves the dev clock, which every process shares through the database: moved by its route.
+  assert.equal((await t.app.inject({ method: 'POST', url: '/_dev/clock', payload: { advance_seconds: 120 } })).statusCode, 200);
+  const swept = await t.deps.jobs.runNow('entitlement-expiry');
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { review_status: 'suspended', review_notes: 'policy' }), 200);
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'http://127.0.0.1:9/hook', events: ['*'] }), 201);
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+
+  // $refs inlined from the document's components, so that each body validates on its own.
+  const inline = (node: any): any => {
+    if (Array.isArray(node)) return node.map(inline);
+    if (!node || typeof node !== 'object') return node;
+    if (typeof node.$ref === 'string') return inline(doc.components.schemas[node.$ref.split('/').pop()]);
+    return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, inline(v)]));
+  };
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  const events = await sql<{ id: string; type: string; application_id: string | null; test_mode: boolean; data: any; created_at: Date }>(t, 'SELECT id, type, application_id, test_mode, data, created_at FROM outbox_events');
+  const seen = new Set<string>();
+  for (const e of events) {
+    const validate = ajv.compile(inline(doc.webhooks[e.type].post.requestBody.content['application/json'].schema));
+    const body = JSON.parse(renderEnvelope(e, CURRENT_API_VERSION));
+    assert.ok(validate(body), `${e.type} ${JSON.stringify(body)}: ${ajv.errorsText(validate.errors)}`);
+    seen.add(e.type);
+  }
+  assert.deepEqual([...EVENT_TYPES].filter((type) => !seen.has(type)), [], `every event type was written and checked (expiry sweep: ${JSON.stringify(swept)})`);
 });

@@ -4,7 +4,7 @@ import { USER_STATUSES } from '../users/schemas.js';
 import { SOURCES } from '../entitlements/schemas.js';
 
 /** An entitlement row's status resolved at a moment (a future starts_at reads scheduled). */
-const PATH_STATUSES = ['active', 'scheduled', 'disabled', 'expired', 'revoked'] as const;
+export const PATH_STATUSES = ['active', 'scheduled', 'disabled', 'expired', 'revoked'] as const;
 
 export const Role = Type.Object(
   {
