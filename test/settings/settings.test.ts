@@ -153,6 +153,43 @@ test('overrides a later settings_schema no longer accepts stay stored and are co
   assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, { density: 'compact', page_size: 20 });
 });
 
+test('stale_override_counts after settings_schema is emptied ({}): the schema accepts no key, so every stored override is counted stale, in the PATCH answer and the GET alike', async () => {
+  const owned = await newApp(t, admin, { settings_schema: SCHEMA });
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  assertStatus(await patchAppSettings(u.token, { overrides: { density: 'compact', page_size: 20 } }, 'me', owned.id), 200);
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: {} }), 200);
+  assert.deepEqual(patched.settings_schema_stats.stale_override_counts, { density: 1, page_size: 1 });
+  const read = assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200);
+  assert.deepEqual(read.settings_schema_stats.stale_override_counts, { density: 1, page_size: 1 });
+  // They are stale indeed: the schema refuses them now, and they stay stored until changed.
+  assertInvalid(await patchAppSettings(u.token, { overrides: { density: 'compact' } }, 'me', owned.id), 'overrides.density');
+  assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, { density: 'compact', page_size: 20 });
+  const audit = await auditOf(t, owned.id, 'application.updated');
+  assert.deepEqual(audit.at(-1)!.after.settings_schema_stats.stale_override_counts, { density: 1, page_size: 1 });
+});
+
+test('application.updated: the audit before snapshot carries the stale_override_counts the GET showed before the PATCH, as after carries those after it (a rename changes none)', async () => {
+  const owned = await newApp(t, admin, { settings_schema: SCHEMA });
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  assertStatus(await patchAppSettings(u.token, { overrides: { density: 'compact' } }, 'me', owned.id), 200);
+  const narrowed = { type: 'object', properties: { density: { type: 'string', enum: ['comfortable'] } } };
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: narrowed }), 200);
+  const shown = assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200).settings_schema_stats;
+  assert.deepEqual(shown.stale_override_counts, { density: 1 });
+  const renamed = assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { name: 'Renamed' }), 200);
+  assert.deepEqual(renamed.settings_schema_stats, shown);
+  const audit = await auditOf(t, owned.id, 'application.updated');
+  assert.equal(audit.length, 2);
+  assert.deepEqual(audit[0].before.settings_schema_stats.stale_override_counts, {}, 'before the narrowing nothing was stale');
+  assert.deepEqual(audit[0].after.settings_schema_stats, shown);
+  assert.deepEqual(audit[1].before.settings_schema_stats, shown);
+  assert.deepEqual(audit[1].after.settings_schema_stats, shown);
+  assert.equal(audit[1].before.name, 'Test App');
+  assert.equal(audit[1].after.name, 'Renamed');
+});
+
 test("stale_override_counts counts the users of the caller's mode only (users are mode-isolated, the Application is shared): a test-mode key never counts a live user's overrides, and the reverse", async () => {
   const owned = await newApp(t, admin, { settings_schema: SCHEMA });
   const testAdmin = await platformKey(t, undefined, 'test');

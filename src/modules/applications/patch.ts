@@ -104,7 +104,7 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
     );
     const after = (await findApplicationRow(tx, app.id))!;
     const out = toApplication(after, await staleCounts(c, after));
-    await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: toApplication(app), after: out });
+    await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: toApplication(app, await staleCounts(c, app)), after: out });
     if (review !== app.review_status) {
       await recordAudit(tx, c, {
         action: 'application.review_status_changed',

@@ -53,7 +53,8 @@ export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
 }
 
 export async function staleCounts(ctx: Ctx, app: ApplicationRow): Promise<Record<string, number>> {
-  if (Object.keys(app.settings_schema).length === 0) return {};
+  // No shortcut for an empty settings_schema: it accepts no key, so every override stored under an
+  // earlier schema is stale and counted (a PATCH of one answers 422).
   // The users of the caller's mode (row-level security on users): an Application is shared by both
   // modes, its users are not (as a Role's assignment_count).
   const { rows } = await ctx.db.query<{ overrides: Record<string, unknown> }>(
