@@ -107,6 +107,36 @@ test('a suspended Application blocks new grants (409 application_not_available);
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [other.id]))[0].n, 0);
 });
 
+test('a suspended Application blocks new grants: returning an Entitlement to active (disabled → active, expired → active renewal), which Part B announces as entitlement.granted, is 409 application_not_available like a POST; nothing changes, no event; disabling and revoking stay possible', async () => {
+  const app = await newApp(t, admin);
+  const disabledHolder = await person(t);
+  const disabled = await grant(t, admin, disabledHolder.id, app.id);
+  assertStatus(await call(t, 'PATCH', `/v1/entitlements/${disabled.id}`, admin, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  const expiredHolder = await person(t);
+  const expired = await grant(t, admin, expiredHolder.id, app.id);
+  await sql(t, `UPDATE entitlements SET status = 'expired' WHERE id = $1`, [expired.id]);
+  const activeHolder = await person(t);
+  const active = await grant(t, admin, activeHolder.id, app.id);
+  assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'abuse report' }), 200);
+  const eventsBefore = (await outbox(t, { applicationId: app.id })).length;
+
+  const reEnable = assertError(await call(t, 'PATCH', `/v1/entitlements/${disabled.id}`, admin, { status: 'active' }), 409, 'application_not_available');
+  assert.equal(reEnable.details.review_status, 'suspended');
+  assertError(await call(t, 'PATCH', `/v1/entitlements/${expired.id}`, admin, { status: 'active', ends_at: null }), 409, 'application_not_available');
+  assertError(await call(t, 'PATCH', `/v1/entitlements/${disabled.id}`, app.owner!.token, { status: 'active' }), 409, 'application_not_available');
+  const rows = await sql(t, 'SELECT id, status FROM entitlements WHERE id = ANY($1::text[]) ORDER BY id', [[disabled.id, expired.id]]);
+  assert.deepEqual(rows.map((r) => r.status).sort(), ['disabled', 'expired']);
+  assert.equal((await outbox(t, { applicationId: app.id })).length, eventsBefore);
+  assert.equal((await auditOf(t, disabled.id, 'entitlement.granted')).length, 1);
+
+  // Ending access stays possible on a suspended Application.
+  assertStatus(await call(t, 'PATCH', `/v1/entitlements/${active.id}`, admin, { status: 'disabled', disabled_reason: 'cut off' }), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/entitlements/${disabled.id}`, admin, { status: 'revoked', disabled_reason: 'gone' }), 200);
+  // Reinstated, the Application takes grants again.
+  assertStatus(await patch(admin, app.id, { review_status: 'approved' }), 200);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/entitlements/${active.id}`, admin, { status: 'active' }), 200).status, 'active');
+});
+
 // ---- app Roles follow available_app_roles ---------------------------------------------------------
 
 test('POST seeds an empty Role role_<slug>_<name> for each name in available_app_roles', async () => {

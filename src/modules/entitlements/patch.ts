@@ -130,11 +130,14 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
       const newer = row.user_id ? await findLivePersonal(tx, row.user_id, row.application_id) : await findLiveOrgGrant(tx, row.organization_id!, row.application_id);
       if (newer) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: newer.id, status: newer.status } });
     }
-    // Re-enabling or renewing a personal row gives its holder a seat again: 402 on a restricted Tenant,
-    // 409 at Starter's cap, as a new grant would (org rows are capped per member below).
-    if (row.user_id && status === 'active' && row.status !== 'active') {
-      const app = await findApplicationRow(tx, row.application_id);
-      if (app) await assertSeatAvailable(tx, ctx, app, [row.user_id]);
+    if (status === 'active' && row.status !== 'active') {
+      const app = (await findApplicationRow(tx, row.application_id))!;
+      // Returning a row to active grants again (entitlement.granted): an Application that is not
+      // approved takes no new grants (Part B review_status), 409 as the POST answers.
+      if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
+      // Re-enabling or renewing a personal row gives its holder a seat again: 402 on a restricted Tenant,
+      // 409 at Starter's cap, as a new grant would (org rows are capped per member below).
+      if (row.user_id) await assertSeatAvailable(tx, ctx, app, [row.user_id]);
     }
     if (!move && changed.length === 0 && !scopeChange) return { entitlement: toEntitlement(row), etag: etagOf(row) };
 

@@ -64,7 +64,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
         auth: 'any',
         idempotency: 'optional',
         destructive: { when: 'status is set to disabled or revoked', test: (request) => ['disabled', 'revoked'].includes((request.body as { status?: string })?.status ?? '') },
-        errors: ['entitlement_not_found', 'invalid_status_transition', 'disabled_reason_required', 'ends_at_required', 'immutable_field', 'read_only_field', 'not_an_org_grant', 'member_override_not_a_member', 'entitlement_already_exists', 'plan_limit_reached', 'subscription_required', 'precondition_failed', 'forbidden', 'organization_suspended'],
+        errors: ['entitlement_not_found', 'invalid_status_transition', 'disabled_reason_required', 'ends_at_required', 'immutable_field', 'read_only_field', 'not_an_org_grant', 'member_override_not_a_member', 'entitlement_already_exists', 'plan_limit_reached', 'subscription_required', 'precondition_failed', 'forbidden', 'organization_suspended', 'application_not_available'],
         headers: ETAG,
       },
     },
