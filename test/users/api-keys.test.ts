@@ -325,6 +325,19 @@ test('an app-scoped key may be created by api_keys.manage or the Application own
   assertError(await createKey({ name: 'x', scope: 'platform', permissions: [] }, owner.token), 403, 'forbidden');
 });
 
+test('Part B "an unauthorized reader of a scoped resource gets 404 to avoid revealing existence": a non-owner naming an internal or unapproved Application as a key\'s scope gets 404 application_not_found, the answer for an unknown id, not 403; a public one 403 forbidden', async () => {
+  const stranger = await userToken(t);
+  const unknown = assertError(await createKey({ name: 'app', scope: 'app_neverexisted', permissions: [] }, stranger.token), 404, 'application_not_found');
+  for (const hide of [`visibility = 'internal'`, `review_status = 'pending_review'`]) {
+    const app = await createApplication(t);
+    await sql(t, `UPDATE applications SET ${hide} WHERE id = $1`, [app.id]);
+    const err = assertError(await createKey({ name: 'app', scope: app.id, permissions: [] }, stranger.token), 404, 'application_not_found');
+    assert.deepEqual(err, unknown);
+  }
+  assertError(await createKey({ name: 'app', scope: (await createApplication(t)).id, permissions: [] }, stranger.token), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM api_keys WHERE created_by_user_id = $1', [stranger.user.id]))[0].n, 0);
+});
+
 test("an app-scoped key may hold only the platform permissions its creator holds, unless the creator owns the Application: api_keys.manage without entitlements.manage gets 403 role_escalation_forbidden (create, PATCH, rotate, lifting restrict_destructive)", async () => {
   const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
   const { token } = await userToken(t, { roles: [role] });

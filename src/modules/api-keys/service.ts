@@ -11,6 +11,7 @@ import { findApplication, isApplicationOwner, OWNED_APPLICATIONS_SQL } from '../
 import { findKey, KEY_COLUMNS, toApiKey, type KeyRow } from './store.js';
 import { KEY_READ_ONLY, type ApiKey, type CreateKeyBody, type KeyListQuery, type PatchKeyBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
+import { refusalFor } from '../applications/service.js';
 
 /** The platform permissions an app-scoped key may hold; they act only on its own Application. */
 export const APP_CONFINED_PERMISSIONS = ['entitlements.manage', 'users.list', 'roles.manage', 'audit.view'];
@@ -29,7 +30,10 @@ async function assertMayManageScope(ctx: Ctx, scope: string): Promise<void> {
   }
   if (scope === 'platform') throw new ApiError('forbidden', { details: { required_permission: 'api_keys.manage' } });
   if (!(await findApplication(ctx.db, scope))) throw new ApiError('application_not_found');
-  if (!(await isApplicationOwner(ctx.db, callerId(ctx), scope))) throw new ApiError('forbidden', { message: "Only the Application's owner or api_keys.manage may manage its keys." });
+  if (!(await isApplicationOwner(ctx.db, callerId(ctx), scope))) {
+    // 403 only to a caller who may see the Application: for anyone else it is as unknown (404).
+    throw await refusalFor(ctx, scope, new ApiError('forbidden', { message: "Only the Application's owner or api_keys.manage may manage its keys." }));
+  }
 }
 
 /** Permission lists must fit the scope; a platform key may hold only what its creator holds. */
