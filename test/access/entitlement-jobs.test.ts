@@ -282,3 +282,25 @@ test('the expiry sweep and scheduled starts lock an organization-wide grant\'s O
   assert.equal(start.probeLocked, true, 'scheduled starts waited for the Organization without holding the row');
   assert.notEqual((await entRow(t, started))!.start_notified_at, null);
 });
+
+test('a row the expiry sweep cannot write does not hold back the rows due after it: they expire in the same run, the run reports failure naming the row, and the row expires once it can be written', async () => {
+  const [first, second] = [await person(t), await person(t)];
+  const stuck = await grant(t, admin, first.id, app.id, { source: 'trial', ends_at: inSeconds(t, HOUR) });
+  const next = await grant(t, admin, second.id, app.id, { source: 'trial', ends_at: inSeconds(t, HOUR + 60) });
+  // The row due first fails every time it is written (a data fault, say).
+  await sql(t, `CREATE FUNCTION refuse_stuck_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'stuck row'; END $$`);
+  await sql(t, `CREATE TRIGGER refuse_stuck_row BEFORE UPDATE ON entitlements FOR EACH ROW WHEN (OLD.id = '${stuck.id}') EXECUTE FUNCTION refuse_stuck_row()`);
+  try {
+    t.clock.advance(HOUR + 61);
+    await assert.rejects(sweep(), (err: Error) => err.message.includes(stuck.id) && err.message.includes('stuck row'));
+    assert.equal((await getEnt(next.id)).status, 'expired', 'the row behind it expired in the same run');
+    assert.deepEqual(await entitlementEvents(t, next.id), ['entitlement.granted', 'entitlement.expired']);
+    assert.equal((await getEnt(stuck.id)).status, 'active');
+  } finally {
+    await sql(t, 'DROP TRIGGER refuse_stuck_row ON entitlements');
+    await sql(t, 'DROP FUNCTION refuse_stuck_row()');
+  }
+  await sweep();
+  assert.equal((await getEnt(stuck.id)).status, 'expired');
+  assert.deepEqual(await entitlementEvents(t, stuck.id), ['entitlement.granted', 'entitlement.expired']);
+});
