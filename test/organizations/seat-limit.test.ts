@@ -348,3 +348,33 @@ test("seat-limit-release counts each mode's seats apart, as requests count them:
   assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
   assert.equal(await seatsOf(), 1000);
 });
+
+test('a Tenant whose seat release fails does not hold back the other Tenants: their members are released in the same run, the run reports failure naming the Tenant, and its members are released once it can run', async () => {
+  const setups: { tenantId: string; appId: string; member: string }[] = [];
+  for (let i = 0; i < 2; i++) {
+    const app = await newApp(t, admin);
+    const org = await orgWithMembers(t, admin, 0);
+    await orgGrantApi(t, admin, org.id, app.id);
+    const tenantId = await tenantOf(app.id);
+    await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [tenantId]);
+    const member = await person(t);
+    assertStatus(await addById(t, admin, org.id, member.id), 201);
+    assert.deepEqual(await decisionOf(member.id, app.id), { allowed: false, decision: 'seat_limit' });
+    await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [tenantId]);
+    setups.push({ tenantId, appId: app.id, member: member.id });
+  }
+  // The Tenant released first (in id order) cannot be released (a data fault, say).
+  const [stuck, next] = setups.sort((a, b) => (a.tenantId < b.tenantId ? -1 : 1));
+  await sql(t, `CREATE FUNCTION refuse_stuck_mark() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'stuck mark'; END $$`);
+  await sql(t, `CREATE TRIGGER refuse_stuck_mark BEFORE DELETE ON org_seat_limits FOR EACH ROW WHEN (OLD.user_id = '${stuck.member}') EXECUTE FUNCTION refuse_stuck_mark()`);
+  try {
+    await assert.rejects(t.deps.jobs.runNow('seat-limit-release'), (err: Error) => err.message.includes(stuck.tenantId) && err.message.includes('stuck mark'));
+    assert.deepEqual(await decisionOf(next.member, next.appId), { allowed: true, decision: 'included' }, 'the Tenant after it was released');
+    assert.deepEqual(await decisionOf(stuck.member, stuck.appId), { allowed: false, decision: 'seat_limit' });
+  } finally {
+    await sql(t, 'DROP TRIGGER refuse_stuck_mark ON org_seat_limits');
+    await sql(t, 'DROP FUNCTION refuse_stuck_mark()');
+  }
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(stuck.member, stuck.appId), { allowed: true, decision: 'included' });
+});

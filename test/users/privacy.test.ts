@@ -578,3 +578,25 @@ test('the erasure cascade locks the user\'s Organizations, then the user, before
   assert.notEqual((await userRow(t, user.id))!.erased_at, null);
   assert.equal(await count('organization_members', 'user_id = $1', [user.id]), 0);
 });
+
+test('an erasure the cascade cannot complete does not hold back the erasures due after it: they complete in the same run, the run reports failure naming the user, and that user is erased once the cascade can run', async () => {
+  const stuck = await createUser(t);
+  const next = await createUser(t);
+  assertStatus(await requestErasure(stuck.id, await asAdmin()), 202);
+  t.clock.advance(60);
+  assertStatus(await requestErasure(next.id, await asAdmin()), 202);
+  // The user due first cannot be written (a data fault, say).
+  await sql(t, `CREATE FUNCTION refuse_stuck_user() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'stuck user'; END $$`);
+  await sql(t, `CREATE TRIGGER refuse_stuck_user BEFORE UPDATE ON users FOR EACH ROW WHEN (OLD.id = '${stuck.id}') EXECUTE FUNCTION refuse_stuck_user()`);
+  try {
+    t.clock.advance(7 * DAY + 1);
+    await assert.rejects(t.deps.jobs.runNow('erasure-cascade'), (err: Error) => err.message.includes(stuck.id) && err.message.includes('stuck user'));
+    assert.notEqual((await userRow(t, next.id))!.erased_at, null, 'the erasure due after it ran');
+    assert.equal((await userRow(t, stuck.id))!.erased_at, null);
+  } finally {
+    await sql(t, 'DROP TRIGGER refuse_stuck_user ON users');
+    await sql(t, 'DROP FUNCTION refuse_stuck_user()');
+  }
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.notEqual((await userRow(t, stuck.id))!.erased_at, null);
+});

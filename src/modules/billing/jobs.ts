@@ -1,4 +1,5 @@
 import type { Deps } from '../../context.js';
+import { forEachSkippingFailures } from '../../jobs/each.js';
 import { systemCtx } from '../../context.js';
 import { countSeats, releaseSeatLimits } from '../tenancy/seats.js';
 import { measureUsage, planFits } from '../tenancy/plans.js';
@@ -57,9 +58,10 @@ export async function runSeatLimitRelease(deps: Deps): Promise<Record<string, un
        JOIN tenants t ON t.id = a.tenant_id ORDER BY t.id`,
   );
   let released = 0;
-  for (const tenant of rows) {
+  // A Tenant whose release fails does not hold back the others (those after it in id order).
+  await forEachSkippingFailures(deps, 'tenant_id', rows, (tenant) => tenant.id, async (tenant) => {
     const ctx = systemCtx(deps, await tenantModeOf(system, tenant));
     released += await system.transaction((tx) => releaseSeatLimits(tx, { ...ctx, db: tx }, tenant.id));
-  }
+  });
   return { tenants: rows.length, released };
 }

@@ -8,6 +8,7 @@ import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
 import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from './store.js';
 import { affectedUsers } from './patch.js';
 import { emitEntitlementEvent } from './grant.js';
+import { eachSkippingFailures } from '../../jobs/each.js';
 
 /**
  * Announces the time-driven flips of the pairs `row` reaches, read from `paths` (the path rows before
@@ -39,42 +40,23 @@ export async function runExpirySweep(deps: Deps): Promise<{ expired: number }> {
  * meanwhile is read again under its lock and left alone when it is no longer due.
  */
 async function eachDueRow(deps: Deps, due: string, order: string, fn: (tx: Tx, ctx: Ctx, row: EntitlementRow) => Promise<void>): Promise<number> {
-  let done = 0;
-  // A row whose work fails is skipped for the rest of the run, so it cannot hold back every row due
-  // after it (each run would pick it first again); the run still fails, naming it, once the others are done.
-  const failed: string[] = [];
-  let firstError: unknown = null;
-  for (;;) {
-    let current: string | null = null;
-    try {
-      const outcome = await deps.database.scoped('system').transaction(async (tx) => {
-        const now = deps.clock.now();
-        const { rows: [next] } = await tx.query<{ id: string; organization_id: string | null }>(
-          `SELECT e.id, e.organization_id FROM entitlements e WHERE ${due} AND e.id <> ALL($2::text[]) ORDER BY ${order}, e.id LIMIT 1`,
-          [now, failed],
-        );
-        if (!next) return 'none';
-        current = next.id;
-        if (next.organization_id) await lockOrganization(tx, next.organization_id);
-        const { rows: [row] } = await tx.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE ${due} AND e.id = $2 FOR UPDATE`, [now, next.id]);
-        if (!row) return 'gone';
-        await fn(tx, { ...systemCtx(deps, modeOf(row.test_mode)), db: tx, now }, row);
-        return 'done';
-      });
-      if (outcome === 'none') break;
-      if (outcome === 'done') done++;
-    } catch (err) {
-      // Not a row's own failure (the database unreachable before a row was picked), or too many: stop.
-      if (current === null || failed.length >= MAX_FAILED_ROWS_PER_RUN) throw err;
-      deps.log.error({ err, entitlement_id: current }, 'entitlement job: a row failed; skipped for this run');
-      failed.push(current);
-      firstError ??= err;
-    }
-  }
-  if (firstError) throw new Error(`${failed.length} row(s) failed (${failed.join(', ')}); ${done} done: ${(firstError as Error).message}`);
-  return done;
+  return eachSkippingFailures(deps, 'entitlement_id', (skip, picked) =>
+    deps.database.scoped('system').transaction(async (tx) => {
+      const now = deps.clock.now();
+      const { rows: [next] } = await tx.query<{ id: string; organization_id: string | null }>(
+        `SELECT e.id, e.organization_id FROM entitlements e WHERE ${due} AND e.id <> ALL($2::text[]) ORDER BY ${order}, e.id LIMIT 1`,
+        [now, skip],
+      );
+      if (!next) return 'none';
+      picked(next.id);
+      if (next.organization_id) await lockOrganization(tx, next.organization_id);
+      const { rows: [row] } = await tx.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE ${due} AND e.id = $2 FOR UPDATE`, [now, next.id]);
+      if (!row) return 'gone';
+      await fn(tx, { ...systemCtx(deps, modeOf(row.test_mode)), db: tx, now }, row);
+      return 'done';
+    }),
+  );
 }
-const MAX_FAILED_ROWS_PER_RUN = 100;
 
 /**
  * A live row whose ends_at passed resolves as expired already; the sweep has not written it yet.

@@ -1,4 +1,5 @@
 import type { Ctx, Deps } from '../../context.js';
+import { eachSkippingFailures } from '../../jobs/each.js';
 import { inTx, systemCtx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
@@ -142,28 +143,28 @@ const REDACTED = JSON.stringify({ redacted: true });
  * tombstone, and redacts the snapshots of the user's audit events, which persist.
  */
 export async function runErasureCascade(deps: Deps): Promise<{ erased: number }> {
-  let erased = 0;
-  for (;;) {
+  // One user per transaction; a user whose erasure fails does not hold back those due after them.
+  const erased = await eachSkippingFailures(deps, 'user_id', (skip, picked) => {
     const now = deps.clock.now();
-    const outcome = await deps.database.scoped('system').transaction(async (tx) => {
+    return deps.database.scoped('system').transaction(async (tx) => {
       const { rows } = await tx.query<{ user_id: string; test_mode: boolean }>(
         `SELECT r.user_id, u.test_mode FROM erasure_requests r JOIN users u ON u.id = r.user_id
-          WHERE r.status = 'scheduled' AND r.scheduled_for <= $1 ORDER BY r.scheduled_for, r.user_id LIMIT 1`,
-        [now],
+          WHERE r.status = 'scheduled' AND r.scheduled_for <= $1 AND r.user_id <> ALL($2::text[]) ORDER BY r.scheduled_for, r.user_id LIMIT 1`,
+        [now, skip],
       );
       const due = rows[0];
       if (!due) return 'none';
+      picked(due.user_id);
       await lockForErasure(tx, due.user_id);
       // Read again under the locks: a cancel or a repeated request may have come first.
       const { rowCount } = await tx.query(`SELECT 1 FROM erasure_requests WHERE user_id = $1 AND status = 'scheduled' AND scheduled_for <= $2 FOR UPDATE`, [due.user_id, now]);
       if (rowCount !== 1) return 'gone';
       const user = (await findUserById(tx, due.user_id))!;
       await eraseUser(tx, { ...systemCtx(deps, modeOf(due.test_mode)), db: tx, now }, user);
-      return 'erased';
+      return 'done';
     });
-    if (outcome === 'none') return { erased };
-    if (outcome === 'erased') erased++;
-  }
+  });
+  return { erased };
 }
 
 /**
