@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from './config.js';
 import type { Clock } from './clock.js';
 import type { Database } from './db/types.js';
-import { migrate } from './db/migrate.js';
+import { migrate, newerMigrations } from './db/migrate.js';
 import { buildApp } from './app.js';
 import { refreshDevClock } from './dev/clock.js';
 import { bootstrapAdmin } from './modules/users/bootstrap.js';
@@ -25,6 +25,10 @@ export async function boot(options: BootOptions) {
   await migrate(database);
   const built = await buildApp(options);
   const { deps } = built;
+  const newer = await newerMigrations(database);
+  if (newer.length > 0) {
+    deps.log.warn({ migrations: newer }, 'the database was migrated by a newer version of the service (migrations this version does not ship): expected during a rolling deploy or a rollback, otherwise run the newer version');
+  }
   await refreshDevClock(deps);
   // The secret box first: the first signing key is stored sealed.
   await deps.secrets.ensure();

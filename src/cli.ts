@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { loadConfig, ConfigError } from './config.js';
 import { openDatabase } from './db/open.js';
-import { migrate } from './db/migrate.js';
+import { migrate, newerMigrations } from './db/migrate.js';
 import { jobNames } from './modules/index.js';
 import { SystemClock } from './clock.js';
 import { boot } from './boot.js';
@@ -59,6 +59,8 @@ export async function runCli(argv: string[]): Promise<number> {
       try {
         const applied = await migrate(database);
         console.log(applied.length ? `applied: ${applied.join(', ')}` : 'database is up to date');
+        const newer = await newerMigrations(database);
+        if (newer.length) console.error(`platform migrate: the database also holds migrations this version does not ship (${newer.join(', ')}): a newer version migrated it`);
       } finally {
         await database.close();
       }

@@ -44,6 +44,17 @@ export async function migrate(database: Database, migrations = loadMigrations())
   });
 }
 
+/**
+ * Versions the database records that this version does not ship: a newer version migrated it (a
+ * rolling deploy, a rollback, or a restore of a newer backup). Its migrations add and never take away,
+ * so an older process still runs on it, but the operator is told.
+ */
+export async function newerMigrations(database: Database, migrations = loadMigrations()): Promise<string[]> {
+  const known = new Set(migrations.map((m) => m.version));
+  const { rows } = await database.scoped('system').query<{ version: string }>('SELECT version FROM schema_migrations ORDER BY version');
+  return rows.map((r) => r.version).filter((v) => !known.has(v));
+}
+
 /** The app role (cluster-wide) may use every table of this schema, under row-level security; audit_events insert and read only. */
 async function grantAppRole(tx: Tx) {
   await tx.exec(`DO $$

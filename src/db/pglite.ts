@@ -69,7 +69,13 @@ export async function openPglite(dataDir: string | null, options: PgliteOptions 
     pg = await PGlite.create({ ...(dataDir ? { dataDir } : {}), ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}) });
   } catch (err) {
     unlock();
-    throw err;
+    // PGlite says only "PGlite failed to initialize properly" or "Aborted()": name the folder and what
+    // usually causes it (files restored with another owner, or written by a newer version).
+    if (!dataDir) throw err;
+    throw new Error(
+      `the embedded database ${dataDir} could not be opened (${(err as Error).message}): this process must be able to write every file in it, and the files must come from this version's embedded PostgreSQL (not a newer one's), complete`,
+      { cause: err },
+    );
   }
   let queue: Promise<unknown> = Promise.resolve();
   let waiting = 0;

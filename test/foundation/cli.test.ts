@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -389,4 +389,45 @@ test('a bad setting stops a command with exit 1 and the list of every problem, w
   } finally {
     env = saved;
   }
+});
+
+test('a DATA_DIR the embedded database cannot open (files of another PostgreSQL version, as a newer version or a bad restore leaves) stops a command with exit 1 and one line naming the folder, no stack trace (README: configuration)', async () => {
+  const saved = env;
+  const restored = await mkdtemp(join(tmpdir(), 'platform-cli-restored-'));
+  env = { ...env, DATA_DIR: restored };
+  try {
+    assert.equal((await platform('migrate')).code, 0);
+    const version = await readFile(join(restored, 'pglite', 'PG_VERSION'), 'utf8');
+    await writeFile(join(restored, 'pglite', 'PG_VERSION'), '99\n');
+    const res = await platform('jobs', 'list');
+    assert.equal(res.code, 1, res.stdout);
+    assert.equal(res.stdout, '');
+    assert.equal(res.stderr.trim().split('\n').length, 1, res.stderr);
+    assert.match(res.stderr, new RegExp(`^platform: jobs list failed: the embedded database ${join(restored, 'pglite')} could not be opened \\(`));
+    assert.match(res.stderr, /must be able to write every file in it/);
+    // The lock is released: a repaired folder opens.
+    await writeFile(join(restored, 'pglite', 'PG_VERSION'), version);
+    assert.equal((await platform('jobs', 'list')).code, 0);
+  } finally {
+    env = saved;
+    await rm(restored, { recursive: true, force: true });
+  }
+});
+
+test('a database migrated by a newer version (a migration this version does not ship): migrate and every command still run, exit 0, and say so on stderr naming the migration (a rolling deploy or a rollback)', async () => {
+  await platform('migrate');
+  await inStorage((db) => db.query(`INSERT INTO schema_migrations (version) VALUES ('9999_newer_version')`));
+  try {
+    const migrated = await platform('migrate');
+    assert.equal(migrated.code, 0, migrated.stderr);
+    assert.equal(migrated.stdout, 'database is up to date\n');
+    assert.match(migrated.stderr, /^platform migrate: the database also holds migrations this version does not ship \(9999_newer_version\): a newer version migrated it\n$/);
+    const listed = await platform('jobs', 'list');
+    assert.equal(listed.code, 0, listed.stderr);
+    assert.match(listed.stderr, /"migrations":\["9999_newer_version"\].*migrated by a newer version/);
+  } finally {
+    await inStorage((db) => db.query(`DELETE FROM schema_migrations WHERE version = '9999_newer_version'`));
+  }
+  const current = await platform('migrate');
+  assert.equal(current.stderr, '', 'nothing to say about a database of this version');
 });
