@@ -383,7 +383,8 @@ test('internal: owner rights go with seeing the Application, so its owner cannot
   // Owning nothing else, the owner is a caller who owns no Application.
   assertError(await call(t, 'GET', `/v1/entitlements?application_id=${app.id}`, owner), 403, 'forbidden');
   assertError(await call(t, 'GET', '/v1/entitlements', owner), 403, 'forbidden');
-  assertError(await call(t, 'POST', '/v1/api-keys', owner, { name: 'k', scope: app.id, intended_use: 'service', permissions: [] }), 403, 'forbidden');
+  // As for anyone who may not see it, the Application is as unknown there: 404, not 403.
+  assertError(await call(t, 'POST', '/v1/api-keys', owner, { name: 'k', scope: app.id, intended_use: 'service', permissions: [] }), 404, 'application_not_found');
   const adminKey = assertStatus(await call(t, 'POST', '/v1/api-keys', superadminToken, { name: 'k', scope: app.id, intended_use: 'service', permissions: [] }), 201);
   assert.ok(!assertStatus(await call(t, 'GET', '/v1/api-keys', owner), 200).data.some((k: { id: string }) => k.id === adminKey.id), '!assertStatus(await call(t, \'GET\', \'/v1/api-keys\', owner), 200).data.some((k: { id: string }) => k.id === adminKey.id)');
   assertError(await call(t, 'GET', `/v1/api-keys/${adminKey.id}`, owner), 404, 'api_key_not_found');
