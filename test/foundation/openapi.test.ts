@@ -452,3 +452,32 @@ test('the webhooks section describes each event the service sends (OpenAPI 3.1 w
   }
   assert.deepEqual([...EVENT_TYPES].filter((type) => !seen.has(type)), [], `every event type was written and checked (expiry sweep: ${JSON.stringify(swept)})`);
 });
+
+test('the description states the size limits the service checks (Part A: AppProfile custom 16 KB serialized; Part B: a permission key app.<slug>. then [a-z0-9_.]{1,64}, starts_at at most 1 year ahead, disabled_reason 1–255; docs/decisions.md: AppSettings overrides 16 KB, settings_schema 64 KB), and the service refuses exactly past them', async () => {
+  const body = (path: string, method: string) => doc.paths[path][method].requestBody.content['application/json'].schema;
+  const custom = body('/v1/users/{id}/apps/{appId}/profile', 'patch').properties.custom.description ?? '';
+  const overrides = body('/v1/users/{id}/apps/{appId}/settings', 'patch').properties.overrides.description ?? '';
+  assert.match(custom, /16 KB \(16,384 bytes/);
+  assert.match(overrides, /16 KB \(16,384 bytes/);
+  for (const method of ['post', 'patch']) {
+    const app = body(method === 'post' ? '/v1/applications' : '/v1/applications/{id}', method).properties;
+    assert.match(app.settings_schema.description ?? '', /64 KB \(65,536 bytes.*1,000 entries/);
+    // app. + a 64-character slug + . + 64 characters: 133.
+    assert.equal(app.permissions.items.properties.key.maxLength, 4 + 64 + 1 + 64);
+  }
+  for (const path of ['/v1/users/{id}/entitlements', '/v1/organizations/{id}/entitlements']) assert.match(body(path, 'post').properties.starts_at.description ?? '', /at most 1 year ahead/);
+  assert.match(JSON.stringify(body('/v1/entitlements/{id}', 'patch').properties.disabled_reason), /1–255 characters/);
+
+  // The limits stated are the ones checked: a 16,384-byte custom map is taken, one byte more is 422 naming custom.
+  const admin = await platformKey(t);
+  const app = await newApp(t, admin, { slug: `a${'b'.repeat(63)}` });
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  const url = `/v1/users/${user.id}/apps/${app.id}/profile`;
+  const wrapper = Buffer.byteLength(JSON.stringify({ x: '' }));
+  assertStatus(await call(t, 'PATCH', url, user.token, { custom: { x: 'é'.repeat((16384 - wrapper) / 2) } }), 200);
+  const tooBig = assertError(await call(t, 'PATCH', url, user.token, { custom: { x: `${'é'.repeat((16384 - wrapper) / 2)}a` } }), 422, 'validation_failed');
+  assert.deepEqual(tooBig.details.fields.map((f: { path: string }) => f.path), ['custom']);
+  // The longest key the pattern allows fits the stated maxLength.
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { permissions: [{ key: `app.${app.slug}.${'k'.repeat(64)}` }] }), 200);
+});

@@ -38,7 +38,11 @@ export const APP_PROFILE_READ_ONLY = ['user_id', 'application_id', 'effective_di
 export const PatchAppProfileBody = Type.Object(
   {
     display_handle: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 64 }))),
-    custom: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+    custom: Type.Optional(
+      Type.Record(Type.String(), Type.Unknown(), {
+        description: 'Merged into the stored map one level deep; null removes a key. The merged map is at most 16 KB (16,384 bytes of its UTF-8 JSON serialization), else 422 validation_failed naming custom.',
+      }),
+    ),
     ...readOnlyProperties(APP_PROFILE_READ_ONLY),
   },
   { additionalProperties: false },

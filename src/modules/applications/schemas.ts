@@ -58,9 +58,22 @@ const ConfigFields = {
   redirect_uris: Type.Array(Type.String({ minLength: 1, maxLength: 2048 }), { maxItems: 10 }),
   support_url: Nullable(Url),
   email_from_name: Nullable(Type.String({ minLength: 1, maxLength: 50 })),
-  settings_schema: Type.Object({}, { additionalProperties: true }),
+  settings_schema: Type.Object(
+    {},
+    {
+      additionalProperties: true,
+      description: 'At most 64 KB (65,536 bytes of its UTF-8 JSON serialization), none of its arrays longer than 1,000 entries, else 422 invalid_settings_schema.',
+    },
+  ),
   permissions: Type.Array(
-    Type.Object({ key: Type.String({ minLength: 1, maxLength: 200 }), description: Type.Optional(Type.String({ maxLength: 255 })) }, { additionalProperties: false }),
+    Type.Object(
+      {
+        // app. + a slug of at most 64 + . + at most 64 characters of [a-z0-9_.].
+        key: Type.String({ minLength: 1, maxLength: 133, description: 'app.<slug>. followed by 1–64 characters of [a-z0-9_.].' }),
+        description: Type.Optional(Type.String({ maxLength: 255 })),
+      },
+      { additionalProperties: false },
+    ),
     { maxItems: 100 },
   ),
   available_app_roles: Type.Array(Type.String({ pattern: '^[a-z][a-z0-9_]{1,40}$' }), { maxItems: 20, uniqueItems: true }),

@@ -43,7 +43,7 @@ export const GrantBody = Type.Object(
     application_id: Type.String({ minLength: 1, maxLength: 100 }),
     source: Type.Union(SOURCES.map((s) => Type.Literal(s))),
     order_id: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 255 }))),
-    starts_at: Type.Optional(Type.String({ format: 'date-time' })),
+    starts_at: Type.Optional(Type.String({ format: 'date-time', description: 'Default now; at most 1 year ahead (the same instant a calendar year later), else 422 validation_failed.' })),
     ends_at: Type.Optional(Nullable(Type.String({ format: 'date-time' }))),
   },
   { additionalProperties: false },
@@ -57,7 +57,8 @@ export const ENTITLEMENT_READ_ONLY = ['starts_at', 'user_id', 'organization_id',
 export const PatchEntitlementBody = Type.Object(
   {
     status: Type.Optional(Type.Union(ENTITLEMENT_STATUSES.map((s) => Type.Literal(s)))),
-    disabled_reason: Type.Optional(Nullable(Type.String({ maxLength: 255 }))),
+    // No minLength: an empty (or blank) reason where one is needed is 422 disabled_reason_required, not validation_failed.
+    disabled_reason: Type.Optional(Nullable(Type.String({ maxLength: 255, description: '1–255 characters; required to disable or revoke (missing, empty or blank: 422 disabled_reason_required).' }))),
     ends_at: Type.Optional(Nullable(Type.String({ format: 'date-time' }))),
     source: Type.Optional(Type.Union(SOURCES.map((s) => Type.Literal(s)))),
     order_id: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 255 }))),

@@ -51,7 +51,8 @@ export const APP_SETTINGS_READ_ONLY = ['user_id', 'application_id', 'updated_at'
 export const PatchAppSettingsBody = Type.Object(
   {
     overrides: Type.Record(Type.String(), Type.Unknown(), {
-      description: 'Merged into the stored overrides one level deep; null removes a key. Each value must validate against its property in settings_schema.',
+      description:
+        'Merged into the stored overrides one level deep; null removes a key. Each value must validate against its property in settings_schema. The merged overrides are at most 16 KB (16,384 bytes of their UTF-8 JSON serialization), else 422 validation_failed naming overrides.',
     }),
     ...readOnlyProperties(APP_SETTINGS_READ_ONLY),
   },
