@@ -2,7 +2,7 @@
 // idempotent assignment and removal, implicit default_app_role rows, events and audit.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, type TestApp } from '../helpers/app.js';
 import {
   ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, createOrg, customPlatformRole, effective, grant, newApp, outbox, patchEnt, person, platformKey,
   rand, slugOf, sql, type AppFixture,
@@ -167,6 +167,20 @@ test('DELETE of an assigned Role is 409 role_in_use; an unassigned one is 204 wi
   assert.equal((await call(t, 'DELETE', `/v1/roles/${role.id}`, superadmin.token)).statusCode, 204);
   assertError(await call(t, 'GET', `/v1/roles/${role.id}`, superadmin.token), 404, 'role_not_found');
   assert.equal((await auditOf(t, role.id, 'role.deleted')).length, 1);
+});
+
+test('role.deleted shows the Role as it was deleted: a PATCH of its permissions committed after the DELETE first read the Role is in the audit row\'s before', async () => {
+  const role = assertStatus(await createRole(superadmin.token, { name: `stale_${rand(3)}`, scope: 'platform', permissions: ['users.list'] }), 201);
+  const patch = async () => {
+    assertStatus(await call(t, 'PATCH', `/v1/roles/${role.id}`, superadmin.token, { permissions: ['users.list', 'audit.view'], description: 'widened' }), 200);
+  };
+  const res = await pausedAfter(t, 'FROM roles r WHERE r.id = $1', patch, () => call(t, 'DELETE', `/v1/roles/${role.id}`, superadmin.token));
+  assert.equal(res.statusCode, 204, res.body);
+  const [row] = await auditOf(t, role.id, 'role.deleted');
+  assert.deepEqual(row.before.permissions, ['users.list', 'audit.view']);
+  assert.equal(row.before.description, 'widened');
+  assert.equal(row.after, null);
+  assert.equal(row.actor_id, superadmin.id);
 });
 
 test('DELETE of a Role at the same time as assigning it: either the delete wins (204, then the assignment is 404 role_not_found) or the assignment wins (201, then the delete is 409 role_in_use); never a 500, never an assignment of a deleted Role (on PostgreSQL the two run at once)', async () => {

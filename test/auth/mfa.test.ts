@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, type TestApp } from '../helpers/app.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
@@ -504,4 +504,53 @@ test('MFA changes are audited on the user (docs/decisions.md): user.mfa_enabled 
   const res = await t.app.inject({ method: 'DELETE', url: `/v1/users/${reset.user.id}/mfa/totp`, headers: bearer(await login(t, admin)) });
   assert.equal(res.statusCode, 204, res.body);
   assert.deepEqual((await trail(reset.user.id)).at(-1), ['user.mfa_reset', 'user', admin.id, 'user', reset.user.id]);
+});
+
+// The identity is read before the transaction; a second request that read it before the first committed.
+const IDENTITY_READ = "FROM identities WHERE user_id = $1 AND method = 'password'";
+
+test('a support reset writes one user.mfa_reset per change: a second DELETE /v1/users/{id}/mfa/totp that read TOTP on before the first committed answers 204 with no second audit row and no second mfa_disabled mail', async () => {
+  const { user } = await createMfaUser(t);
+  const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const reset = () => t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(admin) });
+  let first: Awaited<ReturnType<typeof reset>> | undefined;
+  const second = await pausedAfter(t, IDENTITY_READ, async () => { first = await reset(); }, reset);
+  assert.equal(first!.statusCode, 204, first!.body);
+  assert.equal(second.statusCode, 204, second.body);
+  const rows = await sql(t, `SELECT request_id FROM audit_events WHERE action = 'user.mfa_reset' AND target_user_id = $1`, [user.id]);
+  assert.deepEqual(rows.map((r) => r.request_id), [first!.headers['request-id']]);
+  assert.equal((await mailsTo(t, user.email, 'mfa_disabled')).length, 1);
+});
+
+test('a support reset of an enrollment confirmed after the reset read it pending mails mfa_disabled: the TOTP it turns off protected the account', async () => {
+  const pending = await createUser(t);
+  const token = await login(t, pending);
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  assert.equal(begin.statusCode, 200, begin.body);
+  alignToStep(t, 5);
+  const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const confirm = async () => {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, begin.json().secret) } });
+    assert.equal(res.statusCode, 200, res.body);
+  };
+  const reset = await pausedAfter(t, IDENTITY_READ, confirm, () => t.app.inject({ method: 'DELETE', url: `/v1/users/${pending.id}/mfa/totp`, headers: bearer(admin) }));
+  assert.equal(reset.statusCode, 204, reset.body);
+  assert.equal(await mfaEnabled(token), false);
+  assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'user.mfa_reset' AND target_user_id = $1`, [pending.id])).length, 1);
+  assert.equal((await mailsTo(t, pending.email, 'mfa_disabled')).length, 1, 'the reset turned off a confirmed TOTP');
+});
+
+test('disable writes one user.mfa_disabled per change: the same code sent twice, the second read before the first committed, answers 409 mfa_not_enabled with no second audit row, no second mail and no lockout slot kept', async () => {
+  const { user, token, secret } = await createMfaUser(t);
+  const code = await totpCode(t, secret);
+  const disable = () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload: { code } });
+  let first: Awaited<ReturnType<typeof disable>> | undefined;
+  const second = await pausedAfter(t, IDENTITY_READ, async () => { first = await disable(); }, disable);
+  assert.equal(first!.statusCode, 204, first!.body);
+  assertError(second, 409, 'mfa_not_enabled');
+  const rows = await sql(t, `SELECT request_id FROM audit_events WHERE action = 'user.mfa_disabled' AND target_user_id = $1`, [user.id]);
+  assert.deepEqual(rows.map((r) => r.request_id), [first!.headers['request-id']]);
+  assert.equal((await mailsTo(t, user.email, 'mfa_disabled')).length, 1);
+  const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failures, 0);
 });

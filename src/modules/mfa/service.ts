@@ -78,7 +78,15 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
   const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
   const recoveryHashes = input.code === undefined ? await recoveryCodeHashes(userId, input.recovery_code!) : [];
   // A wrong code answers 422 invalid_mfa_code, the fifth too; the lock it sets refuses the next ones.
+  let alreadyOff = false;
   await ctx.db.transaction(async (tx) => {
+    // Locked and read again: a disable or support reset that committed since the identity was read has
+    // turned TOTP off (with its audit row and notice), and the code it took is free again; this one
+    // changes nothing, as a disable with TOTP off.
+    if (!(await lockTotpState(tx, identity.id))?.totp_confirmed_at) {
+      alreadyOff = true;
+      return;
+    }
     const ok =
       input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, recoveryHashes, ctx.now);
     if (!ok) throw new ApiError('invalid_mfa_code');
@@ -86,8 +94,9 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
     await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: email, vars: { bySupport: false }, userId });
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
   });
-  // A right code was no failure.
+  // A right code was no failure (nor a code that was never checked).
   await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
+  if (alreadyOff) throw new ApiError('mfa_not_enabled');
 }
 
 /**
@@ -108,13 +117,25 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   const identity = await findPasswordIdentity(ctx.db, userId);
   if (!identity?.totp_confirmed_at && !identity?.totp_pending_secret) return;
   await ctx.db.transaction(async (tx) => {
+    // Locked and read again: a reset or disable that committed since the read has its own audit row and
+    // notice, and an enrollment confirmed since is a TOTP that protected the account.
+    const current = await lockTotpState(tx, identity.id);
+    if (!current?.totp_confirmed_at && !current?.totp_pending_secret) return;
     await turnOff(tx, identity.id, userId, ctx.now);
     // A pending enrollment that never protected the account, and a soft-deleted user, get no notice.
-    if (identity.totp_confirmed_at && !user.deleted_at) {
+    if (current.totp_confirmed_at && !user.deleted_at) {
       await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: user.email, vars: { bySupport: true }, userId });
     }
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_reset', target: { type: 'user', id: userId }, targetUserId: userId });
   });
+}
+
+async function lockTotpState(tx: Tx, identityId: string): Promise<{ totp_confirmed_at: Date | null; totp_pending_secret: string | null } | undefined> {
+  const { rows } = await tx.query<{ totp_confirmed_at: Date | null; totp_pending_secret: string | null }>(
+    'SELECT totp_confirmed_at, totp_pending_secret FROM identities WHERE id = $1 FOR UPDATE',
+    [identityId],
+  );
+  return rows[0];
 }
 
 async function turnOff(tx: Tx, identityId: string, userId: string, now: Date): Promise<void> {

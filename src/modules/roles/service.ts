@@ -196,7 +196,9 @@ export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
     // Held in either mode, the Role stays; the count reported is the caller's mode's (the other's is not theirs to see).
     const { rows } = await tx.query<{ n: number; visible: number }>(ROLE_HOLDERS_SQL, [id]);
     if (rows[0].n > 0) throw new ApiError('role_in_use', { details: { assignment_count: rows[0].visible } });
+    // The Role as deleted, read under the lock: a PATCH that committed since the first read is in it.
+    const deleted = (await findRole(tx, id))!;
     await tx.query('DELETE FROM roles WHERE id = $1', [id]);
-    await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(role) });
+    await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(deleted) });
   });
 }
