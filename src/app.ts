@@ -14,7 +14,7 @@ import { confirmSession } from './auth/credentials.js';
 import { JobRunner } from './jobs/runner.js';
 import { validatorCompiler } from './http/validation.js';
 import { frameworkErrorHandler, MAX_PARAM_LENGTH, noStoreForApi, registerErrorHandling } from './http/errors-plugin.js';
-import { registerGate } from './http/gate.js';
+import { registerGate, unmetExpectations } from './http/gate.js';
 import { validlyPercentEncoded } from './http/validation.js';
 import { registerOpenApi } from './http/openapi.js';
 import { MODULES } from './modules/index.js';
@@ -37,8 +37,9 @@ function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
         : new ApiError('bad_request', { message: 'The request is not valid HTTP.' });
   const body = JSON.stringify(error.toBody());
   if (socket.writable) {
+    // Date, as on every other answer (RFC 9110 §6.6.1: an origin server with a clock MUST send it on 4xx).
     socket.write(
-      `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nDate: ${new Date().toUTCString()}\r\nContent-Type: application/json; charset=utf-8\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${newId('req')}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
     );
   }
@@ -46,6 +47,13 @@ function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
 }
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
+
+/**
+ * The time a client has to send a whole request, headers and body (Node's own default, which Fastify
+ * turns off): a body that stops arriving is answered 408 request_timeout instead of holding its
+ * connection open for as long as the client cares to drip bytes. Headers alone have Node's 60 s.
+ */
+export const REQUEST_TIMEOUT_MS = 300_000;
 
 /**
  * Logger options whose serializers keep secrets out of the log: the request's URL with every
@@ -82,6 +90,10 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     logger: withRedactedSecrets(options.logger ?? { level: config.logLevel }),
     genReqId: () => newId('req'),
     bodyLimit: BODY_LIMIT_BYTES,
+    requestTimeout: REQUEST_TIMEOUT_MS,
+    // The Host header is checked in the gate (RFC 9112 §3.2), so that a request without one is answered
+    // in the envelope, as one with two or a malformed one is, instead of by Node's bare 400.
+    http: { requireHostHeader: false },
     // Only the configured reverse proxies' X-Forwarded-For is believed (TRUST_PROXY); by default none.
     trustProxy: config.trustProxy.length ? config.trustProxy : false,
     // Shutting down, requests still arriving on open connections are answered as usual (in the
@@ -93,6 +105,12 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   fastify.setValidatorCompiler(validatorCompiler);
+  // An Expect other than 100-continue is answered by the gate in the envelope (417 expectation_failed)
+  // instead of by Node's bare 417.
+  fastify.server.on('checkExpectation', (req, res) => {
+    unmetExpectations.add(req);
+    fastify.server.emit('request', req, res);
+  });
   // Once close() starts, every response ends its connection, so no kept-alive connection holds the
   // shutdown open until the client's keep-alive runs out.
   let closing = false;
@@ -154,6 +172,13 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   // is not (a gzip body answered as malformed JSON) or applied although it claims to be compressed (a
   // proxy or log that decodes it sees another request than the one the service ran).
   fastify.addHook('preParsing', async (request, _reply, payload) => {
+    // Likewise a transfer coding beside chunked (`gzip, chunked`), which Node does not decode either: a
+    // malformed request (400, the spec's mapping; the token endpoint's invalid_request), not one read as
+    // the bytes it is not (RFC 9112 §6.1 lets a server refuse a transfer coding it does not understand).
+    const transfer = request.headers['transfer-encoding']?.split(',').map((c) => c.trim().toLowerCase()).filter((c) => c !== 'chunked') ?? [];
+    if (transfer.length > 0) {
+      throw new ApiError('bad_request', { message: 'The only transfer coding supported is chunked.' });
+    }
     const coding = request.headers['content-encoding']?.trim().toLowerCase();
     const hasBody = request.headers['transfer-encoding'] !== undefined || Number(request.headers['content-length'] ?? 0) > 0;
     if (coding && coding !== 'identity' && hasBody) {

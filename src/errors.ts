@@ -12,6 +12,7 @@ export const ERROR_CODES = {
   payload_too_large: [413, 'The request body is too large.'],
   headers_too_large: [431, 'The request headers are too large.'],
   request_timeout: [408, 'The request was not received in time.'],
+  expectation_failed: [417, 'The only expectation this service meets is 100-continue.'],
   unauthenticated: [401, 'A valid credential is required.'],
   rate_limited: [429, 'Too many requests; retry later.'],
   idempotency_key_reused: [422, 'This Idempotency-Key was used with a different request.'],

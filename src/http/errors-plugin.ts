@@ -28,6 +28,9 @@ export function toApiError(err: unknown): ApiError {
       return fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? new ApiError('unsupported_media_type') : new ApiError('malformed_json', { message: 'Invalid Content-Length.' });
   }
   if (err instanceof SyntaxError && (fe as { statusCode?: number }).statusCode === 400) return new ApiError('malformed_json');
+  // The client went away mid-body (Node's `aborted`, ECONNRESET, which Fastify marks 400 as it reads the
+  // body): the client's doing, not a lost database connection (503, logged as an error).
+  if (fe?.code === 'ECONNRESET' && fe.statusCode === 400) return new ApiError('bad_request', { message: 'The request body was not received in full.' });
   // Safety net for U+0000 the request checks did not see (22021 in text, 22P05 in jsonb).
   if (fe?.code === '22021' || fe?.code === '22P05') {
     return invalidField('body', 'must not contain U+0000');

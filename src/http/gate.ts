@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { IncomingMessage } from 'node:http';
 import type { Actor, Ctx, Deps } from '../context.js';
 import { ApiError, invalidField } from '../errors.js';
 import { bearerToken, isApiKeySecret, resolveBearer, unauthenticated, verifyAccessTokenClaims } from '../auth/credentials.js';
@@ -45,6 +46,27 @@ export function ctxOf(deps: Deps, request: FastifyRequest, mode?: Mode): Ctx {
 function assertQueryEncoded(url: string): void {
   const q = url.indexOf('?');
   if (q >= 0 && !validlyPercentEncoded(url.slice(q + 1))) throw urlNotEncoded();
+}
+
+/** Requests whose Expect asks for more than 100-continue (Node's checkExpectation, app.ts). */
+export const unmetExpectations = new WeakSet<IncomingMessage>();
+
+// RFC 9110 §7.2: uri-host (a bracketed IP literal, or a reg-name of unreserved, pct-encoded and sub-delims) and an optional port.
+const HOST = /^(?:\[[A-Za-z0-9\-._~!$&'()*+,;=:%]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::[0-9]*)?$/;
+
+/**
+ * RFC 9112 §3.2: an HTTP/1.1 request without a Host header, and any request with two Host lines or a
+ * Host that is not a host and port, is 400 (a proxy and this service must not read two different
+ * authorities into one request). RFC 9110 §10.1.1: an expectation other than 100-continue is 417.
+ */
+function assertFramed(request: FastifyRequest): void {
+  const raw = request.raw;
+  const hosts: string[] = [];
+  for (let i = 0; i < raw.rawHeaders.length; i += 2) if (raw.rawHeaders[i]!.toLowerCase() === 'host') hosts.push(raw.rawHeaders[i + 1]!);
+  if (hosts.length > 1 || (hosts.length === 0 && raw.httpVersion === '1.1') || (hosts.length === 1 && !HOST.test(hosts[0]!))) {
+    throw new ApiError('bad_request', { message: 'The request needs exactly one valid Host header.' });
+  }
+  if (unmetExpectations.has(raw)) throw new ApiError('expectation_failed');
 }
 
 /**
@@ -97,6 +119,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
   app.addHook('onRequest', async (request, reply) => {
     reply.header('request-id', request.id);
     request.actor = { type: 'anonymous' };
+    assertFramed(request);
     assertQueryEncoded(request.url);
     await refreshDevClock(deps);
     const meta = metaOf(request);

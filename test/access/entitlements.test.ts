@@ -717,6 +717,35 @@ test('If-Match is a list (RFC 9110 §13.1.1): a list or two If-Match headers nam
   assert.notEqual(twice.json().ends_at, listed.json().ends_at);
 });
 
+test('RFC 9110 §13.1.2 If-None-Match "An origin server MUST NOT perform the requested method if the condition evaluates to false": a GET naming the current ETag (as sent, as W/, in a list, or `*`) is 304 with the ETag and no body, a stale tag 200; a PATCH naming the current ETag or `*` is 412 precondition_failed and changes nothing, a stale tag lets it go on', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const etag = (await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag as string;
+  const get = (ifNoneMatch: string) => t.app.inject({ method: 'GET', url: `/v1/entitlements/${ent.id}`, headers: { authorization: `Bearer ${admin}`, 'if-none-match': ifNoneMatch } });
+  for (const tag of [etag, `W/${etag}`, `"stale", ${etag}`, '*']) {
+    const res = await get(tag);
+    assert.equal(res.statusCode, 304, `${tag}: ${res.body}`);
+    assert.equal(res.body, '', tag);
+    assert.equal(res.headers['content-length'], undefined, tag);
+    assert.equal(res.headers.etag, etag, tag);
+    assert.equal(res.headers['cache-control'], 'no-store');
+  }
+  const stale = await get('"stale"');
+  assert.equal(stale.statusCode, 200);
+  assert.equal(stale.json().id, ent.id);
+
+  const endsIn = (days: number) => ({ ends_at: inSeconds(t, days * DAY) });
+  for (const tag of [etag, `W/${etag}`, '*']) {
+    const res = await patchEnt(t, admin, ent.id, endsIn(5), { 'if-none-match': tag });
+    assertError(res, 412, 'precondition_failed');
+    assert.equal(res.json().error.details.etag, etag);
+  }
+  assert.equal((await entRow(t, ent.id))!.ends_at, null);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 0, 'nothing written');
+  assertStatus(await patchEnt(t, admin, ent.id, endsIn(5), { 'if-none-match': '"stale"' }), 200);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 1);
+});
+
 test('"A retry with the same key returns the original result": a PATCH replayed under its Idempotency-Key carries the ETag it first answered, so the client\'s next If-Match still holds', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);

@@ -6,7 +6,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits, withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
-import { ENT_COLUMNS, etagOf, nextUpdatedAt, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
+import { ENT_COLUMNS, etagOf, ifNoneMatchHolds, nextUpdatedAt, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { expireIfEnded } from './jobs.js';
 import { visibleEntitlement } from './read.js';
 import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
@@ -44,7 +44,7 @@ export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string
 const ifMatchHolds = (header: string, etag: string): boolean => header.trim() === '*' || header.split(',').some((tag) => tag.trim() === etag);
 
 /** PATCH /v1/entitlements/{id}: status moves, term, trial conversion, order id, member scope. */
-export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined): Promise<{ entitlement: Entitlement; etag: string }> {
+export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined, ifNoneMatch?: string): Promise<{ entitlement: Entitlement; etag: string }> {
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     await lockEntitlementScope(tx, id);
@@ -56,6 +56,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     await assertHoldingOrgActive(tx, row);
     await assertAppTenantWritable(tx, row.application_id);
     if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
+    if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
     // work is done first, in this transaction, and the request moves the expired row.
     row = await expireIfEnded(tx, ctx, row);

@@ -8,7 +8,7 @@ import { grantPersonal } from './grant.js';
 import { listEntitlements, listUserEntitlements, visibleEntitlement } from './read.js';
 import { patchEntitlement } from './patch.js';
 import { deleteEntitlement } from './remove.js';
-import { etagOf, toEntitlement } from './store.js';
+import { etagOf, ifNoneMatchHolds, toEntitlement } from './store.js';
 
 const tags = ['Entitlements'];
 /** The row's strong ETag, for If-Match on the next PATCH. */
@@ -41,21 +41,31 @@ export function entitlementRoutes(app: App, deps: Deps): void {
     handler: (request) => listEntitlements(ctxOf(deps, request), request.query),
   });
   app.get('/v1/entitlements/:id', {
-    schema: { summary: 'Fetch an Entitlement', tags, params: EntitlementIdParam, response: { 200: Entitlement } },
+    schema: {
+      summary: 'Fetch an Entitlement',
+      description: 'With If-None-Match naming the current ETag (or `*`): 304 without a body (RFC 9110 §13.1.2).',
+      tags,
+      params: EntitlementIdParam,
+      response: { 200: Entitlement, 304: Type.Null({ description: 'Not modified: the If-None-Match tag is current.' }) },
+    },
     config: { meta: { auth: 'any', errors: ['entitlement_not_found'], headers: ETAG } },
     handler: async (request, reply) => {
       const { row } = await visibleEntitlement(ctxOf(deps, request), request.params.id);
-      reply.header('etag', etagOf(row));
+      const etag = etagOf(row);
+      reply.header('etag', etag);
+      const ifNoneMatch = request.headers['if-none-match'];
+      // No payload at all: a 304 has no body and no Content-Length of its own (RFC 9110 §15.4.5).
+      if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etag)) return reply.code(304).send(undefined as never);
       return toEntitlement(row);
     },
   });
   app.patch('/v1/entitlements/:id', {
     schema: {
       summary: 'Toggle and edit an Entitlement',
-      description: 'Send If-Match with the ETag when two operators might act on one row (412 on a stale write).',
+      description: 'Send If-Match with the ETag when two operators might act on one row (412 on a stale write); an If-None-Match naming the current ETag, or `*`, is 412 too.',
       tags,
       params: EntitlementIdParam,
-      headers: Type.Object({ 'if-match': Type.Optional(Type.String({ maxLength: 200 })) }),
+      headers: Type.Object({ 'if-match': Type.Optional(Type.String({ maxLength: 200 })), 'if-none-match': Type.Optional(Type.String({ maxLength: 200 })) }),
       body: PatchEntitlementBody,
       response: { 200: Entitlement },
     },
@@ -69,7 +79,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
       },
     },
     handler: async (request, reply) => {
-      const { entitlement, etag } = await patchEntitlement(ctxOf(deps, request), request.params.id, request.body, request.headers['if-match']);
+      const { entitlement, etag } = await patchEntitlement(ctxOf(deps, request), request.params.id, request.body, request.headers['if-match'], request.headers['if-none-match']);
       reply.header('etag', etag);
       return entitlement;
     },

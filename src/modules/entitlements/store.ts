@@ -49,6 +49,13 @@ export const nextUpdatedAt = (param: string) => `GREATEST(${param}::timestamptz,
  */
 export const etagOf = (r: EntitlementRow) => `"${createHash('sha256').update(JSON.stringify(toEntitlement(r))).digest('base64url').slice(0, 22)}"`;
 
+/**
+ * RFC 9110 §13.1.2: If-None-Match is false when it is `*` (the row exists) or lists the current ETag,
+ * compared weakly (a `W/` tag matches its strong twin): then a GET is 304 and a PATCH 412.
+ */
+export const ifNoneMatchHolds = (header: string, etag: string): boolean =>
+  header.trim() !== '*' && !header.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag);
+
 export async function findEntitlement(db: Queryable, id: string, forUpdate = false): Promise<EntitlementRow | null> {
   const { rows } = await db.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.id = $1 ${forUpdate ? 'FOR UPDATE' : ''}`, [id]);
   return rows[0] ?? null;
