@@ -12,6 +12,7 @@ import { refreshDevClock } from '../dev/clock.js';
 import { lazyTransaction } from '../db/lazy-tx.js';
 import { unstorableText, validlyPercentEncoded } from './validation.js';
 import { urlNotEncoded } from './errors-plugin.js';
+import ipaddr from 'ipaddr.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -67,6 +68,22 @@ function assertFramed(request: FastifyRequest): void {
     throw new ApiError('bad_request', { message: 'The request needs exactly one valid Host header.' });
   }
   if (unmetExpectations.has(raw)) throw new ApiError('expectation_failed');
+}
+
+/**
+ * The client a per-IP throttle counts: an IPv4 address (written as such or IPv4-mapped, as a dual-stack
+ * listener reports it, without a port), or the /64 of an IPv6 address, the smallest network an IPv6
+ * client is given (SLAAC, privacy addresses): counted per address, one client would have 2^64 budgets.
+ */
+export function throttledClient(ip: string): string {
+  // A trusted proxy that writes the client's port (`192.0.2.1:50000`, `[2001:db8::1]:50000`, as Azure
+  // Application Gateway does) would give each connection a budget of its own.
+  const withPort = /^(?:\[([^\]]+)\]|([0-9.]+)):[0-9]+$/.exec(ip);
+  const address = withPort ? (withPort[1] ?? withPort[2])! : ip;
+  if (!ipaddr.isValid(address)) return ip;
+  const parsed = ipaddr.process(address);
+  if (parsed.kind() === 'ipv4') return parsed.toString();
+  return `${(parsed as ipaddr.IPv6).parts.slice(0, 4).map((w) => w.toString(16)).join(':')}::/64`;
 }
 
 /**
@@ -127,7 +144,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
 
     if (meta.throttle === 'auth' && deps.config.authRateLimitPerMinute > 0) {
       const now = deps.clock.now();
-      const hit = await hitCounter(deps.database.scoped('system'), `ip:${request.ip}:${request.routeOptions.url}`, 60, now);
+      const hit = await hitCounter(deps.database.scoped('system'), `ip:${throttledClient(request.ip)}:${request.routeOptions.url}`, 60, now);
       if (hit.count > deps.config.authRateLimitPerMinute) {
         throw new ApiError('rate_limited', { headers: { 'retry-after': String(retryAfterSeconds(hit.resetAt, now)) } });
       }

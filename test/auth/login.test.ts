@@ -317,6 +317,24 @@ test('the lockout counter is shared by all processes: failures split across two 
   }
 });
 
+test('the lockout tells nothing about which accounts exist, for look-alike spellings too: five failures typed with the Kelvin sign (U+212A, lower-cased to `k` by JavaScript) leave the ASCII address answering 401 whether or not it has an account', async () => {
+  const account = await createUser(t, { email: uniqueEmail('kim') });
+  const nobody = uniqueEmail('kim');
+  const answers: number[] = [];
+  for (const email of [account.email, nobody]) {
+    const typed = email.replace('k', '\u212a');
+    for (let i = 0; i < 5; i++) assertError(await post(t, '/v1/auth/login', { email: typed, password: WRONG }), 401, 'invalid_credentials');
+    // The look-alike spelling is an address of its own, locked as such.
+    assertError(await post(t, '/v1/auth/login', { email: typed, password: WRONG }), 429, 'too_many_attempts');
+    const res = await post(t, '/v1/auth/login', { email, password: WRONG });
+    answers.push(res.statusCode);
+    assertError(res, 401, 'invalid_credentials');
+  }
+  assert.deepEqual(answers, [401, 401], 'an account and no account answer alike');
+  // The account itself still signs in.
+  assert.equal((await post(t, '/v1/auth/login', { email: account.email, password: PASSWORD })).statusCode, 200);
+});
+
 test('login bad input gets 422 validation_failed with details.fields naming the field', async () => {
   assertFields(await post(t, '/v1/auth/login', {}), ['email', 'password']);
   assertFields(await post(t, '/v1/auth/login', { email: uniqueEmail() }), ['password']);

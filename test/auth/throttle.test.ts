@@ -111,3 +111,42 @@ test('the windows are fixed one-minute windows (docs/conventions.md "Throttling"
   t.clock.advance(retryAfter);
   assert.notEqual((await call(url, payload, '198.51.100.9')).statusCode, 429, 'a new minute began');
 });
+
+test('per IP means per client: the addresses of one IPv6 /64 (one client holds all 2^64 of them) share a budget, and an IPv4 client counts as one whether written 192.0.2.44 or ::ffff:192.0.2.44', async () => {
+  const url = '/v1/auth/login';
+  // A new address each time, so that the per-account lockout never answers first.
+  const payload = () => ({ email: uniqueEmail('ipv6'), password: 'wrong-password-123' });
+  alignToWindow(t, 60, 1);
+  assertError(await call(url, payload(), '2001:db8:1:2::1'), 401, 'invalid_credentials');
+  assertError(await call(url, payload(), '2001:db8:1:2:ffff:ffff:ffff:fffe'), 401, 'invalid_credentials');
+  const throttled = await call(url, payload(), '2001:0DB8:0001:0002:0:0:0:3');
+  assertError(throttled, 429, 'rate_limited');
+  assert.ok(Number(throttled.headers['retry-after']) >= 1 && Number(throttled.headers['retry-after']) <= 60);
+  // The next /64 is another client.
+  assertError(await call(url, payload(), '2001:db8:1:3::1'), 401, 'invalid_credentials');
+  // IPv4 and its IPv4-mapped IPv6 spelling (a dual-stack listener) are one client.
+  assertError(await call(url, payload(), '192.0.2.44'), 401, 'invalid_credentials');
+  assertError(await call(url, payload(), '::ffff:192.0.2.44'), 401, 'invalid_credentials');
+  assertError(await call(url, payload(), '::ffff:c000:022c'), 429, 'rate_limited');
+  assertError(await call(url, payload(), '192.0.2.45'), 401, 'invalid_credentials');
+});
+
+test('per IP means per client behind a trusted proxy that writes the client\'s port into X-Forwarded-For (192.0.2.1:50000, [2001:db8::1]:50000): each connection\'s new port is the same client', async () => {
+  const url = '/v1/auth/password/forgot';
+  const payload = { email: 'nobody@example.com' };
+  const proxied = await buildTestApp({ authRateLimitPerMinute: 2, trustProxy: ['10.0.0.0/8'] });
+  try {
+    alignToWindow(proxied, 60, 1);
+    const via = (client: string) => proxied.app.inject({ method: 'POST', url, payload, remoteAddress: '10.1.2.3', headers: { 'x-forwarded-for': client } });
+    assert.equal((await via('198.51.100.7:50001')).statusCode, 202);
+    assert.equal((await via('198.51.100.7:50002')).statusCode, 202);
+    assertError(await via('198.51.100.7:50003'), 429, 'rate_limited');
+    assertError(await via('198.51.100.7'), 429, 'rate_limited');
+    assert.equal((await via('[2001:db8:5::1]:50001')).statusCode, 202);
+    assert.equal((await via('[2001:db8:5::2]:50002')).statusCode, 202);
+    assertError(await via('[2001:db8:5::3]:50003'), 429, 'rate_limited');
+    assert.equal((await via('198.51.100.8:50004')).statusCode, 202, 'another client is not throttled');
+  } finally {
+    await proxied.close();
+  }
+});

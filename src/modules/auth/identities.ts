@@ -84,9 +84,13 @@ export async function claimAttempt(db: Queryable, identityId: string, now: Date)
   return claimOf(rows, now, async () => (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM identities WHERE id = $1', [identityId])).rows[0]?.locked_until ?? null);
 }
 
-/** The same slot for an email without a password identity, so its answers match a real account's. */
+/**
+ * The same slot for an email without a password identity, so its answers match a real account's.
+ * Keyed in ASCII case only, as accounts are matched (mayBeStoredEmail): JavaScript lowers the Kelvin
+ * sign to `k`, so its spelling would lock the ASCII address it names for no account, never for one.
+ */
 export async function claimEmailAttempt(db: Queryable, mode: Mode, email: string, now: Date): Promise<AttemptClaim> {
-  const key = `${mode}:${hashSecret(email.toLowerCase())}`;
+  const key = `${mode}:${hashSecret(email.replace(/[A-Z]+/g, (s) => s.toLowerCase()))}`;
   const { rows } = await db.query<{ locked_until: Date | null }>(
     `INSERT INTO login_lockouts AS l (key, recent_failures, expires_at) VALUES ($1, ARRAY[$3::timestamptz], $6)
      ON CONFLICT (key) DO UPDATE SET ${COUNT_ATTEMPT('l')}, expires_at = $6
