@@ -17,5 +17,12 @@ export class SystemClock implements Clock {
   }
 }
 
+/**
+ * How far apart the clocks of the processes sharing one database are assumed to be at most (NTP keeps
+ * them within tens of milliseconds; a VM pause or a bad time source gives seconds). Leases outlast
+ * their work by far more; see docs/decisions.md, "Clocks of several processes".
+ */
+export const MAX_CLOCK_SKEW_SECONDS = 10;
+
 export const toUnixSeconds = (d: Date): number => Math.floor(d.getTime() / 1000);
 export const addSeconds = (d: Date, s: number): Date => new Date(d.getTime() + s * 1000);

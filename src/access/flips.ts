@@ -1,7 +1,8 @@
 import type { Ctx } from '../context.js';
 import type { Tx } from '../db/types.js';
 import { emitMany, type OutboundEvent } from '../outbox/emit.js';
-import { accessKey, computeAccess, findPathRows, resolveAccess, type PathRow, type ResolvedAccess } from './resolve.js';
+import { accessKey, computeAccess, findPathRows, type PathRow, type ResolvedAccess } from './resolve.js';
+import { MAX_CLOCK_SKEW_SECONDS } from '../clock.js';
 import { lockUsersForAccess } from './locks.js';
 
 /** The reasons an access.* event gives (Part B, Derived access events). */
@@ -31,7 +32,7 @@ export async function withAccessFlips<T>(
   await lockUsersForAccess(tx, scope.userIds);
   const rows = await findPathRows(tx, scope.userIds, apps);
   const result = await mutate();
-  const after = await resolveAccess(tx, scope.userIds, ctx.now, apps);
+  const after = { rows: await findPathRows(tx, scope.userIds, apps), userIds: scope.userIds, apps };
   await emitFlips(tx, ctx, { rows, fallbackAt: ctx.now }, after, reason);
   return result;
 }
@@ -43,6 +44,13 @@ export async function withAccessFlips<T>(
 export interface AccessBefore {
   rows: PathRow[];
   fallbackAt: Date;
+}
+
+/** The pairs after the change: their path rows (read after it), resolved by emitFlips (computeAccess). */
+export interface AccessAfter {
+  rows: PathRow[];
+  userIds: string[];
+  apps: string[] | null;
 }
 
 const timeReason = (allowed: boolean): AccessReason => (allowed ? 'entitlement_started' : 'entitlement_expired');
@@ -57,9 +65,10 @@ export async function emitFlips(
   tx: Tx,
   ctx: Ctx,
   before: AccessBefore,
-  after: Map<string, ResolvedAccess>,
+  afterRows: AccessAfter,
   reason: AccessReason | null,
 ): Promise<number> {
+  const after = computeAccess(afterRows.rows, afterRows.userIds, ctx.now, afterRows.apps);
   const rowsOf = new Map<string, PathRow[]>();
   const pairs = new Map<string, { user_id: string; application_id: string }>();
   for (const r of before.rows) {
@@ -96,21 +105,34 @@ export async function emitFlips(
   };
   const states: boolean[] = [];
   const stamps: Date[] = [];
+  // A pair last announced at an instant after ctx.now (by a process whose clock is ahead of this one's,
+  // or a change that committed while this one waited for the user's lock) is resolved at that instant,
+  // not before it: resolved at ctx.now, a start or an end between the two would be announced undone
+  // (a grant that started announced revoked, and nothing announcing it again). Only within
+  // MAX_CLOCK_SKEW_SECONDS: beyond, this process's clock is taken (the development clock moved back).
+  const afterRowsOf = new Map<string, PathRow[]>();
+  for (const r of afterRows.rows) {
+    if (!r.application_id || !r.entitlement_id) continue;
+    const key = accessKey(r.user_id, r.application_id);
+    if (!afterRowsOf.has(key)) afterRowsOf.set(key, []);
+    afterRowsOf.get(key)!.push(r);
+  }
   for (const [key, pair] of pairs) {
     const record = announced.get(key);
     const last = record ? new Date(record.updated_at).getTime() : -Infinity;
     at = last >= ctx.now.getTime() ? new Date(last + 1) : ctx.now;
+    const resolvedAt = last > ctx.now.getTime() && last - ctx.now.getTime() <= MAX_CLOCK_SKEW_SECONDS * 1000 ? new Date(last) : ctx.now;
     let was = record?.allowed ?? null;
-    for (const step of timeSteps(key, rowsOf.get(key) ?? [], record ? new Date(record.updated_at) : before.fallbackAt, ctx.now, was)) {
+    for (const step of timeSteps(key, rowsOf.get(key) ?? [], record ? new Date(record.updated_at) : before.fallbackAt, resolvedAt, was)) {
       if (was !== null) flip(pair, step.allowed, timeReason(step.allowed), step.access);
       was = step.allowed;
     }
-    const now = after.get(key);
+    const now = resolvedAt === ctx.now ? after.get(key) : (computeAccess(afterRowsOf.get(key) ?? [], [], resolvedAt, null).get(key) ?? after.get(key));
     const is = now?.allowed ?? false;
     if (is !== (was ?? false)) flip(pair, is, reason ?? timeReason(is), now);
     states.push(is);
-    // The pair's last announced instant: ctx.now, or its last event's when that is later.
-    stamps.push(new Date(Math.max(ctx.now.getTime(), at.getTime() - 1)));
+    // The pair's last announced instant: the instant it was resolved at, or its last event's when that is later.
+    stamps.push(new Date(Math.max(resolvedAt.getTime(), at.getTime() - 1)));
   }
   await tx.query(
     `INSERT INTO access_states (user_id, application_id, allowed, updated_at)

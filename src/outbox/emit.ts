@@ -21,6 +21,14 @@ export interface OutboundEvent {
  */
 const isOrderedByUser = (type: string) => isUserEvent(type) || type.startsWith('role.');
 
+/**
+ * Whose clock row dates the event: the user's (above), or the Application's for application.* (review
+ * status changes): two of them on processes whose clocks disagree by seconds would otherwise be dated
+ * out of order, and a receiver would drop a reinstatement as older than the suspension before it.
+ */
+const orderedSubject = (event: OutboundEvent, userId: string | null): string | null =>
+  userId && isOrderedByUser(event.type) ? userId : event.type.startsWith('application.') && event.applicationId ? event.applicationId : null;
+
 /** Events about a user that app-scope subscriptions receive only through an access path (Part B Webhooks). */
 export const isUserEvent = (type: string) => type.startsWith('user.') || type.startsWith('organization.member_');
 
@@ -53,15 +61,16 @@ export async function emit(tx: Tx, ctx: Ctx, event: OutboundEvent): Promise<stri
     paths = [...new Set([...(await pathApplicationIds(tx, userId)), ...(event.formerPathApplicationIds ?? [])])];
   }
   const values = [id, event.type, event.applicationId ?? null, ctx.mode === 'test', JSON.stringify(event.data), ctx.now, paths];
-  if (userId && isOrderedByUser(event.type)) {
-    // Dated strictly after the user's last such event, under its clock row's lock (held to commit).
+  const subject = orderedSubject(event, userId);
+  if (subject) {
+    // Dated strictly after the subject's last such event, under its clock row's lock (held to commit).
     await tx.query(
       `WITH clock AS (
          INSERT INTO event_clocks AS c (subject, last_at) VALUES ($8, $6) ON CONFLICT (subject)
          DO UPDATE SET last_at = GREATEST(EXCLUDED.last_at, c.last_at + interval '1 millisecond') RETURNING last_at)
        INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at, path_application_ids)
        SELECT $1, $2, $3, $4, $5, last_at, $7 FROM clock`,
-      [...values, userId],
+      [...values, subject],
     );
     return id;
   }

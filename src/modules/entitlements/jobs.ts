@@ -3,7 +3,7 @@ import { systemCtx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { recordAudit } from '../../audit/record.js';
 import { emitFlips } from '../../access/flips.js';
-import { computeAccess, findPathRows, type PathRow } from '../../access/resolve.js';
+import { findPathRows, type PathRow } from '../../access/resolve.js';
 import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
 import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from './store.js';
 import { affectedUsers } from './patch.js';
@@ -17,7 +17,7 @@ import { eachSkippingFailures } from '../../jobs/each.js';
  */
 async function announceTimeFlips(tx: Tx, ctx: Ctx, row: EntitlementRow, users: string[], paths: PathRow[], at: Date): Promise<void> {
   const fallbackAt = new Date(Math.max(at.getTime() - 1, row.created_at.getTime()));
-  await emitFlips(tx, ctx, { rows: paths, fallbackAt }, computeAccess(paths, users, ctx.now, [row.application_id]), null);
+  await emitFlips(tx, ctx, { rows: paths, fallbackAt }, { rows: paths, userIds: users, apps: [row.application_id] }, null);
 }
 
 /**
