@@ -185,6 +185,63 @@ test('ENCRYPTION_KEY: a process started without the key that sealed a stored sec
   }
 });
 
+/** README "Backup and restore", a lost ENCRYPTION_KEY: what only the lost key (kid $1) opens is cleared, word for word. */
+const LOST_KEY_SQL = [
+  `DELETE FROM signing_keys WHERE private_jwk LIKE 'enc:v1:' || $1 || ':%'`,
+  `DELETE FROM recovery_codes WHERE user_id IN (SELECT user_id FROM identities WHERE totp_secret LIKE 'enc:v1:' || $1 || ':%' OR totp_pending_secret LIKE 'enc:v1:' || $1 || ':%')`,
+  `UPDATE identities SET totp_secret = NULL, totp_pending_secret = NULL, totp_confirmed_at = NULL, totp_last_step = NULL WHERE totp_secret LIKE 'enc:v1:' || $1 || ':%' OR totp_pending_secret LIKE 'enc:v1:' || $1 || ':%'`,
+  `UPDATE webhook_subscriptions SET signing_secret = 'whsec_' || replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), previous_secret = NULL, previous_secret_expires_at = NULL WHERE signing_secret LIKE 'enc:v1:' || $1 || ':%' OR previous_secret LIKE 'enc:v1:' || $1 || ':%'`,
+  `DELETE FROM idempotency_keys WHERE response_body LIKE 'enc:v1:' || $1 || ':%'`,
+];
+
+test('a lost ENCRYPTION_KEY (README "Backup and restore"): after the documented clean-up the service starts with a new key; tokens signed before are refused, a TOTP user signs in with the password alone, a webhook owner rotates its secret', async () => {
+  const { database, drop } = await openTestDatabase(null, { migrated: true });
+  const clock = new SystemClock();
+  const start = async (encryptionKeys: Buffer[]): Promise<TestApp> => {
+    const config = testConfig({ encryptionKeys, webhookAllowPrivateTargets: true });
+    const { app, deps } = await boot({ config, database, clock, logger: false });
+    await app.ready();
+    return { app, deps, clock, database, config, schema: null, close: async () => { await app.close(); await deps.jobs.stop(); } };
+  };
+  try {
+    const first = await start([randomBytes(32)]);
+    const mfa = await createMfaUser(first);
+    const plain = await createUser(first);
+    const oldToken = await login(first, plain);
+    const hooks = (await createApiKey(first, { permissions: ['webhooks.manage'] })).secret;
+    const hook = assertStatus(await call(first, 'POST', '/v1/webhooks', hooks, { scope: 'platform', url: 'http://127.0.0.1:9/lost', events: ['*'] }, { 'idempotency-key': 'lost-key' }), 201);
+    const [{ private_jwk }] = await sql<{ private_jwk: string }>(first, 'SELECT private_jwk FROM signing_keys WHERE retired_at IS NULL');
+    const lostKid = sealedWith(private_jwk)!;
+    await first.close();
+
+    const newKey = randomBytes(32);
+    await assert.rejects(start([newKey]), (err: Error) => err.message.includes(lostKid), 'refused, naming the lost key');
+    await database.scoped('system').transaction(async (tx) => {
+      for (const text of LOST_KEY_SQL) await tx.query(text, [lostKid]);
+    });
+
+    const second = await start([newKey]);
+    try {
+      assert.equal((await call(second, 'GET', '/v1/users/me', oldToken)).statusCode, 401, 'a token signed with a dropped signing key is refused');
+      assert.equal((await call(second, 'GET', '/v1/users/me', await login(second, plain))).statusCode, 200, 'a new sign-in works');
+      const signedIn = assertStatus(await call(second, 'POST', '/v1/auth/login', null, { email: mfa.user.email, password: mfa.user.password }), 200);
+      assert.equal(signedIn.mfa_required, undefined, 'no MFA challenge: TOTP is off');
+      assert.equal(assertStatus(await call(second, 'GET', '/v1/users/me', signedIn.access_token), 200).mfa_enabled, false);
+      assert.equal((await sql(second, 'SELECT 1 FROM recovery_codes WHERE user_id = $1', [mfa.user.id])).length, 0, 'its recovery codes went with it');
+      const rotated = assertStatus(await call(second, 'POST', `/v1/webhooks/${hook.id}/rotate-secret`, hooks, {}), 200);
+      assert.match(rotated.signing_secret, /^whsec_/);
+      const [row] = await sql(second, 'SELECT signing_secret, previous_secret FROM webhook_subscriptions WHERE id = $1', [hook.id]);
+      assert.ok(sealedWith(row.signing_secret) && sealedWith(row.previous_secret), 'both secrets sealed with the new key');
+      assert.equal(sealedWith(row.signing_secret), sealedWith(row.previous_secret));
+    } finally {
+      await second.close();
+    }
+  } finally {
+    await database.close();
+    await drop();
+  }
+});
+
 test('ENCRYPTION_KEY must be 32-byte keys (64 hex digits or base64), comma-separated; anything else refuses to start', () => {
   const hex = randomBytes(32).toString('hex');
   const b64 = randomBytes(32).toString('base64');
