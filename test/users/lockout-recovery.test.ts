@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { PASSWORD, createApiKey, login, uniqueEmail } from '../helpers/fixtures.js';
+import { PASSWORD, login, uniqueEmail } from '../helpers/fixtures.js';
 import { bootstrapAdmin } from '../../src/modules/users/bootstrap.js';
 import { createMfaUser } from '../auth/support.js';
 import { assertError, assertStatus, call, sql } from './support.js';
@@ -42,7 +42,7 @@ test('the only superadmin who removed their own superadmin Role, and lost their 
   assert.equal((await call(t, 'GET', '/v1/users?status=active', signedIn.access_token)).statusCode, 200, 'a superadmin again');
 });
 
-test('the only superadmin suspended by a users.manage key, or deleted by themselves: a superadmin from bootstrap-admin with a new address reactivates or restores them', async () => {
+test('the only superadmin suspended by another superadmin who then left, or deleted by themselves: a superadmin from bootstrap-admin with a new address reactivates or restores them', async () => {
   await sql(t, 'DELETE FROM role_assignments WHERE role_id = $1', [SUPERADMIN]);
   const rescue = async () => {
     const made = await bootstrapAdmin(t.deps, uniqueEmail('rescue'), PASSWORD);
@@ -50,8 +50,10 @@ test('the only superadmin suspended by a users.manage key, or deleted by themsel
     return login(t, { email: row.email, password: PASSWORD, mode: 'live' });
   };
   const suspended = await createMfaUser(t, { roles: ['superadmin'] });
-  const manage = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
-  assert.equal(assertStatus(await call(t, 'POST', `/v1/users/${suspended.user.id}/suspend`, manage, {}), 200).status, 'suspended');
+  // A users.manage holder who is no superadmin may not (403 forbidden); another superadmin may, and then leaves.
+  const other = await createMfaUser(t, { roles: ['superadmin'] });
+  assert.equal(assertStatus(await call(t, 'POST', `/v1/users/${suspended.user.id}/suspend`, other.token, {}), 200).status, 'suspended');
+  await sql(t, 'DELETE FROM role_assignments WHERE user_id = $1 AND role_id = $2', [other.user.id, SUPERADMIN]);
   assertError(await call(t, 'POST', '/v1/auth/login', null, { email: suspended.user.email, password: suspended.user.password }), 403, 'account_suspended');
   assert.equal(assertStatus(await call(t, 'PATCH', `/v1/users/${suspended.user.id}`, await rescue(), { status: 'active' }), 200).status, 'active');
 

@@ -3,9 +3,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
-  assertError, assertStatus, auditFor, call, createApplication, DAY, grant, liveSessionCount, mailsTo, outboxFor, sql, userRow,
+  assertError, assertStatus, auditFor, call, createApplication, createPlatformRole, DAY, grant, liveSessionCount, mailsTo, outboxFor, sql, userRow,
   type TestApplication,
 } from './support.js';
 
@@ -495,4 +495,39 @@ test('Part A Errors, erasure_scheduled ("Restore while erasure pending"): a rest
   assert.deepEqual(await since(user.id, m), { audit: [], outbox: [] });
   assert.deepEqual(await mailsTo(t, newEmail), []);
   assert.equal((await sql(t, 'SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]))[0].status, 'scheduled');
+});
+
+test('a superadmin\'s account is changed by another only if that one is a superadmin: a users.manage holder without it (User token or API key) gets 403 forbidden on its email, status, Profile, sessions, TOTP, export and erasure, and nothing changes; on a user who is no superadmin the same calls work', async () => {
+  const managerRole = await createPlatformRole(t, ['users.list', 'users.manage']);
+  const manager = await userToken(t, { roles: [managerRole] });
+  const key = (await createApiKey(t, { permissions: ['users.list', 'users.manage'] })).secret;
+  const target = await userToken(t, { roles: ['superadmin'] });
+  const id = target.user.id;
+  const attempts: [string, string, object | undefined][] = [
+    ['PATCH', `/v1/users/${id}`, { email: uniqueEmail('takeover') }],
+    ['PATCH', `/v1/users/${id}`, { status: 'suspended' }],
+    ['POST', `/v1/users/${id}/suspend`, {}],
+    ['PATCH', `/v1/users/${id}/profile`, { display_name: 'Taken' }],
+    ['DELETE', `/v1/users/${id}/mfa/totp`, undefined],
+    ['GET', `/v1/users/${id}/export`, undefined],
+    ['POST', `/v1/users/${id}/erasure-requests`, {}],
+    ['DELETE', `/v1/users/${id}`, undefined],
+  ];
+  for (const cred of [manager.token, key]) {
+    for (const [method, url, body] of attempts) {
+      const err = assertError(await call(t, method, url, cred, body), 403, 'forbidden');
+      assert.equal(err.details.required_role, 'superadmin', `${method} ${url}`);
+    }
+    const [session] = assertStatus(await call(t, 'GET', `/v1/users/${id}/sessions`, admin.token), 200).data;
+    assertError(await call(t, 'DELETE', `/v1/users/${id}/sessions/${session.id}`, cred), 403, 'forbidden');
+  }
+  const row = (await userRow(t, id))!;
+  assert.equal(row.status, 'active');
+  assert.equal(row.email, target.user.email);
+  assert.ok((await liveSessionCount(t, id)) >= 1, 'the sessions stay');
+  // Another superadmin may; and the manager may act on a user who is no superadmin.
+  assertStatus(await call(t, 'POST', `/v1/users/${id}/suspend`, admin.token, {}), 200);
+  const plain = await createUser(t);
+  assertStatus(await call(t, 'POST', `/v1/users/${plain.id}/suspend`, manager.token, {}), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/users/${plain.id}/profile`, key, { display_name: 'Renamed' }), 200);
 });

@@ -6,7 +6,7 @@ import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { resolveAccess, accessKey } from '../../access/resolve.js';
 import { checkAccessForCaller } from '../../access/check.js';
-import { targetUser, confinedApp } from '../users/access.js';
+import { targetUser, confinedApp, holdsSuperadmin } from '../users/access.js';
 import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
 import { findLiveUser } from '../users/store.js';
 import { findApplicationRow } from '../applications/store.js';
@@ -82,9 +82,7 @@ async function assertMayAssign(ctx: Ctx, role: RoleRow): Promise<void> {
     const missing = role.permissions.filter((p) => !hasPermission(ctx.actor, p));
     if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
     if (role.id === SUPERADMIN_ROLE_ID) {
-      const isSuper =
-        ctx.actor.type === 'user' &&
-        (await ctx.db.query('SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $2', [ctx.actor.userId, SUPERADMIN_ROLE_ID])).rowCount > 0;
+      const isSuper = ctx.actor.type === 'user' && (await holdsSuperadmin(ctx.db, ctx.actor.userId));
       if (!isSuper) throw new ApiError('role_escalation_forbidden', { message: 'Only a superadmin may assign superadmin.' });
     }
     return;

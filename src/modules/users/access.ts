@@ -2,7 +2,8 @@ import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { findUserById, type UserRow } from './store.js';
-import { resolveUserId } from './service.js';
+import { resolveUserId, SUPERADMIN_ROLE_ID } from './service.js';
+import type { Queryable } from '../../db/types.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 
 /** App-confined: an app-scoped key acts only on its own Application (Part A Authentication 4). */
@@ -63,5 +64,23 @@ export async function targetUser(
   if (need === 'write' && !manage && !(self && opts.allowSelf !== false)) {
     throw new ApiError('forbidden', { details: { required_permission: 'users.manage' } });
   }
+  if (need === 'write' && !self) await assertMayActOnAdmin(ctx, id);
   return { user, self };
+}
+
+/** Whether the user holds the seed superadmin Role. */
+export async function holdsSuperadmin(db: Queryable, userId: string): Promise<boolean> {
+  return (await db.query('SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $2', [userId, SUPERADMIN_ROLE_ID])).rowCount > 0;
+}
+
+/**
+ * Another superadmin's account is changed (status, email, Profile, Settings, sessions, MFA, export,
+ * erasure) only by a superadmin: superadmin is assigned only by a superadmin (Part B Roles), and a
+ * users.manage holder who could change a superadmin's email and reset their TOTP would take the
+ * account over, and every permission with it. API keys are no superadmin: 403 forbidden.
+ */
+export async function assertMayActOnAdmin(ctx: Ctx, userId: string): Promise<void> {
+  if (!(await holdsSuperadmin(ctx.db, userId))) return;
+  if (ctx.actor.type === 'user' && (await holdsSuperadmin(ctx.db, ctx.actor.userId))) return;
+  throw new ApiError('forbidden', { message: "Only a superadmin may change another superadmin's account.", details: { required_role: 'superadmin' } });
 }
