@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
 import { bearer, createUser, login, type TestUser } from '../helpers/fixtures.js';
 import { assertAuthSession, assertError, assertFields, auditRows, get, jwtPayload, post, sql } from './support.js';
 
@@ -338,4 +338,25 @@ test('refresh chains and sessions do not grow without bound (API4:2023 Unrestric
   assertError(await refresh(first.refresh_token), 401, 'invalid_refresh_token');
   assert.ok(await works(later.access_token), 'the live session stays');
   assert.equal((await refresh(later.refresh_token)).statusCode, 200);
+});
+
+test('nor do their files on embedded storage, which has no autovacuum: after each round of refreshes, the prune and the db-analyze job, refresh_tokens and the statistics ANALYZE rewrites keep their size (the space of deleted rows is reused)', { skip: storageName !== 'pglite' && 'a PostgreSQL server vacuums by itself' }, async () => {
+  const user = await createUser(t);
+  const sizes: { tokens: number; stats: number }[] = [];
+  for (let round = 0; round < 4; round++) {
+    let current = (await signIn(user)).refresh_token;
+    for (let i = 0; i < 150; i++) {
+      const res = await refresh(current);
+      assert.equal(res.statusCode, 200, res.body);
+      current = res.json().refresh_token;
+    }
+    t.clock.advance(121 * DAY);
+    const pruned = await t.deps.jobs.runNow('idempotency-prune');
+    assert.ok((pruned.sessions as number) >= 1, JSON.stringify(pruned));
+    for (let i = 0; i < 5; i++) await t.deps.jobs.runNow('db-analyze');
+    assert.deepEqual(await sql(t, 'SELECT count(*)::int AS n FROM refresh_tokens'), [{ n: 0 }], 'every token was pruned');
+    sizes.push((await sql(t, `SELECT pg_relation_size('refresh_tokens')::int AS tokens, pg_relation_size('pg_catalog.pg_statistic')::int AS stats`))[0] as never);
+  }
+  assert.ok(sizes[3]!.tokens <= sizes[1]!.tokens, `refresh_tokens grew: ${JSON.stringify(sizes)}`);
+  assert.ok(sizes[3]!.stats <= sizes[1]!.stats, `pg_statistic grew: ${JSON.stringify(sizes)}`);
 });

@@ -6,7 +6,7 @@ import type { TestApp } from '../helpers/app.js';
 import { isPublicAddress, RESOLVE_DEADLINE_MS } from '../../src/modules/webhooks/targets.js';
 import { setWebhookResolver, signatureHeader, verifySignature } from '../../src/modules/webhooks/index.js';
 import { signPayload } from '../../src/modules/webhooks/signature.js';
-import { assertError, assertStatus, buildApp, call, deliveriesOf, platformKey, Receiver, runDelivery, sql } from './support.js';
+import { assertError, assertStatus, buildApp, call, deliveriesOf, platformKey, Receiver, runDelivery, sql, type InjectResponse } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -161,4 +161,47 @@ test('PATCH url follows the create rules: non-https, userinfo, a name resolving 
   }
   assert.equal((await sql(t, 'SELECT url FROM webhook_subscriptions WHERE id = $1', [sub.id]))[0].url, 'https://patch-public.example/hook');
   assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action = 'webhook.updated' AND target_id = $1`, [sub.id]))[0].n, 0);
+});
+
+test('an Idempotency-Key create or url PATCH resolves the webhook host before its transaction opens ("nothing waits on the outside while holding a connection"): other requests are served while DNS is slow', async () => {
+  let release: () => void = () => undefined;
+  let asked: () => void = () => undefined;
+  setWebhookResolver(t.deps, (host) => {
+    if (host !== 'slow.example') return Promise.reject(Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' }));
+    asked();
+    return new Promise((resolve) => {
+      release = () => resolve([{ address: '93.184.216.34', family: 4 }]);
+    });
+  });
+  try {
+    // While the resolver is waiting, GET /health (which needs the database) must answer at once.
+    const healthDuringDns = async (request: Promise<InjectResponse>) => {
+      await new Promise<void>((resolve) => (asked = resolve));
+      const health = await Promise.race([call(t, 'GET', '/health', null), new Promise<null>((resolve) => setTimeout(() => resolve(null), 1000))]);
+      release();
+      return { health, res: await request };
+    };
+    const created = await healthDuringDns(
+      call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'https://slow.example/hook', events: ['*'] }, { 'idempotency-key': `slow-${Date.now()}` }),
+    );
+    assert.notEqual(created.health, null, 'GET /health waited for the create\'s DNS lookup');
+    assert.equal(created.health!.statusCode, 200);
+    const sub = assertStatus(created.res, 201);
+    assert.equal(sub.url, 'https://slow.example/hook');
+
+    const patched = await healthDuringDns(
+      call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { url: 'https://slow.example/other' }, { 'idempotency-key': `slow-patch-${Date.now()}` }),
+    );
+    assert.notEqual(patched.health, null, 'GET /health waited for the PATCH\'s DNS lookup');
+    assert.equal(patched.health!.statusCode, 200);
+    assert.equal(assertStatus(patched.res, 200).url, 'https://slow.example/other');
+    assert.deepEqual(await sql(t, `SELECT action FROM audit_events WHERE target_id = $1 ORDER BY created_at, id`, [sub.id]).then((r) => r.map((x) => x.action)), ['webhook.created', 'webhook.updated']);
+  } finally {
+    setWebhookResolver(t.deps, async (host) => {
+      const answers = dns.get(host);
+      if (answers?.[0] === 'never') return new Promise(() => {});
+      if (!answers) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+      return answers.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+    });
+  }
 });

@@ -9,15 +9,24 @@ export const systemModule: Module = {
   jobs: () => [
     { name: 'idempotency-prune', intervalSeconds: 3600, timeoutSeconds: 300, run: pruneExpired },
     { name: 'mail-delivery', intervalSeconds: 2, timeoutSeconds: 120, run: (deps) => deliverQueuedMail(deps) },
-    // Embedded PostgreSQL has no autovacuum: refresh planner statistics so plans stay sane as tables grow.
+    // Embedded PostgreSQL has no autovacuum: vacuum and refresh planner statistics. Without VACUUM the
+    // space of deleted and updated rows (pruned sessions and refresh tokens, counters, deliveries, and
+    // the statistics ANALYZE itself rewrites) is never reused and the files grow for ever, and old rows
+    // are never frozen before transaction ids wrap around. One table a statement: requests queued for
+    // the one connection are served between tables.
     {
       name: 'db-analyze',
       intervalSeconds: 600,
       timeoutSeconds: 300,
       run: async (deps) => {
         if (deps.database.kind !== 'pglite') return { skipped: 'autovacuum analyzes on a PostgreSQL server' };
-        await deps.database.scoped('system').exec('ANALYZE');
-        return { analyzed: true };
+        const db = deps.database.scoped('system');
+        const { rows } = await db.query<{ name: string }>(
+          `SELECT format('%I.%I', n.nspname, c.relname) AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'm') AND n.nspname IN (current_schema(), 'pg_catalog') ORDER BY 1`,
+        );
+        for (const { name } of rows) await db.exec(`VACUUM (ANALYZE) ${name}`);
+        return { vacuumed: rows.length };
       },
     },
   ],

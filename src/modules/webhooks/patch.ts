@@ -18,7 +18,8 @@ const versionIndex = (v: string) => (API_VERSIONS as readonly string[]).indexOf(
  */
 export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody): Promise<Webhook> {
   assertNoReadOnlyFields(body, WEBHOOK_READ_ONLY);
-  const current = await visibleSubscription(ctx, id);
+  // Read outside an idempotent request's transaction, so it does not stay open over the DNS lookup (createWebhook).
+  const current = await visibleSubscription(ctx, id, ctx.deps.database.scoped(ctx.mode));
   if (body.api_version !== undefined && versionIndex(body.api_version) < versionIndex(current.api_version)) {
     throw invalidField('api_version', `cannot move back from ${current.api_version}; published versions: ${API_VERSIONS.join(', ')}`);
   }

@@ -28,8 +28,11 @@ export async function auditWebhook(tx: Tx, ctx: Ctx, action: string, sub: Subscr
 
 /** POST /v1/webhooks: 201 with the signing secret (shown once). */
 export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<Webhook> {
-  const scope = await resolveCreateScope(ctx, body.scope);
-  // DNS happens before the transaction: nothing waits on the outside while holding a connection.
+  // DNS happens before the transaction: nothing waits on the outside while holding a connection. The
+  // reads before it use the mode's connection, not an idempotent request's transaction (src/db/lazy-tx.ts),
+  // which would begin at the first read and stay open over the lookup (on the embedded database, every
+  // other request waited for it).
+  const scope = await resolveCreateScope({ ...ctx, db: ctx.deps.database.scoped(ctx.mode) }, body.scope);
   await assertWebhookUrl(ctx.deps, body.url);
   return ctx.db.transaction(async (tx) => {
     if (scope.applicationId) {
