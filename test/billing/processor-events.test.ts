@@ -653,3 +653,35 @@ test('an invoice of no subscription (a one-off invoice to the same customer) nev
   assert.deepEqual([view.plan, view.subscription_status], ['team', 'past_due']);
   assert.deepEqual((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status), ['active', 'past_due']);
 });
+
+test('an unpaid subscription is still the Tenant\'s: another subscription turning canceled or incomplete_expired never replaces it, so paying the unpaid one makes the Tenant active on Team', async () => {
+  for (const [status, type] of [['canceled', 'customer.subscription.updated'], ['incomplete_expired', 'customer.subscription.updated']] as const) {
+    const owner = await tenantOwner(t);
+    const at = now();
+    const first = { tenantId: owner.tenantId, id: `sub_unpaid_${status}`, customer: `cus_unpaid_${status}` };
+    const second = { ...first, id: `sub_other_${status}` };
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription(first), { created: at - 50 }), 200);
+    assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...first, status: 'unpaid' }), { created: at - 40 }), 200);
+    assertStatus(await deliver(t, type, subscription({ ...second, status }), { created: at - 30, id: `evt_other_${status}` }), 200);
+    assert.equal((await eventRows(`evt_other_${status}`))[0].outcome, 'ignored', status);
+    let row = await tenantRow(t, owner.tenantId);
+    assert.deepEqual([row.plan, row.subscription_status, row.stripe_subscription_id], ['starter', 'unpaid', first.id], status);
+    assertStatus(await deliver(t, 'invoice.paid', { id: `in_${first.id}`, object: 'invoice', customer: first.customer, subscription: first.id }, { created: at - 20 }), 200);
+    const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+    assert.deepEqual([view.plan, view.subscription_status], ['team', 'active'], status);
+    row = await tenantRow(t, owner.tenantId);
+    assert.equal(row.stripe_subscription_id, first.id);
+  }
+});
+
+test('an add-on\'s amount in cents is its price times its quantity, also for a price the processor states only as unit_amount_decimal (fractional cents, rounded once)', async () => {
+  const owner = await tenantOwner(t);
+  const sub = subscription({ tenantId: owner.tenantId, id: 'sub_decimal', customer: 'cus_decimal', plan: 'enterprise', addOns: [{ code: 'isolated_tenancy', unitAmount: 50000 }] }) as any;
+  // The processor leaves unit_amount null when the price is not a whole number of cents.
+  sub.items.data[1].quantity = 2;
+  sub.items.data[1].price = { id: 'price_isolated_decimal', lookup_key: 'isolated_tenancy', unit_amount: null, unit_amount_decimal: '12345.5' };
+  assertStatus(await deliver(t, 'customer.subscription.created', sub), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.equal(view.plan, 'enterprise');
+  assert.deepEqual(view.add_ons, [{ code: 'isolated_tenancy', amount: 24691 }]);
+});

@@ -94,7 +94,8 @@ function fromSubscription(o: Obj, deleted: boolean): NextState {
     cancelAtPeriodEnd: o.cancel_at_period_end === true,
     addOns: items
       .filter((i) => ADD_ON_KEYS.has(keyOf(i) ?? ''))
-      .map((i) => ({ code: keyOf(i)!, amount: Math.round(Number(i.price?.unit_amount ?? 0) * Number(i.quantity ?? 1)) })),
+      // unit_amount is null for a price that is not a whole number of cents; unit_amount_decimal states it.
+      .map((i) => ({ code: keyOf(i)!, amount: Math.round(Number(i.price?.unit_amount ?? i.price?.unit_amount_decimal ?? 0) * Number(i.quantity ?? 1)) })),
     currency: str(o.currency)?.toLowerCase() ?? null,
     customerId: idOf(o.customer),
     subscriptionId: idOf(o.id),
@@ -122,6 +123,9 @@ function nextStateOf(event: ProcessorEvent, tenant: TenantRecord, where: ReturnT
     case 'customer.subscription.deleted': {
       if (other && (event.type === 'customer.subscription.deleted' || !replaceable)) return null;
       const next = fromSubscription(o, event.type === 'customer.subscription.deleted');
+      // An unpaid subscription may still be paid (invoice.paid brings it back): only a subscription
+      // that entitles replaces it, never one that lapsed or is not yet paid.
+      if (other && tenant.subscription_status === 'unpaid' && !ENTITLED.has(next.status ?? '')) return null;
       return next.status === undefined ? next : { ...next, statusOf: where.subscriptionId };
     }
     // An invoice of no subscription (a one-off invoice to the same customer) says nothing about it.
