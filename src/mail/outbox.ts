@@ -49,7 +49,7 @@ const MAX_RETRY_SECONDS = 3600;
 const GIVE_UP_SECONDS = 4 * 86_400;
 /**
  * Whether mail `e`'s link still works at parameter `at`: its token is not used, voided or expired by
- * then. (Token rows are deleted only with their user's mails, by an erasure or the test purge.)
+ * then. (A dead token's row is pruned only once no queued mail carries it: src/modules/system/prune.ts.)
  */
 const LINK_WORKS = (at: string) => `NOT EXISTS (SELECT 1 FROM one_time_tokens t
     WHERE t.token_hash = e.link_token_hash AND (t.used_at IS NOT NULL OR t.expires_at <= ${at}))`;

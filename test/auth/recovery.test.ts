@@ -497,3 +497,54 @@ test('password and invitation changes are audited on the user, acted by the user
   const [accepted] = await rows(invited.id, 'user.invitation_accepted');
   assert.deepEqual([accepted?.actor, accepted?.target, accepted?.before, accepted?.after.status], [['user', invited.id], ['user', invited.id], { status: 'invited' }, 'active']);
 });
+
+const sha256 = (token: string) => createHash('sha256').update(token).digest('hex');
+/** Runs the mail relay until the outbox has nothing due (it takes 50 mails a run). */
+async function relayAll(): Promise<void> {
+  for (;;) {
+    const r = await t.deps.jobs.runNow('mail-delivery');
+    if (!r.sent && !r.failed) return;
+  }
+}
+
+test('one-time tokens are not kept once they work nowhere (GDPR Art. 5(1)(e) storage limitation): the idempotency-prune job deletes a used email-change token, which holds the requested address, and an expired MFA challenge; a live reset link stays and still works', async () => {
+  const user = await createUser(t);
+  const { access_token } = await signIn(user);
+  const next = uniqueEmail('pruned');
+  assert.equal((await t.app.inject({ method: 'PATCH', url: '/v1/users/me', headers: bearer(access_token), payload: { email: next } })).statusCode, 200);
+  const changeToken = await latestToken(t, next, 'email_change_verification');
+  const mfa = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, mfa.user);
+  const other = await createUser(t);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: other.email })).statusCode, 202);
+  const resetToken = await latestToken(t, other.email, 'password_reset');
+  await relayAll();
+  assert.equal((await post(t, '/v1/auth/email/verify', { token: changeToken })).statusCode, 204);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM one_time_tokens WHERE data->>'email' = $1`, [next]))[0].n, 1, 'precondition: the used token holds the address');
+
+  t.clock.advance(301);
+  const result = await t.deps.jobs.runNow('idempotency-prune');
+  assert.ok((result.one_time_tokens as number) >= 2, JSON.stringify(result));
+  const left = await sql(t, 'SELECT kind FROM one_time_tokens WHERE token_hash = ANY($1::text[])', [[changeToken, mfaToken, resetToken].map(sha256)]);
+  assert.deepEqual(left, [{ kind: 'password_reset' }]);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = $1 OR data::text LIKE $2`, [user.id, `%${next}%`]))[0].n, 0);
+  assertError(await post(t, '/v1/auth/email/verify', { token: changeToken }), 400, 'invalid_token');
+  assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, code: await totpCode(t, mfa.secret) }), 401, 'invalid_credentials');
+  assert.equal((await post(t, '/v1/auth/password/reset', { token: resetToken, password: NEW_PASSWORD })).statusCode, 204);
+});
+
+test('a dead link\'s token is kept while a queued mail carries it, so the relay still sees the link dead: a reset mail still queued when its hour ran out fails for good after the prune, and its token goes at the next prune', async () => {
+  const user = await createUser(t);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const token = await latestToken(t, user.email, 'password_reset');
+  t.clock.advance(3601);
+  await t.deps.jobs.runNow('idempotency-prune');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM one_time_tokens WHERE token_hash = $1', [sha256(token)]))[0].n, 1, 'kept for the queued mail');
+  await relayAll();
+  const [mail] = await sql(t, `SELECT status, last_error, text_body FROM emails WHERE to_address = $1 AND template = 'password_reset'`, [user.email]);
+  assert.equal(mail.status, 'failed');
+  assert.match(mail.last_error, /link was used, replaced or expired/);
+  assert.ok(!mail.text_body.includes(token), 'the dead link is redacted');
+  await t.deps.jobs.runNow('idempotency-prune');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM one_time_tokens WHERE token_hash = $1', [sha256(token)]))[0].n, 0);
+});

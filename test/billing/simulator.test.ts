@@ -152,6 +152,26 @@ test('a simulated checkout is valid a day: expires_at is a day ahead, and after 
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM processor_events WHERE tenant_id = $1', [owner.tenantId]))[0].n, 0);
 });
 
+test('a simulated checkout page that has expired is deleted by the idempotency-prune job with the caller\'s email it holds (GDPR Art. 5(1)(e)); until its day is over it stays and opens', async () => {
+  const owner = await tenantOwner(t);
+  const session = await checkout(owner, 'sim-prune');
+  const path = pathOf(session.url);
+  const rows = () => sql(t, 'SELECT customer_email FROM billing_simulator_sessions WHERE id = $1', [path.split('/').pop()]);
+  assert.deepEqual(await rows(), [{ customer_email: owner.user.email }]);
+  t.clock.advance(24 * 3600 - 60);
+  try {
+    await t.deps.jobs.runNow('idempotency-prune');
+    assert.equal((await page(path)).statusCode, 200, 'kept while it can be used');
+    t.clock.advance(61);
+    const result = await t.deps.jobs.runNow('idempotency-prune');
+    assert.ok((result.billing_simulator_sessions as number) >= 1, JSON.stringify(result));
+    assert.deepEqual(await rows(), []);
+    assert.equal((await page(path)).statusCode, 404);
+  } finally {
+    t.clock.advance(-(24 * 3600 + 1));
+  }
+});
+
 test('checkout is for the owner only, also through the simulator: a portal session (open to billing.manage) is not a checkout, so its id on the checkout buttons is 404 and subscribes nothing', async () => {
   const owner = await tenantOwner(t, { subscriptionStatus: 'canceled', stripeCustomerId: 'cus_sim_lapsed' });
   const billing = await caller(t, ['billing_admin']);

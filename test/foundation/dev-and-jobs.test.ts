@@ -293,6 +293,27 @@ test('without SMTP_URL the mail kept in the database outbox keeps its token link
   assert.equal(tokenLinks(row.text_body, 'kept-token').length, 1, row.text_body);
 });
 
+test('a mail that has left the outbox (logged, sent or failed) is deleted with its address and body 30 days after it was written, by the idempotency-prune job (GDPR Art. 5(1)(e), as the webhook delivery log); a mail still queued stays', async (tc) => {
+  const t = await buildTestApp({}, tc);
+  const user = await createUser(t);
+  const forgot = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: user.email } });
+  assert.equal(forgot.statusCode, 202, forgot.body);
+  await t.deps.jobs.runNow('mail-delivery');
+  const mails = () => sql<{ template: string; status: string }>(t, 'SELECT template, status FROM emails WHERE to_address = $1 ORDER BY created_at', [user.email]);
+  assert.deepEqual(await mails(), [{ template: 'password_reset', status: 'logged' }]);
+  // A mail the relay has not taken yet (an SMTP outage's retry) is kept whatever its age.
+  const held = await queueResetMail(t, user.email, 'held-token');
+  await sql(t, `UPDATE emails SET next_attempt_at = $2 WHERE id = $1`, [held, addSeconds(t.clock.now(), 60 * 86400)]);
+
+  t.clock.advance(30 * 86400 - 60);
+  await t.deps.jobs.runNow('idempotency-prune');
+  assert.equal((await mails()).length, 2, 'kept for 30 days');
+  t.clock.advance(61);
+  const result = await t.deps.jobs.runNow('idempotency-prune');
+  assert.equal(result.emails, 1, JSON.stringify(result));
+  assert.deepEqual(await mails(), [{ template: 'password_reset', status: 'queued' }]);
+});
+
 test('PUBLIC_URL is the origin of the links in emails: a token link is on the configured PUBLIC_URL, not the default', async (tc) => {
   const t = await buildTestApp({ publicUrl: 'https://id.example.org' }, tc);
   const id = await queueResetMail(t, uniqueEmail('origin'), 'origin-token');
@@ -404,7 +425,7 @@ test('with SMTP_URL the relay sends queued mail through that server and marks it
   assert.match(row.text_body, /\?token=\[redacted\]/);
 });
 
-test('a failed mail is retried 2, 4, 8, 16 and 32 minutes after its attempts, then every hour, and fails for good after 4 days (RFC 5321 4.5.4.1); its stored copy then keeps no live link (the invitation lives 7 days, the row for ever)', async (tc) => {
+test('a failed mail is retried 2, 4, 8, 16 and 32 minutes after its attempts, then every hour, and fails for good after 4 days (RFC 5321 4.5.4.1); its stored copy then keeps no live link (the invitation lives 7 days, the row 30 days)', async (tc) => {
   const { t } = await outageApp();
   const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
   const to = uniqueEmail('undeliverable');

@@ -380,6 +380,22 @@ test('the erasure cascade clears everything exported except global Settings (als
   assertError(await call(t, 'GET', `/v1/users/${id}/profile`, fresh), 404, 'user_not_found');
 });
 
+test('"Erasure clears everything exported except global Settings": the erasure request\'s free-text reason (written about the user) is cleared by the cascade; the request row stays completed, and its reason was never in an audit snapshot', async () => {
+  const user = await createUser(t);
+  const reason = `Leaving; reach me at ${uniqueEmail('reason')} or +1 555 0100`;
+  const res = await requestErasure('me', await login(t, user), { reason });
+  assert.deepEqual(Object.keys(assertStatus(res, 202)).sort(), ['requested_at', 'scheduled_for', 'status', 'user_id']);
+  assert.deepEqual(await sql(t, 'SELECT reason FROM erasure_requests WHERE user_id = $1', [user.id]), [{ reason }], 'kept while the erasure can be cancelled');
+  assert.equal(await count('audit_events', `target_user_id = $1 AND (before::text || after::text) LIKE '%555 0100%'`, [user.id]), 0);
+
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  const rows = await sql(t, 'SELECT status, reason, completed_at IS NOT NULL AS completed FROM erasure_requests WHERE user_id = $1', [user.id]);
+  assert.deepEqual(rows, [{ status: 'completed', reason: null, completed: true }]);
+  assert.equal((await auditFor(t, user.id, 'user.erased')).length, 1);
+  assertError(await call(t, 'GET', `/v1/users/${user.id}`, await asAdmin()), 404, 'user_not_found');
+});
+
 test('"entitlement.member_scope_changed | member_scope or member_overrides changed": the erasure cascade\'s removal of the user from an org grant\'s member_overrides writes one, audited, with the row\'s new updated_at', async () => {
   const admin = await asAdmin();
   const [user, buddy] = [await createUser(t), await createUser(t)];

@@ -5,17 +5,24 @@ import type { Deps } from '../../context.js';
  * it is still recognised (and a used one audited) for as long as the token could have lived.
  */
 export const ENDED_SESSION_RETENTION_DAYS = 30;
+/** Days a mail that has left the outbox (sent, logged or failed for good) is kept, as the webhook delivery log. */
+export const MAIL_RETENTION_DAYS = 30;
 const SESSION_PRUNE_BATCH = 5000;
 
 /**
  * Drops idempotency records past their 24 hours, counter windows that have ended, idle login lockouts,
- * users' event clocks a day old,
+ * users' event clocks a day old, one-time tokens used or expired (unless a queued mail still carries
+ * the link, which the relay must see dead), mails out of the outbox for 30 days, expired billing
+ * simulator pages (they hold the caller's email),
  * and sessions 30 days past their 90-day end with everything hanging off them (refresh tokens used or
  * not, app refresh tokens, authorization codes, hosted-page browser rows: ON DELETE CASCADE). Each
  * refresh writes a token row and each sign-in a session, so kept for ever they grew without bound.
  * Sessions go in batches, so no one statement holds locks on a huge backlog.
  */
-export async function pruneExpired(deps: Deps): Promise<{ idempotency_keys: number; counters: number; login_lockouts: number; sessions: number; event_clocks: number }> {
+export async function pruneExpired(deps: Deps): Promise<{
+  idempotency_keys: number; counters: number; login_lockouts: number; sessions: number; event_clocks: number;
+  one_time_tokens: number; emails: number; billing_simulator_sessions: number;
+}> {
   const db = deps.database.scoped('system');
   const now = deps.clock.now();
   const keys = await db.query('DELETE FROM idempotency_keys WHERE expires_at <= $1', [now]);
@@ -24,6 +31,15 @@ export async function pruneExpired(deps: Deps): Promise<{ idempotency_keys: numb
   // A user's event clock (src/outbox/emit.ts) matters only to changes racing it; a day on, every
   // request's instant is past it.
   const clocks = await db.query(`DELETE FROM event_clocks WHERE last_at <= $1::timestamptz - interval '1 day'`, [now]);
+  // A dead token works nowhere (a used or expired link is 400 invalid_token like an unknown one); an
+  // email change's keeps the requested address, and every MFA sign-in writes one.
+  const tokens = await db.query(
+    `DELETE FROM one_time_tokens t WHERE (t.used_at <= $1 OR t.expires_at <= $1)
+        AND NOT EXISTS (SELECT 1 FROM emails e WHERE e.status = 'queued' AND e.link_token_hash = t.token_hash)`,
+    [now],
+  );
+  const mails = await db.query(`DELETE FROM emails WHERE status <> 'queued' AND created_at <= $1`, [new Date(now.getTime() - MAIL_RETENTION_DAYS * 86400_000)]);
+  const simulator = await db.query('DELETE FROM billing_simulator_sessions WHERE expires_at <= $1', [now]);
   const cutoff = new Date(now.getTime() - ENDED_SESSION_RETENTION_DAYS * 86400_000);
   let sessions = 0;
   for (;;) {
@@ -34,5 +50,8 @@ export async function pruneExpired(deps: Deps): Promise<{ idempotency_keys: numb
     sessions += rowCount;
     if (rowCount < SESSION_PRUNE_BATCH) break;
   }
-  return { idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount, sessions, event_clocks: clocks.rowCount };
+  return {
+    idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount, sessions, event_clocks: clocks.rowCount,
+    one_time_tokens: tokens.rowCount, emails: mails.rowCount, billing_simulator_sessions: simulator.rowCount,
+  };
 }

@@ -246,6 +246,8 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     `UPDATE users SET email = $2, pending_email = NULL, signup_application_id = NULL, last_login_at = NULL, erased_at = $3, updated_at = $3 WHERE id = $1`,
     [id, `erased+${id.toLowerCase()}@erased.invalid`, ctx.now],
   );
-  await tx.query(`UPDATE erasure_requests SET status = 'completed', completed_at = $2 WHERE user_id = $1`, [id, ctx.now]);
+  // The request stays as the record that the erasure was done; its free-text reason, written by the
+  // user or an admin about the user, goes with the rest.
+  await tx.query(`UPDATE erasure_requests SET status = 'completed', completed_at = $2, reason = NULL WHERE user_id = $1`, [id, ctx.now]);
   await recordAudit(tx, ctx, { action: 'user.erased', target: { type: 'user', id }, targetUserId: id });
 }
