@@ -3,6 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { assertError, assertStatus, auditOf, call, grant, newApp, outbox, person, platformKey, setReview, sql } from './support.js';
+import { createApiKey } from '../helpers/fixtures.js';
 
 let t: TestApp;
 let admin: string;
@@ -279,4 +280,25 @@ test('a move not in the review table is 409 invalid_review_transition also witho
     assert.deepEqual(await reviewAudits(app.id), []);
     assert.deepEqual(await reviewEvents(app.id), []);
   }
+});
+
+test('Part A convention 11 ("role deletion" is always destructive): a PATCH dropping a name whose unassigned Role goes with it is refused to a restrict_destructive key (403 destructive_operation_restricted) and deletes nothing; adding a name is not', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['viewer', 'editor'] });
+  const editor = `role_${app.slug}_editor`;
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${editor}`, admin, { permissions: [], description: 'configured by hand' }), 200);
+  const restricted = await createApiKey(t, { scope: 'platform', permissions: ['applications.manage'], intendedUse: 'agent' });
+  const error = assertError(await patch(restricted.secret, app.id, { available_app_roles: ['viewer'] }), 403, 'destructive_operation_restricted');
+  assert.equal(error.details.key_id, restricted.id);
+  assert.equal(await roleExists(editor), true);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/roles/${editor}`, admin), 200).description, 'configured by hand');
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).available_app_roles, ['viewer', 'editor']);
+  assert.deepEqual((await auditOf(t, editor)).map((r) => r.action), ['role.created', 'role.updated'], 'no role.deleted');
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+  // Not a role deletion: adding a name (seeding an empty Role) is open to the restricted key.
+  assert.deepEqual(assertStatus(await patch(restricted.secret, app.id, { available_app_roles: ['viewer', 'editor', 'admin'] }), 200).available_app_roles, ['viewer', 'editor', 'admin']);
+  // The unrestricted twin makes the deletion.
+  const twin = await createApiKey(t, { scope: 'platform', permissions: ['applications.manage'], intendedUse: 'agent', restrictDestructive: false });
+  assertStatus(await patch(twin.secret, app.id, { available_app_roles: ['viewer', 'admin'] }), 200);
+  assert.equal(await roleExists(editor), false);
+  assert.deepEqual((await auditOf(t, editor)).map((r) => r.action), ['role.created', 'role.updated', 'role.deleted']);
 });

@@ -51,6 +51,8 @@ function expectedDestructive(method: string, path: string): 'always' | 'conditio
   if (method === 'patch' && /^\/v1\/entitlements\/\{[^}]+\}$/.test(path)) return 'conditional';
   // A user suspend asked for through PATCH status suspended.
   if (method === 'patch' && /^\/v1\/users\/\{[^}]+\}$/.test(path)) return 'conditional';
+  // A role deletion asked for through an Application PATCH that drops a name from available_app_roles.
+  if (method === 'patch' && /^\/v1\/applications\/\{[^}]+\}$/.test(path)) return 'conditional';
   return undefined;
 }
 

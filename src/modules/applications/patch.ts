@@ -12,6 +12,7 @@ import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, 
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { countTenantSubscriptions } from '../webhooks/store.js';
 import { findRole, ROLE_HOLDERS_SQL, toRole } from '../roles/store.js';
+import { assertDestructiveAllowed } from '../../http/gate.js';
 import { countSeats, countSeatsWithApplication } from '../tenancy/seats.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
@@ -143,6 +144,9 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     const { rows } = await tx.query<{ n: number; visible: number }>(ROLE_HOLDERS_SQL, [roleId]);
     if (rows[0].n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: rows[0].visible } });
     const role = await findRole(tx, roleId);
+    // A Role deleted with its name is a role deletion (Part A convention 11), however it is asked for:
+    // refused to a restrict_destructive key as DELETE /v1/roles/{id} is (the route defers this to here).
+    if (role) assertDestructiveAllowed(ctx.actor);
     await tx.query('DELETE FROM roles WHERE id = $1', [roleId]);
     // Deleted with its name: audited as role.deleted, as DELETE /v1/roles/{id} is.
     if (role) await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id: roleId }, applicationId: app.id, tenantId, before: toRole(role) });

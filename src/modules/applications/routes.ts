@@ -36,6 +36,14 @@ export function applicationRoutes(app: App, deps: Deps): void {
       meta: {
         auth: 'any',
         idempotency: 'optional',
+        // Removing a name deletes its unassigned Role: a role deletion (Part A convention 11). Whether one
+        // goes depends on the stored row, so the service refuses a restricted key, after the refusals
+        // that hold for every caller (409 app_role_in_use).
+        destructive: {
+          when: 'available_app_roles drops a name whose unassigned Role is deleted with it',
+          test: (request) => Array.isArray((request.body as { available_app_roles?: unknown } | undefined)?.available_app_roles),
+        },
+        destructiveGate: 'service',
         errors: ['application_not_found', 'forbidden', 'moderation_field_forbidden', 'read_only_field', 'review_notes_required', 'invalid_review_transition',
           'app_role_in_use', 'permission_in_use', 'ownership_change_requires_migration', 'plan_limit_reached', 'subscription_required', 'invalid_settings_schema', 'reserved_settings_key'],
       },

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { call } from '../../helpers/http.js';
 import type { Req } from './operations.js';
 import {
-  freshEditor, freshErasureTarget, freshKey, freshOrgMember, freshPlatformRole, freshSession, freshTenant, freshUser, freshWebhook, type World,
+  freshAppWithRoles, freshEditor, freshErasureTarget, freshKey, freshOrgMember, freshPlatformRole, freshSession, freshTenant, freshUser, freshWebhook, type World,
 } from './world.js';
 
 /** Part A convention 11: the operations classified destructive, as the spec names them. */
@@ -18,6 +18,7 @@ export function specClass(key: string): 'always' | 'conditional' | undefined {
   if (method === 'POST' && /^\/v1\/tenants\/\{id\}\/tier-change-requests$/.test(path)) return 'always';
   if (key === 'PATCH /v1/entitlements/{id}' || key === 'POST /v1/auth/logout') return 'conditional';
   if (key === 'PATCH /v1/users/{id}') return 'conditional'; // status suspended: a user suspend
+  if (key === 'PATCH /v1/applications/{id}') return 'conditional'; // a name dropped from available_app_roles: a role deletion
   return undefined;
 }
 
@@ -82,6 +83,10 @@ export const CASES: Record<string, Variant[]> = {
   'PATCH /v1/users/{id}': [
     { label: 'status suspended', destructive: true, ok: 200, arrange: async (w) => at(`/v1/users/${(await freshUser(w)).id}`, { status: 'suspended' }) },
     { label: 'email only', destructive: false, ok: 200, arrange: async (w) => at(`/v1/users/${(await freshUser(w)).id}`, { email: `az6-${Math.random().toString(36).slice(2, 10)}@example.com` }) },
+  ],
+  'PATCH /v1/applications/{id}': [
+    { label: 'a name dropped with its unassigned Role', destructive: true, ok: 200, arrange: async (w) => at(`/v1/applications/${await freshAppWithRoles(w)}`, { available_app_roles: ['viewer'] }) },
+    { label: 'a name added', destructive: false, ok: 200, arrange: async (w) => at(`/v1/applications/${await freshAppWithRoles(w)}`, { available_app_roles: ['viewer', 'editor', 'admin'] }) },
   ],
   'POST /v1/auth/logout': [
     { label: 'all_sessions true', destructive: true, ok: 204, userOnly: true, arrange: async () => at('/v1/auth/logout', { all_sessions: true }) },

@@ -205,6 +205,17 @@ export async function freshUser(w: World, opts: { status?: 'active' | 'invited';
   return { ...user, entitlementId: (await grantPersonal(w.t, w.admin, user.id, w.appA.id)).id };
 }
 
+/** A fresh Application of a fresh owner declaring the app Roles viewer and editor, both unassigned. */
+export async function freshAppWithRoles(w: World): Promise<string> {
+  const owner = await createUser(w.t);
+  const slug = `mxr${rand(4)}`;
+  return assertOk(
+    await call(w.t, 'POST', '/v1/applications', w.admin, { slug, name: 'Matrix roles', launch_url: `https://${slug}.example.com/`, owner_user_id: owner.id, available_app_roles: ['viewer', 'editor'] }),
+    201,
+    'application',
+  ).id;
+}
+
 export async function freshPlatformRole(w: World): Promise<string> {
   return platformRole(w.t, []);
 }
