@@ -70,6 +70,14 @@ export const voidPasswordTokens = (tx: Tx, userId: string, now: Date): Promise<v
 export const voidResetLinks = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['password_reset'], now);
 
 /**
+ * Voids the link an Organization's invitation mailed to an invited user; call when the pending
+ * membership is withdrawn, so the withdrawn invitation no longer opens an account (nor is its
+ * unsent mail delivered). Other Organizations' links and an account invitation stay.
+ */
+export const voidOrganizationInvitation = (tx: Tx, userId: string, organizationId: string, now: Date): Promise<void> =>
+  voidTokens(tx, userId, ['invitation'], now, organizationId);
+
+/**
  * An Organization's invitation "never expires" (Part B): its link lives as long as the user stays
  * invited (accepting any invitation makes every other one invalid), 100 years in the table.
  */

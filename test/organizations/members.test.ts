@@ -155,6 +155,26 @@ test('an Organization\'s invitation link is replaced by that same Organization\'
   assert.equal(assertStatus(await accept(t, session.access_token, org.id), 200).membership_status, 'active');
 });
 
+test('a withdrawn invitation\'s link dies with it: the invited address following it gets 400 invalid_token and stays invited, the unsent mail is not delivered, and another Organization\'s link still works', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const other = await createOrgApi(t);
+  const email = uniqueEmail('withdrawn');
+  const pending = assertStatus(await invite(t, owner.token, org.id, email), 201);
+  assertStatus(await invite(t, other.owner.token, other.org.id, email), 201);
+  const [withdrawnLink, otherLink] = [await invitationToken(email, 0), await invitationToken(email, 1)];
+  assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${pending.user_id}`, owner.token)).statusCode, 204);
+  assert.equal(await membership(t, org.id, pending.user_id), undefined);
+  assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: withdrawnLink, password: PASSWORD }), 400, 'invalid_token');
+  assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [pending.user_id]))[0].status, 'invited');
+  while ((await t.deps.jobs.runNow('mail-delivery')).sent);
+  const [withdrawnMail, otherMail] = await sql(t, `SELECT status, last_error FROM emails WHERE lower(to_address) = lower($1) AND template = 'organization_invitation' ORDER BY created_at, id`, [email]);
+  assert.equal(withdrawnMail.status, 'failed');
+  assert.match(withdrawnMail.last_error, /link was used, replaced or expired/);
+  assert.notEqual(otherMail.status, 'failed');
+  const session = assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: otherLink, password: PASSWORD }), 200);
+  assert.equal(assertStatus(await accept(t, session.access_token, other.org.id), 200).membership_status, 'active');
+});
+
 test('an Organization mails one address at most 3 times per rolling hour: invited, withdrawn and invited again, the fourth invitation within the hour answers 429 rate_limited with Retry-After, adds nobody and mails nothing; another Organization still invites the address, and the first one can again an hour later', async () => {
   const { org, owner } = await createOrgApi(t);
   const email = uniqueEmail('mailbomb');

@@ -399,3 +399,24 @@ test('an org grant to an Application that is not approved (pending_review, rejec
     assert.deepEqual(await accessEvents(t, org.members[0].id, app.id), []);
   }
 });
+
+test('member_overrides name current members only: a test member the nightly test-purge removes leaves the overrides of the grants that stay (entitlement.member_scope_changed), so the org admin\'s PATCH sending the overrides back is not 422 for a user who no longer exists', async () => {
+  const testAdmin = await platformKey(t, undefined, 'test');
+  const old = await person(t, { mode: 'test' });
+  t.clock.advance(31 * 86400);
+  const owner = await person(t, { mode: 'test' });
+  const { org } = await createOrgApi(t, owner);
+  const stays = await person(t, { mode: 'test' });
+  for (const m of [old, stays]) assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, testAdmin, { user_id: m.id }), 201);
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, testAdmin, org.id, app.id, { member_scope: 'denylist', member_overrides: [old.id, stays.id] });
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal((await sql(t, 'SELECT 1 FROM users WHERE id = $1', [old.id])).length, 0, 'the old test user is purged');
+  const read = assertStatus(await call(t, 'GET', `/v1/entitlements/${ent.id}`, testAdmin), 200);
+  assert.deepEqual(read.member_overrides, [stays.id]);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.member_scope_changed']);
+  const [audit] = await orgAudit(t, org.id, 'entitlement.member_scope_changed');
+  assert.deepEqual([audit.before.member_overrides, audit.after.member_overrides], [[old.id, stays.id], [stays.id]]);
+  const patched = assertStatus(await patchEnt(t, owner.token, ent.id, { member_scope: 'denylist', member_overrides: read.member_overrides }), 200);
+  assert.deepEqual(patched.member_overrides, [stays.id]);
+});

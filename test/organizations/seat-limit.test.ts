@@ -201,6 +201,26 @@ test('removing an included member frees the seat for the oldest seat_limit membe
   assert.deepEqual(await accessEvents(t, spare.id, app.id), []);
 });
 
+test('a freed seat goes to the oldest seat_limit member the grant still includes: a marked member the admin has since excluded (denylist) takes no seat, so removing a member gives the seat to the next one in the same transaction', async () => {
+  const { app } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 0);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  const excluded = await person(t);
+  assertStatus(await addById(t, admin, org.id, excluded.id), 201);
+  const next = await person(t);
+  assertStatus(await addById(t, admin, org.id, next.id, 'org_admin'), 201);
+  for (const u of [excluded, next]) assert.equal((await decisionOf(u.id, app.id)).decision, 'seat_limit');
+  assertStatus(await patchEnt(t, admin, ent.id, { member_scope: 'denylist', member_overrides: [excluded.id] }), 200);
+  assert.deepEqual(await decisionOf(excluded.id, app.id), { allowed: false, decision: 'excluded' });
+  assertStatus(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${org.owner.id}`, admin), 204);
+  assert.deepEqual(await decisionOf(next.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, next.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.deepEqual(await decisionOf(excluded.id, app.id), { allowed: false, decision: 'excluded' });
+  assert.deepEqual(await accessEvents(t, excluded.id, app.id), []);
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200);
+  assert.equal(usage.limits.seats.current, 1000);
+});
+
 test("a personal grant adding a new seat beyond Starter's 1,000 gives 409 plan_limit_reached (resource seats) and writes nothing; the 1,000th seat is granted", async () => {
   const { app } = await starterAppWithSeats(999);
   const grantTo = (userId: string) => call(t, 'POST', `/v1/users/${userId}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` });

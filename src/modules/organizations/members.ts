@@ -9,7 +9,7 @@ import { withAccessFlips } from '../../access/flips.js';
 import { lockOrganization, lockTenantSeats } from '../../access/locks.js';
 import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
 import { keyset, toPage } from '../../http/pagination.js';
-import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
+import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS, voidOrganizationInvitation } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { requireSlidingQuota } from '../../http/counters.js';
 import { RESEND_LIMIT_PER_HOUR } from '../users/invitations.js';
@@ -223,7 +223,11 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
       await lockTenantSeats(tx, tenants);
       await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', change);
       for (const tenantId of tenants) await releaseSeatLimits(tx, c, tenantId);
-    } else await change();
+    } else {
+      await change();
+      // A withdrawn (or declined) invitation's link opens no account any more.
+      await voidOrganizationInvitation(tx, userId, orgId, ctx.now);
+    }
     await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active', former);
     for (const { before, after } of scoped) {
       await recordAudit(tx, c, {

@@ -122,6 +122,19 @@ export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: strin
   return result;
 }
 
+/** The marked users among `userIds` whom releasing their marks would make seats: a marked grant that is live and whose scope includes them. */
+async function seatedByRelease(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Set<string>> {
+  const { rows } = await db.query<{ user_id: string }>(
+    `SELECT DISTINCT l.user_id FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
+       JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = l.user_id AND m.membership_status = 'active'
+      WHERE a.tenant_id = $1 AND l.user_id = ANY($3::text[]) AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
+        AND NOT (e.member_scope = 'allowlist' AND NOT (m.user_id = ANY(COALESCE(e.member_overrides, '{}'))))
+        AND NOT (e.member_scope = 'denylist' AND m.user_id = ANY(COALESCE(e.member_overrides, '{}')))`,
+    [tenantId, now, userIds],
+  );
+  return new Set(rows.map((r) => r.user_id));
+}
+
 /**
  * Gives freed seats back: members marked seat_limit on the Tenant regain their place, oldest marks
  * first, while the Tenant has room (all of them when its plan has no cap; a member who is already a
@@ -149,8 +162,11 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Pro
     if (ids.length === 0) continue;
     const users = cap === null ? ids : await asModeWithin(tx, mode, async () => {
       const seated = await seatHoldersAmong(tx, tenantId, ids, ctx.now);
+      const seating = await seatedByRelease(tx, tenantId, ids, ctx.now);
       let room = cap - (await countSeats(tx, tenantId, ctx.now));
-      return ids.filter((u) => seated.has(u) || room-- > 0);
+      // A member every marked grant now leaves out (scope, disabled, ended) takes no room: the seat
+      // goes to the next one waiting.
+      return ids.filter((u) => seated.has(u) || !seating.has(u) || room-- > 0);
     });
     if (users.length === 0) continue;
     await withAccessFlips(tx, { ...ctx, mode }, { userIds: users }, 'org_grant_changed', () =>

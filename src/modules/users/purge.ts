@@ -2,6 +2,9 @@ import type { Deps } from '../../context.js';
 import { systemCtx } from '../../context.js';
 import { addSeconds } from '../../clock.js';
 import { withAccessFlips } from '../../access/flips.js';
+import { recordAudit } from '../../audit/record.js';
+import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
+import { emitEntitlementEvent } from '../entitlements/grant.js';
 
 export const TEST_RETENTION_SECONDS = 30 * 24 * 3600;
 
@@ -45,6 +48,31 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
       await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);
       await run('entitlements', `DELETE FROM entitlements WHERE test_mode AND (created_at < $1 OR user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs}))`);
     });
+    // Grants that stay lose the purged users from their member_overrides (current members only), each
+    // change announced as a member's removal announces it (entitlement.member_scope_changed).
+    const { rows: scopedBefore } = await tx.query<EntitlementRow>(
+      `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.test_mode AND e.member_overrides && ARRAY(${oldUsers}) ORDER BY e.id FOR UPDATE`,
+      [cutoff],
+    );
+    const { rows: scopedAfter } = await tx.query<EntitlementRow>(
+      `UPDATE entitlements e SET member_overrides = ARRAY(SELECT o FROM unnest(e.member_overrides) WITH ORDINALITY x(o, n) WHERE o NOT IN (${oldUsers}) ORDER BY n),
+              updated_at = ${nextUpdatedAt('$2')}
+        WHERE e.id = ANY($3::text[]) RETURNING ${ENT_COLUMNS}`,
+      [cutoff, ctx.now, scopedBefore.map((r) => r.id)],
+    );
+    for (const before of scopedBefore) {
+      const after = scopedAfter.find((r) => r.id === before.id)!;
+      await recordAudit(tx, ctx, {
+        action: 'entitlement.member_scope_changed',
+        target: { type: 'entitlement', id: after.id },
+        targetUserId: null,
+        organizationId: after.organization_id,
+        applicationId: after.application_id,
+        before: toEntitlement(before),
+        after: toEntitlement(after),
+      });
+      await emitEntitlementEvent(tx, ctx, 'entitlement.member_scope_changed', after);
+    }
     await run('organizations', `DELETE FROM organizations WHERE id IN (${oldOrgs})`);
     await run('webhook_subscriptions', `DELETE FROM webhook_subscriptions WHERE test_mode AND created_at < $1`);
     await run('users', `DELETE FROM users WHERE id IN (${oldUsers})`);
