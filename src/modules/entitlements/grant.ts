@@ -72,6 +72,25 @@ export async function emitEntitlementEvent(tx: Tx, ctx: Ctx, type: string, row: 
   await emit(tx, ctx, { type, applicationId: row.application_id, data: { entitlement: toEntitlement(row), ...extra } });
 }
 
+/**
+ * Org grants whose member_overrides lost a user (a member removed, an erasure, the test purge): each
+ * change audited and announced as entitlement.member_scope_changed (Part B Resource events).
+ */
+export async function announceScopeChanges(tx: Tx, ctx: Ctx, changes: { before: EntitlementRow; after: EntitlementRow }[]): Promise<void> {
+  for (const { before, after } of changes) {
+    await recordAudit(tx, ctx, {
+      action: 'entitlement.member_scope_changed',
+      target: { type: 'entitlement', id: after.id },
+      targetUserId: null,
+      organizationId: after.organization_id,
+      applicationId: after.application_id,
+      before: toEntitlement(before),
+      after: toEntitlement(after),
+    });
+    await emitEntitlementEvent(tx, ctx, 'entitlement.member_scope_changed', after);
+  }
+}
+
 /** POST /v1/users/{id}/entitlements: one live personal row per user and Application. */
 export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody): Promise<Entitlement> {
   if (body.source === 'org_seat') throw new ApiError('invalid_source');

@@ -19,8 +19,8 @@ import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, to
 import { assertOrgActive, orgAccess } from './service.js';
 import { MEMBER_READ_ONLY, type AddMemberBody, type Member, type MemberListQuery, type PatchMemberBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
-import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
-import { emitEntitlementEvent } from '../entitlements/grant.js';
+import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
+import { announceScopeChanges } from '../entitlements/grant.js';
 
 /** GET /v1/organizations/{id}/members: active members and organizations.manage. */
 export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
@@ -229,17 +229,6 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
       await voidOrganizationInvitation(tx, userId, orgId, ctx.now);
     }
     await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active', former);
-    for (const { before, after } of scoped) {
-      await recordAudit(tx, c, {
-        action: 'entitlement.member_scope_changed',
-        target: { type: 'entitlement', id: after.id },
-        targetUserId: null,
-        organizationId: orgId,
-        applicationId: after.application_id,
-        before: toEntitlement(before),
-        after: toEntitlement(after),
-      });
-      await emitEntitlementEvent(tx, c, 'entitlement.member_scope_changed', after);
-    }
+    await announceScopeChanges(tx, c, scoped);
   });
 }

@@ -8,8 +8,8 @@ import { recordAudit } from '../../audit/record.js';
 import { pathApplicationIds } from '../../outbox/emit.js';
 import { dropStoredAnswersAbout } from '../../http/idempotency.js';
 import { memberEvent } from '../organizations/events.js';
-import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
-import { emitEntitlementEvent } from '../entitlements/grant.js';
+import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
+import { announceScopeChanges } from '../entitlements/grant.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
@@ -218,19 +218,7 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
   for (const m of memberships) {
     await memberEvent(tx, ctx, 'organization.member_removed', { organization_id: m.organization_id, user_id: id, role: m.role, membership_status: m.membership_status }, m.membership_status === 'active', formerPaths);
   }
-  for (const before of scopedBefore) {
-    const after = scopedAfter.find((r) => r.id === before.id)!;
-    await recordAudit(tx, ctx, {
-      action: 'entitlement.member_scope_changed',
-      target: { type: 'entitlement', id: after.id },
-      targetUserId: null,
-      organizationId: after.organization_id,
-      applicationId: after.application_id,
-      before: toEntitlement(before),
-      after: toEntitlement(after),
-    });
-    await emitEntitlementEvent(tx, ctx, 'entitlement.member_scope_changed', after);
-  }
+  await announceScopeChanges(tx, ctx, scopedBefore.map((before) => ({ before, after: scopedAfter.find((r) => r.id === before.id)! })));
   // The user's own mails, to every address they had; not those of another account that reused the
   // address (mails queued before user_id was recorded: by address, in the user's mode, up to deletion).
   await tx.query(

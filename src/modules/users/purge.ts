@@ -2,9 +2,8 @@ import type { Deps } from '../../context.js';
 import { systemCtx } from '../../context.js';
 import { addSeconds } from '../../clock.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { recordAudit } from '../../audit/record.js';
-import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
-import { emitEntitlementEvent } from '../entitlements/grant.js';
+import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
+import { announceScopeChanges } from '../entitlements/grant.js';
 
 export const TEST_RETENTION_SECONDS = 30 * 24 * 3600;
 
@@ -60,19 +59,7 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
         WHERE e.id = ANY($3::text[]) RETURNING ${ENT_COLUMNS}`,
       [cutoff, ctx.now, scopedBefore.map((r) => r.id)],
     );
-    for (const before of scopedBefore) {
-      const after = scopedAfter.find((r) => r.id === before.id)!;
-      await recordAudit(tx, ctx, {
-        action: 'entitlement.member_scope_changed',
-        target: { type: 'entitlement', id: after.id },
-        targetUserId: null,
-        organizationId: after.organization_id,
-        applicationId: after.application_id,
-        before: toEntitlement(before),
-        after: toEntitlement(after),
-      });
-      await emitEntitlementEvent(tx, ctx, 'entitlement.member_scope_changed', after);
-    }
+    await announceScopeChanges(tx, ctx, scopedBefore.map((before) => ({ before, after: scopedAfter.find((r) => r.id === before.id)! })));
     await run('organizations', `DELETE FROM organizations WHERE id IN (${oldOrgs})`);
     await run('webhook_subscriptions', `DELETE FROM webhook_subscriptions WHERE test_mode AND created_at < $1`);
     await run('users', `DELETE FROM users WHERE id IN (${oldUsers})`);
