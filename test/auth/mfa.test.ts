@@ -1,7 +1,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { buildTestApp, pausedAfter, type TestApp } from '../helpers/app.js';
+import pg from 'pg';
+import { buildTestApp, pausedAfter, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
@@ -553,4 +554,46 @@ test('disable writes one user.mfa_disabled per change: the same code sent twice,
   assert.equal((await mailsTo(t, user.email, 'mfa_disabled')).length, 1);
   const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
   assert.equal(identity.failures, 0);
+});
+
+test('a sign-in with a recovery code and a disable sending the same code at once do not deadlock (PostgreSQL): the sign-in locks the identity before the code, as disable and the support reset do, so one uses the code and the other is refused at once, not after deadlock_timeout', { skip: storageName !== 'postgres' && 'two transactions at once need PostgreSQL' }, async () => {
+  const m = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, m.user);
+  const code = m.recoveryCodes[0];
+  const connect = async () => {
+    const c = new pg.Client({ connectionString: TEST_DATABASE_URL!, options: `-c search_path=${t.schema}` });
+    await c.connect();
+    return c;
+  };
+  const holder = await connect();
+  const watcher = await connect();
+  const waiting = async (n: number) => {
+    for (let waited = 0; ; waited += 10) {
+      const { rows } = await watcher.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`);
+      if (rows[0].n >= n) return;
+      assert.ok(waited < 5000, `${n} requests never waited`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  try {
+    // The user's recovery codes are held, so the sign-in waits for its code first, then the disable.
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM recovery_codes WHERE user_id = $1 FOR UPDATE', [m.user.id]);
+    const signIn = verify({ mfa_token: mfaToken, recovery_code: code });
+    await waiting(1);
+    const disable = t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(m.token), payload: { recovery_code: code } });
+    await waiting(2);
+    await holder.query('ROLLBACK');
+    const released = Date.now();
+    const [a, b] = await Promise.all([signIn, disable]);
+    const elapsed = Date.now() - released;
+    assert.ok(elapsed < 900, `the two answered ${elapsed} ms after the codes were free: a deadlock PostgreSQL broke after deadlock_timeout`);
+    assert.equal(a.statusCode, 200, a.body);
+    assertError(b, 422, 'invalid_mfa_code');
+    assert.equal(await mfaEnabled(m.token), true);
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM recovery_codes WHERE user_id = $1 AND used_at IS NOT NULL', [m.user.id]))[0].n, 1);
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
 });

@@ -531,3 +531,22 @@ test('a superadmin\'s account is changed by another only if that one is a supera
   assertStatus(await call(t, 'POST', `/v1/users/${plain.id}/suspend`, manager.token, {}), 200);
   assertStatus(await call(t, 'PATCH', `/v1/users/${plain.id}/profile`, key, { display_name: 'Renamed' }), 200);
 });
+
+test('Part A "GET /v1/users/{id}/sessions | self or users.manage" and GET …/settings: a users.manage holder who is no superadmin reads a superadmin\'s sessions and Settings (200, reads change no account), while revoking a session and PATCH of the Settings stay 403 forbidden (required_role superadmin) and change nothing', async () => {
+  const managerRole = await createPlatformRole(t, ['users.list', 'users.manage']);
+  const manager = await userToken(t, { roles: [managerRole] });
+  const target = await userToken(t, { roles: ['superadmin'] });
+  const id = target.user.id;
+  const sessions = assertStatus(await call(t, 'GET', `/v1/users/${id}/sessions`, manager.token), 200);
+  assert.ok(sessions.data.length >= 1);
+  assert.equal(sessions.data.some((s: { current: boolean }) => s.current), false, 'none is the caller\'s');
+  const settings = assertStatus(await call(t, 'GET', `/v1/users/${id}/settings`, manager.token), 200);
+  assert.equal(settings.user_id, id);
+
+  const before = await mark(id);
+  assert.equal(assertError(await call(t, 'DELETE', `/v1/users/${id}/sessions/${sessions.data[0].id}`, manager.token), 403, 'forbidden').details.required_role, 'superadmin');
+  assert.equal(assertError(await call(t, 'PATCH', `/v1/users/${id}/settings`, manager.token, { theme: 'dark' }), 403, 'forbidden').details.required_role, 'superadmin');
+  assert.deepEqual(await mark(id), before, 'no audit row, no event');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${id}/settings`, target.token), 200).theme, settings.theme);
+  assert.ok((await liveSessionCount(t, id)) >= 1, 'the sessions stay');
+});

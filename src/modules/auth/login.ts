@@ -96,6 +96,9 @@ export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<Aut
   const outcome = await ctx.db
     .transaction(async (tx) => {
       if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) throw rejected;
+      // The identity before a recovery code, as a disable or a support reset takes them (they turn TOTP
+      // off and delete the codes): in the other order, the same code sent to both deadlocked.
+      if (method === 'recovery_code') await tx.query('SELECT 1 FROM identities WHERE id = $1 FOR NO KEY UPDATE', [identity.id]);
       const accepted =
         method === 'otp'
           ? step !== null && (await takeTotpStep(tx, identity.id, step))

@@ -6,12 +6,12 @@ import { listActiveSessions, revokeSessions } from './store.js';
 import type { LogoutBody } from './schemas.js';
 
 /** Self or users.manage (Part A Auth endpoints). */
-async function targetUserId(ctx: Ctx, idParam: string): Promise<string> {
-  return (await targetUser(ctx, idParam, 'write')).user.id;
+async function targetUserId(ctx: Ctx, idParam: string, readOnly = false): Promise<string> {
+  return (await targetUser(ctx, idParam, 'write', { readOnly })).user.id;
 }
 
 export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) {
-  const userId = await targetUserId(ctx, idParam);
+  const userId = await targetUserId(ctx, idParam, true);
   const { rows, limit } = await listActiveSessions(ctx.db, userId, ctx.now, page);
   const current = ctx.actor.type === 'user' ? ctx.actor.sessionId : null;
   return toPage(rows, limit, (r) => ({

@@ -43,7 +43,7 @@ export function recognizedTimeZone(zone: string): string {
 
 /** GET /v1/users/{id}/settings: self or users.manage (preferences are not part of what users.list reads). */
 export async function getSettings(ctx: Ctx, idParam: string): Promise<Settings> {
-  const { user } = await targetUser(ctx, idParam, 'write');
+  const { user } = await targetUser(ctx, idParam, 'write', { readOnly: true });
   return loadSettings(ctx.db, user.id);
 }
 

@@ -43,7 +43,7 @@ export async function targetUser(
   ctx: Ctx,
   idParam: string,
   need: Need,
-  opts: { allowSelf?: boolean; readers?: string[]; ownKeyApp?: string } = {},
+  opts: { allowSelf?: boolean; readers?: string[]; ownKeyApp?: string; readOnly?: boolean } = {},
 ): Promise<{ user: UserRow; self: boolean }> {
   const id = resolveUserId(ctx, idParam);
   const self = ctx.actor.type === 'user' && ctx.actor.userId === id;
@@ -64,7 +64,8 @@ export async function targetUser(
   if (need === 'write' && !manage && !(self && opts.allowSelf !== false)) {
     throw new ApiError('forbidden', { details: { required_permission: 'users.manage' } });
   }
-  if (need === 'write' && !self) await assertMayActOnAdmin(ctx, id);
+  // readOnly: a read that needs users.manage (Settings, the sessions list) changes nothing about a superadmin.
+  if (need === 'write' && !self && !opts.readOnly) await assertMayActOnAdmin(ctx, id);
   return { user, self };
 }
 
