@@ -548,3 +548,15 @@ test('a dead link\'s token is kept while a queued mail carries it, so the relay 
   await t.deps.jobs.runNow('idempotency-prune');
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM one_time_tokens WHERE token_hash = $1', [sha256(token)]))[0].n, 0);
 });
+
+test('the idempotency-prune job deletes a backlog of dead one-time tokens in batches of 5,000, all of it in one run (the first run after an upgrade finds every token ever written)', async () => {
+  const user = await createUser(t);
+  const now = t.clock.now();
+  await sql(t, `INSERT INTO one_time_tokens (id, kind, token_hash, user_id, test_mode, created_at, expires_at, used_at)
+                SELECT 'ott_backlog' || g, 'password_reset', 'backlog' || g || $2, $1, false, $3, $3, $3 FROM generate_series(1, 5001) g`, [user.id, randomHex(), now]);
+  t.clock.advance(1);
+  const result = await t.deps.jobs.runNow('idempotency-prune');
+  assert.ok((result.one_time_tokens as number) >= 5001, JSON.stringify(result));
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = $1', [user.id]))[0].n, 0);
+});
+const randomHex = () => createHash('sha256').update(String(Math.random())).digest('hex').slice(0, 8);

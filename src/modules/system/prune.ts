@@ -7,7 +7,8 @@ import type { Deps } from '../../context.js';
 export const ENDED_SESSION_RETENTION_DAYS = 30;
 /** Days a mail that has left the outbox (sent, logged or failed for good) is kept, as the webhook delivery log. */
 export const MAIL_RETENTION_DAYS = 30;
-const SESSION_PRUNE_BATCH = 5000;
+/** Rows a pruning statement deletes at most: no one statement holds locks on (or, embedded, the connection over) a huge backlog. */
+const PRUNE_BATCH = 5000;
 
 /**
  * Drops idempotency records past their 24 hours, counter windows that have ended, idle login lockouts,
@@ -17,7 +18,8 @@ const SESSION_PRUNE_BATCH = 5000;
  * and sessions 30 days past their 90-day end with everything hanging off them (refresh tokens used or
  * not, app refresh tokens, authorization codes, hosted-page browser rows: ON DELETE CASCADE). Each
  * refresh writes a token row and each sign-in a session, so kept for ever they grew without bound.
- * Sessions go in batches, so no one statement holds locks on a huge backlog.
+ * Sessions, one-time tokens and mails go in batches, so no one statement holds locks on a huge backlog
+ * (the first run after an upgrade finds every token and mail ever written).
  */
 export async function pruneExpired(deps: Deps): Promise<{
   idempotency_keys: number; counters: number; login_lockouts: number; sessions: number; event_clocks: number;
@@ -33,25 +35,26 @@ export async function pruneExpired(deps: Deps): Promise<{
   const clocks = await db.query(`DELETE FROM event_clocks WHERE last_at <= $1::timestamptz - interval '1 day'`, [now]);
   // A dead token works nowhere (a used or expired link is 400 invalid_token like an unknown one); an
   // email change's keeps the requested address, and every MFA sign-in writes one.
-  const tokens = await db.query(
-    `DELETE FROM one_time_tokens t WHERE (t.used_at <= $1 OR t.expires_at <= $1)
-        AND NOT EXISTS (SELECT 1 FROM emails e WHERE e.status = 'queued' AND e.link_token_hash = t.token_hash)`,
-    [now],
+  const tokens = await inBatches(
+    `SELECT t.id FROM one_time_tokens t WHERE (t.used_at <= $1 OR t.expires_at <= $1)
+        AND NOT EXISTS (SELECT 1 FROM emails e WHERE e.status = 'queued' AND e.link_token_hash = t.token_hash) LIMIT $2`,
+    'one_time_tokens', [now],
   );
-  const mails = await db.query(`DELETE FROM emails WHERE status <> 'queued' AND created_at <= $1`, [new Date(now.getTime() - MAIL_RETENTION_DAYS * 86400_000)]);
+  const mails = await inBatches(`SELECT id FROM emails WHERE status <> 'queued' AND created_at <= $1 LIMIT $2`, 'emails', [new Date(now.getTime() - MAIL_RETENTION_DAYS * 86400_000)]);
   const simulator = await db.query('DELETE FROM billing_simulator_sessions WHERE expires_at <= $1', [now]);
-  const cutoff = new Date(now.getTime() - ENDED_SESSION_RETENTION_DAYS * 86400_000);
-  let sessions = 0;
-  for (;;) {
-    const { rowCount } = await db.query(
-      'DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE expires_at <= $1 LIMIT $2)',
-      [cutoff, SESSION_PRUNE_BATCH],
-    );
-    sessions += rowCount;
-    if (rowCount < SESSION_PRUNE_BATCH) break;
-  }
+  const sessions = await inBatches('SELECT id FROM sessions WHERE expires_at <= $1 LIMIT $2', 'sessions', [new Date(now.getTime() - ENDED_SESSION_RETENTION_DAYS * 86400_000)]);
   return {
     idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount, sessions, event_clocks: clocks.rowCount,
-    one_time_tokens: tokens.rowCount, emails: mails.rowCount, billing_simulator_sessions: simulator.rowCount,
+    one_time_tokens: tokens, emails: mails, billing_simulator_sessions: simulator.rowCount,
   };
+
+  /** Deletes the rows of `table` whose ids `select` ($1 and its own params, LIMIT $2) names, a batch a statement. */
+  async function inBatches(select: string, table: string, params: unknown[]): Promise<number> {
+    let deleted = 0;
+    for (;;) {
+      const { rowCount } = await db.query(`DELETE FROM ${table} WHERE id IN (${select})`, [...params, PRUNE_BATCH]);
+      deleted += rowCount;
+      if (rowCount < PRUNE_BATCH) return deleted;
+    }
+  }
 }
