@@ -53,6 +53,18 @@ export interface AccessAfter {
   apps: string[] | null;
 }
 
+/** Path rows by (user, Application) pair; a row without an Application or entitlement is no path. */
+function byPair(rows: PathRow[]): Map<string, PathRow[]> {
+  const out = new Map<string, PathRow[]>();
+  for (const r of rows) {
+    if (!r.application_id || !r.entitlement_id) continue;
+    const key = accessKey(r.user_id, r.application_id);
+    if (!out.has(key)) out.set(key, []);
+    out.get(key)!.push(r);
+  }
+  return out;
+}
+
 const timeReason = (allowed: boolean): AccessReason => (allowed ? 'entitlement_started' : 'entitlement_expired');
 
 /**
@@ -69,15 +81,9 @@ export async function emitFlips(
   reason: AccessReason | null,
 ): Promise<number> {
   const after = computeAccess(afterRows.rows, afterRows.userIds, ctx.now, afterRows.apps);
-  const rowsOf = new Map<string, PathRow[]>();
+  const rowsOf = byPair(before.rows);
   const pairs = new Map<string, { user_id: string; application_id: string }>();
-  for (const r of before.rows) {
-    if (!r.application_id || !r.entitlement_id) continue;
-    const key = accessKey(r.user_id, r.application_id);
-    if (!rowsOf.has(key)) rowsOf.set(key, []);
-    rowsOf.get(key)!.push(r);
-    pairs.set(key, { user_id: r.user_id, application_id: r.application_id });
-  }
+  for (const [key, [r]] of rowsOf) pairs.set(key, { user_id: r!.user_id, application_id: r!.application_id! });
   for (const [key, a] of after) pairs.set(key, { user_id: a.user_id, application_id: a.application_id });
   if (pairs.size === 0) return 0;
   const list = [...pairs.values()];
@@ -110,13 +116,7 @@ export async function emitFlips(
   // not before it: resolved at ctx.now, a start or an end between the two would be announced undone
   // (a grant that started announced revoked, and nothing announcing it again). Only within
   // MAX_CLOCK_SKEW_SECONDS: beyond, this process's clock is taken (the development clock moved back).
-  const afterRowsOf = new Map<string, PathRow[]>();
-  for (const r of afterRows.rows) {
-    if (!r.application_id || !r.entitlement_id) continue;
-    const key = accessKey(r.user_id, r.application_id);
-    if (!afterRowsOf.has(key)) afterRowsOf.set(key, []);
-    afterRowsOf.get(key)!.push(r);
-  }
+  const afterRowsOf = byPair(afterRows.rows);
   for (const [key, pair] of pairs) {
     const record = announced.get(key);
     const last = record ? new Date(record.updated_at).getTime() : -Infinity;

@@ -3,6 +3,23 @@ import type { Deps } from '../context.js';
 /** Rows a run skips after their work failed before it gives up on the rest. */
 const MAX_FAILED_PER_RUN = 100;
 
+/** A run's failed items: each logged as it fails; `end` fails the run naming them, once the others are done. */
+function failures(deps: Deps, what: string) {
+  const ids: string[] = [];
+  let first: unknown = null;
+  return {
+    ids,
+    add(id: string, err: unknown) {
+      deps.log.error({ err, [what]: id }, 'job: an item failed; skipped for this run');
+      ids.push(id);
+      first ??= err;
+    },
+    end(done: number) {
+      if (first) throw new Error(`${ids.length} ${what}(s) failed (${ids.join(', ')}); ${done} done: ${(first as Error).message}`);
+    },
+  };
+}
+
 /**
  * Runs `step` until it reports 'none'. Each step picks the next due item (oldest first), leaving out
  * the ids in `skip`, names it with `picked`, and works on it in a transaction of its own. An item whose
@@ -16,40 +33,31 @@ export async function eachSkippingFailures(
   step: (skip: string[], picked: (id: string) => void) => Promise<'none' | 'done' | 'gone'>,
 ): Promise<number> {
   let done = 0;
-  const failed: string[] = [];
-  let firstError: unknown = null;
+  const failed = failures(deps, what);
   for (;;) {
     let current: string | null = null;
     try {
-      const outcome = await step(failed, (id) => { current = id; });
+      const outcome = await step(failed.ids, (id) => { current = id; });
       if (outcome === 'none') break;
       if (outcome === 'done') done++;
     } catch (err) {
-      if (current === null || failed.length >= MAX_FAILED_PER_RUN) throw err;
-      deps.log.error({ err, [what]: current }, 'job: an item failed; skipped for this run');
-      failed.push(current);
-      firstError ??= err;
+      if (current === null || failed.ids.length >= MAX_FAILED_PER_RUN) throw err;
+      failed.add(current, err);
     }
   }
-  if (firstError) throw runFailed(what, failed, done, firstError);
+  failed.end(done);
   return done;
 }
 
 /** Runs `work` on each item of a fixed list; a failing item does not stop the others (as eachSkippingFailures). */
 export async function forEachSkippingFailures<T>(deps: Deps, what: string, items: T[], idOf: (item: T) => string, work: (item: T) => Promise<void>): Promise<void> {
-  const failed: string[] = [];
-  let firstError: unknown = null;
+  const failed = failures(deps, what);
   for (const item of items) {
     try {
       await work(item);
     } catch (err) {
-      deps.log.error({ err, [what]: idOf(item) }, 'job: an item failed; skipped for this run');
-      failed.push(idOf(item));
-      firstError ??= err;
+      failed.add(idOf(item), err);
     }
   }
-  if (firstError) throw runFailed(what, failed, items.length - failed.length, firstError);
+  failed.end(items.length - failed.ids.length);
 }
-
-const runFailed = (what: string, failed: string[], done: number, err: unknown) =>
-  new Error(`${failed.length} ${what}(s) failed (${failed.join(', ')}); ${done} done: ${(err as Error).message}`);

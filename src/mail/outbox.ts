@@ -109,10 +109,10 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
     // Once the SMTP server has the mail, a failure to record it (a connection lost, a statement
     // timeout) is no failed attempt: requeued as one, the mail would be sent again.
     let handedOver = false;
+    // Once the SMTP server has it, the stored copy keeps no live link: its token= values (reset,
+    // invitation, verification secrets) are redacted (catalog AU-2). Without SMTP_URL the outbox row
+    // is the only copy an operator can read, so it stays whole.
     const recordSent = () =>
-      // Once the SMTP server has it, the stored copy keeps no live link: its token= values (reset,
-      // invitation, verification secrets) are redacted (catalog AU-2). Without SMTP_URL the outbox
-      // row is the only copy an operator can read, so it stays whole.
       db.query(
         `UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL,
                 text_body = CASE WHEN $2 = 'sent' THEN ${REDACTED_BODY} ELSE text_body END

@@ -60,23 +60,15 @@ export async function emit(tx: Tx, ctx: Ctx, event: OutboundEvent): Promise<stri
   if (!event.applicationId && userId && isUserEvent(event.type)) {
     paths = [...new Set([...(await pathApplicationIds(tx, userId)), ...(event.formerPathApplicationIds ?? [])])];
   }
-  const values = [id, event.type, event.applicationId ?? null, ctx.mode === 'test', JSON.stringify(event.data), ctx.now, paths];
-  const subject = orderedSubject(event, userId);
-  if (subject) {
-    // Dated strictly after the subject's last such event, under its clock row's lock (held to commit).
-    await tx.query(
-      `WITH clock AS (
-         INSERT INTO event_clocks AS c (subject, last_at) VALUES ($8, $6) ON CONFLICT (subject)
-         DO UPDATE SET last_at = GREATEST(EXCLUDED.last_at, c.last_at + interval '1 millisecond') RETURNING last_at)
-       INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at, path_application_ids)
-       SELECT $1, $2, $3, $4, $5, last_at, $7 FROM clock`,
-      [...values, subject],
-    );
-    return id;
-  }
+  // An ordered event is dated strictly after its subject's last one, under the subject's clock row's
+  // lock (held to commit); the clock row is written only when there is a subject ($8).
   await tx.query(
-    `INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at, path_application_ids) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-    values,
+    `WITH clock AS (
+       INSERT INTO event_clocks AS c (subject, last_at) SELECT $8, $6 WHERE $8::text IS NOT NULL ON CONFLICT (subject)
+       DO UPDATE SET last_at = GREATEST(EXCLUDED.last_at, c.last_at + interval '1 millisecond') RETURNING last_at)
+     INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at, path_application_ids)
+     SELECT $1, $2, $3, $4, $5, COALESCE((SELECT last_at FROM clock), $6), $7`,
+    [id, event.type, event.applicationId ?? null, ctx.mode === 'test', JSON.stringify(event.data), ctx.now, paths, orderedSubject(event, userId)],
   );
   return id;
 }

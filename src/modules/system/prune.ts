@@ -7,6 +7,7 @@ import type { Deps } from '../../context.js';
 export const ENDED_SESSION_RETENTION_DAYS = 30;
 /** Days a mail that has left the outbox (sent, logged or failed for good) is kept, as the webhook delivery log. */
 export const MAIL_RETENTION_DAYS = 30;
+const daysBefore = (d: Date, days: number) => new Date(d.getTime() - days * 86400_000);
 /** Rows a pruning statement deletes at most: no one statement holds locks on (or, embedded, the connection over) a huge backlog. */
 const PRUNE_BATCH = 5000;
 
@@ -35,24 +36,21 @@ export async function pruneExpired(deps: Deps): Promise<{
   const clocks = await db.query(`DELETE FROM event_clocks WHERE last_at <= $1::timestamptz - interval '1 day'`, [now]);
   // A dead token works nowhere (a used or expired link is 400 invalid_token like an unknown one); an
   // email change's keeps the requested address, and every MFA sign-in writes one.
-  const tokens = await inBatches(
-    `SELECT t.id FROM one_time_tokens t WHERE (t.used_at <= $1 OR t.expires_at <= $1)
-        AND NOT EXISTS (SELECT 1 FROM emails e WHERE e.status = 'queued' AND e.link_token_hash = t.token_hash) LIMIT $2`,
-    'one_time_tokens', [now],
-  );
-  const mails = await inBatches(`SELECT id FROM emails WHERE status <> 'queued' AND created_at <= $1 LIMIT $2`, 'emails', [new Date(now.getTime() - MAIL_RETENTION_DAYS * 86400_000)]);
+  const tokens = await inBatches('one_time_tokens', `(t.used_at <= $1 OR t.expires_at <= $1)
+    AND NOT EXISTS (SELECT 1 FROM emails e WHERE e.status = 'queued' AND e.link_token_hash = t.token_hash)`, now);
+  const mails = await inBatches('emails', `t.status <> 'queued' AND t.created_at <= $1`, daysBefore(now, MAIL_RETENTION_DAYS));
   const simulator = await db.query('DELETE FROM billing_simulator_sessions WHERE expires_at <= $1', [now]);
-  const sessions = await inBatches('SELECT id FROM sessions WHERE expires_at <= $1 LIMIT $2', 'sessions', [new Date(now.getTime() - ENDED_SESSION_RETENTION_DAYS * 86400_000)]);
+  const sessions = await inBatches('sessions', 't.expires_at <= $1', daysBefore(now, ENDED_SESSION_RETENTION_DAYS));
   return {
     idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount, sessions, event_clocks: clocks.rowCount,
     one_time_tokens: tokens, emails: mails, billing_simulator_sessions: simulator.rowCount,
   };
 
-  /** Deletes the rows of `table` whose ids `select` ($1 and its own params, LIMIT $2) names, a batch a statement. */
-  async function inBatches(select: string, table: string, params: unknown[]): Promise<number> {
+  /** Deletes the rows `t` of `table` matching `where` (at $1), a batch a statement. */
+  async function inBatches(table: string, where: string, at: Date): Promise<number> {
     let deleted = 0;
     for (;;) {
-      const { rowCount } = await db.query(`DELETE FROM ${table} WHERE id IN (${select})`, [...params, PRUNE_BATCH]);
+      const { rowCount } = await db.query(`DELETE FROM ${table} WHERE id IN (SELECT t.id FROM ${table} t WHERE ${where} LIMIT $2)`, [at, PRUNE_BATCH]);
       deleted += rowCount;
       if (rowCount < PRUNE_BATCH) return deleted;
     }

@@ -128,8 +128,7 @@ async function seatedByRelease(db: Queryable, tenantId: string, userIds: string[
     `SELECT DISTINCT l.user_id FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
        JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = l.user_id AND m.membership_status = 'active'
       WHERE a.tenant_id = $1 AND l.user_id = ANY($3::text[]) AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
-        AND NOT (e.member_scope = 'allowlist' AND NOT (m.user_id = ANY(COALESCE(e.member_overrides, '{}'))))
-        AND NOT (e.member_scope = 'denylist' AND m.user_id = ANY(COALESCE(e.member_overrides, '{}')))`,
+        AND ${MEMBER_DECISION_SQL} <> 'excluded'`,
     [tenantId, now, userIds],
   );
   return new Set(rows.map((r) => r.user_id));
