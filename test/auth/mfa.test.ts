@@ -568,22 +568,25 @@ if (storageName === 'postgres') test('a sign-in with a recovery code and a disab
   };
   const holder = await connect();
   const watcher = await connect();
-  const waiting = async (n: number) => {
+  // The backend waiting for a lock `pid` holds: its own, not another test file's on the same server.
+  const blockedBy = async (pid: number, what: string): Promise<number> => {
     for (let waited = 0; ; waited += 10) {
-      const { rows } = await watcher.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`);
-      if (rows[0].n >= n) return;
-      assert.ok(waited < 5000, `${n} requests never waited`);
+      const { rows } = await watcher.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid]);
+      if (rows[0]) return rows[0].pid;
+      assert.ok(waited < 5000, `${what} never waited`);
       await new Promise((r) => setTimeout(r, 10));
     }
   };
   try {
-    // The user's recovery codes are held, so the sign-in waits for its code first, then the disable.
+    // The user's recovery codes are held, so the sign-in waits for its code first (holding the
+    // identity), then the disable for the identity.
     await holder.query('BEGIN');
     await holder.query('SELECT 1 FROM recovery_codes WHERE user_id = $1 FOR UPDATE', [m.user.id]);
+    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
     const signIn = verify({ mfa_token: mfaToken, recovery_code: code });
-    await waiting(1);
+    const signInPid = await blockedBy(holderPid, 'the sign-in');
     const disable = t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(m.token), payload: { recovery_code: code } });
-    await waiting(2);
+    await blockedBy(signInPid, 'the disable, behind the sign-in');
     await holder.query('ROLLBACK');
     const released = Date.now();
     const [a, b] = await Promise.all([signIn, disable]);
