@@ -10,7 +10,9 @@ import type { Tx } from '../db/types.js';
  *   2. the Tenants whose seats it counts or gives back (lockTenantSeats), before reading any row
  *      below: an entitlement write locks its Application's Tenant up front (lockEntitlementScope),
  *      since giving freed seats back (releaseSeatLimits) counts them and then locks the members it
- *      releases;
+ *      releases. A change about an Application reads its Tenant under a KEY SHARE lock of the
+ *      Application (lockApplicationTenants), which an ownership move's FOR UPDATE waits for: the
+ *      move then counts the seats that change added, and a change after it reads the new Tenant;
  *   3. the entitlement row it changes (the callers' FOR UPDATE reads);
  *   4. the users whose access it resolves (withAccessFlips, the entitlement jobs), by id.
  *
@@ -39,16 +41,36 @@ export async function lockOrganization(tx: Tx, organizationId: string): Promise<
 
 /**
  * For a change of one entitlement: locks its Organization (org grants), then its Application's
- * Tenant, before the row itself is locked.
+ * Tenant (lockApplicationTenants), before the row itself is locked.
  */
 export async function lockEntitlementScope(tx: Tx, entitlementId: string): Promise<void> {
-  const { rows } = await tx.query<{ organization_id: string | null; tenant_id: string | null }>(
-    'SELECT e.organization_id, a.tenant_id FROM entitlements e JOIN applications a ON a.id = e.application_id WHERE e.id = $1',
+  const { rows } = await tx.query<{ organization_id: string | null; application_id: string }>(
+    'SELECT e.organization_id, e.application_id FROM entitlements e WHERE e.id = $1',
     [entitlementId],
   );
   if (!rows[0]) return;
   if (rows[0].organization_id) await lockOrganization(tx, rows[0].organization_id);
-  await lockTenantSeats(tx, [rows[0].tenant_id]);
+  await lockApplicationTenants(tx, [rows[0].application_id]);
+}
+
+/**
+ * Locks the Tenants of these Applications before their seats are counted (lockTenantSeats) and
+ * returns them, read under a KEY SHARE lock of each Application, held to commit. An ownership move
+ * locks its Application FOR UPDATE before it counts the destination's seats (moveOwnership): it waits
+ * for a change that read the Application's Tenant this way, and counts what that change added; a
+ * change that comes after it reads the Tenant the Application moved to. Read before the transaction
+ * (or without the lock), the Tenant may be the one the Application just left: its cap is not the
+ * one the new seat counts against.
+ */
+export async function lockApplicationTenants(tx: Tx, applicationIds: string[]): Promise<string[]> {
+  if (applicationIds.length === 0) return [];
+  const { rows } = await tx.query<{ tenant_id: string | null }>(
+    'SELECT tenant_id FROM applications WHERE id = ANY($1::text[]) ORDER BY id FOR KEY SHARE',
+    [applicationIds],
+  );
+  const tenantIds = [...new Set(rows.map((r) => r.tenant_id).filter((id): id is string => id !== null))];
+  await lockTenantSeats(tx, tenantIds);
+  return tenantIds;
 }
 
 /** Locks Tenants (by id) before their seats are counted for a change that may add one. */

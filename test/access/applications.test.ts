@@ -2,9 +2,10 @@
 // the list view, PATCH field rights.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import pg from 'pg';
+import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import {
-  appKey, assertError, assertInvalid, assertStatus, auditOf, call, createOrg, grant, newApp, person, platformKey, rand, setReview, slugOf, sql,
+  appKey, assertError, assertInvalid, assertStatus, auditOf, call, createOrg, grant, grantReq, newApp, person, platformKey, rand, setReview, slugOf, sql,
 } from './support.js';
 
 let t: TestApp;
@@ -763,6 +764,97 @@ test("ownership change into a Starter Tenant that would hold more than its 1,000
   await sql(t, `UPDATE entitlements SET status = 'revoked', disabled_reason = 'x' WHERE id = $1`, [`ent_${prefix}1`]);
   const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: newOwner.id, owner_organization_id: null }), 200);
   assert.notEqual(moved.tenant_id, app.tenant_id);
+});
+
+/**
+ * An Application of a Team Organization held by 1,000 users (exactly a Starter Tenant's seats), a
+ * newcomer to grant it to and a new (Starter) owner to move it to; `run` gets two connections of its
+ * own to hold locks on (`holder`, `second`) and a way to wait until a backend waits for a lock `pid` holds.
+ */
+async function moveAndGrantRace(
+  run: (f: { appId: string; tenantId: string; org: string; newcomer: string; newOwner: string; holder: pg.Client; second: pg.Client; blockedBy: (pid: number, what: string) => Promise<number> }) => Promise<void>,
+): Promise<void> {
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const app = await newApp(t, admin, { owner_organization_id: org });
+  const now = t.clock.now();
+  const prefix = `usr_race${rand(6)}_`;
+  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
+                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, 1000) g`, [prefix, now]);
+  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, 1000) g`, [prefix, now, app.id]);
+  const connect = async () => {
+    const c = new pg.Client({ connectionString: TEST_DATABASE_URL!, options: `-c search_path=${t.schema}` });
+    await c.connect();
+    return c;
+  };
+  const [holder, second, watcher] = [await connect(), await connect(), await connect()];
+  // The backend waiting for a lock `pid` holds: its own, not another test file's on the same server.
+  const blockedBy = async (pid: number, what: string): Promise<number> => {
+    for (let waited = 0; ; waited += 10) {
+      const { rows } = await watcher.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid]);
+      if (rows[0]) return rows[0].pid;
+      assert.ok(waited < 5000, `${what} never waited`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  try {
+    await run({ appId: app.id, tenantId: app.tenant_id, org, newcomer: (await person(t)).id, newOwner: (await person(t)).id, holder, second, blockedBy });
+  } finally {
+    for (const c of [holder, second, watcher]) await c.end();
+  }
+}
+
+const seatsOf = async (tenantId: string) => (await sql(t, `SELECT count(DISTINCT user_id)::int AS n FROM entitlements e JOIN applications a ON a.id = e.application_id
+  WHERE a.tenant_id = $1 AND e.status = 'active' AND e.user_id IS NOT NULL`, [tenantId]))[0].n;
+
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers these tests.
+if (storageName === 'postgres') test("a grant of an Application and its ownership move into a Starter Tenant at once do not leave the Tenant over its 1,000 seats (PostgreSQL): a move after the grant read the Application's Tenant waits for it and counts its user, 409 plan_limit_reached (resource seats)", async () => {
+  await moveAndGrantRace(async ({ appId, tenantId, org, newcomer, newOwner, holder, blockedBy }) => {
+    // The newcomer's row is held: the grant has read the Application's Tenant and waits for the user
+    // before it counts the seats, while the move runs.
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [newcomer]);
+    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    const granting = grantReq(t, admin, newcomer, { application_id: appId, source: 'admin_grant' });
+    await blockedBy(holderPid, 'the grant');
+    const moving = call(t, 'PATCH', `/v1/applications/${appId}`, admin, { owner_user_id: newOwner, owner_organization_id: null });
+    // The move either ends at once (the grant's seat uncounted) or waits for the grant.
+    await Promise.race([moving, new Promise((r) => setTimeout(r, 300))]);
+    await holder.query('ROLLBACK');
+    const [granted, moved] = await Promise.all([granting, moving]);
+    assertStatus(granted, 201);
+    const err = assertError(moved, 409, 'plan_limit_reached');
+    assert.equal(err.details.resource, 'seats');
+    const [current] = await sql(t, 'SELECT tenant_id, owner_organization_id FROM applications WHERE id = $1', [appId]);
+    assert.deepEqual([current.tenant_id, current.owner_organization_id], [tenantId, org]);
+  });
+});
+
+if (storageName === 'postgres') test("a grant of an Application that starts while its ownership move into a Starter Tenant is under way counts against the new Tenant once the move commits (PostgreSQL): 409 plan_limit_reached (resource seats), the Tenant stays at its 1,000 seats", async () => {
+  await moveAndGrantRace(async ({ appId, tenantId, newcomer, newOwner, holder, second, blockedBy }) => {
+    // The new owner's (empty) Starter Tenant is held: the move has locked the Application and waits for
+    // it. The Tenant the Application leaves is held too, so a grant that read the Application before the
+    // move commits and locks that Tenant goes on only after the move has committed.
+    const destination = `tnt_race${rand(6)}`;
+    await sql(t, `INSERT INTO tenants (id, owner_type, owner_user_id, plan, created_at, updated_at) VALUES ($1, 'user', $2, 'starter', now(), now())`, [destination, newOwner]);
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE', [destination]);
+    await second.query('BEGIN');
+    await second.query('SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE', [tenantId]);
+    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    const moving = call(t, 'PATCH', `/v1/applications/${appId}`, admin, { owner_user_id: newOwner, owner_organization_id: null });
+    await blockedBy(holderPid, 'the move');
+    const granting = grantReq(t, admin, newcomer, { application_id: appId, source: 'admin_grant' });
+    await new Promise((r) => setTimeout(r, 300));
+    await holder.query('ROLLBACK');
+    assert.equal(assertStatus(await moving, 200).tenant_id, destination);
+    await second.query('ROLLBACK');
+    const err = assertError(await granting, 409, 'plan_limit_reached');
+    assert.equal(err.details.resource, 'seats');
+    assert.equal(err.details.tenant_id, destination);
+    assert.equal(await seatsOf(destination), 1000);
+  });
 });
 
 test('list filter owner_organization_id needs applications.manage or tenants.manage: 403 forbidden for others, the org_admin owner included', async () => {

@@ -176,6 +176,10 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   body.owner_user_id = nextUser;
   body.owner_organization_id = nextOrg;
   if (nextUser === app.owner_user_id && nextOrg === app.owner_organization_id) return app.tenant_id;
+  // FOR UPDATE (the PATCH holds FOR NO KEY UPDATE): a change adding seats reads the Application's Tenant
+  // under a KEY SHARE lock (lockApplicationTenants). The move waits for one that has, so the seats it
+  // added are counted below; one that comes after reads the destination and counts against its cap.
+  await tx.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]);
   await assertOwnerKnown(tx, { userId: nextUser, organizationId: nextOrg }, app.test_mode);
   const from = (await findTenant(tx, app.tenant_id))!;
   const to = await resolveOwnerTenant(tx, { userId: nextUser, organizationId: nextOrg }, ctx.now);

@@ -6,7 +6,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { lockTenantSeats, lockUsersForAccess } from '../../access/locks.js';
+import { lockApplicationTenants, lockTenantSeats, lockUsersForAccess } from '../../access/locks.js';
 import { findLiveUser } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import { visibleApplication } from '../applications/service.js';
@@ -68,6 +68,16 @@ export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow,
   assertWithinPlan(tenant, 'seats', (await countSeats(tx, tenant.id, ctx.now)) + added);
 }
 
+/**
+ * The Application as a grant's transaction must see it: its Tenant read again under the Application's
+ * lock, and that Tenant's seats locked (lockApplicationTenants). Read before the transaction, the
+ * Tenant may be one an ownership move is taking it out of, whose cap is not the one the seat counts against.
+ */
+export async function lockGrantTenant(tx: Tx, app: ApplicationRow): Promise<ApplicationRow> {
+  const [tenantId] = await lockApplicationTenants(tx, [app.id]);
+  return { ...app, tenant_id: tenantId ?? app.tenant_id };
+}
+
 export async function emitEntitlementEvent(tx: Tx, ctx: Ctx, type: string, row: EntitlementRow, extra: Record<string, unknown> = {}): Promise<void> {
   await emit(tx, ctx, { type, applicationId: row.application_id, data: { entitlement: toEntitlement(row), ...extra } });
 }
@@ -95,12 +105,12 @@ export async function announceScopeChanges(tx: Tx, ctx: Ctx, changes: { before: 
 export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody): Promise<Entitlement> {
   if (body.source === 'org_seat') throw new ApiError('invalid_source');
   const userId = resolveUserId(ctx, idParam);
-  const app = await grantableApplication(ctx, body.application_id);
+  const found = await grantableApplication(ctx, body.application_id);
   const { startsAt, endsAt } = grantTerm(ctx, body);
   return ctx.db.transaction(async (tx) => {
-    await assertTenantWritable(tx, app.tenant_id);
     // The Tenant before the rows below it (src/access/locks.ts): an ended live row is expired next.
-    await lockTenantSeats(tx, [app.tenant_id]);
+    const app = await lockGrantTenant(tx, found);
+    await assertTenantWritable(tx, app.tenant_id);
     if (!(await findLiveUser(tx, userId))) throw new ApiError('user_not_found');
     // A live row whose ends_at passed is expired first: expired rows do not block a new grant.
     let existing = await findLivePersonal(tx, userId, app.id);

@@ -4,10 +4,10 @@ import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { lockOrganization, lockTenantSeats } from '../../access/locks.js';
+import { lockOrganization } from '../../access/locks.js';
 import { findTenant } from '../tenancy/plans.js';
 import { withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
-import { emitEntitlementEvent, grantableApplication, grantTerm } from '../entitlements/grant.js';
+import { emitEntitlementEvent, grantableApplication, grantTerm, lockGrantTenant } from '../entitlements/grant.js';
 import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
 import type { Entitlement } from '../entitlements/schemas.js';
 import { findMember, findOrg } from './store.js';
@@ -25,7 +25,7 @@ import { assertTenantWritable } from '../tenancy/writable.js';
  */
 export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantBody): Promise<Entitlement & { included_member_count: number }> {
   // Rights over the Application first: a caller without any learns nothing about the Organization.
-  const app = await grantableApplication(ctx, body.application_id);
+  const found = await grantableApplication(ctx, body.application_id);
   const org = await findOrg(ctx.db, orgId);
   if (!org) throw new ApiError('organization_not_found');
   // An org admin never grants to their own Organization, unless they hold platform
@@ -42,10 +42,10 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
   const scope = body.member_scope ?? 'all_members';
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
-    await assertTenantWritable(tx, app.tenant_id);
     await lockOrganization(tx, orgId);
     // The Tenant whose seats the grant takes, before the live row and the members (src/access/locks.ts).
-    await lockTenantSeats(tx, [app.tenant_id]);
+    const app = await lockGrantTenant(tx, found);
+    await assertTenantWritable(tx, app.tenant_id);
     const { rows: members } = await tx.query<{ user_id: string }>(
       `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
       [orgId],

@@ -6,8 +6,8 @@ import { recordAudit } from '../../audit/record.js';
 import { pathApplicationIds } from '../../outbox/emit.js';
 import { memberEvent } from './events.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { lockOrganization, lockTenantSeats } from '../../access/locks.js';
-import { orgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
+import { lockOrganization } from '../../access/locks.js';
+import { lockOrgGrantTenants, releaseSeatLimits, withSeatCap } from '../tenancy/seats.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { issueOneTimeToken, ORG_INVITATION_LIFETIME_SECONDS, voidOrganizationInvitation } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
@@ -45,9 +45,8 @@ export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
 
 /** Membership becomes active: the user's access flips on for each grant that now reaches them. */
 async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: string, existing: boolean): Promise<void> {
-  const tenants = await orgGrantTenants(tx, org.id);
   // The Tenants before the user (src/access/locks.ts).
-  await lockTenantSeats(tx, tenants);
+  const tenants = await lockOrgGrantTenants(tx, org.id);
   await withAccessFlips(tx, ctx, { userIds: [userId] }, 'org_member_added', () => withSeatCap(tx, tenants, [userId], ctx.now, async () => {
     if (existing) {
       await tx.query(`UPDATE organization_members SET membership_status = 'active', joined_at = $3 WHERE organization_id = $1 AND user_id = $2`, [org.id, userId, ctx.now]);
@@ -219,8 +218,7 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
     const former = member.membership_status === 'active' ? await pathApplicationIds(tx, userId) : [];
     if (member.membership_status === 'active') {
       // The seats it frees are given back: the Tenants are locked before the user (src/access/locks.ts).
-      const tenants = await orgGrantTenants(tx, orgId);
-      await lockTenantSeats(tx, tenants);
+      const tenants = await lockOrgGrantTenants(tx, orgId);
       await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', change);
       for (const tenantId of tenants) await releaseSeatLimits(tx, c, tenantId);
     } else {

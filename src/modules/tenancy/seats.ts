@@ -3,7 +3,7 @@ import { ApiError } from '../../errors.js';
 import type { Queryable, Tx } from '../../db/types.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { lockTenantSeats } from '../../access/locks.js';
+import { lockApplicationTenants, lockTenantSeats } from '../../access/locks.js';
 import { asModeWithin } from '../../db/roles.js';
 import { PLAN_LIMITS, type Plan } from './plans.js';
 
@@ -58,14 +58,17 @@ export async function applicationTenant(db: Queryable, applicationId: string): P
   return rows[0]?.tenant_id ?? null;
 }
 
-/** The Tenants whose Applications an Organization's live grants are for. */
-export async function orgGrantTenants(db: Queryable, orgId: string): Promise<string[]> {
-  const { rows } = await db.query<{ tenant_id: string }>(
-    `SELECT DISTINCT a.tenant_id FROM entitlements e JOIN applications a ON a.id = e.application_id
-      WHERE e.organization_id = $1 AND e.status IN ('active', 'disabled') AND a.tenant_id IS NOT NULL`,
+/**
+ * The Tenants whose Applications an Organization's live grants are for, locked before their seats are
+ * counted, each read under its Application's lock (lockApplicationTenants: an ownership move meanwhile
+ * is waited for, or waits). Call after the Organization is locked.
+ */
+export async function lockOrgGrantTenants(tx: Tx, orgId: string): Promise<string[]> {
+  const { rows } = await tx.query<{ application_id: string }>(
+    `SELECT DISTINCT e.application_id FROM entitlements e WHERE e.organization_id = $1 AND e.status IN ('active', 'disabled')`,
     [orgId],
   );
-  return rows.map((r) => r.tenant_id);
+  return lockApplicationTenants(tx, rows.map((r) => r.application_id));
 }
 
 /**
