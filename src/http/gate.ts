@@ -170,9 +170,9 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
     authorize(request);
     if (request.method === 'DELETE' && !request.routeOptions.schema?.body) assertNoBody(request.body);
-    // Text PostgreSQL cannot store as sent (U+0000, unpaired surrogates): a field error, never a 500 or
-    // a silent change (routes that attach validation, the OAuth token endpoint, answer it in their own
-    // error shape).
+    // Text PostgreSQL cannot store as sent (U+0000, unpaired surrogates, a leading U+FEFF): a field
+    // error, never a 500 or a silent change (routes that attach validation, the OAuth token endpoint,
+    // answer it in their own error shape).
     if (request.routeOptions.attachValidation) return;
     const bad = unstorableText(request.params, 'path') ?? unstorableText(request.query, 'query') ?? unstorableText(request.body, '');
     if (bad !== null) throw invalidField(bad.path || 'body', bad.message);

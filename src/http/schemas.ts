@@ -1,4 +1,4 @@
-import { Type, type TSchema } from '@sinclair/typebox';
+import { Type, type ObjectOptions, type Static, type TSchema } from '@sinclair/typebox';
 
 export const ErrorEnvelope = Type.Object(
   {
@@ -14,6 +14,15 @@ export const ErrorEnvelope = Type.Object(
 export const Timestamp = Type.String({ format: 'date-time' });
 export const NullableTimestamp = Type.Union([Timestamp, Type.Null()]);
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+
+/**
+ * A JSON object whose keys are any text (AppProfile custom, AppSettings overrides, counts by settings
+ * key). Not Type.Record(Type.String(), …): that is `patternProperties: {"^(.*)$": …}`, and `.` matches
+ * no line terminator, so the response serializer left out, without a word, every key holding \n, \r,
+ * U+2028 or U+2029, which the request had stored (a value written and never read back).
+ */
+export const FreeMap = <T extends TSchema>(value: T, options: ObjectOptions = {}) =>
+  Type.Unsafe<Record<string, Static<T>>>({ ...options, type: 'object', additionalProperties: value });
 
 /**
  * An enumeration in a response. Enumerations may gain values (Part A convention 13), so responses

@@ -48,15 +48,25 @@ export const validatorCompiler: FastifySchemaCompiler<any> = ({ schema, httpPart
 // An unpaired UTF-16 surrogate has no UTF-8 form: stored or hashed, it silently becomes U+FFFD, so two
 // different inputs (two passwords, say) would turn into the same text.
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+// A text that begins with U+FEFF comes back from the embedded database without it: PGlite decodes each
+// value it returns with a TextDecoder, which takes a leading U+FEFF for a byte order mark and drops it
+// (a display_name of "\uFEFF" read back empty). As a first character it is one, never content.
 const unstorable = (text: string): string | null =>
-  text.includes('\u0000') ? 'must not contain U+0000' : LONE_SURROGATE.test(text) ? 'must be well-formed Unicode (no unpaired surrogate)' : null;
+  text.includes('\u0000')
+    ? 'must not contain U+0000'
+    : LONE_SURROGATE.test(text)
+      ? 'must be well-formed Unicode (no unpaired surrogate)'
+      : text.startsWith('\uFEFF')
+        ? 'must not begin with U+FEFF (a byte order mark)'
+        : null;
 
 /** How deep a request's JSON may nest (objects and arrays); no field of the API comes near it. */
 export const MAX_JSON_DEPTH = 64;
 
 /**
  * The first string or key that text columns cannot hold as sent: U+0000 (PostgreSQL text and jsonb
- * refuse it) or an unpaired surrogate (it would change); or the first value nested deeper than
+ * refuse it), an unpaired surrogate (it would change) or a leading U+FEFF (embedded storage drops it
+ * on read); or the first value nested deeper than
  * MAX_JSON_DEPTH. Its field path and why, or null.
  */
 export function unstorableText(value: unknown, path: string, depth = 0): FieldError | null {

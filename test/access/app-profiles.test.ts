@@ -76,6 +76,18 @@ test('custom merges one level deep and a key sent as null is removed', async () 
   assert.deepEqual(assertStatus(await read(user.token, user.id), 200).custom, { b: { y: 2 }, keep: 'yes' });
 });
 
+test('custom "not schema-validated": keys holding line breaks (\\n, \\r\\n, U+2028, U+2029) and other control or format characters are stored and read back as sent, in the PATCH answer, the GET and the export, never silently left out', async () => {
+  const user = await member();
+  const custom = { 'a\nb': 1, 'line\r\nbreak': 'two', 'ls\u2028': true, 'ps\u2029': 'p', 'tab\tkey': [1], '\u202eltr': { 'nested\nkey': 'kept' }, plain: 'x' };
+  assert.deepEqual(assertStatus(await write(user.token, 'me', { custom }), 200).custom, custom);
+  assert.deepEqual(assertStatus(await read(user.token, 'me'), 200).custom, custom);
+  const exported = assertStatus(await call(t, 'GET', '/v1/users/me/export', user.token), 200);
+  assert.deepEqual(exported.applications.find((a: { application_id: string }) => a.application_id === app.id).app_profile.custom, custom);
+  // A key sent as null is removed, whatever it holds.
+  const { 'a\nb': _removed, ...rest } = custom;
+  assert.deepEqual(assertStatus(await write(user.token, 'me', { custom: { 'a\nb': null } }), 200).custom, rest);
+});
+
 test('custom is at most 16 KB serialized (422); just under is accepted', async () => {
   const user = await member();
   const tooBig = { blob: 'x'.repeat(16 * 1024) };

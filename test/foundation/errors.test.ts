@@ -112,6 +112,31 @@ test('IV-3 "invalid UTF-8 … Passes when: 4xx": a JSON body with bytes that are
   assert.equal(profile.json().display_name, 'Zoë 東京 🎉', 'never stored as U+FFFD');
 });
 
+test('"Text that cannot be stored as sent is refused": a text beginning with U+FEFF (a byte order mark, which embedded storage drops on read) gets 422 validation_failed naming the field, in a body field, a custom key or value and a query parameter, and changes nothing; U+FEFF after the first character is stored and read back as sent', async () => {
+  const { token, appId } = await userWithApp();
+  const patch = (url: string, payload: unknown) => t.app.inject({ method: 'PATCH', url, headers: bearer(token), payload: payload as object });
+  const profileUrl = '/v1/users/me/profile';
+  const kept = await patch(profileUrl, { display_name: 'Ada\uFEFF Lovelace' });
+  assert.equal(kept.statusCode, 200, kept.body);
+  const refusals: [string, () => Promise<Awaited<ReturnType<typeof patch>>>][] = [
+    ['display_name', () => patch(profileUrl, { display_name: '\uFEFF' })],
+    ['display_name', () => patch(profileUrl, { display_name: '\uFEFFGrace' })],
+    ['custom.k', () => patch(`/v1/users/me/apps/${appId}/profile`, { custom: { k: '\uFEFFv' } })],
+    ['custom.\uFEFFk', () => patch(`/v1/users/me/apps/${appId}/profile`, { custom: { '\uFEFFk': 'v' } })],
+    ['query.q', () => t.app.inject({ method: 'GET', url: `/v1/organizations?q=${encodeURIComponent('\uFEFFabc')}`, headers: bearer(token) })],
+  ];
+  for (const [field, send] of refusals) {
+    const res = await send();
+    assert.equal(res.statusCode, 422, `${JSON.stringify(field)}: ${res.body}`);
+    assertEnvelope(res.json(), 'validation_failed');
+    assert.deepEqual(res.json().error.details.fields, [{ path: field, message: 'must not begin with U+FEFF (a byte order mark)' }]);
+  }
+  const profile = await t.app.inject({ method: 'GET', url: profileUrl, headers: bearer(token) });
+  assert.equal(profile.json().display_name, 'Ada\uFEFF Lovelace');
+  const appProfile = await t.app.inject({ method: 'GET', url: `/v1/users/me/apps/${appId}/profile`, headers: bearer(token) });
+  assert.deepEqual(appProfile.json().custom, {});
+});
+
 test('IV-3 "1e309 … Passes when: 4xx": a JSON number beyond a double gets 400 malformed_json, never stored as null', async () => {
   const { token, appId } = await userWithApp();
   const send = (payload: string) =>

@@ -223,6 +223,21 @@ test('stale_override_counts counts keys named like Object.prototype members (con
   assert.equal((await t.app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
 });
 
+test('settings_schema property names holding line breaks (\\n, \\r, U+2028) are keys like any other: their overrides are read back as stored (PATCH answer and GET) and their stale counts are shown, never silently left out of the answer', async () => {
+  const keys = ['a\nb', 'c\r\nd', 'e\u2028f'];
+  const named = { type: 'object', properties: Object.fromEntries([...keys, 'plain'].map((k) => [k, { type: 'string' }])) };
+  const owned = await newApp(t, admin, { settings_schema: named });
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  const overrides = Object.fromEntries([...keys, 'plain'].map((k, i) => [k, `v${i}`]));
+  assert.deepEqual(assertStatus(await patchAppSettings(u.token, { overrides }, 'me', owned.id), 200).overrides, overrides);
+  assert.deepEqual(assertStatus(await appSettingsOf(u.token, 'me', owned.id), 200).overrides, overrides);
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: { type: 'object', properties: { plain: { type: 'string' } } } }), 200);
+  const counts = Object.fromEntries(keys.map((k) => [k, 1]));
+  assert.deepEqual(patched.settings_schema_stats.stale_override_counts, counts);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200).settings_schema_stats.stale_override_counts, counts);
+});
+
 test("a settings_schema's $id is its Application's own: the same Application may change a schema that keeps its $id, another Application may use the same $id, and no schema can $ref another's", async () => {
   const id = `https://schemas.example.com/settings-${Date.now()}`;
   const first = await newApp(t, admin, { settings_schema: { $id: id, type: 'object', properties: { a: { type: 'string' } } } });

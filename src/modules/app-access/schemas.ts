@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, readOnlyProperties } from '../../http/schemas.js';
+import { FreeMap, Nullable, NullableTimestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const AppTokenBody = Type.Object(
   { application_id: Type.String({ minLength: 1, maxLength: 100 }), organization_id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })) },
@@ -25,7 +25,7 @@ export const AppProfile = Type.Object(
     application_id: Type.String(),
     display_handle: Nullable(Type.String()),
     effective_display_name: Type.String(),
-    custom: Type.Record(Type.String(), Type.Unknown()),
+    custom: FreeMap(Type.Unknown()),
     updated_at: NullableTimestamp,
   },
   { $id: 'AppProfile', title: 'AppProfile' },
@@ -39,7 +39,7 @@ export const PatchAppProfileBody = Type.Object(
   {
     display_handle: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 64 }))),
     custom: Type.Optional(
-      Type.Record(Type.String(), Type.Unknown(), {
+      FreeMap(Type.Unknown(), {
         description: 'Merged into the stored map one level deep; null removes a key. The merged map is at most 16 KB (16,384 bytes of its UTF-8 JSON serialization), else 422 validation_failed naming custom.',
       }),
     ),

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
+import { FreeMap, Nullable, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const VISIBILITIES = ['public', 'invite_only', 'internal'] as const;
 export const REVIEW_STATUSES = ['pending_review', 'approved', 'rejected', 'suspended'] as const;
@@ -18,7 +18,7 @@ export const Application = Type.Object(
     support_url: Nullable(Type.String()),
     email_from_name: Nullable(Type.String()),
     settings_schema: Type.Object({}, { additionalProperties: true }),
-    settings_schema_stats: Type.Object({ stale_override_counts: Type.Record(Type.String(), Type.Integer()) }),
+    settings_schema_stats: Type.Object({ stale_override_counts: FreeMap(Type.Integer()) }),
     permissions: Type.Array(PermissionDef),
     available_app_roles: Type.Array(Type.String()),
     default_app_role: Nullable(Type.String()),

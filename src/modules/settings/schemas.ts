@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { FreeMap, NullableTimestamp, OpenEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const THEMES = ['system', 'light', 'dark'] as const;
 
@@ -38,7 +38,7 @@ export const AppSettings = Type.Object(
   {
     user_id: Type.String(),
     application_id: Type.String(),
-    overrides: Type.Record(Type.String(), Type.Unknown(), { description: "The user's values for keys of the Application's settings_schema." }),
+    overrides: FreeMap(Type.Unknown(), { description: "The user's values for keys of the Application's settings_schema." }),
     updated_at: NullableTimestamp,
   },
   { $id: 'AppSettings', title: 'AppSettings' },
@@ -50,7 +50,7 @@ export const APP_SETTINGS_READ_ONLY = ['user_id', 'application_id', 'updated_at'
 
 export const PatchAppSettingsBody = Type.Object(
   {
-    overrides: Type.Record(Type.String(), Type.Unknown(), {
+    overrides: FreeMap(Type.Unknown(), {
       description:
         'Merged into the stored overrides one level deep; null removes a key. Each value must validate against its property in settings_schema. The merged overrides are at most 16 KB (16,384 bytes of their UTF-8 JSON serialization), else 422 validation_failed naming overrides.',
     }),
