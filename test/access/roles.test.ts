@@ -367,6 +367,18 @@ test('assigning a platform Role needs roles.manage and every permission it grant
   assert.deepEqual(await heldRoles(user.id), [listOnly.id, 'role_platform_member'].sort());
 });
 
+test('removing a platform Role needs the rights assigning it needs: without every permission it grants 403 role_escalation_forbidden, which the operation documents (an agent reads its error list)', async () => {
+  const roleId = await customPlatformRole(t, ['roles.manage', 'users.list']);
+  const manager = await person(t, { roles: [roleId] });
+  const user = await person(t);
+  assertStatus(await assign(superadmin.token, user.id, 'role_platform_support'), 201);
+  assertError(await unassign(manager.token, user.id, 'role_platform_support'), 403, 'role_escalation_forbidden');
+  assert.deepEqual(await heldRoles(user.id), ['role_platform_member', 'role_platform_support']);
+  const doc = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
+  const refusals = doc.paths['/v1/users/{id}/roles/{roleId}'].delete.responses['403'].description.split('; ').map((text: string) => text.split(':')[0]);
+  assert.ok(refusals.includes('role_escalation_forbidden'), refusals.join(', '));
+});
+
 test('assigning superadmin requires being superadmin: holding all twelve permissions through another Role is not enough', async () => {
   const everything = await customPlatformRole(t, ALL_PERMISSIONS);
   const almost = await person(t, { roles: [everything] });

@@ -66,7 +66,7 @@ export function roleRoutes(app: App, deps: Deps): void {
   });
   app.delete('/v1/users/:id/roles/:roleId', {
     schema: { summary: 'Remove a Role assignment (idempotent)', tags, params: UserRoleParams, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'any', destructive: 'always', errors: ['role_not_found', 'user_not_found', 'member_role_required', 'role_scope_mismatch', 'forbidden'] } },
+    config: { meta: { auth: 'any', destructive: 'always', errors: ['role_not_found', 'user_not_found', 'member_role_required', 'role_scope_mismatch', 'role_escalation_forbidden', 'forbidden'] } },
     handler: async (request, reply) => {
       await removeRole(ctxOf(deps, request), request.params.id, request.params.roleId);
       reply.code(204);

@@ -1,8 +1,9 @@
 // The checks every fuzzed answer must pass, all derived from the published OpenAPI document: the
 // status is documented for the operation, no 5xx (beyond the documented 501/503 codes), non-2xx
 // bodies match the documented error schema (the envelope, or RFC 6749 at the OAuth token endpoint)
-// with a code whose table status is the status sent, 2xx bodies validate against the response
-// schema, and a request the published schema rejects is never accepted.
+// with a code whose table status is the status sent and which the operation's response for that
+// status names, 2xx bodies validate against the response schema, and a request the published schema
+// rejects is never accepted.
 import Ajv, { type ValidateFunction } from 'ajv';
 import addFormats from 'ajv-formats';
 import type { InjectResponse } from '../../helpers/http.js';
@@ -21,6 +22,9 @@ export interface Finding {
 }
 
 const ENVELOPE_REF = { $ref: 'oas#/components/schemas/ErrorEnvelope' };
+
+/** The codes an error response's description names: `code: why; code; …`. */
+const namedCodes = (description: unknown): string[] => String(description ?? '').split('; ').map((text) => text.split(':')[0]);
 
 function newAjv(coerceTypes: boolean | 'array'): Ajv.default {
   const ajv = new Ajv.default({ strict: false, allErrors: false, coerceTypes, useDefaults: true, validateFormats: true });
@@ -119,6 +123,9 @@ export class Oracle {
       else if (!matches) add('non-envelope', this.responses.errorsText(validate.errors));
       else if (json.error?.code !== undefined && tableStatus !== status) {
         add('error-code', tableStatus === undefined ? `code ${json.error.code} is not in x-error-codes` : `code ${json.error.code} is ${tableStatus} in x-error-codes`);
+      } else if (documented && json.error?.code !== undefined && !namedCodes(documented.description).includes(json.error.code)) {
+        // A client branches on the codes the operation names ("code: why; code"), not on the global table.
+        add('error-code', `code ${json.error.code} is not named in the documented ${status} (${documented.description})`);
       }
     } else if (status >= 200 && status < 300 && documented) {
       const content = documented.content ?? {};
