@@ -1,4 +1,4 @@
-import Fastify, { errorCodes as fastifyErrors, type FastifyBaseLogger } from 'fastify';
+import Fastify, { errorCodes as fastifyErrors, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Config } from './config.js';
 import type { Clock } from './clock.js';
@@ -8,6 +8,7 @@ import { newId } from './ids.js';
 import { ApiError } from './errors.js';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
 import { SigningKeys } from './auth/signing-keys.js';
 import { SecretBox } from './auth/secret-box.js';
 import { confirmSession } from './auth/credentials.js';
@@ -27,20 +28,27 @@ import { redactUrl, serializeError } from './http/log-redaction.js';
 /**
  * A request Node's HTTP parser refuses before Fastify sees it (headers over the limit, a request not
  * received in time, bytes that are not HTTP) is answered in the error envelope with a Request-Id, as
- * every response is, instead of Fastify's default body; then the connection closes.
+ * every response is, instead of Fastify's default body; then the connection closes. Its one log line
+ * carries that Request-Id, the status and the parser's reason, never the bytes received (the parser's
+ * error holds them, headers and credentials included).
  */
-function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
+function clientErrorHandler(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const error =
     err.code === 'HPE_HEADER_OVERFLOW' ? new ApiError('headers_too_large')
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new ApiError('request_timeout')
         : new ApiError('bad_request', { message: 'The request is not valid HTTP.' });
+  const requestId = newId('req');
+  this.log.info(
+    { reqId: requestId, res: { statusCode: error.status }, code: error.code, reason: err.code, remoteAddress: (socket as Partial<Socket>).remoteAddress },
+    'request refused before it was read',
+  );
   const body = JSON.stringify(error.toBody());
   if (socket.writable) {
     // Date, as on every other answer (RFC 9110 §6.6.1: an origin server with a clock MUST send it on 4xx).
     socket.write(
       `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nDate: ${new Date().toUTCString()}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${newId('req')}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
+        `Content-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${requestId}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
     );
   }
   socket.destroy(err);

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { Config } from './config.js';
+import { loggableConfig, type Config } from './config.js';
 import type { Clock } from './clock.js';
 import type { Database } from './db/types.js';
 import { migrate, newerMigrations } from './db/migrate.js';
@@ -25,6 +25,7 @@ export async function boot(options: BootOptions) {
   await migrate(database);
   const built = await buildApp(options);
   const { deps } = built;
+  deps.log.info(loggableConfig(config), 'configuration');
   const newer = await newerMigrations(database);
   if (newer.length > 0) {
     deps.log.warn({ migrations: newer }, 'the database was migrated by a newer version of the service (migrations this version does not ship): expected during a rolling deploy or a rollback, otherwise run the newer version');

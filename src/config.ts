@@ -154,3 +154,31 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
   if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze(config);
 }
+
+/**
+ * The settings as the start-up log line shows them: what an operator checks first when the service
+ * does not behave as intended (which storage, where mail and payments go, which proxies are believed),
+ * and never a secret: DATABASE_URL and SMTP_URL without user info or query (either may hold a
+ * password), no Stripe key or signing secret, ENCRYPTION_KEY only as a count, no bootstrap password.
+ */
+export function loggableConfig(config: Readonly<Config>): Record<string, unknown> {
+  const location = (value: string) => {
+    const url = new URL(value);
+    return `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;
+  };
+  return {
+    storage: config.databaseUrl ? 'postgres' : 'embedded',
+    database: config.databaseUrl ? location(config.databaseUrl) : config.dataDir,
+    public_url: config.publicUrl,
+    mail: config.smtpUrl ? location(config.smtpUrl) : 'database outbox (no SMTP_URL)',
+    mail_from: config.mailFrom,
+    payments: config.stripeSecretKey ? `processor${config.stripeApiBase ? ` at ${location(config.stripeApiBase)}` : ''}` : 'local simulator (no STRIPE_SECRET_KEY)',
+    encryption_keys: config.encryptionKeys.length,
+    auth_rate_limit_per_minute: config.authRateLimitPerMinute,
+    trust_proxy: config.trustProxy,
+    workers: config.workers,
+    dev_clock: config.devClock,
+    webhook_allow_private_targets: config.webhookAllowPrivateTargets,
+    log_level: config.logLevel,
+  };
+}

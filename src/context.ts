@@ -71,6 +71,15 @@ export function systemCtx(deps: Deps, mode: Mode = 'live'): Ctx {
   };
 }
 
+/**
+ * The service's logger for work done on behalf of a request: its lines carry the request's `reqId`, as
+ * the request's own lines do, so the cause an operator finds in the log names the Request-Id the client
+ * was given. Without a request (a job), the service's logger as it is.
+ */
+export function requestLog(deps: Deps, requestId: string | null): FastifyBaseLogger {
+  return requestId ? deps.log.child({ reqId: requestId }) : deps.log;
+}
+
 /** Runs fn in a transaction, reusing the caller's when there is one, so verbs compose. */
 export function withTransaction<T>(ctx: Ctx, fn: (tx: Tx) => Promise<T>): Promise<T> {
   return ctx.db.transaction(fn);

@@ -40,6 +40,13 @@ function statementNamer(max: number) {
   };
 }
 
+/**
+ * How long the reachability check (GET /health) waits for the server's answer, as long as it may wait
+ * for a connection: a server that stopped answering without closing its connections (its host gone in
+ * a failover or a partition) is unreachable, not a wait of the 15 minutes TCP takes to give up.
+ */
+const PING_TIMEOUT_MS = 3000;
+
 /** A PostgreSQL server. One pool per scope; mode pools connect as the app role with the mode set. */
 export async function openPg(options: PgOptions): Promise<Database> {
   if (options.schema) {
@@ -154,7 +161,28 @@ export async function openPg(options: PgOptions): Promise<Database> {
     kind: 'pg',
     scoped,
     ping: async () => {
-      await admit('system').query('SELECT 1');
+      const client = await admit('system').connect();
+      if (!quieted.has(client)) {
+        quieted.add(client);
+        client.on('error', () => undefined);
+      }
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        await Promise.race([
+          client.query('SELECT 1'),
+          new Promise((_resolve, reject) => {
+            timer = setTimeout(() => reject(new Error(`the database did not answer within ${PING_TIMEOUT_MS} ms`)), PING_TIMEOUT_MS);
+          }),
+        ]);
+        client.release();
+      } catch (err) {
+        // A connection that did not answer goes, instead of back to the pool, where the next
+        // statement would wait on it as well.
+        client.release(err as Error);
+        throw err;
+      } finally {
+        clearTimeout(timer);
+      }
     },
     close: async () => {
       await Promise.all([...pools.values()].map((p) => p.end()));

@@ -124,6 +124,10 @@ export function frameworkErrorHandler(err: Error, request: FastifyRequest, reply
   // framework error (a URL the router cannot read).
   reply.header('request-id', request.id);
   noStoreForApi(request, reply);
+  // Nor does Fastify log such a request's completion, only its arrival: the line every other request
+  // ends with, so that no request seems to be still running.
+  const started = performance.now();
+  reply.raw.once('finish', () => request.log.info({ res: reply, responseTime: performance.now() - started }, 'request completed'));
   return sendError(reply, toApiError(err));
 }
 

@@ -4,7 +4,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { Type } from '@sinclair/typebox';
+import { randomBytes } from 'node:crypto';
 import { buildTestApp } from '../helpers/app.js';
+import { buildCapturedApp } from '../security/core/support.js';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import type { Module } from '../../src/modules/types.js';
 
@@ -198,4 +200,41 @@ test('AUTH_RATE_LIMIT_PER_MINUTE "0 turns the per-IP limit off" is a valid setti
   const problems = problemsOf({ DATABASE_URL: 'http://db.example.com/platform' });
   assert.equal(problems.length, 1, problems.join('; '));
   assert.match(problems[0]!, /^DATABASE_URL/);
+});
+
+test('the start logs one "configuration" line an operator can check (storage, mail, payments, proxies) and no secret: no password of DATABASE_URL or SMTP_URL, no Stripe key, no ENCRYPTION_KEY, no bootstrap password', async (tc) => {
+  const encryptionKey = randomBytes(32);
+  const secrets = ['Db-Secret-771', 'Ssl-Secret-9', 'Smtp-Secret-55', 'sk_live_config_line_3b7', 'whsec_config_line_91', 'Bootstrap-Admin-Secret-8', encryptionKey.toString('hex'), encryptionKey.toString('base64')];
+  const t = await buildCapturedApp({
+    databaseUrl: 'postgres://svc:Db-Secret-771@db.internal:5432/platform?sslpassword=Ssl-Secret-9',
+    smtpUrl: 'smtps://mailer:Smtp-Secret-55@smtp.example.com:465',
+    stripeSecretKey: 'sk_live_config_line_3b7',
+    stripeWebhookSecret: 'whsec_config_line_91',
+    encryptionKeys: [encryptionKey],
+    bootstrapAdminEmail: 'config-line-admin@example.com',
+    bootstrapAdminPassword: 'Bootstrap-Admin-Secret-8',
+    trustProxy: ['10.0.0.0/8'],
+  }, tc, 'info');
+  const line = t.logs.find((l) => l.msg === 'configuration');
+  assert.ok(line, 'the start logs its configuration');
+  assert.equal(line.level, 30);
+  assert.equal(line.storage, 'postgres');
+  assert.equal(line.database, 'postgres://db.internal:5432/platform');
+  assert.equal(line.mail, 'smtps://smtp.example.com:465');
+  assert.equal(line.payments, 'processor');
+  assert.equal(line.encryption_keys, 1);
+  assert.deepEqual(line.trust_proxy, ['10.0.0.0/8']);
+  assert.equal(line.public_url, t.config.publicUrl);
+  const text = JSON.stringify(t.logs);
+  for (const secret of secrets) assert.ok(!text.includes(secret), `logged: ${secret.slice(0, 8)}…`);
+
+  // Without the settings: embedded storage at DATA_DIR, mail kept in the outbox, the local simulator.
+  const plain = await buildCapturedApp({}, tc, 'info');
+  const defaults = plain.logs.find((l) => l.msg === 'configuration');
+  assert.ok(defaults);
+  assert.equal(defaults.storage, 'embedded');
+  assert.equal(defaults.database, plain.config.dataDir);
+  assert.match(String(defaults.mail), /^database outbox/);
+  assert.match(String(defaults.payments), /^local simulator/);
+  assert.equal(defaults.encryption_keys, 0);
 });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildTestApp, dropSchema, openTestDatabase, testConfig, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { buildTestApp, dropSchema, openTestDatabase, storageName, testConfig, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { createApiKey, uniqueEmail } from '../helpers/fixtures.js';
 import { SystemClock } from '../../src/clock.js';
 import type { Config } from '../../src/config.js';
@@ -407,6 +407,49 @@ test('GET /health fails with 503 in the error envelope when the database is unre
 test('GET /health fails with 503 when the database is unreachable, also with DEV_CLOCK=1', (tc) =>
   healthWhenDatabaseDown(tc, { devClock: true }),
 );
+
+// A server that stops answering without closing its connections (its host gone in a failover or a
+// network partition) leaves the pool's open connections waiting for TCP to give up, some 15 minutes.
+// PostgreSQL only: the embedded database lives in the process.
+if (storageName === 'postgres') {
+  test('GET /health fails with 503 within seconds, never hangs, when PostgreSQL stops answering on its open connections; 200 again once it answers', async () => {
+    const target = new URL(TEST_DATABASE_URL!);
+    const proxy = new CuttableProxy(target.hostname, Number(target.port || 5432));
+    await proxy.open();
+    const schema = freshSchemaName('stall');
+    const database = await openPg({ url: proxy.urlFor(TEST_DATABASE_URL!), schema, poolSize: 2 });
+    let booted: Booted | null = null;
+    try {
+      booted = await boot({ config: testConfig(), database, clock: new SystemClock(), logger: false });
+      const { app } = booted;
+      await app.ready();
+      assert.equal((await app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
+
+      proxy.stall();
+      for (let i = 0; i < 2; i++) {
+        const started = Date.now();
+        const res = await Promise.race([
+          app.inject({ method: 'GET', url: '/health' }),
+          new Promise<null>((resolve) => setTimeout(() => resolve(null), 15_000).unref()),
+        ]);
+        assert.ok(res, 'GET /health answered within 15 s');
+        assert.equal(res.statusCode, 503, res.body);
+        assertEnvelope(res.json(), 'service_unavailable');
+        assert.ok(Date.now() - started < 10_000, `answered in ${Date.now() - started} ms`);
+      }
+
+      proxy.resume();
+      const back = await app.inject({ method: 'GET', url: '/health' });
+      assert.equal(back.statusCode, 200, `recovers without a restart: ${back.body}`);
+    } finally {
+      proxy.resume();
+      await proxy.cut();
+      if (booted) await closeBooted(booted).catch(() => undefined);
+      await database.close().catch(() => undefined);
+      await dropSchema(schema);
+    }
+  });
+}
 
 test('two transactions taking the same two rows in opposite orders both commit: on PostgreSQL the deadlock victim runs again, on PGlite they run one after the other', async () => {
   const db = t.database.scoped('system');

@@ -1,4 +1,4 @@
-import type { Ctx, Deps } from '../../context.js';
+import { requestLog, type Ctx, type Deps } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { asModeWithin } from '../../db/roles.js';
 import { recordAudit } from '../../audit/record.js';
@@ -179,7 +179,7 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
     const where = locate(event);
     const tenant = await findEventTenant(tx, where);
     if (!tenant) {
-      deps.log.warn({ event_id: event.id, event_type: event.type, ...where }, 'processor event for no known Tenant');
+      requestLog(deps, requestId).warn({ event_id: event.id, event_type: event.type, ...where }, 'processor event for no known Tenant');
       return 'ignored';
     }
     const stale = (!!tenant.last_processor_event_created && created.getTime() < tenant.last_processor_event_created.getTime())

@@ -1,4 +1,4 @@
-import type { Deps } from '../../context.js';
+import { requestLog, type Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { toUnixSeconds } from '../../clock.js';
 import { Stripe } from './processor.js';
@@ -46,6 +46,6 @@ export async function receiveProcessorEvent(deps: Deps, raw: Uint8Array | string
   if (deps.config.stripeWebhookSecret === null) throw refuse('webhook_secret_not_configured');
   const event = verifyProcessorEvent(deps.config.stripeWebhookSecret, raw, header, deps.clock.now());
   const outcome = await applyProcessorEvent(deps, event, requestId);
-  deps.log.info({ event_id: event.id, event_type: event.type, outcome }, 'processor event received');
+  requestLog(deps, requestId).info({ event_id: event.id, event_type: event.type, outcome }, 'processor event received');
   return outcome;
 }

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Ctx } from '../../context.js';
+import { requestLog, type Ctx } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
@@ -54,7 +54,7 @@ export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: Ch
   if (!stripe) {
     return createSimulatedSession(ctx.db, ctx, { kind: 'checkout', tenantId: tenant.id, plan: body.plan, successUrl: body.success_url, cancelUrl: body.cancel_url, customerEmail: email });
   }
-  const log = ctx.deps.log;
+  const log = requestLog(ctx.deps, ctx.requestId);
   const prices = await callProcessor(log, 'prices.list', () => stripe.prices.list({ lookup_keys: [body.plan], active: true, limit: 1 }));
   const price = prices.data[0];
   if (!price) {
@@ -97,6 +97,6 @@ export async function createPortalSession(ctx: Ctx, tenantId: string, body: Port
     return createSimulatedSession(ctx.db, ctx, { kind: 'portal', tenantId: tenant.id, returnUrl: body.return_url, customerEmail: await callerEmail(db, ctx) });
   }
   const customer = tenant.stripe_customer_id;
-  const session = await callProcessor(ctx.deps.log, 'billing_portal.sessions.create', () => stripe.billingPortal.sessions.create({ customer, return_url: body.return_url }));
+  const session = await callProcessor(requestLog(ctx.deps, ctx.requestId), 'billing_portal.sessions.create', () => stripe.billingPortal.sessions.create({ customer, return_url: body.return_url }));
   return { url: session.url, expires_at: addSeconds(ctx.now, PORTAL_SESSION_SECONDS).toISOString() };
 }

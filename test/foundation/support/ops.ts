@@ -50,11 +50,24 @@ export async function secondProcess(t: TestApp, overrides: Partial<Config> = {})
   };
 }
 
-/** A TCP proxy to a PostgreSQL server that can be cut (listener closed, live sockets destroyed) and restored. */
+/**
+ * A TCP proxy to a PostgreSQL server that can be cut (listener closed, live sockets destroyed) and
+ * restored, or stalled: every connection stays open but nothing more passes either way, as when the
+ * server's host vanishes from the network (a failover, a partition) without closing a connection.
+ */
 export class CuttableProxy {
   private server: net.Server | null = null;
   private readonly sockets = new Set<net.Socket>();
+  private stalled = false;
   port = 0;
+
+  stall(): void {
+    this.stalled = true;
+  }
+
+  resume(): void {
+    this.stalled = false;
+  }
 
   constructor(
     private readonly targetHost: string,
@@ -72,8 +85,11 @@ export class CuttableProxy {
           upstream.destroy();
         });
       }
-      client.pipe(upstream);
-      upstream.pipe(client);
+      // What arrives while stalled is dropped, as a vanished host's packets are.
+      client.on('data', (chunk) => this.stalled || upstream.write(chunk));
+      upstream.on('data', (chunk) => this.stalled || client.write(chunk));
+      client.on('end', () => upstream.end());
+      upstream.on('end', () => client.end());
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
