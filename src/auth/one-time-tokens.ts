@@ -63,11 +63,19 @@ export const voidEmailChangeTokens = (tx: Tx, userId: string, now: Date): Promis
 export const voidPasswordTokens = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['mfa_challenge', 'password_reset'], now);
 
 /**
- * Voids the user's password reset links; call when the account is suspended or deleted, so a link
- * mailed before does not work again after a reactivation or restore. (A pending MFA challenge stays:
- * it still answers 403 account_suspended while the user is suspended, and dies in 300 s.)
+ * Voids the user's password reset and email change links; call when the account is suspended or
+ * deleted, so a link mailed before does not work while it is, nor again after a reactivation or
+ * restore. (A pending MFA challenge stays: it still answers 403 account_suspended while the user is
+ * suspended; voidMfaChallenges ends it at the reactivation.)
  */
-export const voidResetLinks = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['password_reset'], now);
+export const voidAccountLinks = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['password_reset', 'email_change'], now);
+
+/**
+ * Voids the user's pending MFA challenges; call when a suspended or deleted user becomes active, so
+ * a sign-in whose password step came before the suspension or delete (which ended every session)
+ * does not start a session after it.
+ */
+export const voidMfaChallenges = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['mfa_challenge'], now);
 
 /**
  * Voids the link an Organization's invitation mailed to an invited user; call when the pending

@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, type TestApp } from '../helpers/app.js';
 import { ADDRESS_BLIND_ANSWER_MS } from '../../src/modules/auth/routes.js';
 import { verifyPassword } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
@@ -181,6 +181,48 @@ test('a reset link issued before a suspension or a delete is dead for good: afte
     assertError(await post(t, '/v1/auth/password/reset', { token, password: NEW_PASSWORD }), 400, 'invalid_token');
     assert.equal((await loginRes(t, user)).statusCode, 200, `after ${end}: the old password still signs in`);
   }
+});
+
+test('an email change link issued before a suspension or a delete is dead for good: while the user is suspended or deleted, and after reactivation or restore, it is 400 invalid_token, pending_email reads null, and the email and sign-in address are unchanged (no user.email_changed)', async () => {
+  const { secret: admin } = await createApiKey(t, { permissions: ['users.manage'] });
+  for (const end of ['suspended', 'deleted'] as const) {
+    const user = await createUser(t);
+    const moved = uniqueEmail('moved');
+    const change = await t.app.inject({ method: 'PATCH', url: '/v1/users/me', headers: bearer((await signIn(user)).access_token), payload: { email: moved } });
+    assert.equal(change.statusCode, 200, change.body);
+    const token = await latestToken(t, moved, 'email_change_verification');
+    const ended = end === 'deleted'
+      ? await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}`, headers: bearer(admin) })
+      : await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin), payload: { status: end } });
+    assert.ok(ended.statusCode === 200 || ended.statusCode === 204, `${end}: ${ended.statusCode} ${ended.body}`);
+    const shown = await t.app.inject({ method: 'GET', url: `/v1/users/${user.id}`, headers: bearer(admin) });
+    assert.equal(shown.json().pending_email, null, `${end}: no change awaits verification`);
+    assertError(await post(t, '/v1/auth/email/verify', { token }), 400, 'invalid_token');
+    const restored = await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin), payload: { status: 'active' } });
+    assert.equal(restored.statusCode, 200, restored.body);
+    assert.equal(restored.json().pending_email, null);
+    assertError(await post(t, '/v1/auth/email/verify', { token }), 400, 'invalid_token');
+    const [row] = await sql(t, 'SELECT email, pending_email FROM users WHERE id = $1', [user.id]);
+    assert.deepEqual(row, { email: user.email, pending_email: null }, `after ${end}`);
+    assert.equal((await loginRes(t, user)).statusCode, 200, `after ${end}: the old address still signs in`);
+    assertError(await loginRes(t, { ...user, email: moved }), 401, 'invalid_credentials');
+    assert.deepEqual(await sql(t, `SELECT id FROM audit_events WHERE action = 'user.email_changed' AND target_user_id = $1`, [user.id]), []);
+  }
+});
+
+test('a reset asked while the user is being suspended mails no link: password/forgot answers 202 as always, no password_reset mail or live link, so none works during the suspension or after the reactivation', async () => {
+  const { secret: admin } = await createApiKey(t, { permissions: ['users.manage'] });
+  const user = await createUser(t);
+  const res = await pausedAfter(t, 'WHERE u.email_lower = lower($1)', async () => {
+    const suspended = await t.app.inject({ method: 'POST', url: `/v1/users/${user.id}/suspend`, headers: bearer(admin), payload: {} });
+    assert.equal(suspended.statusCode, 200, suspended.body);
+  }, () => post(t, '/v1/auth/password/forgot', { email: user.email }));
+  assert.equal(res.statusCode, 202);
+  assert.deepEqual(await mailsTo(t, user.email), []);
+  assert.deepEqual(await sql(t, `SELECT id FROM one_time_tokens WHERE user_id = $1 AND kind = 'password_reset' AND used_at IS NULL`, [user.id]), []);
+  const back = await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin), payload: { status: 'active' } });
+  assert.equal(back.statusCode, 200, back.body);
+  assert.equal((await loginRes(t, user)).statusCode, 200, 'the password is unchanged');
 });
 
 test('password/reset applies the password policy (422 weak_password) and a refused reset leaves the token usable', async () => {

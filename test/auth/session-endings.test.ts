@@ -65,6 +65,24 @@ test('suspension revokes all sessions: a sign-in under way when the user is susp
   assert.equal(list.data.length, 1, 'only the sign-in after the reactivation');
 });
 
+test('suspension and delete end every session: an MFA sign-in whose password step came before them starts no session after the reactivation or restore (its mfa_token is 401 invalid_credentials, no session); while suspended its right code still gets 403 account_suspended; a new sign-in works', async () => {
+  for (const end of ['suspended', 'deleted'] as const) {
+    const { user, secret } = await createMfaUser(t);
+    const mfaToken = await mfaChallenge(t, user);
+    const ended = end === 'deleted'
+      ? await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}`, headers: bearer(admin) })
+      : await t.app.inject({ method: 'POST', url: `/v1/users/${user.id}/suspend`, headers: bearer(admin), payload: {} });
+    assert.ok(ended.statusCode === 200 || ended.statusCode === 204, `${end}: ${ended.statusCode} ${ended.body}`);
+    if (end === 'suspended') assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, code: await totpCode(t, secret) }), 403, 'account_suspended');
+    const back = await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin), payload: { status: 'active' } });
+    assert.equal(back.statusCode, 200, back.body);
+    assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, code: await totpCode(t, secret) }), 401, 'invalid_credentials');
+    assert.deepEqual(await liveSessions(user.id), [], `after ${end}: no session from the challenge won before it`);
+    const fresh = await post(t, '/v1/auth/mfa/verify', { mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
+    assert.equal(fresh.statusCode, 200, fresh.body);
+  }
+});
+
 test('a delete revokes all sessions: a sign-in under way when the user is deleted gets 401 invalid_credentials and no session, so a restore brings no session back', async () => {
   const user = await createUser(t);
   const res = await pausedAfter(PASSWORD_READ, async () => {

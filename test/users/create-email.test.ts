@@ -2,7 +2,7 @@
 // changes (self-service pending until verified; admin immediate).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
   assertError, assertFields, assertStatus, auditFor, call, latestToken, mailsTo, NEW_PASSWORD, sql, userRow,
@@ -384,6 +384,34 @@ test('a self-service PATCH back to the current email withdraws the pending chang
   assert.equal(back.email, user.email);
   assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: link }), 400, 'invalid_token');
   assert.equal((await userRow(t, user.id))!.email, user.email);
+});
+
+/** The read of the user a PATCH /v1/users/{id} starts with, before its transaction. */
+const USER_READ = 'FROM users u WHERE u.id = $1';
+
+test('self email change: "a notice goes to the old address" — the address the account has when the change is asked, also when an admin set it while the request was under way; a user suspended meanwhile asks no change (401, no pending_email, no link, no mail)', async () => {
+  const { user, token } = await userToken(t);
+  const adminSet = uniqueEmail('adminset');
+  const wanted = uniqueEmail('wanted');
+  const res = await pausedAfter(t, USER_READ, async () => {
+    assertStatus(await patch(user.id, { email: adminSet }), 200);
+  }, () => patch('me', { email: wanted }, token), 'live');
+  const body = assertStatus(res, 200);
+  assert.equal(body.email, adminSet);
+  assert.equal(body.pending_email, wanted);
+  assert.deepEqual((await mailsTo(t, adminSet)).map((m) => m.template).sort(), ['email_change_notice', 'email_verification']);
+  assert.deepEqual((await mailsTo(t, user.email)).map((m) => m.template), [], 'the replaced address is told nothing');
+
+  const other = await userToken(t);
+  const later = uniqueEmail('later');
+  const refused = await pausedAfter(t, USER_READ, async () => {
+    assertStatus(await call(t, 'POST', `/v1/users/${other.user.id}/suspend`, admin.token), 200);
+  }, () => patch('me', { email: later }, other.token), 'live');
+  assertError(refused, 401, 'unauthenticated');
+  assert.equal((await userRow(t, other.user.id))!.pending_email, null);
+  assert.deepEqual(await sql(t, `SELECT id FROM one_time_tokens WHERE user_id = $1 AND kind = 'email_change'`, [other.user.id]), []);
+  assert.deepEqual(await mailsTo(t, later), []);
+  assert.deepEqual(await mailsTo(t, other.user.email), []);
 });
 
 test('admin email change colliding with an active user gets 409 email_taken; with an invited one, details.reason invitation_pending', async () => {

@@ -7,7 +7,7 @@ import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTo
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { takeSlidingQuota } from '../../http/counters.js';
-import { findLiveUserByEmail, findUserById, toUser, type UserRow } from '../users/store.js';
+import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from '../users/store.js';
 import { sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
 import { emailTaken } from '../users/status.js';
 import { revokeSessions } from '../sessions/store.js';
@@ -39,14 +39,18 @@ async function consume(tx: Tx, pending: OneTimeTokenRow, now: Date): Promise<voi
 export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
   const { ctx, pending, user } = await tokenCtx(base, ['email_verification', 'email_change'], input.token);
   await ctx.db.transaction(async (tx) => {
-    await consume(tx, pending, ctx.now);
     if (pending.kind === 'email_verification') {
+      await consume(tx, pending, ctx.now);
       await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
       return;
     }
+    // Decided on the user as it is now, locked before the token as a status or email change locks
+    // them (the user, then its links): only the change still pending (an admin may have set another
+    // address since), and only for an active user (a suspended or deleted one changes no address).
+    const current = await lockUser(tx, user.id);
+    await consume(tx, pending, ctx.now);
     const email = String(pending.data.email);
-    // Only the change still pending: an admin may have set another address since.
-    if (user.pending_email?.toLowerCase() !== email.toLowerCase()) throw badToken();
+    if (current.status !== 'active' || current.pending_email?.toLowerCase() !== email.toLowerCase()) throw badToken();
     const holder = await findLiveUserByEmail(tx, email);
     if (holder && holder.id !== user.id) throw emailTaken(holder);
     await tx.query('UPDATE users SET email = $2, pending_email = NULL, email_verified = true, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
@@ -56,7 +60,7 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
       action: 'user.email_changed',
       target: { type: 'user', id: user.id },
       targetUserId: user.id,
-      before: { email: user.email },
+      before: { email: current.email },
       after: { email },
       actor: { type: 'user', id: user.id },
     });
@@ -76,9 +80,14 @@ export async function resendVerification(ctx: Ctx, input: EmailBody): Promise<vo
 
 /** POST /v1/auth/password/forgot: always 202. Active users get a reset link; invited ones their invitation. */
 export async function forgotPassword(ctx: Ctx, input: EmailBody): Promise<void> {
-  const user = await findLiveUserByEmail(ctx.db, input.email);
-  if (!user || (user.status !== 'active' && user.status !== 'invited')) return;
+  const found = await findLiveUserByEmail(ctx.db, input.email);
+  if (!found || (found.status !== 'active' && found.status !== 'invited')) return;
   await ctx.db.transaction(async (tx) => {
+    // Decided on the user as it is now, locked before its links as a status or email change locks them:
+    // a suspension or delete committed since the read above ended the reset links, and an email change
+    // moved them to another address; no link is mailed after either.
+    const user = await lockUser(tx, found.id);
+    if (user.status !== found.status || user.email !== found.email) return;
     if (user.status === 'invited') {
       if ((await takeResendQuota(tx, ctx, user.email)).allowed) await sendInvitation(tx, ctx, user);
       return;

@@ -6,15 +6,15 @@ import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
-import { issueOneTimeToken, voidAddressTokens, voidEmailChangeTokens } from '../../auth/one-time-tokens.js';
+import { issueOneTimeToken, voidAccountLinks, voidAddressTokens, voidEmailChangeTokens, voidMfaChallenges } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
+import { unauthenticated } from '../../auth/credentials.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { targetUser } from './access.js';
 import { RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { USER_READ_ONLY, type PatchUserBody, type User, type UserStatus } from './schemas.js';
-import { voidResetLinks } from '../../auth/one-time-tokens.js';
 
 const invalidTransition = (from: UserStatus, to: string) => new ApiError('invalid_status_transition', { details: { from, to } });
 /** 409 email_taken; details.reason invitation_pending when the holder is an invited user (Part A Errors). */
@@ -38,15 +38,23 @@ async function transition(
   opts: { note?: string; before?: UserRow } = {},
 ): Promise<UserRow> {
   const c = inTx(ctx, tx);
+  const ending = to === 'suspended' || to === 'deleted';
   const change = async () => {
+    // A pending email change ends with its link (below).
     await tx.query(
-      `UPDATE users SET status = $2, updated_at = $3, deleted_at = CASE WHEN $2 = 'deleted' THEN $3::timestamptz ELSE NULL END WHERE id = $1`,
-      [user.id, to, ctx.now],
+      `UPDATE users SET status = $2, updated_at = $3, deleted_at = CASE WHEN $2 = 'deleted' THEN $3::timestamptz ELSE NULL END,
+              pending_email = CASE WHEN $4::boolean THEN NULL ELSE pending_email END
+        WHERE id = $1`,
+      [user.id, to, ctx.now, ending],
     );
-    if (to === 'suspended' || to === 'deleted') {
+    if (ending) {
       await revokeSessions(tx, { userId: user.id }, ctx.now);
-      // Reset links issued before end with the sessions: a reactivation or restore does not bring them back.
-      await voidResetLinks(tx, user.id, ctx.now);
+      // Reset and email change links issued before end with the sessions: they work neither while the
+      // user is suspended or deleted nor after a reactivation or restore.
+      await voidAccountLinks(tx, user.id, ctx.now);
+    } else {
+      // A sign-in whose password step came before the suspension or delete starts no session after it.
+      await voidMfaChallenges(tx, user.id, ctx.now);
     }
   };
   if (reason) await withAccessFlips(tx, c, { userIds: [user.id] }, reason, change);
@@ -161,7 +169,12 @@ async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promi
   return after;
 }
 
-async function requestEmailChange(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
+async function requestEmailChange(tx: Tx, ctx: Ctx, found: UserRow, email: string): Promise<UserRow> {
+  // Decided on the user as it is now, locked against an admin's email or status change meanwhile: the
+  // notice goes to the address the account has, and a user suspended or deleted since the request was
+  // authenticated (the session ended with it) starts no change whose link would outlive that.
+  const user = await lockUser(tx, found.id);
+  if (user.status !== 'active') throw unauthenticated(true);
   if (email.toLowerCase() === user.email.toLowerCase()) {
     if (!user.pending_email) return user;
     // Back to the current address: the pending change is withdrawn and its link stops working.
