@@ -45,13 +45,24 @@ const localId = (c: Pick<Claim, 'credential' | 'operation' | 'key'>) => `${c.cre
 const credentialOf = (actor: Actor): string =>
   actor.type === 'user' ? `user:${actor.userId}` : actor.type === 'api_key' ? `api_key:${actor.keyId}` : 'anonymous';
 
+// The preconditions a request is sent under (RFC 9110 §13) are part of what it asks: a PATCH with
+// If-Match "A" is another request than the same PATCH with If-Match "B". The same key sent again with
+// other preconditions is 422 idempotency_key_reused, never the replay of the answer given to the first
+// ones (a client that read the new ETag after a 412 and sent it under the same key was answered the old
+// 412 again, whose details.etag named the very tag it had sent). A request without them hashes as before.
+const PRECONDITION_HEADERS = ['if-match', 'if-none-match'] as const;
+
 // The body is fingerprinted with its object keys sorted, so a retry that sends the same content in
 // another key order is the same request. A body whose keys were already sorted hashes as before; a
 // record stored before this change from unsorted keys answers its retries 422 until it expires (24 h).
-const fingerprint = (request: FastifyRequest): string =>
-  createHash('sha256')
-    .update(`${request.method} ${request.url}\n${canonicalJson(request.body ?? null)}`)
-    .digest('hex');
+const fingerprint = (request: FastifyRequest): string => {
+  const hash = createHash('sha256').update(`${request.method} ${request.url}\n${canonicalJson(request.body ?? null)}`);
+  for (const name of PRECONDITION_HEADERS) {
+    const value = request.headers[name];
+    if (value !== undefined) hash.update(`\n${name}: ${Array.isArray(value) ? value.join(', ') : value}`);
+  }
+  return hash.digest('hex');
+};
 
 /** JSON.stringify with object keys in sorted order at every depth; arrays keep their order. */
 function canonicalJson(value: unknown): string {

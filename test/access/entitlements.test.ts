@@ -765,6 +765,37 @@ test('"A retry with the same key returns the original result": a PATCH replayed 
   assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }, { 'if-match': again.headers.etag as string }), 200);
 });
 
+test('Idempotency-Key: "A retry with the same key returns the original result", and a PATCH under other preconditions is another request: after a 412 precondition_failed, the fresh If-Match sent under the same key is 422 idempotency_key_reused, never the old 412 replayed', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const stale = (await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag as string;
+  assertStatus(await patchEnt(t, admin, ent.id, { order_id: 'ord-first' }), 200);
+  const body = { ends_at: inSeconds(t, 10 * DAY) };
+  const key = `pre-${ent.id}`;
+  const refused = await patchEnt(t, admin, ent.id, body, { 'if-match': stale, 'idempotency-key': key });
+  const current = assertError(refused, 412, 'precondition_failed').details.etag as string;
+  assert.notEqual(current, stale);
+  // The very same request again is the original result.
+  const replayed = await patchEnt(t, admin, ent.id, body, { 'if-match': stale, 'idempotency-key': key });
+  assert.equal(replayed.statusCode, 412);
+  assert.equal(replayed.headers['idempotent-replayed'], 'true');
+  assert.equal(replayed.body, refused.body);
+  // The client read the current ETag and sent it under the same key: another request, not a retry.
+  for (const headers of [{ 'if-match': current }, { 'if-none-match': stale }, {}] as Record<string, string>[]) {
+    const other = await patchEnt(t, admin, ent.id, body, { ...headers, 'idempotency-key': key });
+    assertError(other, 422, 'idempotency_key_reused');
+    assert.equal(other.headers['idempotent-replayed'], undefined);
+  }
+  assert.equal((await entRow(t, ent.id))!.ends_at, null, 'nothing written');
+  // Under a key of its own the fresh precondition holds and the change is made once.
+  const fresh = await patchEnt(t, admin, ent.id, body, { 'if-match': current, 'idempotency-key': `${key}-2` });
+  assertStatus(fresh, 200);
+  const again = await patchEnt(t, admin, ent.id, body, { 'if-match': current, 'idempotency-key': `${key}-2` });
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+  assert.equal(again.body, fresh.body);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 2, 'the order_id write and this one');
+});
+
 test('the ETag changes with every write, even two writes within one millisecond: the older If-Match is 412 precondition_failed', async () => {
   const user = await person(t);
   await atOneInstant(t, async () => {

@@ -140,6 +140,29 @@ test('POST /v1/users/{id}/invitation (users.manage): 202, a new invitation token
   assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: second, password: NEW_PASSWORD }), 200);
 });
 
+test('Idempotency-Key: "A retry with the same key returns the original result" on POST /v1/users/{id}/invitation: an API key retrying a re-send after a lost answer gets the first 202 replayed, one mail is sent, its link stays the live one and the hourly limit counts one re-send', async () => {
+  await alignToWindow(3600, 60);
+  const key = await createApiKey(t, { permissions: ['users.manage'] });
+  const email = uniqueEmail('retried');
+  const user = assertStatus(await create({ email }), 201);
+  const headers = { 'idempotency-key': `resend-${user.id}` };
+  const first = await call(t, 'POST', `/v1/users/${user.id}/invitation`, key.secret, undefined, headers);
+  assert.equal(first.statusCode, 202, first.body);
+  const link = await latestToken(t, email, 'invitation');
+  const retry = await call(t, 'POST', `/v1/users/${user.id}/invitation`, key.secret, undefined, headers);
+  assert.equal(retry.statusCode, 202);
+  assert.equal(retry.headers['idempotent-replayed'], 'true');
+  assert.equal(retry.body, first.body);
+  assert.equal((await mailsTo(t, email, 'invitation')).length, 2, 'the first invitation and one re-send');
+  assert.equal(await latestToken(t, email, 'invitation'), link, 'no second link replaced the first');
+  // The limit counted one re-send: two more go out, the fourth is 429.
+  for (let i = 0; i < 2; i++) assert.equal((await resend(user.id)).statusCode, 202);
+  assertError(await resend(user.id), 429, 'rate_limited');
+  const last = await latestToken(t, email, 'invitation');
+  assert.notEqual(last, link);
+  assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: last, password: NEW_PASSWORD }), 200);
+});
+
 test('POST /v1/users/{id}/invitation for a user who is not invited gets 409 invalid_status_transition and sends nothing', async () => {
   const active = await createUser(t);
   const suspended = await createUser(t, { status: 'suspended' });

@@ -72,7 +72,10 @@ export function userRoutes(app: App, deps: Deps): void {
 
   app.post('/v1/users/:id/invitation', {
     schema: { summary: 'Send a new invitation', tags, params: UserIdParam, body: EmptyBody, response: { 202: Accepted } },
-    config: { meta: { auth: 'any', permission: 'users.manage', errors: ['user_not_found', 'invalid_status_transition', 'rate_limited'] } },
+    // A re-send replaces the mailed link and counts against 3 an hour: a client retrying after a lost
+    // answer (a timeout) under its Idempotency-Key gets the first 202 back, not a second mail that
+    // kills the first link. The answer holds no secret, so it can be stored like the other writes'.
+    config: { meta: { auth: 'any', permission: 'users.manage', idempotency: 'optional', errors: ['user_not_found', 'invalid_status_transition', 'rate_limited'] } },
     handler: async (request, reply) => {
       await resendInvitation(ctxOf(deps, request), request.params.id);
       reply.code(202);
