@@ -141,6 +141,36 @@ test('"Reaching expires_at makes it behave as revoked": at the very instant of e
   assert.equal(assertStatus(await getKey(body.id), 200).name, 'svc');
 });
 
+test('"afterwards the key behaves as revoked (401)": an expired secret, a revoked one and the secret a rotation replaced get 401 invalid_token on every operation that takes a credential (introspection, OAuth, webhooks and key management included), and none of them runs', async () => {
+  const doc = assertStatus(await call(t, 'GET', '/v1/openapi.json', null), 200);
+  const everything = ['users.list', 'users.manage', 'entitlements.manage', 'applications.manage', 'roles.manage', 'organizations.manage', 'billing.manage', 'billing.refund', 'audit.view', 'webhooks.manage', 'api_keys.manage', 'tenants.manage'];
+  const expiring = await newKey({ permissions: everything, expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() });
+  const revoked = await newKey({ permissions: everything });
+  assert.equal((await revokeKey(revoked.id)).statusCode, 204);
+  const replaced = await newKey({ permissions: everything });
+  assertStatus(await rotateKey(replaced.id), 200);
+  const operations = Object.entries<Record<string, { security?: unknown[] }>>(doc.paths).flatMap(([path, ops]) =>
+    Object.entries(ops)
+      .filter(([, op]) => Array.isArray(op.security) && op.security.length > 0)
+      .map(([method, op]) => ({ method: method.toUpperCase(), url: path.replace(/\{(\w+)\}/g, (_m, name: string) => (name === 'id' ? 'me' : 'x')), op })),
+  );
+  assert.ok(operations.some((o) => o.url === '/v1/users/me/apps/x/effective-permissions') && operations.some((o) => o.url === '/v1/webhooks') && operations.some((o) => o.url === '/v1/auth/oauth/authorization-codes'));
+  const audit = async () => (await sql(t, 'SELECT count(*)::int AS n FROM audit_events'))[0].n;
+  const before = await audit();
+  await atOneInstant(t, async () => {
+    for (const { method, url } of operations) {
+      for (const secret of [expiring.secret, revoked.secret, replaced.secret]) {
+        const res = await call(t, method, url, secret, method === 'GET' || method === 'DELETE' ? undefined : {}, { 'idempotency-key': `k-${method}-${url}` });
+        assertError(res, 401, 'unauthenticated');
+        assert.match(String(res.headers['www-authenticate']), /error="invalid_token"/, `${method} ${url}`);
+      }
+    }
+  }, expiring.expires_at);
+  assert.equal(await audit(), before, 'no operation ran');
+  // The wall clock passes expires_at too, so time never runs backwards for the next tests.
+  t.clock.advance(60);
+});
+
 test('POST /v1/api-keys/{id}/rotate: a new secret on the same record, the old secret is invalid at once; secret_hint follows; audit api_key.rotated', async () => {
   const body = await newKey();
   const res = await rotateKey(body.id);
