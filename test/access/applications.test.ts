@@ -2,8 +2,9 @@
 // the list view, PATCH field rights.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import pg from 'pg';
-import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import type pg from 'pg';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { client, blockedBy as waitForBlocked } from '../helpers/locks.js';
 import {
   appKey, assertError, assertInvalid, assertStatus, auditOf, call, createOrg, grant, grantReq, newApp, person, platformKey, rand, setReview, slugOf, sql,
 } from './support.js';
@@ -740,16 +741,22 @@ test("ownership change into a Tenant already at its Applications cap is 409 plan
   assert.deepEqual([current.owner_user_id, current.tenant_id], [app.owner!.id, app.tenant_id]);
 });
 
+/** `count` active users, each with an active admin_grant to the Application; their id prefix. */
+async function seedHolders(appId: string, count: number): Promise<string> {
+  const now = t.clock.now();
+  const prefix = `usr_seat${rand(6)}_`;
+  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
+                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, $3::int) g`, [prefix, now, count]);
+  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, $4::int) g`, [prefix, now, appId, count]);
+  return prefix;
+}
+
 test("ownership change into a Starter Tenant that would hold more than its 1,000 seats is 409 plan_limit_reached (resource seats) and nothing changes", async () => {
   const orgAdmin = await person(t);
   const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
   const app = await newApp(t, admin, { owner_organization_id: org });
-  const now = t.clock.now();
-  const prefix = `usr_move${rand(6)}_`;
-  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
-                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, 1001) g`, [prefix, now]);
-  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
-                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, 1001) g`, [prefix, now, app.id]);
+  const prefix = await seedHolders(app.id, 1001);
   const newOwner = await person(t);
   const err = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: newOwner.id, owner_organization_id: null }), 409, 'plan_limit_reached');
   assert.equal(err.details.resource, 'seats');
@@ -777,27 +784,10 @@ async function moveAndGrantRace(
   const orgAdmin = await person(t);
   const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
   const app = await newApp(t, admin, { owner_organization_id: org });
-  const now = t.clock.now();
-  const prefix = `usr_race${rand(6)}_`;
-  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
-                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, 1000) g`, [prefix, now]);
-  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
-                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, 1000) g`, [prefix, now, app.id]);
-  const connect = async () => {
-    const c = new pg.Client({ connectionString: TEST_DATABASE_URL!, options: `-c search_path=${t.schema}` });
-    await c.connect();
-    return c;
-  };
+  await seedHolders(app.id, 1000);
+  const connect = () => client(t);
   const [holder, second, watcher] = [await connect(), await connect(), await connect()];
-  // The backend waiting for a lock `pid` holds: its own, not another test file's on the same server.
-  const blockedBy = async (pid: number, what: string): Promise<number> => {
-    for (let waited = 0; ; waited += 10) {
-      const { rows } = await watcher.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid]);
-      if (rows[0]) return rows[0].pid;
-      assert.ok(waited < 5000, `${what} never waited`);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  };
+  const blockedBy = (pid: number, what: string) => waitForBlocked(watcher, pid, what);
   try {
     await run({ appId: app.id, tenantId: app.tenant_id, org, newcomer: (await person(t)).id, newOwner: (await person(t)).id, holder, second, blockedBy });
   } finally {

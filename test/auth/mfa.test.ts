@@ -1,8 +1,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import pg from 'pg';
-import { buildTestApp, pausedAfter, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
+import { client, blockedBy as waitForBlocked } from '../helpers/locks.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
@@ -561,22 +561,10 @@ if (storageName === 'postgres') test('a sign-in with a recovery code and a disab
   const m = await createMfaUser(t);
   const mfaToken = await mfaChallenge(t, m.user);
   const code = m.recoveryCodes[0];
-  const connect = async () => {
-    const c = new pg.Client({ connectionString: TEST_DATABASE_URL!, options: `-c search_path=${t.schema}` });
-    await c.connect();
-    return c;
-  };
+  const connect = () => client(t);
   const holder = await connect();
   const watcher = await connect();
-  // The backend waiting for a lock `pid` holds: its own, not another test file's on the same server.
-  const blockedBy = async (pid: number, what: string): Promise<number> => {
-    for (let waited = 0; ; waited += 10) {
-      const { rows } = await watcher.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid]);
-      if (rows[0]) return rows[0].pid;
-      assert.ok(waited < 5000, `${what} never waited`);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  };
+  const blockedBy = (pid: number, what: string) => waitForBlocked(watcher, pid, what);
   try {
     // The user's recovery codes are held, so the sign-in waits for its code first (holding the
     // identity), then the disable for the identity.

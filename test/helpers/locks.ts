@@ -5,10 +5,24 @@
 import pg from 'pg';
 import { TEST_DATABASE_URL, type TestApp } from './app.js';
 
-async function client(t: TestApp): Promise<pg.Client> {
+/** A connection of the test's own to the test app's schema, to hold locks on or to watch them from. */
+export async function client(t: TestApp): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: TEST_DATABASE_URL!, options: `-c search_path=${t.schema}` });
   await c.connect();
   return c;
+}
+
+/**
+ * Waits (polling from `watcher`, up to 5 s) until a backend waits for a lock backend `pid` holds, and
+ * returns that backend's pid: its own lock chain, not another test file's on the same server.
+ */
+export async function blockedBy(watcher: pg.Client, pid: number, what: string): Promise<number> {
+  for (let waited = 0; ; waited += 10) {
+    const { rows } = await watcher.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid]);
+    if (rows[0]) return rows[0].pid;
+    if (waited >= 5000) throw new Error(`${what} never waited`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
 }
 
 /**
