@@ -121,6 +121,34 @@ test('"Test-mode keys create test-mode subscriptions that only receive test even
   for (const s of [live, testSub]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
 });
 
+test('"Applications are shared catalog rows visible to both modes" and test-mode subscriptions "only receive test events": application.review_status_changed is an event of the Application\'s mode, whoever moderates it; a live admin suspending a test_mode Application reaches its test-mode subscriptions only, a test-mode key suspending a live Application its live subscriptions only', async () => {
+  const testKey = await platformKey(t, undefined, 'test');
+  const liveApp = await newApp(t, admin);
+  const testApp = await newApp(t, testKey, await person(t, { mode: 'test' }));
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${testApp.id}`, admin), 200).test_mode, true, 'precondition: a test_mode Application, visible to live callers');
+  const events = ['application.review_status_changed'];
+  const subs = {
+    livePlatform: await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/review-live-p'), events }),
+    testPlatform: await createWebhook(t, testKey, { scope: 'platform', url: receiver.url('/review-test-p'), events }),
+    liveAppLive: await createWebhook(t, await appKey(t, liveApp.id), { url: receiver.url('/review-live-app-live'), events }),
+    liveAppTest: await createWebhook(t, await appKey(t, liveApp.id, [], 'test'), { url: receiver.url('/review-live-app-test'), events }),
+    testAppTest: await createWebhook(t, await appKey(t, testApp.id, [], 'test'), { url: receiver.url('/review-test-app-test'), events }),
+  };
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${testApp.id}`, admin, { review_status: 'suspended', review_notes: 'by a live admin' }), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${liveApp.id}`, testKey, { review_status: 'suspended', review_notes: 'by a test-mode key' }), 200);
+  // The suspensions are real in both modes: neither Application takes a new grant.
+  assert.equal((await call(t, 'GET', `/v1/applications/${liveApp.id}`, admin)).json().review_status, 'suspended');
+  await runDelivery(t);
+
+  const got = (path: string) => receiver.at(path).map((r) => `${r.body.application_id === liveApp.id ? 'live app' : r.body.application_id === testApp.id ? 'test app' : '?'}:${r.body.test_mode}`).sort();
+  assert.deepEqual(got('/review-live-p'), ['live app:false'], 'the live Application\'s suspension is a live event, the test_mode one\'s is not');
+  assert.deepEqual(got('/review-test-p'), ['test app:true']);
+  assert.deepEqual(got('/review-live-app-live'), ['live app:false'], 'the live Application\'s live subscription hears of its suspension');
+  assert.deepEqual(got('/review-live-app-test'), [], 'a test-mode subscription receives no live event');
+  assert.deepEqual(got('/review-test-app-test'), ['test app:true'], 'the test_mode Application\'s test-mode subscription hears of its suspension');
+  for (const s of Object.values(subs)) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [s.id]);
+});
+
 test('WH-5 "exact delivered sets" from real operations (no synthetic events): an app Role assigned to users with and without an access path reaches only its Application\'s subscription; a platform Role\'s role.assigned and role.removed only the platform one; a review status change its Application; an org grant\'s entitlement.granted, access.granted and a member\'s user.suspended / access.revoked the granted Application', async () => {
   const A = await newApp(t, admin);
   const B = await newApp(t, admin);

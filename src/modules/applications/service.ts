@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
-import type { Tx } from '../../db/types.js';
+import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { findRole, toRole } from '../roles/store.js';
@@ -193,8 +193,15 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
   });
 }
 
+/**
+ * application.review_status_changed is an event of the Application's mode, whoever moderates it:
+ * Applications are shared by both modes (Part A convention 10), and the move is as real for a live
+ * Application when a test-mode key makes it (it stops new grants and app tokens) as for a test_mode one
+ * when a live admin does. Written in the caller's mode (until 2026-11-29), it never reached the
+ * Application's own subscriptions (nor any other of its mode) and reached the other mode's instead.
+ */
 export async function emitReviewChange(tx: Tx, ctx: Ctx, app: ApplicationRow): Promise<void> {
-  await emit(tx, ctx, {
+  await emit(tx, { ...ctx, mode: modeOf(app.test_mode) }, {
     type: 'application.review_status_changed',
     applicationId: app.id,
     data: { application_id: app.id, review_status: app.review_status, review_notes: app.review_notes },
