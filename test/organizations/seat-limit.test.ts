@@ -236,6 +236,34 @@ test("a personal grant adding a new seat beyond Starter's 1,000 gives 409 plan_l
   assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1000, included: 1000 });
 });
 
+test('Part B Errors, plan_limit_reached ("A plan cap (seats) would be exceeded") on PATCH: returning a personal row to active (disabled → active, expired → active renewal) seats its user again, so at Starter\'s 1,000 seats it is 409 plan_limit_reached (resource seats) and changes nothing', async () => {
+  const { app } = await starterAppWithSeats(998);
+  const grantTo = (userId: string, body: Record<string, unknown> = {}) =>
+    call(t, 'POST', `/v1/users/${userId}/entitlements`, admin, { application_id: app.id, source: 'purchase', ...body }, { 'idempotency-key': `k-${rand(8)}` });
+  const disabledUser = await person(t);
+  const disabled = assertStatus(await grantTo(disabledUser.id), 201);
+  assertStatus(await patchEnt(t, admin, disabled.id, { status: 'disabled', disabled_reason: 'chargeback' }), 200);
+  const expiredUser = await person(t);
+  const expired = assertStatus(await grantTo(expiredUser.id, { source: 'trial', ends_at: new Date(t.clock.now().getTime() + 60_000).toISOString() }), 201);
+  t.clock.advance(61);
+  await t.deps.jobs.runNow('entitlement-expiry');
+  assertStatus(await grantTo((await person(t)).id), 201); // 999
+  assertStatus(await grantTo((await person(t)).id), 201); // 1,000: the cap
+  for (const [row, body, user] of [
+    [disabled, { status: 'active' }, disabledUser],
+    [expired, { status: 'active', ends_at: new Date(t.clock.now().getTime() + 86_400_000).toISOString() }, expiredUser],
+  ] as const) {
+    const before = assertStatus(await call(t, 'GET', `/v1/entitlements/${row.id}`, admin), 200);
+    const events = await accessEvents(t, user.id, app.id);
+    const err = assertError(await patchEnt(t, admin, row.id, body), 409, 'plan_limit_reached');
+    assert.deepEqual([err.details.resource, err.details.limit], ['seats', 1000]);
+    assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/entitlements/${row.id}`, admin), 200), before, 'the row is unchanged');
+    assert.deepEqual(await accessEvents(t, user.id, app.id), events, 'no access event');
+  }
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200);
+  assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1000, included: 1000 });
+});
+
 test("the erasure cascade drops an erased member's seat_limit mark, so a freed seat goes to the next waiting member, not to the erased one", async () => {
   const { app, personal } = await starterAppWithSeats(999);
   const org = await orgWithMembers(t, admin, 0);

@@ -112,7 +112,7 @@ test('pending → cancelled and scheduled → cancelled need notes and change no
   }
 });
 
-test('other moves answer 409 invalid_request_transition and change nothing', async () => {
+test('other moves answer 409 invalid_request_transition and change nothing: every move the request table does not list, completed and cancelled being terminal', async () => {
   const moves: [Parameters<typeof requestIn>[0], Record<string, unknown>][] = [
     ['pending', { status: 'completed' }],
     ['scheduled', { status: 'pending' }],
@@ -121,9 +121,15 @@ test('other moves answer 409 invalid_request_transition and change nothing', asy
     ['in_progress', { status: 'pending' }],
     ['completed', { status: 'cancelled', notes: 'x' }],
     ['completed', { status: 'in_progress' }],
+    ['completed', { status: 'pending' }],
+    ['completed', { status: 'scheduled', scheduled_for: future() }],
+    ['completed', { status: 'completed' }],
     ['completed', { notes: 'late note' }],
     ['cancelled', { status: 'pending' }],
+    ['cancelled', { status: 'scheduled', scheduled_for: future() }],
     ['cancelled', { status: 'in_progress' }],
+    ['cancelled', { status: 'completed' }],
+    ['cancelled', { status: 'cancelled', notes: 'again' }],
   ];
   for (const [from, body] of moves) {
     const { owner, id } = await requestIn(from);

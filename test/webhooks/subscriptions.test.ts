@@ -116,6 +116,20 @@ test('plan limits: Starter allows 1 subscription per Tenant (409 plan_limit_reac
   await createWebhook(t, admin, { scope: 'platform', url: url('p13') });
 });
 
+test('plan limits are "per Tenant across its Applications": a Team Tenant with two Applications holding 6 and 4 subscriptions refuses an 11th on either with 409 plan_limit_reached (resource webhooks)', async () => {
+  const first = await newApp(t, admin);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [first.tenantId]);
+  const second = await newApp(t, admin, first.owner);
+  assert.equal(second.tenantId, first.tenantId, 'one Tenant holds both Applications');
+  for (let i = 0; i < 6; i++) await createWebhook(t, admin, { scope: first.id, url: url(`across-a${i}`) });
+  for (let i = 0; i < 4; i++) await createWebhook(t, admin, { scope: second.id, url: url(`across-b${i}`) });
+  for (const scope of [first.id, second.id]) {
+    const capped = assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope, url: url(`across-11-${scope}`), events: ['*'] }), 409, 'plan_limit_reached');
+    assert.deepEqual([capped.details.resource, capped.details.limit, capped.details.current], ['webhooks', 10, 10]);
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = ANY($1)', [[first.id, second.id]]))[0].n, 10);
+});
+
 test('PATCH: url, events, description and api_version change; scope and test_mode are read-only (422 read_only_field); status only disabled → healthy', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('u1') });
   const patched = assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { url: url('u2'), events: ['user.suspended'], description: 'new', api_version: '2026-01-01' }), 200);
