@@ -141,6 +141,26 @@ test('"Reaching expires_at makes it behave as revoked": at the very instant of e
   assert.equal(assertStatus(await getKey(body.id), 200).name, 'svc');
 });
 
+test('"Reaching expires_at makes it behave as revoked" with an expires_at finer than a millisecond: the key is stored as the API shows it, so at the shown instant the secret gets 401 and the list leaves it out (PostgreSQL keeps microseconds, the API milliseconds)', async () => {
+  const ms = new Date(Math.floor(t.clock.now().getTime() / 1000) * 1000 + 120_000);
+  const sent = ms.toISOString().replace(/\.(\d{3})Z$/, '.$1500Z');
+  const body = await newKey({ expires_at: sent });
+  const shown = new Date(body.expires_at);
+  assert.equal(shown.getTime(), ms.getTime());
+  const [stored] = await sql(t, `SELECT to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS at FROM api_keys WHERE id = $1`, [body.id]);
+  assert.equal(`${stored.at}Z`, ms.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z'), 'stored to the millisecond the API shows');
+  const ids = async (q: string) => assertStatus(await listKeys(q), 200).data.map((k: { id: string }) => k.id);
+  await atOneInstant(t, async () => {
+    t.clock.now = () => new Date(shown.getTime() - 1);
+    assert.equal((await useKey(body.secret)).statusCode, 200, 'usable until expires_at');
+    assert.ok((await ids('limit=100')).includes(body.id), 'listed until expires_at');
+    t.clock.now = () => new Date(shown);
+    assertError(await useKey(body.secret), 401, 'unauthenticated');
+    assert.ok(!(await ids('limit=100')).includes(body.id), 'not listed once the expires_at it shows is reached');
+  });
+  t.clock.advance(121);
+});
+
 test('"afterwards the key behaves as revoked (401)": an expired secret, a revoked one and the secret a rotation replaced get 401 invalid_token on every operation that takes a credential (introspection, OAuth, webhooks and key management included), and none of them runs', async () => {
   const doc = assertStatus(await call(t, 'GET', '/v1/openapi.json', null), 200);
   const everything = ['users.list', 'users.manage', 'entitlements.manage', 'applications.manage', 'roles.manage', 'organizations.manage', 'billing.manage', 'billing.refund', 'audit.view', 'webhooks.manage', 'api_keys.manage', 'tenants.manage'];

@@ -90,9 +90,10 @@ export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey &
   const userId = callerId(ctx);
   await assertMayManageScope(ctx, body.scope);
   await assertPermissions(ctx, body.scope, body.permissions);
-  if (body.expires_at && Date.parse(body.expires_at) <= ctx.now.getTime()) {
-    throw invalidField('expires_at', 'must be in the future');
-  }
+  // Kept to the millisecond, as the API shows it and compares it: stored as sent, PostgreSQL's
+  // microseconds would leave a key listed as active past the expires_at it shows (and 401 there).
+  const expiresAt = body.expires_at ? new Date(body.expires_at) : null;
+  if (expiresAt && expiresAt <= ctx.now) throw invalidField('expires_at', 'must be in the future');
   const mode = body.mode ?? 'live';
   // A test credential never mints a live key: that would be a way out of test mode.
   if (ctx.mode === 'test' && mode === 'live') throw new ApiError('forbidden', { message: 'A test-mode caller creates test keys only.', details: { field: 'mode' } });
@@ -105,7 +106,7 @@ export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey &
          expires_at, created_by_user_id, created_at, updated_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) RETURNING ${KEY_COLUMNS}`,
       [id, body.name, body.scope, body.permissions, mode === 'test', intendedUse, body.restrict_destructive ?? intendedUse === 'agent',
-        hashSecret(secret), secret.slice(-4), body.expires_at ?? null, userId, ctx.now],
+        hashSecret(secret), secret.slice(-4), expiresAt, userId, ctx.now],
     );
     const key = toApiKey(rows[0]);
     const audit = { target: { type: 'api_key', id }, after: key, applicationId: scopeApp(key.scope) };
