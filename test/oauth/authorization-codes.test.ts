@@ -70,6 +70,20 @@ test('without state, redirect_to has only code and iss; a registered query strin
   assert.ok(kept.searchParams.get('code'), 'kept.searchParams.get(\'code\')');
 });
 
+test('RFC 6749 §3.1.2: the registered query component "MUST be retained when adding additional query parameters": redirect_to is the registered URI as registered, then code, state and iss (a registered code, state or iss is replaced, never doubled)', async () => {
+  const registered = 'https://app.example.com/cb?next=/home&flag&x=a%20b&y=~';
+  const clashing = 'https://app.example.com/cb?code=registered&keep=1&state=old&iss=elsewhere';
+  const other = await oauthApp(t, admin, { redirect_uris: [registered, clashing] });
+  const user = await member(t, admin, other.id);
+  const out = assertStatus(await authorize(t, user.token, body({ application_id: other.id, redirect_uri: registered, state: 'a b+c~' })), 201);
+  const issuer = encodeURIComponent(t.config.publicUrl);
+  assert.equal(out.redirect_to, `${registered}&code=${out.code}&state=a+b%2Bc%7E&iss=${issuer}`);
+  assert.equal(new URL(out.redirect_to).searchParams.get('state'), 'a b+c~');
+
+  const replaced = assertStatus(await authorize(t, user.token, body({ application_id: other.id, redirect_uri: clashing, state: 's1' })), 201);
+  assert.equal(replaced.redirect_to, `https://app.example.com/cb?keep=1&code=${replaced.code}&state=s1&iss=${issuer}`);
+});
+
 test('404 application_not_found for an unknown Application', async () => {
   const user = await person(t);
   assertError(await authorize(t, user.token, body({ application_id: 'app_nosuchapp' })), 404, 'application_not_found');

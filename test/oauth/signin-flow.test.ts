@@ -247,6 +247,30 @@ test('no access to the Application: a 403 page (no redirect) with a link returni
   assert.equal(codes.length, 0);
 });
 
+test('no access: the "Return to" link keeps the registered redirect_uri\'s query as registered (RFC 6749 §3.1.2 "MUST be retained"), then error, error_description, state and iss', async () => {
+  const registered = 'https://app.example.com/cb?next=/home&flag';
+  const other = await oauthApp(t, admin, { name: 'Acme Query', redirect_uris: [registered] });
+  const user = await person(t);
+  const browser = new Browser(t);
+  const res = await browser.signIn(await browser.open(flow(other.id, { redirect_uri: registered, state: 's1' }).params), user.email, user.password);
+  const body = assertPage(res, 403);
+  const href = /<a class="button" href="([^"]+)">Return to Acme Query<\/a>/.exec(body)![1].replace(/&amp;/g, '&');
+  assert.ok(href.startsWith(`${registered}&error=access_denied&error_description=`), href);
+  assert.ok(href.endsWith(`&state=s1&iss=${encodeURIComponent(t.config.publicUrl)}`), href);
+});
+
+test('a redirect_uri registered with characters beyond ASCII: the 303 Location carries them percent-encoded as UTF-8 (a header cannot hold them), the registered query kept in that form, then code, state and iss', async () => {
+  const registered = 'https://app.example.com/cb/→x?q=日本&flag';
+  const other = await oauthApp(t, admin, { name: 'Acme Unicode', redirect_uris: [registered] });
+  const user = await member(t, admin, other.id);
+  const browser = new Browser(t);
+  const res = await browser.signIn(await browser.open(flow(other.id, { redirect_uri: registered, state: 's1' }).params), user.email, user.password);
+  assert.equal(res.statusCode, 303, res.body);
+  const code = new URL(String(res.headers.location)).searchParams.get('code');
+  assert.match(String(code), /^oac_/);
+  assert.equal(res.headers.location, `https://app.example.com/cb/%E2%86%92x?q=%E6%97%A5%E6%9C%AC&flag&code=${code}&state=s1&iss=${encodeURIComponent(t.config.publicUrl)}`);
+});
+
 test('no access to an internal Application (which the user may not see): the same 403 no-access page with its access_denied link, not an error page', async () => {
   const internal = await oauthApp(t, admin, { name: 'Acme Internal', visibility: 'internal' });
   const user = await person(t);

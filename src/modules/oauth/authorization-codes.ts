@@ -4,6 +4,7 @@ import { findApplicationRow } from '../applications/store.js';
 import { refusalFor } from '../applications/service.js';
 import { assertAppAccess } from './access.js';
 import { CODE_SECONDS, insertCode } from './store.js';
+import { withResponseParams } from './redirect.js';
 import type { AuthorizationCode, AuthorizationCodeBody } from './schemas.js';
 
 const invalidRedirect = (message: string) =>
@@ -39,10 +40,7 @@ export async function issueAuthorizationCode(ctx: Ctx, body: AuthorizationCodeBo
       now: ctx.now,
     }),
   );
-  const target = new URL(body.redirect_uri);
-  target.searchParams.set('code', code);
-  if (body.state !== undefined) target.searchParams.set('state', body.state);
-  // RFC 9207: the client checks that the answer comes from the server it sent the user to.
-  target.searchParams.set('iss', ctx.deps.config.publicUrl);
-  return { code, expires_in: CODE_SECONDS, redirect_to: target.toString() };
+  // RFC 9207: the client checks that the answer comes from the server it sent the user to (iss).
+  const redirectTo = withResponseParams(body.redirect_uri, { code, state: body.state, iss: ctx.deps.config.publicUrl });
+  return { code, expires_in: CODE_SECONDS, redirect_to: redirectTo };
 }

@@ -2,6 +2,7 @@ import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import type { FieldError } from '../../http/validation.js';
 import { CHALLENGE_PATTERN, type AuthorizationCodeBody } from '../oauth/schemas.js';
+import { withResponseParams } from '../oauth/redirect.js';
 import { findSigninApp, type SigninApp } from './store.js';
 import type { AuthorizationQuery } from './schemas.js';
 
@@ -61,12 +62,7 @@ export async function resolveAuthorizationRequest(db: Queryable, q: Authorizatio
 
 /** The registered redirect_uri with an RFC 6749 §4.1.2.1 error (the state, verbatim, and the issuer: RFC 9207). */
 export function errorRedirect(request: AuthorizationCodeBody, issuer: string, error: string, description: string): string {
-  const target = new URL(request.redirect_uri);
-  target.searchParams.set('error', error);
-  target.searchParams.set('error_description', description);
-  if (request.state !== undefined) target.searchParams.set('state', request.state);
-  target.searchParams.set('iss', issuer);
-  return target.toString();
+  return withResponseParams(request.redirect_uri, { error, error_description: description, state: request.state, iss: issuer });
 }
 
 /** The query string that opens the page again for the same request. */
