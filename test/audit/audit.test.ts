@@ -403,3 +403,61 @@ test('GET /v1/audit-events/{id} reads under the longest window the caller has fo
   assert.equal((await ids(token, `tenant_id=${owned.tenantId}`)).includes(evt.id), false, 'archived for the Starter Tenant (30 days)');
   assert.equal(assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, token), 200).id, evt.id);
 });
+
+test('an audit row about a shared Application or Role, written by a caller of the other mode, counts in its snapshots the users of the row\'s mode, as its readers\' GET does ("Test credentials see only test rows and live credentials only live rows"): a test-mode key\'s Role and settings_schema changes of a live Application show live readers the live holder and the live stale override, not the test mode\'s zero', async () => {
+  const testKey = await platformKey(t, undefined, 'test');
+  const liveApp = await newApp(t, admin);
+  const slug = liveApp.id.slice('app_'.length);
+  const schema = { type: 'object', properties: { density: { type: 'string', enum: ['compact', 'comfortable'] } } };
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${liveApp.id}`, admin, { available_app_roles: ['editor'], settings_schema: schema }), 200);
+  const holder = await person(t);
+  await grant(t, admin, holder.id, liveApp.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${holder.id}/roles/role_${slug}_editor`, admin, {}), 201);
+  assertStatus(await call(t, 'PATCH', `/v1/users/me/apps/${liveApp.id}/settings`, holder.token, { overrides: { density: 'compact' } }), 200);
+
+  const role = await call(t, 'PATCH', `/v1/roles/role_${slug}_editor`, testKey, { description: 'by a test-mode key' });
+  assert.equal(assertStatus(role, 200).assignment_count, 0, "the test-mode caller's answer counts its own mode's holders");
+  const [roleRow] = assertStatus(await list(viewer, `target_id=role_${slug}_editor&action=role.updated`), 200).data;
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/roles/role_${slug}_editor`, admin), 200).assignment_count, 1);
+  assert.deepEqual([roleRow.before.assignment_count, roleRow.after.assignment_count], [1, 1], "the live row counts the live holder, as a live GET does");
+
+  const app = await call(t, 'PATCH', `/v1/applications/${liveApp.id}`, testKey, { settings_schema: {} });
+  assert.deepEqual(assertStatus(app, 200).settings_schema_stats.stale_override_counts, {}, "the test-mode caller's answer counts its own mode's overrides");
+  const [appRow] = assertStatus(await list(viewer, `target_id=${liveApp.id}&action=application.updated`), 200).data;
+  assert.equal(appRow.request_id, app.headers['request-id']);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${liveApp.id}`, admin), 200).settings_schema_stats.stale_override_counts, { density: 1 });
+  assert.deepEqual([appRow.before.settings_schema_stats.stale_override_counts, appRow.after.settings_schema_stats.stale_override_counts], [{}, { density: 1 }], "the live row counts the live user's override, as a live GET does");
+});
+
+// Last in the file: it moves the clock 31 days on for the test-data purge.
+test('"Applications are shared catalog rows visible to both modes": an audit row about an Application or one of its Roles is of the Application\'s mode, whoever changes it; a test-mode key\'s suspension, PATCH and Role changes of a live Application are read by live audit readers and survive the purge of "test rows older than 30 days", and a live admin\'s suspension of a test_mode Application is read in test mode', async () => {
+  const testKey = await platformKey(t, undefined, 'test');
+  const testViewer = await platformKey(t, ['audit.view'], 'test');
+  const liveApp = await newApp(t, admin);
+  const slug = liveApp.id.slice('app_'.length);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${liveApp.id}`, testKey, { description: 'changed by a test-mode key', available_app_roles: ['viewer', 'spare'] }), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${slug}_viewer`, testKey, { description: 'edited by a test-mode key' }), 200);
+  assertStatus(await call(t, 'DELETE', `/v1/roles/role_${slug}_spare`, testKey), 204);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${liveApp.id}`, testKey, { review_status: 'suspended', review_notes: 'by a test-mode key' }), 200);
+  const expected = [
+    ['application.review_status_changed', liveApp.id], ['application.updated', liveApp.id], ['application.updated', liveApp.id],
+    ['role.created', `role_${slug}_spare`], ['role.created', `role_${slug}_viewer`], ['role.deleted', `role_${slug}_spare`], ['role.updated', `role_${slug}_viewer`],
+  ];
+  const read = async (cred: string, appId: string) =>
+    (assertStatus(await list(cred, `application_id=${appId}&limit=100`), 200).data as any[])
+      .filter((e) => e.action !== 'application.created').map((e) => [e.action, e.target.id]).sort();
+  assert.deepEqual(await read(viewer, liveApp.id), expected, "live audit readers read the live Application's changes made by a test-mode key");
+  assert.deepEqual(await read(testViewer, liveApp.id), [], 'they are no test rows');
+  const owner = assertStatus(await list(liveApp.owner.token, `tenant_id=${liveApp.tenantId}&action=application.review_status_changed`), 200).data;
+  assert.deepEqual(owner.map((e: any) => e.after.review_status), ['suspended'], "the live Application's Tenant owner reads its suspension");
+
+  const testApp = await newApp(t, testKey, await person(t, { mode: 'test' }));
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${testApp.id}`, admin, { review_status: 'suspended', review_notes: 'by a live admin' }), 200);
+  assert.deepEqual((await read(testViewer, testApp.id)).map(([a]) => a), ['application.review_status_changed', 'application.updated'], "test-mode readers read their test_mode Application's suspension by a live admin");
+  assert.deepEqual(await read(viewer, testApp.id), [], 'it is no live row');
+
+  t.clock.advance(31 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.deepEqual(await read(viewer, liveApp.id), expected, "the purge of test rows leaves the live Application's trail");
+  assert.deepEqual(await read(testViewer, testApp.id), [], "the test_mode Application's trail is test data, purged with it");
+});

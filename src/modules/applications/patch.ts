@@ -1,10 +1,11 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
-import type { Tx } from '../../db/types.js';
+import { modeOf, type Tx } from '../../db/types.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
+import { inSubjectMode } from '../../db/roles.js';
 import { assertWithinPlan, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
 import { findApplicationRow, toApplication, type ApplicationRow } from './store.js';
 import { APPLICATION_READ_ONLY, type Application, type PatchApplicationBody } from './schemas.js';
@@ -105,7 +106,12 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
     );
     const after = (await findApplicationRow(tx, app.id))!;
     const out = toApplication(after, await staleCounts(c, after));
-    await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: toApplication(app, await staleCounts(c, app)), after: out });
+    // Rows of the Application's mode, whoever changes it (a test-mode key suspending a live one), as
+    // emitReviewChange; their snapshots count that mode's users, as its readers' GET does (the caller's
+    // answer counts the caller's: neither mode sees the other's).
+    const mode = modeOf(app.test_mode);
+    const snapshot = (row: ApplicationRow) => inSubjectMode(tx, mode, async () => toApplication(row, await staleCounts(c, row)));
+    await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: await snapshot(app), after: await snapshot(after), mode });
     if (review !== app.review_status) {
       await recordAudit(tx, c, {
         action: 'application.review_status_changed',
@@ -114,6 +120,7 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
         tenantId,
         before: { review_status: app.review_status },
         after: { review_status: review, review_notes: notes },
+        mode,
       });
       // The webhook is for approved, rejected, suspended and reinstated (Part B Events); the automatic
       // return to the queue is audited only.
@@ -149,7 +156,7 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     if (role) assertDestructiveAllowed(ctx.actor);
     await tx.query('DELETE FROM roles WHERE id = $1', [roleId]);
     // Deleted with its name: audited as role.deleted, as DELETE /v1/roles/{id} is.
-    if (role) await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id: roleId }, applicationId: app.id, tenantId, before: toRole(role) });
+    if (role) await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id: roleId }, applicationId: app.id, tenantId, before: toRole(role), mode: modeOf(app.test_mode) });
   }
   for (const name of added) await seedAppRole(tx, ctx, app, name, tenantId);
 }

@@ -147,7 +147,7 @@ export async function assertOwnerKnown(tx: Tx, owner: { userId?: string | null; 
 }
 
 /** Seeds the empty Role role_<slug>_<name> for an available_app_roles name. */
-export async function seedAppRole(tx: Tx, ctx: Ctx, app: { id: string; slug: string }, name: string, tenantId?: string): Promise<void> {
+export async function seedAppRole(tx: Tx, ctx: Ctx, app: { id: string; slug: string; test_mode: boolean }, name: string, tenantId?: string): Promise<void> {
   const id = `role_${app.slug}_${name}`;
   const { rowCount } = await tx.query(
     `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at)
@@ -156,7 +156,8 @@ export async function seedAppRole(tx: Tx, ctx: Ctx, app: { id: string; slug: str
   );
   // A seeded Role is audited as role.created, as one made through POST /v1/roles. A PATCH moving the
   // Application names the Tenant it ends up in (its row still names the old one until the UPDATE).
-  if (rowCount === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app.id, tenantId, after: toRole((await findRole(tx, id))!) });
+  // Of the Application's mode, as the PATCH's other rows, whoever seeds it.
+  if (rowCount === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app.id, tenantId, after: toRole((await findRole(tx, id))!), mode: modeOf(app.test_mode) });
 }
 
 /** POST /v1/applications (applications.manage): creates approved, resolving or creating the owner's Tenant. */

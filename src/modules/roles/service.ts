@@ -8,6 +8,8 @@ import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
+import { modeOf, type Mode } from '../../db/types.js';
+import { inSubjectMode } from '../../db/roles.js';
 import { findVisibleApplication, isOwner } from '../applications/service.js';
 import { viewerOf, visibleCondition } from '../applications/visibility.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
@@ -119,6 +121,12 @@ export async function assertMayManageAppRoles(ctx: Ctx, app: ApplicationRow, hid
   throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
 }
 
+/**
+ * The mode of an audit row about a Role: its Application's, whoever changes it (Applications and their
+ * Roles are shared by both modes); a platform Role belongs to neither, and its rows take the caller's.
+ */
+const roleMode = (app: ApplicationRow | null): Mode | undefined => (app ? modeOf(app.test_mode) : undefined);
+
 /** POST /v1/roles. */
 export async function createRole(ctx: Ctx, body: CreateRoleBody): Promise<Role> {
   const app = await scopeApplication(ctx, body.scope);
@@ -136,7 +144,7 @@ export async function createRole(ctx: Ctx, body: CreateRoleBody): Promise<Role> 
     );
     if (rowCount !== 1) throw new ApiError('role_name_taken', { details: { role_id: id } });
     const role = toRole((await findRole(tx, id))!);
-    await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app?.id ?? null, after: role });
+    await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app?.id ?? null, after: role, mode: roleMode(app) });
     return role;
   });
 }
@@ -169,10 +177,13 @@ async function patchLockedRole(ctx: Ctx, id: string, body: PatchRoleBody): Promi
     const permissions = body.permissions ?? role.permissions;
     // A PATCH that changes nothing writes nothing (no updated_at, no role.updated), as elsewhere.
     if (description === role.description && isDeepStrictEqual(permissions, role.permissions)) return toRole(role);
+    // The row's snapshots count the holders of the row's mode, as its readers' GET does; the answer the caller's.
+    const mode = roleMode(app) ?? ctx.mode;
+    const snapshot = () => inSubjectMode(tx, mode, async () => toRole((await findRole(tx, id))!));
+    const before = await snapshot();
     await tx.query('UPDATE roles SET description = $2, permissions = $3, updated_at = $4 WHERE id = $1', [id, description, permissions, ctx.now]);
-    const after = toRole((await findRole(tx, id))!);
-    await recordAudit(tx, inTx(ctx, tx), { action: 'role.updated', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(role), after });
-    return after;
+    await recordAudit(tx, inTx(ctx, tx), { action: 'role.updated', target: { type: 'role', id }, applicationId: app?.id ?? null, before, after: await snapshot(), mode });
+    return toRole((await findRole(tx, id))!);
   });
 }
 
@@ -199,6 +210,6 @@ export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
     // The Role as deleted, read under the lock: a PATCH that committed since the first read is in it.
     const deleted = (await findRole(tx, id))!;
     await tx.query('DELETE FROM roles WHERE id = $1', [id]);
-    await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(deleted) });
+    await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(deleted), mode: roleMode(app) });
   });
 }
