@@ -1,5 +1,5 @@
 import type { Ctx } from '../context.js';
-import type { Tx } from '../db/types.js';
+import type { Mode, Tx } from '../db/types.js';
 import { newId } from '../ids.js';
 import { MEMBER_DECISION_SQL } from '../access/resolve.js';
 
@@ -11,6 +11,8 @@ export interface OutboundEvent {
   formerPathApplicationIds?: string[];
   /** The event's created_at when it is not the transaction's instant (ctx.now); emitMany only. */
   createdAt?: Date;
+  /** The mode of what the event is about, when it is not the caller's (a shared Application's), as recordAudit's. */
+  mode?: Mode;
 }
 
 /**
@@ -68,7 +70,7 @@ export async function emit(tx: Tx, ctx: Ctx, event: OutboundEvent): Promise<stri
        DO UPDATE SET last_at = GREATEST(EXCLUDED.last_at, c.last_at + interval '1 millisecond') RETURNING last_at)
      INSERT INTO outbox_events (id, type, application_id, test_mode, data, created_at, path_application_ids)
      SELECT $1, $2, $3, $4, $5, COALESCE((SELECT last_at FROM clock), $6), $7`,
-    [id, event.type, event.applicationId ?? null, ctx.mode === 'test', JSON.stringify(event.data), ctx.now, paths, orderedSubject(event, userId)],
+    [id, event.type, event.applicationId ?? null, (event.mode ?? ctx.mode) === 'test', JSON.stringify(event.data), ctx.now, paths, orderedSubject(event, userId)],
   );
   return id;
 }

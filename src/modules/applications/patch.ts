@@ -111,7 +111,7 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
     // answer counts the caller's: neither mode sees the other's).
     const mode = modeOf(app.test_mode);
     const snapshot = (row: ApplicationRow) => inSubjectMode(tx, mode, async () => toApplication(row, await staleCounts(c, row)));
-    await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: await snapshot(app), after: await snapshot(after), mode });
+    await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: await snapshot(app), after: mode === ctx.mode ? out : await snapshot(after), mode });
     if (review !== app.review_status) {
       await recordAudit(tx, c, {
         action: 'application.review_status_changed',

@@ -202,8 +202,9 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
  * Application's own subscriptions (nor any other of its mode) and reached the other mode's instead.
  */
 export async function emitReviewChange(tx: Tx, ctx: Ctx, app: ApplicationRow): Promise<void> {
-  await emit(tx, { ...ctx, mode: modeOf(app.test_mode) }, {
+  await emit(tx, ctx, {
     type: 'application.review_status_changed',
+    mode: modeOf(app.test_mode),
     applicationId: app.id,
     data: { application_id: app.id, review_status: app.review_status, review_notes: app.review_notes },
   });

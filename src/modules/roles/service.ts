@@ -180,10 +180,11 @@ async function patchLockedRole(ctx: Ctx, id: string, body: PatchRoleBody): Promi
     // The row's snapshots count the holders of the row's mode, as its readers' GET does; the answer the caller's.
     const mode = roleMode(app) ?? ctx.mode;
     const snapshot = () => inSubjectMode(tx, mode, async () => toRole((await findRole(tx, id))!));
-    const before = await snapshot();
+    const before = mode === ctx.mode ? toRole(role) : await snapshot();
     await tx.query('UPDATE roles SET description = $2, permissions = $3, updated_at = $4 WHERE id = $1', [id, description, permissions, ctx.now]);
-    await recordAudit(tx, inTx(ctx, tx), { action: 'role.updated', target: { type: 'role', id }, applicationId: app?.id ?? null, before, after: await snapshot(), mode });
-    return toRole((await findRole(tx, id))!);
+    const after = toRole((await findRole(tx, id))!);
+    await recordAudit(tx, inTx(ctx, tx), { action: 'role.updated', target: { type: 'role', id }, applicationId: app?.id ?? null, before, after: mode === ctx.mode ? after : await snapshot(), mode });
+    return after;
   });
 }
 
