@@ -68,6 +68,24 @@ test('a worker that died holding a claim (after sending, before recording) is ta
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
+test('a worker that died holding the 6th and last attempt: the attempt is sent again after the lease as attempt 6 (Platform-Delivery-Attempt stays within 1 to 6), and its failure ends the delivery', async () => {
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/last-lease'), events: ['user.deleted'] });
+  const eventId = await emitEvent(t, 'user.deleted', { user_id: 'usr_lastlease' });
+  await runDeliveryPass(t.deps, { maxRounds: 0 }); // relay only
+  await sql(t, 'UPDATE webhook_deliveries SET attempt = 5 WHERE subscription_id = $1', [sub.id]);
+  const [claimed] = await claimDue(t.deps, 10, 'dead-worker');
+  assert.equal(claimed.event_id, eventId);
+  assert.equal(claimed.attempt, 6);
+  receiver.routes.set('/last-lease', (_req, res) => res.writeHead(500).end());
+  t.clock.advance(61);
+  await runDelivery(t);
+  const got = receiver.at('/last-lease');
+  assert.deepEqual(got.map((g) => g.headers['platform-delivery-attempt']), ['6']);
+  const [row] = await deliveriesOf(t, sub.id);
+  assert.deepEqual({ status: row.status, attempt: row.attempt }, { status: 'failed', attempt: 6 });
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('the worker delivers concurrently: a hanging receiver never delays another subscription, and commit-to-first-attempt stays well under a second', async () => {
   const hang = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/hang'), events: ['entitlement.updated'] });
   const fast = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/fast'), events: ['entitlement.updated', 'entitlement.revoked'] });

@@ -47,7 +47,9 @@ export interface ClaimRoom {
 const CLAIM_SELECT = `SELECT c.*, s.url, s.status AS sub_status, s.signing_secret, s.previous_secret, s.previous_secret_expires_at, s.api_version,
             e.type, e.application_id, e.data, e.created_at AS event_created_at
        FROM claimed c JOIN webhook_subscriptions s ON s.id = c.subscription_id LEFT JOIN outbox_events e ON e.id = c.event_id`;
-const CLAIM_UPDATE = `UPDATE webhook_deliveries d SET claim_token = $2, claimed_until = $3, attempt = d.attempt + 1, last_attempt_at = $1`;
+// A claim counts its attempt, up to the last: a worker that died holding the last attempt leaves it to be sent
+// again under the same number (the receiver may never have seen it), never as an attempt beyond the schedule.
+const CLAIM_UPDATE = `UPDATE webhook_deliveries d SET claim_token = $2, claimed_until = $3, attempt = LEAST(d.attempt + 1, d.max_attempts), last_attempt_at = $1`;
 const CLAIM_RETURNING = `RETURNING d.id, d.subscription_id, d.event_id, d.kind, d.attempt, d.max_attempts, d.test_mode, d.last_attempt_at`;
 const DUE = `status = 'pending' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)`;
 /** A subscription's room in the claim statement: named in $5, else $6. */
