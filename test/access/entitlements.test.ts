@@ -1010,6 +1010,17 @@ test('cross-user list filters: application_id, status, user_id, source, order_id
   assert.deepEqual(await ids(`&ends_before=${encodeURIComponent(inSeconds(t, 4 * DAY))}`), [e2.id]);
 });
 
+test('cross-user list filters "`order_id` (exact)", `user_id`: an empty value matches no row, so it is 422 validation_failed naming the parameter, never every Entitlement of the list', async () => {
+  const target = await newApp(t, admin);
+  const [u1, u2] = [await person(t), await person(t)];
+  await grant(t, admin, u1.id, target.id, { source: 'purchase', order_id: 'ord-1' });
+  await grant(t, admin, u2.id, target.id);
+  assertInvalid(await call(t, 'GET', `/v1/entitlements?application_id=${target.id}&order_id=`, admin), 'query.order_id');
+  assertInvalid(await call(t, 'GET', `/v1/entitlements?application_id=${target.id}&user_id=`, admin), 'query.user_id');
+  assertInvalid(await call(t, 'GET', `/v1/entitlements?application_id=`, admin), 'query.application_id');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/entitlements?application_id=${target.id}&order_id=ord-1`, admin), 200).data.length, 1);
+});
+
 test('a caller who may not see a row gets 404 entitlement_not_found on GET and PATCH: a user for another user\'s personal row, a pending invitee for the Organization\'s org grant; nothing changes', async () => {
   const holder = await person(t);
   const ent = await grant(t, admin, holder.id, app.id);

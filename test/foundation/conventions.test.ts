@@ -456,6 +456,24 @@ test('list pagination: a cursor that does not decode gets 422 validation_failed 
   }
 });
 
+test('list filters: an empty filter value ("?order_id=") is 422 validation_failed naming query.<name>, never read as no filter (every row of the list)', async () => {
+  const key = (await createApiKey(t, { scope: 'platform', permissions: ['entitlements.manage', 'applications.manage', 'tenants.manage', 'roles.manage', 'users.list'] })).secret;
+  const user = await createUser(t);
+  const cases: [string, string][] = [
+    ['/v1/entitlements', 'order_id'], ['/v1/entitlements', 'user_id'], ['/v1/entitlements', 'organization_id'], ['/v1/entitlements', 'application_id'],
+    [`/v1/users/${user.id}/entitlements`, 'application_id'], ['/v1/organizations/org_01M8MK6MDH299Z5GNZBJQBNF0B/entitlements', 'order_id'],
+    ['/v1/applications', 'tenant_id'], ['/v1/applications', 'owner_user_id'], ['/v1/applications', 'owner_organization_id'],
+    ['/v1/tenants', 'owner_user_id'], ['/v1/tenants', 'owner_organization_id'],
+    [`/v1/users/${user.id}/roles`, 'application_id'], ['/v1/permissions', 'scope'],
+  ];
+  for (const [path, name] of cases) {
+    const res = await t.app.inject({ method: 'GET', url: `${path}?${name}=`, headers: bearer(key) });
+    assert.equal(res.statusCode, 422, `${path}?${name}=: ${res.body}`);
+    assert.equal(res.json().error.code, 'validation_failed');
+    assert.deepEqual(res.json().error.details.fields.map((f: { path: string }) => f.path), [`query.${name}`], `${path}?${name}=: ${res.body}`);
+  }
+});
+
 test('list pagination: limit is 1–100 (limit=100 is accepted, limit=0 is 422 naming query.limit) and defaults to 20 rows a page', async () => {
   // The audit trail: every user created below adds to it.
   const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;

@@ -71,7 +71,7 @@ export const PatchEntitlementBody = Type.Object(
 export type PatchEntitlementBody = Static<typeof PatchEntitlementBody>;
 
 const listFilters = {
-  application_id: Type.Optional(Type.String({ maxLength: 100 })),
+  application_id: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
   status: Type.Optional(Type.Union(ENTITLEMENT_STATUSES.map((s) => Type.Literal(s)))),
   source: Type.Optional(Type.Union(SOURCES.map((s) => Type.Literal(s)))),
   ...IncludeInactiveQuery,
@@ -82,9 +82,9 @@ export type UserEntitlementQuery = Static<typeof UserEntitlementQuery>;
 export const EntitlementQuery = Type.Object(
   {
     ...listFilters,
-    user_id: Type.Optional(Type.String({ maxLength: 64 })),
-    organization_id: Type.Optional(Type.String({ maxLength: 64 })),
-    order_id: Type.Optional(Type.String({ maxLength: 255 })),
+    user_id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+    organization_id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+    order_id: Type.Optional(Type.String({ minLength: 1, maxLength: 255 })),
     ends_before: Type.Optional(Type.String({ format: 'date-time' })),
   },
   { additionalProperties: false },

@@ -13,7 +13,7 @@ const tags = ['Roles'];
 
 export function roleRoutes(app: App, deps: Deps): void {
   app.get('/v1/permissions', {
-    schema: { summary: 'Permission keys: platform plus visible Applications', tags, querystring: Type.Object({ scope: Type.Optional(Type.String({ maxLength: 100 })) }, { additionalProperties: false }), response: { 200: ListOf(PermissionItem) } },
+    schema: { summary: 'Permission keys: platform plus visible Applications', tags, querystring: Type.Object({ scope: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })) }, { additionalProperties: false }), response: { 200: ListOf(PermissionItem) } },
     config: { meta: { auth: 'any' } },
     handler: (request) => listPermissions(ctxOf(deps, request), request.query.scope),
   });

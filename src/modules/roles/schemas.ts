@@ -91,7 +91,7 @@ export const ScopeQuery = Type.Object(
   { additionalProperties: false },
 );
 export type ScopeQuery = Static<typeof ScopeQuery>;
-export const UserRolesQuery = Type.Object({ application_id: Type.Optional(Type.String({ maxLength: 100 })) }, { additionalProperties: false });
+export const UserRolesQuery = Type.Object({ application_id: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })) }, { additionalProperties: false });
 export const RoleIdParam = Type.Object({ id: Type.String({ minLength: 1, maxLength: 150 }) });
 export const UserRoleParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), roleId: Type.String({ minLength: 1, maxLength: 150 }) });
 export const UserAppParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), appId: Type.String({ minLength: 1, maxLength: 100 }) });
