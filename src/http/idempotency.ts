@@ -196,17 +196,23 @@ export async function sealStoredAnswers(deps: Deps): Promise<number> {
 
 /**
  * The erasure cascade: drops the stored answers (still inside their 24 hours) of operations on this
- * user (`/v1/users/{id}/…`, e.g. an admin's Profile write to the soft-deleted user in the cascade's
- * last day). A retry then runs again and gets 404 user_not_found instead of replaying erased data.
+ * user (`/v1/users/{id}/…`, `/v1/organizations/{id}/members/{userId}`; e.g. an admin's Profile write
+ * or an org admin's role change of the soft-deleted user in the cascade's last day). A retry then runs
+ * again and gets a 404 instead of replaying erased data.
  */
 export async function dropStoredAnswersAbout(tx: Tx, userId: string): Promise<number> {
   return (await tx.query('DELETE FROM idempotency_keys WHERE subject_user_id = $1', [userId])).rowCount;
 }
 
-/** The user an operation under /v1/users/{id} is about (`me` is the caller), else null. */
+/**
+ * The user an operation is about (`me` is the caller), else null: {id} under /v1/users/{id}, and the
+ * member {userId} under /v1/organizations/{id}/members/{userId}, whose answer (a role change) holds
+ * the member's email and display name.
+ */
 function subjectUserOf(request: FastifyRequest, actor: Actor): string | null {
-  if (!request.routeOptions.url?.startsWith('/v1/users/:id')) return null;
-  const id = (request.params as { id?: unknown }).id;
+  const route = request.routeOptions.url;
+  const params = request.params as { id?: unknown; userId?: unknown };
+  const id = route?.startsWith('/v1/users/:id') ? params.id : route?.startsWith('/v1/organizations/:id/members/:userId') ? params.userId : null;
   if (typeof id !== 'string') return null;
   if (id === 'me') return actor.type === 'user' ? actor.userId : null;
   return id;

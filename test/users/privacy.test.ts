@@ -427,6 +427,38 @@ test('"entitlement.member_scope_changed | member_scope or member_overrides chang
   assert.deepEqual([audit[0].before.member_overrides, audit[0].after.member_overrides], [[user.id, buddy.id], [buddy.id]]);
 });
 
+test('"entitlement.deleted | hard-deleted" and "role.removed | assignment created or deleted": the erasure cascade\'s hard delete of the user\'s personal entitlements and Role assignments is announced (webhook and audit, actor system) as DELETE /v1/entitlements/{id} and DELETE /v1/users/{id}/roles/{roleId} announce theirs', async () => {
+  const admin = await asAdmin();
+  const user = await createUser(t);
+  const app = await createApplication(t);
+  const entitlementId = await grant(t, user.id, app.id);
+  const roleId = `role_${app.slug}_editor`;
+  await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at) VALUES ($1, 'editor', $2, $3, now(), now())`, [roleId, app.id, [`app.${app.slug}.read`]]);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/${roleId}`, admin), 201);
+  assertStatus(await requestErasure(user.id, admin), 202);
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased');
+
+  const deleted = await sql(t, `SELECT application_id, test_mode, data FROM outbox_events WHERE type = 'entitlement.deleted' AND data->'entitlement'->>'id' = $1`, [entitlementId]);
+  assert.equal(deleted.length, 1, JSON.stringify(deleted));
+  assert.equal(deleted[0].application_id, app.id);
+  assert.equal(deleted[0].test_mode, false);
+  assert.equal(deleted[0].data.entitlement.user_id, user.id);
+  assert.equal(deleted[0].data.entitlement.status, 'active', 'the last state');
+  const removed = await sql(t, `SELECT application_id, data FROM outbox_events WHERE type = 'role.removed' AND data->>'user_id' = $1 ORDER BY data->>'role_id'`, [user.id]);
+  assert.deepEqual(removed.map((r) => [r.application_id, r.data]), [
+    [app.id, { user_id: user.id, role_id: roleId, application_id: app.id }],
+    [null, { user_id: user.id, role_id: 'role_platform_member', application_id: null }],
+  ].sort((a, b) => (a[1] as any).role_id.localeCompare((b[1] as any).role_id)));
+  const audit = await auditFor(t, user.id);
+  const entAudit = audit.filter((a) => a.action === 'entitlement.deleted');
+  assert.deepEqual(entAudit.map((a) => [a.target_id, a.application_id, a.actor_type]), [[entitlementId, app.id, 'system']]);
+  assert.deepEqual(audit.filter((a) => a.action === 'role.removed').map((a) => a.target_id).sort(), [roleId, 'role_platform_member'].sort());
+  // Written with the rest of the cascade, their snapshots are redacted like every row about the user.
+  for (const a of [...entAudit, ...audit.filter((x) => x.action === 'role.removed')]) assert.deepEqual(a.before, { redacted: true });
+});
+
 test('"Erasure clears everything exported": after the cascade, a retry of an Idempotency-Key write made to the soft-deleted user in the last 24 hours replays no erased data; it runs again and gets 404 user_not_found', async () => {
   const user = await createUser(t);
   assertStatus(await requestErasure('me', await login(t, user)), 202);
@@ -452,6 +484,27 @@ test('"Erasure clears everything exported": after the cascade, a retry of an Ide
   const kept = await call(t, 'PATCH', `/v1/users/${otherUser.id}/profile`, later, { display_name: 'Bystander Kept' }, { 'idempotency-key': 'erase-other-write' });
   assert.equal(kept.statusCode, 200);
   assert.equal(kept.headers['idempotent-replayed'], 'true');
+});
+
+test('"Erasure clears everything exported": a stored Idempotency-Key answer of an org admin\'s role change of the soft-deleted member (PATCH /v1/organizations/{id}/members/{userId}, holding their email and display name) is dropped by the cascade; a retry runs again and gets 404 member_not_found', async () => {
+  const user = await createUser(t);
+  const orgAdmin = await createUser(t);
+  const org = await createOrganization(t, [orgAdmin.id, user.id]);
+  assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}/profile`, await asAdmin(), { display_name: 'Roleswap Person' }), 200);
+  assertStatus(await requestErasure('me', await login(t, user)), 202);
+  t.clock.advance(6.5 * DAY);
+  const first = await call(t, 'PATCH', `/v1/organizations/${org}/members/${user.id}`, await login(t, orgAdmin), { role: 'org_admin' }, { 'idempotency-key': 'erase-member-role' });
+  const body = assertStatus(first, 200);
+  assert.deepEqual([body.email, body.display_name], [user.email, 'Roleswap Person'], 'precondition: the answer holds the member\'s email and name');
+
+  t.clock.advance(0.5 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased');
+
+  const retry = await call(t, 'PATCH', `/v1/organizations/${org}/members/${user.id}`, await login(t, orgAdmin), { role: 'org_admin' }, { 'idempotency-key': 'erase-member-role' });
+  assert.equal(retry.headers['idempotent-replayed'], undefined, 'not a replay of the stored answer');
+  assertError(retry, 404, 'member_not_found');
+  for (const value of [user.email, 'Roleswap']) assert.ok(!retry.body.includes(value), `the retry shows ${value}`);
 });
 
 test('after the erasure cascade the id stays 404 user_not_found on the support MFA reset (DELETE /v1/users/{id}/mfa/totp) too, and no audit row is written', async () => {

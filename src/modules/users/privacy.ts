@@ -5,11 +5,11 @@ import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
-import { pathApplicationIds } from '../../outbox/emit.js';
+import { emit, pathApplicationIds } from '../../outbox/emit.js';
 import { dropStoredAnswersAbout } from '../../http/idempotency.js';
 import { memberEvent } from '../organizations/events.js';
-import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
-import { announceScopeChanges } from '../entitlements/grant.js';
+import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
+import { announceScopeChanges, emitEntitlementEvent } from '../entitlements/grant.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
@@ -189,6 +189,15 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     [id],
   );
   const formerPaths = memberships.some((m) => m.membership_status === 'active') ? await pathApplicationIds(tx, id) : [];
+  // Personal grants and Role assignments are hard-deleted too: each announced as DELETE
+  // /v1/entitlements/{id} and DELETE /v1/users/{id}/roles/{roleId} announce theirs (Part B Resource
+  // events: entitlement.deleted "hard-deleted", role.removed "assignment deleted"), so a receiver
+  // mirroring them does not keep the erased user's grants and Roles for ever.
+  const { rows: grants } = await tx.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.user_id = $1 ORDER BY e.id`, [id]);
+  const { rows: assignments } = await tx.query<{ role_id: string; application_id: string | null }>(
+    'SELECT role_id, application_id FROM role_assignments WHERE user_id = $1 ORDER BY role_id',
+    [id],
+  );
   for (const sql of [
     'DELETE FROM recovery_codes WHERE user_id = $1',
     'DELETE FROM one_time_tokens WHERE user_id = $1',
@@ -219,6 +228,15 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     await memberEvent(tx, ctx, 'organization.member_removed', { organization_id: m.organization_id, user_id: id, role: m.role, membership_status: m.membership_status }, m.membership_status === 'active', formerPaths);
   }
   await announceScopeChanges(tx, ctx, scopedBefore.map((before) => ({ before, after: scopedAfter.find((r) => r.id === before.id)! })));
+  for (const row of grants) {
+    await recordAudit(tx, ctx, { action: 'entitlement.deleted', target: { type: 'entitlement', id: row.id }, targetUserId: id, applicationId: row.application_id, before: toEntitlement(row) });
+    await emitEntitlementEvent(tx, ctx, 'entitlement.deleted', row);
+  }
+  for (const a of assignments) {
+    const data = { user_id: id, role_id: a.role_id, application_id: a.application_id };
+    await recordAudit(tx, ctx, { action: 'role.removed', target: { type: 'role', id: a.role_id }, targetUserId: id, applicationId: a.application_id, before: data });
+    await emit(tx, ctx, { type: 'role.removed', applicationId: a.application_id, data });
+  }
   // The user's own mails, to every address they had; not those of another account that reused the
   // address (mails queued before user_id was recorded: by address, in the user's mode, up to deletion).
   await tx.query(
