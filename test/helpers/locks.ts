@@ -26,6 +26,27 @@ export async function blockedBy(watcher: pg.Client, pid: number, what: string): 
 }
 
 /**
+ * Runs `statements` in a transaction of its own (the first taking the lock `op` needs), starts `op`,
+ * and commits once `op` waits for that transaction. Returns `op`'s result: what it did after a change
+ * committed while it waited. Throws when `op` never waits.
+ */
+export async function commitWhileWaiting<T>(t: TestApp, statements: [string, unknown[]][], op: () => Promise<T>): Promise<T> {
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    await holder.query('BEGIN');
+    for (const s of statements) await holder.query(...s);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const running = op();
+    await blockedBy(watcher, rows[0].pid, 'the operation');
+    await holder.query('COMMIT');
+    return await running;
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+}
+
+/**
  * Holds `hold` (a locking SELECT) in a transaction of its own, starts `op`, waits until `op` is
  * blocked by that transaction, then tries `probe` (a locking SELECT … NOWAIT) on a third connection.
  * Returns whether the probe got its lock (the operation had not taken it while waiting), and the

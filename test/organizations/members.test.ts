@@ -2,10 +2,10 @@
 // membership" and the member rules of "Organization-wide grants and Organizations").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
-  accept, accessEvents, addById, assertError, assertInvalid, assertStatus, call, createOrgApi, effective, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
+  accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertInvalid, assertStatus, call, createOrgApi, effective, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
   orgGrantApi, orgWithMembers, person, platformKey, session, sql,
 } from './support.js';
 
@@ -488,6 +488,24 @@ test('a plain member may not remove another member (403 forbidden): the membersh
   }
   assert.deepEqual((await memberWebhooks(t, org.id)).map((h) => h.type), ['organization.member_added', 'organization.member_added', 'organization.member_added']);
   assert.deepEqual(await orgAudit(t, org.id, 'organization.member_removed'), []);
+});
+
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('an org admin demoted while their request waits for the Organization acts as a plain member (PostgreSQL): their invitation and role change get 403 forbidden, and nothing is added, mailed or changed', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [demoted, other] = org.members;
+  for (const u of [demoted, other]) assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${u.id}`, org.owner.token, { role: 'org_admin' }), 200);
+  const demote: [string, unknown[]] = [`UPDATE organization_members SET role = 'member' WHERE organization_id = $1 AND user_id = $2`, [org.id, demoted.id]];
+  const late = uniqueEmail('late');
+  assertError(await afterChangeCommitsMeanwhile(t, org.id, demote, () => invite(t, demoted.token, org.id, late)), 403, 'forbidden');
+  assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${demoted.id}`, org.owner.token, { role: 'org_admin' }), 200);
+  assertError(await afterChangeCommitsMeanwhile(t, org.id, demote, () => call(t, 'PATCH', `/v1/organizations/${org.id}/members/${other.id}`, demoted.token, { role: 'member' })), 403, 'forbidden');
+  assert.deepEqual(await sql(t, 'SELECT id FROM users WHERE lower(email) = lower($1)', [late]), [], 'no invited User');
+  assert.deepEqual(await mails(t, late), []);
+  assert.equal((await membership(t, org.id, other.id))?.role, 'org_admin');
+  const changes = await orgAudit(t, org.id, 'organization.member_role_changed');
+  assert.deepEqual(changes.map((a) => [a.target_user_id, a.after.role]), [[demoted.id, 'org_admin'], [other.id, 'org_admin'], [demoted.id, 'org_admin']]);
+  assert.deepEqual(await orgAudit(t, org.id, 'organization.member_invited'), []);
 });
 
 test('withdrawing or declining a pending invitation writes the organization.member_removed audit only (no webhook, no access event)', async () => {

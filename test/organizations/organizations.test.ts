@@ -2,10 +2,10 @@
 // and member", "Organization status and membership", "Organization-wide grants and Organizations").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
-  accept, accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, invite, membership, newApp, orgAudit, orgGrantApi, orgGrantReq,
+  accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertStatus, call, createOrgApi, effective, invite, membership, newApp, orgAudit, orgGrantApi, orgGrantReq,
   orgWithMembers, patchEnt, person, platformKey, rand, session, sql,
 } from './support.js';
 
@@ -382,4 +382,40 @@ test('while suspended, every write to its org grant returns 403 organization_sus
   assert.deepEqual({ ...row }, { status: 'active', ends_at: null, order_id: null });
   assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE target_id = $1 AND action <> 'entitlement.granted'`, [grant.id]))[0].n, 0);
   assert.deepEqual(await accessEvents(t, org.members[0].id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+});
+
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers these tests.
+if (storageName === 'postgres') test('a suspension that commits while a member or grant write waits for the Organization applies to it (PostgreSQL): inviting, adding, accepting, changing a role, withdrawing, leaving and an org grant return 403 organization_suspended and change nothing', async () => {
+  const suspend = (orgId: string): [string, unknown[]] => [`UPDATE organizations SET status = 'suspended', updated_at = now() WHERE id = $1`, [orgId]];
+  const org = await orgWithMembers(t, admin, 2);
+  const [member, leaving] = org.members;
+  const app = await newApp(t, admin);
+  const [invitee, withdrawn, outsider] = [await person(t), await person(t), await person(t)];
+  for (const u of [invitee, withdrawn]) assertStatus(await invite(t, org.owner.token, org.id, u.email), 201);
+  const late = uniqueEmail('late');
+  const writes: [string, () => Promise<any>][] = [
+    ['an invitation', () => invite(t, org.owner.token, org.id, late)],
+    ['an addition by user_id', () => addById(t, admin, org.id, outsider.id)],
+    ['an acceptance', () => accept(t, invitee.token, org.id)],
+    ['a role change', () => call(t, 'PATCH', `/v1/organizations/${org.id}/members/${member.id}`, org.owner.token, { role: 'org_admin' })],
+    ['a withdrawal', () => call(t, 'DELETE', `/v1/organizations/${org.id}/members/${withdrawn.id}`, org.owner.token)],
+    ['leaving', () => call(t, 'DELETE', `/v1/organizations/${org.id}/members/me`, leaving.token)],
+    ['an org grant', () => orgGrantReq(t, admin, org.id, { application_id: app.id })],
+  ];
+  for (const [label, write] of writes) {
+    // Active again before each write; the test's own transaction suspends it while the write waits.
+    assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, admin, { status: 'active' }), 200);
+    const res = await afterChangeCommitsMeanwhile(t, org.id, suspend(org.id), write);
+    assert.equal(res.statusCode, 403, `${label}: ${res.body}`);
+    assert.equal(res.json().error.code, 'organization_suspended', label);
+  }
+  assert.deepEqual(await sql(t, `SELECT id FROM users WHERE lower(email) = lower($1)`, [late]), [], 'no invited User');
+  assert.equal(await membership(t, org.id, outsider.id), undefined);
+  for (const u of [invitee, withdrawn]) assert.equal((await membership(t, org.id, u.id))?.membership_status, 'pending');
+  assert.equal((await membership(t, org.id, member.id))?.role, 'member');
+  assert.equal((await membership(t, org.id, leaving.id))?.membership_status, 'active');
+  assert.deepEqual(await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id]), []);
+  // Audited (besides the reactivations): the creation, the three members joining and the two invitations made before; nothing since.
+  const actions = (await orgAudit(t, org.id)).map((a) => a.action).filter((a) => a !== 'organization.updated').sort();
+  assert.deepEqual(actions, ['organization.created', ...Array(3).fill('organization.member_added'), 'organization.member_invited', 'organization.member_invited']);
 });

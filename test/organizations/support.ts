@@ -2,7 +2,8 @@
 // observes side effects (audit_events, outbox_events, emails, membership rows).
 import assert from 'node:assert/strict';
 import type { TestApp } from '../helpers/app.js';
-import { assertStatus, call, person, rand, sql, type Person } from '../access/support.js';
+import { commitWhileWaiting } from '../helpers/locks.js';
+import { assertStatus, call, person, rand, sql, type InjectResponse, type Person } from '../access/support.js';
 
 export * from '../access/support.js';
 
@@ -78,3 +79,11 @@ export async function memberWebhooks(t: TestApp, orgId: string, userId?: string)
 export async function mails(t: TestApp, to: string, template = 'organization_invitation'): Promise<any[]> {
   return sql(t, 'SELECT template, to_address, subject, text_body FROM emails WHERE lower(to_address) = lower($1) AND template = $2 ORDER BY created_at, id', [to, template]);
 }
+
+/**
+ * PostgreSQL only: a transaction of the test's own locks the Organization's row, as a write of it does,
+ * and makes `change` (say, a suspension); `request` is started, and once it waits for that lock the
+ * change commits. Returns the request's answer: what it did after a change committed while it waited.
+ */
+export const afterChangeCommitsMeanwhile = (t: TestApp, orgId: string, change: [string, unknown[]], request: () => Promise<InjectResponse>): Promise<InjectResponse> =>
+  commitWhileWaiting(t, [['SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [orgId]], change], request);

@@ -43,6 +43,10 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     await lockOrganization(tx, orgId);
+    // Read again under the lock: a suspension committed while this waited applies to it.
+    const locked = await findOrg(tx, orgId);
+    if (!locked) throw new ApiError('organization_not_found');
+    assertOrgActive(locked);
     // The Tenant whose seats the grant takes, before the live row and the members (src/access/locks.ts).
     const app = await lockGrantTenant(tx, found);
     await assertTenantWritable(tx, app.tenant_id);

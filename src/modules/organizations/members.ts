@@ -16,7 +16,7 @@ import { RESEND_LIMIT_PER_HOUR } from '../users/invitations.js';
 import { findOrCreateInvitedUser, resolveUserId } from '../users/service.js';
 import { findLiveUser } from '../users/store.js';
 import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
-import { assertOrgActive, orgAccess } from './service.js';
+import { assertOrgActive, lockedOrgAccess, orgAccess } from './service.js';
 import { MEMBER_READ_ONLY, type AddMemberBody, type Member, type MemberListQuery, type PatchMemberBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
@@ -66,16 +66,16 @@ async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: str
  * by user_id (organizations.manage only) an active membership at once. Same response shape either way.
  */
 export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): Promise<Member> {
-  const { org, manage, admin } = await orgAccess(ctx, orgId);
-  if (!manage && !admin) throw new ApiError('forbidden');
-  if (!!body.user_id === !!body.email) throw invalidField('email', 'send exactly one of user_id or email');
-  if (body.user_id && !manage) throw new ApiError('forbidden', { message: 'Adding by user_id needs organizations.manage.' });
-  assertOrgActive(org);
-  const role = body.role ?? 'member';
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
-    // Membership writes of one Organization run one at a time (src/access/locks.ts).
-    await lockOrganization(tx, org.id);
+    // Membership writes of one Organization run one at a time (src/access/locks.ts): the status and
+    // the caller's role are read once it is locked.
+    const { org, manage, admin } = await lockedOrgAccess(ctx, tx, orgId);
+    if (!manage && !admin) throw new ApiError('forbidden');
+    if (!!body.user_id === !!body.email) throw invalidField('email', 'send exactly one of user_id or email');
+    if (body.user_id && !manage) throw new ApiError('forbidden', { message: 'Adding by user_id needs organizations.manage.' });
+    assertOrgActive(org);
+    const role = body.role ?? 'member';
     if (body.user_id) {
       const user = await findLiveUser(tx, body.user_id);
       if (!user) throw new ApiError('user_not_found');
@@ -139,8 +139,9 @@ export async function acceptMembership(ctx: Ctx, orgId: string): Promise<Member>
   if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
   const userId = ctx.actor.userId;
   return ctx.db.transaction(async (tx) => {
+    // Locked before it is read: a suspension committed meanwhile is seen (no member joins it).
+    await lockOrganization(tx, orgId);
     const org = await findOrg(tx, orgId);
-    if (org) await lockOrganization(tx, orgId);
     const member = org ? await findMember(tx, orgId, userId) : null;
     if (!org || !member) throw new ApiError('member_not_found');
     if (member.membership_status === 'active') return toMember(member);
@@ -153,13 +154,12 @@ export async function acceptMembership(ctx: Ctx, orgId: string): Promise<Member>
 /** PATCH /v1/organizations/{id}/members/{userId}: role changes, pending members too; never the last org_admin. */
 export async function changeMemberRole(ctx: Ctx, orgId: string, userParam: string, body: PatchMemberBody): Promise<Member> {
   const { role } = body;
-  const { org, manage, admin } = await orgAccess(ctx, orgId);
-  if (!manage && !admin) throw new ApiError('forbidden');
-  assertNoReadOnlyFields(body, MEMBER_READ_ONLY);
-  assertOrgActive(org);
-  const userId = resolveUserId(ctx, userParam);
   return ctx.db.transaction(async (tx) => {
-    await lockOrganization(tx, orgId);
+    const { org, manage, admin } = await lockedOrgAccess(ctx, tx, orgId);
+    if (!manage && !admin) throw new ApiError('forbidden');
+    assertNoReadOnlyFields(body, MEMBER_READ_ONLY);
+    assertOrgActive(org);
+    const userId = resolveUserId(ctx, userParam);
     const member = await findMember(tx, orgId, userId);
     if (!member) throw new ApiError('member_not_found');
     if (member.role === role) return toMember(member);
@@ -187,8 +187,9 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
   const self = ctx.actor.type === 'user' && ctx.actor.userId === userId;
   await ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
+    // Locked before it is read: a suspension committed meanwhile is seen.
+    await lockOrganization(tx, orgId);
     const org = await findOrg(tx, orgId);
-    if (org) await lockOrganization(tx, orgId);
     const member = org ? await findMember(tx, orgId, userId) : null;
     if (!self) {
       const access = await orgAccess(c, orgId);

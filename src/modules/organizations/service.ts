@@ -10,6 +10,7 @@ import { memberEvent } from './events.js';
 import { findMember, findOrg, ORG_COLUMNS, toOrganization, type MemberRow, type OrgRow } from './store.js';
 import { ORG_READ_ONLY, type OrgListQuery, type Organization, type PatchOrgBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
+import type { Tx } from '../../db/types.js';
 
 export const ORG_CREATION_PER_DAY = 10;
 
@@ -32,6 +33,18 @@ export async function orgAccess(ctx: Ctx, id: string): Promise<OrgAccess> {
   const membership = org && ctx.actor.type === 'user' ? await findMember(ctx.db, id, ctx.actor.userId) : null;
   if (!org || (!manage && membership?.membership_status !== 'active')) throw new ApiError('organization_not_found');
   return { org, manage, membership, admin: membership?.membership_status === 'active' && membership.role === 'org_admin' };
+}
+
+/**
+ * orgAccess for a write, in its transaction and after the Organization is locked: its status and the
+ * caller's own membership are those the previous write left (src/access/locks.ts). Read before the
+ * lock, a suspension or a demotion committed while the write waited did not apply to it: an invitation
+ * or an acceptance went through into an Organization already suspended, and a just-demoted org admin
+ * still invited and changed roles.
+ */
+export async function lockedOrgAccess(ctx: Ctx, tx: Tx, id: string): Promise<OrgAccess> {
+  await lockOrganization(tx, id);
+  return orgAccess(inTx(ctx, tx), id);
 }
 
 /** Member, entitlement and SSO writes under a suspended Organization: 403 organization_suspended. */
