@@ -158,11 +158,16 @@ interface SettingsCompiler {
 }
 
 function newSettingsCompiler(): SettingsCompiler {
-  const ajv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false, code: { regExp: linearRegExp } });
+  // multipleOfPrecision: `multipleOf` means a decimal multiple (0.3 is a multiple of 0.1), not the
+  // remainder of two binary floats (0.3 % 0.1 is not 0, and 1e21 / 1 failed parseInt).
+  const ajv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false, multipleOfPrecision: 9, code: { regExp: linearRegExp } });
   ajv.addKeyword({ keyword: 'x-pii' });
   return { ajv, compiles: 0, textLength: 0, compiled: new Map() };
 }
 let settingsCompiler = newSettingsCompiler();
+let compilesInProcess = 0;
+/** Settings schemas compiled by this process so far (what the cache saves shows in it). */
+export const settingsCompileCount = (): number => compilesInProcess;
 
 /** The validation function of one settings schema (or property schema); throws when it does not compile. */
 function compileSettings(schema: object): ValidateFunction {
@@ -175,6 +180,7 @@ function compileSettings(schema: object): ValidateFunction {
   }
   const compiler = settingsCompiler;
   compiler.compiles++;
+  compilesInProcess++;
   compiler.textLength += text.length;
   let validate: ValidateFunction;
   try {
@@ -233,27 +239,70 @@ export function validateSettingsSchema(schema: Record<string, unknown>): void {
   }
 }
 
+// Root keywords about the overrides object as a whole (which keys it holds, or must): overrides are
+// partial, and each value is checked against its property. What stays (`properties`, `$defs`,
+// `definitions`, `$id`, anything else) is the document the properties' `$ref`s point into.
+const WHOLE_OBJECT_KEYWORDS = new Set([
+  'type', 'required', 'additionalProperties', 'patternProperties', 'propertyNames', 'minProperties', 'maxProperties', 'dependencies',
+  'dependentRequired', 'dependentSchemas', 'unevaluatedProperties', 'if', 'then', 'else', 'allOf', 'anyOf', 'oneOf', 'not', '$ref', 'enum', 'const',
+]);
+
+/**
+ * One validation function for every property of a schema, compiled with the schema's own document, so
+ * a property's `$ref` (`#/$defs/…`, `#/definitions/…`, `#/properties/…`, a nested `$id`) resolves as it
+ * did when the whole schema was checked on write. Null when it does not compile (a pattern RE2 cannot
+ * run): each property is then compiled alone, and only the broken one refuses its values.
+ */
+function propertiesValidator(schema: Record<string, unknown>): ValidateFunction | null {
+  // By the schema object too: stale_override_counts checks every stored row against one schema.
+  if (documentValidators.has(schema)) return documentValidators.get(schema)!;
+  let validate: ValidateFunction | null;
+  try {
+    validate = compileSettings(Object.fromEntries(Object.entries(schema).filter(([k]) => !WHOLE_OBJECT_KEYWORDS.has(k))));
+  } catch {
+    validate = null;
+  }
+  documentValidators.set(schema, validate);
+  return validate;
+}
+const documentValidators = new WeakMap<object, ValidateFunction | null>();
+
 /** Why each value of `overrides` is refused by the schema: a key it does not declare, or a value its property rejects. */
 export function settingsValueErrors(schema: Record<string, unknown>, overrides: Record<string, unknown>): { key: string; message: string }[] {
-  const properties = (schema.properties ?? {}) as Record<string, object>;
-  const errors: { key: string; message: string }[] = [];
+  const properties = (schema.properties ?? {}) as Record<string, object | boolean>;
+  const errors = new Map<string, string>();
+  // The declared keys' values, in an object without a prototype: `properties` then meets only these
+  // (a `constructor` property is not met by Object.prototype.constructor).
+  const declared: Record<string, unknown> = Object.create(null);
   for (const [key, value] of Object.entries(overrides)) {
-    const property = Object.hasOwn(properties, key) ? properties[key] : undefined;
-    if (!property) {
-      errors.push({ key, message: "is not a property of the Application's settings_schema" });
-      continue;
-    }
-    let validate: ValidateFunction;
-    try {
-      validate = compileSettings(property);
-    } catch {
-      // A property stored before a rule it breaks (a pattern RE2 cannot run) accepts nothing, and says so.
-      errors.push({ key, message: "cannot be set: its settings_schema property no longer compiles (the Application's owner must change it)" });
-      continue;
-    }
-    if (!validate(value)) errors.push({ key, message: validate.errors?.[0]?.message ?? 'does not match its settings_schema property' });
+    if (Object.hasOwn(properties, key) && properties[key]) declared[key] = value;
+    else errors.set(key, "is not a property of the Application's settings_schema");
   }
-  return errors;
+  const keys = Object.keys(declared);
+  const whole = keys.length ? propertiesValidator(schema) : null;
+  if (whole) {
+    // One pass over all the values; each error is its value's, by the first segment of its instancePath.
+    if (!whole(declared)) {
+      for (const e of whole.errors ?? []) {
+        const key = e.instancePath.split('/')[1]?.replace(/~1/g, '/').replace(/~0/g, '~');
+        if (key !== undefined && Object.hasOwn(declared, key) && !errors.has(key)) errors.set(key, e.message ?? 'does not match its settings_schema property');
+      }
+    }
+  } else {
+    for (const key of keys) {
+      let validate: ValidateFunction;
+      try {
+        validate = compileSettings(properties[key] as object);
+      } catch {
+        // A property stored before a rule it breaks (a pattern RE2 cannot run) accepts nothing, and says so.
+        errors.set(key, "cannot be set: its settings_schema property no longer compiles (the Application's owner must change it)");
+        continue;
+      }
+      if (!validate(declared[key])) errors.set(key, validate.errors?.[0]?.message ?? 'does not match its settings_schema property');
+    }
+  }
+  // In the order the keys were sent.
+  return Object.keys(overrides).filter((key) => errors.has(key)).map((key) => ({ key, message: errors.get(key)! }));
 }
 
 /** Keys whose stored overrides no longer validate against the schema, per key. */
