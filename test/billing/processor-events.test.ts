@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { atOneInstant, type TestApp } from '../helpers/app.js';
 import { toUnixSeconds } from '../../src/clock.js';
-import { assertError, assertStatus, auditRows, buildApp, call, caller, createApplication, sql, tenantOwner, tenantRow, type Caller } from '../tenancy/support.js';
+import { assertError, assertStatus, auditRows, buildApp, call, caller, createApplication, seedOrganization, sql, tenantOwner, tenantRow, type Caller } from '../tenancy/support.js';
 import { deliver, postEvent, processorEvent, sign, subscription } from './support.js';
 import { runSeatSync } from '../../src/modules/billing/jobs.js';
 import { loadMigrations } from '../../src/db/migrate.js';
@@ -488,6 +488,27 @@ test('a lapse leaves the Tenant on Starter, which has no processor subscription:
     [view.plan, view.subscription_status, view.current_period_start, view.current_period_end, view.cancel_at_period_end, view.add_ons],
     ['starter', 'canceled', null, null, false, []],
   );
+});
+
+test("a lapse drops an Organization's Tenant to what it can drop to, the Team plan it began on without a subscription (not Starter): not restricted while its usage fits Team, no period, and tenant.plan_changed enterprise to team", async () => {
+  const orgAdmin = await caller(t);
+  const orgId = await seedOrganization(t, [{ userId: orgAdmin.user.id, role: 'org_admin' }]);
+  const apps = [await createApplication(t, admin, { owner_organization_id: orgId }), await createApplication(t, admin, { owner_organization_id: orgId })];
+  const tenantId = apps[0].tenantId;
+  assert.equal((await tenantRow(t, tenantId)).plan, 'team', 'an Organization\'s Tenant begins on Team');
+  const sub = { tenantId, id: 'sub_org_lapse', customer: 'cus_org_lapse', plan: 'enterprise' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 20 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 10 }), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/subscription`, orgAdmin.token), 200);
+  assert.deepEqual(
+    [view.plan, view.subscription_status, view.restricted, view.current_period_start, view.current_period_end, view.cancel_at_period_end],
+    ['team', 'canceled', false, null, null, false],
+  );
+  assert.deepEqual((await auditRows(t, 'tenant.plan_changed', tenantId)).map((r) => [r.before.plan, r.after.plan]), [['team', 'enterprise'], ['enterprise', 'team']]);
+  // Team's caps apply, not Starter's: a third Application is created (Starter allows one).
+  await createApplication(t, admin, { owner_organization_id: orgId });
+  await t.deps.jobs.runNow('seat-sync');
+  assert.equal((await tenantRow(t, tenantId)).restricted, false);
 });
 
 test('a plan change frees seats at once: a Tenant paid out of its restriction gives access to the organization members waiting as seat_limit, with access.granted', async () => {

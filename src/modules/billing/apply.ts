@@ -3,7 +3,7 @@ import type { Tx } from '../../db/types.js';
 import { asModeWithin } from '../../db/roles.js';
 import { recordAudit } from '../../audit/record.js';
 import { releaseSeatLimits } from '../tenancy/seats.js';
-import { measureUsage, planFits, type Plan } from '../tenancy/plans.js';
+import { basePlan, measureUsage, planFits, type Plan } from '../tenancy/plans.js';
 import { findTenantRecord, tenantModeOf, type TenantRecord } from '../tenancy/service.js';
 import { CHECKOUT_ALLOWED } from './sessions.js';
 
@@ -17,7 +17,7 @@ export interface ProcessorEvent {
 }
 export type EventOutcome = 'applied' | 'stale' | 'ignored' | 'duplicate';
 
-/** Lapsed subscriptions drop the Tenant to Starter; entitled ones give it the subscription's plan. */
+/** Lapsed subscriptions drop the Tenant to its base plan (basePlan); entitled ones give it the subscription's plan. */
 export const LAPSED = new Set(['canceled', 'unpaid', 'incomplete_expired']);
 const ENTITLED = new Set(['active', 'trialing', 'past_due']);
 /** Final in the processor: a canceled or expired subscription never comes back (a new one is checked out). */
@@ -28,9 +28,9 @@ const SUBSCRIPTION_EVENTS = new Set(['customer.subscription.created', 'customer.
 const HANDLED = new Set([...SUBSCRIPTION_EVENTS, 'checkout.session.completed', 'invoice.payment_failed', 'invoice.paid']);
 
 /**
- * Whether a Tenant in `status` stays restricted while its usage exceeds Starter: a lapse restricts;
- * only an entitled subscription (or usage that fits) lifts it. A subscription not yet paid
- * (incomplete, paused) keeps the Tenant on Starter, so it keeps an existing restriction.
+ * Whether a Tenant in `status` stays restricted while its usage exceeds its base plan: a lapse
+ * restricts; only an entitled subscription (or usage that fits) lifts it. A subscription not yet paid
+ * (incomplete, paused) keeps the Tenant on its base plan, so it keeps an existing restriction.
  */
 export const restrictionHolds = (status: string, restricted: boolean): boolean => LAPSED.has(status) || (restricted && !ENTITLED.has(status));
 
@@ -205,12 +205,12 @@ async function writeState(tx: Tx, ctx: Ctx, tenant: TenantRecord, next: NextStat
   const status = next.status ?? tenant.subscription_status;
   const processorPlan = next.processorPlan !== undefined ? next.processorPlan : tenant.processor_plan;
   const lapsed = LAPSED.has(status);
-  const plan: Plan = ENTITLED.has(status) ? (processorPlan ?? tenant.plan) : lapsed ? 'starter' : tenant.plan;
+  const plan: Plan = ENTITLED.has(status) ? (processorPlan ?? tenant.plan) : lapsed ? basePlan(tenant) : tenant.plan;
   // Usage as the Tenant's own mode counts it (GET usage, seat-sync): the other mode's rows are not its own.
   const usage = restrictionHolds(status, tenant.restricted)
     ? await asModeWithin(tx, await tenantModeOf(tx, tenant), () => measureUsage(tx, tenant.id, ctx.now))
     : null;
-  const restricted = usage !== null && !planFits('starter', usage);
+  const restricted = usage !== null && !planFits(basePlan(tenant), usage);
   const keep = <K extends keyof NextState>(key: K, stored: NextState[K]) => (next[key] !== undefined ? next[key] : stored);
   await tx.query(
     `UPDATE tenants SET plan = $2, subscription_status = $3, processor_plan = $4, restricted = $5,

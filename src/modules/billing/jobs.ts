@@ -2,7 +2,7 @@ import type { Deps } from '../../context.js';
 import { forEachSkippingFailures } from '../../jobs/each.js';
 import { systemCtx } from '../../context.js';
 import { countSeats, releaseSeatLimits } from '../tenancy/seats.js';
-import { measureUsage, planFits } from '../tenancy/plans.js';
+import { basePlan, measureUsage, planFits } from '../tenancy/plans.js';
 import { tenantModeOf } from '../tenancy/service.js';
 import { restrictionHolds } from './apply.js';
 
@@ -16,7 +16,7 @@ interface Row {
 /**
  * seat-sync (daily): records each Tenant's seat count and when it was taken (the subscription's
  * seats.last_synced_at; seats.current stays live), counted in the Tenant's own mode. A lapsed
- * Tenant's restriction follows its usage: lifted once it fits Starter again, also while a new
+ * Tenant's restriction follows its usage: lifted once it fits its base plan again, also while a new
  * subscription is not yet paid (restrictionHolds).
  */
 export async function runSeatSync(deps: Deps): Promise<Record<string, unknown>> {
@@ -29,7 +29,7 @@ export async function runSeatSync(deps: Deps): Promise<Record<string, unknown>> 
   for (const tenant of rows) {
     const scoped = deps.database.scoped(await tenantModeOf(system, tenant));
     const seats = await countSeats(scoped, tenant.id, now);
-    const over = restrictionHolds(tenant.subscription_status, tenant.restricted) && !planFits('starter', await measureUsage(scoped, tenant.id, now));
+    const over = restrictionHolds(tenant.subscription_status, tenant.restricted) && !planFits(basePlan(tenant), await measureUsage(scoped, tenant.id, now));
     if (over) restricted++;
     // restricted is written only if what it was computed from is still the row's: a processor event
     // that changed the subscription meanwhile (paid: no longer restricted) must not be overwritten by

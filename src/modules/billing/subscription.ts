@@ -1,5 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { PLAN_LIMITS, type Plan } from '../tenancy/plans.js';
+import { LAPSED } from './apply.js';
 import { countSeats } from '../tenancy/seats.js';
 import { tenantFor } from '../tenancy/service.js';
 import type { Subscription } from './schemas.js';
@@ -14,16 +15,17 @@ export function billableSeats(plan: Plan, current: number): number {
 export async function getSubscription(ctx: Ctx, tenantId: string): Promise<Subscription> {
   const { tenant } = await tenantFor(ctx, tenantId, ['owner', 'billing.manage']);
   const current = await countSeats(ctx.db, tenant.id, ctx.now);
-  const starter = tenant.plan === 'starter';
+  // Starter has no processor subscription, nor a lapsed one (an Organization's Tenant is back on its
+  // base Team plan), so no period, even when the lapse left the old one stored.
+  const unsubscribed = tenant.plan === 'starter' || LAPSED.has(tenant.subscription_status);
   return {
     tenant_id: tenant.id,
     plan: tenant.plan,
     subscription_status: tenant.subscription_status,
     restricted: tenant.restricted,
-    // Starter has no processor subscription, so no period (even after a lapse left the old one stored).
-    current_period_start: starter ? null : (tenant.current_period_start?.toISOString() ?? null),
-    current_period_end: starter ? null : (tenant.current_period_end?.toISOString() ?? null),
-    cancel_at_period_end: starter ? false : tenant.cancel_at_period_end,
+    current_period_start: unsubscribed ? null : (tenant.current_period_start?.toISOString() ?? null),
+    current_period_end: unsubscribed ? null : (tenant.current_period_end?.toISOString() ?? null),
+    cancel_at_period_end: unsubscribed ? false : tenant.cancel_at_period_end,
     seats: {
       current,
       included: PLAN_LIMITS[tenant.plan].seats_included,

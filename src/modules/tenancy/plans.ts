@@ -40,6 +40,12 @@ export async function findTenant(db: Queryable, id: string): Promise<TenantRow |
   return rows[0] ?? null;
 }
 
+/**
+ * The plan a Tenant has without a paid subscription, and drops to when one lapses ("what the Tenant
+ * can drop to", Part B): Team for an Organization's Tenant (it begins there), Starter for a user's.
+ */
+export const basePlan = (tenant: { owner_organization_id: string | null }): Plan => (tenant.owner_organization_id ? 'team' : 'starter');
+
 /** The owner's Tenant, created with its first Application: tier shared in us-east-1, starter for a user, team for an Organization. */
 export async function resolveOwnerTenant(db: Queryable, owner: { userId?: string | null; organizationId?: string | null }, now: Date): Promise<TenantRow> {
   const byUser = !!owner.userId;
@@ -48,7 +54,7 @@ export async function resolveOwnerTenant(db: Queryable, owner: { userId?: string
   await db.query(
     `INSERT INTO tenants (id, owner_type, owner_user_id, owner_organization_id, tier, plan, region, created_at, updated_at)
      VALUES ($1, $2, $3, $4, 'shared', $5, 'us-east-1', $6, $6) ON CONFLICT DO NOTHING`,
-    [newId('tnt'), byUser ? 'user' : 'organization', byUser ? value : null, byUser ? null : value, byUser ? 'starter' : 'team', now],
+    [newId('tnt'), byUser ? 'user' : 'organization', byUser ? value : null, byUser ? null : value, basePlan({ owner_organization_id: byUser ? null : value! }), now],
   );
   // Locked: the caller counts its Applications against the plan cap, and a creation and an ownership
   // move into one Tenant at once must not both see room for the last one.
