@@ -2,7 +2,8 @@
 // idempotent assignment and removal, implicit default_app_role rows, events and audit.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, pausedAfter, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
+import { commitWhileWaiting } from '../helpers/locks.js';
 import {
   ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, createOrg, customPlatformRole, effective, grant, newApp, outbox, patchEnt, person, platformKey,
   rand, slugOf, sql, type AppFixture,
@@ -227,6 +228,48 @@ test('an app role name removed by PATCH /v1/applications at the same time as its
       assert.equal((await roleEvents(user.id, 'role.assigned')).length, 1);
     }
   }
+});
+
+test('an app Role holds only keys its Application declares (422 unknown_permission), also when the Application stops declaring one while POST /v1/roles runs: a POST that read the Application before a PATCH removing the key committed is 422, and no Role holds the key (PATCH /v1/applications refuses to remove a key a Role holds: 409 permission_in_use)', async () => {
+  const app = await appWith(['viewer', 'editor']);
+  assert.equal((await call(t, 'DELETE', `/v1/roles/role_${app.slug}_editor`, admin)).statusCode, 204);
+  const kept = [{ key: `app.${app.slug}.read`, description: 'read' }];
+  const res = await pausedAfter(t, 'FROM applications a WHERE a.id = $1', async () => {
+    assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { permissions: kept }), 200);
+  }, () => createRole(admin, { name: 'editor', scope: app.id, permissions: [`app.${app.slug}.write`] }));
+  assert.deepEqual(assertError(res, 422, 'unknown_permission').details, { permissions: [`app.${app.slug}.write`] });
+  assertError(await call(t, 'GET', `/v1/roles/role_${app.slug}_editor`, admin), 404, 'role_not_found');
+  assert.deepEqual(await sql(t, 'SELECT id FROM roles WHERE scope = $1 AND $2 = ANY(permissions)', [app.id, `app.${app.slug}.write`]), []);
+});
+
+if (storageName === 'postgres') test('PATCH /v1/roles/{id} reads its Application\'s permissions under the Application\'s lock: a PATCH /v1/applications removing a key, committed while the Role PATCH waits, makes it 422 unknown_permission, so no Role holds a key its Application stopped declaring (which PATCH /v1/applications refuses with 409 permission_in_use) and effective_permissions never lists it', async () => {
+  const app = await appWith(['viewer'], { default_app_role: 'viewer' });
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  const viewer = `role_${app.slug}_viewer`;
+  const kept = JSON.stringify([{ key: `app.${app.slug}.read`, description: 'read' }]);
+  const res = await commitWhileWaiting(
+    t,
+    [['SELECT 1 FROM applications WHERE id = $1 FOR NO KEY UPDATE', [app.id]], ['UPDATE applications SET permissions = $2::jsonb WHERE id = $1', [app.id, kept]]],
+    () => call(t, 'PATCH', `/v1/roles/${viewer}`, admin, { permissions: [`app.${app.slug}.read`, `app.${app.slug}.write`] }),
+  );
+  assert.deepEqual(assertError(res, 422, 'unknown_permission').details, { permissions: [`app.${app.slug}.write`] });
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/roles/${viewer}`, admin), 200).permissions, []);
+  assert.equal((await auditOf(t, viewer, 'role.updated')).length, 0);
+  assert.deepEqual((await effective(t, admin, user.id, app.id)).effective_permissions, []);
+});
+
+if (storageName === 'postgres') test('POST /v1/roles reads its Application\'s permissions and role names under the Application\'s lock: a PATCH /v1/applications removing the key committed while the POST waits makes it 422 unknown_permission, and nothing is created', async () => {
+  const app = await appWith(['viewer', 'editor']);
+  assert.equal((await call(t, 'DELETE', `/v1/roles/role_${app.slug}_editor`, admin)).statusCode, 204);
+  const kept = JSON.stringify([{ key: `app.${app.slug}.read`, description: 'read' }]);
+  const res = await commitWhileWaiting(
+    t,
+    [['SELECT 1 FROM applications WHERE id = $1 FOR NO KEY UPDATE', [app.id]], ['UPDATE applications SET permissions = $2::jsonb WHERE id = $1', [app.id, kept]]],
+    () => createRole(admin, { name: 'editor', scope: app.id, permissions: [`app.${app.slug}.write`] }),
+  );
+  assert.deepEqual(assertError(res, 422, 'unknown_permission').details, { permissions: [`app.${app.slug}.write`] });
+  assertError(await call(t, 'GET', `/v1/roles/role_${app.slug}_editor`, admin), 404, 'role_not_found');
 });
 
 test('the same Role deleted twice at the same time: one 204, one 404 role_not_found, and one role.deleted audit row (on PostgreSQL the two run at once)', async () => {

@@ -8,7 +8,7 @@ import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
-import { modeOf, type Mode } from '../../db/types.js';
+import { modeOf, type Mode, type Tx } from '../../db/types.js';
 import { inSubjectMode } from '../../db/roles.js';
 import { findVisibleApplication, isOwner } from '../applications/service.js';
 import { viewerOf, visibleCondition } from '../applications/visibility.js';
@@ -137,6 +137,13 @@ export async function createRole(ctx: Ctx, body: CreateRoleBody): Promise<Role> 
   return ctx.db.transaction(async (tx) => {
     // An Application's Roles are its Tenant's data: none change while the Tenant is migrating.
     if (app) await assertTenantWritable(tx, app.tenant_id);
+    // Checked again under the Application's lock: a PATCH removing a key or a name, committed since the
+    // check above, is seen (and one that comes after sees this Role and answers permission_in_use).
+    if (app) {
+      const current = await lockScopeApplication(tx, app.id);
+      assertRolePermissions(ctx, body.scope, current, permissions);
+      if (!current.available_app_roles.includes(body.name)) throw new ApiError('app_role_not_declared', { details: { available_app_roles: current.available_app_roles } });
+    }
     const { rowCount } = await tx.query(
       `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, false, $6, $6)
        ON CONFLICT DO NOTHING`,
@@ -162,9 +169,26 @@ async function editableRole(ctx: Ctx, id: string): Promise<{ role: RoleRow; app:
  */
 export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Promise<Role> {
   return ctx.db.transaction(async (tx) => {
+    // The Application before the Role (the order of DELETE /v1/roles and PATCH /v1/applications): its
+    // permissions are read under its lock, so a PATCH removing a key either committed first (and the
+    // key is unknown here) or waits and finds this Role holding it (409 permission_in_use).
+    const { rows } = await tx.query<{ scope: string }>('SELECT scope FROM roles WHERE id = $1', [id]);
+    if (rows[0] && rows[0].scope !== 'platform') await lockScopeApplication(tx, rows[0].scope);
     await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR NO KEY UPDATE', [id]);
     return patchLockedRole(inTx(ctx, tx), id, body);
   });
+}
+
+/**
+ * Locks an Application against a PATCH (FOR SHARE: PATCH /v1/applications holds FOR NO KEY UPDATE)
+ * while one of its Roles is written, and returns it as it now stands: an app Role holds only keys and
+ * names the Application declares, and a PATCH removing one checks the Roles that hold it.
+ */
+async function lockScopeApplication(tx: Tx, applicationId: string): Promise<ApplicationRow> {
+  await tx.query('SELECT 1 FROM applications WHERE id = $1 FOR SHARE', [applicationId]);
+  const app = await findApplicationRow(tx, applicationId);
+  if (!app) throw new ApiError('application_not_found');
+  return app;
 }
 
 async function patchLockedRole(ctx: Ctx, id: string, body: PatchRoleBody): Promise<Role> {
