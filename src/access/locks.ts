@@ -12,7 +12,9 @@ import type { Tx } from '../db/types.js';
  *      since giving freed seats back (releaseSeatLimits) counts them and then locks the members it
  *      releases. A change about an Application reads its Tenant under a KEY SHARE lock of the
  *      Application (lockApplicationTenants), which an ownership move's FOR UPDATE waits for: the
- *      move then counts the seats that change added, and a change after it reads the new Tenant;
+ *      move then counts the seats that change added, and a change after it reads the new Tenant.
+ *      The move then locks both Tenants (a seat release on the source Tenant takes no Application
+ *      lock); a webhook subscription's creation reads its Tenant the same way (the webhooks cap);
  *   3. the entitlement row it changes (the callers' FOR UPDATE reads);
  *   4. the users whose access it resolves (withAccessFlips, the entitlement jobs), by id.
  *

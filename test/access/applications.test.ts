@@ -775,23 +775,23 @@ test("ownership change into a Starter Tenant that would hold more than its 1,000
 
 /**
  * An Application of a Team Organization held by 1,000 users (exactly a Starter Tenant's seats), a
- * newcomer to grant it to and a new (Starter) owner to move it to; `run` gets two connections of its
- * own to hold locks on (`holder`, `second`) and a way to wait until a backend waits for a lock `pid` holds.
+ * newcomer to grant it to and a new (Starter) owner to move it to; `run` gets a connection of its
+ * own to hold locks on (`holder`) and a way to wait until a backend waits for a lock `pid` holds.
  */
 async function moveAndGrantRace(
-  run: (f: { appId: string; tenantId: string; org: string; newcomer: string; newOwner: string; holder: pg.Client; second: pg.Client; blockedBy: (pid: number, what: string) => Promise<number> }) => Promise<void>,
+  run: (f: { appId: string; tenantId: string; org: string; newcomer: string; newOwner: string; holder: pg.Client; blockedBy: (pid: number, what: string) => Promise<number> }) => Promise<void>,
 ): Promise<void> {
   const orgAdmin = await person(t);
   const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
   const app = await newApp(t, admin, { owner_organization_id: org });
   await seedHolders(app.id, 1000);
   const connect = () => client(t);
-  const [holder, second, watcher] = [await connect(), await connect(), await connect()];
+  const [holder, watcher] = [await connect(), await connect()];
   const blockedBy = (pid: number, what: string) => waitForBlocked(watcher, pid, what);
   try {
-    await run({ appId: app.id, tenantId: app.tenant_id, org, newcomer: (await person(t)).id, newOwner: (await person(t)).id, holder, second, blockedBy });
+    await run({ appId: app.id, tenantId: app.tenant_id, org, newcomer: (await person(t)).id, newOwner: (await person(t)).id, holder, blockedBy });
   } finally {
-    for (const c of [holder, second, watcher]) await c.end();
+    for (const c of [holder, watcher]) await c.end();
   }
 }
 
@@ -822,16 +822,14 @@ if (storageName === 'postgres') test("a grant of an Application and its ownershi
 });
 
 if (storageName === 'postgres') test("a grant of an Application that starts while its ownership move into a Starter Tenant is under way counts against the new Tenant once the move commits (PostgreSQL): 409 plan_limit_reached (resource seats), the Tenant stays at its 1,000 seats", async () => {
-  await moveAndGrantRace(async ({ appId, tenantId, newcomer, newOwner, holder, second, blockedBy }) => {
-    // The new owner's (empty) Starter Tenant is held: the move has locked the Application and waits for
-    // it. The Tenant the Application leaves is held too, so a grant that read the Application before the
-    // move commits and locks that Tenant goes on only after the move has committed.
+  await moveAndGrantRace(async ({ appId, tenantId, newcomer, newOwner, holder, blockedBy }) => {
+    // The new owner's (empty) Starter Tenant and the Tenant the Application leaves are held: the move
+    // has locked the Application and waits for them (it locks both), so a grant that reads the
+    // Application's Tenant meanwhile waits for the move to commit.
     const destination = `tnt_race${rand(6)}`;
     await sql(t, `INSERT INTO tenants (id, owner_type, owner_user_id, plan, created_at, updated_at) VALUES ($1, 'user', $2, 'starter', now(), now())`, [destination, newOwner]);
     await holder.query('BEGIN');
-    await holder.query('SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE', [destination]);
-    await second.query('BEGIN');
-    await second.query('SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE', [tenantId]);
+    await holder.query('SELECT 1 FROM tenants WHERE id = ANY($1::text[]) FOR UPDATE', [[destination, tenantId]]);
     const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
     const moving = call(t, 'PATCH', `/v1/applications/${appId}`, admin, { owner_user_id: newOwner, owner_organization_id: null });
     await blockedBy(holderPid, 'the move');
@@ -839,7 +837,6 @@ if (storageName === 'postgres') test("a grant of an Application that starts whil
     await new Promise((r) => setTimeout(r, 300));
     await holder.query('ROLLBACK');
     assert.equal(assertStatus(await moving, 200).tenant_id, destination);
-    await second.query('ROLLBACK');
     const err = assertError(await granting, 409, 'plan_limit_reached');
     assert.equal(err.details.resource, 'seats');
     assert.equal(err.details.tenant_id, destination);

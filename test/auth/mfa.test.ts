@@ -2,11 +2,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
-import { client, blockedBy as waitForBlocked } from '../helpers/locks.js';
+import { client, blockedBy as waitForBlocked, probeWhileHeld } from '../helpers/locks.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
-  alignToStep, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, loginRes, mailsTo, mfaChallenge, post, sql, totpCode,
+  alignToStep, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD, post, sql, totpCode,
 } from './support.js';
 
 let t: TestApp;
@@ -588,4 +588,35 @@ if (storageName === 'postgres') test('a sign-in with a recovery code and a disab
     await holder.end();
     await watcher.end();
   }
+});
+
+/**
+ * Holds the user's pending MFA challenge (as a sign-in's second step holds it from the moment it uses it
+ * until it has taken the identity), runs `op`, and probes the password identity while `op` waits.
+ */
+async function identityFreeWhileChallengeHeld(m: Awaited<ReturnType<typeof createMfaUser>>, op: () => ReturnType<typeof post>) {
+  const [challenge] = await sql(t, `SELECT id FROM one_time_tokens WHERE user_id = $1 AND kind = 'mfa_challenge' AND used_at IS NULL`, [m.user.id]);
+  return probeWhileHeld(t, ['SELECT 1 FROM one_time_tokens WHERE id = $1 FOR UPDATE', [challenge.id]], op,
+    [`SELECT 1 FROM identities WHERE user_id = $1 AND method = 'password' FOR NO KEY UPDATE NOWAIT`, [m.user.id]]);
+}
+
+// Lock order needs two transactions at once: only the PostgreSQL pass registers these tests.
+if (storageName === 'postgres') test("a password reset voids the user's MFA challenges before it takes the identity, in the order an MFA sign-in takes them (the challenge, then the identity), so the two at once cannot deadlock (PostgreSQL): the reset answers 204 and the challenge is void", async () => {
+  const m = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, m.user);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: m.user.email })).statusCode, 202);
+  const token = await latestToken(t, m.user.email, 'password_reset');
+  const { probeLocked, result } = await identityFreeWhileChallengeHeld(m, () => post(t, '/v1/auth/password/reset', { token, password: NEW_PASSWORD }));
+  assert.equal(result.statusCode, 204, result.body);
+  assert.equal(probeLocked, true, 'the reset waited for the challenge without holding the identity');
+  assertError(await verify({ mfa_token: mfaToken, code: await totpCode(t, m.secret) }), 401, 'invalid_credentials');
+});
+
+if (storageName === 'postgres') test("a password change voids the user's MFA challenges before it takes the identity, in the order an MFA sign-in takes them, so the two at once cannot deadlock (PostgreSQL): the change answers 204 and the challenge is void", async () => {
+  const m = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, m.user);
+  const { probeLocked, result } = await identityFreeWhileChallengeHeld(m, () => post(t, '/v1/users/me/password', { current_password: m.user.password, new_password: NEW_PASSWORD }, bearer(m.token)));
+  assert.equal(result.statusCode, 204, result.body);
+  assert.equal(probeLocked, true, 'the change waited for the challenge without holding the identity');
+  assertError(await verify({ mfa_token: mfaToken, code: await totpCode(t, m.secret) }), 401, 'invalid_credentials');
 });

@@ -3,8 +3,8 @@
 // and on a Starter Tenant at its seat cap member_decision reads seat_limit and gives no access").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
-import { probeWhileHeld } from '../helpers/locks.js';
+import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { blockedBy, client, probeWhileHeld } from '../helpers/locks.js';
 import { deliver, subscription } from '../billing/support.js';
 import { accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
 
@@ -425,4 +425,44 @@ test('a Tenant whose seat release fails does not hold back the other Tenants: th
   }
   await t.deps.jobs.runNow('seat-limit-release');
   assert.deepEqual(await decisionOf(stuck.member, stuck.appId), { allowed: true, decision: 'included' });
+});
+
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test("seat-limit-release and an ownership move of the Application out of the Tenant at once (PostgreSQL): a seat the release gives back while the move counts the destination is counted there, 409 plan_limit_reached (resource seats), never a Starter Tenant past its 1,000 seats", async () => {
+  // 999 personal holders and the Organization's owner fill a Starter Tenant; the member who joins is
+  // marked seat_limit. The Tenant then has no cap (Team): the release gives that member a seat.
+  const { app } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const marked = await person(t);
+  assertStatus(await addById(t, admin, org.id, marked.id), 201);
+  assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: false, decision: 'seat_limit' });
+  const source = await tenantOf(app.id);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [source]);
+  const newOwner = await person(t);
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    // The marked member's announced state is held: the release has deleted the mark and waits to
+    // record access.granted, uncommitted, while the move counts the seats its destination would hold.
+    await holder.query('BEGIN');
+    const held = await holder.query('SELECT 1 FROM access_states WHERE user_id = $1 AND application_id = $2 FOR UPDATE', [marked.id, app.id]);
+    assert.equal(held.rowCount, 1);
+    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    const releasing = t.deps.jobs.runNow('seat-limit-release');
+    await blockedBy(watcher, holderPid, 'the release');
+    const moving = call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: newOwner.id });
+    // The move either ends at once (the released seat uncounted) or waits for the release.
+    await Promise.race([moving, new Promise((r) => setTimeout(r, 300))]);
+    await holder.query('ROLLBACK');
+    await releasing;
+    const err = assertError(await moving, 409, 'plan_limit_reached');
+    assert.equal(err.details.resource, 'seats');
+    assert.equal(err.details.plan, 'starter');
+    assert.equal(await tenantOf(app.id), source);
+    assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: true, decision: 'included' });
+    assert.deepEqual(await accessEvents(t, marked.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
 });

@@ -2,7 +2,8 @@
 // delete, rotate-secret and the audit rows of every write.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
+import { storageName, type TestApp } from '../helpers/app.js';
+import { blockedBy, client } from '../helpers/locks.js';
 import { createApiKey } from '../helpers/fixtures.js';
 import { appKey, assertError, assertStatus, buildApp, call, createWebhook, newApp, person, platformKey, sql, type AppFixture } from './support.js';
 
@@ -197,6 +198,43 @@ test('Idempotency-Key on create and rotate-secret: "a retry with the same key re
   const replayed = assertStatus(await call(t, 'POST', `/v1/webhooks/${created.id}/rotate-secret`, admin, undefined, rotateKey), 200);
   assert.equal(replayed.signing_secret, rotated.signing_secret);
   assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE target_id = $1 AND action = 'webhook.secret_rotated'`, [created.id]))[0].n, 1);
+});
+
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('plan limits: a subscription created for an Application while its ownership moves into a Team Tenant one below its 10 webhooks is counted by the move (PostgreSQL): 201 for the subscription, 409 plan_limit_reached (resource webhooks) for the move, at once, and the Tenant keeps 10', async () => {
+  const moving = await newApp(t, admin);
+  const target = await newApp(t, admin);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = ANY($1::text[])`, [[moving.tenantId, target.tenantId]]);
+  await createWebhook(t, admin, { scope: moving.id, url: url('race0') });
+  for (let i = 1; i <= 9; i++) await createWebhook(t, admin, { scope: target.id, url: url(`race${i}`) });
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    // The Application's Tenant is held: the creation has read the Application and waits for it
+    // before it counts that Tenant's subscriptions, while the move runs.
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE', [moving.tenantId]);
+    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    const creating = call(t, 'POST', '/v1/webhooks', admin, { scope: moving.id, url: url('race10'), events: ['*'] });
+    await blockedBy(watcher, holderPid, 'the creation');
+    const movingReq = call(t, 'PATCH', `/v1/applications/${moving.id}`, admin, { owner_user_id: target.owner.id });
+    // The move either ends at once (the new subscription uncounted) or waits for the creation.
+    await Promise.race([movingReq, new Promise((r) => setTimeout(r, 300))]);
+    await holder.query('ROLLBACK');
+    const released = Date.now();
+    const [created, moved] = await Promise.all([creating, movingReq]);
+    const elapsed = Date.now() - released;
+    assert.ok(elapsed < 900, `the two answered ${elapsed} ms after the Tenant was free: a deadlock PostgreSQL broke after deadlock_timeout`);
+    assertStatus(created, 201);
+    assert.equal(assertError(moved, 409, 'plan_limit_reached').details.resource, 'webhooks');
+    const [row] = await sql(t, 'SELECT tenant_id FROM applications WHERE id = $1', [moving.id]);
+    assert.equal(row.tenant_id, moving.tenantId, 'the Application stays where it was');
+    const counts = await sql(t, `SELECT a.tenant_id, count(*)::int AS n FROM webhook_subscriptions w JOIN applications a ON a.id = w.application_id
+      WHERE a.tenant_id = ANY($1::text[]) GROUP BY a.tenant_id`, [[moving.tenantId, target.tenantId]]);
+    assert.deepEqual(Object.fromEntries(counts.map((c) => [c.tenant_id, c.n])), { [moving.tenantId]: 2, [target.tenantId]: 9 });
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
 });
 
 test('DELETE: 204, audited webhook.deleted, and its queued retries are dropped', async () => {

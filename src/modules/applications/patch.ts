@@ -15,6 +15,7 @@ import { countTenantSubscriptions } from '../webhooks/store.js';
 import { findRole, ROLE_HOLDERS_SQL, toRole } from '../roles/store.js';
 import { assertDestructiveAllowed } from '../../http/gate.js';
 import { countSeats, countSeatsWithApplication } from '../tenancy/seats.js';
+import { lockTenantSeats } from '../../access/locks.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
 const MODERATION_FIELDS = ['visibility', 'review_status', 'review_notes', 'owner_user_id', 'owner_organization_id'] as const;
@@ -188,6 +189,14 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   // added are counted below; one that comes after reads the destination and counts against its cap.
   await tx.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]);
   await assertOwnerKnown(tx, { userId: nextUser, organizationId: nextOrg }, app.test_mode);
+  // The seats of both Tenants change, in id order (src/access/locks.ts): a release of seat_limit
+  // members counting the source Tenant's room (releaseSeatLimits, which takes no Application lock) is
+  // waited for, so a member it seats on this Application is counted against the destination below.
+  const { rows: known } = await tx.query<{ id: string }>(
+    `SELECT id FROM tenants WHERE ${nextUser ? 'owner_user_id' : 'owner_organization_id'} = $1`,
+    [nextUser ?? nextOrg],
+  );
+  await lockTenantSeats(tx, [app.tenant_id, known[0]?.id ?? null]);
   const from = (await findTenant(tx, app.tenant_id))!;
   const to = await resolveOwnerTenant(tx, { userId: nextUser, organizationId: nextOrg }, ctx.now);
   if (to.id === from.id) return from.id;

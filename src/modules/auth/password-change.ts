@@ -42,10 +42,12 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
   const passwordHash = await hashPassword(input.new_password);
   const currentHash = identity.password_hash;
   await ctx.db.transaction(async (tx) => {
+    // The challenges before the identity, in the order an MFA sign-in takes them (it uses its challenge,
+    // then takes the identity): in the other order the two at once deadlocked.
+    await voidPasswordTokens(tx, id, ctx.now);
     // A reset (which ended every session) or another change that completed while this one was hashing
     // is not undone by the password verified before it: that password is no longer the current one.
     if (!(await replacePassword(tx, identity.id, currentHash, passwordHash, ctx.now))) throw new ApiError('invalid_current_password');
-    await voidPasswordTokens(tx, id, ctx.now);
     await clearFailures(tx, identity.id, ctx.now);
     await tx.query('UPDATE sessions SET revoked_at = $3 WHERE user_id = $1 AND id <> $2 AND revoked_at IS NULL', [id, sessionId, ctx.now]);
     await enqueueMail(tx, ctx, { template: 'password_changed', to: user.email, vars: {}, userId: user.id });

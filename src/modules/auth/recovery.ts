@@ -107,8 +107,10 @@ async function resetPasswordAdmitted(base: Ctx, input: TokenPasswordBody): Promi
   const passwordHash = await hashPassword(input.password);
   await ctx.db.transaction(async (tx) => {
     await consume(tx, pending, ctx.now);
-    await setPassword(tx, user.id, passwordHash, ctx.now);
+    // The challenges before the identity, in the order an MFA sign-in takes them (it uses its challenge,
+    // then takes the identity): in the other order the two at once deadlocked.
     await voidPasswordTokens(tx, user.id, ctx.now);
+    await setPassword(tx, user.id, passwordHash, ctx.now);
     // Following the mailed link proves control of the address.
     await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
     await revokeSessions(tx, { userId: user.id }, ctx.now);

@@ -7,6 +7,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
+import { lockApplicationTenants } from '../../access/locks.js';
 import { assertAppTenantWritable, assertTenantWritable } from '../tenancy/writable.js';
 import { CURRENT_API_VERSION, newSigningSecret, ROTATION_OVERLAP_SECONDS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
@@ -36,9 +37,11 @@ export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<
   await assertWebhookUrl(ctx.deps, body.url);
   return ctx.db.transaction(async (tx) => {
     if (scope.applicationId) {
-      const tenantId = (await tenantOfApplication(tx, scope.applicationId))!;
-      // The Tenant row lock serializes concurrent creations, so the cap holds under races.
-      await tx.query('SELECT id FROM tenants WHERE id = $1 FOR UPDATE', [tenantId]);
+      // The Tenant row lock serializes concurrent creations, so the cap holds under races. The Tenant
+      // is read under the Application's KEY SHARE lock (lockApplicationTenants), as a grant reads it:
+      // an ownership move meanwhile waits for this creation and counts the subscription, or this
+      // creation waits for the move and counts against the Tenant the Application moved to.
+      const [tenantId] = await lockApplicationTenants(tx, [scope.applicationId]);
       // An app-scope subscription is its Application's Tenant's data: none is added while it is migrating.
       await assertTenantWritable(tx, tenantId);
       const tenant = await findTenant(tx, tenantId);
