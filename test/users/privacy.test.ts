@@ -7,8 +7,8 @@ import { probeWhileHeld } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import { createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
 import {
-  assertError, assertStatus, auditFor, call, createApplication, createOrganization, DAY, grant, latestToken, liveSessionCount,
-  orgGrant, outboxFor, sql, userRow,
+  assertError, assertStatus, auditFor, auditOfTarget, call, createApplication, createOrganization, DAY, grant, latestToken, liveSessionCount,
+  orgGrant, outboxFor, rand, sql, userRow,
 } from './support.js';
 
 let t: TestApp;
@@ -535,7 +535,8 @@ test('test data older than 30 days is purged nightly; live rows and younger test
     assert.equal(await count(table, 'user_id = $1', [old.id]), 0, `${table} of the old test user purged`);
     assert.ok((await count(table, 'user_id = $1', [live.id])) >= 1, `${table} of the live user kept`);
   }
-  assert.equal(await count('audit_events', 'target_user_id = $1', [old.id]), 0, 'old test audit rows purged');
+  // What is left about the old user is the purge's own announcement of the grant it deleted (test data itself).
+  assert.deepEqual((await auditFor(t, old.id)).map((a) => [a.action, a.actor_type]), [['entitlement.deleted', 'system']], 'old test audit rows purged');
   assert.ok((await count('audit_events', 'target_user_id = $1', [live.id])) >= 1, 'live audit rows kept');
   assert.equal((await userRow(t, live.id))!.status, 'active');
   assert.equal((await userRow(t, young.id))!.test_mode, true, 'a test user younger than 30 days stays');
@@ -628,6 +629,40 @@ test('the test purge is a hard delete like any other for the test users who stay
   // A second run finds nothing more to announce.
   await t.deps.jobs.runNow('test-purge');
   assert.equal((await revoked(young.id)).length, 1);
+});
+
+test('"entitlement.deleted | hard-deleted": the nightly test purge announces each test Entitlement it hard-deletes (a personal grant and an Organization\'s grant), once, in test mode (webhook with the last state, audit with actor system); live grants of the same age are left alone', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['entitlements.manage', 'organizations.manage'] });
+  const liveKey = await createApiKey(t, { mode: 'live', permissions: ['entitlements.manage'] });
+  const app = await createApplication(t);
+  const holder = await createUser(t, { mode: 'test' });
+  const liveHolder = await createUser(t, { mode: 'live' });
+  const personal = assertStatus(await call(t, 'POST', `/v1/users/${holder.id}/entitlements`, key.secret, { application_id: app.id, source: 'admin_grant' }, { 'idempotency-key': `k-${rand()}` }), 201);
+  const live = assertStatus(await call(t, 'POST', `/v1/users/${liveHolder.id}/entitlements`, liveKey.secret, { application_id: app.id, source: 'admin_grant' }, { 'idempotency-key': `k-${rand()}` }), 201);
+  const org = await createOrganization(t, [holder.id], { mode: 'test' });
+  const orgWide = assertStatus(await call(t, 'POST', `/v1/organizations/${org}/entitlements`, key.secret, { application_id: app.id }, { 'idempotency-key': `k-${rand()}` }), 201);
+  t.clock.advance(31 * DAY);
+  const deletedEvents = (id: string) => sql(t, `SELECT application_id, test_mode, data FROM outbox_events WHERE type = 'entitlement.deleted' AND data->'entitlement'->>'id' = $1`, [id]);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal(await count('entitlements', 'id = ANY($1::text[])', [[personal.id, orgWide.id]]), 0, 'precondition: both test grants are purged');
+  for (const { included_member_count: _count, ...ent } of [personal, orgWide]) {
+    const events = await deletedEvents(ent.id);
+    assert.equal(events.length, 1, `one entitlement.deleted for ${ent.id}: ${JSON.stringify(events)}`);
+    assert.equal(events[0].application_id, app.id);
+    assert.equal(events[0].test_mode, true);
+    assert.deepEqual(events[0].data.entitlement, ent, 'the last state');
+    const audit = await auditOfTarget(t, ent.id, 'entitlement.deleted');
+    assert.deepEqual(audit.map((a) => [a.actor_type, a.application_id, a.test_mode]), [['system', app.id, true]]);
+    assert.deepEqual(audit[0].before, ent);
+  }
+  assert.equal(await count('entitlements', 'id = $1', [live.id]), 1, 'the live grant stays');
+  assert.deepEqual(await deletedEvents(live.id), []);
+  // A second run purges nothing more and announces nothing more.
+  await t.deps.jobs.runNow('test-purge');
+  for (const ent of [personal, orgWide]) {
+    assert.equal((await deletedEvents(ent.id)).length, 1);
+    assert.equal((await auditOfTarget(t, ent.id, 'entitlement.deleted')).length, 1);
+  }
 });
 
 test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it', async (tc) => {

@@ -2,8 +2,10 @@ import type { Deps } from '../../context.js';
 import { systemCtx } from '../../context.js';
 import { addSeconds } from '../../clock.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
+import { recordAudit } from '../../audit/record.js';
+import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
 import { announceScopeChanges } from '../entitlements/grant.js';
+import { emitMany } from '../../outbox/emit.js';
 
 export const TEST_RETENTION_SECONDS = 30 * 24 * 3600;
 
@@ -43,10 +45,23 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
       [cutoff],
     );
     const ctx = { ...systemCtx(deps, 'test'), db: tx, now: deps.clock.now() };
-    await withAccessFlips(tx, ctx, { userIds: staying.map((r) => r.id) }, 'entitlement_deleted', async () => {
+    const purged = await withAccessFlips(tx, ctx, { userIds: staying.map((r) => r.id) }, 'entitlement_deleted', async () => {
       await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);
-      await run('entitlements', `DELETE FROM entitlements WHERE test_mode AND (created_at < $1 OR user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs}))`);
+      const { rows } = await tx.query<EntitlementRow>(
+        `DELETE FROM entitlements e WHERE e.test_mode AND (e.created_at < $1 OR e.user_id IN (${oldUsers}) OR e.organization_id IN (${oldOrgs}))
+          RETURNING ${ENT_COLUMNS}`,
+        [cutoff],
+      );
+      return rows.sort((a, b) => (a.id < b.id ? -1 : 1));
     });
+    counts.entitlements = purged.length;
+    // Each purged Entitlement is a hard delete, announced as DELETE /v1/entitlements/{id} and the
+    // erasure cascade announce theirs (Part B Resource events: entitlement.deleted "hard-deleted", with
+    // its last state; audited as the system), so a test receiver mirroring grants does not keep them.
+    for (const row of purged) {
+      await recordAudit(tx, ctx, { action: 'entitlement.deleted', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row) });
+    }
+    await emitMany(tx, ctx, purged.map((row) => ({ type: 'entitlement.deleted', applicationId: row.application_id, data: { entitlement: toEntitlement(row) } })));
     // Grants that stay lose the purged users from their member_overrides (current members only), each
     // change announced as a member's removal announces it (entitlement.member_scope_changed).
     const { rows: scopedBefore } = await tx.query<EntitlementRow>(

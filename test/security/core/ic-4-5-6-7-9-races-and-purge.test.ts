@@ -168,6 +168,7 @@ test('IC-9 test-purge with rows hanging off users in both modes (an Entitlement,
     return { u, ent, org, hook };
   };
   const n = async (text: string, params: unknown[]) => (await sql(t, `SELECT count(*)::int AS n FROM ${text}`, params))[0].n;
+  let purgedAt = new Date('2999-01-01T00:00:00Z');
   const rowsOf = async (s: Awaited<ReturnType<typeof seed>>) => ({
     users: await n('users WHERE id = $1', [s.u.id]),
     entitlements: await n('entitlements WHERE id = $1', [s.ent.id]),
@@ -175,7 +176,8 @@ test('IC-9 test-purge with rows hanging off users in both modes (an Entitlement,
     members: await n('organization_members WHERE organization_id = $1', [s.org.id]),
     webhooks: await n('webhook_subscriptions WHERE id = $1', [s.hook.id]),
     sessions: await n('sessions WHERE user_id = $1', [s.u.id]),
-    audit: await n('audit_events WHERE target_id = ANY($1::text[])', [[s.u.id, s.ent.id, s.org.id, s.hook.id]]),
+    // Written before the purge ran (it announces the grants it deletes: entitlement.deleted, below).
+    audit: await n('audit_events WHERE target_id = ANY($1::text[]) AND created_at < $2', [[s.u.id, s.ent.id, s.org.id, s.hook.id], purgedAt]),
     outbox: await n(`outbox_events WHERE data->>'user_id' = $1`, [s.u.id]),
   });
   const live = await seed('live');
@@ -185,11 +187,14 @@ test('IC-9 test-purge with rows hanging off users in both modes (an Entitlement,
   const before = { live: await rowsOf(live), young: await rowsOf(young) };
   assert.ok(Object.values(await rowsOf(old)).every((count) => count > 0), 'every kind of row was seeded');
   t.clock.advance(29 * DAY); // live and old: 31 days; young: 29 days
+  purgedAt = t.clock.now();
   await t.deps.jobs.runNow('test-purge');
   const live31 = await rowsOf(live);
   figure('IC-9', `live rows deleted with their dependants: ${Object.entries(before.live).filter(([k, v]) => live31[k as keyof typeof live31] !== v).length}`);
   assert.deepEqual(live31, before.live, 'live rows untouched');
   assert.deepEqual(await rowsOf(young), before.young, '29-day test rows untouched');
   assert.deepEqual(Object.entries(await rowsOf(old)).filter(([, count]) => count !== 0), [], '31-day test rows gone');
+  const announced = await sql(t, `SELECT action, actor_type, test_mode FROM audit_events WHERE target_id = ANY($1::text[]) AND created_at >= $2`, [[old.u.id, old.ent.id, old.org.id, old.hook.id], purgedAt]);
+  assert.deepEqual(announced, [{ action: 'entitlement.deleted', actor_type: 'system', test_mode: true }], 'the purged test grant is announced as a hard delete');
   assert.equal(await n('applications WHERE id = $1', [app.id]), 1, 'the shared Application stays');
 });

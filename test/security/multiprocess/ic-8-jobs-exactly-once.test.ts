@@ -96,6 +96,9 @@ test(`IC-8 "exactly-once jobs": ${PROCESSES_PER_JOB} processes run \`jobs run\` 
   const memberRemoved = await c.sql<{ id: string; n: number }>(
     `SELECT 'outbox ' || (data->>'user_id') AS id, count(*)::int AS n FROM outbox_events WHERE type = 'organization.member_removed' AND created_at >= $1 GROUP BY 1
      UNION ALL SELECT 'audit ' || target_user_id, count(*)::int FROM audit_events WHERE action = 'organization.member_removed' AND created_at >= $1 GROUP BY 1`, since);
+  const purgedGrants = await c.sql<{ id: string; n: number }>(
+    `SELECT 'outbox ' || (data->'entitlement'->>'id') AS id, count(*)::int AS n FROM outbox_events WHERE type = 'entitlement.deleted' AND test_mode AND created_at >= $1 GROUP BY 1
+     UNION ALL SELECT 'audit ' || target_id, count(*)::int FROM audit_events WHERE action = 'entitlement.deleted' AND test_mode AND created_at >= $1 GROUP BY 1`, since);
   const statusChanged = await c.sql<{ id: string; n: number }>(
     `SELECT target_id AS id, count(*)::int AS n FROM audit_events WHERE action = 'webhook.status_changed' AND created_at >= $1 GROUP BY 1`, since);
   const disabledMail = await c.sql<{ id: string; n: number }>(
@@ -123,6 +126,7 @@ test(`IC-8 "exactly-once jobs": ${PROCESSES_PER_JOB} processes run \`jobs run\` 
   exactlyOnce('access event', accessEvents, w.flips.map((p) => `access.revoked ${p.user_id} ${p.application_id} entitlement_expired`));
   exactlyOnce('user.erased audit row', erasedAudit, w.erasures);
   exactlyOnce('organization.member_removed', memberRemoved, [`outbox ${w.erasedMember}`, `audit ${w.erasedMember}`]);
+  exactlyOnce('entitlement.deleted of a purged test grant', purgedGrants, w.testGrants.flatMap((id) => [`outbox ${id}`, `audit ${id}`]));
   exactlyOnce('webhook.status_changed audit row', statusChanged, w.webhooks.map((h) => h.id));
   exactlyOnce('webhook_disabled mail', disabledMail, w.webhooks.map((h) => h.ownerEmail));
 
@@ -131,7 +135,9 @@ test(`IC-8 "exactly-once jobs": ${PROCESSES_PER_JOB} processes run \`jobs run\` 
   const notErased = await count(c, `erasure_requests r JOIN users u ON u.id = r.user_id WHERE r.user_id = ANY($1) AND (r.status <> 'completed' OR u.erased_at IS NULL)`, [w.erasures]);
   const notDisabled = await count(c, `webhook_subscriptions WHERE id = ANY($1) AND status <> 'disabled'`, [w.webhooks.map((h) => h.id)]);
   const testLeft = await count(c, `users WHERE test_mode`);
-  const newTestRows = await count(c, `audit_events WHERE test_mode AND created_at >= $1`, since) + (await count(c, `outbox_events WHERE test_mode AND created_at >= $1`, since));
+  // Besides the purge's announcements of the grants it deletes (counted above).
+  const newTestRows = await count(c, `audit_events WHERE test_mode AND created_at >= $1 AND action <> 'entitlement.deleted'`, since)
+    + (await count(c, `outbox_events WHERE test_mode AND created_at >= $1 AND type <> 'entitlement.deleted'`, since));
   const liveUsersAfter = await count(c, 'users WHERE NOT test_mode');
   if (notExpired) bad.push(`${notExpired} expiring rows not expired`);
   if (notErased) bad.push(`${notErased} erasure requests not completed`);

@@ -16,6 +16,8 @@ export interface JobWork {
   erasures: string[];
   /** The erased user who is an active member of an Organization: one organization.member_removed. */
   erasedMember: string;
+  /** Test-mode grants the purge hard-deletes: one entitlement.deleted (webhook and audit) each. */
+  testGrants: string[];
   /** Unhealthy subscriptions past their 5 days, and the owner each one's disable mail goes to. */
   webhooks: { id: string; ownerEmail: string }[];
   describe: string;
@@ -78,7 +80,8 @@ export async function seedJobWork(c: Cluster): Promise<JobWork> {
 
   // test-purge: test-mode users (one invited by mail), two with a test-mode grant.
   const testUsers = [await newUser(testKey, 'invited'), ...(await users(TEST_USERS - 1, testKey))];
-  for (const u of testUsers.slice(0, 2)) await grant(testKey, u.id);
+  const testGrants: string[] = [];
+  for (const u of testUsers.slice(0, 2)) testGrants.push((await grant(testKey, u.id)).id);
 
   // webhook-health: each owner's own Application (Starter: one subscription each), unhealthy since now.
   const webhooks: JobWork['webhooks'] = [];
@@ -96,6 +99,7 @@ export async function seedJobWork(c: Cluster): Promise<JobWork> {
     unflipped: KEPT + DISABLED + 1,
     erasures: erased.map((u) => u.id),
     erasedMember: erased[0].id,
+    testGrants,
     webhooks,
     describe: `${FLIPPING} personal flipping, ${KEPT} personal kept by an org grant, ${DISABLED} disabled, 1 org-wide over ${ORG_MEMBERS} members + its admin`,
   };
