@@ -1,4 +1,4 @@
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { loadConfig, ConfigError } from './config.js';
 import { openDatabase } from './db/open.js';
 import { migrate, newerMigrations } from './db/migrate.js';
@@ -41,8 +41,45 @@ async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) =>
   }
 }
 
+const HELP = ['--help', '-h'];
+
+/**
+ * A command's own arguments: the options it takes and at most `positionals` words. Anything else is a
+ * usage error (exit 2) and nothing runs: an option a command does not take (`migrate --dry-run`,
+ * `jobs run test-purge --dry-run`, `serve --port 9000`) is never ignored while the command goes ahead.
+ * `--help` or `-h` prints the usage (stdout, exit 0) and runs nothing. A number is the exit status.
+ */
+function commandArgs(
+  name: string,
+  args: string[],
+  options: ParseArgsConfig['options'] = {},
+  positionals = 0,
+): { values: Record<string, string | boolean | undefined>; positionals: string[] } | number {
+  let parsed;
+  try {
+    parsed = parseArgs({ args, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+  } catch (err) {
+    console.error(`platform ${name}: ${(err as Error).message}\n\n${USAGE}`);
+    return 2;
+  }
+  if (parsed.values.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  if (parsed.positionals.length > positionals) {
+    console.error(`platform ${name}: unexpected argument "${parsed.positionals[positionals]}"\n\n${USAGE}`);
+    return 2;
+  }
+  return parsed as { values: Record<string, string | boolean | undefined>; positionals: string[] };
+}
+
 export async function runCli(argv: string[]): Promise<number> {
   const [command, sub, ...rest] = argv;
+  // `platform keys --help`, `platform jobs -h`: the usage, as for `platform --help`.
+  if ((command === 'keys' || command === 'jobs') && HELP.includes(sub!)) {
+    console.log(USAGE);
+    return 0;
+  }
   switch (command) {
     case 'help':
     case '--help':
@@ -50,10 +87,15 @@ export async function runCli(argv: string[]): Promise<number> {
       // Asked for, the usage is the answer: stdout, exit 0 (a usage error prints it to stderr, exit 2).
       console.log(USAGE);
       return 0;
-    case 'serve':
+    case 'serve': {
+      const args = commandArgs('serve', argv.slice(1));
+      if (typeof args === 'number') return args;
       await serve();
       return -1; // keeps running
+    }
     case 'migrate': {
+      const args = commandArgs('migrate', argv.slice(1));
+      if (typeof args === 'number') return args;
       const config = loadConfig();
       const database = await openDatabase(config);
       try {
@@ -67,13 +109,9 @@ export async function runCli(argv: string[]): Promise<number> {
       return 0;
     }
     case 'bootstrap-admin': {
-      let values: { email?: string; password?: string };
-      try {
-        ({ values } = parseArgs({ args: [sub, ...rest].filter(Boolean) as string[], options: { email: { type: 'string' }, password: { type: 'string' } } }));
-      } catch (err) {
-        console.error(`${(err as Error).message}\n\n${USAGE}`);
-        return 2;
-      }
+      const args = commandArgs('bootstrap-admin', argv.slice(1), { email: { type: 'string' }, password: { type: 'string' } });
+      if (typeof args === 'number') return args;
+      const values = args.values as { email?: string; password?: string };
       const env = loadConfig();
       const email = values.email ?? env.bootstrapAdminEmail;
       const password = values.password ?? env.bootstrapAdminPassword;
@@ -94,13 +132,9 @@ export async function runCli(argv: string[]): Promise<number> {
     }
     case 'keys': {
       if (sub !== 'rotate') break;
-      let retireNow = false;
-      try {
-        retireNow = parseArgs({ args: rest, options: { 'retire-now': { type: 'boolean' } } }).values['retire-now'] === true;
-      } catch (err) {
-        console.error(`${(err as Error).message}\n\n${USAGE}`);
-        return 2;
-      }
+      const args = commandArgs('keys rotate', rest, { 'retire-now': { type: 'boolean' } });
+      if (typeof args === 'number') return args;
+      const retireNow = args.values['retire-now'] === true;
       return withServices(async ({ deps }) => {
         const { kid, signsFrom } = await deps.keys.rotate({ retireNow });
         console.log(
@@ -113,13 +147,18 @@ export async function runCli(argv: string[]): Promise<number> {
     }
     case 'jobs': {
       if (sub === 'list') {
+        const args = commandArgs('jobs list', rest);
+        if (typeof args === 'number') return args;
         return withServices(async ({ deps }) => {
           console.log(deps.jobs.names.join('\n'));
           return 0;
         });
       }
-      const [job] = rest;
-      if (sub !== 'run' || !job) break;
+      if (sub !== 'run') break;
+      const args = commandArgs('jobs run', rest, {}, 1);
+      if (typeof args === 'number') return args;
+      const [job] = args.positionals;
+      if (!job) break;
       // A name that is no job is a usage error, like an unknown command: exit 2, the known names. The
       // names are known without a database, so a typo is refused before anything is opened or migrated.
       const names = jobNames();

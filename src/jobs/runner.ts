@@ -54,10 +54,14 @@ export class JobRunner {
     await this.ticking;
   }
 
-  /** Claims and runs every due job, each with SKIP LOCKED so processes never run one twice. */
+  /**
+   * Claims and runs every due job, each with SKIP LOCKED so processes never run one twice. Once stop()
+   * is called (SIGTERM) the job running finishes and no other is claimed: claimed by a process about to
+   * exit, it would be held from every other process until its timeout if the exit cut it short.
+   */
   async tick(): Promise<void> {
     await refreshDevClock(this.deps);
-    for (;;) {
+    while (!this.stopped) {
       const claim = await this.claimDue();
       if (!claim) return;
       await this.execute(claim.name, claim.token);

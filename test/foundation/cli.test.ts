@@ -431,3 +431,54 @@ test('a database migrated by a newer version (a migration this version does not 
   const current = await platform('migrate');
   assert.equal(current.stderr, '', 'nothing to say about a database of this version');
 });
+
+test('an option or word a command does not take is a usage error and nothing runs: migrate --dry-run migrates nothing, jobs run test-purge --dry-run purges nothing, serve --port serves nothing (exit 2, the usage, nothing on stdout)', async () => {
+  const fresh = join(dataDir, 'never-opened-by-unknown-options');
+  const saved = env;
+  env = { ...saved, DATA_DIR: fresh, PORT: '0' };
+  try {
+    const cases: [string[], RegExp][] = [
+      [['migrate', '--dry-run'], /^platform migrate: Unknown option '--dry-run'/],
+      [['migrate', 'now'], /^platform migrate: unexpected argument "now"/],
+      [['jobs', 'run', 'test-purge', '--dry-run'], /^platform jobs run: Unknown option '--dry-run'/],
+      [['jobs', 'run', 'test-purge', 'erasure-cascade'], /^platform jobs run: unexpected argument "erasure-cascade"/],
+      [['jobs', 'list', '--json'], /^platform jobs list: Unknown option '--json'/],
+      [['keys', 'rotate', 'now'], /^platform keys rotate: unexpected argument "now"/],
+      [['bootstrap-admin', '--email', 'x@example.com', '--password', ADMIN_PASSWORD, 'extra'], /^platform bootstrap-admin: unexpected argument "extra"/],
+    ];
+    for (const [args, firstLine] of cases) {
+      const res = await platform(...args);
+      assert.equal(res.code, 2, `${args.join(' ')}: ${res.stdout}`);
+      assert.match(res.stderr, firstLine, args.join(' '));
+      assert.match(res.stderr, /usage: platform <command>/, args.join(' '));
+      assert.equal(res.stdout, '', args.join(' '));
+    }
+    // Unfixed, `serve --port 9` ignored the option and served (here on PORT 0) until killed.
+    const serve = await run(process.execPath, [BIN, 'serve', '--port', '9'], { cwd: projectPath('.'), env, timeout: 20_000 }).then(
+      () => ({ code: 0, stderr: '' }),
+      (err) => ({ code: err.code as number | null, stderr: String(err.stderr) }),
+    );
+    assert.equal(serve.code, 2, `serve --port 9: ${serve.stderr}`);
+    assert.match(serve.stderr, /^platform serve: Unknown option '--port'/);
+    await assert.rejects(stat(fresh), { code: 'ENOENT' }, 'the storage was never opened: nothing was migrated, purged or served');
+  } finally {
+    env = saved;
+  }
+});
+
+test('--help or -h after a command prints the usage on stdout, exits 0 and runs nothing (platform migrate --help migrates nothing)', async () => {
+  const fresh = join(dataDir, 'never-opened-by-help');
+  const saved = env;
+  env = { ...saved, DATA_DIR: fresh };
+  try {
+    for (const args of [['migrate', '--help'], ['jobs', 'run', 'test-purge', '--help'], ['jobs', 'run', '-h'], ['jobs', '--help'], ['keys', '-h'], ['keys', 'rotate', '--help'], ['bootstrap-admin', '--help'], ['jobs', 'list', '-h']]) {
+      const res = await platform(...args);
+      assert.equal(res.code, 0, `${args.join(' ')}: ${res.stderr}`);
+      assert.match(res.stdout, /^usage: platform <command>/, args.join(' '));
+      assert.doesNotMatch(res.stdout, /applied:|"job":|created superadmin usr_|new signing key: sig_/, args.join(' '));
+    }
+    await assert.rejects(stat(fresh), { code: 'ENOENT' }, 'the storage was never opened');
+  } finally {
+    env = saved;
+  }
+});

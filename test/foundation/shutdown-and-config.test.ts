@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { buildTestApp } from '../helpers/app.js';
 import { buildCapturedApp } from '../security/core/support.js';
 import { ConfigError, loadConfig } from '../../src/config.js';
+import { addSeconds } from '../../src/clock.js';
 import type { Module } from '../../src/modules/types.js';
 
 const problemsOf = (env: NodeJS.ProcessEnv): string[] => {
@@ -237,4 +238,37 @@ test('the start logs one "configuration" line an operator can check (storage, ma
   assert.match(String(defaults.mail), /^database outbox/);
   assert.match(String(defaults.payments), /^local simulator/);
   assert.equal(defaults.encryption_keys, 0);
+});
+
+test('shutting down (SIGTERM): the job scheduler finishes the job it is running and claims no other due job, which stays unclaimed for another process', async (tc) => {
+  let started!: () => void;
+  let release!: () => void;
+  const running = new Promise<void>((resolve) => (started = resolve));
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const ran: string[] = [];
+  const probe: Module = {
+    name: 'shutdown-probe',
+    jobs: () => [
+      { name: 'probe-slow', intervalSeconds: 3600, timeoutSeconds: 3600, run: async () => { ran.push('probe-slow'); started(); await gate; } },
+      { name: 'probe-next', intervalSeconds: 3600, timeoutSeconds: 3600, run: async () => { ran.push('probe-next'); } },
+    ],
+  };
+  const t = await buildTestApp({}, tc, [probe]);
+  const db = t.database.scoped('system');
+  const now = t.clock.now();
+  // Only the two probes are due, the slow one first.
+  await db.query(`UPDATE jobs SET next_run_at = $1 WHERE name NOT LIKE 'probe-%'`, [addSeconds(now, 3600)]);
+  await db.query(`UPDATE jobs SET next_run_at = $1 WHERE name = 'probe-slow'`, [addSeconds(now, -2)]);
+  await db.query(`UPDATE jobs SET next_run_at = $1 WHERE name = 'probe-next'`, [addSeconds(now, -1)]);
+  t.deps.jobs.start();
+  await running;
+  const stopping = t.deps.jobs.stop(); // what main.ts does on SIGTERM
+  release();
+  await stopping;
+  assert.deepEqual(ran, ['probe-slow'], 'the stopping process claimed no other job');
+  const { rows } = await db.query(`SELECT name, runs, lock_token FROM jobs WHERE name LIKE 'probe-%' ORDER BY name`);
+  assert.deepEqual(rows, [
+    { name: 'probe-next', runs: 0, lock_token: null },
+    { name: 'probe-slow', runs: 1, lock_token: null },
+  ]);
 });
