@@ -272,17 +272,22 @@ async function inStorage<T>(fn: (db: import('../../src/db/types.js').Db) => Prom
   }
 }
 
-test('platform bootstrap-admin creates the user active, email_verified, holding superadmin, audited with actor system', async () => {
+test('platform bootstrap-admin creates the user active, email_verified, holding superadmin, audited with actor system (user.created, and role.assigned of superadmin with its event, as any assignment)', async () => {
   const email = 'audited-admin@example.com';
   const res = await platform('bootstrap-admin', '--email', email, '--password', ADMIN_PASSWORD);
   assert.equal(res.code, 0, res.stderr);
   const userId = res.stdout.match(/created superadmin (usr_\S+)/)?.[1];
   assert.equal(typeof userId, 'string', res.stdout);
-  const { user, roles, audit } = await inStorage(async (db) => ({
+  const { user, roles, audit, assigned, events } = await inStorage(async (db) => ({
     user: (await db.query('SELECT email, status, email_verified, test_mode FROM users WHERE id = $1', [userId])).rows[0],
     roles: (await db.query('SELECT role_id FROM role_assignments WHERE user_id = $1 ORDER BY role_id', [userId])).rows.map((r) => r.role_id),
     audit: (await db.query("SELECT actor_type FROM audit_events WHERE action = 'user.created' AND target_id = $1", [userId])).rows,
+    assigned: (await db.query("SELECT target_id, actor_type, after FROM audit_events WHERE action = 'role.assigned' AND target_user_id = $1", [userId])).rows,
+    events: (await db.query("SELECT data FROM outbox_events WHERE type = 'role.assigned' AND data->>'user_id' = $1", [userId])).rows.map((r) => r.data),
   }));
+  const data = { user_id: userId, role_id: 'role_platform_superadmin', application_id: null };
+  assert.deepEqual(assigned, [{ target_id: 'role_platform_superadmin', actor_type: 'system', after: data }]);
+  assert.deepEqual(events, [data]);
   assert.deepEqual(user, { email, status: 'active', email_verified: true, test_mode: false });
   assert.equal(roles.includes('role_platform_superadmin'), true, roles.join(', '));
   assert.deepEqual(audit, [{ actor_type: 'system' }]);

@@ -447,14 +447,12 @@ test('"entitlement.deleted | hard-deleted" and "role.removed | assignment create
   assert.equal(deleted[0].data.entitlement.user_id, user.id);
   assert.equal(deleted[0].data.entitlement.status, 'active', 'the last state');
   const removed = await sql(t, `SELECT application_id, data FROM outbox_events WHERE type = 'role.removed' AND data->>'user_id' = $1 ORDER BY data->>'role_id'`, [user.id]);
-  assert.deepEqual(removed.map((r) => [r.application_id, r.data]), [
-    [app.id, { user_id: user.id, role_id: roleId, application_id: app.id }],
-    [null, { user_id: user.id, role_id: 'role_platform_member', application_id: null }],
-  ].sort((a, b) => (a[1] as any).role_id.localeCompare((b[1] as any).role_id)));
+  // Not the platform member Role: part of the user record (never announced as assigned), it goes with user.erased.
+  assert.deepEqual(removed.map((r) => [r.application_id, r.data]), [[app.id, { user_id: user.id, role_id: roleId, application_id: app.id }]]);
   const audit = await auditFor(t, user.id);
   const entAudit = audit.filter((a) => a.action === 'entitlement.deleted');
   assert.deepEqual(entAudit.map((a) => [a.target_id, a.application_id, a.actor_type]), [[entitlementId, app.id, 'system']]);
-  assert.deepEqual(audit.filter((a) => a.action === 'role.removed').map((a) => a.target_id).sort(), [roleId, 'role_platform_member'].sort());
+  assert.deepEqual(audit.filter((a) => a.action === 'role.removed').map((a) => a.target_id), [roleId]);
   // Written with the rest of the cascade, their snapshots are redacted like every row about the user.
   for (const a of [...entAudit, ...audit.filter((x) => x.action === 'role.removed')]) assert.deepEqual(a.before, { redacted: true });
 });

@@ -83,6 +83,19 @@ export async function emitEntitlementEvent(tx: Tx, ctx: Ctx, type: string, row: 
 }
 
 /**
+ * A hard delete of an Entitlement (Part B Resource events: `entitlement.deleted`, "hard-deleted", with
+ * its last state): its audit row and webhook event, from DELETE /v1/entitlements/{id}, the erasure
+ * cascade and the test-data purge alike.
+ */
+export async function announceEntitlementDeleted(tx: Tx, ctx: Ctx, row: EntitlementRow): Promise<void> {
+  await recordAudit(tx, ctx, {
+    action: 'entitlement.deleted', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id,
+    applicationId: row.application_id, before: toEntitlement(row),
+  });
+  await emitEntitlementEvent(tx, ctx, 'entitlement.deleted', row);
+}
+
+/**
  * Org grants whose member_overrides lost a user (a member removed, an erasure, the test purge): each
  * change audited and announced as entitlement.member_scope_changed (Part B Resource events).
  */

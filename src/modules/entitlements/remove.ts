@@ -1,13 +1,11 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
-import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits } from '../tenancy/seats.js';
-import { toEntitlement } from './store.js';
 import { visibleEntitlement } from './read.js';
 import { affectedUsers, assertHoldingOrgActive } from './patch.js';
-import { emitEntitlementEvent } from './grant.js';
+import { announceEntitlementDeleted } from './grant.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { lockEntitlementScope } from '../../access/locks.js';
 import { assertDestructiveAllowed } from '../../http/gate.js';
@@ -40,7 +38,6 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
     });
     const tenantId = await applicationTenant(tx, row.application_id);
     if (tenantId) await releaseSeatLimits(tx, c, tenantId);
-    await recordAudit(tx, c, { action: 'entitlement.deleted', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row) });
-    await emitEntitlementEvent(tx, c, 'entitlement.deleted', row);
+    await announceEntitlementDeleted(tx, c, row);
   });
 }

@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
-import type { Queryable } from '../../db/types.js';
+import type { Queryable, Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
@@ -129,10 +129,7 @@ export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Pro
       );
       return { created: false, assignment: toAssignment(existing.rows[0]) };
     }
-    const c = inTx(ctx, tx);
-    const data = { user_id: user.id, role_id: role.id, application_id: applicationId };
-    await recordAudit(tx, c, { action: 'role.assigned', target: { type: 'role', id: role.id }, targetUserId: user.id, applicationId, after: data });
-    await emit(tx, c, { type: 'role.assigned', applicationId, data });
+    await announceRoleChange(tx, inTx(ctx, tx), 'role.assigned', { user_id: user.id, role_id: role.id, application_id: applicationId });
     return { created: true, assignment: toAssignment(rows[0]) };
   });
 }
@@ -145,12 +142,25 @@ export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Pro
     if (role.scope !== 'platform') await assertAppTenantWritable(tx, role.scope);
     const { rowCount } = await tx.query('DELETE FROM role_assignments WHERE user_id = $1 AND role_id = $2', [user.id, role.id]);
     if (rowCount !== 1) return;
-    const c = inTx(ctx, tx);
-    const applicationId = role.scope === 'platform' ? null : role.scope;
-    const data = { user_id: user.id, role_id: role.id, application_id: applicationId };
-    await recordAudit(tx, c, { action: 'role.removed', target: { type: 'role', id: role.id }, targetUserId: user.id, applicationId, before: data });
-    await emit(tx, c, { type: 'role.removed', applicationId, data });
+    await announceRoleChange(tx, inTx(ctx, tx), 'role.removed', { user_id: user.id, role_id: role.id, application_id: role.scope === 'platform' ? null : role.scope });
   });
+}
+
+/**
+ * An assignment created or deleted (Part B Resource events `role.assigned`, `role.removed`): its audit
+ * row and webhook event, from the API, the bootstrap admin's superadmin Role and the erasure cascade.
+ * The platform `member` Role is part of the user record (created with `user.created`, never removed
+ * but by erasure, `user.erased`) and is not announced on its own.
+ */
+export async function announceRoleChange(
+  tx: Tx,
+  ctx: Ctx,
+  action: 'role.assigned' | 'role.removed',
+  data: { user_id: string; role_id: string; application_id: string | null },
+): Promise<void> {
+  const snapshot = action === 'role.assigned' ? { after: data } : { before: data };
+  await recordAudit(tx, ctx, { action, target: { type: 'role', id: data.role_id }, targetUserId: data.user_id, applicationId: data.application_id, ...snapshot });
+  await emit(tx, ctx, { type: action, applicationId: data.application_id, data });
 }
 
 /**

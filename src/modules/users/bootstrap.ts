@@ -4,6 +4,7 @@ import { systemCtx } from '../../context.js';
 import { assertStrongPassword, hashPassword } from '../../auth/passwords.js';
 import { findLiveUserByEmail } from './store.js';
 import { createUserRecords, SUPERADMIN_ROLE_ID } from './service.js';
+import { announceRoleChange } from '../roles/assignments.js';
 
 /**
  * BOOTSTRAP_ADMIN_EMAIL / _PASSWORD and `platform bootstrap-admin`: unless a live user holds the
@@ -28,6 +29,8 @@ export async function bootstrapAdmin(deps: Deps, email: string, password: string
       passwordHash,
       extraRoleIds: [SUPERADMIN_ROLE_ID],
     });
+    // The superadmin Role is a privileged assignment like any other: audited and announced.
+    await announceRoleChange(tx, ctx, 'role.assigned', { user_id: user.id, role_id: SUPERADMIN_ROLE_ID, application_id: null });
     return { created: true, userId: user.id };
   });
 }

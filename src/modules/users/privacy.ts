@@ -5,15 +5,16 @@ import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
-import { emit, pathApplicationIds } from '../../outbox/emit.js';
+import { pathApplicationIds } from '../../outbox/emit.js';
+import { announceRoleChange } from '../roles/assignments.js';
 import { dropStoredAnswersAbout } from '../../http/idempotency.js';
 import { memberEvent } from '../organizations/events.js';
-import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
-import { announceScopeChanges, emitEntitlementEvent } from '../entitlements/grant.js';
+import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
+import { announceEntitlementDeleted, announceScopeChanges } from '../entitlements/grant.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
-import { actorRef } from './service.js';
+import { actorRef, MEMBER_ROLE_ID } from './service.js';
 import { targetUser } from './access.js';
 import { softDeleteUserRow } from './status.js';
 import type { ErasureRequest } from './schemas.js';
@@ -194,9 +195,10 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
   // events: entitlement.deleted "hard-deleted", role.removed "assignment deleted"), so a receiver
   // mirroring them does not keep the erased user's grants and Roles for ever.
   const { rows: grants } = await tx.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.user_id = $1 ORDER BY e.id`, [id]);
+  // (Not the platform member Role: part of the user record, it goes with user.erased; announceRoleChange.)
   const { rows: assignments } = await tx.query<{ role_id: string; application_id: string | null }>(
-    'SELECT role_id, application_id FROM role_assignments WHERE user_id = $1 ORDER BY role_id',
-    [id],
+    'SELECT role_id, application_id FROM role_assignments WHERE user_id = $1 AND role_id <> $2 ORDER BY role_id',
+    [id, MEMBER_ROLE_ID],
   );
   for (const sql of [
     'DELETE FROM recovery_codes WHERE user_id = $1',
@@ -228,15 +230,8 @@ async function eraseUser(tx: Tx, ctx: Ctx, user: UserRow): Promise<void> {
     await memberEvent(tx, ctx, 'organization.member_removed', { organization_id: m.organization_id, user_id: id, role: m.role, membership_status: m.membership_status }, m.membership_status === 'active', formerPaths);
   }
   await announceScopeChanges(tx, ctx, scopedBefore.map((before) => ({ before, after: scopedAfter.find((r) => r.id === before.id)! })));
-  for (const row of grants) {
-    await recordAudit(tx, ctx, { action: 'entitlement.deleted', target: { type: 'entitlement', id: row.id }, targetUserId: id, applicationId: row.application_id, before: toEntitlement(row) });
-    await emitEntitlementEvent(tx, ctx, 'entitlement.deleted', row);
-  }
-  for (const a of assignments) {
-    const data = { user_id: id, role_id: a.role_id, application_id: a.application_id };
-    await recordAudit(tx, ctx, { action: 'role.removed', target: { type: 'role', id: a.role_id }, targetUserId: id, applicationId: a.application_id, before: data });
-    await emit(tx, ctx, { type: 'role.removed', applicationId: a.application_id, data });
-  }
+  for (const row of grants) await announceEntitlementDeleted(tx, ctx, row);
+  for (const a of assignments) await announceRoleChange(tx, ctx, 'role.removed', { user_id: id, role_id: a.role_id, application_id: a.application_id });
   // The user's own mails, to every address they had; not those of another account that reused the
   // address (mails queued before user_id was recorded: by address, in the user's mode, up to deletion).
   await tx.query(
