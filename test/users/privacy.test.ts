@@ -2,7 +2,8 @@
 // of test data. Tests here move the clock forward by days; each signs in again as it needs.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { purgeTestData } from '../../src/modules/users/purge.js';
 import { probeWhileHeld } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import { createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
@@ -533,7 +534,8 @@ test('test data older than 30 days is purged nightly; live rows and younger test
     assert.equal(await count(table, 'user_id = $1', [old.id]), 0, `${table} of the old test user purged`);
     assert.ok((await count(table, 'user_id = $1', [live.id])) >= 1, `${table} of the live user kept`);
   }
-  // What is left about the old user is the purge's own announcement of the grant it deleted (test data itself).
+  // What is left about the old user is the purge's own announcement of the grant it deleted (test data
+  // itself); its platform member Role goes with the user record, unannounced.
   assert.deepEqual((await auditFor(t, old.id)).map((a) => [a.action, a.actor_type]), [['entitlement.deleted', 'system']], 'old test audit rows purged');
   assert.ok((await count('audit_events', 'target_user_id = $1', [live.id])) >= 1, 'live audit rows kept');
   assert.equal((await userRow(t, live.id))!.status, 'active');
@@ -661,6 +663,80 @@ test('"entitlement.deleted | hard-deleted": the nightly test purge announces eac
     assert.equal((await deletedEvents(ent.id)).length, 1);
     assert.equal((await auditOfTarget(t, ent.id, 'entitlement.deleted')).length, 1);
   }
+});
+
+test('"organization.member_removed | an active membership … is removed" and "role.removed | assignment … deleted": the nightly test purge announces each membership and Role assignment it hard-deletes (audit with actor system, webhook routed as a removal is), once: a purged member of a test Organization that stays, a young member of a purged test Organization, and a purged user\'s app Role on an Application that stays', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['organizations.manage', 'roles.manage'] });
+  const app = await createApplication(t);
+  const roleId = `role_${app.slug}_viewer`;
+  await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at) VALUES ($1, 'viewer', $2, $3, now(), now())`, [roleId, app.id, [`app.${app.slug}.read`]]);
+  // A test Organization kept by the purge (it owns an Application), its org admin kept with it.
+  const keptAdmin = await createUser(t, { mode: 'test' });
+  const kept = await createOrganization(t, [keptAdmin.id], { mode: 'test' });
+  await createApplication(t, { ownerOrganization: kept });
+  await orgGrant(t, kept, app.id, { mode: 'test' });
+  // A plain old test user, member of the kept Organization (reaching the Application through its grant) and holding its app Role.
+  const leaver = await createUser(t, { mode: 'test' });
+  assertStatus(await call(t, 'POST', `/v1/organizations/${kept}/members`, key.secret, { user_id: leaver.id }), 201);
+  assertStatus(await call(t, 'POST', `/v1/users/${leaver.id}/roles/${roleId}`, key.secret), 201);
+  // An old test Organization purged whole; a member who joins it later is young and stays.
+  const goneAdmin = await createUser(t, { mode: 'test' });
+  const gone = await createOrganization(t, [goneAdmin.id], { mode: 'test' });
+  t.clock.advance(20 * DAY);
+  const young = await createUser(t, { mode: 'test' });
+  assertStatus(await call(t, 'POST', `/v1/organizations/${gone}/members`, key.secret, { user_id: young.id }), 201);
+  t.clock.advance(11 * DAY);
+  const purgedAt = t.clock.now();
+  const memberEvents = () => sql(t, `SELECT application_id, test_mode, data, path_application_ids FROM outbox_events WHERE type = 'organization.member_removed' AND created_at >= $1 ORDER BY data->>'organization_id', data->>'user_id'`, [purgedAt]);
+  const memberAudit = () => sql(t, `SELECT organization_id, target_user_id, actor_type, test_mode, before FROM audit_events WHERE action = 'organization.member_removed' AND created_at >= $1 ORDER BY organization_id, target_user_id`, [purgedAt]);
+  const roleEvents = (userId: string) => sql(t, `SELECT application_id, test_mode, data FROM outbox_events WHERE type = 'role.removed' AND data->>'user_id' = $1 ORDER BY data->>'role_id'`, [userId]);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal(await userRow(t, leaver.id), undefined, 'precondition: the old member is purged');
+  assert.equal(await count('organizations', 'id = $1', [kept]), 1, 'precondition: the owning Organization stays');
+  assert.equal(await count('organizations', 'id = $1', [gone]), 0, 'precondition: the old Organization is purged');
+  assert.equal((await userRow(t, young.id))?.status, 'active', 'precondition: the young member stays');
+
+  const removed = [
+    { organization_id: kept, user_id: leaver.id, role: 'member' },
+    { organization_id: gone, user_id: goneAdmin.id, role: 'org_admin' },
+    { organization_id: gone, user_id: young.id, role: 'member' },
+  ].sort((a, b) => (a.organization_id + a.user_id < b.organization_id + b.user_id ? -1 : 1));
+  const events = await memberEvents();
+  assert.deepEqual(events.map((e) => [e.application_id, e.test_mode, e.data]), removed.map((m) => [null, true, m]), 'one organization.member_removed per purged membership');
+  assert.deepEqual(events.find((e) => e.data.user_id === leaver.id)!.path_application_ids, [app.id], 'routed to the Application the membership reached');
+  assert.deepEqual((await memberAudit()).map((a) => [a.organization_id, a.target_user_id, a.actor_type, a.test_mode, a.before]),
+    removed.map((m) => [m.organization_id, m.user_id, 'system', true, { ...m, membership_status: 'active' }]));
+
+  const roles = await roleEvents(leaver.id);
+  // Not the platform member Role: part of the user record, it goes unannounced (as in erasure).
+  assert.deepEqual(roles.map((r) => [r.application_id, r.test_mode, r.data]), [[app.id, true, { user_id: leaver.id, role_id: roleId, application_id: app.id }]]);
+  assert.deepEqual((await auditOfTarget(t, roleId, 'role.removed')).map((a) => [a.target_user_id, a.application_id, a.actor_type, a.test_mode]), [[leaver.id, app.id, 'system', true]]);
+  assert.deepEqual(await roleEvents(keptAdmin.id), [], 'kept users keep their Roles');
+
+  // A second run deletes nothing more and announces nothing more.
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal((await memberEvents()).length, 3);
+  assert.equal((await memberAudit()).length, 3);
+  assert.equal((await roleEvents(leaver.id)).length, 1);
+});
+
+if (storageName === 'postgres') test('three test purges running at once announce each purged membership and Role assignment once: only the run whose DELETE removed the row announces it', async () => {
+  const members = [await createUser(t, { mode: 'test' }), await createUser(t, { mode: 'test' }), await createUser(t, { mode: 'test' })];
+  const org = await createOrganization(t, members.map((u) => u.id), { mode: 'test' });
+  const key = await createApiKey(t, { mode: 'test', permissions: ['roles.manage'] });
+  const app = await createApplication(t);
+  const roleId = `role_${app.slug}_viewer`;
+  await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at) VALUES ($1, 'viewer', $2, $3, now(), now())`, [roleId, app.id, [`app.${app.slug}.read`]]);
+  for (const u of members) assertStatus(await call(t, 'POST', `/v1/users/${u.id}/roles/${roleId}`, key.secret), 201);
+  t.clock.advance(31 * DAY);
+  const since = t.clock.now();
+  await Promise.all([purgeTestData(t.deps), purgeTestData(t.deps), purgeTestData(t.deps)]);
+  const sent = await sql(t, `SELECT type, data->>'user_id' AS user_id, count(*)::int AS n FROM outbox_events WHERE type IN ('organization.member_removed', 'role.removed') AND created_at >= $1 AND data->>'user_id' = ANY($2::text[]) GROUP BY 1, 2 ORDER BY 1, 2`, [since, members.map((u) => u.id)]);
+  const audited = await sql(t, `SELECT action AS type, target_user_id AS user_id, count(*)::int AS n FROM audit_events WHERE action IN ('organization.member_removed', 'role.removed') AND created_at >= $1 AND target_user_id = ANY($2::text[]) GROUP BY 1, 2 ORDER BY 1, 2`, [since, members.map((u) => u.id)]);
+  const once = ['organization.member_removed', 'role.removed'].flatMap((type) => members.map((u) => u.id).sort().map((user_id) => ({ type, user_id, n: 1 })));
+  assert.deepEqual(sent, once, 'webhooks');
+  assert.deepEqual(audited, once, 'audit rows');
+  assert.equal(await count('organizations', 'id = $1', [org]), 0);
 });
 
 test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it', async (tc) => {

@@ -2,10 +2,12 @@ import type { Deps } from '../../context.js';
 import { systemCtx } from '../../context.js';
 import { addSeconds } from '../../clock.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { recordAudit } from '../../audit/record.js';
-import { ENT_COLUMNS, nextUpdatedAt, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
-import { announceScopeChanges } from '../entitlements/grant.js';
-import { emitMany } from '../../outbox/emit.js';
+import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
+import { announceEntitlementDeleted, announceScopeChanges } from '../entitlements/grant.js';
+import { pathApplicationIds } from '../../outbox/emit.js';
+import { memberEvent } from '../organizations/events.js';
+import { announceRoleChange } from '../roles/assignments.js';
+import { MEMBER_ROLE_ID } from './service.js';
 
 export const TEST_RETENTION_SECONDS = 30 * 24 * 3600;
 
@@ -30,9 +32,18 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
                         AND NOT EXISTS (SELECT 1 FROM applications a WHERE a.owner_user_id = u.id)
                         AND NOT EXISTS (SELECT 1 FROM tenants n WHERE n.owner_user_id = u.id)
                         AND NOT EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.role = 'org_admin' AND m.organization_id IN (${keptOrgs}))`;
-    for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'role_assignments', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
+    for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
       await tx.query(`DELETE FROM ${table} WHERE user_id IN (${oldUsers})`, [cutoff]);
     }
+    // Role assignments of the purged users: each hard delete is announced as DELETE
+    // /v1/users/{id}/roles/{roleId} and the erasure cascade announce theirs (role.removed), by the run
+    // that deletes it (RETURNING), so an Application mirroring its Roles does not keep them for ever.
+    // (Not the platform member Role: part of the user record, it is not announced on its own; announceRoleChange.)
+    const { rows: assignments } = await tx.query<{ user_id: string; role_id: string; application_id: string | null }>(
+      `DELETE FROM role_assignments WHERE user_id IN (${oldUsers}) RETURNING user_id, role_id, application_id`,
+      [cutoff],
+    );
+    const announcedAssignments = assignments.filter((a) => a.role_id !== MEMBER_ROLE_ID);
     // Test users who stay (younger, or kept owners) may reach an Application through a row that goes
     // (an old entitlement, an old Organization's membership or grant): their access flips like any
     // other hard delete, so access.revoked (entitlement_deleted) goes out for each pair that flips.
@@ -45,8 +56,22 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
       [cutoff],
     );
     const ctx = { ...systemCtx(deps, 'test'), db: tx, now: deps.clock.now() };
+    // The purged memberships (of purged users, and every member of a purged Organization): each is
+    // announced as a DELETE of the member and the erasure cascade announce theirs, routed to the
+    // Applications the member reached before (read before the delete).
+    const { rows: leaving } = await tx.query<{ user_id: string }>(
+      `SELECT DISTINCT user_id FROM organization_members WHERE membership_status = 'active' AND (user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})) ORDER BY user_id`,
+      [cutoff],
+    );
+    const formerPaths = new Map<string, string[]>();
+    for (const { user_id } of leaving) formerPaths.set(user_id, await pathApplicationIds(tx, user_id));
+    let memberships: { organization_id: string; user_id: string; role: string; membership_status: string }[] = [];
     const purged = await withAccessFlips(tx, ctx, { userIds: staying.map((r) => r.id) }, 'entitlement_deleted', async () => {
-      await tx.query(`DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})`, [cutoff]);
+      ({ rows: memberships } = await tx.query(
+        `DELETE FROM organization_members WHERE user_id IN (${oldUsers}) OR organization_id IN (${oldOrgs})
+          RETURNING organization_id, user_id, role, membership_status`,
+        [cutoff],
+      ));
       const { rows } = await tx.query<EntitlementRow>(
         `DELETE FROM entitlements e WHERE e.test_mode AND (e.created_at < $1 OR e.user_id IN (${oldUsers}) OR e.organization_id IN (${oldOrgs}))
           RETURNING ${ENT_COLUMNS}`,
@@ -58,10 +83,7 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
     // Each purged Entitlement is a hard delete, announced as DELETE /v1/entitlements/{id} and the
     // erasure cascade announce theirs (Part B Resource events: entitlement.deleted "hard-deleted", with
     // its last state; audited as the system), so a test receiver mirroring grants does not keep them.
-    for (const row of purged) {
-      await recordAudit(tx, ctx, { action: 'entitlement.deleted', target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row) });
-    }
-    await emitMany(tx, ctx, purged.map((row) => ({ type: 'entitlement.deleted', applicationId: row.application_id, data: { entitlement: toEntitlement(row) } })));
+    for (const row of purged) await announceEntitlementDeleted(tx, ctx, row);
     // Grants that stay lose the purged users from their member_overrides (current members only), each
     // change announced as a member's removal announces it (entitlement.member_scope_changed).
     const { rows: scopedBefore } = await tx.query<EntitlementRow>(
@@ -75,6 +97,12 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
       [cutoff, ctx.now, scopedBefore.map((r) => r.id)],
     );
     await announceScopeChanges(tx, ctx, scopedBefore.map((before) => ({ before, after: scopedAfter.find((r) => r.id === before.id)! })));
+    // Announced by the run that deleted each row (RETURNING): an overlapping run deleted nothing and says nothing.
+    const byKey = <T>(key: (r: T) => string) => (a: T, b: T) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0);
+    for (const m of memberships.sort(byKey((r) => `${r.organization_id} ${r.user_id}`))) {
+      await memberEvent(tx, ctx, 'organization.member_removed', m, m.membership_status === 'active', formerPaths.get(m.user_id) ?? []);
+    }
+    for (const a of announcedAssignments.sort(byKey((r) => `${r.user_id} ${r.role_id}`))) await announceRoleChange(tx, ctx, 'role.removed', a);
     await run('organizations', `DELETE FROM organizations WHERE id IN (${oldOrgs})`);
     await run('webhook_subscriptions', `DELETE FROM webhook_subscriptions WHERE test_mode AND created_at < $1`);
     await run('users', `DELETE FROM users WHERE id IN (${oldUsers})`);

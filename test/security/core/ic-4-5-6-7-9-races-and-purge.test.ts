@@ -176,9 +176,9 @@ test('IC-9 test-purge with rows hanging off users in both modes (an Entitlement,
     members: await n('organization_members WHERE organization_id = $1', [s.org.id]),
     webhooks: await n('webhook_subscriptions WHERE id = $1', [s.hook.id]),
     sessions: await n('sessions WHERE user_id = $1', [s.u.id]),
-    // Written before the purge ran (it announces the grants it deletes: entitlement.deleted, below).
+    // Written before the purge ran (it announces the grants, memberships and Role assignments it deletes, below).
     audit: await n('audit_events WHERE target_id = ANY($1::text[]) AND created_at < $2', [[s.u.id, s.ent.id, s.org.id, s.hook.id], purgedAt]),
-    outbox: await n(`outbox_events WHERE data->>'user_id' = $1`, [s.u.id]),
+    outbox: await n(`outbox_events WHERE data->>'user_id' = $1 AND created_at < $2`, [s.u.id, purgedAt]),
   });
   const live = await seed('live');
   const old = await seed('test');
@@ -194,7 +194,12 @@ test('IC-9 test-purge with rows hanging off users in both modes (an Entitlement,
   assert.deepEqual(live31, before.live, 'live rows untouched');
   assert.deepEqual(await rowsOf(young), before.young, '29-day test rows untouched');
   assert.deepEqual(Object.entries(await rowsOf(old)).filter(([, count]) => count !== 0), [], '31-day test rows gone');
-  const announced = await sql(t, `SELECT action, actor_type, test_mode FROM audit_events WHERE target_id = ANY($1::text[]) AND created_at >= $2`, [[old.u.id, old.ent.id, old.org.id, old.hook.id], purgedAt]);
-  assert.deepEqual(announced, [{ action: 'entitlement.deleted', actor_type: 'system', test_mode: true }], 'the purged test grant is announced as a hard delete');
+  const announced = await sql(t, `SELECT action, actor_type, test_mode FROM audit_events WHERE target_id = ANY($1::text[]) AND created_at >= $2 ORDER BY action`, [[old.u.id, old.ent.id, old.org.id, old.hook.id], purgedAt]);
+  assert.deepEqual(announced, [{ action: 'entitlement.deleted', actor_type: 'system', test_mode: true }, { action: 'organization.member_removed', actor_type: 'system', test_mode: true }],
+    'the purged test grant and membership are announced as hard deletes');
+  const sent = await sql(t, `SELECT type, test_mode, data FROM outbox_events WHERE data->>'user_id' = $1 AND created_at >= $2 ORDER BY type`, [old.u.id, purgedAt]);
+  assert.deepEqual(sent, [
+    { type: 'organization.member_removed', test_mode: true, data: { organization_id: old.org.id, user_id: old.u.id, role: 'org_admin' } },
+  ], 'and so is its membership (its platform member Role goes with the user record)');
   assert.equal(await n('applications WHERE id = $1', [app.id]), 1, 'the shared Application stays');
 });
