@@ -148,9 +148,9 @@ export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Pro
 
 /**
  * An assignment created or deleted (Part B Resource events `role.assigned`, `role.removed`): its audit
- * row and webhook event, from the API, the bootstrap admin's superadmin Role and the erasure cascade.
- * The platform `member` Role is part of the user record (created with `user.created`, never removed
- * but by erasure, `user.erased`) and is not announced on its own.
+ * row and webhook event, from the API, the bootstrap admin's superadmin Role, the erasure cascade and
+ * the test purge. The platform `member` Role is part of the user record (created with `user.created`,
+ * removed only with the user: `user.erased`, the purge) and is not announced on its own.
  */
 export async function announceRoleChange(
   tx: Tx,
