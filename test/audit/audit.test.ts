@@ -404,6 +404,21 @@ test('GET /v1/audit-events/{id} reads under the longest window the caller has fo
   assert.equal(assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, token), 200).id, evt.id);
 });
 
+test('a filter only narrows: a Starter Tenant owner listing target_user_id=me&tenant_id=<own Tenant> gets the 100-day-old event about them in that Tenant that target_user_id=me lists and GET fetches (the longer window of the two, in Audit-Hot-Window-Start)', async () => {
+  const owned = await newApp(t, admin);
+  const ent = await grant(t, admin, owned.owner.id, owned.id);
+  const [evt] = await sql(t, `SELECT id FROM audit_events WHERE action = 'entitlement.granted' AND target_id = $1`, [ent.id]);
+  t.clock.advance(100 * DAY);
+  const token = await login(t, owned.owner);
+  assert.equal((await ids(token, 'target_user_id=me')).includes(evt.id), true, 'listed with target_user_id=me');
+  const both = await list(token, `target_user_id=me&tenant_id=${owned.tenantId}`);
+  assert.equal(assertStatus(both, 200).data.some((e: any) => e.id === evt.id), true, 'still listed with tenant_id added');
+  assert.ok(assertStatus(both, 200).data.every((e: any) => e.target_user_id === owned.owner.id && e.tenant_id === owned.tenantId), 'both filters apply');
+  near(both, t.clock.now().getTime() - 365 * DAY * 1000);
+  // tenant_id alone keeps the Starter Tenant's 30 days.
+  assert.equal((await ids(token, `tenant_id=${owned.tenantId}`)).includes(evt.id), false);
+});
+
 test('an audit row about a shared Application or Role, written by a caller of the other mode, counts in its snapshots the users of the row\'s mode, as its readers\' GET does ("Test credentials see only test rows and live credentials only live rows"): a test-mode key\'s Role and settings_schema changes of a live Application show live readers the live holder and the live stale override, not the test mode\'s zero', async () => {
   const testKey = await platformKey(t, undefined, 'test');
   const liveApp = await newApp(t, admin);

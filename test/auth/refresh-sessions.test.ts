@@ -259,6 +259,26 @@ test('users.manage may list and revoke another user\'s sessions; without it anot
   assert.equal(await works(session.access_token), false);
 });
 
+test('an admin (users.manage) revoking another user\'s session is audited session.revoked on that user (actor the admin, target the session, request id); revoking one\'s own session, like logout, writes no audit row', async () => {
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const other = await signIn(user);
+  const adminUser = await createUser(t, { roles: ['superadmin'] });
+  const admin = await login(t, adminUser);
+  const del = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/sessions/${session.session_id}`, headers: bearer(admin) });
+  assert.equal(del.statusCode, 204, del.body);
+  const rows = await auditRows(t, 'session.revoked', user.id);
+  assert.deepEqual(
+    rows.map((r) => [r.actor_type, r.actor_id, r.target_type, r.target_id, r.request_id]),
+    [['user', adminUser.id, 'session', session.session_id, del.headers['request-id']]],
+  );
+  // A repeat finds nothing to revoke (404 session_not_found) and writes nothing.
+  assertError(await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/sessions/${session.session_id}`, headers: bearer(admin) }), 404, 'session_not_found');
+  const own = await t.app.inject({ method: 'DELETE', url: `/v1/users/me/sessions/${other.session_id}`, headers: bearer((await signIn(user)).access_token) });
+  assert.equal(own.statusCode, 204, own.body);
+  assert.equal((await auditRows(t, 'session.revoked', user.id)).length, 1);
+});
+
 test('logout ends the current session (204): its access and refresh tokens stop working; other sessions continue', async () => {
   const user = await createUser(t);
   const other = await signIn(user);

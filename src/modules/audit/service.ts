@@ -45,11 +45,20 @@ async function listView(ctx: Ctx, q: AuditQuery): Promise<AuditView> {
   }
   if (ctx.actor.type !== 'user') throw forbidden();
   const userId = ctx.actor.userId;
+  const self: AuditView | null = q.target_user_id === 'me' || q.target_user_id === userId
+    ? { condition: (p) => `e.target_user_id = $${p.push(userId)}`, windowDays: PLATFORM_HOT_WINDOW_DAYS }
+    : null;
   if (q.tenant_id) {
     const [owned] = await ownedTenants(ctx.db, userId, [q.tenant_id]);
-    if (owned) return { condition: (p) => tenantCondition(p.push(owned.id)), windowDays: windowDaysOf(owned.plan) };
+    if (owned) {
+      const tenant: AuditView = { condition: (p) => tenantCondition(p.push(owned.id)), windowDays: windowDaysOf(owned.plan) };
+      // Filtered on both, every row listed is the caller's under either view (both filters are applied
+      // below): the longer window applies, as GET by id reads under the longest, so adding tenant_id to
+      // target_user_id=me only narrows the list.
+      return self && self.windowDays > tenant.windowDays ? self : tenant;
+    }
   }
-  if (q.target_user_id === 'me' || q.target_user_id === userId) return { condition: (p) => `e.target_user_id = $${p.push(userId)}`, windowDays: PLATFORM_HOT_WINDOW_DAYS };
+  if (self) return self;
   throw forbidden();
 }
 

@@ -1,4 +1,6 @@
 import type { Ctx } from '../../context.js';
+import { inTx } from '../../context.js';
+import { recordAudit } from '../../audit/record.js';
 import { ApiError } from '../../errors.js';
 import { toPage, type PageParams } from '../../http/pagination.js';
 import { targetUser } from '../users/access.js';
@@ -24,10 +26,18 @@ export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) 
   }));
 }
 
+/**
+ * DELETE /v1/users/{id}/sessions/{sessionId}. Ending someone else's session (users.manage) is a security
+ * change to their account, audited `session.revoked` on them with the revocation; ending one's own, like
+ * logout, is not (docs/decisions.md "Audit actions beyond the spec's tables").
+ */
 export async function revokeSession(ctx: Ctx, idParam: string, sessionId: string): Promise<void> {
-  const userId = await targetUserId(ctx, idParam);
-  const revoked = await revokeSessions(ctx.db, { userId, sessionId }, ctx.now);
-  if (revoked.length === 0) throw new ApiError('session_not_found');
+  const { user, self } = await targetUser(ctx, idParam, 'write');
+  await ctx.db.transaction(async (tx) => {
+    const revoked = await revokeSessions(tx, { userId: user.id, sessionId }, ctx.now);
+    if (revoked.length === 0) throw new ApiError('session_not_found');
+    if (!self) await recordAudit(tx, inTx(ctx, tx), { action: 'session.revoked', target: { type: 'session', id: sessionId }, targetUserId: user.id });
+  });
 }
 
 /** Ends the calling session, or with all_sessions every session of the user. */
