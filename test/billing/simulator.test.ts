@@ -47,9 +47,9 @@ test('without Stripe settings the whole upgrade runs on one machine: checkout UR
   assert.match(row.stripe_customer_id, /^cus_sim_/);
   assert.match(row.stripe_subscription_id, /^sub_sim_/);
 
-  // A finished session's page is gone, and a second click does nothing.
+  // A finished session's page is gone, and a second click applies nothing (it lands on success_url again).
   assert.equal((await page(pathOf(session.url))).statusCode, 404);
-  assert.equal((await press(`${pathOf(session.url)}/complete`)).statusCode, 404);
+  assert.equal((await press(`${pathOf(session.url)}/complete`)).headers.location, body.success_url);
   assert.equal((await auditRows(t, 'tenant.plan_changed', owner.tenantId)).length, 1);
   assertError(await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, owner.token, body, { 'idempotency-key': 'sim-2' }), 409, 'subscription_exists');
 });
@@ -127,6 +127,43 @@ test('the OpenAPI document describes the tenancy and billing operations, marks t
   const simulator = Object.entries<any>(doc.paths).filter(([p]) => p.startsWith('/billing/simulator/'));
   assert.ok(simulator.length >= 4, 'simulator.length >= 4');
   for (const [, item] of simulator) for (const op of Object.values<any>(item)) assert.deepEqual(op.tags, ['Billing simulator']);
+});
+
+test('double submit on the simulated checkout: a second "Pay and subscribe" (a double click, back and resubmit) lands on success_url again and applies nothing twice; a second "Cancel" lands on cancel_url; a cancelled checkout cannot be paid', async () => {
+  const owner = await tenantOwner(t);
+  const paid = pathOf((await checkout(owner, 'sim-double')).url);
+  const [first, second] = [await press(`${paid}/complete`), await press(`${paid}/complete`)];
+  for (const res of [first, second]) {
+    assert.equal(res.statusCode, 303, res.body);
+    assert.equal(res.headers.location, body.success_url);
+  }
+  assert.equal((await auditRows(t, 'tenant.plan_changed', owner.tenantId)).length, 1);
+  const events = await sql(t, 'SELECT type FROM processor_events WHERE tenant_id = $1 ORDER BY type', [owner.tenantId]);
+  assert.deepEqual(events.map((e) => e.type), ['checkout.session.completed', 'customer.subscription.created'], 'one subscription, not two');
+  assert.equal((await press(`${paid}/cancel`)).statusCode, 404, 'a paid checkout cannot be cancelled');
+
+  const other = await tenantOwner(t);
+  const dropped = pathOf((await checkout(other, 'sim-double-cancel')).url);
+  for (let i = 0; i < 2; i++) {
+    const res = await press(`${dropped}/cancel`);
+    assert.equal(res.statusCode, 303, res.body);
+    assert.equal(res.headers.location, body.cancel_url);
+  }
+  assert.equal((await press(`${dropped}/complete`)).statusCode, 404, 'a cancelled checkout cannot be paid');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM processor_events WHERE tenant_id = $1', [other.tenantId]))[0].n, 0);
+});
+
+test('the simulator pages keep the session id (their only credential) out of Referer and are not sniffed: Referrer-Policy no-referrer, X-Content-Type-Options nosniff, base-uri none', async () => {
+  const owner = await tenantOwner(t);
+  const path = pathOf((await checkout(owner, 'sim-headers')).url);
+  for (const res of [await page(path), await page('/billing/simulator/checkout/cs_sim_unknown')]) {
+    assert.equal(res.headers['referrer-policy'], 'no-referrer');
+    assert.equal(res.headers['x-content-type-options'], 'nosniff');
+    assert.match(String(res.headers['content-security-policy']), /frame-ancestors 'none'; base-uri 'none'/);
+  }
+  const done = await press(`${path}/complete`);
+  assert.equal(done.statusCode, 303);
+  assert.equal(done.headers['referrer-policy'], 'no-referrer', 'the redirect to success_url sends no Referer either');
 });
 
 test('a simulated checkout is valid a day: expires_at is a day ahead, and after it the page and its buttons are 404 and nothing changes', async () => {

@@ -6,7 +6,7 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { hashSecret } from '../../src/ids.js';
 import { createUser } from '../helpers/fixtures.js';
 import { alignToStep, createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
-import { assertStatus, grant, newApp, person, platformKey, sql, type AppFixture } from '../access/support.js';
+import { assertStatus, call, grant, newApp, person, platformKey, sql, type AppFixture } from '../access/support.js';
 import { assertOAuthError, codeGrant, member, oauthApp, REDIRECT, refreshGrant, tokenReq, verifyAppToken } from './support.js';
 import { assertPage, assertRedirect, Browser, flow, formOf, setCookieHeader } from './signin-support.js';
 
@@ -228,6 +228,21 @@ test('MFA: five wrong codes void the challenge and lock the identity: the fifth 
   const locked = await browser.signIn(fifth, user.email, user.password);
   assertPage(locked, 429, 'Too many attempts; try again in 15 minutes.');
   assert.equal(locked.headers['retry-after'], '900');
+});
+
+test('MFA turned off during the challenge (a support reset): the code step goes back to the password form ("… Please sign in again."), and signing in again needs no code', async () => {
+  const { user, secret } = await createMfaUser(t);
+  await grant(t, admin, user.id, app.id);
+  const browser = new Browser(t);
+  const mfa = await browser.signIn(await browser.open(flow(app.id).params), user.email, user.password);
+  assertPage(mfa, 200);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}/mfa/totp`, admin)).statusCode, 204);
+  // The challenge can no longer be met: showing its form again would leave the user retrying a dead end.
+  const res = await browser.mfa(mfa, 'code', await totpCode(t, secret));
+  const body = assertPage(res, 401, 'The MFA token is invalid or expired. Please sign in again.');
+  assert.ok(body.includes('name="password"') && !body.includes('name="mfa_token"'), 'the password form, not the code form');
+  assert.equal(setCookieHeader(res), undefined, 'not signed in');
+  assertRedirect(await browser.signIn(res, user.email, user.password));
 });
 
 test('no access to the Application: a 403 page (no redirect) with a link returning error=access_denied, the state and the issuer (iss) to the registered URI', async () => {

@@ -22,8 +22,11 @@ function page(reply: FastifyReply, status: number, title: string, body: string) 
   return reply
     .code(status)
     .header('cache-control', 'no-store')
-    .header('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'")
+    .header('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'")
     .header('x-frame-options', 'DENY')
+    // The URL's session id is the page's only credential: never in a Referer (the Return link, success_url).
+    .header('referrer-policy', 'no-referrer')
+    .header('x-content-type-options', 'nosniff')
     .type('text/html; charset=utf-8')
     .send(
       `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escape(title)}</title>` +
@@ -34,6 +37,8 @@ function page(reply: FastifyReply, status: number, title: string, body: string) 
 }
 
 const button = (action: string, label: string) => `<form method="post" action="${escape(action)}"><button type="submit">${escape(label)}</button></form>`;
+/** The 303 after a button: the next page's request carries no Referer naming this session either. */
+const seeOther = (reply: FastifyReply, location: string) => reply.header('referrer-policy', 'no-referrer').redirect(location, 303);
 const gone = (reply: FastifyReply) => page(reply, 404, 'Session not found', '<p>This session does not exist, has expired or is already finished.</p>');
 
 export function simulatorRoutes(app: App, deps: Deps): void {
@@ -60,7 +65,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     config: { meta },
     handler: async (request, reply) => {
       const next = await completeSimulatedCheckout(deps, request.params.id, request.id);
-      return next ? reply.redirect(next, 303) : gone(reply);
+      return next ? seeOther(reply, next) : gone(reply);
     },
   });
   app.post('/billing/simulator/checkout/:id/cancel', {
@@ -68,7 +73,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     config: { meta },
     handler: async (request, reply) => {
       const next = await cancelSimulatedCheckout(deps, request.params.id);
-      return next ? reply.redirect(next, 303) : gone(reply);
+      return next ? seeOther(reply, next) : gone(reply);
     },
   });
   app.get('/billing/simulator/portal/:id', {
@@ -103,7 +108,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     config: { meta },
     handler: async (request, reply) => {
       const done = await runPortalAction(deps, request.params.id, request.params.action, request.id);
-      return done ? reply.redirect(simulatorPath('portal', request.params.id), 303) : gone(reply);
+      return done ? seeOther(reply, simulatorPath('portal', request.params.id)) : gone(reply);
     },
   });
 }

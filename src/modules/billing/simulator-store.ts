@@ -66,3 +66,15 @@ export async function finishSimSession(db: Queryable, id: string, status: 'compl
   );
   return rows[0] ?? null;
 }
+
+/**
+ * A checkout already closed with this status, while it is unexpired: a second "Pay and subscribe" or
+ * "Cancel" (a double click, back and resubmit) lands where the first one did, and applies nothing.
+ */
+export async function findFinishedSimCheckout(db: Queryable, id: string, status: 'completed' | 'cancelled', now: Date): Promise<SimSessionRow | null> {
+  const { rows } = await db.query<SimSessionRow>(
+    `SELECT ${COLUMNS} FROM billing_simulator_sessions WHERE id = $1 AND kind = 'checkout' AND status = $2 AND expires_at > $3`,
+    [id, status, now],
+  );
+  return rows[0] ?? null;
+}

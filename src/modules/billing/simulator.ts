@@ -8,7 +8,7 @@ import { findTenantRecord, type TenantRecord } from '../tenancy/service.js';
 import { Stripe } from './processor.js';
 import { receiveProcessorEvent } from './events.js';
 import type { EventOutcome } from './apply.js';
-import { findOpenSimSession, finishSimSession, simId, type SimSessionRow } from './simulator-store.js';
+import { findFinishedSimCheckout, findOpenSimSession, finishSimSession, simId, type SimSessionRow } from './simulator-store.js';
 
 export const PORTAL_ACTIONS = ['cancel_at_period_end', 'resume', 'cancel_now', 'payment_failed', 'payment_succeeded'] as const;
 export type PortalAction = (typeof PORTAL_ACTIONS)[number];
@@ -68,8 +68,10 @@ export async function completeSimulatedCheckout(deps: Deps, id: string, requestI
   const db = deps.database.scoped('system');
   const now = deps.clock.now();
   const session = await finishSimSession(db, id, 'completed', now);
-  const tenant = session && (await findTenantRecord(db, session.tenant_id));
-  if (!session || !tenant) return null;
+  // Paid already (a double click, back and resubmit): where the first click went, nothing applied again.
+  if (!session) return (await findFinishedSimCheckout(db, id, 'completed', now))?.success_url ?? null;
+  const tenant = await findTenantRecord(db, session.tenant_id);
+  if (!tenant) return null;
   const customer = tenant.stripe_customer_id ?? simId('cus');
   const subscription = simId('sub');
   const sub = { id: subscription, customer, tenantId: tenant.id, plan: session.plan ?? 'team', status: 'active', start: now, end: addSeconds(now, PERIOD_SECONDS), cancelAtPeriodEnd: false };
@@ -96,7 +98,9 @@ export async function completeSimulatedCheckout(deps: Deps, id: string, requestI
 
 /** Abandons a simulated checkout; nothing changes. Returns cancel_url. */
 export async function cancelSimulatedCheckout(deps: Deps, id: string): Promise<string | null> {
-  const session = await finishSimSession(deps.database.scoped('system'), id, 'cancelled', deps.clock.now());
+  const db = deps.database.scoped('system');
+  const now = deps.clock.now();
+  const session = (await finishSimSession(db, id, 'cancelled', now)) ?? (await findFinishedSimCheckout(db, id, 'cancelled', now));
   return session?.cancel_url ?? null;
 }
 
