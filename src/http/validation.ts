@@ -136,12 +136,16 @@ export function validlyPercentEncoded(text: string): boolean {
  * A URL exactly as sent, or null when the WHATWG parser would have to repair it first: white space
  * or control characters anywhere (it strips them at the ends and drops tabs and line breaks inside,
  * so the stored text would not be the URL used, and a CR/LF could reach a header), or an http(s)
- * URL written without `//` (`https:x.com`). Every URL field the service stores goes through it.
+ * URL written without `//` (`https:x.com`), with an empty host (`https:///x.com`) or with a backslash
+ * before its query (`https://a.example\b`, read as `/`). Every URL field the service stores goes through it.
  */
 export function parseUrlAsSent(value: string): URL | null {
   if (/[\u0000-\u0020\u007f-\u009f]/.test(value)) return null;
   if (!URL.canParse(value)) return null;
   const url = new URL(value);
-  if ((url.protocol === 'http:' || url.protocol === 'https:') && !/^https?:\/\//i.test(value)) return null;
+  // http(s) only: `//` then the host, no backslash before the query. The WHATWG parser skips extra
+  // slashes (`https:///evil.example/` loads evil.example; RFC 3986 reads an empty host, which RFC 9110
+  // §4.2.2 forbids) and reads `\` as `/` there, so the text would name another URL than the one used.
+  if ((url.protocol === 'http:' || url.protocol === 'https:') && !/^https?:\/\/(?![/\\])[^?#\\]*(?:[?#]|$)/i.test(value)) return null;
   return url;
 }

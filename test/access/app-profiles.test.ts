@@ -1,7 +1,8 @@
 // AppProfile (Part A): GET / PATCH /v1/users/{id}/apps/{appId}/profile.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { commitWhileWaiting } from '../helpers/locks.js';
 import {
   appKey, assertError, assertInvalid, assertStatus, call, grant, newApp, patchEnt, person, platformKey, sql, type AppFixture,
 } from './support.js';
@@ -258,4 +259,22 @@ test('custom keys merge one level deep, also under concurrency: two PATCHes of o
     assert.equal(fromOriginal.length, 1, `round ${round}: only the first change starts from the stored row`);
     assert.deepEqual(audit.find((r) => r !== fromOriginal[0])!.before, fromOriginal[0].after);
   }
+});
+
+if (storageName === 'postgres') test("an erased user's AppProfile is not written back: an admin PATCH of a soft-deleted user that waited for the erasure cascade (Part A: \"Erasure clears everything exported\") gets 404 user_not_found and stores no row and no profile.updated audit row", async () => {
+  const user = await member();
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/erasure-requests`, admin, {}), 202);
+  // The cascade as it runs: the user row locked, the AppProfiles deleted, the tombstone marked erased.
+  const res = await commitWhileWaiting(
+    t,
+    [
+      ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]],
+      ['DELETE FROM app_profiles WHERE user_id = $1', [user.id]],
+      ['UPDATE users SET erased_at = now() WHERE id = $1', [user.id]],
+    ],
+    () => write(admin, user.id, { display_handle: 'Kept', custom: { phone: '+14155550123' } }),
+  );
+  assertError(res, 404, 'user_not_found');
+  assert.equal((await rows(user.id)).length, 0);
+  assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'profile.updated' AND target_user_id = $1`, [user.id])).length, 0);
 });

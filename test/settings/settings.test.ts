@@ -4,7 +4,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { commitWhileWaiting } from '../helpers/locks.js';
 import { settingsCompileCount } from '../../src/modules/applications/validation.js';
 import {
   appKey, assertError, assertInvalid, assertStatus, auditOf, call, grant, newApp, person, platformKey, sql, type AppFixture,
@@ -455,4 +456,22 @@ test('a settings_schema of many distinct properties is compiled once, not once p
   assertInvalid(await patchAppSettings(u.token, { overrides: { k999: -1000 } }, 'me', owned.id), 'overrides.k999');
   const ms = Number(process.hrtime.bigint() - started) / 1e6;
   assert.ok(ms < 4000, `10 reads and a PATCH took ${Math.round(ms)} ms`);
+});
+
+if (storageName === 'postgres') test("an erased user's AppSettings are not written back: an admin PATCH of a soft-deleted user that waited for the erasure cascade (the cascade removes AppSettings) gets 404 user_not_found and stores no row and no settings.updated audit row", async () => {
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${u.id}/erasure-requests`, admin, {}), 202);
+  const res = await commitWhileWaiting(
+    t,
+    [
+      ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [u.id]],
+      ['DELETE FROM app_settings WHERE user_id = $1', [u.id]],
+      ['UPDATE users SET erased_at = now() WHERE id = $1', [u.id]],
+    ],
+    () => patchAppSettings(admin, { overrides: { density: 'compact' } }, u.id),
+  );
+  assertError(res, 404, 'user_not_found');
+  assert.equal((await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [u.id])).length, 0);
+  assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'settings.updated' AND target_user_id = $1`, [u.id])).length, 0);
 });

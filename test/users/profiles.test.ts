@@ -1,7 +1,7 @@
 // Part A, Profiles: the global Profile, its field rules, who may read and write it, and audit.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, userToken, type TestUser } from '../helpers/fixtures.js';
 import { assertError, assertFields, assertStatus, auditFor, call, createApplication, grant, sql } from './support.js';
 
@@ -126,6 +126,17 @@ test('avatar_url: an https URL carrying userinfo (RFC 9110 §4.2.4), a user and 
   assert.equal(assertStatus(await patchProfile('me', token, { avatar_url: at }), 200).avatar_url, at, 'an @ in the path or query is no userinfo');
 });
 
+test('avatar_url: an https URL names its host after `//` as every parser reads it: an empty host (`https:///a`, or `https:////evil.example/a.png`, which browsers load from evil.example while RFC 3986 reads no host) and a backslash before the query (browsers read it as `/`) get 422 naming avatar_url and change nothing', async () => {
+  const { user, token } = await userToken(t);
+  assert.equal(assertStatus(await patchProfile('me', token, { avatar_url: 'https://cdn.example/a.png' }), 200).avatar_url, 'https://cdn.example/a.png');
+  for (const bad of ['https:///a', 'https:////evil.example/a.png', 'HTTPS:///evil.example/', 'https://cdn.example\\evil.example/a.png', 'https://cdn.example/a\\b.png']) {
+    assertFields(await patchProfile('me', token, { avatar_url: bad }), ['avatar_url']);
+  }
+  assert.equal((await stored(user.id)).avatar_url, 'https://cdn.example/a.png');
+  const query = 'https://cdn.example/a.png?path=a\\b';
+  assert.equal(assertStatus(await patchProfile('me', token, { avatar_url: query }), 200).avatar_url, query, 'a backslash in the query is kept as sent by every parser');
+});
+
 test('contact_email: a valid email or null; otherwise 422 validation_failed naming contact_email', async () => {
   const { token } = await userToken(t);
   for (const bad of ['nope', 'a@', '@b.example']) assertFields(await patchProfile('me', token, { contact_email: bad }), ['contact_email']);
@@ -195,6 +206,24 @@ test('Profile read-only fields (user_id, updated_at) in a PATCH get 422 read_onl
   }
   assert.equal((await stored(user.id)).display_name, before.display_name);
   assert.deepEqual(await auditFor(t, user.id, 'profile.updated'), []);
+});
+
+test('Profile updated_at is the Profile\'s: a Settings change of theme, timezone or notifications leaves it as it was; a locale change (the Profile shows it) moves it, through Settings too; the export shows the value the GET shows', async () => {
+  const { token } = await userToken(t);
+  const first = assertStatus(await getProfile('me', token), 200);
+  const later = (s: number) => new Date(Date.parse(first.updated_at) + s * 1000).toISOString();
+  await atOneInstant(t, async () => {
+    assertStatus(await call(t, 'PATCH', '/v1/users/me/settings', token, { theme: 'dark', timezone: 'Europe/Paris', notifications: { sms: true } }), 200);
+  }, later(60));
+  assert.equal(assertStatus(await getProfile('me', token), 200).updated_at, first.updated_at, 'nothing of the Profile changed');
+  await atOneInstant(t, async () => {
+    assertStatus(await call(t, 'PATCH', '/v1/users/me/settings', token, { locale: 'fr-CA' }), 200);
+  }, later(120));
+  const moved = assertStatus(await getProfile('me', token), 200);
+  assert.equal(moved.locale, 'fr-CA');
+  assert.equal(moved.updated_at, later(120), "the Profile's locale changed");
+  const bundle = assertStatus(await call(t, 'GET', '/v1/users/me/export', token), 200);
+  assert.equal(bundle.profile.updated_at, moved.updated_at);
 });
 
 test('a Profile PATCH that changes nothing writes nothing: no profile.updated for an admin, updated_at kept', async () => {

@@ -11,6 +11,7 @@ import { assertTenantWritable } from '../tenancy/writable.js';
 import { findLiveUser, type UserRow } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
+import type { Queryable } from '../../db/types.js';
 import { APP_PROFILE_READ_ONLY, type AppProfile, type PatchAppProfileBody } from './schemas.js';
 
 export const CUSTOM_MAX_BYTES = 16 * 1024;
@@ -37,6 +38,20 @@ export async function authorizeAppUserData(ctx: Ctx, idParam: string, appId: str
     if (!access?.allowed) throw new ApiError('entitlement_required', { details: { entitlement_status: access?.entitlement_status ?? 'none' } });
   }
   return { user, app, self };
+}
+
+/**
+ * Locks the user before an AppProfile or AppSettings write (the row may not exist yet, so the user is
+ * the lock) and reads it again under the lock: an erasure cascade, or a soft delete, that committed
+ * while the write waited is seen. An erased user is 404 user_not_found for everyone, so the write does
+ * not bring back the data the cascade removed (nor an audit row holding it); a soft-deleted one is
+ * 404 to all but users.manage, as when the write began.
+ */
+export async function lockUserForAppData(tx: Queryable, ctx: Ctx, userId: string): Promise<void> {
+  const { rows } = await tx.query<{ status: string; erased_at: Date | null }>('SELECT status, erased_at FROM users WHERE id = $1 FOR UPDATE', [userId]);
+  const user = rows[0];
+  const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
+  if (!user || user.erased_at || (user.status === 'deleted' && !manage)) throw new ApiError('user_not_found');
 }
 
 async function liveUser(ctx: Ctx, idParam: string): Promise<UserRow> {
@@ -87,7 +102,7 @@ export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, 
     await assertTenantWritable(tx, app.tenant_id);
     // The row may not exist yet: the user is locked instead (as for AppSettings), so a concurrent
     // PATCH's custom keys are merged into, not overwritten.
-    await tx.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
+    await lockUserForAppData(tx, ctx, user.id);
     const c = { ...ctx, db: tx };
     const current = await load(c, user.id, app.id);
     const { row } = current;

@@ -19,9 +19,13 @@ interface ProfileRow {
   updated_at: Date;
 }
 
+/**
+ * The Profile; its locale is the Settings locale, and its updated_at its own: a Settings change of the
+ * locale moves it (patchSettings), one of theme, timezone or notifications does not.
+ */
 async function loadProfile(db: Queryable, userId: string): Promise<Profile> {
   const { rows } = await db.query<ProfileRow>(
-    `SELECT p.user_id, p.display_name, p.avatar_url, p.contact_email, p.contact_phone, s.locale, GREATEST(p.updated_at, s.updated_at) AS updated_at
+    `SELECT p.user_id, p.display_name, p.avatar_url, p.contact_email, p.contact_phone, s.locale, p.updated_at
        FROM profiles p JOIN settings s ON s.user_id = p.user_id WHERE p.user_id = $1`,
     [userId],
   );

@@ -7,7 +7,7 @@ import { mergeCustom } from '../../http/patch.js';
 import type { Queryable } from '../../db/types.js';
 import { targetUser } from '../users/access.js';
 import { recognizedLocale } from '../profiles/service.js';
-import { authorizeAppUserData, CUSTOM_MAX_BYTES } from '../app-access/app-profiles.js';
+import { authorizeAppUserData, CUSTOM_MAX_BYTES, lockUserForAppData } from '../app-access/app-profiles.js';
 import { settingsValueErrors } from '../applications/validation.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { APP_SETTINGS_READ_ONLY, SETTINGS_READ_ONLY, type AppSettings, type PatchAppSettingsBody, type PatchSettingsBody, type Settings } from './schemas.js';
@@ -58,6 +58,9 @@ export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettin
   const timezone = body.timezone !== undefined ? recognizedTimeZone(body.timezone) : undefined;
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
+    // The Profile first, as a Profile PATCH locks it before it writes the locale here: a locale change
+    // is the Profile's too (its updated_at moves), and one order of locks never deadlocks.
+    await tx.query('SELECT 1 FROM profiles WHERE user_id = $1 FOR UPDATE', [user.id]);
     const before = await loadSettings(tx, user.id, true);
     const next = {
       theme: body.theme ?? before.theme,
@@ -70,6 +73,7 @@ export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettin
     await tx.query('UPDATE settings SET theme = $2, timezone = $3, locale = $4, notifications = $5, updated_at = $6 WHERE user_id = $1', [
       user.id, next.theme, next.timezone, next.locale, JSON.stringify(next.notifications), ctx.now,
     ]);
+    if (next.locale !== before.locale) await tx.query('UPDATE profiles SET updated_at = $2 WHERE user_id = $1', [user.id, ctx.now]);
     const after = await loadSettings(tx, user.id);
     if (!self) await recordAudit(tx, inTx(ctx, tx), { action: 'settings.updated', target: { type: 'settings', id: user.id }, targetUserId: user.id, before, after });
     return after;
@@ -114,7 +118,7 @@ export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string,
   return ctx.db.transaction(async (tx) => {
     // AppSettings are the Application's Tenant's data: unchanged while that Tenant is migrating.
     await assertTenantWritable(tx, app.tenant_id);
-    await tx.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
+    await lockUserForAppData(tx, ctx, user.id);
     const row = await loadAppSettings(tx, user.id, app.id);
     const overrides = mergeCustom(row?.overrides ?? {}, body.overrides);
     if (Buffer.byteLength(JSON.stringify(overrides)) > CUSTOM_MAX_BYTES) throw invalidField('overrides', 'must serialize to at most 16 KB');
