@@ -48,6 +48,19 @@ interface EmailRow {
 const MAX_RETRY_SECONDS = 3600;
 const GIVE_UP_SECONDS = 4 * 86_400;
 /**
+ * Whether an SMTP server refused this one mail for good: a permanent (5xx) answer to its recipient or
+ * to its data (a mailbox that does not exist, a message refused), which the same mail would get again
+ * (RFC 5321 4.2.1: the client "SHOULD NOT repeat the exact request"); retried hourly for 4 days, an
+ * address that does not exist would be tried some hundred times, which receiving servers count against
+ * the sender. A 5xx to the connection, the sign-in or the sender (MAIL FROM) is the service's own
+ * settings refused, every mail alike: those are retried like an outage, until an operator fixes them.
+ */
+const refusedForGood = (err: unknown): boolean => {
+  const e = err as { responseCode?: unknown; command?: unknown };
+  return typeof e.responseCode === 'number' && e.responseCode >= 500 && e.responseCode < 600 && e.responseCode !== 503 &&
+    (e.command === 'RCPT TO' || e.command === 'DATA');
+};
+/**
  * Whether mail `e`'s link still works at parameter `at`: its token is not used, voided or expired by
  * then. (A dead token's row is pruned only once no queued mail carries it: src/modules/system/prune.ts.)
  */
@@ -151,9 +164,10 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
       const attempts = mail.attempts + 1;
       const retryAt = addSeconds(deps.clock.now(), Math.min(60 * 2 ** attempts, MAX_RETRY_SECONDS));
       deps.log.warn({ err, mail_id: mail.id, attempts }, 'mail delivery failed');
-      // Given up when the next attempt would come after 4 days, or after its link stops working. A
-      // mail that failed for good is never sent: its stored copy keeps no live link either.
-      const givenUp = `($3 > e.created_at + make_interval(secs => $6) OR NOT ${LINK_WORKS('$3')})`;
+      // Given up when the server refused it for good, when the next attempt would come after 4 days, or
+      // after its link stops working. A mail that failed for good is never sent: its stored copy keeps
+      // no live link either.
+      const givenUp = `(${refusedForGood(err)} OR $3 > e.created_at + make_interval(secs => $6) OR NOT ${LINK_WORKS('$3')})`;
       await db.query(
         `UPDATE emails e SET attempts = $2, next_attempt_at = $3, last_error = $4, claimed_until = NULL,
                 status = CASE WHEN ${givenUp} THEN 'failed' ELSE 'queued' END,

@@ -6,7 +6,7 @@ import { ADDRESS_BLIND_ANSWER_MS } from '../../src/modules/auth/routes.js';
 import { verifyPassword } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import {
-  alignToWindow, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD,
+  alignToWindow, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, linkToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD,
   post, sql, totpCode,
 } from './support.js';
 
@@ -227,6 +227,55 @@ test('a reset asked while the user is being suspended mails no link: password/fo
   const back = await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin), payload: { status: 'active' } });
   assert.equal(back.statusCode, 200, back.body);
   assert.equal((await loginRes(t, user)).statusCode, 200, 'the password is unchanged');
+});
+
+/**
+ * An invited user (invitation mailed to `old`) whose address an admin changes to a new one while
+ * `request` is between reading the account and mailing it: the change mails the invitation to the new
+ * address, and the request must mail no link to the old one.
+ */
+async function invitedMovedMeanwhile(fragment: string, request: (old: string, userId: string) => Promise<{ statusCode: number; body: string }>) {
+  const { secret: admin } = await createApiKey(t, { permissions: ['users.manage'] });
+  const old = uniqueEmail('inv-old');
+  const moved = uniqueEmail('inv-new');
+  const created = await t.app.inject({ method: 'POST', url: '/v1/users', headers: bearer(admin), payload: { email: old } });
+  assert.equal(created.statusCode, 201, created.body);
+  const userId = created.json().id as string;
+  const res = await pausedAfter(t, fragment, async () => {
+    const changed = await t.app.inject({ method: 'PATCH', url: `/v1/users/${userId}`, headers: bearer(admin), payload: { email: moved } });
+    assert.equal(changed.statusCode, 200, changed.body);
+  }, () => request(old, userId));
+  assert.equal((await mailsTo(t, old, 'invitation')).length, 1, 'only the invitation mailed before the change went to the old address');
+  assert.deepEqual((await mailsTo(t, old)).map((m) => m.template), ['invitation']);
+  // An invitation mailed to the new address works (the one mailed last: the re-send's, when it mailed one).
+  const live = [];
+  for (const mail of await mailsTo(t, moved, 'invitation')) {
+    const [row] = await sql(t, 'SELECT used_at FROM one_time_tokens WHERE token_hash = $1', [createHash('sha256').update(linkToken(mail)).digest('hex')]);
+    if (row?.used_at === null) live.push(linkToken(mail));
+  }
+  assert.equal(live.length, 1, 'one live invitation link, at the new address');
+  const accepted = await post(t, '/v1/auth/invitations/accept', { token: live[0], password: NEW_PASSWORD });
+  assert.equal(accepted.statusCode, 200, accepted.body);
+  assert.equal(accepted.json().user_id, userId);
+  return res;
+}
+
+test('a verification re-send racing an admin email change mails no link to the old address ("Links die with their address"): email/verify/resend answers 202 as always, and the invitation mailed to the new address still works', async () => {
+  const res = await invitedMovedMeanwhile('WHERE u.email_lower = lower($1)', (old) => post(t, '/v1/auth/email/verify/resend', { email: old }));
+  assert.equal(res.statusCode, 202);
+});
+
+test('a signup with an invited address racing an admin email change re-sends no invitation to the old address (Rule 3): 409 email_taken, and the invitation mailed to the new address still works', async () => {
+  const res = await invitedMovedMeanwhile('WHERE u.email_lower = lower($1)', (old) => post(t, '/v1/auth/signup', { email: old, password: PASSWORD }));
+  assertError(res as never, 409, 'email_taken');
+});
+
+test('an admin invitation re-send (POST /v1/users/{id}/invitation) racing another admin\'s email change mails the invitation to the address the account has now, not the old one', async () => {
+  const { secret: other } = await createApiKey(t, { permissions: ['users.manage'] });
+  const res = await invitedMovedMeanwhile('FROM users u WHERE u.id = $1', (_old, userId) =>
+    t.app.inject({ method: 'POST', url: `/v1/users/${userId}/invitation`, headers: bearer(other) }),
+  );
+  assert.equal(res.statusCode, 202, res.body);
 });
 
 test('password/reset applies the password policy (422 weak_password) and a refused reset leaves the token usable', async () => {

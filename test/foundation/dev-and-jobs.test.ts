@@ -464,6 +464,54 @@ test('a failed mail is retried 2, 4, 8, 16 and 32 minutes after its attempts, th
   assert.doesNotMatch(now.text_body, /inv_/);
 });
 
+test('a mail the SMTP server refuses for good (a 5xx answer to its recipient or to its data: RFC 5321 4.2.1, "the SMTP client SHOULD NOT repeat the exact request") is not retried: it fails at its first attempt, with the answer kept and its link redacted; a 4xx is still retried', async (tc) => {
+  const refusals = new Map<string, { at: 'rcpt' | 'data'; code: number; message: string }>();
+  const attempts = new Map<string, number>();
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS', 'AUTH'],
+    logger: false,
+    onRcptTo(address, _session, callback) {
+      attempts.set(address.address, (attempts.get(address.address) ?? 0) + 1);
+      const r = refusals.get(address.address);
+      if (r?.at === 'rcpt') return callback(Object.assign(new Error(r.message), { responseCode: r.code }));
+      callback();
+    },
+    onData(stream, session, callback) {
+      stream.resume();
+      stream.on('end', () => {
+        const r = refusals.get(session.envelope.rcptTo[0].address);
+        if (r?.at === 'data') return callback(Object.assign(new Error(r.message), { responseCode: r.code }));
+        callback();
+      });
+    },
+  });
+  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
+  tc.after(() => new Promise<void>((r) => server.close(() => r())));
+  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` }, tc);
+  const [noMailbox, rejected, busy] = [await createUser(t), await createUser(t), await createUser(t)];
+  refusals.set(noMailbox.email, { at: 'rcpt', code: 550, message: 'No such user here' });
+  refusals.set(rejected.email, { at: 'data', code: 554, message: 'Message rejected' });
+  refusals.set(busy.email, { at: 'rcpt', code: 450, message: 'Mailbox busy' });
+  for (const u of [noMailbox, rejected, busy]) {
+    assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: u.email } })).statusCode, 202);
+  }
+  const row = async (email: string) => (await sql(t, 'SELECT status, attempts, last_error, text_body FROM emails WHERE to_address = $1', [email]))[0];
+  await t.deps.jobs.runNow('mail-delivery');
+  t.clock.advance(121); // past the 2-minute retry of a failed first attempt
+  await t.deps.jobs.runNow('mail-delivery');
+  for (const [u, answer] of [[noMailbox, /550 No such user here/], [rejected, /554 Message rejected/]] as const) {
+    const mail = await row(u.email);
+    assert.deepEqual([mail.status, mail.attempts], ['failed', 1], `${u.email}: failed for good at its first attempt`);
+    assert.match(mail.last_error, answer);
+    assert.match(mail.text_body, /\/reset-password\?token=\[redacted\]/, 'its stored copy keeps no live link');
+    assert.equal(attempts.get(u.email), 1, 'the refused recipient was tried once');
+  }
+  const transient = await row(busy.email);
+  assert.deepEqual([transient.status, transient.attempts], ['queued', 2], 'a 4xx answer is retried');
+  assert.match(transient.last_error, /450 Mailbox busy/);
+});
+
 /** An SMTP server that answers 451 (try again later) to every message while `down` is set. */
 async function flakySmtp() {
   const state = { down: true, received: [] as { to: string; text: string }[] };

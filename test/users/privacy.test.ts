@@ -566,6 +566,19 @@ test('the export\'s audit_events are only the user\'s own trail: events the user
   for (const e of bundle.audit_events) assert.equal(e.target_user_id, adminUser.id, `${e.action} is about ${e.target_user_id}`);
 });
 
+test('the test purge takes a purged test user\'s mails with it, as the erasure does: a reset mail queued just before the purge is deleted and never sent (its link died with the user)', async () => {
+  const old = await createUser(t, { mode: 'test' });
+  t.clock.advance(31 * DAY);
+  const forgot = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: old.email, test_mode: true } });
+  assert.equal(forgot.statusCode, 202);
+  assert.equal(await count('emails', `user_id = $1 AND template = 'password_reset' AND status = 'queued'`, [old.id]), 1, 'precondition: the reset mail is queued');
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal(await userRow(t, old.id), undefined, 'precondition: the old test user is purged');
+  assert.equal(await count('emails', 'user_id = $1', [old.id]), 0, 'the purged user\'s mails are gone');
+  await t.deps.jobs.runNow('mail-delivery');
+  assert.equal(await count('emails', `lower(to_address) = lower($1) AND status IN ('sent', 'logged')`, [old.email]), 0, 'nothing was sent to the purged user');
+});
+
 test('only test rows older than 30 days are purged: a test user 29 days old stays, with its profile and sessions', async () => {
   const recent = await createUser(t, { mode: 'test' });
   await login(t, recent);

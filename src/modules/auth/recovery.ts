@@ -8,7 +8,7 @@ import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { takeSlidingQuota } from '../../http/counters.js';
 import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from '../users/store.js';
-import { sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { lockedAsRead, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
 import { emailTaken } from '../users/status.js';
 import { revokeSessions } from '../sessions/store.js';
 import { setPassword } from './identities.js';
@@ -72,9 +72,13 @@ export async function resendVerification(ctx: Ctx, input: EmailBody): Promise<vo
   const user = await findLiveUserByEmail(ctx.db, input.email);
   if (!user || (user.status !== 'invited' && (user.status !== 'active' || user.email_verified))) return;
   await ctx.db.transaction(async (tx) => {
-    if (!(await takeResendQuota(tx, ctx, user.email)).allowed) return;
-    if (user.status === 'invited') await sendInvitation(tx, ctx, user);
-    else await sendVerification(tx, ctx, user);
+    // Decided on the user as it is now: an email change committed since the read above moved its links
+    // to another address (and a verification or acceptance since leaves nothing to send).
+    const current = await lockedAsRead(tx, user);
+    if (!current || (current.status === 'active' && current.email_verified)) return;
+    if (!(await takeResendQuota(tx, ctx, current.email)).allowed) return;
+    if (current.status === 'invited') await sendInvitation(tx, ctx, current);
+    else await sendVerification(tx, ctx, current);
   });
 }
 

@@ -4,7 +4,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
 import { createUserRecords } from '../users/service.js';
 import { findLiveUserByEmail } from '../users/store.js';
-import { sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { lockedAsRead, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
 import { issueSession } from './sessions.js';
 import type { AuthSession, SignupBody } from './schemas.js';
 
@@ -21,7 +21,9 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
   if (existing?.status === 'invited') {
     // The invitation is re-sent (within the re-send limit); it completes only through invitations/accept.
     await ctx.db.transaction(async (tx) => {
-      if ((await takeResendQuota(tx, ctx, existing.email)).allowed) await sendInvitation(tx, ctx, existing);
+      // Only to the invited user as it is now (an admin may have changed its address since the read).
+      const current = await lockedAsRead(tx, existing);
+      if (current && (await takeResendQuota(tx, ctx, current.email)).allowed) await sendInvitation(tx, ctx, current);
     });
     throw new ApiError('email_taken', { details: { reason: 'invitation_pending' } });
   }

@@ -3,6 +3,7 @@ import type { Tx } from '../../db/types.js';
 import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { takeSlidingQuota } from '../../http/counters.js';
+import { lockUser, type UserRow } from './store.js';
 
 /** Verification and invitation re-sends share this limit: 3 per email per hour (Part A Limits). */
 export const RESEND_LIMIT_PER_HOUR = 3;
@@ -13,6 +14,19 @@ export const RESEND_LIMIT_PER_HOUR = 3;
  */
 export function takeResendQuota(tx: Tx, ctx: Ctx, email: string): Promise<{ allowed: boolean; retryAt: Date | null }> {
   return takeSlidingQuota(tx, `mail:resend:${ctx.mode}:${email.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now);
+}
+
+/**
+ * The user locked as it is now, or null when its status or address is no longer the one `read` before
+ * the transaction began. A mail decided on an earlier read would otherwise go to an address the
+ * account no longer has (an admin changed it meanwhile), with a link that works for the account at its
+ * new address and replaces the one mailed there ("Links die with their address"), or to an account no
+ * longer in the status the mail is for. Call first in the transaction, as a status or email change
+ * takes the user before its links and quotas.
+ */
+export async function lockedAsRead(tx: Tx, read: Pick<UserRow, 'id' | 'status' | 'email'>): Promise<UserRow | null> {
+  const user = await lockUser(tx, read.id);
+  return user && user.status === read.status && user.email === read.email ? user : null;
 }
 
 /** A new invitation token (the previous ones stop working) and the invitation mail. */

@@ -32,7 +32,9 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
                         AND NOT EXISTS (SELECT 1 FROM applications a WHERE a.owner_user_id = u.id)
                         AND NOT EXISTS (SELECT 1 FROM tenants n WHERE n.owner_user_id = u.id)
                         AND NOT EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.role = 'org_admin' AND m.organization_id IN (${keptOrgs}))`;
-    for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
+    // Their mails go too, as the erasure cascade's do: one queued since the user's 30 days (a reset
+    // asked yesterday) carries a link whose token goes here, to an account that no longer exists.
+    for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'emails', 'identities', 'sessions', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
       await tx.query(`DELETE FROM ${table} WHERE user_id IN (${oldUsers})`, [cutoff]);
     }
     // Role assignments of the purged users: each hard delete is announced as DELETE

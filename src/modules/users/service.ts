@@ -5,7 +5,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
-import { assignRole, findLiveUserByEmail, findUserById, mayBeStoredEmail, insertPasswordIdentity, insertUser, toUser, USER_COLUMNS, type UserRow } from './store.js';
+import { assignRole, findLiveUserByEmail, findUserById, lockUser, mayBeStoredEmail, insertPasswordIdentity, insertUser, toUser, USER_COLUMNS, type UserRow } from './store.js';
 import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
 import { accessPathCondition, confinedApp, targetUser } from './access.js';
 import { sendInvitation, takeResendQuota } from './invitations.js';
@@ -165,13 +165,18 @@ export async function resendInvitation(ctx: Ctx, idParam: string): Promise<void>
   const { user } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
   if (user.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { from: user.status, to: 'invited' } });
   await ctx.db.transaction(async (tx) => {
-    const quota = await takeResendQuota(tx, ctx, user.email);
+    // The user as it is now: the invitation goes to the address it has (another admin may have changed
+    // it since the read above), and only while it is still invited.
+    const current = await lockUser(tx, user.id);
+    if (!current) throw new ApiError('user_not_found');
+    if (current.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { from: current.status, to: 'invited' } });
+    const quota = await takeResendQuota(tx, ctx, current.email);
     if (!quota.allowed) {
       throw new ApiError('rate_limited', {
         message: 'At most 3 invitation re-sends per address per hour.',
         headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) },
       });
     }
-    await sendInvitation(tx, ctx, user);
+    await sendInvitation(tx, ctx, current);
   });
 }
