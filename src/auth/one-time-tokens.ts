@@ -71,6 +71,13 @@ export const voidPasswordTokens = (tx: Tx, userId: string, now: Date): Promise<v
 export const voidAccountLinks = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['password_reset', 'email_change'], now);
 
 /**
+ * Voids every invitation link of the user, the account's and each Organization's; call in the
+ * transaction that ends the user's `invited` status (accepted, set active, deleted), so no link of an
+ * ended invitation is mailed (the relay sends a mail only while its link works) or opens anything.
+ */
+export const voidInvitations = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['invitation'], now);
+
+/**
  * Voids the user's pending MFA challenges; call when a suspended or deleted user becomes active, so
  * a sign-in whose password step came before the suspension or delete (which ended every session)
  * does not start a session after it.

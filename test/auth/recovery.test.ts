@@ -655,3 +655,30 @@ test('the idempotency-prune job deletes a backlog of dead one-time tokens in bat
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = $1', [user.id]))[0].n, 0);
 });
 const randomHex = () => createHash('sha256').update(String(Math.random())).digest('hex').slice(0, 8);
+
+test('invitation token "single use": two accepts of one invitation at once, and of two links of one invited user (the account\'s and an Organization\'s), activate the user once: one 200 AuthSession, the other 400 invalid_token; one password, one session, one user.invitation_accepted', async () => {
+  const admin = await createUser(t, { roles: ['superadmin'] });
+  const adminToken = (await signIn(admin)).access_token;
+  const invite = async (label: string) => {
+    const email = uniqueEmail(label);
+    const res = await post(t, '/v1/users', { email }, bearer(adminToken));
+    assert.equal(res.statusCode, 201, res.body);
+    return { id: res.json().id as string, email, link: await latestToken(t, email, 'invitation') };
+  };
+  const once = await invite('twice');
+  const twoLinks = await invite('two-links');
+  const org = await post(t, '/v1/organizations', { name: 'Two Links' }, bearer(adminToken));
+  assert.equal((await post(t, `/v1/organizations/${org.json().id}/members`, { email: twoLinks.email }, bearer(adminToken))).statusCode, 201);
+  const orgLink = await latestToken(t, twoLinks.email, 'organization_invitation');
+  for (const [user, links] of [[once, [once.link, once.link]], [twoLinks, [twoLinks.link, orgLink]]] as const) {
+    const answers = await Promise.all(links.map((token, i) => post(t, '/v1/auth/invitations/accept', { token, password: `${NEW_PASSWORD}-${i}` })));
+    assert.deepEqual(answers.map((r) => r.statusCode).sort(), [200, 400], answers.map((r) => r.body).join('\n'));
+    const winner = answers.findIndex((r) => r.statusCode === 200);
+    assertAuthSession(answers[winner].json(), user.id);
+    assertError(answers[1 - winner], 400, 'invalid_token');
+    assert.equal((await loginRes(t, { email: user.email, password: `${NEW_PASSWORD}-${winner}`, mode: 'live' })).statusCode, 200, 'the winner\'s password is the one set');
+    const [n] = await sql(t, `SELECT (SELECT count(*)::int FROM sessions WHERE user_id = $1) AS sessions,
+                                     (SELECT count(*)::int FROM audit_events WHERE target_user_id = $1 AND action = 'user.invitation_accepted') AS audits`, [user.id]);
+    assert.deepEqual(n, { sessions: 2, audits: 1 }, 'the accept\'s session and the sign-in just made');
+  }
+});

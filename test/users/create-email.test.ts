@@ -2,10 +2,11 @@
 // changes (self-service pending until verified; admin immediate).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, pausedAfter, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
+import { commitWhileWaiting } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
-  assertError, assertFields, assertStatus, auditFor, call, latestToken, mailsTo, NEW_PASSWORD, sql, userRow,
+  assertError, assertFields, assertStatus, auditFor, call, latestToken, linkToken, mailsTo, NEW_PASSWORD, sql, userRow,
 } from './support.js';
 
 let t: TestApp;
@@ -516,4 +517,84 @@ test('Part A Errors, invalid_status_transition: "invitation re-send for a non-in
   const before = await writes();
   assertError(await resend(invited.id), 409, 'invalid_status_transition');
   assert.deepEqual(await writes(), before);
+});
+
+/** Runs the mail relay until it has nothing left, then the status and error of each invitation mail to `email`, oldest first. */
+async function deliveredInvitations(email: string): Promise<{ status: string; last_error: string | null }[]> {
+  while ((await t.deps.jobs.runNow('mail-delivery')).sent);
+  return sql(t, `SELECT status, last_error FROM emails WHERE lower(to_address) = lower($1) AND template IN ('invitation', 'organization_invitation') ORDER BY created_at, id`, [email]);
+}
+
+test('an invitation ends when the invited user stops being invited (deleted, set active by an admin, or accepted through another link): its link is dead and its unsent mail is not delivered (docs/decisions.md: a mail with a link is sent only while its link works)', async () => {
+  // Deleted: the platform's way to withdraw an invitation.
+  const deletedEmail = uniqueEmail('withdrawn-invitee');
+  const deleted = assertStatus(await create({ email: deletedEmail }), 201);
+  const deletedLink = await latestToken(t, deletedEmail, 'invitation');
+  assertStatus(await call(t, 'DELETE', `/v1/users/${deleted.id}`, admin.token), 204);
+  // Set active by an admin: "No password"; the user signs in through password/forgot.
+  const activatedEmail = uniqueEmail('activated-invitee');
+  const activated = assertStatus(await create({ email: activatedEmail }), 201);
+  const activatedLink = await latestToken(t, activatedEmail, 'invitation');
+  assertStatus(await patch(activated.id, { status: 'active' }), 200);
+  // Accepted through an Organization's invitation: the account invitation mailed before is spent too.
+  const acceptedEmail = uniqueEmail('accepted-invitee');
+  assertStatus(await create({ email: acceptedEmail }), 201);
+  const accountLink = await latestToken(t, acceptedEmail, 'invitation');
+  const owner = await userToken(t);
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', owner.token, { name: 'Invite Ends' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, owner.token, { email: acceptedEmail }), 201);
+  const orgLink = await latestToken(t, acceptedEmail, 'organization_invitation');
+  assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: orgLink, password: NEW_PASSWORD }), 200);
+
+  for (const link of [deletedLink, activatedLink, accountLink]) {
+    assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: link, password: NEW_PASSWORD }), 400, 'invalid_token');
+  }
+  for (const email of [deletedEmail, activatedEmail]) {
+    const [mail] = await deliveredInvitations(email);
+    assert.equal(mail.status, 'failed', `the invitation to ${email} was delivered after the invitation ended`);
+    assert.match(mail.last_error!, /link was used, replaced or expired/);
+  }
+  const [accountMail, orgMail] = await deliveredInvitations(acceptedEmail);
+  assert.equal(accountMail.status, 'failed', 'the account invitation was delivered after another link was accepted');
+  assert.equal(orgMail.status, 'failed', 'its link was used');
+});
+
+/**
+ * What an admin email change of an invited user commits (docs/decisions.md, "Links die with their
+ * address"), taken by a transaction of the test together with the re-send limit's lock of the old
+ * address, so a re-send that read the user before waits for one of them either way.
+ */
+const emailChangedMeanwhile = (userId: string, oldEmail: string, newEmail: string): [string, unknown[]][] => [
+  ['SELECT pg_advisory_xact_lock(hashtext($1))', [`mail:resend:live:${oldEmail.toLowerCase()}`]],
+  ['UPDATE users SET email = $2 WHERE id = $1', [userId, newEmail]],
+  [`UPDATE one_time_tokens SET used_at = now() WHERE user_id = $1 AND used_at IS NULL`, [userId]],
+];
+
+if (storageName === 'postgres') test('an invitation re-send decides on the user as they are when it sends (PostgreSQL): an admin email change committed while POST /v1/users/{id}/invitation waits sends the new invitation to the new address, never a live link to the old one', async () => {
+  const [oldEmail, newEmail] = [uniqueEmail('resend-old'), uniqueEmail('resend-new')];
+  const user = assertStatus(await create({ email: oldEmail }), 201);
+  const res = await commitWhileWaiting(t, emailChangedMeanwhile(user.id, oldEmail, newEmail), () => resend(user.id));
+  assert.equal(res.statusCode, 202, res.body);
+  for (const mail of await mailsTo(t, oldEmail, 'invitation')) {
+    assertError(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: linkToken(mail), password: NEW_PASSWORD }), 400, 'invalid_token');
+  }
+  assert.equal((await mailsTo(t, oldEmail, 'invitation')).length, 1, 'only the first invitation, sent before the change');
+  assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: await latestToken(t, newEmail, 'invitation'), password: NEW_PASSWORD }), 200);
+});
+
+if (storageName === 'postgres') test('the unauthenticated invitation re-sends (signup with the address, email/verify/resend, password/forgot) mail nothing to an address the invited user left while they waited (PostgreSQL): Part A Rule 3\'s 409 email_taken still answers the signup, the others 202', async () => {
+  const sends = [
+    ['signup', (email: string) => call(t, 'POST', '/v1/auth/signup', null, { email, password: NEW_PASSWORD }), 409],
+    ['resend', (email: string) => call(t, 'POST', '/v1/auth/email/verify/resend', null, { email }), 202],
+    ['forgot', (email: string) => call(t, 'POST', '/v1/auth/password/forgot', null, { email }), 202],
+  ] as const;
+  for (const [label, send, status] of sends) {
+    const [oldEmail, newEmail] = [uniqueEmail(`${label}-old`), uniqueEmail(`${label}-new`)];
+    const user = assertStatus(await create({ email: oldEmail }), 201);
+    const res = await commitWhileWaiting(t, emailChangedMeanwhile(user.id, oldEmail, newEmail), () => send(oldEmail));
+    assert.equal(res.statusCode, status, `${label}: ${res.body}`);
+    if (status === 409) assert.equal(res.json().error.details.reason, 'invitation_pending');
+    assert.equal((await mailsTo(t, oldEmail)).length, 1, `${label}: only the first invitation, sent before the change`);
+    assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [user.id]))[0].status, 'invited');
+  }
 });

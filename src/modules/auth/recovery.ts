@@ -3,12 +3,12 @@ import { inTx } from '../../context.js';
 import { modeOf, type Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
-import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTokens, voidPasswordTokens, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
+import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTokens, voidInvitations, voidPasswordTokens, type OneTimeTokenKind, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { takeSlidingQuota } from '../../http/counters.js';
 import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from '../users/store.js';
-import { lockedAsRead, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { lockUnchanged, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
 import { emailTaken } from '../users/status.js';
 import { revokeSessions } from '../sessions/store.js';
 import { setPassword } from './identities.js';
@@ -72,9 +72,8 @@ export async function resendVerification(ctx: Ctx, input: EmailBody): Promise<vo
   const user = await findLiveUserByEmail(ctx.db, input.email);
   if (!user || (user.status !== 'invited' && (user.status !== 'active' || user.email_verified))) return;
   await ctx.db.transaction(async (tx) => {
-    // Decided on the user as it is now: an email change committed since the read above moved its links
-    // to another address (and a verification or acceptance since leaves nothing to send).
-    const current = await lockedAsRead(tx, user);
+    // Decided on the user as it is now (lockUnchanged): nothing is mailed to an address they left meanwhile.
+    const current = await lockUnchanged(tx, user);
     if (!current || (current.status === 'active' && current.email_verified)) return;
     if (!(await takeResendQuota(tx, ctx, current.email)).allowed) return;
     if (current.status === 'invited') await sendInvitation(tx, ctx, current);
@@ -90,8 +89,8 @@ export async function forgotPassword(ctx: Ctx, input: EmailBody): Promise<void> 
     // Decided on the user as it is now, locked before its links as a status or email change locks them:
     // a suspension or delete committed since the read above ended the reset links, and an email change
     // moved them to another address; no link is mailed after either.
-    const user = await lockUser(tx, found.id);
-    if (user.status !== found.status || user.email !== found.email) return;
+    const user = await lockUnchanged(tx, found);
+    if (!user) return;
     if (user.status === 'invited') {
       if ((await takeResendQuota(tx, ctx, user.email)).allowed) await sendInvitation(tx, ctx, user);
       return;
@@ -136,12 +135,17 @@ async function acceptInvitationAdmitted(base: Ctx, input: TokenPasswordBody): Pr
   assertStrongPassword(input.password, user.email);
   const passwordHash = await hashPassword(input.password);
   return ctx.db.transaction(async (tx) => {
+    // Decided on the user as it is now, locked before its links as a status or email change locks them
+    // (the user, then its links): a delete, an activation or an email change committed meanwhile voided
+    // this link, and another invitation accepted meanwhile made the user active.
+    if ((await lockUser(tx, user.id)).status !== 'invited') throw badToken();
     await consume(tx, pending, ctx.now);
+    // Accepting any invitation ends every other one (the account's, each Organization's link).
+    await voidInvitations(tx, user.id, ctx.now);
     // An invited user may already hold grants: activation can flip access on.
-    const { rowCount } = await withAccessFlips(tx, inTx(ctx, tx), { userIds: [user.id] }, 'user_reactivated', () =>
-      tx.query(`UPDATE users SET status = 'active', email_verified = true, updated_at = $2 WHERE id = $1 AND status = 'invited'`, [user.id, ctx.now]),
+    await withAccessFlips(tx, inTx(ctx, tx), { userIds: [user.id] }, 'user_reactivated', () =>
+      tx.query(`UPDATE users SET status = 'active', email_verified = true, updated_at = $2 WHERE id = $1`, [user.id, ctx.now]),
     );
-    if (rowCount !== 1) throw badToken();
     await setPassword(tx, user.id, passwordHash, ctx.now);
     const c = inTx(ctx, tx);
     const after = toUser((await findUserById(tx, user.id))!, ctx.now);

@@ -4,7 +4,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
 import { createUserRecords } from '../users/service.js';
 import { findLiveUserByEmail } from '../users/store.js';
-import { lockedAsRead, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { lockUnchanged, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
 import { issueSession } from './sessions.js';
 import type { AuthSession, SignupBody } from './schemas.js';
 
@@ -20,10 +20,10 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
   const existing = await findLiveUserByEmail(ctx.db, input.email);
   if (existing?.status === 'invited') {
     // The invitation is re-sent (within the re-send limit); it completes only through invitations/accept.
+    // Decided on the user as it is now (lockUnchanged): nothing is mailed to an address they left meanwhile.
     await ctx.db.transaction(async (tx) => {
-      // Only to the invited user as it is now (an admin may have changed its address since the read).
-      const current = await lockedAsRead(tx, existing);
-      if (current && (await takeResendQuota(tx, ctx, current.email)).allowed) await sendInvitation(tx, ctx, current);
+      const invited = await lockUnchanged(tx, existing);
+      if (invited && (await takeResendQuota(tx, ctx, invited.email)).allowed) await sendInvitation(tx, ctx, invited);
     });
     throw new ApiError('email_taken', { details: { reason: 'invitation_pending' } });
   }

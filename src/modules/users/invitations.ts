@@ -17,16 +17,15 @@ export function takeResendQuota(tx: Tx, ctx: Ctx, email: string): Promise<{ allo
 }
 
 /**
- * The user locked as it is now, or null when its status or address is no longer the one `read` before
- * the transaction began. A mail decided on an earlier read would otherwise go to an address the
- * account no longer has (an admin changed it meanwhile), with a link that works for the account at its
- * new address and replaces the one mailed there ("Links die with their address"), or to an account no
- * longer in the status the mail is for. Call first in the transaction, as a status or email change
- * takes the user before its links and quotas.
+ * The user an unauthenticated re-send (signup's, email/verify/resend, password/forgot) found by
+ * email before its transaction, locked and read again, as a status or email change takes them (the
+ * user, then its links); null when their status or address changed meanwhile. A mail decided on the
+ * earlier read would carry a live link to an address the account has left (accepting it would open
+ * the account at its new address), or a link for a user no longer invited.
  */
-export async function lockedAsRead(tx: Tx, read: Pick<UserRow, 'id' | 'status' | 'email'>): Promise<UserRow | null> {
-  const user = await lockUser(tx, read.id);
-  return user && user.status === read.status && user.email === read.email ? user : null;
+export async function lockUnchanged(tx: Tx, found: UserRow): Promise<UserRow | null> {
+  const user = await lockUser(tx, found.id);
+  return user && user.status === found.status && user.email === found.email ? user : null;
 }
 
 /** A new invitation token (the previous ones stop working) and the invitation mail. */

@@ -6,7 +6,7 @@ import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
-import { issueOneTimeToken, voidAccountLinks, voidAddressTokens, voidEmailChangeTokens, voidMfaChallenges } from '../../auth/one-time-tokens.js';
+import { issueOneTimeToken, voidAccountLinks, voidAddressTokens, voidEmailChangeTokens, voidInvitations, voidMfaChallenges } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { unauthenticated } from '../../auth/credentials.js';
 import { revokeSessions } from '../sessions/store.js';
@@ -47,6 +47,9 @@ async function transition(
         WHERE id = $1`,
       [user.id, to, ctx.now, ending],
     );
+    // An invitation ends with the invited status (deleted, or set active without a password): its
+    // links open nothing any more, and an unsent invitation mail is not delivered.
+    if (user.status === 'invited') await voidInvitations(tx, user.id, ctx.now);
     if (ending) {
       await revokeSessions(tx, { userId: user.id }, ctx.now);
       // Reset and email change links issued before end with the sessions: they work neither while the
