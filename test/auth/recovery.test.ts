@@ -1,7 +1,8 @@
 import { test, before, after } from 'node:test';
 import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
-import { buildTestApp, pausedAfter, withStoppedClock, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
+import { blockedBy, client, probeWhileHeld } from '../helpers/locks.js';
 import { ADDRESS_BLIND_ANSWER_MS } from '../../src/modules/auth/routes.js';
 import { verifyPassword } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
@@ -168,6 +169,59 @@ test('password/reset with the mailed single-use token sets the new password and 
 
   assertError(await post(t, '/v1/auth/password/reset', { token, password: 'yet-another-passphrase-3' }), 400, 'invalid_token');
   assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200, 'the reused token changed nothing');
+});
+
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('a password reset and a password/forgot of the same user at once do not deadlock (PostgreSQL): the reset takes the user before its link, as the forgot does (the user, then its links), so the forgot waits for the reset and runs once, not again as a deadlock victim; the reset answers 204 and the forgot mails a new link', async () => {
+  const user = await createUser(t);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const token = await latestToken(t, user.email, 'password_reset');
+  // Each run of the forgot's transaction counts its mail quota: a sequence (not rolled back) counts the runs.
+  const seq = `${t.schema}.forgot_runs_${user.id.toLowerCase()}`;
+  await sql(t, `CREATE SEQUENCE ${seq}`);
+  await sql(t, `CREATE FUNCTION ${t.schema}.count_forgot_runs() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+    BEGIN IF NEW.bucket = 'mail:reset:live:${user.email.toLowerCase()}' THEN PERFORM nextval('${seq}'); END IF; RETURN NEW; END $$`);
+  await sql(t, `CREATE TRIGGER count_forgot_runs BEFORE INSERT ON ${t.schema}.counters FOR EACH ROW EXECUTE FUNCTION ${t.schema}.count_forgot_runs()`);
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    // The identity is held: the reset waits for it holding what it took before (its link, in the old order).
+    await holder.query('BEGIN');
+    await holder.query(`SELECT 1 FROM identities WHERE user_id = $1 AND method = 'password' FOR NO KEY UPDATE`, [user.id]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const reset = post(t, '/v1/auth/password/reset', { token, password: NEW_PASSWORD });
+    const resetPid = await blockedBy(watcher, rows[0].pid, 'the reset');
+    const forgot = post(t, '/v1/auth/password/forgot', { email: user.email });
+    await blockedBy(watcher, resetPid, 'the forgot, behind the reset');
+    await holder.query('COMMIT');
+    const [r, f] = await Promise.all([reset, forgot]);
+    assert.equal(r.statusCode, 204, r.body);
+    assert.equal(f.statusCode, 202, f.body);
+    const [{ runs }] = await sql<{ runs: number }>(t, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END::int AS runs FROM ${seq}`);
+    assert.equal(runs, 1, 'the forgot ran once: it waited for the reset and was no deadlock victim run again');
+    assert.equal((await mailsTo(t, user.email, 'password_reset')).length, 2, 'the forgot mailed a new link');
+    assert.notEqual(await latestToken(t, user.email, 'password_reset'), token);
+    assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200, 'the reset set the password');
+  } finally {
+    await holder.end();
+    await watcher.end();
+    await sql(t, `DROP TRIGGER count_forgot_runs ON ${t.schema}.counters`);
+    await sql(t, `DROP FUNCTION ${t.schema}.count_forgot_runs()`);
+    await sql(t, `DROP SEQUENCE ${seq}`);
+  }
+});
+
+if (storageName === 'postgres') test('a password reset holds the user only against status, email and link changes (PostgreSQL): while it waits for the identity a sign-in holds, that sign-in can still start its session on the user row (FOR NO KEY UPDATE), so a sign-in and a reset at once do not deadlock; the reset answers 204', async () => {
+  const user = await createUser(t);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const token = await latestToken(t, user.email, 'password_reset');
+  const { probeLocked, result } = await probeWhileHeld(
+    t,
+    [`SELECT 1 FROM identities WHERE user_id = $1 AND method = 'password' FOR NO KEY UPDATE`, [user.id]],
+    () => post(t, '/v1/auth/password/reset', { token, password: NEW_PASSWORD }),
+    ['SELECT 1 FROM users WHERE id = $1 FOR NO KEY UPDATE NOWAIT', [user.id]],
+  );
+  assert.equal(probeLocked, true, "the reset waited for the identity without blocking the sign-in's write of the user");
+  assert.equal(result.statusCode, 204, result.body);
 });
 
 test('a reset link issued before a suspension or a delete is dead for good: after reactivation or restore it is 400 invalid_token and the password is unchanged', async () => {

@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { purgeTestData } from '../../src/modules/users/purge.js';
-import { probeWhileHeld } from '../helpers/locks.js';
+import { blockedBy, client, probeWhileHeld } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import { createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
 import {
@@ -750,6 +750,38 @@ if (storageName === 'postgres') test('three test purges running at once announce
   assert.deepEqual(sent, once, 'webhooks');
   assert.deepEqual(audited, once, 'audit rows');
   assert.equal(await count('organizations', 'id = $1', [org]), 0);
+});
+
+if (storageName === 'postgres') test('"organization.member_removed" once when a member removal meets the test purge (PostgreSQL): the purge locks the Organizations whose memberships it deletes before it deletes any, so a DELETE /v1/organizations/{id}/members/{userId} of a purged membership waits for it and answers 404 member_not_found, and the removal is announced once, by the purge', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['organizations.manage'] });
+  // A test Organization kept by the purge (it owns an Application), and an old test user invited to it.
+  const keptAdmin = await createUser(t, { mode: 'test' });
+  const kept = await createOrganization(t, [keptAdmin.id], { mode: 'test' });
+  await createApplication(t, { ownerOrganization: kept });
+  const leaver = await createUser(t, { mode: 'test' });
+  assertStatus(await call(t, 'POST', `/v1/organizations/${kept}/members`, key.secret, { email: leaver.email }), 201);
+  t.clock.advance(31 * DAY);
+  const since = t.clock.now();
+  // The purge is held at its delete of the user (its last step about them), the removal sent while it is.
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR KEY SHARE', [leaver.id]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const purge = purgeTestData(t.deps);
+    const purgePid = await blockedBy(watcher, rows[0].pid, 'the purge');
+    const removal = call(t, 'DELETE', `/v1/organizations/${kept}/members/${leaver.id}`, key.secret);
+    await blockedBy(watcher, purgePid, 'the member removal');
+    await holder.query('COMMIT');
+    await purge;
+    assertError(await removal, 404, 'member_not_found');
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+  assert.equal(await userRow(t, leaver.id), undefined, 'precondition: the old test user is purged');
+  const audited = await sql(t, `SELECT actor_type, before FROM audit_events WHERE action = 'organization.member_removed' AND target_user_id = $1 AND created_at >= $2`, [leaver.id, since]);
+  assert.deepEqual(audited.map((a) => [a.actor_type, a.before]), [['system', { organization_id: kept, user_id: leaver.id, role: 'member', membership_status: 'pending' }]], 'one removal, the purge\'s');
 });
 
 test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it', async (tc) => {

@@ -7,7 +7,7 @@ import { voidPasswordTokens } from '../../auth/one-time-tokens.js';
 import { recordAudit } from '../../audit/record.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
-import { findUserById } from '../users/store.js';
+import { findUserById, holdUserBeforeLinks } from '../users/store.js';
 import { claimAttempt, clearFailures, findPasswordIdentity, releaseAttempt, replacePassword, tooManyAttempts } from './identities.js';
 import type { ChangePasswordBody } from './schemas.js';
 
@@ -42,6 +42,9 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
   const passwordHash = await hashPassword(input.new_password);
   const currentHash = identity.password_hash;
   await ctx.db.transaction(async (tx) => {
+    // The user before the links it voids, as password/forgot and a suspension take them (the user, then
+    // its links and sessions): in the other order a change and one of those at once deadlocked.
+    await holdUserBeforeLinks(tx, id);
     // The challenges before the identity, in the order an MFA sign-in takes them (it uses its challenge,
     // then takes the identity): in the other order the two at once deadlocked.
     await voidPasswordTokens(tx, id, ctx.now);

@@ -7,7 +7,7 @@ import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTo
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { takeSlidingQuota } from '../../http/counters.js';
-import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from '../users/store.js';
+import { findLiveUserByEmail, findUserById, holdUserBeforeLinks, lockUser, toUser, type UserRow } from '../users/store.js';
 import { lockUnchanged, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
 import { emailTaken } from '../users/status.js';
 import { revokeSessions } from '../sessions/store.js';
@@ -40,6 +40,8 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
   const { ctx, pending, user } = await tokenCtx(base, ['email_verification', 'email_change'], input.token);
   await ctx.db.transaction(async (tx) => {
     if (pending.kind === 'email_verification') {
+      // The user before the link, as an email change takes them (the user, then its links).
+      await holdUserBeforeLinks(tx, user.id);
       await consume(tx, pending, ctx.now);
       await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
       return;
@@ -109,6 +111,9 @@ async function resetPasswordAdmitted(base: Ctx, input: TokenPasswordBody): Promi
   assertStrongPassword(input.password, user.email);
   const passwordHash = await hashPassword(input.password);
   await ctx.db.transaction(async (tx) => {
+    // The user before the link, as password/forgot, a suspension or an email change takes them (the
+    // user, then its links): in the other order a reset and one of those at once deadlocked.
+    await holdUserBeforeLinks(tx, user.id);
     await consume(tx, pending, ctx.now);
     // The challenges before the identity, in the order an MFA sign-in takes them (it uses its challenge,
     // then takes the identity): in the other order the two at once deadlocked.

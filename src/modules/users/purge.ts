@@ -32,6 +32,37 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
                         AND NOT EXISTS (SELECT 1 FROM applications a WHERE a.owner_user_id = u.id)
                         AND NOT EXISTS (SELECT 1 FROM tenants n WHERE n.owner_user_id = u.id)
                         AND NOT EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.role = 'org_admin' AND m.organization_id IN (${keptOrgs}))`;
+    // Locked before the first delete, in the order of src/access/locks.ts: the Organizations whose
+    // memberships or grants go (a member or grant write locks its Organization, then reads the row:
+    // it waits for this run and finds the row gone, instead of deleting it a second time, announcing
+    // the removal again, or holding the user this run deletes while it waits for the membership, a
+    // deadlock), then the Entitlements that go or lose a purged member; the users last.
+    await tx.query(
+      `SELECT 1 FROM organizations WHERE id IN (${oldOrgs})
+          OR id IN (SELECT organization_id FROM organization_members WHERE user_id IN (${oldUsers}))
+          OR id IN (SELECT organization_id FROM entitlements WHERE test_mode AND created_at < $1)
+        ORDER BY id FOR UPDATE`,
+      [cutoff],
+    );
+    await tx.query(
+      `SELECT 1 FROM entitlements e WHERE e.test_mode AND (e.created_at < $1 OR e.user_id IN (${oldUsers}) OR e.organization_id IN (${oldOrgs})
+          OR e.member_overrides && ARRAY(${oldUsers})) ORDER BY e.id FOR UPDATE`,
+      [cutoff],
+    );
+    // Test users who stay (younger, or kept owners) may reach an Application through a row that goes
+    // (an old entitlement, an old Organization's membership or grant): their access flips like any
+    // other hard delete, so access.revoked (entitlement_deleted) goes out for each pair that flips.
+    const { rows: staying } = await tx.query<{ id: string }>(
+      `SELECT u.id FROM users u WHERE u.test_mode AND u.id NOT IN (${oldUsers}) AND (
+         EXISTS (SELECT 1 FROM entitlements e WHERE e.user_id = u.id AND e.test_mode AND e.created_at < $1)
+         OR EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.organization_id IN (${oldOrgs}))
+         OR EXISTS (SELECT 1 FROM organization_members m JOIN entitlements e ON e.organization_id = m.organization_id
+                     WHERE m.user_id = u.id AND e.test_mode AND e.created_at < $1))`,
+      [cutoff],
+    );
+    // The users last, before their links, sessions and identities go: the purged (whom a password
+    // reset or a forgot-password request takes before their links) and those whose access flips.
+    await tx.query(`SELECT 1 FROM users WHERE id IN (${oldUsers}) OR id = ANY($2::text[]) ORDER BY id FOR UPDATE`, [cutoff, staying.map((r) => r.id)]);
     // Their mails go too, as the erasure cascade's do: one queued since the user's 30 days (a reset
     // asked yesterday) carries a link whose token goes here, to an account that no longer exists.
     for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'emails', 'identities', 'sessions', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
@@ -46,17 +77,6 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
       [cutoff],
     );
     const announcedAssignments = assignments.filter((a) => a.role_id !== MEMBER_ROLE_ID);
-    // Test users who stay (younger, or kept owners) may reach an Application through a row that goes
-    // (an old entitlement, an old Organization's membership or grant): their access flips like any
-    // other hard delete, so access.revoked (entitlement_deleted) goes out for each pair that flips.
-    const { rows: staying } = await tx.query<{ id: string }>(
-      `SELECT u.id FROM users u WHERE u.test_mode AND u.id NOT IN (${oldUsers}) AND (
-         EXISTS (SELECT 1 FROM entitlements e WHERE e.user_id = u.id AND e.test_mode AND e.created_at < $1)
-         OR EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.organization_id IN (${oldOrgs}))
-         OR EXISTS (SELECT 1 FROM organization_members m JOIN entitlements e ON e.organization_id = m.organization_id
-                     WHERE m.user_id = u.id AND e.test_mode AND e.created_at < $1))`,
-      [cutoff],
-    );
     const ctx = { ...systemCtx(deps, 'test'), db: tx, now: deps.clock.now() };
     // The purged memberships (of purged users, and every member of a purged Organization): each is
     // announced as a DELETE of the member and the erasure cascade announce theirs, routed to the

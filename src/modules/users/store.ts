@@ -65,6 +65,18 @@ export async function lockUser(tx: Queryable, id: string): Promise<UserRow> {
   return rows[0];
 }
 
+/**
+ * The user's row first, then their one-time links and MFA challenges: a status, email or link change
+ * takes the user (lockUser) and then voids or issues links, so a transaction that uses a link (a
+ * reset, a verification, an invitation's acceptance) or voids them (a password change) takes the user
+ * before its link, or the two at once deadlock (each holding what the other waits for). FOR KEY SHARE
+ * waits only for those FOR UPDATE holders: a sign-in's session statement (the identity, then the user
+ * FOR NO KEY UPDATE) neither waits for it nor is waited for, so taking the identity after it is safe.
+ */
+export async function holdUserBeforeLinks(tx: Queryable, id: string): Promise<void> {
+  await tx.query('SELECT 1 FROM users WHERE id = $1 FOR KEY SHARE', [id]);
+}
+
 /** The user, unless deleted or erased: who a grant, an assignment or a membership may target. */
 export async function findLiveUser(db: Queryable, id: string): Promise<UserRow | null> {
   const user = await findUserById(db, id);
