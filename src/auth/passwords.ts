@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { Piscina } from 'piscina';
 import { ApiError } from '../errors.js';
 import type { Argon2Task } from './argon2-worker.js';
+import { canonicalRecoveryCode } from './totp.js';
 
 /** Argon2id, memory 19456 KiB, iterations 2, parallelism 1 (Part A). */
 const ARGON2 = { algorithm: Algorithm.Argon2id, memoryCost: 19456, timeCost: 2, parallelism: 1 } as const;
@@ -84,7 +85,7 @@ export const hashPassword = async (password: string): Promise<string> =>
  * user, so the hash of a code someone sends is computed once and found with an equality match.
  */
 export const hashRecoveryCode = async (userId: string, code: string): Promise<string> =>
-  (await argon2({ op: 'hash', password: code.trim().toLowerCase().replace(/\s+/g, ''), options: { ...ARGON2, salt: Buffer.from(`recovery_code:${userId}`) } })) as string;
+  (await argon2({ op: 'hash', password: canonicalRecoveryCode(code), options: { ...ARGON2, salt: Buffer.from(`recovery_code:${userId}`) } })) as string;
 
 /** False for a wrong password and for a stored hash that is not a valid Argon2 string. */
 export const verifyPassword = async (stored: string, password: string): Promise<boolean> =>

@@ -38,9 +38,19 @@ export function newRecoveryCodes(count = 10): string[] {
   return Array.from({ length: count }, () => `${part()}-${part()}`);
 }
 
+/**
+ * A recovery code as it is hashed: the code someone types is the code whatever its case, its spaces
+ * and its dash (or a dash of another kind, or none: `ABCDE FGHIJ` and `abcdefghij` are `abcde-fghij`),
+ * and full-width characters are their ASCII forms (NFKC). Ten letters and digits are put back in the
+ * issued form, so codes stored before this normalisation match too.
+ */
+export function canonicalRecoveryCode(code: string): string {
+  const compact = code.normalize('NFKC').toLowerCase().replace(/[\s\p{Pd}]+/gu, '');
+  return /^[a-z0-9]{10}$/.test(compact) ? `${compact.slice(0, 5)}-${compact.slice(5)}` : compact;
+}
+
 /** How codes issued before 2026-11-29 were stored (unsalted SHA-256); they stay usable until replaced. */
-export const legacyRecoveryCodeHash = (code: string): string =>
-  createHash('sha256').update(code.trim().toLowerCase().replace(/\s+/g, '')).digest('hex');
+export const legacyRecoveryCodeHash = (code: string): string => createHash('sha256').update(canonicalRecoveryCode(code)).digest('hex');
 
 // TOTP secrets are stored sealed (SecretBox), bound to their identity; the pending and the confirmed
 // secret share the binding, so confirming moves the sealed value from one column to the other as it is.

@@ -7,7 +7,8 @@ import { Piscina } from 'piscina';
 import { passwordWorkCapacity } from '../../src/auth/passwords.js';
 import { buildCapturedApp, type CapturedApp } from '../security/core/support.js';
 import { PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
-import { assertAuthSession, assertError, post } from './support.js';
+import { assertAuthSession, assertError, post, sql, totpCode } from './support.js';
+import { withStoppedClock } from '../helpers/app.js';
 
 // While `gate` is set, every verification task waits for it before it reaches the Argon2 pool, so
 // the test decides how many sign-ins are in flight.
@@ -105,4 +106,44 @@ test('LD-1 sign-ins beyond the process\'s password-work capacity get 503 service
     assert.equal(line.err, undefined);
   }
   assert.deepEqual(t.logs.filter((line) => line.reqId !== undefined && line.level >= 40), []);
+});
+
+test('LD-1 a TOTP confirm is password work too (it hashes ten recovery codes with Argon2id): beyond the process\'s capacity it gets 503 service_unavailable with Retry-After at once and changes nothing (the code is not spent); the same code confirms once there is room', async () => {
+  const email = uniqueEmail('confirm');
+  const signup = await post(t, '/v1/auth/signup', { email, password: PASSWORD });
+  assert.equal(signup.statusCode, 201, signup.body);
+  const token = signup.json().access_token;
+  const headers = { authorization: `Bearer ${token}` };
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers });
+  assert.equal(begin.statusCode, 200, begin.body);
+  const confirm = (code: string) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers, payload: { code } });
+  await withStoppedClock(t, async () => {
+    const code = await totpCode(t, begin.json().secret);
+    const capacity = passwordWorkCapacity();
+    let release!: () => void;
+    gate = new Promise((resolve) => {
+      release = resolve;
+    });
+    held = 0;
+    try {
+      const admitted = Array.from({ length: capacity }, () => post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD }));
+      for (let waited = 0; held < capacity; waited++) {
+        assert.ok(waited < 3000, `only ${held} of ${capacity} sign-ins reached the Argon2 pool`);
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      const refused = await answeredWhileHeld(confirm(code));
+      assertError(refused, 503, 'service_unavailable');
+      assert.equal(refused.headers['retry-after'], '1');
+      release();
+      for (const res of await Promise.all(admitted)) assertError(res, 401, 'invalid_credentials');
+    } finally {
+      gate = null;
+      release?.();
+    }
+    const [identity] = await sql(t, `SELECT totp_confirmed_at, totp_last_step FROM identities WHERE user_id = $1 AND method = 'password'`, [signup.json().user_id]);
+    assert.deepEqual(identity, { totp_confirmed_at: null, totp_last_step: null }, 'the refused confirm changed nothing');
+    const ok = await confirm(code);
+    assert.equal(ok.statusCode, 200, ok.body);
+    assert.equal(ok.json().recovery_codes.length, 10);
+  });
 });

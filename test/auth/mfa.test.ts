@@ -1,12 +1,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { Piscina } from 'piscina';
 import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
 import { client, blockedBy as waitForBlocked, probeWhileHeld } from '../helpers/locks.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
-  alignToStep, assertAuthSession, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD, post, sql, totpCode,
+  alignToStep, assertAuthSession, auditRows, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD, post, sql, totpCode,
 } from './support.js';
 
 let t: TestApp;
@@ -186,6 +187,26 @@ test('a recovery code is the same code upper-cased or with spaces: typed so, an 
     assert.deepEqual([...jwtPayload(res.json().access_token).amr].sort(), ['pwd', 'recovery_code']);
   }
   for (const code of recoveryCodes.slice(0, 2)) assertError(await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: code }), 401, 'invalid_credentials');
+});
+
+test('a recovery code is the same code without its dash, with a space or another dash in its place, or in full-width characters: typed so, an unused one signs in (amr recovery_code) or turns TOTP off, once, and the refusal of a used one is the only failure counted', async () => {
+  const { user, token, recoveryCodes } = await createMfaUser(t);
+  const [a, b, c, d] = recoveryCodes.map((code) => code.split('-') as [string, string]);
+  const typings = [`${a[0]}${a[1]}`, `${b[0].toUpperCase()} ${b[1]}`, `${c[0]}\u2013${c[1]}`];
+  for (const typed of typings) {
+    const res = await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: typed });
+    assert.equal(res.statusCode, 200, `${JSON.stringify(typed)}: ${res.body}`);
+    assert.deepEqual([...jwtPayload(res.json().access_token).amr].sort(), ['pwd', 'recovery_code']);
+  }
+  // Used once, whichever way it was typed.
+  assertError(await verify({ mfa_token: await mfaChallenge(t, user), recovery_code: `${a[0]}-${a[1]}` }), 401, 'invalid_credentials');
+  const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failures, 1, 'only the used code counted as a failed attempt');
+  const fullWidth = `${d[0]}${d[1]}`.replace(/[a-z0-9]/g, (ch) => String.fromCharCode(ch.charCodeAt(0) + 0xfee0));
+  const off = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload: { recovery_code: fullWidth } });
+  assert.equal(off.statusCode, 204, off.body);
+  assert.equal(await mfaEnabled(token), false);
+  assert.equal((await auditRows(t, 'user.mfa_disabled', user.id)).length, 1);
 });
 
 test('mfa/verify needs no test_mode: a test-mode user completes the challenge with its mfa_token and code alone, and the session is test_mode', async () => {
@@ -554,6 +575,96 @@ test('disable writes one user.mfa_disabled per change: the same code sent twice,
   assert.equal((await mailsTo(t, user.email, 'mfa_disabled')).length, 1);
   const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
   assert.equal(identity.failures, 0);
+});
+
+/** Runs fn and counts the Argon2id hashes (not verifications) it asks the pool for. */
+async function countArgon2Hashes(fn: () => Promise<void>): Promise<number> {
+  let hashes = 0;
+  const realRun = Piscina.prototype.run;
+  Piscina.prototype.run = function run(this: Piscina, task: unknown, ...rest: unknown[]) {
+    if ((task as { op?: string } | null)?.op === 'hash') hashes++;
+    return (realRun as (...args: unknown[]) => Promise<unknown>).call(this, task, ...rest);
+  } as typeof realRun;
+  try {
+    await fn();
+  } finally {
+    Piscina.prototype.run = realRun;
+  }
+  return hashes;
+}
+
+test('a confirm code is taken before the ten recovery codes are hashed (Argon2id each): of two confirms with one code, the second read before the first committed, only the first hashes; the second answers 409 mfa_already_enabled having hashed nothing', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  assert.equal(begin.statusCode, 200, begin.body);
+  alignToStep(t, 5);
+  const code = await totpCode(t, begin.json().secret);
+  const confirm = () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
+  let first: Awaited<ReturnType<typeof confirm>> | undefined;
+  let second: Awaited<ReturnType<typeof confirm>> | undefined;
+  const hashes = await countArgon2Hashes(async () => {
+    second = await pausedAfter(t, IDENTITY_READ, async () => { first = await confirm(); }, confirm);
+  });
+  assert.equal(first!.statusCode, 200, first!.body);
+  assert.equal(first!.json().recovery_codes.length, 10);
+  assertError(second!, 409, 'mfa_already_enabled');
+  assert.equal(hashes, 10, 'ten recovery codes hashed, once');
+  assert.equal((await auditRows(t, 'user.mfa_enabled', user.id)).length, 1);
+  assert.equal((await sql(t, 'SELECT 1 FROM recovery_codes WHERE user_id = $1', [user.id])).length, 10);
+});
+
+test('a code spent by a confirm that did not complete is not accepted again at confirm: the step is taken once, as at sign-in (422 invalid_mfa_code), and a later code confirms', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  const secret = begin.json().secret;
+  alignToStep(t, 5);
+  const code = await totpCode(t, secret);
+  const confirm = (c: string) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: c } });
+  // The step is taken, then the confirm fails before it commits (a fault after the code was checked).
+  await sql(t, `UPDATE identities SET totp_last_step = $2 WHERE user_id = $1 AND method = 'password'`, [user.id, Math.floor(t.clock.now().getTime() / 30_000)]);
+  assertError(await confirm(code), 422, 'invalid_mfa_code');
+  assert.equal(await mfaEnabled(token), false);
+  t.clock.advance(30);
+  const ok = await confirm(await totpCode(t, secret));
+  assert.equal(ok.statusCode, 200, ok.body);
+  assert.equal(await mfaEnabled(token), true);
+});
+
+test('an enrollment begun again while pending restarts it: the first secret\'s code no longer confirms (422 invalid_mfa_code), the new one\'s does, even when a code of the first secret took a later step', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const begin = () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  const confirm = (code: string) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
+  const firstSecret = (await begin()).json().secret;
+  alignToStep(t, 5);
+  await sql(t, `UPDATE identities SET totp_last_step = $2 WHERE user_id = $1 AND method = 'password'`, [user.id, Math.floor(t.clock.now().getTime() / 30_000) + 1]);
+  const secondSecret = (await begin()).json().secret;
+  assert.notEqual(secondSecret, firstSecret);
+  assertError(await confirm(await totpCode(t, firstSecret)), 422, 'invalid_mfa_code');
+  const ok = await confirm(await totpCode(t, secondSecret));
+  assert.equal(ok.statusCode, 200, ok.body);
+});
+
+test('an enrollment begun while a confirm commits answers 409 mfa_already_enabled, not a secret that could never be confirmed: the confirmed secret stays the one in use and no pending secret is left', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const first = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  const secret = first.json().secret;
+  alignToStep(t, 5);
+  const confirm = async () => {
+    const res = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, secret) } });
+    assert.equal(res.statusCode, 200, res.body);
+  };
+  const again = await pausedAfter(t, IDENTITY_READ, confirm, () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) }));
+  assertError(again, 409, 'mfa_already_enabled');
+  const [identity] = await sql(t, `SELECT totp_pending_secret, totp_confirmed_at FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.totp_pending_secret, null);
+  assert.ok(identity.totp_confirmed_at);
+  t.clock.advance(30);
+  const signin = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
+  assert.equal(signin.statusCode, 200, signin.body);
 });
 
 // Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.

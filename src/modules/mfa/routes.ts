@@ -14,7 +14,7 @@ export function mfaRoutes(app: App, deps: Deps): void {
   });
   app.post('/v1/users/:id/mfa/totp/confirm', {
     schema: { summary: 'Confirm TOTP with the first code; returns recovery codes', tags: ['MFA'], params: UserIdParam, body: ConfirmBody, response: { 200: RecoveryCodes } },
-    config: { meta: { auth: 'user', errors: ['invalid_mfa_code', 'mfa_already_enabled', 'mfa_not_enabled', 'user_not_found', 'forbidden'] } },
+    config: { meta: { auth: 'user', errors: ['invalid_mfa_code', 'mfa_already_enabled', 'mfa_not_enabled', 'user_not_found', 'forbidden', 'service_unavailable'] } },
     handler: (request) => confirmTotp(ctxOf(deps, request), request.params.id, request.body),
   });
   app.post('/v1/users/:id/mfa/totp/disable', {

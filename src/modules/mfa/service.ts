@@ -1,6 +1,6 @@
 import type { Ctx, Deps } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
-import type { Tx } from '../../db/types.js';
+import type { Queryable, Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
@@ -10,7 +10,7 @@ import { resolveUserId } from '../users/service.js';
 import { assertMayActOnAdmin, targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
 import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
-import { hashRecoveryCode } from '../../auth/passwords.js';
+import { hashRecoveryCode, withPasswordWork } from '../../auth/passwords.js';
 import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep } from '../auth/login.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
 
@@ -36,28 +36,50 @@ export async function beginTotp(ctx: Ctx, idParam: string): Promise<TotpEnrollme
   const { identity, email } = await selfIdentity(ctx, idParam);
   if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
   const secret = newTotpSecret();
-  await ctx.db.query('UPDATE identities SET totp_pending_secret = $2, updated_at = $3 WHERE id = $1', [identity.id, sealTotpSecret(ctx, identity.id, secret), ctx.now]);
+  // Only while TOTP is still off: an enrollment confirmed since the read above (another tab) keeps its
+  // secret, and this one answers as a begin after it, not with a secret that could never be confirmed.
+  // A restart forgets the step a code of the previous pending secret took.
+  const { rowCount } = await ctx.db.query(
+    'UPDATE identities SET totp_pending_secret = $2, totp_last_step = NULL, updated_at = $3 WHERE id = $1 AND totp_confirmed_at IS NULL',
+    [identity.id, sealTotpSecret(ctx, identity.id, secret), ctx.now],
+  );
+  if (rowCount !== 1) throw new ApiError('mfa_already_enabled');
   const issuer = new URL(ctx.deps.config.publicUrl).hostname;
   return { secret, otpauth_uri: totpUri(secret, email, issuer), algorithm: 'SHA1', digits: 6, period: 30 };
 }
 
-/** POST …/mfa/totp/confirm: the first code turns TOTP on and returns ten single-use recovery codes. */
-export async function confirmTotp(ctx: Ctx, idParam: string, input: ConfirmBody): Promise<{ recovery_codes: string[] }> {
+/**
+ * POST …/mfa/totp/confirm: the first code turns TOTP on and returns ten single-use recovery codes.
+ * Their hashes are Argon2id with the password parameters, ten per confirm, so a confirm is admitted
+ * as password work is (503 beyond the process's capacity, docs/decisions.md), and the code is taken
+ * (its step, once, as at sign-in) before that work: of confirms sent at once with one code, one
+ * hashes and the others are answered without hashing.
+ */
+export const confirmTotp = (ctx: Ctx, idParam: string, input: ConfirmBody): Promise<{ recovery_codes: string[] }> =>
+  withPasswordWork(() => confirmTotpAdmitted(ctx, idParam, input));
+
+async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody): Promise<{ recovery_codes: string[] }> {
   const { userId, identity } = await selfIdentity(ctx, idParam);
   if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
   if (!identity.totp_pending_secret) throw new ApiError('mfa_not_enabled', { message: 'Start enrollment first.' });
-  const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, null);
+  const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, identity.totp_last_step);
   if (step === null) throw new ApiError('invalid_mfa_code');
+  const { rowCount: taken } = await ctx.db.query(
+    `UPDATE identities SET totp_last_step = $2
+      WHERE id = $1 AND totp_pending_secret = $3 AND totp_confirmed_at IS NULL AND (totp_last_step IS NULL OR totp_last_step < $2)`,
+    [identity.id, step, identity.totp_pending_secret],
+  );
+  if (taken !== 1) throw await confirmRefusal(ctx.db, userId);
   const codes = newRecoveryCodes();
   const hashes = await Promise.all(codes.map((code) => hashRecoveryCode(userId, code)));
   await ctx.db.transaction(async (tx) => {
     const { rowCount } = await tx.query(
       `UPDATE identities SET totp_secret = totp_pending_secret, totp_pending_secret = NULL, totp_confirmed_at = $2,
-              totp_last_step = $3, updated_at = $2
+              totp_last_step = GREATEST(totp_last_step, $3), updated_at = $2
         WHERE id = $1 AND totp_pending_secret = $4 AND totp_confirmed_at IS NULL`,
       [identity.id, ctx.now, step, identity.totp_pending_secret],
     );
-    if (rowCount !== 1) throw new ApiError('mfa_already_enabled');
+    if (rowCount !== 1) throw await confirmRefusal(tx, userId);
     await replaceRecoveryCodes(tx, userId, hashes, ctx.now);
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_enabled', target: { type: 'user', id: userId }, targetUserId: userId });
   });
@@ -129,6 +151,12 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
     }
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_reset', target: { type: 'user', id: userId }, targetUserId: userId });
   });
+}
+
+/** Why a confirm whose code was right changed nothing: confirmed meanwhile, or its code taken or its secret replaced. */
+async function confirmRefusal(db: Queryable, userId: string): Promise<ApiError> {
+  const current = await findPasswordIdentity(db, userId);
+  return new ApiError(current?.totp_confirmed_at ? 'mfa_already_enabled' : 'invalid_mfa_code');
 }
 
 async function lockTotpState(tx: Tx, identityId: string): Promise<{ totp_confirmed_at: Date | null; totp_pending_secret: string | null } | undefined> {
