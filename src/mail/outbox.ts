@@ -167,13 +167,13 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
       // Given up when the server refused it for good, when the next attempt would come after 4 days, or
       // after its link stops working. A mail that failed for good is never sent: its stored copy keeps
       // no live link either.
-      const givenUp = `(${refusedForGood(err)} OR $3 > e.created_at + make_interval(secs => $6) OR NOT ${LINK_WORKS('$3')})`;
+      const givenUp = `($7::boolean OR $3 > e.created_at + make_interval(secs => $6) OR NOT ${LINK_WORKS('$3')})`;
       await db.query(
         `UPDATE emails e SET attempts = $2, next_attempt_at = $3, last_error = $4, claimed_until = NULL,
                 status = CASE WHEN ${givenUp} THEN 'failed' ELSE 'queued' END,
                 text_body = CASE WHEN ${givenUp} THEN ${REDACTED_BODY} ELSE text_body END
           WHERE id = $1 AND claim_token = $5`,
-        [mail.id, attempts, retryAt, String((err as Error).message).slice(0, 1024), token, GIVE_UP_SECONDS],
+        [mail.id, attempts, retryAt, String((err as Error).message).slice(0, 1024), token, GIVE_UP_SECONDS, refusedForGood(err)],
       );
     }
   }

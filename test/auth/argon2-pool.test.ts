@@ -59,9 +59,12 @@ function answeredWhileHeld<T>(answer: Promise<T>): Promise<T> {
   ]);
 }
 
-test('LD-1 sign-ins beyond the process\'s password-work capacity get 503 service_unavailable with Retry-After at once, take no lockout slot, and the admitted ones are served', async () => {
-  const email = uniqueEmail('capacity');
-  assert.equal((await post(t, '/v1/auth/signup', { email, password: PASSWORD })).statusCode, 201);
+/**
+ * Fills the process's password work with as many failing sign-ins (unknown emails) as it admits, their
+ * verifications held at the gate, runs `meanwhile`, checks that nothing it sent reached the Argon2 pool,
+ * then lets the held sign-ins finish (each 401 invalid_credentials).
+ */
+async function whilePasswordWorkFull(meanwhile: () => Promise<void>): Promise<void> {
   const capacity = passwordWorkCapacity();
   let release!: () => void;
   gate = new Promise((resolve) => {
@@ -69,12 +72,26 @@ test('LD-1 sign-ins beyond the process\'s password-work capacity get 503 service
   });
   held = 0;
   try {
-    // `capacity` failing sign-ins for unknown emails fill the process; their verifications wait.
     const admitted = Array.from({ length: capacity }, () => post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD }));
     for (let waited = 0; held < capacity; waited++) {
       assert.ok(waited < 3000, `only ${held} of ${capacity} sign-ins reached the Argon2 pool`);
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
+    await meanwhile();
+    assert.equal(held, capacity, 'no refused request reached the Argon2 pool');
+    release();
+    for (const res of await Promise.all(admitted)) assertError(res, 401, 'invalid_credentials');
+  } finally {
+    gate = null;
+    release?.();
+  }
+}
+
+test('LD-1 sign-ins beyond the process\'s password-work capacity get 503 service_unavailable with Retry-After at once, take no lockout slot, and the admitted ones are served', async () => {
+  const email = uniqueEmail('capacity');
+  assert.equal((await post(t, '/v1/auth/signup', { email, password: PASSWORD })).statusCode, 201);
+  // Failing sign-ins for unknown emails fill the process; their verifications wait.
+  await whilePasswordWorkFull(async () => {
     // Six wrong passwords for a real account meanwhile: each is answered while the others still wait.
     const refused = await answeredWhileHeld(Promise.all(Array.from({ length: 6 }, () => post(t, '/v1/auth/login', { email, password: `${PASSWORD}x` }))));
     for (const res of refused) {
@@ -83,13 +100,7 @@ test('LD-1 sign-ins beyond the process\'s password-work capacity get 503 service
     }
     // A sign-up is password work too.
     assertError(await answeredWhileHeld(post(t, '/v1/auth/signup', { email: uniqueEmail('later'), password: PASSWORD })), 503, 'service_unavailable');
-    assert.equal(held, capacity, 'no refused request reached the Argon2 pool');
-    release();
-    for (const res of await Promise.all(admitted)) assertError(res, 401, 'invalid_credentials');
-  } finally {
-    gate = null;
-    release?.();
-  }
+  });
   // Six refused wrong guesses would have locked the account had they taken lockout slots; the room
   // is free again.
   const res = await post(t, '/v1/auth/login', { email, password: PASSWORD });
@@ -119,27 +130,11 @@ test('LD-1 a TOTP confirm is password work too (it hashes ten recovery codes wit
   const confirm = (code: string) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers, payload: { code } });
   await withStoppedClock(t, async () => {
     const code = await totpCode(t, begin.json().secret);
-    const capacity = passwordWorkCapacity();
-    let release!: () => void;
-    gate = new Promise((resolve) => {
-      release = resolve;
-    });
-    held = 0;
-    try {
-      const admitted = Array.from({ length: capacity }, () => post(t, '/v1/auth/login', { email: uniqueEmail('nobody'), password: PASSWORD }));
-      for (let waited = 0; held < capacity; waited++) {
-        assert.ok(waited < 3000, `only ${held} of ${capacity} sign-ins reached the Argon2 pool`);
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
+    await whilePasswordWorkFull(async () => {
       const refused = await answeredWhileHeld(confirm(code));
       assertError(refused, 503, 'service_unavailable');
       assert.equal(refused.headers['retry-after'], '1');
-      release();
-      for (const res of await Promise.all(admitted)) assertError(res, 401, 'invalid_credentials');
-    } finally {
-      gate = null;
-      release?.();
-    }
+    });
     const [identity] = await sql(t, `SELECT totp_confirmed_at, totp_last_step FROM identities WHERE user_id = $1 AND method = 'password'`, [signup.json().user_id]);
     assert.deepEqual(identity, { totp_confirmed_at: null, totp_last_step: null }, 'the refused confirm changed nothing');
     const ok = await confirm(code);

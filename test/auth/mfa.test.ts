@@ -1,10 +1,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { Piscina } from 'piscina';
 import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
 import { client, blockedBy as waitForBlocked, probeWhileHeld } from '../helpers/locks.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
+import { argon2Hashes } from '../security/core/argon2-probe.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
   alignToStep, assertAuthSession, auditRows, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD, post, sql, totpCode,
@@ -577,22 +577,6 @@ test('disable writes one user.mfa_disabled per change: the same code sent twice,
   assert.equal(identity.failures, 0);
 });
 
-/** Runs fn and counts the Argon2id hashes (not verifications) it asks the pool for. */
-async function countArgon2Hashes(fn: () => Promise<void>): Promise<number> {
-  let hashes = 0;
-  const realRun = Piscina.prototype.run;
-  Piscina.prototype.run = function run(this: Piscina, task: unknown, ...rest: unknown[]) {
-    if ((task as { op?: string } | null)?.op === 'hash') hashes++;
-    return (realRun as (...args: unknown[]) => Promise<unknown>).call(this, task, ...rest);
-  } as typeof realRun;
-  try {
-    await fn();
-  } finally {
-    Piscina.prototype.run = realRun;
-  }
-  return hashes;
-}
-
 test('a confirm code is taken before the ten recovery codes are hashed (Argon2id each): of two confirms with one code, the second read before the first committed, only the first hashes; the second answers 409 mfa_already_enabled having hashed nothing', async () => {
   const user = await createUser(t);
   const token = await login(t, user);
@@ -603,9 +587,9 @@ test('a confirm code is taken before the ten recovery codes are hashed (Argon2id
   const confirm = () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
   let first: Awaited<ReturnType<typeof confirm>> | undefined;
   let second: Awaited<ReturnType<typeof confirm>> | undefined;
-  const hashes = await countArgon2Hashes(async () => {
-    second = await pausedAfter(t, IDENTITY_READ, async () => { first = await confirm(); }, confirm);
-  });
+  const hashedBefore = argon2Hashes();
+  second = await pausedAfter(t, IDENTITY_READ, async () => { first = await confirm(); }, confirm);
+  const hashes = argon2Hashes() - hashedBefore;
   assert.equal(first!.statusCode, 200, first!.body);
   assert.equal(first!.json().recovery_codes.length, 10);
   assertError(second!, 409, 'mfa_already_enabled');

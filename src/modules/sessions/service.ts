@@ -7,13 +7,9 @@ import { targetUser } from '../users/access.js';
 import { listActiveSessions, revokeSessions } from './store.js';
 import type { LogoutBody } from './schemas.js';
 
-/** Self or users.manage (Part A Auth endpoints). */
-async function targetUserId(ctx: Ctx, idParam: string, readOnly = false): Promise<string> {
-  return (await targetUser(ctx, idParam, 'write', { readOnly })).user.id;
-}
-
+/** GET /v1/users/{id}/sessions: self or users.manage (Part A Auth endpoints). */
 export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) {
-  const userId = await targetUserId(ctx, idParam, true);
+  const userId = (await targetUser(ctx, idParam, 'write', { readOnly: true })).user.id;
   const { rows, limit } = await listActiveSessions(ctx.db, userId, ctx.now, page);
   const current = ctx.actor.type === 'user' ? ctx.actor.sessionId : null;
   return toPage(rows, limit, (r) => ({

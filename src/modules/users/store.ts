@@ -68,8 +68,9 @@ export async function lockUser(tx: Queryable, id: string): Promise<UserRow> {
 /**
  * The user's row first, then their one-time links and MFA challenges: a status, email or link change
  * takes the user (lockUser) and then voids or issues links, so a transaction that uses a link (a
- * reset, a verification, an invitation's acceptance) or voids them (a password change) takes the user
- * before its link, or the two at once deadlock (each holding what the other waits for). FOR KEY SHARE
+ * reset, a verification) or voids them (a password change) takes the user before its link (one that
+ * decides on the user's status or address, a re-send or an acceptance, locks it with lockUnchanged or
+ * lockUser instead), or the two at once deadlock (each holding what the other waits for). FOR KEY SHARE
  * waits only for those FOR UPDATE holders: a sign-in's session statement (the identity, then the user
  * FOR NO KEY UPDATE) neither waits for it nor is waited for, so taking the identity after it is safe.
  */

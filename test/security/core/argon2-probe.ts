@@ -1,13 +1,18 @@
-// Counts Argon2 password evaluations (AU-4): every verification is a task submitted to the Argon2
-// pool of src/auth/passwords.ts, so the probe counts the pool's verify tasks.
+// Counts Argon2 work (AU-4, and the recovery codes a TOTP confirm hashes): every verification and
+// every hash is a task submitted to the Argon2 pool of src/auth/passwords.ts, so the probe counts the
+// pool's tasks by kind.
 import { Piscina } from 'piscina';
 
-let evaluations = 0;
+const tasks = { verify: 0, hash: 0 };
 const realRun = Piscina.prototype.run;
 Piscina.prototype.run = function run(this: Piscina, task: unknown, ...rest: unknown[]) {
-  if ((task as { op?: string } | null)?.op === 'verify') evaluations++;
+  const op = (task as { op?: string } | null)?.op;
+  if (op === 'verify' || op === 'hash') tasks[op]++;
   return (realRun as (...args: unknown[]) => Promise<unknown>).call(this, task, ...rest);
 } as typeof realRun;
 
 /** Argon2 verifications run in this process so far (known accounts and the unknown-email dummy alike). */
-export const passwordEvaluations = (): number => evaluations;
+export const passwordEvaluations = (): number => tasks.verify;
+
+/** Argon2 hashes (not verifications) run in this process so far. */
+export const argon2Hashes = (): number => tasks.hash;
