@@ -80,7 +80,8 @@ export const voidInvitations = (tx: Tx, userId: string, now: Date): Promise<void
 /**
  * Voids the user's pending MFA challenges; call when a suspended or deleted user becomes active, so
  * a sign-in whose password step came before the suspension or delete (which ended every session)
- * does not start a session after it.
+ * does not start a session after it; and when TOTP is turned off (disable, support reset), so a
+ * challenge that can no longer be met does not come back to life with a TOTP turned on again.
  */
 export const voidMfaChallenges = (tx: Tx, userId: string, now: Date): Promise<void> => voidTokens(tx, userId, ['mfa_challenge'], now);
 

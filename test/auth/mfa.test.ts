@@ -715,3 +715,74 @@ if (storageName === 'postgres') test("a password change voids the user's MFA cha
   assert.equal(probeLocked, true, 'the change waited for the challenge without holding the identity');
   assertError(await verify({ mfa_token: mfaToken, code: await totpCode(t, m.secret) }), 401, 'invalid_credentials');
 });
+
+/** Turns TOTP on again for the signed-in user with a new secret (begin, confirm); the clock is then at the next step. */
+async function enrollAgain(token: string): Promise<string> {
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  assert.equal(begin.statusCode, 200, begin.body);
+  const secret: string = begin.json().secret;
+  alignToStep(t, 5);
+  const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, secret) } });
+  assert.equal(confirm.statusCode, 200, confirm.body);
+  alignToStep(t, 5);
+  return secret;
+}
+
+const pendingChallenges = async (userId: string) =>
+  (await sql(t, `SELECT id FROM one_time_tokens WHERE user_id = $1 AND kind = 'mfa_challenge' AND used_at IS NULL`, [userId])).length;
+
+test("turning TOTP off voids the user's pending MFA challenges (docs/decisions.md, MFA enrollment): an mfa_token of a sign-in begun before a disable or a support reset is refused (401 invalid_credentials) even once TOTP is on again with a new secret; a wrong code at disable voids nothing", async () => {
+  const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const turnOffs: [string, (m: Awaited<ReturnType<typeof createMfaUser>>) => Promise<number>][] = [
+    ['disable', async (m) => (await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(m.token), payload: { code: await totpCode(t, m.secret) } })).statusCode],
+    ['support reset', async (m) => (await t.app.inject({ method: 'DELETE', url: `/v1/users/${m.user.id}/mfa/totp`, headers: bearer(admin) })).statusCode],
+  ];
+  for (const [name, turnOff] of turnOffs) {
+    const m = await createMfaUser(t);
+    const mfaToken = await mfaChallenge(t, m.user);
+    if (name === 'disable') {
+      const wrong = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(m.token), payload: { code: otherCode(await totpCode(t, m.secret)) } });
+      assertError(wrong, 422, 'invalid_mfa_code');
+      assert.equal(await pendingChallenges(m.user.id), 1, 'a disable that turned nothing off voids nothing');
+    }
+    assert.equal(await turnOff(m), 204, name);
+    assert.equal(await pendingChallenges(m.user.id), 0, `${name}: the challenge is void`);
+    const secret = await enrollAgain(m.token);
+    assertError(await verify({ mfa_token: mfaToken, code: await totpCode(t, secret) }), 401, 'invalid_credentials');
+    const fresh = await verify({ mfa_token: await mfaChallenge(t, m.user), code: await totpCode(t, secret) });
+    assert.equal(fresh.statusCode, 200, `${name}: a sign-in begun after it completes: ${fresh.body}`);
+  }
+});
+
+test('MfaChallenge methods are the methods that can complete the challenge: recovery_code only while the user has an unused recovery code', async () => {
+  const m = await createMfaUser(t);
+  // Nine of the ten codes used: only the first stays.
+  const kept = await hashRecoveryCode(m.user.id, m.recoveryCodes[0]!);
+  await sql(t, 'UPDATE recovery_codes SET used_at = $3 WHERE user_id = $1 AND code_hash <> $2', [m.user.id, kept, t.clock.now()]);
+  const withOne = await loginRes(t, m.user);
+  assert.equal(withOne.statusCode, 200, withOne.body);
+  assert.deepEqual(withOne.json().methods, ['totp', 'recovery_code']);
+  const last = await verify({ mfa_token: withOne.json().mfa_token, recovery_code: m.recoveryCodes[0] });
+  assert.equal(last.statusCode, 200, last.body);
+  const none = await loginRes(t, m.user);
+  assert.equal(none.statusCode, 200, none.body);
+  assert.deepEqual(none.json().methods, ['totp'], 'every recovery code is used');
+  assert.equal((await verify({ mfa_token: none.json().mfa_token, code: await totpCode(t, m.secret) })).statusCode, 200, 'TOTP still completes it');
+});
+
+if (storageName === 'postgres') test("a disable and a support reset void the user's MFA challenges before they take the identity, in the order an MFA sign-in takes them, so the two at once cannot deadlock (PostgreSQL): each answers 204 and the challenge is void", async () => {
+  const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const byCode = await createMfaUser(t);
+  await mfaChallenge(t, byCode.user);
+  const disable = await identityFreeWhileChallengeHeld(byCode, async () => post(t, '/v1/users/me/mfa/totp/disable', { recovery_code: byCode.recoveryCodes[0] }, bearer(byCode.token)));
+  assert.equal(disable.result.statusCode, 204, disable.result.body);
+  assert.equal(disable.probeLocked, true, 'the disable waited for the challenge without holding the identity');
+  assert.equal(await pendingChallenges(byCode.user.id), 0);
+
+  const bySupport = await createMfaUser(t);
+  await mfaChallenge(t, bySupport.user);
+  const reset = await identityFreeWhileChallengeHeld(bySupport, () => t.app.inject({ method: 'DELETE', url: `/v1/users/${bySupport.user.id}/mfa/totp`, headers: bearer(admin) }));
+  assert.equal(reset.result.statusCode, 204, reset.result.body);
+  assert.equal(reset.probeLocked, true, 'the reset waited for the challenge without holding the identity');
+  assert.equal(await pendingChallenges(bySupport.user.id), 0);
+});

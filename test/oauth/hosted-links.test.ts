@@ -257,6 +257,28 @@ test('accept-invitation: the invitation\'s link opens the password form; the POS
   assert.ok(token);
 });
 
+test('accept-invitation: the page signs no one in, so it starts no session: no session row (not even an ended one) and last_login_at stays null (Part A: "Set when a session is actually issued")', async () => {
+  const email = uniqueEmail('invitee');
+  const id = await invite(email);
+  const { url } = await mailedLink(email, 'invitation');
+  const browser = new LinkBrowser();
+  const page = await browser.open(url);
+  const done = await browser.post('/accept-invitation', { ...formOf(page, '/accept-invitation'), password: NEW_PASSWORD });
+  assert.ok(assertPage(done, 200).includes('Your account is ready'));
+  assert.equal((await userRow(id)).status, 'active');
+  assert.deepEqual(await sql(t, 'SELECT id FROM sessions WHERE user_id = $1', [id]), [], 'no session was started');
+  const [row] = await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [id]);
+  assert.equal(row.last_login_at, null);
+  const [audit] = await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action = 'user.invitation_accepted' AND target_user_id = $1`, [id]);
+  assert.equal(audit.n, 1, 'the acceptance is audited as by the API verb');
+  // The API verb signs in: its session sets last_login_at.
+  const other = uniqueEmail('invitee2');
+  const otherId = await invite(other);
+  const second = await mailedLink(other, 'invitation');
+  assert.equal((await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: second.token, password: NEW_PASSWORD })).statusCode, 200);
+  assert.notEqual((await sql(t, 'SELECT last_login_at FROM users WHERE id = $1', [otherId]))[0].last_login_at, null);
+});
+
 test('an expired link is the 400 error page on GET and POST and changes nothing', async () => {
   const email = uniqueEmail('late');
   const id = await signup(email);

@@ -53,9 +53,12 @@ async function loginAdmitted(ctx: Ctx, input: LoginBody): Promise<AuthSession | 
   });
 }
 
+/** The challenge's `methods` are those that can complete it: `recovery_code` only while an unused code remains. */
 async function challenge(tx: Tx, ctx: Ctx, userId: string, identityId: string): Promise<MfaChallenge> {
   const token = await issueOneTimeToken(tx, ctx, { kind: 'mfa_challenge', userId, data: { identity_id: identityId } });
-  return { mfa_required: true, mfa_token: token, methods: ['totp', 'recovery_code'], expires_in: TOKEN_LIFETIME_SECONDS.mfa_challenge };
+  const { rows } = await tx.query('SELECT 1 FROM recovery_codes WHERE user_id = $1 AND used_at IS NULL LIMIT 1', [userId]);
+  const methods: MfaChallenge['methods'] = rows.length > 0 ? ['totp', 'recovery_code'] : ['totp'];
+  return { mfa_required: true, mfa_token: token, methods, expires_in: TOKEN_LIFETIME_SECONDS.mfa_challenge };
 }
 
 /** POST /v1/auth/mfa/verify: the second step, with a TOTP code (once only) or a recovery code. */

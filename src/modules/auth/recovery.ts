@@ -132,9 +132,19 @@ async function resetPasswordAdmitted(base: Ctx, input: TokenPasswordBody): Promi
 }
 
 /** POST /v1/auth/invitations/accept: sets the password, activates the invited user, signs in. */
-export const acceptInvitation = (base: Ctx, input: TokenPasswordBody): Promise<AuthSession> => withPasswordWork(() => acceptInvitationAdmitted(base, input));
+export const acceptInvitation = (base: Ctx, input: TokenPasswordBody): Promise<AuthSession> =>
+  withPasswordWork(async () => (await acceptInvitationAdmitted(base, input, true))!);
 
-async function acceptInvitationAdmitted(base: Ctx, input: TokenPasswordBody): Promise<AuthSession> {
+/**
+ * The hosted /accept-invitation page's accept: the same verb, but it signs no one in, so it starts no
+ * session (none to hand over, and last_login_at stays null: Part A sets it only when a session is issued).
+ */
+export const acceptInvitationWithoutSession = (base: Ctx, input: TokenPasswordBody): Promise<void> =>
+  withPasswordWork(async () => {
+    await acceptInvitationAdmitted(base, input, false);
+  });
+
+async function acceptInvitationAdmitted(base: Ctx, input: TokenPasswordBody, signIn: boolean): Promise<AuthSession | null> {
   const { ctx, pending, user } = await tokenCtx(base, ['invitation'], input.token);
   if (user.status !== 'invited') throw badToken();
   assertStrongPassword(input.password, user.email);
@@ -162,6 +172,6 @@ async function acceptInvitationAdmitted(base: Ctx, input: TokenPasswordBody): Pr
       after,
       actor: { type: 'user', id: user.id },
     });
-    return issueSession(tx, c, { id: user.id, email_verified: true, test_mode: user.test_mode }, ['pwd']);
+    return signIn ? issueSession(tx, c, { id: user.id, email_verified: true, test_mode: user.test_mode }, ['pwd']) : null;
   });
 }

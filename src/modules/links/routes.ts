@@ -9,8 +9,7 @@ import { modeOf } from '../../db/types.js';
 import { peekOneTimeToken, type OneTimeTokenKind } from '../../auth/one-time-tokens.js';
 import type { WeakPasswordReason } from '../../auth/passwords.js';
 import { findUserById } from '../users/store.js';
-import { revokeSessions } from '../sessions/store.js';
-import { acceptInvitation, forgotPassword, resetPassword, verifyEmail } from '../auth/recovery.js';
+import { acceptInvitationWithoutSession, forgotPassword, resetPassword, verifyEmail } from '../auth/recovery.js';
 import { addressBlind } from '../auth/routes.js';
 import { assertCsrf, assertWellFormedPage, csrfToken, newBrowserSecret, pageHeaders, readBrowserSecret, signinSite } from '../signin/browser.js';
 import { errorPage, STYLE_HASH } from '../signin/pages.js';
@@ -122,12 +121,8 @@ export function linkRoutes(app: App, deps: Deps): void {
         try {
           if (step.kind === 'verify_email') await verifyEmail(ctx, { token });
           else if (step.kind === 'reset_password') await resetPassword(ctx, { token, password: body.password ?? '' });
-          else {
-            // The page signs no one in: the session the verb opens is ended at once (no cookie is set).
-            const pending = await peekOneTimeToken(deps.database.scoped('system'), step.tokens, token, ctx.now);
-            const session = await acceptInvitation(ctx, { token, password: body.password ?? '' });
-            await revokeSessions(deps.database.scoped(modeOf(pending?.test_mode === true)), { userId: session.user_id, sessionId: session.session_id }, deps.clock.now());
-          }
+          // The page signs no one in: it starts no session (no cookie is set, last_login_at stays null).
+          else await acceptInvitationWithoutSession(ctx, { token, password: body.password ?? '' });
         } catch (err) {
           const reason = err instanceof ApiError && err.code === 'weak_password' ? (err.details.reason as WeakPasswordReason) : null;
           if (!reason) throw err;

@@ -4,6 +4,7 @@ import type { Queryable, Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
+import { voidMfaChallenges } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
@@ -104,7 +105,12 @@ export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody)
   await ctx.db.transaction(async (tx) => {
     // Locked and read again: a disable or support reset that committed since the identity was read has
     // turned TOTP off (with its audit row and notice), and the code it took is free again; this one
-    // changes nothing, as a disable with TOTP off.
+    // changes nothing, as a disable with TOTP off. The user's pending MFA challenges die with TOTP (they
+    // can no longer be met, and must not come back to life if TOTP is turned on again before they
+    // expire); voided before the identity is locked, in the order an MFA sign-in takes them (the
+    // challenge, then the identity), as a password reset does, so the two at once cannot deadlock. A
+    // wrong code rolls the void back.
+    await voidMfaChallenges(tx, userId, ctx.now);
     if (!(await lockTotpState(tx, identity.id))?.totp_confirmed_at) {
       alreadyOff = true;
       return;
@@ -141,7 +147,9 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   if (!identity?.totp_confirmed_at && !identity?.totp_pending_secret) return;
   await ctx.db.transaction(async (tx) => {
     // Locked and read again: a reset or disable that committed since the read has its own audit row and
-    // notice, and an enrollment confirmed since is a TOTP that protected the account.
+    // notice, and an enrollment confirmed since is a TOTP that protected the account. Pending MFA
+    // challenges die with TOTP, voided before the identity is locked (as in disableTotp).
+    await voidMfaChallenges(tx, userId, ctx.now);
     const current = await lockTotpState(tx, identity.id);
     if (!current?.totp_confirmed_at && !current?.totp_pending_secret) return;
     await turnOff(tx, identity.id, userId, ctx.now);

@@ -5,7 +5,6 @@ import { hashSecret } from '../../ids.js';
 import { peekOneTimeToken } from '../../auth/one-time-tokens.js';
 import { findUserById } from '../users/store.js';
 import { login, verifyMfa } from '../auth/login.js';
-import { findPasswordIdentity } from '../auth/identities.js';
 import { issueAuthorizationCode } from '../oauth/authorization-codes.js';
 import { errorRedirect, resolveAuthorizationRequest, type AuthorizationRequest } from './params.js';
 import { deleteBrowserSession, findBrowserSession, insertBrowserSession, type BrowserSession } from './store.js';
@@ -140,15 +139,13 @@ async function authorize(page: Page, current: BrowserSession): Promise<Outcome> 
 
 /**
  * The email of the account a live MFA challenge (of the Application's mode) is for; null when the
- * challenge is not usable: unknown, used, expired or void, of the other mode, or for an account
- * whose TOTP was turned off meanwhile (a support reset, a disable), which verifyMfa refuses for good.
+ * challenge is not usable: unknown, used, expired or void (turning TOTP off, by a disable or a
+ * support reset, voids the account's challenges), or of the other mode.
  */
 async function challengeEmail(page: Page, mfaToken: string): Promise<string | null> {
   if (!mfaToken) return null;
   const pending = await peekOneTimeToken(page.ctx.deps.database.scoped('system'), ['mfa_challenge'], mfaToken, page.ctx.now);
   if (!pending || pending.test_mode !== page.app.test_mode) return null;
-  const identity = await findPasswordIdentity(page.ctx.db, pending.user_id);
-  if (!identity?.totp_secret) return null;
   const user = await findUserById(page.ctx.db, pending.user_id);
   return user ? user.email : null;
 }
