@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { storageName, type TestApp } from '../helpers/app.js';
-import { blockedBy, client } from '../helpers/locks.js';
+import { blockedBy, client, commitWhileWaiting } from '../helpers/locks.js';
 import { createApiKey } from '../helpers/fixtures.js';
 import { appKey, assertError, assertStatus, buildApp, call, createWebhook, newApp, person, platformKey, sql, type AppFixture } from './support.js';
 
@@ -248,6 +248,21 @@ test('DELETE: 204, audited webhook.deleted, and its queued retries are dropped',
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1', [sub.id]))[0].n, 0);
   const [audit] = await sql(t, `SELECT actor_type, before FROM audit_events WHERE target_id = $1 AND action = 'webhook.deleted'`, [sub.id]);
   assert.equal(audit.before.id, sub.id);
+});
+
+if (storageName === 'postgres') test('DELETE "queued retries dropped, nothing new enqueued" (PostgreSQL): a test call or a redelivery meeting a DELETE of its subscription answers 404 webhook_not_found (until 2026-11-30 a bare 500), and queues or audits nothing', async () => {
+  for (const op of ['test', 'redeliver'] as const) {
+    const sub = await createWebhook(t, admin, { scope: 'platform', url: url(`race-${op}`) });
+    const first = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+    await sql(t, `UPDATE webhook_deliveries SET status = 'failed' WHERE id = $1`, [first.id]);
+    const path = op === 'test' ? `/v1/webhooks/${sub.id}/test` : `/v1/webhooks/${sub.id}/deliveries/${first.id}/redeliver`;
+    // The DELETE holds the subscription's row (uncommitted) when the call arrives, and commits while the call waits for it.
+    const res = await commitWhileWaiting(t, [['DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]]], () => call(t, 'POST', path, admin));
+    assertError(res, 404, 'webhook_not_found');
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1', [sub.id]))[0].n, 0, `${op}: nothing queued`);
+    const audited = await sql(t, `SELECT action FROM audit_events WHERE target_id = $1 AND action IN ('webhook.test_sent', 'webhook.redelivered')`, [sub.id]);
+    assert.deepEqual(audited.map((r) => r.action), ['webhook.test_sent'], `${op}: only the first test call is audited`);
+  }
 });
 
 test('writes audit webhook.created with actor, target, Application and Tenant, in the same transaction as the row', async () => {

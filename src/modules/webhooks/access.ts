@@ -31,13 +31,18 @@ export function visibleCondition(viewer: WebhookViewer, params: unknown[]): stri
   return 'FALSE';
 }
 
-/** The subscription if the caller may see it; others' subscriptions are 404 webhook_not_found. */
-export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = ctx.db, forUpdate = false): Promise<SubscriptionRow> {
+/**
+ * The subscription if the caller may see it; others' subscriptions are 404 webhook_not_found. `lock`
+ * (inside a transaction) holds the row: FOR KEY SHARE for a write that adds a delivery to it, so a
+ * DELETE at the same time either waits for that write (and drops the delivery with the rest) or
+ * commits first and the write answers 404.
+ */
+export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = ctx.db, lock: '' | 'FOR KEY SHARE' = ''): Promise<SubscriptionRow> {
   const viewer = webhookViewer(ctx);
   const params: unknown[] = [id];
   const condition = visibleCondition(viewer, params);
   const { rows } = await db.query<SubscriptionRow>(
-    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 AND ${condition} ${forUpdate ? 'FOR UPDATE' : ''}`,
+    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 AND ${condition} ${lock}`,
     params,
   );
   if (!rows[0]) throw new ApiError('webhook_not_found');

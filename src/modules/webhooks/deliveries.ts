@@ -50,7 +50,8 @@ const logStart = (ctx: Ctx) => addSeconds(ctx.now, -DELIVERY_LOG_DAYS * 86400);
  */
 export async function sendTest(ctx: Ctx, id: string): Promise<Delivery> {
   return ctx.db.transaction(async (tx) => {
-    const sub = await visibleSubscription(ctx, id, tx);
+    // Held until commit: a DELETE meanwhile waits and drops this delivery too, or went first (404).
+    const sub = await visibleSubscription(ctx, id, tx, 'FOR KEY SHARE');
     // A delivery of an app-scope subscription is its Application's Tenant's data: none while it is migrating.
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     await assertManualRoom(tx, sub.id);
@@ -67,10 +68,11 @@ export async function sendTest(ctx: Ctx, id: string): Promise<Delivery> {
 
 /** POST /v1/webhooks/{id}/deliveries/{deliveryId}/redeliver: the same event id, one attempt now, within the 30-day log. */
 export async function redeliver(ctx: Ctx, id: string, deliveryId: string): Promise<Delivery> {
-  const sub = await visibleSubscription(ctx, id);
-  const original = await findDelivery(ctx.db, sub.id, deliveryId);
-  if (!original || original.created_at < logStart(ctx)) throw new ApiError('delivery_not_found');
   return ctx.db.transaction(async (tx) => {
+    // Held until commit, as for a test call: a DELETE meanwhile waits for the redelivery, or went first (404).
+    const sub = await visibleSubscription(ctx, id, tx, 'FOR KEY SHARE');
+    const original = await findDelivery(tx, sub.id, deliveryId);
+    if (!original || original.created_at < logStart(ctx)) throw new ApiError('delivery_not_found');
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     const { rowCount } = await tx.query('SELECT 1 FROM outbox_events WHERE id = $1', [original.event_id]);
     if (rowCount === 0) throw new ApiError('delivery_not_found', { message: 'The event of this delivery is no longer kept.' });
