@@ -829,7 +829,9 @@ if (storageName === 'postgres') test("a grant of an Application that starts whil
     const destination = `tnt_race${rand(6)}`;
     await sql(t, `INSERT INTO tenants (id, owner_type, owner_user_id, plan, created_at, updated_at) VALUES ($1, 'user', $2, 'starter', now(), now())`, [destination, newOwner]);
     await holder.query('BEGIN');
-    await holder.query('SELECT 1 FROM tenants WHERE id = ANY($1::text[]) FOR UPDATE', [[destination, tenantId]]);
+    // FOR NO KEY UPDATE, as the seat and Application counters take them (a FOR UPDATE would stop the
+    // move already at its migrating check, which reads the Tenant FOR KEY SHARE, before the Application).
+    await holder.query('SELECT 1 FROM tenants WHERE id = ANY($1::text[]) FOR NO KEY UPDATE', [[destination, tenantId]]);
     const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
     const moving = call(t, 'PATCH', `/v1/applications/${appId}`, admin, { owner_user_id: newOwner, owner_organization_id: null });
     await blockedBy(holderPid, 'the move');

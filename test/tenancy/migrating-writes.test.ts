@@ -5,7 +5,8 @@
 // Retry-After and changes nothing; the Tenant is set to migrating directly (as the tier-change processor does).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { probeWhileHeld } from '../helpers/locks.js';
 import { assertError, assertStatus, call, grant, newApp, person, platformKey, sql, type InjectResponse } from '../access/support.js';
 
 let t: TestApp;
@@ -178,4 +179,20 @@ test('PATCH /v1/applications/{a} {owner_user_id} into a migrating Tenant: 503, t
   await setTenant(b.tenant_id, { status: 'active' });
   const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${a.id}`, admin, { owner_user_id: b.owner!.id }), 200);
   assert.equal(moved.tenant_id, b.tenant_id);
+});
+
+if (storageName === 'postgres') test('"while a Tenant is migrating, writes to its data return 503": a write that found the Tenant active holds it until it commits, so a tier-change move to in_progress (Tenant FOR UPDATE) cannot start the migration under it (PostgreSQL)', async () => {
+  const app = await newApp(t, admin, { settings_schema: { type: 'object', properties: { color: { type: 'string' } } } });
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  // The AppSettings PATCH checks its Tenant (active), then waits for the user row the test holds;
+  // meanwhile the Tenant lock a tier-change move to in_progress takes must not be free.
+  const { probeLocked, result } = await probeWhileHeld(
+    t,
+    ['SELECT 1 FROM users WHERE id = $1 FOR KEY SHARE', [u.id]],
+    () => call(t, 'PATCH', `/v1/users/me/apps/${app.id}/settings`, u.token, { overrides: { color: 'red' } }),
+    ['SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE NOWAIT', [app.tenant_id]],
+  );
+  assert.equal(probeLocked, false, 'the migration could start while a write that found the Tenant active was still running');
+  assert.deepEqual(assertStatus(result, 200).overrides, { color: 'red' });
 });
