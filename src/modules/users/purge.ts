@@ -63,9 +63,7 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
     // The users last, before their links, sessions and identities go: the purged (whom a password
     // reset or a forgot-password request takes before their links) and those whose access flips.
     await tx.query(`SELECT 1 FROM users WHERE id IN (${oldUsers}) OR id = ANY($2::text[]) ORDER BY id FOR UPDATE`, [cutoff, staying.map((r) => r.id)]);
-    // Their mails go too, as the erasure cascade's do: one queued since the user's 30 days (a reset
-    // asked yesterday) carries a link whose token goes here, to an account that no longer exists.
-    for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'emails', 'identities', 'sessions', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
+    for (const table of ['access_states', 'recovery_codes', 'one_time_tokens', 'identities', 'sessions', 'app_profiles', 'app_settings', 'profiles', 'settings', 'erasure_requests']) {
       await tx.query(`DELETE FROM ${table} WHERE user_id IN (${oldUsers})`, [cutoff]);
     }
     // Role assignments of the purged users: each hard delete is announced as DELETE
@@ -127,10 +125,12 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
     for (const a of announcedAssignments.sort(byKey((r) => `${r.user_id} ${r.role_id}`))) await announceRoleChange(tx, ctx, 'role.removed', a);
     await run('organizations', `DELETE FROM organizations WHERE id IN (${oldOrgs})`);
     await run('webhook_subscriptions', `DELETE FROM webhook_subscriptions WHERE test_mode AND created_at < $1`);
+    // Test mails past the 30 days, and every mail of a purged user, as the erasure cascade's: one queued
+    // since (a reset asked yesterday) carries a link whose token went above, to an account that goes now.
+    await run('emails', `DELETE FROM emails WHERE (test_mode AND created_at < $1) OR user_id IN (${oldUsers})`);
     await run('users', `DELETE FROM users WHERE id IN (${oldUsers})`);
     await run('audit_events', `DELETE FROM audit_events WHERE test_mode AND created_at < $1`);
     await run('outbox_events', `DELETE FROM outbox_events WHERE test_mode AND created_at < $1`);
-    await run('emails', `DELETE FROM emails WHERE test_mode AND created_at < $1`);
     return counts;
   });
 }
