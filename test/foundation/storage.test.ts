@@ -283,15 +283,38 @@ test('GET /health answers 200 {status: "ok"} without a credential', async () => 
   assert.deepEqual(res.json(), { status: 'ok' });
 });
 
-test('LD-6 beyond 256 statements waiting for a database connection, requests are refused at once with 503 service_unavailable and Retry-After, and served again once the load is gone', async () => {
-  const db = t.database.scoped('system');
+/**
+ * `count` transactions of the system scope that hold their connections until release() is called;
+ * `inside` resolves once every one of them runs (a holder still waiting for its connection, say a slow
+ * connect on a loaded machine, would take one of the places the test counts).
+ */
+function connectionHolders(count: number, holding: number) {
   let release!: () => void;
   const gate = new Promise<void>((resolve) => {
     release = resolve;
   });
-  // Ten transactions hold every connection (the test pool has 3, the embedded store 1) until released.
-  const holders = Array.from({ length: 10 }, () => db.transaction(() => gate));
-  await new Promise((resolve) => setImmediate(resolve));
+  let entered = 0;
+  let allInside!: () => void;
+  const inside = new Promise<void>((resolve) => {
+    allInside = resolve;
+  });
+  const db = t.database.scoped('system');
+  const done = Array.from({ length: count }, () =>
+    db.transaction(async () => {
+      if (++entered === holding) allInside();
+      await gate;
+    }),
+  );
+  return { inside, release, done: () => Promise.all(done) };
+}
+
+test('LD-6 beyond 256 statements waiting for a database connection, requests are refused at once with 503 service_unavailable and Retry-After, and served again once the load is gone', async () => {
+  const db = t.database.scoped('system');
+  const connections = t.database.kind === 'pg' ? 3 : 1;
+  // Ten transactions hold every connection (the test pool has 3, the embedded store 1) until released;
+  // the others wait for one.
+  const holders = connectionHolders(10, connections);
+  await holders.inside;
   // Then more statements than may wait: the queue is full and nothing leaves it while the gate holds.
   const fillers = Array.from({ length: MAX_WAITING_FOR_CONNECTION + 10 }, () =>
     db.query('SELECT 1').then(
@@ -308,9 +331,9 @@ test('LD-6 beyond 256 statements waiting for a database connection, requests are
     assertEnvelope(res.json(), 'service_unavailable');
     assert.equal(res.headers['retry-after'], '1');
   } finally {
-    release();
+    holders.release();
   }
-  await Promise.all(holders);
+  await holders.done();
   const outcomes = await Promise.all(fillers);
   const refused = outcomes.filter((o) => o === 'refused').length;
   assert.deepEqual(outcomes.filter((o) => o !== 'served' && o !== 'refused'), []);
@@ -321,13 +344,10 @@ test('LD-6 beyond 256 statements waiting for a database connection, requests are
 
 test('LD-6 "at most 256 statements or transactions wait" (docs/decisions.md): with every connection held, 256 waiting statements are all served once it frees, the 257th is refused at once with DatabaseBusyError', async () => {
   const db = t.database.scoped('system');
-  let release!: () => void;
-  const gate = new Promise<void>((resolve) => {
-    release = resolve;
-  });
   // As many transactions as the scope has connections (the test pool has 3, the embedded store 1).
-  const holders = Array.from({ length: t.database.kind === 'pg' ? 3 : 1 }, () => db.transaction(() => gate));
-  await new Promise((resolve) => setImmediate(resolve));
+  const connections = t.database.kind === 'pg' ? 3 : 1;
+  const holders = connectionHolders(connections, connections);
+  await holders.inside;
   const outcome = (p: Promise<unknown>) => p.then(() => 'served', (err) => (err instanceof DatabaseBusyError ? 'refused' : `failed: ${err}`));
   const waiting = Array.from({ length: MAX_WAITING_FOR_CONNECTION }, () => outcome(db.query('SELECT 1')));
   let beyond: string | null = null;
@@ -336,9 +356,9 @@ test('LD-6 "at most 256 statements or transactions wait" (docs/decisions.md): wi
   try {
     assert.equal(beyond, 'refused', 'the 257th is refused at once, while the connection is still held');
   } finally {
-    release();
+    holders.release();
   }
-  await Promise.all(holders);
+  await holders.done();
   await extra;
   const outcomes = await Promise.all(waiting);
   assert.deepEqual(outcomes.filter((o) => o !== 'served'), [], 'all 256 waiting statements were served');
