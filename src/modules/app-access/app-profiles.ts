@@ -3,14 +3,13 @@ import type { Ctx } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import { recordAudit } from '../../audit/record.js';
 import { ApiError, invalidField } from '../../errors.js';
-import { mergeCustom } from '../../http/patch.js';
+import { assertNoReadOnlyFields, mergeCustom } from '../../http/patch.js';
 import { accessKey, resolveAccess } from '../../access/resolve.js';
 import { targetUser, confinedApp } from '../users/access.js';
 import { findApplicationRow } from '../applications/store.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
-import { findLiveUser, type UserRow } from '../users/store.js';
+import { findLiveUser, lockUser, type UserRow } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
-import { assertNoReadOnlyFields } from '../../http/patch.js';
 import type { Queryable } from '../../db/types.js';
 import { APP_PROFILE_READ_ONLY, type AppProfile, type PatchAppProfileBody } from './schemas.js';
 
@@ -48,8 +47,7 @@ export async function authorizeAppUserData(ctx: Ctx, idParam: string, appId: str
  * 404 to all but users.manage, as when the write began.
  */
 export async function lockUserForAppData(tx: Queryable, ctx: Ctx, userId: string): Promise<void> {
-  const { rows } = await tx.query<{ status: string; erased_at: Date | null }>('SELECT status, erased_at FROM users WHERE id = $1 FOR UPDATE', [userId]);
-  const user = rows[0];
+  const user = await lockUser(tx, userId);
   const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
   if (!user || user.erased_at || (user.status === 'deleted' && !manage)) throw new ApiError('user_not_found');
 }

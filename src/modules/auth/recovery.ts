@@ -133,18 +133,23 @@ async function resetPasswordAdmitted(base: Ctx, input: TokenPasswordBody): Promi
 
 /** POST /v1/auth/invitations/accept: sets the password, activates the invited user, signs in. */
 export const acceptInvitation = (base: Ctx, input: TokenPasswordBody): Promise<AuthSession> =>
-  withPasswordWork(async () => (await acceptInvitationAdmitted(base, input, true))!);
+  withPasswordWork(() =>
+    acceptInvitationAdmitted(base, input, (tx, c, user) => issueSession(tx, c, { id: user.id, email_verified: true, test_mode: user.test_mode }, ['pwd'])),
+  );
 
 /**
  * The hosted /accept-invitation page's accept: the same verb, but it signs no one in, so it starts no
  * session (none to hand over, and last_login_at stays null: Part A sets it only when a session is issued).
  */
 export const acceptInvitationWithoutSession = (base: Ctx, input: TokenPasswordBody): Promise<void> =>
-  withPasswordWork(async () => {
-    await acceptInvitationAdmitted(base, input, false);
-  });
+  withPasswordWork(() => acceptInvitationAdmitted(base, input, async () => undefined));
 
-async function acceptInvitationAdmitted(base: Ctx, input: TokenPasswordBody, signIn: boolean): Promise<AuthSession | null> {
+/** Accepts the invitation, then runs `then` in the same transaction (a sign-in, or nothing). */
+async function acceptInvitationAdmitted<T>(
+  base: Ctx,
+  input: TokenPasswordBody,
+  then: (tx: Tx, c: Ctx, user: UserRow) => Promise<T>,
+): Promise<T> {
   const { ctx, pending, user } = await tokenCtx(base, ['invitation'], input.token);
   if (user.status !== 'invited') throw badToken();
   assertStrongPassword(input.password, user.email);
@@ -172,6 +177,6 @@ async function acceptInvitationAdmitted(base: Ctx, input: TokenPasswordBody, sig
       after,
       actor: { type: 'user', id: user.id },
     });
-    return signIn ? issueSession(tx, c, { id: user.id, email_verified: true, test_mode: user.test_mode }, ['pwd']) : null;
+    return then(tx, c, user);
   });
 }

@@ -163,14 +163,12 @@ export async function createUser(ctx: Ctx, input: CreateUserBody): Promise<User>
 /** POST /v1/users/{id}/invitation: a new invitation token and mail; 409 unless the user is invited. */
 export async function resendInvitation(ctx: Ctx, idParam: string): Promise<void> {
   const { user: found } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
-  const notInvited = (status: UserStatus) => new ApiError('invalid_status_transition', { details: { from: status, to: 'invited' } });
-  if (found.status !== 'invited') throw notInvited(found.status);
   await ctx.db.transaction(async (tx) => {
     // Decided on the user as it is now, locked before its links as a status or email change locks them:
     // one no longer invited gets no link, and one whose email an admin changed meanwhile gets it at the
     // new address (a live link to the old one would open the account at its new address).
     const user = await lockUser(tx, found.id);
-    if (user.status !== 'invited') throw notInvited(user.status);
+    if (user.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { from: user.status, to: 'invited' } });
     const quota = await takeResendQuota(tx, ctx, user.email);
     if (!quota.allowed) {
       throw new ApiError('rate_limited', {
