@@ -422,6 +422,22 @@ test('removing a platform Role needs the rights assigning it needs: without ever
   assert.ok(refusals.includes('role_escalation_forbidden'), refusals.join(', '));
 });
 
+test('a platform Role may only contain permissions the caller holds, before the PATCH as after it: taking a permission the caller lacks out of a Role its holders hold is 403 role_escalation_forbidden (as removing the Role from them is), and nothing changes', async () => {
+  const strong = await customPlatformRole(t, ['users.manage', 'users.list']);
+  const manager = await person(t, { roles: [await customPlatformRole(t, ['roles.manage', 'users.list'])] });
+  const holder = await person(t, { roles: [strong] });
+  const before = assertStatus(await call(t, 'GET', `/v1/roles/${strong}`, superadmin.token), 200);
+  assertError(await unassign(manager.token, holder.id, strong), 403, 'role_escalation_forbidden');
+  const error = assertError(await call(t, 'PATCH', `/v1/roles/${strong}`, manager.token, { permissions: ['users.list'] }), 403, 'role_escalation_forbidden');
+  assert.deepEqual(error.details.permissions, ['users.manage']);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/roles/${strong}`, superadmin.token), 200), before);
+  assert.deepEqual(await auditOf(t, strong, 'role.updated'), []);
+  // A description change leaves what the holders hold as it is.
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/roles/${strong}`, manager.token, { description: 'Support desk' }), 200).description, 'Support desk');
+  // Holding every permission it grants, before and after, the change goes through.
+  assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/roles/${strong}`, superadmin.token, { permissions: ['users.list'] }), 200).permissions, ['users.list']);
+});
+
 test('assigning superadmin requires being superadmin: holding all twelve permissions through another Role is not enough', async () => {
   const everything = await customPlatformRole(t, ALL_PERMISSIONS);
   const almost = await person(t, { roles: [everything] });

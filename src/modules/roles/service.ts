@@ -99,6 +99,17 @@ function assertRolePermissions(ctx: Ctx, scope: string, app: ApplicationRow | nu
   if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
 }
 
+/**
+ * A platform Role's permissions are what its holders hold: taking one out takes it from every holder,
+ * which removing the Role from one of them already needs (the rights of assigning it: every permission
+ * it grants). So the caller holds the permissions the PATCH drops too (403 role_escalation_forbidden);
+ * a caller who could neither assign nor remove the Role cannot empty it for its holders either.
+ */
+function assertHoldsDropped(ctx: Ctx, current: string[], next: string[]): void {
+  const missing = current.filter((p) => !next.includes(p) && !hasPermission(ctx.actor, p));
+  if (missing.length) throw new ApiError('role_escalation_forbidden', { message: 'You cannot take away a permission you do not hold.', details: { permissions: missing } });
+}
+
 async function scopeApplication(ctx: Ctx, scope: string): Promise<ApplicationRow | null> {
   if (scope === 'platform') {
     if (!platformRolesManage(ctx)) throw new ApiError('forbidden', { details: { required_permission: 'roles.manage' } });
@@ -194,7 +205,10 @@ async function lockScopeApplication(tx: Tx, applicationId: string): Promise<Appl
 async function patchLockedRole(ctx: Ctx, id: string, body: PatchRoleBody): Promise<Role> {
   const { role, app } = await editableRole(ctx, id);
   assertNoReadOnlyFields(body, ROLE_READ_ONLY_FIELDS);
-  if (body.permissions) assertRolePermissions(ctx, role.scope, app, body.permissions);
+  if (body.permissions) {
+    assertRolePermissions(ctx, role.scope, app, body.permissions);
+    if (role.scope === 'platform') assertHoldsDropped(ctx, role.permissions, body.permissions);
+  }
   return ctx.db.transaction(async (tx) => {
     if (app) await assertTenantWritable(tx, app.tenant_id);
     const description = 'description' in body ? body.description ?? null : role.description;
