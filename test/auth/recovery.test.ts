@@ -354,6 +354,57 @@ test('password change with a wrong current password gets 403 invalid_current_pas
   assert.deepEqual(await mailsTo(t, user.email, 'password_changed'), []);
 });
 
+test('a verification link of a user deleted while it was being followed (the delete committed as the verification waited for the user) is 400 invalid_token, as for a user deleted before: the deleted account is not marked verified. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
+  if (storageName !== 'postgres') return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const { email, session } = await signup();
+  const token = await latestToken(t, email, 'email_verification');
+  const [holder, watcher] = [await client(t), await client(t)];
+  let res;
+  try {
+    // The delete's transaction (DELETE /v1/users/{id}: the user, then its status, sessions and links).
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [session.user_id]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const verify = post(t, '/v1/auth/email/verify', { token });
+    await blockedBy(watcher, rows[0].pid, 'the verification');
+    await holder.query(`UPDATE users SET status = 'deleted', deleted_at = now() WHERE id = $1`, [session.user_id]);
+    await holder.query('COMMIT');
+    res = await verify;
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+  assertError(res, 400, 'invalid_token');
+  assert.equal(await emailVerified(session.user_id), false);
+});
+
+test('"Suspend: all sessions revoked": a password change whose session a suspension ended while it ran (the suspension committed as the change waited for the user) answers 401 and changes nothing: the old password stays, no password_changed mail. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
+  if (storageName !== 'postgres') return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const [holder, watcher] = [await client(t), await client(t)];
+  let res;
+  try {
+    // The suspension's transaction (POST /v1/users/{id}/suspend: the user, then its status and sessions).
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const change = post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(session.access_token));
+    await blockedBy(watcher, rows[0].pid, 'the password change');
+    await holder.query(`UPDATE users SET status = 'suspended' WHERE id = $1`, [user.id]);
+    await holder.query('UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL', [user.id]);
+    await holder.query('COMMIT');
+    res = await change;
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+  assertError(res, 401, 'unauthenticated');
+  const [identity] = await sql<{ password_hash: string }>(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND password_hash IS NOT NULL`, [user.id]);
+  assert.equal(await verifyPassword(identity.password_hash, PASSWORD), true, 'the old password stays');
+  assert.deepEqual(await mailsTo(t, user.email, 'password_changed'), []);
+});
+
 test('wrong current passwords at password change count toward the lockout: after 5 in 15 minutes the next gets 429 too_many_attempts with Retry-After, even the right one, and the password is unchanged', async () => {
   const user = await createUser(t);
   const session = await signIn(user);

@@ -802,6 +802,62 @@ test('the erasure cascade locks the user\'s Organizations, then the user, before
   assert.equal(await count('organization_members', 'user_id = $1', [user.id]), 0);
 });
 
+/**
+ * Runs the erasure cascade for `userId` (due) held at its re-read of the erasure request (after it
+ * locked the user), starts `op` once the cascade waits, and lets the cascade commit once `op` waits
+ * for it: `op` found the user before the cascade and takes the user's lock after it. PostgreSQL only.
+ */
+async function whileCascadeErases<T>(userId: string, op: () => Promise<T>): Promise<T> {
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM erasure_requests WHERE user_id = $1 FOR UPDATE', [userId]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const cascade = t.deps.jobs.runNow('erasure-cascade');
+    const cascadePid = await blockedBy(watcher, rows[0].pid, 'the cascade');
+    const running = op();
+    await blockedBy(watcher, cascadePid, 'the operation');
+    await holder.query('COMMIT');
+    await cascade;
+    assert.notEqual((await userRow(t, userId))!.erased_at, null, 'precondition: the cascade erased the user');
+    return await running;
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+}
+
+test('"404 user_not_found after the erasure cascade finished": an erasure request that waited for the cascade erasing the same user answers 404 and schedules nothing (the completed request stays completed; no second cascade, no second user.erased). PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const admin = await asAdmin();
+  const user = await createUser(t);
+  assertStatus(await requestErasure(user.id, admin), 202);
+  t.clock.advance(7 * DAY + 1);
+  const again = await asAdmin();
+  const res = await whileCascadeErases(user.id, () => requestErasure(user.id, again));
+  assertError(res, 404, 'user_not_found');
+  assert.deepEqual(await sql(t, 'SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]), [{ status: 'completed' }]);
+  t.clock.advance(8 * DAY);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.equal((await auditFor(t, user.id, 'user.erased')).length, 1);
+  assert.equal((await auditFor(t, user.id, 'user.erasure_requested')).length, 1);
+});
+
+test('"404 user_not_found after the erasure cascade finished": an admin PATCH /v1/users/{id} of the soft-deleted user that waited for the cascade erasing them answers 404 and writes nothing: the tombstone keeps its address, no verification mail goes out, no user.email_changed. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const admin = await asAdmin();
+  const user = await createUser(t);
+  assertStatus(await requestErasure(user.id, admin), 202);
+  t.clock.advance(7 * DAY + 1);
+  const email = uniqueEmail('after-erasure');
+  const again = await asAdmin();
+  const res = await whileCascadeErases(user.id, () => call(t, 'PATCH', `/v1/users/${user.id}`, again, { email }));
+  assertError(res, 404, 'user_not_found');
+  assert.equal((await userRow(t, user.id))!.email, `erased+${user.id.toLowerCase()}@erased.invalid`);
+  assert.equal(await count('emails', 'lower(to_address) = lower($1)', [email]), 0);
+  assert.equal((await auditFor(t, user.id, 'user.email_changed')).length, 0);
+});
+
 test('an erasure the cascade cannot complete does not hold back the erasures due after it: they complete in the same run, the run reports failure naming the user, and that user is erased once the cascade can run', async () => {
   const stuck = await createUser(t);
   const next = await createUser(t);

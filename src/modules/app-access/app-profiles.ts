@@ -5,10 +5,10 @@ import { recordAudit } from '../../audit/record.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { assertNoReadOnlyFields, mergeCustom } from '../../http/patch.js';
 import { accessKey, resolveAccess } from '../../access/resolve.js';
-import { targetUser, confinedApp } from '../users/access.js';
+import { confinedApp, lockTargetUser, targetUser } from '../users/access.js';
 import { findApplicationRow } from '../applications/store.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
-import { findLiveUser, lockUser, type UserRow } from '../users/store.js';
+import { findLiveUser, type UserRow } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import type { Queryable } from '../../db/types.js';
 import { APP_PROFILE_READ_ONLY, type AppProfile, type PatchAppProfileBody } from './schemas.js';
@@ -47,9 +47,9 @@ export async function authorizeAppUserData(ctx: Ctx, idParam: string, appId: str
  * 404 to all but users.manage, as when the write began.
  */
 export async function lockUserForAppData(tx: Queryable, ctx: Ctx, userId: string): Promise<void> {
-  const user = await lockUser(tx, userId);
+  const user = await lockTargetUser(tx, userId);
   const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
-  if (!user || user.erased_at || (user.status === 'deleted' && !manage)) throw new ApiError('user_not_found');
+  if (user.status === 'deleted' && !manage) throw new ApiError('user_not_found');
 }
 
 async function liveUser(ctx: Ctx, idParam: string): Promise<UserRow> {

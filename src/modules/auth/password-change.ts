@@ -1,6 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
+import { unauthenticated } from '../../auth/credentials.js';
 import { assertStrongPassword, hashPassword, verifyPassword, withPasswordWork } from '../../auth/passwords.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { voidPasswordTokens } from '../../auth/one-time-tokens.js';
@@ -44,7 +45,9 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
   await ctx.db.transaction(async (tx) => {
     // The user before the links it voids, as password/forgot and a suspension take them (the user, then
     // its links and sessions): in the other order a change and one of those at once deadlocked.
-    await holdUserBeforeLinks(tx, id);
+    // A suspension or delete that committed while this one ran ended its session: it changes nothing
+    // (401, as an email change request answers then), however valid the session was when it began.
+    if ((await holdUserBeforeLinks(tx, id)) !== 'active') throw unauthenticated(true);
     // The challenges before the identity, in the order an MFA sign-in takes them (it uses its challenge,
     // then takes the identity): in the other order the two at once deadlocked.
     await voidPasswordTokens(tx, id, ctx.now);

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
 import { ApiError } from '../../errors.js';
-import { findUserById, type UserRow } from './store.js';
+import { findUserById, lockUser, type UserRow } from './store.js';
 import { resolveUserId, SUPERADMIN_ROLE_ID } from './service.js';
 import type { Queryable } from '../../db/types.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
@@ -67,6 +67,17 @@ export async function targetUser(
   // readOnly: a read that needs users.manage (Settings, the sessions list) changes nothing about a superadmin.
   if (need === 'write' && !self && !opts.readOnly) await assertMayActOnAdmin(ctx, id);
   return { user, self };
+}
+
+/**
+ * The user targetUser found, locked (lockUser) for the write: an erasure cascade that committed while
+ * the write waited left a tombstone, 404 user_not_found to everyone as targetUser answers after it
+ * (a write to it would schedule a second erasure, or put a new address on the tombstone and mail it).
+ */
+export async function lockTargetUser(tx: Queryable, id: string): Promise<UserRow> {
+  const user = await lockUser(tx, id);
+  if (!user || user.erased_at) throw new ApiError('user_not_found');
+  return user;
 }
 
 /** Whether the user holds the seed superadmin Role. */

@@ -12,10 +12,10 @@ import { memberEvent } from '../organizations/events.js';
 import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
 import { announceEntitlementDeleted, announceScopeChanges } from '../entitlements/grant.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
-import { findUserById, lockUser, toUser, type UserRow } from './store.js';
+import { findUserById, toUser, type UserRow } from './store.js';
 import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
 import { actorRef, MEMBER_ROLE_ID } from './service.js';
-import { targetUser } from './access.js';
+import { lockTargetUser, targetUser } from './access.js';
 import { softDeleteUserRow } from './status.js';
 import type { ErasureRequest } from './schemas.js';
 import { AUDIT_COLUMNS, toAuditEvent, type AuditRow } from '../audit/store.js';
@@ -102,7 +102,7 @@ export async function requestErasure(ctx: Ctx, idParam: string, reason: string |
   return ctx.db.transaction(async (tx) => {
     // The user row is locked first: two requests at once (no erasure row yet to lock) run one after
     // the other, and the second returns the first's request.
-    const locked = await lockUser(tx, user.id);
+    const locked = await lockTargetUser(tx, user.id);
     const { rows } = await tx.query<ErasureRow>('SELECT user_id, status, requested_at, scheduled_for FROM erasure_requests WHERE user_id = $1 FOR UPDATE', [user.id]);
     if (rows[0]?.status === 'scheduled') return toErasure(rows[0]);
     await softDeleteUserRow(tx, ctx, locked);

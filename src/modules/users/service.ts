@@ -5,9 +5,9 @@ import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
-import { assignRole, findLiveUserByEmail, findUserById, lockUser, mayBeStoredEmail, insertPasswordIdentity, insertUser, toUser, USER_COLUMNS, type UserRow } from './store.js';
+import { assignRole, findLiveUserByEmail, findUserById, mayBeStoredEmail, insertPasswordIdentity, insertUser, toUser, USER_COLUMNS, type UserRow } from './store.js';
 import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
-import { accessPathCondition, confinedApp, targetUser } from './access.js';
+import { accessPathCondition, confinedApp, lockTargetUser, targetUser } from './access.js';
 import { sendInvitation, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds } from '../../http/counters.js';
 
@@ -167,7 +167,7 @@ export async function resendInvitation(ctx: Ctx, idParam: string): Promise<void>
     // Decided on the user as it is now, locked before its links as a status or email change locks them:
     // one no longer invited gets no link, and one whose email an admin changed meanwhile gets it at the
     // new address (a live link to the old one would open the account at its new address).
-    const user = await lockUser(tx, found.id);
+    const user = await lockTargetUser(tx, found.id);
     if (user.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { from: user.status, to: 'invited' } });
     const quota = await takeResendQuota(tx, ctx, user.email);
     if (!quota.allowed) {

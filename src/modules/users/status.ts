@@ -11,7 +11,7 @@ import { enqueueMail } from '../../mail/outbox.js';
 import { unauthenticated } from '../../auth/credentials.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from './store.js';
-import { targetUser } from './access.js';
+import { lockTargetUser, targetUser } from './access.js';
 import { RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { USER_READ_ONLY, type PatchUserBody, type User, type UserStatus } from './schemas.js';
@@ -80,7 +80,7 @@ export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow, reason?: s
 export async function suspendUser(ctx: Ctx, idParam: string, reason?: string): Promise<User> {
   const { user, self } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
   if (self) throw new ApiError('status_change_forbidden');
-  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockUser(tx, user.id), reason)), ctx.now);
+  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockTargetUser(tx, user.id), reason)), ctx.now);
 }
 
 /** Soft delete: shared by DELETE /v1/users/{id} and erasure requests. */
@@ -92,7 +92,7 @@ export async function softDeleteUserRow(tx: Tx, ctx: Ctx, user: UserRow): Promis
 /** DELETE /v1/users/{id}: self or users.manage. */
 export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
   const { user } = await targetUser(ctx, idParam, 'write');
-  await ctx.db.transaction(async (tx) => softDeleteUserRow(tx, ctx, await lockUser(tx, user.id)));
+  await ctx.db.transaction(async (tx) => softDeleteUserRow(tx, ctx, await lockTargetUser(tx, user.id)));
 }
 
 /**
@@ -113,7 +113,7 @@ export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody):
   }
   return toUser(
     await ctx.db.transaction(async (tx) => {
-      let current = await lockUser(tx, user.id);
+      let current = await lockTargetUser(tx, user.id);
       // PATCH status deleted or invited is rejected from any status, the current one included.
       if (body.status === 'deleted' || body.status === 'invited') throw invalidTransition(current.status, body.status);
       // The current email sent again (in any case) is no change, with a restore too: no mail, no audit.

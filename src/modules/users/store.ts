@@ -74,8 +74,10 @@ export async function lockUser(tx: Queryable, id: string): Promise<UserRow> {
  * waits only for those FOR UPDATE holders: a sign-in's session statement (the identity, then the user
  * FOR NO KEY UPDATE) neither waits for it nor is waited for, so taking the identity after it is safe.
  */
-export async function holdUserBeforeLinks(tx: Queryable, id: string): Promise<void> {
-  await tx.query('SELECT 1 FROM users WHERE id = $1 FOR KEY SHARE', [id]);
+export async function holdUserBeforeLinks(tx: Queryable, id: string): Promise<UserStatus> {
+  // The status as it is now: a status change holds the user FOR UPDATE, so it committed before this or waits for it.
+  const { rows } = await tx.query<{ status: UserStatus }>('SELECT status FROM users WHERE id = $1 FOR KEY SHARE', [id]);
+  return rows[0].status;
 }
 
 /** The user, unless deleted or erased: who a grant, an assignment or a membership may target. */
