@@ -89,29 +89,33 @@ export async function openPg(options: PgOptions): Promise<Database> {
 
   const normalize = <R>(r: pg.QueryResult): QueryResult<R> => ({ rows: r.rows as R[], rowCount: r.rowCount ?? 0 });
 
+  /**
+   * A transaction, or a single statement with parameters (its own transaction), that PostgreSQL aborted as a deadlock
+   * victim (or a serialization failure) did nothing; it runs again from the start. Nothing leaves the
+   * process inside a transaction (transactional outbox), so running it twice has no outside effect.
+   */
+  const retried = async <T>(run: () => Promise<T>): Promise<T> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await run();
+      } catch (err) {
+        if (attempt >= TRANSACTION_ATTEMPTS || !isRetryableConflict(err)) throw err;
+      }
+    }
+  };
+
   const scoped = (scope: Scope): Db => ({
     scope,
     inTransaction: false,
     query: async <R>(text: string, params?: unknown[]) => {
       assertNotInTransaction(database);
-      return normalize<R>(await admit(scope).query(statement(text, params)));
+      return normalize<R>(await retried(() => admit(scope).query(statement(text, params))));
     },
     exec: async (text: string) => {
       assertNotInTransaction(database);
       await admit(scope).query(text);
     },
-    transaction: async <T>(fn: (tx: Tx) => Promise<T>) => {
-      // A transaction PostgreSQL aborted as a deadlock victim (or a serialization failure) did
-      // nothing; it runs again from the start. Nothing leaves the process inside a transaction
-      // (transactional outbox), so running the function twice has no outside effect.
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await once(scope, fn);
-        } catch (err) {
-          if (attempt >= TRANSACTION_ATTEMPTS || !isRetryableConflict(err)) throw err;
-        }
-      }
-    },
+    transaction: <T>(fn: (tx: Tx) => Promise<T>) => retried(() => once(scope, fn)),
   });
 
   const quieted = new WeakSet<object>();

@@ -14,6 +14,7 @@ import { openPglite } from '../../src/db/pglite.js';
 import { DatabaseBusyError, MAX_WAITING_FOR_CONNECTION, type Database } from '../../src/db/types.js';
 import { newId } from '../../src/ids.js';
 import { CuttableProxy, freshSchemaName } from './support/ops.js';
+import { blockedBy, client } from '../helpers/locks.js';
 
 const ADMIN_PASSWORD = 'granite-orchard-lantern-73';
 
@@ -497,6 +498,36 @@ test('two transactions taking the same two rows in opposite orders both commit: 
   assert.deepEqual(await Promise.all([run(0), run(1)]), [0, 1]);
   const expected = t.database.kind === 'pg' ? [1, 2] : [1, 1];
   assert.deepEqual([...attempts].sort(), expected, t.database.kind === 'pg' ? 'the deadlock victim ran twice, the other once' : 'each ran once, in turn');
+});
+
+test('a single statement PostgreSQL aborts as a deadlock victim did nothing and runs again, as a transaction does: it succeeds once the other side commits', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('deadlocks need two connections: PostgreSQL only (PGlite runs one statement at a time)');
+  const db = t.database.scoped('system');
+  const [a, b] = [newId('usr'), newId('usr')];
+  for (const id of [a, b]) {
+    await db.query(`INSERT INTO users (id, email, status, test_mode, created_at, updated_at) VALUES ($1, $2, 'active', false, now(), now())`, [id, uniqueEmail('dl')]);
+  }
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    await holder.query('BEGIN');
+    await holder.query('UPDATE users SET updated_at = now() WHERE id = $1', [b]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    // One statement (as a sign-in's session statement is) locking `a`, then `b`, which the holder has.
+    const statement = db.query(
+      `WITH first AS (UPDATE users SET updated_at = now() WHERE id = $1 RETURNING id)
+       UPDATE users SET updated_at = now() WHERE id = $2 AND EXISTS (SELECT 1 FROM first) RETURNING id`,
+      [a, b],
+    );
+    const outcome = statement.then((r) => r.rows.map((row: any) => row.id), (err) => `failed: ${err.code ?? err}`);
+    await blockedBy(watcher, rows[0].pid, 'the statement');
+    // The holder asks for `a`: a cycle. The statement waited longer, so its backend finds it and aborts it.
+    await holder.query('UPDATE users SET updated_at = now() WHERE id = $1', [a]);
+    await holder.query('COMMIT');
+    assert.deepEqual(await outcome, [b], 'the statement ran again after the deadlock and updated both rows');
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
 });
 
 /** Prepared statements whose text contains `fragment`, summed over every connection of the scope's pool (each is held at once). */
