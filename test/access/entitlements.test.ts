@@ -796,6 +796,30 @@ test('Idempotency-Key: "A retry with the same key returns the original result", 
   assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 2, 'the order_id write and this one');
 });
 
+test('RFC 9110 §13.2.1 "A server MUST ignore all received preconditions if its response to the same request without those conditions … would have been a status code other than a 2xx": a caller who may see the row but not change it (the holder, a plain member, an org admin sending ends_at) gets 403 forbidden with a stale If-Match too, never 412 with the current ETag; nothing changes', async () => {
+  const holder = await person(t);
+  const ent = await grant(t, admin, holder.id, app.id);
+  const orgAdmin = await person(t);
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }, { userId: member.id }]);
+  const orgRow = await orgGrant(t, org, (await newApp(t, admin)).id);
+  const cases: [string, string, Record<string, unknown>][] = [
+    [holder.token, ent.id, { status: 'disabled', disabled_reason: 'mine' }],
+    [member.token, orgRow, { status: 'disabled', disabled_reason: 'ours' }],
+    [orgAdmin.token, orgRow, { ends_at: inSeconds(t, DAY) }],
+  ];
+  for (const [token, id, body] of cases) {
+    for (const headers of [{}, { 'if-match': '"stale"' }, { 'if-none-match': '*' }] as Record<string, string>[]) {
+      const res = await patchEnt(t, token, id, body, headers);
+      assertError(res, 403, 'forbidden');
+      assert.equal(res.json().error.details.etag, undefined);
+    }
+  }
+  assert.equal((await entRow(t, ent.id))!.status, 'active');
+  assert.equal((await entRow(t, orgRow))!.status, 'active');
+  assert.equal((await entRow(t, orgRow))!.ends_at, null);
+});
+
 test('the ETag changes with every write, even two writes within one millisecond: the older If-Match is 412 precondition_failed', async () => {
   const user = await person(t);
   await atOneInstant(t, async () => {

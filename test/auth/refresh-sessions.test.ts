@@ -83,6 +83,32 @@ test('a used refresh token replayed after the session ended otherwise (logout) i
   assert.equal(audit[0].after.revoked, false, 'the logout had ended the session already');
 });
 
+test('a used refresh token replayed after its session ended by itself (90 days after sign-in, or idled out after 30 days unused) is refused and audited session.refresh_token_reused once, with after.revoked false: the replay ended nothing', async () => {
+  const user = await createUser(t);
+  const aged = await signIn(user);
+  const idle = await signIn(user);
+  assert.equal((await refresh(idle.refresh_token)).statusCode, 200);
+  let current = (await refresh(aged.refresh_token)).json().refresh_token;
+  for (let i = 0; i < 3; i++) {
+    t.clock.advance(29 * DAY);
+    const renewed = await refresh(current);
+    assert.equal(renewed.statusCode, 200, renewed.body);
+    current = renewed.json().refresh_token;
+  }
+  t.clock.advance(3 * DAY + 1);
+  // Day 90 and a second: `aged` is over by its 90 days, `idle` idled out on day 30.
+  for (let i = 0; i < 2; i++) {
+    assertError(await refresh(aged.refresh_token), 401, 'invalid_refresh_token');
+    assertError(await refresh(idle.refresh_token), 401, 'invalid_refresh_token');
+  }
+  const audit = await auditRows(t, 'session.refresh_token_reused', user.id);
+  assert.deepEqual(
+    audit.map((r) => [r.target_id, r.after.revoked]).sort(),
+    [[aged.session_id, false], [idle.session_id, false]].sort(),
+  );
+  assert.deepEqual(await sql(t, 'SELECT id FROM sessions WHERE user_id = $1 AND revoked_at IS NOT NULL', [user.id]), [], 'no session was revoked');
+});
+
 test('concurrent replays of a used refresh token, after logout or while they end the session, are audited session.refresh_token_reused once per token', async () => {
   for (const endedBefore of [true, true, true, false, false]) {
     const user = await createUser(t);
@@ -242,6 +268,31 @@ test('DELETE /v1/users/me/sessions/{id} revokes that session: its refresh tokens
     assertError(await t.app.inject({ method: 'DELETE', url: `/v1/users/me/sessions/${id}`, headers: bearer(keep.access_token) }), 404, 'session_not_found');
   }
   assert.ok(await works(stranger.access_token), 'await works(stranger.access_token)');
+});
+
+test('DELETE /v1/users/{id}/sessions/{sessionId} of a session that ended by itself (idled out after 30 days unused, or 90 days after sign-in) is 404 session_not_found, as for a revoked one: it is no longer an active session, and nothing is revoked or audited', async () => {
+  const user = await createUser(t);
+  const adminUser = await createUser(t, { roles: ['superadmin'] });
+  const aged = await signIn(user);
+  const idle = await signIn(user);
+  t.clock.advance(29 * DAY);
+  let current = (await refresh(aged.refresh_token)).json().refresh_token;
+  t.clock.advance(DAY + 1);
+  const admin = await login(t, adminUser);
+  assert.ok(!(await get(t, `/v1/users/${user.id}/sessions`, admin)).json().data.some((s: any) => s.id === idle.session_id), 'the idle session is not listed');
+  assertError(await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/sessions/${idle.session_id}`, headers: bearer(admin) }), 404, 'session_not_found');
+  for (const day of [58, 86]) {
+    t.clock.advance(28 * DAY);
+    const renewed = await refresh(current);
+    assert.equal(renewed.statusCode, 200, `day ${day}: the session is still live`);
+    current = renewed.json().refresh_token;
+  }
+  t.clock.advance(4 * DAY);
+  const own = await signIn(user);
+  assertError(await t.app.inject({ method: 'DELETE', url: `/v1/users/me/sessions/${aged.session_id}`, headers: bearer(own.access_token) }), 404, 'session_not_found');
+  const revoked = await sql(t, 'SELECT id FROM sessions WHERE id = ANY($1) AND revoked_at IS NOT NULL', [[aged.session_id, idle.session_id]]);
+  assert.deepEqual(revoked, [], 'nothing was revoked');
+  assert.deepEqual(await auditRows(t, 'session.revoked', user.id), [], 'nothing was audited');
 });
 
 test('users.manage may list and revoke another user\'s sessions; without it another user\'s sessions are not reachable', async () => {

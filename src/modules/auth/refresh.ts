@@ -5,6 +5,7 @@ import { ApiError } from '../../errors.js';
 import { hashSecret, newId, newSecret } from '../../ids.js';
 import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
+import { SESSION_LIVE_SQL } from '../sessions/store.js';
 import { ACCESS_TOKEN_SECONDS, REFRESH_IDLE_SECONDS, signAccessToken, type AuthMethod } from './sessions.js';
 import type { AuthSession, RefreshBody } from './schemas.js';
 
@@ -94,15 +95,17 @@ interface RotatedRow {
 
 /**
  * Reuse ends the session and is audited: `revoked` says whether this presentation ended it. A replay
- * after the session ended otherwise (logout, an admin revoke, a suspend) is audited too, once per
- * reused token, so a stolen token replayed after the owner signed out still leaves a trace.
+ * after the session ended otherwise (logout, an admin revoke, a suspend, its 90 days, idling out) is
+ * audited too, once per reused token, so a stolen token replayed after the owner signed out still
+ * leaves a trace.
  */
 async function revokeForReuse(ctx: Ctx, token: TokenRow): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     // Concurrent replays of one token take their turn on the session row, so the one that audits has
     // committed before the next looks for its row: audited once, also on a session already ended.
     await tx.query('SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE', [token.session_id]);
-    const { rowCount } = await tx.query('UPDATE sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL', [token.session_id, ctx.now]);
+    // A session that ended by itself (its 90 days, or idled out) has nothing left to revoke.
+    const { rowCount } = await tx.query(`UPDATE sessions s SET revoked_at = $2 WHERE id = $1 AND ${SESSION_LIVE_SQL('s', '$2')}`, [token.session_id, ctx.now]);
     const revoked = rowCount === 1;
     if (!revoked) {
       const { rowCount: seen } = await tx.query(

@@ -55,16 +55,21 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     assertNoReadOnlyFields(body, ENTITLEMENT_READ_ONLY);
     await assertHoldingOrgActive(tx, row);
     await assertAppTenantWritable(tx, row.application_id);
+    const full = rights.platform || rights.appKey || rights.owner;
+    const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
+    const orgAdminRow = orgAdmin && row.source === 'org_seat';
+    // RFC 9110 §13.2.1: preconditions are ignored when the request without them would not succeed, so
+    // a caller who may not make this change (the holder, a plain member, an org admin sending a field
+    // beyond status and scope) is 403 whatever its If-Match, never 412 with the row's current ETag.
+    if (!full && !(orgAdminRow && limitedFields)) throw new ApiError('forbidden');
     if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
     // work is done first, in this transaction, and the request moves the expired row.
     row = await expireIfEnded(tx, ctx, row);
-    const full = rights.platform || rights.appKey || rights.owner;
-    const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
     // Org admins only toggle between active and disabled (an expired or revoked row is not theirs to move).
     const toggle = (s: string) => s === 'active' || s === 'disabled';
-    const orgAdminMove = orgAdmin && row.source === 'org_seat' && limitedFields && (body.status === undefined || body.status === row.status || (toggle(body.status) && toggle(row.status)));
+    const orgAdminMove = orgAdminRow && limitedFields && (body.status === undefined || body.status === row.status || (toggle(body.status) && toggle(row.status)));
     if (!full && !orgAdminMove) throw new ApiError('forbidden');
 
     const status = body.status ?? row.status;
