@@ -1,7 +1,8 @@
 // POST /v1/auth/oauth/token, grant_type=refresh_token: app refresh tokens (Part A "App refresh token").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { client } from '../helpers/locks.js';
 import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, sql, type AppFixture } from '../access/support.js';
 import { createUser } from '../helpers/fixtures.js';
 import { assertOAuthError, codeFor, codeGrant, member, oauthApp, pausedAfter, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
@@ -51,6 +52,45 @@ test('a used refresh token replayed with another client_id still revokes the gra
   const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
   assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, other.id)), 'invalid_grant');
   assertOAuthError(await tokenReq(t, refreshGrant(next.refresh_token, app.id)), 'invalid_grant');
+});
+
+if (storageName === 'postgres') test('App refresh token "single use, rotating" with reuse detection: a replay that arrives while a rotation of the same grant is committing revokes the token that rotation issues too (RFC 9700 §4.14.2: the whole family)', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+  // The rotation of `next` pauses inside its transaction (its token row issued, not yet committed)
+  // until the replay of `first` waits on it; then it commits and the replay goes on.
+  const watcher = await client(t);
+  const keys = t.deps.keys;
+  const signUntil = keys.signUntil.bind(keys);
+  // The replay is started from the test, not from inside the rotation's transaction.
+  let rotationPaused!: () => void;
+  const paused = new Promise<void>((resolve) => { rotationPaused = resolve; });
+  const replay = paused.then(() => tokenReq(t, refreshGrant(first.refresh_token, app.id)));
+  let seen = false;
+  keys.signUntil = async (...args) => {
+    if (!seen) {
+      seen = true;
+      rotationPaused();
+      for (let waited = 0; ; waited += 10) {
+        const { rows } = await watcher.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%oauth_%'`);
+        if (rows.length) break;
+        if (waited >= 5000) throw new Error('the replay never waited for the rotation');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
+    return signUntil(...args);
+  };
+  let rotated: any;
+  try {
+    rotated = assertStatus(await tokenReq(t, refreshGrant(next.refresh_token, app.id)), 200);
+    assertOAuthError(await replay, 'invalid_grant');
+  } finally {
+    keys.signUntil = signUntil;
+    await watcher.end();
+  }
+  assertOAuthError(await tokenReq(t, refreshGrant(rotated.refresh_token, app.id)), 'invalid_grant');
+  assert.equal((await auditOf(t, user.id, 'oauth.refresh_token_reused')).length, 1);
 });
 
 test('concurrent refreshes with one token: exactly one succeeds', async () => {

@@ -107,8 +107,22 @@ export async function useAppRefreshToken(tx: Tx, id: string, now: Date): Promise
   return rowCount === 1;
 }
 
-/** Revokes every app refresh token issued from one authorization code; returns how many were live. */
+/**
+ * A rotation's hold on its grant (the code row, FOR KEY SHARE), taken before the token is used: a
+ * replay's revokeGrant waits for the rotation to commit and then revokes what it issued too.
+ */
+export async function lockGrant(tx: Tx, codeId: string): Promise<void> {
+  await tx.query('SELECT 1 FROM oauth_authorization_codes WHERE id = $1 FOR KEY SHARE', [codeId]);
+}
+
+/**
+ * Revokes every app refresh token issued from one authorization code; returns how many were live.
+ * The code row is locked first, so a rotation of the grant under way (lockGrant) commits before the
+ * update reads the tokens: without it, the token that rotation inserts is not in the update's
+ * snapshot and would outlive the replay.
+ */
 export async function revokeGrant(tx: Tx, codeId: string, now: Date): Promise<number> {
+  await tx.query('SELECT 1 FROM oauth_authorization_codes WHERE id = $1 FOR UPDATE', [codeId]);
   const { rowCount } = await tx.query('UPDATE oauth_refresh_tokens SET revoked_at = $2 WHERE authorization_code_id = $1 AND revoked_at IS NULL', [codeId, now]);
   return rowCount ?? 0;
 }

@@ -8,7 +8,7 @@ import { recordAudit } from '../../audit/record.js';
 import { APP_TOKEN_SECONDS, earliest } from '../app-access/app-tokens.js';
 import { assertAppAccess } from './access.js';
 import {
-  applicationExists, consumeCode, findAppRefreshToken, findCode, insertAppRefreshToken, lockLiveSession, revokeGrant, useAppRefreshToken,
+  applicationExists, consumeCode, findAppRefreshToken, findCode, insertAppRefreshToken, lockGrant, lockLiveSession, revokeGrant, useAppRefreshToken,
 } from './store.js';
 import { OAuthError, type TokenBody, type TokenResponse } from './schemas.js';
 
@@ -95,6 +95,7 @@ async function exchangeRefreshToken(baseCtx: Ctx, body: TokenBody): Promise<Toke
 
   const issued = await ctx.db.transaction(async (tx) => {
     if (!(await lockLiveSession(tx, row.session_id, ctx.now))) return SESSION_ENDED;
+    await lockGrant(tx, row.authorization_code_id); // a concurrent replay revokes what this issues
     if (!(await useAppRefreshToken(tx, row.id, ctx.now))) return null;
     return issueTokens(tx, ctx, { ...row, codeId: row.authorization_code_id, parentId: row.id, accessEnd });
   });
