@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { Piscina } from 'piscina';
 import { passwordWorkCapacity } from '../../src/auth/passwords.js';
 import { buildCapturedApp, type CapturedApp } from '../security/core/support.js';
-import { PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
-import { assertAuthSession, assertError, post, sql, totpCode } from './support.js';
+import { bearer, PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
+import { assertAuthSession, assertError, createMfaUser, mfaChallenge, post, sql, totpCode } from './support.js';
 import { withStoppedClock } from '../helpers/app.js';
 
 // While `gate` is set, every verification task waits for it before it reaches the Argon2 pool, so
@@ -33,10 +33,14 @@ test('Argon2id runs off the event loop: requests keep being answered while sign-
   const email = uniqueEmail('pool');
   assert.equal((await post(t, '/v1/auth/signup', { email, password: PASSWORD })).statusCode, 201);
 
-  // Four sign-ins (four Argon2id verifications) in flight; meanwhile GET /health is asked again and
-  // again. Were the hash on the event loop, no answer could come before the sign-ins are done.
+  // Twelve sign-ins (twelve Argon2id verifications: four of the account, eight of unknown emails
+  // against the dummy hash) in flight; meanwhile GET /health is asked again and again. Were the hash on
+  // the event loop, no answer could come before the sign-ins are done. (Four were too few on a fast
+  // machine: they hashed in the time of two answers.)
   let signInsDone = false;
-  const signIns = Promise.all([0, 1, 2, 3].map((i) => post(t, '/v1/auth/login', { email, password: i % 2 ? PASSWORD : `${PASSWORD}x` }))).then((all) => {
+  const signIns = Promise.all(
+    Array.from({ length: 12 }, (_, i) => post(t, '/v1/auth/login', i % 3 === 0 ? { email, password: PASSWORD } : { email: uniqueEmail('nobody'), password: PASSWORD })),
+  ).then((all) => {
     signInsDone = true;
     return all;
   });
@@ -47,8 +51,8 @@ test('Argon2id runs off the event loop: requests keep being answered while sign-
     assert.equal(res.statusCode, 200);
     if (!signInsDone) answeredMeanwhile++;
   }
-  assert.deepEqual((await signIns).map((r) => r.statusCode), [401, 200, 401, 200]);
-  assert.ok(answeredMeanwhile >= 3, `GET /health answered ${answeredMeanwhile} times while four sign-ins hashed`);
+  assert.deepEqual((await signIns).map((r) => r.statusCode), Array.from({ length: 12 }, (_, i) => (i % 3 === 0 ? 200 : 401)));
+  assert.ok(answeredMeanwhile >= 3, `GET /health answered ${answeredMeanwhile} times while twelve sign-ins hashed`);
 });
 
 /** The answer, which must come while the admitted verifications are still held. */
@@ -141,4 +145,28 @@ test('LD-1 a TOTP confirm is password work too (it hashes ten recovery codes wit
     assert.equal(ok.statusCode, 200, ok.body);
     assert.equal(ok.json().recovery_codes.length, 10);
   });
+});
+
+test('LD-1 a recovery code is password work too (it is hashed with Argon2id to be looked up): mfa/verify and TOTP disable with one, beyond the process\'s capacity, get 503 service_unavailable with Retry-After at once and change nothing (no challenge attempt, no lockout slot, the code unused); the same code works once there is room', async () => {
+  const { user, token, recoveryCodes } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  const verify = () => post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, recovery_code: recoveryCodes[0] });
+  const disable = () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload: { recovery_code: recoveryCodes[1] } });
+  const state = async () => ({
+    challenge: await sql(t, `SELECT attempts, used_at FROM one_time_tokens WHERE user_id = $1 AND kind = 'mfa_challenge'`, [user.id]),
+    identity: await sql(t, `SELECT recent_failures, locked_until, totp_confirmed_at IS NOT NULL AS mfa FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]),
+    used: await sql(t, 'SELECT count(*)::int AS n FROM recovery_codes WHERE user_id = $1 AND used_at IS NOT NULL', [user.id]),
+  });
+  const before = await state();
+  await whilePasswordWorkFull(async () => {
+    for (const refused of await answeredWhileHeld(Promise.all([verify(), disable()]))) {
+      assertError(refused, 503, 'service_unavailable');
+      assert.equal(refused.headers['retry-after'], '1');
+    }
+  });
+  assert.deepEqual(await state(), before, 'the refused requests changed nothing');
+  const signedIn = await verify();
+  assert.equal(signedIn.statusCode, 200, signedIn.body);
+  assertAuthSession(signedIn.json(), user.id);
+  assert.equal((await disable()).statusCode, 204);
 });

@@ -62,7 +62,9 @@ async function challenge(tx: Tx, ctx: Ctx, userId: string, identityId: string): 
 }
 
 /** POST /v1/auth/mfa/verify: the second step, with a TOTP code (once only) or a recovery code. */
-export async function verifyMfa(baseCtx: Ctx, input: MfaVerifyBody): Promise<AuthSession> {
+export const verifyMfa = (baseCtx: Ctx, input: MfaVerifyBody): Promise<AuthSession> => withRecoveryCodeWork(input, () => verifyMfaAdmitted(baseCtx, input));
+
+async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<AuthSession> {
   if ((input.code === undefined) === (input.recovery_code === undefined)) {
     throw invalidField(input.code === undefined ? 'code' : 'recovery_code', 'send exactly one of code or recovery_code');
   }
@@ -146,6 +148,13 @@ export async function takeTotpStep(tx: Tx, identityId: string, step: number): Pr
   );
   return rowCount === 1;
 }
+
+/**
+ * A request carrying a recovery code hashes it with Argon2id to look it up: it is password work,
+ * admitted or refused with 503 before anything else (withPasswordWork). A TOTP code is not.
+ */
+export const withRecoveryCodeWork = <T>(input: { recovery_code?: string }, fn: () => Promise<T>): Promise<T> =>
+  input.recovery_code === undefined ? fn() : withPasswordWork(fn);
 
 /** What a recovery code someone sent may be stored as: computed before the transaction (it hashes). */
 export async function recoveryCodeHashes(userId: string, code: string): Promise<string[]> {

@@ -12,7 +12,7 @@ import { assertMayActOnAdmin, targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
 import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
 import { hashRecoveryCode, withPasswordWork } from '../../auth/passwords.js';
-import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep } from '../auth/login.js';
+import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep, withRecoveryCodeWork } from '../auth/login.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
 
 /** At start: TOTP secrets in the clear or sealed with an old key are sealed with the current one. */
@@ -88,7 +88,10 @@ async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody
 }
 
 /** POST …/mfa/totp/disable: needs a current code or an unused recovery code. */
-export async function disableTotp(ctx: Ctx, idParam: string, input: DisableBody): Promise<void> {
+export const disableTotp = (ctx: Ctx, idParam: string, input: DisableBody): Promise<void> =>
+  withRecoveryCodeWork(input, () => disableTotpAdmitted(ctx, idParam, input));
+
+async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody): Promise<void> {
   if ((input.code === undefined) === (input.recovery_code === undefined)) {
     throw invalidField('code', 'send exactly one of code or recovery_code');
   }
