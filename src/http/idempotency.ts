@@ -36,10 +36,12 @@ interface Row {
   expires_at: Date;
 }
 
-// Claims held by requests running in this process: a concurrent retry is answered 409 without
-// waiting for the database (on embedded storage it would otherwise queue behind the first request's
-// transaction). The database record stays the authority across processes.
-const running = new Set<string>();
+// Claims held by requests running in this process, with their request's fingerprint: a concurrent
+// retry is answered without waiting for the database (on embedded storage it would otherwise queue
+// behind the first request's transaction), as the database record answers it from another process:
+// 422 idempotency_key_reused for another request, else 409 idempotency_key_in_flight. The database
+// record stays the authority across processes.
+const running = new Map<string, string>();
 const localId = (c: Pick<Claim, 'credential' | 'operation' | 'key'>) => `${c.credential}\u0000${c.operation}\u0000${c.key}`;
 
 const credentialOf = (actor: Actor): string =>
@@ -108,10 +110,12 @@ export async function claimIdempotencyKey(
     subjectUserId: subjectUserOf(request, actor),
   };
   const id = localId(claim);
-  if (running.has(id)) throw new ApiError('idempotency_key_in_flight');
-  running.add(id);
+  const hash = fingerprint(request);
+  const runningHash = running.get(id);
+  if (runningHash !== undefined) throw new ApiError(runningHash === hash ? 'idempotency_key_in_flight' : 'idempotency_key_reused');
+  running.set(id, hash);
   try {
-    const claimed = await claimInDatabase(deps, request, reply, claim);
+    const claimed = await claimInDatabase(deps, reply, claim, hash);
     if (claimed) request.idempotencyClaim = claim;
     else running.delete(id);
     return !claimed;
@@ -122,9 +126,8 @@ export async function claimIdempotencyKey(
 }
 
 /** True when this request now holds the claim; false when it replayed the stored response. */
-async function claimInDatabase(deps: Deps, request: FastifyRequest, reply: FastifyReply, claim: Claim): Promise<boolean> {
+async function claimInDatabase(deps: Deps, reply: FastifyReply, claim: Claim, hash: string): Promise<boolean> {
   const { key } = claim;
-  const hash = fingerprint(request);
   const db = deps.database.scoped('system');
   for (let attempt = 0; attempt < 3; attempt++) {
     const now = deps.clock.now();

@@ -93,6 +93,37 @@ test('Idempotency-Key: reusing a key with a different body is refused with 422 i
   assert.equal(await countItems('reuse-b'), 0);
 });
 
+test('Idempotency-Key: "the same key with a different request gets 422 idempotency_key_reused" also while the first request is still running (as another process answers it), and the first one completes', async () => {
+  const { token } = await userToken(t);
+  const gate = here.gate('reuse-running');
+  try {
+    const first = post(token, 'k-reuse-running', { name: 'reuse-running' });
+    await gate.arrived;
+    const other = await post(token, 'k-reuse-running', { name: 'reuse-running-other' });
+    assert.equal(other.statusCode, 422, other.body);
+    assert.equal(other.json().error.code, 'idempotency_key_reused');
+    const same = await post(token, 'k-reuse-running', { name: 'reuse-running' });
+    assert.equal(same.statusCode, 409, same.body);
+    assert.equal(same.json().error.code, 'idempotency_key_in_flight');
+    gate.release();
+    assert.equal((await first).statusCode, 201);
+    assert.equal(await countItems('reuse-running'), 1);
+    assert.equal(await countItems('reuse-running-other'), 0);
+    // The same claim as another process holds it (its record in flight, nothing of it in this process): the same answers.
+    await t.database
+      .scoped('system')
+      .query(`UPDATE idempotency_keys SET status = 'in_flight', locked_until = $1 WHERE key = 'k-reuse-running'`, [new Date(t.clock.now().getTime() + 60_000)]);
+    const otherElsewhere = await post(token, 'k-reuse-running', { name: 'reuse-running-other' });
+    assert.equal(otherElsewhere.statusCode, 422, otherElsewhere.body);
+    assert.equal(otherElsewhere.json().error.code, 'idempotency_key_reused');
+    const sameElsewhere = await post(token, 'k-reuse-running', { name: 'reuse-running' });
+    assert.equal(sameElsewhere.statusCode, 409, sameElsewhere.body);
+    assert.equal(sameElsewhere.json().error.code, 'idempotency_key_in_flight');
+  } finally {
+    gate.release();
+  }
+});
+
 test('Idempotency-Key: "A retry with the same key returns the original result" when the retry sends the same body with its keys in another order', async () => {
   const key = (await createApiKey(t, { scope: 'platform', permissions: ['applications.manage', 'entitlements.manage'] })).secret;
   const owner = await createUser(t);
