@@ -16,11 +16,13 @@ const build = (coerceTypes: boolean | 'array') => {
   return ajv;
 };
 
-const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:[Zz]|[+-](\d{2}):(\d{2}))$/;
+const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/;
 
 /**
  * RFC 3339 date-time that PostgreSQL's timestamptz stores as sent: years 0001–9999, a real calendar
  * day, no leap second (:60, which the database refuses) and a UTC offset of at most 15:59 (its limit).
+ * The instant itself lies in years 0001–9999 in UTC too: `9999-12-31T23:59:59-15:59` is in year 10000
+ * (no four-digit UTC form to answer with; the database refused it after the checks, naming no field).
  */
 export function isStorableDateTime(text: string): boolean {
   const m = DATE_TIME.exec(text);
@@ -28,8 +30,14 @@ export function isStorableDateTime(text: string): boolean {
   const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number);
   if (year < 1 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || second > 59) return false;
   if (day > new Date(Date.UTC(year, month, 0)).getUTCDate()) return false;
-  if (m[8] !== undefined && (Number(m[8]) > 15 || Number(m[9]) > 59)) return false;
-  return true;
+  if (m[8] === undefined) return true;
+  const [offsetHours, offsetMinutes] = [Number(m[9]), Number(m[10])];
+  if (offsetHours > 15 || offsetMinutes > 59) return false;
+  // setUTCFullYear, not Date.UTC, which reads years 0–99 as 1900–1999.
+  const utc = new Date(0);
+  utc.setUTCFullYear(year, month - 1, day);
+  utc.setUTCHours(hour, minute - (m[8] === '-' ? -1 : 1) * (offsetHours * 60 + offsetMinutes), second);
+  return utc.getUTCFullYear() >= 1 && utc.getUTCFullYear() <= 9999;
 }
 
 // Bodies are JSON and keep their types ("true" is not a boolean); query strings and path

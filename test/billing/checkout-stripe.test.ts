@@ -253,3 +253,23 @@ test('any processor failure, an error answer as well as no answer, is 503 billin
   }
   assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter');
 });
+
+test('the portal allows payment method update, invoice view and cancel at period end, not plan switching: portal sessions open under one processor configuration saying so', async () => {
+  const owner = await tenantOwner(t, { stripeCustomerId: 'cus_portal_features' });
+  assertStatus(await portal(owner.tenantId, owner.token), 201);
+  assertStatus(await portal(owner.tenantId, owner.token), 201);
+  const created = processor.requests.filter((r) => r.method === 'POST' && r.path === '/v1/billing_portal/configurations');
+  assert.equal(created.length, 1, 'one configuration, reused by later sessions');
+  const features = Object.fromEntries(Object.entries(created[0].form).filter(([k]) => k.startsWith('features[')));
+  assert.deepEqual(features, {
+    'features[payment_method_update][enabled]': 'true',
+    'features[invoice_history][enabled]': 'true',
+    'features[subscription_cancel][enabled]': 'true',
+    'features[subscription_cancel][mode]': 'at_period_end',
+    'features[subscription_update][enabled]': 'false',
+    'features[customer_update][enabled]': 'false',
+  });
+  const sessions = processor.requests.filter((r) => r.path === '/v1/billing_portal/sessions').slice(-2);
+  assert.match(sessions[0].form.configuration ?? '', /^bpc_test_/);
+  assert.equal(sessions[1].form.configuration, sessions[0].form.configuration);
+});

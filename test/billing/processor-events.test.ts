@@ -1,5 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { atOneInstant, type TestApp } from '../helpers/app.js';
 import { toUnixSeconds } from '../../src/clock.js';
 import { assertError, assertStatus, auditRows, buildApp, call, caller, createApplication, seedOrganization, sql, tenantOwner, tenantRow, type Caller } from '../tenancy/support.js';
@@ -705,4 +706,67 @@ test('an add-on\'s amount in cents is its price times its quantity, also for a p
   const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
   assert.equal(view.plan, 'enterprise');
   assert.deepEqual(view.add_ons, [{ code: 'isolated_tenancy', amount: 24691 }]);
+});
+
+test('the timestamp judged against the 5 minutes is the one that is signed: a header naming a second t= (a fresh one beside a signed one an hour ahead) answers 400 and changes nothing', async () => {
+  const owner = await tenantOwner(t);
+  const payload = JSON.stringify(processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: 'sub_two_t', customer: 'cus_two_t' })));
+  await atOneInstant(t, async () => {
+    const ahead = sign(t, payload, { timestamp: now() + 3600 });
+    // Two timestamps: which one was signed is ambiguous. A " t=" item is no timestamp (the processor's
+    // parser takes keys as written), so the signed one an hour ahead is the header's only timestamp.
+    const cases: [string, string][] = [
+      [`t=${now()},${ahead}`, 'malformed_signature'],
+      [`${ahead},t=${now()}`, 'malformed_signature'],
+      [` t=${now()},${ahead}`, 'timestamp_outside_tolerance'],
+    ];
+    for (const [header, reason] of cases) {
+      const error = assertError(await postEvent(t, payload, header), 400, 'invalid_signature');
+      assert.equal(error.details.reason, reason, header);
+    }
+  });
+  const tenant = await tenantRow(t, owner.tenantId);
+  assert.equal(tenant.plan, 'starter');
+  assert.equal(tenant.subscription_status, 'none');
+});
+
+test('a signed event whose instants (created, a period start or end) lie outside the dates the service stores answers 400 in the error envelope, never a 500, and changes nothing', async () => {
+  const owner = await tenantOwner(t);
+  const base = subscription({ tenantId: owner.tenantId });
+  const cases: [string, ReturnType<typeof processorEvent>][] = [
+    ['created 1e308', { ...processorEvent(t, 'customer.subscription.created', base), created: 1e308 }],
+    ['created in year 10000', { ...processorEvent(t, 'customer.subscription.created', base), created: 253402300800 }],
+    ['period end 1e308', processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, end: 1e308 }))],
+    ['period start before year 1', processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, start: -1e14 }))],
+  ];
+  for (const [label, event] of cases) {
+    const payload = JSON.stringify(event);
+    const error = assertError(await postEvent(t, payload, sign(t, payload)), 400, 'bad_request');
+    assert.doesNotMatch(error.message, /unexpected/i, label);
+    assert.equal((await eventRows(event.id)).length, 0, label);
+  }
+  const tenant = await tenantRow(t, owner.tenantId);
+  assert.equal(tenant.plan, 'starter');
+  assert.equal(tenant.subscription_status, 'none');
+  assert.equal(tenant.updated_at.getTime(), tenant.created_at.getTime());
+});
+
+test('a signed event whose processor ids (event, subscription, customer) are longer than 255 characters answers 400 in the error envelope, never a 500, and changes nothing', async () => {
+  const owner = await tenantOwner(t);
+  const long = randomBytes(3000).toString('hex');
+  const cases: [string, ReturnType<typeof processorEvent>][] = [
+    ['event id', processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId }), { id: `evt_${long}` })],
+    ['subscription id', processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: `sub_${long}` }))],
+    ['customer id', processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, customer: `cus_${long}` }))],
+    ['checkout customer', processorEvent(t, 'checkout.session.completed', { id: 'cs_1', object: 'checkout.session', client_reference_id: owner.tenantId, customer: { id: `cus_${long}` }, subscription: 'sub_1' })],
+  ];
+  for (const [label, event] of cases) {
+    const payload = JSON.stringify(event);
+    assertError(await postEvent(t, payload, sign(t, payload)), 400, 'bad_request');
+    assert.equal((await eventRows(event.id)).length, 0, label);
+  }
+  const tenant = await tenantRow(t, owner.tenantId);
+  assert.equal(tenant.subscription_status, 'none');
+  assert.equal(tenant.stripe_customer_id, null);
+  assert.equal(tenant.updated_at.getTime(), tenant.created_at.getTime());
 });

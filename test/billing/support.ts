@@ -28,12 +28,16 @@ export interface FakeProcessor {
 
 const json = (status: number, body: unknown) => ({ status, body });
 
-/** Answers POST /v1/checkout/sessions, GET /v1/prices, POST /v1/billing_portal/sessions and POST /v1/customers as Stripe does (shape only). */
+/**
+ * Answers POST /v1/checkout/sessions, GET /v1/prices, POST /v1/billing_portal/sessions, GET and POST
+ * /v1/billing_portal/configurations and POST /v1/customers as Stripe does (shape only).
+ */
 export async function startFakeProcessor(): Promise<FakeProcessor> {
   const requests: ProcessorRequest[] = [];
   const prices = new Map([['team', 'price_team_monthly']]);
   const refuse = new Set<string>();
   const byIdempotencyKey = new Map<string, { status: number; body: unknown }>();
+  const configurations: { id: string; active: boolean; metadata: Record<string, string>; form: Record<string, string> }[] = [];
   let n = 0;
   const answer = (r: ProcessorRequest): { status: number; body: unknown } => {
     const now = Math.floor(Date.now() / 1000);
@@ -52,6 +56,16 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
       return json(200, { id, object: 'billing_portal.session', url: `https://billing.stripe.test/p/session/${id}`, created: now, customer: r.form.customer, return_url: r.form.return_url });
     }
     if (r.method === 'POST' && r.path === '/v1/customers') return json(200, { id: `cus_test_${++n}`, object: 'customer', email: r.form.email ?? null });
+    if (r.method === 'GET' && r.path === '/v1/billing_portal/configurations') {
+      const data = configurations.filter((c) => r.query.get('active') !== 'true' || c.active);
+      return json(200, { object: 'list', data, has_more: false, url: '/v1/billing_portal/configurations' });
+    }
+    if (r.method === 'POST' && r.path === '/v1/billing_portal/configurations') {
+      const metadata = Object.fromEntries(Object.entries(r.form).filter(([k]) => k.startsWith('metadata[')).map(([k, v]) => [k.slice(9, -1), v]));
+      const configuration = { id: `bpc_test_${++n}`, object: 'billing_portal.configuration', active: true, is_default: false, metadata, form: r.form };
+      configurations.push(configuration);
+      return json(200, configuration);
+    }
     return json(404, { error: { type: 'invalid_request_error', message: `Unrecognized request URL (${r.method}: ${r.path})` } });
   };
   const server: Server = createServer((req, res) => {

@@ -304,6 +304,38 @@ test('a date-time the database cannot store (year 0000, a leap second, an offset
   assert.equal(fine.statusCode, 200, 'offsets up to 15:59 and sub-second digits are stored as sent');
 });
 
+test('"years 0001–9999 … Anything else is 422 validation_failed naming the field": a date-time whose offset carries it past 9999-12-31 or before 0001-01-01 in UTC is refused naming the field, in bodies and queries alike, and changes nothing', async () => {
+  const { createApiKey, createUser } = await import('../helpers/fixtures.js');
+  const key = (await createApiKey(t, { scope: 'platform', permissions: ['users.list', 'entitlements.manage', 'audit.view', 'applications.manage'] })).secret;
+  const auth = { authorization: `Bearer ${key}` };
+  const owner = await createUser(t);
+  const app = await t.app.inject({ method: 'POST', url: '/v1/applications', headers: auth, payload: { slug: `dtu${Date.now() % 1e6}`, name: 'DT', launch_url: 'https://dt.example.com/', owner_user_id: owner.id } });
+  assert.equal(app.statusCode, 201, app.body);
+  const user = await createUser(t);
+  for (const value of ['9999-12-31T23:59:59-15:59', '9999-12-31T23:59:59.999999-00:01', '0001-01-01T00:00:00+00:01']) {
+    const res = await t.app.inject({
+      method: 'POST',
+      url: `/v1/users/${user.id}/entitlements`,
+      headers: { ...auth, 'idempotency-key': `dtu-${value}` },
+      payload: { application_id: app.json().id, source: 'trial', ends_at: value },
+    });
+    assert.equal(res.statusCode, 422, `ends_at ${value}: ${res.body}`);
+    assertEnvelope(res.json(), 'validation_failed');
+    const paths = (res.json().error.details.fields ?? []).map((f: { path: string }) => f.path);
+    assert.ok(paths.length > 0 && paths.every((p: string) => p === 'ends_at'), res.body);
+    const query = await t.app.inject({ method: 'GET', url: `/v1/audit-events?until=${encodeURIComponent(value)}`, headers: auth });
+    assert.equal(query.statusCode, 422, `until ${value}: ${query.body}`);
+    assert.deepEqual(query.json().error.details.fields.map((f: { path: string }) => f.path), ['query.until']);
+  }
+  const rows = await t.database.scoped('system').query('SELECT 1 FROM entitlements WHERE user_id = $1', [user.id]);
+  assert.equal(rows.rows.length, 0);
+  // The last instants of the range are accepted, whatever offset names them.
+  for (const value of ['9999-12-31T23:59:59.999Z', '9999-12-31T09:59:59+14:00']) {
+    const res = await t.app.inject({ method: 'GET', url: `/v1/audit-events?until=${encodeURIComponent(value)}`, headers: auth });
+    assert.equal(res.statusCode, 200, `${value}: ${res.body}`);
+  }
+});
+
 test('a path id longer than any id answers like an unknown id: the resource\'s 404, never 422', async () => {
   const { token } = await userToken(t, { roles: ['superadmin'] });
   const spec = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();

@@ -6,6 +6,8 @@ import { releaseSeatLimits } from '../tenancy/seats.js';
 import { basePlan, measureUsage, planFits, type Plan } from '../tenancy/plans.js';
 import { findTenantRecord, tenantModeOf, type TenantRecord } from '../tenancy/service.js';
 import { CHECKOUT_ALLOWED } from './sessions.js';
+import { ApiError } from '../../errors.js';
+import { isStorableDateTime } from '../../http/validation.js';
 
 type Obj = Record<string, any>;
 export interface ProcessorEvent {
@@ -34,9 +36,29 @@ const HANDLED = new Set([...SUBSCRIPTION_EVENTS, 'checkout.session.completed', '
  */
 export const restrictionHolds = (status: string, restricted: boolean): boolean => LAPSED.has(status) || (restricted && !ENTITLED.has(status));
 
-const idOf = (v: unknown): string | null => (typeof v === 'string' ? v : v && typeof v === 'object' && typeof (v as Obj).id === 'string' ? (v as Obj).id : null);
+/** The processor's ids are at most 255 characters: a longer one is none of its ids, and could not be stored and indexed. */
+export const PROCESSOR_ID_MAX_LENGTH = 255;
+/** 400 for a signed event the service cannot take as sent (nothing is applied or recorded). */
+export const malformedEvent = (message: string) => new ApiError('bad_request', { message: `The event is malformed: ${message}.` });
+
+const idOf = (v: unknown): string | null => {
+  const id = typeof v === 'string' ? v : v && typeof v === 'object' && typeof (v as Obj).id === 'string' ? (v as Obj).id : null;
+  if (id !== null && id.length > PROCESSOR_ID_MAX_LENGTH) throw malformedEvent(`an id is longer than ${PROCESSOR_ID_MAX_LENGTH} characters`);
+  return id;
+};
 const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
-const fromSeconds = (v: unknown): Date | null => (typeof v === 'number' ? new Date(v * 1000) : null);
+
+/** Unix seconds as an instant the database stores (years 0001–9999), or null when it is none. */
+export function instantOfSeconds(seconds: number): Date | null {
+  const at = new Date(seconds * 1000);
+  return Number.isFinite(seconds) && !Number.isNaN(at.getTime()) && isStorableDateTime(at.toISOString()) ? at : null;
+}
+const fromSeconds = (v: unknown): Date | null => {
+  if (typeof v !== 'number') return null;
+  const at = instantOfSeconds(v);
+  if (!at) throw malformedEvent('a period start or end is not a date the service stores');
+  return at;
+};
 
 /** The subscription state an event asks for; absent fields keep their stored values. */
 interface NextState {

@@ -2,7 +2,7 @@ import { requestLog, type Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { toUnixSeconds } from '../../clock.js';
 import { Stripe } from './processor.js';
-import { applyProcessorEvent, type EventOutcome, type ProcessorEvent } from './apply.js';
+import { applyProcessorEvent, instantOfSeconds, malformedEvent, PROCESSOR_ID_MAX_LENGTH, type EventOutcome, type ProcessorEvent } from './apply.js';
 
 /** Stripe's replay window: a signature timestamp further than this from the service clock is refused. */
 export const SIGNATURE_TOLERANCE_SECONDS = 300;
@@ -16,8 +16,12 @@ const refuse = (reason: string) => new ApiError('invalid_signature', { details: 
  */
 export function verifyProcessorEvent(secret: string, raw: Uint8Array | string | undefined, header: unknown, now: Date): ProcessorEvent {
   if (typeof header !== 'string' || header.trim() === '') throw refuse('missing_signature');
-  const timestamp = /(?:^|,)\s*t=(\d{1,12})\s*(?:,|$)/.exec(header)?.[1];
-  if (!timestamp || !/(?:^|,)\s*v1=[0-9a-fA-F]+\s*(?:,|$)/.test(header)) throw refuse('malformed_signature');
+  // Items read as the processor's library reads them (keys as written, the last t= wins there), so the
+  // timestamp judged below is the one that was signed; a header naming two is refused, not guessed at.
+  const items = header.split(',').map((item) => item.split('='));
+  const timestamps = items.filter(([key]) => key === 't').map(([, value]) => value);
+  const timestamp = timestamps.length === 1 && /^\d{1,12}$/.test(timestamps[0] ?? '') ? timestamps[0] : null;
+  if (!timestamp || !items.some(([key, value]) => key === 'v1' && /^[0-9a-fA-F]+$/.test(value ?? ''))) throw refuse('malformed_signature');
   if (!raw || raw.length === 0) throw refuse('missing_body');
   let event: unknown;
   try {
@@ -34,6 +38,9 @@ export function verifyProcessorEvent(secret: string, raw: Uint8Array | string | 
   if (!e || typeof e.id !== 'string' || typeof e.type !== 'string' || typeof e.created !== 'number' || typeof e.data?.object !== 'object' || e.data.object === null) {
     throw new ApiError('bad_request', { message: 'The event lacks id, type, created or data.object.' });
   }
+  // The id is the event's key and created its order: both are stored, so they must be storable.
+  if (e.id.length === 0 || e.id.length > PROCESSOR_ID_MAX_LENGTH) throw malformedEvent(`its id must be 1–${PROCESSOR_ID_MAX_LENGTH} characters`);
+  if (!instantOfSeconds(e.created)) throw malformedEvent('created is not a date the service stores');
   return e as ProcessorEvent;
 }
 

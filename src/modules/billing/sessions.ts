@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
+import type { FastifyBaseLogger } from 'fastify';
 import { requestLog, type Ctx } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { parseUrlAsSent } from '../../http/validation.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
-import { callProcessor, processorClient } from './processor.js';
+import { callProcessor, processorClient, type Stripe } from './processor.js';
 import { createSimulatedSession } from './simulator-store.js';
 import type { CheckoutBody, HostedSession, PortalBody } from './schemas.js';
 
@@ -86,6 +87,46 @@ export function processorIdempotencyKey(ctx: Ctx, tenantId: string, key: string)
   return `checkout_${createHash('sha256').update(`${caller}\u0000${tenantId}\u0000${key}`).digest('hex')}`;
 }
 
+/** The metadata value naming the service's portal configuration in the processor account. */
+const PORTAL_CONFIGURATION = 'platform_portal_v1';
+const portalConfigurations = new WeakMap<Stripe, Promise<string>>();
+
+/**
+ * The processor's portal configuration sessions open under, so the hosted portal offers what Part B
+ * says it does (payment method update, invoice view, cancel at period end; no plan switching)
+ * whatever the account's default portal allows: found by its metadata, else created once; the id is
+ * kept per client. A failure is not kept: the next session looks again.
+ */
+function portalConfiguration(stripe: Stripe, log: FastifyBaseLogger): Promise<string> {
+  let pending = portalConfigurations.get(stripe);
+  if (!pending) {
+    pending = (async () => {
+      const { data } = await callProcessor(log, 'billing_portal.configurations.list', () => stripe.billingPortal.configurations.list({ active: true, limit: 100 }));
+      const found = data.find((c) => c.metadata?.platform_portal === PORTAL_CONFIGURATION);
+      if (found) return found.id;
+      const created = await callProcessor(log, 'billing_portal.configurations.create', () =>
+        stripe.billingPortal.configurations.create(
+          {
+            features: {
+              payment_method_update: { enabled: true },
+              invoice_history: { enabled: true },
+              subscription_cancel: { enabled: true, mode: 'at_period_end' },
+              subscription_update: { enabled: false },
+              customer_update: { enabled: false },
+            },
+            metadata: { platform_portal: PORTAL_CONFIGURATION },
+          },
+          { idempotencyKey: PORTAL_CONFIGURATION },
+        ),
+      );
+      return created.id;
+    })();
+    portalConfigurations.set(stripe, pending);
+    pending.catch(() => portalConfigurations.delete(stripe));
+  }
+  return pending;
+}
+
 /** POST /v1/tenants/{id}/billing/portal-sessions (owner or billing.manage); 409 no_billing_account before a first payment. */
 export async function createPortalSession(ctx: Ctx, tenantId: string, body: PortalBody): Promise<HostedSession> {
   validateUrl('return_url', body.return_url, ['https:', 'http:']);
@@ -97,6 +138,8 @@ export async function createPortalSession(ctx: Ctx, tenantId: string, body: Port
     return createSimulatedSession(ctx.db, ctx, { kind: 'portal', tenantId: tenant.id, returnUrl: body.return_url, customerEmail: await callerEmail(db, ctx) });
   }
   const customer = tenant.stripe_customer_id;
-  const session = await callProcessor(requestLog(ctx.deps, ctx.requestId), 'billing_portal.sessions.create', () => stripe.billingPortal.sessions.create({ customer, return_url: body.return_url }));
+  const log = requestLog(ctx.deps, ctx.requestId);
+  const configuration = await portalConfiguration(stripe, log);
+  const session = await callProcessor(log, 'billing_portal.sessions.create', () => stripe.billingPortal.sessions.create({ customer, return_url: body.return_url, configuration }));
   return { url: session.url, expires_at: addSeconds(ctx.now, PORTAL_SESSION_SECONDS).toISOString() };
 }
