@@ -856,6 +856,22 @@ test('DELETE hard-removes a fresh grant made in error: 204, entitlement.deleted,
   assertError(await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin), 404, 'entitlement_not_found');
 });
 
+test('"entitlement.expired | ends_at passed": DELETE of a row whose ends_at passed before the sweep expires it first (entitlement.expired, its audit row, access.revoked entitlement_expired), then entitlement.deleted carries that last state, expired', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, 30) });
+  t.clock.advance(31);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin)).statusCode, 204);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.expired', 'entitlement.deleted']);
+  const [deleted] = await outbox(t, { entitlementId: ent.id, types: ['entitlement.deleted'] });
+  assert.equal(deleted.data.entitlement.status, 'expired');
+  const expiry = (await auditOf(t, ent.id)).find((a) => a.action === 'entitlement.expired');
+  assert.equal(expiry?.actor_type, 'system');
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_granted', 'active'],
+    ['access.revoked', 'entitlement_expired', 'expired'],
+  ]);
+});
+
 test('DELETE of an order-linked row is 409 entitlement_order_linked for every caller and regardless of restrict_destructive, even a superadmin', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', order_id: 'ord_del' });

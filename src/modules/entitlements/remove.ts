@@ -6,6 +6,7 @@ import { applicationTenant, releaseSeatLimits } from '../tenancy/seats.js';
 import { visibleEntitlement } from './read.js';
 import { affectedUsers, assertHoldingOrgActive } from './patch.js';
 import { announceEntitlementDeleted } from './grant.js';
+import { expireIfEnded } from './jobs.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { lockEntitlementScope } from '../../access/locks.js';
 import { assertDestructiveAllowed } from '../../http/gate.js';
@@ -21,7 +22,9 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     await lockEntitlementScope(tx, id);
-    const { row, rights } = await visibleEntitlement(c, id, true);
+    const visible = await visibleEntitlement(c, id, true);
+    const { rights } = visible;
+    let row = visible.row;
     await assertHoldingOrgActive(tx, row);
     await assertAppTenantWritable(tx, row.application_id);
     if (!rights.platform && !rights.appKey) throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
@@ -32,6 +35,10 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
     if (ctx.now.getTime() - row.created_at.getTime() > DELETE_WINDOW_SECONDS * 1000) {
       throw new ApiError('entitlement_too_old', { details: { max_age_seconds: DELETE_WINDOW_SECONDS } });
     }
+    // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
+    // work is done first, as a PATCH or a new grant does, so entitlement.expired is announced and
+    // entitlement.deleted carries the row's last state, expired.
+    row = await expireIfEnded(tx, ctx, row);
     const users = await affectedUsers(tx, row);
     await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, 'entitlement_deleted', async () => {
       await tx.query('DELETE FROM entitlements WHERE id = $1', [row.id]);
