@@ -139,6 +139,19 @@ test('a seat freed by revoking a personal grant goes back to the seat_limit memb
   assert.deepEqual(await accessEvents(t, beyond.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
 });
 
+test('an ownership move to a Tenant with room frees seat_limit members in the same transaction ("on a Starter Tenant at its seat cap member_decision reads seat_limit"; the Application is no longer there): access.granted with reason org_grant_changed', async () => {
+  const { app } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 1);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const beyond = [org.owner, org.members[0]].sort((a, b) => b.id.localeCompare(a.id))[0];
+  assert.equal((await decisionOf(beyond.id, app.id)).decision, 'seat_limit');
+  const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_organization_id: org.id }), 200);
+  assert.equal((await sql(t, 'SELECT plan FROM tenants WHERE id = $1', [moved.tenant_id]))[0].plan, 'team', "the Organization's new Tenant, Team: no seat cap");
+  assert.deepEqual(await decisionOf(beyond.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, beyond.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.deepEqual(await sql(t, 'SELECT * FROM org_seat_limits WHERE user_id = $1', [beyond.id]), []);
+});
+
 test('seat-limit-release job: seats freed by time (an expired personal grant) and a plan without a cap release seat_limit members, oldest marks first', async () => {
   const { app, personal } = await starterAppWithSeats(999);
   const org = await orgWithMembers(t, admin, 0);

@@ -181,6 +181,23 @@ test('PATCH /v1/applications/{a} {owner_user_id} into a migrating Tenant: 503, t
   assert.equal(moved.tenant_id, b.tenant_id);
 });
 
+test('PATCH /v1/entitlements/{id} while the Tenant is migrating: a caller who may not change the row (its holder) gets 403 forbidden as at any other time, not 503 with Retry-After; the holder of the right gets 503; the row unchanged', async () => {
+  const app = await newApp(t, admin);
+  const u = await person(t);
+  const ent = await grant(t, admin, u.id, app.id);
+  const rowOf = async () => (await sql(t, 'SELECT status, disabled_reason, updated_at FROM entitlements WHERE id = $1', [ent.id]))[0];
+  const before = await rowOf();
+  const body = { status: 'disabled', disabled_reason: 'paused' };
+  assertError(await call(t, 'PATCH', `/v1/entitlements/${ent.id}`, u.token, body), 403, 'forbidden');
+  await setTenant(app.tenant_id, { status: 'migrating' });
+
+  const refused = await call(t, 'PATCH', `/v1/entitlements/${ent.id}`, u.token, body);
+  assertError(refused, 403, 'forbidden');
+  assert.equal(refused.headers['retry-after'], undefined, 'a retry would be refused too');
+  assertMigrating(await call(t, 'PATCH', `/v1/entitlements/${ent.id}`, admin, body), app.tenant_id);
+  assert.deepEqual(await rowOf(), before);
+});
+
 if (storageName === 'postgres') test('"while a Tenant is migrating, writes to its data return 503": a write that found the Tenant active holds it until it commits, so a tier-change move to in_progress (Tenant FOR UPDATE) cannot start the migration under it (PostgreSQL)', async () => {
   const app = await newApp(t, admin, { settings_schema: { type: 'object', properties: { color: { type: 'string' } } } });
   const u = await person(t);

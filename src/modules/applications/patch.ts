@@ -14,7 +14,7 @@ import { assertTenantWritable } from '../tenancy/writable.js';
 import { countTenantSubscriptions } from '../webhooks/store.js';
 import { findRole, ROLE_HOLDERS_SQL, toRole } from '../roles/store.js';
 import { assertDestructiveAllowed } from '../../http/gate.js';
-import { countSeats, countSeatsWithApplication } from '../tenancy/seats.js';
+import { countSeats, countSeatsWithApplication, releaseSeatLimits } from '../tenancy/seats.js';
 import { lockTenantSeats } from '../../access/locks.js';
 
 const CONFIG_FIELDS = ['name', 'description', 'icon_url', 'launch_url', 'redirect_uris', 'support_url', 'email_from_name', 'settings_schema', 'permissions', 'available_app_roles', 'default_app_role'] as const;
@@ -105,6 +105,10 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
         JSON.stringify(next.settings_schema), JSON.stringify(next.permissions), next.available_app_roles, next.default_app_role,
         next.visibility, next.review_status, next.review_notes, next.owner_user_id, next.owner_organization_id, next.tenant_id, ctx.now],
     );
+    // A move changes both Tenants' seats: members marked seat_limit get the room the move gives them
+    // (the destination without a cap, or the seats leaving the source) in this transaction, as an
+    // Entitlement PATCH or a plan change gives it, not at the next seat-limit-release run.
+    if (tenantId !== app.tenant_id) for (const id of [app.tenant_id, tenantId]) await releaseSeatLimits(tx, c, id);
     const after = (await findApplicationRow(tx, app.id))!;
     const out = toApplication(after, await staleCounts(c, after));
     // Rows of the Application's mode, whoever changes it (a test-mode key suspending a live one), as

@@ -54,7 +54,6 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     let row = visible.row;
     assertNoReadOnlyFields(body, ENTITLEMENT_READ_ONLY);
     await assertHoldingOrgActive(tx, row);
-    await assertAppTenantWritable(tx, row.application_id);
     const full = rights.platform || rights.appKey || rights.owner;
     const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
     const orgAdminRow = orgAdmin && row.source === 'org_seat';
@@ -62,6 +61,9 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     // a caller who may not make this change (the holder, a plain member, an org admin sending a field
     // beyond status and scope) is 403 whatever its If-Match, never 412 with the row's current ETag.
     if (!full && !(orgAdminRow && limitedFields)) throw new ApiError('forbidden');
+    // Only a write the caller may make waits for a migration: anyone else is refused as at any time
+    // (403, not 503 with a Retry-After whose retry would be refused).
+    await assertAppTenantWritable(tx, row.application_id);
     if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
     // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
