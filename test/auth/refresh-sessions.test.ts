@@ -205,6 +205,12 @@ test('token/refresh bad input: an unknown token gets 401 invalid_refresh_token; 
   assertFields(await post(t, '/v1/auth/token/refresh', { refresh_token: 'rtk_x', grant_type: 'refresh_token' }), ['grant_type']);
 });
 
+test('"Any non-empty string that is not a live refresh token (up to 4,096 characters) is 401 invalid_refresh_token; a longer one is 422": 4,096 characters, also 4,096 emoji (code points), are 401; 4,097 are 422 validation_failed naming refresh_token', async () => {
+  assertError(await refresh('r'.repeat(4096)), 401, 'invalid_refresh_token');
+  assertError(await refresh('\u{1F600}'.repeat(4096)), 401, 'invalid_refresh_token');
+  assertFields(await refresh('r'.repeat(4097)), ['refresh_token']);
+});
+
 test('a session whose refresh token idled out (30 days unused) is no longer listed in GET /v1/users/me/sessions', async () => {
   const user = await createUser(t);
   const kept = await signIn(user);

@@ -140,6 +140,20 @@ test('member_overrides naming a non-member or a pending member: 422 member_overr
   assert.equal((await sql(t, 'SELECT member_scope FROM entitlements WHERE id = $1', [ent.id]))[0].member_scope, 'all_members');
 });
 
+test('member_overrides hold at most 10,000 user ids (docs/decisions.md): 10,000 pass the size check (then 422 member_override_not_a_member for ids that are no members), 10,001 are 422 validation_failed naming member_overrides; create and PATCH, nothing changes', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  const ids = (n: number) => Array.from({ length: n }, (_, i) => `usr_${String(i).padStart(26, '0')}`);
+  const fields = (res: Awaited<ReturnType<typeof call>>) => assertError(res, 422, 'validation_failed').details.fields.map((f: { path: string }) => f.path);
+  assertError(await orgGrantReq(t, admin, org.id, { application_id: app.id, member_scope: 'denylist', member_overrides: ids(10_000) }), 422, 'member_override_not_a_member');
+  assert.ok(fields(await orgGrantReq(t, admin, org.id, { application_id: app.id, member_scope: 'denylist', member_overrides: ids(10_001) })).includes('member_overrides'));
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).length, 0);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  assertError(await patchEnt(t, admin, ent.id, { member_scope: 'denylist', member_overrides: ids(10_000) }), 422, 'member_override_not_a_member');
+  assert.ok(fields(await patchEnt(t, admin, ent.id, { member_scope: 'denylist', member_overrides: ids(10_001) })).includes('member_overrides'));
+  assert.deepEqual((await sql(t, 'SELECT member_scope, member_overrides FROM entitlements WHERE id = $1', [ent.id]))[0], { member_scope: 'all_members', member_overrides: [] });
+});
+
 test('an org admin can never create the grant for their own Organization (403 forbidden), even as the Application owner; the Application owner who is not its org admin may', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const owned = await newApp(t, admin, { owner_user_id: org.owner.id });

@@ -119,6 +119,19 @@ test('q filter: case-insensitive prefix of email or display_name, minimum 3 char
   assert.equal((await list('q=zqx', support.token)).statusCode, 200, 'exactly 3 characters is accepted');
 });
 
+test('q "minimum 3 characters" counts code points, as every length of the API: 2 emoji, or an e and a combining accent (2 code points), are 422 validation_failed naming query.q; 3 emoji search, and find a display_name beginning with them', async () => {
+  const E = '\u{1F600}'; // one code point, two UTF-16 units: 2 emoji are 4 units
+  const tag = rand(3);
+  const byName = assertStatus(
+    await call(t, 'POST', '/v1/users', admin.token, { email: `${rand(4)}@example.com`, display_name: `${E.repeat(3)}${tag}`, send_invitation: false }),
+    201,
+  );
+  assertFields(await list(`q=${encodeURIComponent(E.repeat(2))}`, support.token), ['query.q']);
+  assertFields(await list(`q=${encodeURIComponent('e\u0301')}`, support.token), ['query.q']);
+  assert.deepEqual(ids(await list(`q=${encodeURIComponent(`${E.repeat(3)}${tag}`)}`, support.token)), [byName.id]);
+  assert.ok(ids(await list(`q=${encodeURIComponent(E.repeat(3))}`, support.token)).includes(byName.id));
+});
+
 test('application_id filter naming no Application: 422 validation_failed on query.application_id', async () => {
   assertFields(await list('application_id=app_nope', support.token), ['query.application_id']);
 });
