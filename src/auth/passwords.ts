@@ -91,12 +91,15 @@ export const hashRecoveryCode = async (userId: string, code: string): Promise<st
 export const verifyPassword = async (stored: string, password: string): Promise<boolean> =>
   (await argon2({ op: 'verify', hash: stored, password: normalized(password) })) === true;
 
-// A hash of a random value: verifying against it when the account is unknown makes every failed
-// login cost the same time.
-let dummyHash: Promise<string> | null = null;
+// A hash of a random value nobody kept, with the password parameters: verifying against it when the
+// account is unknown makes every failed login cost one verification, the first of a process included
+// (made at its first use, it cost that login a hash as well: twice the time of a wrong password).
+const DUMMY_HASH = '$argon2id$v=19$m=19456,t=2,p=1$dpfaRTJQOVUCe4xqs/Gj5Q$7aIL4GhDXYZ8Clzr2u+ul4+H0zaW75p/Kr3W3NhvDpo';
+if (!DUMMY_HASH.startsWith(`$argon2id$v=19$m=${ARGON2.memoryCost},t=${ARGON2.timeCost},p=${ARGON2.parallelism}$`)) {
+  throw new Error('DUMMY_HASH must be made with the password parameters (ARGON2), or unknown emails verify faster');
+}
 export async function verifyAgainstDummy(password: string): Promise<void> {
-  dummyHash ??= hashPassword(`dummy-${Math.random()}-${Date.now()}`);
-  await verifyPassword(await dummyHash, password);
+  await verifyPassword(DUMMY_HASH, password);
 }
 
 let breached: Set<string> | null = null;

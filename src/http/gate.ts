@@ -127,7 +127,7 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
         } finally {
           request.tx = undefined;
         }
-        await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body, replayedHeaders(reply)));
+        await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body, replayedHeaders(reply), payload));
         return payload;
       }
     };

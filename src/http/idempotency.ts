@@ -16,7 +16,10 @@ export interface Claim {
   token: string;
   /** Set once the outcome is stored (in the mutation's transaction, or after an error). */
   completed: boolean;
-  /** The user a /v1/users/{id}/… operation is about: the erasure cascade drops such answers. */
+  /**
+   * The user the answer is about: the erasure cascade drops such answers. The {id} of a
+   * /v1/users/{id}/… operation, else the `user_id` of the resource answered (completeInTransaction).
+   */
   subjectUserId: string | null;
 }
 
@@ -199,8 +202,9 @@ export async function sealStoredAnswers(deps: Deps): Promise<number> {
 
 /**
  * The erasure cascade: drops the stored answers (still inside their 24 hours) of operations on this
- * user (`/v1/users/{id}/…`, `/v1/organizations/{id}/members/{userId}`; e.g. an admin's Profile write
- * or an org admin's role change of the soft-deleted user in the cascade's last day). A retry then runs
+ * user (`/v1/users/{id}/…`, `/v1/organizations/{id}/members/{userId}`, an answer naming them as its
+ * `user_id`; e.g. an admin's Profile write, an org admin's role change of the soft-deleted user or an
+ * operator's PATCH of their personal Entitlement in the cascade's last day). A retry then runs
  * again and gets a 404 instead of replaying erased data.
  */
 export async function dropStoredAnswersAbout(tx: Tx, userId: string): Promise<number> {
@@ -219,6 +223,12 @@ function subjectUserOf(request: FastifyRequest, actor: Actor): string | null {
   if (typeof id !== 'string') return null;
   if (id === 'me') return actor.type === 'user' ? actor.userId : null;
   return id;
+}
+
+/** The top-level `user_id` of an answered resource (an Entitlement, a member), else null. */
+function userIdOf(payload: unknown): string | null {
+  const id = typeof payload === 'object' && payload !== null ? (payload as { user_id?: unknown }).user_id : null;
+  return typeof id === 'string' ? id : null;
 }
 
 // A stored response may hold a secret the service shows once (a webhook signing secret) and always
@@ -242,11 +252,23 @@ export function replayedHeaders(reply: FastifyReply): Record<string, string> | n
  * record commit together: a crash leaves either both or neither. Fails (rolling the mutation back)
  * if another process took the claim over meanwhile.
  */
-export async function completeInTransaction(deps: Deps, tx: Tx, claim: Claim, status: number, body: string, headers: Record<string, string> | null = null): Promise<void> {
+export async function completeInTransaction(
+  deps: Deps,
+  tx: Tx,
+  claim: Claim,
+  status: number,
+  body: string,
+  headers: Record<string, string> | null = null,
+  payload: unknown = null,
+): Promise<void> {
+  // An answer whose path names no user can still be about one: a PATCH /v1/entitlements/{id} of a
+  // personal grant answers the Entitlement with its user_id (and an admin's free-text disabled_reason),
+  // an added member answers the member. It records that user, so the erasure cascade drops it too.
+  claim.subjectUserId ??= userIdOf(payload);
   const { rowCount } = await tx.query(
-    `UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6, response_headers = $7
+    `UPDATE idempotency_keys SET status = 'done', response_status = $5, response_body = $6, response_headers = $7, subject_user_id = $8
       WHERE credential = $1 AND operation = $2 AND key = $3 AND claim_token = $4 AND status = 'in_flight'`,
-    [claim.credential, claim.operation, claim.key, claim.token, status, sealedBody(deps, claim, body), headers === null ? null : JSON.stringify(headers)],
+    [claim.credential, claim.operation, claim.key, claim.token, status, sealedBody(deps, claim, body), headers === null ? null : JSON.stringify(headers), claim.subjectUserId],
   );
   if (rowCount !== 1) throw new ApiError('idempotency_key_in_flight');
   claim.completed = true;

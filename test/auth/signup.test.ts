@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { bearer, createUser, PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
 import {
   alignToWindow, assertAuthSession, assertError, assertFields, auditRows, createApplication, get, jwtPayload, latestToken, linkToken, mailsTo, post, sql,
@@ -297,6 +297,29 @@ test('the re-send limit is 3 per email per hour even across a clock-hour boundar
   t.clock.advance(600); // hh+1:05, ten minutes later
   assertError(await signup({ email: invited.email, password: PASSWORD }), 409, 'email_taken');
   assert.equal((await mailsTo(t, invited.email, 'invitation')).length, 3, 'a 4th invitation mail within one hour');
+});
+
+test('a signup\'s verification mail is counted too, 3 per address per hour: signing up, deleting the account and signing up again mails an address at most 3 times an hour; the 4th signup gets 429 rate_limited with Retry-After and creates nothing', async () => {
+  const email = uniqueEmail('loop');
+  await withStoppedClock(t, async () => {
+    for (let i = 0; i < 3; i++) {
+      const res = await signup({ email, password: PASSWORD });
+      assert.equal(res.statusCode, 201, res.body);
+      const deleted = await t.app.inject({ method: 'DELETE', url: '/v1/users/me', headers: bearer(res.json().access_token) });
+      assert.equal(deleted.statusCode, 204, deleted.body);
+      t.clock.advance(600);
+    }
+    const refused = await signup({ email, password: PASSWORD });
+    assertError(refused, 429, 'rate_limited');
+    assert.equal(refused.headers['retry-after'], String(3600 - 1800), 'the first signup leaves the hour in 30 minutes');
+    assert.equal((await mailsTo(t, email, 'email_verification')).length, 3);
+    assert.deepEqual((await userRowsFor(email)).map((r) => r.status), ['deleted', 'deleted', 'deleted']);
+    // The other mode is another address; an hour after the first signup the address may sign up again.
+    assert.equal((await signup({ email, password: PASSWORD, test_mode: true })).statusCode, 201);
+    t.clock.advance(1800);
+    assert.equal((await signup({ email, password: PASSWORD })).statusCode, 201);
+    assert.equal((await mailsTo(t, email, 'email_verification')).length, 5);
+  });
 });
 
 test('password policy: fewer than 12 characters gets 422 weak_password with details.reason too_short; exactly 12 is accepted', async () => {

@@ -506,6 +506,26 @@ test('"Erasure clears everything exported": a stored Idempotency-Key answer of a
   for (const value of [user.email, 'Roleswap']) assert.ok(!retry.body.includes(value), `the retry shows ${value}`);
 });
 
+test('"Erasure clears everything exported": a stored Idempotency-Key answer of an operator\'s PATCH /v1/entitlements/{id} of the soft-deleted user\'s personal Entitlement (the exported entitlement, with its free-text disabled_reason) is dropped by the cascade; a retry runs again and gets 404 entitlement_not_found', async () => {
+  const user = await createUser(t);
+  const app = await createApplication(t);
+  const entitlementId = await grant(t, user.id, app.id);
+  assertStatus(await requestErasure('me', await login(t, user)), 202);
+  t.clock.advance(6.5 * DAY);
+  const write = { status: 'revoked', disabled_reason: 'Chargeback filed by Jane Roe, jane.roe@example.org' };
+  const first = assertStatus(await call(t, 'PATCH', `/v1/entitlements/${entitlementId}`, await asAdmin(), write, { 'idempotency-key': 'erase-late-entitlement' }), 200);
+  assert.deepEqual([first.user_id, first.disabled_reason], [user.id, write.disabled_reason], 'precondition: the answer is the user\'s Entitlement');
+
+  t.clock.advance(0.5 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased');
+
+  const retry = await call(t, 'PATCH', `/v1/entitlements/${entitlementId}`, await asAdmin(), write, { 'idempotency-key': 'erase-late-entitlement' });
+  assert.equal(retry.headers['idempotent-replayed'], undefined, 'not a replay of the stored answer');
+  assertError(retry, 404, 'entitlement_not_found');
+  for (const value of [user.id, 'jane.roe@example.org']) assert.ok(!retry.body.includes(value), `the retry shows ${value}`);
+});
+
 test('after the erasure cascade the id stays 404 user_not_found on the support MFA reset (DELETE /v1/users/{id}/mfa/totp) too, and no audit row is written', async () => {
   const mfa = await createMfaUser(t);
   const admin = await asAdmin();
@@ -577,6 +597,23 @@ test('the test purge takes a purged test user\'s mails with it, as the erasure d
   assert.equal(await count('emails', 'user_id = $1', [old.id]), 0, 'the purged user\'s mails are gone');
   await t.deps.jobs.runNow('mail-delivery');
   assert.equal(await count('emails', `lower(to_address) = lower($1) AND status IN ('sent', 'logged')`, [old.email]), 0, 'nothing was sent to the purged user');
+});
+
+test('the test purge is a hard delete like the erasure cascade: a stored Idempotency-Key answer of an admin\'s write to a purged test user in its last 24 hours (their Profile) is dropped; a retry runs again and gets 404 user_not_found instead of replaying the purged Profile', async () => {
+  const old = await createUser(t, { mode: 'test' });
+  t.clock.advance(30 * DAY);
+  const testAdmin = await createUser(t, { mode: 'test', roles: ['superadmin'] });
+  const write = { display_name: 'Purged Person', contact_email: 'purged-contact@example.org' };
+  const first = assertStatus(await call(t, 'PATCH', `/v1/users/${old.id}/profile`, await login(t, testAdmin), write, { 'idempotency-key': 'purge-late-write' }), 200);
+  assert.equal(first.display_name, 'Purged Person');
+  t.clock.advance(3600);
+  await purgeTestData(t.deps);
+  assert.equal(await userRow(t, old.id), undefined, 'purged');
+
+  const retry = await call(t, 'PATCH', `/v1/users/${old.id}/profile`, await login(t, testAdmin), write, { 'idempotency-key': 'purge-late-write' });
+  assert.equal(retry.headers['idempotent-replayed'], undefined, 'not a replay of the stored answer');
+  assertError(retry, 404, 'user_not_found');
+  for (const value of ['Purged Person', 'purged-contact@example.org']) assert.ok(!retry.body.includes(value), `the retry shows ${value}`);
 });
 
 test('only test rows older than 30 days are purged: a test user 29 days old stays, with its profile and sessions', async () => {

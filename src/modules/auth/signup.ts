@@ -4,7 +4,8 @@ import { ApiError, invalidField } from '../../errors.js';
 import { assertStrongPassword, hashPassword, withPasswordWork } from '../../auth/passwords.js';
 import { createUserRecords } from '../users/service.js';
 import { findLiveUserByEmail } from '../users/store.js';
-import { lockUnchanged, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { lockUnchanged, RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
+import { requireSlidingQuota } from '../../http/counters.js';
 import { issueSession } from './sessions.js';
 import type { AuthSession, SignupBody } from './schemas.js';
 
@@ -39,6 +40,11 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
       passwordHash,
       selfService: true,
     });
+    // A signed-up account can delete itself and sign up again at once, so a signup's verification mail
+    // is a first only once: each counts, 3 per address per rolling hour, or signup-delete loops would
+    // mail any address without end. Beyond it 429 with Retry-After and nothing is created.
+    await requireSlidingQuota(tx, `mail:signup:${ctx.mode}:${user.email.toLowerCase()}`, RESEND_LIMIT_PER_HOUR, 3600, ctx.now,
+      `At most ${RESEND_LIMIT_PER_HOUR} sign-ups of one address per hour.`);
     await sendVerification(tx, ctx, user);
     return issueSession(tx, inTx(ctx, tx), user, ['pwd']);
   });

@@ -128,6 +128,9 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
     // Test mails past the 30 days, and every mail of a purged user, as the erasure cascade's: one queued
     // since (a reset asked yesterday) carries a link whose token went above, to an account that goes now.
     await run('emails', `DELETE FROM emails WHERE (test_mode AND created_at < $1) OR user_id IN (${oldUsers})`);
+    // Stored Idempotency-Key answers about the purged users (an admin's Profile write in their last
+    // 24 hours), as the erasure cascade drops them: a retry runs again (404) instead of replaying them.
+    await tx.query(`DELETE FROM idempotency_keys WHERE subject_user_id IN (${oldUsers})`, [cutoff]);
     await run('users', `DELETE FROM users WHERE id IN (${oldUsers})`);
     await run('audit_events', `DELETE FROM audit_events WHERE test_mode AND created_at < $1`);
     await run('outbox_events', `DELETE FROM outbox_events WHERE test_mode AND created_at < $1`);
