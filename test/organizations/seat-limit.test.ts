@@ -479,3 +479,39 @@ if (storageName === 'postgres') test("seat-limit-release and an ownership move o
     await watcher.end();
   }
 });
+
+test('"No event fires for users whose resolved access does not flip": a marked member holding the seat personally, whose personal grant is revoked before the release job runs, keeps access through the Organization (the freed seat is theirs) and gets neither access.revoked nor a second access.granted', async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const { org } = await createOrgApi(t);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const marked = await person(t);
+  assertStatus(await addById(t, admin, org.id, marked.id), 201);
+  assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: false, decision: 'seat_limit' });
+  // Time frees a seat; before the release job runs, the marked member is granted it personally.
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  const own = assertStatus(await call(t, 'POST', `/v1/users/${marked.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  assert.deepEqual(await accessEvents(t, marked.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
+  // The personal row ends: the seat it held goes back to the oldest mark, the member's own.
+  assertStatus(await patchEnt(t, admin, own.id, { status: 'revoked', disabled_reason: 'refunded' }), 200);
+  assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, marked.id, app.id), [['access.granted', 'entitlement_granted', 'active']], 'access never flipped: no event');
+});
+
+test('"No event fires for users whose resolved access does not flip": a member marked seat_limit under one Organization who holds the seat through another, removed from that other before the release job runs, keeps access through the first and gets no access.revoked', async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const marking = await createOrgApi(t);
+  await orgGrantApi(t, admin, marking.org.id, app.id);
+  const member = await person(t);
+  assertStatus(await addById(t, admin, marking.org.id, member.id), 201);
+  assert.deepEqual(await decisionOf(member.id, app.id), { allowed: false, decision: 'seat_limit' });
+  // Time frees a seat; before the release job runs, the member joins a second Organization granted the Application.
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  const other = await createOrgApi(t, marking.owner);
+  await orgGrantApi(t, admin, other.org.id, app.id);
+  assertStatus(await addById(t, admin, other.org.id, member.id), 201);
+  assert.deepEqual(await accessEvents(t, member.id, app.id), [['access.granted', 'org_member_added', 'active']]);
+  // Leaving the second Organization frees the seat; the oldest mark, the member's own, takes it.
+  assertStatus(await call(t, 'DELETE', `/v1/organizations/${other.org.id}/members/${member.id}`, admin), 204);
+  assert.deepEqual(await decisionOf(member.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, member.id, app.id), [['access.granted', 'org_member_added', 'active']], 'access never flipped: no event');
+});

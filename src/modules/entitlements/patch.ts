@@ -156,16 +156,21 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     const capped = row.organization_id && tenantId ? [tenantId] : [];
     // An org row on a restricted Tenant may not seat anyone new (scope widened, re-enabled, renewed).
     const restrictedCheck = row.organization_id ? tenantId : null;
-    const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, () => withoutNewSeatsIfRestricted(tx, restrictedCheck, users, ctx.now, () => withSeatCap(tx, capped, users, ctx.now, async () => {
-      const { rows } = await tx.query<EntitlementRow>(
-        `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
-                member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = ${nextUpdatedAt('$9')}
-          WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`,
-        [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, ctx.now],
-      );
-      return rows[0];
-    })));
-    if (tenantId) await releaseSeatLimits(tx, c, tenantId);
+    const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, async () => {
+      const changed = await withoutNewSeatsIfRestricted(tx, restrictedCheck, users, ctx.now, () => withSeatCap(tx, capped, users, ctx.now, async () => {
+        const { rows } = await tx.query<EntitlementRow>(
+          `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
+                  member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = ${nextUpdatedAt('$9')}
+            WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`,
+          [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, ctx.now],
+        );
+        return rows[0];
+      }));
+      // The seats it frees go back in the same change: a holder who takes back the seat they freed
+      // (through a marked organization grant) never lost access, and no event says they did.
+      if (tenantId) await releaseSeatLimits(tx, c, tenantId);
+      return changed;
+    });
     const audit = { target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(updated) };
     if (move) {
       await recordAudit(tx, c, { action: move.event, ...audit });

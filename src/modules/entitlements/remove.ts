@@ -40,11 +40,12 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
     // entitlement.deleted carries the row's last state, expired.
     row = await expireIfEnded(tx, ctx, row);
     const users = await affectedUsers(tx, row);
+    const tenantId = await applicationTenant(tx, row.application_id);
     await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, 'entitlement_deleted', async () => {
       await tx.query('DELETE FROM entitlements WHERE id = $1', [row.id]);
+      // Freed seats go back within the change (releaseSeatLimits): a holder who takes back their own seat never lost access.
+      if (tenantId) await releaseSeatLimits(tx, c, tenantId);
     });
-    const tenantId = await applicationTenant(tx, row.application_id);
-    if (tenantId) await releaseSeatLimits(tx, c, tenantId);
     await announceEntitlementDeleted(tx, c, row);
   });
 }

@@ -220,8 +220,12 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
     if (member.membership_status === 'active') {
       // The seats it frees are given back: the Tenants are locked before the user (src/access/locks.ts).
       const tenants = await lockOrgGrantTenants(tx, orgId);
-      await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', change);
-      for (const tenantId of tenants) await releaseSeatLimits(tx, c, tenantId);
+      // Within the removal's flips (releaseSeatLimits): a member who takes back, through another
+      // Organization's marked grant, the seat this membership held never lost access.
+      await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', async () => {
+        await change();
+        for (const tenantId of tenants) await releaseSeatLimits(tx, c, tenantId);
+      });
     } else {
       await change();
       // A withdrawn (or declined) invitation's link opens no account any more.

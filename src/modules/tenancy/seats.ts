@@ -125,22 +125,37 @@ export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: strin
   return result;
 }
 
-/** The marked users among `userIds` whom releasing their marks would make seats: a marked grant that is live and whose scope includes them. */
-async function seatedByRelease(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Set<string>> {
-  const { rows } = await db.query<{ user_id: string }>(
-    `SELECT DISTINCT l.user_id FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
+/**
+ * The marked users among `userIds` whom releasing their marks would make seats, with the Applications
+ * of those grants: a marked grant that is live and whose scope includes them.
+ */
+async function seatedByRelease(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Map<string, string[]>> {
+  const { rows } = await db.query<{ user_id: string; application_id: string }>(
+    `SELECT DISTINCT l.user_id, e.application_id FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
        JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = l.user_id AND m.membership_status = 'active'
       WHERE a.tenant_id = $1 AND l.user_id = ANY($3::text[]) AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
         AND ${MEMBER_DECISION_SQL} <> 'excluded'`,
     [tenantId, now, userIds],
   );
-  return new Set(rows.map((r) => r.user_id));
+  const out = new Map<string, string[]>();
+  for (const r of rows) out.set(r.user_id, [...(out.get(r.user_id) ?? []), r.application_id]);
+  return out;
 }
+
+const DELETE_MARKS_SQL = `DELETE FROM org_seat_limits l USING entitlements e, applications a
+  WHERE e.id = l.entitlement_id AND a.id = e.application_id AND a.tenant_id = $1 AND l.user_id = ANY($2::text[])`;
 
 /**
  * Gives freed seats back: members marked seat_limit on the Tenant regain their place, oldest marks
  * first, while the Tenant has room (all of them when its plan has no cap; a member who is already a
  * seat through another path costs nothing). Their access flips on with reason org_grant_changed.
+ *
+ * A mutation that frees seats calls this inside its own withAccessFlips, after its change: a pair
+ * whose access the change ends and the release gives back (a marked member whose personal grant is
+ * revoked, who takes the seat it held) did not flip, and gets no event at all, rather than
+ * access.revoked and access.granted in one transaction. The release announces only the pairs it can
+ * change, the released users' Applications of the marked grants that now include them, so a pair the
+ * change itself flipped keeps the change's reason.
  */
 export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Promise<number> {
   // Seats are counted here: a grant counting them at the same time would take the room this gives
@@ -162,23 +177,21 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Pro
   for (const mode of ['live', 'test'] as const) {
     const ids = marked.filter((r) => r.test_mode === (mode === 'test')).map((r) => r.user_id);
     if (ids.length === 0) continue;
-    const users = cap === null ? ids : await asModeWithin(tx, mode, async () => {
+    const { seating, dropped, apps } = await asModeWithin(tx, mode, async () => {
       const seated = await seatHoldersAmong(tx, tenantId, ids, ctx.now);
-      const seating = await seatedByRelease(tx, tenantId, ids, ctx.now);
-      let room = cap - (await countSeats(tx, tenantId, ctx.now));
-      // A member every marked grant now leaves out (scope, disabled, ended) takes no room: the seat
-      // goes to the next one waiting.
-      return ids.filter((u) => seated.has(u) || !seating.has(u) || room-- > 0);
+      const byRelease = await seatedByRelease(tx, tenantId, ids, ctx.now);
+      let room = cap === null ? Infinity : cap - (await countSeats(tx, tenantId, ctx.now));
+      // A member every marked grant now leaves out (scope, disabled, ended) takes no room and gains
+      // nothing: the mark goes, and the seat goes to the next one waiting.
+      const dropped = ids.filter((u) => !byRelease.has(u));
+      const seating = ids.filter((u) => byRelease.has(u) && (seated.has(u) || room-- > 0));
+      return { seating, dropped, apps: [...new Set(seating.flatMap((u) => byRelease.get(u)!))] };
     });
-    if (users.length === 0) continue;
-    await withAccessFlips(tx, { ...ctx, mode }, { userIds: users }, 'org_grant_changed', () =>
-      tx.query(
-        `DELETE FROM org_seat_limits l USING entitlements e, applications a
-          WHERE e.id = l.entitlement_id AND a.id = e.application_id AND a.tenant_id = $1 AND l.user_id = ANY($2::text[])`,
-        [tenantId, users],
-      ),
-    );
-    count += users.length;
+    if (dropped.length) await tx.query(DELETE_MARKS_SQL, [tenantId, dropped]);
+    if (seating.length) {
+      await withAccessFlips(tx, { ...ctx, mode }, { userIds: seating, applicationIds: apps }, 'org_grant_changed', () => tx.query(DELETE_MARKS_SQL, [tenantId, seating]));
+    }
+    count += dropped.length + seating.length;
   }
   return count;
 }
