@@ -176,16 +176,24 @@ test('seat-limit-release job: seats freed by time (an expired personal grant) an
   assert.deepEqual(await accessEvents(t, second.id, app.id), [['access.granted', 'org_grant_changed', 'active']], 'announced once');
 });
 
-test('a marked member who meanwhile took a seat through another path loses the mark at the next release without using room: the org path reads included again', async () => {
+/**
+ * An Organization's grant on a Starter Tenant at its seat cap, a member marked seat_limit under it, and
+ * then (time frees a seat before the release job runs) that member granted the seat personally.
+ */
+async function markedMemberSeatedPersonally() {
   const { app, personal } = await starterAppWithSeats(999);
   const { org } = await createOrgApi(t);
   await orgGrantApi(t, admin, org.id, app.id);
   const marked = await person(t);
   assertStatus(await addById(t, admin, org.id, marked.id), 201);
   assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: false, decision: 'seat_limit' });
-  // Time frees a seat; before the release job runs, the marked member is granted it personally.
   await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
-  assertStatus(await call(t, 'POST', `/v1/users/${marked.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  const own = assertStatus(await call(t, 'POST', `/v1/users/${marked.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  return { app, marked, own };
+}
+
+test('a marked member who meanwhile took a seat through another path loses the mark at the next release without using room: the org path reads included again', async () => {
+  const { app, marked } = await markedMemberSeatedPersonally();
   await t.deps.jobs.runNow('seat-limit-release');
   assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: true, decision: 'included' });
   assert.equal((await sql(t, 'SELECT 1 FROM org_seat_limits WHERE user_id = $1', [marked.id])).length, 0);
@@ -481,15 +489,7 @@ if (storageName === 'postgres') test("seat-limit-release and an ownership move o
 });
 
 test('"No event fires for users whose resolved access does not flip": a marked member holding the seat personally, whose personal grant is revoked before the release job runs, keeps access through the Organization (the freed seat is theirs) and gets neither access.revoked nor a second access.granted', async () => {
-  const { app, personal } = await starterAppWithSeats(999);
-  const { org } = await createOrgApi(t);
-  await orgGrantApi(t, admin, org.id, app.id);
-  const marked = await person(t);
-  assertStatus(await addById(t, admin, org.id, marked.id), 201);
-  assert.deepEqual(await decisionOf(marked.id, app.id), { allowed: false, decision: 'seat_limit' });
-  // Time frees a seat; before the release job runs, the marked member is granted it personally.
-  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
-  const own = assertStatus(await call(t, 'POST', `/v1/users/${marked.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  const { app, marked, own } = await markedMemberSeatedPersonally();
   assert.deepEqual(await accessEvents(t, marked.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
   // The personal row ends: the seat it held goes back to the oldest mark, the member's own.
   assertStatus(await patchEnt(t, admin, own.id, { status: 'revoked', disabled_reason: 'refunded' }), 200);
