@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type pg from 'pg';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
-import { client, blockedBy as waitForBlocked } from '../helpers/locks.js';
+import { client, blockedBy as waitForBlocked, endedOrWaiting as waitEndedOrWaiting } from '../helpers/locks.js';
 import {
   appKey, assertError, assertInvalid, assertStatus, auditOf, call, createOrg, grant, grantReq, newApp, person, platformKey, rand, setReview, slugOf, sql,
 } from './support.js';
@@ -776,10 +776,11 @@ test("ownership change into a Starter Tenant that would hold more than its 1,000
 /**
  * An Application of a Team Organization held by 1,000 users (exactly a Starter Tenant's seats), a
  * newcomer to grant it to and a new (Starter) owner to move it to; `run` gets a connection of its
- * own to hold locks on (`holder`) and a way to wait until a backend waits for a lock `pid` holds.
+ * own to hold locks on (`holder`), a way to wait until a backend waits for a lock `pid` holds, and one
+ * to wait until an operation has ended or waits for one of `blockers` (endedOrWaiting).
  */
 async function moveAndGrantRace(
-  run: (f: { appId: string; tenantId: string; org: string; newcomer: string; newOwner: string; holder: pg.Client; blockedBy: (pid: number, what: string) => Promise<number> }) => Promise<void>,
+  run: (f: { appId: string; tenantId: string; org: string; newcomer: string; newOwner: string; holder: pg.Client; blockedBy: (pid: number, what: string) => Promise<number>; endedOrWaiting: (op: Promise<unknown>, blockers: number[], known: number[], what: string) => Promise<void> }) => Promise<void>,
 ): Promise<void> {
   const orgAdmin = await person(t);
   const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
@@ -788,8 +789,9 @@ async function moveAndGrantRace(
   const connect = () => client(t);
   const [holder, watcher] = [await connect(), await connect()];
   const blockedBy = (pid: number, what: string) => waitForBlocked(watcher, pid, what);
+  const endedOrWaiting = (op: Promise<unknown>, blockers: number[], known: number[], what: string) => waitEndedOrWaiting(watcher, op, blockers, known, what);
   try {
-    await run({ appId: app.id, tenantId: app.tenant_id, org, newcomer: (await person(t)).id, newOwner: (await person(t)).id, holder, blockedBy });
+    await run({ appId: app.id, tenantId: app.tenant_id, org, newcomer: (await person(t)).id, newOwner: (await person(t)).id, holder, blockedBy, endedOrWaiting });
   } finally {
     for (const c of [holder, watcher]) await c.end();
   }
@@ -800,17 +802,17 @@ const seatsOf = async (tenantId: string) => (await sql(t, `SELECT count(DISTINCT
 
 // Two transactions at once need PostgreSQL: only the PostgreSQL pass registers these tests.
 if (storageName === 'postgres') test("a grant of an Application and its ownership move into a Starter Tenant at once do not leave the Tenant over its 1,000 seats (PostgreSQL): a move after the grant read the Application's Tenant waits for it and counts its user, 409 plan_limit_reached (resource seats)", async () => {
-  await moveAndGrantRace(async ({ appId, tenantId, org, newcomer, newOwner, holder, blockedBy }) => {
+  await moveAndGrantRace(async ({ appId, tenantId, org, newcomer, newOwner, holder, blockedBy, endedOrWaiting }) => {
     // The newcomer's row is held: the grant has read the Application's Tenant and waits for the user
     // before it counts the seats, while the move runs.
     await holder.query('BEGIN');
     await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [newcomer]);
     const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
     const granting = grantReq(t, admin, newcomer, { application_id: appId, source: 'admin_grant' });
-    await blockedBy(holderPid, 'the grant');
+    const grantPid = await blockedBy(holderPid, 'the grant');
     const moving = call(t, 'PATCH', `/v1/applications/${appId}`, admin, { owner_user_id: newOwner, owner_organization_id: null });
     // The move either ends at once (the grant's seat uncounted) or waits for the grant.
-    await Promise.race([moving, new Promise((r) => setTimeout(r, 300))]);
+    await endedOrWaiting(moving, [holderPid, grantPid], [grantPid], 'the move');
     await holder.query('ROLLBACK');
     const [granted, moved] = await Promise.all([granting, moving]);
     assertStatus(granted, 201);
@@ -822,7 +824,7 @@ if (storageName === 'postgres') test("a grant of an Application and its ownershi
 });
 
 if (storageName === 'postgres') test("a grant of an Application that starts while its ownership move into a Starter Tenant is under way counts against the new Tenant once the move commits (PostgreSQL): 409 plan_limit_reached (resource seats), the Tenant stays at its 1,000 seats", async () => {
-  await moveAndGrantRace(async ({ appId, tenantId, newcomer, newOwner, holder, blockedBy }) => {
+  await moveAndGrantRace(async ({ appId, tenantId, newcomer, newOwner, holder, blockedBy, endedOrWaiting }) => {
     // The new owner's (empty) Starter Tenant and the Tenant the Application leaves are held: the move
     // has locked the Application and waits for them (it locks both), so a grant that reads the
     // Application's Tenant meanwhile waits for the move to commit.
@@ -834,9 +836,9 @@ if (storageName === 'postgres') test("a grant of an Application that starts whil
     await holder.query('SELECT 1 FROM tenants WHERE id = ANY($1::text[]) FOR NO KEY UPDATE', [[destination, tenantId]]);
     const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
     const moving = call(t, 'PATCH', `/v1/applications/${appId}`, admin, { owner_user_id: newOwner, owner_organization_id: null });
-    await blockedBy(holderPid, 'the move');
+    const movePid = await blockedBy(holderPid, 'the move');
     const granting = grantReq(t, admin, newcomer, { application_id: appId, source: 'admin_grant' });
-    await new Promise((r) => setTimeout(r, 300));
+    await endedOrWaiting(granting, [holderPid, movePid], [movePid], 'the grant');
     await holder.query('ROLLBACK');
     assert.equal(assertStatus(await moving, 200).tenant_id, destination);
     const err = assertError(await granting, 409, 'plan_limit_reached');

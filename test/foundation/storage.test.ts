@@ -479,9 +479,10 @@ test('two transactions taking the same two rows in opposite orders both commit: 
   for (const id of ids) {
     await db.query(`INSERT INTO users (id, email, status, test_mode, created_at, updated_at) VALUES ($1, $2, 'active', false, $3, $3)`, [id, uniqueEmail('dl'), now]);
   }
-  // Each locks one row, waits (up to 2 s) until the other holds its row, then asks for the other's:
-  // a deadlock where both run at once. The victim's second attempt finds the barrier passed. PGlite
-  // runs one transaction at a time: the first waits out the barrier alone and commits, then the second.
+  // Each locks one row, waits until the other holds its row, then asks for the other's: a deadlock
+  // where both run at once (PostgreSQL: however slow the machine, the barrier is met well within 30 s).
+  // The victim's second attempt finds the barrier passed. PGlite runs one transaction at a time: the
+  // first waits out the barrier alone (2 s) and commits, then the second.
   let arrived = 0;
   let release!: () => void;
   const barrier = new Promise<void>((r) => (release = r));
@@ -491,7 +492,7 @@ test('two transactions taking the same two rows in opposite orders both commit: 
       attempts[i]++;
       await tx.query(`UPDATE users SET updated_at = $2 WHERE id = $1`, [ids[i], new Date()]);
       if (++arrived === 2) release();
-      await Promise.race([barrier, new Promise((r) => setTimeout(r, 2000))]);
+      await Promise.race([barrier, new Promise((r) => setTimeout(r, t.database.kind === 'pg' ? 30_000 : 2000).unref())]);
       await tx.query(`UPDATE users SET updated_at = $2 WHERE id = $1`, [ids[1 - i], new Date()]);
       return i;
     });

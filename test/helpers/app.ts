@@ -178,3 +178,30 @@ export async function pausedAfter<T>(t: TestApp, fragment: string, meanwhile: ()
   assert.ok(paused, `no query containing ${fragment} ran${scope ? ` on the ${scope} connection` : ''}`);
   return out;
 }
+
+/**
+ * Runs `fn`, then waits until every statement it started whose text matches `pattern` has settled,
+ * those sent off the request's path (after its answer) included: a write that should not have happened
+ * is seen however slow the machine, with no sleep standing in for it.
+ */
+export async function withStatementsSettled<T>(t: TestApp, pattern: RegExp, fn: () => Promise<T>): Promise<T> {
+  const database = t.deps.database;
+  const original = database.scoped;
+  const scoped = original.bind(database);
+  const started: Promise<unknown>[] = [];
+  database.scoped = (s) => {
+    const db = scoped(s);
+    const query = ((text: string, params?: unknown[]) => {
+      const running = db.query(text, params);
+      if (pattern.test(text)) started.push(running.catch(() => undefined));
+      return running;
+    }) as Db['query'];
+    return { ...db, query };
+  };
+  try {
+    return await fn();
+  } finally {
+    database.scoped = original;
+    await Promise.all(started);
+  }
+}

@@ -4,6 +4,7 @@
 // second, so another transaction can still take the second at once (NOWAIT).
 import pg from 'pg';
 import { TEST_DATABASE_URL, type TestApp } from './app.js';
+import type { Tx } from '../../src/db/types.js';
 
 /** A connection of the test's own to the test app's schema, to hold locks on or to watch them from. */
 export async function client(t: TestApp): Promise<pg.Client> {
@@ -23,6 +24,33 @@ export async function blockedBy(watcher: pg.Client, pid: number, what: string): 
     if (waited >= 5000) throw new Error(`${what} never waited`);
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/**
+ * Waits (polling from `watcher`, up to 5 s) until `op` has ended or a backend other than `known` waits
+ * for one of `blockers`: the next step of a race, not a sleep guessing how long `op` takes to get there.
+ */
+export async function endedOrWaiting(watcher: pg.Client, op: Promise<unknown>, blockers: number[], known: number[], what: string): Promise<void> {
+  let ended = false;
+  op.then(() => (ended = true), () => (ended = true));
+  for (let waited = 0; ; waited += 10) {
+    const { rows } = await watcher.query('SELECT 1 FROM pg_stat_activity WHERE pg_blocking_pids(pid) && $1::int[] AND NOT pid = ANY($2::int[])', [blockers, known]);
+    if (ended || rows.length) return;
+    if (waited >= 5000) throw new Error(`${what} neither ended nor waited`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/**
+ * The backends (other than `watcher`) holding a lock on a table of the test app's schema: the
+ * transactions of this test's app under way, never another test file's on the same server.
+ */
+export async function transactionsInSchema(watcher: pg.Client): Promise<number[]> {
+  const { rows } = await watcher.query<{ pid: number }>(
+    `SELECT DISTINCT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+      WHERE c.relnamespace = current_schema()::regnamespace AND l.pid <> pg_backend_pid() ORDER BY l.pid`,
+  );
+  return rows.map((r) => r.pid);
 }
 
 /**
@@ -92,5 +120,40 @@ export async function probeWhileHeld<T>(
   } finally {
     await holder.end();
     await prober.end();
+  }
+}
+
+/**
+ * Runs `fn` counting the statements of the app's transactions that PostgreSQL aborted as deadlock
+ * victims (40P01): a deadlock the retry hides, seen without timing deadlock_timeout on a loaded machine.
+ */
+export async function withDeadlockCount<T>(t: TestApp, fn: () => Promise<T>): Promise<{ result: T; victims: number }> {
+  const database = t.deps.database;
+  const original = database.scoped;
+  const scoped = original.bind(database);
+  let victims = 0;
+  const counted = (tx: Tx): Tx => {
+    const spied: Tx = {
+      ...tx,
+      query: (async (text: string, params?: unknown[]) => {
+        try {
+          return await tx.query(text, params);
+        } catch (err) {
+          if ((err as { code?: string }).code === '40P01') victims++;
+          throw err;
+        }
+      }) as Tx['query'],
+      transaction: (inner) => inner(spied),
+    };
+    return spied;
+  };
+  database.scoped = (s) => {
+    const db = scoped(s);
+    return { ...db, transaction: (run) => db.transaction((tx) => run(counted(tx))) };
+  };
+  try {
+    return { result: await fn(), victims };
+  } finally {
+    database.scoped = original;
   }
 }

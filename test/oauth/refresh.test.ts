@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
-import { client } from '../helpers/locks.js';
+import { blockedBy, client, transactionsInSchema } from '../helpers/locks.js';
 import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, sql, type AppFixture } from '../access/support.js';
 import { createUser } from '../helpers/fixtures.js';
 import { assertOAuthError, codeFor, codeGrant, member, oauthApp, pausedAfter, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
@@ -71,13 +71,12 @@ if (storageName === 'postgres') test('App refresh token "single use, rotating" w
   keys.signUntil = async (...args) => {
     if (!seen) {
       seen = true;
+      // The rotation is this app's only transaction under way: the replay must wait for it (its own
+      // backend, not another test file's lock wait on the shared server).
+      const [rotationPid, ...others] = await transactionsInSchema(watcher);
+      assert.ok(rotationPid !== undefined && others.length === 0, `one transaction under way, not ${others.length + 1}`);
       rotationPaused();
-      for (let waited = 0; ; waited += 10) {
-        const { rows } = await watcher.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%oauth_%'`);
-        if (rows.length) break;
-        if (waited >= 5000) throw new Error('the replay never waited for the rotation');
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await blockedBy(watcher, rotationPid, 'the replay, behind the rotation');
     }
     return signUntil(...args);
   };

@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
-import { blockedBy, client, probeWhileHeld } from '../helpers/locks.js';
+import { blockedBy, client, endedOrWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { deliver, subscription } from '../billing/support.js';
 import { accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
 
@@ -470,10 +470,10 @@ if (storageName === 'postgres') test("seat-limit-release and an ownership move o
     assert.equal(held.rowCount, 1);
     const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
     const releasing = t.deps.jobs.runNow('seat-limit-release');
-    await blockedBy(watcher, holderPid, 'the release');
+    const releasePid = await blockedBy(watcher, holderPid, 'the release');
     const moving = call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_user_id: newOwner.id });
     // The move either ends at once (the released seat uncounted) or waits for the release.
-    await Promise.race([moving, new Promise((r) => setTimeout(r, 300))]);
+    await endedOrWaiting(watcher, moving, [holderPid, releasePid], [releasePid], 'the move');
     await holder.query('ROLLBACK');
     await releasing;
     const err = assertError(await moving, 409, 'plan_limit_reached');

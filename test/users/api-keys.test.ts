@@ -2,7 +2,7 @@
 // which key, the permissions a key may hold, destructive restriction and test keys.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { atOneInstant, buildTestApp, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, withStatementsSettled, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
   assertError, assertFields, assertStatus, auditOfTarget, call, createApplication, createOrganization, createPlatformRole, sql, waitFor,
@@ -260,8 +260,7 @@ test('last_used_at is updated at most once a minute', async () => {
   assert.equal((await useKey(body.secret)).statusCode, 200);
   const first = await waitFor(lastUsed, 'the first last_used_at');
   t.clock.advance(30);
-  assert.equal((await useKey(body.secret)).statusCode, 200);
-  await new Promise((r) => setTimeout(r, 150));
+  assert.equal((await withStatementsSettled(t, /UPDATE api_keys SET last_used_at/, () => useKey(body.secret))).statusCode, 200);
   assert.equal((await lastUsed())!.getTime(), first.getTime(), 'unchanged within the minute');
   t.clock.advance(31);
   assert.equal((await useKey(body.secret)).statusCode, 200);
@@ -590,6 +589,8 @@ test('"A test-mode credential sees and manages only test keys": a live key is 40
     const listed = assertStatus(await listKeys(q, testAdmin), 200).data;
     assert.ok(listed.every((k: { mode: string }) => k.mode === 'test'), `only test keys (${q})`);
     assert.ok(!listed.some((k: { id: string }) => k.id === live.id), `the live key is not listed (${q})`);
+    // Not an empty list passing the two checks above: the test key is there, unless live keys are asked for.
+    assert.equal(listed.some((k: { id: string }) => k.id === sandbox.id), !q.includes('mode=live'), `the test key is listed unless mode=live (${q})`);
   }
   assert.ok(assertStatus(await listKeys('limit=100', testAdmin), 200).data.some((k: { id: string }) => k.id === sandbox.id), 'its test key is listed');
   assert.equal(assertStatus(await getKey(sandbox.id), 200).mode, 'test', 'a live credential reads the test key');

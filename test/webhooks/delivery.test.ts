@@ -138,7 +138,9 @@ test('an answer after 5 seconds is a failure (the deadline is 5 s per attempt)',
   assert.equal(row.status, 'pending');
   assert.equal(row.response_status, null);
   assert.match(row.error!, /timeout/);
-  assert.ok(elapsed >= 4900 && elapsed < 5900, `ended by the deadline (${elapsed} ms)`);
+  // Not cut before the deadline; a deadline later than the answer (5.1 s) would have taken it (status
+  // pending and no response_status above), so no upper bound on a loaded machine's wall clock here.
+  assert.ok(elapsed >= 4900, `ended by the deadline, not before (${elapsed} ms)`);
 });
 
 test('a hostile receiver streaming a huge error body: only the first 1 KB is read and kept, and the attempt ends at once', async (c) => {

@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { storageName, type TestApp } from '../helpers/app.js';
-import { blockedBy, client, commitWhileWaiting } from '../helpers/locks.js';
+import { blockedBy, client, commitWhileWaiting, endedOrWaiting, withDeadlockCount } from '../helpers/locks.js';
 import { createApiKey } from '../helpers/fixtures.js';
 import { appKey, assertError, assertStatus, buildApp, call, createWebhook, newApp, person, platformKey, sql, type AppFixture } from './support.js';
 
@@ -214,16 +214,16 @@ if (storageName === 'postgres') test('plan limits: a subscription created for an
     await holder.query('BEGIN');
     await holder.query('SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE', [moving.tenantId]);
     const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
-    const creating = call(t, 'POST', '/v1/webhooks', admin, { scope: moving.id, url: url('race10'), events: ['*'] });
-    await blockedBy(watcher, holderPid, 'the creation');
-    const movingReq = call(t, 'PATCH', `/v1/applications/${moving.id}`, admin, { owner_user_id: target.owner.id });
-    // The move either ends at once (the new subscription uncounted) or waits for the creation.
-    await Promise.race([movingReq, new Promise((r) => setTimeout(r, 300))]);
-    await holder.query('ROLLBACK');
-    const released = Date.now();
-    const [created, moved] = await Promise.all([creating, movingReq]);
-    const elapsed = Date.now() - released;
-    assert.ok(elapsed < 900, `the two answered ${elapsed} ms after the Tenant was free: a deadlock PostgreSQL broke after deadlock_timeout`);
+    const { result: [created, moved], victims } = await withDeadlockCount(t, async () => {
+      const creating = call(t, 'POST', '/v1/webhooks', admin, { scope: moving.id, url: url('race10'), events: ['*'] });
+      const creationPid = await blockedBy(watcher, holderPid, 'the creation');
+      const movingReq = call(t, 'PATCH', `/v1/applications/${moving.id}`, admin, { owner_user_id: target.owner.id });
+      // The move either ends at once (the new subscription uncounted) or waits for the creation.
+      await endedOrWaiting(watcher, movingReq, [holderPid, creationPid], [creationPid], 'the move');
+      await holder.query('ROLLBACK');
+      return Promise.all([creating, movingReq]);
+    });
+    assert.equal(victims, 0, 'no deadlock: neither ran again as a deadlock victim after deadlock_timeout');
     assertStatus(created, 201);
     assert.equal(assertError(moved, 409, 'plan_limit_reached').details.resource, 'webhooks');
     const [row] = await sql(t, 'SELECT tenant_id FROM applications WHERE id = $1', [moving.id]);

@@ -174,10 +174,11 @@ test('an Idempotency-Key create or url PATCH resolves the webhook host before it
     });
   });
   try {
-    // While the resolver is waiting, GET /health (which needs the database) must answer at once.
+    // While the resolver is waiting, GET /health (which needs the database) must answer: the lookup is
+    // held until it has (or until 10 s have passed, far beyond a loaded machine's /health).
     const healthDuringDns = async (request: Promise<InjectResponse>) => {
       await new Promise<void>((resolve) => (asked = resolve));
-      const health = await Promise.race([call(t, 'GET', '/health', null), new Promise<null>((resolve) => setTimeout(() => resolve(null), 1000))]);
+      const health = await Promise.race([call(t, 'GET', '/health', null), new Promise<null>((resolve) => setTimeout(() => resolve(null), 10_000).unref())]);
       release();
       return { health, res: await request };
     };
