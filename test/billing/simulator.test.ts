@@ -230,3 +230,31 @@ test('a Tenant that paid before checks out again through the simulator as the sa
   const row = await tenantRow(t, owner.tenantId);
   assert.deepEqual([row.plan, row.subscription_status, row.stripe_customer_id], ['team', 'active', 'cus_sim_returning']);
 });
+
+test('PUBLIC_URL "optionally with a path" is "the base of every link": behind a path the simulator pages\' buttons post under it and the portal\'s 303 returns under it', async () => {
+  const prefixed = await buildApp({ publicUrl: 'http://localhost:8080/platform' });
+  try {
+    const owner = await tenantOwner(prefixed);
+    const session = assertStatus(await call(prefixed, 'POST', `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, owner.token, body, { 'idempotency-key': 'sim-prefixed' }), 201);
+    const url = new URL(session.url);
+    assert.ok(url.pathname.startsWith('/platform/billing/simulator/checkout/'), session.url);
+    // The reverse proxy serves PUBLIC_URL's path: the service sees the path without it.
+    const served = url.pathname.slice('/platform'.length);
+    const buttons = (html: string) => [...html.matchAll(/<form method="post" action="([^"]+)">/g)].map((m) => m[1]);
+    const checkoutPage = await prefixed.app.inject({ method: 'GET', url: served });
+    assert.deepEqual(buttons(checkoutPage.body), [`${url.pathname}/complete`, `${url.pathname}/cancel`]);
+    await prefixed.app.inject({ method: 'POST', url: `${served}/complete`, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: '' });
+
+    const portal = assertStatus(await call(prefixed, 'POST', `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, owner.token, { return_url: 'https://app.example.com/settings' }), 201);
+    const portalPath = new URL(portal.url).pathname;
+    const portalServed = portalPath.slice('/platform'.length);
+    const portalPage = await prefixed.app.inject({ method: 'GET', url: portalServed });
+    assert.ok(buttons(portalPage.body).length > 0, portalPage.body);
+    for (const action of buttons(portalPage.body)) assert.ok(action.startsWith(`${portalPath}/`), action);
+    const acted = await prefixed.app.inject({ method: 'POST', url: `${portalServed}/cancel_at_period_end`, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: '' });
+    assert.equal(acted.statusCode, 303);
+    assert.equal(acted.headers.location, portalPath);
+  } finally {
+    await prefixed.close();
+  }
+});

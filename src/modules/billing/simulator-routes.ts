@@ -4,6 +4,7 @@ import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { PORTAL_ACTIONS, cancelSimulatedCheckout, completeSimulatedCheckout, openSimSession, runPortalAction } from './simulator.js';
 import { simulatorPath } from './simulator-store.js';
+import { publicPathBase } from '../signin/browser.js';
 
 // The simulator's hosted pages are part of the service only while STRIPE_SECRET_KEY is unset. They
 // are listed in the OpenAPI document under their own tag so the description matches what is served.
@@ -43,13 +44,16 @@ const gone = (reply: FastifyReply) => page(reply, 404, 'Session not found', '<p>
 
 export function simulatorRoutes(app: App, deps: Deps): void {
   const meta = { auth: 'none' as const };
+  // The buttons and the portal's 303 name the page as the browser reaches it: under PUBLIC_URL's path, if any.
+  const base = publicPathBase(deps.config.publicUrl);
+  const pagePath = (kind: 'checkout' | 'portal', id: string) => `${base}${simulatorPath(kind, id)}`;
   app.get('/billing/simulator/checkout/:id', {
     schema: { summary: 'Simulated hosted checkout page', description, tags, params: SessionParam, produces, response: { 200: Html, 404: Html } },
     config: { meta },
     handler: async (request, reply) => {
       const open = await openSimSession(deps, 'checkout', request.params.id);
       if (!open) return gone(reply);
-      const path = simulatorPath('checkout', open.session.id);
+      const path = pagePath('checkout', open.session.id);
       return page(
         reply,
         200,
@@ -83,7 +87,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
       const open = await openSimSession(deps, 'portal', request.params.id);
       if (!open) return gone(reply);
       const { tenant, session } = open;
-      const path = simulatorPath('portal', session.id);
+      const path = pagePath('portal', session.id);
       const actions: [string, string][] = [
         [tenant.cancel_at_period_end ? 'resume' : 'cancel_at_period_end', tenant.cancel_at_period_end ? 'Keep the subscription' : 'Cancel at period end'],
         ['cancel_now', 'Cancel now'],
@@ -108,7 +112,7 @@ export function simulatorRoutes(app: App, deps: Deps): void {
     config: { meta },
     handler: async (request, reply) => {
       const done = await runPortalAction(deps, request.params.id, request.params.action, request.id);
-      return done ? seeOther(reply, simulatorPath('portal', request.params.id)) : gone(reply);
+      return done ? seeOther(reply, pagePath('portal', request.params.id)) : gone(reply);
     },
   });
 }

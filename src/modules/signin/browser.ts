@@ -20,9 +20,12 @@ export interface SigninSite {
   secure: boolean;
 }
 
+/** PUBLIC_URL's path without its trailing slash ('' when it has none): the base of every page's path. */
+export const publicPathBase = (publicUrl: string): string => new URL(publicUrl).pathname.replace(/\/+$/, '');
+
 export function signinSite(publicUrl: string): SigninSite {
   const url = new URL(publicUrl);
-  const base = url.pathname.replace(/\/+$/, '');
+  const base = publicPathBase(publicUrl);
   const signin = `${base}/signin`;
   const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname);
   return { paths: { signin, mfa: `${signin}/mfa`, continue: `${signin}/continue`, forgot: `${base}/forgot-password` }, secure: !(url.protocol === 'http:' && loopback) };
