@@ -388,6 +388,29 @@ test('a verification link of a user deleted while it was being followed (the del
   assert.equal(await emailVerified(session.user_id), false);
 });
 
+test('"email/verify: 204; bad token 400": a verification link of a user the test purge deleted while it was being followed (the purge\'s DELETE FROM users committed as the verification waited for the user) is 400 invalid_token, not a 500. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
+  if (storageName !== 'postgres') return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const { email, session } = await signup();
+  const token = await latestToken(t, email, 'email_verification');
+  const [holder, watcher] = [await client(t), await client(t)];
+  let res;
+  try {
+    // The test purge's transaction: the user row goes, and its links, sessions and identities with it.
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [session.user_id]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const verify = post(t, '/v1/auth/email/verify', { token });
+    await blockedBy(watcher, rows[0].pid, 'the verification');
+    await holder.query('DELETE FROM users WHERE id = $1', [session.user_id]);
+    await holder.query('COMMIT');
+    res = await verify;
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+  assertError(res, 400, 'invalid_token');
+});
+
 test('"Suspend: all sessions revoked": a password change whose session a suspension ended while it ran (the suspension committed as the change waited for the user) answers 401 and changes nothing: the old password stays, no password_changed mail. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
   if (storageName !== 'postgres') return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
   const user = await createUser(t);
@@ -412,6 +435,30 @@ test('"Suspend: all sessions revoked": a password change whose session a suspens
   assertError(res, 401, 'unauthenticated');
   const [identity] = await sql<{ password_hash: string }>(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND password_hash IS NOT NULL`, [user.id]);
   assert.equal(await verifyPassword(identity.password_hash, PASSWORD), true, 'the old password stays');
+  assert.deepEqual(await mailsTo(t, user.email, 'password_changed'), []);
+});
+
+test('a password change of a user the test purge deleted while it ran (the purge\'s DELETE FROM users, sessions with it, committed as the change waited for the user) answers 401 unauthenticated, its session gone, not a 500. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
+  if (storageName !== 'postgres') return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const [holder, watcher] = [await client(t), await client(t)];
+  let res;
+  try {
+    // The test purge's transaction: the user row goes, and its sessions, identities and links with it.
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const change = post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(session.access_token));
+    await blockedBy(watcher, rows[0].pid, 'the password change');
+    await holder.query('DELETE FROM users WHERE id = $1', [user.id]);
+    await holder.query('COMMIT');
+    res = await change;
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+  assertError(res, 401, 'unauthenticated');
   assert.deepEqual(await mailsTo(t, user.email, 'password_changed'), []);
 });
 

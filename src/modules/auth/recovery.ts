@@ -41,8 +41,9 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     if (pending.kind === 'email_verification') {
       // The user before the link, as an email change takes them (the user, then its links); a delete
-      // that committed meanwhile is seen, as one before the link was followed (tokenCtx).
-      if ((await holdUserBeforeLinks(tx, user.id)) === 'deleted') throw badToken();
+      // or purge that committed meanwhile is seen, as one before the link was followed (tokenCtx).
+      const status = await holdUserBeforeLinks(tx, user.id);
+      if (status === null || status === 'deleted') throw badToken();
       await consume(tx, pending, ctx.now);
       await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
       return;

@@ -74,10 +74,11 @@ export async function lockUser(tx: Queryable, id: string): Promise<UserRow> {
  * waits only for those FOR UPDATE holders: a sign-in's session statement (the identity, then the user
  * FOR NO KEY UPDATE) neither waits for it nor is waited for, so taking the identity after it is safe.
  */
-export async function holdUserBeforeLinks(tx: Queryable, id: string): Promise<UserStatus> {
+export async function holdUserBeforeLinks(tx: Queryable, id: string): Promise<UserStatus | null> {
   // The status as it is now: a status change holds the user FOR UPDATE, so it committed before this or waits for it.
+  // Null when the row is gone (the test purge deleted it meanwhile, its links and sessions with it).
   const { rows } = await tx.query<{ status: UserStatus }>('SELECT status FROM users WHERE id = $1 FOR KEY SHARE', [id]);
-  return rows[0].status;
+  return rows[0]?.status ?? null;
 }
 
 /** The user, unless deleted or erased: who a grant, an assignment or a membership may target. */
