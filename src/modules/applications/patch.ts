@@ -108,7 +108,7 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
     // A move changes both Tenants' seats: members marked seat_limit get the room the move gives them
     // (the destination without a cap, or the seats leaving the source) in this transaction, as an
     // Entitlement PATCH or a plan change gives it, not at the next seat-limit-release run.
-    if (tenantId !== app.tenant_id) for (const id of [app.tenant_id, tenantId]) await releaseSeatLimits(tx, c, id);
+    if (tenantId !== app.tenant_id) for (const tenant of [app.tenant_id, tenantId]) await releaseSeatLimits(tx, c, tenant);
     const after = (await findApplicationRow(tx, app.id))!;
     const out = toApplication(after, await staleCounts(c, after));
     // Rows of the Application's mode, whoever changes it (a test-mode key suspending a live one), as

@@ -44,8 +44,8 @@ export async function listActiveSessions(db: Queryable, userId: string, now: Dat
  */
 export async function revokeSessions(db: Queryable, where: { userId: string; sessionId?: string }, now: Date): Promise<string[]> {
   const { rows } = await db.query<{ id: string }>(
-    `UPDATE sessions s SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL
-        ${where.sessionId ? `AND id = $3 AND ${SESSION_LIVE_SQL('s', '$2')}` : ''} RETURNING id`,
+    `UPDATE sessions s SET revoked_at = $2
+      WHERE user_id = $1 AND ${where.sessionId ? `id = $3 AND ${SESSION_LIVE_SQL('s', '$2')}` : 'revoked_at IS NULL'} RETURNING id`,
     where.sessionId ? [where.userId, now, where.sessionId] : [where.userId, now],
   );
   return rows.map((r) => r.id);
