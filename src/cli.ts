@@ -27,8 +27,8 @@ const USAGE = `usage: platform <command>
 Settings come from the environment (see README). Commands follow the development clock only with
 DEV_CLOCK=1, like the server.`;
 
-async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) => Promise<T>): Promise<T> {
-  const config = { ...loadConfig(), bootstrapAdminEmail: null, bootstrapAdminPassword: null };
+async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) => Promise<T>, env = process.env): Promise<T> {
+  const config = { ...loadConfig(env), bootstrapAdminEmail: null, bootstrapAdminPassword: null };
   const database = await openDatabase(config);
   // Logs go to stderr: stdout carries only the command's result (jobs run prints JSON).
   const logger = { level: config.logLevel === 'info' ? 'warn' : config.logLevel, stream: process.stderr };
@@ -112,9 +112,11 @@ export async function runCli(argv: string[]): Promise<number> {
       const args = commandArgs('bootstrap-admin', argv.slice(1), { email: { type: 'string' }, password: { type: 'string' } });
       if (typeof args === 'number') return args;
       const values = args.values as { email?: string; password?: string };
-      const env = loadConfig();
-      const email = values.email ?? env.bootstrapAdminEmail;
-      const password = values.password ?? env.bootstrapAdminPassword;
+      // Each flag wins over its own setting: --email with BOOTSTRAP_ADMIN_PASSWORD (a password kept out
+      // of the command line) is a whole pair, not the half-set pair the server refuses at start.
+      const setting = (name: string) => (process.env[name] === '' ? undefined : process.env[name]);
+      const email = values.email ?? setting('BOOTSTRAP_ADMIN_EMAIL');
+      const password = values.password ?? setting('BOOTSTRAP_ADMIN_PASSWORD');
       if (!email || !password) {
         console.error('bootstrap-admin needs --email and --password (or BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD)');
         return 2;
@@ -128,7 +130,7 @@ export async function runCli(argv: string[]): Promise<number> {
         const result = await bootstrapAdmin(deps, email, password);
         console.log(result.created ? `created superadmin ${result.userId}` : `a live user already has that email: ${result.userId}`);
         return 0;
-      });
+      }, { ...process.env, BOOTSTRAP_ADMIN_EMAIL: email, BOOTSTRAP_ADMIN_PASSWORD: password });
     }
     case 'keys': {
       if (sub !== 'rotate') break;

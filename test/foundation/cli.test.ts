@@ -248,6 +248,22 @@ test('platform bootstrap-admin defaults to BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_A
   }
 });
 
+test('platform bootstrap-admin takes each of --email and --password from its flag or, when the flag is absent, its BOOTSTRAP_ADMIN_* default: --email with BOOTSTRAP_ADMIN_PASSWORD (the password kept out of the command line) creates the superadmin', async () => {
+  const saved = env;
+  try {
+    env = { ...saved, BOOTSTRAP_ADMIN_PASSWORD: ADMIN_PASSWORD };
+    const passwordFromEnv = await platform('bootstrap-admin', '--email', 'mixed-a@example.com');
+    assert.equal(passwordFromEnv.code, 0, passwordFromEnv.stderr);
+    assert.match(passwordFromEnv.stdout, /created superadmin usr_/);
+    env = { ...saved, BOOTSTRAP_ADMIN_EMAIL: 'mixed-b@example.com' };
+    const emailFromEnv = await platform('bootstrap-admin', '--password', ADMIN_PASSWORD);
+    assert.equal(emailFromEnv.code, 0, emailFromEnv.stderr);
+    assert.match(emailFromEnv.stdout, /created superadmin usr_/);
+  } finally {
+    env = saved;
+  }
+});
+
 test('a failing command given --password=<value> leaves the value out of its error line', async () => {
   const saved = env;
   env = { ...env, DATABASE_URL: 'postgres://postgres@127.0.0.1:1/unreachable' };
