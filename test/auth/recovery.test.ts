@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { buildTestApp, pausedAfter, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
-import { blockedBy, client, probeWhileHeld } from '../helpers/locks.js';
+import { blockedBy, client, commitWhileWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { ADDRESS_BLIND_ANSWER_MS } from '../../src/modules/auth/routes.js';
 import { verifyPassword } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
@@ -368,22 +368,11 @@ test('a verification link of a user deleted while it was being followed (the del
   if (storageName !== 'postgres') return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
   const { email, session } = await signup();
   const token = await latestToken(t, email, 'email_verification');
-  const [holder, watcher] = [await client(t), await client(t)];
-  let res;
-  try {
-    // The delete's transaction (DELETE /v1/users/{id}: the user, then its status, sessions and links).
-    await holder.query('BEGIN');
-    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [session.user_id]);
-    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    const verify = post(t, '/v1/auth/email/verify', { token });
-    await blockedBy(watcher, rows[0].pid, 'the verification');
-    await holder.query(`UPDATE users SET status = 'deleted', deleted_at = now() WHERE id = $1`, [session.user_id]);
-    await holder.query('COMMIT');
-    res = await verify;
-  } finally {
-    await holder.end();
-    await watcher.end();
-  }
+  // The delete's transaction (DELETE /v1/users/{id}: the user, then its status, sessions and links).
+  const res = await commitWhileWaiting(t, [
+    ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [session.user_id]],
+    [`UPDATE users SET status = 'deleted', deleted_at = now() WHERE id = $1`, [session.user_id]],
+  ], () => post(t, '/v1/auth/email/verify', { token }));
   assertError(res, 400, 'invalid_token');
   assert.equal(await emailVerified(session.user_id), false);
 });
@@ -392,22 +381,11 @@ test('"email/verify: 204; bad token 400": a verification link of a user the test
   if (storageName !== 'postgres') return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
   const { email, session } = await signup();
   const token = await latestToken(t, email, 'email_verification');
-  const [holder, watcher] = [await client(t), await client(t)];
-  let res;
-  try {
-    // The test purge's transaction: the user row goes, and its links, sessions and identities with it.
-    await holder.query('BEGIN');
-    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [session.user_id]);
-    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    const verify = post(t, '/v1/auth/email/verify', { token });
-    await blockedBy(watcher, rows[0].pid, 'the verification');
-    await holder.query('DELETE FROM users WHERE id = $1', [session.user_id]);
-    await holder.query('COMMIT');
-    res = await verify;
-  } finally {
-    await holder.end();
-    await watcher.end();
-  }
+  // The test purge's transaction: the user row goes, and its links, sessions and identities with it.
+  const res = await commitWhileWaiting(t, [
+    ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [session.user_id]],
+    ['DELETE FROM users WHERE id = $1', [session.user_id]],
+  ], () => post(t, '/v1/auth/email/verify', { token }));
   assertError(res, 400, 'invalid_token');
 });
 
@@ -415,23 +393,12 @@ test('"Suspend: all sessions revoked": a password change whose session a suspens
   if (storageName !== 'postgres') return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
   const user = await createUser(t);
   const session = await signIn(user);
-  const [holder, watcher] = [await client(t), await client(t)];
-  let res;
-  try {
-    // The suspension's transaction (POST /v1/users/{id}/suspend: the user, then its status and sessions).
-    await holder.query('BEGIN');
-    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
-    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    const change = post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(session.access_token));
-    await blockedBy(watcher, rows[0].pid, 'the password change');
-    await holder.query(`UPDATE users SET status = 'suspended' WHERE id = $1`, [user.id]);
-    await holder.query('UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL', [user.id]);
-    await holder.query('COMMIT');
-    res = await change;
-  } finally {
-    await holder.end();
-    await watcher.end();
-  }
+  // The suspension's transaction (POST /v1/users/{id}/suspend: the user, then its status and sessions).
+  const res = await commitWhileWaiting(t, [
+    ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]],
+    [`UPDATE users SET status = 'suspended' WHERE id = $1`, [user.id]],
+    ['UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL', [user.id]],
+  ], () => post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(session.access_token)));
   assertError(res, 401, 'unauthenticated');
   const [identity] = await sql<{ password_hash: string }>(t, `SELECT password_hash FROM identities WHERE user_id = $1 AND password_hash IS NOT NULL`, [user.id]);
   assert.equal(await verifyPassword(identity.password_hash, PASSWORD), true, 'the old password stays');
@@ -446,6 +413,8 @@ test('a password change of a user the test purge deleted while it ran (the purge
   let res;
   try {
     // The test purge's transaction: the user row goes, and its sessions, identities and links with it.
+    // Its DELETE runs once the change waits for the user (not before the change starts, as in
+    // commitWhileWaiting): run earlier, it holds the identity the change's lockout claim takes first.
     await holder.query('BEGIN');
     await holder.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]);
     const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
