@@ -90,9 +90,10 @@ export async function openPg(options: PgOptions): Promise<Database> {
   const normalize = <R>(r: pg.QueryResult): QueryResult<R> => ({ rows: r.rows as R[], rowCount: r.rowCount ?? 0 });
 
   /**
-   * A transaction, or a single statement with parameters (its own transaction), that PostgreSQL aborted as a deadlock
-   * victim (or a serialization failure) did nothing; it runs again from the start. Nothing leaves the
-   * process inside a transaction (transactional outbox), so running it twice has no outside effect.
+   * A transaction, or a single statement with parameters (its own transaction), that PostgreSQL
+   * aborted as a deadlock victim (or a serialization failure) did nothing; it runs again from the
+   * start. Nothing leaves the process inside a transaction (transactional outbox), so running it
+   * twice has no outside effect.
    */
   const retried = async <T>(run: () => Promise<T>): Promise<T> => {
     for (let attempt = 1; ; attempt++) {

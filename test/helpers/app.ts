@@ -146,18 +146,30 @@ export async function buildTestApp(overrides: Partial<Config> = {}, t?: TestCont
 }
 
 /**
+ * Runs `fn` with every connection the app takes (database.scoped) replaced by `wrap` of it, and puts
+ * the database back after, whatever `fn` did: the one way the helpers below watch the app's statements.
+ */
+export async function withWrappedDatabase<T>(t: TestApp, wrap: (db: Db, scope: Scope) => Db, fn: () => Promise<T>): Promise<T> {
+  const database = t.deps.database;
+  const original = database.scoped;
+  const scoped = original.bind(database);
+  database.scoped = (s) => wrap(scoped(s), s);
+  try {
+    return await fn();
+  } finally {
+    database.scoped = original;
+  }
+}
+
+/**
  * Runs `request` with a pause after the first query (on a connection of `scope`, or any) whose text
  * contains `fragment`: once that query has answered, `meanwhile` runs to its end (another request,
  * say) before `request` goes on. A deterministic interleaving of two requests, which the embedded
  * database otherwise does not give (it runs one in-process request to its end before the next).
  */
 export async function pausedAfter<T>(t: TestApp, fragment: string, meanwhile: () => Promise<void>, request: () => Promise<T>, scope?: Scope): Promise<T> {
-  const database = t.deps.database;
-  const original = database.scoped;
-  const scoped = original.bind(database);
   let paused = false;
-  database.scoped = (s) => {
-    const db = scoped(s);
+  const wrap = (db: Db, s: Scope): Db => {
     if (scope !== undefined && s !== scope) return db;
     const query = (async (text: string, params?: unknown[]) => {
       const result = await db.query(text, params);
@@ -169,12 +181,7 @@ export async function pausedAfter<T>(t: TestApp, fragment: string, meanwhile: ()
     }) as Db['query'];
     return { ...db, query };
   };
-  let out: T;
-  try {
-    out = await request();
-  } finally {
-    database.scoped = original;
-  }
+  const out = await withWrappedDatabase(t, wrap, request);
   assert.ok(paused, `no query containing ${fragment} ran${scope ? ` on the ${scope} connection` : ''}`);
   return out;
 }
@@ -185,12 +192,8 @@ export async function pausedAfter<T>(t: TestApp, fragment: string, meanwhile: ()
  * is seen however slow the machine, with no sleep standing in for it.
  */
 export async function withStatementsSettled<T>(t: TestApp, pattern: RegExp, fn: () => Promise<T>): Promise<T> {
-  const database = t.deps.database;
-  const original = database.scoped;
-  const scoped = original.bind(database);
   const started: Promise<unknown>[] = [];
-  database.scoped = (s) => {
-    const db = scoped(s);
+  const wrap = (db: Db): Db => {
     const query = ((text: string, params?: unknown[]) => {
       const running = db.query(text, params);
       if (pattern.test(text)) started.push(running.catch(() => undefined));
@@ -199,9 +202,8 @@ export async function withStatementsSettled<T>(t: TestApp, pattern: RegExp, fn: 
     return { ...db, query };
   };
   try {
-    return await fn();
+    return await withWrappedDatabase(t, wrap, fn);
   } finally {
-    database.scoped = original;
     await Promise.all(started);
   }
 }

@@ -3,7 +3,7 @@
 // a transaction of the test holds the first lock, the operation must wait for it before it takes the
 // second, so another transaction can still take the second at once (NOWAIT).
 import pg from 'pg';
-import { TEST_DATABASE_URL, type TestApp } from './app.js';
+import { TEST_DATABASE_URL, withWrappedDatabase, type TestApp } from './app.js';
 import type { Tx } from '../../src/db/types.js';
 
 /** A connection of the test's own to the test app's schema, to hold locks on or to watch them from. */
@@ -128,9 +128,6 @@ export async function probeWhileHeld<T>(
  * victims (40P01): a deadlock the retry hides, seen without timing deadlock_timeout on a loaded machine.
  */
 export async function withDeadlockCount<T>(t: TestApp, fn: () => Promise<T>): Promise<{ result: T; victims: number }> {
-  const database = t.deps.database;
-  const original = database.scoped;
-  const scoped = original.bind(database);
   let victims = 0;
   const counted = (tx: Tx): Tx => {
     const spied: Tx = {
@@ -147,13 +144,6 @@ export async function withDeadlockCount<T>(t: TestApp, fn: () => Promise<T>): Pr
     };
     return spied;
   };
-  database.scoped = (s) => {
-    const db = scoped(s);
-    return { ...db, transaction: (run) => db.transaction((tx) => run(counted(tx))) };
-  };
-  try {
-    return { result: await fn(), victims };
-  } finally {
-    database.scoped = original;
-  }
+  const result = await withWrappedDatabase(t, (db) => ({ ...db, transaction: (run) => db.transaction((tx) => run(counted(tx))) }), fn);
+  return { result, victims };
 }

@@ -51,7 +51,8 @@ const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? 
 /** Unix seconds as an instant the database stores (years 0001–9999), or null when it is none. */
 export function instantOfSeconds(seconds: number): Date | null {
   const at = new Date(seconds * 1000);
-  return Number.isFinite(seconds) && !Number.isNaN(at.getTime()) && isStorableDateTime(at.toISOString()) ? at : null;
+  // NaN, ±Infinity and |ms| beyond 8.64e15 make an invalid Date (toISOString would throw).
+  return !Number.isNaN(at.getTime()) && isStorableDateTime(at.toISOString()) ? at : null;
 }
 const fromSeconds = (v: unknown): Date | null => {
   if (typeof v !== 'number') return null;
