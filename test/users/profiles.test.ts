@@ -186,6 +186,21 @@ test('an app-scoped key with users.list can read, never write (403 forbidden), t
   assert.deepEqual(await auditFor(t, inside.id, 'profile.updated'), []);
 });
 
+test('Part A Errors, user_not_found ("soft-deleted (to non-admins)"): a soft-deleted user and their global Profile are 404 to a users.list holder and to an app-scoped users.list key of an Application they have a path to; users.manage still reads both', async () => {
+  const app = await createApplication(t);
+  const user = await createUser(t);
+  await grant(t, user.id, app.id);
+  const key = await createApiKey(t, { scope: app.id, permissions: ['users.list'] });
+  for (const cred of [support.token, key.secret]) assert.equal(assertStatus(await getProfile(user.id, cred), 200).user_id, user.id);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}`, admin.token)).statusCode, 204);
+  for (const cred of [support.token, key.secret]) {
+    assertError(await call(t, 'GET', `/v1/users/${user.id}`, cred), 404, 'user_not_found');
+    assertError(await getProfile(user.id, cred), 404, 'user_not_found');
+  }
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${user.id}`, admin.token), 200).status, 'deleted');
+  assert.equal(assertStatus(await getProfile(user.id, admin.token), 200).user_id, user.id);
+});
+
 test('Profile writes: a users.list holder gets 403 forbidden, another user 404 user_not_found; reads by another user 404', async () => {
   const user = await createUser(t);
   const other = await userToken(t);
