@@ -244,6 +244,25 @@ test('pending → scheduled needs scheduled_for in the future and mails the owne
   assert.equal((await tenantRow(t, owner.tenantId)).status, 'active', 'scheduling changes nothing on the Tenant');
 });
 
+test('rescheduling (docs/decisions.md "rescheduling a scheduled request mails the owner again"): scheduled with a new future scheduled_for stays scheduled, mails the new window and writes tenant.tier_change_request_updated; a past scheduled_for is 422 and keeps the window', async () => {
+  const owner = await enterpriseTenant();
+  const request = await openRequest(owner.tenantId);
+  assertStatus(await patch(owner.tenantId, request.id, { status: 'scheduled', scheduled_for: future(86_400) }), 200);
+  const later = future(5 * 86_400);
+  const moved = assertStatus(await patch(owner.tenantId, request.id, { status: 'scheduled', scheduled_for: later }), 200);
+  assert.equal(moved.status, 'scheduled');
+  assert.equal(moved.scheduled_for, later);
+  const rows = await mailsTo(t, owner.user.email, 'tier_change_scheduled');
+  assert.equal(rows.length, 2);
+  assert.ok(rows.some((r) => r.text_body.includes(later)), 'the second mail names the new window');
+  const audit = await auditRows(t, 'tenant.tier_change_request_updated', owner.tenantId);
+  assert.equal(audit.length, 2);
+  const past = assertError(await patch(owner.tenantId, request.id, { status: 'scheduled', scheduled_for: new Date(t.clock.now().getTime() - 1000).toISOString() }), 422, 'validation_failed');
+  assert.equal(past.details.fields[0].path, 'scheduled_for');
+  assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${request.id}`, support.token), 200).scheduled_for, later);
+  assert.equal((await mailsTo(t, owner.user.email, 'tier_change_scheduled')).length, 2);
+});
+
 test("scheduling an Organization's Tenant mails every active org_admin", async () => {
   const adminA = await createUser(t);
   const adminB = await createUser(t);
