@@ -445,6 +445,25 @@ test('wrong current passwords at password change count toward the lockout: after
   assert.equal((await loginRes(t, user)).statusCode, 200, 'the old password still signs in');
 });
 
+test('a password reset clears the lockout (docs/decisions.md "Throttles"): a locked-out user who resets signs in at once with the new password; with TOTP on, that sign-in still asks for a code (catalog AU-6, ASVS 6.4.3)', async () => {
+  const plain = await createUser(t);
+  const { user: guarded } = await createMfaUser(t);
+  for (const user of [plain, guarded]) {
+    for (let i = 0; i < 5; i++) assertError(await loginRes(t, user, 'not-the-password-9'), 401, 'invalid_credentials');
+    assertError(await loginRes(t, user), 429, 'too_many_attempts');
+    assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+    assert.equal((await post(t, '/v1/auth/password/reset', { token: await latestToken(t, user.email, 'password_reset'), password: NEW_PASSWORD })).statusCode, 204);
+  }
+  const signedIn = await loginRes(t, plain, NEW_PASSWORD);
+  assert.equal(signedIn.statusCode, 200, signedIn.body);
+  assertAuthSession(signedIn.json(), plain.id);
+  const res = await loginRes(t, guarded, NEW_PASSWORD);
+  assert.equal(res.statusCode, 200, res.body);
+  const challenge = res.json();
+  assert.equal(challenge.mfa_required, true, 'the reset did not turn MFA off');
+  assert.equal(challenge.access_token, undefined);
+});
+
 test('only a successful login resets the lockout counter (Part A Login lockout): a password change refused for its new password, with the right current password, keeps the earlier failures, so 4 wrong logins, that change and 1 wrong login lock the identity', async () => {
   const user = await createUser(t);
   const session = await signIn(user);
