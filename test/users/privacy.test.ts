@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { purgeTestData } from '../../src/modules/users/purge.js';
-import { blockedBy, client, probeWhileHeld } from '../helpers/locks.js';
+import { blockedBy, client, commitWhileWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import { createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
 import {
@@ -819,6 +819,97 @@ if (storageName === 'postgres') test('"organization.member_removed" once when a 
   assert.equal(await userRow(t, leaver.id), undefined, 'precondition: the old test user is purged');
   const audited = await sql(t, `SELECT actor_type, before FROM audit_events WHERE action = 'organization.member_removed' AND target_user_id = $1 AND created_at >= $2`, [leaver.id, since]);
   assert.deepEqual(audited.map((a) => [a.actor_type, a.before]), [['system', { organization_id: kept, user_id: leaver.id, role: 'member', membership_status: 'pending' }]], 'one removal, the purge\'s');
+});
+
+/**
+ * Runs the test purge held at its delete of `userId`'s profile (after it locked the users it purges),
+ * starts `op` once the purge waits, and lets the purge commit once `op` waits for it: `op` found the
+ * user live before the purge and takes the user's lock (or its foreign-key check does) after it.
+ * PostgreSQL only.
+ */
+async function whilePurgeDeletes<T>(userId: string, op: () => Promise<T>): Promise<T> {
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM profiles WHERE user_id = $1 FOR UPDATE', [userId]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const purge = purgeTestData(t.deps);
+    const purgePid = await blockedBy(watcher, rows[0].pid, 'the purge');
+    const running = op();
+    await blockedBy(watcher, purgePid, 'the operation');
+    await holder.query('COMMIT');
+    await purge;
+    assert.equal(await userRow(t, userId), undefined, 'precondition: the purge deleted the user');
+    return await running;
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+}
+
+if (storageName === 'postgres') test('a personal grant (POST /v1/users/{id}/entitlements) that waited for the test purge deleting its user answers 404 user_not_found, not 500, and writes nothing: the user is read again under its lock (PostgreSQL)', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['entitlements.manage'] });
+  const app = await createApplication(t);
+  const victim = await createUser(t, { mode: 'test' });
+  t.clock.advance(31 * DAY);
+  const res = await whilePurgeDeletes(victim.id, () => call(t, 'POST', `/v1/users/${victim.id}/entitlements`, key.secret, { application_id: app.id, source: 'admin_grant' }, { 'idempotency-key': `purged-${rand(8)}` }));
+  assertError(res, 404, 'user_not_found');
+  assert.equal(await count('entitlements', 'user_id = $1', [victim.id]), 0);
+  assert.equal(await count('audit_events', "action = 'entitlement.granted' AND target_user_id = $1", [victim.id]), 0);
+});
+
+if (storageName === 'postgres') test('a Role assignment (POST /v1/users/{id}/roles/{roleId}) that waited for the test purge deleting its user answers 404 user_not_found, not 500, and announces nothing (PostgreSQL)', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['roles.manage'] });
+  const app = await createApplication(t);
+  const roleId = `role_${app.slug}_viewer`;
+  await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at) VALUES ($1, 'viewer', $2, $3, now(), now())`, [roleId, app.id, [`app.${app.slug}.read`]]);
+  const victim = await createUser(t, { mode: 'test' });
+  t.clock.advance(31 * DAY);
+  const res = await whilePurgeDeletes(victim.id, () => call(t, 'POST', `/v1/users/${victim.id}/roles/${roleId}`, key.secret));
+  assertError(res, 404, 'user_not_found');
+  assert.equal(await count('role_assignments', 'user_id = $1', [victim.id]), 0);
+  assert.equal(await count('audit_events', "action = 'role.assigned' AND target_user_id = $1", [victim.id]), 0);
+});
+
+if (storageName === 'postgres') test('a membership added by user_id (POST /v1/organizations/{id}/members) that waited for the test purge deleting its user answers 404 user_not_found, not 500, and announces nothing (PostgreSQL)', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['organizations.manage'] });
+  const victim = await createUser(t, { mode: 'test' });
+  t.clock.advance(31 * DAY);
+  const admin = await createUser(t, { mode: 'test' });
+  const org = await createOrganization(t, [admin.id], { mode: 'test' });
+  const res = await whilePurgeDeletes(victim.id, () => call(t, 'POST', `/v1/organizations/${org}/members`, key.secret, { user_id: victim.id }));
+  assertError(res, 404, 'user_not_found');
+  assert.equal(await count('organization_members', 'user_id = $1', [victim.id]), 0);
+  assert.equal(await count('audit_events', "action = 'organization.member_added' AND target_user_id = $1", [victim.id]), 0);
+});
+
+if (storageName === 'postgres') test('"a grant, an assignment or a membership may target" only a live user: a personal grant, a Role assignment and a membership by user_id that waited for the user\'s soft delete (an erasure request, DELETE /v1/users/{id}) answer 404 user_not_found and write nothing, so the erasure cascade is not left a grant announced for a deleted user (PostgreSQL)', async () => {
+  const entKey = await createApiKey(t, { permissions: ['entitlements.manage'] });
+  const roleKey = await createApiKey(t, { permissions: ['roles.manage'] });
+  const orgKey = await createApiKey(t, { permissions: ['organizations.manage'] });
+  const app = await createApplication(t);
+  const roleId = `role_${app.slug}_viewer`;
+  await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at) VALUES ($1, 'viewer', $2, $3, now(), now())`, [roleId, app.id, [`app.${app.slug}.read`]]);
+  const admin = await createUser(t);
+  const org = await createOrganization(t, [admin.id]);
+  const deletedMeanwhile = (id: string): [string, unknown[]][] => [
+    ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [id]],
+    [`UPDATE users SET status = 'deleted', deleted_at = now() WHERE id = $1`, [id]],
+  ];
+  const writes: [string, (id: string) => Promise<Awaited<ReturnType<typeof call>>>][] = [
+    ['grant', (id) => call(t, 'POST', `/v1/users/${id}/entitlements`, entKey.secret, { application_id: app.id, source: 'admin_grant' }, { 'idempotency-key': `deleted-${rand(8)}` })],
+    ['assignment', (id) => call(t, 'POST', `/v1/users/${id}/roles/${roleId}`, roleKey.secret)],
+    ['membership', (id) => call(t, 'POST', `/v1/organizations/${org}/members`, orgKey.secret, { user_id: id })],
+  ];
+  for (const [label, write] of writes) {
+    const user = await createUser(t);
+    const res = await commitWhileWaiting(t, deletedMeanwhile(user.id), () => write(user.id));
+    assert.equal(res.statusCode, 404, `${label}: ${res.body}`);
+    assert.equal(res.json().error.code, 'user_not_found', label);
+    assert.equal(await count('entitlements', 'user_id = $1', [user.id]), 0, label);
+    assert.equal(await count('role_assignments', 'user_id = $1 AND role_id = $2', [user.id, roleId]), 0, label);
+    assert.equal(await count('organization_members', 'user_id = $1', [user.id]), 0, label);
+  }
 });
 
 test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it', async (tc) => {

@@ -134,8 +134,12 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
     }
     if (existing) throw alreadyExists(existing);
     await assertSeatAvailable(tx, ctx, app, [userId]);
-    // Read again under the user's lock (taken just above): a concurrent grant that held it has committed
-    // its row by now, and answers with its details, not through the unique index's bare 409.
+    // The user read again under their lock (taken just above): a soft delete or the test purge that
+    // held it has committed by now (read before it, the grant would land on a deleted user, or on none:
+    // a foreign-key violation, 500).
+    if (!(await findLiveUser(tx, userId))) throw new ApiError('user_not_found');
+    // Read again under the user's lock too: a concurrent grant that held it has committed its row by
+    // now, and answers with its details, not through the unique index's bare 409.
     const winner = await findLivePersonal(tx, userId, app.id);
     if (winner) throw alreadyExists(winner);
     const c = inTx(ctx, tx);

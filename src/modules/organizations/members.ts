@@ -51,6 +51,10 @@ async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: str
     if (existing) {
       await tx.query(`UPDATE organization_members SET membership_status = 'active', joined_at = $3 WHERE organization_id = $1 AND user_id = $2`, [org.id, userId, ctx.now]);
     } else {
+      // The user read again under their lock (withAccessFlips): a soft delete or the test purge that held
+      // it has committed by now (read before it, the member would be a deleted user, or none: a
+      // foreign-key violation, 500).
+      if (!(await findLiveUser(tx, userId))) throw new ApiError('user_not_found');
       await tx.query(
         `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at, joined_at) VALUES ($1, $2, $3, 'active', $4, $4)`,
         [org.id, userId, role, ctx.now],
