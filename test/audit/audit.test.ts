@@ -112,6 +112,51 @@ test('a refused change writes no audit row (the row and its audit commit or roll
   }
 });
 
+test('"Effects in one transaction": a server error injected after the change, its audit row and its first events were written (the outbox insert of its resource event fails) leaves no change, no audit row and no event; an Idempotency-Key retry then runs the change once (suspend, role assignment, entitlement grant)', async () => {
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['auditee'] }), 200);
+  const roleId = `role_${app.id.slice('app_'.length)}_auditee`;
+  const other = await person(t);
+  const rows = async () => ({
+    audit: (await sql(t, `SELECT action FROM audit_events WHERE target_user_id = ANY($1) ORDER BY created_at, id`, [[user.id, other.id]])).map((r) => r.action),
+    events: (await sql(t, `SELECT type FROM outbox_events WHERE coalesce(data->>'user_id', data->'entitlement'->>'user_id') = ANY($1) ORDER BY created_at, id`, [[user.id, other.id]])).map((r) => r.type),
+  });
+  const before = await rows();
+  const steps: [string, () => ReturnType<typeof call>, number][] = [
+    ['user.suspended', () => call(t, 'POST', `/v1/users/${user.id}/suspend`, admin, {}, { 'idempotency-key': 'fail-suspend' }), 200],
+    ['role.assigned', () => call(t, 'POST', `/v1/users/${other.id}/roles/${roleId}`, admin, {}, { 'idempotency-key': 'fail-assign' }), 201],
+    ['entitlement.granted', () => call(t, 'POST', `/v1/users/${other.id}/entitlements`, admin, { application_id: app.id, source: 'admin_grant' }, { 'idempotency-key': 'fail-grant' }), 201],
+  ];
+  const failOn = (type: string) => sql(t, `CREATE OR REPLACE FUNCTION fail_outbox() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                  IF NEW.type = '${type}' THEN RAISE EXCEPTION 'outbox refused'; END IF; RETURN NEW; END $$`);
+  await failOn('none');
+  await sql(t, 'CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox_events FOR EACH ROW EXECUTE FUNCTION fail_outbox()');
+  try {
+    for (const [type, request] of steps) {
+      await failOn(type);
+      assert.equal((await request()).statusCode, 500, `${type}: the outbox insert fails`);
+      assert.deepEqual(await rows(), before, `${type}: no audit row and no event (access.* included) outlive the failed transaction`);
+    }
+  } finally {
+    await sql(t, 'DROP TRIGGER fail_outbox ON outbox_events');
+    await sql(t, 'DROP FUNCTION fail_outbox()');
+  }
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${user.id}`, admin), 200).status, 'active', 'the suspension rolled back');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM role_assignments WHERE user_id = $1 AND role_id = $2', [other.id, roleId]))[0].n, 0, 'the assignment rolled back');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [other.id]))[0].n, 0, 'the grant rolled back');
+  // The 500 released each key: the retry runs the change once, and a second retry replays it.
+  for (const [, request, status] of steps) {
+    assertStatus(await request(), status);
+    const replay = await request();
+    assert.equal(replay.statusCode, status);
+    assert.equal(replay.headers['idempotent-replayed'], 'true');
+  }
+  const after = await rows();
+  assert.deepEqual(after.audit.slice(before.audit.length), ['user.suspended', 'role.assigned', 'entitlement.granted']);
+  assert.deepEqual(after.events.slice(before.events.length).sort(), ['access.granted', 'access.revoked', 'entitlement.granted', 'role.assigned', 'user.suspended']);
+});
+
 test('no write path: POST, PUT, PATCH and DELETE are refused; the database keeps rows append-only (only snapshot redaction and test-mode purge)', async () => {
   for (const [method, url] of [['POST', '/v1/audit-events'], ['PUT', '/v1/audit-events'], ['PATCH', '/v1/audit-events/evt_x'], ['DELETE', '/v1/audit-events/evt_x'], ['PUT', '/v1/audit-events/evt_x']]) {
     const res = await call(t, method, url, admin, method === 'DELETE' ? undefined : {});
