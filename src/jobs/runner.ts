@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Deps } from '../context.js';
-import { addSeconds } from '../clock.js';
+import { addSeconds, MAX_CLOCK_SKEW_SECONDS } from '../clock.js';
 import { ApiError } from '../errors.js';
 import type { JobDefinition } from './types.js';
 import { refreshDevClock } from '../dev/clock.js';
@@ -87,13 +87,19 @@ export class JobRunner {
     // locked_until is set in the claiming statement (to the longest timeout) so no other process can
     // claim in between; lock() then narrows it to this job's own timeout.
     const longest = Math.max(...[...this.byName.values()].map((j) => j.timeoutSeconds));
+    // A job is due at next_run_at, or when its next run lies further ahead than one interval (plus the
+    // skew between processes' clocks): only a clock that has since moved back (an NTP step, a restored
+    // VM, a process started without the development clock) leaves one there, and waiting it out would
+    // stop the job for as long as the clock stepped back (mail, whose links expire in an hour, included).
+    const jobs = [...this.byName.values()];
     const { rows } = await this.deps.database.scoped('system').query<{ name: string }>(
       `UPDATE jobs SET lock_token = $3, last_started_at = $1, locked_until = $4
-        WHERE name = (SELECT name FROM jobs
-                       WHERE name = ANY($2::text[]) AND next_run_at <= $1 AND (locked_until IS NULL OR locked_until < $1)
-                       ORDER BY next_run_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+        WHERE name = (SELECT j.name FROM jobs j JOIN unnest($2::text[], $5::int[]) AS c(name, ahead) ON c.name = j.name
+                       WHERE (j.next_run_at <= $1 OR j.next_run_at > $1::timestamptz + make_interval(secs => c.ahead))
+                         AND (j.locked_until IS NULL OR j.locked_until < $1)
+                       ORDER BY j.next_run_at LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
         RETURNING name`,
-      [now, this.names, token, addSeconds(now, longest)],
+      [now, jobs.map((j) => j.name), token, addSeconds(now, longest), jobs.map((j) => j.intervalSeconds + MAX_CLOCK_SKEW_SECONDS)],
     );
     const name = rows[0]?.name;
     if (!name) return null;

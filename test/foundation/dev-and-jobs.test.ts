@@ -9,7 +9,7 @@ import { sql } from '../helpers/http.js';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { systemCtx } from '../../src/context.js';
-import { addSeconds, SystemClock } from '../../src/clock.js';
+import { addSeconds, MAX_CLOCK_SKEW_SECONDS, SystemClock } from '../../src/clock.js';
 import { boot } from '../../src/boot.js';
 import { refreshDevClock } from '../../src/dev/clock.js';
 import { JobRunner } from '../../src/jobs/runner.js';
@@ -227,6 +227,50 @@ test('runNow runs a job even when it is not due, and never two runs of it at onc
   } finally {
     await other.close();
   }
+});
+
+test('a job keeps its interval when the clock moves back (an NTP step, a restored VM, a process started without the development clock): a next run further ahead than one interval is due at once instead of after the step; a run by a process whose clock is ahead within the skew bound still waits its interval', async () => {
+  const { job, state } = probeJob(300);
+  const mine = new JobRunner(plain.deps, [job]);
+  await mine.register();
+  const offset = plain.clock.offsetMs;
+  try {
+    // A process whose clock is MAX_CLOCK_SKEW_SECONDS ahead runs it: the others still wait the interval.
+    plain.clock.offsetMs = offset + MAX_CLOCK_SKEW_SECONDS * 1000 - 500;
+    await mine.tick();
+    assert.equal(state.calls, 1);
+    plain.clock.offsetMs = offset;
+    await mine.tick();
+    assert.equal(state.calls, 1, 'within the skew bound the run is not repeated');
+
+    // The clock steps back an hour: the next run, 5 minutes ahead of the old reading, is 65 minutes ahead of the new one.
+    plain.clock.offsetMs = offset - 3600 * 1000;
+    await mine.tick();
+    assert.equal(state.calls, 2, 'the job runs at once, not an hour late');
+    await mine.tick();
+    assert.equal(state.calls, 2, 'then waits its interval on the clock as it now reads');
+    plain.clock.offsetMs += 299 * 1000;
+    await mine.tick();
+    assert.equal(state.calls, 2, 'not before its interval');
+    plain.clock.offsetMs += 2 * 1000;
+    await mine.tick();
+    assert.equal(state.calls, 3, 'and once it has passed');
+    assert.equal(state.maxActive, 1);
+  } finally {
+    plain.clock.offsetMs = offset;
+  }
+});
+
+test('after the clock steps back an hour, a password reset mail (its link lives an hour) still leaves the outbox at the next tick of the service\'s jobs, not an hour later when its link is dead', async (tc) => {
+  const t = await buildTestApp({}, tc);
+  const user = await createUser(t);
+  await t.deps.jobs.tick(); // every job has run: each next run is one interval ahead
+  t.clock.offsetMs -= 3600 * 1000;
+  const asked = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: user.email } });
+  assert.equal(asked.statusCode, 202);
+  await t.deps.jobs.tick();
+  const rows = await sql<{ status: string }>(t, `SELECT status FROM emails WHERE lower(to_address) = lower($1) AND template = 'password_reset'`, [user.email]);
+  assert.deepEqual(rows.map((r) => r.status), ['logged'], 'mail-delivery ran (without SMTP_URL a sent mail is logged)');
 });
 
 // ---------------------------------------------------------------- mail outbox
