@@ -68,6 +68,13 @@ export const MAIL_TEMPLATES = {
     subject: 'Your password was changed',
     text: `Your account's password was changed and your other sessions were signed out. If this was not you, reset your password now.` + signed(null),
   }),
+  mfa_enabled: (_v: Record<string, never>): RenderedMail => ({
+    subject: 'Two-step verification was turned on',
+    text:
+      `Two-step verification (TOTP) was turned on for your account: signing in now also needs a code from the authenticator app that was set up, or one of its recovery codes. ` +
+      `If this was not you, someone else holds that authenticator: ask your administrator to reset two-step verification, then change your password.` +
+      signed(null),
+  }),
   mfa_disabled: (v: { bySupport: boolean }): RenderedMail => ({
     subject: 'Two-step verification was turned off',
     text:

@@ -327,6 +327,24 @@ test('turning TOTP off notifies the account (ASVS 4.0.3 V2.2.3, a change of auth
   assert.deepEqual(await mailsTo(t, pending.email, 'mfa_disabled'), [], 'an enrollment never confirmed protected nothing');
 });
 
+test('turning TOTP on notifies the account too (ASVS 4.0.3 V2.2.3): a confirm mails mfa_enabled once, in its transaction; a begin, or a confirm with a wrong code, mails nothing', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  assert.equal(begin.statusCode, 200, begin.body);
+  alignToStep(t, 5);
+  const code = await totpCode(t, begin.json().secret);
+  assertError(await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: otherCode(code) } }), 422, 'invalid_mfa_code');
+  assert.deepEqual(await mailsTo(t, user.email, 'mfa_enabled'), [], 'nothing is on yet');
+  const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
+  assert.equal(confirm.statusCode, 200, confirm.body);
+  const mails = await mailsTo(t, user.email, 'mfa_enabled');
+  assert.equal(mails.length, 1);
+  assert.match(mails[0].subject, /turned on/);
+  assert.match(mails[0].text_body, /If this was not you/);
+  assert.doesNotMatch(mails[0].text_body, new RegExp(begin.json().secret), 'the secret is never mailed');
+});
+
 test('MFA endpoints take me or the own id; another user id is not reachable (404 user_not_found)', async () => {
   const user = await createUser(t);
   const token = await login(t, user);

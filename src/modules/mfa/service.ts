@@ -60,7 +60,7 @@ export const confirmTotp = (ctx: Ctx, idParam: string, input: ConfirmBody): Prom
   withPasswordWork(() => confirmTotpAdmitted(ctx, idParam, input));
 
 async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody): Promise<{ recovery_codes: string[] }> {
-  const { userId, identity } = await selfIdentity(ctx, idParam);
+  const { userId, email, identity } = await selfIdentity(ctx, idParam);
   if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
   if (!identity.totp_pending_secret) throw new ApiError('mfa_not_enabled', { message: 'Start enrollment first.' });
   const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, identity.totp_last_step);
@@ -82,6 +82,10 @@ async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody
     );
     if (rowCount !== 1) throw await confirmRefusal(tx, userId);
     await replaceRecoveryCodes(tx, userId, hashes, ctx.now);
+    // Turning a second factor on is a change of authentication details too (ASVS 4.0.3 V2.2.3): a
+    // stolen access token could otherwise put its holder's authenticator on the account unnoticed and
+    // keep the owner from signing in.
+    await enqueueMail(tx, ctx, { template: 'mfa_enabled', to: email, vars: {}, userId });
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_enabled', target: { type: 'user', id: userId }, targetUserId: userId });
   });
   return { recovery_codes: codes };
