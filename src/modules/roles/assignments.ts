@@ -8,7 +8,7 @@ import { resolveAccess, accessKey } from '../../access/resolve.js';
 import { checkAccessForCaller } from '../../access/check.js';
 import { targetUser, confinedApp, holdsSuperadmin } from '../users/access.js';
 import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
-import { findLiveUser } from '../users/store.js';
+import { findLiveUser, holdLiveUser } from '../users/store.js';
 import { findApplicationRow } from '../applications/store.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { assertMayManageAppRoles } from './service.js';
@@ -116,11 +116,9 @@ export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Pro
     // for this assignment (and answers role_in_use) or has committed (and the Role is gone here).
     const { rowCount: present } = await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR KEY SHARE', [role.id]);
     if (present !== 1) throw new ApiError('role_not_found');
-    // The user as they are now, under the lock the assignment's foreign key takes anyway: a soft delete
-    // or the test purge (each holding the user FOR UPDATE) that committed since the user was read left
-    // no one to assign to (gone: a foreign-key violation, 500).
-    const { rows: [current] } = await tx.query<{ status: string; erased_at: Date | null }>('SELECT status, erased_at FROM users WHERE id = $1 FOR KEY SHARE', [user.id]);
-    if (!current || current.status === 'deleted' || current.erased_at) throw new ApiError('user_not_found');
+    // The user as they are now: a soft delete or the test purge that committed since the user was read
+    // left no one to assign to (gone: a foreign-key violation, 500).
+    if (!(await holdLiveUser(tx, user.id))) throw new ApiError('user_not_found');
     const { rows } = await tx.query<AssignmentRow>(
       `INSERT INTO role_assignments (user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id)
        VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING

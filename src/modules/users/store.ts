@@ -81,10 +81,23 @@ export async function holdUserBeforeLinks(tx: Queryable, id: string): Promise<Us
   return rows[0]?.status ?? null;
 }
 
-/** The user, unless deleted or erased: who a grant, an assignment or a membership may target. */
+/** Not deleted and not erased: who a grant, an assignment or a membership may target. */
+const isLive = (user: Pick<UserRow, 'status' | 'erased_at'>): boolean => user.status !== 'deleted' && !user.erased_at;
+
+/** The user, unless deleted or erased. */
 export async function findLiveUser(db: Queryable, id: string): Promise<UserRow | null> {
   const user = await findUserById(db, id);
-  return user && user.status !== 'deleted' && !user.erased_at ? user : null;
+  return user && isLive(user) ? user : null;
+}
+
+/**
+ * Whether the user is live as they are now, held FOR KEY SHARE (the lock an insert referencing them
+ * takes anyway): a soft delete or the test purge, each holding the user FOR UPDATE, has committed by
+ * the time this answers.
+ */
+export async function holdLiveUser(tx: Queryable, id: string): Promise<boolean> {
+  const { rows } = await tx.query<Pick<UserRow, 'status' | 'erased_at'>>('SELECT status, erased_at FROM users WHERE id = $1 FOR KEY SHARE', [id]);
+  return rows.length === 1 && isLive(rows[0]);
 }
 
 /**
