@@ -2,7 +2,7 @@
 // of test data. Tests here move the clock forward by days; each signs in again as it needs.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { purgeTestData } from '../../src/modules/users/purge.js';
 import { blockedBy, client, commitWhileWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
@@ -984,6 +984,40 @@ test('"404 user_not_found after the erasure cascade finished": an admin PATCH /v
   assert.equal((await userRow(t, user.id))!.email, `erased+${user.id.toLowerCase()}@erased.invalid`);
   assert.equal(await count('emails', 'lower(to_address) = lower($1)', [email]), 0);
   assert.equal((await auditFor(t, user.id, 'user.email_changed')).length, 0);
+});
+
+test('"404 user_not_found after the erasure cascade finished": an admin PATCH /v1/users/{id}/settings of the soft-deleted user that found them before the cascade erased them and went on after it answers 404 and writes nothing: the kept global Settings stay as they were and no settings.updated audit row with unredacted snapshots is left about the erased user', async () => {
+  const admin = await asAdmin();
+  const user = await createUser(t);
+  assertStatus(await requestErasure(user.id, admin), 202);
+  t.clock.advance(7 * DAY + 1);
+  const before = await sql(t, 'SELECT theme, timezone, locale, notifications, updated_at FROM settings WHERE user_id = $1', [user.id]);
+  const again = await asAdmin();
+  const erase = async () => {
+    assert.equal(Number((await t.deps.jobs.runNow('erasure-cascade')).erased), 1);
+  };
+  // The PATCH reads the user (soft-deleted, visible to users.manage), the cascade erases them, the PATCH goes on.
+  const res = await pausedAfter(t, 'FROM users u WHERE u.id = $1', erase, () => call(t, 'PATCH', `/v1/users/${user.id}/settings`, again, { theme: 'dark', timezone: 'Europe/Paris' }), 'live');
+  assert.notEqual((await userRow(t, user.id))!.erased_at, null, 'precondition: the cascade erased the user');
+  assertError(res, 404, 'user_not_found');
+  assert.deepEqual(await sql(t, 'SELECT theme, timezone, locale, notifications, updated_at FROM settings WHERE user_id = $1', [user.id]), before);
+  assert.equal((await auditFor(t, user.id, 'settings.updated')).length, 0);
+  assert.equal(await count('audit_events', `target_user_id = $1 AND ((before IS NOT NULL AND before <> '{"redacted": true}') OR (after IS NOT NULL AND after <> '{"redacted": true}'))`, [user.id]), 0);
+});
+
+test('"404 user_not_found after the erasure cascade finished": an admin GET /v1/users/{id}/export of the soft-deleted user that found them before the cascade erased them and read the bundle after it answers 404, not a bundle holding the erased address, nor a 500', async () => {
+  const admin = await asAdmin();
+  const user = await createUser(t);
+  assertStatus(await requestErasure(user.id, admin), 202);
+  t.clock.advance(7 * DAY + 1);
+  const again = await asAdmin();
+  const erase = async () => {
+    assert.equal(Number((await t.deps.jobs.runNow('erasure-cascade')).erased), 1);
+  };
+  const res = await pausedAfter(t, 'FROM users u WHERE u.id = $1', erase, () => exportOf(user.id, again), 'live');
+  assert.notEqual((await userRow(t, user.id))!.erased_at, null, 'precondition: the cascade erased the user');
+  assert.ok(!res.body.includes(user.email), res.body);
+  assertError(res, 404, 'user_not_found');
 });
 
 test('an erasure the cascade cannot complete does not hold back the erasures due after it: they complete in the same run, the run reports failure naming the user, and that user is erased once the cascade can run', async () => {

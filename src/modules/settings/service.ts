@@ -60,7 +60,11 @@ export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettin
   return ctx.db.transaction(async (tx) => {
     // The Profile first, as a Profile PATCH locks it before it writes the locale here: a locale change
     // is the Profile's too (its updated_at moves), and one order of locks never deadlocks.
-    await tx.query('SELECT 1 FROM profiles WHERE user_id = $1 FOR UPDATE', [user.id]);
+    // The Profile is gone only once the erasure cascade has run (it keeps the global Settings): a write
+    // that found the soft-deleted user before the cascade and got here after it is 404, as targetUser
+    // answers after it, and leaves no settings.updated row with unredacted snapshots about the erased user.
+    const { rowCount } = await tx.query('SELECT 1 FROM profiles WHERE user_id = $1 FOR UPDATE', [user.id]);
+    if (rowCount === 0) throw new ApiError('user_not_found');
     const before = await loadSettings(tx, user.id, true);
     const next = {
       theme: body.theme ?? before.theme,

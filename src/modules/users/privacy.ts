@@ -12,7 +12,7 @@ import { memberEvent } from '../organizations/events.js';
 import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
 import { announceEntitlementDeleted, announceScopeChanges } from '../entitlements/grant.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
-import { findUserById, toUser, type UserRow } from './store.js';
+import { findUserById, toUser, USER_COLUMNS, type UserRow } from './store.js';
 import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
 import { actorRef, MEMBER_ROLE_ID } from './service.js';
 import { lockTargetUser, targetUser } from './access.js';
@@ -37,7 +37,16 @@ export async function exportUser(ctx: Ctx, idParam: string) {
   if (!quota.allowed) {
     throw new ApiError('rate_limited', { message: 'At most 5 exports per user per day.', headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) } });
   }
-  const db = ctx.db;
+  return ctx.db.transaction((db) => exportBundle(ctx, db, user.id));
+}
+
+async function exportBundle(ctx: Ctx, db: Tx, id: string) {
+  // Read holding the user row FOR KEY SHARE, which the erasure cascade locks FOR UPDATE before it
+  // deletes anything: an export that found the soft-deleted user before the cascade and reads after it
+  // is 404, as it would be had it begun after it (not a bundle of the old address and half the rest).
+  // A sign-in's statement on the user (FOR NO KEY UPDATE) does not wait for it.
+  const { rows: [user] } = await db.query<UserRow>(`SELECT ${USER_COLUMNS} FROM users u WHERE u.id = $1 FOR KEY SHARE OF u`, [id]);
+  if (!user || user.erased_at) throw new ApiError('user_not_found');
   const one = async (sql: string) => (await db.query(sql, [user.id])).rows;
   const [profile] = await one('SELECT p.user_id, p.display_name, p.avatar_url, p.contact_email, p.contact_phone, s.locale, p.updated_at FROM profiles p JOIN settings s ON s.user_id = p.user_id WHERE p.user_id = $1');
   const [settings] = await one('SELECT theme, timezone, locale, notifications FROM settings WHERE user_id = $1');
