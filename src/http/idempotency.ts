@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Actor, Deps } from '../context.js';
 import type { Tx } from '../db/types.js';
 import { ApiError, invalidField } from '../errors.js';
-import { addSeconds } from '../clock.js';
+import { addSeconds, MAX_CLOCK_SKEW_SECONDS } from '../clock.js';
 
 export const IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600;
 /** A claim older than this is taken to belong to a crashed process and may be taken over. */
@@ -166,12 +166,16 @@ async function claimInDatabase(deps: Deps, reply: FastifyReply, claim: Claim, ha
       await reply.send(body);
       return false;
     }
-    if (row.locked_until > now) throw new ApiError('idempotency_key_in_flight');
+    // A lease ending further ahead than its length (plus the skew bound) was taken before the clock
+    // stepped back: it has lapsed as well, or a dead claim would hold the key for 60 seconds plus the
+    // step. Its holder, should it still run, names its claim token at commit and changes nothing.
+    const stepped = addSeconds(now, IN_FLIGHT_LEASE_SECONDS + MAX_CLOCK_SKEW_SECONDS);
+    if (row.locked_until > now && row.locked_until <= stepped) throw new ApiError('idempotency_key_in_flight');
     // The first attempt's process died before committing anything: take the claim over.
     const taken = await db.query(
       `UPDATE idempotency_keys SET locked_until = $4, claim_token = $5
-        WHERE credential = $1 AND operation = $2 AND key = $3 AND status = 'in_flight' AND locked_until <= $6`,
-      [claim.credential, claim.operation, key, addSeconds(now, IN_FLIGHT_LEASE_SECONDS), claim.token, now],
+        WHERE credential = $1 AND operation = $2 AND key = $3 AND status = 'in_flight' AND (locked_until <= $6 OR locked_until > $7)`,
+      [claim.credential, claim.operation, key, addSeconds(now, IN_FLIGHT_LEASE_SECONDS), claim.token, now, stepped],
     );
     if (taken.rowCount === 1) return true;
     throw new ApiError('idempotency_key_in_flight');

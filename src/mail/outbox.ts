@@ -2,7 +2,7 @@ import nodemailer, { type Transporter } from 'nodemailer';
 import type { Ctx, Deps } from '../context.js';
 import type { Tx } from '../db/types.js';
 import { hashSecret, newId } from '../ids.js';
-import { addSeconds } from '../clock.js';
+import { addSeconds, MAX_CLOCK_SKEW_SECONDS } from '../clock.js';
 import { renderMail, type MailTemplate, type MailVars } from './templates.js';
 
 export interface MailRequest<T extends MailTemplate> {
@@ -88,7 +88,10 @@ function transporterFor(url: string): Transporter {
 
 /**
  * The mail relay: claims queued mails with SKIP LOCKED (several processes never send one twice),
- * sends them through SMTP_URL, or logs them when no SMTP server is configured.
+ * sends them through SMTP_URL, or logs them when no SMTP server is configured. A mail due further
+ * ahead than the longest back-off (plus the skew bound) was scheduled before the clock stepped back:
+ * it is due at once, so a step back delays no mail by more than an hour (docs/decisions.md,
+ * "Clocks of several processes"); the bound is an index range, empty unless the clock stepped back.
  */
 export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ sent: number; failed: number }> {
   const db = deps.database.scoped('system');
@@ -97,10 +100,10 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
   const { rows } = await db.query<EmailRow>(
     `UPDATE emails SET claimed_until = $2, claim_token = $3
       WHERE id IN (SELECT id FROM emails
-                    WHERE status = 'queued' AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
+                    WHERE status = 'queued' AND (next_attempt_at <= $1 OR next_attempt_at > $5) AND (claimed_until IS NULL OR claimed_until < $1)
                     ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
       RETURNING id, template, to_address, from_name, subject, text_body, attempts`,
-    [now, addSeconds(now, CLAIM_SECONDS), token, batchSize],
+    [now, addSeconds(now, CLAIM_SECONDS), token, batchSize, addSeconds(now, MAX_RETRY_SECONDS + MAX_CLOCK_SKEW_SECONDS)],
   );
   let sent = 0;
   let failed = 0;

@@ -257,6 +257,40 @@ test('the lockout ends after 15 minutes', async () => {
   assert.equal((await loginRes(t, user)).statusCode, 200);
 });
 
+test('"lock 15 minutes" when the clock steps back an hour (an NTP correction, a restored VM): the lock set before the step ends 15 minutes after the next attempt at the latest, not 75 minutes, for an account and for an unknown email alike; then one failure does not lock again', async () => {
+  const user = await createUser(t);
+  const nobody = uniqueEmail('nobody');
+  for (let i = 0; i < 5; i++) {
+    assertError(await fail(user), 401, 'invalid_credentials');
+    assertError(await post(t, '/v1/auth/login', { email: nobody, password: WRONG }), 401, 'invalid_credentials');
+  }
+  assertError(await loginRes(t, user), 429, 'too_many_attempts');
+  t.clock.advance(-3600);
+  for (const locked of [await loginRes(t, user), await post(t, '/v1/auth/login', { email: nobody, password: WRONG })]) {
+    assertError(locked, 429, 'too_many_attempts');
+    const retryAfter = Number(locked.headers['retry-after']);
+    assert.ok(retryAfter > 0 && retryAfter <= 15 * 60, `Retry-After ${locked.headers['retry-after']} (15 minutes at most)`);
+  }
+  t.clock.advance(15 * 60 + 1);
+  assertError(await fail(user), 401, 'invalid_credentials');
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+  assertError(await post(t, '/v1/auth/login', { email: nobody, password: WRONG }), 401, 'invalid_credentials');
+});
+
+test('failures stamped before the clock stepped back an hour count as made at the next attempt, no later: 4 failures, a step back, an attempt, 15 minutes, 4 failures leave the identity unlocked', async () => {
+  const user = await createUser(t);
+  for (let i = 0; i < 4; i++) assertError(await fail(user), 401, 'invalid_credentials');
+  t.clock.advance(-3600);
+  // The attempt that notices the step: the four failures count as made now, with this fifth one.
+  assertError(await fail(user), 401, 'invalid_credentials');
+  assertError(await loginRes(t, user), 429, 'too_many_attempts');
+  t.clock.advance(15 * 60 + 1);
+  for (let i = 0; i < 4; i++) assertError(await fail(user), 401, 'invalid_credentials');
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+});
+
 test('a successful login resets the failure counter: 4 failures, a success, 4 failures leave the identity unlocked', async () => {
   const user = await createUser(t);
   for (let i = 0; i < 4; i++) assertError(await fail(user), 401, 'invalid_credentials');

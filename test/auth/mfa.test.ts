@@ -447,6 +447,22 @@ test('mfa/verify with a right code for a user suspended after the password step 
   assert.equal(challenge.attempts, 0);
 });
 
+test('mfa/verify with a right code for a user deleted after the password step gets 401 invalid_credentials and, as for a suspended one, counts no failure: a right code is no failed attempt', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  const admin = await createApiKey(t, { permissions: ['users.manage'] });
+  const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}`, headers: bearer(admin.secret) });
+  assert.ok([200, 204].includes(deleted.statusCode), deleted.body);
+  const sessions = async () => (await sql(t, 'SELECT id FROM sessions WHERE user_id = $1', [user.id])).length;
+  const before = await sessions();
+  assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: mfaToken, code: await totpCode(t, secret) }), 401, 'invalid_credentials');
+  const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failures ?? 0, 0, 'the right code is no failure on the lockout');
+  const [challenge] = await sql(t, `SELECT attempts FROM one_time_tokens WHERE kind = 'mfa_challenge' AND user_id = $1`, [user.id]);
+  assert.equal(challenge.attempts, 0, 'nor on the challenge');
+  assert.equal(await sessions(), before, 'no session');
+});
+
 test('parallel wrong codes on one mfa_token evaluate at most five: each takes its lockout slot before its code is checked; the fifth failure locks, the others are refused unevaluated', async () => {
   const { user, secret } = await createMfaUser(t);
   const mfaToken = await mfaChallenge(t, user);

@@ -369,6 +369,25 @@ test('Idempotency-Key: "A claim whose process died is taken over after 60 second
   }
 });
 
+test('Idempotency-Key: "A claim whose process died is taken over after 60 seconds" when the clock stepped back an hour since (an NTP step, a restored VM): a claim ending further ahead than 60 seconds is taken over at once, not after an hour; the request runs once', async () => {
+  const { token } = await userToken(t);
+  assert.equal((await post(token, 'k-orphan-stepped', { name: 'orphan-stepped' })).statusCode, 201);
+  const sys = t.database.scoped('system');
+  await sys.query(`UPDATE idempotency_keys SET status = 'in_flight', response_status = NULL, response_body = NULL WHERE key = 'k-orphan-stepped'`);
+  await sys.query(`DELETE FROM probe_items WHERE name = 'orphan-stepped'`);
+  t.clock.advance(-3600);
+  try {
+    const retry = await post(token, 'k-orphan-stepped', { name: 'orphan-stepped' });
+    assert.equal(retry.statusCode, 201, retry.body);
+    assert.equal(await countItems('orphan-stepped'), 1);
+    const again = await post(token, 'k-orphan-stepped', { name: 'orphan-stepped' });
+    assert.equal(again.headers['idempotent-replayed'], 'true');
+    assert.equal(await countItems('orphan-stepped'), 1);
+  } finally {
+    t.clock.advance(3600);
+  }
+});
+
 test('Idempotency-Key: a request whose claim another process took over (after 60 seconds) while it still ran rolls its change back and answers 409 idempotency_key_in_flight: the change happens once', async () => {
   const { token } = await userToken(t);
   const gate = here.gate('overtaken');

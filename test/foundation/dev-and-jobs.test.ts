@@ -508,6 +508,27 @@ test('a failed mail is retried 2, 4, 8, 16 and 32 minutes after its attempts, th
   assert.doesNotMatch(now.text_body, /inv_/);
 });
 
+test('a mail whose retry was set before the clock stepped back an hour leaves at the next run of the relay, not an hour later: a retry time further ahead than the longest back-off (1 hour) is due at once', async () => {
+  const { t, smtp } = await outageApp();
+  const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
+  const to = uniqueEmail('stepped-back');
+  const invited = await t.app.inject({ method: 'POST', url: '/v1/users', headers: bearer(admin), payload: { email: to } });
+  assert.equal(invited.statusCode, 201, invited.body);
+  const row = async () =>
+    (await t.database.scoped('system').query<{ status: string; attempts: number }>('SELECT status, attempts FROM emails WHERE to_address = $1', [to])).rows[0];
+  await deliverQueuedMail(t.deps);
+  assert.deepEqual(await row(), { status: 'queued', attempts: 1 }, 'the first attempt failed: retried 2 minutes later');
+  t.clock.advance(-3600);
+  try {
+    smtp.state.down = false;
+    await deliverQueuedMail(t.deps);
+    assert.equal((await row()).status, 'sent', 'sent at once, not after the step');
+    assert.equal(smtp.state.received.filter((m) => m.to === to).length, 1);
+  } finally {
+    t.clock.advance(3600);
+  }
+});
+
 test('a mail the SMTP server refuses for good (a 5xx answer to its recipient or to its data: RFC 5321 4.2.1, "the SMTP client SHOULD NOT repeat the exact request") is not retried: it fails at its first attempt, with the answer kept and its link redacted; a 4xx is still retried', async (tc) => {
   const refusals = new Map<string, { at: 'rcpt' | 'data'; code: number; message: string }>();
   const attempts = new Map<string, number>();

@@ -1,5 +1,5 @@
 import type { Mode, Queryable } from '../../db/types.js';
-import { addSeconds } from '../../clock.js';
+import { addSeconds, MAX_CLOCK_SKEW_SECONDS } from '../../clock.js';
 import { ApiError } from '../../errors.js';
 import { retryAfterSeconds } from '../../http/counters.js';
 import { hashSecret, newId } from '../../ids.js';
@@ -61,14 +61,34 @@ export type AttemptClaim = { refused: true; lockedUntil: Date } | { refused: fal
 // One claim, for identities and for login_lockouts alike: the attempt is counted as a failure before
 // the password is evaluated (a success clears it), so parallel guesses cannot evaluate more than
 // LOCKOUT_THRESHOLD passwords; a locked row is not updated and the attempt is refused unevaluated.
+// A failure stamped further ahead than the skew bound was stamped before the clock stepped back: it
+// counts as made now (`now` names the parameter holding now), so it leaves the window 15 minutes
+// after the step is noticed, not 15 minutes plus the step (docs/decisions.md, "Clocks of several processes").
+const FAILURES = (t: string, now: string) =>
+  `(SELECT CASE WHEN f > ${now}::timestamptz + make_interval(secs => ${MAX_CLOCK_SKEW_SECONDS}) THEN ${now}::timestamptz ELSE f END AS f FROM unnest(${t}.recent_failures) AS f)`;
 const COUNT_ATTEMPT = (t: string) => `
-  recent_failures = ARRAY(SELECT f FROM unnest(${t}.recent_failures || $3::timestamptz) AS f WHERE f > $2 ORDER BY f DESC LIMIT $4),
-  locked_until = CASE WHEN (SELECT count(*) FROM unnest(${t}.recent_failures || $3::timestamptz) AS f WHERE f > $2) >= $4
+  recent_failures = ARRAY(SELECT f FROM (SELECT f FROM ${FAILURES(t, '$3')} AS r UNION ALL SELECT $3::timestamptz) AS a WHERE f > $2 ORDER BY f DESC LIMIT $4),
+  locked_until = CASE WHEN (SELECT count(*) FROM (SELECT f FROM ${FAILURES(t, '$3')} AS r UNION ALL SELECT $3::timestamptz) AS a WHERE f > $2) >= $4
                       THEN $5 ELSE ${t}.locked_until END`;
 
-function claimOf(rows: { locked_until: Date | null }[], now: Date, current: () => Promise<Date | null>): Promise<AttemptClaim> | AttemptClaim {
+// A lock ending further ahead than LOCKOUT_SECONDS plus the skew bound was set before the clock stepped
+// back: it is moved to end LOCKOUT_SECONDS from now (and its failures to now), so a 15-minute lock
+// never lasts 15 minutes plus the step. No attempt is evaluated meanwhile; the lock only gets shorter.
+const FAR_LOCK = (t: string) =>
+  `${t}.locked_until > $2::timestamptz + make_interval(secs => ${LOCKOUT_SECONDS + MAX_CLOCK_SKEW_SECONDS})`;
+const SHORTEN_LOCK = (t: string, where: string) =>
+  `UPDATE ${t} SET locked_until = $2::timestamptz + make_interval(secs => ${LOCKOUT_SECONDS}),
+          recent_failures = ARRAY(SELECT f FROM ${FAILURES(t, '$2')} AS r ORDER BY f DESC)
+    WHERE ${where} AND ${FAR_LOCK(t)} RETURNING locked_until`;
+
+function claimOf(
+  rows: { locked_until: Date | null }[], now: Date, current: () => Promise<Date | null>, shorten: () => Promise<Date | null>,
+): Promise<AttemptClaim> | AttemptClaim {
   if (rows.length === 0) {
-    return current().then((until) => ({ refused: true as const, lockedUntil: until && until > now ? until : addSeconds(now, 1) }));
+    return current().then(async (found) => {
+      const until = found && found > addSeconds(now, LOCKOUT_SECONDS + MAX_CLOCK_SKEW_SECONDS) ? ((await shorten()) ?? found) : found;
+      return { refused: true as const, lockedUntil: until && until > now ? until : addSeconds(now, 1) };
+    });
   }
   const until = rows[0].locked_until;
   return { refused: false, lockedUntil: until && until > now ? until : null };
@@ -81,7 +101,14 @@ export async function claimAttempt(db: Queryable, identityId: string, now: Date)
       WHERE id = $1 AND (locked_until IS NULL OR locked_until <= $3) RETURNING locked_until`,
     [identityId, addSeconds(now, -LOCKOUT_WINDOW_SECONDS), now, LOCKOUT_THRESHOLD, addSeconds(now, LOCKOUT_SECONDS)],
   );
-  return claimOf(rows, now, async () => (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM identities WHERE id = $1', [identityId])).rows[0]?.locked_until ?? null);
+  return claimOf(rows, now, async () => (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM identities WHERE id = $1', [identityId])).rows[0]?.locked_until ?? null,
+    () => shortenLock(db, 'identities', 'id = $1', identityId, now));
+}
+
+/** Moves a lock set before the clock stepped back to end LOCKOUT_SECONDS from now; its new end, or null. */
+async function shortenLock(db: Queryable, table: 'identities' | 'login_lockouts', where: string, id: string, now: Date): Promise<Date | null> {
+  const { rows } = await db.query<{ locked_until: Date }>(SHORTEN_LOCK(table, where), [id, now]);
+  return rows[0]?.locked_until ?? null;
 }
 
 /**
@@ -99,7 +126,8 @@ export async function claimEmailAttempt(db: Queryable, mode: Mode, email: string
     [key, addSeconds(now, -LOCKOUT_WINDOW_SECONDS), now, LOCKOUT_THRESHOLD, addSeconds(now, LOCKOUT_SECONDS),
       addSeconds(now, LOCKOUT_WINDOW_SECONDS + LOCKOUT_SECONDS)],
   );
-  return claimOf(rows, now, async () => (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM login_lockouts WHERE key = $1', [key])).rows[0]?.locked_until ?? null);
+  return claimOf(rows, now, async () => (await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM login_lockouts WHERE key = $1', [key])).rows[0]?.locked_until ?? null,
+    () => shortenLock(db, 'login_lockouts', 'key = $1', key, now));
 }
 
 /** The statement that resets an identity's counter; `id` and `now` are parameter references. */
@@ -174,6 +202,7 @@ export async function findAndClaim(db: Queryable, email: string, now: Date): Pro
     current_lock && current_lock > now
       ? current_lock
       : ((await db.query<{ locked_until: Date | null }>('SELECT locked_until FROM identities WHERE id = $1', [candidate.identity_id])).rows[0]?.locked_until ?? null),
+    () => shortenLock(db, 'identities', 'id = $1', candidate.identity_id!, now),
   );
   return { ...candidate, claim };
 }

@@ -98,6 +98,9 @@ async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<Au
   // back the code it would have spent (a losing recovery code stays usable).
   const rejected = new Error('mfa verification rejected');
   const suspended = new ApiError('account_suspended');
+  // A right code for a user deleted after the password step: 401, as for a deleted user's password,
+  // and no failure either (a right code is none; the user may be restored within the window).
+  const gone = new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
   const outcome = await ctx.db
     .transaction(async (tx) => {
       if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) throw rejected;
@@ -116,16 +119,16 @@ async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<Au
       const user = rows[0];
       // A right code for a suspended user: 403, as for a right password (nothing is spent or counted).
       if (user?.status === 'suspended') throw suspended;
-      if (!user || user.status !== 'active') throw rejected;
+      if (!user || user.status !== 'active') throw gone;
       await clearFailures(tx, identity.id, ctx.now);
       // Suspended or deleted since the read above (issueSession waits for the user's row lock).
       return issueSession(tx, inTx(ctx, tx), user, ['pwd', method]).catch((err) => {
-        throw err instanceof ApiError ? (err.code === 'account_suspended' ? suspended : rejected) : err;
+        throw err instanceof ApiError ? (err.code === 'account_suspended' ? suspended : gone) : err;
       });
     })
     .catch(async (err) => {
       if (err === rejected) return null;
-      if (err === suspended) {
+      if (err === suspended || err === gone) {
         await releaseClaim();
         await ctx.db.query('UPDATE one_time_tokens SET attempts = attempts - 1 WHERE id = $1 AND attempts > 0', [pending.id]);
       }
