@@ -59,11 +59,17 @@ export async function newerMigrations(database: Database, migrations = loadMigra
 async function grantAppRole(tx: Tx) {
   await tx.exec(`DO $$
     BEGIN
-      BEGIN
-        CREATE ROLE ${APP_ROLE} NOLOGIN;
-      EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-      END;
-      IF NOT pg_has_role(current_user, '${APP_ROLE}', 'MEMBER') THEN
+      -- Created only when missing: a database user without CREATEROLE runs on a role an operator
+      -- created once (README), and CREATE ROLE checks that privilege before it looks for the role.
+      IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${APP_ROLE}') THEN
+        BEGIN
+          CREATE ROLE ${APP_ROLE} NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END;
+      END IF;
+      -- From PostgreSQL 16 a CREATEROLE user that creates a role holds it only to administer it (no
+      -- SET ROLE): what request connections need is SET, which a GRANT by that user gives.
+      IF NOT pg_has_role(current_user, '${APP_ROLE}', CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END) THEN
         EXECUTE format('GRANT ${APP_ROLE} TO %I', current_user);
       END IF;
       EXECUTE format('GRANT USAGE ON SCHEMA %I TO ${APP_ROLE}', current_schema());

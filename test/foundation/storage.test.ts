@@ -3,6 +3,8 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
 import { buildTestApp, dropSchema, openTestDatabase, storageName, testConfig, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { createApiKey, uniqueEmail } from '../helpers/fixtures.js';
 import { SystemClock } from '../../src/clock.js';
@@ -183,6 +185,96 @@ test('bootstrap admin is idempotent across restarts: one active, email_verified 
   } finally {
     await database.close();
     await drop();
+  }
+});
+
+test('README "or an operator creates it once (CREATE ROLE platform_app NOLOGIN; GRANT platform_app TO <user>)": a DATABASE_URL user without CREATEROLE starts the service on an empty database, migrates, and its bootstrap admin signs in', async (tc) => {
+  if (!TEST_DATABASE_URL) {
+    tc.diagnostic('embedded PGlite runs as its superuser: a database user without CREATEROLE exists only on PostgreSQL');
+    return;
+  }
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await admin.connect();
+  const user = freshSchemaName('owner');
+  const password = randomBytes(12).toString('hex');
+  const schema = freshSchemaName('nocreaterole');
+  let database: Database | null = null;
+  try {
+    // The operator's part, once: the role exists and is granted; the service's user may not create roles.
+    await admin.query(`CREATE ROLE ${user} LOGIN NOCREATEROLE NOSUPERUSER PASSWORD '${password}'`);
+    await admin.query(`DO $$ BEGIN CREATE ROLE platform_app NOLOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`);
+    await admin.query(`GRANT platform_app TO ${user}`);
+    await admin.query(`GRANT CREATE ON DATABASE ${pg.escapeIdentifier((await admin.query('SELECT current_database() AS d')).rows[0].d)} TO ${user}`);
+    const url = new URL(TEST_DATABASE_URL);
+    url.username = user;
+    url.password = password;
+    database = await openPg({ url: url.toString(), schema, poolSize: 2 });
+    const email = uniqueEmail('admin');
+    const booted = await boot({ config: bootstrapConfig(email), database, clock: new SystemClock(), logger: false });
+    try {
+      await booted.app.ready();
+      const res = await booted.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email, password: ADMIN_PASSWORD } });
+      assert.equal(res.statusCode, 200, res.body);
+      assert.equal((await booted.app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
+    } finally {
+      await closeBooted(booted);
+    }
+  } finally {
+    await database?.close();
+    await dropSchema(schema);
+    await admin.query(`DROP OWNED BY ${user}`).catch(() => undefined);
+    await admin.query(`DROP ROLE IF EXISTS ${user}`);
+    await admin.end();
+  }
+});
+
+test('README "The database user needs to create the role platform_app (superuser or CREATEROLE)": a user with CREATEROLE but not superuser starts the service on an empty database, migrates, serves requests as platform_app, and its bootstrap admin signs in (PostgreSQL 16 on: the role it creates is not one it may SET ROLE to until granted)', async () => {
+  const email = uniqueEmail('admin');
+  const user = freshSchemaName('creator');
+  const password = randomBytes(12).toString('hex');
+  let database: Database;
+  let cleanUp: () => Promise<void>;
+  if (!TEST_DATABASE_URL) {
+    // The embedded engine (PostgreSQL 16 or newer) as a CREATEROLE user: the system connection resets
+    // to the session user, which is then that user, not the superuser.
+    const opened = await openTestDatabase();
+    database = opened.database;
+    await database.scoped('system').exec(`CREATE ROLE ${user} LOGIN CREATEROLE NOSUPERUSER; GRANT CREATE ON SCHEMA public TO ${user}; SET SESSION AUTHORIZATION ${user}`);
+    cleanUp = async () => {
+      await database.close();
+      await opened.drop();
+    };
+  } else {
+    const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+    await admin.connect();
+    const schema = freshSchemaName('createrole');
+    await admin.query(`CREATE ROLE ${user} LOGIN CREATEROLE NOSUPERUSER PASSWORD '${password}'`);
+    await admin.query(`GRANT CREATE ON DATABASE ${pg.escapeIdentifier((await admin.query('SELECT current_database() AS d')).rows[0].d)} TO ${user}`);
+    const url = new URL(TEST_DATABASE_URL);
+    url.username = user;
+    url.password = password;
+    database = await openPg({ url: url.toString(), schema, poolSize: 2 });
+    cleanUp = async () => {
+      await database.close();
+      await dropSchema(schema);
+      await admin.query(`DROP OWNED BY ${user}`).catch(() => undefined);
+      await admin.query(`DROP ROLE IF EXISTS ${user}`);
+      await admin.end();
+    };
+  }
+  try {
+    const booted = await boot({ config: bootstrapConfig(email), database, clock: new SystemClock(), logger: false });
+    try {
+      await booted.app.ready();
+      const res = await booted.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email, password: ADMIN_PASSWORD } });
+      assert.equal(res.statusCode, 200, res.body);
+      const me = await booted.app.inject({ method: 'GET', url: '/v1/users/me', headers: { authorization: `Bearer ${res.json().access_token}` } });
+      assert.equal(me.statusCode, 200, me.body);
+    } finally {
+      await closeBooted(booted);
+    }
+  } finally {
+    await cleanUp();
   }
 });
 
