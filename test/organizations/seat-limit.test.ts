@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
-import { blockedBy, client, endedOrWaiting, probeWhileHeld } from '../helpers/locks.js';
+import { blockedBy, client, commitWhileWaiting, endedOrWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { deliver, subscription } from '../billing/support.js';
 import { accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
 
@@ -333,7 +333,7 @@ test('the 1,000-seat cap holds under concurrency: members joining two Organizati
   }
 });
 
-test('the cap holds while freed seats are given back: the seat-limit-release job and a personal grant at the same time, one seat freed by time each round, never take the Tenant past 1,000 (on PostgreSQL the two run at once)', async () => {
+test('the cap holds while freed seats are given back: the seat-limit-release job and a personal grant at the same time, one seat freed by time each round, never take the Tenant past 1,000 and the seat goes to the waiting seat_limit member, oldest mark first (on PostgreSQL the two run at once)', async () => {
   for (let round = 0; round < 4; round++) {
     const { app, personal } = await starterAppWithSeats(999);
     const org = await orgWithMembers(t, admin, 0);
@@ -351,10 +351,100 @@ test('the cap holds while freed seats are given back: the seat-limit-release job
     ]);
     const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200).limits.seats;
     assert.deepEqual(usage, { limit: 1000, current: 1000, included: 1000 }, `round ${round}: ${granted.statusCode} ${JSON.stringify(job)}`);
-    const released = (await decisionOf(waiting.id, app.id)).decision === 'included';
-    assert.equal(granted.statusCode === 201, !released, `round ${round}: exactly one of the two took the freed seat (grant ${granted.body}, job ${JSON.stringify(job)})`);
-    if (granted.statusCode !== 201) assert.equal(assertError(granted, 409, 'plan_limit_reached').details.resource, 'seats');
+    // "Freed seats go back to marked members, oldest mark first": whichever runs first, the seat is
+    // the waiting member's, never the newcomer's.
+    assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: true, decision: 'included' }, `round ${round}: the waiting member took the freed seat (grant ${granted.body}, job ${JSON.stringify(job)})`);
+    assert.equal(assertError(granted, 409, 'plan_limit_reached').details.resource, 'seats', `round ${round}`);
+    assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']], `round ${round}: announced once`);
   }
+});
+
+/**
+ * A Starter Tenant at its cap (999 personal seats and the granting Organization's owner) with
+ * `count` members marked seat_limit (marks one second apart, oldest first), then one personal seat
+ * freed by time (its ends_at passed) that neither the expiry sweep nor seat-limit-release has seen.
+ * `beforeMarks` runs while the Tenant is still below its cap.
+ */
+async function timeFreedSeatWithWaiting(count: number, beforeMarks: (app: Awaited<ReturnType<typeof newApp>>, personal: string[]) => Promise<void> = async () => {}) {
+  const { app, personal } = await starterAppWithSeats(999);
+  await beforeMarks(app, personal);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const waiting = [];
+  for (let i = 0; i < count; i++) {
+    const u = await person(t);
+    assertStatus(await addById(t, admin, org.id, u.id), 201);
+    assert.equal((await decisionOf(u.id, app.id)).decision, 'seat_limit');
+    waiting.push(u);
+    t.clock.advance(1);
+  }
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  const usageOf = async () => assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200).limits.seats;
+  return { app, org, personal, waiting, usageOf };
+}
+
+test('"Freed seats go back to marked members, oldest mark first": a seat freed by time before seat-limit-release runs is kept for the waiting seat_limit member, so a newcomer\'s personal grant is a new seat beyond Starter\'s 1,000: 409 plan_limit_reached (resource seats)', async () => {
+  const { app, waiting: [waiting], usageOf } = await timeFreedSeatWithWaiting(1);
+  const newcomer = await person(t);
+  const granted = await call(t, 'POST', `/v1/users/${newcomer.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` });
+  assert.equal(assertError(granted, 409, 'plan_limit_reached').details.resource, 'seats', "the freed seat is the waiting member's");
+  assert.deepEqual(await accessEvents(t, newcomer.id, app.id), []);
+  assert.equal((await sql(t, 'SELECT 1 FROM entitlements WHERE user_id = $1', [newcomer.id])).length, 0, 'the 409 writes nothing');
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.deepEqual(await usageOf(), { limit: 1000, current: 1000, included: 1000 });
+  assert.equal(assertError(await call(t, 'POST', `/v1/users/${newcomer.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 409, 'plan_limit_reached').details.resource, 'seats');
+});
+
+test('"Freed seats go back to marked members, oldest mark first": a member joining the granting Organization while a seat freed by time waits for seat-limit-release reads seat_limit behind the marked members, and the oldest mark takes the seat', async () => {
+  const { app, org, waiting: [first, second], usageOf } = await timeFreedSeatWithWaiting(2);
+  const joining = await person(t);
+  assertStatus(await addById(t, admin, org.id, joining.id), 201);
+  assert.deepEqual(await decisionOf(joining.id, app.id), { allowed: false, decision: 'seat_limit' });
+  assert.deepEqual(await decisionOf(first.id, app.id), { allowed: true, decision: 'included' }, 'the oldest mark takes the freed seat');
+  assert.deepEqual(await decisionOf(second.id, app.id), { allowed: false, decision: 'seat_limit' });
+  assert.deepEqual(await accessEvents(t, first.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.deepEqual(await accessEvents(t, joining.id, app.id), []);
+  assert.deepEqual(await usageOf(), { limit: 1000, current: 1000, included: 1000 });
+  // The order holds on: the next seat goes to the member marked before the newcomer.
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = (SELECT id FROM entitlements WHERE application_id = $1 AND user_id IS NOT NULL AND ends_at IS NULL ORDER BY id LIMIT 1)', [app.id, new Date(t.clock.now().getTime() - 1000)]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(second.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await decisionOf(joining.id, app.id), { allowed: false, decision: 'seat_limit' });
+});
+
+test('"Freed seats go back to marked members, oldest mark first": re-enabling a disabled personal row while a seat freed by time waits for seat-limit-release seats a new user beyond Starter\'s 1,000: 409 plan_limit_reached (resource seats), and the seat is kept for the waiting seat_limit member', async () => {
+  let disabled = '';
+  const { app, waiting: [waiting], usageOf } = await timeFreedSeatWithWaiting(1, async (app, personal) => {
+    disabled = personal[1];
+    assertStatus(await patchEnt(t, admin, disabled, { status: 'disabled', disabled_reason: 'chargeback' }), 200);
+    const filler = await person(t); // seat 1,000 again, taken before anyone is marked
+    assertStatus(await call(t, 'POST', `/v1/users/${filler.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  });
+  const err = assertError(await patchEnt(t, admin, disabled, { status: 'active' }), 409, 'plan_limit_reached');
+  assert.equal(err.details.resource, 'seats');
+  assert.equal((await sql<{ status: string }>(t, 'SELECT status FROM entitlements WHERE id = $1', [disabled]))[0].status, 'disabled', 'the 409 changes nothing');
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.deepEqual(await usageOf(), { limit: 1000, current: 1000, included: 1000 });
+});
+
+test('seat-limit-release gives a freed seat only to a member still waiting: an erasure that removes the member it picked (membership and mark gone under the user\'s lock) while the release waits for that lock leaves the seat to the next marked member, in the same run (PostgreSQL)', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+  const { app, waiting: [erased, next], usageOf } = await timeFreedSeatWithWaiting(2);
+  // What the erasure cascade does under the user's lock (src/modules/users/privacy.ts), committed
+  // once the release waits for that lock.
+  await commitWhileWaiting(t, [
+    ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [erased.id]],
+    ['DELETE FROM organization_members WHERE user_id = $1', [erased.id]],
+    ['DELETE FROM org_seat_limits WHERE user_id = $1', [erased.id]],
+  ], () => t.deps.jobs.runNow('seat-limit-release'));
+  assert.deepEqual(await decisionOf(next.id, app.id), { allowed: true, decision: 'included' }, 'the seat goes to the member still waiting, not to the erased one');
+  assert.deepEqual(await accessEvents(t, next.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.deepEqual(await accessEvents(t, erased.id, app.id), []);
+  assert.deepEqual(await usageOf(), { limit: 1000, current: 1000, included: 1000 });
 });
 
 test('a personal grant locks the Tenant before the user (src/access/locks.ts): a plan change giving seats back to marked members, which holds the Tenant and then locks them, cannot deadlock with a grant to one of them', async (tc) => {
@@ -504,10 +594,12 @@ test('"No event fires for users whose resolved access does not flip": a member m
   const member = await person(t);
   assertStatus(await addById(t, admin, marking.org.id, member.id), 201);
   assert.deepEqual(await decisionOf(member.id, app.id), { allowed: false, decision: 'seat_limit' });
-  // Time frees a seat; before the release job runs, the member joins a second Organization granted the Application.
-  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  // A second Organization granted the Application (its owner already a seat). Time frees a seat;
+  // before the release job runs, the member joins that Organization and takes the seat, theirs as the
+  // oldest mark, through it.
   const other = await createOrgApi(t, marking.owner);
   await orgGrantApi(t, admin, other.org.id, app.id);
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
   assertStatus(await addById(t, admin, other.org.id, member.id), 201);
   assert.deepEqual(await accessEvents(t, member.id, app.id), [['access.granted', 'org_member_added', 'active']]);
   // Leaving the second Organization frees the seat; the oldest mark, the member's own, takes it.

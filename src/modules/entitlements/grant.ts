@@ -12,7 +12,7 @@ import { resolveUserId } from '../users/service.js';
 import { visibleApplication } from '../applications/service.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
 import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
-import { countSeats, isSeat } from '../tenancy/seats.js';
+import { countSeats, isSeat, releaseSeatLimits } from '../tenancy/seats.js';
 import { ENT_COLUMNS, findEntitlement, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { expireIfEnded } from './jobs.js';
 import { assertMayGrant, confinedApp, rightsOver } from './rights.js';
@@ -60,6 +60,10 @@ export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow,
   // In the order of src/access/locks.ts: the Tenant (callers lock it first already), then the users
   // (withAccessFlips locks them again later).
   await lockTenantSeats(tx, [app.tenant_id]);
+  // Seats freed by time and not given back yet go to the members marked seat_limit first (oldest mark
+  // first, as seat-limit-release would give them), not to the new seat; a marked user granted here
+  // keeps their place and takes it through this grant (reason entitlement_granted).
+  await releaseSeatLimits(tx, inTx(ctx, tx), app.tenant_id, { seatedByChange: userIds });
   await lockUsersForAccess(tx, userIds);
   const tenant = (await findTenant(tx, app.tenant_id))!;
   let added = 0;

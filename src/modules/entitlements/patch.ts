@@ -157,7 +157,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     // An org row on a restricted Tenant may not seat anyone new (scope widened, re-enabled, renewed).
     const restrictedCheck = row.organization_id ? tenantId : null;
     const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, async () => {
-      const changed = await withoutNewSeatsIfRestricted(tx, restrictedCheck, users, ctx.now, () => withSeatCap(tx, capped, users, ctx.now, async () => {
+      const changed = await withoutNewSeatsIfRestricted(tx, restrictedCheck, users, ctx.now, () => withSeatCap(tx, c, capped, users, async () => {
         const { rows } = await tx.query<EntitlementRow>(
           `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
                   member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = ${nextUpdatedAt('$9')}

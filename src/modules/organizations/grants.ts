@@ -66,7 +66,7 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
     if (existing && existing.status !== 'expired') throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: existing.id, status: existing.status } });
     const tenant = (await findTenant(tx, app.tenant_id))!;
     // Only members the scope includes take seats: on a restricted Tenant a grant seating anyone new is 402.
-    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withoutNewSeatsIfRestricted(tx, tenant.id, memberIds, ctx.now, () => withSeatCap(tx, [tenant.id], memberIds, ctx.now, async () => {
+    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withoutNewSeatsIfRestricted(tx, tenant.id, memberIds, ctx.now, () => withSeatCap(tx, c, [tenant.id], memberIds, async () => {
       const { rows } = await tx.query<EntitlementRow>(
         `INSERT INTO entitlements AS e (id, organization_id, application_id, status, source, order_id, starts_at, ends_at, member_scope, member_overrides,
            test_mode, created_at, updated_at, start_notified_at)

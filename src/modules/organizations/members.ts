@@ -47,7 +47,7 @@ export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
 async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: string, existing: boolean): Promise<void> {
   // The Tenants before the user (src/access/locks.ts).
   const tenants = await lockOrgGrantTenants(tx, org.id);
-  await withAccessFlips(tx, ctx, { userIds: [userId] }, 'org_member_added', () => withSeatCap(tx, tenants, [userId], ctx.now, async () => {
+  await withAccessFlips(tx, ctx, { userIds: [userId] }, 'org_member_added', () => withSeatCap(tx, ctx, tenants, [userId], async () => {
     if (existing) {
       await tx.query(`UPDATE organization_members SET membership_status = 'active', joined_at = $3 WHERE organization_id = $1 AND user_id = $2`, [org.id, userId, ctx.now]);
     } else {

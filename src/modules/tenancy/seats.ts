@@ -1,9 +1,9 @@
-import type { Ctx } from '../../context.js';
+import { inTx, type Ctx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import type { Queryable, Tx } from '../../db/types.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { withAccessFlips } from '../../access/flips.js';
-import { lockApplicationTenants, lockTenantSeats } from '../../access/locks.js';
+import { lockApplicationTenants, lockTenantSeats, lockUsersForAccess } from '../../access/locks.js';
 import { asModeWithin } from '../../db/roles.js';
 import { PLAN_LIMITS, type Plan } from './plans.js';
 
@@ -94,12 +94,16 @@ export async function withoutNewSeatsIfRestricted<T>(tx: Tx, tenantId: string | 
  * fails on a plan limit; the excess members simply get no access. With holdRestricted (a member
  * becoming active), a restricted Tenant's cap is the seats it holds: it takes no new seat, and the
  * member is marked instead of the request failing. Call it inside withAccessFlips so
- * the marked members' access never flips on.
+ * the marked members' access never flips on. Seats freed by time that no release has given back yet
+ * go to the members already marked first (releaseSeatLimits, before the change): the change's users
+ * take only the room left after them.
  */
-export async function withSeatCap<T>(tx: Tx, tenantIds: string[], userIds: string[], now: Date, mutate: () => Promise<T>, opts: { holdRestricted?: boolean } = {}): Promise<T> {
+export async function withSeatCap<T>(tx: Tx, ctx: Ctx, tenantIds: string[], userIds: string[], mutate: () => Promise<T>, opts: { holdRestricted?: boolean } = {}): Promise<T> {
+  const now = ctx.now;
   const capped: { tenantId: string; cap: number; before: Set<string> }[] = [];
   await lockTenantSeats(tx, tenantIds);
   for (const tenantId of new Set(tenantIds)) {
+    await releaseSeatLimits(tx, inTx(ctx, tx), tenantId, { seatedByChange: userIds });
     let cap = await seatCapOf(tx, tenantId);
     // A restricted Tenant takes no new seat: its cap is the seats it holds now.
     if (opts.holdRestricted && (await isRestricted(tx, tenantId))) cap = Math.min(cap ?? Infinity, await countSeats(tx, tenantId, now));
@@ -156,16 +160,27 @@ const DELETE_MARKS_SQL = `DELETE FROM org_seat_limits l USING entitlements e, ap
  * access.revoked and access.granted in one transaction. The release announces only the pairs it can
  * change, the released users' Applications of the marked grants that now include them, so a pair the
  * change itself flipped keeps the change's reason.
+ *
+ * A change that may add a seat calls it first (opts.seatedByChange: the users it may seat): a marked
+ * member among them keeps their place, the room left for them, and takes it through the change.
  */
-export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Promise<number> {
+export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string, opts: { seatedByChange?: string[] } = {}): Promise<number> {
   // Seats are counted here: a grant counting them at the same time would take the room this gives
   // back too (the Tenant over its cap). Locked before the members released (src/access/locks.ts).
   await lockTenantSeats(tx, [tenantId]);
-  const { rows: marked } = await tx.query<{ user_id: string; test_mode: boolean }>(
+  const markedNow = async () => (await tx.query<{ user_id: string; test_mode: boolean }>(
     `SELECT l.user_id, bool_or(e.test_mode) AS test_mode FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
       WHERE a.tenant_id = $1 GROUP BY l.user_id ORDER BY min(l.created_at), l.user_id`,
     [tenantId],
-  );
+  )).rows;
+  // The marked members are locked before the ones to seat are chosen, and their marks and memberships
+  // read again under the locks: an erasure (or a member removal) holding one of them has committed by
+  // now, and the seat goes to a member still waiting, not to the one it removed. Marks are added only
+  // under the Tenant's lock (held), so none appears meanwhile.
+  const waiting = await markedNow();
+  if (waiting.length === 0) return 0;
+  await lockUsersForAccess(tx, waiting.map((r) => r.user_id));
+  const marked = await markedNow();
   if (marked.length === 0) return 0;
   // A restricted Tenant has no room for a new seat until the restriction lifts.
   const cap = (await isRestricted(tx, tenantId)) ? 0 : await seatCapOf(tx, tenantId);
@@ -184,7 +199,13 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string): Pro
       // A member every marked grant now leaves out (scope, disabled, ended) takes no room and gains
       // nothing: the mark goes, and the seat goes to the next one waiting.
       const dropped = ids.filter((u) => !byRelease.has(u));
-      const seating = ids.filter((u) => byRelease.has(u) && (seated.has(u) || room-- > 0));
+      const seating: string[] = [];
+      for (const u of ids.filter((id) => byRelease.has(id))) {
+        if (seated.has(u)) seating.push(u);
+        else if (room-- > 0 && !opts.seatedByChange?.includes(u)) seating.push(u);
+        // A member the calling change is about to seat through its own path keeps their place (the
+        // room stays theirs) and their mark, which the next release drops without using room.
+      }
       return { seating, dropped, apps: [...new Set(seating.flatMap((u) => byRelease.get(u)!))] };
     });
     if (dropped.length) await tx.query(DELETE_MARKS_SQL, [tenantId, dropped]);
