@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import Stripe from 'stripe';
-import type { TestApp } from '../helpers/app.js';
+import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { verifySignature } from '../../src/modules/webhooks/index.js';
 import { assertStatus, buildApp, call, deliveriesOf, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql } from './support.js';
 
@@ -76,40 +76,43 @@ test('a delivery is a POST of the documented envelope and headers, signed so tha
 });
 
 test('retries: attempts at 0, +1 m, +5 m, +30 m, +2 h and +12 h on the service clock, each signed fresh with the same event id; then failed with the first 1 KB of the error body', async (c) => {
-  const sub = await subscribe(c, ['role.assigned']);
-  receiver.routes.set(sub.path, (_req, res) => res.writeHead(500).end('e'.repeat(3000)));
-  const eventId = await emitEvent(t, 'role.assigned', { user_id: 'usr_x', role_id: 'role_x', application_id: null });
-  await runDelivery(t);
-  assert.equal(receiver.at(sub.path).length, 1);
-  for (const [n, delay] of [[2, 60], [3, 300], [4, 1800], [5, 7200], [6, 43200]]) {
-    t.clock.advance(delay - 1);
+  // On a stopped clock: the test's own run time on a loaded machine must not count toward the limits.
+  await withStoppedClock(t, async () => {
+    const sub = await subscribe(c, ['role.assigned']);
+    receiver.routes.set(sub.path, (_req, res) => res.writeHead(500).end('e'.repeat(3000)));
+    const eventId = await emitEvent(t, 'role.assigned', { user_id: 'usr_x', role_id: 'role_x', application_id: null });
     await runDelivery(t);
-    assert.equal(receiver.at(sub.path).length, n - 1, `attempt ${n} not before +${delay} s`);
-    t.clock.advance(1);
-    await runDelivery(t);
-    assert.equal(receiver.at(sub.path).length, n, `attempt ${n} at +${delay} s`);
-    const [row] = await deliveriesOf(t, sub.id);
-    assert.equal(row.attempt, n);
-    assert.equal(row.status, n < 6 ? 'pending' : 'failed');
-  }
-  const got = receiver.at(sub.path);
-  assert.deepEqual(got.map((g) => g.headers['platform-delivery-attempt']), ['1', '2', '3', '4', '5', '6']);
-  assert.ok(got.every((g) => g.headers['platform-event-id'] === eventId && g.body.id === eventId), 'got.every((g) => g.headers[\'platform-event-id\'] === eventId && g.body.id === eventId)');
-  assert.equal(new Set(got.map((g) => g.headers['platform-delivery-id'])).size, 1);
-  const stamps = got.map((g) => Number(/t=(\d+)/.exec(String(g.headers['platform-signature']))![1]));
-  assert.equal(new Set(stamps).size, 6, 'a fresh t on every attempt');
-  assert.ok(got.every((g) => verifySignature(String(g.headers['platform-signature']), sub.secret, g.raw, Number(/t=(\d+)/.exec(String(g.headers['platform-signature']))![1]))), 'got.every((g) => verifySignature(String(g.headers[\'platform-signature\']), sub.secret, g.raw, Number(/t=(\\d+)/.exec(String(g.headers[\'platform-signature\']))![1])))');
+    assert.equal(receiver.at(sub.path).length, 1);
+    for (const [n, delay] of [[2, 60], [3, 300], [4, 1800], [5, 7200], [6, 43200]]) {
+      t.clock.advance(delay - 1);
+      await runDelivery(t);
+      assert.equal(receiver.at(sub.path).length, n - 1, `attempt ${n} not before +${delay} s`);
+      t.clock.advance(1);
+      await runDelivery(t);
+      assert.equal(receiver.at(sub.path).length, n, `attempt ${n} at +${delay} s`);
+      const [row] = await deliveriesOf(t, sub.id);
+      assert.equal(row.attempt, n);
+      assert.equal(row.status, n < 6 ? 'pending' : 'failed');
+    }
+    const got = receiver.at(sub.path);
+    assert.deepEqual(got.map((g) => g.headers['platform-delivery-attempt']), ['1', '2', '3', '4', '5', '6']);
+    assert.ok(got.every((g) => g.headers['platform-event-id'] === eventId && g.body.id === eventId), 'got.every((g) => g.headers[\'platform-event-id\'] === eventId && g.body.id === eventId)');
+    assert.equal(new Set(got.map((g) => g.headers['platform-delivery-id'])).size, 1);
+    const stamps = got.map((g) => Number(/t=(\d+)/.exec(String(g.headers['platform-signature']))![1]));
+    assert.equal(new Set(stamps).size, 6, 'a fresh t on every attempt');
+    assert.ok(got.every((g) => verifySignature(String(g.headers['platform-signature']), sub.secret, g.raw, Number(/t=(\d+)/.exec(String(g.headers['platform-signature']))![1]))), 'got.every((g) => verifySignature(String(g.headers[\'platform-signature\']), sub.secret, g.raw, Number(/t=(\\d+)/.exec(String(g.headers[\'platform-signature\']))![1])))');
 
-  t.clock.advance(86400);
-  await runDelivery(t);
-  assert.equal(receiver.at(sub.path).length, 6, 'no seventh attempt');
-  const [listed] = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries?status=failed`, admin), 200).data;
-  assert.equal(listed.status, 'failed');
-  assert.equal(listed.attempt, 6);
-  assert.equal(listed.response_status, 500);
-  assert.equal(listed.next_retry_at, null);
-  assert.equal(listed.error, 'e'.repeat(1024));
-  assert.equal(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200).consecutive_failures, 1);
+    t.clock.advance(86400);
+    await runDelivery(t);
+    assert.equal(receiver.at(sub.path).length, 6, 'no seventh attempt');
+    const [listed] = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries?status=failed`, admin), 200).data;
+    assert.equal(listed.status, 'failed');
+    assert.equal(listed.attempt, 6);
+    assert.equal(listed.response_status, 500);
+    assert.equal(listed.next_retry_at, null);
+    assert.equal(listed.error, 'e'.repeat(1024));
+    assert.equal(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200).consecutive_failures, 1);
+  });
 });
 
 test('success is a 2xx: 204 succeeds; a 302 fails and its Location is never requested', async (c) => {

@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify, type JSONWebKeySet } from 'jose';
-import { buildTestApp, type TestApp } from '../../helpers/app.js';
+import { buildTestApp, withStoppedClock, type TestApp } from '../../helpers/app.js';
 import { bearer, createApiKey, createUser, login, type TestUser } from '../../helpers/fixtures.js';
 import { assertError, createMfaUser, mfaChallenge, post } from '../../auth/support.js';
 import { assertStatus, call, grant, platformKey } from '../../access/support.js';
@@ -108,65 +108,68 @@ test('TK-3 "the discovery issuer equals PUBLIC_URL byte for byte", also for a PU
 });
 
 test('TK-6 lifetimes: "refused 1 s past each limit and accepted 1 s before" for the access token (900 s), refresh idle (30 d), session absolute (90 d), app token (300 s) and MFA challenge (300 s)', async () => {
-  let verified = 0;
-  // Access token: exp - iat = 900.
-  const s = await signIn(await createUser(t));
-  const claims = decodeJwt(s.access_token);
-  assert.equal(claims.exp! - claims.iat!, 900);
-  // To 1 s before exp, measured from the clock (iat is whole seconds: the token may be most of a
-  // second old already, and a loaded machine takes time between the two calls).
-  t.clock.advance(claims.exp! - 1 - t.clock.now().getTime() / 1000);
-  assert.equal((await me(s.access_token)).statusCode, 200);
-  t.clock.advance(2);
-  assertError(await me(s.access_token), 401, 'unauthenticated');
-  verified++;
+  // On a stopped clock: the test's own run time on a loaded machine must not count toward the limits.
+  await withStoppedClock(t, async () => {
+    let verified = 0;
+    // Access token: exp - iat = 900.
+    const s = await signIn(await createUser(t));
+    const claims = decodeJwt(s.access_token);
+    assert.equal(claims.exp! - claims.iat!, 900);
+    // To 1 s before exp, measured from the clock (iat is whole seconds: the token may be most of a
+    // second old already, and a loaded machine takes time between the two calls).
+    t.clock.advance(claims.exp! - 1 - t.clock.now().getTime() / 1000);
+    assert.equal((await me(s.access_token)).statusCode, 200);
+    t.clock.advance(2);
+    assertError(await me(s.access_token), 401, 'unauthenticated');
+    verified++;
 
-  // Refresh idle: two sessions of one user, unused for 30 d − 1 s and 30 d + 1 s.
-  const idleUser = await createUser(t);
-  const [a, b] = [await signIn(idleUser), await signIn(idleUser)];
-  t.clock.advance(30 * DAY - 1);
-  assert.equal((await refresh(a.refresh_token)).statusCode, 200);
-  t.clock.advance(2);
-  assertError(await refresh(b.refresh_token), 401, 'invalid_refresh_token');
-  verified++;
+    // Refresh idle: two sessions of one user, unused for 30 d − 1 s and 30 d + 1 s.
+    const idleUser = await createUser(t);
+    const [a, b] = [await signIn(idleUser), await signIn(idleUser)];
+    t.clock.advance(30 * DAY - 1);
+    assert.equal((await refresh(a.refresh_token)).statusCode, 200);
+    t.clock.advance(2);
+    assertError(await refresh(b.refresh_token), 401, 'invalid_refresh_token');
+    verified++;
 
-  // Absolute: refreshed every 29 days, the session still ends 90 days after sign-in.
-  const start = t.clock.now().getTime();
-  let current = (await signIn(await createUser(t))).refresh_token;
-  for (let i = 0; i < 3; i++) {
-    t.clock.advance(29 * DAY);
-    current = assertStatus(await refresh(current), 200).refresh_token;
-  }
-  t.clock.advance((start + 90 * DAY * 1000 - 1000 - t.clock.now().getTime()) / 1000);
-  const last = assertStatus(await refresh(current), 200);
-  assert.ok(last.refresh_token_expires_in <= 1, `refresh_token_expires_in ${last.refresh_token_expires_in}`);
-  t.clock.advance(2);
-  assertError(await refresh(last.refresh_token), 401, 'invalid_refresh_token');
-  verified++;
+    // Absolute: refreshed every 29 days, the session still ends 90 days after sign-in.
+    const start = t.clock.now().getTime();
+    let current = (await signIn(await createUser(t))).refresh_token;
+    for (let i = 0; i < 3; i++) {
+      t.clock.advance(29 * DAY);
+      current = assertStatus(await refresh(current), 200).refresh_token;
+    }
+    t.clock.advance((start + 90 * DAY * 1000 - 1000 - t.clock.now().getTime()) / 1000);
+    const last = assertStatus(await refresh(current), 200);
+    assert.ok(last.refresh_token_expires_in <= 1, `refresh_token_expires_in ${last.refresh_token_expires_in}`);
+    t.clock.advance(2);
+    assertError(await refresh(last.refresh_token), 401, 'invalid_refresh_token');
+    verified++;
 
-  // App token: exp - iat = 300; the Application's verifier accepts it at 299 s and not at 301 s.
-  const admin = await platformKey(t);
-  const app = await oauthApp(t, admin);
-  const holder = await createUser(t);
-  await grant(t, admin, holder.id, app.id);
-  const appToken = assertStatus(await call(t, 'POST', '/v1/auth/app-tokens', await login(t, holder), { application_id: app.id }), 200).access_token;
-  const app_claims = decodeJwt(appToken);
-  assert.equal(app_claims.exp! - app_claims.iat!, 300);
-  const keySet = createLocalJWKSet(await jwks());
-  const at = (s: number) => ({ audience: app.id, issuer: t.config.publicUrl, algorithms: ['RS256'], currentDate: new Date((app_claims.iat! + s) * 1000) });
-  await jwtVerify(appToken, keySet, at(299));
-  await assert.rejects(jwtVerify(appToken, keySet, at(301)), /exp/);
-  verified++;
+    // App token: exp - iat = 300; the Application's verifier accepts it at 299 s and not at 301 s.
+    const admin = await platformKey(t);
+    const app = await oauthApp(t, admin);
+    const holder = await createUser(t);
+    await grant(t, admin, holder.id, app.id);
+    const appToken = assertStatus(await call(t, 'POST', '/v1/auth/app-tokens', await login(t, holder), { application_id: app.id }), 200).access_token;
+    const app_claims = decodeJwt(appToken);
+    assert.equal(app_claims.exp! - app_claims.iat!, 300);
+    const keySet = createLocalJWKSet(await jwks());
+    const at = (s: number) => ({ audience: app.id, issuer: t.config.publicUrl, algorithms: ['RS256'], currentDate: new Date((app_claims.iat! + s) * 1000) });
+    await jwtVerify(appToken, keySet, at(299));
+    await assert.rejects(jwtVerify(appToken, keySet, at(301)), /exp/);
+    verified++;
 
-  // MFA challenge: two challenges of one moment, answered at 299 s and 301 s.
-  const { user, recoveryCodes } = await createMfaUser(t);
-  const [early, late] = [await mfaChallenge(t, user), await mfaChallenge(t, user)];
-  t.clock.advance(299);
-  assert.equal((await post(t, '/v1/auth/mfa/verify', { mfa_token: early, recovery_code: recoveryCodes[0] })).statusCode, 200);
-  t.clock.advance(2);
-  assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: late, recovery_code: recoveryCodes[1] }), 401, 'invalid_credentials');
-  verified++;
-  figure('TK-6', `limits verified: ${verified}/5`);
+    // MFA challenge: two challenges of one moment, answered at 299 s and 301 s.
+    const { user, recoveryCodes } = await createMfaUser(t);
+    const [early, late] = [await mfaChallenge(t, user), await mfaChallenge(t, user)];
+    t.clock.advance(299);
+    assert.equal((await post(t, '/v1/auth/mfa/verify', { mfa_token: early, recovery_code: recoveryCodes[0] })).statusCode, 200);
+    t.clock.advance(2);
+    assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: late, recovery_code: recoveryCodes[1] }), 401, 'invalid_credentials');
+    verified++;
+    figure('TK-6', `limits verified: ${verified}/5`);
+  });
 });
 
 test('TK-7 termination by logout, all_sessions, suspend (POST and PATCH), delete, erasure request, admin or API-key revoke and self revoke: "on the next call, refresh fails and access tokens with a revoked sid get 401"; "the session is gone from the sessions list"', async () => {

@@ -7,6 +7,7 @@ import { test, before, after, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { assertStatus, buildApp, call, DAY, RETRY_SCHEDULE, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, type TestApp } from '../../webhooks/support.js';
 import { figure } from './support.js';
+import { withStoppedClock } from '../../helpers/app.js';
 
 let t: TestApp;
 let admin: string;
@@ -35,43 +36,47 @@ const attemptStarts = async (id: string, eventId: string) =>
   (await sql<{ last_attempt_at: Date }>(t, 'SELECT last_attempt_at FROM webhook_deliveries WHERE subscription_id = $1 AND event_id = $2', [id, eventId]))[0].last_attempt_at.getTime();
 
 test('WH-3 [CLK] a receiver answering 500: attempts at 0, +1 m, +5 m, +30 m, +2 h, +12 h, then `failed`; "DELETE drops queued retries": a subscription deleted after its first attempt gets no retry and nothing new', async (c) => {
-  const kept = await subscribe(c, '/wh3-kept', ['user.deleted']);
-  const dropped = await subscribe(c, '/wh3-dropped', ['user.deleted']);
-  fail500('/wh3-kept');
-  fail500('/wh3-dropped');
-  const eventId = await emitEvent(t, 'user.deleted', { user_id: 'usr_wh3_schedule' });
-  await runDelivery(t);
-  const [queued] = await deliveriesOf(t, dropped);
-  assert.deepEqual([queued.status, queued.attempt], ['pending', 1], 'a retry is queued for the subscription about to be deleted');
-  assert.equal((await call(t, 'DELETE', `/v1/webhooks/${dropped}`, admin)).statusCode, 204);
-  assert.equal((await deliveriesOf(t, dropped)).length, 0, 'its queued retry is gone');
-  await emitEvent(t, 'user.deleted', { user_id: 'usr_wh3_after_delete' });
+  // On a stopped clock: the test's own run time (over a second on a loaded machine between the first
+  // attempt and the first advance) must not count toward a retry's delay.
+  await withStoppedClock(t, async () => {
+    const kept = await subscribe(c, '/wh3-kept', ['user.deleted']);
+    const dropped = await subscribe(c, '/wh3-dropped', ['user.deleted']);
+    fail500('/wh3-kept');
+    fail500('/wh3-dropped');
+    const eventId = await emitEvent(t, 'user.deleted', { user_id: 'usr_wh3_schedule' });
+    await runDelivery(t);
+    const [queued] = await deliveriesOf(t, dropped);
+    assert.deepEqual([queued.status, queued.attempt], ['pending', 1], 'a retry is queued for the subscription about to be deleted');
+    assert.equal((await call(t, 'DELETE', `/v1/webhooks/${dropped}`, admin)).statusCode, 204);
+    assert.equal((await deliveriesOf(t, dropped)).length, 0, 'its queued retry is gone');
+    await emitEvent(t, 'user.deleted', { user_id: 'usr_wh3_after_delete' });
 
-  const deviationsMs: number[] = [];
-  let previous = await attemptStarts(kept, eventId);
-  for (const [i, delay] of RETRY_SCHEDULE.entries()) {
-    t.clock.advance(delay - 1);
+    const deviationsMs: number[] = [];
+    let previous = await attemptStarts(kept, eventId);
+    for (const [i, delay] of RETRY_SCHEDULE.entries()) {
+      t.clock.advance(delay - 1);
+      await runDelivery(t);
+      assert.equal(receiver.at('/wh3-kept').filter((r) => r.body.data.user_id === 'usr_wh3_schedule').length, i + 1, `attempt ${i + 2} not before +${delay} s`);
+      t.clock.advance(1);
+      await runDelivery(t);
+      const got = receiver.at('/wh3-kept').filter((r) => r.body.data.user_id === 'usr_wh3_schedule');
+      assert.equal(got.length, i + 2, `attempt ${i + 2} at +${delay} s`);
+      assert.equal(got.at(-1)!.headers['platform-delivery-attempt'], String(i + 2));
+      const started = await attemptStarts(kept, eventId);
+      deviationsMs.push(Math.abs(started - previous - delay * 1000));
+      previous = started;
+    }
+    const row = (await deliveriesOf(t, kept)).find((d) => d.event_id === eventId)!;
+    assert.deepEqual([row.status, row.attempt, row.next_attempt_at, row.response_status], ['failed', 6, null, 500]);
+    t.clock.advance(DAY);
     await runDelivery(t);
-    assert.equal(receiver.at('/wh3-kept').filter((r) => r.body.data.user_id === 'usr_wh3_schedule').length, i + 1, `attempt ${i + 2} not before +${delay} s`);
-    t.clock.advance(1);
-    await runDelivery(t);
-    const got = receiver.at('/wh3-kept').filter((r) => r.body.data.user_id === 'usr_wh3_schedule');
-    assert.equal(got.length, i + 2, `attempt ${i + 2} at +${delay} s`);
-    assert.equal(got.at(-1)!.headers['platform-delivery-attempt'], String(i + 2));
-    const started = await attemptStarts(kept, eventId);
-    deviationsMs.push(Math.abs(started - previous - delay * 1000));
-    previous = started;
-  }
-  const row = (await deliveriesOf(t, kept)).find((d) => d.event_id === eventId)!;
-  assert.deepEqual([row.status, row.attempt, row.next_attempt_at, row.response_status], ['failed', 6, null, 500]);
-  t.clock.advance(DAY);
-  await runDelivery(t);
-  assert.equal(receiver.at('/wh3-kept').filter((r) => r.body.data.user_id === 'usr_wh3_schedule').length, 6, 'no seventh attempt');
-  assert.equal(receiver.at('/wh3-dropped').length, 1, 'the deleted subscription got its first attempt only');
-  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1', [dropped]))[0].n, 0, 'nothing new enqueued');
-  const worst = Math.max(...deviationsMs);
-  figure('WH-3', `schedule deviation ${Math.round(worst / 1000)} s (worst ${worst} ms of test run time over 5 retries); requests to the deleted subscription after DELETE 0`);
-  assert.ok(worst < 1000, `each retry started within 1 s of its slot (${deviationsMs.join(', ')} ms)`);
+    assert.equal(receiver.at('/wh3-kept').filter((r) => r.body.data.user_id === 'usr_wh3_schedule').length, 6, 'no seventh attempt');
+    assert.equal(receiver.at('/wh3-dropped').length, 1, 'the deleted subscription got its first attempt only');
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1', [dropped]))[0].n, 0, 'nothing new enqueued');
+    const worst = Math.max(...deviationsMs);
+    figure('WH-3', `schedule deviation ${Math.round(worst / 1000)} s (worst ${worst} ms of test run time over 5 retries); requests to the deleted subscription after DELETE 0`);
+    assert.ok(worst < 1000, `each retry started within 1 s of its slot (${deviationsMs.join(', ')} ms)`);
+  });
 });
 
 test('WH-3 "3xx → failure and the Location target receives 0 requests" for 300, 301, 303, 307 and 308 (302: delivery.test.ts): each attempt fails with its status and is retried', async (c) => {
