@@ -26,3 +26,12 @@ export const MAX_CLOCK_SKEW_SECONDS = 10;
 
 export const toUnixSeconds = (d: Date): number => Math.floor(d.getTime() / 1000);
 export const addSeconds = (d: Date, s: number): Date => new Date(d.getTime() + s * 1000);
+
+/**
+ * Seconds ahead of now beyond which an instant set `seconds` ahead was set before the clock stepped
+ * back: no process whose clock is within MAX_CLOCK_SKEW_SECONDS of this one could have set it later.
+ * Leases, locks and schedules found beyond it are treated as set now (docs/decisions.md, "Clocks of
+ * several processes").
+ */
+export const stepBoundSeconds = (seconds: number): number => seconds + MAX_CLOCK_SKEW_SECONDS;
+export const beyondStep = (now: Date, seconds: number): Date => addSeconds(now, stepBoundSeconds(seconds));

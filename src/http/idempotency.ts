@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Actor, Deps } from '../context.js';
 import type { Tx } from '../db/types.js';
 import { ApiError, invalidField } from '../errors.js';
-import { addSeconds, MAX_CLOCK_SKEW_SECONDS } from '../clock.js';
+import { addSeconds, beyondStep } from '../clock.js';
 
 export const IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600;
 /** A claim older than this is taken to belong to a crashed process and may be taken over. */
@@ -169,7 +169,7 @@ async function claimInDatabase(deps: Deps, reply: FastifyReply, claim: Claim, ha
     // A lease ending further ahead than its length (plus the skew bound) was taken before the clock
     // stepped back: it has lapsed as well, or a dead claim would hold the key for 60 seconds plus the
     // step. Its holder, should it still run, names its claim token at commit and changes nothing.
-    const stepped = addSeconds(now, IN_FLIGHT_LEASE_SECONDS + MAX_CLOCK_SKEW_SECONDS);
+    const stepped = beyondStep(now, IN_FLIGHT_LEASE_SECONDS);
     if (row.locked_until > now && row.locked_until <= stepped) throw new ApiError('idempotency_key_in_flight');
     // The first attempt's process died before committing anything: take the claim over.
     const taken = await db.query(

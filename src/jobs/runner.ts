@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Deps } from '../context.js';
-import { addSeconds, MAX_CLOCK_SKEW_SECONDS } from '../clock.js';
+import { addSeconds, stepBoundSeconds } from '../clock.js';
 import { ApiError } from '../errors.js';
 import type { JobDefinition } from './types.js';
 import { refreshDevClock } from '../dev/clock.js';
@@ -99,7 +99,7 @@ export class JobRunner {
                          AND (j.locked_until IS NULL OR j.locked_until < $1)
                        ORDER BY j.next_run_at LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
         RETURNING name`,
-      [now, jobs.map((j) => j.name), token, addSeconds(now, longest), jobs.map((j) => j.intervalSeconds + MAX_CLOCK_SKEW_SECONDS)],
+      [now, jobs.map((j) => j.name), token, addSeconds(now, longest), jobs.map((j) => stepBoundSeconds(j.intervalSeconds))],
     );
     const name = rows[0]?.name;
     if (!name) return null;

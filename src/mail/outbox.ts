@@ -2,7 +2,7 @@ import nodemailer, { type Transporter } from 'nodemailer';
 import type { Ctx, Deps } from '../context.js';
 import type { Tx } from '../db/types.js';
 import { hashSecret, newId } from '../ids.js';
-import { addSeconds, MAX_CLOCK_SKEW_SECONDS } from '../clock.js';
+import { addSeconds, beyondStep } from '../clock.js';
 import { renderMail, type MailTemplate, type MailVars } from './templates.js';
 
 export interface MailRequest<T extends MailTemplate> {
@@ -103,7 +103,7 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
                     WHERE status = 'queued' AND (next_attempt_at <= $1 OR next_attempt_at > $5) AND (claimed_until IS NULL OR claimed_until < $1)
                     ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
       RETURNING id, template, to_address, from_name, subject, text_body, attempts`,
-    [now, addSeconds(now, CLAIM_SECONDS), token, batchSize, addSeconds(now, MAX_RETRY_SECONDS + MAX_CLOCK_SKEW_SECONDS)],
+    [now, addSeconds(now, CLAIM_SECONDS), token, batchSize, beyondStep(now, MAX_RETRY_SECONDS)],
   );
   let sent = 0;
   let failed = 0;

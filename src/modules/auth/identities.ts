@@ -1,5 +1,5 @@
 import type { Mode, Queryable } from '../../db/types.js';
-import { addSeconds, MAX_CLOCK_SKEW_SECONDS } from '../../clock.js';
+import { addSeconds, beyondStep, stepBoundSeconds } from '../../clock.js';
 import { ApiError } from '../../errors.js';
 import { retryAfterSeconds } from '../../http/counters.js';
 import { hashSecret, newId } from '../../ids.js';
@@ -65,7 +65,7 @@ export type AttemptClaim = { refused: true; lockedUntil: Date } | { refused: fal
 // counts as made now (`now` names the parameter holding now), so it leaves the window 15 minutes
 // after the step is noticed, not 15 minutes plus the step (docs/decisions.md, "Clocks of several processes").
 const FAILURES = (t: string, now: string) =>
-  `(SELECT CASE WHEN f > ${now}::timestamptz + make_interval(secs => ${MAX_CLOCK_SKEW_SECONDS}) THEN ${now}::timestamptz ELSE f END AS f FROM unnest(${t}.recent_failures) AS f)`;
+  `(SELECT CASE WHEN f > ${now}::timestamptz + make_interval(secs => ${stepBoundSeconds(0)}) THEN ${now}::timestamptz ELSE f END AS f FROM unnest(${t}.recent_failures) AS f)`;
 const COUNT_ATTEMPT = (t: string) => `
   recent_failures = ARRAY(SELECT f FROM (SELECT f FROM ${FAILURES(t, '$3')} AS r UNION ALL SELECT $3::timestamptz) AS a WHERE f > $2 ORDER BY f DESC LIMIT $4),
   locked_until = CASE WHEN (SELECT count(*) FROM (SELECT f FROM ${FAILURES(t, '$3')} AS r UNION ALL SELECT $3::timestamptz) AS a WHERE f > $2) >= $4
@@ -75,7 +75,7 @@ const COUNT_ATTEMPT = (t: string) => `
 // back: it is moved to end LOCKOUT_SECONDS from now (and its failures to now), so a 15-minute lock
 // never lasts 15 minutes plus the step. No attempt is evaluated meanwhile; the lock only gets shorter.
 const FAR_LOCK = (t: string) =>
-  `${t}.locked_until > $2::timestamptz + make_interval(secs => ${LOCKOUT_SECONDS + MAX_CLOCK_SKEW_SECONDS})`;
+  `${t}.locked_until > $2::timestamptz + make_interval(secs => ${stepBoundSeconds(LOCKOUT_SECONDS)})`;
 const SHORTEN_LOCK = (t: string, where: string) =>
   `UPDATE ${t} SET locked_until = $2::timestamptz + make_interval(secs => ${LOCKOUT_SECONDS}),
           recent_failures = ARRAY(SELECT f FROM ${FAILURES(t, '$2')} AS r ORDER BY f DESC)
@@ -86,7 +86,7 @@ function claimOf(
 ): Promise<AttemptClaim> | AttemptClaim {
   if (rows.length === 0) {
     return current().then(async (found) => {
-      const until = found && found > addSeconds(now, LOCKOUT_SECONDS + MAX_CLOCK_SKEW_SECONDS) ? ((await shorten()) ?? found) : found;
+      const until = found && found > beyondStep(now, LOCKOUT_SECONDS) ? ((await shorten()) ?? found) : found;
       return { refused: true as const, lockedUntil: until && until > now ? until : addSeconds(now, 1) };
     });
   }
