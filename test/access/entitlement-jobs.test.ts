@@ -143,6 +143,21 @@ test('a grant with a future starts_at is created active but resolves as schedule
   assert.deepEqual(await accessEvents(t, user.id, app.id), [], 'nothing before starts_at');
 });
 
+test('a grant whose whole window is in the past is created active, as a past ends_at on an active row is expired at the next sweep: it resolves as expired at once (no access.granted), and the sweep expires it with entitlement.expired and no access.revoked', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, -2 * DAY), ends_at: inSeconds(t, -DAY) });
+  assert.equal(ent.status, 'active');
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, false);
+  assert.equal(result.entitlement_status, 'expired');
+  assert.deepEqual(await accessEvents(t, user.id, app.id), []);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
+  await sweep();
+  assert.equal((await getEnt(ent.id)).status, 'expired');
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.expired']);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), []);
+});
+
 test('once starts_at passes, scheduled-starts emits access.granted with reason entitlement_started exactly once', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', starts_at: inSeconds(t, HOUR) });
