@@ -148,6 +148,32 @@ test('ending the session ends its app refresh tokens (logout)', async () => {
   assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant');
 });
 
+test('"ending that session ends it" however the session ends: a revoke of that session (by the user or by users.manage), a logout with all_sessions true from another session, a password change from another session, a suspension and a delete (also after reactivation or restore) leave its app refresh token invalid_grant', async () => {
+  const endings: [string, (user: Awaited<ReturnType<typeof member>>) => Promise<void>][] = [
+    ['self revoke', async (u) => assertStatus(await call(t, 'DELETE', `/v1/users/me/sessions/${u.sid}`, u.token), 204)],
+    ['admin revoke', async (u) => assertStatus(await call(t, 'DELETE', `/v1/users/${u.id}/sessions/${u.sid}`, admin), 204)],
+    ['logout all_sessions elsewhere', async (u) => assertStatus(await call(t, 'POST', '/v1/auth/logout', (await session(t, u)).access_token, { all_sessions: true }), 204)],
+    ['password change elsewhere', async (u) =>
+      assertStatus(await call(t, 'POST', '/v1/users/me/password', (await session(t, u)).access_token, { current_password: u.password, new_password: 'amber-lantern-orchard-77' }), 204)],
+    ['suspend and reactivate', async (u) => {
+      assertStatus(await call(t, 'POST', `/v1/users/${u.id}/suspend`, admin, {}), 200);
+      assertStatus(await call(t, 'PATCH', `/v1/users/${u.id}`, admin, { status: 'active' }), 200);
+    }],
+    ['delete and restore', async (u) => {
+      assertStatus(await call(t, 'DELETE', `/v1/users/${u.id}`, admin), 204);
+      assertStatus(await call(t, 'PATCH', `/v1/users/${u.id}`, admin, { status: 'active' }), 200);
+    }],
+  ];
+  for (const [label, end] of endings) {
+    const user = await member(t, admin, app.id);
+    const first = await signIn(t, user, app.id);
+    await end(user);
+    const res = await tokenReq(t, refreshGrant(first.refresh_token, app.id));
+    assert.equal(res.statusCode, 400, `${label}: ${res.body}`);
+    assertOAuthError(res, 'invalid_grant');
+  }
+});
+
 test('nothing is issued on an ended session: a code exchange or a refresh under way when the session ends (logout) is invalid_grant, and no refresh token is added to it', async () => {
   const user = await member(t, admin, app.id);
   const first = await signIn(t, user, app.id);
