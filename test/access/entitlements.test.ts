@@ -562,6 +562,22 @@ test('ends_at is changeable on an active row: entitlement.updated with changed_f
   assert.equal((await entRow(t, ent.id))!.ends_at.toISOString(), ends);
 });
 
+test('"entitlement.updated | ends_at, source or order_id changed without status change": a move to disabled that also sets ends_at writes the target status event alone (entitlement.disabled, its audit row) and keeps the new ends_at', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const ends = inSeconds(t, 30 * DAY);
+  const body = assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'on hold', ends_at: ends }), 200);
+  assert.equal(body.status, 'disabled');
+  assert.equal(body.ends_at, ends);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.disabled']);
+  assert.deepEqual((await auditOf(t, ent.id)).map((a) => a.action), ['entitlement.granted', 'entitlement.disabled']);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.disabled'))[0].after.ends_at, ends);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_granted', 'active'],
+    ['access.revoked', 'entitlement_disabled', 'disabled'],
+  ]);
+});
+
 test('source: only trial → purchase (trial conversion with order_id and ends_at null); other changes are 422 immutable_field', async () => {
   const user = await person(t);
   const trial = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, 7 * DAY) });

@@ -753,3 +753,26 @@ test('an unresolvable Role id is 404 role_not_found when assigning or removing i
   assert.deepEqual(await heldRoles(user.id), ['role_platform_member']);
   assert.deepEqual(await roleEvents(user.id, 'role.assigned'), []);
 });
+
+test('"A permission change applies on the holder\'s next request … no per-holder webhook fires, so to force immediate revocation remove the assignment": PATCH of a held platform or app Role emits nothing, the holder\'s next request and check follow it; removing the assignment emits role.removed', async () => {
+  const other = await person(t);
+  const roleId = await customPlatformRole(t, ['users.list']);
+  const holder = await person(t, { roles: [roleId] });
+  const app = await appWith(['editor']);
+  const appRole = `role_${app.slug}_editor`;
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${appRole}`, app.owner!.token, { permissions: [`app.${app.slug}.write`] }), 200);
+  await grant(t, admin, holder.id, app.id);
+  assertStatus(await assign(admin, holder.id, appRole), 201);
+  assertStatus(await call(t, 'GET', `/v1/users/${other.id}`, holder.token), 200);
+  assert.deepEqual((await effective(t, admin, holder.id, app.id)).effective_permissions, [`app.${app.slug}.write`]);
+  const seq = async () => (await sql(t, 'SELECT count(*)::int AS n FROM outbox_events'))[0].n as number;
+  const before = await seq();
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${roleId}`, superadmin.token, { permissions: [] }), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${appRole}`, app.owner!.token, { permissions: [] }), 200);
+  assert.equal(await seq(), before, 'no per-holder webhook fires');
+  assert.equal((await auditOf(t, roleId, 'role.updated')).length, 1);
+  assertError(await call(t, 'GET', `/v1/users/${other.id}`, holder.token), 404, 'user_not_found');
+  assert.deepEqual((await effective(t, admin, holder.id, app.id)).effective_permissions, []);
+  assertStatus(await unassign(admin, holder.id, appRole), 204);
+  assert.deepEqual(await roleEvents(holder.id, 'role.removed'), [{ user_id: holder.id, role_id: appRole, application_id: app.id }]);
+});

@@ -770,3 +770,18 @@ test('a signed event whose processor ids (event, subscription, customer) are lon
   assert.equal(tenant.stripe_customer_id, null);
   assert.equal(tenant.updated_at.getTime(), tenant.created_at.getTime());
 });
+
+test('"There are no outbound billing events": a subscription created, past due, paid again and deleted writes its tenant.plan_changed and tenant.subscription_status_changed audit rows and no webhook event', async () => {
+  const owner = await tenantOwner(t);
+  await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const outboxCount = async () => (await sql(t, 'SELECT count(*)::int AS n FROM outbox_events'))[0].n as number;
+  const before = await outboxCount();
+  const sub = { tenantId: owner.tenantId, id: `sub_${randomBytes(4).toString('hex')}`, customer: `cus_${randomBytes(4).toString('hex')}` };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 40 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'past_due' }), { created: now() - 30 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription(sub), { created: now() - 20 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 10 }), 200);
+  assert.deepEqual((await auditRows(t, 'tenant.plan_changed', owner.tenantId)).map((r) => r.after.plan), ['team', 'starter']);
+  assert.deepEqual((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status), ['active', 'past_due', 'active', 'canceled']);
+  assert.equal(await outboxCount(), before, 'no outbound billing events');
+});

@@ -538,3 +538,22 @@ test('leaving (DELETE members/me) an Organization one is not a member of is 404 
   assert.deepEqual(await orgAudit(t, org.id, 'organization.member_removed'), []);
   assert.deepEqual(await orgAudit(t, org.id, 'organization.member_added', stranger.id), []);
 });
+
+test('"A pending membership grants nothing, is not a seat": an invitee of an Organization holding a grant gets no access and leaves seats.current (subscription and usage) as it was; accepting makes them a seat', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const seats = async () => [
+    assertStatus(await call(t, 'GET', `/v1/tenants/${app.tenant_id}/subscription`, app.owner!.token), 200).seats.current,
+    assertStatus(await call(t, 'GET', `/v1/tenants/${app.tenant_id}/usage`, app.owner!.token), 200).limits.seats.current,
+  ];
+  assert.deepEqual(await seats(), [2, 2]);
+  const invitee = await person(t);
+  assertStatus(await invite(t, org.owner.token, org.id, invitee.email), 201);
+  assert.deepEqual(await seats(), [2, 2], 'a pending membership is not a seat');
+  assert.deepEqual(await accessEvents(t, invitee.id, app.id), []);
+  assert.equal((await effective(t, admin, invitee.id, app.id)).allowed, false);
+  assertStatus(await accept(t, invitee.token, org.id), 200);
+  assert.deepEqual(await seats(), [3, 3]);
+  assert.deepEqual(await accessEvents(t, invitee.id, app.id), [['access.granted', 'org_member_added', 'active']]);
+});

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
   accessEvents, appKey, assertError, createOrgApi, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
-  grant, patchEnt, person, platformKey, sql,
+  assertInvalid, DAY, grant, inSeconds, patchEnt, person, platformKey, sql,
 } from './support.js';
 
 let t: TestApp;
@@ -433,4 +433,67 @@ test('member_overrides name current members only: a test member the nightly test
   assert.deepEqual([audit.before.member_overrides, audit.after.member_overrides], [[old.id, stays.id], [stays.id]]);
   const patched = assertStatus(await patchEnt(t, owner.token, ent.id, { member_scope: 'denylist', member_overrides: read.member_overrides }), 200);
   assert.deepEqual(patched.member_overrides, [stays.id]);
+});
+
+test('org grant POST "order_id, starts_at, ends_at (same rules as personal)": starts_at more than 1 year ahead, ends_at not after starts_at and an order_id over 255 characters are 422 validation_failed naming the field, and nothing is granted', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, starts_at: inSeconds(t, 367 * DAY) }), 'starts_at');
+  assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, starts_at: inSeconds(t, 10 * DAY), ends_at: inSeconds(t, 5 * DAY) }), 'ends_at');
+  assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, starts_at: inSeconds(t, 10 * DAY), ends_at: inSeconds(t, 10 * DAY) }), 'ends_at');
+  assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, order_id: 'o'.repeat(256) }), 'order_id');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE organization_id = $1', [org.id]))[0].n, 0);
+  assert.deepEqual(await accessEvents(t, org.members[0].id, app.id), []);
+  const ent = await orgGrantApi(t, admin, org.id, app.id, { order_id: 'o'.repeat(255), starts_at: inSeconds(t, 364 * DAY) });
+  assert.equal(ent.order_id, 'o'.repeat(255));
+});
+
+test('an org grant with a future starts_at is created active but resolves as scheduled ("A future starts_at creates the row as active"): no access.granted until it passes, then access.granted (entitlement_started) once per member, one who joined meanwhile included', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id, { starts_at: inSeconds(t, 3600) });
+  assert.equal(ent.status, 'active');
+  const late = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: late.id }), 201);
+  for (const u of [org.owner, org.members[0], late]) {
+    assert.deepEqual(await accessEvents(t, u.id, app.id), []);
+    const check = await effective(t, admin, u.id, app.id);
+    assert.equal(check.allowed, false);
+    assert.equal(check.entitlement_status, 'scheduled');
+  }
+  t.clock.advance(3601);
+  await t.deps.jobs.runNow('scheduled-starts');
+  await t.deps.jobs.runNow('scheduled-starts');
+  for (const u of [org.owner, org.members[0], late]) {
+    assert.deepEqual(await accessEvents(t, u.id, app.id), [['access.granted', 'entitlement_started', 'active']]);
+    assert.equal((await effective(t, admin, u.id, app.id)).allowed, true);
+  }
+});
+
+test('"access.revoked or access.granted fire once per user whose resolved access actually flips": one PATCH disabling an org grant and narrowing it to an allowlist writes entitlement.disabled and entitlement.member_scope_changed, and one access.revoked per member who had access through it', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [a, b] = org.members;
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  await grant(t, admin, b.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'renewal pending', member_scope: 'allowlist', member_overrides: [a.id] }), 200);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.disabled', 'entitlement.member_scope_changed']);
+  assert.deepEqual(await accessEvents(t, a.id, app.id), [GRANTED, ['access.revoked', 'entitlement_disabled', 'disabled']]);
+  assert.deepEqual(await accessEvents(t, org.owner.id, app.id), [GRANTED, ['access.revoked', 'entitlement_disabled', 'none']]);
+  assert.deepEqual(await accessEvents(t, b.id, app.id), [GRANTED], 'b keeps access through a personal grant');
+});
+
+test('"access.revoked or access.granted fire once per user whose resolved access actually flips": one PATCH re-enabling a disabled org grant with an allowlist writes entitlement.granted and entitlement.member_scope_changed, and access.granted (entitlement_enabled) only for the allowlisted member without another path', async () => {
+  const org = await orgWithMembers(t, admin, 3);
+  const [a, b, c] = org.members;
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  await grant(t, admin, c.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  const back = assertStatus(await patchEnt(t, admin, ent.id, { status: 'active', member_scope: 'allowlist', member_overrides: [a.id, c.id] }), 200);
+  assert.equal(back.disabled_reason, null);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.disabled', 'entitlement.granted', 'entitlement.member_scope_changed']);
+  assert.deepEqual(await accessEvents(t, a.id, app.id), [GRANTED, ['access.revoked', 'entitlement_disabled', 'disabled'], ['access.granted', 'entitlement_enabled', 'active']]);
+  for (const u of [org.owner, b]) assert.deepEqual(await accessEvents(t, u.id, app.id), [GRANTED, ['access.revoked', 'entitlement_disabled', 'disabled']], 'excluded: stays off, no event');
+  assert.deepEqual(await accessEvents(t, c.id, app.id), [GRANTED], 'c held access personally throughout');
 });
