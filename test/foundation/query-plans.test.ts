@@ -7,6 +7,7 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { createUser, userToken, type TestUser } from '../helpers/fixtures.js';
 import { call } from '../helpers/http.js';
 import { rand } from '../users/support.js';
+import { grantReq, newApp } from '../access/support.js';
 import type { Database, Db, Scope, Tx } from '../../src/db/types.js';
 import { findLiveUserByEmail } from '../../src/modules/users/store.js';
 import { findAndClaim } from '../../src/modules/auth/identities.js';
@@ -149,4 +150,43 @@ test("GET /v1/roles counts each Role's holders of the reader's mode from an inde
   const plan = await planOf(listed[0]);
   assert.doesNotMatch(plan, / on users/, plan);
   assert.match(plan, /Index Only Scan using role_assignments_role_mode_idx/, plan);
+});
+
+test("GET /v1/users/{id}/entitlements finds the user's own rows and their Organizations' grants by index conditions, not by reading every entitlement", async () => {
+  const user = await createUser(t, {});
+  const run = await statementsOf(t.database, async () => assert.equal((await call(t, 'GET', `/v1/users/${user.id}/entitlements`, admin.token)).statusCode, 200));
+  const listed = run.filter((s) => /FROM entitlements e LEFT JOIN organization_members m/.test(s.text));
+  assert.equal(listed.length, 1);
+  const plan = await planOf(listed[0]);
+  // Both sides of `user_id = $1 OR organization_id = ANY(…)` are index conditions; an `IN (SELECT …)`
+  // was a hashed subquery filtering the newest-first walk of every entitlement (200 ms at 270k rows).
+  assert.doesNotMatch(plan, /hashed SubPlan/, plan);
+  assert.match(plan, /Index Cond: \(user_id = /, plan);
+  assert.match(plan, /Index Cond: \(organization_id = ANY /, plan);
+});
+
+test('GET /v1/entitlements?order_id= finds the order\'s rows through an index on order_id', async () => {
+  const run = await statementsOf(t.database, async () => assert.equal((await call(t, 'GET', '/v1/entitlements?order_id=ord_nothing_here', admin.token)).statusCode, 200));
+  const listed = run.filter((s) => /FROM entitlements e WHERE/.test(s.text));
+  assert.equal(listed.length, 1);
+  const plan = await planOf(listed[0]);
+  assert.match(plan, /Index Cond: \(order_id = /, plan);
+  assert.match(plan, /entitlements_order_idx/, plan);
+});
+
+test("a grant of a new seat on a Tenant without a seat cap (Team, Enterprise) does not count the Tenant's seats; at Starter's cap it does", async () => {
+  const app = await newApp(t, admin.token);
+  const countsSeats = async () => {
+    const user = await createUser(t, {});
+    const run = await statementsOf(t.database, async () => {
+      const res = await grantReq(t, admin.token, user.id, { application_id: app.id, source: 'admin_grant' });
+      assert.equal(res.statusCode, 201, res.body);
+    });
+    return run.some((s) => /SELECT count\(\*\)::int AS n FROM \(\s*SELECT e\.user_id FROM entitlements e/.test(s.text));
+  };
+  assert.equal(await countsSeats(), true, 'Starter: 1,000 seats at most, so the count is needed');
+  await t.database.scoped('system').query(`UPDATE tenants SET plan = 'team' WHERE id = $1`, [app.tenant_id]);
+  assert.equal(await countsSeats(), false, 'Team: no seat cap');
+  await t.database.scoped('system').query(`UPDATE tenants SET plan = 'enterprise' WHERE id = $1`, [app.tenant_id]);
+  assert.equal(await countsSeats(), false, 'Enterprise: no seat cap');
 });

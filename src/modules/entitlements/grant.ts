@@ -11,7 +11,7 @@ import { findLiveUser } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import { visibleApplication } from '../applications/service.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
-import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
+import { PLAN_LIMITS, assertWithinPlan, findTenant } from '../tenancy/plans.js';
 import { countSeats, isSeat, releaseSeatLimits } from '../tenancy/seats.js';
 import { ENT_COLUMNS, findEntitlement, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { expireIfEnded } from './jobs.js';
@@ -69,6 +69,9 @@ export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow,
   let added = 0;
   for (const userId of userIds) if (!(await isSeat(tx, tenant.id, userId, ctx.now))) added++;
   if (added === 0) return;
+  // Only a cap needs the count (a restricted Tenant is refused whatever it is): counting every seat of
+  // a Team or Enterprise Tenant read all its grants and members on each grant, under the seats lock.
+  if (!tenant.restricted && (PLAN_LIMITS[tenant.plan]?.seats ?? null) === null) return;
   assertWithinPlan(tenant, 'seats', (await countSeats(tx, tenant.id, ctx.now)) + added);
 }
 

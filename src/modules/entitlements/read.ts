@@ -64,8 +64,11 @@ export async function listUserEntitlements(ctx: Ctx, idParam: string, q: UserEnt
   const { user, self } = await targetUser(ctx, idParam, 'read', { readers: ['users.list', 'entitlements.manage'] });
   if (!self && !platform && !confinedReader && !hasPermission(ctx.actor, 'users.manage')) throw new ApiError('user_not_found');
   const params: unknown[] = [user.id];
+  // The user's Organizations as an array (= ANY), not `IN (SELECT …)`: the two sides of the OR are then
+  // two index conditions (BitmapOr), where a hashed subquery made the page read every entitlement
+  // newest first until it had found the user's (docs/conventions.md, Queries at scale).
   const where: string[] = [
-    `(e.user_id = $1 OR e.organization_id IN (SELECT organization_id FROM organization_members WHERE user_id = $1 AND membership_status = 'active'))`,
+    `(e.user_id = $1 OR e.organization_id = ANY (ARRAY(SELECT organization_id FROM organization_members WHERE user_id = $1 AND membership_status = 'active')))`,
   ];
   const add = (sql: (n: number) => string, value: unknown) => {
     params.push(value);
