@@ -7,6 +7,8 @@ import { startWebhookWorker } from './modules/webhooks/worker.js';
 
 /** How long a shutdown waits for requests in flight before it closes their connections. */
 const SHUTDOWN_GRACE_MS = 10_000;
+/** How long a shutdown then waits for the statements still running before it exits without them. */
+const DATABASE_CLOSE_MS = 3_000;
 
 /** Process entry: loadConfig → openDatabase → boot (migrate, build, keys, bootstrap) → listen; workers. */
 export async function serve(): Promise<void> {
@@ -42,7 +44,21 @@ export async function serve(): Promise<void> {
     clearTimeout(cut);
     await deps.jobs.stop();
     await webhooks?.stop();
-    await database.close();
+    // Closing the database waits for the statements still running. One of a request whose connection
+    // the grace cut (a statement waiting on a lock another session holds) would keep the process alive
+    // as long as that lock: the process exits without it, and PostgreSQL rolls its transaction back
+    // when the connection drops.
+    const closed = await Promise.race([
+      database.close().then(
+        () => true,
+        (err) => {
+          deps.log.error({ err }, 'closing the database failed');
+          return true;
+        },
+      ),
+      new Promise<false>((resolve) => setTimeout(resolve, DATABASE_CLOSE_MS, false)),
+    ]);
+    if (!closed) deps.log.warn({ waited_ms: DATABASE_CLOSE_MS }, 'statements of requests whose connections were closed are still running: exiting without them');
     process.exit(0);
   };
   process.on('SIGTERM', () => void close('SIGTERM'));

@@ -503,3 +503,97 @@ test('--help or -h after a command prints the usage on stdout, exits 0 and runs 
     env = saved;
   }
 });
+
+/** Starts `command` in a process group of its own, as a container runtime starts its first process. */
+async function startServing(command: string, args: string[], serveEnv: NodeJS.ProcessEnv, port: number) {
+  const { spawn } = await import('node:child_process');
+  const child = spawn(command, args, { cwd: projectPath('.'), env: serveEnv, stdio: 'ignore', detached: true });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  for (let i = 0; ; i++) {
+    const up = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
+    if (up) break;
+    assert.ok(i < 300 && child.exitCode === null, `${command} ${args.join(' ')} started`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return { child, exited };
+}
+
+test('README "On SIGTERM or SIGINT a process ... exits 0": the server started as `npm start` does, by `platform serve`, or by `npm start` itself, signalled alone (docker stop signals only the first process) stops serving, releases DATA_DIR and exits 0 (with a POSIX sh, npm start execs the server)', async () => {
+  const folder = await mkdtemp(join(tmpdir(), 'platform-cli-signals-'));
+  const lockPid = async () => Number(await readFile(join(folder, 'pglite.lock'), 'utf8').catch(() => '0'));
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  try {
+    for (const [command, args, signal] of [
+      [process.execPath, ['--max-semi-space-size=32', 'dist/src/main.js'], 'SIGINT'],
+      [process.execPath, [BIN, 'serve'], 'SIGTERM'],
+      ['npm', ['start'], 'SIGTERM'],
+      ['npm', ['start'], 'SIGINT'],
+    ] as const) {
+      const what = `${command === 'npm' ? 'npm start' : (args as readonly string[]).includes('serve') ? 'platform serve' : 'node dist/src/main.js'} on ${signal}`;
+      const port = 20_000 + Math.floor(Math.random() * 20_000);
+      const serveEnv = { ...env, DATA_DIR: folder, PORT: String(port), HOST: '127.0.0.1', WORKERS: '0' };
+      const { child, exited } = await startServing(command, [...args], serveEnv, port);
+      try {
+        child.kill(signal); // this process only, not its group
+        assert.equal(await exited, 0, `${what}: exit status`);
+        // Unfixed, npm's shell died of the signal and the server it had started went on serving.
+        await new Promise((r) => setTimeout(r, 500));
+        const still = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.status, () => null);
+        assert.equal(still, null, `${what}: the server stopped serving`);
+        const holder = await lockPid();
+        assert.ok(holder === 0 || !alive(holder), `${what}: DATA_DIR released (process ${holder} holds its pglite.lock)`);
+      } finally {
+        // A server left behind by a shell that died is stopped here, never left running.
+        const pid = await lockPid();
+        if (pid > 0 && pid !== process.pid) {
+          try {
+            process.kill(pid, 'SIGTERM');
+            for (let i = 0; i < 100; i++) {
+              process.kill(pid, 0);
+              await new Promise((r) => setTimeout(r, 100));
+            }
+          } catch { /* gone */ }
+        }
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      }
+    }
+  } finally {
+    await rm(folder, { recursive: true, force: true });
+  }
+});
+
+test('README configuration: the server as npm start runs it (node dist/src/main.js) stops at a bad setting with exit 1 and every problem listed, and at a start-up failure (PORT in use) with one line on stderr and exit 1, never a stack trace', async () => {
+  const folder = await mkdtemp(join(tmpdir(), 'platform-cli-start-'));
+  const { createServer } = await import('node:net');
+  const holder = createServer();
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  const busy = (holder.address() as { port: number }).port;
+  const start = (extra: NodeJS.ProcessEnv) =>
+    run(process.execPath, ['dist/src/main.js'], { cwd: projectPath('.'), env: { ...env, DATA_DIR: folder, WORKERS: '0', ...extra }, timeout: 60_000 }).then(
+      ({ stdout, stderr }) => ({ code: 0 as number | null, stdout, stderr }),
+      (err) => ({ code: err.code as number | null, stdout: String(err.stdout), stderr: String(err.stderr) }),
+    );
+  try {
+    const bad = await start({ PORT: '80a', DATABASE_URL: 'mysql://db/platform', LOG_LEVEL: 'verbose' });
+    assert.equal(bad.code, 1, bad.stderr);
+    assert.equal(bad.stdout, '');
+    assert.match(bad.stderr, /^invalid configuration:\n/);
+    for (const name of ['PORT', 'DATABASE_URL', 'LOG_LEVEL']) assert.match(bad.stderr, new RegExp(`\n  ${name} `), `${name} listed: ${bad.stderr}`);
+    assert.doesNotMatch(bad.stderr, /\n\s+at /, 'no stack trace');
+
+    const inUse = await start({ PORT: String(busy), HOST: '127.0.0.1' });
+    assert.equal(inUse.code, 1, inUse.stderr);
+    assert.equal(inUse.stderr.trim().split('\n').length, 1, inUse.stderr);
+    assert.match(inUse.stderr, /^platform: could not start: listen EADDRINUSE: address already in use 127\.0\.0\.1:\d+ \(EADDRINUSE\)\n$/);
+  } finally {
+    holder.close();
+    await rm(folder, { recursive: true, force: true });
+  }
+});

@@ -147,6 +147,21 @@ test('POST /_dev/jobs/{job} runs the job now and answers {job, result} when it h
   );
 });
 
+test('operations.md "Job names, also used by npx platform jobs run <job>": POST /_dev/jobs/{job} runs each of entitlement-expiry, scheduled-starts, erasure-cascade, test-purge, webhook-delivery, webhook-health, seat-sync and idempotency-prune now and answers {job, result} when it has finished', async () => {
+  const jobs = dev.database.scoped('system');
+  for (const job of ['entitlement-expiry', 'scheduled-starts', 'erasure-cascade', 'test-purge', 'webhook-delivery', 'webhook-health', 'seat-sync', 'idempotency-prune']) {
+    const before = await jobs.query<{ runs: number }>(`SELECT runs FROM jobs WHERE name = $1`, [job]);
+    assert.equal(before.rows.length, 1, `${job} is a job of the catalogue`);
+    const res = await dev.app.inject({ method: 'POST', url: `/_dev/jobs/${job}` });
+    assert.equal(res.statusCode, 200, `${job}: ${res.body}`);
+    const body = res.json();
+    assert.equal(body.job, job);
+    assert.equal(typeof body.result, 'object', `${job}: ${res.body}`);
+    const after = await jobs.query<{ runs: number; lock_token: string | null }>(`SELECT runs, lock_token FROM jobs WHERE name = $1`, [job]);
+    assert.deepEqual(after.rows[0], { runs: before.rows[0]!.runs + 1, lock_token: null }, `${job}: run once and finished when answered`);
+  }
+});
+
 test('POST /_dev/jobs/{job} with an unknown job answers 404 job_not_found', async () => {
   const res = await dev.app.inject({ method: 'POST', url: '/_dev/jobs/nope' });
   assert.equal(res.statusCode, 404);

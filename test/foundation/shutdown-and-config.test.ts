@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { Type } from '@sinclair/typebox';
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { buildTestApp } from '../helpers/app.js';
 import { buildCapturedApp } from '../security/core/support.js';
 import { ConfigError, loadConfig } from '../../src/config.js';
@@ -278,4 +279,49 @@ test('shutting down (SIGTERM): the job scheduler finishes the job it is running 
     { name: 'probe-next', runs: 0, lock_token: null },
     { name: 'probe-slow', runs: 1, lock_token: null },
   ]);
+});
+
+test('README shutting down: "Requests still running after 10 seconds have their connections closed" and the process "exits 0": a request whose statement waits on a lock another session holds does not keep the process alive past the grace (PostgreSQL)', async (tc) => {
+  const serverUrl = process.env.TEST_DATABASE_URL;
+  if (!serverUrl) {
+    tc.diagnostic('PostgreSQL only: a statement of a request waits on a lock another session holds (TEST_DATABASE_URL)');
+    return;
+  }
+  const { default: pg } = await import('pg');
+  const { freshDatabase } = await import('../security/multiprocess/cluster.js');
+  const { ServerProcess, serverEnv } = await import('../security/multiprocess/server-process.js');
+  const db = await freshDatabase(serverUrl, 'shutdown');
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  // The per-IP throttle on: a login's first statement counts it in `counters`.
+  const server = new ServerProcess('shutdown', port, serverEnv(db.url, port, `http://127.0.0.1:${port}`, { AUTH_RATE_LIMIT_PER_MINUTE: '30' }));
+  const holder = new pg.Client({ connectionString: db.url });
+  try {
+    await server.start();
+    await holder.connect();
+    await holder.query('BEGIN');
+    await holder.query('LOCK TABLE counters IN ACCESS EXCLUSIVE MODE');
+    const stuck = server.call('POST', '/v1/auth/login', { body: { email: 'nobody@example.com', password: 'copper-willow-saddle-harbor-58' } }).catch((err) => err);
+    for (let i = 0; ; i++) {
+      const { rows } = await holder.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`);
+      if (rows[0].n > 0) break;
+      assert.ok(i < 200, 'the login waits on the lock');
+      await sleep(50);
+    }
+    const signalled = Date.now();
+    server.child!.kill('SIGTERM');
+    for (;;) {
+      if (server.exits.length > 0) break;
+      assert.ok(Date.now() - signalled < 30_000, 'the process exited within 30 s while the lock was held');
+      await sleep(100);
+    }
+    const took = (Date.now() - signalled) / 1000;
+    assert.deepEqual(server.exits[0], { code: 0, signal: null, expected: false }, server.output);
+    assert.ok(took < 20, `exited ${took} s after SIGTERM: the 10-second grace and a few seconds to close`);
+    await stuck;
+  } finally {
+    await holder.query('ROLLBACK').catch(() => undefined);
+    await holder.end().catch(() => undefined);
+    if (server.alive) await server.kill();
+    await db.drop();
+  }
 });
