@@ -1,6 +1,7 @@
 import { generateSecret, generateURI, verify } from 'otplib';
 import { createHash, randomInt } from 'node:crypto';
 import type { Ctx } from '../context.js';
+import { beyondStep, toUnixSeconds } from '../clock.js';
 
 /** RFC 6238: 30-second steps, 6 digits, SHA-1 (what authenticator apps use), ±1 step of drift. */
 const PERIOD = 30;
@@ -29,6 +30,15 @@ export async function verifyTotp(secret: string, code: string, now: Date, afterS
     return null;
   }
 }
+
+/**
+ * The latest step a process whose clock is within MAX_CLOCK_SKEW_SECONDS of this one accepts now (the
+ * last of its window). A last used step beyond it was taken before the clock stepped back.
+ */
+export const latestAcceptedStep = (now: Date): number => Math.floor(toUnixSeconds(beyondStep(now, DRIFT_SECONDS)) / PERIOD);
+
+/** The steps used below the latest one that an identity keeps: a day's (docs/decisions.md, "MFA enrollment"). */
+export const USED_STEPS_KEPT = 86400 / PERIOD;
 
 const RECOVERY_ALPHABET = 'abcdefghjkmnpqrstuvwxyz23456789';
 

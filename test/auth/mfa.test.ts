@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { client, blockedBy as waitForBlocked, probeWhileHeld, withDeadlockCount } from '../helpers/locks.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { argon2Hashes } from '../security/core/argon2-probe.js';
@@ -819,4 +819,113 @@ if (storageName === 'postgres') test("a disable and a support reset void the use
   assert.equal(reset.result.statusCode, 204, reset.result.body);
   assert.equal(reset.probeLocked, true, 'the reset waited for the challenge without holding the identity');
   assert.equal(await pendingChallenges(bySupport.user.id), 0);
+});
+
+// The clock stepping back (docs/decisions.md, "Clocks of several processes" and "MFA enrollment"):
+// the replay guard keeps the last step used; one further ahead than the verification window plus the
+// skew bound can only have been taken before the clock stepped back.
+test('"a TOTP code is accepted once only" after the clock stepped back an hour: a current code signs in (not an hour later), the same code right after gets 401, an older step than the one used since gets 401, and the code used before the step gets 401 when its time comes again', async () => {
+  await withStoppedClock(t, async () => {
+    const { user, secret } = await createMfaUser(t);
+    const before = await totpCode(t, secret);
+    assert.equal((await verify({ mfa_token: await mfaChallenge(t, user), code: before })).statusCode, 200);
+    t.clock.advance(-3600);
+    try {
+      const now = await totpCode(t, secret);
+      const signedIn = await verify({ mfa_token: await mfaChallenge(t, user), code: now });
+      assert.equal(signedIn.statusCode, 200, signedIn.body);
+      assert.deepEqual([...jwtPayload(signedIn.json().access_token).amr].sort(), ['otp', 'pwd']);
+      assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: now }), 401, 'invalid_credentials');
+      assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, -1) }), 401, 'invalid_credentials');
+      const next = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, +1) });
+      assert.equal(next.statusCode, 200, next.body);
+    } finally {
+      t.clock.advance(3600);
+    }
+    assert.equal(await totpCode(t, secret), before, 'back at the step used before the clock stepped back');
+    assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: before }), 401, 'invalid_credentials');
+    const after = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, +1) });
+    assert.equal(after.statusCode, 200, after.body);
+  });
+});
+
+test('a TOTP code used before the clock ran an hour ahead is refused when the clock steps back to its time: a step used is never accepted again, though the last step used lies beyond the window', async () => {
+  await withStoppedClock(t, async () => {
+    const { user, secret } = await createMfaUser(t);
+    const used = await totpCode(t, secret);
+    assert.equal((await verify({ mfa_token: await mfaChallenge(t, user), code: used })).statusCode, 200);
+    t.clock.advance(3600);
+    try {
+      const ahead = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
+      assert.equal(ahead.statusCode, 200, ahead.body);
+    } finally {
+      t.clock.advance(-3600);
+    }
+    assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: used }), 401, 'invalid_credentials');
+    assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, -1) }), 401, 'invalid_credentials');
+    const next = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, +1) });
+    assert.equal(next.statusCode, 200, next.body);
+  });
+});
+
+test('disable with a current code works after the clock stepped back an hour (204, TOTP off); the code it used is refused at a second disable and completes no sign-in', async () => {
+  await withStoppedClock(t, async () => {
+    const { user, secret, token } = await createMfaUser(t);
+    assert.equal((await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) })).statusCode, 200);
+    t.clock.advance(-3600);
+    try {
+      const mfaToken = await mfaChallenge(t, user);
+      const code = await totpCode(t, secret);
+      const disable = (payload: object) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(token), payload });
+      const off = await disable({ code });
+      assert.equal(off.statusCode, 204, off.body);
+      assert.equal(await mfaEnabled(token), false);
+      assertError(await disable({ code }), 409, 'mfa_not_enabled');
+      assertError(await verify({ mfa_token: mfaToken, code }), 401, 'invalid_credentials');
+    } finally {
+      t.clock.advance(3600);
+    }
+  });
+});
+
+test('confirm with a current code works after the clock stepped back an hour, though a confirm that did not complete took a step before the step back; that step\'s code stays refused', async () => {
+  await withStoppedClock(t, async () => {
+    const user = await createUser(t);
+    const token = await login(t, user);
+    const secret = (await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) })).json().secret;
+    const confirm = (code: string) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
+    const spent = await totpCode(t, secret);
+    // The step is taken (as the confirm's first statement writes it), then the confirm fails before it commits.
+    const step = Math.floor(t.clock.now().getTime() / 30_000);
+    await sql(t, `UPDATE identities SET totp_last_step = $2, totp_used_steps = ARRAY[$2::bigint], totp_steps_from = $2::bigint - 2880 WHERE user_id = $1 AND method = 'password'`, [user.id, step]);
+    t.clock.advance(-3600);
+    try {
+      const ok = await confirm(await totpCode(t, secret));
+      assert.equal(ok.statusCode, 200, ok.body);
+      assert.equal(await mfaEnabled(token), true);
+    } finally {
+      t.clock.advance(3600);
+    }
+    assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: spent }), 401, 'invalid_credentials');
+  });
+});
+
+test('a step used before the record of used steps began (an identity from before migration 0038, or a step a process of an earlier version took) is never accepted again after the clock stepped back to it: the record counts from the step after it', async () => {
+  await withStoppedClock(t, async () => {
+    const { user, secret } = await createMfaUser(t);
+    const used = await totpCode(t, secret);
+    assert.equal((await verify({ mfa_token: await mfaChallenge(t, user), code: used })).statusCode, 200);
+    // As an earlier version left it: the last used step, and no record of the steps used.
+    await sql(t, `UPDATE identities SET totp_used_steps = '{}', totp_steps_from = NULL WHERE user_id = $1 AND method = 'password'`, [user.id]);
+    t.clock.advance(3600);
+    try {
+      const ahead = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
+      assert.equal(ahead.statusCode, 200, ahead.body);
+    } finally {
+      t.clock.advance(-3600);
+    }
+    assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: used }), 401, 'invalid_credentials');
+    const next = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, +1) });
+    assert.equal(next.statusCode, 200, next.body);
+  });
 });

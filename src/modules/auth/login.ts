@@ -1,11 +1,11 @@
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
-import { modeOf, type Tx } from '../../db/types.js';
+import { modeOf, type Queryable, type Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { verifyAgainstDummy, verifyPassword, withPasswordWork, hashRecoveryCode } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
-import { legacyRecoveryCodeHash, totpSecretOf, verifyTotp } from '../../auth/totp.js';
-import { claimAttempt, claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, releaseAttempt, tooManyAttempts } from './identities.js';
+import { latestAcceptedStep, legacyRecoveryCodeHash, totpSecretOf, USED_STEPS_KEPT, verifyTotp } from '../../auth/totp.js';
+import { claimAttempt, claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
 import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
 
@@ -91,7 +91,7 @@ async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<Au
   }
 
   const method: AuthMethod = input.code !== undefined ? 'otp' : 'recovery_code';
-  const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
+  const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now)) : null;
   const recoveryHashes = input.code === undefined ? await recoveryCodeHashes(pending.user_id, input.recovery_code!) : [];
 
   // Every step or none: a challenge another request already used, or a user no longer active, rolls
@@ -109,7 +109,7 @@ async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<Au
       if (method === 'recovery_code') await tx.query('SELECT 1 FROM identities WHERE id = $1 FOR NO KEY UPDATE', [identity.id]);
       const accepted =
         method === 'otp'
-          ? step !== null && (await takeTotpStep(tx, identity.id, step))
+          ? step !== null && (await takeTotpStep(tx, identity.id, step, ctx.now))
           : await takeRecoveryCode(tx, pending.user_id, recoveryHashes, ctx.now);
       if (!accepted) throw rejected;
       const { rows } = await tx.query<{ id: string; status: string; email_verified: boolean; test_mode: boolean }>(
@@ -143,11 +143,49 @@ async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<Au
   throw new ApiError('invalid_credentials', { message: 'The code is not valid.' });
 }
 
-/** Monotonic last-used step per identity: of two uses of one code, exactly one succeeds. */
-export async function takeTotpStep(tx: Tx, identityId: string, step: number): Promise<boolean> {
+/*
+ * The TOTP replay guard (docs/decisions.md, "MFA enrollment"). totp_last_step is the latest step used;
+ * totp_used_steps holds every step used from totp_steps_from on (a day below the latest). A code is
+ * taken when its step is later than the latest; or, when the latest lies beyond the last step any
+ * process within the skew bound accepts now (only a clock that stepped back leaves it there), when its
+ * step is later than every step used up to that bound and not below the record: no step used, before
+ * the clock stepped back or since, passes twice. Within normal operation the latest is within the
+ * bound and the rule is the first alone. A record some process did not keep (one running an earlier
+ * version: the latest step is missing from it) counts from the step after the latest: that one was
+ * used and is not in it.
+ */
+const RECORD_KEPT = 'totp_last_step = ANY (totp_used_steps)';
+const steppedFloor = (bound: string) =>
+  `CASE WHEN ${RECORD_KEPT} THEN GREATEST(totp_steps_from - 1, (SELECT max(u) FROM unnest(totp_used_steps) AS u WHERE u <= ${bound})) END`;
+/** Whether `step` may be taken, `bound` being latestAcceptedStep(now) (a WHERE condition on identities). */
+export const totpStepFree = (step: string, bound: string): string =>
+  `(totp_last_step IS NULL OR totp_last_step < ${step} OR (totp_last_step > ${bound} AND ${step} > ${steppedFloor(bound)}))`;
+/** The SET list that takes `step`: the latest, the record and where it starts. */
+export const totpStepTaken = (step: string): string =>
+  `totp_last_step = GREATEST(totp_last_step, ${step}),
+   totp_steps_from = GREATEST(totp_steps_from, GREATEST(totp_last_step, ${step}) - ${USED_STEPS_KEPT}, CASE WHEN NOT ${RECORD_KEPT} THEN totp_last_step + 1 END),
+   totp_used_steps = ARRAY(SELECT u FROM unnest(array_append(totp_used_steps, ${step})) AS u WHERE u >= GREATEST(totp_last_step, ${step}) - ${USED_STEPS_KEPT} ORDER BY u)`;
+/** Forgets the record (a new secret, or TOTP off). */
+export const TOTP_STEPS_CLEARED = "totp_last_step = NULL, totp_used_steps = '{}', totp_steps_from = NULL";
+
+/** The step at or below which verifyTotp refuses codes for this identity now (see above); null: none used. */
+export async function totpAfterStep(db: Queryable, identity: Pick<PasswordIdentity, 'id' | 'totp_last_step'>, now: Date): Promise<number | null> {
+  const last = identity.totp_last_step;
+  const bound = latestAcceptedStep(now);
+  if (last === null || last <= bound) return last;
+  const { rows } = await db.query<{ floor: number | null }>(
+    `SELECT (${steppedFloor('$2::bigint')})::float8 AS floor FROM identities WHERE id = $1`,
+    [identity.id, bound],
+  );
+  const floor = rows[0]?.floor;
+  return floor === null || floor === undefined ? last : Number(floor);
+}
+
+/** Takes a TOTP step for the identity, once: of two uses of one code, exactly one succeeds. */
+export async function takeTotpStep(tx: Tx, identityId: string, step: number, now: Date): Promise<boolean> {
   const { rowCount } = await tx.query(
-    'UPDATE identities SET totp_last_step = $2 WHERE id = $1 AND (totp_last_step IS NULL OR totp_last_step < $2)',
-    [identityId, step],
+    `UPDATE identities SET ${totpStepTaken('$2::bigint')} WHERE id = $1 AND ${totpStepFree('$2::bigint', '$3::bigint')}`,
+    [identityId, step, latestAcceptedStep(now)],
   );
   return rowCount === 1;
 }

@@ -6,13 +6,13 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { voidMfaChallenges } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
-import { newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
+import { latestAcceptedStep, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
 import { assertMayActOnAdmin, targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
 import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
 import { hashRecoveryCode, withPasswordWork } from '../../auth/passwords.js';
-import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep, withRecoveryCodeWork } from '../auth/login.js';
+import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep, TOTP_STEPS_CLEARED, totpAfterStep, totpStepFree, totpStepTaken, withRecoveryCodeWork } from '../auth/login.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
 
 /** At start: TOTP secrets in the clear or sealed with an old key are sealed with the current one. */
@@ -41,7 +41,7 @@ export async function beginTotp(ctx: Ctx, idParam: string): Promise<TotpEnrollme
   // secret, and this one answers as a begin after it, not with a secret that could never be confirmed.
   // A restart forgets the step a code of the previous pending secret took.
   const { rowCount } = await ctx.db.query(
-    'UPDATE identities SET totp_pending_secret = $2, totp_last_step = NULL, updated_at = $3 WHERE id = $1 AND totp_confirmed_at IS NULL',
+    `UPDATE identities SET totp_pending_secret = $2, ${TOTP_STEPS_CLEARED}, updated_at = $3 WHERE id = $1 AND totp_confirmed_at IS NULL`,
     [identity.id, sealTotpSecret(ctx, identity.id, secret), ctx.now],
   );
   if (rowCount !== 1) throw new ApiError('mfa_already_enabled');
@@ -63,12 +63,12 @@ async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody
   const { userId, email, identity } = await selfIdentity(ctx, idParam);
   if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
   if (!identity.totp_pending_secret) throw new ApiError('mfa_not_enabled', { message: 'Start enrollment first.' });
-  const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, identity.totp_last_step);
+  const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now));
   if (step === null) throw new ApiError('invalid_mfa_code');
   const { rowCount: taken } = await ctx.db.query(
-    `UPDATE identities SET totp_last_step = $2
-      WHERE id = $1 AND totp_pending_secret = $3 AND totp_confirmed_at IS NULL AND (totp_last_step IS NULL OR totp_last_step < $2)`,
-    [identity.id, step, identity.totp_pending_secret],
+    `UPDATE identities SET ${totpStepTaken('$2::bigint')}
+      WHERE id = $1 AND totp_pending_secret = $3 AND totp_confirmed_at IS NULL AND ${totpStepFree('$2::bigint', '$4::bigint')}`,
+    [identity.id, step, identity.totp_pending_secret, latestAcceptedStep(ctx.now)],
   );
   if (taken !== 1) throw await confirmRefusal(ctx.db, userId);
   const codes = newRecoveryCodes();
@@ -105,7 +105,7 @@ async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody
   // unlimited guesses at the code that turns MFA off. The slot is taken before the code is evaluated.
   const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
   if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
-  const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, identity.totp_last_step) : null;
+  const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now)) : null;
   const recoveryHashes = input.code === undefined ? await recoveryCodeHashes(userId, input.recovery_code!) : [];
   // A wrong code answers 422 invalid_mfa_code, the fifth too; the lock it sets refuses the next ones.
   let alreadyOff = false;
@@ -123,7 +123,7 @@ async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody
       return;
     }
     const ok =
-      input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step)) : await takeRecoveryCode(tx, userId, recoveryHashes, ctx.now);
+      input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step, ctx.now)) : await takeRecoveryCode(tx, userId, recoveryHashes, ctx.now);
     if (!ok) throw new ApiError('invalid_mfa_code');
     await turnOff(tx, identity.id, userId, ctx.now);
     await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: email, vars: { bySupport: false }, userId });
@@ -184,7 +184,7 @@ async function lockTotpState(tx: Tx, identityId: string): Promise<{ totp_confirm
 
 async function turnOff(tx: Tx, identityId: string, userId: string, now: Date): Promise<void> {
   await tx.query(
-    `UPDATE identities SET totp_secret = NULL, totp_pending_secret = NULL, totp_confirmed_at = NULL, totp_last_step = NULL, updated_at = $2
+    `UPDATE identities SET totp_secret = NULL, totp_pending_secret = NULL, totp_confirmed_at = NULL, ${TOTP_STEPS_CLEARED}, updated_at = $2
       WHERE id = $1`,
     [identityId, now],
   );

@@ -1,5 +1,5 @@
 import type { Deps } from '../../context.js';
-import { addSeconds, toUnixSeconds } from '../../clock.js';
+import { addSeconds, beyondStep, toUnixSeconds } from '../../clock.js';
 import { renderEnvelope } from './catalog.js';
 import { SIGNATURE_HEADER, signatureHeader } from './signature.js';
 import { postAttempt, type AttemptResult } from './transport.js';
@@ -111,6 +111,31 @@ export async function claimDue(deps: Deps, limit: number, token: string, room?: 
     [now, token, lease, limit, JSON.stringify(room.left), room.fresh],
   );
   return rows;
+}
+
+/**
+ * Retries set before the clock stepped back are made due now. A retry lies at its attempt's start plus
+ * that attempt's back-off (before the first attempt: at the delivery's creation), so one further ahead
+ * than its own back-off plus the skew bound is one whose schedule was set more than the skew bound
+ * ahead of now: no process within the skew of this one set it since (docs/decisions.md, "Clocks of
+ * several processes"). One probe of webhook_deliveries_set_at_idx, an empty range unless the clock
+ * stepped back; run by each delivery pass (every 15 s, and at once after a step, as every job), so the
+ * claim statements, run several times a second by the worker, stay as they are. A claim still held
+ * (work that may still run) is left to its lease. A retry made due here lies before the instant its
+ * schedule was set, so a later pass leaves it where it is (and the condition, unlike one on
+ * next_attempt_at, does not draw the planner to the due index, a scan of every waiting retry).
+ */
+export async function dueAfterStepBack(deps: Deps): Promise<number> {
+  const now = deps.clock.now();
+  const { rowCount } = await deps.database.scoped('system').query(
+    `UPDATE webhook_deliveries SET next_attempt_at = $1
+      WHERE id IN (SELECT id FROM webhook_deliveries
+                    WHERE status = 'pending' AND COALESCE(last_attempt_at, created_at) > $2 AND next_attempt_at >= COALESCE(last_attempt_at, created_at)
+                      AND (claimed_until IS NULL OR claimed_until < $1)
+                    FOR UPDATE SKIP LOCKED)`,
+    [now, beyondStep(now, 0)],
+  );
+  return rowCount ?? 0;
 }
 
 /** The signing secrets in force now: the current one, plus the previous one during a rotation overlap. */

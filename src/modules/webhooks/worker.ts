@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Deps } from '../../context.js';
 import { refreshDevClock } from '../../dev/clock.js';
 import { relayOutbox } from './relay.js';
-import { attemptDelivery, claimDue, type ClaimRoom, type Outcome } from './dispatch.js';
+import { attemptDelivery, claimDue, dueAfterStepBack, type ClaimRoom, type Outcome } from './dispatch.js';
 import { recordOutcomes } from './outcomes.js';
 import { closeWebhookTransport } from './transport.js';
 
@@ -38,7 +38,8 @@ const RELAY_BATCH = 500;
 const GATHER_MS = 20;
 
 /**
- * The webhook-delivery job: one pass. Relays the outbox until it is empty, then claims due
+ * The webhook-delivery job: one pass. Relays the outbox until it is empty, makes retries set before
+ * the clock stepped back due (dueAfterStepBack), then claims due
  * deliveries batch by batch, sends each batch in parallel and records it, until nothing is due
  * (or a bounded number of rounds and ~10 s, so a steady stream cannot hold the job runner).
  */
@@ -47,6 +48,7 @@ export async function runDeliveryPass(deps: Deps, opts: { batchSize?: number; ma
   const deadline = Date.now() + (opts.budgetMs ?? 10_000);
   let relayed = 0;
   for (let n = RELAY_BATCH; n === RELAY_BATCH; relayed += n) n = await relayOutbox(deps, RELAY_BATCH);
+  const stepped = await dueAfterStepBack(deps);
   let attempted = 0;
   let succeeded = 0;
   for (let round = 0; round < (opts.maxRounds ?? 50) && Date.now() < deadline; round++) {
@@ -58,7 +60,7 @@ export async function runDeliveryPass(deps: Deps, opts: { batchSize?: number; ma
     attempted += outcomes.filter((o) => o.result).length;
     succeeded += outcomes.filter((o) => o.result?.ok).length;
   }
-  return { relayed, attempted, succeeded, failed: attempted - succeeded };
+  return { relayed, attempted, succeeded, failed: attempted - succeeded, ...(stepped > 0 ? { stepped } : {}) };
 }
 
 /**

@@ -115,3 +115,29 @@ test(`MF-3 the same recovery code raced on two challenges from two processes is 
   assert.equal(sessions, RECOVERY_RACES);
   assert.equal(plaintext.length, 0);
 });
+
+/** After the tests above: the shared clock stepped back an hour (a process restarted without the development clock's offset, an NTP step). */
+const STEPPED_RACES = 3;
+test(`MF-3 after the shared clock stepped back an hour, a current TOTP code signs in (not an hour later) and, raced on two challenges from two processes, is accepted exactly once (${STEPPED_RACES} rounds, ${USERS} users side by side)`, async () => {
+  const c = cluster;
+  await c.sql('UPDATE dev_clock SET offset_ms = offset_ms - 3600000');
+  try {
+    const wins: number[] = [];
+    const odd: string[] = [];
+    for (let round = 0; round < STEPPED_RACES; round++) {
+      const now = await c.advanceClock(30);
+      const challenges = await mapLimit(users, 4, (u) => twoChallenges(c, u));
+      const codes = await Promise.all(users.map((u) => codeAt(u.secret, now)));
+      const rounds = await Promise.all(users.map((_, k) => race(c, challenges[k], { code: codes[k] }, (round + k) % 2 === 1)));
+      for (const replies of rounds) {
+        wins.push(replies.filter((r) => r.status === 200).length);
+        if (!replies.some(wellFormedLoss)) odd.push(replies.map((r) => `${r.status} ${r.text}`).join(' | '));
+      }
+    }
+    console.log(`[MF-3] TOTP after a step back of an hour: winners per race ${wins.join(', ')}`);
+    assert.deepEqual(wins, Array(STEPPED_RACES * USERS).fill(1), 'exactly one winner in every race');
+    assert.deepEqual(odd, [], 'the loser gets 401 invalid_credentials');
+  } finally {
+    await c.sql('UPDATE dev_clock SET offset_ms = offset_ms + 3600000');
+  }
+});
