@@ -573,24 +573,36 @@ test('two transactions taking the same two rows in opposite orders both commit: 
   }
   // Each locks one row, waits until the other holds its row, then asks for the other's: a deadlock
   // where both run at once (PostgreSQL: however slow the machine, the barrier is met well within 30 s).
-  // The victim's second attempt finds the barrier passed. PGlite runs one transaction at a time: the
-  // first waits out the barrier alone (2 s) and commits, then the second.
+  // The victim's second attempt finds the barrier passed, and waits for the other to commit before it
+  // takes its first row: the other, woken by the victim's rollback, still has to take the row it waited
+  // for, and a retry taking its own row first (a loaded machine slow to schedule the other) would
+  // deadlock with it once more (a victim running three times). PGlite runs one transaction at a time:
+  // the first waits out the barrier alone (2 s) and commits, then the second.
   let arrived = 0;
   let release!: () => void;
   const barrier = new Promise<void>((r) => (release = r));
   const attempts = [0, 0];
+  let deadlocks = 0;
+  const runs: Promise<number>[] = [];
   const run = (i: number) =>
     db.transaction(async (tx) => {
-      attempts[i]++;
-      await tx.query(`UPDATE users SET updated_at = $2 WHERE id = $1`, [ids[i], new Date()]);
+      if (++attempts[i] > 1) await runs[1 - i];
+      const update = (id: string) =>
+        tx.query(`UPDATE users SET updated_at = $2 WHERE id = $1`, [id, new Date()]).catch((err) => {
+          if (err.code === '40P01') deadlocks++;
+          throw err;
+        });
+      await update(ids[i]);
       if (++arrived === 2) release();
       await Promise.race([barrier, new Promise((r) => setTimeout(r, t.database.kind === 'pg' ? 30_000 : 2000).unref())]);
-      await tx.query(`UPDATE users SET updated_at = $2 WHERE id = $1`, [ids[1 - i], new Date()]);
+      await update(ids[1 - i]);
       return i;
     });
-  assert.deepEqual(await Promise.all([run(0), run(1)]), [0, 1]);
+  runs.push(run(0), run(1));
+  assert.deepEqual(await Promise.all(runs), [0, 1]);
   const expected = t.database.kind === 'pg' ? [1, 2] : [1, 1];
   assert.deepEqual([...attempts].sort(), expected, t.database.kind === 'pg' ? 'the deadlock victim ran twice, the other once' : 'each ran once, in turn');
+  assert.equal(deadlocks, t.database.kind === 'pg' ? 1 : 0, 'PostgreSQL aborted one statement as a deadlock victim');
 });
 
 test('a single statement PostgreSQL aborts as a deadlock victim did nothing and runs again, as a transaction does: it succeeds once the other side commits', async (tc) => {
@@ -603,6 +615,10 @@ test('a single statement PostgreSQL aborts as a deadlock victim did nothing and 
   const [holder, watcher] = [await client(t), await client(t)];
   try {
     await holder.query('BEGIN');
+    // The holder never finds the deadlock itself: the backend that checks first is the victim, and the
+    // statement's check (deadlock_timeout, 1 s after it waits) comes a few ms before the holder's would,
+    // a margin a loaded machine, slow to run the statement's backend, can reverse.
+    await holder.query(`SET LOCAL deadlock_timeout = '10s'`);
     await holder.query('UPDATE users SET updated_at = now() WHERE id = $1', [b]);
     const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
     // One statement (as a sign-in's session statement is) locking `a`, then `b`, which the holder has.
@@ -613,7 +629,13 @@ test('a single statement PostgreSQL aborts as a deadlock victim did nothing and 
     );
     const outcome = statement.then((r) => r.rows.map((row: any) => row.id), (err) => `failed: ${err.code ?? err}`);
     await blockedBy(watcher, rows[0].pid, 'the statement');
-    // The holder asks for `a`: a cycle. The statement waited longer, so its backend finds it and aborts it.
+    // The holder asks for the table in a mode the statement's ROW EXCLUSIVE holds off: a cycle, which the
+    // statement's backend finds (1 s after it waited) and aborts it. The lock is the holder's as the
+    // statement rolls back, so its second run waits for the holder's commit. Asking for the row `a`
+    // instead would close the same cycle, but a row the holder waits for is free once the victim rolls
+    // back until the holder's backend, woken, takes it: a second run sent first takes it, and deadlocks
+    // with the holder again (as the transactions of the test above did on a loaded machine).
+    await holder.query('LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE');
     await holder.query('UPDATE users SET updated_at = now() WHERE id = $1', [a]);
     await holder.query('COMMIT');
     assert.deepEqual(await outcome, [b], 'the statement ran again after the deadlock and updated both rows');
