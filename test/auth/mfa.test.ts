@@ -849,18 +849,29 @@ test('"a TOTP code is accepted once only" after the clock stepped back an hour: 
   });
 });
 
+/**
+ * A user signs in with a code (`used`), then with a code of the clock run an hour ahead, and the clock
+ * steps back to `used`'s time. With `forgetRecord`, the identity is first left as an earlier version
+ * left it: the last used step, and no record of the steps used.
+ */
+async function signedInThenAnHourAhead(forgetRecord: boolean) {
+  const { user, secret } = await createMfaUser(t);
+  const used = await totpCode(t, secret);
+  assert.equal((await verify({ mfa_token: await mfaChallenge(t, user), code: used })).statusCode, 200);
+  if (forgetRecord) await sql(t, `UPDATE identities SET totp_used_steps = '{}', totp_steps_from = NULL WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  t.clock.advance(3600);
+  try {
+    const ahead = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
+    assert.equal(ahead.statusCode, 200, ahead.body);
+  } finally {
+    t.clock.advance(-3600);
+  }
+  return { user, secret, used };
+}
+
 test('a TOTP code used before the clock ran an hour ahead is refused when the clock steps back to its time: a step used is never accepted again, though the last step used lies beyond the window', async () => {
   await withStoppedClock(t, async () => {
-    const { user, secret } = await createMfaUser(t);
-    const used = await totpCode(t, secret);
-    assert.equal((await verify({ mfa_token: await mfaChallenge(t, user), code: used })).statusCode, 200);
-    t.clock.advance(3600);
-    try {
-      const ahead = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
-      assert.equal(ahead.statusCode, 200, ahead.body);
-    } finally {
-      t.clock.advance(-3600);
-    }
+    const { user, secret, used } = await signedInThenAnHourAhead(false);
     assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: used }), 401, 'invalid_credentials');
     assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, -1) }), 401, 'invalid_credentials');
     const next = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, +1) });
@@ -912,18 +923,7 @@ test('confirm with a current code works after the clock stepped back an hour, th
 
 test('a step used before the record of used steps began (an identity from before migration 0038, or a step a process of an earlier version took) is never accepted again after the clock stepped back to it: the record counts from the step after it', async () => {
   await withStoppedClock(t, async () => {
-    const { user, secret } = await createMfaUser(t);
-    const used = await totpCode(t, secret);
-    assert.equal((await verify({ mfa_token: await mfaChallenge(t, user), code: used })).statusCode, 200);
-    // As an earlier version left it: the last used step, and no record of the steps used.
-    await sql(t, `UPDATE identities SET totp_used_steps = '{}', totp_steps_from = NULL WHERE user_id = $1 AND method = 'password'`, [user.id]);
-    t.clock.advance(3600);
-    try {
-      const ahead = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret) });
-      assert.equal(ahead.statusCode, 200, ahead.body);
-    } finally {
-      t.clock.advance(-3600);
-    }
+    const { user, secret, used } = await signedInThenAnHourAhead(true);
     assertError(await verify({ mfa_token: await mfaChallenge(t, user), code: used }), 401, 'invalid_credentials');
     const next = await verify({ mfa_token: await mfaChallenge(t, user), code: await totpCode(t, secret, +1) });
     assert.equal(next.statusCode, 200, next.body);
