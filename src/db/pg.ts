@@ -63,7 +63,10 @@ export async function openPg(options: PgOptions): Promise<Database> {
   const poolFor = (scope: Scope): pg.Pool => {
     let pool = pools.get(scope);
     if (!pool) {
-      const settings: string[] = [];
+      // No JIT: the service's statements are short, and one whose estimate crosses jit_above_cost (a
+      // batch job's over a large table) spent seconds compiling what runs in milliseconds (the test
+      // purge: 1-4 s for a 70 ms statement; docs/conventions.md, Queries at scale).
+      const settings: string[] = ['-c jit=off'];
       if (options.schema) settings.push(`-c search_path=${options.schema}`);
       if (scope !== 'system') settings.push(`-c role=${APP_ROLE}`, `-c app.test_mode=${scope === 'test' ? 'on' : 'off'}`);
       pool = new pg.Pool({
@@ -71,7 +74,7 @@ export async function openPg(options: PgOptions): Promise<Database> {
         max: options.poolSize ?? 10,
         connectionTimeoutMillis: 3000,
         idleTimeoutMillis: 10_000,
-        options: settings.join(' ') || undefined,
+        options: settings.join(' '),
       });
       // An idle client losing its server must not crash the process; the next query reports it.
       pool.on('error', () => undefined);

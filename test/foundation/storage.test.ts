@@ -689,3 +689,13 @@ test('a PostgreSQL connection holds a bounded number of prepared statements: bey
     await dropSchema(schema);
   }
 });
+
+test('the service\'s PostgreSQL connections run without JIT compilation, in every scope: a statement whose estimate crosses jit_above_cost (a batch job over a large table) is planned and run, not compiled first (the test purge spent 1-4 s compiling a 70 ms statement)', async (tc) => {
+  if (!TEST_DATABASE_URL) return tc.diagnostic('JIT: PostgreSQL only (PGlite has none)');
+  for (const scope of ['system', 'live', 'test'] as const) {
+    const { rows } = await t.database.scoped(scope).query<{ jit: string }>('SELECT current_setting($1) AS jit', ['jit']);
+    assert.equal(rows[0].jit, 'off', scope);
+    const inTx = await t.database.scoped(scope).transaction((tx) => tx.query<{ jit: string }>('SELECT current_setting($1) AS jit', ['jit']));
+    assert.equal(inTx.rows[0].jit, 'off', `${scope}, in a transaction`);
+  }
+});
