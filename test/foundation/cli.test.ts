@@ -540,6 +540,7 @@ test('README "On SIGTERM or SIGINT a process ... exits 0": the server started as
       const port = 20_000 + Math.floor(Math.random() * 20_000);
       const serveEnv = { ...env, DATA_DIR: folder, PORT: String(port), HOST: '127.0.0.1', WORKERS: '0' };
       const { child, exited } = await startServing(command, [...args], serveEnv, port);
+      let stopped = false;
       try {
         child.kill(signal); // this process only, not its group
         assert.equal(await exited, 0, `${what}: exit status`);
@@ -549,9 +550,11 @@ test('README "On SIGTERM or SIGINT a process ... exits 0": the server started as
         assert.equal(still, null, `${what}: the server stopped serving`);
         const holder = await lockPid();
         assert.ok(holder === 0 || !alive(holder), `${what}: DATA_DIR released (process ${holder} holds its pglite.lock)`);
+        stopped = true;
       } finally {
-        // A server left behind by a shell that died is stopped here, never left running.
-        const pid = await lockPid();
+        // A server left behind by a shell that died is stopped here, never left running. Only then: once
+        // the server has exited, the pid its lock file names may already be another process's.
+        const pid = stopped ? 0 : await lockPid();
         if (pid > 0 && pid !== process.pid) {
           try {
             process.kill(pid, 'SIGTERM');
