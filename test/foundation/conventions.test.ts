@@ -340,13 +340,21 @@ test('Idempotency-Key: "the same key with a different request gets 422 idempoten
   assert.deepEqual(rows.map((r) => [r.calls, r.note]), [[0, null]], 'the other item is untouched');
 });
 
-test('Idempotency-Key: "A claim whose process died is taken over after 60 seconds": a retry before then gets 409 idempotency_key_in_flight, one after runs the request', async () => {
+/**
+ * A claim as a process that died before committing leaves it: the key still in flight, nothing
+ * written. Returns the token of the user who holds it.
+ */
+async function orphanedClaim(key: string, name: string): Promise<string> {
   const { token } = await userToken(t);
-  assert.equal((await post(token, 'k-orphan', { name: 'orphan' })).statusCode, 201);
-  // The claim as a process that died before committing leaves it: still in flight, nothing written.
+  assert.equal((await post(token, key, { name })).statusCode, 201);
   const sys = t.database.scoped('system');
-  await sys.query(`UPDATE idempotency_keys SET status = 'in_flight', response_status = NULL, response_body = NULL WHERE key = 'k-orphan'`);
-  await sys.query(`DELETE FROM probe_items WHERE name = 'orphan'`);
+  await sys.query(`UPDATE idempotency_keys SET status = 'in_flight', response_status = NULL, response_body = NULL WHERE key = $1`, [key]);
+  await sys.query('DELETE FROM probe_items WHERE name = $1', [name]);
+  return token;
+}
+
+test('Idempotency-Key: "A claim whose process died is taken over after 60 seconds": a retry before then gets 409 idempotency_key_in_flight, one after runs the request', async () => {
+  const token = await orphanedClaim('k-orphan', 'orphan');
   let moved = 0;
   try {
     t.clock.advance(50);
@@ -370,11 +378,7 @@ test('Idempotency-Key: "A claim whose process died is taken over after 60 second
 });
 
 test('Idempotency-Key: "A claim whose process died is taken over after 60 seconds" when the clock stepped back an hour since (an NTP step, a restored VM): a claim ending further ahead than 60 seconds is taken over at once, not after an hour; the request runs once', async () => {
-  const { token } = await userToken(t);
-  assert.equal((await post(token, 'k-orphan-stepped', { name: 'orphan-stepped' })).statusCode, 201);
-  const sys = t.database.scoped('system');
-  await sys.query(`UPDATE idempotency_keys SET status = 'in_flight', response_status = NULL, response_body = NULL WHERE key = 'k-orphan-stepped'`);
-  await sys.query(`DELETE FROM probe_items WHERE name = 'orphan-stepped'`);
+  const token = await orphanedClaim('k-orphan-stepped', 'orphan-stepped');
   t.clock.advance(-3600);
   try {
     const retry = await post(token, 'k-orphan-stepped', { name: 'orphan-stepped' });

@@ -66,12 +66,12 @@ export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow,
   await releaseSeatLimits(tx, inTx(ctx, tx), app.tenant_id, { seatedByChange: userIds });
   await lockUsersForAccess(tx, userIds);
   const tenant = (await findTenant(tx, app.tenant_id))!;
+  // Only a cap or a restriction refuses a new seat: on a Team or Enterprise Tenant nothing is counted
+  // (counting every seat read all its grants and members on each grant, under the seats lock).
+  if (!tenant.restricted && (PLAN_LIMITS[tenant.plan]?.seats ?? null) === null) return;
   let added = 0;
   for (const userId of userIds) if (!(await isSeat(tx, tenant.id, userId, ctx.now))) added++;
   if (added === 0) return;
-  // Only a cap needs the count (a restricted Tenant is refused whatever it is): counting every seat of
-  // a Team or Enterprise Tenant read all its grants and members on each grant, under the seats lock.
-  if (!tenant.restricted && (PLAN_LIMITS[tenant.plan]?.seats ?? null) === null) return;
   assertWithinPlan(tenant, 'seats', (await countSeats(tx, tenant.id, ctx.now)) + added);
 }
 
