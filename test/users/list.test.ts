@@ -164,6 +164,16 @@ test('organization_id filter: the organization members', async () => {
   assert.deepEqual(ids(await list(`q=${prefix}&organization_id=${org}`, support.token)), [users[2].id, users[0].id]);
 });
 
+test('organization_id filter lists the Organization\'s members, not its pending invitees (an invitation not yet accepted is no membership)', async () => {
+  const { prefix, users } = await cohort(3);
+  const owner = await userToken(t, { email: `${prefix}-owner@example.com` });
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', owner.token, { name: `Org ${prefix}` }), 201).id;
+  const invited = assertStatus(await call(t, 'POST', `/v1/organizations/${org}/members`, owner.token, { email: users[1].email }), 201);
+  assert.equal(invited.membership_status, 'pending');
+  assert.deepEqual(ids(await list(`organization_id=${org}`, support.token)), [owner.user.id]);
+  assert.deepEqual(ids(await list(`q=${prefix}&organization_id=${org}`, support.token)), [owner.user.id]);
+});
+
 test('created_after and created_before filters (ISO 8601)', async () => {
   const { prefix, users } = await cohort(3, { gap: 10 });
   const createdB = new Date(assertStatus(await call(t, 'GET', `/v1/users/${users[1].id}`, support.token), 200).created_at);

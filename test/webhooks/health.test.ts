@@ -237,3 +237,52 @@ test('a redelivery does not count toward health (docs/decisions.md "Test and red
   assert.deepEqual([state.status, state.consecutive_failures], ['unhealthy', 3]);
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
+
+test('"disabled (delivery stops)": an event delivery still pending for a disabled subscription (the relay fanned the event out as a disable committed) is never sent; it fails without an attempt', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/raced-disable'), events: ['user.suspended'] }), 201);
+  receiver.routes.set('/raced-disable', (_req, res) => res.writeHead(500).end('down'));
+  const eventId = await emitEvent(t, 'user.suspended', { user_id: 'usr_raced_disable' });
+  await runDelivery(t);
+  const queued = (await deliveriesOf(t, sub.id)).find((d) => d.event_id === eventId)!;
+  assert.deepEqual([queued.status, queued.attempt], ['pending', 1], 'a retry is queued');
+  // The state a relay leaves when its fan-out commits just after a disable failed the pending deliveries.
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2, disabled_reason = 'unhealthy' WHERE id = $1`, [sub.id, t.clock.now()]);
+  receiver.routes.set('/raced-disable', (_req, res) => res.writeHead(200).end());
+  t.clock.advance(RETRY_SCHEDULE[0]);
+  await runDelivery(t);
+  assert.equal(receiver.at('/raced-disable').length, 1, 'nothing is sent to a disabled subscription after its first attempt');
+  const after = (await deliveriesOf(t, sub.id)).find((d) => d.id === queued.id)!;
+  assert.deepEqual([after.status, after.attempt], ['failed', 2]);
+  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"5 consecutive days unhealthy" on both sides of the edge: the health job disables a subscription unhealthy for 5 days, and not one a second short of them', async () => {
+  const edge = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/five-days'), events: ['role.removed'] }), 201);
+  const short = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/five-days-short'), events: ['role.removed'] }), 201);
+  const now = t.clock.now().getTime();
+  const unhealthy = `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 3, unhealthy_since = $2 WHERE id = $1`;
+  await sql(t, unhealthy, [edge.id, new Date(now - 5 * DAY * 1000)]);
+  await sql(t, unhealthy, [short.id, new Date(now - 5 * DAY * 1000 + 1000)]);
+  await t.deps.jobs.runNow('webhook-health');
+  assert.equal((await statusOf(edge.id)).status, 'disabled', 'unhealthy for 5 days: disabled');
+  assert.equal((await statusOf(short.id)).status, 'unhealthy', 'a second short of 5 days: still unhealthy');
+  for (const sub of [edge, short]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"delivery log retained 30 days" prunes finished deliveries only: a retry still pending after 30 days (no worker ran meanwhile) survives the health job and is sent, with the same event id ("at-least-once")', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/late-retry'), events: ['user.reactivated'] }), 201);
+  receiver.routes.set('/late-retry', (_req, res) => res.writeHead(500).end('down'));
+  const eventId = await emitEvent(t, 'user.reactivated', { user_id: 'usr_late_retry' });
+  await runDelivery(t);
+  const [queued] = await deliveriesOf(t, sub.id);
+  assert.deepEqual([queued.status, queued.attempt], ['pending', 1]);
+  receiver.routes.set('/late-retry', (_req, res) => res.writeHead(200).end());
+  t.clock.advance(30 * DAY + 3600);
+  await t.deps.jobs.runNow('webhook-health');
+  await runDelivery(t);
+  assert.deepEqual(receiver.at('/late-retry').map((r) => r.body.id), [eventId, eventId], 'the retry goes out after the prune');
+  const [sent] = await deliveriesOf(t, sub.id);
+  assert.deepEqual([sent.id, sent.status, sent.attempt], [queued.id, 'succeeded', 2]);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
