@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { bearer, createApiKey, createUser, login, userToken } from '../helpers/fixtures.js';
 import { probeModule, PROBE_TABLES } from '../helpers/probe-module.js';
 import { boot } from '../../src/boot.js';
@@ -155,6 +155,25 @@ test('Idempotency-Key: "A retry with the same key returns the original result" w
   assert.equal(reordered.json().error.code, 'idempotency_key_reused');
 });
 
+test('Idempotency-Key: records are keyed by credential and operation (docs/conventions.md: "method and route"): the same key sent by the same caller to another operation runs it (201), neither 422 idempotency_key_reused nor the other operation\'s answer', async () => {
+  const { token } = await userToken(t);
+  const item = await post(token, 'k-per-operation', { name: 'per-operation' });
+  assert.equal(item.statusCode, 201, item.body);
+  const org = await t.app.inject({
+    method: 'POST',
+    url: '/v1/organizations',
+    headers: { ...bearer(token), 'idempotency-key': 'k-per-operation' },
+    payload: { name: 'Per Operation Org' },
+  });
+  assert.equal(org.statusCode, 201, org.body);
+  assert.equal(org.headers['idempotent-replayed'], undefined);
+  assert.match(org.json().id, /^org_/);
+  const replay = await post(token, 'k-per-operation', { name: 'per-operation' });
+  assert.equal(replay.headers['idempotent-replayed'], 'true');
+  assert.equal(replay.body, item.body);
+  assert.equal(await countItems('per-operation'), 1);
+});
+
 test('Idempotency-Key: missing where required gets 400 idempotency_key_required and changes nothing', async () => {
   const { token } = await userToken(t);
   const res = await post(token, null, { name: 'nokey' });
@@ -300,6 +319,24 @@ test('Idempotency-Key: "Keys are retained 24 hours": a retry just under 24 hours
   } finally {
     t.clock.advance(-(24 * 3600 - 60));
   }
+});
+
+test('Idempotency-Key: "Keys are retained 24 hours": at exactly 24 hours the retention is over, and the same key runs the request again as new (201, a second change)', async () => {
+  const { secret } = await createApiKey(t);
+  await withStoppedClock(t, async () => {
+    const first = await post(secret, 'k-boundary', { name: 'boundary' });
+    assert.equal(first.statusCode, 201);
+    t.clock.advance(24 * 3600);
+    try {
+      const again = await post(secret, 'k-boundary', { name: 'boundary' });
+      assert.equal(again.statusCode, 201, again.body);
+      assert.equal(again.headers['idempotent-replayed'], undefined);
+      assert.notEqual(again.json().id, first.json().id);
+      assert.equal(await countItems('boundary'), 2);
+    } finally {
+      t.clock.advance(-24 * 3600);
+    }
+  });
 });
 
 test('Idempotency-Key: "Keys are at most 255 characters": a 255-character key is used, a 256-character one gets 422 validation_failed naming header.idempotency-key and changes nothing', async () => {
@@ -461,6 +498,23 @@ test('list pagination: limit and opaque cursor walk every row once, stable under
   assert.equal(seen.length, existing.size);
 });
 
+test('list pagination: "has_more" is false on a last page the limit fills exactly: it has no next_cursor, and the walk ends there with every row once', async () => {
+  const { user, token } = await userToken(t);
+  for (let i = 0; i < 3; i++) await login(t, user);
+  const list = (cursor: string | null) =>
+    t.app.inject({ method: 'GET', url: `/v1/users/me/sessions?limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, headers: bearer(token) });
+  const first = await list(null);
+  assert.equal(first.statusCode, 200, first.body);
+  assert.equal(first.json().data.length, 2);
+  assert.equal(first.json().page.has_more, true);
+  const last = await list(first.json().page.next_cursor);
+  assert.equal(last.statusCode, 200, last.body);
+  assert.equal(last.json().data.length, 2, 'four sessions: the second page of two is full');
+  assert.deepEqual(last.json().page, { next_cursor: null, has_more: false });
+  const ids = [...first.json().data, ...last.json().data].map((s: { id: string }) => s.id);
+  assert.equal(new Set(ids).size, 4);
+});
+
 test('list pagination: a cursor that is not from the list gets 422 validation_failed naming cursor; limit out of range too', async () => {
   const { token } = await userToken(t);
   let res = await t.app.inject({ method: 'GET', url: '/v1/users/me/sessions?cursor=bm9wZQ', headers: bearer(token) });
@@ -484,6 +538,7 @@ test('list pagination: "One that does not decode to such a position gets 422 val
   const cursors = [
     ['0000-01-01T00:00:00.000Z', 'ses_x'], // an instant JavaScript writes but PostgreSQL has no year for
     ['2024-03-05T10:00:00.000Z', 'ses_\u0000x'], // text PostgreSQL cannot compare
+    ['2024-03-05T10:00:00.000Z', 'ses_x', 'ses_y'], // a position is an instant and an id, nothing more
   ];
   for (const key of cursors) {
     const cursor = Buffer.from(JSON.stringify(key)).toString('base64url');

@@ -284,7 +284,7 @@ test('a date-time the database cannot store (year 0000, a leap second, an offset
   const app = await t.app.inject({ method: 'POST', url: '/v1/applications', headers: auth, payload: { slug: `dt${Date.now() % 1e6}`, name: 'DT', launch_url: 'https://dt.example.com/', owner_user_id: owner.id } });
   assert.equal(app.statusCode, 201, app.body);
   const user = await createUser(t);
-  for (const value of ['0000-01-01T00:00:00Z', '2030-06-30T23:59:60.5Z', '2030-01-01T00:00:00-23:59', '2030-02-30T00:00:00Z']) {
+  for (const value of ['0000-01-01T00:00:00Z', '2030-06-30T23:59:60.5Z', '2030-01-01T00:00:00-23:59', '2030-01-01T00:00:00+16:00', '2030-02-30T00:00:00Z']) {
     for (const [url, field] of [['/v1/users?created_after=', 'created_after'], ['/v1/entitlements?ends_before=', 'ends_before'], ['/v1/audit-events?since=', 'since'], ['/v1/audit-events?until=', 'until']]) {
       const res = await t.app.inject({ method: 'GET', url: url + encodeURIComponent(value), headers: auth });
       assert.equal(res.statusCode, 422, `${url}${value}: ${res.body}`);

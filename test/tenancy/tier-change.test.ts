@@ -277,6 +277,21 @@ test("scheduling an Organization's Tenant mails every active org_admin", async (
   assert.match((await mailsTo(t, adminA.email, 'tier_change_scheduled'))[0].text_body, /eu-central-1/);
 });
 
+test("scheduling an Organization's Tenant mails its active org_admins but not one who was soft-deleted (DELETE /v1/users/{id}): the membership stays until the erasure cascade, the mail does not go", async () => {
+  const admin = await caller(t, ['superadmin']);
+  const adminA = await createUser(t);
+  const adminB = await createUser(t);
+  const orgId = await seedOrganization(t, [{ userId: adminA.id, role: 'org_admin' }, { userId: adminB.id, role: 'org_admin' }]);
+  const tenantId = await seedTenant(t, { ownerOrganizationId: orgId, plan: 'enterprise' });
+  assert.equal((await call(t, 'DELETE', `/v1/users/${adminB.id}`, admin.token)).statusCode, 204);
+  const membership = await t.database.scoped('system').query('SELECT 1 FROM organization_members WHERE user_id = $1 AND organization_id = $2', [adminB.id, orgId]);
+  assert.equal(membership.rows.length, 1, 'a soft delete leaves the membership to the erasure cascade');
+  const request = await openRequest(tenantId);
+  assertStatus(await patch(tenantId, request.id, { status: 'scheduled', scheduled_for: future() }), 200);
+  assert.equal((await mailsTo(t, adminA.email, 'tier_change_scheduled')).length, 1);
+  assert.equal((await mailsTo(t, adminB.email, 'tier_change_scheduled')).length, 0, 'no mail to a soft-deleted user');
+});
+
 test('scheduled_for must be in the future: exactly now answers 422 validation_failed and the request stays pending', async () => {
   const owner = await enterpriseTenant();
   const request = await openRequest(owner.tenantId);

@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
+import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/fixtures.js';
 import { newId } from '../../src/ids.js';
 import { assertError, assertStatus, buildApp, call, caller, createApplication, rand, sql, tenantOwner, type Caller } from './support.js';
@@ -107,6 +107,25 @@ test('seats count distinct users with a live grant; more than 1,000 seats do not
   const doc = await usage(owner.tenantId, owner.token);
   assert.deepEqual(doc.limits.seats, { limit: null, current: 1001, included: 25 });
   assert.deepEqual(doc.fits_plans, ['team', 'enterprise']);
+});
+
+test('seats count users with a live grant: a personal grant at the very instant of its ends_at is expired (as the access check reads it) and holds no seat', async () => {
+  const owner = await tenantOwner(t, { plan: 'team' });
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const holder = await createUser(t);
+  await withStoppedClock(t, async () => {
+    const now = t.clock.now();
+    const endsAt = new Date(now.getTime() + 60_000);
+    await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, ends_at, test_mode, created_at, updated_at)
+                  VALUES ($1, $2, $3, 'active', 'admin_grant', $4, $5, false, $4, $4)`, [newId('ent'), holder.id, appId, now, endsAt]);
+    assert.equal((await usage(owner.tenantId, owner.token)).limits.seats.current, 1, 'a seat before ends_at');
+    t.clock.advance(60);
+    try {
+      assert.equal((await usage(owner.tenantId, owner.token)).limits.seats.current, 0, 'no seat at ends_at');
+    } finally {
+      t.clock.advance(-60);
+    }
+  });
 });
 
 test("webhooks current counts the subscriptions of the Tenant's Applications (platform-scope ones belong to no Tenant)", async () => {
