@@ -231,6 +231,16 @@ test('an org admin mails at most 100 invitations by email in any rolling 24 hour
   assertStatus(await invite(t, access_token, second.org.id, `flood-${tag}-next-day@example.net`), 201);
 });
 
+test('organizations.manage is not counted against the 100 invitations by email per day (docs/decisions.md): a signed-in user holding it sends a 101st within 24 hours and gets 201 with its mail', async () => {
+  const operator = await person(t, { roles: ['superadmin'] });
+  const { org } = await createOrgApi(t);
+  const tag = Math.random().toString(36).slice(2, 8);
+  for (let i = 0; i < 100; i++) assertStatus(await invite(t, operator.token, org.id, `onboard-${tag}-${i}@example.net`), 201);
+  const extra = `onboard-${tag}-extra@example.net`;
+  assert.equal(assertStatus(await invite(t, operator.token, org.id, extra), 201).membership_status, 'pending');
+  assert.equal((await mails(t, extra)).length, 1);
+});
+
 test('members ?q= matches a pending member by email only, never by the display_name the list hides until they are active', async () => {
   const { org, owner } = await createOrgApi(t);
   const u = await person(t);

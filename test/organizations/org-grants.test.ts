@@ -167,6 +167,21 @@ test('an org admin can never create the grant for their own Organization (403 fo
   assert.equal(ent.included_member_count, 2);
 });
 
+test('"A pending membership grants nothing": an Application owner invited as org_admin but not yet accepted is no org admin of the Organization, and still grants it the Application (201); once accepted, their next grant to it is 403 forbidden', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const app = await newApp(t, admin);
+  const appOwner = app.owner!;
+  assertStatus(await invite(t, org.owner.token, org.id, appOwner.email, 'org_admin'), 201);
+  const ent = await orgGrantApi(t, appOwner.token, org.id, app.id);
+  assert.equal(ent.source, 'org_seat');
+  assert.equal(ent.included_member_count, 2, 'the pending invitee is not reached');
+  assert.deepEqual(await accessEvents(t, appOwner.id, app.id), []);
+  // Accepted, the owner is an org admin: org admins only scope and toggle their Organization's grants.
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members/me/accept`, appOwner.token, {}), 200);
+  assertError(await orgGrantReq(t, appOwner.token, org.id, { application_id: app.id }), 403, 'forbidden');
+  assert.deepEqual((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).map((r) => r.id), [ent.id]);
+});
+
 test('an org admin who also holds platform entitlements.manage (a superadmin who created the Organization) may create its grant: 201', async () => {
   const boss = await person(t, { roles: ['support'] });
   const { org } = await createOrgApi(t, boss);
