@@ -332,6 +332,13 @@ test('an unknown email is treated alike by the lockout: 5 failed attempts within
   }
 });
 
+test('an unknown email\'s lockout is per mode, as an account\'s identity is (Part A rule 6, Login lockout): 5 failures in live mode lock that email in live mode only; in test mode, where an account with that email may exist, it still answers 401 invalid_credentials, so the lock tells nothing about test-mode accounts', async () => {
+  const email = uniqueEmail('nobody-mode');
+  for (let i = 0; i < 5; i++) assertError(await post(t, '/v1/auth/login', { email, password: WRONG }), 401, 'invalid_credentials');
+  assertError(await post(t, '/v1/auth/login', { email, password: WRONG }), 429, 'too_many_attempts');
+  assertError(await post(t, '/v1/auth/login', { email, password: WRONG, test_mode: true }), 401, 'invalid_credentials');
+});
+
 test('the lockout counter is shared by all processes: failures split across two processes on one database still lock', async () => {
   const second = await boot({ config: t.config, database: t.database, clock: t.clock, logger: false });
   try {

@@ -327,6 +327,19 @@ test('turning TOTP off notifies the account (ASVS 4.0.3 V2.2.3, a change of auth
   assert.deepEqual(await mailsTo(t, pending.email, 'mfa_disabled'), [], 'an enrollment never confirmed protected nothing');
 });
 
+test('the support reset of a soft-deleted user\'s TOTP mails nothing (docs/decisions.md, MFA enrollment: "a reset … of a soft-deleted user, mails nothing"): 204, TOTP off and audited user.mfa_reset, no mfa_disabled mail', async () => {
+  const admin = await createApiKey(t, { permissions: ['users.manage'] });
+  const { user } = await createMfaUser(t);
+  const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}`, headers: bearer(admin.secret) });
+  assert.ok([200, 204].includes(deleted.statusCode), deleted.body);
+  const reset = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(admin.secret) });
+  assert.equal(reset.statusCode, 204, reset.body);
+  const [identity] = await sql(t, `SELECT totp_confirmed_at FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.totp_confirmed_at, null, 'TOTP is off');
+  assert.equal((await auditRows(t, 'user.mfa_reset', user.id)).length, 1);
+  assert.deepEqual(await mailsTo(t, user.email, 'mfa_disabled'), [], 'no notice to a soft-deleted account');
+});
+
 test('turning TOTP on notifies the account too (ASVS 4.0.3 V2.2.3): a confirm mails mfa_enabled once, in its transaction; a begin, or a confirm with a wrong code, mails nothing', async () => {
   const user = await createUser(t);
   const token = await login(t, user);

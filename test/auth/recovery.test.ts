@@ -181,6 +181,56 @@ test('password/reset with the mailed single-use token sets the new password and 
   assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200, 'the reused token changed nothing');
 });
 
+test('password/reset: "the address counts as verified" (docs/decisions.md "Payloads not shown in the spec"): an unverified user who resets through the mailed link reads email_verified true, and the next sign-in\'s AuthSession and access token say so', async () => {
+  const { email, session } = await signup();
+  const me = async (accessToken: string) => (await get(t, '/v1/users/me', accessToken)).json().email_verified;
+  assert.equal(await me(session.access_token), false, 'a new signup is unverified');
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email })).statusCode, 202);
+  const res = await post(t, '/v1/auth/password/reset', { token: await latestToken(t, email, 'password_reset'), password: NEW_PASSWORD });
+  assert.equal(res.statusCode, 204, res.body);
+  const fresh = await loginRes(t, { email, password: NEW_PASSWORD, mode: 'live' });
+  assert.equal(fresh.statusCode, 200, fresh.body);
+  assert.equal(fresh.json().email_verified, true);
+  assert.equal(jwtPayload(fresh.json().access_token).email_verified, true);
+  assert.equal(await me(fresh.json().access_token), true);
+});
+
+test('a password reset link is valid for 1 hour (docs/decisions.md): 10 s before the hour ends it sets the password (204); at the end of the hour it gets 400 invalid_token and the password is unchanged', async () => {
+  const a = await createUser(t);
+  const b = await createUser(t);
+  await withStoppedClock(t, async () => {
+    for (const u of [a, b]) assert.equal((await post(t, '/v1/auth/password/forgot', { email: u.email })).statusCode, 202);
+    const tokenA = await latestToken(t, a.email, 'password_reset');
+    const tokenB = await latestToken(t, b.email, 'password_reset');
+    t.clock.advance(3600 - 10);
+    assert.equal((await post(t, '/v1/auth/password/reset', { token: tokenA, password: NEW_PASSWORD })).statusCode, 204);
+    t.clock.advance(10);
+    assertError(await post(t, '/v1/auth/password/reset', { token: tokenB, password: NEW_PASSWORD }), 400, 'invalid_token');
+  });
+  assert.equal((await loginRes(t, b)).statusCode, 200, 'the old password still signs in');
+});
+
+test('a second password/forgot replaces the first link (docs/decisions.md, a link "replaced by a newer mail (a second reset request …)"): the earlier token gets 400 invalid_token, the newer one sets the password', async () => {
+  const user = await createUser(t);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const first = await latestToken(t, user.email, 'password_reset');
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
+  const second = await latestToken(t, user.email, 'password_reset');
+  assert.notEqual(second, first);
+  assertError(await post(t, '/v1/auth/password/reset', { token: first, password: NEW_PASSWORD }), 400, 'invalid_token');
+  assert.equal((await loginRes(t, user)).statusCode, 200, 'the replaced link changed nothing');
+  assert.equal((await post(t, '/v1/auth/password/reset', { token: second, password: NEW_PASSWORD })).statusCode, 204);
+  assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200);
+});
+
+test('password/forgot for a suspended user answers 202 as always and mails no reset link (docs/decisions.md: forgot for a suspended user "mails nothing (still 202)"), and no reset token is stored', async () => {
+  const user = await createUser(t, { status: 'suspended' });
+  const res = await post(t, '/v1/auth/password/forgot', { email: user.email });
+  assert.equal(res.statusCode, 202, res.body);
+  assert.deepEqual(await mailsTo(t, user.email, 'password_reset'), []);
+  assert.deepEqual(await sql(t, `SELECT id FROM one_time_tokens WHERE user_id = $1 AND kind = 'password_reset'`, [user.id]), []);
+});
+
 // Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
 if (storageName === 'postgres') test('a password reset and a password/forgot of the same user at once do not deadlock (PostgreSQL): the reset takes the user before its link, as the forgot does (the user, then its links), so the forgot waits for the reset and runs once, not again as a deadlock victim; the reset answers 204 and the forgot mails a new link', async () => {
   const user = await createUser(t);

@@ -258,6 +258,33 @@ test('every login creates a session; GET /v1/users/me/sessions lists the active 
   assert.deepEqual(own.json().data.map((s: any) => s.id).sort(), [...byId.keys()].sort());
 });
 
+test('sessions list items carry current (docs/decisions.md "Payloads not shown in the spec"): true only for the session of the calling token, false for the others and for every session an admin lists; newest first, keyset-paginated (docs/conventions.md)', async () => {
+  const user = await createUser(t);
+  const older = await signIn(user);
+  t.clock.advance(1);
+  const middle = await signIn(user);
+  t.clock.advance(1);
+  const newer = await signIn(user);
+  const listed = async (accessToken: string, query = '') => {
+    const res = await get(t, `/v1/users/${user.id}/sessions${query}`, accessToken);
+    assert.equal(res.statusCode, 200, res.body);
+    return res.json() as { data: { id: string; current: boolean }[]; page: { next_cursor: string | null; has_more: boolean } };
+  };
+  for (const caller of [older, middle, newer]) {
+    const { data } = await listed(caller.access_token);
+    assert.deepEqual(data.map((s) => s.id), [newer.session_id, middle.session_id, older.session_id], 'newest first');
+    assert.deepEqual(data.map((s) => s.current), data.map((s) => s.id === caller.session_id), `current marks ${caller.session_id} alone`);
+  }
+  const first = await listed(older.access_token, '?limit=2');
+  assert.deepEqual(first.data.map((s) => s.id), [newer.session_id, middle.session_id]);
+  assert.equal(first.page.has_more, true);
+  const rest = await listed(older.access_token, `?limit=2&cursor=${encodeURIComponent(first.page.next_cursor!)}`);
+  assert.deepEqual(rest.data.map((s) => [s.id, s.current]), [[older.session_id, true]]);
+  assert.deepEqual(rest.page, { next_cursor: null, has_more: false });
+  const { data } = await listed(await login(t, await createUser(t, { roles: ['superadmin'] })));
+  assert.deepEqual(data.map((s) => [s.id, s.current]), [[newer.session_id, false], [middle.session_id, false], [older.session_id, false]]);
+});
+
 test('DELETE /v1/users/me/sessions/{id} revokes that session: its refresh tokens stop and its access tokens fail at once; other sessions keep working', async () => {
   const user = await createUser(t);
   const keep = await signIn(user);
