@@ -121,6 +121,21 @@ test('an app token\'s exp is the latest end among the paths giving access: an un
   });
 });
 
+test('an app token never outlives the access it stands for: an unending organization grant that excludes the user (denylist) gives no access, so it does not stretch exp past the personal trial\'s ends_at', async () => {
+  const user = await createUser(t);
+  const other = await newApp(t, admin);
+  await withStoppedClock(t, async () => {
+    const auth = await session(t, user);
+    const endsAt = new Date(Math.floor(t.clock.now().getTime() / 1000) * 1000 + 60_000);
+    await grant(t, admin, user.id, other.id, { source: 'trial', ends_at: endsAt.toISOString() });
+    const org = await createOrg(t, [{ userId: user.id }]);
+    await orgGrant(t, org, other.id, { memberScope: 'denylist', overrides: [user.id] });
+    const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
+    assert.equal((await verify(body.access_token, other.id)).exp, endsAt.getTime() / 1000);
+    assert.ok(body.expires_in <= 60 && body.expires_in >= 59, `expires_in ${body.expires_in}`);
+  });
+});
+
 test('an app token never outlives its session (90 days absolute): issued 2 minutes before the session ends, its exp is the session\'s end', async () => {
   const user = await createUser(t);
   const other = await newApp(t, admin);

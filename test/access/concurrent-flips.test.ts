@@ -4,7 +4,8 @@
 // queue, and the same assertions hold.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { blockedBy, client, endedOrWaiting } from '../helpers/locks.js';
 import { accessEvents, assertStatus, call, grant, grantReq, newApp, orgGrantApi, orgWithMembers, person, platformKey, sql } from '../organizations/support.js';
 
 const ROUNDS = 6;
@@ -93,4 +94,35 @@ test('the same member removed twice at the same time: one 204, one 404 member_no
     const revoked = (await accessEvents(t, u.id, app.id)).filter((e) => e[0] === 'access.revoked');
     assert.equal(revoked.length, 1, `round ${i}: ${JSON.stringify(revoked)}`);
   }
+});
+
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('a suspended user joining a granting Organization while being reactivated (PostgreSQL): neither change alone gives access, both together do, and exactly one access.granted fires: the reactivation waits for the join (which holds the user, src/access/locks.ts) and sees the membership', async () => {
+  const { app, org } = await appGrantedToOrganization();
+  const u = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/users/${u.id}/suspend`, admin), 200);
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    // The pair's record is held, so the join stops after it has resolved the user's access
+    // (suspended: none) and before it records it; the reactivation starts then.
+    await holder.query('BEGIN');
+    await holder.query('INSERT INTO access_states (user_id, application_id, allowed, updated_at) VALUES ($1, $2, false, now())', [u.id, app.id]);
+    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    const joining = call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: u.id });
+    const joinPid = await blockedBy(watcher, holderPid, 'the join');
+    const reactivating = call(t, 'PATCH', `/v1/users/${u.id}`, admin, { status: 'active' });
+    // It waits for the join; were the user held by neither (the join's lock, the reactivation's FOR
+    // UPDATE against the membership's foreign-key check), it would end first, and nobody would announce.
+    await endedOrWaiting(watcher, reactivating, [holderPid, joinPid], [joinPid], 'the reactivation');
+    await holder.query('ROLLBACK');
+    assertStatus(await joining, 201);
+    assertStatus(await reactivating, 200);
+  } finally {
+    for (const c of [holder, watcher]) await c.end();
+  }
+  assert.equal(await allowed(u.id, app.id), true);
+  const events = await accessEvents(t, u.id, app.id);
+  assert.deepEqual(events.map((e) => e[0]), ['access.granted'], JSON.stringify(events));
+  const [state] = await sql(t, 'SELECT allowed FROM access_states WHERE user_id = $1 AND application_id = $2', [u.id, app.id]);
+  assert.equal(state?.allowed, true, 'what subscribers were last told matches the resolver');
 });

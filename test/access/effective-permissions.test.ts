@@ -113,6 +113,28 @@ test('access_paths list organization grants with organization_id and member_deci
   assert.deepEqual(result.effective_permissions, [app.read]);
 });
 
+test('without an active path, entitlement_status is the best of the paths\' resolved statuses: scheduled, then disabled, then expired, then revoked (docs/decisions.md "Resolved status")', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  const scheduled = await grant(t, admin, user.id, app.id, { starts_at: new Date(t.clock.now().getTime() + 86_400_000).toISOString() });
+  const disabled = await orgGrant(t, await createOrg(t, [{ userId: user.id }]), app.id, { status: 'disabled' });
+  const expired = await orgGrant(t, await createOrg(t, [{ userId: user.id }]), app.id, { status: 'expired' });
+  await orgGrant(t, await createOrg(t, [{ userId: user.id }]), app.id, { status: 'revoked' });
+  const status = async () => {
+    const result = await effective(t, admin, user.id, app.id);
+    assert.equal(result.allowed, false);
+    assert.deepEqual(result.effective_permissions, []);
+    return result.entitlement_status;
+  };
+  assert.equal(await status(), 'scheduled');
+  assertStatus(await patchEnt(t, admin, scheduled.id, { status: 'revoked', disabled_reason: 'x' }), 200);
+  assert.equal(await status(), 'disabled');
+  assertStatus(await patchEnt(t, admin, disabled, { status: 'revoked', disabled_reason: 'x' }), 200);
+  assert.equal(await status(), 'expired');
+  assertStatus(await patchEnt(t, admin, expired, { status: 'revoked', disabled_reason: 'x' }), 200);
+  assert.equal(await status(), 'revoked');
+});
+
 test("only that Application's app.<slug>.* keys appear: Roles of other Applications do not leak", async () => {
   const app = await appWithRoles();
   const other = await appWithRoles();

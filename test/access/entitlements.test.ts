@@ -1047,6 +1047,19 @@ test('user list includes org-wide rows of Organizations the user is an active me
   assert.deepEqual(theirs.find((e: { id: string }) => e.id === id).granted_via, { organization_id: org, member_decision: 'excluded' });
 });
 
+test('user list includes org-wide rows only of Organizations the user is an active member of: a pending invitee\'s list (self or entitlements.manage) leaves out the Organization\'s grant', async () => {
+  const orgAdmin = await person(t);
+  const invitee = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }, { userId: invitee.id, status: 'pending' }]);
+  const target = await newApp(t, admin);
+  const id = await orgGrant(t, org, target.id);
+  for (const cred of [admin, invitee.token]) {
+    const list = assertStatus(await call(t, 'GET', `/v1/users/${invitee.id}/entitlements`, cred), 200).data;
+    assert.equal(list.find((e: { id: string }) => e.id === id), undefined);
+  }
+  assert.ok(assertStatus(await call(t, 'GET', `/v1/users/${orgAdmin.id}/entitlements`, admin), 200).data.find((e: { id: string }) => e.id === id), 'the active member sees it');
+});
+
 test('cross-user list filters: application_id, status, user_id, source, order_id (exact), ends_before, include_inactive', async () => {
   const target = await newApp(t, admin);
   const [u1, u2, u3] = [await person(t), await person(t), await person(t)];
