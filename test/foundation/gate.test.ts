@@ -62,6 +62,22 @@ test('a key with restrict_destructive true is refused a destructive operation wi
   assert.equal((await me(v.token)).statusCode, 200);
 });
 
+test('a restrict_destructive key without the permission gets 403 destructive_operation_restricted too: the gate checks the destructive mark before the permission (docs/decisions.md "Which 403 a restricted key gets"), and nothing changes', async () => {
+  const target = await createUser(t);
+  const suspend = (secret: string) => t.app.inject({ method: 'POST', url: `/v1/users/${target.id}/suspend`, headers: bearer(secret), payload: {} });
+  const key = await createApiKey(t, { permissions: ['users.list'], restrictDestructive: true });
+  const res = await suspend(key.secret);
+  assert.equal(res.statusCode, 403);
+  assert.equal(res.json().error.code, 'destructive_operation_restricted');
+  assert.deepEqual(res.json().error.details, { key_id: key.id });
+  const unrestricted = await createApiKey(t, { permissions: ['users.list'], restrictDestructive: false });
+  const refused = await suspend(unrestricted.secret);
+  assert.equal(refused.statusCode, 403);
+  assert.equal(refused.json().error.code, 'forbidden', 'the same key without the restriction lacks users.manage');
+  const { rows } = await sys().query<{ status: string }>('SELECT status FROM users WHERE id = $1', [target.id]);
+  assert.equal(rows[0].status, 'active');
+});
+
 test('the same operation with a restrict_destructive false key holding users.manage succeeds (204) and revokes the session', async () => {
   const v = await victim();
   const key = await createApiKey(t, { permissions: ['users.manage'], restrictDestructive: false });
