@@ -1,7 +1,7 @@
 // POST /v1/auth/oauth/token, grant_type=refresh_token: app refresh tokens (Part A "App refresh token").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { blockedBy, client, transactionsInSchema } from '../helpers/locks.js';
 import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, sql, type AppFixture } from '../access/support.js';
 import { createUser } from '../helpers/fixtures.js';
@@ -209,6 +209,19 @@ test('app refresh tokens idle out after 30 days', async () => {
   const first = await signIn(t, user, app.id);
   t.clock.advance(30 * 86400 + 1);
   assert.match(assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant'), /expired/);
+});
+
+test('app refresh tokens idle out after 30 days: refresh_token_expires_in is 30 days, the token is expired from that instant on (invalid_grant), and still refreshes a second before', async () => {
+  const user = await member(t, admin, app.id);
+  await withStoppedClock(t, async () => {
+    const first = await signIn(t, user, app.id);
+    const second = await signIn(t, user, app.id);
+    assert.equal(first.refresh_token_expires_in, 30 * 86400);
+    t.clock.advance(30 * 86400 - 1);
+    assertStatus(await tokenReq(t, refreshGrant(second.refresh_token, app.id)), 200);
+    t.clock.advance(1);
+    assert.match(assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant'), /expired/);
+  });
 });
 
 test('an app refresh token never outlives its session (90 days absolute): refresh_token_expires_in counts down to the session\'s end, after which the refresh is invalid_grant', async () => {

@@ -335,6 +335,18 @@ test('codes live 60 seconds: an expired code is invalid_grant', async () => {
   assert.match(assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant'), /expired/);
 });
 
+test('codes live 60 seconds: a code is expired from its 60th second on (invalid_grant), and still redeems a second before', async () => {
+  const user = await member(t, admin, app.id);
+  await withStoppedClock(t, async () => {
+    const c = await codeFor(t, user, app.id);
+    const fresh = await codeFor(t, user, app.id);
+    t.clock.advance(59);
+    assertStatus(await tokenReq(t, codeGrant(fresh, app.id)), 200);
+    t.clock.advance(1);
+    assert.match(assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant'), /expired/);
+  });
+});
+
 test('a token request whose body is not valid JSON gets 400 invalid_request in the RFC 6749 shape with no-store; the document lists no 422 for the endpoint', async () => {
   const res = await t.app.inject({ method: 'POST', url: '/v1/auth/oauth/token', headers: { 'content-type': 'application/json' }, payload: '{"grant_type":' });
   assert.equal(res.statusCode, 400);

@@ -340,13 +340,25 @@ test('PATCH AppSettings: overrides are at most 16 KB serialized, the merged resu
   const u = await person(t);
   await grant(t, admin, u.id, roomy.id);
   assertInvalid(await patchAppSettings(u.token, { overrides: { note: 'x'.repeat(16 * 1024) } }, 'me', roomy.id), 'overrides');
+  // {"note":"..."} is 11 bytes of framing: one byte over 16 KB is refused too.
+  assertInvalid(await patchAppSettings(u.token, { overrides: { note: 'x'.repeat(16 * 1024 - 10) } }, 'me', roomy.id), 'overrides');
   assert.equal((await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [u.id])).length, 0);
-  // {"note":"..."} is 11 bytes of framing.
   const fits = { note: 'x'.repeat(16 * 1024 - 11) };
   assert.equal(Buffer.byteLength(JSON.stringify(fits)), 16 * 1024);
   assertStatus(await patchAppSettings(u.token, { overrides: fits }, 'me', roomy.id), 200);
   assertInvalid(await patchAppSettings(u.token, { overrides: { extra: 'y' } }, 'me', roomy.id), 'overrides');
   assert.deepEqual(Object.keys(assertStatus(await appSettingsOf(u.token, 'me', roomy.id), 200).overrides), ['note']);
+});
+
+test('PATCH AppSettings whose overrides are all sent as they already are (whatever their key order) changes nothing: 200 as it was, updated_at unchanged, no audit row', async () => {
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  const manager = await platformKey(t, ['users.manage']);
+  const first = assertStatus(await patchAppSettings(manager, { overrides: { density: 'compact', beta: true } }, u.id), 200);
+  t.clock.advance(5);
+  assert.deepEqual(assertStatus(await patchAppSettings(manager, { overrides: { beta: true, density: 'compact' } }, u.id), 200), first);
+  assert.equal(assertStatus(await appSettingsOf(u.token), 200).updated_at, first.updated_at);
+  assert.equal((await auditOf(t, `${u.id}:${app.id}`, 'settings.updated')).length, 1);
 });
 
 test('AppSettings: a self-service change writes no audit event; a users.manage change writes settings.updated with before and after', async () => {
