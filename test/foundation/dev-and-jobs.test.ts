@@ -244,6 +244,59 @@ test('runNow runs a job even when it is not due, and never two runs of it at onc
   }
 });
 
+test('"several processes never run the same one twice": a run that outlasted its timeout, so that another process claimed the job, does not release that process\'s claim when it ends: a third run waits for the second to finish', async () => {
+  const other = await secondProcess(dev);
+  const gates: Array<() => void> = [];
+  // Runs after the first (whose claim ran out): at most one of them may run at a time.
+  const state = { calls: 0, later: 0, maxLater: 0, over: false };
+  try {
+    const job: JobDefinition = {
+      name: `probe-overrun-${randomBytes(4).toString('hex')}`,
+      intervalSeconds: 3600,
+      timeoutSeconds: 30,
+      run: async () => {
+        const call = ++state.calls;
+        if (call > 1) state.maxLater = Math.max(state.maxLater, ++state.later);
+        if (!state.over) await new Promise<void>((release) => { gates[call - 1] = release; });
+        if (call > 1) state.later--;
+        return { call };
+      },
+    };
+    const mine = new JobRunner(dev.deps, [job]);
+    const theirs = new JobRunner(other.deps, [job]);
+    await mine.register();
+
+    const first = mine.runNow(job.name);
+    while (!gates[0]) await sleep(20);
+    // The first run outlasts its 30-second timeout: another process may then claim the job.
+    const moved = await dev.app.inject({ method: 'POST', url: '/_dev/clock', payload: { advance_seconds: 31 } });
+    assert.equal(moved.statusCode, 200);
+    const second = theirs.runNow(job.name);
+    while (!gates[1]) await sleep(20);
+
+    // The overrun first run ends: the claim is the second's, and stays so.
+    gates[0]!();
+    await first;
+    const { rows } = await dev.database.scoped('system').query<{ locked_until: Date | null; runs: number }>('SELECT locked_until, runs FROM jobs WHERE name = $1', [job.name]);
+    assert.notEqual(rows[0].locked_until, null, 'the second run still holds the job');
+    assert.equal(rows[0].runs, 0, 'the overrun run, whose claim was taken over, records nothing');
+
+    const third = mine.runNow(job.name);
+    await sleep(500);
+    assert.equal(state.calls, 2, 'the third run waits while the second runs');
+    gates[1]!();
+    await second;
+    while (!gates[2]) await sleep(20);
+    gates[2]!();
+    assert.deepEqual(await third, { call: 3 });
+    assert.equal(state.maxLater, 1, 'never two runs at once while a claim is live');
+  } finally {
+    state.over = true;
+    for (const release of gates) release?.();
+    await other.close();
+  }
+});
+
 test('a job keeps its interval when the clock moves back (an NTP step, a restored VM, a process started without the development clock): a next run further ahead than one interval is due at once instead of after the step; a run by a process whose clock is ahead within the skew bound still waits its interval', async () => {
   const { job, state } = probeJob(300);
   const mine = new JobRunner(plain.deps, [job]);

@@ -86,3 +86,46 @@ test('AU-2: an unexpected database error is logged without the failed statement\
     await sql(t, 'ALTER TABLE emails DROP CONSTRAINT refuse_every_mail');
   }
 });
+
+test('AU-2: the request log redacts every credential query parameter by its name, whatever its value looks like: password, current_password, new_password, mfa_token, recovery_code, client_secret, secret, signing_secret, api_key, id_token; and every secret-shaped value (rtk_, oac_, mfa_, vrf_, pwr_, inv_, whsec_, plat_test_ plus 43 characters, a JWT) anywhere in the URL', async () => {
+  const names = ['password', 'current_password', 'new_password', 'mfa_token', 'recovery_code', 'client_secret', 'secret', 'signing_secret', 'api_key', 'id_token'];
+  // Values of no secret shape: only the parameter's name tells the logger it is a credential.
+  const byName = names.map((name, i) => [name, `Plain-Credential-${i}-${name.length}x`] as const);
+  const res = await t.app.inject({ method: 'GET', url: `/v1/users/me?${byName.map(([n, v]) => `${n}=${v}`).join('&')}&page_size=5` });
+  assertError(res, 401, 'unauthenticated');
+  const shaped = ['rtk_', 'oac_', 'mfa_', 'vrf_', 'pwr_', 'inv_', 'whsec_', 'plat_test_'].map((prefix, i) => `${prefix}${String.fromCharCode(66 + i).repeat(43)}`);
+  const jwt = 'eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ1c3JfeCJ9.c2lnbmF0dXJl';
+  for (const value of [...shaped, jwt]) {
+    const inPath = await t.app.inject({ method: 'GET', url: `/v1/users/${value}?note=${value}` });
+    assert.ok([401, 404].includes(inPath.statusCode), inPath.body);
+  }
+
+  const log = logText();
+  for (const [name, value] of byName) {
+    assert.ok(!log.includes(value), `logged: ${name}=${value}`);
+    assert.ok(log.includes(`${name}=[redacted]`), `the line still shows that ${name} was sent`);
+  }
+  assert.ok(log.includes('page_size=5'), 'other parameters stay readable');
+  for (const value of [...shaped, jwt]) assert.ok(!log.includes(value), `logged: ${value.slice(0, 12)}…`);
+});
+
+test('AU-2: an unexpected unique violation is logged without the key it quotes: the detail keeps "Key (column)=([redacted]) already exists", not the address', async () => {
+  // A unique index no second mail to one address meets stands for a constraint the service does not map to an answer.
+  await sql(t, 'CREATE UNIQUE INDEX refuse_second_mail ON emails (to_address)');
+  try {
+    const email = uniqueEmail('db-unique');
+    const signup = await t.app.inject({ method: 'POST', url: '/v1/auth/signup', payload: { email, password: 'Unique-Refused-Passw0rd-7' } });
+    assert.equal(signup.statusCode, 201, signup.body);
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email } });
+    assertError(res, 500, 'internal_error');
+    const line = t.logs.find((l) => l.msg === 'request failed' && l.reqId === res.headers['request-id']);
+    assert.ok(line, 'the failure is logged');
+    const err = line.err as Record<string, unknown>;
+    assert.equal(err.code, '23505');
+    assert.equal(err.constraint, 'refuse_second_mail');
+    assert.equal(err.detail, 'Key (to_address)=([redacted]) already exists.');
+    assert.ok(!JSON.stringify(line).includes(email), 'the address is not in the log');
+  } finally {
+    await sql(t, 'DROP INDEX refuse_second_mail');
+  }
+});

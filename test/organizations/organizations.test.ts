@@ -85,6 +85,13 @@ test('organization creation limit: 10 per user per day; the 11th gets 429 rate_l
   await createOrgApi(t);
 });
 
+test('organization creation limit: 10 per user per day also when the creations arrive at once: of 20 concurrent creations 10 succeed and 10 get 429 rate_limited', async () => {
+  const user = await person(t);
+  const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => call(t, 'POST', '/v1/organizations', user.token, { name: `Rush ${i}` })));
+  assert.deepEqual(answers.map((r) => r.statusCode).sort(), [...Array(10).fill(201), ...Array(10).fill(429)]);
+  assert.equal((await sql(t, 'SELECT id FROM organizations WHERE created_by = $1', [user.id])).length, 10);
+});
+
 test('organization creation limit is a rolling 24 hours: 10 just before midnight UTC leave none for just after, and Retry-After counts to the first one\'s 24 hours', async () => {
   const now = t.clock.now().getTime();
   t.clock.advance((86_400_000 - (now % 86_400_000) - 120_000) / 1000); // 23:58 UTC
