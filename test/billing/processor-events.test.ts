@@ -147,6 +147,20 @@ test('a stale event is judged by created to the second: one created a single sec
   assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'active');
 });
 
+test('only an event created before the last applied one is stale: one of the same second (the processor sends many within one) still applies, and the subscription shows it', async () => {
+  const owner = await tenantOwner(t);
+  const at = now() - 10;
+  const sub = { tenantId: owner.tenantId, id: 'sub_same_second', customer: 'cus_same_second' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: at }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, cancelAtPeriodEnd: true }), { created: at, id: 'evt_same_second_cancel' }), 200);
+  assertStatus(await deliver(t, 'invoice.payment_failed', { id: 'in_same_second', object: 'invoice', customer: 'cus_same_second', subscription: 'sub_same_second' }, { created: at, id: 'evt_same_second_failed' }), 200);
+  for (const id of ['evt_same_second_cancel', 'evt_same_second_failed']) assert.equal((await eventRows(id))[0].outcome, 'applied', id);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.cancel_at_period_end], ['team', 'past_due', true]);
+  const changes = await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId);
+  assert.deepEqual(changes.map((r) => r.after.subscription_status).sort(), ['active', 'past_due']);
+});
+
 test('a stale event never moves the subscription backwards, also behind an invoice.paid that found the subscription already active: an older subscription event arriving after it is stale', async () => {
   const owner = await tenantOwner(t);
   const at = now();
@@ -311,6 +325,28 @@ test('checkout.session.completed links the processor customer by client_referenc
   assert.equal(view.plan, 'enterprise');
   assert.deepEqual(view.add_ons, [{ code: 'dedicated_region_tenancy', amount: 150000 }]);
   assert.equal(view.seats.included, null);
+});
+
+test('Enterprise is sales-led: a subscription the processor starts for the Tenant\'s customer without metadata.tenant_id (a new subscription id) is found by the customer and makes the Tenant enterprise, with its add-ons', async () => {
+  const owner = await tenantOwner(t);
+  const old = { tenantId: owner.tenantId, id: 'sub_before_sales', customer: 'cus_sales' };
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_before_sales', object: 'checkout.session', client_reference_id: owner.tenantId, customer: 'cus_sales', subscription: 'sub_before_sales' }, { created: now() - 30 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(old), { created: now() - 30 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...old, status: 'canceled' }), { created: now() - 20 }), 200);
+  const sales = subscription({ tenantId: null, id: 'sub_sales', customer: 'cus_sales', plan: 'enterprise', addOns: [{ code: 'isolated_tenancy', unitAmount: 90000 }] });
+  assertStatus(await deliver(t, 'customer.subscription.created', sales, { created: now() - 10, id: 'evt_sales_created' }), 200);
+  assert.equal((await eventRows('evt_sales_created'))[0].outcome, 'applied');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.add_ons], ['enterprise', 'active', [{ code: 'isolated_tenancy', amount: 90000 }]]);
+  const changes = await auditRows(t, 'tenant.plan_changed', owner.tenantId);
+  assert.deepEqual(changes.map((r) => r.after.plan), ['team', 'starter', 'enterprise']);
+});
+
+test('the subscription shows currency as a lowercase code, whatever case the processor sends', async () => {
+  const owner = await tenantOwner(t);
+  assertStatus(await deliver(t, 'customer.subscription.created', { ...subscription({ tenantId: owner.tenantId, id: 'sub_upper_ccy', customer: 'cus_upper_ccy' }), currency: 'EUR' }), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.currency], ['team', 'eur']);
 });
 
 test('an event for no known Tenant is acknowledged and ignored', async () => {

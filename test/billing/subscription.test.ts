@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
+import { atOneInstant, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, login } from '../helpers/fixtures.js';
 import { newId } from '../../src/ids.js';
 import { assertError, assertStatus, buildApp, call, caller, createApplication, rand, sql, tenantOwner, type Caller } from '../tenancy/support.js';
@@ -126,4 +126,22 @@ test('restricted only follows a lapse: seat-sync never restricts a Tenant whose 
   for (const owner of owners) assert.equal(assertStatus(await view(owner.tenantId, owner.token), 200).restricted, false);
   // And the Tenant keeps creating within Team's limits.
   assertStatus(await call(t, 'POST', '/v1/applications', admin.token, { slug: `s-${rand()}`, name: 'S', launch_url: 'https://s.example.com', owner_user_id: owners[0].user.id }), 201);
+});
+
+test('seats.current is live and counts only grants not yet ended: a grant whose ends_at has come is no seat from that instant, as its access ends then', async () => {
+  const owner = await caller(t);
+  const { appId, tenantId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  await seatHolders(appId, 2);
+  const endsAt = new Date(t.clock.now().getTime() + 60_000);
+  await sql(t, `UPDATE entitlements SET ends_at = $2 WHERE id = (SELECT min(id) FROM entitlements WHERE application_id = $1)`, [appId, endsAt]);
+  const seatsAt = (at: Date) => atOneInstant(t, async () => assertStatus(await view(tenantId, owner.token), 200).seats.current, at);
+  assert.equal(await seatsAt(new Date(endsAt.getTime() - 1)), 2, 'a millisecond before ends_at it is a seat');
+  assert.equal(await seatsAt(endsAt), 1, 'at ends_at it has ended');
+});
+
+test('only Team bills seats beyond those included: a Starter Tenant left above its 1,000 seats (a lapse from Team) shows billable 0', async () => {
+  const owner = await tenantOwner(t, { plan: 'starter' });
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  await seatHolders(appId, 1002);
+  assert.deepEqual(assertStatus(await view(owner.tenantId, owner.token), 200).seats, { current: 1002, included: 1000, billable: 0, last_synced_at: null });
 });
