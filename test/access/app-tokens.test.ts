@@ -83,13 +83,20 @@ async function verifiesAt(token: string, audience: string, at: Date): Promise<bo
   return jwtVerify(token, createLocalJWKSet(jwks), { audience, currentDate: at }).then(() => true, () => false);
 }
 
-test('an app token never outlives the access it stands for (Part B: ends_at <= now is expired at once): issued a minute before a trial\'s ends_at, its exp is ends_at and expires_in the seconds left, so the Application refuses it from ends_at on', async () => {
+/** A user signed in with a trial of a new Application ending a minute from now (whole seconds), the clock stopped. */
+async function withTrialEndingInAMinute(fn: (f: { user: { id: string }; other: { id: string }; auth: { access_token: string }; endsAt: Date }) => Promise<void>): Promise<void> {
   const user = await createUser(t);
   const other = await newApp(t, admin);
   await withStoppedClock(t, async () => {
     const auth = await session(t, user);
     const endsAt = new Date(Math.floor(t.clock.now().getTime() / 1000) * 1000 + 60_000);
     await grant(t, admin, user.id, other.id, { source: 'trial', ends_at: endsAt.toISOString() });
+    await fn({ user, other, auth, endsAt });
+  });
+}
+
+test('an app token never outlives the access it stands for (Part B: ends_at <= now is expired at once): issued a minute before a trial\'s ends_at, its exp is ends_at and expires_in the seconds left, so the Application refuses it from ends_at on', async () => {
+  await withTrialEndingInAMinute(async ({ other, auth, endsAt }) => {
     const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
     const claims = await verify(body.access_token, other.id);
     assert.equal(claims.exp, endsAt.getTime() / 1000);
@@ -122,12 +129,7 @@ test('an app token\'s exp is the latest end among the paths giving access: an un
 });
 
 test('an app token never outlives the access it stands for: an unending organization grant that excludes the user (denylist) gives no access, so it does not stretch exp past the personal trial\'s ends_at', async () => {
-  const user = await createUser(t);
-  const other = await newApp(t, admin);
-  await withStoppedClock(t, async () => {
-    const auth = await session(t, user);
-    const endsAt = new Date(Math.floor(t.clock.now().getTime() / 1000) * 1000 + 60_000);
-    await grant(t, admin, user.id, other.id, { source: 'trial', ends_at: endsAt.toISOString() });
+  await withTrialEndingInAMinute(async ({ user, other, auth, endsAt }) => {
     const org = await createOrg(t, [{ userId: user.id }]);
     await orgGrant(t, org, other.id, { memberScope: 'denylist', overrides: [user.id] });
     const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
