@@ -180,13 +180,19 @@ test('"5 consecutive days unhealthy": a delivery that exhausts its retries while
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
-test('"disabled (delivery stops)": a retry queued before the subscription was disabled is not sent after PATCH status healthy ("missed events not backfilled")', async () => {
-  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/queued'), events: ['user.suspended'] }), 201);
-  receiver.routes.set('/queued', (_req, res) => res.writeHead(500).end('down'));
-  const eventId = await emitEvent(t, 'user.suspended', { user_id: 'usr_queued' });
+/** A platform subscription to user.suspended whose first delivery failed (500): its retry is queued. */
+async function subscriptionWithQueuedRetry(path: string, userId: string) {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url(path), events: ['user.suspended'] }), 201);
+  receiver.routes.set(path, (_req, res) => res.writeHead(500).end('down'));
+  const eventId = await emitEvent(t, 'user.suspended', { user_id: userId });
   await runDelivery(t);
   const queued = (await deliveriesOf(t, sub.id)).find((d) => d.event_id === eventId)!;
   assert.deepEqual([queued.status, queued.attempt], ['pending', 1], 'a retry is queued');
+  return { sub, queued };
+}
+
+test('"disabled (delivery stops)": a retry queued before the subscription was disabled is not sent after PATCH status healthy ("missed events not backfilled")', async () => {
+  const { sub, queued } = await subscriptionWithQueuedRetry('/queued', 'usr_queued');
   receiver.routes.set('/queued', (_req, res) => res.writeHead(410).end('gone'));
   assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
   await runDelivery(t);
@@ -197,7 +203,7 @@ test('"disabled (delivery stops)": a retry queued before the subscription was di
   assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'healthy' }), 200);
   t.clock.advance(DAY);
   await runDelivery(t);
-  assert.equal(receiver.at('/queued').filter((r) => r.body.id === eventId).length, 1, 'the event from before the disable is not sent again');
+  assert.equal(receiver.at('/queued').filter((r) => r.body.id === queued.event_id).length, 1, 'the event from before the disable is not sent again');
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
@@ -239,12 +245,7 @@ test('a redelivery does not count toward health (docs/decisions.md "Test and red
 });
 
 test('"disabled (delivery stops)": an event delivery still pending for a disabled subscription (the relay fanned the event out as a disable committed) is never sent; it fails without an attempt', async () => {
-  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/raced-disable'), events: ['user.suspended'] }), 201);
-  receiver.routes.set('/raced-disable', (_req, res) => res.writeHead(500).end('down'));
-  const eventId = await emitEvent(t, 'user.suspended', { user_id: 'usr_raced_disable' });
-  await runDelivery(t);
-  const queued = (await deliveriesOf(t, sub.id)).find((d) => d.event_id === eventId)!;
-  assert.deepEqual([queued.status, queued.attempt], ['pending', 1], 'a retry is queued');
+  const { sub, queued } = await subscriptionWithQueuedRetry('/raced-disable', 'usr_raced_disable');
   // The state a relay leaves when its fan-out commits just after a disable failed the pending deliveries.
   await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2, disabled_reason = 'unhealthy' WHERE id = $1`, [sub.id, t.clock.now()]);
   receiver.routes.set('/raced-disable', (_req, res) => res.writeHead(200).end());
