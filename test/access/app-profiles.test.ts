@@ -278,3 +278,26 @@ if (storageName === 'postgres') test("an erased user's AppProfile is not written
   assert.equal((await rows(user.id)).length, 0);
   assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'profile.updated' AND target_user_id = $1`, [user.id])).length, 0);
 });
+
+test('an AppProfile is "per User per Application": one written for one Application is not read or merged under another (display_handle null, custom {}, updated_at null there; its own first PATCH creates its own record)', async () => {
+  const other = await newApp(t, admin);
+  const user = await member();
+  await grant(t, admin, user.id, other.id);
+  assertStatus(await write(user.token, user.id, { display_handle: 'Captain', custom: { a: 1 } }), 200);
+  const name = await displayName(user.id);
+  const there = assertStatus(await read(user.token, user.id, other.id), 200);
+  assert.deepEqual([there.display_handle, there.effective_display_name, there.custom, there.updated_at], [null, name, {}, null]);
+  const written = assertStatus(await write(user.token, user.id, { custom: { b: 2 } }, other.id), 200);
+  assert.deepEqual([written.display_handle, written.custom], [null, { b: 2 }]);
+  const here = assertStatus(await read(user.token, user.id), 200);
+  assert.deepEqual([here.display_handle, here.custom], ['Captain', { a: 1 }]);
+  assert.equal((await rows(user.id)).length, 2);
+});
+
+test('user_id, application_id, effective_display_name and updated_at are read-only on PATCH: 422 read_only_field, nothing written', async () => {
+  const user = await member();
+  for (const body of [{ effective_display_name: 'X' }, { user_id: user.id }, { application_id: app.id }, { updated_at: new Date().toISOString() }]) {
+    assertError(await write(user.token, user.id, { display_handle: 'h', ...body }), 422, 'read_only_field');
+  }
+  assert.equal((await rows(user.id)).length, 0);
+});

@@ -442,6 +442,26 @@ test('expired → active of an org-wide grant is 409 entitlement_already_exists 
   assert.equal((await entRow(t, old))!.status, 'expired');
 });
 
+test('expired → active of an org-wide grant is 409 entitlement_already_exists when the newer live org grant is disabled ("an existing active or disabled one"): details name it with status disabled; the old row stays expired', async () => {
+  const member = await person(t);
+  const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
+  const target = await newApp(t, admin);
+  const old = await orgGrant(t, org, target.id, { status: 'expired' });
+  const live = await orgGrant(t, org, target.id);
+  assertStatus(await patchEnt(t, admin, live, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  const err = assertError(await patchEnt(t, admin, old, { status: 'active', ends_at: null }), 409, 'entitlement_already_exists');
+  assert.deepEqual(err.details, { existing_entitlement_id: live, status: 'disabled' });
+  assert.equal((await entRow(t, old))!.status, 'expired');
+  assert.deepEqual(await entitlementEvents(t, old), []);
+});
+
+test('expired → active (renewal) grants access again with access.granted reason entitlement_granted (docs/decisions.md), not entitlement_enabled, which names disabled → active', async () => {
+  const user = await person(t);
+  const ent = await expiredRow(user.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'active', ends_at: inSeconds(t, 30 * DAY) }), 200);
+  assert.deepEqual((await accessEvents(t, user.id, app.id)).at(-1), ['access.granted', 'entitlement_granted', 'active']);
+});
+
 test('disabled → active and expired → active of a personal row on a restricted Tenant give 402 subscription_required (a new seat) and change nothing', async () => {
   const target = await newApp(t, admin);
   const disabledHolder = await person(t);
@@ -646,6 +666,21 @@ test('org grant: member_scope change emits entitlement.member_scope_changed and 
   // Members of the holding Organization may fetch the row; others may not.
   assertStatus(await call(t, 'GET', `/v1/entitlements/${id}`, b.token), 200);
   assertError(await call(t, 'GET', `/v1/entitlements/${id}`, stranger.token), 404, 'entitlement_not_found');
+});
+
+test('org grant: member_overrides shortened to a subset of the stored list is a change ("member_scope or member_overrides changed"): 200 with the new list, entitlement.member_scope_changed and its audit row, access.revoked for the member it drops', async () => {
+  const a = await person(t);
+  const b = await person(t);
+  const org = await createOrg(t, [{ userId: a.id, role: 'org_admin' }, { userId: b.id }]);
+  const target = await newApp(t, admin);
+  const id = await orgGrant(t, org, target.id, { memberScope: 'allowlist', overrides: [a.id, b.id] });
+  const body = assertStatus(await patchEnt(t, admin, id, { member_overrides: [a.id] }), 200);
+  assert.deepEqual(body.member_overrides, [a.id]);
+  assert.deepEqual((await entRow(t, id))!.member_overrides, [a.id]);
+  assert.deepEqual(await entitlementEvents(t, id), ['entitlement.member_scope_changed']);
+  assert.equal((await auditOf(t, id, 'entitlement.member_scope_changed')).length, 1);
+  assert.deepEqual(await accessEvents(t, b.id, target.id), [['access.revoked', 'org_grant_changed', 'none']]);
+  assert.deepEqual(await accessEvents(t, a.id, target.id), []);
 });
 
 test('org grant: member_scope and member_overrides sent as they are is no change ("member_scope or member_overrides changed"): 200, no entitlement.member_scope_changed, no audit row', async () => {
@@ -924,6 +959,16 @@ test('DELETE of a row older than 24 hours is 409 entitlement_too_old; a row just
   t.clock.advance(61);
   assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin), 409, 'entitlement_too_old');
   assert.ok(await entRow(t, ent.id), 'await entRow(t, ent.id)');
+});
+
+test('DELETE is refused 409 entitlement_too_old only once the row is "older than 24 hours" (docs/decisions.md): a row exactly 24 hours old may still be deleted (204, entitlement.deleted)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const createdAt = (await entRow(t, ent.id))!.created_at as Date;
+  const res = await atOneInstant(t, () => call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin), new Date(createdAt.getTime() + DAY * 1000));
+  assert.equal(res.statusCode, 204, res.body);
+  assert.equal(await entRow(t, ent.id), undefined);
+  assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.deleted']);
 });
 
 test("DELETE needs entitlements.manage: the owner gets 403 forbidden; the app's own key with entitlements.manage may delete", async () => {
