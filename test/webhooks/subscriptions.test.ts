@@ -37,6 +37,21 @@ test('POST /v1/webhooks: 201 with the Webhook subscription fields and a whsec_ s
   assert.ok(listed.data.some((w: any) => w.id === sub.id && w.signing_secret === undefined), 'listed.data.some((w: any) => w.id === sub.id && w.signing_secret === undefined)');
 });
 
+test('GET /v1/webhooks lists the visible subscriptions; its scope and status filters keep only the matching ones', async () => {
+  const platformSub = await createWebhook(t, admin, { scope: 'platform', url: url('list-p') });
+  const appSub = await createWebhook(t, admin, { scope: app.id, url: url('list-a') });
+  const ids = async (query: string) => (assertStatus(await call(t, 'GET', `/v1/webhooks?${query}`, admin), 200).data as any[]);
+  const ofApp = await ids(`scope=${app.id}&limit=100`);
+  assert.ok(ofApp.some((w) => w.id === appSub.id) && ofApp.every((w) => w.scope === app.id), 'scope=<application_id>: that scope only');
+  const ofPlatform = await ids('scope=platform&limit=100');
+  assert.ok(ofPlatform.some((w) => w.id === platformSub.id) && ofPlatform.every((w) => w.scope === 'platform'), 'scope=platform: platform only');
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = now() WHERE id = $1`, [appSub.id]);
+  const disabled = await ids('status=disabled&limit=100');
+  assert.ok(disabled.some((w) => w.id === appSub.id) && disabled.every((w) => w.status === 'disabled'), 'status=disabled: disabled only');
+  assert.ok(!(await ids('status=healthy&limit=100')).some((w) => w.id === appSub.id), 'status=healthy leaves the disabled one out');
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = ANY($1)', [[platformSub.id, appSub.id]]);
+});
+
 test('scope: an app-scoped key may omit scope or pass its own Application; another scope is 403 forbidden', async () => {
   const other = await newApp(t, admin);
   const key = await appKey(t, other.id);

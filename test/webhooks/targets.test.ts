@@ -47,10 +47,10 @@ test('the address classifier: public unicast only', () => {
   const refused = [
     '127.0.0.1', '127.255.255.254', '0.0.0.0', '10.0.0.1', '172.16.0.1', '172.31.255.255', '192.168.1.1', '100.64.0.1', '169.254.169.254',
     '198.18.0.1', '198.19.255.255', '224.0.0.1', '240.0.0.1', '255.255.255.255', '192.0.2.1', '::1', '::', '::ffff:127.0.0.1', '::ffff:8.8.8.8',
-    '64:ff9b::a00:1', 'fc00::1', 'fd12:3456::1', 'fe80::1', 'fe80::1%eth0', 'ff02::1', '2001:db8::1', '2002:7f00:1::1', '2001::1', 'not-an-ip',
+    '64:ff9b::a00:1', 'fc00::1', 'fd12:3456::1', 'fe80::1', 'fe80::1%eth0', 'ff02::1', '2001:db8::1', '2002:7f00:1::1', '2001::1', '2001:1ff:ffff::1', 'not-an-ip',
   ];
   for (const a of refused) assert.equal(isPublicAddress(a), false, a);
-  for (const a of ['93.184.216.34', '8.8.8.8', '172.32.0.1', '100.128.0.1', '2606:4700:4700::1111', '2a00:1450:4001:81a::200e']) {
+  for (const a of ['93.184.216.34', '8.8.8.8', '172.32.0.1', '100.128.0.1', '2001:200::1', '2606:4700:4700::1111', '2a00:1450:4001:81a::200e']) {
     assert.equal(isPublicAddress(a), true, a);
   }
 });
@@ -86,6 +86,16 @@ test('WH-6: at creation, non-https, userinfo and every private, loopback, link-l
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions'))[0].n, 0);
   const ok = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'https://public.example/hook', events: ['*'] }), 201);
   assertError(await call(t, 'PATCH', `/v1/webhooks/${ok.id}`, admin, { url: 'https://10.0.0.8/' }), 422, 'invalid_webhook_url');
+});
+
+test('WH-6: a *.localhost name (a loopback name) and an address in 2001::/23 up to its last /24 are 422 invalid_webhook_url even when the resolver answers a public address', async () => {
+  dns.set('api.localhost', ['93.184.216.34']);
+  dns.set('edge.example', ['2001:1ff::1']);
+  const urls = ['https://api.localhost/hook', 'https://[2001:1ff::1]/hook', 'https://edge.example/hook'];
+  for (const url of urls) {
+    assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url, events: ['*'] }), 422, 'invalid_webhook_url');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE url = ANY($1)', [urls]))[0].n, 0);
 });
 
 test('a refused target discloses no internal name or address: a name resolving to a private address and one that does not resolve get the same reason, without the address', async () => {
