@@ -415,6 +415,26 @@ test('me in user paths: GET /v1/users/me is the caller, equal to GET /v1/users/{
   }
 });
 
+test('a soft-deleted user\'s email is reusable at once (Part A Status transitions, DELETE: "email reusable at once"): the account signed up again on it signs in with its own password, and the deleted account\'s password gets 401 invalid_credentials and starts no session', async () => {
+  const admin = await createApiKey(t, { permissions: ['users.manage'] });
+  const old = await createUser(t, { email: uniqueEmail('reused') });
+  const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/users/${old.id}`, headers: bearer(admin.secret) });
+  assert.ok([200, 204].includes(deleted.statusCode), deleted.body);
+  const again = await post(t, '/v1/auth/signup', { email: old.email, password: 'second-account-pass-41' });
+  assert.equal(again.statusCode, 201, again.body);
+  const newId = again.json().user_id;
+  assert.notEqual(newId, old.id);
+  for (let i = 0; i < 2; i++) {
+    const res = await post(t, '/v1/auth/login', { email: old.email, password: 'second-account-pass-41' });
+    assert.equal(res.statusCode, 200, res.body);
+    assertAuthSession(res.json(), newId);
+    assertError(await loginRes(t, old), 401, 'invalid_credentials');
+  }
+  assert.equal(await sessionCount(old.id), 0, 'the deleted account starts no session');
+  const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS n, locked_until FROM identities WHERE user_id = $1 AND method = 'password'`, [old.id]);
+  assert.deepEqual({ ...identity }, { n: 0, locked_until: null }, 'sign-ins on the address count nothing against the deleted account');
+});
+
 test('login matches the email case-insensitively', async () => {
   const user = await createUser(t, { email: uniqueEmail('MixedCase') });
   const res = await post(t, '/v1/auth/login', { email: user.email.toUpperCase(), password: PASSWORD });

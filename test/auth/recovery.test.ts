@@ -91,6 +91,15 @@ test('email/verify/resend always answers 202 with the same body and never reveal
   assert.equal(await emailVerified(unverified.session.user_id), true);
 });
 
+test('email/verify/resend for a suspended user with an unverified address answers 202 as always and mails nothing, as password/forgot for a suspended user (docs/decisions.md: a suspension ends the account\'s links)', async () => {
+  const unverified = await signup();
+  await sql(t, `UPDATE users SET status = 'suspended' WHERE id = $1`, [unverified.session.user_id]);
+  const res = await post(t, '/v1/auth/email/verify/resend', { email: unverified.email });
+  assert.equal(res.statusCode, 202, res.body);
+  assert.equal((await mailsTo(t, unverified.email, 'email_verification')).length, 1, 'only the signup mail');
+  assert.equal(await emailVerified(unverified.session.user_id), false);
+});
+
 test('verification re-send is limited to 3 per email per hour: the 4th re-send in the hour answers 202 and sends no mail', async () => {
   alignToWindow(t, 3600, 60);
   const { email } = await signup();
@@ -208,6 +217,21 @@ test('a password reset link is valid for 1 hour (docs/decisions.md): 10 s before
     assertError(await post(t, '/v1/auth/password/reset', { token: tokenB, password: NEW_PASSWORD }), 400, 'invalid_token');
   });
   assert.equal((await loginRes(t, b)).statusCode, 200, 'the old password still signs in');
+});
+
+test('an account invitation link is valid for 7 days (docs/decisions.md, token lifetimes): 10 s before the 7 days end invitations/accept activates the user (200); at their end it gets 400 invalid_token and the user stays invited', async () => {
+  const a = await createUser(t, { status: 'invited' });
+  const b = await createUser(t, { status: 'invited' });
+  await withStoppedClock(t, async () => {
+    for (const u of [a, b]) assert.equal((await post(t, '/v1/auth/password/forgot', { email: u.email })).statusCode, 202);
+    const tokenA = await latestToken(t, a.email, 'invitation');
+    const tokenB = await latestToken(t, b.email, 'invitation');
+    t.clock.advance(7 * 24 * 3600 - 10);
+    assert.equal((await post(t, '/v1/auth/invitations/accept', { token: tokenA, password: NEW_PASSWORD })).statusCode, 200);
+    t.clock.advance(10);
+    assertError(await post(t, '/v1/auth/invitations/accept', { token: tokenB, password: NEW_PASSWORD }), 400, 'invalid_token');
+  });
+  assert.deepEqual((await sql(t, 'SELECT status FROM users WHERE id = ANY($1) ORDER BY id = $2 DESC', [[a.id, b.id], a.id])).map((r) => r.status), ['active', 'invited']);
 });
 
 test('a second password/forgot replaces the first link (docs/decisions.md, a link "replaced by a newer mail (a second reset request …)"): the earlier token gets 400 invalid_token, the newer one sets the password', async () => {

@@ -62,6 +62,21 @@ test('POST /v1/users (users.manage) creates an invited user by default with an i
   assert.equal((await userRow(t, body.id))!.status, 'active');
 });
 
+test('invitations/accept through the mailed link counts the address as verified, as a reset through the mailed link does (docs/decisions.md "Payloads not shown"): the AuthSession, its access token, GET /v1/users/me and the next sign-in all say email_verified true', async () => {
+  const email = uniqueEmail('verified-invitee');
+  const body = assertStatus(await create({ email }), 201);
+  assert.equal(body.email_verified, false);
+  const accepted = assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token: await latestToken(t, email, 'invitation'), password: NEW_PASSWORD }), 200);
+  assert.equal(accepted.email_verified, true);
+  const claims = JSON.parse(Buffer.from(accepted.access_token.split('.')[1], 'base64url').toString());
+  assert.equal(claims.email_verified, true);
+  assert.equal(assertStatus(await call(t, 'GET', '/v1/users/me', accepted.access_token), 200).email_verified, true);
+  assert.equal((await userRow(t, body.id))!.email_verified, true);
+  const next = assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email, password: NEW_PASSWORD }), 200);
+  assert.equal(next.email_verified, true);
+  assert.equal(JSON.parse(Buffer.from(next.access_token.split('.')[1], 'base64url').toString()).email_verified, true);
+});
+
 test('POST /v1/users with send_invitation false creates an invited user and sends no mail', async () => {
   const email = uniqueEmail('quiet');
   const body = assertStatus(await create({ email, send_invitation: false }), 201);
