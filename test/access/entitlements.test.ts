@@ -431,28 +431,19 @@ test('expired → active is 409 entitlement_already_exists when a newer live row
   assert.equal((await entRow(t, old.id))!.status, 'expired');
 });
 
-test('expired → active of an org-wide grant is 409 entitlement_already_exists with details.existing_entitlement_id when a newer live org grant exists', async () => {
-  const member = await person(t);
-  const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
-  const target = await newApp(t, admin);
-  const old = await orgGrant(t, org, target.id, { status: 'expired' });
-  const live = await orgGrant(t, org, target.id);
-  const err = assertError(await patchEnt(t, admin, old, { status: 'active', ends_at: null }), 409, 'entitlement_already_exists');
-  assert.deepEqual(err.details, { existing_entitlement_id: live, status: 'active' });
-  assert.equal((await entRow(t, old))!.status, 'expired');
-});
-
-test('expired → active of an org-wide grant is 409 entitlement_already_exists when the newer live org grant is disabled ("an existing active or disabled one"): details name it with status disabled; the old row stays expired', async () => {
-  const member = await person(t);
-  const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
-  const target = await newApp(t, admin);
-  const old = await orgGrant(t, org, target.id, { status: 'expired' });
-  const live = await orgGrant(t, org, target.id);
-  assertStatus(await patchEnt(t, admin, live, { status: 'disabled', disabled_reason: 'paused' }), 200);
-  const err = assertError(await patchEnt(t, admin, old, { status: 'active', ends_at: null }), 409, 'entitlement_already_exists');
-  assert.deepEqual(err.details, { existing_entitlement_id: live, status: 'disabled' });
-  assert.equal((await entRow(t, old))!.status, 'expired');
-  assert.deepEqual(await entitlementEvents(t, old), []);
+test('expired → active of an org-wide grant is 409 entitlement_already_exists with details.existing_entitlement_id when a newer live org grant exists, active or disabled ("an existing active or disabled one"); the old row stays expired', async () => {
+  for (const status of ['active', 'disabled'] as const) {
+    const member = await person(t);
+    const org = await createOrg(t, [{ userId: member.id, role: 'org_admin' }]);
+    const target = await newApp(t, admin);
+    const old = await orgGrant(t, org, target.id, { status: 'expired' });
+    const live = await orgGrant(t, org, target.id);
+    if (status === 'disabled') assertStatus(await patchEnt(t, admin, live, { status: 'disabled', disabled_reason: 'paused' }), 200);
+    const err = assertError(await patchEnt(t, admin, old, { status: 'active', ends_at: null }), 409, 'entitlement_already_exists');
+    assert.deepEqual(err.details, { existing_entitlement_id: live, status });
+    assert.equal((await entRow(t, old))!.status, 'expired');
+    assert.deepEqual(await entitlementEvents(t, old), []);
+  }
 });
 
 test('expired → active (renewal) grants access again with access.granted reason entitlement_granted (docs/decisions.md), not entitlement_enabled, which names disabled → active', async () => {
