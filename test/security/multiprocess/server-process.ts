@@ -3,7 +3,7 @@
 // evaluations can be counted (argon2-count.mjs).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { httpCall, sleep, type CallOptions, type Reply } from './http.js';
@@ -13,6 +13,8 @@ export const ROOT = projectPath('.');
 
 const STARTUP_TIMEOUT_MS = 90_000;
 const OUTPUT_KEPT = 64 * 1024;
+/** Whether this system shows processes' sockets under /proc (socketPorts). */
+const PROC = existsSync('/proc/self/fd');
 
 /**
  * How a server process runs src/main.ts. Default: one esbuild bundle of it (the transpiler tsx uses,
@@ -147,7 +149,11 @@ export class ServerProcess {
       if (this.child !== child) throw new Error(`${this.name} exited during start-up:\n${this.output}`);
       try {
         const res = await httpCall(this.url, this.name, 'GET', '/health');
-        if (res.status === 200) {
+        // The answer must be this process's: between freePort() and this listen, another test's
+        // process may have taken the port, and its /health would answer while this one exits with
+        // EADDRINUSE (the loop then reports that exit). Where there is no /proc, the answer counts.
+        const mine = this.child === child && (!PROC || socketPorts(child.pid).has(this.port));
+        if (res.status === 200 && mine) {
           this.ready = true;
           return;
         }
