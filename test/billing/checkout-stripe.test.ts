@@ -159,7 +159,8 @@ test('processor unreachable: checkout and portal answer 503 billing_unavailable 
     assert.ok(Number(res.headers['retry-after']) > 0, 'Number(res.headers[\'retry-after\']) > 0');
     assert.ok(Date.now() - started < 15_000, 'bounded');
     const p = await down.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, headers: { authorization: `Bearer ${owner.token}` }, payload: { return_url: 'https://a.example.com' } });
-    assertError(p, 503, 'billing_unavailable');
+    assert.equal(assertError(p, 503, 'billing_unavailable').details.reason, 'unreachable');
+    assert.ok(Number(p.headers['retry-after']) > 0, `the portal's 503 carries Retry-After too (${p.headers['retry-after']})`);
     // The 5xx released the key: a retry runs again (and fails again while the processor is down).
     const retry = await down.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, headers: { authorization: `Bearer ${owner.token}`, 'idempotency-key': 'down-1' }, payload: body });
     assertError(retry, 503, 'billing_unavailable');

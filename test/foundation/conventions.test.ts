@@ -280,7 +280,10 @@ test('Idempotency-Key: keys are retained 24 hours, then the same key runs as new
   try {
     // The access token expired with the clock move; sign in again.
     const fresh = await login(t, user);
-    assert.equal((await post(fresh, 'k-expire', { name: 'expire' })).headers['idempotent-replayed'], undefined);
+    const again = await post(fresh, 'k-expire', { name: 'expire' });
+    assert.equal(again.statusCode, 201, again.body);
+    assert.equal(again.headers['idempotent-replayed'], undefined);
+    assert.equal(await countItems('expire'), 2, 'it ran as new: a second change');
   } finally {
     t.clock.advance(-(24 * 3600 + 1));
   }

@@ -413,16 +413,22 @@ test('a mail that has left the outbox (logged, sent or failed) is deleted with i
   await t.deps.jobs.runNow('mail-delivery');
   const mails = () => sql<{ template: string; status: string }>(t, 'SELECT template, status FROM emails WHERE to_address = $1 ORDER BY created_at', [user.email]);
   assert.deepEqual(await mails(), [{ template: 'password_reset', status: 'logged' }]);
+  // Mails an SMTP relay left sent, and failed for good, as it writes them.
+  const sent = await queueResetMail(t, user.email, 'sent-token');
+  await sql(t, `UPDATE emails SET status = 'sent', sent_at = created_at, attempts = 1 WHERE id = $1`, [sent]);
+  const failed = await queueResetMail(t, user.email, 'failed-token');
+  await sql(t, `UPDATE emails SET status = 'failed', attempts = 1, last_error = '550 No such user here' WHERE id = $1`, [failed]);
+  assert.deepEqual((await mails()).map((m) => m.status).sort(), ['failed', 'logged', 'sent']);
   // A mail the relay has not taken yet (an SMTP outage's retry) is kept whatever its age.
   const held = await queueResetMail(t, user.email, 'held-token');
   await sql(t, `UPDATE emails SET next_attempt_at = $2 WHERE id = $1`, [held, addSeconds(t.clock.now(), 60 * 86400)]);
 
   t.clock.advance(30 * 86400 - 60);
   await t.deps.jobs.runNow('idempotency-prune');
-  assert.equal((await mails()).length, 2, 'kept for 30 days');
+  assert.equal((await mails()).length, 4, 'kept for 30 days');
   t.clock.advance(61);
   const result = await t.deps.jobs.runNow('idempotency-prune');
-  assert.equal(result.emails, 1, JSON.stringify(result));
+  assert.equal(result.emails, 3, JSON.stringify(result));
   assert.deepEqual(await mails(), [{ template: 'password_reset', status: 'queued' }]);
 });
 

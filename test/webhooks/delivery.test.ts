@@ -8,7 +8,7 @@ import pino from 'pino';
 import Stripe from 'stripe';
 import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { verifySignature } from '../../src/modules/webhooks/index.js';
-import { assertStatus, buildApp, call, deliveriesOf, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql } from './support.js';
+import { assertError, assertStatus, buildApp, call, deliveriesOf, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -268,10 +268,10 @@ test('redeliver: 202, the same event id under a new delivery id, sent once outsi
   assert.equal(got[1].raw, got[0].raw, 'the same payload');
   const byEvent = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries?event_id=${eventId}`, admin), 200);
   assert.equal(byEvent.data.length, 2);
-  assert.equal((await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/dlv_01J0000000000000000000000/redeliver`, admin)).json().error.code, 'delivery_not_found');
+  assertError(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/dlv_01J0000000000000000000000/redeliver`, admin), 404, 'delivery_not_found');
 
   t.clock.advance(31 * 86400);
-  assert.equal((await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${original.id}/redeliver`, admin)).json().error.code, 'delivery_not_found');
+  assertError(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${original.id}/redeliver`, admin), 404, 'delivery_not_found');
   assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, admin), 200).data, [], 'the log keeps 30 days');
   const swept = await t.deps.jobs.runNow('webhook-health');
   assert.ok((swept.deliveries_pruned as number) >= 2, '(swept.deliveries_pruned as number) >= 2');

@@ -122,7 +122,10 @@ test('410 Gone on a test call ("any | 410 Gone response from the receiver | disa
   receiver.routes.set('/gone-test', (_req, res) => res.writeHead(500).end('down'));
   assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, creator), 202);
   await runDelivery(t);
-  assert.equal((await statusOf(sub.id)).status, 'healthy');
+  const unchanged = await statusOf(sub.id);
+  assert.deepEqual([unchanged.status, unchanged.consecutive_failures], ['healthy', 0], 'a 500 on a test call changes nothing: no failure counted');
+  assert.deepEqual(await sql(t, `SELECT action FROM audit_events WHERE target_id = $1 AND action = 'webhook.status_changed'`, [sub.id]), [], 'no status change audited');
+  assert.deepEqual(await mailsTo(t, owner.email), [], 'no owner mail');
   receiver.routes.set('/gone-test', (_req, res) => res.writeHead(410).end('gone'));
   assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, creator), 202);
   await runDelivery(t);

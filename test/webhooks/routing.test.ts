@@ -24,7 +24,7 @@ after(async () => {
 
 const typesAt = (path: string) => receiver.at(path).map((r) => `${r.body.type}:${r.body.data.user_id ?? r.body.data.entitlement?.user_id ?? ''}`).sort();
 
-test('platform scope gets every live event; app scope only its Application\'s, and user.* / organization.member_* only with an access path; test mode only test events', async () => {
+test('platform scope gets every live event; app scope only its Application\'s, and user.* only with an access path (organization.member_*: the tests below); test mode only test events', async () => {
   const platform = await createWebhook(t, admin, { scope: 'platform', url: receiver.url('/platform') });
   const onlyA = await createWebhook(t, await appKey(t, appA.id), { url: receiver.url('/a') });
   const onlyB = await createWebhook(t, await appKey(t, appB.id), { url: receiver.url('/b') });
