@@ -1138,9 +1138,13 @@ test('a caller who may not see a row gets 404 entitlement_not_found on GET and P
   const other = await newApp(t, admin);
   const orgRowId = await orgGrant(t, org, other.id);
   assertError(await call(t, 'GET', `/v1/entitlements/${orgRowId}`, invitee.token), 404, 'entitlement_not_found');
+  assertError(await patchEnt(t, invitee.token, orgRowId, { status: 'disabled', disabled_reason: 'x' }), 404, 'entitlement_not_found');
   assertError(await call(t, 'GET', `/v1/entitlements/${orgRowId}`, stranger.token), 404, 'entitlement_not_found');
+  assertError(await patchEnt(t, stranger.token, orgRowId, { status: 'disabled', disabled_reason: 'x' }), 404, 'entitlement_not_found');
   assert.equal((await entRow(t, ent.id))!.status, 'active');
+  assert.equal((await entRow(t, orgRowId))!.status, 'active');
   assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
+  assert.deepEqual(await entitlementEvents(t, orgRowId), []);
 });
 
 test('a move not in the status table is 409 invalid_status_transition also without disabled_reason (expired → disabled), not 422 disabled_reason_required; nothing changes', async () => {

@@ -373,6 +373,8 @@ test('PATCH members/{userId} changes the role (organization.member_role_changed)
   const pending = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${invitee.id}`, admin, { role: 'org_admin' }), 200);
   assert.equal(pending.role, 'org_admin');
   assert.equal(pending.membership_status, 'pending');
+  const pendingAudit = await orgAudit(t, org.id, 'organization.member_role_changed', invitee.id);
+  assert.deepEqual(pendingAudit.map((a) => [a.before.role, a.after.role]), [['member', 'org_admin']], 'a pending member\'s role change is audited too');
   assertError(await call(t, 'PATCH', `/v1/organizations/${org.id}/members/${a.id}`, b.token, { role: 'member' }), 403, 'forbidden');
   assert.equal((await membership(t, org.id, a.id))?.role, 'org_admin');
   const nobody = await person(t);

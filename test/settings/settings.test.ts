@@ -125,6 +125,10 @@ test('AppSettings callers are the AppProfile\'s: self and the own key need activ
   const u = await person(t);
   assertError(await appSettingsOf(u.token), 403, 'entitlement_required');
   assertError(await patchAppSettings(u.token, { overrides: { beta: true } }), 403, 'entitlement_required');
+  const ownKey = await appKey(t, app.id);
+  assertError(await appSettingsOf(ownKey, u.id), 403, 'entitlement_required');
+  assertError(await patchAppSettings(ownKey, { overrides: { beta: true } }, u.id), 403, 'entitlement_required');
+  assert.equal((await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [u.id])).length, 0, 'nothing stored without access');
   const manager = await platformKey(t, ['users.manage']);
   assertStatus(await patchAppSettings(manager, { overrides: { beta: true } }, u.id), 200);
   const audit = await auditOf(t, `${u.id}:${app.id}`, 'settings.updated');

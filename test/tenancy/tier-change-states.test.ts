@@ -73,8 +73,8 @@ test('in_progress → completed: the Tenant takes the requested tier and region,
   assert.deepEqual(changed[0].before, { tier: 'shared', region: 'us-east-1' });
   assert.equal(changed[0].after.tier, 'dedicated_region');
   assert.equal(changed[0].after.region, 'eu-west-1');
-  // Writes work again.
-  assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, owner.token), 200);
+  // Writes work again (the GET above is a read: the write gate itself is asked).
+  await assertTenantWritable(t.database.scoped('live'), owner.tenantId);
 });
 
 test('completing an isolated request puts the Tenant on isolated in us-east-1', async () => {
@@ -133,9 +133,21 @@ test('other moves answer 409 invalid_request_transition and change nothing: ever
   ];
   for (const [from, body] of moves) {
     const { owner, id } = await requestIn(from);
+    const read = async () => assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${id}`, support.token), 200);
+    const tenant = async () => {
+      const row = await tenantRow(t, owner.tenantId);
+      return [row.status, row.tier, row.region];
+    };
+    const [requestBefore, tenantBefore] = [await read(), await tenant()];
+    const auditsBefore = (await auditRows(t, 'tenant.tier_change_request_updated', owner.tenantId)).length;
+    const mailsBefore = (await mailsTo(t, owner.user.email, 'tier_change_scheduled')).length;
     const error = assertError(await patch(owner.tenantId, id, body), 409, 'invalid_request_transition');
     assert.equal(error.details.from, from);
-    assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${id}`, support.token), 200).status, from);
+    const label = `${from} ${JSON.stringify(body)}`;
+    assert.deepEqual(await read(), requestBefore, `${label}: the request is unchanged`);
+    assert.deepEqual(await tenant(), tenantBefore, `${label}: the Tenant is unchanged`);
+    assert.equal((await auditRows(t, 'tenant.tier_change_request_updated', owner.tenantId)).length, auditsBefore, `${label}: no audit row`);
+    assert.equal((await mailsTo(t, owner.user.email, 'tier_change_scheduled')).length, mailsBefore, `${label}: no mail`);
   }
 });
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/fixtures.js';
 import { newId } from '../../src/ids.js';
-import { assertError, assertStatus, buildApp, call, caller, createApplication, rand, sql, tenantOwner, type Caller } from './support.js';
+import { assertError, assertStatus, buildApp, call, caller, createApplication, rand, seedOrganization, sql, tenantOwner, type Caller } from './support.js';
 
 let t: TestApp;
 let admin: Caller;
@@ -104,8 +104,15 @@ test('seats count distinct users with a live grant; more than 1,000 seats do not
   const owner = await tenantOwner(t, { plan: 'team' });
   const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
   await seatHolders(appId, 1001);
+  // A user holding the Application both personally and through an Organization's grant is one seat.
+  const both = await createUser(t);
+  await grantSeats(appId, [both.id]);
+  const orgId = await seedOrganization(t, [{ userId: both.id, role: 'org_admin' }]);
+  const now = t.clock.now();
+  await sql(t, `INSERT INTO entitlements (id, organization_id, application_id, status, source, starts_at, member_scope, member_overrides, test_mode, created_at, updated_at, start_notified_at)
+                VALUES ($1, $2, $3, 'active', 'org_seat', $4, 'all_members', '{}', false, $4, $4, $4)`, [newId('ent'), orgId, appId, now]);
   const doc = await usage(owner.tenantId, owner.token);
-  assert.deepEqual(doc.limits.seats, { limit: null, current: 1001, included: 25 });
+  assert.deepEqual(doc.limits.seats, { limit: null, current: 1002, included: 25 });
   assert.deepEqual(doc.fits_plans, ['team', 'enterprise']);
 });
 
@@ -149,7 +156,9 @@ test("webhooks current counts the subscriptions of the Tenant's Applications (pl
 
 test('usage: owner, billing.manage and tenants.manage read it; anyone else 404 tenant_not_found; an API key 400 user_token_required', async () => {
   const owner = await tenantOwner(t);
-  for (const roles of [['billing_admin'], ['support']]) await usage(owner.tenantId, (await caller(t, roles)).token);
+  for (const token of [owner.token, (await caller(t, ['billing_admin'])).token, (await caller(t, ['support'])).token]) {
+    assert.equal((await usage(owner.tenantId, token)).tenant_id, owner.tenantId);
+  }
   assertError(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, (await caller(t)).token), 404, 'tenant_not_found');
   const key = await createApiKey(t, { permissions: ['billing.manage', 'tenants.manage'] });
   assertError(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, key.secret), 400, 'user_token_required');
