@@ -356,6 +356,29 @@ test('turning TOTP on notifies the account too (ASVS 4.0.3 V2.2.3): a confirm ma
   assert.match(mails[0].subject, /turned on/);
   assert.match(mails[0].text_body, /If this was not you/);
   assert.doesNotMatch(mails[0].text_body, new RegExp(begin.json().secret), 'the secret is never mailed');
+
+  // In its transaction: a confirm whose last write (the audit row) fails mails nothing and turns nothing on.
+  const failing = await createUser(t);
+  const failingToken = await login(t, failing);
+  const failingBegin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(failingToken) });
+  assert.equal(failingBegin.statusCode, 200, failingBegin.body);
+  alignToStep(t, 5);
+  await t.database.scoped('system').exec(`
+    CREATE OR REPLACE FUNCTION mfa_test_fail_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.action = 'user.mfa_enabled' AND NEW.target_user_id = '${failing.id}' THEN RAISE EXCEPTION 'injected audit failure'; END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER mfa_test_fail_audit BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION mfa_test_fail_audit();
+  `);
+  try {
+    const refused = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(failingToken), payload: { code: await totpCode(t, failingBegin.json().secret) } });
+    assertError(refused, 500, 'internal_error');
+  } finally {
+    await t.database.scoped('system').exec('DROP TRIGGER mfa_test_fail_audit ON audit_events; DROP FUNCTION mfa_test_fail_audit();');
+  }
+  assert.deepEqual(await mailsTo(t, failing.email, 'mfa_enabled'), [], 'no mfa_enabled mail for a confirm that did not commit');
+  assert.equal(await mfaEnabled(failingToken), false);
 });
 
 test('MFA endpoints take me or the own id; another user id is not reachable (404 user_not_found)', async () => {

@@ -215,6 +215,7 @@ test('a parameter repeated in a POST form body is the 400 page too, with no sign
   });
   assertBadRequest(res, 'state');
   assert.equal(res.headers.location, undefined);
+  assert.equal((await sql(t, 'SELECT 1 FROM sessions WHERE user_id = $1', [user.id])).length, 1, 'no sign-in: only the fixture session');
 });
 
 test('POST forms re-check the request: tampered hidden fields (unregistered redirect_uri, plain method) are the 400 page, with no sign-in attempt', async () => {
@@ -227,8 +228,9 @@ test('POST forms re-check the request: tampered hidden fields (unregistered redi
     const res = await browser.post('/signin', { ...hidden, ...change, email: user.email, password: 'wrong-password-123' });
     assertPage(res, 400, 'This sign-in request is not valid.');
   }
-  const [identity] = await sql(t, `SELECT failed_attempts FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
-  assert.equal(identity.failed_attempts, 0, 'no password was checked');
+  // recent_failures is what the lockout counts (failed_attempts is a column no sign-in writes any more).
+  const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failures, 0, 'no password was checked');
 });
 
 test('CSRF: every POST needs the page cookie and its form token; otherwise 403 and nothing is tried', async () => {
@@ -261,8 +263,9 @@ test('CSRF: every POST needs the page cookie and its form token; otherwise 403 a
     payload: new URLSearchParams(fields).toString(),
   });
   assertPage(res, 403);
-  const [identity] = await sql(t, `SELECT failed_attempts FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
-  assert.equal(identity.failed_attempts, 0, 'no password was checked');
+  // recent_failures is what the lockout counts (failed_attempts is a column no sign-in writes any more).
+  const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.failures, 0, 'no password was checked');
 });
 
 test('malformed bodies are the error page, not JSON: a non-string field, another media type', async () => {

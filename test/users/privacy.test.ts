@@ -242,11 +242,19 @@ test('an erasure request is idempotent: a repeat returns the existing request wi
   const first = assertStatus(await requestErasure('me', await login(t, user)), 202);
   const admin = await asAdmin();
   const auditCount = (await auditFor(t, user.id)).length;
+  const outboxCount = (await outboxFor(t, user.id)).length;
+  const stored = async () => ({
+    request: await sql(t, 'SELECT status, reason, requested_at, scheduled_for, requested_by_type, requested_by_id FROM erasure_requests WHERE user_id = $1', [user.id]),
+    user: await userRow(t, user.id),
+  });
+  const before = await stored();
   t.clock.advance(5);
   const again = await requestErasure(user.id, admin);
   assert.deepEqual(assertStatus(again, 202), first);
   assert.deepEqual(assertStatus(await requestErasure(user.id, admin, { reason: 'again' }), 202), first);
   assert.equal((await auditFor(t, user.id)).length, auditCount, 'no new audit rows');
+  assert.equal((await outboxFor(t, user.id)).length, outboxCount, 'no new webhook or access events');
+  assert.deepEqual(await stored(), before, 'the request (its reason and requester too) and the user row are as they were');
 });
 
 test('concurrent erasure requests for one user make one request: the same body for all, one user.erasure_requested and one user.deleted (on PostgreSQL they run at once)', async () => {
@@ -912,7 +920,7 @@ if (storageName === 'postgres') test('"a grant, an assignment or a membership ma
   }
 });
 
-test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it', async (tc) => {
+test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
   if (!TEST_DATABASE_URL) return tc.diagnostic('lock order: PostgreSQL only (the embedded database runs one transaction at a time)');
   const user = await createUser(t);
   const orgId = await createOrganization(t, [user.id]);

@@ -4,6 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
+import { createMfaUser } from '../auth/support.js';
 import {
   assertError, assertStatus, auditFor, call, createApplication, createPlatformRole, DAY, grant, liveSessionCount, mailsTo, outboxFor, sql, userRow,
   type TestApplication,
@@ -501,8 +502,11 @@ test('a superadmin\'s account is changed by another only if that one is a supera
   const managerRole = await createPlatformRole(t, ['users.list', 'users.manage']);
   const manager = await userToken(t, { roles: [managerRole] });
   const key = (await createApiKey(t, { permissions: ['users.list', 'users.manage'] })).secret;
-  const target = await userToken(t, { roles: ['superadmin'] });
+  // TOTP on, so that a reset which went through would show.
+  const target = await createMfaUser(t, { roles: ['superadmin'] });
   const id = target.user.id;
+  const profileBefore = assertStatus(await call(t, 'GET', `/v1/users/${id}/profile`, admin.token), 200);
+  const m = await mark(id);
   const attempts: [string, string, object | undefined][] = [
     ['PATCH', `/v1/users/${id}`, { email: uniqueEmail('takeover') }],
     ['PATCH', `/v1/users/${id}`, { status: 'suspended' }],
@@ -525,6 +529,10 @@ test('a superadmin\'s account is changed by another only if that one is a supera
   assert.equal(row.status, 'active');
   assert.equal(row.email, target.user.email);
   assert.ok((await liveSessionCount(t, id)) >= 1, 'the sessions stay');
+  assert.deepEqual(await since(id, m), { audit: [], outbox: [] }, 'no audit row, no event');
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/users/${id}/profile`, admin.token), 200), profileBefore, 'the Profile is as it was');
+  assert.equal(assertStatus(await call(t, 'GET', '/v1/users/me', target.token), 200).mfa_enabled, true, 'TOTP stays on');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM erasure_requests WHERE user_id = $1', [id]))[0].n, 0, 'no erasure scheduled');
   // Another superadmin may; and the manager may act on a user who is no superadmin.
   assertStatus(await call(t, 'POST', `/v1/users/${id}/suspend`, admin.token, {}), 200);
   const plain = await createUser(t);
