@@ -135,17 +135,6 @@ export async function mfaChallenge(t: TestApp, user: TestUser): Promise<string> 
   return res.json().mfa_token;
 }
 
-export async function median(samples: number, fn: () => Promise<unknown>): Promise<number> {
-  const times: number[] = [];
-  for (let i = 0; i < samples; i++) {
-    const start = process.hrtime.bigint();
-    await fn();
-    times.push(Number(process.hrtime.bigint() - start) / 1e6);
-  }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(times.length / 2)];
-}
-
 /** A tenant and an Application row (the applications API arrives later), returning the application id. */
 export async function createApplication(t: TestApp, opts: { slug: string; emailFromName?: string | null }): Promise<string> {
   const now = t.clock.now();

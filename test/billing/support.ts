@@ -6,6 +6,7 @@ import Stripe from 'stripe';
 import type { TestApp } from '../helpers/app.js';
 import { toUnixSeconds } from '../../src/clock.js';
 import { rand } from '../tenancy/support.js';
+import { unusedPort } from '../helpers/ports.js';
 
 export interface ProcessorRequest {
   method: string;
@@ -97,11 +98,8 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
 
 /** A loopback port nothing listens on (the processor is down). */
 export async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
+  // Not one listen(0) handed out: another test process could be given it while the service dials it.
+  return unusedPort();
 }
 
 export interface EventOptions {

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { projectPath } from '../../src/paths.js';
+import { freePort } from '../security/multiprocess/http.js';
 
 // The operator CLI (`npx platform <command>`), run as an operator would: the built bin/platform.js,
 // settings from the environment only, embedded storage under DATA_DIR (no DATABASE_URL).
@@ -149,7 +150,7 @@ test('an unknown option is a usage error: exit 2 with the usage, no stack trace'
 test('embedded storage is one process\'s: while the server holds DATA_DIR a command exits 1 with one line naming that process; after it stops, or with a stale lock, commands run', async () => {
   const { spawn } = await import('node:child_process');
   const { writeFile } = await import('node:fs/promises');
-  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  const port = await freePort(); // below the ephemeral range and free: see freePort
   const server = spawn(process.execPath, [BIN, 'serve'], { cwd: projectPath('.'), env: { ...env, PORT: String(port), HOST: '127.0.0.1', WORKERS: '0' }, stdio: 'ignore' });
   try {
     for (let i = 0; ; i++) {
@@ -537,7 +538,7 @@ test('README "On SIGTERM or SIGINT a process ... exits 0": the server started as
       ['npm', ['start'], 'SIGINT'],
     ] as const) {
       const what = `${command === 'npm' ? 'npm start' : (args as readonly string[]).includes('serve') ? 'platform serve' : 'node dist/src/main.js'} on ${signal}`;
-      const port = 20_000 + Math.floor(Math.random() * 20_000);
+      const port = await freePort(); // below the ephemeral range and free: see freePort
       const serveEnv = { ...env, DATA_DIR: folder, PORT: String(port), HOST: '127.0.0.1', WORKERS: '0' };
       const { child, exited } = await startServing(command, [...args], serveEnv, port);
       let stopped = false;

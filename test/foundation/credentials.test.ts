@@ -14,7 +14,7 @@ import {
   type JWK,
   type JSONWebKeySet,
 } from 'jose';
-import { buildTestApp, withStatementsSettled, type TestApp } from '../helpers/app.js';
+import { buildTestApp, withStatementsSettled, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { PASSWORD, bearer, createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import { KEY_PUBLISH_AHEAD_SECONDS } from '../../src/auth/signing-keys.js';
 
@@ -51,15 +51,6 @@ function assertInvalidToken(res: { statusCode: number; headers: Record<string, u
 async function keyRow(id: string) {
   const { rows } = await t.database.scoped('system').query('SELECT * FROM api_keys WHERE id = $1', [id]);
   return rows[0];
-}
-
-async function poll<T>(read: () => Promise<T>, done: (v: T) => boolean, timeoutMs = 3000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await read();
-    if (done(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,27 +299,32 @@ test('API key last_used_at is set on use and updated at most once a minute', asy
   const target = await createUser(t);
   const key = await createApiKey(t, { permissions: ['users.list'] });
   assert.equal((await keyRow(key.id)).last_used_at, null);
+  // The write is off the request's path: each use waits for its UPDATE to settle (no 3 s poll that a
+  // loaded machine outlasts), on a stopped clock (only advance() moves it), so the instants are exact
+  // instead of within a 5 s tolerance of the test's run time.
+  const LAST_USED = /UPDATE api_keys SET last_used_at/;
+  await withStoppedClock(t, async () => {
+    const firstUse = t.clock.now();
+    await withStatementsSettled(t, LAST_USED, async () => assert.equal((await getUser(key.secret, target.id)).statusCode, 200));
+    const first = await keyRow(key.id);
+    assert.ok(first.last_used_at instanceof Date, 'last_used_at set after use');
+    assert.equal(first.last_used_at.getTime(), firstUse.getTime(), 'last_used_at is the instant of the use');
 
-  const firstUse = t.clock.now();
-  assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
-  const first = await poll(() => keyRow(key.id), (r) => r.last_used_at !== null);
-  assert.ok(first.last_used_at instanceof Date, 'last_used_at set after use');
-  assert.ok(Math.abs(first.last_used_at.getTime() - firstUse.getTime()) < 5000, 'Math.abs(first.last_used_at.getTime() - firstUse.getTime()) < 5000');
+    // Within the minute: further uses do not rewrite it.
+    t.clock.advance(30);
+    await withStatementsSettled(t, LAST_USED, async () => {
+      assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+      assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+    });
+    const second = await keyRow(key.id);
+    assert.equal(second.last_used_at.getTime(), first.last_used_at.getTime(), 'not rewritten within a minute');
 
-  // Within the minute: further uses do not rewrite it.
-  t.clock.advance(30);
-  await withStatementsSettled(t, /UPDATE api_keys SET last_used_at/, async () => {
-    assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
-    assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
+    // A minute later the next use moves it.
+    t.clock.advance(31);
+    await withStatementsSettled(t, LAST_USED, async () => assert.equal((await getUser(key.secret, target.id)).statusCode, 200));
+    const third = await keyRow(key.id);
+    assert.equal(third.last_used_at.getTime(), first.last_used_at.getTime() + 61_000, 'updated after a minute, to the instant of that use');
   });
-  const second = await keyRow(key.id);
-  assert.equal(second.last_used_at.getTime(), first.last_used_at.getTime(), 'not rewritten within a minute');
-
-  // A minute later the next use moves it.
-  t.clock.advance(31);
-  assert.equal((await getUser(key.secret, target.id)).statusCode, 200);
-  const third = await poll(() => keyRow(key.id), (r) => r.last_used_at.getTime() !== first.last_used_at.getTime());
-  assert.ok(third.last_used_at.getTime() >= first.last_used_at.getTime() + 60_000, 'updated after a minute');
 });
 
 test('"me" with an API key gets 400 user_token_required', async () => {

@@ -539,16 +539,17 @@ if (storageName === 'postgres') {
       assert.equal((await app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
 
       proxy.stall();
+      // The answer comes at the ping's deadline (3 s, a connection's 3 s more at most; seconds more on
+      // a loaded machine); unbounded, it came when TCP gave up, some 15 minutes. 60 s is far from both.
       for (let i = 0; i < 2; i++) {
         const started = Date.now();
         const res = await Promise.race([
           app.inject({ method: 'GET', url: '/health' }),
-          new Promise<null>((resolve) => setTimeout(() => resolve(null), 15_000).unref()),
+          new Promise<null>((resolve) => setTimeout(() => resolve(null), 60_000).unref()),
         ]);
-        assert.ok(res, 'GET /health answered within 15 s');
+        assert.ok(res, `GET /health answered within 60 s (${Date.now() - started} ms)`);
         assert.equal(res.statusCode, 503, res.body);
         assertEnvelope(res.json(), 'service_unavailable');
-        assert.ok(Date.now() - started < 10_000, `answered in ${Date.now() - started} ms`);
       }
 
       proxy.resume();

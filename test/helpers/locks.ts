@@ -6,6 +6,14 @@ import pg from 'pg';
 import { TEST_DATABASE_URL, withWrappedDatabase, type TestApp } from './app.js';
 import type { Tx } from '../../src/db/types.js';
 
+/**
+ * How long (in polling sleeps, so at least that long) a probe waits for an operation of the test app to
+ * reach the lock it must wait for. The operation is a request in this process: on a loaded machine
+ * (four test processes on two cores, PostgreSQL on them too) it can take seconds to get there, and 5 s
+ * was too close. Only a defect (the operation never waits) spends the whole budget.
+ */
+const WAIT_BUDGET_MS = 30_000;
+
 /** A connection of the test's own to the test app's schema, to hold locks on or to watch them from. */
 export async function client(t: TestApp): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: TEST_DATABASE_URL!, options: `-c search_path=${t.schema}` });
@@ -14,20 +22,20 @@ export async function client(t: TestApp): Promise<pg.Client> {
 }
 
 /**
- * Waits (polling from `watcher`, up to 5 s) until a backend waits for a lock backend `pid` holds, and
+ * Waits (polling from `watcher`, up to WAIT_BUDGET_MS) until a backend waits for a lock backend `pid` holds, and
  * returns that backend's pid: its own lock chain, not another test file's on the same server.
  */
 export async function blockedBy(watcher: pg.Client, pid: number, what: string): Promise<number> {
   for (let waited = 0; ; waited += 10) {
     const { rows } = await watcher.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid]);
     if (rows[0]) return rows[0].pid;
-    if (waited >= 5000) throw new Error(`${what} never waited`);
+    if (waited >= WAIT_BUDGET_MS) throw new Error(`${what} never waited`);
     await new Promise((r) => setTimeout(r, 10));
   }
 }
 
 /**
- * Waits (polling from `watcher`, up to 5 s) until `op` has ended or a backend other than `known` waits
+ * Waits (polling from `watcher`, up to WAIT_BUDGET_MS) until `op` has ended or a backend other than `known` waits
  * for one of `blockers`: the next step of a race, not a sleep guessing how long `op` takes to get there.
  */
 export async function endedOrWaiting(watcher: pg.Client, op: Promise<unknown>, blockers: number[], known: number[], what: string): Promise<void> {
@@ -36,7 +44,7 @@ export async function endedOrWaiting(watcher: pg.Client, op: Promise<unknown>, b
   for (let waited = 0; ; waited += 10) {
     const { rows } = await watcher.query('SELECT 1 FROM pg_stat_activity WHERE pg_blocking_pids(pid) && $1::int[] AND NOT pid = ANY($2::int[])', [blockers, known]);
     if (ended || rows.length) return;
-    if (waited >= 5000) throw new Error(`${what} neither ended nor waited`);
+    if (waited >= WAIT_BUDGET_MS) throw new Error(`${what} neither ended nor waited`);
     await new Promise((r) => setTimeout(r, 10));
   }
 }
@@ -99,7 +107,7 @@ export async function probeWhileHeld<T>(
     for (let waited = 0; ; waited += 20) {
       const { rows: blocked } = await prober.query('SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [rows[0].pid]);
       if (blocked.length) break;
-      if (finished || waited > 5000) {
+      if (finished || waited > WAIT_BUDGET_MS) {
         await holder.query('ROLLBACK');
         await running;
         throw new Error('the operation never waited for the held lock');

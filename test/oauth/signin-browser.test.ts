@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { createServer as createNetServer } from 'node:net';
+import { unusedPort } from '../helpers/ports.js';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
@@ -31,13 +31,6 @@ let testKey: string;
 let app: AppFixture;
 const landed: URL[] = [];
 
-async function freePort(): Promise<number> {
-  const server = createNetServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 async function launchChromium(): Promise<Browser> {
   if (!existsSync(CHROMIUM)) {
@@ -55,7 +48,9 @@ async function launchChromium(): Promise<Browser> {
 }
 
 before(async () => {
-  const port = await freePort();
+  // The port is in the public URL the service boots with, so it is chosen before the service listens
+  // (seconds later, Chromium starting meanwhile): outside the range listen(0) and connections use.
+  const port = await unusedPort();
   // Chromium starts while the service boots; a failure of either still lets after() close the other.
   const [launched, booted] = await Promise.allSettled([launchChromium(), buildTestApp({ publicUrl: `http://localhost:${port}`, port })]);
   if (booted.status === 'fulfilled') t = booted.value;
@@ -111,7 +106,9 @@ async function screenshot(page: Page, name: string): Promise<void> {
 
 /** Waits for the landing on the redirect URI; returns its code and state after checking them. */
 async function landedWith(page: Page, state: string): Promise<string> {
-  await page.waitForURL((url) => url.href.startsWith(redirectUri), { timeout: 15_000 });
+  // A wait bound only (a defect never lands): a loaded machine can take more than 15 s for the sign-in
+  // (Argon2, Chromium and the service sharing two cores with three other test processes).
+  await page.waitForURL((url) => url.href.startsWith(redirectUri), { timeout: 60_000 });
   const url = new URL(page.url());
   assert.equal(`${url.origin}${url.pathname}`, redirectUri);
   assert.equal(url.searchParams.get('state'), state);

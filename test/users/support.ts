@@ -181,15 +181,4 @@ export async function createPlatformRole(t: TestApp, permissions: string[]): Pro
   return id;
 }
 
-/** Polls until fn returns a truthy value (for writes made off the request path). */
-export async function waitFor<T>(fn: () => Promise<T | null | undefined | false>, what: string, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await fn();
-    if (value) return value as T;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 export const DAY = 86400;

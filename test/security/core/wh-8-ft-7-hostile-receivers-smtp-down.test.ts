@@ -1,6 +1,7 @@
 // WH-8, FT-7: hostile webhook receivers on loopback (allow-private mode) and an SMTP server that is
 // down. One delivery run meets a trickling receiver, a silent socket, a TLS error and a large error
-// body at once; the bounds are generous (7 s for a 5 s deadline) because the run shares a busy machine.
+// body at once; each attempt's connection, as its receiver saw it, lasts at most the deadline plus
+// a loaded machine's lateness (7.5 s for a 5 s deadline); the run's own wall clock is not bounded.
 // An answer after 5 s is covered by test/webhooks/delivery.test.ts.
 import { test, before, after, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
@@ -48,14 +49,23 @@ async function tcpListener(c: TestContext, onSocket: (s: Socket) => void): Promi
 test('WH-8 a receiver trickling 1 byte/s after its 500 headers, a socket that never answers and a TLS error: "every attempt ends by the 5 s total deadline"; "only the first 1 KB of error bodies is kept" (a 2 MB body)', async (c) => {
   const timers: NodeJS.Timeout[] = [];
   c.after(() => timers.forEach(clearInterval));
+  // Each hostile connection's life, as its receiver saw it (request or connection → close).
+  const life: Record<'trickle' | 'silent', { from: number; to?: number }[]> = { trickle: [], silent: [] };
+  const watch = (name: keyof typeof life, emitter: { on(e: 'close', f: () => void): unknown }) => {
+    const span: { from: number; to?: number } = { from: Date.now() };
+    life[name].push(span);
+    emitter.on('close', () => (span.to = Date.now()));
+  };
   receiver.routes.set('/trickle', (_req, res) => {
+    watch('trickle', res);
     res.writeHead(500, { 'content-type': 'text/plain' });
     const timer = setInterval(() => res.write('x'), 1000);
     timers.push(timer);
     res.on('close', () => clearInterval(timer));
   });
   receiver.routes.set('/large', (_req, res) => res.writeHead(500, { 'content-type': 'text/plain' }).end('y'.repeat(2 * 1024 * 1024)));
-  const silentPort = await tcpListener(c, () => undefined);
+  // Read (and dropped), so that the client's close is seen: a paused socket never sees the FIN.
+  const silentPort = await tcpListener(c, (socket) => (watch('silent', socket), socket.resume()));
   const plainPort = await tcpListener(c, (s) => s.end('HTTP/1.1 200 OK\r\n\r\nnot tls'));
   const subs = {
     trickle: await subscribe(receiver.url('/trickle')),
@@ -70,8 +80,21 @@ test('WH-8 a receiver trickling 1 byte/s after its 500 headers, a socket that ne
   await runDelivery(t);
   const elapsed = Date.now() - started;
   const rows = Object.fromEntries(await Promise.all(Object.entries(subs).map(async ([name, id]) => [name, (await deliveriesOf(t, id))[0]] as const)));
-  figure('WH-8', `one run over 4 hostile receivers: ${elapsed} ms (deadline 5,000 ms); kept error body ${rows.large.error?.length ?? 0} characters of 2 MB`);
-  assert.ok(elapsed < 7000, `the run ended by the deadline (${elapsed} ms)`);
+  await until(() => [...life.trickle, ...life.silent].every((l) => l.to !== undefined), 30_000, 'the hostile connections to close');
+  assert.equal(life.trickle.length, 1, 'one request to the trickling receiver');
+  assert.ok(life.silent.length >= 1, 'the silent socket was dialled'); // undici may dial again as the attempt is aborted; that one closes at once
+  const [trickle, silent] = [life.trickle[0], life.silent[0]];
+  const lives = [...life.trickle, ...life.silent].map((l) => l.to! - l.from);
+  figure('WH-8', `one run over 4 hostile receivers: ${elapsed} ms; connections open (trickling, then silent) ${lives.join(', ')} ms (deadline 5,000 ms); kept error body ${rows.large.error?.length ?? 0} characters of 2 MB`);
+  // Not the run's wall clock (its database work is what a loaded machine slows; a 7 s bound on it
+  // failed for load alone): each connection's life as its receiver saw it, about 5,000 ms and some
+  // hundreds more on a loaded machine, against 10,000 for a deadline twice as long or no end at all
+  // for a deadline that a trickled byte renews (the wait above fails then). And the attempts ran at
+  // once, as they must for the run to end by the deadline: the two connections were open together
+  // (attempts one after another would open the silent one after the trickling one had closed, or
+  // the other way round).
+  for (const ms of lives) assert.ok(ms < 7500, `each attempt ended by the 5 s deadline (connections open ${lives.join(', ')} ms)`);
+  assert.ok(trickle.from < silent.to! && silent.from < trickle.to!, 'the attempts of one run were open at the same time');
   for (const [name, row] of Object.entries(rows)) {
     assert.ok(row, `${name}: a delivery row`);
     assert.notEqual(row.status, 'succeeded', `${name}: ${row.status}`);
@@ -92,7 +115,7 @@ test('WH-8 a receiver trickling 1 byte/s after its 500 headers, a socket that ne
 // healthy delivery has no slot until the first hanging attempt gives up.
 test('WH-8 100 hanging endpoints plus 1 healthy one: "the healthy endpoint\'s delivery latency is unaffected": every healthy delivery is sent while the hanging attempts hold their slots, before any of them reaches its 5 s deadline (the continuous worker, events in a row, 256 slots)', async () => {
   const hanging = 100;
-  const events = 5;
+  const events = 4; // the fourth event has no slot without the allowance; all must arrive within the hanging attempts' 5 s
   const hangs: { closed?: number }[] = [];
   for (let i = 0; i < hanging; i++) {
     receiver.routes.set(`/wh8-hang${i}`, (_req, res) => {
@@ -140,6 +163,11 @@ test('FT-7 SMTP down: the request answers 202 at once; "the email stays in the o
     assert.equal(res.statusCode, 202);
     const answeredIn = Date.now() - started;
     const mail = async () => (await sql(mailer, 'SELECT status, attempts, next_attempt_at, last_error FROM emails WHERE to_address = $1', [user.email]))[0];
+    // "At once" is causal, not timed (a wall-clock bound measured the machine's load, and a refused
+    // port fails fast, so a request that tried SMTP itself passed it anyway): the answer came before
+    // any delivery attempt, the mail still queued with no attempt and no error.
+    const answered = await mail();
+    assert.deepEqual([answered.status, answered.attempts, answered.last_error], ['queued', 0, null], 'the 202 was answered before any SMTP attempt');
     await mailer.deps.jobs.runNow('mail-delivery');
     const first = await mail();
     assert.equal(first.status, 'queued');
@@ -152,8 +180,7 @@ test('FT-7 SMTP down: the request answers 202 at once; "the email stays in the o
     const second = await mail();
     assert.equal(second.status, 'queued');
     assert.equal(second.attempts, 2, 'retried');
-    figure('FT-7', `forgot answered in ${answeredIn} ms with SMTP down; the mail stays queued (attempts ${second.attempts})`);
-    assert.ok(answeredIn < 3000, `${answeredIn} ms`);
+    figure('FT-7', `forgot answered in ${answeredIn} ms with SMTP down, before any SMTP attempt; the mail stays queued (attempts ${second.attempts})`);
   } finally {
     await mailer.close();
   }

@@ -1,7 +1,7 @@
 // Real HTTP for the [MP] tests (undici): one keep-alive pool per origin with unlimited connections,
 // so a burst of N requests runs on N sockets; network failures reject and the caller decides.
-import { createServer } from 'node:net';
 import { Agent, request } from 'undici';
+import { unusedPort } from '../../helpers/ports.js';
 
 export interface Reply {
   status: number;
@@ -46,16 +46,11 @@ export async function httpCall(base: string, node: string, method: string, path:
   };
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+/**
+ * A port for a server process to listen on: free, and below the kernel's ephemeral range, where no
+ * other test process's listen(0) or outgoing connection can take it before the child listens (CI saw a
+ * child exit with EADDRINUSE). See test/helpers/ports.ts.
+ */
+export const freePort = unusedPort;
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
