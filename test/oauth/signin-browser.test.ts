@@ -5,10 +5,10 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { unusedPort } from '../helpers/ports.js';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { unusedPort } from '../helpers/ports.js';
 import { projectPath } from '../../src/paths.js';
 import { grant, newApp, person, platformKey, type AppFixture } from '../access/support.js';
 import { createMfaUser, totpCode } from '../auth/support.js';
@@ -30,7 +30,6 @@ let redirectUri: string;
 let testKey: string;
 let app: AppFixture;
 const landed: URL[] = [];
-
 
 async function launchChromium(): Promise<Browser> {
   if (!existsSync(CHROMIUM)) {
