@@ -18,6 +18,13 @@ after(() => t.close());
 
 const logText = () => t.logs.map((line) => JSON.stringify(line)).join('\n');
 
+/** The error logged with a request that failed (its 'request failed' line). */
+function failureLogged(res: { headers: Record<string, unknown> }): { line: Record<string, unknown>; err: Record<string, unknown> } {
+  const line = t.logs.find((l) => l.msg === 'request failed' && l.reqId === res.headers['request-id']);
+  assert.ok(line, 'the failure is logged');
+  return { line, err: line.err as Record<string, unknown> };
+}
+
 test('AU-2: the request log redacts a credential a client sends in the query: a refresh token in ?refresh_token= is refused (422) and never logged, and only its holder can use it', async () => {
   const user = await createUser(t);
   const login = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: user.email, password: PASSWORD } });
@@ -70,9 +77,7 @@ test('AU-2: an unexpected database error is logged without the failed statement\
     const email = uniqueEmail('db-error');
     const res = await t.app.inject({ method: 'POST', url: '/v1/auth/signup', payload: { email, password: 'Disk-Refused-Passw0rd-7' } });
     assertError(res, 500, 'internal_error');
-    const line = t.logs.find((l) => l.msg === 'request failed' && l.reqId === res.headers['request-id']);
-    assert.ok(line, 'the failure is logged');
-    const err = line.err as Record<string, unknown>;
+    const { line, err } = failureLogged(res);
     assert.equal(err.code, '23514');
     assert.equal(err.constraint, 'refuse_every_mail');
     assert.match(String(err.query ?? 'INSERT INTO emails'), /INSERT INTO emails/, 'the statement text (placeholders only) may stay');
@@ -118,9 +123,7 @@ test('AU-2: an unexpected unique violation is logged without the key it quotes: 
     assert.equal(signup.statusCode, 201, signup.body);
     const res = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email } });
     assertError(res, 500, 'internal_error');
-    const line = t.logs.find((l) => l.msg === 'request failed' && l.reqId === res.headers['request-id']);
-    assert.ok(line, 'the failure is logged');
-    const err = line.err as Record<string, unknown>;
+    const { line, err } = failureLogged(res);
     assert.equal(err.code, '23505');
     assert.equal(err.constraint, 'refuse_second_mail');
     assert.equal(err.detail, 'Key (to_address)=([redacted]) already exists.');

@@ -6,11 +6,14 @@ import { Piscina } from 'piscina';
 const tasks = { verify: 0, hash: 0 };
 /** The Argon2 parameters (`$argon2id$v=19$m=…,t=…,p=…`) of each hash verified, in order. */
 const verified: string[] = [];
+/** The parameters part of an encoded Argon2 hash: `$argon2id$v=19$m=…,t=…,p=…`. */
+export const argon2Parameters = (hash: string): string => hash.split('$').slice(0, 4).join('$');
+
 const realRun = Piscina.prototype.run;
 Piscina.prototype.run = function run(this: Piscina, task: unknown, ...rest: unknown[]) {
   const op = (task as { op?: string } | null)?.op;
   if (op === 'verify' || op === 'hash') tasks[op]++;
-  if (op === 'verify') verified.push(String((task as { hash?: unknown }).hash).split('$').slice(0, 4).join('$'));
+  if (op === 'verify') verified.push(argon2Parameters(String((task as { hash?: unknown }).hash)));
   return (realRun as (...args: unknown[]) => Promise<unknown>).call(this, task, ...rest);
 } as typeof realRun;
 
