@@ -16,6 +16,8 @@ let admin: string;
 before(async () => {
   t = await buildTestApp();
   admin = await platformKey(t);
+  // The signing keys' background reload (one statement a minute) is no request's work: off here.
+  t.deps.keys.stop();
 });
 after(() => t.close());
 
@@ -23,10 +25,18 @@ after(() => t.close());
 function recordStatements(database: Database) {
   const original = database.scoped;
   let sent: string[] = [];
+  let running: Promise<unknown>[] = [];
   const wrap = <D extends Db>(db: D): D =>
     new Proxy(db, {
       get(target, prop) {
-        if (prop === 'query') return (text: string, params?: unknown[]) => (sent.push(text.trim().split(/\s+/).slice(0, 4).join(' ')), target.query(text, params));
+        if (prop === 'query') {
+          return (text: string, params?: unknown[]) => {
+            sent.push(text.trim().split(/\s+/).slice(0, 4).join(' '));
+            const result = target.query(text, params);
+            running.push(result.catch(() => undefined));
+            return result;
+          };
+        }
         if (prop === 'transaction') {
           return async <T>(fn: (tx: Tx) => Promise<T>) => {
             const outermost = !target.inTransaction;
@@ -47,8 +57,14 @@ function recordStatements(database: Database) {
     /** The statements of one request (and of whatever it left running after its answer). */
     async during(send: () => Promise<unknown>): Promise<string[]> {
       sent = [];
+      running = [];
       await send();
-      await sleep(50);
+      // After the answer: until 50 ms pass in which no statement starts, every one started having settled.
+      for (let seen = -1; seen !== sent.length; ) {
+        seen = sent.length;
+        await sleep(50);
+        await Promise.all(running);
+      }
       return sent;
     },
     restore: () => {
