@@ -220,6 +220,15 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
   });
   await registerOpenApi(fastify, config.publicUrl);
   registerGate(fastify, deps);
+  // An operation that takes no query parameter refuses one (422 naming query.<name>), as the lists
+  // refuse one they do not take: ignored, `logout?all_sessions=true` would end one session while the
+  // client believes it ended all. The OAuth token endpoint keeps RFC 6749's rules (§3.2: its URI may
+  // carry a query of its own; errors in its own shape), and the SSO callback answers 501 whatever a
+  // provider sends; the OpenAPI document may be fetched with a cache-busting query.
+  fastify.addHook('onRoute', (route) => {
+    if (!route.url.startsWith('/v1/') || ['/v1/auth/oauth/token', '/v1/auth/sso/:provider/callback', '/v1/openapi.json'].includes(route.url) || route.schema?.querystring) return;
+    route.schema = { ...route.schema, querystring: Type.Object({}, { additionalProperties: false }) };
+  });
 
   for (const module of modules) module.routes?.(fastify, deps);
 

@@ -48,9 +48,27 @@ const textAjv = build('array');
 /** An email address as every request body checks it (format email, at most 320 characters). */
 export const isEmailAddress = bodyAjv.compile({ type: 'string', format: 'email', maxLength: 320 }) as (value: unknown) => boolean;
 
+// Ajv coerces any text JavaScript reads as a number: "0x10" is 16, "1e1" 10, "+5" 5, "2.0" 2 and a
+// blank 0. A query integer (`limit`) is written in decimal digits; anything else is not an integer.
+const DECIMAL_INTEGER = /^-?[0-9]+$/;
+
+/** The Ajv errors of the text parameters of `schema` typed integer that are not decimal digits. */
+function nonDecimalIntegers(schema: { properties?: Record<string, { type?: unknown }> }, data: unknown): ErrorObject[] {
+  if (!schema.properties || !data || typeof data !== 'object') return [];
+  return Object.entries(schema.properties)
+    .filter(([name, property]) => property.type === 'integer' && typeof (data as Record<string, unknown>)[name] === 'string' && !DECIMAL_INTEGER.test((data as Record<string, string>)[name]!))
+    .map(([name]) => ({ instancePath: `/${name}`, schemaPath: `#/properties/${name}/type`, keyword: 'type', params: { type: 'integer' }, message: 'must be integer' }));
+}
+
 export const validatorCompiler: FastifySchemaCompiler<any> = ({ schema, httpPart }) => {
   const validate = (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object);
-  return (data: unknown) => (validate(data) ? { value: data } : { error: validate.errors as unknown as Error });
+  if (httpPart === 'body') return (data: unknown) => (validate(data) ? { value: data } : { error: validate.errors as unknown as Error });
+  return (data: unknown) => {
+    const notDecimal = nonDecimalIntegers(schema as object, data);
+    if (validate(data) && notDecimal.length === 0) return { value: data };
+    const others = (validate.errors ?? []).filter((e) => !notDecimal.some((n) => n.instancePath === e.instancePath));
+    return { error: [...notDecimal, ...others] as unknown as Error };
+  };
 };
 
 // An unpaired UTF-16 surrogate has no UTF-8 form: stored or hashed, it silently becomes U+FFFD, so two

@@ -788,6 +788,22 @@ test('RFC 9110 §13.1.2 If-None-Match "An origin server MUST NOT perform the req
   assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 1);
 });
 
+test('RFC 9110 §13.2.2 "When If-Match is present … if false, respond 412 (Precondition Failed)", on a GET too: a GET under an If-Match naming no current ETag (a stale tag, a weak W/ tag of the current one) is 412 precondition_failed (details.etag) without the row; the current tag, in a list or `*`, is 200 with it', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const etag = (await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag as string;
+  const get = (ifMatch: string) => t.app.inject({ method: 'GET', url: `/v1/entitlements/${ent.id}`, headers: { authorization: `Bearer ${admin}`, 'if-match': ifMatch } });
+  for (const tag of ['"stale"', `W/${etag}`]) {
+    const error = assertError(await get(tag), 412, 'precondition_failed');
+    assert.equal(error.details.etag, etag, tag);
+  }
+  for (const tag of [etag, `"stale", ${etag}`, '*']) {
+    const res = await get(tag);
+    assert.equal(assertStatus(res, 200).id, ent.id, tag);
+    assert.equal(res.headers.etag, etag, tag);
+  }
+});
+
 test('"A retry with the same key returns the original result": a PATCH replayed under its Idempotency-Key carries the ETag it first answered, so the client\'s next If-Match still holds', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);
@@ -896,6 +912,24 @@ test('DELETE hard-removes a fresh grant made in error: 204, entitlement.deleted,
   assert.equal(deleted[0].data.entitlement.id, ent.id);
   assert.deepEqual((await accessEvents(t, user.id, app.id)).at(-1), ['access.revoked', 'entitlement_deleted', 'none']);
   assertError(await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin), 404, 'entitlement_not_found');
+});
+
+test('RFC 9110 §13.1.1 "An origin server MUST NOT perform the requested method if a received If-Match condition evaluates to false" (§13.1.2 likewise for If-None-Match): a DELETE under a stale If-Match, a weak W/ tag of the current one, or an If-None-Match naming the current ETag or `*` is 412 precondition_failed (details.etag) and removes nothing; the current ETag, alone or in a list, lets it go on (204)', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const etag = (await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag as string;
+  const del = (headers: Record<string, string>) =>
+    t.app.inject({ method: 'DELETE', url: `/v1/entitlements/${ent.id}`, headers: { authorization: `Bearer ${admin}`, ...headers } });
+  for (const headers of [{ 'if-match': '"stale"' }, { 'if-match': `W/${etag}` }, { 'if-none-match': etag }, { 'if-none-match': '*' }] as Record<string, string>[]) {
+    const error = assertError(await del(headers), 412, 'precondition_failed');
+    assert.equal(error.details.etag, etag, JSON.stringify(headers));
+  }
+  assert.equal((await entRow(t, ent.id))!.status, 'active', 'nothing removed');
+  assert.equal((await outbox(t, { entitlementId: ent.id, types: ['entitlement.deleted'] })).length, 0);
+  assert.equal((await auditOf(t, ent.id, 'entitlement.deleted')).length, 0);
+  assert.equal((await del({ 'if-match': `"stale", ${etag}`, 'if-none-match': '"stale"' })).statusCode, 204);
+  assert.equal(await entRow(t, ent.id), undefined);
+  assert.equal((await outbox(t, { entitlementId: ent.id, types: ['entitlement.deleted'] })).length, 1);
 });
 
 test('"entitlement.expired | ends_at passed": DELETE of a row whose ends_at passed before the sweep expires it first (entitlement.expired, its audit row, access.revoked entitlement_expired), then entitlement.deleted carries that last state, expired', async () => {

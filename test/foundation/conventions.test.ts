@@ -570,7 +570,7 @@ test('list filters: an empty filter value ("?order_id=") is 422 validation_faile
   }
 });
 
-test('list pagination: limit is 1–100 (limit=100 is accepted, limit=0 is 422 naming query.limit) and defaults to 20 rows a page', async () => {
+test('list pagination: limit is 1–100 in decimal digits (limit=100 and limit=021 are accepted; limit=0, and limit=0x10, 1e1, +5, 2.0 or a blank, which JavaScript would read as numbers, are 422 naming query.limit) and defaults to 20 rows a page', async () => {
   // The audit trail: every user created below adds to it.
   const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;
   for (let i = 0; i < 21; i++) await createUser(t);
@@ -585,6 +585,15 @@ test('list pagination: limit is 1–100 (limit=100 is accepted, limit=0 is 422 n
   const zero = await list('?limit=0');
   assert.equal(zero.statusCode, 422, zero.body);
   assert.deepEqual(zero.json().error.details.fields.map((f: { path: string }) => f.path), ['query.limit']);
+  const decimal = await list('?limit=021');
+  assert.equal(decimal.statusCode, 200, decimal.body);
+  assert.equal(decimal.json().data.length, 21, 'limit=021 is twenty-one, read in decimal');
+  for (const limit of ['0x10', '1e1', '+5', '2.0', '%20', '%205']) {
+    const res = await list(`?limit=${limit}`);
+    assert.equal(res.statusCode, 422, `limit=${limit}: ${res.body.slice(0, 200)}`);
+    assert.equal(res.json().error.code, 'validation_failed');
+    assert.deepEqual(res.json().error.details.fields, [{ path: 'query.limit', message: 'must be integer' }], `limit=${limit}`);
+  }
 });
 
 test('test mode: test credentials never see live rows and live credentials never see test rows', async () => {

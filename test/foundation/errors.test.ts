@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { deflateSync, gzipSync } from 'node:zlib';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { bearer, userToken } from '../helpers/fixtures.js';
+import { bearer, createUser, login, userToken } from '../helpers/fixtures.js';
 
 let t: TestApp;
 before(async () => {
@@ -183,6 +183,32 @@ test('oversize body gets 413 payload_too_large', async () => {
   });
   assert.equal(res.statusCode, 413);
   assertEnvelope(res.json(), 'payload_too_large');
+});
+
+test('a query parameter the operation does not take is 422 validation_failed naming query.<name>, as on the lists, never ignored: logout?all_sessions=true ends no session, PATCH settings?theme=dark changes nothing, GET users/me?expand=x is refused', async () => {
+  const user = await createUser(t);
+  const [first, second] = [await login(t, user), await login(t, user)];
+  const logout = await t.app.inject({ method: 'POST', url: '/v1/auth/logout?all_sessions=true', headers: bearer(first) });
+  assert.equal(logout.statusCode, 422, logout.body);
+  assertEnvelope(logout.json(), 'validation_failed');
+  assert.deepEqual(logout.json().error.details.fields, [{ path: 'query.all_sessions', message: 'is not a known field' }]);
+  for (const token of [first, second]) assert.equal((await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(token) })).statusCode, 200, 'no session ended');
+
+  const patch = await t.app.inject({ method: 'PATCH', url: '/v1/users/me/settings?theme=dark', headers: bearer(first), payload: { locale: 'fr' } });
+  assert.equal(patch.statusCode, 422, patch.body);
+  assert.deepEqual(patch.json().error.details.fields, [{ path: 'query.theme', message: 'is not a known field' }]);
+  const settings = (await t.app.inject({ method: 'GET', url: '/v1/users/me/settings', headers: bearer(first) })).json();
+  assert.deepEqual([settings.theme, settings.locale], ['system', 'en'], 'nothing changed');
+
+  const me = await t.app.inject({ method: 'GET', url: '/v1/users/me?expand=x', headers: bearer(first) });
+  assert.equal(me.statusCode, 422, me.body);
+  assert.deepEqual(me.json().error.details.fields, [{ path: 'query.expand', message: 'is not a known field' }]);
+});
+
+test('the OpenAPI document ignores a query (a cache-buster): GET /v1/openapi.json?v=2 is the document', async () => {
+  const res = await t.app.inject({ method: 'GET', url: '/v1/openapi.json?v=2' });
+  assert.equal(res.statusCode, 200, res.body);
+  assert.match(res.json().openapi, /^3\./);
 });
 
 test('a non-JSON content type gets 415 unsupported_media_type', async () => {

@@ -41,7 +41,13 @@ export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string
  * RFC 9110 §13.1.1: `*`, or a list of entity tags (one header with commas, or the header sent twice,
  * which Node joins with a comma) of which any may match the current ETag, compared strongly.
  */
-const ifMatchHolds = (header: string, etag: string): boolean => header.trim() === '*' || header.split(',').some((tag) => tag.trim() === etag);
+export const ifMatchHolds = (header: string, etag: string): boolean => header.trim() === '*' || header.split(',').some((tag) => tag.trim() === etag);
+
+/** A write's If-Match and If-None-Match against the row's current ETag: 412 precondition_failed naming it when either is false. */
+export function assertPreconditions(row: EntitlementRow, ifMatch: string | undefined, ifNoneMatch: string | undefined): void {
+  if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
+  if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
+}
 
 /** PATCH /v1/entitlements/{id}: status moves, term, trial conversion, order id, member scope. */
 export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined, ifNoneMatch?: string): Promise<{ entitlement: Entitlement; etag: string }> {
@@ -64,8 +70,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
     // Only a write the caller may make waits for a migration: anyone else is refused as at any time
     // (403, not 503 with a Retry-After whose retry would be refused).
     await assertAppTenantWritable(tx, row.application_id);
-    if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
-    if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
+    assertPreconditions(row, ifMatch, ifNoneMatch);
     // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
     // work is done first, in this transaction, and the request moves the expired row.
     row = await expireIfEnded(tx, ctx, row);

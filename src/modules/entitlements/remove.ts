@@ -4,7 +4,7 @@ import { ApiError } from '../../errors.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits } from '../tenancy/seats.js';
 import { visibleEntitlement } from './read.js';
-import { affectedUsers, assertHoldingOrgActive } from './patch.js';
+import { affectedUsers, assertHoldingOrgActive, assertPreconditions } from './patch.js';
 import { announceEntitlementDeleted } from './grant.js';
 import { expireIfEnded } from './jobs.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
@@ -18,7 +18,7 @@ export const DELETE_WINDOW_SECONDS = 24 * 3600;
  * DELETE /v1/entitlements/{id}: entitlements.manage (platform or the Application's own key); a
  * restricted key is refused (403) after the refusals that hold for every caller.
  */
-export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
+export async function deleteEntitlement(ctx: Ctx, id: string, ifMatch?: string, ifNoneMatch?: string): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     await lockEntitlementScope(tx, id);
@@ -35,6 +35,9 @@ export async function deleteEntitlement(ctx: Ctx, id: string): Promise<void> {
     if (ctx.now.getTime() - row.created_at.getTime() > DELETE_WINDOW_SECONDS * 1000) {
       throw new ApiError('entitlement_too_old', { details: { max_age_seconds: DELETE_WINDOW_SECONDS } });
     }
+    // RFC 9110 §13.1.1, §13.1.2: the row's ETag guards a removal as it guards a PATCH, judged once the
+    // DELETE would otherwise succeed (§13.2.1: a refused request ignores its preconditions).
+    assertPreconditions(row, ifMatch, ifNoneMatch);
     // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
     // work is done first, as a PATCH or a new grant does, so entitlement.expired is announced and
     // entitlement.deleted carries the row's last state, expired.

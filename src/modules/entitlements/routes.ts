@@ -1,18 +1,21 @@
 import { Type } from '@sinclair/typebox';
 import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
+import { ApiError } from '../../errors.js';
 import { ctxOf } from '../../http/gate.js';
 import { ListOf, UserIdParam } from '../../http/schemas.js';
 import { Entitlement, EntitlementIdParam, EntitlementListItem, EntitlementQuery, GrantBody, PatchEntitlementBody, UserEntitlementQuery } from './schemas.js';
 import { grantPersonal } from './grant.js';
 import { listEntitlements, listUserEntitlements, visibleEntitlement } from './read.js';
-import { patchEntitlement } from './patch.js';
+import { ifMatchHolds, patchEntitlement } from './patch.js';
 import { deleteEntitlement } from './remove.js';
 import { etagOf, ifNoneMatchHolds, toEntitlement } from './store.js';
 
 const tags = ['Entitlements'];
 /** The row's strong ETag, for If-Match on the next PATCH. */
-const ETAG = { ETag: 'A strong tag of the row as returned; send it as If-Match on a PATCH (412 precondition_failed once the row changed).' };
+const ETAG = { ETag: 'A strong tag of the row as returned; send it as If-Match on a PATCH or DELETE (412 precondition_failed once the row changed).' };
+/** RFC 9110 §13.1.1, §13.1.2: the preconditions a write (PATCH, DELETE) is judged under. */
+const PreconditionHeaders = Type.Object({ 'if-match': Type.Optional(Type.String({ maxLength: 200 })), 'if-none-match': Type.Optional(Type.String({ maxLength: 200 })) });
 
 export function entitlementRoutes(app: App, deps: Deps): void {
   app.get('/v1/users/:id/entitlements', {
@@ -43,16 +46,19 @@ export function entitlementRoutes(app: App, deps: Deps): void {
   app.get('/v1/entitlements/:id', {
     schema: {
       summary: 'Fetch an Entitlement',
-      description: 'With If-None-Match naming the current ETag (or `*`): 304 without a body (RFC 9110 §13.1.2).',
+      description: 'With If-None-Match naming the current ETag (or `*`): 304 without a body (RFC 9110 §13.1.2); with an If-Match naming none of it: 412.',
       tags,
       params: EntitlementIdParam,
       response: { 200: Entitlement, 304: Type.Null({ description: 'Not modified: the If-None-Match tag is current.' }) },
     },
-    config: { meta: { auth: 'any', errors: ['entitlement_not_found'], headers: ETAG } },
+    config: { meta: { auth: 'any', errors: ['entitlement_not_found', 'precondition_failed'], headers: ETAG } },
     handler: async (request, reply) => {
       const { row } = await visibleEntitlement(ctxOf(deps, request), request.params.id);
       const etag = etagOf(row);
       reply.header('etag', etag);
+      // RFC 9110 §13.2.2: If-Match first, on a GET too (412 when no listed tag is the current one).
+      const ifMatch = request.headers['if-match'];
+      if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etag)) throw new ApiError('precondition_failed', { details: { etag } });
       const ifNoneMatch = request.headers['if-none-match'];
       // No payload at all: a 304 has no body and no Content-Length of its own (RFC 9110 §15.4.5).
       if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etag)) return reply.code(304).send(undefined as never);
@@ -65,7 +71,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
       description: 'Send If-Match with the ETag when two operators might act on one row (412 on a stale write); an If-None-Match naming the current ETag, or `*`, is 412 too.',
       tags,
       params: EntitlementIdParam,
-      headers: Type.Object({ 'if-match': Type.Optional(Type.String({ maxLength: 200 })), 'if-none-match': Type.Optional(Type.String({ maxLength: 200 })) }),
+      headers: PreconditionHeaders,
       body: PatchEntitlementBody,
       response: { 200: Entitlement },
     },
@@ -85,10 +91,17 @@ export function entitlementRoutes(app: App, deps: Deps): void {
     },
   });
   app.delete('/v1/entitlements/:id', {
-    schema: { summary: 'Hard-remove a grant made in error', tags, params: EntitlementIdParam, response: { 204: Type.Null() } },
-    config: { meta: { auth: 'any', permission: 'entitlements.manage', destructive: 'always', destructiveGate: 'service', errors: ['entitlement_not_found', 'entitlement_order_linked', 'entitlement_too_old', 'organization_suspended'] } },
+    schema: {
+      summary: 'Hard-remove a grant made in error',
+      description: 'An If-Match that names no current ETag, or an If-None-Match naming it (or `*`), is 412 and removes nothing.',
+      tags,
+      params: EntitlementIdParam,
+      headers: PreconditionHeaders,
+      response: { 204: Type.Null() },
+    },
+    config: { meta: { auth: 'any', permission: 'entitlements.manage', destructive: 'always', destructiveGate: 'service', errors: ['entitlement_not_found', 'entitlement_order_linked', 'entitlement_too_old', 'organization_suspended', 'precondition_failed'] } },
     handler: async (request, reply) => {
-      await deleteEntitlement(ctxOf(deps, request), request.params.id);
+      await deleteEntitlement(ctxOf(deps, request), request.params.id, request.headers['if-match'], request.headers['if-none-match']);
       reply.code(204);
       return null;
     },
