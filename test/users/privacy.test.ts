@@ -2,7 +2,7 @@
 // of test data. Tests here move the clock forward by days; each signs in again as it needs.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, pausedAfter, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, storageName, TEST_DATABASE_URL, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { purgeTestData } from '../../src/modules/users/purge.js';
 import { blockedBy, client, commitWhileWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
@@ -156,6 +156,40 @@ test('the export never contains a password hash, MFA secret, token or key secret
   for (const column of ['password_hash', 'totp_secret', 'token_hash', 'secret_hash', 'code_hash']) assert.ok(!text.includes(column), column);
 });
 
+test('the export holds only the user\'s own rows: another user\'s sessions, Entitlement, AppProfile and AppSettings on the same Application are not in it', async () => {
+  const r = await richUser();
+  const other = r.buddy;
+  await login(t, other);
+  t.clock.advance(1); // the other user's grant is the newer one on the Application
+  await grant(t, other.id, r.app.id);
+  await sql(t, `INSERT INTO app_profiles (user_id, application_id, display_handle, custom, updated_at) VALUES ($1, $2, 'someone-else', '{"fav":"red"}', now())`, [other.id, r.app.id]);
+  await sql(t, `INSERT INTO app_settings (user_id, application_id, overrides, updated_at) VALUES ($1, $2, '{"dark":false}', now())`, [other.id, r.app.id]);
+  const otherApp = await createApplication(t);
+  await grant(t, other.id, otherApp.id);
+  const bundle = assertStatus(await exportOf('me', r.session.access_token), 200);
+  const own = await sql<{ id: string }>(t, 'SELECT id FROM sessions WHERE user_id = $1 ORDER BY created_at', [r.user.id]);
+  assert.deepEqual(bundle.sessions.map((s: { id: string }) => s.id), own.map((s) => s.id));
+  assert.deepEqual(bundle.applications.map((a: any) => a.application_id), [r.app.id]);
+  const [app] = bundle.applications;
+  assert.equal(app.entitlement.id, r.entitlementId);
+  assert.deepEqual([app.app_profile.display_handle, app.app_profile.custom], ['handle', { fav: 'blue' }]);
+  assert.deepEqual(app.app_settings, { dark: true });
+});
+
+test('the export\'s identities show mfa_enabled as the User does: a TOTP enrolment begun but never confirmed is not mfa_enabled; once confirmed it is', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const begun = assertStatus(await call(t, 'POST', '/v1/users/me/mfa/totp', token), 200);
+  assert.ok(begun.secret, 'precondition: an enrolment is under way');
+  const pending = assertStatus(await exportOf('me', token), 200);
+  assert.deepEqual(pending.identities.map((i: any) => [i.method, i.mfa_enabled]), [['password', false]]);
+  assert.equal(pending.user.mfa_enabled, false);
+  assertStatus(await call(t, 'POST', '/v1/users/me/mfa/totp/confirm', token, { code: await totpCode(t, begun.secret) }), 200);
+  const enabled = assertStatus(await exportOf('me', token), 200);
+  assert.deepEqual(enabled.identities.map((i: any) => [i.method, i.mfa_enabled]), [['password', true]]);
+  assert.equal(enabled.user.mfa_enabled, true);
+});
+
 test('export is limited to 5 calls per user per day (self and admin calls count together): the 6th gets 429 rate_limited with Retry-After; the next day it works again', async () => {
   alignToDay(60);
   const user = await createUser(t);
@@ -267,13 +301,18 @@ test('concurrent erasure requests for one user make one request: the same body f
   assert.equal((await auditFor(t, user.id, 'user.deleted')).length, 1);
 });
 
-test('an erasure request is allowed for an already soft-deleted user when users.manage', async () => {
+test('an erasure request is allowed for an already soft-deleted user when users.manage: the user stays deleted as they were (no second user.deleted, deleted_at unchanged)', async () => {
   const user = await createUser(t);
   const admin = await asAdmin();
   assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}`, admin)).statusCode, 204);
+  const deletedAt = (await userRow(t, user.id))!.deleted_at;
+  t.clock.advance(60);
   const body = assertStatus(await requestErasure(user.id, admin), 202);
   assert.equal(body.status, 'scheduled');
   assert.equal((await auditFor(t, user.id, 'user.erasure_requested')).length, 1);
+  assert.equal((await auditFor(t, user.id, 'user.deleted')).length, 1);
+  assert.equal((await outboxFor(t, user.id)).filter((e) => e.type === 'user.deleted').length, 1);
+  assert.deepEqual((await userRow(t, user.id))!.deleted_at, deletedAt);
 });
 
 test('DELETE /v1/users/{id}/erasure-requests/current (users.manage) cancels inside the window: 204, the user stays soft-deleted; a second cancel gets 404 erasure_not_scheduled; then the user can be restored', async () => {
@@ -338,6 +377,74 @@ test('the hard-delete cascade runs 7 days after the request, not before', async 
   assert.equal((await sql(t, 'SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]))[0].status, 'completed');
 });
 
+test('"7 days later", on the clock: at scheduled_for itself the erasure can no longer be cancelled (404 erasure_not_scheduled) and the cascade erases the user', async () => {
+  const user = await createUser(t);
+  const scheduledFor = await withStoppedClock(t, async () => {
+    const requested = assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+    t.clock.advance((Date.parse(requested.scheduled_for) - t.clock.now().getTime()) / 1000);
+    assert.equal(t.clock.now().toISOString(), requested.scheduled_for);
+    assertError(await cancelErasure(user.id, await asAdmin()), 404, 'erasure_not_scheduled');
+    await t.deps.jobs.runNow('erasure-cascade');
+    return requested.scheduled_for;
+  });
+  assert.equal(new Date((await userRow(t, user.id))!.erased_at).toISOString(), scheduledFor, 'erased by the run at scheduled_for');
+  assert.equal((await auditFor(t, user.id, 'user.erasure_cancelled')).length, 0);
+  assert.equal((await auditFor(t, user.id, 'user.erased')).length, 1);
+});
+
+test('"Erasure clears everything exported": a mail recorded against no user but sent to the erased user\'s address before their deletion (a Tenant owner\'s notice, such as webhook_disabled) goes with the cascade; one to another address, or queued after the deletion to the address someone reused, stays', async () => {
+  const user = await createUser(t);
+  const other = uniqueEmail('notice-other');
+  const notice = (id: string, to: string, at: Date) =>
+    sql(t, `INSERT INTO emails (id, template, to_address, subject, text_body, test_mode, next_attempt_at, created_at) VALUES ($1, 'webhook_disabled', $2, 'Webhook disabled', 'A subscription was disabled.', false, $3, $3)`, [id, to, at]);
+  const before = new Date(t.clock.now().getTime() - 60_000);
+  await notice(`eml_${rand()}`, user.email.toUpperCase(), before);
+  await notice(`eml_${rand()}`, other, before);
+  assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  const reused = `eml_${rand()}`;
+  await notice(reused, user.email, new Date(t.clock.now().getTime() + 1_000));
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  const left = await sql<{ id: string; to_address: string }>(t, 'SELECT id, to_address FROM emails WHERE lower(to_address) IN (lower($1), lower($2))', [user.email, other]);
+  assert.deepEqual(left.map((m) => m.to_address).sort(), [other, user.email].sort(), 'the notice to the erased address before deletion is gone; the others stay');
+  assert.ok(left.some((m) => m.id === reused));
+});
+
+test('"Erasure clears everything exported": the tombstone user row keeps none of the exported User fields: no address, pending address, signup Application or last sign-in time', async () => {
+  const app = await createApplication(t);
+  const email = uniqueEmail('tombstone');
+  assertStatus(await call(t, 'POST', '/v1/auth/signup', null, { email, password: 'tombstone-Passw0rd-here', application_id: app.id }), 201);
+  const [{ id }] = await sql<{ id: string }>(t, 'SELECT id FROM users WHERE email = $1', [email]);
+  const user = { id, email, password: 'tombstone-Passw0rd-here', mode: 'live' as const };
+  const token = await login(t, user);
+  const pendingEmail = uniqueEmail('tombstone-pending');
+  assertStatus(await call(t, 'PATCH', '/v1/users/me', token, { email: pendingEmail }), 200);
+  const before = await userRow(t, user.id);
+  assert.deepEqual([before!.pending_email, before!.signup_application_id, before!.last_login_at !== null], [pendingEmail, app.id, true], 'precondition');
+  assertStatus(await requestErasure('me', token), 202);
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  const row = await userRow(t, user.id);
+  assert.deepEqual(
+    [row!.email, row!.pending_email, row!.signup_application_id, row!.last_login_at, row!.erased_at !== null],
+    [`erased+${user.id.toLowerCase()}@erased.invalid`, null, null, null, true],
+  );
+});
+
+test('a test-mode user\'s erasure stays in test mode: the cascade\'s user.erased and entitlement.deleted audit rows and its entitlement.deleted webhook are test-mode rows, as the grant was', async () => {
+  const user = await createUser(t, { mode: 'test' });
+  const app = await createApplication(t);
+  const entitlementId = await grant(t, user.id, app.id, { mode: 'test' });
+  assertStatus(await requestErasure('me', await login(t, user)), 202);
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased');
+  const audit = await sql(t, `SELECT action, test_mode FROM audit_events WHERE target_user_id = $1 AND action IN ('user.erased', 'entitlement.deleted') ORDER BY action`, [user.id]);
+  assert.deepEqual(audit, [{ action: 'entitlement.deleted', test_mode: true }, { action: 'user.erased', test_mode: true }]);
+  const events = await sql(t, `SELECT type, test_mode FROM outbox_events WHERE type = 'entitlement.deleted' AND data->'entitlement'->>'id' = $1`, [entitlementId]);
+  assert.deepEqual(events, [{ type: 'entitlement.deleted', test_mode: true }]);
+});
+
 test('the erasure cascade clears everything exported except global Settings (also memberships and member_overrides), and audit events persist with snapshot values redacted', async () => {
   const r = await richUser();
   const admin = await asAdmin();
@@ -354,12 +461,13 @@ test('the erasure cascade clears everything exported except global Settings (als
   assertStatus(await call(t, 'POST', '/v1/auth/signup', null, { email: secondEmail, password: 'another-Passw0rd-here' }), 201);
   const othersMail = await sql<{ id: string }>(t, `SELECT id FROM emails WHERE lower(to_address) = lower($1) AND template = 'email_verification' ORDER BY created_at DESC LIMIT 1`, [secondEmail]);
 
+  assert.ok((await count('access_states', 'user_id = $1', [r.user.id])) > 0, 'precondition: the user\'s announced access states');
   t.clock.advance(7 * DAY + 1);
   const result = await t.deps.jobs.runNow('erasure-cascade');
   assert.ok(Number(result.erased) >= 1, JSON.stringify(result));
 
   const id = r.user.id;
-  for (const table of ['identities', 'sessions', 'role_assignments', 'organization_members', 'app_profiles', 'app_settings', 'entitlements', 'profiles', 'recovery_codes', 'one_time_tokens']) {
+  for (const table of ['identities', 'sessions', 'role_assignments', 'organization_members', 'app_profiles', 'app_settings', 'entitlements', 'profiles', 'recovery_codes', 'one_time_tokens', 'access_states']) {
     assert.equal(await count(table, 'user_id = $1', [id]), 0, `${table} cleared`);
   }
   assert.equal(await count('settings', 'user_id = $1', [id]), 1, 'global Settings remain');
@@ -622,6 +730,19 @@ test('the test purge is a hard delete like the erasure cascade: a stored Idempot
   assert.equal(retry.headers['idempotent-replayed'], undefined, 'not a replay of the stored answer');
   assertError(retry, 404, 'user_not_found');
   for (const value of ['Purged Person', 'purged-contact@example.org']) assert.ok(!retry.body.includes(value), `the retry shows ${value}`);
+});
+
+test('the test purge takes an erased test user older than 30 days with the record of their completed erasure request', async () => {
+  const user = await createUser(t, { mode: 'test' });
+  assertStatus(await requestErasure('me', await login(t, user)), 202);
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.deepEqual(await sql(t, 'SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]), [{ status: 'completed' }], 'precondition');
+  t.clock.advance(31 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal(await userRow(t, user.id), undefined, 'the erased test user is purged');
+  assert.equal(await count('erasure_requests', 'user_id = $1', [user.id]), 0);
+  assert.equal(await count('settings', 'user_id = $1', [user.id]), 0);
 });
 
 test('only test rows older than 30 days are purged: a test user 29 days old stays, with its profile and sessions', async () => {
