@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
   accessEvents, appKey, assertError, createOrgApi, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
-  assertInvalid, DAY, grant, inSeconds, patchEnt, person, platformKey, sql,
+  assertInvalid, auditOf, DAY, grant, grantReq, inSeconds, patchEnt, person, platformKey, sql,
 } from './support.js';
 
 let t: TestApp;
@@ -345,6 +345,27 @@ test('on a restricted Tenant an org grant gives 402 subscription_required only w
     assert.equal((await effective(t, admin, newcomer.id, appB.id)).allowed, false);
   } finally {
     await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [appB.tenant_id]);
+  }
+});
+
+test('on a restricted Tenant only "a new seat gives 402 subscription_required": a personal grant to a member who holds the seat through an org grant is 201 (entitlement.granted, no access.granted), one to a seatless user 402 and nothing written', async () => {
+  const org = await orgWithMembers(t, admin, 0);
+  const seated = org.owner;
+  const app = await newApp(t, admin);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const seatless = await person(t);
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [app.tenant_id]);
+  try {
+    const err = assertError(await grantReq(t, admin, seatless.id, { application_id: app.id, source: 'admin_grant' }), 402, 'subscription_required');
+    assert.deepEqual([err.details.tenant_id, err.details.resource], [app.tenant_id, 'seats']);
+    assert.deepEqual(await sql(t, 'SELECT id FROM entitlements WHERE user_id = $1', [seatless.id]), []);
+    const ent = assertStatus(await grantReq(t, admin, seated.id, { application_id: app.id, source: 'admin_grant' }), 201);
+    assert.equal(ent.status, 'active');
+    assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted']);
+    assert.equal((await auditOf(t, ent.id, 'entitlement.granted')).length, 1);
+    assert.deepEqual(await accessEvents(t, seated.id, app.id), [GRANTED], 'access did not flip: only the org grant\'s access.granted');
+  } finally {
+    await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [app.tenant_id]);
   }
 });
 

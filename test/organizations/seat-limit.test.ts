@@ -242,6 +242,25 @@ test('a freed seat goes to the oldest seat_limit member the grant still includes
   assert.equal(usage.limits.seats.current, 1000);
 });
 
+test('a freed seat goes to the oldest seat_limit member a live grant still includes: a marked member whose marked grant has since been disabled takes no seat ("by scope, disabled or ended"), so removing a member gives the seat to the next one in the same transaction', async () => {
+  const { app } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const other = await orgWithMembers(t, admin, 0);
+  const disabled = await orgGrantApi(t, admin, other.id, app.id);
+  const next = await person(t);
+  assertStatus(await addById(t, admin, org.id, next.id, 'org_admin'), 201);
+  for (const u of [other.owner, next]) assert.equal((await decisionOf(u.id, app.id)).decision, 'seat_limit');
+  assertStatus(await patchEnt(t, admin, disabled.id, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  assertStatus(await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${org.owner.id}`, admin), 204);
+  assert.deepEqual(await decisionOf(next.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, next.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.equal((await effective(t, admin, other.owner.id, app.id)).allowed, false);
+  assert.deepEqual(await accessEvents(t, other.owner.id, app.id), []);
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${await tenantOf(app.id)}/usage`, app.owner!.token), 200);
+  assert.equal(usage.limits.seats.current, 1000);
+});
+
 test("a personal grant adding a new seat beyond Starter's 1,000 gives 409 plan_limit_reached (resource seats) and writes nothing; the 1,000th seat is granted", async () => {
   const { app } = await starterAppWithSeats(999);
   const grantTo = (userId: string) => call(t, 'POST', `/v1/users/${userId}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` });

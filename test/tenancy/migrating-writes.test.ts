@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
-import { probeWhileHeld } from '../helpers/locks.js';
+import { blockedBy, client, endedOrWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { assertError, assertStatus, call, grant, newApp, person, platformKey, sql, type InjectResponse } from '../access/support.js';
 
 let t: TestApp;
@@ -212,4 +212,34 @@ if (storageName === 'postgres') test('"while a Tenant is migrating, writes to it
   );
   assert.equal(probeLocked, false, 'the migration could start while a write that found the Tenant active was still running');
   assert.deepEqual(assertStatus(result, 200).overrides, { color: 'red' });
+});
+
+if (storageName === 'postgres') test('"while a Tenant is migrating, writes to its data return 503": a tier-change move to in_progress waits for a write that found the Tenant active, and the Tenant reads migrating only once that write has committed (PostgreSQL)', async () => {
+  const app = await newApp(t, admin, { settings_schema: { type: 'object', properties: { color: { type: 'string' } } } });
+  await setTenant(app.tenant_id, { plan: 'enterprise' });
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  const request = assertStatus(await call(t, 'POST', `/v1/tenants/${app.tenant_id}/tier-change-requests`, admin, { requested_tier: 'isolated', reason: 'Isolation' }), 201);
+  const [holder, watcher] = [await client(t), await client(t)];
+  try {
+    // The AppSettings PATCH finds the Tenant active, then waits for the user row the test holds.
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM users WHERE id = $1 FOR KEY SHARE', [u.id]);
+    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+    const writing = call(t, 'PATCH', `/v1/users/me/apps/${app.id}/settings`, u.token, { overrides: { color: 'red' } });
+    const writePid = await blockedBy(watcher, holderPid, 'the AppSettings write');
+    let moved = false;
+    const moving = call(t, 'PATCH', `/v1/tenants/${app.tenant_id}/tier-change-requests/${request.id}`, admin, { status: 'in_progress' }).finally(() => (moved = true));
+    await endedOrWaiting(watcher, moving, [writePid], [], 'the tier-change move');
+    assert.equal(moved, false, 'the migration started while a write that found the Tenant active was still running');
+    assert.equal((await sql(t, 'SELECT status FROM tenants WHERE id = $1', [app.tenant_id]))[0].status, 'active');
+    await holder.query('COMMIT');
+    assert.deepEqual(assertStatus(await writing, 200).overrides, { color: 'red' });
+    assert.equal(assertStatus(await moving, 200).status, 'in_progress');
+  } finally {
+    await holder.end();
+    await watcher.end();
+  }
+  assert.equal((await sql(t, 'SELECT status FROM tenants WHERE id = $1', [app.tenant_id]))[0].status, 'migrating');
+  assertMigrating(await call(t, 'PATCH', `/v1/users/me/apps/${app.id}/settings`, u.token, { overrides: { color: 'blue' } }), app.tenant_id);
 });

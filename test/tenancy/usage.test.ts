@@ -116,16 +116,20 @@ test('seats count distinct users with a live grant; more than 1,000 seats do not
   assert.deepEqual(doc.fits_plans, ['team', 'enterprise']);
 });
 
-test('seats count users with a live grant: a personal grant at the very instant of its ends_at is expired (as the access check reads it) and holds no seat', async () => {
+test('seats count users with a live grant: a personal grant, or an organization-wide one, at the very instant of its ends_at is expired (as the access check reads it) and holds no seat', async () => {
   const owner = await tenantOwner(t, { plan: 'team' });
   const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
   const holder = await createUser(t);
+  const member = await createUser(t);
+  const orgId = await seedOrganization(t, [{ userId: member.id, role: 'org_admin' }]);
   await withStoppedClock(t, async () => {
     const now = t.clock.now();
     const endsAt = new Date(now.getTime() + 60_000);
     await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, ends_at, test_mode, created_at, updated_at)
                   VALUES ($1, $2, $3, 'active', 'admin_grant', $4, $5, false, $4, $4)`, [newId('ent'), holder.id, appId, now, endsAt]);
-    assert.equal((await usage(owner.tenantId, owner.token)).limits.seats.current, 1, 'a seat before ends_at');
+    await sql(t, `INSERT INTO entitlements (id, organization_id, application_id, status, source, starts_at, ends_at, member_scope, member_overrides, test_mode, created_at, updated_at, start_notified_at)
+                  VALUES ($1, $2, $3, 'active', 'org_seat', $4, $5, 'all_members', '{}', false, $4, $4, $4)`, [newId('ent'), orgId, appId, now, endsAt]);
+    assert.equal((await usage(owner.tenantId, owner.token)).limits.seats.current, 2, 'a seat each before ends_at');
     t.clock.advance(60);
     try {
       assert.equal((await usage(owner.tenantId, owner.token)).limits.seats.current, 0, 'no seat at ends_at');
