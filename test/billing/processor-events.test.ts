@@ -35,7 +35,7 @@ async function lapsedOverStarter(id: string) {
   return { owner, apps, sub };
 }
 
-test('a missing, malformed or wrong Stripe-Signature answers 400 in the error envelope and changes nothing', async () => {
+test('a missing, malformed or wrong Stripe-Signature answers 400 in the error envelope and changes nothing; of several v1 entries any match is enough', async () => {
   const owner = await tenantOwner(t);
   const event = processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId }));
   const payload = JSON.stringify(event);
@@ -52,6 +52,14 @@ test('a missing, malformed or wrong Stripe-Signature answers 400 in the error en
     const error = assertError(await postEvent(t, payload, header), 400, 'invalid_signature');
     assert.equal(error.details.reason, reason, String(header));
   }
+  // Several v1 entries (the processor rolling its secret): accepted when any matches; entries that are
+  // no signature (not hex, the wrong length) are no match, wherever they stand.
+  const at = now();
+  const right = /v1=([0-9a-f]+)/.exec(sign(t, payload, { timestamp: at }))![1];
+  const several = (...v1: string[]) => [`t=${at}`, ...v1.map((v) => `v1=${v}`)].join(',');
+  const wrong = /v1=([0-9a-f]+)/.exec(sign(t, payload, { secret: 'whsec_someone_else', timestamp: at }))![1];
+  const noMatch = ['zz', right.slice(0, 63), wrong];
+  assert.equal(assertError(await postEvent(t, payload, several(...noMatch)), 400, 'invalid_signature').details.reason, 'signature_mismatch');
   // A body signed over different bytes (re-serialized) is refused too.
   const reformatted = JSON.stringify(event, null, 2);
   assertError(await postEvent(t, reformatted, sign(t, payload)), 400, 'invalid_signature');
@@ -59,6 +67,8 @@ test('a missing, malformed or wrong Stripe-Signature answers 400 in the error en
   const tenant = await tenantRow(t, owner.tenantId);
   assert.equal(tenant.plan, 'starter');
   assert.equal(tenant.subscription_status, 'none');
+  assert.deepEqual(assertStatus(await postEvent(t, payload, several(...noMatch, right)), 200), { received: true }, 'any matching v1 is enough');
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'team');
 });
 
 test('a signature timestamp more than 5 minutes from the service clock, either way, answers 400 and changes nothing', async () => {

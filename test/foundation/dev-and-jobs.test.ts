@@ -305,6 +305,40 @@ test('"several processes never run the same one twice": a run that outlasted its
   }
 });
 
+test('"a run\'s claim lapses after this [timeout]; another process may then run it again": a run claimed by a tick holds the job for its own timeout (30 s), not the longest of its runner\'s jobs (1 hour)', async () => {
+  const other = await secondProcess(dev);
+  const gate: { release?: () => void } = {};
+  const state = { calls: 0 };
+  try {
+    const short: JobDefinition = {
+      name: `probe-short-${randomBytes(4).toString('hex')}`,
+      intervalSeconds: 3600,
+      timeoutSeconds: 30,
+      run: async () => {
+        if (++state.calls === 1) await new Promise<void>((r) => { gate.release = r; });
+        return { call: state.calls };
+      },
+    };
+    const long: JobDefinition = { name: `probe-long-${randomBytes(4).toString('hex')}`, intervalSeconds: 3600, timeoutSeconds: 3600, run: async () => ({}) };
+    const mine = new JobRunner(dev.deps, [short, long]);
+    const theirs = new JobRunner(other.deps, [short, long]);
+    await mine.register();
+    await sql(dev, 'UPDATE jobs SET next_run_at = next_run_at + make_interval(secs => 3600) WHERE name = $1', [long.name]);
+
+    const first = mine.tick();
+    while (!gate.release) await sleep(20);
+    // The run outlasts its 30-second timeout: a tick of another process runs the job again.
+    assert.equal((await dev.app.inject({ method: 'POST', url: '/_dev/clock', payload: { advance_seconds: 31 } })).statusCode, 200);
+    await theirs.tick();
+    assert.equal(state.calls, 2, 'the lapsed claim was taken over');
+    gate.release();
+    await first;
+  } finally {
+    gate.release?.();
+    await other.close();
+  }
+});
+
 test('a job keeps its interval when the clock moves back (an NTP step, a restored VM, a process started without the development clock): a next run further ahead than one interval is due at once instead of after the step; a run by a process whose clock is ahead within the skew bound still waits its interval', async () => {
   const { job, state } = probeJob(300);
   const mine = new JobRunner(plain.deps, [job]);
@@ -470,6 +504,11 @@ test('a job that fails is reported as failed: runNow rejects, the error is recor
     [job.name],
   );
   assert.deepEqual(rows.map((r) => [r.last_error, r.locked_until, r.runs]), [['boom', null, 1]]);
+  // Its next run is one interval after the failure (no retry in a loop): a tick now runs nothing.
+  const [next] = await sql<{ next_run_at: Date; last_finished_at: Date }>(dev, 'SELECT next_run_at, last_finished_at FROM jobs WHERE name = $1', [job.name]);
+  assert.equal(secondsApart(next.next_run_at, next.last_finished_at), 3600);
+  await runner.tick();
+  assert.equal((await sql<{ runs: number }>(dev, 'SELECT runs FROM jobs WHERE name = $1', [job.name]))[0].runs, 1, 'not run again before its interval');
 });
 
 test('a mail queued in a transaction that rolls back never exists', async () => {

@@ -115,14 +115,22 @@ test('retries: attempts at 0, +1 m, +5 m, +30 m, +2 h and +12 h on the service c
   });
 });
 
-test('success is a 2xx: 204 succeeds; a 302 fails and its Location is never requested', async (c) => {
+test('success is a 2xx: 204 and 299 succeed; a 300 and a 302 fail and a Location is never requested', async (c) => {
   const ok = await subscribe(c, ['user.reactivated']);
+  const last2xx = await subscribe(c, ['user.reactivated']);
+  const first3xx = await subscribe(c, ['user.reactivated']);
   const moved = await subscribe(c, ['user.reactivated']);
   receiver.routes.set(ok.path, (_req, res) => res.writeHead(204).end());
+  receiver.routes.set(last2xx.path, (_req, res) => res.writeHead(299).end());
+  receiver.routes.set(first3xx.path, (_req, res) => res.writeHead(300, { location: `${receiver.url('/elsewhere')}` }).end());
   receiver.routes.set(moved.path, (_req, res) => res.writeHead(302, { location: `${receiver.url('/elsewhere')}` }).end());
   await emitEvent(t, 'user.reactivated', { user_id: 'usr_redirect' });
   await runDelivery(t);
   assert.equal((await deliveriesOf(t, ok.id))[0].status, 'succeeded');
+  const [edge] = await deliveriesOf(t, last2xx.id);
+  assert.deepEqual([edge.status, edge.response_status], ['succeeded', 299]);
+  const [choices] = await deliveriesOf(t, first3xx.id);
+  assert.deepEqual([choices.status, choices.response_status, choices.error], ['pending', 300, 'redirect 300 not followed'], 'a 300 is a redirect: failed, retried later');
   const [redirected] = await deliveriesOf(t, moved.id);
   assert.equal(redirected.status, 'pending', 'a failed attempt, retried later');
   assert.equal(redirected.response_status, 302);
@@ -198,6 +206,10 @@ test('"Only the first 1 KB of an error body is kept": a body with a NUL byte is 
 });
 
 test('rotate-secret: deliveries carry two v1 entries (new and old secret) for 24 hours, then one', async (c) => {
+  // On a stopped clock: the 24 hours are judged to the second.
+  await withStoppedClock(t, () => rotationOverlap(c));
+});
+async function rotationOverlap(c: TestContext): Promise<void> {
   const sub = await subscribe(c, ['organization.member_added']);
   const rotated = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin), 200);
   await emitEvent(t, 'organization.member_added', { organization_id: 'org_x', user_id: 'usr_r', role: 'member' });
@@ -210,15 +222,22 @@ test('rotate-secret: deliveries carry two v1 entries (new and old secret) for 24
   stripe.webhooks.constructEvent(first.raw, header, sub.secret, 300, undefined, t.clock.now().getTime());
   stripe.webhooks.constructEvent(first.raw, header, rotated.signing_secret, 300, undefined, t.clock.now().getTime());
 
-  t.clock.advance(24 * 3600 + 1);
+  t.clock.advance(24 * 3600 - 1);
+  await emitEvent(t, 'organization.member_added', { organization_id: 'org_x', user_id: 'usr_r1', role: 'member' });
+  await runDelivery(t);
+  const lastSecond = receiver.at(sub.path)[1];
+  assert.match(String(lastSecond.headers['platform-signature']), /^t=\d+,v1=[0-9a-f]{64},v1=[0-9a-f]{64}$/, 'a second before the 24 hours end: two');
+  assert.equal(verifySignature(String(lastSecond.headers['platform-signature']), sub.secret, lastSecond.raw, unix()), true);
+
+  t.clock.advance(1);
   await emitEvent(t, 'organization.member_added', { organization_id: 'org_x', user_id: 'usr_r2', role: 'member' });
   await runDelivery(t);
-  const second = receiver.at(sub.path)[1];
+  const second = receiver.at(sub.path)[2];
   const later = String(second.headers['platform-signature']);
-  assert.match(later, /^t=\d+,v1=[0-9a-f]{64}$/);
+  assert.match(later, /^t=\d+,v1=[0-9a-f]{64}$/, 'at 24 hours: one');
   assert.equal(verifySignature(later, rotated.signing_secret, second.raw, unix()), true);
   assert.equal(verifySignature(later, sub.secret, second.raw, unix()), false);
-});
+}
 
 test('api_version is pinned per subscription: payloads carry the subscription\'s version, and PATCH moves it forward', async (c) => {
   const sub = await subscribe(c, ['entitlement.expired']);

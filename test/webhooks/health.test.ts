@@ -3,7 +3,7 @@
 // resets without backfill; 410 Gone disables at once.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
+import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/fixtures.js';
 import { assertStatus, buildApp, call, DAY, RETRY_SCHEDULE, deliveriesOf, emitEvent, mailsTo, newApp, person, platformKey, Receiver, runDelivery, sql } from './support.js';
 
@@ -104,15 +104,20 @@ test('missed events are not backfilled: an event written while the subscription 
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
-test('a successful delivery resets consecutive_failures and returns an unhealthy subscription to healthy', async () => {
+test('a successful delivery resets consecutive_failures and returns an unhealthy subscription to healthy; on a healthy one it resets the count, so "3 consecutive deliveries" start again', async () => {
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/recover'), events: ['user.reactivated'] }), 201);
+  const counting = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/recover-healthy'), events: ['user.reactivated'] }), 201);
   await sql(t, `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 4, unhealthy_since = $2 WHERE id = $1`, [sub.id, t.clock.now()]);
+  await sql(t, `UPDATE webhook_subscriptions SET consecutive_failures = 2 WHERE id = $1`, [counting.id]);
   await emitEvent(t, 'user.reactivated', { user_id: 'usr_back' });
   await runDelivery(t);
   const state = await statusOf(sub.id);
   assert.equal(state.status, 'healthy');
   assert.equal(state.consecutive_failures, 0);
-  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+  const healthy = await statusOf(counting.id);
+  assert.deepEqual([healthy.status, healthy.consecutive_failures], ['healthy', 0], 'two exhausted deliveries, then a success: the count starts again');
+  assert.deepEqual(await sql(t, `SELECT action FROM audit_events WHERE target_id = $1 AND action = 'webhook.status_changed'`, [counting.id]), [], 'no status change');
+  for (const id of [sub.id, counting.id]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [id]);
 });
 
 test('410 Gone on a test call ("any | 410 Gone response from the receiver | disabled immediately") disables the subscription too; a 500 on a test call changes nothing', async () => {
@@ -140,15 +145,22 @@ test('410 Gone on a test call ("any | 410 Gone response from the receiver | disa
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
-test('410 Gone disables the subscription at once (owner mailed), and later events are not delivered', async () => {
+test('410 Gone disables the subscription at once (owner mailed), and later events are not delivered; another 4xx (404) is a failure that is retried, the subscription staying healthy', async () => {
   const owner = await createUser(t);
   const creator = (await createApiKey(t, { scope: 'platform', permissions: ['webhooks.manage'], createdBy: owner.id })).secret;
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', creator, { scope: 'platform', url: receiver.url('/gone'), events: ['user.suspended'] }), 201);
+  const missing = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/not-found'), events: ['user.suspended'] }), 201);
   receiver.routes.set('/gone', (_req, res) => res.writeHead(410).end('gone'));
+  receiver.routes.set('/not-found', (_req, res) => res.writeHead(404).end('no such hook'));
   await emitEvent(t, 'user.suspended', { user_id: 'usr_g1' });
   await runDelivery(t);
   const state = await statusOf(sub.id);
   assert.equal(state.status, 'disabled');
+  assert.deepEqual([(await statusOf(missing.id)).status, (await statusOf(missing.id)).consecutive_failures], ['healthy', 0], 'a 404 does not disable');
+  const [retried] = await deliveriesOf(t, missing.id);
+  assert.deepEqual([retried.status, retried.attempt, retried.response_status, retried.error], ['pending', 1, 404, 'no such hook'], 'a 404 is retried on the schedule');
+  assert.deepEqual(await sql(t, `SELECT action FROM audit_events WHERE target_id = $1 AND action = 'webhook.status_changed'`, [missing.id]), []);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [missing.id]);
   const [row] = await deliveriesOf(t, sub.id);
   assert.equal(row.status, 'failed');
   assert.equal(row.response_status, 410);
@@ -264,11 +276,14 @@ test('"disabled (delivery stops)": an event delivery still pending for a disable
 test('"5 consecutive days unhealthy" on both sides of the edge: the health job disables a subscription unhealthy for 5 days, and not one a second short of them', async () => {
   const edge = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/five-days'), events: ['role.removed'] }), 201);
   const short = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/five-days-short'), events: ['role.removed'] }), 201);
-  const now = t.clock.now().getTime();
-  const unhealthy = `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 3, unhealthy_since = $2 WHERE id = $1`;
-  await sql(t, unhealthy, [edge.id, new Date(now - 5 * DAY * 1000)]);
-  await sql(t, unhealthy, [short.id, new Date(now - 5 * DAY * 1000 + 1000)]);
-  await t.deps.jobs.runNow('webhook-health');
+  // On a stopped clock: the job must judge the very instant the rows were written against.
+  await withStoppedClock(t, async () => {
+    const now = t.clock.now().getTime();
+    const unhealthy = `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 3, unhealthy_since = $2 WHERE id = $1`;
+    await sql(t, unhealthy, [edge.id, new Date(now - 5 * DAY * 1000)]);
+    await sql(t, unhealthy, [short.id, new Date(now - 5 * DAY * 1000 + 1000)]);
+    await t.deps.jobs.runNow('webhook-health');
+  });
   assert.equal((await statusOf(edge.id)).status, 'disabled', 'unhealthy for 5 days: disabled');
   assert.equal((await statusOf(short.id)).status, 'unhealthy', 'a second short of 5 days: still unhealthy');
   for (const sub of [edge, short]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);

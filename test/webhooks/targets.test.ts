@@ -36,11 +36,24 @@ test('WH-1: the signature of the reference vector; two v1 entries verify with ei
   assert.equal(verifySignature(header, 'whsec_new', body, 1700000301), false, 'older than 5 minutes');
 });
 
-test('the verifier "rejects when t is more than 5 minutes old": a signature exactly 5 minutes old is still accepted', () => {
+test('the verifier "rejects when t is more than 5 minutes old": a signature exactly 5 minutes old (or ahead) is still accepted, a second more either way is not', () => {
   const body = '{"id":"wev_01HZX","type":"webhook.test","data":{"message":"hi"}}';
   const header = signatureHeader(['whsec_test_0123456789abcdef'], 1700000000, body);
   assert.equal(verifySignature(header, 'whsec_test_0123456789abcdef', body, 1700000300), true, '300 s old: not more than 5 minutes');
   assert.equal(verifySignature(header, 'whsec_test_0123456789abcdef', body, 1700000301), false, '301 s old');
+  // At most 5 minutes away either way (signature.ts): a t from more than 5 minutes ahead is no fresher.
+  assert.equal(verifySignature(header, 'whsec_test_0123456789abcdef', body, 1700000000 - 300), true, '300 s ahead');
+  assert.equal(verifySignature(header, 'whsec_test_0123456789abcdef', body, 1700000000 - 301), false, '301 s ahead');
+});
+
+test('the verifier "accepts if any v1 matches": a v1 of the wrong length is no match and never an error, whichever entry it is', () => {
+  const body = '{"id":"wev_01HZX","type":"webhook.test","data":{"message":"hi"}}';
+  const secret = 'whsec_test_0123456789abcdef';
+  const good = signPayload(secret, 1700000000, body);
+  for (const short of [good.slice(0, 62), `${good}00`]) {
+    assert.equal(verifySignature(`t=1700000000,v1=${short}`, secret, body, 1700000000), false, `alone: ${short.length} hex digits`);
+    assert.equal(verifySignature(`t=1700000000,v1=${short},v1=${good}`, secret, body, 1700000000), true, `before the right one: ${short.length} hex digits`);
+  }
 });
 
 test('the address classifier: public unicast only', () => {
