@@ -279,6 +279,23 @@ if (storageName === 'postgres') test("an erased user's AppProfile is not written
   assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'profile.updated' AND target_user_id = $1`, [user.id])).length, 0);
 });
 
+if (storageName === 'postgres') test('a soft delete that committed while an app-key AppProfile PATCH waited is seen: 404 user_not_found (soft-deleted users are not visible to non-admins), no row and no profile.updated audit row', async () => {
+  const user = await member();
+  const key = await appKey(t, app.id);
+  // The soft delete as it runs: the user row locked and marked deleted.
+  const res = await commitWhileWaiting(
+    t,
+    [
+      ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]],
+      [`UPDATE users SET status = 'deleted', deleted_at = now() WHERE id = $1`, [user.id]],
+    ],
+    () => write(key, user.id, { display_handle: 'Kept', custom: { phone: '+14155550123' } }),
+  );
+  assertError(res, 404, 'user_not_found');
+  assert.equal((await rows(user.id)).length, 0);
+  assert.equal((await sql(t, `SELECT 1 FROM audit_events WHERE action = 'profile.updated' AND target_user_id = $1`, [user.id])).length, 0);
+});
+
 test('an AppProfile is "per User per Application": one written for one Application is not read or merged under another (display_handle null, custom {}, updated_at null there; its own first PATCH creates its own record)', async () => {
   const other = await newApp(t, admin);
   const user = await member();

@@ -104,9 +104,14 @@ test('an app token never outlives the access it stands for (Part B: ends_at <= n
     assert.ok(body.expires_in <= 60 && body.expires_in >= 59, `expires_in ${body.expires_in}`);
     assert.equal(await verifiesAt(body.access_token, other.id, new Date(endsAt.getTime() - 1)), true);
     assert.equal(await verifiesAt(body.access_token, other.id, endsAt), false);
-    // At ends_at the platform refuses too: the two agree on the instant.
-    t.clock.advance(60);
-    assertError(await issue(auth.access_token, { application_id: other.id }), 403, 'entitlement_required');
+    // At ends_at the platform refuses too: the two agree on the instant (a millisecond before, it still issues).
+    // Moved in whole milliseconds: ends_at is a whole second, the stopped clock is not.
+    t.clock.offsetMs += endsAt.getTime() - 1 - t.clock.now().getTime();
+    assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
+    t.clock.offsetMs += 1;
+    assert.equal(t.clock.now().getTime(), endsAt.getTime());
+    const refused = assertError(await issue(auth.access_token, { application_id: other.id }), 403, 'entitlement_required');
+    assert.equal(refused.details.entitlement_status, 'expired');
   });
 });
 
@@ -189,7 +194,8 @@ test('organization_id attributes org_id only through an active, included grant o
   const auth = await session(t, user);
   const other = await newApp(t, admin);
   await grant(t, admin, user.id, other.id);
-  // Access is active through the personal grant; none of these Organizations gives it a path.
+  // Access is active through the personal grant and through another Organization's grant; none of these Organizations gives it a path.
+  await orgGrant(t, await createOrg(t, [{ userId: user.id }]), other.id);
   const noGrant = await createOrg(t, [{ userId: user.id }]);
   const disabled = await createOrg(t, [{ userId: user.id }]);
   await orgGrant(t, disabled, other.id, { status: 'disabled' });

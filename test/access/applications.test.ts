@@ -32,11 +32,14 @@ test('POST /v1/applications needs applications.manage and creates the Applicatio
   assertError(denied, 403, 'forbidden');
 
   const slug = slugOf('created');
-  const res = await post(admin, base(owner.id, { slug, description: 'd', visibility: 'public' }));
+  // visibility left out: it defaults to public (docs/decisions.md "Registering an Application").
+  const { visibility: _omitted, ...body } = base(owner.id, { slug, description: 'd' });
+  const res = await post(admin, body);
   const app = assertStatus(res, 201);
   assert.equal(app.id, `app_${slug}`);
   assert.equal(app.slug, slug);
   assert.equal(app.review_status, 'approved');
+  assert.equal(app.visibility, 'public');
   assert.equal(app.owner_user_id, owner.id);
   assert.equal(app.owner_organization_id, null);
   assert.equal(app.test_mode, false);

@@ -222,3 +222,15 @@ test('the live check authenticates in its own query: a revoked session, a suspen
   assertStatus(await call(t, 'POST', `/v1/users/${later.id}/suspend`, admin, { reason: 'test' }), 200);
   assertError(await call(t, 'GET', `/v1/users/me/apps/${app.id}/effective-permissions`, later.token), 401, 'unauthenticated');
 });
+
+test('an erased user is "not resolvable": after the erasure cascade even users.manage gets 404 user_not_found (while only soft-deleted, users.manage still gets 200)', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  const manager = await platformKey(t, ['users.list', 'users.manage']);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/erasure-requests`, manager, {}), 202);
+  assert.equal((await effective(t, manager, user.id, app.id)).user_status, 'deleted');
+  t.clock.advance(7 * 86_400 + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assertError(await call(t, 'GET', `/v1/users/${user.id}/apps/${app.id}/effective-permissions`, manager), 404, 'user_not_found');
+});

@@ -84,6 +84,9 @@ test("rejected → pending_review happens on the owner's next PATCH of a configu
   const app = await newApp(t, admin);
   await setReview(t, app.id, 'pending_review');
   assertStatus(await patch(admin, app.id, { review_status: 'rejected', review_notes: 'fix the icon' }), 200);
+  // A PATCH naming no field is no PATCH of a configuration field (docs/conventions.md PATCH: a no-op 200): still rejected.
+  assert.equal(assertStatus(await patch(app.owner!.token, app.id, {}), 200).review_status, 'rejected');
+  assert.deepEqual(await reviewAudits(app.id), ['rejected']);
   const body = assertStatus(await patch(app.owner!.token, app.id, { icon_url: 'https://cdn.example.com/new.png' }), 200);
   assert.equal(body.review_status, 'pending_review');
   assert.equal(body.icon_url, 'https://cdn.example.com/new.png');
