@@ -3,7 +3,7 @@
 // not expire) and every test sets its times relative to the clock.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { probeWhileHeld } from '../helpers/locks.js';
 import {
   accessEvents, assertStatus, call, createOrg, DAY, effective, entitlementEvents, entRow, grant, HOUR, inSeconds, newApp, outbox, patchEnt, person,
@@ -46,11 +46,11 @@ test('access resolution treats ends_at <= now as expired at once, before the swe
   await sweep();
 });
 
-test('the sweep moves an active row past ends_at to expired and emits entitlement.expired and access.revoked (entitlement_expired) exactly once', async () => {
+test('the sweep moves an active row past ends_at to expired ("ends_at <= now": a sweep at the very instant of ends_at too) and emits entitlement.expired and access.revoked (entitlement_expired) exactly once', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, 2 * HOUR) });
-  t.clock.advance(2 * HOUR + 1);
-  await sweep();
+  t.clock.advance(2 * HOUR);
+  await atOneInstant(t, sweep, ent.ends_at);
   const row = await getEnt(ent.id);
   assert.equal(row.status, 'expired');
   assert.deepEqual(await entitlementEvents(t, ent.id), ['entitlement.granted', 'entitlement.expired']);

@@ -132,11 +132,11 @@ test('revoked and expired rows do not block a new personal grant', async () => {
   assert.equal(renewed.status, 'active');
 });
 
-test('a row whose ends_at passed does not block a new grant before the sweep: it is expired by the system in the same transaction (entitlement.expired, access.revoked entitlement_expired), then the new row is granted', async () => {
+test('a row whose ends_at passed ("ends_at <= now", here ends_at is this very instant) does not block a new grant before the sweep: it is expired by the system in the same transaction (entitlement.expired, access.revoked entitlement_expired), then the new row is granted', async () => {
   const user = await person(t);
   const trial = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, 30) });
-  t.clock.advance(31);
-  const purchase = await grant(t, admin, user.id, app.id, { source: 'purchase', order_id: `ord-${user.id}` });
+  t.clock.advance(30);
+  const purchase = await atOneInstant(t, () => grant(t, admin, user.id, app.id, { source: 'purchase', order_id: `ord-${user.id}` }), trial.ends_at);
   assert.notEqual(purchase.id, trial.id);
   assert.equal((await entRow(t, trial.id))!.status, 'expired');
   assert.deepEqual(await entitlementEvents(t, trial.id), ['entitlement.granted', 'entitlement.expired']);
@@ -1093,13 +1093,15 @@ test("an app-confined key reading a user's entitlements sees only its own Applic
   assertError(await call(t, 'GET', `/v1/users/${stranger.id}/entitlements`, await appKey(t, mine.id, ['entitlements.manage'])), 404, 'user_not_found');
 });
 
-test('GET /v1/users/{id}/entitlements: platform entitlements.manage (without users.list) reads any user\'s rows; a plain user gets 404', async () => {
+test('GET /v1/users/{id}/entitlements: platform entitlements.manage (without users.list) and users.manage read any user\'s rows; a plain user and a platform users.list holder (not named, docs/decisions.md) get 404', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);
-  const entManager = await platformKey(t, ['entitlements.manage']);
-  const ids = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/entitlements`, entManager), 200).data.map((e: { id: string }) => e.id);
-  assert.deepEqual(ids, [ent.id]);
+  for (const permissions of [['entitlements.manage'], ['users.manage']]) {
+    const ids = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/entitlements`, await platformKey(t, permissions)), 200).data.map((e: { id: string }) => e.id);
+    assert.deepEqual(ids, [ent.id], permissions[0]);
+  }
   assertError(await call(t, 'GET', `/v1/users/${user.id}/entitlements`, (await person(t)).token), 404, 'user_not_found');
+  assertError(await call(t, 'GET', `/v1/users/${user.id}/entitlements`, await platformKey(t, ['users.list'])), 404, 'user_not_found');
 });
 
 test('user list includes org-wide rows of Organizations the user is an active member of, annotated with granted_via', async () => {
@@ -1130,23 +1132,30 @@ test('user list includes org-wide rows only of Organizations the user is an acti
   assert.ok(assertStatus(await call(t, 'GET', `/v1/users/${orgAdmin.id}/entitlements`, admin), 200).data.find((e: { id: string }) => e.id === id), 'the active member sees it');
 });
 
-test('cross-user list filters: application_id, status, user_id, source, order_id (exact), ends_before, include_inactive', async () => {
+test('cross-user list filters: application_id, status, user_id, organization_id, source, order_id (exact), ends_before (strictly before: a row ending at that instant is left out), include_inactive', async () => {
   const target = await newApp(t, admin);
   const [u1, u2, u3] = [await person(t), await person(t), await person(t)];
   const e1 = await grant(t, admin, u1.id, target.id, { source: 'purchase', order_id: 'ord-abc' });
   const e2 = await grant(t, admin, u2.id, target.id, { source: 'trial', ends_at: inSeconds(t, 3 * DAY) });
   const e3 = await grant(t, admin, u3.id, target.id, { source: 'admin_grant' });
   assertStatus(await patchEnt(t, admin, e3.id, { status: 'revoked', disabled_reason: 'x' }), 200);
+  const org = await createOrg(t, [{ userId: u3.id }]);
+  const orgEnt = await orgGrant(t, org, target.id);
   const ids = async (query: string) =>
     assertStatus(await call(t, 'GET', `/v1/entitlements?application_id=${target.id}${query}`, admin), 200).data.map((e: { id: string }) => e.id).sort();
-  assert.deepEqual(await ids(''), [e1.id, e2.id].sort());
-  assert.deepEqual(await ids('&include_inactive=true'), [e1.id, e2.id, e3.id].sort());
+  assert.deepEqual(await ids(''), [e1.id, e2.id, orgEnt].sort());
+  assert.deepEqual(await ids('&include_inactive=true'), [e1.id, e2.id, e3.id, orgEnt].sort());
+  // An org-wide grant is one row with user_id null; organization_id keeps only that Organization's.
+  const orgRows = assertStatus(await call(t, 'GET', `/v1/entitlements?application_id=${target.id}&organization_id=${org}`, admin), 200).data;
+  assert.deepEqual(orgRows.map((e: { id: string; user_id: string | null; organization_id: string }) => [e.id, e.user_id, e.organization_id]), [[orgEnt, null, org]]);
   assert.deepEqual(await ids('&status=revoked'), [e3.id]);
   assert.deepEqual(await ids(`&user_id=${u2.id}`), [e2.id]);
   assert.deepEqual(await ids('&source=purchase'), [e1.id]);
   assert.deepEqual(await ids('&order_id=ord-abc'), [e1.id]);
   assert.deepEqual(await ids('&order_id=ord-ab'), []);
   assert.deepEqual(await ids(`&ends_before=${encodeURIComponent(inSeconds(t, 4 * DAY))}`), [e2.id]);
+  // ends_before is strict: a row ending at that very instant does not end before it.
+  assert.deepEqual(await ids(`&ends_before=${encodeURIComponent(e2.ends_at)}`), []);
 });
 
 test('cross-user list filters "`order_id` (exact)", `user_id`: an empty value matches no row, so it is 422 validation_failed naming the parameter, never every Entitlement of the list', async () => {
