@@ -2,7 +2,7 @@
 // which key, the permissions a key may hold, destructive restriction and test keys.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { atOneInstant, buildTestApp, withStatementsSettled, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, pausedAfter, withStatementsSettled, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
   assertError, assertFields, assertStatus, auditOfTarget, call, createApplication, createOrganization, createPlatformRole, sql,
@@ -235,7 +235,7 @@ test('DELETE /v1/api-keys/{id} revokes permanently: 204, the secret gets 401; PA
   assert.ok(assertStatus(await listKeys('limit=100&include_inactive=true'), 200).data.some((k: { id: string }) => k.id === body.id), 'a revoked key is listed with include_inactive');
 });
 
-test('DELETE of an already revoked key changes nothing: 204 again, revoked_at stays as it was, one api_key.revoked audit row', async () => {
+test('DELETE of an already revoked key changes nothing: 204 again, revoked_at stays as it was, one api_key.revoked audit row (also for a DELETE that read the key before another committed)', async () => {
   const body = await newKey();
   assert.equal((await revokeKey(body.id)).statusCode, 204);
   const revokedAt = assertStatus(await getKey(body.id), 200).revoked_at;
@@ -246,6 +246,17 @@ test('DELETE of an already revoked key changes nothing: 204 again, revoked_at st
   assert.equal(again.body, '');
   assert.equal(assertStatus(await getKey(body.id), 200).revoked_at, revokedAt);
   assert.equal((await auditOfTarget(t, body.id, 'api_key.revoked')).length, 1);
+  // A DELETE that read the key before another DELETE committed its revocation changes nothing either.
+  const raced = await newKey();
+  let firstRevokedAt = '';
+  const late = await pausedAfter(t, 'FROM api_keys WHERE id = $1', async () => {
+    assert.equal((await revokeKey(raced.id)).statusCode, 204);
+    firstRevokedAt = assertStatus(await getKey(raced.id), 200).revoked_at;
+    t.clock.advance(1);
+  }, () => revokeKey(raced.id));
+  assert.equal(late.statusCode, 204, late.body);
+  assert.equal(assertStatus(await getKey(raced.id), 200).revoked_at, firstRevokedAt);
+  assert.equal((await auditOfTarget(t, raced.id, 'api_key.revoked')).length, 1);
 });
 
 test('GET, PATCH, rotate and DELETE of an unknown key get 404 api_key_not_found', async () => {
@@ -329,7 +340,7 @@ test('a PATCH of an API key that changes nothing writes nothing: 200, updated ke
   assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created', 'api_key.updated']);
 });
 
-test('PATCH permissions replaces the list: dropping one removes it (200, audit api_key.updated) and the key can no longer use it', async () => {
+test('PATCH permissions replaces the list: dropping one removes it (200, audit api_key.updated) and the key can no longer use it; a list of the same length with another permission replaces it too', async () => {
   const key = await newKey({ permissions: ['users.list', 'audit.view'] });
   assert.equal((await useKey(key.secret)).statusCode, 200);
   assert.deepEqual(assertStatus(await patchKey(key.id, { permissions: ['audit.view'] }), 200).permissions, ['audit.view']);
@@ -338,6 +349,14 @@ test('PATCH permissions replaces the list: dropping one removes it (200, audit a
   const audit = await auditOfTarget(t, key.id, 'api_key.updated');
   assert.equal(audit.length, 1);
   assert.deepEqual(audit[0].after.permissions, ['audit.view']);
+  // One permission for another: as many as before, yet a change (not a PATCH that changes nothing).
+  assert.deepEqual(assertStatus(await patchKey(key.id, { permissions: ['users.list'] }), 200).permissions, ['users.list']);
+  assert.deepEqual(assertStatus(await getKey(key.id), 200).permissions, ['users.list']);
+  assert.equal((await useKey(key.secret)).statusCode, 200);
+  const swapped = await auditOfTarget(t, key.id, 'api_key.updated');
+  assert.equal(swapped.length, 2);
+  const swap = swapped.find((a: any) => a.before.permissions.length === 1);
+  assert.deepEqual([swap?.before.permissions, swap?.after.permissions], [['audit.view'], ['users.list']]);
 });
 
 test('restrict_destructive false on a key that is already unrestricted lifts nothing: a caller lacking its permissions gets 200, no role_escalation_forbidden and no audit row', async () => {
@@ -413,15 +432,26 @@ test("an app-scoped key may hold only the platform permissions its creator holds
   assertStatus(await createKey({ name: 'app', scope: app.id, permissions: ['entitlements.manage'] }), 201);
 });
 
-test("an Application owned by an Organization: its org_admin may manage the Application's keys; a plain member gets 403 forbidden", async () => {
+test("an Application owned by an Organization: its org_admin may manage the Application's keys; a plain member, or an org_admin whose membership is still pending, gets 403 forbidden and neither sees nor lists them", async () => {
   const orgAdmin = await userToken(t);
   const member = await userToken(t);
+  const invited = await userToken(t);
   const org = await createOrganization(t, [orgAdmin.user.id, member.user.id]);
+  await sql(t, `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, 'org_admin', 'pending', $3)`, [
+    org, invited.user.id, t.clock.now(),
+  ]);
   const app = await createApplication(t, { ownerOrganization: org });
   const key = assertStatus(await createKey({ name: 'org app', scope: app.id, permissions: ['users.list'] }, orgAdmin.token), 201);
   assert.equal(assertStatus(await getKey(key.id, orgAdmin.token), 200).id, key.id);
-  assertError(await createKey({ name: 'org app', scope: app.id, permissions: [] }, member.token), 403, 'forbidden');
-  assertError(await getKey(key.id, member.token), 404, 'api_key_not_found');
+  assert.deepEqual(assertStatus(await listKeys('limit=100', orgAdmin.token), 200).data.map((k: { id: string }) => k.id), [key.id]);
+  for (const outsider of [member, invited]) {
+    assertError(await createKey({ name: 'org app', scope: app.id, permissions: [] }, outsider.token), 403, 'forbidden');
+    assertError(await getKey(key.id, outsider.token), 404, 'api_key_not_found');
+    assertError(await revokeKey(key.id, outsider.token), 404, 'api_key_not_found');
+    assert.deepEqual(assertStatus(await listKeys('limit=100', outsider.token), 200).data, []);
+  }
+  assert.equal(assertStatus(await getKey(key.id), 200).revoked_at, null);
+  assert.deepEqual((await sql(t, 'SELECT count(*)::int AS n FROM api_keys WHERE scope = $1', [app.id]))[0].n, 1);
 });
 
 test("app-scoped keys hold only that Application's declared app.<slug>.* keys plus entitlements.manage, users.list, roles.manage, audit.view; users.manage gets 422 unknown_permission", async () => {
@@ -618,6 +648,22 @@ test('Part A Errors, role_escalation_forbidden ("New platform key requests a per
   const error = assertError(await createKey({ name: 'x', scope: 'platform', permissions: ['users.list', 'users.manage', 'audit.view'] }, token), 403, 'role_escalation_forbidden');
   assert.deepEqual([...error.details.permissions].sort(), ['audit.view', 'users.manage']);
   assert.deepEqual({ keys: await count('api_keys'), audit: await count('audit_events') }, before);
+});
+
+test('"DELETE sets revoked_at permanently": a rotate or PATCH that read the key before a revocation committed gets 409 api_key_revoked once it goes on, no new secret, the name unchanged and no audit row after api_key.revoked (on both storages, by a pause)', async () => {
+  for (const change of [(id: string) => rotateKey(id), (id: string) => patchKey(id, { name: 'renamed' })]) {
+    const body = await newKey();
+    const res = await pausedAfter(t, 'FROM api_keys WHERE id = $1', async () => {
+      assert.equal((await revokeKey(body.id)).statusCode, 204);
+    }, () => change(body.id));
+    assertError(res, 409, 'api_key_revoked');
+    assert.equal((await useKey(body.secret)).statusCode, 401);
+    const stored = assertStatus(await getKey(body.id), 200);
+    assert.notEqual(stored.revoked_at, null);
+    assert.equal(stored.name, 'svc');
+    assert.equal(stored.secret_hint, body.secret.slice(-4), 'no new secret');
+    assert.deepEqual((await auditOfTarget(t, body.id)).map((a: any) => a.action), ['api_key.created', 'api_key.revoked']);
+  }
 });
 
 test('rotate and PATCH at the same time as revoking the key: a revoked key is never rotated or changed afterwards (409 api_key_revoked, no new secret, no audit row after api_key.revoked); a rotation that went first hands out a secret that stops working at the revocation (on PostgreSQL the three run at once)', async () => {
