@@ -76,6 +76,14 @@ function servedRoutes(): { method: string; url: string }[] {
 
 const toOpenApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
 
+/** A schema of the document with its $refs inlined from the components, so that it validates on its own. */
+function inlineRefs(node: any): any {
+  if (Array.isArray(node)) return node.map(inlineRefs);
+  if (!node || typeof node !== 'object') return node;
+  if (typeof node.$ref === 'string') return inlineRefs(doc.components.schemas[node.$ref.split('/').pop()]);
+  return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, inlineRefs(v)]));
+}
+
 test('GET /v1/openapi.json is an OpenAPI 3.1 document of the service', () => {
   assert.equal(typeof doc.openapi, 'string');
   assert.ok(doc.openapi.startsWith('3.1'), doc.openapi);
@@ -437,18 +445,11 @@ test('the webhooks section describes each event the service sends (OpenAPI 3.1 w
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: 'http://127.0.0.1:9/hook', events: ['*'] }), 201);
   assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
 
-  // $refs inlined from the document's components, so that each body validates on its own.
-  const inline = (node: any): any => {
-    if (Array.isArray(node)) return node.map(inline);
-    if (!node || typeof node !== 'object') return node;
-    if (typeof node.$ref === 'string') return inline(doc.components.schemas[node.$ref.split('/').pop()]);
-    return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, inline(v)]));
-  };
   const ajv = new Ajv2020({ strict: false, allErrors: true });
   const events = await sql<{ id: string; type: string; application_id: string | null; test_mode: boolean; data: any; created_at: Date }>(t, 'SELECT id, type, application_id, test_mode, data, created_at FROM outbox_events');
   const seen = new Set<string>();
   for (const e of events) {
-    const validate = ajv.compile(inline(doc.webhooks[e.type].post.requestBody.content['application/json'].schema));
+    const validate = ajv.compile(inlineRefs(doc.webhooks[e.type].post.requestBody.content['application/json'].schema));
     const body = JSON.parse(renderEnvelope(e, CURRENT_API_VERSION));
     assert.ok(validate(body), `${e.type} ${JSON.stringify(body)}: ${ajv.errorsText(validate.errors)}`);
     seen.add(e.type);
@@ -589,12 +590,6 @@ let reads: Promise<Read[]> | undefined;
 const readsOnce = () => (reads ??= mainReads());
 
 test('real responses of the main read routes validate against the document\'s own 200 response schemas, formats checked and each enumerated field one of the values the document lists', async () => {
-  const inline = (node: any): any => {
-    if (Array.isArray(node)) return node.map(inline);
-    if (!node || typeof node !== 'object') return node;
-    if (typeof node.$ref === 'string') return inline(doc.components.schemas[node.$ref.split('/').pop()]);
-    return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, inline(v)]));
-  };
   const ajv = new Ajv2020({ strict: false, allErrors: true });
   addFormats.default(ajv);
   // What the service sends today is one of the values it documents (clients tolerate new ones later).
@@ -605,7 +600,7 @@ test('real responses of the main read routes validate against the document\'s ow
     assert.equal(res.statusCode, 200, `${read.url}: ${res.body}`);
     const body = res.json();
     if (Array.isArray(body.data)) assert.ok(body.data.length > 0, `${read.url} lists something`);
-    const validate = ajv.compile(inline(doc.paths[read.path].get.responses['200'].content['application/json'].schema));
+    const validate = ajv.compile(inlineRefs(doc.paths[read.path].get.responses['200'].content['application/json'].schema));
     assert.ok(validate(body), `${read.url}: ${ajv.errorsText(validate.errors)} in ${res.body}`);
     checked.add(read.path);
   }
