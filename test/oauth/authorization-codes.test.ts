@@ -92,7 +92,10 @@ test('404 application_not_found for an unknown Application', async () => {
 test('422 naming redirect_uri: the Application has no redirect_uris, or the URI is not an exact match', async () => {
   const bare = await oauthApp(t, admin, { redirect_uris: [] });
   const user = await member(t, admin, bare.id);
-  assertInvalid(await authorize(t, user.token, body({ application_id: bare.id })), 'redirect_uri');
+  const none = await authorize(t, user.token, body({ application_id: bare.id }));
+  assertInvalid(none, 'redirect_uri');
+  assert.deepEqual(none.json().error.details.fields, [{ path: 'redirect_uri', message: 'the Application has no registered redirect_uris' }]);
+  assert.equal((await sql(t, 'SELECT 1 FROM oauth_authorization_codes WHERE application_id = $1', [bare.id])).length, 0);
   const member2 = await member(t, admin, app.id);
   for (const uri of [`${REDIRECT}/`, `${REDIRECT}?x=1`, REDIRECT.toUpperCase(), 'https://app.example.com/callbac', 'https://evil.example.com/callback']) {
     assertInvalid(await authorize(t, member2.token, body({ redirect_uri: uri })), 'redirect_uri');

@@ -215,6 +215,22 @@ test('reset-password: the form (label, new-password, minlength 12 and no maxleng
   assert.ok(user.id);
 });
 
+test('reset-password: a password over 1,024 characters is the 400 page (malformed, never echoed) and uses nothing up; one of 1,024 reaches the policy (422 too long)', async () => {
+  const user = await createUser(t);
+  assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email: user.email })).statusCode, 202);
+  const { url } = await mailedLink(user.email, 'password_reset');
+  const browser = new LinkBrowser();
+  const page = await browser.open(url);
+  assertPage(page, 200);
+  const over = await browser.post('/reset-password', { ...formOf(page, '/reset-password'), password: 'p'.repeat(1025) });
+  assert.ok(!assertPage(over, 400, /malformed/).includes('p'.repeat(129)), 'never echoed');
+  const atLimit = await browser.post('/reset-password', { ...formOf(page, '/reset-password'), password: 'p'.repeat(1024) });
+  assertPage(atLimit, 422, 'The password is too long: use at most 128 characters.');
+  assert.equal(await loginStatus(user.email, PASSWORD), 200, 'nothing changed');
+  assertPage(await browser.post('/reset-password', { ...formOf(atLimit, '/reset-password'), password: NEW_PASSWORD }), 200);
+  assert.equal(await loginStatus(user.email, NEW_PASSWORD), 200);
+});
+
 test('reset-password: the API verb still takes the token after the page was opened', async () => {
   const user = await createUser(t);
   assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email: user.email })).statusCode, 202);

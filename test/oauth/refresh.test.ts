@@ -129,6 +129,8 @@ test('bound to its Application: another client_id is invalid_grant (token not us
   assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, other.id)), 'invalid_grant');
   assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, 'app_nosuchclient')), 'invalid_client');
   assertOAuthError(await tokenReq(t, refreshGrant('rtk_unknown', app.id)), 'invalid_grant');
+  // An unknown client_id is named as such even when the token is unknown too (as for codes).
+  assertOAuthError(await tokenReq(t, refreshGrant('rtk_unknown', 'app_nosuchclient')), 'invalid_client');
   assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
 });
 

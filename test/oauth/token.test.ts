@@ -24,7 +24,9 @@ test('a code exchange returns the app token (access_token, token_type, expires_i
   const c = await codeFor(t, user, app.id);
   const res = await tokenReq(t, codeGrant(c, app.id));
   const body = assertStatus(res, 200);
+  // RFC 6749 §5.1: Cache-Control no-store "as well as the Pragma response header field with a value of no-cache".
   assert.equal(res.headers['cache-control'], 'no-store');
+  assert.equal(res.headers.pragma, 'no-cache');
   assert.deepEqual(Object.keys(body).sort(), ['access_token', 'application_id', 'expires_in', 'organization_id', 'refresh_token', 'refresh_token_expires_in', 'token_type']);
   assert.equal(body.token_type, 'Bearer');
   assert.equal(body.expires_in, 300);
@@ -135,13 +137,13 @@ test('a reused code is invalid_grant and revokes every token issued from it (RFC
   assert.equal((await call(t, 'GET', '/v1/users/me', user.token)).statusCode, 200);
 });
 
-test('a reused code presented with another or an unknown client_id still revokes every token issued from it (RFC 6749 §4.1.2)', async () => {
+test('a reused code presented with another or an unknown client_id still revokes every token issued from it (RFC 6749 §4.1.2); the answer is about the request as sent (invalid_client for an unknown client_id)', async () => {
   const other = await oauthApp(t, admin);
   const user = await member(t, admin, app.id);
-  for (const clientId of [other.id, 'app_nosuchclient']) {
+  for (const [clientId, error] of [[other.id, 'invalid_grant'], ['app_nosuchclient', 'invalid_client']]) {
     const c = await codeFor(t, user, app.id);
     const first = assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
-    assert.equal((await tokenReq(t, codeGrant(c, clientId))).statusCode, 400);
+    assertOAuthError(await tokenReq(t, codeGrant(c, clientId)), error);
     assertOAuthError(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 'invalid_grant');
   }
 });
@@ -192,7 +194,9 @@ test('a code used up by another exchange while this one was checking it is inval
 test('PKCE: a wrong verifier is invalid_grant (and does not burn the code); a malformed one invalid_request', async () => {
   const user = await member(t, admin, app.id);
   const c = await codeFor(t, user, app.id);
+  // 43 and 128 characters are well-formed (RFC 7636 §4.1), so only the digest refuses them.
   assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: 'x'.repeat(43) })), 'invalid_grant');
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: 'x'.repeat(128) })), 'invalid_grant');
   assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: 'x'.repeat(42) })), 'invalid_request');
   assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: 'x'.repeat(129) })), 'invalid_request');
   assertOAuthError(await tokenReq(t, codeGrant(c, app.id, { code_verifier: `${'x'.repeat(42)}+` })), 'invalid_request');

@@ -51,7 +51,9 @@ async function exchangeCode(baseCtx: Ctx, body: TokenBody): Promise<TokenRespons
   }
   const ctx = modeCtx(baseCtx, row.test_mode);
   if (row.used_at) {
+    // Revoked whoever presents it (as a refresh token replay); the answer is about the request as sent.
     await revokeForReplay(ctx, row, row.id, 'oauth.authorization_code_reused');
+    await checkClient(ctx, clientId, row.application_id);
     throw new OAuthError('invalid_grant', 'The authorization code was already used; tokens issued from it are revoked.');
   }
   await checkClient(ctx, clientId, row.application_id);
