@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
-  accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertInvalid, assertStatus, call, createOrgApi, effective, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
+  accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertInvalid, assertStatus, auditOf, call, createOrgApi, effective, entitlementEvents, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
   orgGrantApi, orgWithMembers, person, platformKey, session, sql,
 } from './support.js';
 
@@ -72,8 +72,12 @@ test('invite by email creates a pending membership and an organization_invitatio
     const sent = await mails(t, email);
     assert.equal(sent.length, 1);
     assert.ok(`${sent[0].subject}\n${sent[0].text_body}`.includes('Invite Labs'), 'the invitation names the Organization');
+    // Only an invited User gets a link that opens the account; an existing account signs in and accepts.
+    assert.equal(/inv_[A-Za-z0-9_-]+/.test(sent[0].text_body), userId !== known.id, 'an invitation link only for the new address');
     const audit = await orgAudit(t, org.id, 'organization.member_invited', userId);
     assert.equal(audit.length, 1);
+    assert.equal(audit[0].actor_id, owner.id);
+    assert.deepEqual(audit[0].after, { user_id: userId, role }, 'organization.member_invited records the invitee and the role invited to');
     assert.equal((await membership(t, org.id, userId))?.membership_status, 'pending');
   }
   // Pending invitations fire no organization.member_* webhook and are not counted (only the creator's
@@ -325,13 +329,15 @@ test('accept (POST members/me/accept) moves pending to active (200) with organiz
   const app = await newApp(t, admin);
   await orgGrantApi(t, admin, org.id, app.id);
   const user = await person(t);
-  assertStatus(await invite(t, org.owner.token, org.id, user.email), 201);
+  const invited = assertStatus(await invite(t, org.owner.token, org.id, user.email), 201);
   assert.deepEqual(await accessEvents(t, user.id, app.id), [], 'a pending membership grants nothing');
   assert.equal((await effective(t, admin, user.id, app.id)).allowed, false);
+  t.clock.advance(60);
   const joined = assertStatus(await accept(t, user.token, org.id), 200);
   assert.equal(joined.membership_status, 'active');
   assert.equal(joined.role, 'member');
-  assert.notEqual(joined.joined_at, null);
+  assert.equal(joined.invited_at, invited.invited_at);
+  assert.ok(Date.parse(joined.joined_at) - Date.parse(invited.invited_at) >= 60_000, 'joined_at is when the invitation was accepted, not when it was sent');
   assert.equal(typeof joined.display_name, 'string');
   assert.deepEqual(await memberWebhooks(t, org.id, user.id), [{ type: 'organization.member_added', data: { organization_id: org.id, user_id: user.id, role: 'member' } }]);
   assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'org_member_added', 'active']]);
@@ -464,6 +470,8 @@ test('removal strips org_seat paths: access.revoked (org_member_removed) only wh
   // v is untouched.
   for (const app of [appA, appB]) assert.deepEqual(await accessEvents(t, v.id, app.id), [['access.granted', 'entitlement_granted', 'active']]);
   assert.deepEqual((await sql(t, 'SELECT member_overrides FROM entitlements WHERE id = $1', [scoped.id]))[0].member_overrides, [v.id]);
+  assert.deepEqual(await entitlementEvents(t, scoped.id), ['entitlement.granted', 'entitlement.member_scope_changed'], 'leaving member_overrides is a member_overrides change');
+  assert.equal((await auditOf(t, scoped.id, 'entitlement.member_scope_changed')).length, 1);
   assert.equal((await sql(t, 'SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $2', [u.id, roleId])).length, 1, 'app Role assignment stays');
   const hooks = await memberWebhooks(t, org.id, u.id);
   assert.deepEqual(hooks.map((h) => h.type), ['organization.member_added', 'organization.member_removed']);

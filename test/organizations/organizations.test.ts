@@ -53,6 +53,15 @@ test('POST /v1/organizations: any active user with a User token creates one (201
   assert.deepEqual(events, [{ type: 'organization.member_added', data: { organization_id: org.id, user_id: user.id, role: 'org_admin' } }]);
 });
 
+test('an Organization created with a test-mode User token is test_mode: true (Organization field test_mode), in the answer and when fetched', async () => {
+  const user = await person(t, { mode: 'test' });
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: 'Sandbox Org' }), 201);
+  assert.equal(org.test_mode, true);
+  assert.equal(org.created_by, user.id);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, user.token), 200).test_mode, true);
+  assert.equal((await orgAudit(t, org.id, 'organization.created'))[0].after.test_mode, true);
+});
+
 test('POST /v1/organizations with an API key: 400 user_token_required and nothing is created', async () => {
   const name = `Keyed ${rand(4)}`;
   assertError(await call(t, 'POST', '/v1/organizations', admin, { name }), 400, 'user_token_required');
@@ -195,6 +204,15 @@ test('GET /v1/organizations with organizations.manage lists everything without m
   assert.equal('my_role' in viaUser.data[0], false);
 });
 
+test('GET /v1/organizations with an API key lacking organizations.manage: 403 forbidden naming the permission, no Organization listed (own Organizations are a user\'s, everything is organizations.manage\'s)', async () => {
+  await createOrgApi(t);
+  const key = await platformKey(t, ['users.list']);
+  const res = await call(t, 'GET', '/v1/organizations', key);
+  assertError(res, 403, 'forbidden');
+  assert.equal(res.json().error.details.required_permission, 'organizations.manage');
+  assert.equal('data' in res.json(), false);
+});
+
 test('GET /v1/organizations?q= finds a name searched exactly as it is stored, also where JavaScript and PostgreSQL lower it differently (`İ`, a word-final `Σ`)', async () => {
   const tag = rand(4);
   for (const name of [`İstanbul Devs ${tag}`, `ΟΔΟΣ Ένα ${tag}`]) {
@@ -239,9 +257,13 @@ test('PATCH is a partial update, also under concurrency: a rename and two suspen
 
 test('PATCH /v1/organizations/{id}: an org admin renames it (organization.updated); a plain member gets 403 forbidden', async () => {
   const org = await orgWithMembers(t, admin, 1);
+  const created = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}`, org.owner.token), 200);
+  t.clock.advance(60);
   const renamed = assertStatus(await call(t, 'PATCH', `/v1/organizations/${org.id}`, org.owner.token, { name: 'Renamed Co' }), 200);
   assert.equal(renamed.name, 'Renamed Co');
   assert.equal(renamed.status, 'active');
+  assert.equal(renamed.created_at, created.created_at);
+  assert.ok(Date.parse(renamed.updated_at) - Date.parse(created.updated_at) >= 60_000, 'a rename moves updated_at');
   const audit = await orgAudit(t, org.id, 'organization.updated');
   assert.equal(audit.length, 1);
   assert.equal(audit[0].before.name, org.name);
