@@ -338,6 +338,18 @@ test('PATCH settings: notifications merge field by field with the stored values,
   assert.deepEqual(assertStatus(await settingsOf(u.token), 200).notifications, { email: false, sms: true });
 });
 
+test('a Settings PATCH that changes nothing writes nothing: no settings.updated for an admin, updated_at kept (a value sent as stored, in another spelling or order too)', async () => {
+  const u = await person(t);
+  const manager = await platformKey(t, ['users.manage']);
+  const current = assertStatus(await patchSettings(u.token, { timezone: 'Europe/Paris', notifications: { sms: true } }), 200);
+  t.clock.advance(5);
+  const same = assertStatus(await patchSettings(manager, { theme: current.theme, timezone: 'europe/paris', locale: current.locale, notifications: { sms: true, email: true } }, u.id), 200);
+  assert.equal(same.updated_at, current.updated_at);
+  assert.deepEqual(same, current);
+  assert.equal(assertStatus(await settingsOf(u.token), 200).updated_at, current.updated_at);
+  assert.deepEqual(await auditOf(t, u.id, 'settings.updated'), []);
+});
+
 test('PATCH settings with a read-only field (user_id, updated_at) is 422 read_only_field naming it, and changes nothing', async () => {
   const u = await person(t);
   const error = assertError(await patchSettings(u.token, { theme: 'dark', user_id: 'usr_other' }), 422, 'read_only_field');

@@ -2,7 +2,7 @@
 // changes (self-service pending until verified; admin immediate).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
+import { buildTestApp, pausedAfter, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { commitWhileWaiting } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
@@ -364,16 +364,20 @@ test('admin email change of an invited user: the invitation mailed to the old ad
   assert.equal(accepted.user_id, invited.id);
 });
 
-test('pending_email is set only while the self-service change awaits verification: once the 24-hour link expired, the email-change-expiry job clears it', async () => {
+test('pending_email is set only while the self-service change awaits verification: once the 24-hour link expired (at 24 hours exactly), the email-change-expiry job clears it', async () => {
   const { user, token } = await userToken(t);
   const newEmail = uniqueEmail('lapsed');
-  assert.equal(assertStatus(await patch('me', { email: newEmail }, token), 200).pending_email, newEmail);
-  const link = await latestToken(t, newEmail, 'email_change_verification');
-  t.clock.advance(24 * 3600 - 60);
-  await t.deps.jobs.runNow('email-change-expiry');
-  assert.equal((await userRow(t, user.id))!.pending_email, newEmail, 'still awaiting within the 24 hours');
-  t.clock.advance(120);
-  await t.deps.jobs.runNow('email-change-expiry');
+  const link = await withStoppedClock(t, async () => {
+    assert.equal(assertStatus(await patch('me', { email: newEmail }, token), 200).pending_email, newEmail);
+    const mailed = await latestToken(t, newEmail, 'email_change_verification');
+    t.clock.advance(24 * 3600 - 1);
+    await t.deps.jobs.runNow('email-change-expiry');
+    assert.equal((await userRow(t, user.id))!.pending_email, newEmail, 'still awaiting within the 24 hours');
+    t.clock.advance(1);
+    await t.deps.jobs.runNow('email-change-expiry');
+    assert.equal((await userRow(t, user.id))!.pending_email, null, 'cleared at the instant the link expires');
+    return mailed;
+  });
   assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: link }), 400, 'invalid_token');
   admin.token = await login(t, admin.user);
   const read = assertStatus(await call(t, 'GET', `/v1/users/${user.id}`, admin.token), 200);

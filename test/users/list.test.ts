@@ -65,10 +65,12 @@ test('status filter: active, invited, suspended; deleted users are never listed 
   assert.deepEqual(ids(await list(`q=${prefix}&include_inactive=true`, admin.token)), [users[3].id, users[2].id, users[1].id, users[0].id], 'include_inactive adds them for users.manage');
 });
 
-test('status=deleted is only for users.manage: it lists soft-deleted users; a users.list holder gets 403 forbidden', async () => {
+test('status=deleted is only for users.manage: it lists soft-deleted users (for a credential holding users.manage alone too); a users.list holder gets 403 forbidden', async () => {
   const { prefix, users } = await cohort(2);
   assert.equal((await call(t, 'DELETE', `/v1/users/${users[0].id}`, admin.token)).statusCode, 204);
   assert.deepEqual(ids(await list(`q=${prefix}&status=deleted`, admin.token)), [users[0].id]);
+  const manager = await createApiKey(t, { permissions: ['users.manage'] });
+  assert.deepEqual(ids(await list(`q=${prefix}&status=deleted`, manager.secret)), [users[0].id]);
   assertError(await list(`q=${prefix}&status=deleted`, support.token), 403, 'forbidden');
   const key = await createApiKey(t, { permissions: ['users.list'] });
   assertError(await list(`q=${prefix}&status=deleted`, key.secret), 403, 'forbidden');
@@ -205,13 +207,14 @@ async function appKeyWorld(): Promise<{ app: TestApplication; key: { secret: str
   return { app, key, inside: [users[0], users[1]], outside: users[2], prefix };
 }
 
-test('an app-scoped key holding users.list sees only users with an access path to its Application, whatever application_id it sends', async () => {
+test('an app-scoped key holding users.list sees only users with an access path to its Application, whatever application_id it sends (one naming no Application too)', async () => {
   const { key, inside, prefix } = await appKeyWorld();
   const other = await createApplication(t);
   const expected = inside.map((u) => u.id).sort();
   assert.deepEqual(ids(await list(`q=${prefix}`, key.secret)).sort(), expected);
   assert.deepEqual(ids(await list('', key.secret)).sort(), expected);
   assert.deepEqual(ids(await list(`application_id=${other.id}`, key.secret)).sort(), expected, 'always exactly its own application_id result');
+  assert.deepEqual(ids(await list('application_id=app_nope', key.secret)).sort(), expected, 'an unknown application_id is no 422 for it either');
 });
 
 test('an app-scoped key holding users.list gets 404 user_not_found for users without an access path to its Application, and 200 for those with one', async () => {

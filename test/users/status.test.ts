@@ -158,7 +158,7 @@ test('suspended → active by PATCH status active (users.manage): access.granted
   assert.equal((await getUser('me', await login(t, user))).statusCode, 200);
 });
 
-test('invited → active by PATCH status active (users.manage): no password is set, audit user.updated', async () => {
+test('invited → active by PATCH status active (users.manage): no password is set, audit user.updated; no user.* webhook (it is no reactivation), access.granted for the Application it holds', async () => {
   const { user } = await subject('invited');
   const m = await mark(user.id);
   const body = assertStatus(await patch(user.id, { status: 'active' }), 200);
@@ -167,10 +167,23 @@ test('invited → active by PATCH status active (users.manage): no password is s
   assert.ok(identities.every((i) => i.password_hash === null), 'no password');
   const res = await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password });
   assertError(res, 401, 'invalid_credentials');
-  const { audit } = await since(user.id, m);
+  const { audit, outbox } = await since(user.id, m);
   assert.deepEqual(audit.map((a) => a.action), ['user.updated']);
   assert.equal(audit[0].before.status, 'invited');
   assert.equal(audit[0].after.status, 'active');
+  assert.deepEqual(outbox.map((e) => `${e.type}:${e.application_id ?? ''}`), [`access.granted:${appA.id}`], 'no user.reactivated webhook');
+});
+
+test('PATCH status with the status the user already has (active) is no transition: 200 with no change and no events', async () => {
+  const { user } = await subject();
+  const before = await userRow(t, user.id);
+  const m = await mark(user.id);
+  const body = assertStatus(await patch(user.id, { status: 'active' }), 200);
+  assert.equal(body.status, 'active');
+  assert.equal(body.updated_at, before!.updated_at.toISOString());
+  const { audit, outbox } = await since(user.id, m);
+  assert.deepEqual(audit, [], 'no audit rows');
+  assert.deepEqual(outbox, [], 'no webhook or access events');
 });
 
 test('active → deleted by DELETE (users.manage): 204, soft delete (deleted_at set), all sessions revoked, access.revoked (reason user_deleted), audit user.deleted, webhook user.deleted', async () => {
