@@ -52,6 +52,8 @@ test('a missing, malformed or wrong Stripe-Signature answers 400 in the error en
     const error = assertError(await postEvent(t, payload, header), 400, 'invalid_signature');
     assert.equal(error.details.reason, reason, String(header));
   }
+  // A well-formed signature over no body at all is refused as a signature matter: there is nothing signed to apply.
+  assert.equal(assertError(await postEvent(t, '', sign(t, '')), 400, 'invalid_signature').details.reason, 'missing_body');
   // Several v1 entries (the processor rolling its secret): accepted when any matches; entries that are
   // no signature (not hex, the wrong length) are no match, wherever they stand.
   const at = now();
@@ -213,6 +215,10 @@ test('unknown event types are acknowledged with 200 and ignored', async () => {
   assert.deepEqual(assertStatus(res, 200), { received: true });
   assert.equal((await eventRows('evt_unknown_1'))[0].outcome, 'ignored');
   assert.equal((await tenantRow(t, owner.tenantId)).updated_at.getTime(), (await tenantRow(t, owner.tenantId)).created_at.getTime());
+  // An unknown type's object is not the service's to judge: ids it would refuse on a known type (longer than 255) are acknowledged too.
+  const long = `cus_${'x'.repeat(300)}`;
+  assert.deepEqual(assertStatus(await deliver(t, 'customer.updated', { id: long, object: 'customer', metadata: { tenant_id: owner.tenantId } }, { id: 'evt_unknown_2' }), 200), { received: true });
+  assert.equal((await eventRows('evt_unknown_2'))[0].outcome, 'ignored');
 });
 
 test('a lapsed subscription drops the Tenant to Starter and restricts it while its usage exceeds Starter; active again lifts it', async () => {
@@ -228,6 +234,10 @@ test('a lapsed subscription drops the Tenant to Starter and restricts it while i
   assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...sub, id: 'sub_l2' }), { created: now() - 10 }), 200);
   view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
   assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', 'active', false]);
+  // The audit rows state restricted before and after each transition.
+  assert.deepEqual(lapse.before, { subscription_status: 'active', restricted: false });
+  const lift = (await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).at(-1)!;
+  assert.deepEqual([lift.before, lift.after], [{ subscription_status: 'canceled', restricted: true }, { subscription_status: 'active', restricted: false }]);
 });
 
 for (const status of ['incomplete', 'paused']) {
@@ -470,6 +480,26 @@ test('the deletion of a second subscription never replaces a lapsed current one:
   assert.deepEqual([view.plan, view.subscription_status], ['team', 'active']);
 });
 
+test('the deletion of another subscription never replaces a canceled current one: it is ignored and does not count for the order, so a new subscription created before it but delivered after makes the Tenant active on Team', async () => {
+  const owner = await tenantOwner(t);
+  const at = now();
+  const first = { tenantId: owner.tenantId, id: 'sub_gone_first', customer: 'cus_gone' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(first), { created: at - 60 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...first, status: 'canceled' }), { created: at - 50 }), 200);
+  const other = { ...first, id: 'sub_gone_other' };
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...other, status: 'canceled' }), { created: at - 20, id: 'evt_other_gone' }), 200);
+  assert.equal((await eventRows('evt_other_gone'))[0].outcome, 'ignored');
+  let row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status, row.stripe_subscription_id], ['starter', 'canceled', first.id]);
+  const next = { ...first, id: 'sub_gone_next' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(next), { created: at - 30, id: 'evt_next_created' }), 200);
+  assert.equal((await eventRows('evt_next_created'))[0].outcome, 'applied');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status], ['team', 'active']);
+  row = await tenantRow(t, owner.tenantId);
+  assert.equal(row.stripe_subscription_id, next.id);
+});
+
 test('invoice.payment_failed moves a trialing subscription to past_due, keeping its plan', async () => {
   const owner = await tenantOwner(t);
   const sub = { tenantId: owner.tenantId, id: 'sub_trial', customer: 'cus_trial', status: 'trialing' };
@@ -659,6 +689,23 @@ test('a canceled subscription is final: a customer.subscription.updated of the s
   assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'incomplete_expired', true]);
 });
 
+test('unpaid is not final (the processor may still collect it): a customer.subscription.updated of the same subscription turning active, of the same second as its unpaid, applies and the Tenant is active on Team again', async () => {
+  const owner = await tenantOwner(t);
+  const at = now() - 30;
+  const sub = { tenantId: owner.tenantId, id: 'sub_unpaid_then_paid', customer: 'cus_unpaid_then_paid' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: at - 10 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'unpaid' }), { created: at }), 200);
+  const lapsed = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([lapsed.plan, lapsed.subscription_status], ['starter', 'unpaid']);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'active' }), { created: at, id: 'evt_paid_after_unpaid' }), 200);
+  assert.equal((await eventRows('evt_paid_after_unpaid'))[0].outcome, 'applied');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', 'active', false]);
+  const status = await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId);
+  assert.equal(status.length, 3);
+  assert.equal(status.filter((r) => r.before.subscription_status === 'unpaid' && r.after.subscription_status === 'active').length, 1);
+});
+
 test('a Tenant canceled before 0029 recorded which subscription set its status is protected once upgraded (0030): a customer.subscription.updated of the same second delivered after the upgrade is stale; a Tenant whose new checkout has no event of its subscription yet stays unrecorded, and that subscription still applies', async () => {
   // The row as the last release left it (no status_subscription_id), then the migrations after 0029.
   const upgrade = async (tenantId: string) => {
@@ -797,7 +844,7 @@ test('a signed event whose instants (created, a period start or end) lie outside
   assert.equal(tenant.updated_at.getTime(), tenant.created_at.getTime());
 });
 
-test('a signed event whose processor ids (event, subscription, customer) are longer than 255 characters answers 400 in the error envelope, never a 500, and changes nothing', async () => {
+test('a signed event whose processor ids (event, subscription, customer) are longer than 255 characters answers 400 in the error envelope, never a 500, and changes nothing; ids of exactly 255 characters apply', async () => {
   const owner = await tenantOwner(t);
   const long = randomBytes(3000).toString('hex');
   const cases: [string, ReturnType<typeof processorEvent>][] = [
@@ -815,6 +862,14 @@ test('a signed event whose processor ids (event, subscription, customer) are lon
   assert.equal(tenant.subscription_status, 'none');
   assert.equal(tenant.stripe_customer_id, null);
   assert.equal(tenant.updated_at.getTime(), tenant.created_at.getTime());
+  // At most 255 is allowed: ids of exactly 255 characters are the processor's and apply.
+  const at255 = (prefix: string) => `${prefix}${long}`.slice(0, 255);
+  const event = processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: at255('sub_'), customer: at255('cus_') }), { id: at255('evt_') });
+  const payload = JSON.stringify(event);
+  assert.deepEqual(assertStatus(await postEvent(t, payload, sign(t, payload)), 200), { received: true });
+  assert.equal((await eventRows(event.id))[0].outcome, 'applied');
+  const applied = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([applied.plan, applied.subscription_status, applied.stripe_subscription_id, applied.stripe_customer_id], ['team', 'active', at255('sub_'), at255('cus_')]);
 });
 
 test('"There are no outbound billing events": a subscription created, past due, paid again and deleted writes its tenant.plan_changed and tenant.subscription_status_changed audit rows and no webhook event', async () => {
