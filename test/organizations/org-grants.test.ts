@@ -476,7 +476,9 @@ test('org grant POST "order_id, starts_at, ends_at (same rules as personal)": st
   const app = await newApp(t, admin);
   assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, starts_at: inSeconds(t, 367 * DAY) }), 'starts_at');
   assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, starts_at: inSeconds(t, 10 * DAY), ends_at: inSeconds(t, 5 * DAY) }), 'ends_at');
-  assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, starts_at: inSeconds(t, 10 * DAY), ends_at: inSeconds(t, 10 * DAY) }), 'ends_at');
+  // One instant for both (the clock runs between two reads of it): ends_at equal to starts_at is not after it.
+  const tenDays = inSeconds(t, 10 * DAY);
+  assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, starts_at: tenDays, ends_at: tenDays }), 'ends_at');
   assertInvalid(await orgGrantReq(t, admin, org.id, { application_id: app.id, order_id: 'o'.repeat(256) }), 'order_id');
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE organization_id = $1', [org.id]))[0].n, 0);
   assert.deepEqual(await accessEvents(t, org.members[0].id, app.id), []);
