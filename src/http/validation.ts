@@ -52,19 +52,27 @@ export const isEmailAddress = bodyAjv.compile({ type: 'string', format: 'email',
 // blank 0. A query integer (`limit`) is written in decimal digits; anything else is not an integer.
 const DECIMAL_INTEGER = /^-?[0-9]+$/;
 
-/** The Ajv errors of the text parameters of `schema` typed integer that are not decimal digits. */
-function nonDecimalIntegers(schema: { properties?: Record<string, { type?: unknown }> }, data: unknown): ErrorObject[] {
-  if (!schema.properties || !data || typeof data !== 'object') return [];
-  return Object.entries(schema.properties)
-    .filter(([name, property]) => property.type === 'integer' && typeof (data as Record<string, unknown>)[name] === 'string' && !DECIMAL_INTEGER.test((data as Record<string, string>)[name]!))
-    .map(([name]) => ({ instancePath: `/${name}`, schemaPath: `#/properties/${name}/type`, keyword: 'type', params: { type: 'integer' }, message: 'must be integer' }));
+/** The names of the properties of `schema` typed integer (a query's `limit`), once per route. */
+function integerProperties(schema: { properties?: Record<string, { type?: unknown }> }): string[] {
+  return Object.entries(schema.properties ?? {}).filter(([, property]) => property.type === 'integer').map(([name]) => name);
+}
+
+/** The Ajv errors of the text parameters `names` that are not decimal digits. */
+function nonDecimalIntegers(names: string[], data: unknown): ErrorObject[] {
+  if (!data || typeof data !== 'object') return [];
+  const values = data as Record<string, unknown>;
+  return names
+    .filter((name) => typeof values[name] === 'string' && !DECIMAL_INTEGER.test(values[name] as string))
+    .map((name) => ({ instancePath: `/${name}`, schemaPath: `#/properties/${name}/type`, keyword: 'type', params: { type: 'integer' }, message: 'must be integer' }));
 }
 
 export const validatorCompiler: FastifySchemaCompiler<any> = ({ schema, httpPart }) => {
   const validate = (httpPart === 'body' ? bodyAjv : textAjv).compile(schema as object);
-  if (httpPart === 'body') return (data: unknown) => (validate(data) ? { value: data } : { error: validate.errors as unknown as Error });
+  const plain = (data: unknown) => (validate(data) ? { value: data } : { error: validate.errors as unknown as Error });
+  const integers = httpPart === 'body' ? [] : integerProperties(schema as object);
+  if (integers.length === 0) return plain;
   return (data: unknown) => {
-    const notDecimal = nonDecimalIntegers(schema as object, data);
+    const notDecimal = nonDecimalIntegers(integers, data);
     if (validate(data) && notDecimal.length === 0) return { value: data };
     const others = (validate.errors ?? []).filter((e) => !notDecimal.some((n) => n.instancePath === e.instancePath));
     return { error: [...notDecimal, ...others] as unknown as Error };

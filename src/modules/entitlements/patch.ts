@@ -6,7 +6,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits, withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
-import { ENT_COLUMNS, etagOf, ifNoneMatchHolds, nextUpdatedAt, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
+import { assertIfMatch, ENT_COLUMNS, etagOf, ifNoneMatchHolds, nextUpdatedAt, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
 import { expireIfEnded } from './jobs.js';
 import { visibleEntitlement } from './read.js';
 import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
@@ -37,16 +37,11 @@ export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string
   return rows.map((r) => r.user_id);
 }
 
-/**
- * RFC 9110 §13.1.1: `*`, or a list of entity tags (one header with commas, or the header sent twice,
- * which Node joins with a comma) of which any may match the current ETag, compared strongly.
- */
-export const ifMatchHolds = (header: string, etag: string): boolean => header.trim() === '*' || header.split(',').some((tag) => tag.trim() === etag);
-
 /** A write's If-Match and If-None-Match against the row's current ETag: 412 precondition_failed naming it when either is false. */
 export function assertPreconditions(row: EntitlementRow, ifMatch: string | undefined, ifNoneMatch: string | undefined): void {
-  if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
-  if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etagOf(row))) throw new ApiError('precondition_failed', { details: { etag: etagOf(row) } });
+  const etag = etagOf(row);
+  assertIfMatch(ifMatch, etag);
+  if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etag)) throw new ApiError('precondition_failed', { details: { etag } });
 }
 
 /** PATCH /v1/entitlements/{id}: status moves, term, trial conversion, order id, member scope. */

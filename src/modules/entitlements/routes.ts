@@ -1,15 +1,14 @@
 import { Type } from '@sinclair/typebox';
 import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
-import { ApiError } from '../../errors.js';
 import { ctxOf } from '../../http/gate.js';
 import { ListOf, UserIdParam } from '../../http/schemas.js';
 import { Entitlement, EntitlementIdParam, EntitlementListItem, EntitlementQuery, GrantBody, PatchEntitlementBody, UserEntitlementQuery } from './schemas.js';
 import { grantPersonal } from './grant.js';
 import { listEntitlements, listUserEntitlements, visibleEntitlement } from './read.js';
-import { ifMatchHolds, patchEntitlement } from './patch.js';
+import { patchEntitlement } from './patch.js';
 import { deleteEntitlement } from './remove.js';
-import { etagOf, ifNoneMatchHolds, toEntitlement } from './store.js';
+import { assertIfMatch, etagOf, ifNoneMatchHolds, toEntitlement } from './store.js';
 
 const tags = ['Entitlements'];
 /** The row's strong ETag, for If-Match on the next PATCH. */
@@ -57,8 +56,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
       const etag = etagOf(row);
       reply.header('etag', etag);
       // RFC 9110 §13.2.2: If-Match first, on a GET too (412 when no listed tag is the current one).
-      const ifMatch = request.headers['if-match'];
-      if (ifMatch !== undefined && !ifMatchHolds(ifMatch, etag)) throw new ApiError('precondition_failed', { details: { etag } });
+      assertIfMatch(request.headers['if-match'], etag);
       const ifNoneMatch = request.headers['if-none-match'];
       // No payload at all: a 304 has no body and no Content-Length of its own (RFC 9110 §15.4.5).
       if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etag)) return reply.code(304).send(undefined as never);

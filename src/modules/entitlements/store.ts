@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Queryable } from '../../db/types.js';
+import { ApiError } from '../../errors.js';
 import type { Entitlement } from './schemas.js';
 
 export interface EntitlementRow {
@@ -48,6 +49,17 @@ export const nextUpdatedAt = (param: string) => `GREATEST(${param}::timestamptz,
  * still give different ETags when anything changed, so a stale If-Match cannot pass.
  */
 export const etagOf = (r: EntitlementRow) => `"${createHash('sha256').update(JSON.stringify(toEntitlement(r))).digest('base64url').slice(0, 22)}"`;
+
+/**
+ * RFC 9110 §13.1.1: `*`, or a list of entity tags (one header with commas, or the header sent twice,
+ * which Node joins with a comma) of which any may match the current ETag, compared strongly.
+ */
+const ifMatchHolds = (header: string, etag: string): boolean => header.trim() === '*' || header.split(',').some((tag) => tag.trim() === etag);
+
+/** An If-Match (when sent) that names no current ETag: 412 precondition_failed naming it (§13.1.1, on a GET too by §13.2.2). */
+export function assertIfMatch(header: string | undefined, etag: string): void {
+  if (header !== undefined && !ifMatchHolds(header, etag)) throw new ApiError('precondition_failed', { details: { etag } });
+}
 
 /**
  * RFC 9110 §13.1.2: If-None-Match is false when it is `*` (the row exists) or lists the current ETag,
