@@ -3,7 +3,7 @@ import { loggableConfig, type Config } from './config.js';
 import type { Clock } from './clock.js';
 import type { Database } from './db/types.js';
 import { migrate, newerMigrations } from './db/migrate.js';
-import { buildApp } from './app.js';
+import { buildApp, type BuildOptions } from './app.js';
 import { refreshDevClock } from './dev/clock.js';
 import { bootstrapAdmin } from './modules/users/bootstrap.js';
 import { resealTotpSecrets } from './modules/mfa/service.js';
@@ -17,6 +17,7 @@ export interface BootOptions {
   clock: Clock;
   logger?: FastifyBaseLogger | boolean | object;
   extraModules?: Module[];
+  compileSchemas?: BuildOptions['compileSchemas'];
 }
 
 /** Everything a serving process does before it listens: migrate, build, keys, bootstrap, jobs. */

@@ -32,7 +32,7 @@ async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) =>
   const database = await openDatabase(config);
   // Logs go to stderr: stdout carries only the command's result (jobs run prints JSON).
   const logger = { level: config.logLevel === 'info' ? 'warn' : config.logLevel, stream: process.stderr };
-  const booted = await boot({ config, database, clock: new SystemClock(), logger });
+  const booted = await boot({ config, database, clock: new SystemClock(), logger, compileSchemas: 'on-first-use' });
   try {
     return await fn(booted);
   } finally {

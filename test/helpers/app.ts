@@ -133,7 +133,7 @@ export async function buildTestApp(overrides: Partial<Config> = {}, t?: TestCont
   const config = testConfig(overrides);
   const { database, schema, drop } = await openTestDatabase(null, { migrated: true });
   const clock = new SystemClock();
-  const { app, deps } = await boot({ config, database, clock, logger: process.env.TEST_LOG ? { level: "error" } : false, extraModules });
+  const { app, deps } = await boot({ config, database, clock, logger: process.env.TEST_LOG ? { level: "error" } : false, extraModules, compileSchemas: 'on-first-use' });
   await app.ready();
   const cleanup = async () => {
     await app.close();
