@@ -1,7 +1,8 @@
 // node scripts/test-weights.mjs < npm-test.log
 // Records what each test file cost in a full `npm test` run (its wall seconds inside its process, per
 // pass) into scripts/test-weights.json, which scripts/test.mjs balances its groups by. Every file runs
-// inside a describe() named after it, so the report's top-level entries are the files.
+// inside a describe() named after its pass and itself (`[pglite] test/…`), so the report's top-level
+// entries are the files.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,9 +13,8 @@ const weights = { pglite: {}, postgres: {} };
 let pass = null;
 let file = null;
 for (const line of lines) {
-  if (line.startsWith('=== ')) pass = line.includes('(PGlite)') ? 'pglite' : 'postgres';
-  const entry = /^(?:not )?ok \d+ - (test\/\S+\.test\.ts|src\/\S+\.test\.ts)$/.exec(line);
-  if (entry) file = entry[1];
+  const entry = /^(?:not )?ok \d+ - \[(pglite|postgres)\] ((?:test|src)\/\S+\.test\.ts)$/.exec(line);
+  if (entry) [, pass, file] = entry;
   const duration = /^ {2}duration_ms: ([\d.]+)$/.exec(line);
   if (duration && file && pass) {
     weights[pass][file] = Math.max(1, Math.round(Number(duration[1]) / 1000));

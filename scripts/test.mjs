@@ -1,5 +1,6 @@
-// npm test: the whole suite on embedded PostgreSQL (PGlite), then again on the PostgreSQL server of
-// TEST_DATABASE_URL when it is set. Extra arguments are test files to run instead of all.
+// npm test: the whole suite on embedded PostgreSQL (PGlite) and, when TEST_DATABASE_URL is set, again on
+// that PostgreSQL server: two passes, run side by side in one node --test run (see below). Extra
+// arguments are test files to run instead of all.
 // The multi-process tests (test/security/multiprocess: real server processes sharing one database) run
 // only on PostgreSQL: the embedded store belongs to one process, so that pass leaves them out.
 // The test files run compiled: tsc writes src/ and test/ to .test-dist/ once (type errors stop the
@@ -9,11 +10,11 @@
 // The whole suite runs its files in GROUPS, several files per test process: a process's first file
 // pays about 6 s of CPU to load the service, compile PGlite's WebAssembly and warm the JIT, a later
 // file in the same process about 1.5 s, and the suite is CPU-bound on a 2-core machine. Each file runs
-// inside a describe() named after it, so its before/after hooks stay its own and the files of a group
-// run one after another. Groups are balanced by each file's recorded cost in this pass
+// inside a describe() named after its pass and itself (`[postgres] test/…`), so its before/after hooks
+// stay its own and the files of a group run one after another. Groups are balanced by each file's recorded cost in this pass
 // (scripts/test-weights.json; a file missing from it counts as DEFAULT_WEIGHT). Files that start
 // processes of their own (the multi-process tests, the CLI's) keep a process each, also wrapped in a
-// describe() named after the file; so do the files named on the command line (unwrapped). The
+// describe() named after the file; so do the files named on the command line. The
 // processes start heaviest first (groups and solo files alternating), so that a long file does not
 // start last and run on alone.
 // `node scripts/test-weights.mjs < npm-test.log` records the costs of a full run.
@@ -69,9 +70,14 @@ const weights = JSON.parse(readFileSync(join(root, 'scripts', 'test-weights.json
 const weightOf = (file, pass) => weights[pass]?.[file.replace(/\\/g, '/')] ?? DEFAULT_WEIGHT;
 const solo = (file) => multiProcess(file) || embeddedOnly(file);
 
-/** The paths node --test runs for a pass: one entry file per group and per solo file, heaviest first. */
-function entries(runFiles, passName) {
-  if (process.argv.length > 2) return runFiles.map(compiled);
+/**
+ * The units of a pass, heaviest first: its groups of files (balanced by weight) and its solo files,
+ * a group, then a solo file, and so on: the multi-process files take turns on the database (one
+ * cluster at a time, test/security/multiprocess/cluster.ts), so two of them started side by side would
+ * leave a process waiting instead of running a group. Files named on the command line run one each.
+ */
+function units(runFiles, passName) {
+  if (process.argv.length > 2) return runFiles.map((f) => ({ weight: weightOf(f, passName), files: [f] }));
   const weight = (file) => weightOf(file, passName);
   const bins = Array.from({ length: GROUPS }, () => ({ weight: 0, files: [] }));
   // Longest first, each to the lightest group so far.
@@ -83,34 +89,38 @@ function entries(runFiles, passName) {
   const heaviestFirst = (a, b) => b.weight - a.weight;
   const groups = bins.filter((b) => b.files.length > 0).sort(heaviestFirst);
   const solos = runFiles.filter(solo).map((f) => ({ weight: weight(f), files: [f] })).sort(heaviestFirst);
-  // A group, then a solo file, and so on: the multi-process files take turns on the database (one
-  // cluster at a time, test/security/multiprocess/cluster.ts), so two of them started side by side
-  // would leave a process waiting instead of running a group.
-  const units = [];
-  while (groups.length > 0 || solos.length > 0) units.push(...groups.splice(0, 1), ...solos.splice(0, 1));
-  const dir = join(OUT, 'groups');
-  mkdirSync(dir, { recursive: true });
-  return units
-    .map((unit, i) => {
-      const path = join(dir, `${passName}-${String(i + 1).padStart(2, '0')}.test.js`);
-      const body = unit.files.map((f) => `describe(${JSON.stringify(f)}, async () => { await import(${JSON.stringify(`../${f.replace(/\\/g, '/').replace(/\.ts$/, '.js')}`)}); });`);
-      writeFileSync(path, `import { describe } from 'node:test';\n${body.join('\n')}\n`);
-      return path;
-    });
+  const out = [];
+  while (groups.length > 0 || solos.length > 0) out.push(...groups.splice(0, 1), ...solos.splice(0, 1));
+  return out;
 }
 
-let failed = false;
+// Both passes run in ONE node --test run, their processes taking turns in one queue (a unit of one
+// pass, then one of the other): run one after the other, the first pass ended with a process or two
+// running alone on an otherwise idle machine. Each entry file sets its pass's environment before it
+// imports a test file, and names each file's describe() after its pass: `[pglite] test/…`.
+const dir = join(OUT, 'groups');
+mkdirSync(dir, { recursive: true });
+const queues = runs.map((run) => units(run.files, run.id).map((unit) => ({ run, unit })));
+const entries = [];
+while (queues.some((q) => q.length > 0)) for (const q of queues) entries.push(...q.splice(0, 1));
+const paths = entries.map(({ run, unit }, i) => {
+  const path = join(dir, `${String(i + 1).padStart(3, '0')}-${run.id}.test.js`);
+  const env = Object.entries(run.env).map(([name, value]) => `process.env[${JSON.stringify(name)}] = ${JSON.stringify(value)};`);
+  const body = unit.files.map((f) => `describe(${JSON.stringify(`[${run.id}] ${f.replace(/\\/g, '/')}`)}, async () => { await import(${JSON.stringify(`../${f.replace(/\\/g, '/').replace(/\.ts$/, '.js')}`)}); });`);
+  writeFileSync(path, `import { describe } from 'node:test';\n${env.join('\n')}\n${body.join('\n')}\n`);
+  return path;
+});
+
 for (const run of runs) {
   const left = files.length - run.files.length;
   const where = run.left === 'multi-process' ? 'PostgreSQL' : 'PGlite';
   const note = !left ? '' : run.left === 'multi-process' && !process.env.TEST_DATABASE_URL ? ` (${left} multi-process files left out: they need TEST_DATABASE_URL)` : ` (${left} ${run.left} file${left === 1 ? '' : 's'}: ${where} pass only)`;
-  console.log(`\n=== ${run.files.length} test files on ${run.name}${note} ===`);
-  if (run.files.length === 0) continue;
-  const result = spawnSync(
-    process.execPath,
-    ['--enable-source-maps', '--test', `--test-concurrency=${CONCURRENCY}`, `--test-timeout=${FILE_TIMEOUT_MS}`, ...entries(run.files, run.id)],
-    { cwd: root, stdio: 'inherit', env: { ...process.env, ...run.env, NODE_ENV: 'test' } },
-  );
-  if (result.status !== 0) failed = true;
+  console.log(`=== ${run.files.length} test files on ${run.name}${note}: [${run.id}] ===`);
 }
-process.exit(failed ? 1 : 0);
+if (paths.length === 0) process.exit(0);
+const result = spawnSync(
+  process.execPath,
+  ['--enable-source-maps', '--test', `--test-concurrency=${CONCURRENCY}`, `--test-timeout=${FILE_TIMEOUT_MS}`, ...paths],
+  { cwd: root, stdio: 'inherit', env: { ...process.env, NODE_ENV: 'test' } },
+);
+process.exit(result.status === 0 ? 0 : 1);
