@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
+import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { assertTenantWritable } from '../../src/modules/tenancy/writable.js';
 import { ApiError } from '../../src/errors.js';
 import { assertError, assertStatus, auditRows, buildApp, call, caller, mailsTo, tenantOwner, tenantRow, type Caller } from './support.js';
@@ -108,7 +108,7 @@ test('pending → cancelled and scheduled → cancelled need notes and change no
     const before = await tenantRow(t, owner.tenantId);
     assertStatus(await patch(owner.tenantId, id, { status: 'cancelled', notes: 'Customer withdrew' }), 200);
     const after = await tenantRow(t, owner.tenantId);
-    assert.deepEqual([after.status, after.tier, after.region], [before.status, before.tier, before.region]);
+    assert.deepEqual([after.status, after.tier, after.region, after.updated_at.toISOString()], [before.status, before.tier, before.region, before.updated_at.toISOString()]);
   }
 });
 
@@ -192,4 +192,31 @@ test('a move not in the request table is 409 invalid_request_transition also wit
   assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${id}`, support.token), 200).status, 'completed');
   assert.equal((await tenantRow(t, owner.tenantId)).tier, 'dedicated_region');
   assert.equal((await auditRows(t, 'tenant.tier_change_request_updated', owner.tenantId)).length, 2);
+});
+
+test('started_at is set by the move to in_progress and kept by every later change (a notes edit, the completion); completed_at is set at completion', async () => {
+  await withStoppedClock(t, async () => {
+    const { owner, id } = await requestIn('pending');
+    t.clock.advance(60);
+    const startedAt = t.clock.now().toISOString();
+    const started = assertStatus(await patch(owner.tenantId, id, { status: 'in_progress' }), 200);
+    assert.equal(started.started_at, startedAt);
+    assert.equal(started.completed_at, null);
+    t.clock.advance(60);
+    const noted = assertStatus(await patch(owner.tenantId, id, { notes: 'Copy at 40%' }), 200);
+    assert.equal(noted.started_at, startedAt, 'a notes edit keeps started_at');
+    t.clock.advance(60);
+    const completedAt = t.clock.now().toISOString();
+    const done = assertStatus(await patch(owner.tenantId, id, { status: 'completed' }), 200);
+    assert.equal(done.started_at, startedAt, 'the completion keeps started_at');
+    assert.equal(done.completed_at, completedAt);
+  });
+});
+
+test('in_progress → cancelled rolls back the tier too: a shared Tenant whose move to isolated is cancelled is active on shared in us-east-1 again', async () => {
+  const { owner, id } = await requestIn('in_progress', { requested_tier: 'isolated', reason: 'Isolation' });
+  assertStatus(await patch(owner.tenantId, id, { status: 'cancelled', notes: 'Rolled back' }), 200);
+  const tenant = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}`, owner.token), 200);
+  assert.deepEqual([tenant.status, tenant.tier, tenant.region], ['active', 'shared', 'us-east-1']);
+  assert.equal((await auditRows(t, 'tenant.tier_changed', owner.tenantId)).length, 0);
 });

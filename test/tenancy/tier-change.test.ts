@@ -91,6 +91,7 @@ test('requested_tier must be strictly higher on the ladder shared < isolated < d
 test('a region change within dedicated_region counts as an upgrade; isolated and shared may go to dedicated_region', async () => {
   const dedicated = await enterpriseTenant({ tier: 'dedicated_region', region: 'eu-west-1' });
   const moved = await openRequest(dedicated.tenantId, { requested_tier: 'dedicated_region', requested_region: 'eu-central-1', reason: 'Data residency' });
+  assert.equal(moved.from_tier, 'dedicated_region');
   assert.equal(moved.from_region, 'eu-west-1');
   assert.equal(moved.requested_region, 'eu-central-1');
   const isolated = await enterpriseTenant({ tier: 'isolated' });
@@ -149,6 +150,7 @@ test('GET tier-change requests: the owner and tenants.manage list and fetch; bil
   }
   const billing = await caller(t, ['billing_admin']);
   assertError(await call(t, 'GET', base(owner.tenantId), billing.token), 403, 'forbidden');
+  assertError(await call(t, 'GET', `${base(owner.tenantId)}/${request.id}`, billing.token), 403, 'forbidden');
   const stranger = await caller(t);
   assertError(await call(t, 'GET', base(owner.tenantId), stranger.token), 404, 'tenant_not_found');
   assertError(await call(t, 'GET', `${base(owner.tenantId)}/${request.id}`, stranger.token), 404, 'tenant_not_found');
@@ -220,6 +222,8 @@ test('PATCH needs tenants.manage; read-only fields answer 422 read_only_field an
   assertError(await patch(owner.tenantId, request.id, { status: 'cancelled', notes: 'x' }, owner.token), 403, 'forbidden');
   const error = assertError(await patch(owner.tenantId, request.id, { requested_tier: 'dedicated_region', tenant_id: 'tnt_x' }), 422, 'read_only_field');
   assert.deepEqual(error.details.fields.sort(), ['requested_tier', 'tenant_id']);
+  const stamps = assertError(await patch(owner.tenantId, request.id, { started_at: future(), completed_at: future(), requested_by: 'usr_x', from_tier: 'isolated', reason: 'r' }), 422, 'read_only_field');
+  assert.deepEqual(stamps.details.fields.sort(), ['completed_at', 'from_tier', 'reason', 'requested_by', 'started_at']);
   assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${request.id}`, support.token), 200).requested_tier, 'isolated');
 });
 
@@ -263,17 +267,22 @@ test('rescheduling (docs/decisions.md "rescheduling a scheduled request mails th
   assert.equal((await mailsTo(t, owner.user.email, 'tier_change_scheduled')).length, 2);
 });
 
-test("scheduling an Organization's Tenant mails every active org_admin", async () => {
+test("scheduling an Organization's Tenant mails every active org_admin (not a pending org_admin, not a member)", async () => {
   const adminA = await createUser(t);
   const adminB = await createUser(t);
   const member = await createUser(t);
-  const orgId = await seedOrganization(t, [{ userId: adminA.id, role: 'org_admin' }, { userId: adminB.id, role: 'org_admin' }, { userId: member.id, role: 'member' }]);
+  const pendingAdmin = await createUser(t);
+  const orgId = await seedOrganization(t, [
+    { userId: adminA.id, role: 'org_admin' }, { userId: adminB.id, role: 'org_admin' }, { userId: member.id, role: 'member' },
+    { userId: pendingAdmin.id, role: 'org_admin', status: 'pending' },
+  ]);
   const tenantId = await seedTenant(t, { ownerOrganizationId: orgId, plan: 'enterprise' });
   const request = await openRequest(tenantId, { requested_tier: 'dedicated_region', requested_region: 'eu-central-1', reason: 'r' });
   assertStatus(await patch(tenantId, request.id, { status: 'scheduled', scheduled_for: future() }), 200);
   assert.equal((await mailsTo(t, adminA.email, 'tier_change_scheduled')).length, 1);
   assert.equal((await mailsTo(t, adminB.email, 'tier_change_scheduled')).length, 1);
   assert.equal((await mailsTo(t, member.email, 'tier_change_scheduled')).length, 0);
+  assert.equal((await mailsTo(t, pendingAdmin.email, 'tier_change_scheduled')).length, 0, 'a pending org_admin is not an owner');
   assert.match((await mailsTo(t, adminA.email, 'tier_change_scheduled'))[0].text_body, /eu-central-1/);
 });
 
@@ -309,4 +318,18 @@ test('create checks in order: plan_does_not_allow_tier before invalid_tier_trans
   await openRequest(owner.tenantId);
   assertError(await create(owner.tenantId, { requested_tier: 'shared', reason: 'r' }), 409, 'invalid_tier_transition');
   assertError(await create(owner.tenantId, { requested_tier: 'isolated', reason: 'r' }), 409, 'tier_change_already_pending');
+});
+
+test('a notes edit on a scheduled request, or the same scheduled_for sent again, is no new window: the owner is mailed on scheduling and rescheduling only', async () => {
+  const owner = await enterpriseTenant();
+  const request = await openRequest(owner.tenantId);
+  const when = future();
+  assertStatus(await patch(owner.tenantId, request.id, { status: 'scheduled', scheduled_for: when }), 200);
+  const noted = assertStatus(await patch(owner.tenantId, request.id, { notes: 'Customer confirmed the window' }), 200);
+  assert.equal(noted.status, 'scheduled');
+  assert.equal(noted.scheduled_for, when);
+  assert.equal(noted.notes, 'Customer confirmed the window');
+  assertStatus(await patch(owner.tenantId, request.id, { status: 'scheduled', scheduled_for: when, notes: 'Confirmed twice' }), 200);
+  assert.equal((await auditRows(t, 'tenant.tier_change_request_updated', owner.tenantId)).length, 3);
+  assert.equal((await mailsTo(t, owner.user.email, 'tier_change_scheduled')).length, 1);
 });
