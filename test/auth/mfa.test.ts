@@ -217,17 +217,17 @@ test('mfa/verify needs no test_mode: a test-mode user completes the challenge wi
   assert.equal(jwtPayload(res.json().access_token).test_mode, true);
 });
 
-test('an mfa_token expires after 300 seconds', async () => {
+test('an mfa_token expires after 300 seconds: 299 s after the challenge it completes, from the 300th second on (the instant it expires) it gets 401', async () => {
   const { user, secret, recoveryCodes } = await createMfaUser(t);
-  // The clock stands still but for advance(): the early token is exactly 290 s old when used, however
+  // The clock stands still but for advance(): the early token is exactly 299 s old when used, however
   // long the sign-ins between take on a loaded machine (with the real clock running, 10 s was the margin).
   await withStoppedClock(t, async () => {
     const early = await mfaChallenge(t, user);
     const late = await mfaChallenge(t, user);
-    t.clock.advance(290);
+    t.clock.advance(299);
     const ok = await verify({ mfa_token: early, recovery_code: recoveryCodes[0] });
     assert.equal(ok.statusCode, 200, ok.body);
-    t.clock.advance(11); // 301 s after the challenge
+    t.clock.advance(1); // exactly 300 s after the challenge: expired from that instant, as every link and token of the service
     const code = await totpCode(t, secret);
     assertError(await verify({ mfa_token: late, code }), 401, 'invalid_credentials');
     // The code itself was good: a fresh challenge accepts it.
@@ -311,11 +311,14 @@ test('turning TOTP off notifies the account (ASVS 4.0.3 V2.2.3, a change of auth
   assert.ok(own, 'mfa_disabled mailed');
   assert.match(own.subject, /turned off/);
   assert.doesNotMatch(own.text_body, /token=/);
+  assert.doesNotMatch(own.text_body, /administrator/i, 'the user turned it off: the notice does not say an administrator did');
 
   const byRecovery = await createMfaUser(t);
   const off2 = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(byRecovery.token), payload: { recovery_code: byRecovery.recoveryCodes[0] } });
   assert.equal(off2.statusCode, 204, off2.body);
-  assert.equal((await mailsTo(t, byRecovery.user.email, 'mfa_disabled')).length, 1);
+  const byRecoveryMails = await mailsTo(t, byRecovery.user.email, 'mfa_disabled');
+  assert.equal(byRecoveryMails.length, 1);
+  assert.doesNotMatch(byRecoveryMails[0].text_body, /administrator/i);
 
   const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
   const reset = await createMfaUser(t);
@@ -329,6 +332,22 @@ test('turning TOTP off notifies the account (ASVS 4.0.3 V2.2.3, a change of auth
   assert.equal((await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(pendingToken) })).statusCode, 200);
   assert.equal((await t.app.inject({ method: 'DELETE', url: `/v1/users/${pending.id}/mfa/totp`, headers: bearer(admin) })).statusCode, 204);
   assert.deepEqual(await mailsTo(t, pending.email, 'mfa_disabled'), [], 'an enrollment never confirmed protected nothing');
+});
+
+test('the support reset ends an enrollment begun and not confirmed too: the pending secret\'s code no longer confirms (409 mfa_not_enabled, TOTP stays off), audited user.mfa_reset, nothing mailed', async () => {
+  const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  assert.equal(begin.statusCode, 200, begin.body);
+  assert.equal((await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(admin) })).statusCode, 204);
+  alignToStep(t, 5);
+  const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, begin.json().secret) } });
+  assertError(confirm, 409, 'mfa_not_enabled');
+  assert.equal(await mfaEnabled(token), false);
+  assert.equal((await auditRows(t, 'user.mfa_reset', user.id)).length, 1);
+  assert.deepEqual(await mailsTo(t, user.email, 'mfa_disabled'), []);
+  assert.deepEqual(await mailsTo(t, user.email, 'mfa_enabled'), []);
 });
 
 test('the support reset of a soft-deleted user\'s TOTP mails nothing (docs/decisions.md, MFA enrollment: "a reset … of a soft-deleted user, mails nothing"): 204, TOTP off and audited user.mfa_reset, no mfa_disabled mail', async () => {

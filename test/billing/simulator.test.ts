@@ -188,6 +188,30 @@ test('a simulated checkout is valid a day: expires_at is a day ahead, and from i
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM processor_events WHERE tenant_id = $1', [owner.tenantId]))[0].n, 0);
 });
 
+test('a simulated portal lives an hour (docs/decisions.md "Simulator": "portal an hour"): expires_at is an hour ahead, and from it the page and its buttons are 404 and nothing changes', async () => {
+  const owner = await tenantOwner(t);
+  await press(`${pathOf((await checkout(owner, 'sim-portal-expiry')).url)}/complete`);
+  await withStoppedClock(t, async () => {
+    const portal = assertStatus(await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, owner.token, { return_url: 'http://localhost:3000/settings' }), 201);
+    assert.equal(portal.expires_at, new Date(t.clock.now().getTime() + 3600_000).toISOString());
+    const path = pathOf(portal.url);
+    t.clock.advance(3600 - 1);
+    try {
+      assert.equal((await page(path)).statusCode, 200, 'still open a second before the hour is over');
+      t.clock.advance(1);
+      assert.equal((await page(path)).statusCode, 404, 'expired at the very instant of expires_at');
+      for (const action of ['cancel_at_period_end', 'payment_failed', 'cancel_now']) {
+        assert.equal((await press(`${path}/${action}`)).statusCode, 404, action);
+      }
+    } finally {
+      t.clock.advance(-3600);
+    }
+  });
+  const row = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([row.plan, row.subscription_status, row.cancel_at_period_end], ['team', 'active', false]);
+  assert.deepEqual((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status), ['active']);
+});
+
 test('a simulated checkout page that has expired is deleted by the idempotency-prune job with the caller\'s email it holds (GDPR Art. 5(1)(e)); until its day is over it stays and opens', async () => {
   const owner = await tenantOwner(t);
   const session = await checkout(owner, 'sim-prune');

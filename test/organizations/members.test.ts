@@ -292,6 +292,20 @@ test('adding by user_id (organizations.manage) is active at once: organization.m
   assert.deepEqual(await mails(t, user.email), [], 'no invitation mail for a direct add');
 });
 
+test('adding by user_id an invited User (created by an admin, never signed in) makes the membership active at once, as for any user (Part B: "adding by user_id (organizations.manage only) creates active directly"): 201 active with joined_at, organization.member_added', async () => {
+  const org = await orgWithMembers(t, admin);
+  const invited = assertStatus(await call(t, 'POST', '/v1/users', admin, { email: uniqueEmail('org-direct-invited') }), 201);
+  assert.equal(invited.status, 'invited');
+  const res = assertStatus(await addById(t, admin, org.id, invited.id), 201);
+  assert.equal(res.user_id, invited.id);
+  assert.equal(res.membership_status, 'active');
+  assert.notEqual(res.joined_at, null);
+  assert.equal((await membership(t, org.id, invited.id))?.membership_status, 'active');
+  assert.deepEqual(await memberWebhooks(t, org.id, invited.id), [{ type: 'organization.member_added', data: { organization_id: org.id, user_id: invited.id, role: 'member' } }]);
+  assert.equal((await orgAudit(t, org.id, 'organization.member_added', invited.id)).length, 1);
+  assert.equal(await memberCount(org.id), 2);
+});
+
 test('an org admin adding by user_id gets 403 forbidden', async () => {
   const org = await orgWithMembers(t, admin);
   const user = await person(t);
