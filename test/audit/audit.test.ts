@@ -3,7 +3,7 @@
 // visibility per caller, the hot window and its header.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { TestApp } from '../helpers/app.js';
+import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { createApiKey, login } from '../helpers/fixtures.js';
 import { seedOrganization, seedTenant } from '../tenancy/support.js';
 import { appKey, assertError, assertStatus, buildApp, call, DAY, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql, type AppFixture } from '../webhooks/support.js';
@@ -487,6 +487,61 @@ test('an audit row about a shared Application or Role, written by a caller of th
   assert.equal(appRow.request_id, app.headers['request-id']);
   assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${liveApp.id}`, admin), 200).settings_schema_stats.stale_override_counts, { density: 1 });
   assert.deepEqual([appRow.before.settings_schema_stats.stale_override_counts, appRow.after.settings_schema_stats.stale_override_counts], [{}, { density: 1 }], "the live row counts the live user's override, as a live GET does");
+});
+
+test('"Audit-Hot-Window-Start gives the earliest available timestamp": an event recorded exactly at that instant is still listed and fetched (a Starter Tenant owner 30 days to the millisecond later), and a millisecond later it is neither', async () => {
+  await withStoppedClock(t, async () => {
+    const owned = await newApp(t, admin);
+    const [evt] = await sql(t, `SELECT id, created_at FROM audit_events WHERE action = 'application.created' AND target_id = $1`, [owned.id]);
+    t.clock.advance(30 * DAY);
+    const token = await login(t, owned.owner);
+    const atEdge = await list(token, `tenant_id=${owned.tenantId}&action=application.created`);
+    assert.equal(atEdge.headers['audit-hot-window-start'], new Date(evt.created_at).toISOString(), 'the window starts at the event');
+    assert.deepEqual(assertStatus(atEdge, 200).data.map((e: any) => e.id), [evt.id], 'listed at the window start');
+    assertStatus(await call(t, 'GET', `/v1/audit-events/${evt.id}`, token), 200);
+    t.clock.advance(0.001);
+    assert.deepEqual(await ids(token, `tenant_id=${owned.tenantId}&action=application.created`), [], 'a millisecond older than the window start: not listed');
+    assertError(await call(t, 'GET', `/v1/audit-events/${evt.id}`, token), 404, 'audit_event_not_found');
+  });
+});
+
+test('pagination: newest first by timestamp then id; following next_cursor with limit=1 returns every row once, none repeated or skipped, also among rows of one instant (an Organization\'s creation and its creator\'s membership)', async () => {
+  const user = await person(t);
+  for (const name of ['Paged 1', 'Paged 2']) assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name }), 201);
+  const q = `actor_id=${user.id}`;
+  const all = assertStatus(await list(viewer, `${q}&limit=100`), 200).data;
+  assert.equal(all.length, 4, 'two organization.created and two organization.member_added');
+  for (let i = 1; i < all.length; i++) {
+    const [a, b] = [all[i - 1], all[i]];
+    assert.ok(a.timestamp > b.timestamp || (a.timestamp === b.timestamp && a.id > b.id), `newest first, ties by id: ${a.id} before ${b.id}`);
+  }
+  assert.ok(all[0].timestamp === all[1].timestamp, 'rows of one instant are paged across');
+  const walked: string[] = [];
+  let cursor: string | null = null;
+  for (let pages = 0; pages < all.length + 2; pages++) {
+    const page: any = assertStatus(await list(viewer, `${q}&limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`), 200);
+    walked.push(...page.data.map((e: any) => e.id));
+    if (!page.page.has_more) {
+      assert.equal(page.page.next_cursor, null);
+      break;
+    }
+    cursor = page.page.next_cursor;
+  }
+  assert.deepEqual(walked, all.map((e: any) => e.id));
+});
+
+test('"Test data retention | purged nightly when older than 30 days": a test-mode audit row 29 days old survives the test purge and is still read by test-mode audit.view; 31 days old it is purged', async () => {
+  const testKey = await platformKey(t, ['audit.view', 'webhooks.manage'], 'test');
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', testKey, { scope: 'platform', url: 'http://127.0.0.1:9/young', events: ['*'] }), 201);
+  const query = `target_id=${sub.id}&action=webhook.created`;
+  const [evt] = await ids(testKey, query);
+  assert.ok(evt, 'webhook.created written in test mode');
+  t.clock.advance(29 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.deepEqual(await ids(testKey, query), [evt], '29 days old: kept');
+  t.clock.advance(2 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.deepEqual(await ids(testKey, query), [], '31 days old: purged');
 });
 
 // Last in the file: it moves the clock 31 days on for the test-data purge.
