@@ -156,6 +156,33 @@ test('verify-email: after the page was opened the API verb still takes the token
   assert.equal((await userRow(id)).email_verified, true);
 });
 
+test('verify-email of an account deleted since the mail: the link is the 400 page "invalid or has expired" on GET (no form) and on POST, as the API verb refuses the token', async () => {
+  const email = uniqueEmail('gone');
+  const id = await signup(email);
+  const { url, token } = await mailedLink(email, 'email_verification');
+  const browser = new LinkBrowser();
+  const page = await browser.open(url);
+  assertPage(page, 200);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${id}`, admin.token)).statusCode, 204);
+  const opened = await browser.open(url);
+  assert.ok(!assertPage(opened, 400, INVALID).includes('<form'), 'no form for a deleted account');
+  assertPage(await browser.post('/verify-email', formOf(page, '/verify-email')), 400, INVALID);
+  assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token }), 400, 'invalid_token');
+  assert.equal((await userRow(id)).email_verified, false);
+});
+
+test('a link\'s token opens only its own page: a verification link\'s token on /reset-password or /accept-invitation is the 400 page "invalid or has expired" (no form) and uses nothing up', async () => {
+  const email = uniqueEmail('crossed');
+  const id = await signup(email);
+  const { token } = await mailedLink(email, 'email_verification');
+  for (const path of ['/reset-password', '/accept-invitation']) {
+    const res = await new LinkBrowser().open(`${path}?token=${encodeURIComponent(token)}`);
+    assert.ok(!assertPage(res, 400, INVALID).includes('<form'), path);
+  }
+  assert.equal((await call(t, 'POST', '/v1/auth/email/verify', null, { token })).statusCode, 204, 'the token is still good for its own page');
+  assert.equal((await userRow(id)).email_verified, true);
+});
+
 test('verify-email of an email change: the change completes; a verb error (email_taken) is a page saying it', async () => {
   const { user, token: access } = await userToken(t);
   const newEmail = uniqueEmail('moved');
