@@ -493,6 +493,70 @@ test('a settings_schema of many distinct properties is compiled once, not once p
   assert.ok(settingsCompileCount() - compiled <= 1, `10 reads and a PATCH compiled ${settingsCompileCount() - compiled} schemas`);
 });
 
+test('PATCH AppSettings: "16 KB" counts the UTF-8 bytes of the merged overrides (docs/conventions.md), not characters: 16,385 bytes in far fewer characters is 422 naming overrides and nothing stored; just 16,384 bytes of two-byte letters is accepted', async () => {
+  const roomy = await newApp(t, admin, { settings_schema: { type: 'object', properties: { note: { type: 'string' } } } });
+  const u = await person(t);
+  await grant(t, admin, u.id, roomy.id);
+  // {"note":"..."} is 11 bytes of framing; é is one character and two UTF-8 bytes.
+  const over = { note: 'é'.repeat(8187) };
+  assert.equal(Buffer.byteLength(JSON.stringify(over)), 16 * 1024 + 1);
+  assert.ok(JSON.stringify(over).length < 16 * 1024);
+  assertInvalid(await patchAppSettings(u.token, { overrides: over }, 'me', roomy.id), 'overrides');
+  assert.equal((await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [u.id])).length, 0);
+  const fits = { note: `${'é'.repeat(8186)}x` };
+  assert.equal(Buffer.byteLength(JSON.stringify(fits)), 16 * 1024);
+  assert.deepEqual(assertStatus(await patchAppSettings(u.token, { overrides: fits }, 'me', roomy.id), 200).overrides, fits);
+});
+
+test('PATCH AppSettings with a read-only field (user_id, application_id, updated_at) is 422 read_only_field naming it, and stores nothing', async () => {
+  const u = await person(t);
+  await grant(t, admin, u.id, app.id);
+  const error = assertError(await patchAppSettings(u.token, { overrides: { beta: true }, application_id: 'app_other' }), 422, 'read_only_field');
+  assert.deepEqual(error.details.fields, ['application_id']);
+  assert.deepEqual(assertError(await patchAppSettings(u.token, { overrides: { beta: true }, user_id: 'usr_other' }), 422, 'read_only_field').details.fields, ['user_id']);
+  assert.deepEqual(assertError(await patchAppSettings(u.token, { overrides: { beta: true }, updated_at: t.clock.now().toISOString() }), 422, 'read_only_field').details.fields, ['updated_at']);
+  assert.equal((await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [u.id])).length, 0);
+});
+
+test('a settings_schema is at most 64 KB: 65,536 bytes of its compact JSON serialization are accepted, 65,537 are 422 invalid_settings_schema, counted in UTF-8 bytes (two-byte letters under 65,536 characters are refused too); nothing refused is stored', async () => {
+  const owned = await newApp(t, admin, { settings_schema: SCHEMA });
+  const schemaOf = (description: string) => ({ type: 'object', properties: { note: { type: 'string', description } } });
+  const framing = Buffer.byteLength(JSON.stringify(schemaOf('')));
+  const exact = schemaOf('x'.repeat(64 * 1024 - framing));
+  assert.equal(Buffer.byteLength(JSON.stringify(exact)), 64 * 1024);
+  const over = schemaOf('x'.repeat(64 * 1024 - framing + 1));
+  const wide = schemaOf('é'.repeat(Math.ceil((64 * 1024 + 1 - framing) / 2)));
+  assert.ok(Buffer.byteLength(JSON.stringify(wide)) > 64 * 1024 && JSON.stringify(wide).length < 64 * 1024);
+  for (const schema of [over, wide]) {
+    const error = assertError(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: schema }), 422, 'invalid_settings_schema');
+    assert.match(error.details.reason, /must be at most 65536 bytes serialized/);
+  }
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200).settings_schema, SCHEMA, 'nothing was stored');
+  assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: exact }), 200).settings_schema, exact);
+});
+
+test("settings_schema keywords about the overrides object as a whole do not apply to a value (overrides are partial; docs/decisions.md): a property's value is checked against its property only, not against a patternProperties entry its key also matches", async () => {
+  const owned = await newApp(t, admin, { settings_schema: { type: 'object', properties: { code: { type: 'string' } }, patternProperties: { '^co': { maxLength: 2 } } } });
+  const u = await person(t);
+  await grant(t, admin, u.id, owned.id);
+  assert.deepEqual(assertStatus(await patchAppSettings(u.token, { overrides: { code: 'abcd' } }, 'me', owned.id), 200).overrides, { code: 'abcd' });
+  assertInvalid(await patchAppSettings(u.token, { overrides: { code: 5 } }, 'me', owned.id), 'overrides.code');
+});
+
+test('a settings_schema describes an object (the overrides): a type other than "object" (string, array, a list of types) is 422 invalid_settings_schema naming the reason, on create and on PATCH, and nothing is stored', async () => {
+  const owned = await newApp(t, admin, { settings_schema: SCHEMA });
+  for (const type of ['string', 'array', ['object', 'null']]) {
+    const error = assertError(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: { type, properties: { a: { type: 'string' } } } }), 422, 'invalid_settings_schema');
+    assert.equal(error.details.reason, 'type must be object');
+  }
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200).settings_schema, SCHEMA, 'nothing was stored');
+  const created = await call(t, 'POST', '/v1/applications', admin, {
+    slug: `s${Date.now().toString(36)}`, name: 'Typed', launch_url: 'https://app.example.com/launch', visibility: 'public', owner_user_id: (await person(t)).id,
+    settings_schema: { type: 'string' },
+  });
+  assertError(created, 422, 'invalid_settings_schema');
+});
+
 if (storageName === 'postgres') test("an erased user's AppSettings are not written back: an admin PATCH of a soft-deleted user that waited for the erasure cascade (the cascade removes AppSettings) gets 404 user_not_found and stores no row and no settings.updated audit row", async () => {
   const u = await person(t);
   await grant(t, admin, u.id, app.id);

@@ -241,6 +241,18 @@ test('Profile updated_at is the Profile\'s: a Settings change of theme, timezone
   assert.equal(bundle.profile.updated_at, moved.updated_at);
 });
 
+test("a Profile PATCH of the locale writes the Settings locale (the Profile's locale is the Settings one), and the Settings updated_at moves with it; one of display_name alone leaves the Settings as they were", async () => {
+  const { token } = await userToken(t);
+  const first = assertStatus(await call(t, 'GET', '/v1/users/me/settings', token), 200);
+  const later = (s: number) => new Date(Date.parse(first.updated_at) + s * 1000).toISOString();
+  await atOneInstant(t, async () => assertStatus(await patchProfile('me', token, { display_name: 'Name Only' }), 200), later(60));
+  assert.deepEqual(assertStatus(await call(t, 'GET', '/v1/users/me/settings', token), 200), first, 'nothing of the Settings changed');
+  await atOneInstant(t, async () => assertStatus(await patchProfile('me', token, { locale: 'fr-CA' }), 200), later(120));
+  const moved = assertStatus(await call(t, 'GET', '/v1/users/me/settings', token), 200);
+  assert.equal(moved.locale, 'fr-CA');
+  assert.equal(moved.updated_at, later(120), 'the Settings locale changed');
+});
+
 test('a Profile PATCH that changes nothing writes nothing: no profile.updated for an admin, updated_at kept', async () => {
   const user = await createUser(t);
   const current = assertStatus(await getProfile(user.id, admin.token), 200);
