@@ -95,7 +95,8 @@ export interface BuildOptions {
    * server) compiles them all as the app is built, so a bad schema stops the start and no request
    * pays for a compilation. `on-first-use` compiles each when it is first needed: for the operator
    * CLI, which serves nothing, and for tests, which build an app per file and call few of its routes
-   * (compiling them all cost about 0.7 s of CPU per app). What is compiled is the same either way.
+   * (compiling them all cost a few tenths of a second of CPU per app). What is compiled is the same
+   * either way.
    */
   compileSchemas?: 'at-start' | 'on-first-use';
 }
