@@ -180,9 +180,13 @@ export class SigningKeys {
     return started.find((k) => !k.retiredAt || k.retiredAt.getTime() > now) ?? started[0] ?? this.keys[this.keys.length - 1];
   }
 
-  /** Unretired, or retired within the grace period (measured on the service clock). */
+  /**
+   * Unretired, or retired within the grace period (measured on the service clock), which ends at
+   * retired_at + 24 h exclusive, as reload()'s filter has it: at that instant a process that just
+   * reloaded and one that did not give the same answer.
+   */
   private verifies(key: LoadedKey): boolean {
-    return !key.retiredAt || this.clock.now().getTime() - key.retiredAt.getTime() <= RETIRED_KEY_GRACE_SECONDS * 1000;
+    return !key.retiredAt || this.clock.now().getTime() - key.retiredAt.getTime() < RETIRED_KEY_GRACE_SECONDS * 1000;
   }
 
   async sign(claims: JWTPayload & { sub: string; jti: string }, audience: string, lifetimeSeconds: number): Promise<string> {

@@ -80,6 +80,20 @@ test('AU-2: the RSA private signing key is stored sealed, and the service signs 
   assert.equal((await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(token) })).statusCode, 200);
 });
 
+test('AU-2: a signing key made while the service runs (keys rotate, with and without retire-now) is stored sealed too, and signs and verifies', async (c) => {
+  const t = await buildTestApp({}, c);
+  const before = await sql<{ kid: string }>(t, 'SELECT kid FROM signing_keys');
+  const rotated = await t.deps.keys.rotate();
+  const leaked = await t.deps.keys.rotate({ retireNow: true });
+  const rows = await sql<{ kid: string; private_jwk: unknown }>(t, 'SELECT kid, private_jwk FROM signing_keys WHERE kid = ANY($1)', [[rotated.kid, leaked.kid]]);
+  assert.equal(rows.length, 2);
+  for (const row of rows) assert.ok(typeof row.private_jwk === 'string' && sealedWith(row.private_jwk), `${row.kid} sealed: ${JSON.stringify(row.private_jwk).slice(0, 30)}`);
+  assert.ok(!(await databaseText(t)).includes('"d":'), 'no private exponent in any row');
+  assert.equal(before.length + 2, (await sql(t, 'SELECT kid FROM signing_keys')).length);
+  const { token } = await createMfaUser(t);
+  assert.equal((await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: bearer(token) })).statusCode, 200);
+});
+
 test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with the database key) are resealed with it at start and keep working; a rotated list still opens them', async () => {
   const { database, drop } = await openTestDatabase(null, { migrated: true });
   const clock = new SystemClock();

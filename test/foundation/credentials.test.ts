@@ -14,7 +14,7 @@ import {
   type JWK,
   type JSONWebKeySet,
 } from 'jose';
-import { buildTestApp, withStatementsSettled, withStoppedClock, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, withStatementsSettled, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { PASSWORD, bearer, createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import { KEY_PUBLISH_AHEAD_SECONDS } from '../../src/auth/signing-keys.js';
 
@@ -118,8 +118,12 @@ test('the discovery document lists issuer, jwks_uri, token_endpoint and authoriz
   assert.equal(doc.issuer, ISSUER);
   assert.equal(doc.jwks_uri, `${ISSUER}/.well-known/jwks.json`);
   assert.equal(doc.token_endpoint, `${ISSUER}/v1/auth/oauth/token`);
-  assert.equal(typeof doc.authorization_endpoint, 'string');
-  assert.ok(doc.authorization_endpoint.startsWith(`${ISSUER}/`), doc.authorization_endpoint);
+  // The authorization endpoint is the hosted sign-in page (operations.md: "The hosted sign-in page under /signin").
+  assert.equal(doc.authorization_endpoint, `${ISSUER}/signin`);
+  // Fields OpenID Connect Discovery 1.0 §3 marks REQUIRED in an openid-configuration document.
+  assert.ok(doc.response_types_supported.includes('code'), 'response_types_supported');
+  assert.ok(Array.isArray(doc.subject_types_supported) && doc.subject_types_supported.length > 0, 'subject_types_supported');
+  assert.deepEqual(doc.id_token_signing_alg_values_supported, ['RS256']);
   // The JWKS it points at is served at that path.
   const jwksRes = await t.app.inject({ method: 'GET', url: new URL(doc.jwks_uri).pathname });
   assert.equal(jwksRes.statusCode, 200);
@@ -503,6 +507,48 @@ test('signing key rotation: a retired key stays in the JWKS and verifies for 24 
   await t.deps.keys.rotate();
   assert.ok(!(await published()).includes(retiringKid), 'a later rotation does not bring back a key retired long ago');
   assertInvalidToken(await me(longLived), 'nor does it make its tokens verify again');
+});
+
+test('signing key rotation: the new key signs from the millisecond of signs_from, exactly 7 minutes after the rotation, and the old key until the millisecond before', async () => {
+  t.clock.advance(KEY_PUBLISH_AHEAD_SECONDS + 1); // any key an earlier test rotated in signs by now
+  const user = await createUser(t);
+  const oldKid = decodeProtectedHeader(await login(t, user)).kid!;
+  const rotatedAt = t.clock.now();
+  const { kid: newKid, signsFrom } = await atOneInstant(t, () => t.deps.keys.rotate(), rotatedAt);
+  assert.equal(signsFrom.getTime(), rotatedAt.getTime() + 7 * 60 * 1000);
+  const kidAt = (ms: number) => atOneInstant(t, async () => decodeProtectedHeader(await login(t, user)).kid, new Date(ms));
+  assert.equal(await kidAt(signsFrom.getTime() - 1), oldKid, 'the old key signs until the millisecond before signs_from');
+  assert.equal(await kidAt(signsFrom.getTime()), newKid, 'the new key signs from signs_from on');
+});
+
+test('signing key rotation: a retired key verifies and is published until 24 hours after it stops signing, and neither from that instant on (a millisecond before it does; at the instant and after it does not, in a process that reloaded its keys or not)', async () => {
+  t.clock.advance(KEY_PUBLISH_AHEAD_SECONDS + 1); // any key an earlier test rotated in signs by now
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const retiringKid = decodeProtectedHeader(token).kid!;
+  // Two 30-day tokens of the retiring key: one verified (and remembered) before the rotation, one never presented before the end.
+  const remembered = await longLivedTwin(token, 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAX');
+  const unseen = await longLivedTwin(token, 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAY');
+  assert.equal((await me(remembered)).statusCode, 200);
+  const { signsFrom } = await atOneInstant(t, () => t.deps.keys.rotate(), t.clock.now());
+  const end = signsFrom.getTime() + 24 * 3600 * 1000;
+  await atOneInstant(t, async () => {
+    assert.ok((await jwks()).keys.some((k) => k.kid === retiringKid), 'published a millisecond before its 24 hours end');
+    assert.equal((await me(remembered)).statusCode, 200, 'a remembered token of the retired key verifies a millisecond before the end');
+  }, new Date(end - 1));
+  // At the instant itself: the loaded keys say no (this process has not reloaded since), as a reload does.
+  await atOneInstant(t, async () => {
+    assert.ok(!(await jwks()).keys.some((k) => k.kid === retiringKid), 'not published at the instant its 24 hours end');
+    assertInvalidToken(await me(remembered), 'remembered token at the instant its 24 hours end');
+    await t.deps.keys.reload();
+    assert.ok(!(await jwks()).keys.some((k) => k.kid === retiringKid), 'not published after a reload at that instant');
+    assertInvalidToken(await me(unseen), 'unseen token at the instant, after a reload');
+  }, new Date(end));
+  await atOneInstant(t, async () => {
+    assert.ok(!(await jwks()).keys.some((k) => k.kid === retiringKid), 'no longer published a millisecond after its 24 hours');
+    assertInvalidToken(await me(remembered), 'remembered token a millisecond after the end');
+    assertInvalidToken(await me(unseen), 'unseen token a millisecond after the end');
+  }, new Date(end + 1));
 });
 
 test('sign-in keeps working when the in-memory signing keys are old: keys are refreshed in the background, never inside the session transaction', async () => {

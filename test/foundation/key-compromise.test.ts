@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { decodeProtectedHeader } from 'jose';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { bearer, createUser } from '../helpers/fixtures.js';
-import { RETIRED_KEY_GRACE_SECONDS } from '../../src/auth/signing-keys.js';
+import { KEY_PUBLISH_AHEAD_SECONDS, RETIRED_KEY_GRACE_SECONDS } from '../../src/auth/signing-keys.js';
 import { sql } from '../helpers/http.js';
 
 let t: TestApp;
@@ -40,4 +40,30 @@ test('a leaked signing key: rotate with retireNow signs with the new key at once
   assert.equal((await me(refreshed.json().access_token)).statusCode, 200);
   const again = await signIn(user);
   assert.equal(decodeProtectedHeader(again.access_token).kid, newKid, 'a new sign-in signs with the new key');
+});
+
+test('rotate with retireNow ends verification of every older key, also of one an earlier rotation retired that is still inside its 24 hours: its tokens are refused and only the new key is published', async () => {
+  const user = await createUser(t);
+  const first = await signIn(user);
+  const kidA = decodeProtectedHeader(first.access_token).kid!;
+  const longLived = await t.deps.keys.sign({ sub: user.id, sid: first.session_id, jti: 'atk_01ARZ3NDEKTSV4RRFFQ69G5FAW' }, 'platform', 30 * 86400);
+  const { kid: kidB } = await t.deps.keys.rotate();
+  t.clock.advance(KEY_PUBLISH_AHEAD_SECONDS + 1);
+  const second = await signIn(user);
+  assert.equal(decodeProtectedHeader(second.access_token).kid, kidB, 'the rotated key signs after 7 minutes');
+  // Key A stopped signing but is inside its 24 hours: its token still verifies (and is remembered).
+  assert.equal((await me(longLived)).statusCode, 200);
+  assert.equal((await me(second.access_token)).statusCode, 200);
+
+  const { kid: kidC } = await t.deps.keys.rotate({ retireNow: true });
+  for (const [name, token] of [['key A (retired earlier, in its grace)', longLived], ['key B', second.access_token]]) {
+    const res = await me(token);
+    assert.equal(res.statusCode, 401, name);
+    assert.equal(res.json().error.code, 'unauthenticated', name);
+  }
+  const kids = (await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json' })).json().keys.map((k: { kid: string }) => k.kid);
+  assert.deepEqual(kids, [kidC]);
+  const older = await sql<{ kid: string; retired_at: Date }>(t, 'SELECT kid, retired_at FROM signing_keys WHERE kid = ANY($1)', [[kidA, kidB]]);
+  for (const row of older) assert.ok(t.clock.now().getTime() - row.retired_at.getTime() > RETIRED_KEY_GRACE_SECONDS * 1000, `${row.kid}: its grace is spent`);
+  assert.equal(older.length, 2);
 });

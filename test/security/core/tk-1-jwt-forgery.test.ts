@@ -142,6 +142,9 @@ test('TK-1 every forged, tampered or mis-addressed token gets 401 unauthenticate
     ['exp missing (service key)', () => jws(realHeader(), payload({ exp: undefined }), realKey)],
     ['exp as a string (service key)', () => jws(realHeader(), payload({ exp: String(now() + 900) }), realKey)],
     ['future nbf (service key)', () => jws(realHeader(), payload({ nbf: now() + 600 }), realKey)],
+    // Every access token carries iat and jti (Part A, platform access token claims): one without is not the service's.
+    ['iat missing (service key)', () => jws(realHeader(), payload({ iat: undefined }), realKey)],
+    ['jti missing (service key)', () => jws(realHeader(), payload({ jti: undefined }), realKey)],
     // Issuer and audience, with a genuine signature.
     ['wrong iss (service key)', () => jws(realHeader(), payload({ iss: evil }), realKey)],
     ['iss with a trailing slash (service key)', () => jws(realHeader(), payload({ iss: `${claims.iss}/` }), realKey)],
