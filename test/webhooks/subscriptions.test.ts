@@ -2,7 +2,7 @@
 // delete, rotate-secret and the audit rows of every write.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { storageName, type TestApp } from '../helpers/app.js';
+import { atOneInstant, storageName, type TestApp } from '../helpers/app.js';
 import { blockedBy, client, commitWhileWaiting, endedOrWaiting, withDeadlockCount } from '../helpers/locks.js';
 import { createApiKey } from '../helpers/fixtures.js';
 import { appKey, assertError, assertStatus, buildApp, call, createWebhook, newApp, person, platformKey, sql, type AppFixture } from './support.js';
@@ -83,6 +83,15 @@ test('scope: webhooks.manage passes platform or any application_id (unknown Appl
   assert.equal((await createWebhook(t, manager.token, { scope: 'platform', url: url('m1') })).scope, 'platform');
   assert.equal((await createWebhook(t, manager.token, { scope: target.id, url: url('m2') })).scope, target.id);
   assertError(await call(t, 'POST', '/v1/webhooks', manager.token, { scope: 'app_nope', url: url('m3'), events: ['*'] }), 404, 'application_not_found');
+});
+
+test('scope: webhooks.manage "passes `platform` or any application_id"; sending no scope is "anything else 403 forbidden" (a platform key and a User token), and nothing is created', async () => {
+  const manager = await person(t, { roles: ['superadmin'] });
+  for (const cred of [admin, manager.token]) {
+    assertError(await call(t, 'POST', '/v1/webhooks', cred, { url: url('no-scope'), events: ['*'] }), 403, 'forbidden');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE url = $1', [url('no-scope')]))[0].n, 0);
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action = 'webhook.created' AND after->>'url' = $1`, [url('no-scope')]))[0].n, 0);
 });
 
 test("others' subscriptions are 404 webhook_not_found on every {id} route, and absent from their list", async () => {
@@ -174,6 +183,17 @@ test('PATCH: url, events, description and api_version change; scope and test_mod
   assert.equal(last.after.status, 'healthy');
 });
 
+test('PATCH "change url, events, …": a PATCH of events alone or of url alone changes that field (response, GET and a webhook.updated audit row each)', async () => {
+  const sub = await createWebhook(t, admin, { scope: 'platform', url: url('single1'), events: ['user.suspended'] });
+  for (const [field, value] of [['events', ['access.revoked']], ['url', url('single2')]] as const) {
+    const patched = assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { [field]: value }), 200);
+    assert.deepEqual(patched[field], value, field);
+    assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200)[field], value, `${field} (GET)`);
+  }
+  const audit = await sql(t, `SELECT after FROM audit_events WHERE target_id = $1 AND action = 'webhook.updated' ORDER BY created_at, id`, [sub.id]);
+  assert.deepEqual(audit.map((r) => JSON.stringify([r.after.events, r.after.url])).sort(), [JSON.stringify([['access.revoked'], url('single1')]), JSON.stringify([['access.revoked'], url('single2')])]);
+});
+
 test('PATCH that changes nothing (same values, or status healthy on a healthy subscription): 200 with the subscription as it is, no webhook.updated audit row, updated_at kept', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('n1'), events: ['user.suspended'], description: 'same' });
   t.clock.advance(60);
@@ -189,12 +209,14 @@ test('PATCH that changes nothing (same values, or status healthy on a healthy su
 
 test('rotate-secret: 200 {id, signing_secret, previous_secret_expires_at} 24 hours ahead; audited without the secrets', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('r1') });
-  const res = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin), 200);
+  const instant = t.clock.now();
+  const res = assertStatus(await atOneInstant(t, () => call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin), instant), 200);
   assert.deepEqual(Object.keys(res).sort(), ['id', 'previous_secret_expires_at', 'signing_secret']);
   assert.notEqual(res.signing_secret, sub.signing_secret);
-  assert.equal(Date.parse(res.previous_secret_expires_at) - t.clock.now().getTime() > 24 * 3600 * 1000 - 5000, true);
+  assert.equal(res.previous_secret_expires_at, new Date(instant.getTime() + 24 * 3600 * 1000).toISOString(), '"secret rotation overlap 24 hours", exactly');
   const [row] = await sql(t, `SELECT before, after FROM audit_events WHERE target_id = $1 AND action = 'webhook.secret_rotated'`, [sub.id]);
   assert.ok(row, 'row');
+  assert.equal(row.after.previous_secret_expires_at, res.previous_secret_expires_at);
   assert.doesNotMatch(JSON.stringify(row), /whsec_/);
 });
 
