@@ -854,6 +854,26 @@ test('Idempotency-Key: "A retry with the same key returns the original result", 
   assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 2, 'the order_id write and this one');
 });
 
+test('Idempotency-Key: "the same key with a different request gets 422 idempotency_key_reused" (docs/conventions.md: the preconditions If-Match and If-None-Match it is sent under): a PATCH sent under If-None-Match and then under the same key without it, or with another tag, is 422, never the first 200 replayed', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const body = { ends_at: inSeconds(t, 10 * DAY) };
+  const key = `inm-${ent.id}`;
+  // A tag that is not the current one: the PATCH goes on and changes the row.
+  const first = await patchEnt(t, admin, ent.id, body, { 'if-none-match': '"not-the-current-tag"', 'idempotency-key': key });
+  assertStatus(first, 200);
+  const replayed = await patchEnt(t, admin, ent.id, body, { 'if-none-match': '"not-the-current-tag"', 'idempotency-key': key });
+  assert.equal(replayed.statusCode, 200);
+  assert.equal(replayed.headers['idempotent-replayed'], 'true');
+  assert.equal(replayed.body, first.body);
+  for (const headers of [{}, { 'if-none-match': '"another-tag"' }] as Record<string, string>[]) {
+    const other = await patchEnt(t, admin, ent.id, body, { ...headers, 'idempotency-key': key });
+    assertError(other, 422, 'idempotency_key_reused');
+    assert.equal(other.headers['idempotent-replayed'], undefined);
+  }
+  assert.equal((await auditOf(t, ent.id, 'entitlement.updated')).length, 1, 'one write');
+});
+
 test('RFC 9110 §13.2.1 "A server MUST ignore all received preconditions if its response to the same request without those conditions … would have been a status code other than a 2xx": a caller who may see the row but not change it (the holder, a plain member, an org admin sending ends_at) gets 403 forbidden with a stale If-Match too, never 412 with the current ETag; nothing changes', async () => {
   const holder = await person(t);
   const ent = await grant(t, admin, holder.id, app.id);

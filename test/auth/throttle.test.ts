@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import { alignToWindow, assertError } from './support.js';
 
@@ -110,6 +110,24 @@ test('the windows are fixed one-minute windows (docs/conventions.md "Throttling"
   assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 15, `Retry-After ${throttled.headers['retry-after']}: the minute ends within 15 seconds`);
   t.clock.advance(retryAfter);
   assert.notEqual((await call(url, payload, '198.51.100.9')).statusCode, 429, 'a new minute began');
+});
+
+test('"Retry-After set" on the per-IP throttle (fixed one-minute windows): the whole seconds to the minute\'s end, rounded up: 15 at 45.5 s into the minute, 1 at 59.5 s, and at the next minute the client may call again', async () => {
+  const url = '/v1/auth/password/forgot';
+  const payload = { email: 'nobody@example.com' };
+  await withStoppedClock(t, async () => {
+    alignToWindow(t, 60, 45.5);
+    for (let i = 0; i < 2; i++) assert.notEqual((await call(url, payload, '198.51.100.12')).statusCode, 429, `call ${i + 1}`);
+    const throttled = await call(url, payload, '198.51.100.12');
+    assertError(throttled, 429, 'rate_limited');
+    assert.equal(throttled.headers['retry-after'], '15');
+    t.clock.advance(14);
+    const late = await call(url, payload, '198.51.100.12');
+    assertError(late, 429, 'rate_limited');
+    assert.equal(late.headers['retry-after'], '1');
+    t.clock.advance(0.5);
+    assert.notEqual((await call(url, payload, '198.51.100.12')).statusCode, 429, 'a new minute began');
+  });
 });
 
 test('per IP means per client: the addresses of one IPv6 /64 (one client holds all 2^64 of them) share a budget, and an IPv4 client counts as one whether written 192.0.2.44 or ::ffff:192.0.2.44', async () => {

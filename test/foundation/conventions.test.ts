@@ -377,25 +377,28 @@ async function orphanedClaim(key: string, name: string): Promise<string> {
   return token;
 }
 
-test('Idempotency-Key: "A claim whose process died is taken over after 60 seconds": a retry before then gets 409 idempotency_key_in_flight, one after runs the request', async () => {
-  const token = await orphanedClaim('k-orphan', 'orphan');
+test('Idempotency-Key: "A claim whose process died is taken over after 60 seconds": a retry at 59 seconds gets 409 idempotency_key_in_flight, one at 60 seconds runs the request', async () => {
   let moved = 0;
   try {
-    t.clock.advance(50);
-    moved += 50;
-    const early = await post(token, 'k-orphan', { name: 'orphan' });
-    assert.equal(early.statusCode, 409, early.body);
-    assert.equal(early.json().error.code, 'idempotency_key_in_flight');
-    assert.equal(await countItems('orphan'), 0);
-    t.clock.advance(11);
-    moved += 11;
-    const late = await post(token, 'k-orphan', { name: 'orphan' });
-    assert.equal(late.statusCode, 201, late.body);
-    assert.equal(late.headers['idempotent-replayed'], undefined);
-    assert.equal(await countItems('orphan'), 1);
-    const again = await post(token, 'k-orphan', { name: 'orphan' });
-    assert.equal(again.headers['idempotent-replayed'], 'true');
-    assert.equal(again.body, late.body);
+    // The clock stands still between requests, so the claim is exactly 59, then exactly 60 seconds old.
+    await withStoppedClock(t, async () => {
+      const token = await orphanedClaim('k-orphan', 'orphan');
+      t.clock.advance(59);
+      moved += 59;
+      const early = await post(token, 'k-orphan', { name: 'orphan' });
+      assert.equal(early.statusCode, 409, early.body);
+      assert.equal(early.json().error.code, 'idempotency_key_in_flight');
+      assert.equal(await countItems('orphan'), 0);
+      t.clock.advance(1);
+      moved += 1;
+      const late = await post(token, 'k-orphan', { name: 'orphan' });
+      assert.equal(late.statusCode, 201, late.body);
+      assert.equal(late.headers['idempotent-replayed'], undefined);
+      assert.equal(await countItems('orphan'), 1);
+      const again = await post(token, 'k-orphan', { name: 'orphan' });
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      assert.equal(again.body, late.body);
+    });
   } finally {
     t.clock.advance(-moved);
   }
@@ -570,7 +573,7 @@ test('list filters: an empty filter value ("?order_id=") is 422 validation_faile
   }
 });
 
-test('list pagination: limit is 1–100 in decimal digits (limit=100 and limit=021 are accepted; limit=0, and limit=0x10, 1e1, +5, 2.0 or a blank, which JavaScript would read as numbers, are 422 naming query.limit) and defaults to 20 rows a page', async () => {
+test('list pagination: limit is 1–100 in decimal digits (limit=1, limit=100 and limit=021 are accepted; limit=0, and limit=0x10, 1e1, +5, 2.0 or a blank, which JavaScript would read as numbers, are 422 naming query.limit) and defaults to 20 rows a page', async () => {
   // The audit trail: every user created below adds to it.
   const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;
   for (let i = 0; i < 21; i++) await createUser(t);
@@ -582,6 +585,11 @@ test('list pagination: limit is 1–100 in decimal digits (limit=100 and limit=0
   const max = await list('?limit=100');
   assert.equal(max.statusCode, 200, max.body);
   assert.equal(max.json().data.length > 20, true, 'limit=100 returns more than the default page');
+  const one = await list('?limit=1');
+  assert.equal(one.statusCode, 200, one.body);
+  assert.equal(one.json().data.length, 1, 'limit=1 is a page of one row');
+  assert.equal(one.json().page.has_more, true);
+  assert.equal(typeof one.json().page.next_cursor, 'string');
   const zero = await list('?limit=0');
   assert.equal(zero.statusCode, 422, zero.body);
   assert.deepEqual(zero.json().error.details.fields.map((f: { path: string }) => f.path), ['query.limit']);

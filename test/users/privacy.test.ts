@@ -208,6 +208,23 @@ test('export is limited to 5 calls per user per day (self and admin calls count 
   assertStatus(await exportOf('me', await login(t, user)), 200);
 });
 
+test('Export calls "5 per user per day": a call is counted for exactly 24 hours: 5 calls at one instant leave none 1 second before they are 24 hours old (429 rate_limited, Retry-After 1), and at exactly 24 hours the next call is allowed', async () => {
+  await withStoppedClock(t, async () => {
+    const user = await createUser(t);
+    const token = await login(t, user);
+    for (let i = 0; i < 5; i++) assertStatus(await exportOf('me', token), 200);
+    const first = await exportOf('me', token);
+    assertError(first, 429, 'rate_limited');
+    assert.equal(first.headers['retry-after'], String(DAY));
+    t.clock.advance(DAY - 1);
+    const late = await exportOf('me', await login(t, user));
+    assertError(late, 429, 'rate_limited');
+    assert.equal(late.headers['retry-after'], '1');
+    t.clock.advance(1);
+    assertStatus(await exportOf('me', await login(t, user)), 200);
+  });
+});
+
 test('Export calls "5 per user per day" count a rolling 24 hours, not the UTC day: 5 calls at 23:59 UTC leave none for 00:01 UTC; 429 rate_limited with Retry-After until the oldest call leaves the window', async () => {
   alignToDay(DAY - 60); // 23:59:00 UTC
   const user = await createUser(t);
