@@ -732,6 +732,20 @@ test('the test purge takes a purged test user\'s mails with it, as the erasure d
   assert.equal(await count('emails', `lower(to_address) = lower($1) AND status IN ('sent', 'logged')`, [old.email]), 0, 'nothing was sent to the purged user');
 });
 
+test('"Test rows older than 30 days are purged": live mails are not test rows, so the test purge leaves a live mail still queued after 31 days where it is, while it takes a test one of the same age', async () => {
+  const live = await createUser(t, { mode: 'live' });
+  const tester = await createUser(t, { mode: 'test' });
+  for (const [user, testMode] of [[live, false], [tester, true]] as const) {
+    const forgot = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: user.email, test_mode: testMode } });
+    assert.equal(forgot.statusCode, 202);
+    assert.equal(await count('emails', `user_id = $1 AND template = 'password_reset' AND status = 'queued'`, [user.id]), 1, 'precondition: the reset mail is queued');
+  }
+  t.clock.advance(31 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal(await count('emails', `user_id = $1 AND status = 'queued'`, [live.id]), 1, 'the live queued mail stays');
+  assert.equal(await count('emails', 'user_id = $1', [tester.id]), 0, 'the 31-day-old test mail goes');
+});
+
 test('the test purge is a hard delete like the erasure cascade: a stored Idempotency-Key answer of an admin\'s write to a purged test user in its last 24 hours (their Profile) is dropped; a retry runs again and gets 404 user_not_found instead of replaying the purged Profile', async () => {
   const old = await createUser(t, { mode: 'test' });
   t.clock.advance(30 * DAY);
@@ -770,6 +784,18 @@ test('only test rows older than 30 days are purged: a test user 29 days old stay
   assert.equal((await userRow(t, recent.id))?.test_mode, true, 'a 29-day-old test user stays');
   assert.equal(await count('profiles', 'user_id = $1', [recent.id]), 1);
   assert.equal(await count('sessions', 'user_id = $1', [recent.id]), 1);
+});
+
+test('"Test rows older than 30 days are purged nightly", on the clock: a test user exactly 30 days old is not older than 30 days and stays; a millisecond later it is purged', async () => {
+  await withStoppedClock(t, async () => {
+    const edge = await createUser(t, { mode: 'test' });
+    t.clock.advance(30 * DAY);
+    await t.deps.jobs.runNow('test-purge');
+    assert.equal((await userRow(t, edge.id))?.test_mode, true, 'exactly 30 days old: kept');
+    t.clock.advance(0.001);
+    await t.deps.jobs.runNow('test-purge');
+    assert.equal(await userRow(t, edge.id), undefined, '30 days and 1 ms old: purged');
+  });
 });
 
 test('the test purge keeps test owners of shared catalog rows: a test User owning an Application (and its Tenant), and a test Organization owning one with its org admin, stay after 30 days; a plain old test user goes', async () => {

@@ -104,6 +104,21 @@ test('missed events are not backfilled: an event written while the subscription 
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
+test('"a re-enabled subscription receives only events written from the re-enable on" (docs/decisions.md, Health): an event written at the re-enable\'s own instant is delivered, one written the moment before it is not', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/reenable-instant'), events: ['user.suspended'] }), 201);
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2, disabled_reason = 'gone' WHERE id = $1`, [sub.id, t.clock.now()]);
+  await withStoppedClock(t, async () => {
+    t.clock.advance(1);
+    await emitEvent(t, 'user.suspended', { user_id: 'usr_before_reenable' });
+    t.clock.advance(0.001);
+    assert.equal(assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { status: 'healthy' }), 200).status, 'healthy');
+    await emitEvent(t, 'user.suspended', { user_id: 'usr_at_reenable' });
+  });
+  await runDelivery(t);
+  assert.deepEqual(receiver.at('/reenable-instant').map((r) => r.body.data.user_id), ['usr_at_reenable']);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('a successful delivery resets consecutive_failures and returns an unhealthy subscription to healthy; on a healthy one it resets the count, so "3 consecutive deliveries" start again', async () => {
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/recover'), events: ['user.reactivated'] }), 201);
   const counting = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/recover-healthy'), events: ['user.reactivated'] }), 201);
