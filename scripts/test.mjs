@@ -11,12 +11,12 @@
 // pays about 6 s of CPU to load the service, compile PGlite's WebAssembly and warm the JIT, a later
 // file in the same process about 1.5 s, and the suite is CPU-bound on a 2-core machine. Each file runs
 // inside a describe() named after its pass and itself (`[postgres] test/…`), so its before/after hooks
-// stay its own and the files of a group run one after another. Groups are balanced by each file's recorded cost in this pass
-// (scripts/test-weights.json; a file missing from it counts as DEFAULT_WEIGHT). Files that start
-// processes of their own (the multi-process tests, the CLI's) keep a process each, also wrapped in a
-// describe() named after the file; so do the files named on the command line. The
-// processes start heaviest first (groups and solo files alternating), so that a long file does not
-// start last and run on alone.
+// stay its own and the files of a group run one after another. Groups are balanced by each file's
+// recorded cost in its pass (scripts/test-weights.json; a file missing from it counts as
+// DEFAULT_WEIGHT). Files that start processes of their own (the multi-process tests, the CLI's) keep a
+// process each, also wrapped in a describe() named after the file; so do the files named on the
+// command line. The processes start heaviest first (groups and solo files alternating), so that a long
+// file does not start last and run on alone.
 // `node scripts/test-weights.mjs < npm-test.log` records the costs of a full run.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -56,7 +56,6 @@ if (tsc.status !== 0) {
   console.error('npm test: tsc reported errors (above); no test ran.');
   process.exit(1);
 }
-const compiled = (file) => join(OUT, file.replace(/\.ts$/, '.js'));
 
 const CONCURRENCY = 4;
 // A hang guard per test process, not a budget: the operator CLI's file (30 tests, each spawning the
@@ -106,7 +105,9 @@ while (queues.some((q) => q.length > 0)) for (const q of queues) entries.push(..
 const paths = entries.map(({ run, unit }, i) => {
   const path = join(dir, `${String(i + 1).padStart(3, '0')}-${run.id}.test.js`);
   const env = Object.entries(run.env).map(([name, value]) => `process.env[${JSON.stringify(name)}] = ${JSON.stringify(value)};`);
-  const body = unit.files.map((f) => `describe(${JSON.stringify(`[${run.id}] ${f.replace(/\\/g, '/')}`)}, async () => { await import(${JSON.stringify(`../${f.replace(/\\/g, '/').replace(/\.ts$/, '.js')}`)}); });`);
+  const body = unit.files
+    .map((f) => f.replace(/\\/g, '/'))
+    .map((f) => `describe(${JSON.stringify(`[${run.id}] ${f}`)}, async () => { await import(${JSON.stringify(`../${f.replace(/\.ts$/, '.js')}`)}); });`);
   writeFileSync(path, `import { describe } from 'node:test';\n${env.join('\n')}\n${body.join('\n')}\n`);
   return path;
 });
