@@ -112,6 +112,7 @@ function onFirstUse<Route, Compiled extends (...args: any[]) => unknown>(compile
 /** Builds the Fastify instance and the shared dependencies; starts nothing. */
 export async function buildApp(options: BuildOptions): Promise<{ app: App; deps: Deps }> {
   const { config, database, clock } = options;
+  const lazily = options.compileSchemas === 'on-first-use';
   const fastify = Fastify({
     logger: withRedactedSecrets(options.logger ?? { level: config.logLevel }),
     genReqId: () => newId('req'),
@@ -128,12 +129,12 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: frameworkErrorHandler,
     clientErrorHandler,
-    ...(options.compileSchemas === 'on-first-use' && {
+    ...(lazily && {
       schemaController: { compilersFactory: { buildSerializer: (external, opts) => onFirstUse(SerializerSelector()(external, opts)) } },
     }),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  fastify.setValidatorCompiler(options.compileSchemas === 'on-first-use' ? onFirstUse(validatorCompiler) : validatorCompiler);
+  fastify.setValidatorCompiler(lazily ? onFirstUse(validatorCompiler) : validatorCompiler);
   // An Expect other than 100-continue is answered by the gate in the envelope (417 expectation_failed)
   // instead of by Node's bare 417.
   fastify.server.on('checkExpectation', (req, res) => {
