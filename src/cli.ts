@@ -1,14 +1,11 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { loadConfig, ConfigError } from './config.js';
-import { openDatabase } from './db/open.js';
-import { migrate, newerMigrations } from './db/migrate.js';
-import { jobNames } from './modules/index.js';
-import { SystemClock } from './clock.js';
-import { boot } from './boot.js';
-import { reportFailure, serve } from './main.js';
-import { bootstrapAdmin } from './modules/users/bootstrap.js';
 import { ApiError } from './errors.js';
 import { isEmailAddress } from './http/validation.js';
+import type { boot } from './boot.js';
+
+// The service itself (storage, the app, every module) is imported by the commands that use it, so the
+// usage or a usage error answers at once, without loading it.
 
 const USAGE = `usage: platform <command>
 
@@ -29,6 +26,7 @@ DEV_CLOCK=1, like the server.`;
 
 async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) => Promise<T>, env = process.env): Promise<T> {
   const config = { ...loadConfig(env), bootstrapAdminEmail: null, bootstrapAdminPassword: null };
+  const [{ openDatabase }, { boot }, { SystemClock }] = await Promise.all([import('./db/open.js'), import('./boot.js'), import('./clock.js')]);
   const database = await openDatabase(config);
   // Logs go to stderr: stdout carries only the command's result (jobs run prints JSON).
   const logger = { level: config.logLevel === 'info' ? 'warn' : config.logLevel, stream: process.stderr };
@@ -90,13 +88,14 @@ export async function runCli(argv: string[]): Promise<number> {
     case 'serve': {
       const args = commandArgs('serve', argv.slice(1));
       if (typeof args === 'number') return args;
-      await serve();
+      await (await import('./main.js')).serve();
       return -1; // keeps running
     }
     case 'migrate': {
       const args = commandArgs('migrate', argv.slice(1));
       if (typeof args === 'number') return args;
       const config = loadConfig();
+      const [{ openDatabase }, { migrate, newerMigrations }] = await Promise.all([import('./db/open.js'), import('./db/migrate.js')]);
       const database = await openDatabase(config);
       try {
         const applied = await migrate(database);
@@ -127,6 +126,7 @@ export async function runCli(argv: string[]): Promise<number> {
         return 2;
       }
       return withServices(async ({ deps }) => {
+        const { bootstrapAdmin } = await import('./modules/users/bootstrap.js');
         const result = await bootstrapAdmin(deps, email, password);
         console.log(result.created ? `created superadmin ${result.userId}` : `a live user already has that email: ${result.userId}`);
         return 0;
@@ -163,7 +163,7 @@ export async function runCli(argv: string[]): Promise<number> {
       if (!job) break;
       // A name that is no job is a usage error, like an unknown command: exit 2, the known names. The
       // names are known without a database, so a typo is refused before anything is opened or migrated.
-      const names = jobNames();
+      const names = (await import('./modules/index.js')).jobNames();
       if (!names.includes(job)) {
         console.error(`jobs run: no job named "${job}"; the jobs are: ${names.join(', ')}`);
         return 2;
@@ -191,10 +191,10 @@ runCli(process.argv.slice(2)).then(
   (code) => {
     if (code >= 0) process.exit(code);
   },
-  (err) => {
+  async (err) => {
     if (err instanceof ConfigError) console.error(err.message);
     else if (err instanceof ApiError) console.error(`${err.code}: ${err.message} ${JSON.stringify(err.details)}`);
-    else reportFailure(process.argv[2] === 'serve' ? 'could not start' : `${commandLine(process.argv.slice(2))} failed`, err);
+    else (await import('./main.js')).reportFailure(process.argv[2] === 'serve' ? 'could not start' : `${commandLine(process.argv.slice(2))} failed`, err);
     process.exit(1);
   },
 );
