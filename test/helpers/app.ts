@@ -47,7 +47,7 @@ export function testConfig(overrides: Partial<Config> = {}): Readonly<Config> {
 export async function openTestDatabase(schema: string | null = null, { migrated = false } = {}): Promise<{ database: Database; schema: string | null; drop: () => Promise<void> }> {
   if (!TEST_DATABASE_URL) {
     // Embedded: an app about to migrate may start from the migrated snapshot (same end state, faster).
-    const database = await openPglite(null, migrated ? { loadDataDir: await migratedSnapshot() } : {});
+    const database = await openPglite(null, { sharedBuffers: '16MB', ...(migrated ? { loadDataDir: await migratedSnapshot() } : {}) });
     return { database, schema: null, drop: async () => undefined };
   }
   const name = schema ?? `t_${randomBytes(6).toString('hex')}`;
