@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { SMTPServer } from 'smtp-server';
 import { Writable } from 'node:stream';
-import { buildTestApp, openTestDatabase, testConfig, withStoppedClock, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, openTestDatabase, testConfig, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { bearer, createApiKey, createUser, uniqueEmail } from '../helpers/fixtures.js';
 import { sql } from '../helpers/http.js';
 import { createServer } from 'node:http';
@@ -13,6 +13,7 @@ import { addSeconds, MAX_CLOCK_SKEW_SECONDS, SystemClock } from '../../src/clock
 import { boot } from '../../src/boot.js';
 import { refreshDevClock } from '../../src/dev/clock.js';
 import { JobRunner } from '../../src/jobs/runner.js';
+import { eachSkippingFailures, forEachSkippingFailures } from '../../src/jobs/each.js';
 import type { JobDefinition } from '../../src/jobs/types.js';
 import { deliverQueuedMail, enqueueMail } from '../../src/mail/outbox.js';
 import { decodeMessage, secondProcess, sleep, tokenLinks } from './support/ops.js';
@@ -153,6 +154,25 @@ test('POST /_dev/jobs/{job} runs the job now and answers {job, result} when it h
     rows.map((r) => r.key),
     ['current'],
   );
+});
+
+test('idempotency-prune: "Keys are retained 24 hours": a stored answer whose 24 hours end at the run\'s instant, or a millisecond before it, is deleted; one ending a millisecond after it stays; the run reports {idempotency_keys: <rows deleted>}', async () => {
+  const at = new Date(Math.floor(dev.clock.now().getTime()));
+  const insert = (key: string, expiresAt: Date) =>
+    dev.database.scoped('system').query(
+      `INSERT INTO idempotency_keys (credential, operation, key, request_hash, status, locked_until, created_at, expires_at)
+       VALUES ('cred_cutoff', 'POST /probe', $1, 'h', 'done', $2, $2, $3)`,
+      [key, addSeconds(expiresAt, -86400), expiresAt],
+    );
+  await insert('ended-1ms-before', new Date(at.getTime() - 1));
+  await insert('ends-at-the-run', at);
+  await insert('ends-1ms-after', new Date(at.getTime() + 1));
+  const [{ due }] = await sql<{ due: number }>(dev, 'SELECT count(*)::int AS due FROM idempotency_keys WHERE expires_at <= $1', [at]);
+  const res = await atOneInstant(dev, () => dev.app.inject({ method: 'POST', url: '/_dev/jobs/idempotency-prune' }), at);
+  assert.equal(res.statusCode, 200, res.body);
+  assert.equal(res.json().result.idempotency_keys, due, res.body);
+  const left = await sql<{ key: string }>(dev, `SELECT key FROM idempotency_keys WHERE credential = 'cred_cutoff'`);
+  assert.deepEqual(left.map((r) => r.key), ['ends-1ms-after']);
 });
 
 test('operations.md "Job names, also used by npx platform jobs run <job>": POST /_dev/jobs/{job} runs each of entitlement-expiry, scheduled-starts, erasure-cascade, test-purge, webhook-delivery, webhook-health, seat-sync and idempotency-prune now and answers {job, result} when it has finished', async () => {
@@ -381,6 +401,81 @@ test('after the clock steps back an hour, a password reset mail (its link lives 
   await t.deps.jobs.tick();
   const rows = await sql<{ status: string }>(t, `SELECT status FROM emails WHERE lower(to_address) = lower($1) AND template = 'password_reset'`, [user.email]);
   assert.deepEqual(rows.map((r) => r.status), ['logged'], 'mail-delivery ran (without SMTP_URL a sent mail is logged)');
+});
+
+// ---------------------------------------------------------------- runs over due items (src/jobs/each.ts)
+
+/**
+ * A queue of items as a job's step sees them: each step picks the first item not done and not in
+ * `skip`, names it, and works on it (`fail` items throw, `gone` items were changed meanwhile).
+ */
+function itemQueue(items: string[], { fail = [] as string[], gone = [] as string[] } = {}) {
+  const state = { steps: 0, finished: [] as string[], skips: [] as string[][] };
+  const step = async (skip: string[], picked: (id: string) => void): Promise<'none' | 'done' | 'gone'> => {
+    state.steps++;
+    state.skips.push([...skip]);
+    const next = items.find((id) => !state.finished.includes(id) && !skip.includes(id));
+    if (!next) return 'none';
+    picked(next);
+    if (fail.includes(next)) throw new Error(`bad ${next}`);
+    state.finished.push(next);
+    return gone.includes(next) ? 'gone' : 'done';
+  };
+  return { state, step };
+}
+
+test('eachSkippingFailures: a run reports the items it did: an item gone meanwhile (a cancel came first) is not counted as done', async () => {
+  const { state, step } = itemQueue(['a', 'b', 'c', 'd'], { gone: ['b'] });
+  assert.equal(await eachSkippingFailures(dev.deps, 'item_id', step), 3);
+  assert.deepEqual(state.finished, ['a', 'b', 'c', 'd']);
+  assert.equal(state.steps, 5, 'one step per item, then the one that finds none');
+});
+
+test('eachSkippingFailures (decisions: "skipped for the rest of that run ... the run is recorded as failed naming it"): a failed item is passed in skip to every later step, the items after it are done, and the run then fails naming them and the count done, with the first one\'s error', async () => {
+  const { state, step } = itemQueue(['a', 'b', 'c', 'd', 'e'], { fail: ['b', 'c'], gone: ['d'] });
+  await assert.rejects(eachSkippingFailures(dev.deps, 'item_id', step), (err: Error) => {
+    assert.equal(err.message, '2 item_id(s) failed (b, c); 2 done: bad b', 'the failed items, the count done, the first failure\'s error');
+    return true;
+  });
+  assert.deepEqual(state.finished, ['a', 'd', 'e']);
+  assert.deepEqual(state.skips, [[], [], ['b'], ['b', 'c'], ['b', 'c'], ['b', 'c']]);
+});
+
+test('eachSkippingFailures: a failure before an item was picked (the database unreachable) ends the run at once with that error, even after an item failed; no further step', async () => {
+  const unreachable = new Error('connect ECONNREFUSED');
+  let steps = 0;
+  await assert.rejects(
+    eachSkippingFailures(dev.deps, 'item_id', async (_skip, picked) => {
+      steps++;
+      if (steps === 1) return 'done';
+      if (steps === 2) {
+        picked('x');
+        throw new Error('bad x');
+      }
+      throw unreachable;
+    }),
+    (err) => err === unreachable,
+  );
+  assert.equal(steps, 3);
+});
+
+test('eachSkippingFailures: after 100 failed items a run gives up on the rest: the 101st failure ends it with its own error', async () => {
+  const items = Array.from({ length: 150 }, (_, i) => `i${i + 1}`);
+  const { state, step } = itemQueue(items, { fail: items });
+  await assert.rejects(eachSkippingFailures(dev.deps, 'item_id', step), (err: Error) => err.message === 'bad i101');
+  assert.equal(state.steps, 101);
+});
+
+test('forEachSkippingFailures: a failing item does not stop the others; the run then fails naming it, with the count of items done', async () => {
+  const worked: string[] = [];
+  await assert.rejects(
+    forEachSkippingFailures(dev.deps, 'tenant_id', ['t1', 't2', 't3'], (id) => id, async (id) => {
+      if (id === 't1') throw new Error('bad t1');
+      worked.push(id);
+    }),
+    (err: Error) => err.message === '1 tenant_id(s) failed (t1); 2 done: bad t1',
+  );
+  assert.deepEqual(worked, ['t2', 't3']);
 });
 
 // ---------------------------------------------------------------- mail outbox

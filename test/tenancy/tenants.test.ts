@@ -117,6 +117,28 @@ test('GET /v1/tenants pages newest first with limit and cursor, never repeating 
   assert.equal(second.page.next_cursor, null);
 });
 
+test('GET /v1/tenants: following next_cursor with limit=2 and a filter (plan=team) returns each matching Tenant once, newest first and by id among Tenants of one instant, none repeated or skipped; the filter holds on every page', async () => {
+  const user = await caller(t);
+  const base = t.clock.now().getTime();
+  const seeded: { id: string; plan: 'team' | 'enterprise'; at: number }[] = [];
+  for (const [i, offset] of [0, 1000, 1000, 1000, 2000, 1000].entries()) {
+    const orgId = await seedOrganization(t, [{ userId: user.user.id, role: 'org_admin' }]);
+    const plan = i === 2 ? 'enterprise' : 'team';
+    seeded.push({ id: await seedTenant(t, { ownerOrganizationId: orgId, plan, createdAt: new Date(base + offset) }), plan, at: base + offset });
+  }
+  const expected = seeded.filter((s) => s.plan === 'team').sort((a, b) => b.at - a.at || (a.id < b.id ? 1 : -1)).map((s) => s.id);
+  const walked: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const body: any = assertStatus(await call(t, 'GET', `/v1/tenants?plan=team&limit=2${cursor ? `&cursor=${cursor}` : ''}`, user.token), 200);
+    assert.ok(body.data.length <= 2 && body.data.every((x: any) => x.plan === 'team'), JSON.stringify(body.data));
+    walked.push(...body.data.map((x: any) => x.id));
+    cursor = body.page.next_cursor;
+    assert.equal(body.page.has_more, cursor !== null);
+  } while (cursor);
+  assert.deepEqual(walked, expected);
+});
+
 test('GET /v1/tenants: a platform API key with tenants.manage lists every Tenant; one without it lists none', async () => {
   const owner = await tenantOwner(t);
   const key = await createApiKey(t, { permissions: ['tenants.manage'] });

@@ -158,6 +158,28 @@ test("webhooks current counts the subscriptions of the Tenant's Applications (pl
   assert.deepEqual((await usage(owner.tenantId, owner.token)).limits.webhooks, { limit: 10, current: 2 });
 });
 
+test('webhooks current counts a disabled subscription of the Tenant\'s Applications, never a test-mode one (Part A: live credentials see only live rows) nor a deleted one; at Starter\'s 1 it fits starter, one past it no longer does', async () => {
+  const owner = await tenantOwner(t, { plan: 'team' });
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const subscribe = async (status: string, testMode = false) => {
+    const id = `whk_${rand()}`;
+    await sql(t, `INSERT INTO webhook_subscriptions (id, scope, application_id, url, events, status, signing_secret, api_version, test_mode, created_at, updated_at)
+                  VALUES ($1, $2, $2, 'https://hooks.example.com', ARRAY['*'], $3, 'whsec_x', '2026-01-01', $4, $5, $5)`, [id, appId, status, testMode, t.clock.now()]);
+    return id;
+  };
+  const webhooks = async () => {
+    const doc = await usage(owner.tenantId, owner.token);
+    return { ...doc.limits.webhooks, fits: doc.fits_plans };
+  };
+  await subscribe('disabled');
+  await subscribe('healthy', true);
+  assert.deepEqual(await webhooks(), { limit: 10, current: 1, fits: ['starter', 'team', 'enterprise'] }, 'at the Starter limit');
+  const second = await subscribe('unhealthy');
+  assert.deepEqual(await webhooks(), { limit: 10, current: 2, fits: ['team', 'enterprise'] }, 'one past the Starter limit');
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [second]);
+  assert.deepEqual(await webhooks(), { limit: 10, current: 1, fits: ['starter', 'team', 'enterprise'] }, 'a deleted subscription no longer counts');
+});
+
 test('usage: owner, billing.manage and tenants.manage read it; anyone else 404 tenant_not_found; an API key 400 user_token_required', async () => {
   const owner = await tenantOwner(t);
   for (const token of [owner.token, (await caller(t, ['billing_admin'])).token, (await caller(t, ['support'])).token]) {

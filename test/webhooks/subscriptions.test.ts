@@ -155,6 +155,19 @@ test('plan limits are "per Tenant across its Applications": a Team Tenant with t
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = ANY($1)', [[first.id, second.id]]))[0].n, 10);
 });
 
+test('plan limits: "Webhook subscriptions per Tenant | 1" on Starter counts a disabled subscription (it can be re-enabled by PATCH): the second is 409 plan_limit_reached with current 1; once the disabled one is deleted it no longer counts and the next is 201', async () => {
+  const starter = await newApp(t, admin);
+  const first = await createWebhook(t, admin, { scope: starter.id, url: url('dis1') });
+  await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2, disabled_reason = 'gone' WHERE id = $1`, [first.id, t.clock.now()]);
+  const capped = assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: starter.id, url: url('dis2'), events: ['*'] }), 409, 'plan_limit_reached');
+  assert.deepEqual([capped.details.resource, capped.details.limit, capped.details.current, capped.details.tenant_id], ['webhooks', 1, 1, starter.tenantId]);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [starter.id]))[0].n, 1, 'nothing was created');
+
+  assert.equal((await call(t, 'DELETE', `/v1/webhooks/${first.id}`, admin)).statusCode, 204);
+  const next = await createWebhook(t, admin, { scope: starter.id, url: url('dis3') });
+  assert.deepEqual((await sql(t, 'SELECT id FROM webhook_subscriptions WHERE application_id = $1', [starter.id])).map((r) => r.id), [next.id]);
+});
+
 test('PATCH: url, events, description and api_version change; scope and test_mode are read-only (422 read_only_field); status only disabled → healthy', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('u1') });
   const patched = assertStatus(await call(t, 'PATCH', `/v1/webhooks/${sub.id}`, admin, { url: url('u2'), events: ['user.suspended'], description: 'new', api_version: '2026-01-01' }), 200);
