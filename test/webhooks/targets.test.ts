@@ -101,10 +101,11 @@ test('WH-6: at creation, non-https, userinfo and every private, loopback, link-l
   assertError(await call(t, 'PATCH', `/v1/webhooks/${ok.id}`, admin, { url: 'https://10.0.0.8/' }), 422, 'invalid_webhook_url');
 });
 
-test('WH-6: a *.localhost name (a loopback name) and an address in 2001::/23 up to its last /24 are 422 invalid_webhook_url even when the resolver answers a public address', async () => {
+test('WH-6: `localhost` and a *.localhost name (loopback names) and an address in 2001::/23 up to its last /24 are 422 invalid_webhook_url even when the resolver answers a public address', async () => {
+  dns.set('localhost', ['93.184.216.34']);
   dns.set('api.localhost', ['93.184.216.34']);
   dns.set('edge.example', ['2001:1ff::1']);
-  const urls = ['https://api.localhost/hook', 'https://[2001:1ff::1]/hook', 'https://edge.example/hook'];
+  const urls = ['https://localhost/hook', 'https://api.localhost/hook', 'https://[2001:1ff::1]/hook', 'https://edge.example/hook'];
   for (const url of urls) {
     assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url, events: ['*'] }), 422, 'invalid_webhook_url');
   }
@@ -228,4 +229,25 @@ test('an Idempotency-Key create or url PATCH resolves the webhook host before it
       return answers.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
     });
   }
+});
+
+test('WH-6: the other reserved IPv4 blocks (6to4 relay anycast 192.88.99.0/24, documentation 198.51.100.0/24 and 203.0.113.0/24) and IPv6 documentation 3fff::/20 are 422 invalid_webhook_url; the first addresses past each, and 3000::/4 inside global unicast 2000::/3, are accepted', async () => {
+  const refused = ['https://192.88.99.1/', 'https://192.88.99.254/', 'https://198.51.100.7/', 'https://203.0.113.9/', 'https://[3fff::1]/', 'https://[3fff:fff:ffff::1]/'];
+  for (const url of refused) {
+    assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url, events: ['*'] }), 422, 'invalid_webhook_url');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE url = ANY($1)', [refused]))[0].n, 0);
+  for (const url of ['https://192.88.100.1/', 'https://198.51.101.1/', 'https://203.0.114.1/', 'https://[3fff:1000::1]/', 'https://[3001::1]/']) {
+    assert.equal(assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url, events: ['*'] }), 201).url, url);
+  }
+});
+
+test('the webhook url is at most 2048 characters (the published schema): 2048 is accepted, 2049 is 422 validation_failed and nothing is stored', async () => {
+  dns.set('long.example', ['93.184.216.34']);
+  const base = 'https://long.example/';
+  const at = `${base}${'a'.repeat(2048 - base.length)}`;
+  const over = `${at}a`;
+  assert.equal(assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: at, events: ['*'] }), 201).url, at);
+  assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: over, events: ['*'] }), 422, 'validation_failed');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE url = $1', [over]))[0].n, 0);
 });

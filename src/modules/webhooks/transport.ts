@@ -50,7 +50,8 @@ function agentFor(deps: Deps): Agent {
       const peer = socket.remoteAddress;
       if (!deps.config.webhookAllowPrivateTargets && peer && !isPublicAddress(peer)) {
         socket.destroy();
-        return callback(new TargetRefused(`connected peer ${peer} is not public`), null);
+        // The words of a private DNS answer, without the peer: a refusal never discloses where a name led.
+        return callback(new TargetRefused(`${opts.hostname} does not resolve to public addresses only`), null);
       }
       callback(null, socket);
     });

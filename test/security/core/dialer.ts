@@ -33,6 +33,8 @@ export class Dialer {
   readonly publicToLoopback = new Set<string>();
   /** Trust anchor for the loopback TLS receivers. */
   ca: string | null = null;
+  /** A name routed to loopback reports its public address as the socket's peer; off, the real peer (127.0.0.1) shows. */
+  disguisePeers = true;
   private restore: (() => void) | null = null;
 
   /** Dials (or attempts) to an address that is not publicly routable. */
@@ -91,7 +93,7 @@ export class Dialer {
         let target = first;
         if (this.publicToLoopback.has(first.address)) {
           record.action = 'routed';
-          spoofPeer = first.address;
+          spoofPeer = this.disguisePeers ? first.address : null;
           target = { address: '127.0.0.1', family: 4 };
         } else if (isLoopback(first.address)) {
           record.action = 'loopback';

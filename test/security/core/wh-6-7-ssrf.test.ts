@@ -13,7 +13,7 @@ import { setWebhookResolver } from '../../../src/modules/webhooks/index.js';
 
 /** A public address (TEST: routed by the dialer hook to the loopback TLS receiver). */
 const PUBLIC = '93.184.216.34';
-const NAMES = ['hooks.example', 'rebind.example', 'pin.example', 'flip.example', 'event.example'];
+const NAMES = ['hooks.example', 'rebind.example', 'pin.example', 'flip.example', 'event.example', 'peer.example'];
 
 let t: CapturedApp;
 let admin: string;
@@ -282,4 +282,33 @@ test('WH-7 a stored literal internal URL (written behind the API) is refused at 
   assert.deepEqual(dialer.dials.slice(dialsBefore), [], 'no connection was even attempted');
   figure('WH-7', `internal dials over the whole file: ${dialer.internal().length}`);
   assert.deepEqual(dialer.internal(), []);
+});
+
+test('WH-7 a stored URL that breaks the static rules (http, userinfo; written behind the API) is refused at send without dialling, even though its name resolves to a public address', async () => {
+  answer('public.example', [PUBLIC]);
+  const sub = assertStatus(await create('https://public.example/hook'), 201);
+  const dialsBefore = dialer.dials.length;
+  const requestsBefore = tlsRequests.length;
+  const stored: [string, RegExp][] = [
+    [`http://public.example:${tlsPort}/plain`, /^refused: the scheme must be https$/],
+    [`https://user:pw@public.example:${tlsPort}/userinfo`, /^refused: credentials \(userinfo\) are not allowed$/],
+  ];
+  for (const [url, reason] of stored) {
+    await sql(t, 'UPDATE webhook_subscriptions SET url = $2 WHERE id = $1', [sub.id, url]);
+    const row = await testDelivery(sub.id);
+    assert.deepEqual([row.status, row.response_status], ['failed', null], url);
+    assert.match(row.error!, reason, url);
+  }
+  assert.deepEqual(dialer.dials.slice(dialsBefore), [], 'no connection was even attempted');
+  assert.equal(tlsRequests.length, requestsBefore, 'the receiver got no request');
+});
+
+test('WH-7 "the peer is checked again": a connection whose peer is not public although the name resolved public (the validated address routed to loopback, undisguised) is closed unused; the attempt is failed with the words of a private answer, without the peer address', async () => {
+  answer('peer.example', [PUBLIC]);
+  const sub = assertStatus(await create(`https://peer.example:${tlsPort}/peer`), 201);
+  dialer.disguisePeers = false;
+  const row = await testDelivery(sub.id).finally(() => (dialer.disguisePeers = true));
+  assert.deepEqual([row.status, row.response_status], ['failed', null]);
+  assert.equal(row.error, 'refused: peer.example does not resolve to public addresses only');
+  assert.equal(tlsRequests.filter((r) => r.path === '/peer').length, 0, 'the receiver got no request');
 });
