@@ -988,3 +988,24 @@ test('a step used before the record of used steps began (an identity from before
     assert.equal(next.statusCode, 200, next.body);
   });
 });
+
+test('the otpauth URI follows the Key URI format: otpauth://totp/<issuer>:<email>, the label percent-encoded so an address with +, /, & or = reads back whole; secret, issuer (the public URL\'s host name) and SHA1, 6 digits, 30 s (given or left to their defaults)', async () => {
+  const email = `mfa+tag=1/x&y-${Math.random().toString(36).slice(2, 8)}@example.com`;
+  const user = await createUser(t, { email });
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(await login(t, user)) });
+  assert.equal(begin.statusCode, 200, begin.body);
+  const { secret, otpauth_uri } = begin.json();
+  const issuer = new URL(t.config.publicUrl).hostname;
+  const match = /^otpauth:\/\/totp\/([^?]*)\?(.*)$/.exec(otpauth_uri);
+  assert.ok(match, otpauth_uri);
+  const [, label, query] = match;
+  assert.doesNotMatch(label, /[+/&=?#]/, 'reserved characters of the address are percent-encoded');
+  assert.equal(decodeURIComponent(label), `${issuer}:${email}`);
+  const params = new Map(query.split('&').map((p) => p.split('=').map(decodeURIComponent) as [string, string]));
+  assert.equal(params.get('secret'), secret);
+  assert.equal(params.get('issuer'), issuer);
+  assert.ok([undefined, 'SHA1'].includes(params.get('algorithm')), `algorithm ${params.get('algorithm')}`);
+  assert.ok([undefined, '6'].includes(params.get('digits')), `digits ${params.get('digits')}`);
+  assert.ok([undefined, '30'].includes(params.get('period')), `period ${params.get('period')}`);
+  assert.deepEqual([...params.keys()].filter((k) => !['secret', 'issuer', 'algorithm', 'digits', 'period'].includes(k)), []);
+});

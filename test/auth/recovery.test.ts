@@ -947,3 +947,52 @@ test('invitation token "single use": two accepts of one invitation at once, and 
     assert.deepEqual(n, { sessions: 2, audits: 1 }, 'the accept\'s session and the sign-in just made');
   }
 });
+
+test('Auth Rule 6 "match only accounts in that mode" for the mail limits: a live and a test-mode account of one address are two addresses, 3 verification re-sends and 3 reset mails each per hour; the live account\'s spent limits leave the test account\'s untouched', async () => {
+  const email = uniqueEmail('modes');
+  await withStoppedClock(t, async () => {
+    for (const test_mode of [false, true]) assert.equal((await post(t, '/v1/auth/signup', { email, password: PASSWORD, test_mode })).statusCode, 201);
+    for (let i = 0; i < 4; i++) {
+      assert.equal((await post(t, '/v1/auth/email/verify/resend', { email })).statusCode, 202);
+      assert.equal((await post(t, '/v1/auth/password/forgot', { email })).statusCode, 202);
+    }
+    const counts = async () => Object.fromEntries(
+      (await sql(t, `SELECT template || ':' || test_mode AS k, count(*)::int AS n FROM emails WHERE lower(to_address) = lower($1) GROUP BY 1`, [email])).map((r: any) => [r.k, r.n]),
+    );
+    assert.deepEqual(await counts(), { 'email_verification:false': 1 + 3, 'password_reset:false': 3, 'email_verification:true': 1 });
+    assert.equal((await post(t, '/v1/auth/email/verify/resend', { email, test_mode: true })).statusCode, 202);
+    assert.equal((await post(t, '/v1/auth/password/forgot', { email, test_mode: true })).statusCode, 202);
+    assert.deepEqual(await counts(), { 'email_verification:false': 1 + 3, 'password_reset:false': 3, 'email_verification:true': 1 + 1, 'password_reset:true': 1 });
+  });
+});
+
+test('reset mails and verification re-sends are two limits, 3 per address per hour each (docs/decisions.md "Throttles"): an unverified user who spent the 3 re-sends still gets a reset mail, and one who spent the 3 resets still gets a verification re-send', async () => {
+  await withStoppedClock(t, async () => {
+    const first = await signup();
+    for (let i = 0; i < 3; i++) assert.equal((await post(t, '/v1/auth/email/verify/resend', { email: first.email })).statusCode, 202);
+    assert.equal((await post(t, '/v1/auth/password/forgot', { email: first.email })).statusCode, 202);
+    assert.equal((await mailsTo(t, first.email, 'password_reset')).length, 1, 'a reset mail after 3 re-sends');
+    const second = await signup();
+    for (let i = 0; i < 3; i++) assert.equal((await post(t, '/v1/auth/password/forgot', { email: second.email })).statusCode, 202);
+    assert.equal((await post(t, '/v1/auth/email/verify/resend', { email: second.email })).statusCode, 202);
+    assert.equal((await mailsTo(t, second.email, 'email_verification')).length, 1 + 1, 'a re-send after 3 resets');
+  });
+});
+
+test('the verification re-send and reset limits are a rolling hour to the second: 3 of each at one instant, a 4th 3,599 s later mails nothing (202 as always), one at exactly 3,600 s mails', async () => {
+  await withStoppedClock(t, async () => {
+    const { email } = await signup();
+    const sends = [['/v1/auth/email/verify/resend', 'email_verification', 1], ['/v1/auth/password/forgot', 'password_reset', 0]] as const;
+    for (const [url] of sends) for (let i = 0; i < 3; i++) assert.equal((await post(t, url, { email })).statusCode, 202);
+    t.clock.advance(3599);
+    for (const [url, template, first] of sends) {
+      assert.equal((await post(t, url, { email })).statusCode, 202);
+      assert.equal((await mailsTo(t, email, template)).length, first + 3, `${url} 1 s before the hour ends`);
+    }
+    t.clock.advance(1);
+    for (const [url, template, first] of sends) {
+      assert.equal((await post(t, url, { email })).statusCode, 202);
+      assert.equal((await mailsTo(t, email, template)).length, first + 4, `${url} at the hour's end`);
+    }
+  });
+});

@@ -2,7 +2,7 @@
 // membership" and the member rules of "Organization-wide grants and Organizations").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
   accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertInvalid, assertStatus, auditOf, call, createOrgApi, effective, entitlementEvents, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
@@ -590,4 +590,23 @@ test('"A pending membership grants nothing, is not a seat": an invitee of an Org
   assertStatus(await accept(t, invitee.token, org.id), 200);
   assert.deepEqual(await seats(), [3, 3]);
   assert.deepEqual(await accessEvents(t, invitee.id, app.id), [['access.granted', 'org_member_added', 'active']]);
+});
+
+test('an Organization\'s 3 mails per address are per rolling hour to the second (docs/decisions.md: 429 "with Retry-After"): 3 invitations at one instant, a 4th 3,599 s later is 429 rate_limited with Retry-After 1 and mails nothing; at exactly 3,600 s it is 201 with its mail', async () => {
+  const { org } = await createOrgApi(t);
+  const email = uniqueEmail('hour-edge');
+  await withStoppedClock(t, async () => {
+    for (let i = 0; i < 3; i++) {
+      const member = assertStatus(await invite(t, admin, org.id, email), 201);
+      assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${member.user_id}`, admin)).statusCode, 204);
+    }
+    t.clock.advance(3599);
+    const refused = await invite(t, admin, org.id, email);
+    assertError(refused, 429, 'rate_limited');
+    assert.equal(refused.headers['retry-after'], '1');
+    assert.equal((await mails(t, email)).length, 3);
+    t.clock.advance(1);
+    assertStatus(await invite(t, admin, org.id, email), 201);
+    assert.equal((await mails(t, email)).length, 4);
+  });
 });

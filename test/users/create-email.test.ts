@@ -617,3 +617,33 @@ if (storageName === 'postgres') test('the unauthenticated invitation re-sends (s
     assert.equal((await sql(t, 'SELECT status FROM users WHERE id = $1', [user.id]))[0].status, 'invited');
   }
 });
+
+test('"3 per email per hour" is a rolling hour to the second (docs/decisions.md "Invitation re-send": Retry-After "until the oldest of the three leaves the hour"): 3 re-sends at one instant, a 4th 3,599 s later is 429 rate_limited with Retry-After 1 and mails nothing; at exactly 3,600 s it is 202 with its mail', async () => {
+  const key = await createApiKey(t, { permissions: ['users.manage'] });
+  const user = assertStatus(await create({ email: uniqueEmail('edge') }, key.secret), 201);
+  await withStoppedClock(t, async () => {
+    for (let i = 0; i < 3; i++) assert.equal((await resend(user.id, key.secret)).statusCode, 202);
+    t.clock.advance(3599);
+    const refused = await resend(user.id, key.secret);
+    assertError(refused, 429, 'rate_limited');
+    assert.equal(refused.headers['retry-after'], '1');
+    assert.equal((await mailsTo(t, user.email, 'invitation')).length, 1 + 3);
+    t.clock.advance(1);
+    assert.equal((await resend(user.id, key.secret)).statusCode, 202);
+    assert.equal((await mailsTo(t, user.email, 'invitation')).length, 1 + 4);
+  });
+});
+
+test('the idempotency-prune job deletes only counter rows whose hour is over: run 1 s before the oldest of 3 re-sends leaves the hour, it frees no slot (the 4th re-send is still 429 rate_limited with Retry-After 1)', async () => {
+  const key = await createApiKey(t, { permissions: ['users.manage'] });
+  const user = assertStatus(await create({ email: uniqueEmail('prune') }, key.secret), 201);
+  await withStoppedClock(t, async () => {
+    for (let i = 0; i < 3; i++) assert.equal((await resend(user.id, key.secret)).statusCode, 202);
+    t.clock.advance(3599);
+    await t.deps.jobs.runNow('idempotency-prune');
+    const refused = await resend(user.id, key.secret);
+    assertError(refused, 429, 'rate_limited');
+    assert.equal(refused.headers['retry-after'], '1');
+    assert.equal((await mailsTo(t, user.email, 'invitation')).length, 1 + 3);
+  });
+});

@@ -1213,3 +1213,53 @@ test('an erasure the cascade cannot complete does not hold back the erasures due
   await t.deps.jobs.runNow('erasure-cascade');
   assert.notEqual((await userRow(t, stuck.id))!.erased_at, null);
 });
+
+test('the test purge keeps a test owner of a Tenant that no longer holds their Application (docs/decisions.md "Test purge": "a test User who owns an Application or a Tenant, a test Organization that owns one, and that Organization\'s org admins are kept"): after the Application moved to another owner, the old owner User and the old owner Organization with its org admin stay with their Tenants', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['applications.manage', 'organizations.manage'] });
+  const [formerUser, orgAdmin] = [await createUser(t, { mode: 'test' }), await createUser(t, { mode: 'test' })];
+  const org = await createOrganization(t, [orgAdmin.id], { mode: 'test' });
+  const slug = () => `moved-${Math.random().toString(36).slice(2, 8)}`;
+  const userApp = assertStatus(await call(t, 'POST', '/v1/applications', key.secret, { slug: slug(), name: 'Moved from a user', launch_url: 'https://moved.example.com', owner_user_id: formerUser.id }), 201);
+  const orgApp = assertStatus(await call(t, 'POST', '/v1/applications', key.secret, { slug: slug(), name: 'Moved from an org', launch_url: 'https://moved.example.com', owner_organization_id: org }), 201);
+  for (const app of [userApp, orgApp]) {
+    const newOwner = await createUser(t, { mode: 'test' }); // one each: a Starter Tenant holds one Application
+    const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, key.secret, { owner_user_id: newOwner.id, owner_organization_id: null }), 200);
+    assert.notEqual(moved.tenant_id, app.tenant_id, 'precondition: the Application left its first Tenant');
+  }
+  t.clock.advance(31 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal((await userRow(t, formerUser.id))?.id, formerUser.id, 'the owner of the emptied Tenant stays');
+  assert.equal(await count('organizations', 'id = $1', [org]), 1, 'the Organization owning the emptied Tenant stays');
+  assert.equal((await userRow(t, orgAdmin.id))?.id, orgAdmin.id, 'with its org admin');
+  const owners = await sql(t, 'SELECT t.id, t.owner_user_id, t.owner_organization_id FROM tenants t WHERE t.id = ANY($1::text[]) ORDER BY t.id', [[userApp.tenant_id, orgApp.tenant_id]]);
+  for (const o of owners) {
+    const ownerLeft = o.owner_user_id ? await userRow(t, o.owner_user_id) : (await sql(t, 'SELECT id FROM organizations WHERE id = $1', [o.owner_organization_id]))[0];
+    assert.ok(ownerLeft, `Tenant ${o.id} keeps an owner that exists`);
+  }
+});
+
+test('the test purge keeps a test User who owns an Application whose Tenant is not theirs (docs/decisions.md "Test purge": "a test User who owns an Application or a Tenant … kept rather than leaving an owner id that points nowhere"): the Application is kept with its owner, whoever owns the Tenant', async () => {
+  const tenantOwner = await createUser(t, { mode: 'test' });
+  const owner = await createUser(t, { mode: 'test' });
+  const app = await createApplication(t, { owner: tenantOwner.id });
+  await sql(t, 'UPDATE applications SET owner_user_id = $2 WHERE id = $1', [app.id, owner.id]);
+  assert.deepEqual(await sql(t, 'SELECT owner_user_id FROM tenants WHERE owner_user_id = $1', [owner.id]), [], 'precondition: the owner owns no Tenant');
+  t.clock.advance(31 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal((await userRow(t, owner.id))?.id, owner.id, "the Application's owner stays");
+  assert.deepEqual(await sql(t, 'SELECT owner_user_id FROM applications WHERE id = $1', [app.id]), [{ owner_user_id: owner.id }]);
+});
+
+test('the test purge keeps an Organization\'s org admins, not its pending invitees (Part B: "A pending membership grants nothing"; an owner is "any org_admin", active, as src/access/ownership.ts reads it): an old test user invited as org_admin to a test Organization that owns an Application, never accepting, is purged with the invitation; the active org admin stays', async () => {
+  const key = await createApiKey(t, { mode: 'test', permissions: ['organizations.manage'] });
+  const keptAdmin = await createUser(t, { mode: 'test' });
+  const kept = await createOrganization(t, [keptAdmin.id], { mode: 'test' });
+  await createApplication(t, { ownerOrganization: kept });
+  const invitee = await createUser(t, { mode: 'test' });
+  assert.equal(assertStatus(await call(t, 'POST', `/v1/organizations/${kept}/members`, key.secret, { email: invitee.email, role: 'org_admin' }), 201).membership_status, 'pending');
+  t.clock.advance(31 * DAY);
+  await t.deps.jobs.runNow('test-purge');
+  assert.equal(await userRow(t, invitee.id), undefined, 'the pending invitee owns nothing and is purged');
+  assert.equal(await count('organization_members', 'organization_id = $1 AND user_id = $2', [kept, invitee.id]), 0);
+  assert.equal((await userRow(t, keptAdmin.id))?.id, keptAdmin.id, 'the active org admin stays');
+});

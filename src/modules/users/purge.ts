@@ -23,15 +23,17 @@ export async function purgeTestData(deps: Deps): Promise<Record<string, number>>
       counts[name] = (await tx.query(sql, [cutoff])).rowCount;
     };
     // Owners of catalog rows stay: Applications and Tenants are shared by both modes and are not
-    // purged, so a test User or Organization that owns one (and the org admins of such an
-    // Organization) is kept rather than leaving the Application or Tenant with an owner that is gone.
+    // purged, so a test User or Organization that owns one (and the active org admins of such an
+    // Organization: a pending invitee owns nothing, src/access/ownership.ts) is kept rather than
+    // leaving the Application or Tenant with an owner that is gone.
     const keptOrgs = `SELECT owner_organization_id FROM applications WHERE owner_organization_id IS NOT NULL
                       UNION SELECT owner_organization_id FROM tenants WHERE owner_organization_id IS NOT NULL`;
     const oldOrgs = `SELECT o.id FROM organizations o WHERE o.test_mode AND o.created_at < $1 AND o.id NOT IN (${keptOrgs})`;
     const oldUsers = `SELECT u.id FROM users u WHERE u.test_mode AND u.created_at < $1
                         AND NOT EXISTS (SELECT 1 FROM applications a WHERE a.owner_user_id = u.id)
                         AND NOT EXISTS (SELECT 1 FROM tenants n WHERE n.owner_user_id = u.id)
-                        AND NOT EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.role = 'org_admin' AND m.organization_id IN (${keptOrgs}))`;
+                        AND NOT EXISTS (SELECT 1 FROM organization_members m WHERE m.user_id = u.id AND m.role = 'org_admin' AND m.membership_status = 'active'
+                                     AND m.organization_id IN (${keptOrgs}))`;
     // Locked before the first delete, in the order of src/access/locks.ts: the Organizations whose
     // memberships or grants go (a member or grant write locks its Organization, then reads the row:
     // it waits for this run and finds the row gone, instead of deleting it a second time, announcing
