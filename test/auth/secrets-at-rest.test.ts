@@ -262,7 +262,7 @@ test('ENCRYPTION_KEY must be 32-byte keys (64 hex digits or base64), comma-separ
   assert.equal(loadConfig({ ENCRYPTION_KEY: hex }).encryptionKeys.length, 1);
   assert.equal(loadConfig({ ENCRYPTION_KEY: `${b64}, ${hex}` }).encryptionKeys.length, 2);
   assert.equal(loadConfig({}).encryptionKeys.length, 0);
-  for (const bad of ['short', hex.slice(2), randomBytes(16).toString('base64'), `${hex},`]) {
+  for (const bad of ['short', hex.slice(2), randomBytes(16).toString('base64'), `${hex},`, `${hex}0`, `0${hex}`, `${b64}A`, `A${b64}`]) {
     assert.throws(() => loadConfig({ ENCRYPTION_KEY: bad }), (err: unknown) => err instanceof ConfigError && /ENCRYPTION_KEY/.test(err.message), bad);
   }
 });

@@ -390,6 +390,15 @@ test('password policy: the breached list is the first 100,000 entries: the last 
   assert.equal(beyond.statusCode, 201, beyond.body);
 });
 
+test('password policy: the breached list is compared case-insensitively (decisions "Breached passwords") also for entries listed with capitals: Mailcreated5240 (rank 2,202) gets 422 breached typed as listed, in lower and in upper case', async () => {
+  for (const password of ['Mailcreated5240', 'mailcreated5240', 'MAILCREATED5240']) {
+    const email = uniqueEmail('listedcaps');
+    const res = await signup({ email, password });
+    assert.equal(assertError(res, 422, 'weak_password').details.reason, 'breached', password);
+    assert.deepEqual(await userRowsFor(email), []);
+  }
+});
+
 test('password policy applies to the NFKC form, the password the user signs in with: a breached password typed in full-width characters gets 422 breached, and a password equal to the email so typed gets matches_email', async () => {
   const fullWidth = (s: string) => [...s].map((ch) => (ch >= '!' && ch <= '~' ? String.fromCodePoint(ch.codePointAt(0)! + 0xfee0) : ch)).join('');
   const breached = await signup({ email: uniqueEmail('fw'), password: fullWidth('password1234') });
@@ -464,4 +473,12 @@ test('passwords are NFKC-normalized before hashing (NIST SP 800-63B): one signed
   assert.equal((await login(decomposed)).statusCode, 200, 'NFD form');
   assert.equal((await login(composed.replace('42', '\uFF14\uFF12'))).statusCode, 200, 'full-width digits');
   assertError(await login(composed.replace('42', '43')), 401, 'invalid_credentials');
+});
+
+test('passwords are hashed in their NFKC form (NIST SP 800-63B): one signed up typed in full-width forms and decomposed logs in typed in ASCII and composed', async () => {
+  const email = uniqueEmail('nfkchash');
+  const typed = 'Cr\u0065\u0300me \uFF42\uFF52\uFF55\uFF4C\uFF45\uFF45 \uFF14\uFF12'; // "Crème" decomposed, "brulee 42" full-width
+  assert.equal((await signup({ email, password: typed })).statusCode, 201);
+  const res = await post(t, '/v1/auth/login', { email, password: 'Crème brulee 42'.normalize('NFC') });
+  assert.equal(res.statusCode, 200, res.body);
 });

@@ -40,7 +40,8 @@ test('number settings are decimal integers: PORT=0x50, 1e3, 8080.0, " 80" or +80
 test('TRUST_PROXY lists the reverse proxies whose X-Forwarded-For is believed (addresses, CIDR ranges, loopback/linklocal/uniquelocal); unset, none is; "true", "*" or a malformed range is refused at start', () => {
   assert.deepEqual(loadConfig({}).trustProxy, []);
   assert.deepEqual(loadConfig({ TRUST_PROXY: '10.0.0.0/8, 192.168.1.5,loopback,fd00::/8' }).trustProxy, ['10.0.0.0/8', '192.168.1.5', 'loopback', 'fd00::/8']);
-  for (const value of ['true', '*', '10.0.0.0/33', '10.0.0.1/8/1', 'proxy.internal', '1']) {
+  assert.deepEqual(loadConfig({ TRUST_PROXY: '10.0.0.1/32,::1/128,linklocal,uniquelocal' }).trustProxy, ['10.0.0.1/32', '::1/128', 'linklocal', 'uniquelocal'], 'a host range (/32, /128) and every proxy-addr name');
+  for (const value of ['true', '*', '10.0.0.0/33', '10.0.0.1/8/1', 'proxy.internal', '1', '::1/129', '10.0.0.0/0x8']) {
     const problems = problemsOf({ TRUST_PROXY: value });
     assert.equal(problems.length, 1, `${value}: ${problems.join('; ')}`);
     assert.match(problems[0]!, /^TRUST_PROXY must list proxy addresses or CIDR ranges/);
@@ -48,13 +49,14 @@ test('TRUST_PROXY lists the reverse proxies whose X-Forwarded-For is believed (a
 });
 
 test('PUBLIC_URL is the service origin (an optional path allowed): a query, a fragment, user info or no host is refused at start, since the issuer and every link are built on it', () => {
-  for (const value of ['https://id.example.com?tenant=1', 'https://id.example.com/#top', 'https://admin:secret@id.example.com', 'http:id.example.com']) {
+  for (const value of ['https://id.example.com?tenant=1', 'https://id.example.com/#top', 'https://admin:secret@id.example.com', 'http:id.example.com', 'https://id.example.com/?', 'https://id.example.com/#', 'https://:secret@id.example.com']) {
     const problems = problemsOf({ PUBLIC_URL: value });
     assert.equal(problems.length, 1, `${value}: ${problems.join('; ')}`);
     assert.match(problems[0]!, /^PUBLIC_URL must (be an origin|name a host)/);
     assert.ok(!problems[0]!.includes('secret'), 'the refusal does not echo user info');
   }
   assert.equal(loadConfig({ PUBLIC_URL: 'https://id.example.com/' }).publicUrl, 'https://id.example.com', 'a trailing slash is dropped');
+  assert.equal(loadConfig({ PUBLIC_URL: 'https://id.example.com//' }).publicUrl, 'https://id.example.com', 'every trailing slash is dropped (links would read //verify-email)');
   assert.equal(loadConfig({ PUBLIC_URL: 'https://example.com/identity/' }).publicUrl, 'https://example.com/identity', 'a path is kept (decisions)');
 });
 
@@ -71,6 +73,51 @@ test('MAIL_FROM and BOOTSTRAP_ADMIN_EMAIL must be email addresses', () => {
   const problems = problemsOf({ BOOTSTRAP_ADMIN_EMAIL: 'notanemail', BOOTSTRAP_ADMIN_PASSWORD: 'copper-willow-saddle-harbor-58' });
   assert.deepEqual(problems, ['BOOTSTRAP_ADMIN_EMAIL must be an email address (got "notanemail")']);
   assert.equal(loadConfig({ PUBLIC_URL: 'https://id.example.com' }).mailFrom, 'no-reply@id.example.com');
+});
+
+test('number settings at their bounds: PORT 65535 is accepted and 65536 refused; AUTH_RATE_LIMIT_PER_MINUTE defaults to 30 (README), and 1000000 is accepted and 1000001 refused', () => {
+  assert.equal(loadConfig({ PORT: '65535' }).port, 65535);
+  assert.deepEqual(problemsOf({ PORT: '65536' }), ['PORT must be an integer between 0 and 65535 (got "65536")']);
+  assert.equal(loadConfig({}).authRateLimitPerMinute, 30);
+  assert.equal(loadConfig({ AUTH_RATE_LIMIT_PER_MINUTE: '1000000' }).authRateLimitPerMinute, 1_000_000);
+  assert.deepEqual(problemsOf({ AUTH_RATE_LIMIT_PER_MINUTE: '1000001' }), ['AUTH_RATE_LIMIT_PER_MINUTE must be an integer between 0 and 1000000 (got "1000001")']);
+});
+
+test('WORKERS (README: "0 stops this process from running background jobs", default 1): unset or 1 runs them, 0 does not; switches take 1/true and 0/false; a switch spelled otherwise ("yes", "on") is refused at start, every one listed', () => {
+  assert.equal(loadConfig({}).workers, true);
+  assert.equal(loadConfig({ WORKERS: '1' }).workers, true);
+  assert.equal(loadConfig({ WORKERS: '0' }).workers, false);
+  // README: a switch takes 1 or true for on, 0 or false for off.
+  const spelled = loadConfig({ WORKERS: 'false', DEV_CLOCK: 'true', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' });
+  assert.deepEqual([spelled.workers, spelled.devClock, spelled.webhookAllowPrivateTargets], [false, true, true]);
+  const reversed = loadConfig({ WORKERS: 'true', DEV_CLOCK: 'false' });
+  assert.deepEqual([reversed.workers, reversed.devClock], [true, false]);
+  assert.deepEqual(problemsOf({ WORKERS: 'yes', DEV_CLOCK: 'on', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'enabled' }), [
+    'WEBHOOK_ALLOW_PRIVATE_TARGETS must be 1 or 0 (got "enabled")',
+    'DEV_CLOCK must be 1 or 0 (got "on")',
+    'WORKERS must be 1 or 0 (got "yes")',
+  ]);
+});
+
+test('LOG_LEVEL must be a pino level: "verbose" is refused at start, each pino level (fatal … trace, silent) is accepted', () => {
+  assert.deepEqual(problemsOf({ LOG_LEVEL: 'verbose' }), ['LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent']);
+  for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']) assert.equal(loadConfig({ LOG_LEVEL: level }).logLevel, level);
+});
+
+test('BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD go together: either one alone is refused at start (no admin would be made); both set are read as given', () => {
+  const together = ['BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD must be set together'];
+  assert.deepEqual(problemsOf({ BOOTSTRAP_ADMIN_EMAIL: 'root@example.com' }), together);
+  assert.deepEqual(problemsOf({ BOOTSTRAP_ADMIN_PASSWORD: 'copper-willow-saddle-harbor-58' }), together);
+  const both = loadConfig({ BOOTSTRAP_ADMIN_EMAIL: 'root@example.com', BOOTSTRAP_ADMIN_PASSWORD: 'copper-willow-saddle-harbor-58' });
+  assert.deepEqual([both.bootstrapAdminEmail, both.bootstrapAdminPassword], ['root@example.com', 'copper-willow-saddle-harbor-58']);
+});
+
+test('a setting set to the empty string is unset (its default), as a compose file passing an unset variable through leaves it', () => {
+  const config = loadConfig({ PORT: '', PUBLIC_URL: '', HOST: '', SMTP_URL: '', DATABASE_URL: '', LOG_LEVEL: '', WORKERS: '', DEV_CLOCK: '', ENCRYPTION_KEY: '', TRUST_PROXY: '' });
+  assert.deepEqual(
+    [config.port, config.publicUrl, config.host, config.smtpUrl, config.databaseUrl, config.logLevel, config.workers, config.devClock, config.encryptionKeys.length, config.trustProxy],
+    [8080, 'http://localhost:8080', '0.0.0.0', null, null, 'info', true, false, 0, []],
+  );
 });
 
 test('a URL that is not validly encoded, in its path or its query, gets 400 bad_request with a Request-Id, like every response', async (tc) => {

@@ -188,6 +188,27 @@ test('bootstrap admin is idempotent across restarts: one active, email_verified 
   }
 });
 
+test('BOOTSTRAP_ADMIN_PASSWORD is held to the Part A password policy: a start with a weak one (too_short, breached, matches_email) fails with 422 weak_password and creates no user', async () => {
+  const email = uniqueEmail('weakadmin');
+  const { database, drop } = await openTestDatabase();
+  try {
+    for (const [password, reason] of [['short-pw-11', 'too_short'], ['password1234', 'breached'], [email.toUpperCase(), 'matches_email']]) {
+      const config = testConfig({ bootstrapAdminEmail: email, bootstrapAdminPassword: password });
+      await assert.rejects(boot({ config, database, clock: new SystemClock(), logger: false, compileSchemas: 'on-first-use' }), (err: any) => {
+        assert.equal(err.code, 'weak_password');
+        assert.equal(err.status, 422);
+        assert.deepEqual(err.details, { reason });
+        return true;
+      }, reason);
+    }
+    const { rows } = await database.scoped('system').query('SELECT id FROM users WHERE lower(email) = lower($1)', [email]);
+    assert.deepEqual(rows, [], 'no user was created');
+  } finally {
+    await database.close();
+    await drop();
+  }
+});
+
 test('README "or an operator creates it once (CREATE ROLE platform_app NOLOGIN; GRANT platform_app TO <user>)": a DATABASE_URL user without CREATEROLE starts the service on an empty database, migrates, and its bootstrap admin signs in', async (tc) => {
   if (!TEST_DATABASE_URL) {
     tc.diagnostic('embedded PGlite runs as its superuser: a database user without CREATEROLE exists only on PostgreSQL');
