@@ -618,11 +618,17 @@ if (storageName === 'postgres') test('the unauthenticated invitation re-sends (s
   }
 });
 
-test('"3 per email per hour" is a rolling hour to the second (docs/decisions.md "Invitation re-send": Retry-After "until the oldest of the three leaves the hour"): 3 re-sends at one instant, a 4th 3,599 s later is 429 rate_limited with Retry-After 1 and mails nothing; at exactly 3,600 s it is 202 with its mail', async () => {
+/** An invited user whose invitation was re-sent 3 times, now (the hour's quota spent at this instant). */
+async function resentThreeTimes(prefix: string) {
   const key = await createApiKey(t, { permissions: ['users.manage'] });
-  const user = assertStatus(await create({ email: uniqueEmail('edge') }, key.secret), 201);
+  const user = assertStatus(await create({ email: uniqueEmail(prefix) }, key.secret), 201);
+  for (let i = 0; i < 3; i++) assert.equal((await resend(user.id, key.secret)).statusCode, 202);
+  return { key, user };
+}
+
+test('"3 per email per hour" is a rolling hour to the second (docs/decisions.md "Invitation re-send": Retry-After "until the oldest of the three leaves the hour"): 3 re-sends at one instant, a 4th 3,599 s later is 429 rate_limited with Retry-After 1 and mails nothing; at exactly 3,600 s it is 202 with its mail', async () => {
   await withStoppedClock(t, async () => {
-    for (let i = 0; i < 3; i++) assert.equal((await resend(user.id, key.secret)).statusCode, 202);
+    const { key, user } = await resentThreeTimes('edge');
     t.clock.advance(3599);
     const refused = await resend(user.id, key.secret);
     assertError(refused, 429, 'rate_limited');
@@ -635,10 +641,8 @@ test('"3 per email per hour" is a rolling hour to the second (docs/decisions.md 
 });
 
 test('the idempotency-prune job deletes only counter rows whose hour is over: run 1 s before the oldest of 3 re-sends leaves the hour, it frees no slot (the 4th re-send is still 429 rate_limited with Retry-After 1)', async () => {
-  const key = await createApiKey(t, { permissions: ['users.manage'] });
-  const user = assertStatus(await create({ email: uniqueEmail('prune') }, key.secret), 201);
   await withStoppedClock(t, async () => {
-    for (let i = 0; i < 3; i++) assert.equal((await resend(user.id, key.secret)).statusCode, 202);
+    const { key, user } = await resentThreeTimes('prune');
     t.clock.advance(3599);
     await t.deps.jobs.runNow('idempotency-prune');
     const refused = await resend(user.id, key.secret);
