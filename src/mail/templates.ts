@@ -45,7 +45,7 @@ export const MAIL_TEMPLATES = {
     subject: 'You have been invited',
     text:
       `${v.inviterName ? `${oneLine(v.inviterName)} invited you` : 'You have been invited'} to create an account. ` +
-      `Choose a password by opening the link below:\n\n${link(l, '/accept-invitation', v.token)}` +
+      `Choose a password by opening the link below (valid for 7 days):\n\n${link(l, '/accept-invitation', v.token)}` +
       signed(null),
   }),
   organization_invitation: (v: { organizationName: string; token?: string | null }, l: Links): RenderedMail => ({

@@ -254,9 +254,9 @@ test('"every mail is written to the emails table … the mail-delivery job sends
   assert.equal((await mailOf(live)).length, 1, 'a live mail is no test row');
 });
 
-test('a mailed link says how long it works, as long as its token lives (docs/decisions.md "Token lifetimes of one-time tokens": email verification and email change 24 hours, password reset 1 hour)', () => {
+test('a mailed link says how long it works, as long as its token lives (docs/decisions.md "Token lifetimes of one-time tokens": email verification and email change 24 hours, password reset 1 hour, account invitation 7 days)', () => {
   const links = { publicUrl: 'https://id.example.org' };
-  for (const [template, lifetime] of [['email_verification', '24 hours'], ['email_change_verification', '24 hours'], ['password_reset', '1 hour']] as const) {
+  for (const [template, lifetime] of [['email_verification', '24 hours'], ['email_change_verification', '24 hours'], ['password_reset', '1 hour'], ['invitation', '7 days']] as const) {
     const { text } = renderMail(template, { token: 'tok' }, links);
     assert.match(text, new RegExp(`\\(valid for ${lifetime}\\)`), `${template}: ${text}`);
     assert.equal(tokenLinks(text, 'tok').length, 1, `${template}: ${text}`);
