@@ -234,3 +234,22 @@ test('an erased user is "not resolvable": after the erasure cascade even users.m
   await t.deps.jobs.runNow('erasure-cascade');
   assertError(await call(t, 'GET', `/v1/users/${user.id}/apps/${app.id}/effective-permissions`, manager), 404, 'user_not_found');
 });
+
+test('Part B status table, once ends_at passes: a disabled row resolves expired ("ends_at passed while disabled") before the sweep, a revoked row stays revoked ("revoked → anything: nobody")', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  const endsAt = new Date(t.clock.now().getTime() + 3_600_000);
+  const personal = await grant(t, admin, user.id, app.id, { ends_at: endsAt.toISOString() });
+  assertStatus(await patchEnt(t, admin, personal.id, { status: 'revoked', disabled_reason: 'x' }), 200);
+  const org = await createOrg(t, [{ userId: user.id }]);
+  const orgEnt = await orgGrant(t, org, app.id, { status: 'disabled', endsAt });
+  t.clock.advance(3600);
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, false);
+  assert.equal(result.entitlement_status, 'expired');
+  const sorted = [...result.access_paths].sort((a: { source: string }, b: { source: string }) => a.source.localeCompare(b.source));
+  assert.deepEqual(sorted, [
+    { source: 'admin_grant', entitlement_id: personal.id, status: 'revoked' },
+    { source: 'org_seat', entitlement_id: orgEnt, status: 'expired', organization_id: org, member_decision: 'included' },
+  ]);
+});

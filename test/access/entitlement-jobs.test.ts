@@ -3,7 +3,7 @@
 // not expire) and every test sets its times relative to the clock.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { atOneInstant, buildTestApp, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, TEST_DATABASE_URL, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { probeWhileHeld } from '../helpers/locks.js';
 import {
   accessEvents, assertStatus, call, createOrg, DAY, effective, entitlementEvents, entRow, grant, HOUR, inSeconds, newApp, outbox, patchEnt, person,
@@ -246,6 +246,19 @@ test('resolution treats ends_at <= now as expired at once: a PATCH or a suspend 
   }
 });
 
+test('"ends_at <= now" at the very instant: a suspend at exactly ends_at announces access.revoked with the time-driven reason entitlement_expired, not user_suspended', async () => {
+  const user = await person(t);
+  await withStoppedClock(t, async () => {
+    await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: inSeconds(t, 60) });
+    t.clock.advance(60);
+    assertStatus(await call(t, 'POST', `/v1/users/${user.id}/suspend`, admin, {}), 200);
+  });
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [
+    ['access.granted', 'entitlement_granted', 'active'],
+    ['access.revoked', 'entitlement_expired', 'expired'],
+  ]);
+});
+
 test('a grant whose starts_at and ends_at both pass between job runs: access.granted (entitlement_started) then access.revoked (entitlement_expired), whichever job runs first', async () => {
   for (const order of [['scheduled-starts', 'entitlement-expiry'], ['entitlement-expiry', 'scheduled-starts']]) {
     const user = await person(t);
@@ -270,6 +283,14 @@ test('a scheduled grant deleted after starts_at, before scheduled-starts ran: ac
     ['access.granted', 'entitlement_started', 'active'],
     ['access.revoked', 'entitlement_deleted', 'none'],
   ]);
+  // Part B delivery semantics 4 (receivers drop an older created_at): the two flips, written by one
+  // request at one instant, are dated 1 ms apart in the order they happened.
+  const rows = await sql<{ created_at: Date }>(
+    t,
+    `SELECT created_at FROM outbox_events WHERE type IN ('access.granted', 'access.revoked') AND data->>'user_id' = $1 AND application_id = $2 ORDER BY seq`,
+    [user.id, app.id],
+  );
+  assert.equal(new Date(rows[1]!.created_at).getTime() - new Date(rows[0]!.created_at).getTime(), 1);
 });
 
 test('the expiry sweep and scheduled starts lock an organization-wide grant\'s Organization before the row, one row at a time (src/access/locks.ts): a PATCH of the grant at the same time (Organization, then row) cannot deadlock with them', async (tc) => {

@@ -132,3 +132,12 @@ test('AU-2: an unexpected unique violation is logged without the key it quotes: 
     await sql(t, 'DROP INDEX refuse_second_mail');
   }
 });
+
+test('AU-2 "credentials in every named query carrier (15)": access_token and token are redacted by name like the others, and a parameter is known by its name as the server reads it (percent-encoded, any case), whatever its value looks like', () => {
+  assert.equal(redactUrl('/v1/users/me?access_token=Plain-1&x=1'), '/v1/users/me?access_token=[redacted]&x=1');
+  assert.equal(redactUrl('/v1/users/me?token=Plain-2'), '/v1/users/me?token=[redacted]');
+  // `pass%77ord` is read as `password`, `refresh%5Ftoken` as `refresh_token`: the name as sent stays, the value goes.
+  assert.equal(redactUrl('/v1/auth/login?pass%77ord=Plain-3&email=a%40example.com'), '/v1/auth/login?pass%77ord=[redacted]&email=a%40example.com');
+  assert.equal(redactUrl('/v1/auth/token?refresh%5Ftoken=Plain-4'), '/v1/auth/token?refresh%5Ftoken=[redacted]');
+  assert.equal(redactUrl('/v1/auth/login?Password=Plain-5'), '/v1/auth/login?Password=[redacted]');
+});
