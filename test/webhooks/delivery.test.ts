@@ -72,6 +72,8 @@ test('a delivery is a POST of the documented envelope and headers, signed so tha
   const listed = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, admin), 200);
   assert.deepEqual(Object.keys(listed.data[0]).sort(), ['attempt', 'created_at', 'duration_ms', 'error', 'event_id', 'event_type', 'id', 'next_retry_at', 'response_status', 'status']);
   assert.equal(listed.data[0].id, got.headers['platform-delivery-id']);
+  assert.deepEqual([listed.data[0].status, listed.data[0].response_status, listed.data[0].error], ['succeeded', 200, null]);
+  assert.ok(Number.isInteger(listed.data[0].duration_ms) && listed.data[0].duration_ms >= 0, `an attempt records its duration_ms, got ${listed.data[0].duration_ms}`);
   assert.notEqual(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, admin), 200).last_delivery_at, null);
 });
 

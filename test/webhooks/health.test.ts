@@ -274,8 +274,10 @@ test('a redelivery does not count toward health (docs/decisions.md "Test and red
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
-test('"disabled (delivery stops)": an event delivery still pending for a disabled subscription (the relay fanned the event out as a disable committed) is never sent; it fails without an attempt', async () => {
+test('"disabled (delivery stops)": an event delivery still pending for a disabled subscription (the relay fanned the event out as a disable committed) is never sent; it fails without an attempt, leaving last_delivery_at at the last attempt', async () => {
   const { sub, queued } = await subscriptionWithQueuedRetry('/raced-disable', 'usr_raced_disable');
+  const lastAttempt = (await statusOf(sub.id)).last_delivery_at;
+  assert.notEqual(lastAttempt, null);
   // The state a relay leaves when its fan-out commits just after a disable failed the pending deliveries.
   await sql(t, `UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = $2, disabled_reason = 'unhealthy' WHERE id = $1`, [sub.id, t.clock.now()]);
   receiver.routes.set('/raced-disable', (_req, res) => res.writeHead(200).end());
@@ -284,7 +286,8 @@ test('"disabled (delivery stops)": an event delivery still pending for a disable
   assert.equal(receiver.at('/raced-disable').length, 1, 'nothing is sent to a disabled subscription after its first attempt');
   const after = (await deliveriesOf(t, sub.id)).find((d) => d.id === queued.id)!;
   assert.deepEqual([after.status, after.attempt], ['failed', 2]);
-  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  const state = await statusOf(sub.id);
+  assert.deepEqual([state.status, state.last_delivery_at], ['disabled', lastAttempt], 'no attempt, so no new last_delivery_at');
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
@@ -318,5 +321,38 @@ test('"delivery log retained 30 days" prunes finished deliveries only: a retry s
   assert.deepEqual(receiver.at('/late-retry').map((r) => r.body.id), [eventId, eventId], 'the retry goes out after the prune');
   const [sent] = await deliveriesOf(t, sub.id);
   assert.deepEqual([sent.id, sent.status, sent.attempt], [queued.id, 'succeeded', 2]);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"Test and redeliver … allowed while disabled" (docs/decisions.md): a test call still waiting when the health job disables its subscription is sent all the same; only event deliveries are failed', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/pending-test-call'), events: ['role.removed'] }), 201);
+  const accepted = await withStoppedClock(t, async () => {
+    await sql(t, `UPDATE webhook_subscriptions SET status = 'unhealthy', consecutive_failures = 3, unhealthy_since = $2 WHERE id = $1`, [sub.id, new Date(t.clock.now().getTime() - 5 * DAY * 1000)]);
+    const queued = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+    await t.deps.jobs.runNow('webhook-health');
+    return queued;
+  });
+  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  assert.deepEqual((await deliveriesOf(t, sub.id)).map((d) => [d.id, d.status, d.attempt]), [[accepted.id, 'pending', 0]], 'the disable leaves the test call waiting');
+  await runDelivery(t);
+  assert.deepEqual(receiver.at('/pending-test-call').map((r) => [r.body.type, r.headers['platform-delivery-id']]), [['webhook.test', accepted.id]]);
+  assert.deepEqual((await deliveriesOf(t, sub.id)).map((d) => [d.status, d.response_status]), [['succeeded', 200]]);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"delivery log retained 30 days" to the second: a delivery exactly 30 days old is still listed and survives the health job; a second later it is pruned', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/thirty-days'), events: ['user.reactivated'] }), 201);
+  await withStoppedClock(t, async () => {
+    const eventId = await emitEvent(t, 'user.reactivated', { user_id: 'usr_thirty_days' });
+    await runDelivery(t);
+    t.clock.advance(30 * DAY);
+    await t.deps.jobs.runNow('webhook-health');
+    assert.deepEqual((await deliveriesOf(t, sub.id)).map((d) => [d.event_id, d.status]), [[eventId, 'succeeded']], 'kept by the health job');
+    const listed = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, admin), 200).data;
+    assert.deepEqual(listed.map((d: any) => [d.event_id, d.status]), [[eventId, 'succeeded']]);
+    t.clock.advance(1);
+    await t.deps.jobs.runNow('webhook-health');
+  });
+  assert.deepEqual(await deliveriesOf(t, sub.id), []);
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
