@@ -13,6 +13,7 @@ import { boot } from '../../src/boot.js';
 import { migrate } from '../../src/db/migrate.js';
 import { openPg } from '../../src/db/pg.js';
 import { openPglite } from '../../src/db/pglite.js';
+import { asModeWithin, inSubjectMode } from '../../src/db/roles.js';
 import { DatabaseBusyError, MAX_WAITING_FOR_CONNECTION, type Database } from '../../src/db/types.js';
 import { newId } from '../../src/ids.js';
 import { CuttableProxy, freshSchemaName } from './support/ops.js';
@@ -723,5 +724,162 @@ test('the service\'s PostgreSQL connections run without JIT compilation, in ever
     assert.equal(rows[0].jit, 'off', scope);
     const inTx = await t.database.scoped(scope).transaction((tx) => tx.query<{ jit: string }>('SELECT current_setting($1) AS jit', ['jit']));
     assert.equal(inTx.rows[0].jit, 'off', `${scope}, in a transaction`);
+  }
+});
+
+test('every statement, exec and transaction runs in its handle\'s scope whatever ran before it on the connection: live and test as platform_app with app.test_mode off and on, system as the owner with no mode, all in the database\'s own schema', async () => {
+  const scopes = ['system', 'live', 'test'] as const;
+  // PostgreSQL: the schema the database was opened with (search_path), not public (tests share a server).
+  const schema = t.schema ?? 'public';
+  const expected = { system: { app: false, mode: '', schema }, live: { app: true, mode: 'off', schema }, test: { app: true, mode: 'on', schema } };
+  const probe = `SELECT current_user = 'platform_app' AS app, coalesce(current_setting('app.test_mode', true), '') AS mode, current_schema() AS schema`;
+  const check = (scope: (typeof scopes)[number]) => `DO $$ BEGIN
+      IF (current_user = 'platform_app') IS DISTINCT FROM ${expected[scope].app} OR coalesce(current_setting('app.test_mode', true), '') <> '${expected[scope].mode}' OR current_schema() <> '${schema}' THEN
+        RAISE EXCEPTION 'exec in the wrong scope: % %', current_user, current_setting('app.test_mode', true);
+      END IF;
+    END $$`;
+  for (const before of scopes) {
+    for (const scope of scopes) {
+      for (const how of ['query', 'params', 'exec', 'transaction'] as const) {
+        await t.database.scoped(before).query('SELECT 1');
+        const db = t.database.scoped(scope);
+        const what = `${how} on ${scope} after ${before}`;
+        if (how === 'exec') {
+          await db.exec(check(scope));
+          continue;
+        }
+        const { rows } =
+          how === 'query'
+            ? await db.query<{ app: boolean; mode: string; schema: string }>(probe)
+            : how === 'params'
+              ? await db.query<{ app: boolean; mode: string; schema: string }>(`${probe} WHERE $1::int = 1`, [1])
+              : await db.transaction((tx) => tx.query<{ app: boolean; mode: string; schema: string }>(probe));
+        assert.deepEqual({ ...rows[0] }, expected[scope], what);
+      }
+    }
+  }
+});
+
+// Deadlocks and serialization failures need two connections: PostgreSQL only (PGlite runs one statement at a time).
+if (TEST_DATABASE_URL) test('decisions "a transaction aborted as a deadlock victim (or a serialization failure) runs again from the start, up to three times in all; so does a single statement": 40001 and 40P01 run again, three runs in all, any other error runs once', async () => {
+  const db = t.database.scoped('system');
+  const suffix = randomBytes(4).toString('hex');
+  const seq = `retry_runs_${suffix}`;
+  const fn = `retry_fails_${suffix}`;
+  // The sequence counts the runs: nextval is not rolled back with the run that failed.
+  await db.exec(`CREATE SEQUENCE ${seq};
+    CREATE FUNCTION ${fn}(failures int, code text) RETURNS bigint LANGUAGE plpgsql AS $f$
+    DECLARE n bigint := nextval('${seq}');
+    BEGIN
+      IF n <= failures THEN RAISE EXCEPTION 'conflict in run %', n USING ERRCODE = code; END IF;
+      RETURN n;
+    END $f$`);
+  const runs = async () => (await db.query<{ n: number }>(`SELECT last_value::int AS n FROM ${seq}`)).rows[0].n;
+  const restart = () => db.exec(`ALTER SEQUENCE ${seq} RESTART`);
+  try {
+    for (const code of ['40001', '40P01']) {
+      for (const how of ['statement', 'transaction'] as const) {
+        const call = (failures: number) =>
+          how === 'statement'
+            ? db.query<{ n: number }>(`SELECT ${fn}($1, $2)::int AS n`, [failures, code])
+            : db.transaction((tx) => tx.query<{ n: number }>(`SELECT ${fn}($1, $2)::int AS n`, [failures, code]));
+        await restart();
+        assert.equal((await call(2)).rows[0].n, 3, `${how} ${code}: the third run succeeds`);
+        await restart();
+        await assert.rejects(call(3), (err: any) => err.code === code, `${how} ${code}: the third failure is reported`);
+        assert.equal(await runs(), 3, `${how} ${code}: three runs in all`);
+      }
+    }
+    for (const how of ['statement', 'transaction'] as const) {
+      await restart();
+      const call = how === 'statement' ? db.query(`SELECT ${fn}(5, '23505')`) : db.transaction((tx) => tx.query(`SELECT ${fn}(5, '23505')`));
+      await assert.rejects(call, (err: any) => err.code === '23505');
+      assert.equal(await runs(), 1, `${how}: a unique violation runs once`);
+    }
+  } finally {
+    await db.exec(`DROP FUNCTION ${fn}(int, text); DROP SEQUENCE ${seq}`);
+  }
+});
+
+test('embedded storage: <DATA_DIR>/pglite.lock holds the opener\'s pid and goes on close; a lock of a live process refuses the open naming both; a stale lock (its process gone) or one naming this process is taken over', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'platform-lock-'));
+  const dataDir = join(dir, 'pglite');
+  const lock = `${dataDir}.lock`;
+  const { readFile, writeFile } = await import('node:fs/promises');
+  const { existsSync } = await import('node:fs');
+  const { spawn } = await import('node:child_process');
+  const other = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+  try {
+    await writeFile(lock, String(other.pid));
+    await assert.rejects(openPglite(dataDir), (err: any) => {
+      assert.equal(
+        err.message,
+        `the embedded database ${dataDir} is open in process ${other.pid}: stop that process first (several processes share one database through DATABASE_URL); if no such process uses it, delete ${lock}`,
+      );
+      return true;
+    });
+    assert.equal(await readFile(lock, 'utf8'), String(other.pid), 'the live holder keeps its lock');
+    other.kill();
+    await new Promise((resolve) => other.once('exit', resolve));
+    const database = await openPglite(dataDir);
+    try {
+      assert.equal(await readFile(lock, 'utf8'), String(process.pid), 'the stale lock is taken over');
+    } finally {
+      await database.close();
+    }
+    assert.equal(existsSync(lock), false, 'close removes the lock');
+    // A lock naming this very process (a container restarted with the same pid, 1) is not another holder.
+    await writeFile(lock, String(process.pid));
+    const again = await openPglite(dataDir);
+    await again.close();
+  } finally {
+    other.kill();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('asModeWithin runs its function as the mode\'s request (platform_app, app.test_mode) inside a system transaction and returns to the system after it; inSubjectMode switches only the mode and back to the transaction\'s own; nothing outlives the transaction', async () => {
+  const probe = `SELECT current_user = 'platform_app' AS app, coalesce(current_setting('app.test_mode', true), '') AS mode`;
+  type Seen = { app: boolean; mode: string };
+  const seen = async (tx: { query: <R>(text: string) => Promise<{ rows: R[] }> }) => ({ ...(await tx.query<Seen>(probe)).rows[0] });
+  const system = { app: false, mode: '' };
+  for (const mode of ['live', 'test'] as const) {
+    const within = await t.database.scoped('system').transaction(async (tx) => {
+      const inside = await asModeWithin(tx, mode, () => seen(tx));
+      return { inside, after: await seen(tx) };
+    });
+    assert.deepEqual(within, { inside: { app: true, mode: mode === 'test' ? 'on' : 'off' }, after: system }, `asModeWithin ${mode}`);
+    assert.deepEqual(await seen(t.database.scoped('system')), system, `after asModeWithin ${mode}, the system handle is the system`);
+  }
+  for (const [own, other] of [['live', 'test'], ['test', 'live']] as const) {
+    const subject = await t.database.scoped(own).transaction(async (tx) => {
+      const inside = await inSubjectMode(tx, other, () => seen(tx));
+      return { inside, after: await seen(tx) };
+    });
+    const flag = (m: string) => (m === 'test' ? 'on' : 'off');
+    assert.deepEqual(subject, { inside: { app: true, mode: flag(other) }, after: { app: true, mode: flag(own) } }, `inSubjectMode ${other} in ${own}`);
+    assert.deepEqual(await seen(t.database.scoped(own)), { app: true, mode: flag(own) }, `after inSubjectMode, the ${own} handle is ${own}`);
+  }
+});
+
+// A server ending one connection of a pool: PostgreSQL only.
+if (TEST_DATABASE_URL) test('a transaction whose PostgreSQL connection is lost (the server ends it) fails with the driver\'s error and its connection goes: the statements after it are served, none of them on the dead connection', async () => {
+  const db = t.database.scoped('system');
+  const killer = await client(t);
+  try {
+    let lostPid = 0;
+    await assert.rejects(
+      db.transaction(async (tx) => {
+        lostPid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+        await killer.query('SELECT pg_terminate_backend($1)', [lostPid]);
+        await tx.query('SELECT 1');
+      }),
+    );
+    for (let i = 0; i < 5; i++) {
+      const { rows } = await db.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      assert.notEqual(rows[0].pid, lostPid, 'a statement after the loss runs on a live connection');
+    }
+  } finally {
+    await killer.end();
   }
 });
