@@ -1,7 +1,8 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { loadConfig, ConfigError } from './config.js';
+import { loadConfig, ConfigError, type Config } from './config.js';
 import { ApiError } from './errors.js';
 import { isEmailAddress } from './http/validation.js';
+import { reportFailure } from './failure.js';
 import type { boot } from './boot.js';
 
 // The service itself (storage, the app, every module) is imported by the commands that use it, so the
@@ -24,13 +25,15 @@ const USAGE = `usage: platform <command>
 Settings come from the environment (see README). Commands follow the development clock only with
 DEV_CLOCK=1, like the server.`;
 
-/** A command reads a few pages of embedded storage: a small buffer starts faster (see PgliteOptions). */
-const ONE_COMMAND = { sharedBuffers: '16MB' } as const;
+/** A command's storage: it reads a few pages, so embedded storage starts with a small buffer (PgliteOptions). */
+async function openForCommand(config: Config) {
+  const { openDatabase } = await import('./db/open.js');
+  return openDatabase(config, { sharedBuffers: '16MB' });
+}
 
 async function withServices<T>(fn: (booted: Awaited<ReturnType<typeof boot>>) => Promise<T>, env = process.env): Promise<T> {
   const config = { ...loadConfig(env), bootstrapAdminEmail: null, bootstrapAdminPassword: null };
-  const [{ openDatabase }, { boot }, { SystemClock }] = await Promise.all([import('./db/open.js'), import('./boot.js'), import('./clock.js')]);
-  const database = await openDatabase(config, ONE_COMMAND);
+  const [database, { boot }, { SystemClock }] = await Promise.all([openForCommand(config), import('./boot.js'), import('./clock.js')]);
   // Logs go to stderr: stdout carries only the command's result (jobs run prints JSON).
   const logger = { level: config.logLevel === 'info' ? 'warn' : config.logLevel, stream: process.stderr };
   const booted = await boot({ config, database, clock: new SystemClock(), logger, compileSchemas: 'on-first-use' });
@@ -98,8 +101,7 @@ export async function runCli(argv: string[]): Promise<number> {
       const args = commandArgs('migrate', argv.slice(1));
       if (typeof args === 'number') return args;
       const config = loadConfig();
-      const [{ openDatabase }, { migrate, newerMigrations }] = await Promise.all([import('./db/open.js'), import('./db/migrate.js')]);
-      const database = await openDatabase(config, ONE_COMMAND);
+      const [database, { migrate, newerMigrations }] = await Promise.all([openForCommand(config), import('./db/migrate.js')]);
       try {
         const applied = await migrate(database);
         console.log(applied.length ? `applied: ${applied.join(', ')}` : 'database is up to date');
@@ -194,10 +196,10 @@ runCli(process.argv.slice(2)).then(
   (code) => {
     if (code >= 0) process.exit(code);
   },
-  async (err) => {
+  (err) => {
     if (err instanceof ConfigError) console.error(err.message);
     else if (err instanceof ApiError) console.error(`${err.code}: ${err.message} ${JSON.stringify(err.details)}`);
-    else (await import('./main.js')).reportFailure(process.argv[2] === 'serve' ? 'could not start' : `${commandLine(process.argv.slice(2))} failed`, err);
+    else reportFailure(process.argv[2] === 'serve' ? 'could not start' : `${commandLine(process.argv.slice(2))} failed`, err);
     process.exit(1);
   },
 );

@@ -1,4 +1,5 @@
 import { pathToFileURL } from 'node:url';
+import { reportFailure } from './failure.js';
 import { loadConfig, ConfigError } from './config.js';
 import { openDatabase } from './db/open.js';
 import { SystemClock } from './clock.js';
@@ -65,17 +66,6 @@ export async function serve(): Promise<void> {
   process.on('SIGINT', () => void close('SIGINT'));
 
   await app.listen({ port: config.port, host: config.host });
-}
-
-/**
- * A failure at start (address in use, database unreachable, DATA_DIR unusable or in use, a bootstrap
- * password the policy refuses) as one clear line on stderr; the stack only at LOG_LEVEL debug or trace.
- */
-export function reportFailure(what: string, err: unknown): void {
-  const e = err as { message?: string; code?: string; details?: Record<string, unknown> };
-  const details = e?.details && Object.keys(e.details).length ? ` ${JSON.stringify(e.details)}` : '';
-  console.error(`platform: ${what}: ${e?.message ?? String(err)}${e?.code ? ` (${e.code})` : ''}${details}`);
-  if (['debug', 'trace'].includes(process.env.LOG_LEVEL ?? '')) console.error(err);
 }
 
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href;

@@ -31,6 +31,9 @@ async function appWithRoles(): Promise<AppFixture & { read: string; write: strin
   return { ...app, read: perm('read'), write: perm('write'), admin: perm('admin') };
 }
 
+/** A result's access_paths ordered by source (the spec gives them no order). */
+const pathsBySource = (result: { access_paths: { source: string }[] }) => [...result.access_paths].sort((a, b) => a.source.localeCompare(b.source));
+
 test('always 200 with the documented shape; allowed with an active personal grant; permissions from explicit and implicit (default_app_role) assignments', async () => {
   const app = await appWithRoles();
   const user = await person(t, { roles: ['superadmin'] });
@@ -105,8 +108,7 @@ test('access_paths list organization grants with organization_id and member_deci
   const result = await effective(t, admin, user.id, app.id);
   assert.equal(result.allowed, true);
   assert.equal(result.entitlement_status, 'active');
-  const sorted = [...result.access_paths].sort((a: { source: string }, b: { source: string }) => a.source.localeCompare(b.source));
-  assert.deepEqual(sorted, [
+  assert.deepEqual(pathsBySource(result), [
     { source: 'admin_grant', entitlement_id: personal.id, status: 'disabled' },
     { source: 'org_seat', entitlement_id: orgEnt, status: 'active', organization_id: org, member_decision: 'included' },
   ]);
@@ -247,8 +249,7 @@ test('Part B status table, once ends_at passes: a disabled row resolves expired 
   const result = await effective(t, admin, user.id, app.id);
   assert.equal(result.allowed, false);
   assert.equal(result.entitlement_status, 'expired');
-  const sorted = [...result.access_paths].sort((a: { source: string }, b: { source: string }) => a.source.localeCompare(b.source));
-  assert.deepEqual(sorted, [
+  assert.deepEqual(pathsBySource(result), [
     { source: 'admin_grant', entitlement_id: personal.id, status: 'revoked' },
     { source: 'org_seat', entitlement_id: orgEnt, status: 'expired', organization_id: org, member_decision: 'included' },
   ]);
