@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { bearer, createApiKey, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import { boot } from '../../src/boot.js';
 import { hashPassword } from '../../src/auth/passwords.js';
@@ -446,4 +446,42 @@ test('the email matches in ASCII case only: `İ` (U+0130) and the Kelvin sign (U
 
   // The address itself, in any ASCII case, still works.
   assert.equal((await post(t, '/v1/auth/login', { email: user.email.toUpperCase(), password: PASSWORD })).statusCode, 200);
+});
+
+test('"lock 15 minutes" to the second (stopped clock): 5 failures at one instant lock the identity (and an unknown email alike); 1 s before the 15 minutes end the right password gets 429 too_many_attempts with Retry-After 1, at 15 minutes exactly it signs in (the unknown email gets 401 invalid_credentials)', async () => {
+  await withStoppedClock(t, async () => {
+    const user = await createUser(t);
+    const nobody = uniqueEmail('nobody');
+    for (let i = 0; i < 5; i++) {
+      assertError(await fail(user), 401, 'invalid_credentials');
+      assertError(await post(t, '/v1/auth/login', { email: nobody, password: WRONG }), 401, 'invalid_credentials');
+    }
+    t.clock.advance(15 * 60 - 1);
+    for (const locked of [await loginRes(t, user), await post(t, '/v1/auth/login', { email: nobody, password: WRONG })]) {
+      assertError(locked, 429, 'too_many_attempts');
+      assert.equal(locked.headers['retry-after'], '1');
+    }
+    t.clock.advance(1);
+    const res = await loginRes(t, user);
+    assert.equal(res.statusCode, 200, res.body);
+    assertAuthSession(res.json(), user.id);
+    // An unknown email is treated alike: its lock is over too.
+    assertError(await post(t, '/v1/auth/login', { email: nobody, password: WRONG }), 401, 'invalid_credentials');
+  });
+});
+
+test('"5 failed attempts within 15 minutes" to the second (stopped clock): 4 failures 15 minutes before a fifth no longer count, the right password then signs in; 4 failures 1 s less than 15 minutes before it lock', async () => {
+  await withStoppedClock(t, async () => {
+    const outside = await createUser(t);
+    for (let i = 0; i < 4; i++) assertError(await fail(outside), 401, 'invalid_credentials');
+    t.clock.advance(15 * 60);
+    assertError(await fail(outside), 401, 'invalid_credentials');
+    assert.equal((await loginRes(t, outside)).statusCode, 200);
+
+    const inside = await createUser(t);
+    for (let i = 0; i < 4; i++) assertError(await fail(inside), 401, 'invalid_credentials');
+    t.clock.advance(15 * 60 - 1);
+    assertError(await fail(inside), 401, 'invalid_credentials');
+    assertError(await loginRes(t, inside), 429, 'too_many_attempts');
+  });
 });

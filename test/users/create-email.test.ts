@@ -651,3 +651,34 @@ test('the idempotency-prune job deletes only counter rows whose hour is over: ru
     assert.equal((await mailsTo(t, user.email, 'invitation')).length, 1 + 3);
   });
 });
+
+test('Part A Errors, email_taken: a self email change collides at confirmation too — the new address taken by an invited user after the request makes POST /v1/auth/email/verify 409 email_taken with details.reason invitation_pending; the email stays, the change stays pending, no user.email_changed', async () => {
+  const { user, token } = await userToken(t);
+  const wanted = uniqueEmail('takenlater');
+  assertStatus(await patch('me', { email: wanted }, token), 200);
+  const link = await latestToken(t, wanted, 'email_change_verification');
+  // An API key: the admin's access token has expired by now (earlier tests move the clock hours on).
+  const key = await createApiKey(t, { permissions: ['users.manage'] });
+  const invited = assertStatus(await create({ email: wanted }, key.secret), 201);
+  const error = assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: link }), 409, 'email_taken');
+  assert.deepEqual(error.details, { reason: 'invitation_pending' });
+  const row = await userRow(t, user.id);
+  assert.equal(row!.email, user.email);
+  assert.equal(row!.pending_email, wanted);
+  assert.equal((await userRow(t, invited.id))!.email, wanted);
+  assert.deepEqual(await auditFor(t, user.id, 'user.email_changed'), []);
+  assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password }), 200);
+});
+
+test('a self-service PATCH sending the current email (in any case) with no change pending is no change (docs/decisions.md: a PATCH that changes nothing writes nothing): 200, updated_at kept, no link, no mail', async () => {
+  const { user, token } = await userToken(t);
+  const before = assertStatus(await call(t, 'GET', '/v1/users/me', token), 200);
+  t.clock.advance(5);
+  const body = assertStatus(await patch('me', { email: user.email.toUpperCase() }, token), 200);
+  assert.equal(body.email, user.email);
+  assert.equal(body.pending_email, null);
+  assert.equal(body.updated_at, before.updated_at, 'updated_at kept');
+  assert.equal((await userRow(t, user.id))!.updated_at.toISOString(), before.updated_at);
+  assert.deepEqual(await sql(t, `SELECT id FROM one_time_tokens WHERE user_id = $1 AND kind = 'email_change'`, [user.id]), []);
+  assert.deepEqual(await mailsTo(t, user.email), []);
+});
