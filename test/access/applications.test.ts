@@ -146,6 +146,15 @@ test('slug collision under concurrent creation for one Starter owner: one 201, e
   assert.equal((await auditOf(t, `app_${slug}`, 'application.created')).length, 1);
 });
 
+test('slug collision under concurrent creation by owners of different Tenants (no shared lock: the unique index decides): one 201, every other 409 slug_taken, never a 500; one row', async () => {
+  const owners = await Promise.all(Array.from({ length: 4 }, () => person(t)));
+  const slug = slugOf('race');
+  const rs = await Promise.all(owners.map((owner) => post(admin, base(owner.id, { slug }))));
+  assert.equal(rs.filter((r) => r.statusCode === 201).length, 1, rs.map((r) => r.statusCode).join(','));
+  for (const r of rs) if (r.statusCode !== 201) assertError(r, 409, 'slug_taken');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE slug = $1', [slug]))[0].n, 1);
+});
+
 test('slug is immutable: PATCH slug gets 422 read_only_field, for the owner and for applications.manage; tenant_id too', async () => {
   const { id, slug, owner } = await newApp(t, admin);
   for (const cred of [admin, owner!.token]) {

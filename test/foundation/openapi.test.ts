@@ -2,6 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { LINK_PAGE_PATHS } from '../../src/modules/links/paths.js';
+import { ERROR_CODES } from '../../src/errors.js';
 import { userToken } from '../helpers/fixtures.js';
 import { assertError, call, sql } from '../helpers/http.js';
 import { assertStatus, customPlatformRole, grant, newApp, patchEnt, person, platformKey, rand } from '../access/support.js';
@@ -403,6 +404,29 @@ test('response headers a client reads are described: Retry-After on every 429 an
   const audit = await call(t, 'GET', '/v1/audit-events?target_user_id=me', token);
   assert.equal(audit.statusCode, 200);
   assert.ok(!Number.isNaN(Date.parse(String(audit.headers['audit-hot-window-start']))), String(audit.headers['audit-hot-window-start']));
+});
+
+test('what route metadata adds is published as it is: the bearer scheme (type http), x-platform-permission naming the permission, the Idempotency-Key header required only where the operation requires one, 409 idempotency_key_in_flight, 429 rate_limited on throttled sign-ins, 400 user_token_required on User-token operations, and x-error-codes naming every code with its status and message', () => {
+  assert.deepEqual(doc.components.securitySchemes, { bearer: { type: 'http', scheme: 'bearer', description: 'A platform access token or an API key secret.' } });
+  const createUser = doc.paths['/v1/users'].post;
+  assert.equal(createUser['x-platform-permission'], 'users.manage');
+  assert.match(createUser.responses['403'].description, /forbidden: requires users\.manage/);
+  assert.equal(doc.paths['/health'].get['x-platform-permission'], undefined, 'no permission, no mark');
+  const keyOf = (op: any) => (op.parameters ?? []).find((p: { name: string }) => p.name === 'Idempotency-Key');
+  assert.deepEqual(
+    { ...keyOf(createUser), description: undefined },
+    { name: 'Idempotency-Key', in: 'header', required: false, schema: { type: 'string', maxLength: 255 }, description: undefined },
+    'optional on POST /v1/users',
+  );
+  assert.equal(keyOf(doc.paths['/v1/users/{id}/entitlements'].post).required, true, 'required on a grant');
+  assert.equal(keyOf(doc.paths['/v1/users/{id}/entitlements'].get), undefined, 'none on a read');
+  for (const op of [createUser, doc.paths['/v1/users/{id}/entitlements'].post]) assert.match(op.responses['409'].description, /idempotency_key_in_flight/);
+  assert.match(doc.paths['/v1/auth/login'].post.responses['429'].description, /(^|; )rate_limited: per-IP throttle; Retry-After set$/);
+  assert.equal(doc.paths['/v1/users/{id}'].get.responses['429'], undefined, 'no throttle, no 429');
+  assert.match(doc.paths['/v1/users/{id}/password'].post.responses['400'].description, /user_token_required: this operation needs a User token/);
+  assert.doesNotMatch(doc.paths['/v1/users'].post.responses['400'].description, /user_token_required/, 'an API key may create users');
+  assert.deepEqual(doc['x-error-codes'], Object.fromEntries(Object.entries(ERROR_CODES).map(([code, [status, message]]) => [code, { status, message }])));
+  assert.deepEqual(doc['x-error-codes'].destructive_operation_restricted, { status: 403, message: 'This key may not perform destructive operations.' });
 });
 
 test('the webhooks section describes each event the service sends (OpenAPI 3.1 webhooks): its envelope, data and the headers a receiver verifies; every event written by real operations validates against it', async () => {

@@ -10,7 +10,7 @@ import { createApiKey, uniqueEmail } from '../helpers/fixtures.js';
 import { SystemClock } from '../../src/clock.js';
 import type { Config } from '../../src/config.js';
 import { boot } from '../../src/boot.js';
-import { migrate } from '../../src/db/migrate.js';
+import { loadMigrations, migrate } from '../../src/db/migrate.js';
 import { openPg } from '../../src/db/pg.js';
 import { openPglite } from '../../src/db/pglite.js';
 import { asModeWithin, inSubjectMode } from '../../src/db/roles.js';
@@ -84,6 +84,45 @@ test('migrations are applied once: the first run applies 0001_foundation, a seco
     await drop();
   }
 });
+
+test('a migration that fails stops the start loudly, naming the migration and the database\'s reason, and applies nothing: the next run starts from scratch', async () => {
+  const { database, drop } = await openTestDatabase();
+  try {
+    const [first] = loadMigrations();
+    const broken = { version: '9998_broken', sql: 'CREATE TABLE broken_probe (id text PRIMARY KEY,);' };
+    await assert.rejects(migrate(database, [first!, broken]), (err: Error) => {
+      assert.match(err.message, /^migration 9998_broken failed: syntax error/);
+      assert.ok(err.cause, 'the database error is kept as its cause');
+      return true;
+    });
+    // One transaction: 0001 and the bookkeeping were rolled back with it.
+    const { rows } = await database.scoped('system').query<{ name: string | null }>(`SELECT to_regclass('schema_migrations')::text AS name`);
+    assert.equal(rows[0]!.name, null, 'no schema_migrations table is left behind');
+    assert.deepEqual(await migrate(database, [first!]), [first!.version]);
+  } finally {
+    await database.close();
+    await drop();
+  }
+});
+
+if (TEST_DATABASE_URL) {
+  test('"several processes starting at once apply each migration exactly once" (the advisory lock): two migrate calls at once on a fresh schema, one applies every migration, the other waits and applies none', async () => {
+    const schema = freshSchemaName('migrate');
+    const one = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2 });
+    const two = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2 });
+    try {
+      const all = loadMigrations().map((m) => m.version);
+      const results = await Promise.all([migrate(one), migrate(two)]);
+      assert.deepEqual([...results].sort((a, b) => b.length - a.length), [all, []]);
+      const { rows } = await one.scoped('system').query<{ version: string }>('SELECT version FROM schema_migrations ORDER BY version');
+      assert.deepEqual(rows.map((r) => r.version), all);
+    } finally {
+      await one.close();
+      await two.close();
+      await dropSchema(schema);
+    }
+  });
+}
 
 test('several nodes starting at once on one database apply each migration once and create one bootstrap admin audited with actor system', async (tc) => {
   const email = uniqueEmail('admin');
