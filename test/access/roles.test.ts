@@ -776,3 +776,79 @@ test('"A permission change applies on the holder\'s next request … no per-hold
   assertStatus(await unassign(admin, holder.id, appRole), 204);
   assert.deepEqual(await roleEvents(holder.id, 'role.removed'), [{ user_id: holder.id, role_id: appRole, application_id: app.id }]);
 });
+
+test('GET /v1/roles lists Roles oldest first (docs/conventions.md: "Results are newest first (Roles and the review queue oldest first)"), by created_at then id', async () => {
+  const older = `older_${rand()}`;
+  await sql(t, `INSERT INTO roles (id, name, scope, permissions, created_at, updated_at)
+                VALUES ($1, $2, 'platform', '{}', now() - interval '2 hours', now())`, [`role_platform_${older}`, older]);
+  assertStatus(await createRole(admin, { scope: 'platform', name: `newer_${rand()}`, permissions: [] }), 201);
+  const rows: { id: string; created_at: string }[] = assertStatus(await call(t, 'GET', '/v1/roles?scope=platform&limit=100', superadmin.token), 200).data;
+  const key = (r: { id: string; created_at: string }) => [Date.parse(r.created_at), r.id] as const;
+  for (let i = 1; i < rows.length; i++) {
+    const [a, b] = [key(rows[i - 1]), key(rows[i])];
+    assert.ok(a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]), `${rows[i - 1].id} (${rows[i - 1].created_at}) before ${rows[i].id} (${rows[i].created_at})`);
+  }
+  assert.ok(rows.some((r) => r.id === `role_platform_${older}`), 'the older Role is listed');
+});
+
+test("an app Role's role.created, role.updated and role.deleted audit rows carry its application_id; PATCH with description null clears the description (nullable) and role.updated shows before and after", async () => {
+  const app = await appWith(['viewer']);
+  const roleId = `role_${app.slug}_viewer`;
+  assert.equal((await call(t, 'DELETE', `/v1/roles/${roleId}`, app.owner!.token)).statusCode, 204);
+  assertStatus(await createRole(app.owner!.token, { name: 'viewer', scope: app.id, description: 'Viewers', permissions: [`app.${app.slug}.read`] }), 201);
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/roles/${roleId}`, app.owner!.token, { description: null }), 200).description, null);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/roles/${roleId}`, app.owner!.token), 200).description, null);
+  const [updated] = await auditOf(t, roleId, 'role.updated');
+  assert.equal((updated.before as { description: string | null }).description, 'Viewers');
+  assert.equal((updated.after as { description: string | null }).description, null);
+  assert.equal((await call(t, 'DELETE', `/v1/roles/${roleId}`, app.owner!.token)).statusCode, 204);
+  const rows = await auditOf(t, roleId);
+  // The seeded Role's role.created and role.deleted, then the created one's three.
+  assert.deepEqual(rows.map((r) => r.action).sort(), ['role.created', 'role.created', 'role.deleted', 'role.deleted', 'role.updated']);
+  for (const row of rows) assert.equal(row.application_id, app.id, `${row.action} names the Application`);
+});
+
+test("GET /v1/users/{id}/roles with an app-confined key: application_id naming another Application still lists only the key's own Application's rows", async () => {
+  const mine = await appWith(['viewer']);
+  const theirs = await appWith(['viewer']);
+  const user = await person(t);
+  await grant(t, admin, user.id, mine.id);
+  await grant(t, admin, user.id, theirs.id);
+  assertStatus(await assign(admin, user.id, `role_${mine.slug}_viewer`), 201);
+  assertStatus(await assign(admin, user.id, `role_${theirs.slug}_viewer`), 201);
+  const key = await appKey(t, mine.id, ['roles.manage']);
+  const res = await call(t, 'GET', `/v1/users/${user.id}/roles?application_id=${theirs.id}`, key);
+  const rows: { role_id: string; application_id: string | null }[] = assertStatus(res, 200).data;
+  assert.deepEqual(rows.map((r) => r.role_id), [`role_${mine.slug}_viewer`]);
+  assert.ok(rows.every((r) => r.application_id === mine.id), res.body);
+});
+
+test("an app-confined key with roles.manage assigns its Application's Role only to users with an access path to it (others 404 user_not_found, nothing written); the owner may assign it to anyone", async () => {
+  const mine = await appWith(['viewer']);
+  const key = await appKey(t, mine.id, ['roles.manage']);
+  const stranger = await person(t);
+  assertError(await assign(key, stranger.id, `role_${mine.slug}_viewer`), 404, 'user_not_found');
+  assert.deepEqual(await heldRoles(stranger.id), ['role_platform_member']);
+  assert.deepEqual(await roleEvents(stranger.id, 'role.assigned'), []);
+  await grant(t, admin, stranger.id, mine.id);
+  assertStatus(await assign(key, stranger.id, `role_${mine.slug}_viewer`), 201);
+});
+
+test("role.assigned and role.removed audit rows of an app Role: target the Role and the user, name the Application, and carry {user_id, role_id, application_id} as after (assigned) and before (removed)", async () => {
+  const app = await appWith(['viewer']);
+  const roleId = `role_${app.slug}_viewer`;
+  const user = await person(t);
+  assertStatus(await assign(admin, user.id, roleId), 201);
+  assert.equal((await unassign(admin, user.id, roleId)).statusCode, 204);
+  const data = { user_id: user.id, role_id: roleId, application_id: app.id };
+  const [assigned] = await auditOf(t, roleId, 'role.assigned');
+  const [removed] = await auditOf(t, roleId, 'role.removed');
+  for (const row of [assigned, removed]) {
+    assert.equal(row.target_type, 'role');
+    assert.equal(row.target_user_id, user.id);
+    assert.equal(row.application_id, app.id);
+  }
+  assert.deepEqual([assigned.before, assigned.after], [null, data]);
+  assert.deepEqual([removed.before, removed.after], [data, null]);
+  assert.deepEqual(await roleEvents(user.id, 'role.removed'), [data]);
+});
