@@ -1030,3 +1030,141 @@ test('a creation and an ownership move into one Starter Tenant at the same time:
     assert.equal(owned.length, 1, `round ${round}`);
   }
 });
+
+// ---- redirect_uris, permissions and launch_url entries refused ---------------------------------------
+
+test('redirect_uris refuse a fragment (RFC 6749 §3.1.2), an empty one (`cb#`) included, on a private-use scheme too: 422 validation_failed naming the entry, on POST and PATCH, and nothing is stored', async () => {
+  const owner = await person(t);
+  for (const uri of ['https://app.example.com/cb#frag', 'https://app.example.com/cb#', 'com.example.app:/cb#x', 'com.example.app:/cb#']) {
+    assertInvalid(await post(admin, base(owner.id, { redirect_uris: ['https://app.example.com/ok', uri] })), 'redirect_uris.1');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [owner.id]))[0].n, 0);
+  const app = assertStatus(await post(admin, base(owner.id, { redirect_uris: ['https://app.example.com/ok'] })), 201);
+  for (const uri of ['https://app.example.com/cb#frag', 'https://app.example.com/cb#']) {
+    assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { redirect_uris: [uri] }), 'redirect_uris.0');
+  }
+  assert.deepEqual(assertStatus(await get(admin, app.id), 200).redirect_uris, ['https://app.example.com/ok']);
+});
+
+test('lists hold no duplicates: a redirect_uris entry or a permissions key listed twice is 422 validation_failed naming the second entry, on POST and PATCH, and nothing is stored', async () => {
+  const owner = await person(t);
+  const slug = slugOf('dup');
+  const uri = 'https://app.example.com/cb';
+  assertInvalid(await post(admin, base(owner.id, { slug, redirect_uris: [uri, 'https://app.example.com/other', uri] })), 'redirect_uris.2');
+  const read = { key: `app.${slug}.read`, description: 'read' };
+  assertInvalid(await post(admin, base(owner.id, { slug, permissions: [read, { key: read.key, description: 'again' }] })), 'permissions.1.key');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [owner.id]))[0].n, 0);
+  const app = assertStatus(await post(admin, base(owner.id, { slug, redirect_uris: [uri], permissions: [read] })), 201);
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { redirect_uris: [uri, uri] }), 'redirect_uris.1');
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { permissions: [read, read] }), 'permissions.1.key');
+  const current = assertStatus(await get(admin, app.id), 200);
+  assert.deepEqual(current.redirect_uris, [uri]);
+  assert.deepEqual(current.permissions, [read]);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+});
+
+test('a permission sent without its description is stored with an empty description (permissions are `{key, description}`), on POST and PATCH', async () => {
+  const slug = slugOf('perm');
+  const app = assertStatus(await post(admin, base((await person(t)).id, { slug, permissions: [{ key: `app.${slug}.read` }] })), 201);
+  assert.deepEqual(app.permissions, [{ key: `app.${slug}.read`, description: '' }]);
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { permissions: [{ key: `app.${slug}.read` }, { key: `app.${slug}.write`, description: 'w' }] }), 200);
+  assert.deepEqual(patched.permissions, [{ key: `app.${slug}.read`, description: '' }, { key: `app.${slug}.write`, description: 'w' }]);
+});
+
+test('"no stored URL holds credentials (launch_url included)": a launch_url with a username, a password or both is 422 validation_failed naming launch_url, on POST and PATCH, and nothing changes', async () => {
+  const owner = await person(t);
+  const bad = ['https://user:pw@app.example.com/launch', 'https://user@app.example.com/launch', 'https://:pw@app.example.com/launch'];
+  for (const launch_url of bad) assertInvalid(await post(admin, base(owner.id, { launch_url })), 'launch_url');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [owner.id]))[0].n, 0);
+  const app = assertStatus(await post(admin, base(owner.id)), 201);
+  for (const launch_url of bad) assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { launch_url }), 'launch_url');
+  assert.equal(assertStatus(await get(admin, app.id), 200).launch_url, 'https://app.example.com');
+});
+
+test('support_url takes a mailto: address with no `/` in it (docs/decisions.md, URL fields): `mailto:help@example.com/x` and `mailto:a/b@example.com` are 422 validation_failed naming support_url, on POST and PATCH', async () => {
+  const owner = await person(t);
+  const bad = ['mailto:help@example.com/x', 'mailto:a/b@example.com', 'mailto:help@example.com/'];
+  for (const support_url of bad) assertInvalid(await post(admin, base(owner.id, { support_url })), 'support_url');
+  const app = assertStatus(await post(admin, base(owner.id, { support_url: 'mailto:help@example.com' })), 201);
+  for (const support_url of bad) assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { support_url }), 'support_url');
+  assert.equal(assertStatus(await get(admin, app.id), 200).support_url, 'mailto:help@example.com');
+});
+
+test('redirect_uris: the loopback exception is http only: on a test_mode Application another scheme to localhost or 127.0.0.1 (ftp, ws) is 422; https://localhost is an https URL, accepted on a live Application', async () => {
+  const testKey = await platformKey(t, ['applications.manage'], 'test');
+  const testOwner = await person(t, { mode: 'test' });
+  for (const uri of ['ftp://localhost/cb', 'ws://127.0.0.1:8080/cb']) {
+    assertInvalid(await post(testKey, base(testOwner.id, { redirect_uris: [uri] })), 'redirect_uris.0');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [testOwner.id]))[0].n, 0);
+  const live = assertStatus(await post(admin, base((await person(t)).id, { redirect_uris: ['https://localhost/cb', 'https://127.0.0.1:8443/cb'] })), 201);
+  assert.equal(live.test_mode, false);
+  assert.deepEqual(live.redirect_uris, ['https://localhost/cb', 'https://127.0.0.1:8443/cb']);
+});
+
+test('settings_schema: `properties` that is not an object (an array, null, a string) is 422 invalid_settings_schema saying so, and nothing is stored', async () => {
+  const owner = await person(t);
+  const app = assertStatus(await post(admin, base(owner.id, { settings_schema: { type: 'object', properties: { a: { type: 'string' } } } })), 201);
+  for (const properties of [[], null, 'locale', ['locale']]) {
+    const error = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { settings_schema: { type: 'object', properties } }), 422, 'invalid_settings_schema');
+    assert.equal(error.details.reason, 'properties must be an object');
+  }
+  assert.deepEqual(assertStatus(await get(admin, app.id), 200).settings_schema, { type: 'object', properties: { a: { type: 'string' } } });
+});
+
+test("permissions: a key naming another Application's prefix of the same length (app.<other>.read, xpp.<slug>.read) is 422 validation_failed naming permissions.0.key, on POST and PATCH", async () => {
+  const owner = await person(t);
+  const slug = slugOf('perm');
+  const bad = [`app.${'z'.repeat(slug.length)}.read`, `xpp.${slug}.read`, `app.${slug}xread`];
+  for (const key of bad) assertInvalid(await post(admin, base(owner.id, { slug, permissions: [{ key, description: 'x' }] })), 'permissions.0.key');
+  const app = assertStatus(await post(admin, base(owner.id, { slug })), 201);
+  for (const key of bad) assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { permissions: [{ key, description: 'x' }] }), 'permissions.0.key');
+  assert.deepEqual(assertStatus(await get(admin, app.id), 200).permissions, []);
+});
+
+test('settings_schema may leave `type` out (only a type other than "object" is refused): a schema of properties alone is accepted on POST and PATCH and stored as sent', async () => {
+  const owner = await person(t);
+  const schema = { properties: { nickname: { type: 'string' } } };
+  const app = assertStatus(await post(admin, base(owner.id, { settings_schema: schema })), 201);
+  assert.deepEqual(app.settings_schema, schema);
+  const next = { properties: { nickname: { type: 'string' }, volume: { type: 'integer' } } };
+  assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { settings_schema: next }), 200).settings_schema, next);
+});
+test('PATCH: an owner sending owner_organization_id (or owner_user_id) gets 403 moderation_field_forbidden naming exactly the moderation fields sent; the Application keeps its owner and Tenant', async () => {
+  const app = await newApp(t, admin);
+  const orgId = await createOrg(t, [{ userId: (await person(t)).id, role: 'org_admin' }]);
+  const other = await person(t);
+  for (const [body, fields] of [
+    [{ owner_organization_id: orgId }, ['owner_organization_id']],
+    [{ name: 'n', owner_user_id: other.id, owner_organization_id: orgId }, ['owner_user_id', 'owner_organization_id']],
+    [{ review_notes: 'hi', visibility: 'internal' }, ['visibility', 'review_notes']],
+  ] as const) {
+    const error = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, body), 403, 'moderation_field_forbidden');
+    assert.deepEqual(error.details.fields, fields);
+  }
+  const now = assertStatus(await get(admin, app.id), 200);
+  assert.deepEqual([now.owner_user_id, now.owner_organization_id, now.tenant_id, now.name], [app.owner!.id, null, app.tenant_id, 'Test App']);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+});
+test('PATCH default_app_role: null clears the default (default_app_role is "null or one of available_app_roles"); a PATCH leaving it out keeps it', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['viewer'], default_app_role: 'viewer' });
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, { name: 'Kept' }), 200).default_app_role, 'viewer');
+  const cleared = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, app.owner!.token, { default_app_role: null }), 200);
+  assert.equal(cleared.default_app_role, null);
+  assert.deepEqual(cleared.available_app_roles, ['viewer']);
+  assert.equal(assertStatus(await get(admin, app.id), 200).default_app_role, null);
+  const audit = await auditOf(t, app.id, 'application.updated');
+  assert.deepEqual([audit.at(-1)!.before.default_app_role, audit.at(-1)!.after.default_app_role], ['viewer', null]);
+});
+
+test('PATCH: test_mode, updated_at and settings_schema_stats are read-only for the owner and for applications.manage (422 read_only_field naming the field) and nothing changes', async () => {
+  const app = await newApp(t, admin);
+  for (const cred of [app.owner!.token, admin]) {
+    for (const [field, value] of [['test_mode', true], ['updated_at', '2020-01-01T00:00:00.000Z'], ['settings_schema_stats', { stale_override_counts: {} }]] as const) {
+      const error = assertError(await call(t, 'PATCH', `/v1/applications/${app.id}`, cred, { name: 'Renamed', [field]: value }), 422, 'read_only_field');
+      assert.deepEqual(error.details.fields, [field]);
+    }
+  }
+  assert.deepEqual(assertStatus(await get(admin, app.id), 200), app.body);
+  assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
+});

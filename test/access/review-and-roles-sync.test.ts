@@ -305,3 +305,49 @@ test('Part A convention 11 ("role deletion" is always destructive): a PATCH drop
   assert.equal(await roleExists(editor), false);
   assert.deepEqual((await auditOf(t, editor)).map((r) => r.action), ['role.created', 'role.updated', 'role.deleted']);
 });
+test("rejected → pending_review on the owner's PATCH of any one configuration field (name, description, icon_url, launch_url, redirect_uris, support_url, email_from_name, settings_schema, permissions, available_app_roles, default_app_role), each sent alone", async () => {
+  const values = (slug: string): Record<string, unknown> => ({
+    name: 'Fixed', description: 'now described', icon_url: 'https://cdn.example.com/i.png', launch_url: 'https://app.example.com/v2',
+    redirect_uris: ['https://app.example.com/cb'], support_url: 'https://help.example.com', email_from_name: 'Team',
+    settings_schema: { type: 'object', properties: { a: { type: 'string' } } }, permissions: [{ key: `app.${slug}.read`, description: 'read' }],
+    available_app_roles: ['viewer', 'editor'], default_app_role: 'viewer',
+  });
+  for (const field of Object.keys(values('x'))) {
+    const app = await newApp(t, admin, { available_app_roles: ['viewer'] });
+    await setReview(t, app.id, 'pending_review');
+    assertStatus(await patch(admin, app.id, { review_status: 'rejected', review_notes: 'fix it' }), 200);
+    const body = assertStatus(await patch(app.owner!.token, app.id, { [field]: values(app.slug)[field] }), 200);
+    assert.equal(body.review_status, 'pending_review', field);
+    assert.deepEqual(body[field], values(app.slug)[field], field);
+    assert.deepEqual(await reviewAudits(app.id), ['rejected', 'pending_review'], field);
+  }
+});
+test('review_notes is a moderation field applications.manage may clear: PATCH review_notes null stores null (not the earlier notes), without a review move', async () => {
+  const app = await newApp(t, admin);
+  assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'abuse report' }), 200);
+  assertStatus(await patch(admin, app.id, { review_status: 'approved' }), 200);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).review_notes, 'abuse report');
+  const cleared = assertStatus(await patch(admin, app.id, { review_notes: null }), 200);
+  assert.equal(cleared.review_notes, null);
+  assert.equal(cleared.review_status, 'approved');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).review_notes, null);
+  assert.deepEqual(await reviewAudits(app.id), ['suspended', 'approved']);
+});
+test("only a rejected Application returns to the queue: the owner's configuration PATCH leaves a suspended one suspended (reinstatement is applications.manage's) and no review row is written", async () => {
+  const app = await newApp(t, admin);
+  assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'abuse report' }), 200);
+  const body = assertStatus(await patch(app.owner!.token, app.id, { name: 'Cleaned up' }), 200);
+  assert.equal(body.name, 'Cleaned up');
+  assert.equal(body.review_status, 'suspended');
+  assert.deepEqual(await reviewAudits(app.id), ['suspended']);
+  assert.deepEqual((await reviewEvents(app.id)).map((e) => e.review_status), ['suspended']);
+});
+
+test('review_notes are required with the move itself: suspending again after a reinstatement, with the earlier notes still stored, is 422 review_notes_required unless the PATCH sends notes', async () => {
+  const app = await newApp(t, admin);
+  assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'first report' }), 200);
+  assertStatus(await patch(admin, app.id, { review_status: 'approved' }), 200);
+  assertError(await patch(admin, app.id, { review_status: 'suspended' }), 422, 'review_notes_required');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).review_status, 'approved');
+  assert.deepEqual(await reviewAudits(app.id), ['suspended', 'approved']);
+});

@@ -44,8 +44,9 @@ export function validateRedirectUris(uris: string[], testMode: boolean): void {
     const path = `redirect_uris.${i}`;
     const url = parseUrlAsSent(value);
     if (!url) throw invalidField(path, 'is not a URI (no white space or control characters)');
-    // Any userinfo, an empty one too (`https://@host/`): the URL parser drops an empty one, so the sent text is checked.
-    if (url.hash || url.username || url.password || /^[^:/?#]+:\/\/[^/?#]*@/.test(value)) throw invalidField(path, 'must not carry a fragment or credentials');
+    // Any fragment or userinfo, an empty one too (`https://host/cb#`, `https://@host/`): the URL parser
+    // reads an empty one as none (`hash` is ''), so the sent text is checked.
+    if (value.includes('#') || url.username || url.password || /^[^:/?#]+:\/\/[^/?#]*@/.test(value)) throw invalidField(path, 'must not carry a fragment or credentials');
     const scheme = url.protocol.slice(0, -1);
     const loopback = scheme === 'http' && (url.hostname === 'localhost' || url.hostname === '127.0.0.1');
     const privateUse = /^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$/.test(scheme);
