@@ -292,6 +292,46 @@ test('seat-sync never undoes a processor event it raced: a Tenant paid (active o
   assert.ok(row.seats_last_synced_at, 'the seat count itself is still recorded');
 });
 
+test('seat-sync writes restricted "only if the subscription status and flag it read are still the row\'s": a processor event that lifted the restriction of a lapsed Tenant (its usage found to fit Starter) while seat-sync was counting keeps it lifted, the status unchanged', async () => {
+  const owner = await tenantOwner(t);
+  const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  // Two live webhooks: more than Starter's one.
+  for (const n of [1, 2]) {
+    await sql(
+      t,
+      `INSERT INTO webhook_subscriptions (id, scope, application_id, url, events, status, signing_secret, api_version, test_mode, created_at, updated_at)
+       VALUES ($1, $2, $2, 'https://hooks.example.com/x', ARRAY['*'], 'healthy', 'whsec_x', '2026-01-01', false, now(), now())`,
+      [`whk_flag_race_${n}_${appId}`, appId],
+    );
+  }
+  const sub = { tenantId: owner.tenantId, id: 'sub_flag_race', customer: 'cus_flag_race' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 30 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: now() - 20 }), 200);
+  assert.deepEqual([(await tenantRow(t, owner.tenantId)).subscription_status, (await tenantRow(t, owner.tenantId)).restricted], ['canceled', true], 'precondition: lapsed over Starter');
+  // After seat-sync counted the two webhooks, one is deleted and a processor event applied to the
+  // Tenant (a new checkout linking its ids, the status still canceled) finds the usage fits Starter.
+  const system = t.deps.database.scoped('system');
+  let raced = false;
+  const racing = {
+    ...system,
+    query: async (text: string, params?: unknown[]) => {
+      if (!raced && text.includes('UPDATE tenants SET seats_synced') && params?.[0] === owner.tenantId) {
+        raced = true;
+        assertStatus(await call(t, 'DELETE', `/v1/webhooks/whk_flag_race_2_${appId}`, admin.token), 204);
+        assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_flag_race', object: 'checkout.session', client_reference_id: owner.tenantId, customer: sub.customer, subscription: 'sub_flag_race_2' }, { created: now() - 10 }), 200);
+        const lifted = await tenantRow(t, owner.tenantId);
+        assert.deepEqual([lifted.subscription_status, lifted.restricted], ['canceled', false], 'the event lifted the restriction');
+      }
+      return system.query(text, params);
+    },
+  } as typeof system;
+  const database = { ...t.deps.database, scoped: (scope: Parameters<typeof t.deps.database.scoped>[0]) => (scope === 'system' ? racing : t.deps.database.scoped(scope)) };
+  await runSeatSync({ ...t.deps, database });
+  assert.ok(raced, 'the event was delivered between the read and the write');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'canceled', false]);
+});
+
 test('a lapse while usage fits Starter leaves the Tenant unrestricted', async () => {
   const owner = await tenantOwner(t);
   const sub = { tenantId: owner.tenantId, id: 'sub_f', customer: 'cus_f' };
@@ -367,6 +407,30 @@ test('the subscription shows currency as a lowercase code, whatever case the pro
   assertStatus(await deliver(t, 'customer.subscription.created', { ...subscription({ tenantId: owner.tenantId, id: 'sub_upper_ccy', customer: 'cus_upper_ccy' }), currency: 'EUR' }), 200);
   const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
   assert.deepEqual([view.plan, view.currency], ['team', 'eur']);
+});
+
+test('a subscription event that states no currency leaves the currency shown as it was (absent fields keep their stored values)', async () => {
+  const owner = await tenantOwner(t);
+  const sub = { tenantId: owner.tenantId, id: 'sub_keep_ccy', customer: 'cus_keep_ccy' };
+  assertStatus(await deliver(t, 'customer.subscription.created', { ...subscription(sub), currency: 'eur' }, { created: now() - 10 }), 200);
+  const bare = subscription({ ...sub, cancelAtPeriodEnd: true });
+  delete (bare as Record<string, unknown>).currency;
+  assertStatus(await deliver(t, 'customer.subscription.updated', bare), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.cancel_at_period_end, view.currency], ['team', true, 'eur']);
+});
+
+test('the subscription\'s period is its plan\'s: an Enterprise subscription listing an add-on item (of another period) before its plan item shows the plan item\'s current_period_start and current_period_end', async () => {
+  const owner = await tenantOwner(t);
+  const start = 1_760_000_000;
+  const sub = subscription({ tenantId: owner.tenantId, id: 'sub_plan_period', customer: 'cus_plan_period', plan: 'enterprise', start, addOns: [{ code: 'isolated_tenancy', unitAmount: 50000 }] }) as any;
+  sub.items.data.reverse();
+  sub.items.data[0].current_period_start = start + 86_400;
+  sub.items.data[0].current_period_end = start + 10 * 86_400;
+  assertStatus(await deliver(t, 'customer.subscription.created', sub), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.current_period_start, view.current_period_end], ['enterprise', new Date(start * 1000).toISOString(), new Date((start + 30 * 86_400) * 1000).toISOString()]);
+  assert.deepEqual(view.add_ons, [{ code: 'isolated_tenancy', amount: 50000 }]);
 });
 
 test('an event for no known Tenant is acknowledged and ignored', async () => {
@@ -667,6 +731,22 @@ test('customer.subscription.created is the first word on a subscription: deliver
   assert.deepEqual(changes.map((r) => r.after.subscription_status), ['active']);
 });
 
+test('"that subscription\'s customer.subscription.created is stale once any of its events set the status", also when an invoice event changed the status last: its invoice.paid (past_due to active) keeps the subscription recorded, so the created of the same second delivered after it is stale', async () => {
+  const owner = await tenantOwner(t);
+  const at = now();
+  const sub = { tenantId: owner.tenantId, id: 'sub_first_word_invoice', customer: 'cus_first_word_invoice' };
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'past_due' }), { created: at }), 200);
+  assertStatus(await deliver(t, 'invoice.paid', { id: 'in_first_word_invoice', object: 'invoice', customer: sub.customer, subscription: sub.id }, { created: at, id: 'evt_first_word_paid' }), 200);
+  assert.equal((await eventRows('evt_first_word_paid'))[0].outcome, 'applied');
+  assert.equal((await tenantRow(t, owner.tenantId)).status_subscription_id, sub.id);
+  const late = await deliver(t, 'customer.subscription.created', subscription({ ...sub, status: 'incomplete' }), { created: at, id: 'evt_first_word_late' });
+  assertStatus(late, 200);
+  assert.equal((await eventRows('evt_first_word_late'))[0].outcome, 'stale');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status], ['team', 'active']);
+  assert.deepEqual((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status), ['past_due', 'active']);
+});
+
 test('a canceled subscription is final: a customer.subscription.updated of the same second delivered after its deletion is stale and the Tenant stays canceled on Starter; a new subscription still replaces it', async () => {
   const { owner, apps, sub } = await lapsedOverStarter('sub_final');
   const deletedAt = now() - 30;
@@ -769,6 +849,41 @@ test('an invoice of no subscription (a one-off invoice to the same customer) nev
   assert.deepEqual((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status), ['active', 'past_due']);
 });
 
+test('"An invoice that names no subscription (a one-off invoice to the same customer) is ignored": one paid while the subscription is active, or failed while it is past_due, confirms nothing and does not count for the order, so an older event of the subscription delivered after it still applies', async () => {
+  const owner = await tenantOwner(t);
+  const sub = { tenantId: owner.tenantId, id: 'sub_oneoff_order', customer: 'cus_oneoff_order' };
+  const at = now();
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: at - 60 }), 200);
+  const oneOff = (id: string) => ({ id, object: 'invoice', customer: sub.customer, subscription: null, parent: null, billing_reason: 'manual', metadata: { tenant_id: owner.tenantId } });
+  // Paid while active: it states the status in place, but of no subscription.
+  assertStatus(await deliver(t, 'invoice.paid', oneOff('in_oneoff_order_1'), { created: at - 10, id: 'evt_oneoff_order_paid' }), 200);
+  assert.equal((await eventRows('evt_oneoff_order_paid'))[0].outcome, 'ignored');
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'past_due' }), { created: at - 50, id: 'evt_oneoff_order_past_due' }), 200);
+  assert.equal((await eventRows('evt_oneoff_order_past_due'))[0].outcome, 'applied');
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200).subscription_status, 'past_due');
+  // Failed while past_due: the same.
+  assertStatus(await deliver(t, 'invoice.payment_failed', oneOff('in_oneoff_order_2'), { created: at - 5, id: 'evt_oneoff_order_failed' }), 200);
+  assert.equal((await eventRows('evt_oneoff_order_failed'))[0].outcome, 'ignored');
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'active' }), { created: at - 40, id: 'evt_oneoff_order_active' }), 200);
+  assert.equal((await eventRows('evt_oneoff_order_active'))[0].outcome, 'applied');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status], ['team', 'active']);
+  assert.deepEqual((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status), ['active', 'past_due', 'active']);
+});
+
+test('"Other statuses (a new subscription still incomplete, or paused) keep the plan": an active Team subscription turning paused or incomplete leaves the Tenant on Team, unrestricted, audited tenant.subscription_status_changed alone', async () => {
+  for (const status of ['paused', 'incomplete']) {
+    const owner = await tenantOwner(t);
+    const sub = { tenantId: owner.tenantId, id: `sub_keep_${status}`, customer: `cus_keep_${status}` };
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 20 }), 200);
+    assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status }), { created: now() - 10 }), 200);
+    const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+    assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', status, false], status);
+    assert.deepEqual((await auditRows(t, 'tenant.plan_changed', owner.tenantId)).map((r) => r.after.plan), ['team'], status);
+    assert.deepEqual((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).map((r) => r.after.subscription_status), ['active', status], status);
+  }
+});
+
 test('an unpaid subscription is still the Tenant\'s: another subscription turning canceled or incomplete_expired never replaces it, so paying the unpaid one makes the Tenant active on Team', async () => {
   for (const [status, type] of [['canceled', 'customer.subscription.updated'], ['incomplete_expired', 'customer.subscription.updated']] as const) {
     const owner = await tenantOwner(t);
@@ -787,6 +902,49 @@ test('an unpaid subscription is still the Tenant\'s: another subscription turnin
     row = await tenantRow(t, owner.tenantId);
     assert.equal(row.stripe_subscription_id, first.id);
   }
+});
+
+test('"only an active, trialing or past_due subscription replaces" an unpaid one: another subscription created incomplete or paused is ignored, and paying the unpaid one makes the Tenant active on Team', async () => {
+  for (const status of ['incomplete', 'paused']) {
+    const owner = await tenantOwner(t);
+    const at = now();
+    const first = { tenantId: owner.tenantId, id: `sub_unpaid_vs_${status}`, customer: `cus_unpaid_vs_${status}` };
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription(first), { created: at - 50 }), 200);
+    assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...first, status: 'unpaid' }), { created: at - 40 }), 200);
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...first, id: `sub_new_${status}`, status }), { created: at - 30, id: `evt_new_${status}` }), 200);
+    assert.equal((await eventRows(`evt_new_${status}`))[0].outcome, 'ignored', status);
+    const row = await tenantRow(t, owner.tenantId);
+    assert.deepEqual([row.plan, row.subscription_status, row.stripe_subscription_id], ['starter', 'unpaid', first.id], status);
+    assertStatus(await deliver(t, 'invoice.paid', { id: `in_${first.id}`, object: 'invoice', customer: first.customer, subscription: first.id }, { created: at - 20 }), 200);
+    const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+    assert.deepEqual([view.plan, view.subscription_status], ['team', 'active'], status);
+  }
+});
+
+test('"A completed checkout is the exception": a checkout completed while the Tenant is unpaid links its new subscription at once, whose own events then set the status, and a later invoice.paid of the unpaid one is another subscription\'s event, ignored', async () => {
+  const owner = await tenantOwner(t);
+  const at = now();
+  const old = { tenantId: owner.tenantId, id: 'sub_unpaid_then_checkout', customer: 'cus_unpaid_then_checkout' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(old), { created: at - 50 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...old, status: 'unpaid' }), { created: at - 40 }), 200);
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_after_unpaid', object: 'checkout.session', client_reference_id: owner.tenantId, customer: 'cus_after_unpaid', subscription: 'sub_after_unpaid' }, { created: at - 30 }), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).stripe_subscription_id, 'sub_after_unpaid');
+  assertStatus(await deliver(t, 'invoice.paid', { id: `in_${old.id}`, object: 'invoice', customer: old.customer, subscription: old.id }, { created: at - 20, id: 'evt_old_paid_after_checkout' }), 200);
+  assert.equal((await eventRows('evt_old_paid_after_checkout'))[0].outcome, 'ignored');
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'unpaid');
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: 'sub_after_unpaid', customer: 'cus_after_unpaid' }), { created: at - 10 }), 200);
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status], ['team', 'active']);
+});
+
+test('an event whose metadata.tenant_id names no Tenant (a deleted one, another environment\'s) is still found by its processor subscription id', async () => {
+  const owner = await tenantOwner(t);
+  const sub = { tenantId: owner.tenantId, id: 'sub_found_by_id', customer: 'cus_found_by_id' };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 10 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, tenantId: 'tnt_nobody_here', status: 'past_due' }), { id: 'evt_found_by_id' }), 200);
+  assert.equal((await eventRows('evt_found_by_id'))[0].outcome, 'applied');
+  const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status], ['team', 'past_due']);
 });
 
 test('an add-on\'s amount in cents is its price times its quantity, also for a price the processor states only as unit_amount_decimal (fractional cents, rounded once)', async () => {
