@@ -94,6 +94,20 @@ test('IC-3 / docs/conventions.md "Validation failures are not recorded": a grant
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 1);
 });
 
+test('Idempotency-Key: docs/conventions.md "Every other answer is recorded and replayed, the specific 4xx codes included (ends_at_required, …)": a trial refused 422 ends_at_required is replayed to a retry with the same key, and the corrected body under that key is 422 idempotency_key_reused; nothing is granted', async () => {
+  const user = await person(t);
+  const body = { application_id: app.id, source: 'trial' };
+  const refused = await grantReq(t, admin, user.id, body, 'ends-at-recorded');
+  assertError(refused, 422, 'ends_at_required');
+  const replay = await grantReq(t, admin, user.id, body, 'ends-at-recorded');
+  assertError(replay, 422, 'ends_at_required');
+  assert.equal(replay.headers['idempotent-replayed'], 'true', 'the recorded answer, replayed');
+  assert.equal(replay.body, refused.body);
+  const corrected = await grantReq(t, admin, user.id, { ...body, ends_at: inSeconds(t, 10 * DAY) }, 'ends-at-recorded');
+  assertError(corrected, 422, 'idempotency_key_reused');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [user.id]))[0].n, 0);
+});
+
 test('one live personal row per user and Application under concurrent grants: one 201, every other 409 entitlement_already_exists with details.existing_entitlement_id and details.status of the winner', async () => {
   const user = await person(t);
   const rs = await Promise.all(Array.from({ length: 4 }, () => grantReq(t, admin, user.id, { application_id: app.id, source: 'admin_grant' })));

@@ -129,6 +129,13 @@ test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with
     const answered = await createHook(first);
     assert.equal(answered.statusCode, 201, answered.body);
     await sql(first, `UPDATE idempotency_keys SET response_body = $1 WHERE key = 'legacy-answer'`, [answered.body]);
+    // One stored sealed (with the database key) is no plaintext: it is not sealed again, and replays as it was sent.
+    const createSealedHook = (t: TestApp) => t.app.inject({
+      method: 'POST', url: '/v1/webhooks', headers: { ...bearer(hooks), 'idempotency-key': 'sealed-answer' },
+      payload: { scope: 'platform', url: 'http://127.0.0.1:9/z', events: ['*'] },
+    });
+    const sealedAnswer = await createSealedHook(first);
+    assert.equal(sealedAnswer.statusCode, 201, sealedAnswer.body);
     await first.close();
 
     const keyA = randomBytes(32);
@@ -145,6 +152,9 @@ test('ENCRYPTION_KEY: secrets stored before it was set (plaintext or sealed with
     const replayed = await createHook(second);
     assert.equal(replayed.headers['idempotent-replayed'], 'true');
     assert.equal(replayed.body, answered.body);
+    const sealedReplay = await createSealedHook(second);
+    assert.equal(sealedReplay.headers['idempotent-replayed'], 'true');
+    assert.equal(sealedReplay.body, sealedAnswer.body, 'the answer sealed before the start replays as it was sent');
     const [key] = await sql<{ private_jwk: unknown }>(second, 'SELECT private_jwk FROM signing_keys WHERE kid = $1', [keyRow.kid]);
     assert.equal(typeof key.private_jwk === 'string' && sealedWith(key.private_jwk), kidA, 'the plaintext private key is sealed at start');
     await verifiesWithTotp(second, sealedUser.user, sealedUser.secret);

@@ -164,6 +164,8 @@ test('processor unreachable: checkout and portal answer 503 billing_unavailable 
     // The 5xx released the key: a retry runs again (and fails again while the processor is down).
     const retry = await down.app.inject({ method: 'POST', url: `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, headers: { authorization: `Bearer ${owner.token}`, 'idempotency-key': 'down-1' }, payload: body });
     assertError(retry, 503, 'billing_unavailable');
+    assert.equal(retry.headers['idempotent-replayed'], undefined, 'the 503 was not recorded: the retry ran again');
+    assert.ok(Number(retry.headers['retry-after']) > 0, 'the retry\'s own 503 carries Retry-After');
   } finally {
     await down.close();
   }

@@ -204,6 +204,32 @@ test('Idempotency-Key: keys are per credential, so two API keys sending the same
   assert.equal(await countItems('perkey'), 2);
 });
 
+test('Idempotency-Key: "A retry with the same key returns the original result" on every retry: a second and a third retry in the same process replay it too, never 409 idempotency_key_in_flight', async () => {
+  const { token } = await userToken(t);
+  const first = await post(token, 'k-replay-thrice', { name: 'replay-thrice' });
+  assert.equal(first.statusCode, 201, first.body);
+  for (const nth of ['second', 'third', 'fourth']) {
+    const again = await post(token, 'k-replay-thrice', { name: 'replay-thrice' });
+    assert.equal(again.statusCode, 201, `${nth} retry: ${again.body}`);
+    assert.equal(again.headers['idempotent-replayed'], 'true', `${nth} retry`);
+    assert.equal(again.body, first.body, `${nth} retry`);
+  }
+  assert.equal(await countItems('replay-thrice'), 1);
+});
+
+test('Idempotency-Key: records are keyed by credential, "the user, or the API key" (docs/conventions.md): the same user signed in again (another session) retrying with the same key gets the original result', async () => {
+  const { user, token } = await userToken(t);
+  const first = await post(token, 'k-per-user', { name: 'per-user' });
+  assert.equal(first.statusCode, 201, first.body);
+  const otherSession = await login(t, user);
+  assert.notEqual(otherSession, token);
+  const again = await post(otherSession, 'k-per-user', { name: 'per-user' });
+  assert.equal(again.statusCode, 201, again.body);
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+  assert.equal(again.body, first.body);
+  assert.equal(await countItems('per-user'), 1);
+});
+
 test('Idempotency-Key: "A retry with the same key returns the original result" also when that result was a client error, even after the state it depended on changed', async () => {
   const { token } = await userToken(t);
   const id = `obx_missing${Date.now()}`;
@@ -324,6 +350,43 @@ test('Idempotency-Key: "Keys are retained 24 hours": a retry just under 24 hours
   } finally {
     t.clock.advance(-(24 * 3600 - 60));
   }
+});
+
+test('Idempotency-Key: "Keys are retained 24 hours": a retry one second before the 24 hours end still returns the original result', async () => {
+  const { secret } = await createApiKey(t);
+  await withStoppedClock(t, async () => {
+    const first = await post(secret, 'k-last-second', { name: 'last-second' });
+    assert.equal(first.statusCode, 201);
+    t.clock.advance(24 * 3600 - 1);
+    try {
+      const again = await post(secret, 'k-last-second', { name: 'last-second' });
+      assert.equal(again.statusCode, 201, again.body);
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      assert.equal(again.body, first.body);
+      assert.equal(await countItems('last-second'), 1);
+    } finally {
+      t.clock.advance(-(24 * 3600 - 1));
+    }
+  });
+});
+
+test('Idempotency-Key: "Keys are retained 24 hours": from 24 hours on the key is free for another request too: a different body sent under it runs (201), never 422 idempotency_key_reused', async () => {
+  const { secret } = await createApiKey(t);
+  await withStoppedClock(t, async () => {
+    assert.equal((await post(secret, 'k-expired-other', { name: 'expired-first' })).statusCode, 201);
+    t.clock.advance(24 * 3600);
+    try {
+      const other = await post(secret, 'k-expired-other', { name: 'expired-other' });
+      assert.equal(other.statusCode, 201, other.body);
+      assert.equal(other.headers['idempotent-replayed'], undefined);
+      assert.equal(await countItems('expired-other'), 1);
+      const replay = await post(secret, 'k-expired-other', { name: 'expired-other' });
+      assert.equal(replay.headers['idempotent-replayed'], 'true', 'the key is held for the new request');
+      assert.equal(replay.body, other.body);
+    } finally {
+      t.clock.advance(-24 * 3600);
+    }
+  });
 });
 
 test('Idempotency-Key: "Keys are at most 255 characters": a 255-character key is used, a 256-character one gets 422 validation_failed naming header.idempotency-key and changes nothing', async () => {

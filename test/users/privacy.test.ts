@@ -763,6 +763,34 @@ test('the test purge is a hard delete like the erasure cascade: a stored Idempot
   for (const value of ['Purged Person', 'purged-contact@example.org']) assert.ok(!retry.body.includes(value), `the retry shows ${value}`);
 });
 
+test('the test purge is a hard delete like the erasure cascade: a stored Idempotency-Key answer of an admin\'s PATCH /v1/users/{id} of a purged test user in its last 24 hours (the User, with its email) is dropped; a retry runs again and gets 404 user_not_found instead of replaying the purged User', async () => {
+  const old = await createUser(t, { mode: 'test' });
+  t.clock.advance(30 * DAY);
+  const testAdmin = await createUser(t, { mode: 'test', roles: ['superadmin'] });
+  const first = assertStatus(await call(t, 'PATCH', `/v1/users/${old.id}`, await login(t, testAdmin), { status: 'suspended' }, { 'idempotency-key': 'purge-late-user-write' }), 200);
+  assert.equal(first.email, old.email);
+  t.clock.advance(3600);
+  await purgeTestData(t.deps);
+  assert.equal(await userRow(t, old.id), undefined, 'purged');
+
+  const retry = await call(t, 'PATCH', `/v1/users/${old.id}`, await login(t, testAdmin), { status: 'suspended' }, { 'idempotency-key': 'purge-late-user-write' });
+  assert.equal(retry.headers['idempotent-replayed'], undefined, 'not a replay of the stored answer');
+  assertError(retry, 404, 'user_not_found');
+  assert.ok(!retry.body.includes(old.email), 'the retry shows the purged email');
+});
+
+test('the test purge is a hard delete like the erasure cascade: a purged test user\'s own stored Idempotency-Key answer (`me` is the caller) of a PATCH /v1/users/me in its last 24 hours (the User, with its email) is gone from the database with them', async () => {
+  const old = await createUser(t, { mode: 'test' });
+  t.clock.advance(30 * DAY);
+  const own = await call(t, 'PATCH', '/v1/users/me', await login(t, old), { email: uniqueEmail('purged-own') }, { 'idempotency-key': 'purge-own-write' });
+  assert.equal(assertStatus(own, 200).email, old.email);
+  assert.equal(await count('idempotency_keys', `key = 'purge-own-write'`, []), 1, 'the answer was stored');
+  t.clock.advance(3600);
+  await purgeTestData(t.deps);
+  assert.equal(await userRow(t, old.id), undefined, 'purged');
+  assert.equal(await count('idempotency_keys', `key = 'purge-own-write'`, []), 0, 'the stored answer about the purged user went with them');
+});
+
 test('the test purge takes an erased test user older than 30 days with the record of their completed erasure request', async () => {
   const user = await createUser(t, { mode: 'test' });
   assertStatus(await requestErasure('me', await login(t, user)), 202);
