@@ -682,3 +682,31 @@ test('a self-service PATCH sending the current email (in any case) with no chang
   assert.deepEqual(await sql(t, `SELECT id FROM one_time_tokens WHERE user_id = $1 AND kind = 'email_change'`, [user.id]), []);
   assert.deepEqual(await mailsTo(t, user.email), []);
 });
+
+test('the email-change-expiry job goes by the change link only: a password reset link still live when the 24-hour change link expires does not keep pending_email', async () => {
+  const { user, token } = await userToken(t);
+  const newEmail = uniqueEmail('lapsed-reset');
+  await withStoppedClock(t, async () => {
+    assertStatus(await patch('me', { email: newEmail }, token), 200);
+    t.clock.advance(24 * 3600 - 60);
+    assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email: user.email })).statusCode, 202);
+    t.clock.advance(60);
+    const live = await sql<{ n: number }>(t, `SELECT count(*)::int AS n FROM one_time_tokens WHERE user_id = $1 AND kind = 'password_reset' AND used_at IS NULL AND expires_at > $2`, [user.id, t.clock.now()]);
+    assert.equal(live[0].n, 1, 'precondition: a live reset link');
+    await t.deps.jobs.runNow('email-change-expiry');
+    assert.equal((await userRow(t, user.id))!.pending_email, null, 'cleared at the instant the change link expires');
+  });
+});
+
+test('an admin email change ends a pending self-service change: its link dies and the stored pending_email is cleared with it (users row)', async () => {
+  admin.token = await login(t, admin.user);
+  const { user, token } = await userToken(t);
+  const pending = uniqueEmail('pending-admin');
+  assertStatus(await patch('me', { email: pending }, token), 200);
+  assert.equal((await userRow(t, user.id))!.pending_email, pending, 'precondition: a pending change');
+  const link = await latestToken(t, pending, 'email_change_verification');
+  const moved = uniqueEmail('admin-set');
+  assert.equal(assertStatus(await patch(user.id, { email: moved }), 200).pending_email, null);
+  assert.equal((await userRow(t, user.id))!.pending_email, null);
+  assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: link }), 400, 'invalid_token');
+});

@@ -1291,3 +1291,96 @@ test('the test purge keeps an Organization\'s org admins, not its pending invite
   assert.equal(await count('organization_members', 'organization_id = $1 AND user_id = $2', [kept, invitee.id]), 0);
   assert.equal((await userRow(t, keptAdmin.id))?.id, keptAdmin.id, 'the active org admin stays');
 });
+
+test('the export\'s applications are every Application the user has an Entitlement, an AppProfile or AppSettings overrides on: one known only by its AppProfile, or only by its AppSettings, is listed too (entitlement null)', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const onlyProfile = await createApplication(t);
+  const onlySettings = await createApplication(t);
+  await sql(t, `INSERT INTO app_profiles (user_id, application_id, display_handle, custom, updated_at) VALUES ($1, $2, 'only-profile', '{}', now())`, [user.id, onlyProfile.id]);
+  await sql(t, `INSERT INTO app_settings (user_id, application_id, overrides, updated_at) VALUES ($1, $2, '{"lang":"fr"}', now())`, [user.id, onlySettings.id]);
+  const bundle = assertStatus(await exportOf('me', token), 200);
+  const byApp = Object.fromEntries(bundle.applications.map((a: { application_id: string }) => [a.application_id, a]));
+  assert.deepEqual(Object.keys(byApp).sort(), [onlyProfile.id, onlySettings.id].sort());
+  assert.equal(byApp[onlyProfile.id].entitlement, null);
+  assert.equal(byApp[onlyProfile.id].app_profile.display_handle, 'only-profile');
+  assert.deepEqual(byApp[onlyProfile.id].app_settings, {});
+  assert.equal(byApp[onlySettings.id].entitlement, null);
+  assert.equal(byApp[onlySettings.id].app_profile, null);
+  assert.deepEqual(byApp[onlySettings.id].app_settings, { lang: 'fr' });
+});
+
+test('the export\'s entitlement per Application is the latest one: a grant revoked earlier and a new active grant on the same Application export the active one', async () => {
+  const user = await createUser(t);
+  const app = await createApplication(t);
+  await grant(t, user.id, app.id, { status: 'revoked' });
+  t.clock.advance(60);
+  const current = await grant(t, user.id, app.id);
+  const bundle = assertStatus(await exportOf('me', await login(t, user)), 200);
+  assert.deepEqual(bundle.applications.map((a: any) => [a.application_id, a.entitlement.id, a.entitlement.status]), [[app.id, current, 'active']]);
+});
+
+test('"organization.member_removed | an active membership begins or is removed": the erasure cascade removes a pending invitation of the user too, audited but with no webhook (a pending membership never began)', async () => {
+  const user = await createUser(t);
+  const orgToken = await login(t, await createUser(t));
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', orgToken, { name: 'Pending Erasure Org' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, orgToken, { email: user.email }), 201);
+  assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  assert.equal(await count('organization_members', `user_id = $1 AND membership_status = 'pending'`, [user.id]), 1, 'precondition: the invitation is pending');
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased');
+  assert.equal(await count('organization_members', 'user_id = $1', [user.id]), 0);
+  assert.deepEqual(await sql(t, `SELECT type FROM outbox_events WHERE type = 'organization.member_removed' AND data->>'user_id' = $1`, [user.id]), []);
+  assert.deepEqual(await sql(t, `SELECT organization_id FROM audit_events WHERE action = 'organization.member_removed' AND target_user_id = $1`, [user.id]), [{ organization_id: org.id }]);
+});
+
+test('"Erasure clears everything exported", in the user\'s mode only: a test-mode mail recorded against no user to the erased live user\'s address (another mode\'s account) stays; the live one goes', async () => {
+  const user = await createUser(t);
+  const notice = (id: string, testMode: boolean, at: Date) =>
+    sql(t, `INSERT INTO emails (id, template, to_address, subject, text_body, test_mode, next_attempt_at, created_at) VALUES ($1, 'webhook_disabled', $2, 'Webhook disabled', 'A subscription was disabled.', $3, $4, $4)`, [id, user.email, testMode, at]);
+  const earlier = new Date(t.clock.now().getTime() - 60_000);
+  const live = `eml_${rand()}`;
+  const testMode = `eml_${rand()}`;
+  await notice(live, false, earlier);
+  await notice(testMode, true, earlier);
+  assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased');
+  assert.deepEqual((await sql<{ id: string }>(t, 'SELECT id FROM emails WHERE id = ANY($1::text[])', [[live, testMode]])).map((m) => m.id), [testMode]);
+});
+
+test('an erasure requested again after a cancel is a new request: 202 scheduled with requested_at the new request\'s time and scheduled_for 7 days after it, audited user.erasure_requested with that request; the cascade runs 7 days after it, not after the first', async () => {
+  const user = await createUser(t);
+  const first = assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  t.clock.advance(DAY);
+  assertStatus(await cancelErasure(user.id, await asAdmin()), 204);
+  t.clock.advance(DAY);
+  const again = assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  assert.equal(again.status, 'scheduled');
+  assert.ok(Date.parse(again.requested_at) >= Date.parse(first.requested_at) + 2 * DAY * 1000, `${again.requested_at} is the new request's time (first ${first.requested_at})`);
+  assert.equal(Date.parse(again.scheduled_for) - Date.parse(again.requested_at), 7 * DAY * 1000);
+  const requested = await auditFor(t, user.id, 'user.erasure_requested');
+  assert.deepEqual(requested.map((a) => a.after), [first, again]);
+  // 7 days after the first request (the cancelled one) the cascade leaves the user alone.
+  t.clock.advance(5 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok(!(await userRow(t, user.id))!.erased_at, 'not erased 7 days after the cancelled request');
+  t.clock.advance(2 * DAY);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased 7 days after the new request');
+});
+
+test('"organization.member_removed" written by the erasure cascade is routed to the Applications the membership reached (an Organization grant), as a DELETE of the member routes it, though the cascade removed that path', async () => {
+  const user = await createUser(t);
+  const app = await createApplication(t);
+  const org = await createOrganization(t, [(await createUser(t)).id, user.id]);
+  await orgGrant(t, org, app.id);
+  assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+  t.clock.advance(7 * DAY + 1);
+  await t.deps.jobs.runNow('erasure-cascade');
+  assert.ok((await userRow(t, user.id))!.erased_at, 'erased');
+  const removed = await sql(t, `SELECT path_application_ids FROM outbox_events WHERE type = 'organization.member_removed' AND data->>'user_id' = $1`, [user.id]);
+  assert.deepEqual(removed, [{ path_application_ids: [app.id] }]);
+});

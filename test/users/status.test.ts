@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
-import { createMfaUser } from '../auth/support.js';
+import { createMfaUser, mfaChallenge, totpCode } from '../auth/support.js';
 import {
   assertError, assertStatus, auditFor, call, createApplication, createPlatformRole, DAY, grant, liveSessionCount, mailsTo, outboxFor, sql, userRow,
   type TestApplication,
@@ -570,4 +570,34 @@ test('Part A "GET /v1/users/{id}/sessions | self or users.manage" and GET …/se
   assert.deepEqual(await mark(id), before, 'no audit row, no event');
   assert.equal(assertStatus(await call(t, 'GET', `/v1/users/${id}/settings`, target.token), 200).theme, settings.theme);
   assert.ok((await liveSessionCount(t, id)) >= 1, 'the sessions stay');
+});
+
+test('a sign-in whose password step came before a suspension or a delete starts no session after the reactivation or restore (suspended → active, deleted → active): its MFA challenge is void, 401 invalid_credentials', async () => {
+  const manager = await userToken(t, { roles: ['superadmin'] });
+  for (const end of ['suspend', 'delete'] as const) {
+    const { user, secret } = await createMfaUser(t);
+    const mfaToken = await mfaChallenge(t, user);
+    if (end === 'suspend') assertStatus(await suspend(user.id, manager.token), 200);
+    else assertStatus(await remove(user.id, manager.token), 204);
+    assertStatus(await patch(user.id, { status: 'active' }, manager.token), 200);
+    // The next step's code: the current one was spent confirming the enrollment.
+    assertError(await call(t, 'POST', '/v1/auth/mfa/verify', null, { mfa_token: mfaToken, code: await totpCode(t, secret, 1) }), 401, 'invalid_credentials');
+    assert.equal(await liveSessionCount(t, user.id), 0, `${end}: no session`);
+  }
+});
+
+test('a pending email change ends with a suspension or a delete: the stored pending_email is cleared with its link (users row), so a reactivation or restore brings no pending address back', async () => {
+  const manager = await userToken(t, { roles: ['superadmin'] });
+  for (const end of ['suspend', 'delete'] as const) {
+    const user = await createUser(t);
+    const pending = uniqueEmail('pending-end');
+    assertStatus(await call(t, 'PATCH', '/v1/users/me', await login(t, user), { email: pending }), 200);
+    assert.equal((await userRow(t, user.id))!.pending_email, pending, 'precondition: a pending change');
+    if (end === 'suspend') assertStatus(await suspend(user.id, manager.token), 200);
+    else assertStatus(await remove(user.id, manager.token), 204);
+    assert.equal((await userRow(t, user.id))!.pending_email, null, `${end}: pending_email cleared`);
+    const back = assertStatus(await patch(user.id, { status: 'active' }, manager.token), 200);
+    assert.equal(back.pending_email, null);
+    assert.equal((await userRow(t, user.id))!.pending_email, null);
+  }
 });
