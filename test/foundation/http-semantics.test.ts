@@ -54,7 +54,7 @@ function assertEnvelope(raw: string, status: number, code: string, label: string
   assert.equal(JSON.parse(res.body).error.code, code, label);
 }
 
-test('RFC 9112 §3.2 "A server MUST respond with a 400 (Bad Request) status code to any HTTP/1.1 request message that lacks a Host header field and to any request message that contains more than one Host header field line or a Host header field with an invalid field value": 400 bad_request in the envelope with a Request-Id; one Host (a name, an address, an IPv6 literal, empty) and an HTTP/1.0 request without one are served', async (tc) => {
+test('RFC 9112 §3.2 "A server MUST respond with a 400 (Bad Request) status code to any HTTP/1.1 request message that lacks a Host header field and to any request message that contains more than one Host header field line or a Host header field with an invalid field value": 400 bad_request in the envelope with a Request-Id; one Host (a name, an address, an IPv6 literal, empty, a port that is empty as the port = *DIGIT of RFC 3986 allows) and an HTTP/1.0 request without one are served', async (tc) => {
   const t = await buildTestApp({}, tc);
   const port = await listening(t);
   for (const [label, head] of [
@@ -65,6 +65,7 @@ test('RFC 9112 §3.2 "A server MUST respond with a 400 (Bad Request) status code
     ['a Host with a path', 'GET /health HTTP/1.1\r\nHost: a.example/x\r\n'],
     ['a Host with user info', 'GET /health HTTP/1.1\r\nHost: user@a.example\r\n'],
     ['two Host lines on HTTP/1.0', 'GET /health HTTP/1.0\r\nHost: a.example\r\nHost: b.example\r\n'],
+    ['a Host whose port is not digits', 'GET /health HTTP/1.1\r\nHost: a.example:http\r\n'],
   ] as const) {
     assertEnvelope(await rawExchange(port, `${head}Connection: close\r\n\r\n`), 400, 'bad_request', label);
   }
@@ -75,6 +76,7 @@ test('RFC 9112 §3.2 "A server MUST respond with a 400 (Bad Request) status code
     ['an IPv6 literal with a zone', 'GET /health HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n'],
     ['a fully qualified name', 'GET /health HTTP/1.1\r\nHost: id.example.com.\r\n'],
     ['an empty Host', 'GET /health HTTP/1.1\r\nHost: \r\n'],
+    ['a name with an empty port', 'GET /health HTTP/1.1\r\nHost: a.example:\r\n'],
     ['HTTP/1.0 without Host', 'GET /health HTTP/1.0\r\n'],
   ] as const) {
     const res = firstResponse(await rawExchange(port, `${head}Connection: close\r\n\r\n`));

@@ -369,6 +369,19 @@ test('restrict_destructive false on a key that is already unrestricted lifts not
   assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created', 'api_key.updated']);
 });
 
+test('restrict_destructive true on a restricted key lifts nothing: a caller lacking its permissions gets 200 (alone, or with a rename), the key stays restricted, api_key.updated for each rename (one sending restrict_destructive true, one leaving it out) and no api_key.restrict_destructive_disabled', async () => {
+  const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+  const { token } = await userToken(t, { roles: [role] });
+  const key = await newKey({ permissions: ['users.list', 'users.manage'], intended_use: 'agent' });
+  assert.equal(key.restrict_destructive, true);
+  assert.equal(assertStatus(await patchKey(key.id, { restrict_destructive: true }, token), 200).restrict_destructive, true);
+  const renamed = assertStatus(await patchKey(key.id, { name: 'renamed', restrict_destructive: true }, token), 200);
+  assert.equal(renamed.name, 'renamed');
+  assert.equal(renamed.restrict_destructive, true);
+  assert.equal(assertStatus(await patchKey(key.id, { name: 'renamed again' }, token), 200).restrict_destructive, true);
+  assert.deepEqual((await auditOfTarget(t, key.id)).map((a: any) => a.action), ['api_key.created', 'api_key.updated', 'api_key.updated']);
+});
+
 test('an app-scoped key may be created by api_keys.manage or the Application owner (owner_user_id); a non-owner gets 403 forbidden', async () => {
   const owner = await userToken(t);
   const stranger = await userToken(t);
@@ -493,6 +506,20 @@ test("the audit rows of an app-scoped key's changes carry its Application: the A
   assert.ok(seen.every((e: any) => e.application_id === app.id), JSON.stringify(seen.map((e: any) => e.application_id)));
 });
 
+test("api_key.restrict_destructive_disabled of an app-scoped agent key carries its Application as its other audit rows do: the Application's own audit.view key sees it, for an agent key created unrestricted and for one turned off later", async () => {
+  const app = await createApplication(t);
+  const viewer = assertStatus(await createKey({ name: 'auditor', scope: app.id, permissions: ['audit.view'] }), 201);
+  const created = assertStatus(await createKey({ name: 'agent', scope: app.id, permissions: [], intended_use: 'agent', restrict_destructive: false }), 201);
+  const lifted = assertStatus(await createKey({ name: 'agent', scope: app.id, permissions: [], intended_use: 'agent' }), 201);
+  assertStatus(await patchKey(lifted.id, { restrict_destructive: false }), 200);
+  for (const key of [created, lifted]) {
+    const seen = assertStatus(await call(t, 'GET', `/v1/audit-events?target_id=${key.id}`, viewer.secret), 200).data;
+    const disabled = seen.filter((e: any) => e.action === 'api_key.restrict_destructive_disabled');
+    assert.equal(disabled.length, 1, JSON.stringify(seen.map((e: any) => e.action)));
+    assert.equal(disabled[0].application_id, app.id);
+  }
+});
+
 test('an API key calling any /v1/api-keys route gets 400 user_token_required, even with api_keys.manage', async () => {
   const target = await newKey();
   const key = await createApiKey(t, { permissions: ['api_keys.manage', 'users.list'] });
@@ -603,6 +630,14 @@ test('"Test credentials see only test rows": a test-mode User token creates test
   const sandbox = assertStatus(await createKey({ name, scope: 'platform', permissions: ['users.list'], mode: 'test' }, testAdmin), 201);
   assert.equal(sandbox.mode, 'test');
   assert.match(sandbox.secret, /^plat_test_/);
+});
+
+test('"mode (default live)": a test-mode User token that leaves mode out asks for a live key and gets 403 forbidden (details.field mode), no key is created; with mode test it gets a test key', async () => {
+  const testAdmin = await login(t, await createUser(t, { mode: 'test', roles: ['superadmin'] }));
+  const name = `default-${Date.now()}`;
+  assert.equal(assertError(await createKey({ name, scope: 'platform', permissions: ['users.list'] }, testAdmin), 403, 'forbidden').details.field, 'mode');
+  assert.deepEqual(await sql(t, 'SELECT id FROM api_keys WHERE name = $1', [name]), []);
+  assert.equal(assertStatus(await createKey({ name, scope: 'platform', permissions: ['users.list'], mode: 'test' }, testAdmin), 201).mode, 'test');
 });
 
 test('"A test-mode credential sees and manages only test keys": a live key is 404 api_key_not_found to a test-mode User token (GET, PATCH, rotate, DELETE) and left out of its list whatever mode it asks for; a live credential manages both', async () => {
