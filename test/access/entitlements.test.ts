@@ -1016,7 +1016,9 @@ test('DELETE of a row older than 24 hours is 409 entitlement_too_old; a row just
   t.clock.advance(DAY - 60);
   assert.equal((await call(t, 'DELETE', `/v1/entitlements/${young.id}`, admin)).statusCode, 204);
   t.clock.advance(61);
-  assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin), 409, 'entitlement_too_old');
+  const tooOld = assertError(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin), 409, 'entitlement_too_old');
+  // The refusal names the window it applies (docs/decisions.md: 24 hours).
+  assert.equal(tooOld.details.max_age_seconds, DAY);
   assert.ok(await entRow(t, ent.id), 'await entRow(t, ent.id)');
 });
 
@@ -1268,4 +1270,69 @@ test('expired → active blocked by a newer live row: details.existing_entitleme
   const err = assertError(await patchEnt(t, admin, old.id, { status: 'active', ends_at: inSeconds(t, 30 * DAY) }), 409, 'entitlement_already_exists');
   assert.deepEqual(err.details, { existing_entitlement_id: newer.id, status: 'disabled' });
   assert.equal((await entRow(t, old.id))!.status, 'expired');
+});
+
+test('"disabled_reason cleared" only on disabled → active: an ends_at change on a disabled row (entitlement.updated) keeps its disabled_reason, in the answer, the row, the webhook and the audit row\'s after', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'on hold' }), 200);
+  const ends = inSeconds(t, 30 * DAY);
+  const body = assertStatus(await patchEnt(t, admin, ent.id, { ends_at: ends }), 200);
+  assert.equal(body.status, 'disabled');
+  assert.equal(body.ends_at, ends);
+  assert.equal(body.disabled_reason, 'on hold');
+  assert.equal((await entRow(t, ent.id))!.disabled_reason, 'on hold');
+  const events = await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] });
+  assert.equal(events.length, 1);
+  assert.deepEqual(events[0].data.changed_fields, ['ends_at']);
+  assert.equal(events[0].data.entitlement.disabled_reason, 'on hold');
+  const audit = await auditOf(t, ent.id, 'entitlement.updated');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].before.disabled_reason, 'on hold');
+  assert.equal(audit[0].after.disabled_reason, 'on hold');
+});
+
+test('"entitlement.updated | ends_at, source or order_id changed": a PATCH sending ends_at, source and order_id as they already are changes nothing: 200 with the row, no entitlement.updated webhook, no audit row, the same ETag', async () => {
+  const user = await person(t);
+  const ends = inSeconds(t, 30 * DAY);
+  const ent = await grant(t, admin, user.id, app.id, { source: 'purchase', order_id: 'ord_same', ends_at: ends });
+  const etag = (await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin)).headers.etag;
+  const res = await patchEnt(t, admin, ent.id, { ends_at: ends, source: 'purchase', order_id: 'ord_same' });
+  assert.deepEqual(assertStatus(res, 200), ent);
+  assert.equal(res.headers.etag, etag);
+  assert.deepEqual(await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] }), []);
+  assert.deepEqual(await auditOf(t, ent.id, 'entitlement.updated'), []);
+});
+
+test('"entitlement.deleted | hard-deleted" with its last state: the audit row of a DELETE names the holder (target_user_id) and the Application, its before is the row as it was (after null), and the webhook carries the same state', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const last = assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'made in error' }), 200);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin)).statusCode, 204);
+  const audit = await auditOf(t, ent.id, 'entitlement.deleted');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].target_type, 'entitlement');
+  assert.equal(audit[0].target_user_id, user.id);
+  assert.equal(audit[0].application_id, app.id);
+  assert.deepEqual(audit[0].before, last);
+  assert.equal(audit[0].after, null);
+  const deleted = await outbox(t, { entitlementId: ent.id, types: ['entitlement.deleted'] });
+  assert.deepEqual(deleted.map((e) => e.data.entitlement), [last]);
+});
+
+test('audit rows about an organization-wide grant name its Organization (organization_id) and no holder: a member_scope change, a disable and the DELETE alike', async () => {
+  const orgAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }]);
+  const target = await newApp(t, admin);
+  const id = await orgGrant(t, org, target.id);
+  assertStatus(await patchEnt(t, admin, id, { member_scope: 'denylist', member_overrides: [orgAdmin.id] }), 200);
+  assertStatus(await patchEnt(t, admin, id, { status: 'disabled', disabled_reason: 'org audit' }), 200);
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${id}`, admin)).statusCode, 204);
+  const rows = await sql(t, 'SELECT action, organization_id, target_user_id, application_id FROM audit_events WHERE target_id = $1 ORDER BY created_at, id', [id]);
+  assert.deepEqual(rows.map((r: any) => r.action), ['entitlement.member_scope_changed', 'entitlement.disabled', 'entitlement.deleted']);
+  for (const r of rows) {
+    assert.equal(r.organization_id, org, r.action);
+    assert.equal(r.target_user_id, null, r.action);
+    assert.equal(r.application_id, target.id, r.action);
+  }
 });

@@ -139,6 +139,18 @@ test('a seat freed by revoking a personal grant goes back to the seat_limit memb
   assert.deepEqual(await accessEvents(t, beyond.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
 });
 
+test('a seat freed by DELETE of a personal grant made in error goes back to the seat_limit member in the same transaction: access.granted with reason org_grant_changed', async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const org = await orgWithMembers(t, admin, 1);
+  await orgGrantApi(t, admin, org.id, app.id);
+  const beyond = [org.owner, org.members[0]].sort((a, b) => b.id.localeCompare(a.id))[0];
+  assert.equal((await decisionOf(beyond.id, app.id)).decision, 'seat_limit');
+  assert.equal((await call(t, 'DELETE', `/v1/entitlements/${personal[0]}`, admin)).statusCode, 204);
+  assert.deepEqual(await decisionOf(beyond.id, app.id), { allowed: true, decision: 'included' });
+  assert.deepEqual(await accessEvents(t, beyond.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.deepEqual(await sql(t, 'SELECT * FROM org_seat_limits WHERE user_id = $1', [beyond.id]), []);
+});
+
 test('an ownership move to a Tenant with room frees seat_limit members in the same transaction ("on a Starter Tenant at its seat cap member_decision reads seat_limit"; the Application is no longer there): access.granted with reason org_grant_changed', async () => {
   const { app } = await starterAppWithSeats(999);
   const org = await orgWithMembers(t, admin, 1);
