@@ -6,6 +6,7 @@ import { client, blockedBy as waitForBlocked, probeWhileHeld, withDeadlockCount 
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { argon2Hashes } from '../security/core/argon2-probe.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
+import { newId } from '../../src/ids.js';
 import {
   alignToStep, assertAuthSession, auditRows, assertError, assertFields, createMfaUser, get, jwtPayload, latestToken, loginRes, mailsTo, mfaChallenge, NEW_PASSWORD, post, sql, totpCode,
 } from './support.js';
@@ -522,6 +523,20 @@ test('mfa/verify with a right code for a user deleted after the password step ge
   assert.equal(await sessions(), before, 'no session');
 });
 
+test('5 wrong codes void an MFA challenge (docs/decisions.md, Login lockout): the fifth uses the challenge up (its row is spent, no longer pending), and the next use of its mfa_token answers 401 for the token, "invalid or expired", not the lock\'s 429', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const token = await mfaChallenge(t, user);
+  const wrong = otherCode(await totpCode(t, secret));
+  const pending = async () => (await sql(t, `SELECT 1 FROM one_time_tokens WHERE user_id = $1 AND kind = 'mfa_challenge' AND used_at IS NULL`, [user.id])).length;
+  for (let i = 0; i < 4; i++) assertError(await verify({ mfa_token: token, code: wrong }), 401, 'invalid_credentials');
+  assert.equal(await pending(), 1, 'four wrong codes leave the challenge pending');
+  assertError(await verify({ mfa_token: token, code: wrong }), 401, 'invalid_credentials');
+  assert.equal(await pending(), 0, 'the fifth wrong code voids it');
+  const next = await verify({ mfa_token: token, code: await totpCode(t, secret) });
+  assertError(next, 401, 'invalid_credentials');
+  assert.match(next.json().error.message, /invalid or expired/);
+});
+
 test('parallel wrong codes on one mfa_token evaluate at most five: each takes its lockout slot before its code is checked; the fifth failure locks, the others are refused unevaluated', async () => {
   const { user, secret } = await createMfaUser(t);
   const mfaToken = await mfaChallenge(t, user);
@@ -582,6 +597,20 @@ test('MFA enrollment state errors: begin or confirm with TOTP already on gets 40
   const fresh = as(await login(t, await createUser(t)));
   assertError(await fresh('/v1/users/me/mfa/totp/confirm', { code: '123456' }), 409, 'mfa_not_enabled');
   assertError(await fresh('/v1/users/me/mfa/totp/disable', { code: '123456' }), 409, 'mfa_not_enabled');
+});
+
+test('MFA enrollment needs a password sign-in (docs/decisions.md, MFA enrollment: 409 password_identity_required): a signed-in user whose only identity is SSO gets it at begin, confirm and disable, and no secret is stored', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  await sql(t, `INSERT INTO identities (id, user_id, method, created_at) VALUES ($1, $2, 'sso', $3)`, [newId('idn'), user.id, t.clock.now()]);
+  await sql(t, `DELETE FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  const call = (url: string, payload: object) => t.app.inject({ method: 'POST', url, headers: bearer(token), payload });
+  assertError(await call('/v1/users/me/mfa/totp', {}), 409, 'password_identity_required');
+  assertError(await call('/v1/users/me/mfa/totp/confirm', { code: '123456' }), 409, 'password_identity_required');
+  assertError(await call('/v1/users/me/mfa/totp/disable', { code: '123456' }), 409, 'password_identity_required');
+  assertError(await call('/v1/users/me/mfa/totp/disable', { recovery_code: 'abcde-fghij' }), 409, 'password_identity_required');
+  const rows = await sql(t, 'SELECT method, totp_secret, totp_pending_secret FROM identities WHERE user_id = $1', [user.id]);
+  assert.deepEqual(rows.map((r) => [r.method, r.totp_secret, r.totp_pending_secret]), [['sso', null, null]]);
 });
 
 test('disable takes a current code or a recovery code, not both: both at once get 422 validation_failed and TOTP stays on', async () => {

@@ -266,6 +266,19 @@ test('every login creates a session; GET /v1/users/me/sessions lists the active 
   assert.deepEqual(own.json().data.map((s: any) => s.id).sort(), [...byId.keys()].sort());
 });
 
+test('the sessions list shows the user agent the sign-in sent, whole up to 512 characters; a longer one is kept to its first 512 (a bounded free-text field)', async () => {
+  const user = await createUser(t);
+  const whole = `Agent/${'w'.repeat(512 - 6)}`;
+  const long = `Agent/${'x'.repeat(700)}`;
+  const a = await signIn(user, whole);
+  const b = await signIn(user, long);
+  const res = await get(t, '/v1/users/me/sessions', a.access_token);
+  assert.equal(res.statusCode, 200, res.body);
+  const agents = new Map(res.json().data.map((s: any) => [s.id, s.user_agent]));
+  assert.equal(agents.get(a.session_id), whole, 'a 512-character user agent is listed whole');
+  assert.equal(agents.get(b.session_id), long.slice(0, 512), 'a longer one is cut to its first 512 characters');
+});
+
 test('sessions list items carry current (docs/decisions.md "Payloads not shown in the spec"): true only for the session of the calling token, false for the others and for every session an admin lists; newest first, keyset-paginated (docs/conventions.md)', async () => {
   const user = await createUser(t);
   const older = await signIn(user);
@@ -400,6 +413,22 @@ test('logout with all_sessions true ends every session of the user', async () =>
   const open = await sql(t, 'SELECT id FROM sessions WHERE user_id = $1 AND revoked_at IS NULL', [user.id]);
   assert.deepEqual(open, []);
   assert.ok(await works(bystander.access_token), 'await works(bystander.access_token)');
+});
+
+test('logout with all_sessions ends the sessions still active and leaves a session ended earlier as it ended: its revoked_at stays the instant of its own revocation', async () => {
+  const user = await createUser(t);
+  await withStoppedClock(t, async () => {
+    const earlier = await signIn(user);
+    const current = await signIn(user);
+    assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(earlier.access_token) })).statusCode, 204);
+    const revokedAt = async (id: string) => new Date((await sql(t, 'SELECT revoked_at FROM sessions WHERE id = $1', [id]))[0].revoked_at).getTime();
+    const first = await revokedAt(earlier.session_id);
+    t.clock.advance(60);
+    const res = await t.app.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(current.access_token), payload: { all_sessions: true } });
+    assert.equal(res.statusCode, 204, res.body);
+    assert.equal(await revokedAt(earlier.session_id), first, 'the session logged out earlier keeps the instant it ended');
+    assert.equal(await revokedAt(current.session_id), first + 60_000, 'the session still active ends now');
+  });
 });
 
 test('logout bad input: no credential gets 401; all_sessions not a boolean gets 422 validation_failed naming all_sessions', async () => {
