@@ -2,11 +2,11 @@
 // membership" and the member rules of "Organization-wide grants and Organizations").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
   accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertInvalid, assertStatus, auditOf, call, createOrgApi, effective, entitlementEvents, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
-  orgGrantApi, orgWithMembers, person, platformKey, session, sql,
+  orgGrantApi, orgWithMembers, person, platformKey, rand, session, sql,
 } from './support.js';
 
 let t: TestApp;
@@ -609,4 +609,79 @@ test('an Organization\'s 3 mails per address are per rolling hour to the second 
     assertStatus(await invite(t, admin, org.id, email), 201);
     assert.equal((await mails(t, email)).length, 4);
   });
+});
+
+test('GET members pages with page.next_cursor (list responses, Part A conventions): members invited at one instant, followed one at a time under the `q`, role and membership_status filters, each come exactly once, newest first, and the last page says has_more false', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const tag = `pg${rand(4)}`;
+  const ids = await atOneInstant(t, async () => {
+    const out: string[] = [];
+    for (const i of [0, 1, 2]) out.push(assertStatus(await invite(t, owner.token, org.id, `${tag}-${i}@example.net`), 201).user_id);
+    // Another pending member at that instant outside the filters: an org_admin invitation.
+    assertStatus(await invite(t, owner.token, org.id, `${tag}-admin@example.net`, 'org_admin'), 201);
+    return out;
+  });
+  const follow = async (query: string) => {
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    for (let round = 0; round < 10; round++) {
+      const page: any = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?${query}&limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, owner.token), 200);
+      assert.ok(page.data.length <= 1, `limit=1 gave ${page.data.length}`);
+      seen.push(...page.data.map((m: any) => m.user_id));
+      if (!page.page.has_more) return seen;
+      cursor = page.page.next_cursor;
+    }
+    assert.fail(`paging ${query} did not end`);
+  };
+  const expected = [...ids].sort().reverse();
+  assert.deepEqual(await follow(`q=${tag}&role=member`), expected);
+  assert.deepEqual(await follow(`q=${tag}&role=member&membership_status=pending`), expected);
+  assert.deepEqual(await follow(`role=member&membership_status=pending`), expected);
+});
+
+test('an org admin\'s 100 invitations by email are per rolling 24 hours to the second (docs/decisions.md: "in any rolling 24 hours", 429 with Retry-After): 100 at one instant, the 101st 86,399 s later is 429 rate_limited with Retry-After 1 and mails nothing; at exactly 86,400 s it is 201 with its mail', async () => {
+  const { org, owner } = await createOrgApi(t);
+  const tag = `day${rand(4)}`;
+  await withStoppedClock(t, async () => {
+    for (let i = 0; i < 100; i++) assertStatus(await invite(t, owner.token, org.id, `${tag}-${i}@example.net`), 201);
+    t.clock.advance(86399);
+    const early = await session(t, owner); // the access token of a day ago has expired
+    const refused = await invite(t, early.access_token, org.id, `${tag}-early@example.net`);
+    assertError(refused, 429, 'rate_limited');
+    assert.equal(refused.headers['retry-after'], '1');
+    assert.deepEqual(await mails(t, `${tag}-early@example.net`), []);
+    t.clock.advance(1);
+    assertStatus(await invite(t, early.access_token, org.id, `${tag}-on-time@example.net`), 201);
+    assert.equal((await mails(t, `${tag}-on-time@example.net`)).length, 1);
+  });
+});
+
+test('members ?q= is a case-insensitive prefix of the email (as the users search, Part A): an active member whose address is stored with capitals is found by its lower-cased and by its upper-cased beginning', async () => {
+  const { org } = await createOrgApi(t);
+  const member = await person(t, { email: uniqueEmail('CaseQ') });
+  assert.notEqual(member.email, member.email.toLowerCase(), 'the account is stored with capitals');
+  // A display_name unlike the address, so only the email can match.
+  assertStatus(await call(t, 'PATCH', '/v1/users/me/profile', member.token, { display_name: `Zq${rand(4)}` }), 200);
+  assertStatus(await addById(t, admin, org.id, member.id), 201);
+  const prefix = member.email.slice(0, member.email.indexOf('@'));
+  for (const q of [prefix.toLowerCase(), prefix.toUpperCase()]) {
+    const found = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/members?q=${encodeURIComponent(q)}`, admin), 200).data;
+    assert.deepEqual(found.map((m: any) => [m.user_id, m.email]), [[member.id, member.email]], `q=${q}`);
+  }
+});
+
+test('a removed member leaving an org grant\'s member_overrides changes that grant like any member_overrides change (docs/decisions.md, "as a DELETE of the member gives"): its updated_at becomes the removal\'s instant and member_overrides no longer names them', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const [u, v] = org.members;
+  const app = await newApp(t, admin);
+  const scoped = await orgGrantApi(t, admin, org.id, app.id, { member_scope: 'allowlist', member_overrides: [u.id, v.id] });
+  t.clock.advance(5);
+  const removedAt = t.clock.now();
+  await atOneInstant(t, async () => {
+    assert.equal((await call(t, 'DELETE', `/v1/organizations/${org.id}/members/${u.id}`, admin)).statusCode, 204);
+  }, removedAt);
+  const after = assertStatus(await call(t, 'GET', `/v1/entitlements/${scoped.id}`, admin), 200);
+  assert.deepEqual(after.member_overrides, [v.id]);
+  assert.equal(after.updated_at, removedAt.toISOString());
+  assert.notEqual(after.updated_at, scoped.updated_at);
 });

@@ -3,7 +3,7 @@
 // and on a Starter Tenant at its seat cap member_decision reads seat_limit and gives no access").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { blockedBy, client, commitWhileWaiting, endedOrWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { deliver, subscription } from '../billing/support.js';
 import { accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
@@ -637,4 +637,44 @@ test('"No event fires for users whose resolved access does not flip": a member m
   assertStatus(await call(t, 'DELETE', `/v1/organizations/${other.org.id}/members/${member.id}`, admin), 204);
   assert.deepEqual(await decisionOf(member.id, app.id), { allowed: true, decision: 'included' });
   assert.deepEqual(await accessEvents(t, member.id, app.id), [['access.granted', 'org_member_added', 'active']], 'access never flipped: no event');
+});
+
+test('a grant holds its seat until its ends_at and not at it ("ends_at <= now counts as expired at once", seats.current is live): a personal row ending at the instant frees its seat then, so the 1,000th seat is granted; an organization-wide grant ending then counts its members until the millisecond before', async () => {
+  const { app, personal } = await starterAppWithSeats(1000);
+  const ends = new Date(t.clock.now().getTime() + 60_000);
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], ends]);
+  const tenantId = await tenantOf(app.id);
+  const seatsAt = (at: Date) => atOneInstant(t, async () => assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/usage`, app.owner!.token), 200).limits.seats.current, at);
+  assert.equal(await seatsAt(new Date(ends.getTime() - 1)), 1000);
+  assert.equal(await seatsAt(ends), 999);
+  const newcomer = await person(t);
+  await atOneInstant(t, async () => {
+    assertStatus(await call(t, 'POST', `/v1/users/${newcomer.id}/entitlements`, admin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` }), 201);
+  }, ends);
+
+  const other = await newApp(t, admin);
+  const org = await orgWithMembers(t, admin, 1);
+  await orgGrantApi(t, admin, org.id, other.id, { ends_at: ends.toISOString() });
+  const otherTenant = await tenantOf(other.id);
+  const orgSeatsAt = (at: Date) => atOneInstant(t, async () => assertStatus(await call(t, 'GET', `/v1/tenants/${otherTenant}/usage`, other.owner!.token), 200).limits.seats.current, at);
+  assert.equal(await orgSeatsAt(new Date(ends.getTime() - 1)), 2);
+  assert.equal(await orgSeatsAt(ends), 0);
+});
+
+test('"Freed seats go back to marked members, oldest mark first", a grant ending at the instant included ("ends_at <= now counts as expired at once"): a seat_limit member whose marked grant ends at the instant of seat-limit-release takes no room, and the seat that grant freed goes to the next waiting member with access.granted (org_grant_changed)', async () => {
+  const { app } = await starterAppWithSeats(999);
+  const ends = new Date(t.clock.now().getTime() + 3_600_000);
+  const ending = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, ending.id, app.id, { ends_at: ends.toISOString() });
+  const first = await person(t);
+  assertStatus(await addById(t, admin, ending.id, first.id), 201);
+  t.clock.advance(1);
+  const next = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, next.id, app.id);
+  for (const u of [first, next.owner]) assert.equal((await decisionOf(u.id, app.id)).decision, 'seat_limit');
+  // At `ends` the first Organization's grant ends: its owner's seat is free, and its marked member gains nothing.
+  await atOneInstant(t, () => t.deps.jobs.runNow('seat-limit-release'), ends);
+  assert.deepEqual(await accessEvents(t, next.owner.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
+  assert.deepEqual(await accessEvents(t, first.id, app.id), []);
+  assert.equal((await sql(t, 'SELECT 1 FROM org_seat_limits WHERE user_id = $1', [first.id])).length, 0, 'the mark of the ended grant is dropped');
 });
