@@ -131,8 +131,7 @@ const suspension = (userId: string): [string, unknown[]][] => [
   ['UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL', [userId]],
 ];
 
-test('PostgreSQL: a sign-in (login, mfa/verify) whose session starts while a suspension is committing waits for it and gets 403 account_suspended, no session', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('PostgreSQL only (the embedded database runs one transaction at a time)');
+if (TEST_DATABASE_URL) test('PostgreSQL: a sign-in (login, mfa/verify) whose session starts while a suspension is committing waits for it and gets 403 account_suspended, no session', async () => {
   const user = await createUser(t);
   const committed = await commitOnceWaitedFor(suspension(user.id));
   const res = await loginRes(t, user);
@@ -152,8 +151,7 @@ test('PostgreSQL: a sign-in (login, mfa/verify) whose session starts while a sus
   assert.ok(enrolled >= 1);
 });
 
-test('PostgreSQL: a sign-in that checked the old password and starts its session while a password reset is committing waits for it and gets 401 invalid_credentials, no session', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('PostgreSQL only (the embedded database runs one transaction at a time)');
+if (TEST_DATABASE_URL) test('PostgreSQL: a sign-in that checked the old password and starts its session while a password reset is committing waits for it and gets 401 invalid_credentials, no session', async () => {
   const user = await createUser(t);
   let committed: () => Promise<void> = async () => undefined;
   const res = await pausedAfter(PASSWORD_READ, async () => {

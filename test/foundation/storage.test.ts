@@ -249,12 +249,8 @@ test('BOOTSTRAP_ADMIN_PASSWORD is held to the Part A password policy: a start wi
   }
 });
 
-test('README "or an operator creates it once (CREATE ROLE platform_app NOLOGIN; GRANT platform_app TO <user>)": a DATABASE_URL user without CREATEROLE starts the service on an empty database, migrates, and its bootstrap admin signs in', async (tc) => {
-  if (!TEST_DATABASE_URL) {
-    tc.diagnostic('embedded PGlite runs as its superuser: a database user without CREATEROLE exists only on PostgreSQL');
-    return;
-  }
-  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+if (TEST_DATABASE_URL) test('README "or an operator creates it once (CREATE ROLE platform_app NOLOGIN; GRANT platform_app TO <user>)": a DATABASE_URL user without CREATEROLE starts the service on an empty database, migrates, and its bootstrap admin signs in', async () => {
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL! });
   await admin.connect();
   const user = freshSchemaName('owner');
   const password = randomBytes(12).toString('hex');
@@ -266,7 +262,7 @@ test('README "or an operator creates it once (CREATE ROLE platform_app NOLOGIN; 
     await admin.query(`DO $$ BEGIN CREATE ROLE platform_app NOLOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`);
     await admin.query(`GRANT platform_app TO ${user}`);
     await admin.query(`GRANT CREATE ON DATABASE ${pg.escapeIdentifier((await admin.query('SELECT current_database() AS d')).rows[0].d)} TO ${user}`);
-    const url = new URL(TEST_DATABASE_URL);
+    const url = new URL(TEST_DATABASE_URL!);
     url.username = user;
     url.password = password;
     database = await openPg({ url: url.toString(), schema, poolSize: 2 });
@@ -671,8 +667,7 @@ test('two transactions taking the same two rows in opposite orders both commit: 
   assert.equal(deadlocks, t.database.kind === 'pg' ? 1 : 0, 'PostgreSQL aborted one statement as a deadlock victim');
 });
 
-test('a single statement PostgreSQL aborts as a deadlock victim did nothing and runs again, as a transaction does: it succeeds once the other side commits', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('deadlocks need two connections: PostgreSQL only (PGlite runs one statement at a time)');
+if (TEST_DATABASE_URL) test('a single statement PostgreSQL aborts as a deadlock victim did nothing and runs again, as a transaction does: it succeeds once the other side commits', async () => {
   const db = t.database.scoped('system');
   const [a, b] = [newId('usr'), newId('usr')];
   for (const id of [a, b]) {
@@ -729,8 +724,7 @@ async function preparedOnEveryConnection(database: Database, scope: 'live' | 'sy
   return counts.reduce((a, b) => a + b, 0);
 }
 
-test('a list prepares one statement whatever its limit: GET /v1/audit-events with the limits 1 to 100 leaves at most one prepared statement per connection, not one per limit', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('prepared statements per connection: PostgreSQL only');
+if (TEST_DATABASE_URL) test('a list prepares one statement whatever its limit: GET /v1/audit-events with the limits 1 to 100 leaves at most one prepared statement per connection, not one per limit', async () => {
   const key = (await createApiKey(t, { scope: 'platform', permissions: ['audit.view'] })).secret;
   for (let limit = 1; limit <= 100; limit++) {
     const res = await t.app.inject({ method: 'GET', url: `/v1/audit-events?actor_type=api_key&limit=${limit}`, headers: { authorization: `Bearer ${key}` } });
@@ -740,10 +734,9 @@ test('a list prepares one statement whatever its limit: GET /v1/audit-events wit
   assert.ok(prepared >= 1 && prepared <= 3, `${prepared} prepared statements for one list query`);
 });
 
-test('a PostgreSQL connection holds a bounded number of prepared statements: beyond the bound, statements of new texts run unnamed and answer the same', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('prepared statements per connection: PostgreSQL only');
+if (TEST_DATABASE_URL) test('a PostgreSQL connection holds a bounded number of prepared statements: beyond the bound, statements of new texts run unnamed and answer the same', async () => {
   const schema = freshSchemaName('prep');
-  const database = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 1, namedStatements: 5 });
+  const database = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 1, namedStatements: 5 });
   try {
     for (let i = 0; i < 20; i++) {
       const { rows } = await database.scoped('system').query<{ v: number }>(`SELECT $1::int + ${i} AS v /* bounded */`, [1]);
@@ -756,8 +749,7 @@ test('a PostgreSQL connection holds a bounded number of prepared statements: bey
   }
 });
 
-test('the service\'s PostgreSQL connections run without JIT compilation, in every scope: a statement whose estimate crosses jit_above_cost (a batch job over a large table) is planned and run, not compiled first (the test purge spent 1-4 s compiling a 70 ms statement)', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('JIT: PostgreSQL only (PGlite has none)');
+if (TEST_DATABASE_URL) test('the service\'s PostgreSQL connections run without JIT compilation, in every scope: a statement whose estimate crosses jit_above_cost (a batch job over a large table) is planned and run, not compiled first (the test purge spent 1-4 s compiling a 70 ms statement)', async () => {
   for (const scope of ['system', 'live', 'test'] as const) {
     const { rows } = await t.database.scoped(scope).query<{ jit: string }>('SELECT current_setting($1) AS jit', ['jit']);
     assert.equal(rows[0].jit, 'off', scope);

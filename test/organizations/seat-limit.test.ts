@@ -462,8 +462,7 @@ test('"Freed seats go back to marked members, oldest mark first": re-enabling a 
   assert.deepEqual(await usageOf(), { limit: 1000, current: 1000, included: 1000 });
 });
 
-test('seat-limit-release gives a freed seat only to a member still waiting: an erasure that removes the member it picked (membership and mark gone under the user\'s lock) while the release waits for that lock leaves the seat to the next marked member, in the same run (PostgreSQL)', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+if (TEST_DATABASE_URL) test('seat-limit-release gives a freed seat only to a member still waiting: an erasure that removes the member it picked (membership and mark gone under the user\'s lock) while the release waits for that lock leaves the seat to the next marked member, in the same run (PostgreSQL)', async () => {
   const { app, waiting: [erased, next], usageOf } = await timeFreedSeatWithWaiting(2);
   // What the erasure cascade does under the user's lock (src/modules/users/privacy.ts), committed
   // once the release waits for that lock.
@@ -478,8 +477,7 @@ test('seat-limit-release gives a freed seat only to a member still waiting: an e
   assert.deepEqual(await usageOf(), { limit: 1000, current: 1000, included: 1000 });
 });
 
-test('a personal grant locks the Tenant before the user (src/access/locks.ts): a plan change giving seats back to marked members, which holds the Tenant and then locks them, cannot deadlock with a grant to one of them', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('lock order: PostgreSQL only (the embedded database runs one transaction at a time)');
+if (TEST_DATABASE_URL) test('a personal grant locks the Tenant before the user (src/access/locks.ts): a plan change giving seats back to marked members, which holds the Tenant and then locks them, cannot deadlock with a grant to one of them', async () => {
   const app = await newApp(t, admin);
   const org = await orgWithMembers(t, admin, 0);
   await orgGrantApi(t, admin, org.id, app.id);

@@ -1112,8 +1112,7 @@ if (storageName === 'postgres') test('"a grant, an assignment or a membership ma
   }
 });
 
-test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('lock order: PostgreSQL only (the embedded database runs one transaction at a time)');
+if (TEST_DATABASE_URL) test('the erasure cascade locks the user\'s Organizations, then the user, before it deletes a membership (src/access/locks.ts): a member removal of the same user at the same time (Organization, user, membership) cannot deadlock with it. PostgreSQL only: the embedded database runs one transaction at a time', async () => {
   const user = await createUser(t);
   const orgId = await createOrganization(t, [user.id]);
   assertStatus(await requestErasure(user.id, await asAdmin()), 202);
@@ -1155,8 +1154,7 @@ async function whileCascadeErases<T>(userId: string, op: () => Promise<T>): Prom
   }
 }
 
-test('"404 user_not_found after the erasure cascade finished": an erasure request that waited for the cascade erasing the same user answers 404 and schedules nothing (the completed request stays completed; no second cascade, no second user.erased). PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+if (TEST_DATABASE_URL) test('"404 user_not_found after the erasure cascade finished": an erasure request that waited for the cascade erasing the same user answers 404 and schedules nothing (the completed request stays completed; no second cascade, no second user.erased). PostgreSQL only: the embedded database runs one transaction at a time', async () => {
   const admin = await asAdmin();
   const user = await createUser(t);
   assertStatus(await requestErasure(user.id, admin), 202);
@@ -1171,8 +1169,7 @@ test('"404 user_not_found after the erasure cascade finished": an erasure reques
   assert.equal((await auditFor(t, user.id, 'user.erasure_requested')).length, 1);
 });
 
-test('"404 user_not_found after the erasure cascade finished": an admin PATCH /v1/users/{id} of the soft-deleted user that waited for the cascade erasing them answers 404 and writes nothing: the tombstone keeps its address, no verification mail goes out, no user.email_changed. PostgreSQL only: the embedded database runs one transaction at a time', async (tc) => {
-  if (!TEST_DATABASE_URL) return tc.diagnostic('race: PostgreSQL only (the embedded database runs one transaction at a time)');
+if (TEST_DATABASE_URL) test('"404 user_not_found after the erasure cascade finished": an admin PATCH /v1/users/{id} of the soft-deleted user that waited for the cascade erasing them answers 404 and writes nothing: the tombstone keeps its address, no verification mail goes out, no user.email_changed. PostgreSQL only: the embedded database runs one transaction at a time', async () => {
   const admin = await asAdmin();
   const user = await createUser(t);
   assertStatus(await requestErasure(user.id, admin), 202);
