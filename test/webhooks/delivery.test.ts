@@ -502,3 +502,14 @@ test('a retry set by a process whose clock is ahead by less than the skew bound 
     assert.equal(sent().length, 2, 'attempt 2 at its slot');
   });
 });
+
+test('"reject when t is more than 5 minutes old": verifySignature accepts a delivery\'s header exactly 300 s after t and rejects it at 301 s', async (c) => {
+  const sub = await subscribe(c, ['organization.member_removed']);
+  await emitEvent(t, 'organization.member_removed', { organization_id: 'org_tol', user_id: 'usr_tol', role: 'member' });
+  await runDelivery(t);
+  const [sent] = receiver.at(sub.path);
+  const header = String(sent.headers['platform-signature']);
+  const ts = Number(/^t=(\d+),/.exec(header)![1]);
+  assert.equal(verifySignature(header, sub.secret, sent.raw, ts + 300), true, '5 minutes old: accepted');
+  assert.equal(verifySignature(header, sub.secret, sent.raw, ts + 301), false, 'more than 5 minutes old: rejected');
+});

@@ -303,6 +303,7 @@ test('"5 consecutive days unhealthy" on both sides of the edge: the health job d
     await t.deps.jobs.runNow('webhook-health');
   });
   assert.equal((await statusOf(edge.id)).status, 'disabled', 'unhealthy for 5 days: disabled');
+  assert.equal((await statusOf(edge.id)).consecutive_failures, 3, 'the disable keeps the counter: only PATCH status healthy resets it ("counters reset")');
   assert.equal((await statusOf(short.id)).status, 'unhealthy', 'a second short of 5 days: still unhealthy');
   for (const sub of [edge, short]) await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
@@ -354,5 +355,71 @@ test('"delivery log retained 30 days" to the second: a delivery exactly 30 days 
     await t.deps.jobs.runNow('webhook-health');
   });
   assert.deepEqual(await deliveriesOf(t, sub.id), []);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"disabled (delivery stops)" ends the queued retries only: a delivery that already succeeded or failed keeps its status and error in the delivery log; the webhook.status_changed audit row gives the reason gone', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/log-kept'), events: ['user.suspended'] }), 201);
+  receiver.routes.set('/log-kept', (_req, res) => res.writeHead(200).end());
+  const delivered = await emitEvent(t, 'user.suspended', { user_id: 'usr_log_kept_1' });
+  await runDelivery(t);
+  receiver.routes.set('/log-kept', (_req, res) => res.writeHead(500).end('down'));
+  const retried = await emitEvent(t, 'user.suspended', { user_id: 'usr_log_kept_2' });
+  await runDelivery(t);
+  receiver.routes.set('/log-kept', (_req, res) => res.writeHead(410).end('gone'));
+  const call410 = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+  await runDelivery(t);
+  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  const log = await deliveriesOf(t, sub.id);
+  const byEvent = (id: string) => log.find((d) => d.event_id === id)!;
+  assert.deepEqual([byEvent(delivered).status, byEvent(delivered).response_status, byEvent(delivered).error], ['succeeded', 200, null], 'a delivery that succeeded stays succeeded');
+  assert.deepEqual([byEvent(retried).status, byEvent(retried).error], ['failed', 'subscription disabled; last error: down'], 'the queued retry ends with the disable');
+  assert.deepEqual([log.find((d) => d.id === call410.id)!.status, log.find((d) => d.id === call410.id)!.response_status], ['failed', 410]);
+  const [changed] = await sql(t, `SELECT actor_type, before, after FROM audit_events WHERE target_id = $1 AND action = 'webhook.status_changed'`, [sub.id]);
+  assert.equal(changed.actor_type, 'system');
+  assert.deepEqual([changed.before.status, changed.after.status, changed.after.reason], ['healthy', 'disabled', 'gone']);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"owner emailed" never mails a deleted user: a platform subscription whose creator was deleted is disabled by 410 Gone with no mail to them', async () => {
+  const owner = await createUser(t);
+  const creator = (await createApiKey(t, { scope: 'platform', permissions: ['webhooks.manage'], createdBy: owner.id })).secret;
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', creator, { scope: 'platform', url: receiver.url('/creator-deleted'), events: ['user.suspended'] }), 201);
+  await sql(t, `UPDATE users SET status = 'deleted' WHERE id = $1`, [owner.id]);
+  receiver.routes.set('/creator-deleted', (_req, res) => res.writeHead(410).end('gone'));
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin), 202);
+  await runDelivery(t);
+  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  assert.deepEqual(await mailsTo(t, owner.email), []);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"secret rotation overlap 24 hours": the health job drops the previous secret when the 24 hours end, to the second, not before', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/rotation-sweep'), events: ['user.suspended'] }), 201);
+  const stored = async () => (await sql(t, 'SELECT previous_secret FROM webhook_subscriptions WHERE id = $1', [sub.id]))[0].previous_secret;
+  await withStoppedClock(t, async () => {
+    assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/rotate-secret`, admin), 200);
+    t.clock.advance(DAY - 1);
+    await t.deps.jobs.runNow('webhook-health');
+    assert.notEqual(await stored(), null, 'a second before the 24 hours end: kept');
+    t.clock.advance(1);
+    await t.deps.jobs.runNow('webhook-health');
+    assert.equal(await stored(), null, 'at 24 hours: dropped');
+  });
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"owner emailed" for app scope is the Application\'s owner only: the user whose key created the subscription is not mailed when they do not own the Application', async () => {
+  const owner = await person(t);
+  const application = await newApp(t, admin, owner);
+  const operator = await createUser(t);
+  const creator = (await createApiKey(t, { scope: 'platform', permissions: ['webhooks.manage'], createdBy: operator.id })).secret;
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', creator, { scope: application.id, url: receiver.url('/app-owner-only'), events: ['*'] }), 201);
+  receiver.routes.set('/app-owner-only', (_req, res) => res.writeHead(410).end('gone'));
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, creator), 202);
+  await runDelivery(t);
+  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  assert.deepEqual((await mailsTo(t, owner.email)).map((m) => m.template), ['webhook_disabled'], 'the Application owner is mailed');
+  assert.deepEqual(await mailsTo(t, operator.email), [], 'the creating operator is not');
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
