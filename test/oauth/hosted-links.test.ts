@@ -530,6 +530,12 @@ test('forgot-password: the Application\'s mode is the mode, as on /signin (a tes
   assertPage(await browser.post('/forgot-password', { ...formOf(page, '/forgot-password'), email }), 200);
   const mails = await sql<{ test_mode: boolean }>(t, `SELECT test_mode FROM emails WHERE lower(to_address) = lower($1) AND template = 'password_reset'`, [email]);
   assert.deepEqual(mails.map((m) => m.test_mode), [true]);
+  // The test user's reset link opens its form (the address read in the token's mode), and sets the password.
+  const link = await mailedLink(email, 'password_reset');
+  const reset = new LinkBrowser();
+  const resetPage = await reset.open(link.url);
+  assert.ok(assertPage(resetPage, 200).includes(escapeHtml(email)), 'the form names the test user');
+  assertPage(await reset.post('/reset-password', { ...formOf(resetPage, '/reset-password'), password: NEW_PASSWORD }), 200);
   // Opened without sign-in parameters the page is live: the test user is unknown there.
   const liveOnly = uniqueEmail('testonly');
   await createUser(t, { email: liveOnly, mode: 'test' });

@@ -137,6 +137,22 @@ test('a reused code is invalid_grant and revokes every token issued from it (RFC
   assert.equal((await call(t, 'GET', '/v1/users/me', user.token)).statusCode, 200);
 });
 
+test('a reused code\'s audit row names the user and the grant: target the user, actor system, after = { authorization_code_id, revoked_refresh_tokens: how many tokens the replay revoked }', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant');
+  const [code] = await sql<{ id: string }>(t, 'SELECT id FROM oauth_authorization_codes WHERE user_id = $1', [user.id]);
+  const audit = await auditOf(t, user.id, 'oauth.authorization_code_reused');
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0].target_type, 'user');
+  assert.equal(audit[0].target_user_id, user.id);
+  assert.deepEqual(audit[0].after, { authorization_code_id: code.id, revoked_refresh_tokens: 1 });
+  // A second replay revokes nothing more: it is not audited again.
+  assertOAuthError(await tokenReq(t, codeGrant(c, app.id)), 'invalid_grant');
+  assert.equal((await auditOf(t, user.id, 'oauth.authorization_code_reused')).length, 1);
+});
+
 test('a reused code presented with another or an unknown client_id still revokes every token issued from it (RFC 6749 §4.1.2); the answer is about the request as sent (invalid_client for an unknown client_id)', async () => {
   const other = await oauthApp(t, admin);
   const user = await member(t, admin, app.id);
@@ -222,6 +238,15 @@ test('redirect_uri and client_id must match the code: invalid_grant; an unknown 
   assertOAuthError(await tokenReq(t, codeGrant({ code: 'oac_unknown', verifier: c.verifier }, 'app_nosuchclient')), 'invalid_client');
   assertOAuthError(await tokenReq(t, codeGrant({ code: 'oac_unknown', verifier: c.verifier }, app.id)), 'invalid_grant');
   assertStatus(await tokenReq(t, codeGrant(c, app.id)), 200);
+});
+
+test('an unknown code or refresh token presented by a known client_id is invalid_grant saying the grant is invalid, never that it was issued to another client', async () => {
+  const user = await member(t, admin, app.id);
+  const c = await codeFor(t, user, app.id);
+  const code = assertOAuthError(await tokenReq(t, codeGrant({ code: 'oac_unknown', verifier: c.verifier }, app.id)), 'invalid_grant');
+  assert.equal(code, 'The authorization code is invalid.');
+  const refresh = assertOAuthError(await tokenReq(t, refreshGrant('rtk_unknown', app.id)), 'invalid_grant');
+  assert.equal(refresh, 'The refresh token is invalid.');
 });
 
 test('the code is bound to the exact redirect_uri it was issued for, whichever registered one that is: another registered one is invalid_grant, that one succeeds', async () => {

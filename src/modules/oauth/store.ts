@@ -116,7 +116,8 @@ export async function lockGrant(tx: Tx, codeId: string): Promise<void> {
 }
 
 /**
- * Revokes every app refresh token issued from one authorization code; returns how many were live.
+ * Revokes every app refresh token issued from one authorization code; returns how many it marked
+ * revoked (the grant's already-rotated tokens included: they were not revoked before).
  * The code row is locked first, so a rotation of the grant under way (lockGrant) commits before the
  * update reads the tokens: without it, the token that rotation inserts is not in the update's
  * snapshot and would outlive the replay.
