@@ -133,6 +133,40 @@ test('an app token\'s exp is the latest end among the paths giving access: an un
   });
 });
 
+test('an app token\'s exp is the latest end among the paths giving access: of two grants that both end, the later ends_at bounds exp, not the earlier', async () => {
+  const user = await createUser(t);
+  const other = await newApp(t, admin);
+  await withStoppedClock(t, async () => {
+    const auth = await session(t, user);
+    const second = Math.floor(t.clock.now().getTime() / 1000) * 1000;
+    const soon = new Date(second + 60_000);
+    const later = new Date(second + 180_000);
+    const first = await createOrg(t, [{ userId: user.id }]);
+    await orgGrant(t, first, other.id, { endsAt: soon });
+    const next = await createOrg(t, [{ userId: user.id }]);
+    await orgGrant(t, next, other.id, { endsAt: later });
+    const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
+    assert.equal((await verify(body.access_token, other.id)).exp, later.getTime() / 1000);
+    assert.ok(body.expires_in <= 180 && body.expires_in >= 179, `expires_in ${body.expires_in}`);
+  });
+});
+
+test('an app token never outlives the access it stands for: only paths giving access count, so an unending personal grant that is disabled does not stretch exp past the organization grant\'s ends_at', async () => {
+  const user = await createUser(t);
+  const other = await newApp(t, admin);
+  await withStoppedClock(t, async () => {
+    const auth = await session(t, user);
+    const endsAt = new Date(Math.floor(t.clock.now().getTime() / 1000) * 1000 + 120_000);
+    const ent = await grant(t, admin, user.id, other.id);
+    assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'refund pending' }), 200);
+    const org = await createOrg(t, [{ userId: user.id }]);
+    await orgGrant(t, org, other.id, { endsAt });
+    const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
+    assert.equal((await verify(body.access_token, other.id)).exp, endsAt.getTime() / 1000);
+    assert.ok(body.expires_in <= 120 && body.expires_in >= 119, `expires_in ${body.expires_in}`);
+  });
+});
+
 test('an app token never outlives the access it stands for: an unending organization grant that excludes the user (denylist) gives no access, so it does not stretch exp past the personal trial\'s ends_at', async () => {
   await withTrialEndingInAMinute(async ({ user, other, auth, endsAt }) => {
     const org = await createOrg(t, [{ userId: user.id }]);

@@ -513,6 +513,31 @@ test('list filter owned=true returns only Applications the caller owns (owner_us
   assert.ok(!(await listIds(member.token, '&owned=true')).includes(notAdminApp.id), '!(await listIds(member.token, \'&owned=true\')).includes(notAdminApp.id)');
 });
 
+test('owner rights go to "any active org_admin of owner_organization_id": a plain member or a pending org_admin of the owning Organization may not create a key scoped to the Application (403 forbidden) nor list it as owned; its active org_admin may (201)', async () => {
+  const orgAdmin = await person(t);
+  const member = await person(t);
+  const pendingAdmin = await person(t);
+  const org = await createOrg(t, [{ userId: orgAdmin.id, role: 'org_admin' }, { userId: member.id, role: 'member' }, { userId: pendingAdmin.id, role: 'org_admin', status: 'pending' }]);
+  const app = await newApp(t, admin, { owner_organization_id: org });
+  const body = { name: 'app', scope: app.id, permissions: [] };
+  for (const notOwner of [member, pendingAdmin]) {
+    assertError(await call(t, 'POST', '/v1/api-keys', notOwner.token, body), 403, 'forbidden');
+    assert.ok(!(await listIds(notOwner.token, '&owned=true')).includes(app.id), 'not listed as owned');
+  }
+  const key = assertStatus(await call(t, 'POST', '/v1/api-keys', orgAdmin.token, body), 201);
+  assert.ok((await listIds(orgAdmin.token, '&owned=true')).includes(app.id), 'listed as owned');
+  // Its keys are listed to the owner only.
+  const keyIds = async (cred: string) => assertStatus(await call(t, 'GET', `/v1/api-keys?scope=${app.id}`, cred), 200).data.map((k: { id: string }) => k.id);
+  assert.deepEqual(await keyIds(orgAdmin.token), [key.id]);
+  for (const notOwner of [member, pendingAdmin]) assert.deepEqual(await keyIds(notOwner.token), []);
+});
+
+test('docs/decisions.md "Owners": owner rights go with seeing the Application, so the owner of an internal one (shown only to applications.manage and its own key) may not create its keys: 404 application_not_found, as for an unknown id', async () => {
+  const owner = await person(t);
+  const internal = await newApp(t, admin, { owner_user_id: owner.id, visibility: 'internal' });
+  assertError(await call(t, 'POST', '/v1/api-keys', owner.token, { name: 'app', scope: internal.id, permissions: [] }), 404, 'application_not_found');
+});
+
 test('list filters tenant_id, owner_user_id, owner_organization_id need applications.manage or tenants.manage', async () => {
   const app = await newApp(t, admin);
   const user = await person(t);

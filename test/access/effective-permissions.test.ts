@@ -115,6 +115,19 @@ test('access_paths list organization grants with organization_id and member_deci
   assert.deepEqual(result.effective_permissions, [app.read]);
 });
 
+test('organization-wide grants reach active members only: a pending (invited) member has no path through the grant (allowed false, entitlement_status none, no access_paths, no implicit Role)', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  const org = await createOrg(t, [{ userId: user.id, status: 'pending' }]);
+  await orgGrant(t, org, app.id);
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, false);
+  assert.equal(result.entitlement_status, 'none');
+  assert.deepEqual(result.access_paths, []);
+  assert.deepEqual(result.roles, []);
+  assert.deepEqual(result.effective_permissions, []);
+});
+
 test('without an active path, entitlement_status is the best of the paths\' resolved statuses: scheduled, then disabled, then expired, then revoked (docs/decisions.md "Resolved status")', async () => {
   const app = await appWithRoles();
   const user = await person(t);
@@ -135,6 +148,17 @@ test('without an active path, entitlement_status is the best of the paths\' reso
   assert.equal(await status(), 'expired');
   assertStatus(await patchEnt(t, admin, expired, { status: 'revoked', disabled_reason: 'x' }), 200);
   assert.equal(await status(), 'revoked');
+});
+
+test('roles[]: a user explicitly assigned the default_app_role Role holds it once, as the explicit assignment (implicit false), not again as the implicit row "without an assignment row"', async () => {
+  const app = await appWithRoles();
+  const user = await person(t);
+  await grant(t, admin, user.id, app.id);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/role_${app.slug}_viewer`, admin, {}), 201);
+  const result = await effective(t, admin, user.id, app.id);
+  assert.equal(result.allowed, true);
+  assert.deepEqual(result.roles, [{ role_id: `role_${app.slug}_viewer`, name: 'viewer', implicit: false }]);
+  assert.deepEqual(result.effective_permissions, [app.read]);
 });
 
 test("only that Application's app.<slug>.* keys appear: Roles of other Applications do not leak", async () => {
