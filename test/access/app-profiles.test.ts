@@ -191,6 +191,16 @@ test('403 entitlement_required on an AppProfile carries details.entitlement_stat
   assert.equal((await rows(user.id)).length, 0);
 });
 
+test('the Application\'s own key is "the app key" even when it holds users.manage: the exemption is a platform users.manage caller\'s, so the own key still gets 403 entitlement_required for a user without active access, and writes nothing', async () => {
+  const user = await person(t);
+  const key = await appKey(t, app.id, ['users.manage']);
+  assertError(await read(key, user.id), 403, 'entitlement_required');
+  assertError(await write(key, user.id, { display_handle: 'x' }), 403, 'entitlement_required');
+  assert.equal((await rows(user.id)).length, 0);
+  await grant(t, admin, user.id, app.id);
+  assertStatus(await write(key, user.id, { display_handle: 'x' }), 200);
+});
+
 test('403 entitlement_required for self and the app key when access is not active; users.manage is exempt', async () => {
   const user = await person(t);
   const key = await appKey(t, app.id);
