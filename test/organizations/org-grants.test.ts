@@ -47,6 +47,9 @@ test('POST /v1/organizations/{id}/entitlements: source is always org_seat; entit
   const audit = await orgAudit(t, org.id, 'entitlement.granted');
   assert.equal(audit.length, 1);
   assert.equal(audit[0].target_id, ent.id);
+  // The audit row of the grant: the entitlement as created, on its Application and Tenant.
+  const { included_member_count: _count, ...granted } = ent;
+  assert.deepEqual([audit[0].before, audit[0].after, audit[0].application_id, audit[0].tenant_id], [null, granted, app.id, app.tenant_id]);
 });
 
 test('an org grant requires an Idempotency-Key; sending source gets 422', async () => {

@@ -2,7 +2,7 @@
 // and member", "Organization status and membership", "Organization-wide grants and Organizations").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { atOneInstant, buildTestApp, withStoppedClock, storageName, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
   accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertStatus, call, createOrgApi, effective, invite, membership, newApp, orgAudit, orgGrantApi, orgGrantReq,
@@ -113,6 +113,18 @@ test('organization creation limit is a rolling 24 hours: 10 just before midnight
   assert.ok(retry > 86_400 - 300 && retry <= 86_400 - 240, `Retry-After ${retry} s: until the first creation is 24 hours old`);
 });
 
+test('organization creation limit, 10 per user per day, at the boundary: one second before the first creation is 24 hours old the 11th is 429 rate_limited, at 24 hours it is created', async () => {
+  await withStoppedClock(t, async () => {
+    const user = await person(t);
+    for (let i = 0; i < 10; i++) assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: `Day ${i}` }), 201);
+    t.clock.advance(86_399);
+    const token = (await session(t, user)).access_token; // the first access token has expired by now
+    assertError(await call(t, 'POST', '/v1/organizations', token, { name: 'Early' }), 429, 'rate_limited');
+    t.clock.advance(1);
+    assertStatus(await call(t, 'POST', '/v1/organizations', token, { name: 'On time' }), 201);
+  });
+});
+
 test('organization creation limit: the 429 rate_limited is not recorded against its Idempotency-Key: the same request retried with the same key after Retry-After creates the organization (201), once', async () => {
   const user = await person(t);
   for (let i = 0; i < 10; i++) assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name: `Keyed ${i}` }), 201);
@@ -177,6 +189,34 @@ test('GET /v1/organizations lists own Organizations, active and pending, with my
   const pending: any = byId.get(other.id);
   assert.equal(pending.my_role, 'member');
   assert.equal(pending.my_membership_status, 'pending');
+});
+
+test('GET /v1/organizations pages newest first (by id among Organizations of one instant) with limit and cursor: a user\'s own Organizations, active and pending, and the q filter hold on every page, none repeated or skipped; organizations.manage pages everything', async () => {
+  const user = await person(t);
+  const prefix = `Paged ${rand(6)}`;
+  const own: any[] = [];
+  await atOneInstant(t, async () => {
+    for (let i = 0; i < 3; i++) own.push((await createOrgApi(t, user, `${prefix} ${i}`)).org);
+  });
+  const { org: invited, owner: inviter } = await createOrgApi(t, undefined, `${prefix} invited`);
+  assertStatus(await invite(t, inviter.token, invited.id, user.email), 201);
+  const { org: unrelated } = await createOrgApi(t, undefined, `${prefix} unrelated`);
+  await createOrgApi(t, user, `Other ${rand(6)}`);
+  const order = (orgs: any[]) => [...orgs].sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at) || (a.id < b.id ? 1 : -1)).map((o) => o.id);
+  const walk = async (token: string) => {
+    const walked: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const body: any = assertStatus(await call(t, 'GET', `/v1/organizations?q=${encodeURIComponent(prefix)}&limit=2${cursor ? `&cursor=${cursor}` : ''}`, token), 200);
+      assert.ok(body.data.length <= 2 && body.data.every((o: any) => o.name.startsWith(prefix)), JSON.stringify(body.data));
+      walked.push(...body.data.map((o: any) => o.id));
+      cursor = body.page.next_cursor;
+      assert.equal(body.page.has_more, cursor !== null);
+    } while (cursor);
+    return walked;
+  };
+  assert.deepEqual(await walk(user.token), order([...own, invited]));
+  assert.deepEqual(await walk(admin), order([...own, invited, unrelated]));
 });
 
 test('GET /v1/organizations with organizations.manage lists everything without my_role; filters status and q (name prefix)', async () => {

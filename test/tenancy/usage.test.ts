@@ -219,3 +219,16 @@ test('a scheduled grant (starts_at ahead) holds its seat from the moment it is g
   assert.equal(refused.json().error.details.resource, 'seats');
   assert.deepEqual(await sql(t, 'SELECT id FROM entitlements WHERE user_id = $1', [over.id]), [], 'the refused grant wrote no row');
 });
+
+test('plan_limit_reached at each plan\'s Applications cap (Starter 1, Team 5) names the resource, the plan\'s limit and the current usage, which the usage document also shows', async () => {
+  for (const [plan, cap] of [['starter', 1], ['team', 5]] as const) {
+    const owner = await tenantOwner(t, { plan });
+    for (let i = 0; i < cap; i++) await createApplication(t, admin, { owner_user_id: owner.user.id });
+    assert.deepEqual((await usage(owner.tenantId, owner.token)).limits.applications, { limit: cap, current: cap });
+    const slug = `app-${rand()}`;
+    const refused = await call(t, 'POST', '/v1/applications', admin.token, { slug, name: 'Over', launch_url: `https://${slug}.example.com`, owner_user_id: owner.user.id });
+    assertError(refused, 409, 'plan_limit_reached');
+    assert.deepEqual(refused.json().error.details, { resource: 'applications', limit: cap, current: cap, plan, tenant_id: owner.tenantId }, plan);
+    assert.equal((await usage(owner.tenantId, owner.token)).limits.applications.current, cap, `${plan}: nothing is written`);
+  }
+});
