@@ -884,19 +884,30 @@ test('"Other statuses (a new subscription still incomplete, or paused) keep the 
   }
 });
 
-test('an unpaid subscription is still the Tenant\'s: another subscription turning canceled or incomplete_expired never replaces it, so paying the unpaid one makes the Tenant active on Team', async () => {
-  for (const [status, type] of [['canceled', 'customer.subscription.updated'], ['incomplete_expired', 'customer.subscription.updated']] as const) {
+/** The subscription `sub` created 50 s before `at`, then unpaid 40 s before it. */
+async function wentUnpaid(sub: { tenantId: string; id: string; customer: string }, at: number) {
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: at - 50 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status: 'unpaid' }), { created: at - 40 }), 200);
+}
+const paidInvoice = (sub: { id: string; customer: string }) => ({ id: `in_${sub.id}`, object: 'invoice', customer: sub.customer, subscription: sub.id });
+
+test('an unpaid subscription is still the Tenant\'s: "only an active, trialing or past_due subscription replaces" it, so another subscription turning canceled or incomplete_expired, or created incomplete or paused, is ignored, and paying the unpaid one makes the Tenant active on Team', async () => {
+  for (const [status, type] of [
+    ['canceled', 'customer.subscription.updated'],
+    ['incomplete_expired', 'customer.subscription.updated'],
+    ['incomplete', 'customer.subscription.created'],
+    ['paused', 'customer.subscription.created'],
+  ] as const) {
     const owner = await tenantOwner(t);
     const at = now();
     const first = { tenantId: owner.tenantId, id: `sub_unpaid_${status}`, customer: `cus_unpaid_${status}` };
     const second = { ...first, id: `sub_other_${status}` };
-    assertStatus(await deliver(t, 'customer.subscription.created', subscription(first), { created: at - 50 }), 200);
-    assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...first, status: 'unpaid' }), { created: at - 40 }), 200);
+    await wentUnpaid(first, at);
     assertStatus(await deliver(t, type, subscription({ ...second, status }), { created: at - 30, id: `evt_other_${status}` }), 200);
     assert.equal((await eventRows(`evt_other_${status}`))[0].outcome, 'ignored', status);
     let row = await tenantRow(t, owner.tenantId);
     assert.deepEqual([row.plan, row.subscription_status, row.stripe_subscription_id], ['starter', 'unpaid', first.id], status);
-    assertStatus(await deliver(t, 'invoice.paid', { id: `in_${first.id}`, object: 'invoice', customer: first.customer, subscription: first.id }, { created: at - 20 }), 200);
+    assertStatus(await deliver(t, 'invoice.paid', paidInvoice(first), { created: at - 20 }), 200);
     const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
     assert.deepEqual([view.plan, view.subscription_status], ['team', 'active'], status);
     row = await tenantRow(t, owner.tenantId);
@@ -904,32 +915,14 @@ test('an unpaid subscription is still the Tenant\'s: another subscription turnin
   }
 });
 
-test('"only an active, trialing or past_due subscription replaces" an unpaid one: another subscription created incomplete or paused is ignored, and paying the unpaid one makes the Tenant active on Team', async () => {
-  for (const status of ['incomplete', 'paused']) {
-    const owner = await tenantOwner(t);
-    const at = now();
-    const first = { tenantId: owner.tenantId, id: `sub_unpaid_vs_${status}`, customer: `cus_unpaid_vs_${status}` };
-    assertStatus(await deliver(t, 'customer.subscription.created', subscription(first), { created: at - 50 }), 200);
-    assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...first, status: 'unpaid' }), { created: at - 40 }), 200);
-    assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...first, id: `sub_new_${status}`, status }), { created: at - 30, id: `evt_new_${status}` }), 200);
-    assert.equal((await eventRows(`evt_new_${status}`))[0].outcome, 'ignored', status);
-    const row = await tenantRow(t, owner.tenantId);
-    assert.deepEqual([row.plan, row.subscription_status, row.stripe_subscription_id], ['starter', 'unpaid', first.id], status);
-    assertStatus(await deliver(t, 'invoice.paid', { id: `in_${first.id}`, object: 'invoice', customer: first.customer, subscription: first.id }, { created: at - 20 }), 200);
-    const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
-    assert.deepEqual([view.plan, view.subscription_status], ['team', 'active'], status);
-  }
-});
-
 test('"A completed checkout is the exception": a checkout completed while the Tenant is unpaid links its new subscription at once, whose own events then set the status, and a later invoice.paid of the unpaid one is another subscription\'s event, ignored', async () => {
   const owner = await tenantOwner(t);
   const at = now();
   const old = { tenantId: owner.tenantId, id: 'sub_unpaid_then_checkout', customer: 'cus_unpaid_then_checkout' };
-  assertStatus(await deliver(t, 'customer.subscription.created', subscription(old), { created: at - 50 }), 200);
-  assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...old, status: 'unpaid' }), { created: at - 40 }), 200);
+  await wentUnpaid(old, at);
   assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_after_unpaid', object: 'checkout.session', client_reference_id: owner.tenantId, customer: 'cus_after_unpaid', subscription: 'sub_after_unpaid' }, { created: at - 30 }), 200);
   assert.equal((await tenantRow(t, owner.tenantId)).stripe_subscription_id, 'sub_after_unpaid');
-  assertStatus(await deliver(t, 'invoice.paid', { id: `in_${old.id}`, object: 'invoice', customer: old.customer, subscription: old.id }, { created: at - 20, id: 'evt_old_paid_after_checkout' }), 200);
+  assertStatus(await deliver(t, 'invoice.paid', paidInvoice(old), { created: at - 20, id: 'evt_old_paid_after_checkout' }), 200);
   assert.equal((await eventRows('evt_old_paid_after_checkout'))[0].outcome, 'ignored');
   assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'unpaid');
   assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: 'sub_after_unpaid', customer: 'cus_after_unpaid' }), { created: at - 10 }), 200);
