@@ -1,8 +1,9 @@
 // POST /v1/auth/oauth/token, grant_type=refresh_token: app refresh tokens (Part A "App refresh token").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
-import { blockedBy, client, transactionsInSchema } from '../helpers/locks.js';
+import { buildTestApp, storageName, withStoppedClock, withWrappedDatabase, type TestApp } from '../helpers/app.js';
+import { blockedBy, client, transactionsInSchema, withDeadlockCount } from '../helpers/locks.js';
+import type { Tx } from '../../src/db/types.js';
 import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, sql, type AppFixture } from '../access/support.js';
 import { createUser } from '../helpers/fixtures.js';
 import { assertOAuthError, codeFor, codeGrant, member, oauthApp, pausedAfter, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
@@ -90,6 +91,49 @@ if (storageName === 'postgres') test('App refresh token "single use, rotating" w
   }
   assertOAuthError(await tokenReq(t, refreshGrant(rotated.refresh_token, app.id)), 'invalid_grant');
   assert.equal((await auditOf(t, user.id, 'oauth.refresh_token_reused')).length, 1);
+});
+
+if (storageName === 'postgres') test('a rotation holds its grant before it uses its token (lockGrant), so a replay that arrives in between waits for the rotation instead of deadlocking with it: no deadlock victim, the replay revokes what the rotation issued', async () => {
+  const user = await member(t, admin, app.id);
+  const first = await signIn(t, user, app.id);
+  const next = assertStatus(await tokenReq(t, refreshGrant(first.refresh_token, app.id)), 200);
+  const watcher = await client(t);
+  // The rotation of `next` pauses inside its transaction right after it marks its token used (before it
+  // inserts the new one) until the replay of `first` waits on it. The replay is started from the test,
+  // not from inside the rotation's transaction.
+  let rotationPaused!: () => void;
+  const paused = new Promise<void>((resolve) => { rotationPaused = resolve; });
+  const replay = paused.then(() => tokenReq(t, refreshGrant(first.refresh_token, app.id)));
+  let seen = false;
+  const pauseAfterUse = (tx: Tx): Tx => {
+    const spied: Tx = {
+      ...tx,
+      query: (async (text: string, params?: unknown[]) => {
+        const result = await tx.query(text, params);
+        if (!seen && text.startsWith('UPDATE oauth_refresh_tokens SET used_at')) {
+          seen = true;
+          const [rotationPid, ...others] = await transactionsInSchema(watcher);
+          assert.ok(rotationPid !== undefined && others.length === 0, `one transaction under way, not ${others.length + 1}`);
+          rotationPaused();
+          await blockedBy(watcher, rotationPid, 'the replay, behind the rotation');
+        }
+        return result;
+      }) as Tx['query'],
+      transaction: (inner) => inner(spied),
+    };
+    return spied;
+  };
+  try {
+    const { result: rotated, victims } = await withDeadlockCount(t, () =>
+      withWrappedDatabase(t, (db) => ({ ...db, transaction: (run) => db.transaction((tx) => run(pauseAfterUse(tx))) }), async () =>
+        assertStatus(await tokenReq(t, refreshGrant(next.refresh_token, app.id)), 200)));
+    assert.ok(seen, 'the rotation paused after using its token');
+    assertOAuthError(await replay, 'invalid_grant');
+    assert.equal(victims, 0, 'no statement was a deadlock victim');
+    assertOAuthError(await tokenReq(t, refreshGrant(rotated.refresh_token, app.id)), 'invalid_grant');
+  } finally {
+    await watcher.end();
+  }
 });
 
 test('concurrent refreshes with one token: exactly one succeeds', async () => {
