@@ -268,24 +268,35 @@ for (const status of ['incomplete', 'paused']) {
   });
 }
 
-test('seat-sync never undoes a processor event it raced: a Tenant paid (active on Team) while seat-sync was counting its lapsed usage stays unrestricted', async () => {
-  const { owner, sub } = await lapsedOverStarter('sub_race');
-  assert.equal((await tenantRow(t, owner.tenantId)).restricted, true, 'precondition: lapsed with usage over Starter');
-  // The payment lands after seat-sync read the Tenant and counted its usage, before it writes.
+/**
+ * Runs seat-sync with `race` run once just before it writes the seat count of `tenantId` (after it
+ * read the Tenant and counted its usage); returns whether `race` ran.
+ */
+async function seatSyncRacedBy(tenantId: string, race: () => Promise<void>): Promise<boolean> {
   const system = t.deps.database.scoped('system');
   let raced = false;
   const racing = {
     ...system,
     query: async (text: string, params?: unknown[]) => {
-      if (!raced && text.includes('UPDATE tenants SET seats_synced') && params?.[0] === owner.tenantId) {
+      if (!raced && text.includes('UPDATE tenants SET seats_synced') && params?.[0] === tenantId) {
         raced = true;
-        assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...sub, id: 'sub_race_2' }), { created: now() - 10 }), 200);
+        await race();
       }
       return system.query(text, params);
     },
   } as typeof system;
   const database = { ...t.deps.database, scoped: (scope: Parameters<typeof t.deps.database.scoped>[0]) => (scope === 'system' ? racing : t.deps.database.scoped(scope)) };
   await runSeatSync({ ...t.deps, database });
+  return raced;
+}
+
+test('seat-sync never undoes a processor event it raced: a Tenant paid (active on Team) while seat-sync was counting its lapsed usage stays unrestricted', async () => {
+  const { owner, sub } = await lapsedOverStarter('sub_race');
+  assert.equal((await tenantRow(t, owner.tenantId)).restricted, true, 'precondition: lapsed with usage over Starter');
+  // The payment lands after seat-sync read the Tenant and counted its usage, before it writes.
+  const raced = await seatSyncRacedBy(owner.tenantId, async () => {
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...sub, id: 'sub_race_2' }), { created: now() - 10 }), 200);
+  });
   assert.ok(raced, 'the payment was delivered between the read and the write');
   const row = await tenantRow(t, owner.tenantId);
   assert.deepEqual([row.plan, row.subscription_status, row.restricted], ['team', 'active', false]);
@@ -310,23 +321,12 @@ test('seat-sync writes restricted "only if the subscription status and flag it r
   assert.deepEqual([(await tenantRow(t, owner.tenantId)).subscription_status, (await tenantRow(t, owner.tenantId)).restricted], ['canceled', true], 'precondition: lapsed over Starter');
   // After seat-sync counted the two webhooks, one is deleted and a processor event applied to the
   // Tenant (a new checkout linking its ids, the status still canceled) finds the usage fits Starter.
-  const system = t.deps.database.scoped('system');
-  let raced = false;
-  const racing = {
-    ...system,
-    query: async (text: string, params?: unknown[]) => {
-      if (!raced && text.includes('UPDATE tenants SET seats_synced') && params?.[0] === owner.tenantId) {
-        raced = true;
-        assertStatus(await call(t, 'DELETE', `/v1/webhooks/whk_flag_race_2_${appId}`, admin.token), 204);
-        assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_flag_race', object: 'checkout.session', client_reference_id: owner.tenantId, customer: sub.customer, subscription: 'sub_flag_race_2' }, { created: now() - 10 }), 200);
-        const lifted = await tenantRow(t, owner.tenantId);
-        assert.deepEqual([lifted.subscription_status, lifted.restricted], ['canceled', false], 'the event lifted the restriction');
-      }
-      return system.query(text, params);
-    },
-  } as typeof system;
-  const database = { ...t.deps.database, scoped: (scope: Parameters<typeof t.deps.database.scoped>[0]) => (scope === 'system' ? racing : t.deps.database.scoped(scope)) };
-  await runSeatSync({ ...t.deps, database });
+  const raced = await seatSyncRacedBy(owner.tenantId, async () => {
+    assertStatus(await call(t, 'DELETE', `/v1/webhooks/whk_flag_race_2_${appId}`, admin.token), 204);
+    assertStatus(await deliver(t, 'checkout.session.completed', { id: 'cs_flag_race', object: 'checkout.session', client_reference_id: owner.tenantId, customer: sub.customer, subscription: 'sub_flag_race_2' }, { created: now() - 10 }), 200);
+    const lifted = await tenantRow(t, owner.tenantId);
+    assert.deepEqual([lifted.subscription_status, lifted.restricted], ['canceled', false], 'the event lifted the restriction');
+  });
   assert.ok(raced, 'the event was delivered between the read and the write');
   const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
   assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['starter', 'canceled', false]);

@@ -137,21 +137,33 @@ export async function probeWhileHeld<T>(
  */
 export async function withDeadlockCount<T>(t: TestApp, fn: () => Promise<T>): Promise<{ result: T; victims: number }> {
   let victims = 0;
-  const counted = (tx: Tx): Tx => {
-    const spied: Tx = {
-      ...tx,
-      query: (async (text: string, params?: unknown[]) => {
-        try {
-          return await tx.query(text, params);
-        } catch (err) {
-          if ((err as { code?: string }).code === '40P01') victims++;
-          throw err;
-        }
-      }) as Tx['query'],
-      transaction: (inner) => inner(spied),
-    };
-    return spied;
-  };
-  const result = await withWrappedDatabase(t, (db) => ({ ...db, transaction: (run) => db.transaction((tx) => run(counted(tx))) }), fn);
+  const result = await withTransactionStatements(t, async (run) => {
+    try {
+      return await run();
+    } catch (err) {
+      if ((err as { code?: string }).code === '40P01') victims++;
+      throw err;
+    }
+  }, fn);
   return { result, victims };
+}
+
+/**
+ * Runs `fn` with every statement of the app's transactions passed through `around`, which calls `run`
+ * to execute it (and may act before or after, as a pause inside the transaction).
+ */
+export async function withTransactionStatements<T>(
+  t: TestApp,
+  around: (run: () => Promise<unknown>, text: string) => Promise<unknown>,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const spied = (tx: Tx): Tx => {
+    const wrapped: Tx = {
+      ...tx,
+      query: ((text: string, params?: unknown[]) => around(() => tx.query(text, params), text)) as Tx['query'],
+      transaction: (inner) => inner(wrapped),
+    };
+    return wrapped;
+  };
+  return withWrappedDatabase(t, (db) => ({ ...db, transaction: (run) => db.transaction((tx) => run(spied(tx))) }), fn);
 }

@@ -1,9 +1,8 @@
 // POST /v1/auth/oauth/token, grant_type=refresh_token: app refresh tokens (Part A "App refresh token").
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, storageName, withStoppedClock, withWrappedDatabase, type TestApp } from '../helpers/app.js';
-import { blockedBy, client, transactionsInSchema, withDeadlockCount } from '../helpers/locks.js';
-import type { Tx } from '../../src/db/types.js';
+import { buildTestApp, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
+import { blockedBy, client, transactionsInSchema, withDeadlockCount, withTransactionStatements } from '../helpers/locks.js';
 import { assertError, assertStatus, auditOf, call, grant, patchEnt, platformKey, session, sql, type AppFixture } from '../access/support.js';
 import { createUser } from '../helpers/fixtures.js';
 import { assertOAuthError, codeFor, codeGrant, member, oauthApp, pausedAfter, refreshGrant, signIn, tokenReq, verifyAppToken } from './support.js';
@@ -105,28 +104,20 @@ if (storageName === 'postgres') test('a rotation holds its grant before it uses 
   const paused = new Promise<void>((resolve) => { rotationPaused = resolve; });
   const replay = paused.then(() => tokenReq(t, refreshGrant(first.refresh_token, app.id)));
   let seen = false;
-  const pauseAfterUse = (tx: Tx): Tx => {
-    const spied: Tx = {
-      ...tx,
-      query: (async (text: string, params?: unknown[]) => {
-        const result = await tx.query(text, params);
-        if (!seen && text.startsWith('UPDATE oauth_refresh_tokens SET used_at')) {
-          seen = true;
-          const [rotationPid, ...others] = await transactionsInSchema(watcher);
-          assert.ok(rotationPid !== undefined && others.length === 0, `one transaction under way, not ${others.length + 1}`);
-          rotationPaused();
-          await blockedBy(watcher, rotationPid, 'the replay, behind the rotation');
-        }
-        return result;
-      }) as Tx['query'],
-      transaction: (inner) => inner(spied),
-    };
-    return spied;
+  const pauseAfterUse = async (run: () => Promise<unknown>, text: string) => {
+    const result = await run();
+    if (!seen && text.startsWith('UPDATE oauth_refresh_tokens SET used_at')) {
+      seen = true;
+      const [rotationPid, ...others] = await transactionsInSchema(watcher);
+      assert.ok(rotationPid !== undefined && others.length === 0, `one transaction under way, not ${others.length + 1}`);
+      rotationPaused();
+      await blockedBy(watcher, rotationPid, 'the replay, behind the rotation');
+    }
+    return result;
   };
   try {
     const { result: rotated, victims } = await withDeadlockCount(t, () =>
-      withWrappedDatabase(t, (db) => ({ ...db, transaction: (run) => db.transaction((tx) => run(pauseAfterUse(tx))) }), async () =>
-        assertStatus(await tokenReq(t, refreshGrant(next.refresh_token, app.id)), 200)));
+      withTransactionStatements(t, pauseAfterUse, async () => assertStatus(await tokenReq(t, refreshGrant(next.refresh_token, app.id)), 200)));
     assert.ok(seen, 'the rotation paused after using its token');
     assertOAuthError(await replay, 'invalid_grant');
     assert.equal(victims, 0, 'no statement was a deadlock victim');
