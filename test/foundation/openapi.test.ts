@@ -9,6 +9,7 @@ import { assertStatus, customPlatformRole, grant, newApp, patchEnt, person, plat
 import { EVENT_TYPES, renderEnvelope, CURRENT_API_VERSION } from '../../src/modules/webhooks/catalog.js';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
+import { Validator } from '@seriousme/openapi-schema-validator';
 
 // DEV_CLOCK on, so the /_dev routes are served: the description must still leave them out. Private
 // webhook targets allowed: the webhooks section's test sends a test event to a loopback address.
@@ -92,6 +93,31 @@ test('GET /v1/openapi.json is an OpenAPI 3.1 document of the service', () => {
   assert.equal(typeof doc.info?.version, 'string');
   assert.equal(doc.servers?.[0]?.url, t.config.publicUrl);
   assert.equal(typeof doc.paths, 'object');
+});
+
+test('the description is a valid OpenAPI 3.1 document (the official OpenAPI 3.1 schema), and each of its Schema Objects a valid JSON Schema 2020-12 schema, as generated clients and outside tools read it', async () => {
+  const validator = new Validator();
+  const result = await validator.validate(structuredClone(doc));
+  assert.equal(validator.version, '3.1');
+  assert.ok(result.valid, JSON.stringify(result.errors, null, 1)?.slice(0, 2000));
+  // The OpenAPI 3.1 schema leaves Schema Objects to the JSON Schema dialect: check each against it.
+  const metaschema = new Ajv2020({ strict: false, validateFormats: false });
+  const invalid: string[] = [];
+  let checked = 0;
+  const walk = (node: unknown, path: string): void => {
+    if (!node || typeof node !== 'object') return;
+    for (const [key, value] of Object.entries(node)) {
+      const at = `${path}/${key}`;
+      const isSchema = (key === 'schema' && value && typeof value === 'object') || path === '#/components/schemas';
+      if (isSchema) {
+        checked++;
+        if (!metaschema.validateSchema(value as object)) invalid.push(`${at}: ${metaschema.errorsText()}`);
+      } else walk(value, at);
+    }
+  };
+  walk(doc, '#');
+  assert.ok(checked > 100, `only ${checked} Schema Objects found`);
+  assert.deepEqual(invalid, []);
 });
 
 test('the description has the operations of the service, including the discovery documents outside /v1', () => {
