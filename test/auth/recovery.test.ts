@@ -778,7 +778,7 @@ test('a password change voids reset links mailed before it: the earlier reset to
 // the floor. Each is checked by order and by count rather than by comparing medians of wall-clock
 // samples, which failed on a loaded two-core machine with nothing wrong (the known path's few statements
 // took 100-330 ms there); how long the work takes belongs to `npm run bench`.
-test('AU-5 forgot and resend take the same time for known and unknown addresses: every 202 comes no sooner than the address-blind floor, the floor runs alongside the work (not after it), and neither kind does Argon2 work', async (tc) => {
+test('AU-5 forgot and resend take the same time for known and unknown addresses: every 202 comes no sooner than the address-blind floor (docs/security.md: "no sooner than 150 ms after their handler starts"), the floor runs alongside the work (not after it), and neither kind does Argon2 work', async (tc) => {
   for (const [url, template, mailsEach] of [['/v1/auth/password/forgot', 'password_reset', 1], ['/v1/auth/email/verify/resend', 'email_verification', 2]] as const) {
     const knownAddresses: string[] = [];
     for (let i = 0; i < 4; i++) {
@@ -793,7 +793,8 @@ test('AU-5 forgot and resend take the same time for known and unknown addresses:
       assert.equal(res.statusCode, 202, res.body);
       assert.equal(res.body, '{"status":"accepted"}');
       // A lower bound only: a timer never fires early, however loaded the machine.
-      assert.ok(took >= ADDRESS_BLIND_ANSWER_MS - 1, `${url} (${kind}) answered after ${took.toFixed(1)} ms`);
+      // The documented 150 ms, not the constant: a shorter floor would break the documented promise.
+      assert.ok(took >= 150 - 1, `${url} (${kind}) answered after ${took.toFixed(1)} ms`);
       assert.deepEqual({ hashes: argon2Hashes() - hashes, verifications: passwordEvaluations() - verifications }, { hashes: 0, verifications: 0 }, `${url} (${kind})`);
     }
     // The known addresses got their mail (the signup's verification mail plus the re-send for resend).

@@ -13,6 +13,7 @@ import { addSeconds, MAX_CLOCK_SKEW_SECONDS, SystemClock } from '../../src/clock
 import { boot } from '../../src/boot.js';
 import { refreshDevClock } from '../../src/dev/clock.js';
 import { JobRunner } from '../../src/jobs/runner.js';
+import { MODULES } from '../../src/modules/index.js';
 import { eachSkippingFailures, forEachSkippingFailures } from '../../src/jobs/each.js';
 import type { JobDefinition } from '../../src/jobs/types.js';
 import { deliverQueuedMail, enqueueMail } from '../../src/mail/outbox.js';
@@ -197,6 +198,25 @@ test('POST /_dev/jobs/{job} with an unknown job answers 404 job_not_found', asyn
 });
 
 // ---------------------------------------------------------------- job scheduler
+
+test('README Jobs: "each run by one process at a time every: mail-delivery 2 seconds, webhook-delivery 15 seconds, scheduled-starts and seat-limit-release 1 minute, entitlement-expiry and email-change-expiry 5 minutes, db-analyze 10 minutes, erasure-cascade, webhook-health and idempotency-prune 1 hour, test-purge and seat-sync 24 hours": the catalogue is exactly these jobs at these intervals', () => {
+  const readme: Record<string, number> = {
+    'mail-delivery': 2,
+    'webhook-delivery': 15,
+    'scheduled-starts': 60,
+    'seat-limit-release': 60,
+    'entitlement-expiry': 300,
+    'email-change-expiry': 300,
+    'db-analyze': 600,
+    'erasure-cascade': 3600,
+    'webhook-health': 3600,
+    'idempotency-prune': 3600,
+    'test-purge': 24 * 3600,
+    'seat-sync': 24 * 3600,
+  };
+  const catalogue = Object.fromEntries(MODULES.flatMap((m) => m.jobs?.() ?? []).map((job) => [job.name, job.intervalSeconds]));
+  assert.deepEqual(catalogue, readme);
+});
 
 function probeJob(intervalSeconds = 3600) {
   const state = { calls: 0, active: 0, maxActive: 0 };
