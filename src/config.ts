@@ -1,4 +1,5 @@
-// The only reader of process.env: parsed once, validated, frozen, passed in.
+// The reader of the service's settings in process.env: parsed once, validated, frozen, passed in (only the
+// transaction guard, src/db/guard.ts, reads NODE_ENV and PLATFORM_TX_GUARD itself).
 import { isIP } from 'node:net';
 import { parseEncryptionKeys } from './auth/secret-box.js';
 import { isEmailAddress } from './http/validation.js';
@@ -64,7 +65,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     const v = str(name);
     if (v === null || v === '0' || v === 'false') return false;
     if (v === '1' || v === 'true') return true;
-    problems.push(`${name} must be 1 or 0 (got "${v}")`);
+    problems.push(`${name} must be 1 or true, or 0 or false (got "${v}")`);
     return false;
   };
   const url = (name: string, protocols: string[], parts: { host?: boolean } = {}): string | null => {

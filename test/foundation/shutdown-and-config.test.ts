@@ -93,9 +93,9 @@ test('WORKERS (README: "0 stops this process from running background jobs", defa
   const reversed = loadConfig({ WORKERS: 'true', DEV_CLOCK: 'false' });
   assert.deepEqual([reversed.workers, reversed.devClock], [true, false]);
   assert.deepEqual(problemsOf({ WORKERS: 'yes', DEV_CLOCK: 'on', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'enabled' }), [
-    'WEBHOOK_ALLOW_PRIVATE_TARGETS must be 1 or 0 (got "enabled")',
-    'DEV_CLOCK must be 1 or 0 (got "on")',
-    'WORKERS must be 1 or 0 (got "yes")',
+    'WEBHOOK_ALLOW_PRIVATE_TARGETS must be 1 or true, or 0 or false (got "enabled")',
+    'DEV_CLOCK must be 1 or true, or 0 or false (got "on")',
+    'WORKERS must be 1 or true, or 0 or false (got "yes")',
   ]);
 });
 
