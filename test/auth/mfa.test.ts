@@ -572,6 +572,22 @@ test('wrong codes at mfa/totp/disable count toward the lockout: after 5 in 15 mi
   assertError(await loginRes(t, user), 429, 'too_many_attempts');
 });
 
+test('docs/decisions.md "Throttles": "Wrong codes at mfa/totp/confirm do not count" toward the lockout (the caller holds the pending secret they are proving): after 5 wrong confirm codes the right one turns TOTP on (200) and the right password still signs in (the MFA challenge, not 429)', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const { secret } = (await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) })).json();
+  alignToStep(t, 5);
+  const confirm = (code: string) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
+  const wrong = wrongCode(await totpCode(t, secret));
+  for (let i = 0; i < 5; i++) assertError(await confirm(wrong), 422, 'invalid_mfa_code');
+  const right = await confirm(await totpCode(t, secret));
+  assert.equal(right.statusCode, 200, right.body);
+  assert.equal(await mfaEnabled(token), true);
+  const signIn = await loginRes(t, user);
+  assert.equal(signIn.statusCode, 200, signIn.body);
+  assert.equal(signIn.json().mfa_required, true);
+});
+
 test('MFA enrollment, confirm and disable are self-service only: a users.manage holder gets 403 forbidden on another user\'s, and nothing changes', async () => {
   const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
   const plain = await createUser(t);

@@ -48,14 +48,16 @@ test('email/verify with the mailed token verifies the address (204); the token i
   assertError(await post(t, '/v1/auth/email/verify', { token }), 400, 'invalid_token');
 });
 
-test('"bad token 400" holds for any one-time token up to 200 characters (those issued are 47): email/verify, password/reset and invitations/accept answer 400 invalid_token, mfa/verify 401 invalid_credentials; 201 characters are 422 validation_failed naming the field', async () => {
+test('"bad token 400" holds for any one-time token up to 200 characters (those issued are 47): email/verify, password/reset and invitations/accept answer 400 invalid_token, mfa/verify 401 invalid_credentials; 201 characters, or an empty one (docs/decisions.md "Errors of the token endpoints"), are 422 validation_failed naming the field', async () => {
   const token = (n: number) => 'a'.repeat(n);
   for (const [url, extra] of [['/v1/auth/email/verify', {}], ['/v1/auth/password/reset', { password: NEW_PASSWORD }], ['/v1/auth/invitations/accept', { password: NEW_PASSWORD }]] as const) {
     assertError(await post(t, url, { token: token(200), ...extra }), 400, 'invalid_token');
     assertFields(await post(t, url, { token: token(201), ...extra }), ['token']);
+    assertFields(await post(t, url, { token: '', ...extra }), ['token']);
   }
   assertError(await post(t, '/v1/auth/mfa/verify', { mfa_token: token(200), code: '123456' }), 401, 'invalid_credentials');
   assertFields(await post(t, '/v1/auth/mfa/verify', { mfa_token: token(201), code: '123456' }), ['mfa_token']);
+  assertFields(await post(t, '/v1/auth/mfa/verify', { mfa_token: '', code: '123456' }), ['mfa_token']);
 });
 
 test('the email verification token is valid for 24 hours: 10 s before it works, 1 s after it gets 400 invalid_token', async () => {

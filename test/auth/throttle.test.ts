@@ -71,6 +71,18 @@ test('per IP means per client, not per proxy: X-Forwarded-For is ignored unless 
   }
 });
 
+test('docs/decisions.md "Throttles": "Each endpoint counts separately": a client past the limit on password/forgot still gets its calls on login and token/refresh in the same minute, and stays throttled on forgot', async () => {
+  alignToWindow(t, 60, 1);
+  const [forgot, payload] = ENDPOINTS.find(([url]) => url === '/v1/auth/password/forgot')!;
+  for (let i = 0; i < 2; i++) assert.notEqual((await call(forgot, payload)).statusCode, 429);
+  assertError(await call(forgot, payload), 429, 'rate_limited');
+  for (const [url, body] of ENDPOINTS.filter(([url]) => url === '/v1/auth/login' || url === '/v1/auth/token/refresh')) {
+    for (let i = 0; i < 2; i++) assert.notEqual((await call(url, body)).statusCode, 429, `${url} call ${i + 1}`);
+    assertError(await call(url, body), 429, 'rate_limited');
+  }
+  assertError(await call(forgot, payload), 429, 'rate_limited');
+});
+
 test('a throttled signup creates nothing', async () => {
   alignToWindow(t, 60, 1);
   await call('/v1/auth/signup', {});

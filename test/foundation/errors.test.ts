@@ -443,3 +443,64 @@ test('Cache-Control: no-store follows the route that answers, not the URL as sen
   assert.equal(jwks.statusCode, 200);
   assert.match(String(jwks.headers['cache-control']), /^public, max-age=\d+$/, 'a route outside /v1 keeps its own caching');
 });
+
+test('docs/decisions.md "Content negotiation is not done": every answer is application/json; charset=utf-8 whatever Accept, Accept-Charset or Accept-Language asks (never 406), and never compressed whatever Accept-Encoding offers', async () => {
+  const { token } = await userToken(t);
+  const asks = { accept: 'application/xml, text/html;q=0.9', 'accept-charset': 'iso-8859-1', 'accept-language': 'fr-CH, de;q=0.5', 'accept-encoding': 'gzip, deflate, br' };
+  for (const [method, url, headers] of [['GET', '/v1/users/me', bearer(token)], ['GET', '/v1/users/me/nothing-here', bearer(token)], ['POST', '/v1/auth/login', {}]] as const) {
+    const res = await t.app.inject({ method, url, headers: { ...headers, ...asks }, ...(method === 'POST' ? { payload: { email: 'nobody@example.com', password: 'wrong-password-123' } } : {}) });
+    assert.notEqual(res.statusCode, 406, `${method} ${url}`);
+    assert.equal(res.headers['content-type'], 'application/json; charset=utf-8', `${method} ${url}`);
+    assert.equal(res.headers['content-encoding'], undefined, `${method} ${url}`);
+    assert.equal(typeof res.json(), 'object', `${method} ${url}: the body is JSON as sent`);
+  }
+  assert.equal((await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: { ...bearer(token), ...asks } })).statusCode, 200);
+});
+
+test('docs/decisions.md "Conditional requests" are answered only where a resource has an ETag: elsewhere If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since are not evaluated (GET /v1/users/me answers 200 with its body, PATCH /v1/users/me/settings applies)', async () => {
+  const { token } = await userToken(t);
+  const future = new Date(Date.now() + 365 * 86400_000).toUTCString();
+  const past = 'Mon, 01 Jan 1990 00:00:00 GMT';
+  const get = await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: { ...bearer(token), 'if-none-match': '*', 'if-modified-since': future, 'if-match': '"stale"', 'if-unmodified-since': past } });
+  assert.equal(get.statusCode, 200, get.body);
+  assert.equal(typeof get.json().id, 'string');
+  assert.equal(get.headers.etag, undefined, 'no ETag outside Entitlements');
+  const patch = await t.app.inject({ method: 'PATCH', url: '/v1/users/me/settings', headers: { ...bearer(token), 'if-match': '"stale"', 'if-unmodified-since': past, 'if-none-match': '*' }, payload: { theme: 'dark' } });
+  assert.equal(patch.statusCode, 200, patch.body);
+  assert.equal(patch.json().theme, 'dark');
+});
+
+test('docs/decisions.md "Methods": "A body sent with a GET is not read" (RFC 9110 §9.3.1): a GET with a malformed JSON body, or one of another media type, answers as without it', async () => {
+  const { token } = await userToken(t);
+  for (const [type, payload] of [['application/json', '{"not json'], ['application/xml', '<x/>'], ['application/json', '{"expand":"x"}']]) {
+    const res = await t.app.inject({ method: 'GET', url: '/v1/users/me', headers: { ...bearer(token), 'content-type': type }, payload });
+    assert.equal(res.statusCode, 200, `${type} ${payload}: ${res.body}`);
+    assert.equal(typeof res.json().id, 'string');
+  }
+});
+
+test('docs/decisions.md "Methods": HEAD answers every GET route with the GET\'s status and headers (Content-Length included) and no body: a resource, a 404 of an id and a 401', async () => {
+  const { token } = await userToken(t);
+  for (const [url, headers] of [['/v1/users/me', bearer(token)], ['/v1/users/usr_00000000000000000000000000', bearer(token)], ['/v1/users/me', {}]] as const) {
+    const get = await t.app.inject({ method: 'GET', url, headers });
+    const head = await t.app.inject({ method: 'HEAD', url, headers });
+    assert.equal(head.statusCode, get.statusCode, url);
+    assert.equal(head.headers['content-length'], get.headers['content-length'], `${url}: Content-Length`);
+    assert.ok(Number(head.headers['content-length']) > 0, `${url}: Content-Length ${head.headers['content-length']}`);
+    assert.equal(head.headers['content-type'], get.headers['content-type'], `${url}: Content-Type`);
+    assert.equal(head.headers['cache-control'], get.headers['cache-control'], `${url}: Cache-Control`);
+    assert.equal(head.body, '', `${url}: no body`);
+  }
+});
+
+test('docs/decisions.md "Methods": OPTIONS is 405 with Allow like any other method a path lacks, a CORS preflight too: no preflight is answered, even on the routes readable from any origin (the token endpoint, the JWKS)', async () => {
+  const preflight = { origin: 'https://spa.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' };
+  for (const [url, allow] of [['/v1/auth/oauth/token', 'POST'], ['/.well-known/jwks.json', 'GET, HEAD'], ['/v1/auth/login', 'POST']] as const) {
+    const res = await t.app.inject({ method: 'OPTIONS', url, headers: preflight });
+    assert.equal(res.statusCode, 405, `${url}: ${res.body}`);
+    assert.equal(res.headers.allow, allow, url);
+    assertEnvelope(res.json(), 'method_not_allowed');
+    assert.equal(res.headers['access-control-allow-methods'], undefined, url);
+    assert.equal(res.headers['access-control-allow-headers'], undefined, url);
+  }
+});

@@ -169,3 +169,40 @@ test('a body with a transfer coding beside chunked (`Transfer-Encoding: gzip, ch
   const after = await t.app.inject({ method: 'GET', url: '/v1/users/me/settings', headers: bearer(token) });
   assert.equal(after.json().theme, 'dark');
 });
+
+test('docs/decisions.md "Paths": a trailing slash names the same route (/v1/users/me/); a doubled slash, a `.` or `..` segment (sent or percent-encoded) and an upper-case /V1 name none (404 not_found, or the resource\'s 404 when the segment lands on an id)', async (tc) => {
+  const t = await buildTestApp({}, tc);
+  const port = await listening(t);
+  const { user, token } = await userToken(t);
+  const get = async (path: string) =>
+    firstResponse(await rawExchange(port, `GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer ${token}\r\n\r\n`));
+  const slash = await get('/v1/users/me/');
+  assert.equal(slash.status, 200, slash.body);
+  assert.equal(JSON.parse(slash.body).email, user.email);
+  for (const path of ['/v1//users/me', '/v1/./users/me', '/v1/%2E/users/me', '/v1/users/../users/me', '/v1/users/%2e%2e/users/me', '/V1/users/me']) {
+    const res = await get(path);
+    assert.equal(res.status, 404, `${path}: ${res.body}`);
+    assert.equal(JSON.parse(res.body).error.code, 'not_found', path);
+  }
+  const onId = await get('/v1/users/./sessions');
+  assert.equal(onId.status, 404);
+  assert.equal(JSON.parse(onId.body).error.code, 'user_not_found');
+});
+
+test('docs/decisions.md "Request media type": application/json is matched without regard to case, with any parameters, its charset not read; other JSON types (application/merge-patch+json, application/json-patch+json, +json suffixes) are 415 unsupported_media_type and change nothing', async (tc) => {
+  const t = await buildTestApp({}, tc);
+  const { token } = await userToken(t);
+  const patch = (contentType: string, theme: string) =>
+    t.app.inject({ method: 'PATCH', url: '/v1/users/me/settings', headers: { ...bearer(token), 'content-type': contentType }, payload: JSON.stringify({ theme }) });
+  for (const type of ['application/merge-patch+json', 'application/json-patch+json', 'application/vnd.platform+json']) {
+    const res = await patch(type, 'dark');
+    assert.equal(res.statusCode, 415, type);
+    assert.equal(res.json().error.code, 'unsupported_media_type', type);
+  }
+  assert.equal((await t.app.inject({ method: 'GET', url: '/v1/users/me/settings', headers: bearer(token) })).json().theme, 'system', 'no refused body changed anything');
+  for (const [type, theme] of [['APPLICATION/JSON', 'dark'], ['Application/Json; charset=ISO-8859-1', 'light'], ['application/json;profile=x', 'system']] as const) {
+    const res = await patch(type, theme);
+    assert.equal(res.statusCode, 200, `${type}: ${res.body}`);
+    assert.equal(res.json().theme, theme, type);
+  }
+});
