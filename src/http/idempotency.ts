@@ -40,10 +40,11 @@ interface Row {
 }
 
 // Claims held by requests running in this process, with their request's fingerprint: a concurrent
-// retry is answered without waiting for the database (on embedded storage it would otherwise queue
-// behind the first request's transaction), as the database record answers it from another process:
-// 422 idempotency_key_reused for another request, else 409 idempotency_key_in_flight. The database
-// record stays the authority across processes.
+// retry is answered without a round trip to the claims table, as the database record answers it from
+// another process: 422 idempotency_key_reused for another request, else 409 idempotency_key_in_flight.
+// The database record stays the authority across processes. On embedded storage (one connection) a
+// retry whose credential check queues behind the first request's open transaction reaches this point
+// only after that commits, and then replays the stored answer instead.
 const running = new Map<string, string>();
 const localId = (c: Pick<Claim, 'credential' | 'operation' | 'key'>) => `${c.credential}\u0000${c.operation}\u0000${c.key}`;
 

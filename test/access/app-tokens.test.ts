@@ -301,6 +301,29 @@ test("403 tenant_suspended when the Application's Tenant is suspended", async ()
   assertStatus(await issue(user.token, { application_id: other.id }), 200);
 });
 
+test('docs/decisions.md "App token" refusal order: when several apply, an API key gets 400 user_token_required, then 409 application_not_available, then 403 tenant_suspended, then 403 entitlement_required (resolved access), then 403 entitlement_required for organization_id', async () => {
+  const user = await person(t);
+  const other = await newApp(t, admin);
+  const ent = await grant(t, admin, user.id, other.id);
+  const org = await createOrg(t, []);
+  try {
+    assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'x' }), 200);
+    assertStatus(await call(t, 'PATCH', `/v1/applications/${other.id}`, admin, { review_status: 'suspended', review_notes: 'incident' }), 200);
+    await sql(t, 'UPDATE tenants SET suspended = true WHERE id = $1', [other.tenant_id]);
+    const body = { application_id: other.id, organization_id: org };
+    assertError(await issue(admin, body), 400, 'user_token_required');
+    assertError(await issue(user.token, body), 409, 'application_not_available');
+    assertStatus(await call(t, 'PATCH', `/v1/applications/${other.id}`, admin, { review_status: 'approved' }), 200);
+    assertError(await issue(user.token, body), 403, 'tenant_suspended');
+    await sql(t, 'UPDATE tenants SET suspended = false WHERE id = $1', [other.tenant_id]);
+    assert.equal(assertError(await issue(user.token, body), 403, 'entitlement_required').details.entitlement_status, 'disabled');
+    assertStatus(await patchEnt(t, admin, ent.id, { status: 'active' }), 200);
+    assert.equal(assertError(await issue(user.token, body), 403, 'entitlement_required').details.organization_id, org);
+  } finally {
+    await sql(t, 'UPDATE tenants SET suspended = false WHERE id = $1', [other.tenant_id]);
+  }
+});
+
 test('an API key gets 400 user_token_required', async () => {
   for (const key of [admin, await platformKey(t, [])]) {
     assertError(await issue(key, { application_id: app.id }), 400, 'user_token_required');

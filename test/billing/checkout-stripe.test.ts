@@ -240,6 +240,18 @@ test('no active processor price with lookup_key team: checkout answers 503 billi
   }
 });
 
+test('docs/decisions.md "Any Stripe failure is 503 billing_unavailable with Retry-After: 30": a checkout session the processor creates without a URL is one too (details operation checkout.sessions.create)', async () => {
+  const owner = await tenantOwner(t);
+  processor.checkoutWithoutUrl.on = true;
+  try {
+    const res = await checkout(owner.tenantId, owner.token, 'no-url-1');
+    assert.deepEqual(assertError(res, 503, 'billing_unavailable').details, { operation: 'checkout.sessions.create', reason: 'processor_error' });
+    assert.equal(res.headers['retry-after'], '30');
+  } finally {
+    processor.checkoutWithoutUrl.on = false;
+  }
+});
+
 test('any processor failure, an error answer as well as no answer, is 503 billing_unavailable with Retry-After: 30', async () => {
   const owner = await tenantOwner(t, { stripeCustomerId: 'cus_refused' });
   processor.refuse.add('/v1/billing_portal/sessions');

@@ -24,6 +24,8 @@ export interface FakeProcessor {
   prices: Map<string, string>;
   /** Paths the fake refuses with a 400 invalid_request_error, as the processor refuses a request it will not serve. */
   refuse: Set<string>;
+  /** When set, checkout sessions are created without a url (as a processor answer the service cannot use). */
+  checkoutWithoutUrl: { on: boolean };
   close(): Promise<void>;
 }
 
@@ -37,6 +39,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
   const requests: ProcessorRequest[] = [];
   const prices = new Map([['team', 'price_team_monthly']]);
   const refuse = new Set<string>();
+  const checkoutWithoutUrl = { on: false };
   const byIdempotencyKey = new Map<string, { status: number; body: unknown }>();
   const configurations: { id: string; active: boolean; metadata: Record<string, string>; form: Record<string, string> }[] = [];
   let n = 0;
@@ -50,7 +53,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
     }
     if (r.method === 'POST' && r.path === '/v1/checkout/sessions') {
       const id = `cs_test_${++n}_${rand(4)}`;
-      return json(200, { id, object: 'checkout.session', url: `https://checkout.stripe.test/c/pay/${id}`, expires_at: now + 86_400, mode: r.form.mode, status: 'open', client_reference_id: r.form.client_reference_id });
+      return json(200, { id, object: 'checkout.session', url: checkoutWithoutUrl.on ? null : `https://checkout.stripe.test/c/pay/${id}`, expires_at: now + 86_400, mode: r.form.mode, status: 'open', client_reference_id: r.form.client_reference_id });
     }
     if (r.method === 'POST' && r.path === '/v1/billing_portal/sessions') {
       const id = `bps_test_${++n}`;
@@ -92,6 +95,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
     requests,
     prices,
     refuse,
+    checkoutWithoutUrl,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

@@ -174,6 +174,15 @@ test('"Allow lists them": a path with GET also lists HEAD, which every GET route
   }
 });
 
+test('Part A "Mapping: 400 malformed": a client error Fastify raises that no other rule names (a QUERY request, the HTTP QUERY method draft, without a Content-Type) is 400 bad_request in the error envelope, never a 500, on a route and off one', async () => {
+  for (const url of ['/v1/users/me', '/v1/nothing-here']) {
+    const res = await t.app.inject({ method: 'QUERY' as any, url });
+    assert.equal(res.statusCode, 400, `${url}: ${res.body}`);
+    assertEnvelope(res.json(), 'bad_request');
+    assert.match(res.json().error.message, /Content-Type/, url);
+  }
+});
+
 test('oversize body gets 413 payload_too_large', async () => {
   const res = await t.app.inject({
     method: 'POST',

@@ -1129,6 +1129,25 @@ if (TEST_DATABASE_URL) test('the erasure cascade locks the user\'s Organizations
   assert.equal(await count('organization_members', 'user_id = $1', [user.id]), 0);
 });
 
+if (TEST_DATABASE_URL) test('the erasure cascade reads the request again under the user\'s lock ("a cancel or a repeated request may have come first"): a cancel, another run\'s completed erasure, or a new request after a cancel (scheduled 7 days on) that commits while the cascade waits for the user leaves the user unerased by this run (no user.erased). PostgreSQL only: the embedded database runs one transaction at a time', async () => {
+  for (const [status, days] of [['cancelled', 0], ['completed', 0], ['scheduled', 7]] as const) {
+    const user = await createUser(t);
+    assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+    t.clock.advance(7 * DAY + 1);
+    const result = await commitWhileWaiting(
+      t,
+      [
+        ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [user.id]],
+        [`UPDATE erasure_requests SET status = $2, scheduled_for = scheduled_for + make_interval(days => $3) WHERE user_id = $1`, [user.id, status, days]],
+      ],
+      () => t.deps.jobs.runNow('erasure-cascade'),
+    );
+    assert.deepEqual(result, { erased: 0 }, status);
+    assert.equal((await userRow(t, user.id))!.erased_at, null, status);
+    assert.equal((await auditFor(t, user.id, 'user.erased')).length, 0, status);
+  }
+});
+
 /**
  * Runs the erasure cascade for `userId` (due) held at its re-read of the erasure request (after it
  * locked the user), starts `op` once the cascade waits, and lets the cascade commit once `op` waits
