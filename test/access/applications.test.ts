@@ -1071,20 +1071,24 @@ test('redirect_uris refuse a fragment (RFC 6749 §3.1.2), an empty one (`cb#`) i
   assert.deepEqual(assertStatus(await get(admin, app.id), 200).redirect_uris, ['https://app.example.com/ok']);
 });
 
-test('lists hold no duplicates: a redirect_uris entry or a permissions key listed twice is 422 validation_failed naming the second entry, on POST and PATCH, and nothing is stored', async () => {
+test('lists hold no duplicates: a redirect_uris entry or a permissions key listed twice is 422 validation_failed naming the second entry, an available_app_roles name listed twice 422 validation_failed naming available_app_roles, on POST and PATCH, and nothing is stored', async () => {
   const owner = await person(t);
   const slug = slugOf('dup');
   const uri = 'https://app.example.com/cb';
   assertInvalid(await post(admin, base(owner.id, { slug, redirect_uris: [uri, 'https://app.example.com/other', uri] })), 'redirect_uris.2');
   const read = { key: `app.${slug}.read`, description: 'read' };
   assertInvalid(await post(admin, base(owner.id, { slug, permissions: [read, { key: read.key, description: 'again' }] })), 'permissions.1.key');
+  assertInvalid(await post(admin, base(owner.id, { slug, available_app_roles: ['viewer', 'editor', 'viewer'] })), 'available_app_roles');
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [owner.id]))[0].n, 0);
   const app = assertStatus(await post(admin, base(owner.id, { slug, redirect_uris: [uri], permissions: [read] })), 201);
   assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { redirect_uris: [uri, uri] }), 'redirect_uris.1');
   assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { permissions: [read, read] }), 'permissions.1.key');
+  assertInvalid(await call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { available_app_roles: ['viewer', 'viewer'] }), 'available_app_roles');
   const current = assertStatus(await get(admin, app.id), 200);
   assert.deepEqual(current.redirect_uris, [uri]);
   assert.deepEqual(current.permissions, [read]);
+  assert.deepEqual(current.available_app_roles, []);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM roles WHERE scope = $1', [app.id]))[0].n, 0);
   assert.equal((await auditOf(t, app.id, 'application.updated')).length, 0);
 });
 

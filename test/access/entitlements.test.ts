@@ -1008,6 +1008,18 @@ test('DELETE of a row without order_id by a restrict_destructive key is 403 dest
   assert.equal((await outbox(t, { entitlementId: ent.id, types: ['entitlement.deleted'] })).length, 0);
 });
 
+test('docs/decisions.md "Entitlement DELETE", the order of the refusals: 403 destructive_operation_restricted comes before entitlement_too_old, so a restrict_destructive key deleting a row older than 24 hours (no order_id) is 403, and removes nothing', async () => {
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  const restricted = await createApiKey(t, { scope: 'platform', permissions: ['entitlements.manage'], intendedUse: 'agent' });
+  const createdAt = (await entRow(t, ent.id))!.created_at as Date;
+  const later = new Date(createdAt.getTime() + DAY * 1000 + 1000);
+  const error = assertError(await atOneInstant(t, () => call(t, 'DELETE', `/v1/entitlements/${ent.id}`, restricted.secret), later), 403, 'destructive_operation_restricted');
+  assert.equal(error.details.key_id, restricted.id);
+  assertError(await atOneInstant(t, () => call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin), later), 409, 'entitlement_too_old');
+  assert.equal((await entRow(t, ent.id))!.status, 'active');
+});
+
 test('DELETE of a row older than 24 hours is 409 entitlement_too_old; a row just under 24 hours old may still be deleted', async () => {
   const user = await person(t);
   const young = await grant(t, admin, user.id, app.id);

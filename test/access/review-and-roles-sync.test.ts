@@ -111,7 +111,7 @@ test('a suspended Application blocks new grants (409 application_not_available);
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [other.id]))[0].n, 0);
 });
 
-test('a suspended Application blocks new grants: returning an Entitlement to active (disabled → active, expired → active renewal), which Part B announces as entitlement.granted, is 409 application_not_available like a POST; nothing changes, no event; disabling and revoking stay possible', async () => {
+test('a suspended Application blocks new grants: returning an Entitlement to active (disabled → active, expired → active renewal), which Part B announces as entitlement.granted, is 409 application_not_available like a POST; nothing changes, no event; disabling, revoking and term changes stay possible', async () => {
   const app = await newApp(t, admin);
   const disabledHolder = await person(t);
   const disabled = await grant(t, admin, disabledHolder.id, app.id);
@@ -133,7 +133,9 @@ test('a suspended Application blocks new grants: returning an Entitlement to act
   assert.equal((await outbox(t, { applicationId: app.id })).length, eventsBefore);
   assert.equal((await auditOf(t, disabled.id, 'entitlement.granted')).length, 1);
 
-  // Ending access stays possible on a suspended Application.
+  // A term change stays possible on a suspended Application (docs/decisions.md), and so does ending access.
+  const endsAt = new Date(t.clock.now().getTime() + 30 * 86_400_000).toISOString();
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/entitlements/${active.id}`, admin, { ends_at: endsAt }), 200).ends_at, endsAt);
   assertStatus(await call(t, 'PATCH', `/v1/entitlements/${active.id}`, admin, { status: 'disabled', disabled_reason: 'cut off' }), 200);
   assertStatus(await call(t, 'PATCH', `/v1/entitlements/${disabled.id}`, admin, { status: 'revoked', disabled_reason: 'gone' }), 200);
   // Reinstated, the Application takes grants again.
@@ -305,6 +307,20 @@ test('Part A convention 11 ("role deletion" is always destructive): a PATCH drop
   assert.equal(await roleExists(editor), false);
   assert.deepEqual((await auditOf(t, editor)).map((r) => r.action), ['role.created', 'role.updated', 'role.deleted']);
 });
+
+test('docs/decisions.md "A Role deleted with its name is a role deletion": the service refuses a restrict_destructive key "after 409 app_role_in_use, which holds for every caller", whichever names the PATCH drops: a name whose Role is assigned is 409 for the key, also beside an unassigned one listed before it, and nothing is deleted', async () => {
+  const app = await newApp(t, admin, { available_app_roles: ['viewer', 'editor', 'admin'] });
+  const user = await person(t);
+  assertStatus(await call(t, 'POST', `/v1/users/${user.id}/roles/role_${app.slug}_admin`, admin, {}), 201);
+  const restricted = await createApiKey(t, { scope: 'platform', permissions: ['applications.manage'], intendedUse: 'agent' });
+  for (const roles of [['viewer', 'editor'], ['viewer']]) {
+    const error = assertError(await patch(restricted.secret, app.id, { available_app_roles: roles }), 409, 'app_role_in_use');
+    assert.equal(error.details.role_id, `role_${app.slug}_admin`, roles.join());
+  }
+  for (const name of ['viewer', 'editor', 'admin']) assert.equal(await roleExists(`role_${app.slug}_${name}`), true, name);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).available_app_roles, ['viewer', 'editor', 'admin']);
+});
+
 test("rejected → pending_review on the owner's PATCH of any one configuration field (name, description, icon_url, launch_url, redirect_uris, support_url, email_from_name, settings_schema, permissions, available_app_roles, default_app_role), each sent alone", async () => {
   const values = (slug: string): Record<string, unknown> => ({
     name: 'Fixed', description: 'now described', icon_url: 'https://cdn.example.com/i.png', launch_url: 'https://app.example.com/v2',

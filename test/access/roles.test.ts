@@ -146,6 +146,21 @@ test('PATCH is a partial update, also under concurrency: a description PATCH and
   }
 });
 
+test('docs/decisions.md "Lists hold no duplicates": a Role\'s permissions with a repeated entry are 422 validation_failed naming permissions, on POST (platform and app Roles) and PATCH, and nothing is stored', async () => {
+  const name = `dup_${rand(3)}`;
+  const fields = (res: Awaited<ReturnType<typeof call>>) => assertError(res, 422, 'validation_failed').details.fields.map((f: { path: string }) => f.path);
+  assert.ok(fields(await createRole(superadmin.token, { name, scope: 'platform', description: 'Dup', permissions: ['users.list', 'users.list'] })).includes('permissions'));
+  assertError(await call(t, 'GET', `/v1/roles/role_platform_${name}`, superadmin.token), 404, 'role_not_found');
+  const app = await appWith(['viewer', 'editor']);
+  const read = `app.${app.slug}.read`;
+  assert.ok(fields(await createRole(app.owner!.token, { name: 'editor', scope: app.id, description: 'Dup', permissions: [read, read] })).includes('permissions'));
+  const id = `role_${app.slug}_viewer`;
+  assertStatus(await call(t, 'PATCH', `/v1/roles/${id}`, app.owner!.token, { permissions: [read] }), 200);
+  assert.ok(fields(await call(t, 'PATCH', `/v1/roles/${id}`, app.owner!.token, { permissions: [read, read] })).includes('permissions'));
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/roles/${id}`, app.owner!.token), 200).permissions, [read]);
+  assert.equal((await auditOf(t, id, 'role.updated')).length, 1);
+});
+
 test('seed Roles are immutable: PATCH and DELETE of role_platform_member (or superadmin) are 403 seed_role_immutable', async () => {
   for (const id of ['role_platform_member', 'role_platform_superadmin', 'role_platform_support']) {
     assertError(await call(t, 'PATCH', `/v1/roles/${id}`, superadmin.token, { description: 'changed' }), 403, 'seed_role_immutable');

@@ -199,7 +199,7 @@ test('POST /_dev/jobs/{job} with an unknown job answers 404 job_not_found', asyn
 
 // ---------------------------------------------------------------- job scheduler
 
-test('README Jobs: "each run by one process at a time every: mail-delivery 2 seconds, webhook-delivery 15 seconds, scheduled-starts and seat-limit-release 1 minute, entitlement-expiry and email-change-expiry 5 minutes, db-analyze 10 minutes, erasure-cascade, webhook-health and idempotency-prune 1 hour, test-purge and seat-sync 24 hours": the catalogue is exactly these jobs at these intervals', () => {
+test('README Jobs: "each run by one process at a time every: mail-delivery 2 seconds, webhook-delivery 15 seconds, scheduled-starts and seat-limit-release 1 minute, entitlement-expiry and email-change-expiry 5 minutes, db-analyze 10 minutes, erasure-cascade, webhook-health and idempotency-prune 1 hour, test-purge and seat-sync 24 hours" (the periods docs/decisions.md relies on too): the catalogue is exactly these jobs at these intervals', () => {
   const readme: Record<string, number> = {
     'mail-delivery': 2,
     'webhook-delivery': 15,

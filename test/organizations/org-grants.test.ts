@@ -157,6 +157,23 @@ test('member_overrides hold at most 10,000 user ids (docs/decisions.md): 10,000 
   assert.deepEqual((await sql(t, 'SELECT member_scope, member_overrides FROM entitlements WHERE id = $1', [ent.id]))[0], { member_scope: 'all_members', member_overrides: [] });
 });
 
+test('docs/decisions.md "member_overrides": each user id once; one named twice is 422 validation_failed naming member_overrides, before any id is looked up (a non-member named twice is not member_override_not_a_member); create and PATCH, nothing changes', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const [member] = org.members;
+  const app = await newApp(t, admin);
+  const stranger = `usr_${'0'.repeat(26)}`;
+  const fields = (res: Awaited<ReturnType<typeof call>>) => assertError(res, 422, 'validation_failed').details.fields.map((f: { path: string }) => f.path);
+  for (const twice of [[member.id, member.id], [stranger, stranger]]) {
+    assert.ok(fields(await orgGrantReq(t, admin, org.id, { application_id: app.id, member_scope: 'denylist', member_overrides: twice })).includes('member_overrides'));
+  }
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).length, 0);
+  const ent = await orgGrantApi(t, admin, org.id, app.id);
+  for (const twice of [[member.id, member.id], [stranger, stranger]]) {
+    assert.ok(fields(await patchEnt(t, admin, ent.id, { member_scope: 'denylist', member_overrides: twice })).includes('member_overrides'));
+  }
+  assert.deepEqual((await sql(t, 'SELECT member_scope, member_overrides FROM entitlements WHERE id = $1', [ent.id]))[0], { member_scope: 'all_members', member_overrides: [] });
+});
+
 test('an org admin can never create the grant for their own Organization (403 forbidden), even as the Application owner; the Application owner who is not its org admin may', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const owned = await newApp(t, admin, { owner_user_id: org.owner.id });

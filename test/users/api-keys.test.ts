@@ -719,3 +719,19 @@ test('rotate and PATCH at the same time as revoking the key: a revoked key is ne
     if (rotated.statusCode === 200) assert.equal((await useKey(rotated.json().secret)).statusCode, 401);
   }
 });
+
+test('docs/decisions.md "API key errors": "Create and rotate take no Idempotency-Key (a stored replay would keep the secret 24 hours)": a key sent with either is not read, so a repeat mints another secret and no answer holding one is stored', async () => {
+  const headers = { 'idempotency-key': `keys-${Date.now()}` };
+  const payload = { name: 'svc', scope: 'platform', permissions: ['users.list'] };
+  const first = assertStatus(await call(t, 'POST', '/v1/api-keys', admin, payload, headers), 201);
+  const second = assertStatus(await call(t, 'POST', '/v1/api-keys', admin, payload, headers), 201);
+  assert.notEqual(second.id, first.id);
+  assert.notEqual(second.secret, first.secret);
+  const rotated = assertStatus(await call(t, 'POST', `/v1/api-keys/${first.id}/rotate`, admin, undefined, headers), 200);
+  const again = assertStatus(await call(t, 'POST', `/v1/api-keys/${first.id}/rotate`, admin, undefined, headers), 200);
+  assert.notEqual(again.secret, rotated.secret);
+  assertError(await useKey(rotated.secret), 401, 'unauthenticated');
+  assertStatus(await useKey(again.secret), 200);
+  const stored = await sql(t, "SELECT operation, response_body FROM idempotency_keys WHERE operation LIKE '% /v1/api-keys%'");
+  assert.deepEqual(stored, []);
+});

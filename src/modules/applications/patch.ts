@@ -155,6 +155,11 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     // Held in either mode, the name stays; the count reported is the caller's mode's (as DELETE /v1/roles/{id}).
     const { rows } = await tx.query<{ n: number; visible: number }>(ROLE_HOLDERS_SQL, [roleId]);
     if (rows[0].n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: rows[0].visible } });
+  }
+  // Every removed name is checked (409 app_role_in_use holds for every caller) before any Role goes,
+  // so a restricted key's answer does not depend on the order of the names.
+  for (const name of removed) {
+    const roleId = `role_${app.slug}_${name}`;
     const role = await findRole(tx, roleId);
     // A Role deleted with its name is a role deletion (Part A convention 11), however it is asked for:
     // refused to a restrict_destructive key as DELETE /v1/roles/{id} is (the route defers this to here).
