@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { atOneInstant, buildTestApp, storageName, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { blockedBy, client, commitWhileWaiting, endedOrWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { deliver, subscription } from '../billing/support.js';
-import { accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, newApp, orgGrantApi, orgWithMembers, patchEnt, person, platformKey, rand, sql } from './support.js';
+import { accessEvents, addById, assertError, assertStatus, call, createOrgApi, effective, newApp, orgGrantApi, orgWithMembers, outbox, patchEnt, person, platformKey, rand, sql } from './support.js';
 
 let t: TestApp;
 let admin: string;
@@ -29,10 +29,22 @@ async function starterAppWithSeats(seats: number): Promise<{ app: Awaited<Return
   return { app, personal: rows.map((r) => r.id) };
 }
 
+/** `seats` test-mode seats on the Application: test users with test-mode personal grants (rows inserted directly); their entitlement ids. */
+async function testModeSeats(appId: string, seats: number): Promise<string[]> {
+  const now = t.clock.now();
+  const prefix = `usr_tseat${rand(6)}_`;
+  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
+                SELECT $1 || g, $1 || g || '@example.com', 'active', true, $2, $2 FROM generate_series(1, $3::int) g`, [prefix, now, seats]);
+  const rows = await sql<{ id: string }>(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, true, $2, $2 FROM generate_series(1, $4::int) g RETURNING id`,
+    [prefix, now, appId, seats]);
+  return rows.map((r) => r.id);
+}
+
 const tenantOf = async (appId: string) => (await sql<{ tenant_id: string }>(t, 'SELECT tenant_id FROM applications WHERE id = $1', [appId]))[0].tenant_id;
 
-async function decisionOf(userId: string, appId: string): Promise<{ allowed: boolean; decision: string }> {
-  const view = await effective(t, admin, userId, appId);
+async function decisionOf(userId: string, appId: string, cred = admin): Promise<{ allowed: boolean; decision: string }> {
+  const view = await effective(t, cred, userId, appId);
   const org = view.access_paths.find((p: any) => p.source === 'org_seat');
   return { allowed: view.allowed, decision: org?.member_decision };
 }
@@ -535,6 +547,53 @@ test("seat-limit-release counts each mode's seats apart, as requests count them:
   assert.deepEqual(await decisionOf(waiting.id, app.id), { allowed: true, decision: 'included' });
   assert.deepEqual(await accessEvents(t, waiting.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
   assert.equal(await seatsOf(), 1000);
+});
+
+test("seat-limit-release gives each mode's freed seat to that mode's marked member, its seats counted apart as that mode's requests count them, and announces it in that mode only: on a Starter Tenant full in both modes, a test seat freed by time goes to the test-mode member (access.granted a test event) and a live seat to the live member (a live event)", async () => {
+  const { app, personal } = await starterAppWithSeats(999);
+  const testPersonal = await testModeSeats(app.id, 999);
+  const testAdmin = await platformKey(t, undefined, 'test');
+  const liveOrg = await orgWithMembers(t, admin, 0);
+  await orgGrantApi(t, admin, liveOrg.id, app.id);
+  const liveMember = await person(t);
+  assertStatus(await addById(t, admin, liveOrg.id, liveMember.id), 201);
+  const testOwner = await person(t, { mode: 'test' });
+  const testOrg = assertStatus(await call(t, 'POST', '/v1/organizations', testOwner.token, { name: 'Test-mode Org' }), 201);
+  await orgGrantApi(t, testAdmin, testOrg.id, app.id);
+  const testMember = await person(t, { mode: 'test' });
+  assertStatus(await addById(t, testAdmin, testOrg.id, testMember.id), 201);
+  const tenantId = await tenantOf(app.id);
+  const state = async () => ({
+    live: await decisionOf(liveMember.id, app.id),
+    test: await decisionOf(testMember.id, app.id, testAdmin),
+    liveSeats: assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/usage`, app.owner!.token), 200).limits.seats.current,
+  });
+  // The test mode at its cap, as its requests count it: a test-mode grant to a new test user is a seat beyond 1,000.
+  const testGrantBeyondCap = async () => {
+    const newcomer = await person(t, { mode: 'test' });
+    const res = await call(t, 'POST', `/v1/users/${newcomer.id}/entitlements`, testAdmin, { application_id: app.id, source: 'purchase' }, { 'idempotency-key': `k-${rand(8)}` });
+    assert.equal(assertError(res, 409, 'plan_limit_reached').details.resource, 'seats');
+  };
+  const modesOf = async (userId: string) => (await outbox(t, { types: ['access.granted', 'access.revoked'], userId, applicationId: app.id })).map((r) => [r.type, r.data.reason, r.test_mode]);
+  const seatLimit = { allowed: false, decision: 'seat_limit' };
+  const included = { allowed: true, decision: 'included' };
+  assert.deepEqual(await state(), { live: seatLimit, test: seatLimit, liveSeats: 1000 }, 'one member marked in each mode');
+  await testGrantBeyondCap();
+
+  // Time frees a test-mode seat: the job (system scope) sees both marks; the test seat is the test member's only.
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [testPersonal[0], new Date(t.clock.now().getTime() - 1000)]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await state(), { live: seatLimit, test: included, liveSeats: 1000 });
+  await testGrantBeyondCap();
+  assert.deepEqual(await modesOf(testMember.id), [['access.granted', 'org_grant_changed', true]], 'a test event: only test-mode subscriptions receive it');
+  assert.deepEqual(await modesOf(liveMember.id), []);
+
+  // Time frees a live seat: the live member's, announced as a live event.
+  await sql(t, 'UPDATE entitlements SET ends_at = $2 WHERE id = $1', [personal[0], new Date(t.clock.now().getTime() - 1000)]);
+  await t.deps.jobs.runNow('seat-limit-release');
+  assert.deepEqual(await state(), { live: included, test: included, liveSeats: 1000 });
+  assert.deepEqual(await modesOf(liveMember.id), [['access.granted', 'org_grant_changed', false]]);
+  assert.deepEqual(await modesOf(testMember.id), [['access.granted', 'org_grant_changed', true]]);
 });
 
 test('a Tenant whose seat release fails does not hold back the other Tenants: their members are released in the same run, the run reports failure naming the Tenant, and its members are released once it can run', async () => {

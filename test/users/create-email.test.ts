@@ -3,10 +3,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, pausedAfter, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
-import { commitWhileWaiting } from '../helpers/locks.js';
+import { commitWhileWaiting, withTransactionStatements } from '../helpers/locks.js';
 import { createApiKey, createUser, login, uniqueEmail, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
-  assertError, assertFields, assertStatus, auditFor, call, latestToken, linkToken, mailsTo, NEW_PASSWORD, sql, userRow,
+  assertError, assertFields, assertStatus, auditFor, call, latestToken, linkToken, mailsTo, NEW_PASSWORD, sql, userRow, type InjectResponse,
 } from './support.js';
 
 let t: TestApp;
@@ -133,6 +133,49 @@ test('Part A Errors, email_taken: concurrent POST /v1/users of one address (any 
   const winner = rs.find((r) => r.statusCode === 201)!.json();
   assert.equal(winner.status, 'invited');
   assert.equal((await auditFor(t, winner.id, 'user.created')).length, 1);
+});
+
+/** The existence check of an address (findLiveUserByEmail), inside the request's transaction. */
+const EMAIL_CHECK = "u.email_lower = lower($1) AND u.status <> 'deleted'";
+
+/**
+ * `first` paused right after its existence check of an address, its transaction open, while `second`
+ * runs to its end: both past their check before either inserts. `second` is started from a promise made
+ * here, not from inside the paused transaction. PostgreSQL only (the embedded database runs one at a time).
+ */
+async function bothPastTheCheck(first: () => Promise<InjectResponse>, second: () => Promise<InjectResponse>): Promise<[InjectResponse, InjectResponse]> {
+  let go!: () => void;
+  const released = new Promise<void>((resolve) => { go = resolve; });
+  const other = released.then(second);
+  let paused = false;
+  const res = await withTransactionStatements(t, async (run, text) => {
+    const result = await run();
+    if (!paused && text.includes(EMAIL_CHECK)) {
+      paused = true;
+      go();
+      await other;
+    }
+    return result;
+  }, first);
+  assert.ok(paused, 'the first request checked the address in its transaction');
+  return [res, await other];
+}
+
+if (storageName === 'postgres') test('Part A Errors, email_taken: two POST /v1/users of one address both past their existence check before either inserts (PostgreSQL): the one that inserts first is 201 (invited), the other 409 email_taken with details.reason invitation_pending, never a 500; one user', async () => {
+  const email = uniqueEmail('pastcheck');
+  const [late, early] = await bothPastTheCheck(() => create({ email, send_invitation: false }), () => create({ email: email.toUpperCase(), send_invitation: false }));
+  assert.equal(assertStatus(early, 201).status, 'invited');
+  assert.deepEqual(assertError(late, 409, 'email_taken').details, { reason: 'invitation_pending' });
+  assert.equal(await userCount(email), 1);
+});
+
+if (storageName === 'postgres') test('Part A Errors, email_taken ("user create or update collides with … an invited user; details.reason invitation_pending"): an admin email change and a POST /v1/users of that address, both past their existence check before either writes (PostgreSQL): the create is 201 (invited), the change 409 email_taken with details.reason invitation_pending and the email unchanged', async () => {
+  const user = await createUser(t);
+  const email = uniqueEmail('changerace');
+  const [change, created] = await bothPastTheCheck(() => patch(user.id, { email }), () => create({ email, send_invitation: false }));
+  assert.equal(assertStatus(created, 201).status, 'invited');
+  assert.deepEqual(assertError(change, 409, 'email_taken').details, { reason: 'invitation_pending' });
+  assert.equal((await userRow(t, user.id))!.email, user.email);
 });
 
 test('POST /v1/users needs users.manage: a users.list holder gets 403 forbidden and nothing is created', async () => {

@@ -10,7 +10,7 @@ import { issueOneTimeToken, voidAccountLinks, voidAddressTokens, voidEmailChange
 import { enqueueMail } from '../../mail/outbox.js';
 import { unauthenticated } from '../../auth/credentials.js';
 import { revokeSessions } from '../sessions/store.js';
-import { findLiveUserByEmail, findUserById, lockUser, toUser, type UserRow } from './store.js';
+import { findLiveUserByEmail, findUserById, lockUser, setEmailUnlessTaken, toUser, type UserRow } from './store.js';
 import { lockTargetUser, targetUser } from './access.js';
 import { RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
@@ -141,7 +141,8 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
   if (newEmail !== undefined) {
     const holder = await findLiveUserByEmail(tx, newEmail);
     if (holder) throw emailTaken(holder);
-    await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL WHERE id = $1', [user.id, newEmail]);
+    const taken = await setEmailUnlessTaken(tx, newEmail, () => tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL WHERE id = $1', [user.id, newEmail]));
+    if (taken) throw emailTaken(taken);
     await voidAddressTokens(tx, user.id, ctx.now);
     restored = await reload(tx, user.id);
   } else {
@@ -160,7 +161,9 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
 async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
   const holder = await findLiveUserByEmail(tx, email);
   if (holder && holder.id !== user.id) throw emailTaken(holder);
-  await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
+  const taken = await setEmailUnlessTaken(tx, email, () =>
+    tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]));
+  if (taken) throw emailTaken(taken);
   // Links mailed to the old address (a pending self-service change, verification, reset) die with it.
   await voidAddressTokens(tx, user.id, ctx.now);
   const after = await reload(tx, user.id);

@@ -1,4 +1,4 @@
-import type { Queryable } from '../../db/types.js';
+import type { Queryable, Tx } from '../../db/types.js';
 import type { User, UserStatus } from './schemas.js';
 
 export interface UserRow {
@@ -121,6 +121,28 @@ export async function findLiveUserByEmail(db: Queryable, email: string): Promise
     [email],
   );
   return rows[0] ?? null;
+}
+
+/**
+ * Runs `update`, an UPDATE giving a user the address `email`, undone alone (a savepoint) when a live
+ * user a concurrent transaction committed after the caller's check holds it (users_email_live_key):
+ * returns that holder, so the caller answers as for one found before (email_taken, invitation_pending
+ * for an invited one); null when the address was set.
+ */
+export async function setEmailUnlessTaken(tx: Tx, email: string, update: () => Promise<unknown>): Promise<UserRow | null> {
+  await tx.exec('SAVEPOINT set_email');
+  try {
+    await update();
+  } catch (err) {
+    const e = err as { code?: string; constraint?: string };
+    if (e?.code !== '23505' || e.constraint !== 'users_email_live_key') throw err;
+    await tx.exec('ROLLBACK TO SAVEPOINT set_email');
+    const holder = await findLiveUserByEmail(tx, email);
+    if (!holder) throw err;
+    return holder;
+  }
+  await tx.exec('RELEASE SAVEPOINT set_email');
+  return null;
 }
 
 export interface NewUser {
