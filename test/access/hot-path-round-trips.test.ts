@@ -98,6 +98,21 @@ test("LD-2 hot paths: GET /v1/users/me, effective-permissions and POST /v1/auth/
   }
 });
 
+test('"Login is two statements" (docs/decisions.md, Performance): one finds the user and takes the attempt slot, one after Argon2id starts the session; a token refresh ("one statement and one signature") is one', async () => {
+  const user = await person(t);
+  const recorder = recordStatements(t.database);
+  try {
+    let session: { refresh_token: string } | undefined;
+    const login = await recorder.during(async () => {
+      session = assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: user.email, password: user.password }), 200);
+    });
+    const refresh = await recorder.during(async () => assertStatus(await call(t, 'POST', '/v1/auth/token/refresh', null, { refresh_token: session!.refresh_token }), 200));
+    assert.deepEqual({ login: login.length, refresh: refresh.length }, { login: 2, refresh: 1 }, JSON.stringify({ login, refresh }, null, 1));
+  } finally {
+    recorder.restore();
+  }
+});
+
 test('LD-2 the statement count above is real: a request that writes (PATCH /v1/users/me/profile) is counted with its transaction', async () => {
   const user = await person(t);
   const recorder = recordStatements(t.database);

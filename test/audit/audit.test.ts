@@ -576,3 +576,16 @@ test('"Applications are shared catalog rows visible to both modes": an audit row
   assert.deepEqual(await read(viewer, liveApp.id), expected, "the purge of test rows leaves the live Application's trail");
   assert.deepEqual(await read(testViewer, testApp.id), [], "the test_mode Application's trail is test data, purged with it");
 });
+
+test('"Platform Roles belong to neither mode: their rows take the caller\'s" (docs/decisions.md, Mode of an audit row): a platform Role created and deleted by a test-mode key is in the test-mode trail, not the live one; by a live key, the reverse', async () => {
+  // Kept last: its test-mode rows would be read by '404 audit_event_not_found … test-mode callers see only test-mode events'.
+  const testKey = await platformKey(t, undefined, 'test');
+  const testViewer = await platformKey(t, ['audit.view'], 'test');
+  for (const [cred, mode] of [[testKey, 'test'], [admin, 'live']] as const) {
+    const role = assertStatus(await call(t, 'POST', '/v1/roles', cred, { name: `platform_${mode}_${Date.now().toString(36)}`, scope: 'platform', permissions: ['users.list'] }), 201);
+    assertStatus(await call(t, 'DELETE', `/v1/roles/${role.id}`, cred), 204);
+    const read = async (reader: string) => assertStatus(await list(reader, `target_id=${role.id}`), 200).data.map((e: any) => e.action).sort();
+    assert.deepEqual(await read(mode === 'test' ? testViewer : viewer), ['role.created', 'role.deleted'], `${mode}: its own mode's trail`);
+    assert.deepEqual(await read(mode === 'test' ? viewer : testViewer), [], `${mode}: not the other mode's`);
+  }
+});

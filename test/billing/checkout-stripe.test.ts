@@ -269,6 +269,24 @@ test('any processor failure, an error answer as well as no answer, is 503 billin
   assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter');
 });
 
+test('"Any Stripe failure is 503 billing_unavailable with Retry-After: 30 (one retry, 5 s timeout)" (docs/decisions.md, Processor): a failure the processor marks retryable is sent again once, not more, then answers 503', async () => {
+  const owner = await tenantOwner(t, { stripeCustomerId: 'cus_busy' });
+  assertStatus(await portal(owner.tenantId, owner.token), 201);
+  const sent = () => processor.requests.filter((r) => r.method === 'POST' && r.path === '/v1/billing_portal/sessions' && r.form.customer === 'cus_busy');
+  const before = sent().length;
+  processor.busy.add('/v1/billing_portal/sessions');
+  try {
+    const p = await portal(owner.tenantId, owner.token);
+    assert.equal(assertError(p, 503, 'billing_unavailable').details.reason, 'processor_error');
+    assert.equal(p.headers['retry-after'], '30');
+  } finally {
+    processor.busy.clear();
+  }
+  const attempts = sent().slice(before);
+  assert.equal(attempts.length, 2, 'the request and one retry');
+  assert.equal(attempts[1].headers['idempotency-key'], attempts[0].headers['idempotency-key'], 'the retry is the same request');
+});
+
 test('the portal allows payment method update, invoice view and cancel at period end, not plan switching: portal sessions open under one processor configuration saying so', async () => {
   const owner = await tenantOwner(t, { stripeCustomerId: 'cus_portal_features' });
   assertStatus(await portal(owner.tenantId, owner.token), 201);

@@ -26,6 +26,8 @@ export interface FakeProcessor {
   refuse: Set<string>;
   /** When set, checkout sessions are created without a url (as a processor answer the service cannot use). */
   checkoutWithoutUrl: { on: boolean };
+  /** Paths the fake answers 500 api_error with `Stripe-Should-Retry: true`, as the processor answers a passing failure. */
+  busy: Set<string>;
   close(): Promise<void>;
 }
 
@@ -40,6 +42,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
   const prices = new Map([['team', 'price_team_monthly']]);
   const refuse = new Set<string>();
   const checkoutWithoutUrl = { on: false };
+  const busy = new Set<string>();
   const byIdempotencyKey = new Map<string, { status: number; body: unknown }>();
   const configurations: { id: string; active: boolean; metadata: Record<string, string>; form: Record<string, string> }[] = [];
   let n = 0;
@@ -80,6 +83,11 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
       const form = Object.fromEntries(new URLSearchParams(Buffer.concat(chunks).toString('utf8')));
       const request: ProcessorRequest = { method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, form, headers: req.headers };
       requests.push(request);
+      if (busy.has(request.path)) {
+        res.writeHead(500, { 'content-type': 'application/json', 'request-id': `req_${rand(6)}`, 'stripe-should-retry': 'true' });
+        res.end(JSON.stringify({ error: { type: 'api_error', message: 'An error occurred with our connection to Stripe.' } }));
+        return;
+      }
       const key = req.headers['idempotency-key'];
       const replay = typeof key === 'string' ? byIdempotencyKey.get(key) : undefined;
       const out = replay ?? answer(request);
@@ -96,6 +104,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
     prices,
     refuse,
     checkoutWithoutUrl,
+    busy,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

@@ -4,6 +4,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import { buildTestApp, dropSchema, openTestDatabase, storageName, testConfig, TEST_DATABASE_URL, type TestApp } from '../helpers/app.js';
 import { createApiKey, uniqueEmail } from '../helpers/fixtures.js';
@@ -425,6 +427,22 @@ test('a query on a root handle inside a transaction throws (pass the transaction
   });
   assert.equal(result, 1, 'the transaction handle keeps working');
   assert.equal((await root.query<{ one: number }>('SELECT 1 AS one')).rows[0].one, 1, 'root handles work again after the transaction');
+});
+
+// Four child processes and no storage of its own: run once, in the embedded pass.
+if (storageName === 'pglite') test('"The transaction guard runs under npm test and NODE_ENV=development (or PLATFORM_TX_GUARD=1), not in production" (docs/decisions.md, Performance): a root query inside a transaction throws there, and passes in production', async () => {
+  const probe = `const g = await import('./src/db/guard.ts'); const owner = {};
+    try { await g.runInTransactionContext(owner, async () => g.assertNotInTransaction(owner)); console.log('off'); } catch { console.log('on'); }`;
+  const guard = async (env: Record<string, string>) => {
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', probe], {
+      env: { PATH: process.env.PATH ?? '', ...env },
+    });
+    return stdout.trim();
+  };
+  assert.deepEqual(
+    [await guard({ NODE_ENV: 'test' }), await guard({ NODE_ENV: 'development' }), await guard({ NODE_ENV: 'production', PLATFORM_TX_GUARD: '1' }), await guard({ NODE_ENV: 'production' })],
+    ['on', 'on', 'on', 'off'],
+  );
 });
 
 test('GET /health answers 200 {status: "ok"} without a credential', async () => {

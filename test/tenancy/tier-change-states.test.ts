@@ -213,6 +213,17 @@ test('started_at is set by the move to in_progress and kept by every later chang
   });
 });
 
+test('"completed_at only by the completion (a cancelled request keeps it null)" (docs/decisions.md): a request cancelled while pending, scheduled or in progress reads completed_at null; one cancelled in progress keeps its started_at', async () => {
+  for (const from of ['pending', 'scheduled', 'in_progress'] as const) {
+    const { owner, id } = await requestIn(from);
+    const cancelled = assertStatus(await patch(owner.tenantId, id, { status: 'cancelled', notes: 'Withdrawn' }), 200);
+    assert.equal(cancelled.status, 'cancelled');
+    assert.equal(cancelled.completed_at, null, `cancelled from ${from}`);
+    assert.equal(cancelled.started_at === null, from !== 'in_progress', `started_at after cancelling from ${from}`);
+    assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${id}`, support.token), 200).completed_at, null);
+  }
+});
+
 test('in_progress → cancelled rolls back the tier too: a shared Tenant whose move to isolated is cancelled is active on shared in us-east-1 again', async () => {
   const { owner, id } = await requestIn('in_progress', { requested_tier: 'isolated', reason: 'Isolation' });
   assertStatus(await patch(owner.tenantId, id, { status: 'cancelled', notes: 'Rolled back' }), 200);

@@ -58,6 +58,28 @@ test('creating a request needs tenants.manage (the owner gets 403 forbidden); an
   assertError(await create('tnt_01HZZZZZZZZZZZZZZZZZZZZZZZ', { requested_tier: 'isolated', reason: 'r' }), 404, 'tenant_not_found');
 });
 
+test('"the tier-change writes … are tenants.manage operations: the gate answers 403 forbidden to every caller without it, whatever the id" (docs/decisions.md): a stranger gets the same 403 on POST and PATCH for an existing Tenant and an unknown one', async () => {
+  const owner = await enterpriseTenant();
+  const request = await openRequest(owner.tenantId);
+  const stranger = await caller(t);
+  const unknown = 'tnt_01HZZZZZZZZZZZZZZZZZZZZZZZ';
+  assertError(await create(owner.tenantId, { requested_tier: 'isolated', reason: 'r' }, stranger.token), 403, 'forbidden');
+  assertError(await create(unknown, { requested_tier: 'isolated', reason: 'r' }, stranger.token), 403, 'forbidden');
+  assertError(await patch(owner.tenantId, request.id, { notes: 'n' }, stranger.token), 403, 'forbidden');
+  assertError(await patch(unknown, 'tcr_01HZZZZZZZZZZZZZZZZZZZZZZZ', { notes: 'n' }, stranger.token), 403, 'forbidden');
+  assert.equal((await patch(owner.tenantId, request.id, { status: 'cancelled', notes: 'audit cleanup' })).statusCode, 200);
+});
+
+test('"requested_by is the id of the caller that opened the request: a user, or the API key (key_…) that did" (docs/decisions.md): a platform key with tenants.manage opens one naming itself', async () => {
+  const owner = await enterpriseTenant();
+  const key = await createApiKey(t, { permissions: ['tenants.manage'] });
+  const request = assertStatus(await create(owner.tenantId, { requested_tier: 'isolated', reason: 'Opened by automation' }, key.secret), 201);
+  assert.match(request.requested_by, /^key_/);
+  assert.equal(request.requested_by, key.id);
+  assert.equal(assertStatus(await call(t, 'GET', `${base(owner.tenantId)}/${request.id}`, support.token), 200).requested_by, key.id);
+  assertStatus(await patch(owner.tenantId, request.id, { status: 'cancelled', notes: 'done' }), 200);
+});
+
 test('creating a request is destructive: a restrict_destructive API key is refused 403 destructive_operation_restricted', async () => {
   const owner = await enterpriseTenant();
   const key = await createApiKey(t, { permissions: ['tenants.manage'], restrictDestructive: true });

@@ -622,6 +622,16 @@ test('test keys (mode test) get a plat_test_ secret; a user created with one is 
   assert.match(assertStatus(await rotateKey(testKey.id), 200).secret, /^plat_test_/);
 });
 
+test('"API key rows take the caller\'s" mode (docs/decisions.md, Mode of an audit row): a live admin minting a test key stays in the live trail, read by live audit.view and not by test-mode audit.view', async () => {
+  const key = await newKey({ mode: 'test' });
+  assert.equal(key.mode, 'test');
+  const [row] = await sql<{ test_mode: boolean }>(t, `SELECT test_mode FROM audit_events WHERE target_id = $1 AND action = 'api_key.created'`, [key.id]);
+  assert.equal(row.test_mode, false);
+  const read = async (cred: string) => assertStatus(await call(t, 'GET', `/v1/audit-events?target_id=${key.id}`, cred), 200).data.map((e: any) => e.action);
+  assert.deepEqual(await read((await createApiKey(t, { permissions: ['audit.view'] })).secret), ['api_key.created']);
+  assert.deepEqual(await read((await createApiKey(t, { permissions: ['audit.view'], mode: 'test' })).secret), []);
+});
+
 test('"Test credentials see only test rows": a test-mode User token creates test keys only; asking for mode live gets 403 forbidden and no key is created', async () => {
   const testAdmin = await login(t, await createUser(t, { mode: 'test', roles: ['superadmin'] }));
   const name = `escape-${Date.now()}`;

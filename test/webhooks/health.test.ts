@@ -160,6 +160,22 @@ test('410 Gone on a test call ("any | 410 Gone response from the receiver | disa
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
+test('"A 410 Gone disables the subscription on any of them" (docs/decisions.md, Test and redeliver): a redelivery answered 410 disables it at once, as a test call does', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/gone-redeliver'), events: ['user.suspended'] }), 201);
+  receiver.routes.set('/gone-redeliver', (_req, res) => res.writeHead(200).end());
+  await emitEvent(t, 'user.suspended', { user_id: 'usr_gone_redeliver' });
+  await runDelivery(t);
+  const [delivered] = await deliveriesOf(t, sub.id);
+  assert.equal(delivered.status, 'succeeded');
+  receiver.routes.set('/gone-redeliver', (_req, res) => res.writeHead(410).end('gone'));
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${delivered.id}/redeliver`, admin), 202);
+  await runDelivery(t);
+  assert.equal((await statusOf(sub.id)).status, 'disabled');
+  const [stored] = await sql(t, 'SELECT disabled_reason FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+  assert.equal(stored.disabled_reason, 'gone');
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('410 Gone disables the subscription at once (owner mailed), and later events are not delivered; another 4xx (404) is a failure that is retried, the subscription staying healthy', async () => {
   const owner = await createUser(t);
   const creator = (await createApiKey(t, { scope: 'platform', permissions: ['webhooks.manage'], createdBy: owner.id })).secret;
@@ -355,6 +371,23 @@ test('"delivery log retained 30 days" to the second: a delivery exactly 30 days 
     await t.deps.jobs.runNow('webhook-health');
   });
   assert.deepEqual(await deliveriesOf(t, sub.id), []);
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
+test('"relayed outbox rows are pruned after 31 days" (docs/decisions.md, Retention): an event relayed exactly 31 days ago survives the health job (a day past the delivery log, which may still redeliver it); a second later it is pruned', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/outbox-31'), events: ['user.reactivated'] }), 201);
+  receiver.routes.set('/outbox-31', (_req, res) => res.writeHead(200).end());
+  const outboxRow = (id: string) => sql(t, 'SELECT id FROM outbox_events WHERE id = $1', [id]);
+  await withStoppedClock(t, async () => {
+    const eventId = await emitEvent(t, 'user.reactivated', { user_id: 'usr_outbox_31' });
+    await runDelivery(t);
+    t.clock.advance(31 * DAY);
+    await t.deps.jobs.runNow('webhook-health');
+    assert.equal((await outboxRow(eventId)).length, 1, 'relayed 31 days ago to the second: kept');
+    t.clock.advance(1);
+    await t.deps.jobs.runNow('webhook-health');
+    assert.deepEqual(await outboxRow(eventId), [], 'a second later: pruned');
+  });
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 

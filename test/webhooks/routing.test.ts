@@ -82,6 +82,27 @@ test('a member an allowlist org grant excludes has no access path: their user.* 
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
+test('"a grant whose member_scope or seat limit excludes them is no path" (docs/decisions.md, Routing): a member waiting as seat_limit on a restricted Tenant\'s organization-wide grant is not heard of by the app subscription; a seated member is', async () => {
+  const app = await newApp(t, admin);
+  const admin2 = await person(t, { roles: ['superadmin'] });
+  const [seated, waiting] = [await person(t), await person(t)];
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', admin2.token, { name: 'Seat limit Org' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: seated.id }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/entitlements`, admin, { application_id: app.id }, { 'idempotency-key': `org-${org.id}` }), 201);
+  const sub = await createWebhook(t, await appKey(t, app.id), { url: receiver.url('/seat-limit-path'), events: ['user.suspended'] });
+  await sql(t, 'UPDATE tenants SET restricted = true WHERE id = $1', [app.tenantId]);
+  try {
+    assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, admin, { user_id: waiting.id }), 201);
+    assert.equal((await sql(t, 'SELECT 1 FROM org_seat_limits WHERE user_id = $1', [waiting.id])).length, 1, 'precondition: the member waits as seat_limit');
+    for (const m of [seated, waiting]) assertStatus(await call(t, 'POST', `/v1/users/${m.id}/suspend`, admin), 200);
+    await runDelivery(t);
+    assert.deepEqual(typesAt('/seat-limit-path'), [`user.suspended:${seated.id}`]);
+  } finally {
+    await sql(t, 'UPDATE tenants SET restricted = false WHERE id = $1', [app.tenantId]);
+    await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+  }
+});
+
 test('a subscription receives only events written after it was created', async () => {
   await emitEvent(t, 'user.reactivated', { user_id: 'usr_before' });
   t.clock.advance(1);
