@@ -90,6 +90,22 @@ test('signup sends the verification email with a token= link, and an unverified 
   assert.equal(login.json().email_verified, false);
 });
 
+test('README SMTP_URL unset: "mails stay in the emails table with their links (text_body)": the documented SELECT to_address, subject, text_body FROM emails ORDER BY created_at DESC shows the signup\'s verification link, whose token verifies the address', async () => {
+  const email = uniqueEmail('readme-outbox');
+  const res = await signup({ email, password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  const rows = await sql<{ to_address: string; subject: string; text_body: string }>(t, 'SELECT to_address, subject, text_body FROM emails ORDER BY created_at DESC');
+  const mail = rows.find((row) => row.to_address === email);
+  assert.ok(mail, 'the mail is listed');
+  assert.equal(mail.subject, 'Verify your email address');
+  const link = /(\S+\/verify-email\?token=\S+)/.exec(mail.text_body);
+  assert.ok(link, mail.text_body);
+  const verify = await post(t, '/v1/auth/email/verify', { token: new URL(link[1]).searchParams.get('token') });
+  assert.equal(verify.statusCode, 204, verify.body);
+  const me = await get(t, '/v1/users/me', res.json().access_token);
+  assert.equal(me.json().email_verified, true);
+});
+
 test('signup writes audit user.created with actor_type user and actor_id the new user, for the signup request', async () => {
   const email = uniqueEmail('audit');
   const res = await signup({ email, password: PASSWORD });
