@@ -19,25 +19,18 @@ after(() => t.close());
 /** A Starter Tenant's Application with `seats` seats taken by personal grants (rows inserted directly); their entitlement ids. */
 async function starterAppWithSeats(seats: number): Promise<{ app: Awaited<ReturnType<typeof newApp>>; personal: string[] }> {
   const app = await newApp(t, admin);
-  const now = t.clock.now();
-  const prefix = `usr_seat${rand(6)}_`;
-  await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
-                SELECT $1 || g, $1 || g || '@example.com', 'active', false, $2, $2 FROM generate_series(1, $3::int) g`, [prefix, now, seats]);
-  const rows = await sql<{ id: string }>(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
-                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, false, $2, $2 FROM generate_series(1, $4::int) g RETURNING id`,
-    [prefix, now, app.id, seats]);
-  return { app, personal: rows.map((r) => r.id) };
+  return { app, personal: await seatsOn(app.id, seats) };
 }
 
-/** `seats` test-mode seats on the Application: test users with test-mode personal grants (rows inserted directly); their entitlement ids. */
-async function testModeSeats(appId: string, seats: number): Promise<string[]> {
+/** `seats` seats on the Application: users of the mode with personal grants (rows inserted directly); their entitlement ids. */
+async function seatsOn(appId: string, seats: number, mode: 'live' | 'test' = 'live'): Promise<string[]> {
   const now = t.clock.now();
-  const prefix = `usr_tseat${rand(6)}_`;
+  const prefix = `usr_${mode === 'test' ? 't' : ''}seat${rand(6)}_`;
   await sql(t, `INSERT INTO users (id, email, status, test_mode, created_at, updated_at)
-                SELECT $1 || g, $1 || g || '@example.com', 'active', true, $2, $2 FROM generate_series(1, $3::int) g`, [prefix, now, seats]);
+                SELECT $1 || g, $1 || g || '@example.com', 'active', $4, $2, $2 FROM generate_series(1, $3::int) g`, [prefix, now, seats, mode === 'test']);
   const rows = await sql<{ id: string }>(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
-                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, true, $2, $2 FROM generate_series(1, $4::int) g RETURNING id`,
-    [prefix, now, appId, seats]);
+                SELECT 'ent_' || $1 || g, $1 || g, $3, 'active', 'admin_grant', $2, $5, $2, $2 FROM generate_series(1, $4::int) g RETURNING id`,
+    [prefix, now, appId, seats, mode === 'test']);
   return rows.map((r) => r.id);
 }
 
@@ -551,7 +544,7 @@ test("seat-limit-release counts each mode's seats apart, as requests count them:
 
 test("seat-limit-release gives each mode's freed seat to that mode's marked member, its seats counted apart as that mode's requests count them, and announces it in that mode only: on a Starter Tenant full in both modes, a test seat freed by time goes to the test-mode member (access.granted a test event) and a live seat to the live member (a live event)", async () => {
   const { app, personal } = await starterAppWithSeats(999);
-  const testPersonal = await testModeSeats(app.id, 999);
+  const testPersonal = await seatsOn(app.id, 999, 'test');
   const testAdmin = await platformKey(t, undefined, 'test');
   const liveOrg = await orgWithMembers(t, admin, 0);
   await orgGrantApi(t, admin, liveOrg.id, app.id);
