@@ -21,6 +21,18 @@ const verify = (body: object) => post(t, '/v1/auth/mfa/verify', body);
 const otherCode = (code: string) => String((Number(code) + 500_000) % 1_000_000).padStart(6, '0');
 const mfaEnabled = async (token: string) => (await get(t, '/v1/users/me', token)).json().mfa_enabled;
 
+test('docs/decisions.md "Bearer token values are not ULIDs": a refresh token, an MFA challenge token and a mailed one-time token are their prefix plus 32 random bytes (base64url, 43 characters), not a ULID', async () => {
+  const plain = await createUser(t);
+  const signedIn = await loginRes(t, plain);
+  assert.equal(signedIn.statusCode, 200, signedIn.body);
+  assert.match(signedIn.json().refresh_token, /^rtk_[A-Za-z0-9_-]{43}$/);
+  const { user } = await createMfaUser(t);
+  assert.match(await mfaChallenge(t, user), /^mfa_[A-Za-z0-9_-]{43}$/);
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email: plain.email })).statusCode, 202);
+  const link = await latestToken(t, plain.email, 'password_reset');
+  assert.match(link, /^pwr_[A-Za-z0-9_-]{43}$/);
+});
+
 test('TOTP enrollment returns the otpauth URI and secret; confirming with the first code turns TOTP on and returns 10 single-use recovery codes, stored hashed', async () => {
   const user = await createUser(t);
   const token = await login(t, user);

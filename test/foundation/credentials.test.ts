@@ -70,6 +70,15 @@ test('signing keys are published at the JWKS document as RSA keys with a kid (no
   }
 });
 
+test('docs/decisions.md "Signing keys are RSA-2048 (RS256)": every published key is an RS256 RSA key with a 2048-bit modulus', async () => {
+  const { keys } = await jwks();
+  assert.ok(keys.length >= 1, 'keys.length >= 1');
+  for (const k of keys) {
+    assert.deepEqual([k.kty, k.alg], ['RSA', 'RS256'], k.kid);
+    assert.equal(Buffer.from(k.n as string, 'base64url').length * 8, 2048, `${k.kid}: modulus bits`);
+  }
+});
+
 test('the platform access token is a JWT RS256 that verifies against the JWKS and carries exactly the claims of Part A, no permissions', async () => {
   const user = await createUser(t, { roles: ['superadmin'] });
   const res = await loginRes(user, false);

@@ -259,6 +259,19 @@ test('the seed Role support holds exactly users.list, entitlements.manage, audit
   assert.deepEqual([...rows[0].permissions].sort(), ['audit.view', 'billing.manage', 'entitlements.manage', 'tenants.manage', 'users.list']);
 });
 
+test('the seed Role billing_admin holds exactly billing.manage, billing.refund, audit.view, and member no platform permission (docs/decisions.md "Seed Roles")', async () => {
+  const { rows } = await sys().query<{ id: string; scope: string; seed: boolean; permissions: string[] }>(
+    `SELECT id, scope, seed, permissions FROM roles WHERE id IN ('role_platform_billing_admin', 'role_platform_member') ORDER BY id`,
+  );
+  assert.deepEqual(
+    rows.map((r) => [r.id, r.scope, r.seed, [...r.permissions].sort()]),
+    [
+      ['role_platform_billing_admin', 'platform', true, ['audit.view', 'billing.manage', 'billing.refund']],
+      ['role_platform_member', 'platform', true, []],
+    ],
+  );
+});
+
 test('the four seed Roles superadmin, support, billing_admin and member exist as platform Roles', async () => {
   const { rows } = await sys().query<{ id: string; name: string }>(`SELECT id, name FROM roles WHERE seed AND scope = 'platform' ORDER BY name`);
   assert.deepEqual(

@@ -763,6 +763,17 @@ test('the test purge is a hard delete like the erasure cascade: a stored Idempot
   for (const value of ['Purged Person', 'purged-contact@example.org']) assert.ok(!retry.body.includes(value), `the retry shows ${value}`);
 });
 
+test('"API keys are not purged (a CI\'s test key must keep working)": a test-mode key older than 30 days, made by a test user the purge removes, still authenticates after the nightly test purge', async () => {
+  const creator = await createUser(t, { mode: 'test' });
+  const key = await createApiKey(t, { mode: 'test', permissions: ['users.list'], createdBy: creator.id });
+  assertStatus(await call(t, 'GET', '/v1/users?limit=1', key.secret), 200);
+  t.clock.advance(31 * DAY);
+  await purgeTestData(t.deps);
+  assert.equal(await userRow(t, creator.id), undefined, 'the test user who made the key is purged');
+  assert.equal(await count('api_keys', 'id = $1', [key.id]), 1, 'the key stays');
+  assertStatus(await call(t, 'GET', '/v1/users?limit=1', key.secret), 200);
+});
+
 test('the test purge is a hard delete like the erasure cascade: a stored Idempotency-Key answer of an admin\'s PATCH /v1/users/{id} of a purged test user in its last 24 hours (the User, with its email) is dropped; a retry runs again and gets 404 user_not_found instead of replaying the purged User', async () => {
   const old = await createUser(t, { mode: 'test' });
   t.clock.advance(30 * DAY);

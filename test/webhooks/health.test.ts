@@ -374,19 +374,24 @@ test('"delivery log retained 30 days" to the second: a delivery exactly 30 days 
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
-test('"relayed outbox rows are pruned after 31 days" (docs/decisions.md, Retention): an event relayed exactly 31 days ago survives the health job (a day past the delivery log, which may still redeliver it); a second later it is pruned', async () => {
-  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/outbox-31'), events: ['user.reactivated'] }), 201);
-  receiver.routes.set('/outbox-31', (_req, res) => res.writeHead(200).end());
-  const outboxRow = (id: string) => sql(t, 'SELECT id FROM outbox_events WHERE id = $1', [id]);
+test('docs/decisions.md "Retention of personal data": a relayed outbox event (its event data) is kept 31 days, one day past the delivery log\'s 30 days: the health job keeps it exactly 31 days after its relay and deletes it a millisecond later', async () => {
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/thirty-one-days'), events: ['user.reactivated'] }), 201);
+  const relayedAt = async (id: string) => (await sql<{ relayed_at: Date | null }>(t, 'SELECT relayed_at FROM outbox_events WHERE id = $1', [id])).map((r) => r.relayed_at?.getTime() ?? null);
   await withStoppedClock(t, async () => {
-    const eventId = await emitEvent(t, 'user.reactivated', { user_id: 'usr_outbox_31' });
+    const eventId = await emitEvent(t, 'user.reactivated', { user_id: 'usr_thirty_one_days' });
     await runDelivery(t);
-    t.clock.advance(31 * DAY);
+    const relayed = t.clock.now().getTime();
+    assert.deepEqual(await relayedAt(eventId), [relayed], 'relayed at the stopped instant');
+    t.clock.advance(30 * DAY + 1);
     await t.deps.jobs.runNow('webhook-health');
-    assert.equal((await outboxRow(eventId)).length, 1, 'relayed 31 days ago to the second: kept');
-    t.clock.advance(1);
+    assert.deepEqual(await deliveriesOf(t, sub.id), [], 'the delivery log entry is gone after 30 days');
+    assert.deepEqual(await relayedAt(eventId), [relayed], 'the event stays past the log');
+    t.clock.advance(DAY - 1);
     await t.deps.jobs.runNow('webhook-health');
-    assert.deepEqual(await outboxRow(eventId), [], 'a second later: pruned');
+    assert.deepEqual(await relayedAt(eventId), [relayed], 'kept at exactly 31 days');
+    t.clock.advance(0.001);
+    await t.deps.jobs.runNow('webhook-health');
+    assert.deepEqual(await relayedAt(eventId), [], 'deleted a millisecond after 31 days');
   });
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
