@@ -209,7 +209,8 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     if (transfer.length > 0) {
       throw new ApiError('bad_request', { message: 'The only transfer coding supported is chunked.' });
     }
-    const coding = request.headers['content-encoding']?.trim().toLowerCase();
+    // A GET's (and HEAD's) body is not read (docs/decisions.md "Methods"), so neither is its coding.
+    const coding = request.method === 'GET' || request.method === 'HEAD' ? undefined : request.headers['content-encoding']?.trim().toLowerCase();
     const hasBody = request.headers['transfer-encoding'] !== undefined || Number(request.headers['content-length'] ?? 0) > 0;
     if (coding && coding !== 'identity' && hasBody) {
       throw new ApiError('unsupported_media_type', {

@@ -12,6 +12,8 @@ interface RouteRecord {
   meta: RouteMeta;
   bodyOptional: boolean;
   ownValidation: boolean;
+  /** The route reads JSON bodies with the service's parser (not a scope's own raw parser). */
+  jsonParser: boolean;
 }
 
 const toOpenApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
@@ -39,7 +41,7 @@ const errorResponse = (description: string) => ({
  */
 export async function registerOpenApi(app: FastifyInstance, publicUrl: string): Promise<void> {
   const routes: RouteRecord[] = [];
-  app.addHook('onRoute', (route) => {
+  app.addHook('onRoute', function (route) {
     const meta = route.config?.meta;
     if (!meta || route.schema?.hide) return;
     const body = route.schema?.body as { required?: string[]; minProperties?: number } | undefined;
@@ -48,7 +50,8 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
     const bodyOptional = !!body && !body.required?.length && !body.minProperties;
     // A route that attaches validation errors answers them in its own shape (the OAuth token endpoint).
     const ownValidation = !!route.attachValidation;
-    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method: method.toLowerCase(), url: route.url, meta, bodyOptional, ownValidation });
+    const jsonParser = this.hasContentTypeParser('application/json');
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method: method.toLowerCase(), url: route.url, meta, bodyOptional, ownValidation, jsonParser });
   });
   app.addSchema(ErrorEnvelope);
 
@@ -124,13 +127,15 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
           });
           add(409, 'idempotency_key_in_flight');
         }
-        if (meta.throttle) add(429, 'rate_limited: per-IP throttle; Retry-After set');
+        if (meta.throttle) add(429, 'rate_limited: per-IP throttle, Retry-After set');
         if (!r.ownValidation) {
           add(422, 'validation_failed: details.fields names each offending field');
           // What the framework refuses before the route: a URL, and a body, the service cannot read.
           add(400, 'bad_request: the URL is not validly percent-encoded');
-          if (op.requestBody) {
-            add(400, 'malformed_json: the body is not one valid JSON document');
+          // Any method but GET has its body read, one the operation takes none of too (a DELETE's, see
+          // docs/conventions.md validation_failed); a GET's is not read (docs/decisions.md "Methods").
+          if (r.method !== 'get') {
+            if (r.jsonParser) add(400, 'malformed_json: the body is not one valid JSON document');
             add(413, 'payload_too_large: the body is over 1 MiB');
             add(415, 'unsupported_media_type: the body must be application/json');
           }
