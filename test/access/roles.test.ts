@@ -867,3 +867,32 @@ test("role.assigned and role.removed audit rows of an app Role: target the Role 
   assert.deepEqual([removed.before, removed.after], [data, null]);
   assert.deepEqual(await roleEvents(user.id, 'role.removed'), [data]);
 });
+
+// ---- bounded lists (docs/conventions.md, Pagination) ---------------------------------------------------
+
+test('bounded lists: "GET /v1/permissions and a user\'s Roles (GET /v1/users/{id}/roles) return everything in one page (next_cursor null) and take no limit": 21 assignments and every permission key in one page past the default 20, ?limit=1 is 422 naming query.limit', async () => {
+  const holder = await person(t);
+  const tag = rand(4);
+  const assigned: string[] = [];
+  for (let i = 0; i < 21; i++) {
+    const role = assertStatus(await createRole(admin, { name: `bounded${tag}${i}`, scope: 'platform', permissions: ['audit.view'] }), 201);
+    assertStatus(await assign(admin, holder.id, role.id), 201);
+    assigned.push(role.id);
+  }
+  const roles = assertStatus(await call(t, 'GET', `/v1/users/${holder.id}/roles`, admin), 200);
+  const held = roles.data.map((a: { role_id: string }) => a.role_id);
+  assert.deepEqual(held.filter((id: string) => assigned.includes(id)).sort(), [...assigned].sort());
+  assert.deepEqual(held.sort(), (await heldRoles(holder.id)).sort(), 'every assignment, the seed member Role too');
+  assert.deepEqual(roles.page, { next_cursor: null, has_more: false });
+  const rolesLimited = assertError(await call(t, 'GET', `/v1/users/${holder.id}/roles?limit=1`, admin), 422, 'validation_failed');
+  assert.deepEqual(rolesLimited.details.fields.map((f: { path: string }) => f.path), ['query.limit']);
+
+  // 12 platform keys plus two of each of these Applications: more than a default page of 20.
+  for (let i = 0; i < 5; i++) await appWith([]);
+  const permissions = assertStatus(await call(t, 'GET', '/v1/permissions', admin), 200);
+  assert.ok(permissions.data.length > 20, `${permissions.data.length} permission keys`);
+  for (const p of ALL_PERMISSIONS) assert.ok(permissions.data.some((item: { key: string }) => item.key === p), p);
+  assert.deepEqual(permissions.page, { next_cursor: null, has_more: false });
+  const permissionsLimited = assertError(await call(t, 'GET', '/v1/permissions?limit=1', admin), 422, 'validation_failed');
+  assert.deepEqual(permissionsLimited.details.fields.map((f: { path: string }) => f.path), ['query.limit']);
+});

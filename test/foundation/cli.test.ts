@@ -5,6 +5,7 @@ import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { pathToFileURL } from 'node:url';
 import { projectPath } from '../../src/paths.js';
 import { freePort } from '../security/multiprocess/http.js';
 
@@ -153,12 +154,7 @@ test('embedded storage is one process\'s: while the server holds DATA_DIR a comm
   const port = await freePort(); // below the ephemeral range and free: see freePort
   const server = spawn(process.execPath, [BIN, 'serve'], { cwd: projectPath('.'), env: { ...env, PORT: String(port), HOST: '127.0.0.1', WORKERS: '0' }, stdio: 'ignore' });
   try {
-    for (let i = 0; ; i++) {
-      const up = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
-      if (up) break;
-      assert.ok(i < 300 && server.exitCode === null, 'the server started');
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    await untilServing(server, port, 'the server');
     const refused = await platform('jobs', 'list');
     assert.equal(refused.code, 1);
     assert.equal(refused.stderr.trim().split('\n').length, 1, refused.stderr);
@@ -505,17 +501,22 @@ test('--help or -h after a command prints the usage on stdout, exits 0 and runs 
   }
 });
 
+/** Waits until the server `child` answers /health on `port` (60 s at most, and only while it runs). */
+async function untilServing(child: import('node:child_process').ChildProcess, port: number, what: string | (() => string)): Promise<void> {
+  for (let i = 0; ; i++) {
+    const up = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
+    if (up) return;
+    if (i >= 300 || child.exitCode !== null) assert.fail(`${typeof what === 'string' ? what : what()} started`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 /** Starts `command` in a process group of its own, as a container runtime starts its first process. */
 async function startServing(command: string, args: string[], serveEnv: NodeJS.ProcessEnv, port: number) {
   const { spawn } = await import('node:child_process');
   const child = spawn(command, args, { cwd: projectPath('.'), env: serveEnv, stdio: 'ignore', detached: true });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  for (let i = 0; ; i++) {
-    const up = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
-    if (up) break;
-    assert.ok(i < 300 && child.exitCode === null, `${command} ${args.join(' ')} started`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  await untilServing(child, port, `${command} ${args.join(' ')}`);
   return { child, exited };
 }
 
@@ -598,6 +599,47 @@ test('README configuration: the server as npm start runs it (node dist/src/main.
     assert.match(inUse.stderr, /^platform: could not start: listen EADDRINUSE: address already in use 127\.0\.0\.1:\d+ \(EADDRINUSE\)\n$/);
   } finally {
     holder.close();
+    await rm(folder, { recursive: true, force: true });
+  }
+});
+
+test('docs/security.md "Unhandled rejections (FT-4)": a promise rejection nobody handled is logged at error level with its stack and the server (node dist/src/main.js) keeps serving; it still exits 0 on SIGTERM', { timeout: 120_000 }, async () => {
+  const folder = await mkdtemp(join(tmpdir(), 'platform-cli-rejection-'));
+  // Planted in the server process before main.js runs: SIGUSR2 rejects a promise nobody handles.
+  const preload = join(folder, 'plant-rejection.mjs');
+  await writeFile(preload, "process.on('SIGUSR2', () => { Promise.reject(new Error('planted-rejection-4c1')); });\n");
+  const port = await freePort();
+  const { spawn } = await import('node:child_process');
+  const child = spawn(process.execPath, ['--import', pathToFileURL(preload).href, 'dist/src/main.js'], {
+    cwd: projectPath('.'),
+    env: { ...env, DATA_DIR: folder, PORT: String(port), HOST: '127.0.0.1', WORKERS: '0', LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  let out = '';
+  let logged!: (line: Record<string, any>) => void;
+  const rejectionLogged = new Promise<Record<string, any>>((resolve) => (logged = resolve));
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+    out += chunk;
+    for (const text of out.split('\n').slice(0, -1)) {
+      const line = (() => { try { return JSON.parse(text); } catch { return null; } })();
+      if (line?.msg === 'unhandled promise rejection') logged(line);
+    }
+  });
+  try {
+    await untilServing(child, port, () => `the server (${out})`);
+    child.kill('SIGUSR2');
+    const line = await Promise.race([rejectionLogged, exited.then((code) => assert.fail(`the process ended (exit ${code}) over an unhandled rejection: ${out}`))]);
+    assert.equal(line.level, 50, 'error level');
+    assert.match(String(line.err?.stack), /planted-rejection-4c1[\s\S]*\n\s+at /, 'the stack is logged');
+    const after = await fetch(`http://127.0.0.1:${port}/health`);
+    assert.equal(after.status, 200, 'the process keeps serving');
+    assert.equal(child.exitCode, null);
+    child.kill('SIGTERM');
+    assert.equal(await exited, 0);
+  } finally {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
     await rm(folder, { recursive: true, force: true });
   }
 });

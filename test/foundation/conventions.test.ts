@@ -602,6 +602,39 @@ test('list pagination: a cursor that does not decode gets 422 validation_failed 
   }
 });
 
+test('list pagination: "a well-formed position taken from another list only moves the start of this one, never past its filters or its caller\'s scope": another user\'s session cursor lists only the caller\'s own sessions, an unfiltered list\'s cursor under ?q= only the matching users', async () => {
+  await withStoppedClock(t, async () => {
+    // Scope: B's newest session sorts after every session of A; A's list from that position is A's own, all of them.
+    const a = await userToken(t);
+    for (let i = 0; i < 2; i++) await login(t, a.user);
+    t.clock.advance(1); // strictly later, whatever the machine's speed
+    const b = await userToken(t);
+    await login(t, b.user);
+    const bPage = await t.app.inject({ method: 'GET', url: '/v1/users/me/sessions?limit=1', headers: bearer(b.token) });
+    assert.equal(bPage.statusCode, 200, bPage.body);
+    const bCursor: string = bPage.json().page.next_cursor;
+    assert.equal(typeof bCursor, 'string');
+    const own = (await t.database.scoped('system').query<{ id: string }>('SELECT id FROM sessions WHERE user_id = $1', [a.user.id])).rows.map((r) => r.id).sort();
+    const aWalk = await t.app.inject({ method: 'GET', url: `/v1/users/me/sessions?limit=100&cursor=${encodeURIComponent(bCursor)}`, headers: bearer(a.token) });
+    assert.equal(aWalk.statusCode, 200, aWalk.body);
+    assert.deepEqual(aWalk.json().data.map((s: { id: string }) => s.id).sort(), own, 'A\'s sessions and no session of B');
+
+    // Filters: the newest user (outside the filter) gives the position; ?q= from it lists only the matching users.
+    const key = (await createApiKey(t, { scope: 'platform', permissions: ['users.list'] })).secret;
+    const prefix = `cur${Math.random().toString(36).slice(2, 8)}`;
+    const matching: string[] = [];
+    for (let i = 0; i < 3; i++) matching.push((await createUser(t, { email: `${prefix}${i}@example.com` })).id);
+    t.clock.advance(1);
+    for (let i = 0; i < 2; i++) await createUser(t);
+    const newest = await t.app.inject({ method: 'GET', url: '/v1/users?limit=1', headers: bearer(key) });
+    assert.equal(newest.statusCode, 200, newest.body);
+    const cursor: string = newest.json().page.next_cursor;
+    const filtered = await t.app.inject({ method: 'GET', url: `/v1/users?q=${prefix}&limit=100&cursor=${encodeURIComponent(cursor)}`, headers: bearer(key) });
+    assert.equal(filtered.statusCode, 200, filtered.body);
+    assert.deepEqual(filtered.json().data.map((u: { id: string }) => u.id).sort(), [...matching].sort(), 'only the users ?q= matches');
+  });
+});
+
 test('list filters: an empty filter value ("?order_id=") is 422 validation_failed naming query.<name>, never read as no filter (every row of the list)', async () => {
   const key = (await createApiKey(t, { scope: 'platform', permissions: ['entitlements.manage', 'applications.manage', 'tenants.manage', 'roles.manage', 'users.list'] })).secret;
   const user = await createUser(t);
