@@ -137,7 +137,8 @@ export async function registerOpenApi(app: FastifyInstance, publicUrl: string): 
           if (r.method !== 'get') {
             if (r.jsonParser) add(400, 'malformed_json: the body is not one valid JSON document');
             add(413, 'payload_too_large: the body is over 1 MiB');
-            add(415, 'unsupported_media_type: the body must be application/json');
+            // A route with its own raw parser (SSO callback, processor events) takes any type; only a coding is refused.
+            add(415, r.jsonParser ? 'unsupported_media_type: the body must be application/json' : 'unsupported_media_type: the body must not be compressed (Content-Encoding)');
           }
           if (meta.idempotency) add(422, 'idempotency_key_reused: the key was used with another request');
         }

@@ -245,6 +245,19 @@ test('an app role name removed by PATCH /v1/applications at the same time as its
   }
 });
 
+if (storageName === 'postgres') test('PATCH /v1/applications dropping several names checks every dropped Role under its lock before any goes (PostgreSQL): an assignment of the second dropped name, committed while the PATCH waits for that Role, makes it 409 app_role_in_use naming it, and no dropped Role is deleted', async () => {
+  const app = await appWith(['viewer', 'editor', 'owner']);
+  const [editor, owner] = [`role_${app.slug}_editor`, `role_${app.slug}_owner`];
+  const user = await person(t);
+  const patch = await commitWhileWaiting(t, [
+    ['SELECT 1 FROM roles WHERE id = $1 FOR KEY SHARE', [owner]],
+    ['INSERT INTO role_assignments (user_id, role_id, application_id, assigned_at) VALUES ($1, $2, $3, now())', [user.id, owner, app.id]],
+  ], () => call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { available_app_roles: ['viewer'] }));
+  assert.deepEqual(assertError(patch, 409, 'app_role_in_use').details, { role_id: owner, assignments: 1 });
+  for (const id of [editor, owner]) assertStatus(await call(t, 'GET', `/v1/roles/${id}`, admin), 200);
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${app.id}`, admin), 200).available_app_roles, ['viewer', 'editor', 'owner']);
+});
+
 test('an app Role holds only keys its Application declares (422 unknown_permission), also when the Application stops declaring one while POST /v1/roles runs: a POST that read the Application before a PATCH removing the key committed is 422, and no Role holds the key (PATCH /v1/applications refuses to remove a key a Role holds: 409 permission_in_use)', async () => {
   const app = await appWith(['viewer', 'editor']);
   assert.equal((await call(t, 'DELETE', `/v1/roles/role_${app.slug}_editor`, admin)).statusCode, 204);

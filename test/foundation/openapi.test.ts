@@ -265,6 +265,18 @@ test('what the framework refuses before a route is documented on every operation
   }
 });
 
+test('415 unsupported_media_type is documented as what refuses the body: on the two routes that take any content type raw (the SSO callback, the processor events), a compressed body (Content-Encoding), never "must be application/json"; a text/plain body is read there, a gzip-coded one is 415', async () => {
+  for (const path of ['/v1/auth/sso/{provider}/callback', '/v1/billing/processor-events']) {
+    const text = doc.paths[path].post.responses['415'].description;
+    assert.match(text, /unsupported_media_type/, path);
+    assert.doesNotMatch(text, /application\/json/, `${path}: ${text}`);
+    assert.match(text, /Content-Encoding/, `${path}: ${text}`);
+  }
+  const raw = (headers: Record<string, string>) => t.app.inject({ method: 'POST', url: '/v1/billing/processor-events', headers: { 'content-type': 'text/plain', ...headers }, payload: 'x' });
+  assert.notEqual((await raw({})).statusCode, 415);
+  assertError(await raw({ 'content-encoding': 'gzip' }), 415, 'unsupported_media_type');
+});
+
 test('codes the spec gives these operations are documented: 403 forbidden on the self-or-users.manage user operations, 403 organization_suspended on Entitlement PATCH and DELETE, the settings_schema codes on Application PATCH; the slug pattern on Application POST', () => {
   const codes = (path: string, method: string, status: number) => doc.paths[path][method].responses[String(status)]?.description ?? '';
   for (const [path, method] of [['/v1/users/{id}', 'patch'], ['/v1/users/{id}', 'delete'], ['/v1/users/{id}/sessions', 'get'], ['/v1/users/{id}/sessions/{sessionId}', 'delete'], ['/v1/users/{id}/export', 'get'], ['/v1/users/{id}/erasure-requests', 'post']]) {

@@ -178,6 +178,41 @@ if (storageName === 'postgres') test('Part A Errors, email_taken ("user create o
   assert.equal((await userRow(t, user.id))!.email, user.email);
 });
 
+if (storageName === 'postgres') test('Part A Errors, email_taken ("user create or update collides with … an invited user; details.reason invitation_pending"): a self-service email change confirmed (POST /v1/auth/email/verify) while a POST /v1/users creates that address, both past their existence check before either writes (PostgreSQL): the create is 201 (invited), the confirmation 409 email_taken with details.reason invitation_pending; the email stays, the change stays pending, no user.email_changed', async () => {
+  const { user, token } = await userToken(t);
+  const wanted = uniqueEmail('confirmrace');
+  assertStatus(await patch('me', { email: wanted }, token), 200);
+  const link = await latestToken(t, wanted, 'email_change_verification');
+  const key = await createApiKey(t, { permissions: ['users.manage'] });
+  const [confirm, created] = await bothPastTheCheck(
+    () => call(t, 'POST', '/v1/auth/email/verify', null, { token: link }),
+    () => create({ email: wanted.toUpperCase(), send_invitation: false }, key.secret),
+  );
+  assert.equal(assertStatus(created, 201).status, 'invited');
+  assert.deepEqual(assertError(confirm, 409, 'email_taken').details, { reason: 'invitation_pending' });
+  const row = (await userRow(t, user.id))!;
+  assert.equal(row.email, user.email);
+  assert.equal(row.pending_email, wanted);
+  assert.deepEqual(await auditFor(t, user.id, 'user.email_changed'), []);
+});
+
+if (storageName === 'postgres') test('Part A Errors, email_taken ("user create or update collides with … an invited user; details.reason invitation_pending"): a restore (PATCH status active, with a new email and without) while a POST /v1/users creates the address it restores to, both past their existence check before either writes (PostgreSQL): the create is 201 (invited), the restore 409 email_taken with details.reason invitation_pending; the user stays deleted with its email', async () => {
+  const key = await createApiKey(t, { permissions: ['users.manage'] });
+  for (const withEmail of [true, false]) {
+    const user = await createUser(t);
+    assertStatus(await call(t, 'DELETE', `/v1/users/${user.id}`, key.secret), 204);
+    const address = withEmail ? uniqueEmail('restorerace') : user.email;
+    const [restore, created] = await bothPastTheCheck(
+      () => patch(user.id, withEmail ? { status: 'active', email: address } : { status: 'active' }, key.secret),
+      () => create({ email: address.toUpperCase(), send_invitation: false }, key.secret),
+    );
+    assert.equal(assertStatus(created, 201).status, 'invited', `with email ${withEmail}`);
+    assert.deepEqual(assertError(restore, 409, 'email_taken').details, { reason: 'invitation_pending' }, `with email ${withEmail}`);
+    const row = (await userRow(t, user.id))!;
+    assert.deepEqual([row.status, row.email], ['deleted', user.email], `with email ${withEmail}`);
+  }
+});
+
 test('POST /v1/users needs users.manage: a users.list holder gets 403 forbidden and nothing is created', async () => {
   const email = uniqueEmail('nope');
   assertError(await create({ email }, support.token), 403, 'forbidden');

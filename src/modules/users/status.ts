@@ -138,18 +138,25 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
   if (rows[0]?.status === 'scheduled') throw new ApiError('erasure_scheduled');
   if (rows[0]?.status === 'completed') throw new ApiError('user_not_found');
   let restored = user;
+  const takenMeanwhile = newEmail === undefined ? 'The email was taken meanwhile; send a new email in the same request.' : undefined;
   if (newEmail !== undefined) {
     const holder = await findLiveUserByEmail(tx, newEmail);
     if (holder) throw emailTaken(holder);
-    const taken = await setEmailUnlessTaken(tx, newEmail, () => tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL WHERE id = $1', [user.id, newEmail]));
-    if (taken) throw emailTaken(taken);
+    // The row is still deleted, outside users_email_live_key: the status change below is what can collide.
+    await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL WHERE id = $1', [user.id, newEmail]);
     await voidAddressTokens(tx, user.id, ctx.now);
     restored = await reload(tx, user.id);
   } else {
     const holder = await findLiveUserByEmail(tx, user.email);
-    if (holder) throw emailTaken(holder, 'The email was taken meanwhile; send a new email in the same request.');
+    if (holder) throw emailTaken(holder, takenMeanwhile);
   }
-  const after = await transition(tx, ctx, restored, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated', { before: user });
+  // Leaving deleted puts the address under users_email_live_key: a user a concurrent transaction gave it
+  // after the check above answers as one found by it.
+  let after!: UserRow;
+  const taken = await setEmailUnlessTaken(tx, restored.email, async () => {
+    after = await transition(tx, ctx, restored, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated', { before: user });
+  });
+  if (taken) throw emailTaken(taken, takenMeanwhile);
   // A new email sent with the restore is an admin email change: verification mail to the new address.
   if (newEmail !== undefined) {
     await sendVerification(tx, ctx, after);

@@ -124,7 +124,8 @@ export async function findLiveUserByEmail(db: Queryable, email: string): Promise
 }
 
 /**
- * Runs `update`, an UPDATE giving a user the address `email`, undone alone (a savepoint) when a live
+ * Runs `update`, a write giving a live user the address `email` (an UPDATE of the address, or a
+ * restore's status change out of deleted), undone alone (a savepoint) when a live
  * user a concurrent transaction committed after the caller's check holds it (users_email_live_key):
  * returns that holder, so the caller answers as for one found before (email_taken, invitation_pending
  * for an invited one); null when the address was set.
