@@ -7,9 +7,9 @@ import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, voidAddressTo
 import { enqueueMail } from '../../mail/outbox.js';
 import { recordAudit } from '../../audit/record.js';
 import { takeSlidingQuota } from '../../http/counters.js';
-import { findLiveUserByEmail, findUserById, holdUserBeforeLinks, lockUser, setEmailUnlessTaken, toUser, type UserRow } from '../users/store.js';
+import { findLiveUserByEmail, findUserById, holdUserBeforeLinks, lockUser, toUser, type UserRow } from '../users/store.js';
 import { lockUnchanged, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
-import { emailTaken } from '../users/status.js';
+import { assignEmail } from '../users/status.js';
 import { revokeSessions } from '../sessions/store.js';
 import { setPassword } from './identities.js';
 import { issueSession } from './sessions.js';
@@ -55,11 +55,8 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
     await consume(tx, pending, ctx.now);
     const email = String(pending.data.email);
     if (current.status !== 'active' || current.pending_email?.toLowerCase() !== email.toLowerCase()) throw badToken();
-    const holder = await findLiveUserByEmail(tx, email);
-    if (holder && holder.id !== user.id) throw emailTaken(holder);
-    const taken = await setEmailUnlessTaken(tx, email, () =>
+    await assignEmail(tx, user.id, email, () =>
       tx.query('UPDATE users SET email = $2, pending_email = NULL, email_verified = true, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]));
-    if (taken) throw emailTaken(taken);
     // Links mailed to the old address (verification, reset) die with it.
     await voidAddressTokens(tx, user.id, ctx.now);
     await recordAudit(tx, inTx(ctx, tx), {

@@ -21,6 +21,17 @@ const invalidTransition = (from: UserStatus, to: string) => new ApiError('invali
 export const emailTaken = (holder: Pick<UserRow, 'status'>, message?: string) =>
   new ApiError('email_taken', { ...(message ? { message } : {}), ...(holder.status === 'invited' ? { details: { reason: 'invitation_pending' } } : {}) });
 
+/**
+ * Gives live user `userId` the address `email` by `update` (its UPDATE): 409 email_taken when another
+ * live user holds it, found by the check or, committed after it, by the UPDATE's conflict.
+ */
+export async function assignEmail(tx: Tx, userId: string, email: string, update: () => Promise<unknown>): Promise<void> {
+  const holder = await findLiveUserByEmail(tx, email);
+  if (holder && holder.id !== userId) throw emailTaken(holder);
+  const taken = await setEmailUnlessTaken(tx, email, update);
+  if (taken) throw emailTaken(taken);
+}
+
 async function reload(tx: Tx, id: string): Promise<UserRow> {
   return (await findUserById(tx, id))!;
 }
@@ -166,11 +177,8 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
 }
 
 async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
-  const holder = await findLiveUserByEmail(tx, email);
-  if (holder && holder.id !== user.id) throw emailTaken(holder);
-  const taken = await setEmailUnlessTaken(tx, email, () =>
+  await assignEmail(tx, user.id, email, () =>
     tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]));
-  if (taken) throw emailTaken(taken);
   // Links mailed to the old address (a pending self-service change, verification, reset) die with it.
   await voidAddressTokens(tx, user.id, ctx.now);
   const after = await reload(tx, user.id);
