@@ -306,7 +306,9 @@ test('404 audit_event_not_found for an unknown id; test-mode callers see only te
   const testViewer = await platformKey(t, ['audit.view', 'webhooks.manage'], 'test');
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', testViewer, { scope: 'platform', url: 'http://127.0.0.1:9/t', events: ['*'] }), 201);
   const seen = assertStatus(await list(testViewer), 200).data;
-  assert.ok(seen.length >= 1 && seen.every((e: any) => e.target?.id === sub.id), 'seen.length >= 1 && seen.every((e: any) => e.target?.id === sub.id)');
+  assert.ok(seen.some((e: any) => e.target?.id === sub.id), 'the test-mode subscription\'s events are listed');
+  // Every event a test-mode caller sees is a test-mode one: a live caller with audit.view does not find it.
+  for (const e of seen) assertError(await call(t, 'GET', `/v1/audit-events/${e.id}`, viewer), 404, 'audit_event_not_found');
   assert.deepEqual(await ids(viewer, `target_id=${sub.id}`), []);
 });
 
@@ -578,7 +580,6 @@ test('"Applications are shared catalog rows visible to both modes": an audit row
 });
 
 test('"Platform Roles belong to neither mode: their rows take the caller\'s" (docs/decisions.md, Mode of an audit row): a platform Role created and deleted by a test-mode key is in the test-mode trail, not the live one; by a live key, the reverse', async () => {
-  // Kept last: its test-mode rows would be read by '404 audit_event_not_found … test-mode callers see only test-mode events'.
   const testKey = await platformKey(t, undefined, 'test');
   const testViewer = await platformKey(t, ['audit.view'], 'test');
   for (const [cred, mode] of [[testKey, 'test'], [admin, 'live']] as const) {
