@@ -95,6 +95,13 @@ async function withTrialEndingInAMinute(fn: (f: { user: { id: string }; other: {
   });
 }
 
+/** An app token issued now for `appId` ends at `end` (its exp), `seconds` from now give or take the second being cut. */
+async function assertAppTokenEndsAt(accessToken: string, appId: string, end: Date, seconds: number): Promise<void> {
+  const body = assertStatus(await issue(accessToken, { application_id: appId }), 200);
+  assert.equal((await verify(body.access_token, appId)).exp, end.getTime() / 1000);
+  assert.ok(body.expires_in <= seconds && body.expires_in >= seconds - 1, `expires_in ${body.expires_in}`);
+}
+
 test('an app token never outlives the access it stands for (Part B: ends_at <= now is expired at once): issued a minute before a trial\'s ends_at, its exp is ends_at and expires_in the seconds left, so the Application refuses it from ends_at on', async () => {
   await withTrialEndingInAMinute(async ({ other, auth, endsAt }) => {
     const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
@@ -145,9 +152,7 @@ test('an app token\'s exp is the latest end among the paths giving access: of tw
     await orgGrant(t, first, other.id, { endsAt: soon });
     const next = await createOrg(t, [{ userId: user.id }]);
     await orgGrant(t, next, other.id, { endsAt: later });
-    const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
-    assert.equal((await verify(body.access_token, other.id)).exp, later.getTime() / 1000);
-    assert.ok(body.expires_in <= 180 && body.expires_in >= 179, `expires_in ${body.expires_in}`);
+    await assertAppTokenEndsAt(auth.access_token, other.id, later, 180);
   });
 });
 
@@ -161,9 +166,7 @@ test('an app token never outlives the access it stands for: only paths giving ac
     assertStatus(await patchEnt(t, admin, ent.id, { status: 'disabled', disabled_reason: 'refund pending' }), 200);
     const org = await createOrg(t, [{ userId: user.id }]);
     await orgGrant(t, org, other.id, { endsAt });
-    const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
-    assert.equal((await verify(body.access_token, other.id)).exp, endsAt.getTime() / 1000);
-    assert.ok(body.expires_in <= 120 && body.expires_in >= 119, `expires_in ${body.expires_in}`);
+    await assertAppTokenEndsAt(auth.access_token, other.id, endsAt, 120);
   });
 });
 
@@ -171,9 +174,7 @@ test('an app token never outlives the access it stands for: an unending organiza
   await withTrialEndingInAMinute(async ({ user, other, auth, endsAt }) => {
     const org = await createOrg(t, [{ userId: user.id }]);
     await orgGrant(t, org, other.id, { memberScope: 'denylist', overrides: [user.id] });
-    const body = assertStatus(await issue(auth.access_token, { application_id: other.id }), 200);
-    assert.equal((await verify(body.access_token, other.id)).exp, endsAt.getTime() / 1000);
-    assert.ok(body.expires_in <= 60 && body.expires_in >= 59, `expires_in ${body.expires_in}`);
+    await assertAppTokenEndsAt(auth.access_token, other.id, endsAt, 60);
   });
 });
 

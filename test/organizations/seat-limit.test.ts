@@ -133,23 +133,28 @@ test('a member who already holds a seat through another path is never marked: a 
   assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1000, included: 1000 });
 });
 
-test('a seat freed by revoking a personal grant goes back to the seat_limit member in the same transaction: access.granted with reason org_grant_changed', async () => {
+/**
+ * A Starter Tenant's Application with 999 personal seats and an organization-wide grant to an
+ * Organization of two: the member beyond the cap (the newer user id) waits as seat_limit.
+ */
+async function fullTenantWithWaitingMember() {
   const { app, personal } = await starterAppWithSeats(999);
   const org = await orgWithMembers(t, admin, 1);
   await orgGrantApi(t, admin, org.id, app.id);
   const beyond = [org.owner, org.members[0]].sort((a, b) => b.id.localeCompare(a.id))[0];
   assert.equal((await decisionOf(beyond.id, app.id)).decision, 'seat_limit');
+  return { app, personal, org, beyond };
+}
+
+test('a seat freed by revoking a personal grant goes back to the seat_limit member in the same transaction: access.granted with reason org_grant_changed', async () => {
+  const { app, personal, beyond } = await fullTenantWithWaitingMember();
   assertStatus(await patchEnt(t, admin, personal[0], { status: 'revoked', disabled_reason: 'refunded' }), 200);
   assert.deepEqual(await decisionOf(beyond.id, app.id), { allowed: true, decision: 'included' });
   assert.deepEqual(await accessEvents(t, beyond.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
 });
 
 test('a seat freed by DELETE of a personal grant made in error goes back to the seat_limit member in the same transaction: access.granted with reason org_grant_changed', async () => {
-  const { app, personal } = await starterAppWithSeats(999);
-  const org = await orgWithMembers(t, admin, 1);
-  await orgGrantApi(t, admin, org.id, app.id);
-  const beyond = [org.owner, org.members[0]].sort((a, b) => b.id.localeCompare(a.id))[0];
-  assert.equal((await decisionOf(beyond.id, app.id)).decision, 'seat_limit');
+  const { app, personal, beyond } = await fullTenantWithWaitingMember();
   assert.equal((await call(t, 'DELETE', `/v1/entitlements/${personal[0]}`, admin)).statusCode, 204);
   assert.deepEqual(await decisionOf(beyond.id, app.id), { allowed: true, decision: 'included' });
   assert.deepEqual(await accessEvents(t, beyond.id, app.id), [['access.granted', 'org_grant_changed', 'active']]);
@@ -157,11 +162,7 @@ test('a seat freed by DELETE of a personal grant made in error goes back to the 
 });
 
 test('an ownership move to a Tenant with room frees seat_limit members in the same transaction ("on a Starter Tenant at its seat cap member_decision reads seat_limit"; the Application is no longer there): access.granted with reason org_grant_changed', async () => {
-  const { app } = await starterAppWithSeats(999);
-  const org = await orgWithMembers(t, admin, 1);
-  await orgGrantApi(t, admin, org.id, app.id);
-  const beyond = [org.owner, org.members[0]].sort((a, b) => b.id.localeCompare(a.id))[0];
-  assert.equal((await decisionOf(beyond.id, app.id)).decision, 'seat_limit');
+  const { app, org, beyond } = await fullTenantWithWaitingMember();
   const moved = assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { owner_organization_id: org.id }), 200);
   assert.equal((await sql(t, 'SELECT plan FROM tenants WHERE id = $1', [moved.tenant_id]))[0].plan, 'team', "the Organization's new Tenant, Team: no seat cap");
   assert.deepEqual(await decisionOf(beyond.id, app.id), { allowed: true, decision: 'included' });
