@@ -79,7 +79,6 @@ const fill = (path: string, ids: Record<string, string>, override: (name: string
   path.replace(/\{([A-Za-z0-9_]+)\}/g, (_m, name) => encodeURIComponent(override(name) ?? (name === 'id' ? idFor(path, ids) : ids[name] ?? `x_${name}`)));
 
 test('every answer to the common failing requests (no credential, a wrong credential, an API key where a User token is required, a credential without the permission, a malformed or unknown id, an empty, malformed, unknown-field or wrong-type body, a query parameter the operation does not take, an oversize body, a wrong Content-Type or a compressed body; a body where the operation takes none) has a status the document lists for the operation and an error code that status names', async () => {
-  const started = Date.now();
   const superadmin = (await userToken(t, { roles: ['superadmin'] })).token;
   const admin = await platformKey(t);
   const bareKey = await platformKey(t, []);
@@ -157,7 +156,6 @@ test('every answer to the common failing requests (no credential, a wrong creden
   assert.deepEqual(mismatches, []);
   // The requests reached the checks they aim at, not one early refusal.
   assert.deepEqual([400, 401, 403, 404, 413, 415, 422].filter((s) => !statuses.has(s)), []);
-  assert.ok(Date.now() - started < 60_000, `${Date.now() - started} ms`);
 });
 
 test('each code an error response names is one of the document\'s x-error-codes, with that status', () => {
