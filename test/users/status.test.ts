@@ -234,6 +234,22 @@ test('suspended → deleted and invited → deleted by DELETE: 204, audit user.d
   }
 });
 
+test('suspended → deleted and invited → deleted by erasure request (users.manage): 202, soft delete (deleted_at set), audit user.deleted beside user.erasure_requested, webhook user.deleted, no access.revoked (no active access); the email is reusable at once', async () => {
+  const suspended = (await suspendedSubject()).user;
+  const invited = (await subject('invited')).user;
+  for (const user of [suspended, invited]) {
+    const m = await mark(user.id);
+    assert.equal(assertStatus(await call(t, 'POST', `/v1/users/${user.id}/erasure-requests`, admin.token, {}), 202).status, 'scheduled');
+    const row = await userRow(t, user.id);
+    assert.equal(row!.status, 'deleted', user.email);
+    assert.ok(row!.deleted_at instanceof Date, 'deleted_at set');
+    const { audit, outbox } = await since(user.id, m);
+    assert.deepEqual(audit.map((a) => a.action).sort(), ['user.deleted', 'user.erasure_requested']);
+    assert.deepEqual(outbox.map((e) => e.type), ['user.deleted']);
+    assertStatus(await call(t, 'POST', '/v1/users', admin.token, { email: user.email, send_invitation: false }), 201);
+  }
+});
+
 test('soft delete: the email is reusable at once', async () => {
   const { user } = await deletedSubject();
   const res = await call(t, 'POST', '/v1/users', admin.token, { email: user.email, send_invitation: false });
