@@ -77,6 +77,29 @@ test("scope: an Application owner's User token must pass the Application id; pla
   assertError(await call(t, 'POST', '/v1/webhooks', noManage, { scope: 'platform', url: url('o6'), events: ['*'] }), 403, 'forbidden');
 });
 
+test("scope of an Organization's Application: its owners are the Organization's active org_admins (\"Owner means the owner_user_id user or any org_admin of owner_organization_id\"): an org admin creates, lists and fetches its subscription; a plain member and a pending org_admin get 403 forbidden and 404", async () => {
+  const orgAdmin = await person(t);
+  const member = await person(t);
+  const pendingAdmin = await person(t);
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', orgAdmin.token, { name: 'Hook owners' }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, orgAdmin.token, { email: member.email }), 201);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members/me/accept`, member.token, {}), 200);
+  assertStatus(await call(t, 'POST', `/v1/organizations/${org.id}/members`, orgAdmin.token, { email: pendingAdmin.email, role: 'org_admin' }), 201);
+  const slug = `whorg${Date.now()}`;
+  const owned = assertStatus(await call(t, 'POST', '/v1/applications', admin, { slug, name: `App ${slug}`, launch_url: `https://${slug}.example.com/`, owner_organization_id: org.id }), 201);
+
+  const sub = await createWebhook(t, orgAdmin.token, { scope: owned.id, url: url('org-owner') });
+  assert.equal(sub.scope, owned.id);
+  assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, orgAdmin.token), 200);
+  assert.ok(assertStatus(await call(t, 'GET', '/v1/webhooks', orgAdmin.token), 200).data.some((w: any) => w.id === sub.id), 'the org admin lists it');
+  for (const who of [member, pendingAdmin]) {
+    assertError(await call(t, 'POST', '/v1/webhooks', who.token, { scope: owned.id, url: url('org-not-owner'), events: ['*'] }), 403, 'forbidden');
+    assertError(await call(t, 'GET', `/v1/webhooks/${sub.id}`, who.token), 404, 'webhook_not_found');
+    assert.ok(!assertStatus(await call(t, 'GET', '/v1/webhooks', who.token), 200).data.some((w: any) => w.id === sub.id), 'not listed for a non-owner');
+  }
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('scope: webhooks.manage passes platform or any application_id (unknown Application: 404)', async () => {
   const manager = await person(t, { roles: ['superadmin'] });
   const target = await newApp(t, admin);
