@@ -121,6 +121,16 @@ test('display_handle "1–64 characters" counts code points: 64 emoji are accept
   assert.deepEqual([body.display_handle, body.effective_display_name], [E.repeat(64), E.repeat(64)]);
 });
 
+test('display_handle is "not unique": two users of one Application set the same handle (200 each) and each reads it back as their effective_display_name', async () => {
+  const handle = `Same ${Date.now()}`;
+  const [first, second] = [await member(), await member()];
+  for (const user of [first, second]) {
+    const body = assertStatus(await write(user.token, user.id, { display_handle: handle }), 200);
+    assert.deepEqual([body.display_handle, body.effective_display_name], [handle, handle]);
+  }
+  for (const user of [first, second]) assert.equal(assertStatus(await read(user.token, user.id), 200).display_handle, handle);
+});
+
 test("the app's own key reads and writes without any extra permission; users.manage may too", async () => {
   const user = await member();
   const key = await appKey(t, app.id);

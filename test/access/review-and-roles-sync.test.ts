@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { assertError, assertStatus, auditOf, call, grant, newApp, outbox, person, platformKey, setReview, sql } from './support.js';
+import { accessEvents, assertError, assertStatus, auditOf, call, effective, grant, newApp, outbox, person, platformKey, setReview, slugOf, sql } from './support.js';
 import { createApiKey } from '../helpers/fixtures.js';
 
 let t: TestApp;
@@ -109,6 +109,23 @@ test('a suspended Application blocks new grants (409 application_not_available);
   const [row] = await sql(t, 'SELECT status FROM entitlements WHERE id = $1', [ent.id]);
   assert.equal(row.status, 'active');
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE user_id = $1', [other.id]))[0].n, 0);
+});
+
+test('approved → suspended: "existing Entitlements and sessions untouched": the holder keeps resolved access (effective-permissions allowed true, entitlement_status active, the Application\'s permissions), no access.revoked fires, and their session still works', async () => {
+  const slug = slugOf('susp');
+  const app = await newApp(t, admin, { slug, available_app_roles: ['viewer'], default_app_role: 'viewer', permissions: [{ key: `app.${slug}.read`, description: 'read' }] });
+  assertStatus(await call(t, 'PATCH', `/v1/roles/role_${slug}_viewer`, admin, { permissions: [`app.${slug}.read`] }), 200);
+  const holder = await person(t);
+  await grant(t, admin, holder.id, app.id);
+  const granted = [['access.granted', 'entitlement_granted', 'active']];
+  assert.deepEqual(await accessEvents(t, holder.id, app.id), granted);
+  assertStatus(await patch(admin, app.id, { review_status: 'suspended', review_notes: 'paused' }), 200);
+  const result = await effective(t, admin, holder.id, app.id);
+  assert.equal(result.allowed, true);
+  assert.equal(result.entitlement_status, 'active');
+  assert.deepEqual(result.effective_permissions, [`app.${slug}.read`]);
+  assert.deepEqual(await accessEvents(t, holder.id, app.id), granted, 'no access.revoked on suspension');
+  assertStatus(await call(t, 'GET', '/v1/users/me', holder.token), 200);
 });
 
 test('a suspended Application blocks new grants: returning an Entitlement to active (disabled → active, expired → active renewal), which Part B announces as entitlement.granted, is 409 application_not_available like a POST; nothing changes, no event; disabling, revoking and term changes stay possible', async () => {

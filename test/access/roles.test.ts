@@ -114,6 +114,23 @@ test('app Roles are managed by the owner, the own key with roles.manage, or role
   assertError(await call(t, 'PATCH', `/v1/roles/${id}`, otherKey, { description: 'no' }), 404, 'role_not_found');
 });
 
+test('POST and DELETE /v1/roles of an app Role ("same as POST": owner, own key with roles.manage, or roles.manage): the own key with roles.manage deletes (204, role.deleted) and creates (201, role.created); without roles.manage it gets 403 forbidden and nothing changes', async () => {
+  const app = await appWith(['viewer', 'editor']);
+  const id = `role_${app.slug}_editor`;
+  const keyWith = await appKey(t, app.id, ['roles.manage']);
+  const keyWithout = await appKey(t, app.id, ['users.list']);
+  assertError(await call(t, 'DELETE', `/v1/roles/${id}`, keyWithout), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT 1 FROM roles WHERE id = $1', [id])).length, 1, 'the Role stays');
+  assert.equal((await call(t, 'DELETE', `/v1/roles/${id}`, keyWith)).statusCode, 204);
+  assert.equal((await auditOf(t, id, 'role.deleted')).length, 1);
+  assertError(await createRole(keyWithout, { name: 'editor', scope: app.id, permissions: [`app.${app.slug}.read`] }), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT 1 FROM roles WHERE id = $1', [id])).length, 0, 'nothing created');
+  const role = assertStatus(await createRole(keyWith, { name: 'editor', scope: app.id, permissions: [`app.${app.slug}.read`] }), 201);
+  assert.equal(role.id, id);
+  assert.deepEqual(role.permissions, [`app.${app.slug}.read`]);
+  assert.equal((await auditOf(t, id, 'role.created')).length, 2, 'seeded with the Application, then created by the key');
+});
+
 test('PATCH replaces permissions wholesale and writes role.updated with before and after', async () => {
   const app = await appWith(['viewer']);
   const id = `role_${app.slug}_viewer`;
