@@ -1,6 +1,6 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import type { Ctx, Deps } from '../context.js';
-import type { Tx } from '../db/types.js';
+import type { Db, Tx } from '../db/types.js';
 import { hashSecret, newId } from '../ids.js';
 import { addSeconds, beyondStep } from '../clock.js';
 import { renderMail, type MailTemplate, type MailVars } from './templates.js';
@@ -97,6 +97,18 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
   const db = deps.database.scoped('system');
   const now = deps.clock.now();
   const token = newId('eml');
+  const rows = await claimMailBatch(db, now, token, batchSize);
+  let sent = 0;
+  let failed = 0;
+  for (const mail of rows) {
+    const outcome = await deliverClaimedMail(deps, db, mail, token);
+    if (outcome === 'sent') sent++;
+    if (outcome === 'failed') failed++;
+  }
+  return { sent, failed };
+}
+
+async function claimMailBatch(db: Db, now: Date, token: string, batchSize: number): Promise<EmailRow[]> {
   const { rows } = await db.query<EmailRow>(
     `UPDATE emails SET claimed_until = $2, claim_token = $3
       WHERE id IN (SELECT id FROM emails
@@ -105,80 +117,95 @@ export async function deliverQueuedMail(deps: Deps, batchSize = 50): Promise<{ s
       RETURNING id, template, to_address, from_name, subject, text_body, attempts`,
     [now, addSeconds(now, CLAIM_SECONDS), token, batchSize, beyondStep(now, MAX_RETRY_SECONDS)],
   );
-  let sent = 0;
-  let failed = 0;
-  for (const mail of rows) {
-    const held = await db.query<{ link_works: boolean }>(
-      `UPDATE emails e SET claimed_until = $3 WHERE id = $1 AND claim_token = $2 AND status = 'queued'
+  return rows;
+}
+
+/** Sends one mail of the batch, unless another relay took its claim meanwhile ('skipped') or its link is dead. */
+async function deliverClaimedMail(deps: Deps, db: Db, mail: EmailRow, token: string): Promise<'sent' | 'failed' | 'skipped'> {
+  const held = await db.query<{ link_works: boolean }>(
+    `UPDATE emails e SET claimed_until = $3 WHERE id = $1 AND claim_token = $2 AND status = 'queued'
        RETURNING ${LINK_WORKS('$4')} AS link_works`,
-      [mail.id, token, addSeconds(deps.clock.now(), SENDING_CLAIM_SECONDS), deps.clock.now()],
+    [mail.id, token, addSeconds(deps.clock.now(), SENDING_CLAIM_SECONDS), deps.clock.now()],
+  );
+  if (held.rowCount !== 1) return 'skipped';
+  if (!held.rows[0].link_works) {
+    await db.query(
+      `UPDATE emails SET status = 'failed', last_error = $3, claimed_until = NULL, text_body = ${REDACTED_BODY} WHERE id = $1 AND claim_token = $2`,
+      [mail.id, token, DEAD_LINK],
     );
-    if (held.rowCount !== 1) continue;
-    if (!held.rows[0].link_works) {
-      failed++;
-      await db.query(
-        `UPDATE emails SET status = 'failed', last_error = $3, claimed_until = NULL, text_body = ${REDACTED_BODY} WHERE id = $1 AND claim_token = $2`,
-        [mail.id, token, DEAD_LINK],
-      );
-      continue;
-    }
-    // Once the SMTP server has the mail, a failure to record it (a connection lost, a statement
-    // timeout) is no failed attempt: requeued as one, the mail would be sent again.
-    let handedOver = false;
-    // Once the SMTP server has it, the stored copy keeps no live link: its token= values (reset,
-    // invitation, verification secrets) are redacted (catalog AU-2). Without SMTP_URL the outbox row
-    // is the only copy an operator can read, so it stays whole.
-    const recordSent = () =>
-      db.query(
-        `UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL,
-                text_body = CASE WHEN $2 = 'sent' THEN ${REDACTED_BODY} ELSE text_body END
-          WHERE id = $1 AND claim_token = $4`,
-        [mail.id, deps.config.smtpUrl ? 'sent' : 'logged', deps.clock.now(), token],
-      );
-    try {
-      if (deps.config.smtpUrl) {
-        await transporterFor(deps.config.smtpUrl).sendMail({
-          from: mail.from_name ? { name: mail.from_name, address: deps.config.mailFrom } : deps.config.mailFrom,
-          // One Message-ID per outbox row, kept by every attempt: a retry after an attempt the server
-          // did accept (its answer lost) is the same message, which receivers can recognise.
-          messageId: `<${mail.id}@${deps.config.mailFrom.slice(deps.config.mailFrom.lastIndexOf('@') + 1)}>`,
-          // RFC 3834: a machine's mail, which vacation responders and other robots do not answer.
-          headers: { 'Auto-Submitted': 'auto-generated' },
-          to: mail.to_address,
-          subject: mail.subject,
-          text: mail.text_body,
-        });
-      } else {
-        deps.log.info({ mail_id: mail.id, template: mail.template, to: mail.to_address, subject: mail.subject }, 'mail kept in the database outbox (no SMTP_URL)');
-      }
-      handedOver = true;
-      await recordSent();
-      sent++;
-    } catch (err) {
-      if (handedOver) {
-        // Recorded once more; should that fail too, the mail stays claimed
-        // and the job fails: it is sent again only once its sending claim lapses, as after a crash.
-        deps.log.warn({ err, mail_id: mail.id }, 'recording a sent mail failed; recording it again');
-        await recordSent();
-        sent++;
-        continue;
-      }
-      failed++;
-      const attempts = mail.attempts + 1;
-      const retryAt = addSeconds(deps.clock.now(), Math.min(60 * 2 ** attempts, MAX_RETRY_SECONDS));
-      deps.log.warn({ err, mail_id: mail.id, attempts }, 'mail delivery failed');
-      // Given up when the server refused it for good, when the next attempt would come after 4 days, or
-      // after its link stops working. A mail that failed for good is never sent: its stored copy keeps
-      // no live link either.
-      const givenUp = `($7::boolean OR $3 > e.created_at + make_interval(secs => $6) OR NOT ${LINK_WORKS('$3')})`;
-      await db.query(
-        `UPDATE emails e SET attempts = $2, next_attempt_at = $3, last_error = $4, claimed_until = NULL,
-                status = CASE WHEN ${givenUp} THEN 'failed' ELSE 'queued' END,
-                text_body = CASE WHEN ${givenUp} THEN ${REDACTED_BODY} ELSE text_body END
-          WHERE id = $1 AND claim_token = $5`,
-        [mail.id, attempts, retryAt, String((err as Error).message).slice(0, 1024), token, GIVE_UP_SECONDS, refusedForGood(err)],
-      );
-    }
+    return 'failed';
   }
-  return { sent, failed };
+  return sendClaimedMail(deps, db, mail, token);
+}
+
+async function sendClaimedMail(deps: Deps, db: Db, mail: EmailRow, token: string): Promise<'sent' | 'failed'> {
+  // Once the SMTP server has the mail, a failure to record it (a connection lost, a statement
+  // timeout) is no failed attempt: requeued as one, the mail would be sent again.
+  let handedOver = false;
+  try {
+    await handOverMail(deps, mail);
+    handedOver = true;
+    await recordSentMail(deps, db, mail, token);
+    return 'sent';
+  } catch (err) {
+    if (handedOver) {
+      // Recorded once more; should that fail too, the mail stays claimed
+      // and the job fails: it is sent again only once its sending claim lapses, as after a crash.
+      deps.log.warn({ err, mail_id: mail.id }, 'recording a sent mail failed; recording it again');
+      await recordSentMail(deps, db, mail, token);
+      return 'sent';
+    }
+    await recordFailedAttempt(deps, db, mail, token, err);
+    return 'failed';
+  }
+}
+
+/** Sends the mail through SMTP_URL, or logs it when no SMTP server is configured. */
+async function handOverMail(deps: Deps, mail: EmailRow): Promise<void> {
+  if (deps.config.smtpUrl) {
+    await transporterFor(deps.config.smtpUrl).sendMail({
+      from: mail.from_name ? { name: mail.from_name, address: deps.config.mailFrom } : deps.config.mailFrom,
+      // One Message-ID per outbox row, kept by every attempt: a retry after an attempt the server
+      // did accept (its answer lost) is the same message, which receivers can recognise.
+      messageId: `<${mail.id}@${deps.config.mailFrom.slice(deps.config.mailFrom.lastIndexOf('@') + 1)}>`,
+      // RFC 3834: a machine's mail, which vacation responders and other robots do not answer.
+      headers: { 'Auto-Submitted': 'auto-generated' },
+      to: mail.to_address,
+      subject: mail.subject,
+      text: mail.text_body,
+    });
+  } else {
+    deps.log.info({ mail_id: mail.id, template: mail.template, to: mail.to_address, subject: mail.subject }, 'mail kept in the database outbox (no SMTP_URL)');
+  }
+}
+
+/**
+ * Once the SMTP server has it, the stored copy keeps no live link: its token= values (reset,
+ * invitation, verification secrets) are redacted (catalog AU-2). Without SMTP_URL the outbox row
+ * is the only copy an operator can read, so it stays whole.
+ */
+async function recordSentMail(deps: Deps, db: Db, mail: EmailRow, token: string): Promise<void> {
+  await db.query(
+    `UPDATE emails SET status = $2, sent_at = $3, attempts = attempts + 1, claimed_until = NULL,
+            text_body = CASE WHEN $2 = 'sent' THEN ${REDACTED_BODY} ELSE text_body END
+      WHERE id = $1 AND claim_token = $4`,
+    [mail.id, deps.config.smtpUrl ? 'sent' : 'logged', deps.clock.now(), token],
+  );
+}
+
+async function recordFailedAttempt(deps: Deps, db: Db, mail: EmailRow, token: string, err: unknown): Promise<void> {
+  const attempts = mail.attempts + 1;
+  const retryAt = addSeconds(deps.clock.now(), Math.min(60 * 2 ** attempts, MAX_RETRY_SECONDS));
+  deps.log.warn({ err, mail_id: mail.id, attempts }, 'mail delivery failed');
+  // Given up when the server refused it for good, when the next attempt would come after 4 days, or
+  // after its link stops working. A mail that failed for good is never sent: its stored copy keeps
+  // no live link either.
+  const givenUp = `($7::boolean OR $3 > e.created_at + make_interval(secs => $6) OR NOT ${LINK_WORKS('$3')})`;
+  await db.query(
+    `UPDATE emails e SET attempts = $2, next_attempt_at = $3, last_error = $4, claimed_until = NULL,
+            status = CASE WHEN ${givenUp} THEN 'failed' ELSE 'queued' END,
+            text_body = CASE WHEN ${givenUp} THEN ${REDACTED_BODY} ELSE text_body END
+      WHERE id = $1 AND claim_token = $5`,
+    [mail.id, attempts, retryAt, String((err as Error).message).slice(0, 1024), token, GIVE_UP_SECONDS, refusedForGood(err)],
+  );
 }

@@ -470,7 +470,7 @@ test('"Freed seats go back to marked members, oldest mark first": re-enabling a 
 
 if (TEST_DATABASE_URL) test('seat-limit-release gives a freed seat only to a member still waiting: an erasure that removes the member it picked (membership and mark gone under the user\'s lock) while the release waits for that lock leaves the seat to the next marked member, in the same run (PostgreSQL)', async () => {
   const { app, waiting: [erased, next], usageOf } = await timeFreedSeatWithWaiting(2);
-  // What the erasure cascade does under the user's lock (src/modules/users/privacy.ts), committed
+  // What the erasure cascade does under the user's lock (src/modules/users/privacy.ts, erase-user.ts), committed
   // once the release waits for that lock.
   await commitWhileWaiting(t, [
     ['SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [erased.id]],

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Deps } from '../../context.js';
 import { refreshDevClock } from '../../dev/clock.js';
 import { relayOutbox } from './relay.js';
-import { attemptDelivery, claimDue, dueAfterStepBack, type ClaimRoom, type Outcome } from './dispatch.js';
+import { attemptDelivery, claimDue, dueAfterStepBack, type ClaimedDelivery, type ClaimRoom, type Outcome } from './dispatch.js';
 import { recordOutcomes } from './outcomes.js';
 import { closeWebhookTransport } from './transport.js';
 
@@ -70,122 +70,156 @@ export async function runDeliveryPass(deps: Deps, opts: { batchSize?: number; ma
  * never delays anything else. Safe to run in every process: claims use SKIP LOCKED and a lease.
  */
 export function startWebhookWorker(deps: Deps, options: WebhookWorkerOptions = {}): { stop(): Promise<void> } {
-  const idleMs = options.idleMs ?? 100;
-  const batchSize = options.batchSize ?? 100;
-  const maxInFlight = options.maxInFlight ?? 512;
-  const remembered = options.rememberedSubscriptions ?? REMEMBERED_SUBSCRIPTIONS;
-  const inFlight = new Set<Promise<void>>();
-  const perSubscription = new Map<string, number>();
-  const allowance = new Map<string, number>();
-  const allowanceOf = (sub: string) => allowance.get(sub) ?? SUBSCRIPTION_START;
-  // Named: the subscriptions with attempts in flight, and those held below the start after a failure;
-  // any other may start SUBSCRIPTION_START (a fast one regains its allowance as those are in flight).
-  const room = (): ClaimRoom => {
-    const left: Record<string, number> = {};
-    for (const [sub, n] of perSubscription) left[sub] = Math.max(0, allowanceOf(sub) - n);
-    for (const [sub, a] of allowance) if (a < SUBSCRIPTION_START && !(sub in left)) left[sub] = a;
-    return { left, fresh: SUBSCRIPTION_START };
+  const w: WorkerState = {
+    deps,
+    remembered: options.rememberedSubscriptions ?? REMEMBERED_SUBSCRIPTIONS,
+    inFlight: new Set(),
+    perSubscription: new Map(),
+    allowance: new Map(),
+    finished: [],
+    stopped: false,
+    nudge: null,
+    wakeNow: null,
+    lastClockRefresh: 0,
   };
-  // Most recently changed last; beyond the bound the oldest is forgotten.
-  const remember = (sub: string, a: number) => {
-    allowance.delete(sub);
-    allowance.set(sub, a);
-    if (allowance.size > remembered) allowance.delete(allowance.keys().next().value!);
-  };
-  const settle = (o: Outcome) => {
-    const sub = o.delivery.subscription_id;
-    const n = (perSubscription.get(sub) ?? 1) - 1;
-    if (n > 0) perSubscription.set(sub, n);
-    else perSubscription.delete(sub);
-    if (o.result?.ok) remember(sub, Math.min(allowanceOf(sub) * 2, SUBSCRIPTION_MAX));
-    else if (o.result) remember(sub, 1);
-  };
-  let finished: Outcome[] = [];
-  let stopped = false;
-  let nudge: (() => void) | null = null;
-  let wakeNow: (() => void) | null = null;
-  let lastClockRefresh = 0;
-
-  // Sleeps up to ms; a finished attempt shortens the rest to GATHER_MS so that results are written
-  // soon, together with the others that finish meanwhile (one transaction per batch, not per attempt).
-  const pause = (ms: number) =>
-    new Promise<void>((resolve) => {
-      const done = () => {
-        nudge = wakeNow = null;
-        resolve();
-      };
-      let timer = setTimeout(done, ms);
-      nudge = () => {
-        clearTimeout(timer);
-        nudge = null;
-        timer = setTimeout(done, Math.min(ms, GATHER_MS));
-      };
-      wakeNow = () => {
-        clearTimeout(timer);
-        done();
-      };
-    });
-
-  const flush = async () => {
-    if (finished.length === 0) return;
-    const batch = finished;
-    finished = [];
-    await recordOutcomes(deps, batch);
-  };
-
-  const launch = (d: Awaited<ReturnType<typeof claimDue>>[number], token: string) => {
-    perSubscription.set(d.subscription_id, (perSubscription.get(d.subscription_id) ?? 0) + 1);
-    const run = attemptDelivery(deps, d, token)
-      .then((o) => {
-        finished.push(o);
-        settle(o);
-        nudge?.();
-      })
-      .catch((err) => {
-        settle({ delivery: d, token, result: null });
-        deps.log.error({ err, webhook_delivery_id: d.id }, 'webhook attempt crashed');
-      })
-      .finally(() => inFlight.delete(run));
-    inFlight.add(run);
-  };
-
-  const loop = async () => {
-    while (!stopped) {
-      try {
-        if (deps.config.devClock && Date.now() - lastClockRefresh > 1000) {
-          lastClockRefresh = Date.now();
-          await refreshDevClock(deps);
-        }
-        await flush();
-        const relayed = await relayOutbox(deps, RELAY_BATCH);
-        const limit = Math.min(maxInFlight - inFlight.size, batchSize);
-        let claimed = 0;
-        if (limit > 0) {
-          const token = randomUUID();
-          const batch = await claimDue(deps, limit, token, room());
-          claimed = batch.length;
-          for (const d of batch) launch(d, token);
-        }
-        if (stopped) break;
-        // More is probably waiting: go round at once. Otherwise sleep; results cut the sleep short.
-        if (relayed > 0 || (claimed > 0 && claimed === limit)) continue;
-        await pause(finished.length > 0 || limit <= 0 ? GATHER_MS : idleMs);
-      } catch (err) {
-        deps.log.error({ err }, 'webhook worker pass failed');
-        await pause(1000);
-      }
-    }
-    await Promise.allSettled([...inFlight]);
-    await flush().catch((err) => deps.log.error({ err }, 'webhook worker final flush failed'));
-  };
-
-  const running = loop();
+  const running = runWorkerLoop(w, {
+    idleMs: options.idleMs ?? 100,
+    batchSize: options.batchSize ?? 100,
+    maxInFlight: options.maxInFlight ?? 512,
+  });
   return {
     async stop() {
-      stopped = true;
-      wakeNow?.();
+      w.stopped = true;
+      w.wakeNow?.();
       await running;
       await closeWebhookTransport(deps);
     },
   };
+}
+
+/** What one worker's loop, its attempts in flight and stop() share. */
+interface WorkerState {
+  deps: Deps;
+  remembered: number;
+  inFlight: Set<Promise<void>>;
+  perSubscription: Map<string, number>;
+  allowance: Map<string, number>;
+  finished: Outcome[];
+  stopped: boolean;
+  nudge: (() => void) | null;
+  wakeNow: (() => void) | null;
+  lastClockRefresh: number;
+}
+
+interface WorkerLimits {
+  idleMs: number;
+  batchSize: number;
+  maxInFlight: number;
+}
+
+async function runWorkerLoop(w: WorkerState, limits: WorkerLimits): Promise<void> {
+  while (!w.stopped) {
+    try {
+      const sleepMs = await runWorkerPass(w, limits);
+      if (sleepMs !== null) await pause(w, sleepMs);
+    } catch (err) {
+      w.deps.log.error({ err }, 'webhook worker pass failed');
+      await pause(w, 1000);
+    }
+  }
+  await Promise.allSettled([...w.inFlight]);
+  await flushOutcomes(w).catch((err) => w.deps.log.error({ err }, 'webhook worker final flush failed'));
+}
+
+/** One round: records finished attempts, relays, claims and launches; returns how long to sleep (null: go round at once). */
+async function runWorkerPass(w: WorkerState, { idleMs, batchSize, maxInFlight }: WorkerLimits): Promise<number | null> {
+  if (w.deps.config.devClock && Date.now() - w.lastClockRefresh > 1000) {
+    w.lastClockRefresh = Date.now();
+    await refreshDevClock(w.deps);
+  }
+  await flushOutcomes(w);
+  const relayed = await relayOutbox(w.deps, RELAY_BATCH);
+  const limit = Math.min(maxInFlight - w.inFlight.size, batchSize);
+  let claimed = 0;
+  if (limit > 0) {
+    const token = randomUUID();
+    const batch = await claimDue(w.deps, limit, token, claimRoom(w));
+    claimed = batch.length;
+    for (const d of batch) launchAttempt(w, d, token);
+  }
+  if (w.stopped) return null;
+  // More is probably waiting: go round at once. Otherwise sleep; results cut the sleep short.
+  if (relayed > 0 || (claimed > 0 && claimed === limit)) return null;
+  return w.finished.length > 0 || limit <= 0 ? GATHER_MS : idleMs;
+}
+
+const allowanceOf = (w: WorkerState, sub: string) => w.allowance.get(sub) ?? SUBSCRIPTION_START;
+
+// Named: the subscriptions with attempts in flight, and those held below the start after a failure;
+// any other may start SUBSCRIPTION_START (a fast one regains its allowance as those are in flight).
+function claimRoom(w: WorkerState): ClaimRoom {
+  const left: Record<string, number> = {};
+  for (const [sub, n] of w.perSubscription) left[sub] = Math.max(0, allowanceOf(w, sub) - n);
+  for (const [sub, a] of w.allowance) if (a < SUBSCRIPTION_START && !(sub in left)) left[sub] = a;
+  return { left, fresh: SUBSCRIPTION_START };
+}
+
+// Most recently changed last; beyond the bound the oldest is forgotten.
+function rememberAllowance(w: WorkerState, sub: string, a: number): void {
+  w.allowance.delete(sub);
+  w.allowance.set(sub, a);
+  if (w.allowance.size > w.remembered) w.allowance.delete(w.allowance.keys().next().value!);
+}
+
+function settleAttempt(w: WorkerState, o: Outcome): void {
+  const sub = o.delivery.subscription_id;
+  const n = (w.perSubscription.get(sub) ?? 1) - 1;
+  if (n > 0) w.perSubscription.set(sub, n);
+  else w.perSubscription.delete(sub);
+  if (o.result?.ok) rememberAllowance(w, sub, Math.min(allowanceOf(w, sub) * 2, SUBSCRIPTION_MAX));
+  else if (o.result) rememberAllowance(w, sub, 1);
+}
+
+// Sleeps up to ms; a finished attempt shortens the rest to GATHER_MS so that results are written
+// soon, together with the others that finish meanwhile (one transaction per batch, not per attempt).
+function pause(w: WorkerState, ms: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      w.nudge = w.wakeNow = null;
+      resolve();
+    };
+    let timer = setTimeout(done, ms);
+    w.nudge = () => {
+      clearTimeout(timer);
+      w.nudge = null;
+      timer = setTimeout(done, Math.min(ms, GATHER_MS));
+    };
+    w.wakeNow = () => {
+      clearTimeout(timer);
+      done();
+    };
+  });
+}
+
+async function flushOutcomes(w: WorkerState): Promise<void> {
+  if (w.finished.length === 0) return;
+  const batch = w.finished;
+  w.finished = [];
+  await recordOutcomes(w.deps, batch);
+}
+
+function launchAttempt(w: WorkerState, d: ClaimedDelivery, token: string): void {
+  w.perSubscription.set(d.subscription_id, (w.perSubscription.get(d.subscription_id) ?? 0) + 1);
+  const run = attemptDelivery(w.deps, d, token)
+    .then((o) => {
+      w.finished.push(o);
+      settleAttempt(w, o);
+      w.nudge?.();
+    })
+    .catch((err) => {
+      settleAttempt(w, { delivery: d, token, result: null });
+      w.deps.log.error({ err, webhook_delivery_id: d.id }, 'webhook attempt crashed');
+    })
+    .finally(() => w.inFlight.delete(run));
+  w.inFlight.add(run);
 }
