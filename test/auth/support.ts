@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { generate } from 'otplib';
 import type { TestApp } from '../helpers/app.js';
-import { bearer, createUser, type TestUser } from '../helpers/fixtures.js';
+import { bearer, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 export { latestToken, linkToken, mailsTo, type MailRow } from '../helpers/mail.js';
 
 type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
@@ -148,4 +148,27 @@ export async function createApplication(t: TestApp, opts: { slug: string; emailF
     [id, opts.slug, `App ${opts.slug}`, `https://${opts.slug}.example.com/`, opts.emailFromName ?? null, tenantId, now],
   );
   return id;
+}
+
+/** mfa/verify: completes an MfaChallenge with `{mfa_token, code}` or `{mfa_token, recovery_code}`. */
+export const verifyMfa = (t: TestApp, body: object) => post(t, '/v1/auth/mfa/verify', body);
+
+/** A six-digit code other than `code` (half the code space away): a wrong code for a test. */
+export const otherCode = (code: string) => String((Number(code) + 500_000) % 1_000_000).padStart(6, '0');
+
+/** The signed-in user's mfa_enabled, as GET /v1/users/me shows it. */
+export const readMfaEnabled = async (t: TestApp, token: string) => (await get(t, '/v1/users/me', token)).json().mfa_enabled;
+
+/** Self-service signup with the fixture PASSWORD; returns the address and the AuthSession. */
+export async function signupUser(t: TestApp, email = uniqueEmail('rec')) {
+  const res = await post(t, '/v1/auth/signup', { email, password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  return { email, session: res.json() };
+}
+
+/** A login that must answer an AuthSession (no MFA); returns its tokens and session id. */
+export async function signInSession(t: TestApp, user: Pick<TestUser, 'email' | 'password' | 'mode'>) {
+  const res = await loginRes(t, user);
+  assert.equal(res.statusCode, 200, res.body);
+  return res.json() as { access_token: string; refresh_token: string; session_id: string };
 }

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import Stripe from 'stripe';
 import type { TestApp } from '../helpers/app.js';
 import { toUnixSeconds } from '../../src/clock.js';
-import { rand } from '../tenancy/support.js';
+import { assertStatus, createApplication, rand, sql, tenantOwner, type Caller } from '../tenancy/support.js';
 import { unusedPort } from '../helpers/ports.js';
 
 export interface ProcessorRequest {
@@ -173,4 +173,25 @@ export function postEvent(t: TestApp, payload: string, signature: string | null)
 export function deliver(t: TestApp, type: string, object: Record<string, unknown>, opts: EventOptions & { secret?: string } = {}) {
   const payload = JSON.stringify(processorEvent(t, type, object, opts));
   return postEvent(t, payload, sign(t, payload, { secret: opts.secret }));
+}
+
+/** The service clock in Unix seconds, as a processor event's `created` states it. */
+export const unixNow = (t: TestApp) => toUnixSeconds(t.clock.now());
+
+/** The processor_events rows recorded for event `id` (none, or one with its outcome). */
+export const processorEventRows = (t: TestApp, id: string) => sql(t, 'SELECT * FROM processor_events WHERE id = $1', [id]);
+
+/**
+ * A Team Tenant with two Applications (more than Starter allows) whose subscription `id` was created
+ * and then canceled: it dropped to Starter and is restricted.
+ */
+export async function lapsedTenantOverStarter(t: TestApp, admin: Caller, id: string) {
+  const owner = await tenantOwner(t);
+  await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
+  const apps: { appId: string }[] = [];
+  for (let i = 0; i < 2; i++) apps.push(await createApplication(t, admin, { owner_user_id: owner.user.id }));
+  const sub = { tenantId: owner.tenantId, id, customer: `cus_${id}` };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: unixNow(t) - 40 }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', subscription({ ...sub, status: 'canceled' }), { created: unixNow(t) - 30 }), 200);
+  return { owner, apps, sub };
 }

@@ -1,6 +1,6 @@
 // The mail relay through SMTP (docs/decisions.md "Mail", "Sent mail keeps no live link"; Part B
 // email_from_name): what leaves, from whom, which refusals end a mail, and how long a claim holds it.
-// More relay tests: foundation/dev-and-jobs.test.ts ("mail outbox").
+// More relay tests: foundation/mail-relay.test.ts.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';

@@ -1,7 +1,7 @@
 // WH-2: inbound processor events arriving out of order and twice. Bad signatures (missing, wrong,
 // malformed, older than 300 s), a single duplicate and a stale subscription event are proven in
-// test/billing/processor-events.test.ts; this file adds invoice events that arrive out of order and
-// every order of one subscription's history, each event delivered twice.
+// test/billing/processor-events-signatures-and-order.test.ts; this file adds invoice events that
+// arrive out of order and every order of one subscription's history, each event delivered twice.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestApp } from '../../helpers/app.js';
