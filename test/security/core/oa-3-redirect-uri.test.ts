@@ -1,6 +1,6 @@
 // OA-3: redirect_uri exact match (ASVS 10.4.1, RFC 9700 §4.1.3) where codes are issued and where they
 // are redeemed. The hosted page's own 400 walk is in test/oauth/signin-page.test.ts and registration
-// of localhost on a live Application in test/access/applications.test.ts; this file walks every
+// of localhost on a live Application in test/access/applications-create.test.ts; this file walks every
 // near-miss through POST /v1/auth/oauth/authorization-codes (the verb behind the page) and oauth/token.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
