@@ -367,6 +367,7 @@ test('user list excludes revoked and expired by default; ?status=revoked or incl
   assert.deepEqual(await ids('?status=expired'), [expired.id]);
   assert.deepEqual(await ids('?include_inactive=true'), [active.id, revoked.id, expired.id].sort());
   assert.deepEqual(await ids(`?include_inactive=true&application_id=${apps[1].id}`), [revoked.id]);
+  assert.deepEqual(await ids(`?include_inactive=true&application_id=${apps[2].id}`), [expired.id]);
   assert.deepEqual(await ids('?include_inactive=true&source=purchase'), [active.id]);
   // Self reads the same list.
   const self = await person(t);
