@@ -15,6 +15,15 @@ export const Timestamp = Type.String({ format: 'date-time' });
 export const NullableTimestamp = Type.Union([Timestamp, Type.Null()]);
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 
+/** The `pattern` of a name: at least one character that is not white space (fieldErrors says "must not be blank"). */
+export const NOT_BLANK = '\\S';
+
+/**
+ * A name shown as a label (an Organization's, an Application's, a display_name…): 1 to `maxLength`
+ * characters, not all of them white space. Stored as sent: spaces around other characters stay.
+ */
+export const Name = (maxLength: number) => Type.String({ minLength: 1, maxLength, pattern: NOT_BLANK });
+
 /**
  * A JSON object whose keys are any text (AppProfile custom, AppSettings overrides, counts by settings
  * key). Not Type.Record(Type.String(), …): that is `patternProperties: {"^(.*)$": …}`, and `.` matches

@@ -1,6 +1,7 @@
 import Ajv, { type ErrorObject } from 'ajv';
 import addFormats from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
+import { NOT_BLANK } from './schemas.js';
 
 const build = (coerceTypes: boolean | 'array') => {
   const ajv = new Ajv.default({
@@ -130,7 +131,18 @@ export function fieldErrors(errors: ErrorObject[], part: string | undefined): Fi
   const prefix = part === 'querystring' ? 'query' : part === 'params' ? 'path' : part === 'headers' ? 'header' : '';
   const seen = new Set<string>();
   const fields: FieldError[] = [];
+  const blank = (e: ErrorObject) => e.keyword === 'pattern' && (e.params as { pattern: string }).pattern === NOT_BLANK;
+  // An empty name breaks minLength and NOT_BLANK alike: one message for it, the length's.
+  const tooShort = new Set(errors.filter((e) => e.keyword === 'minLength').map((e) => e.instancePath));
+  // A Nullable(...) field failing its other branch: that branch's error says it ("or null" on a type
+  // error), not the union's "must be null" and "must match a schema in anyOf" beside it.
+  const isNull = (e: ErrorObject) => e.keyword === 'type' && (e.params as { type: string }).type === 'null';
+  const nullable = new Set(errors.filter(isNull).map((e) => e.instancePath));
+  const unionNoise = (e: ErrorObject) => nullable.has(e.instancePath) && (isNull(e) || e.keyword === 'anyOf');
+  const explained = (at: string) => errors.some((e) => !unionNoise(e) && (e.instancePath === at || e.instancePath.startsWith(`${at}/`)));
   for (const e of errors) {
+    if (blank(e) && tooShort.has(e.instancePath)) continue;
+    if (unionNoise(e) && explained(e.instancePath)) continue;
     let path = e.instancePath.replace(/^\//, '').replace(/\//g, '.');
     let message = e.message ?? 'is invalid';
     if (e.keyword === 'required') {
@@ -143,6 +155,10 @@ export function fieldErrors(errors: ErrorObject[], part: string | undefined): Fi
       message = 'is not a known field';
     } else if (e.keyword === 'enum') {
       message = `must be one of ${((e.params as { allowedValues: unknown[] }).allowedValues ?? []).join(', ')}`;
+    } else if (blank(e)) {
+      message = 'must not be blank';
+    } else if (e.keyword === 'type' && nullable.has(e.instancePath)) {
+      message = `${message} or null`;
     }
     if (prefix) path = path ? `${prefix}.${path}` : prefix;
     if (!path) path = part === 'body' || !part ? 'body' : prefix;

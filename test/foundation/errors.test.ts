@@ -52,6 +52,19 @@ test('schema violations get 422 validation_failed naming each offending field', 
   assert.deepEqual(paths, ['email', 'extra', 'password', 'test_mode']);
 });
 
+test('a nullable field given a wrong value gets one entry naming it, saying what it takes ("must be string or null"; a too-long text its length), not the union\'s "must be null" and "must match a schema in anyOf"', async () => {
+  const { token } = await userToken(t);
+  const patch = (body: unknown) => t.app.inject({ method: 'PATCH', url: '/v1/users/me/profile', headers: bearer(token), payload: body as object });
+  const wrongType = await patch({ avatar_url: 5 });
+  assert.equal(wrongType.statusCode, 422);
+  assert.deepEqual(wrongType.json().error.details.fields, [{ path: 'avatar_url', message: 'must be string or null' }]);
+  const tooLong = await patch({ avatar_url: `https://a.example/${'x'.repeat(2048)}` });
+  assert.equal(tooLong.statusCode, 422);
+  assert.deepEqual(tooLong.json().error.details.fields.map((f: { path: string }) => f.path), ['avatar_url'], tooLong.body);
+  assert.doesNotMatch(tooLong.body, /must be null|anyOf/);
+  assert.equal((await patch({ avatar_url: null })).statusCode, 200);
+});
+
 test('wrong types are never coerced in bodies ("true" is not a boolean)', async () => {
   const res = await t.app.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 'a@example.com', password: 'x', test_mode: 'true' } });
   assert.equal(res.statusCode, 422);

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { IncludeInactiveQuery, Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
+import { IncludeInactiveQuery, Name, Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const ApiKey = Type.Object(
   {
@@ -30,7 +30,7 @@ const Permissions = Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { 
 
 export const CreateKeyBody = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: 100 }),
+    name: Name(100),
     scope: Type.String({ minLength: 1, maxLength: 100 }),
     permissions: Permissions,
     mode: Type.Optional(Type.Union([Type.Literal('live'), Type.Literal('test')], { default: 'live' })),
@@ -47,7 +47,7 @@ export const KEY_READ_ONLY = ['id', 'scope', 'mode', 'intended_use', 'expires_at
 
 export const PatchKeyBody = Type.Object(
   {
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    name: Type.Optional(Name(100)),
     permissions: Type.Optional(Permissions),
     restrict_destructive: Type.Optional(Type.Boolean()),
     ...readOnlyProperties(KEY_READ_ONLY),

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { FreeMap, Nullable, NullableTimestamp, readOnlyProperties } from '../../http/schemas.js';
+import { FreeMap, Name, Nullable, NullableTimestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const AppTokenBody = Type.Object(
   { application_id: Type.String({ minLength: 1, maxLength: 100 }), organization_id: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })) },
@@ -37,7 +37,7 @@ export const APP_PROFILE_READ_ONLY = ['user_id', 'application_id', 'effective_di
 
 export const PatchAppProfileBody = Type.Object(
   {
-    display_handle: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 64 }))),
+    display_handle: Type.Optional(Nullable(Name(64))),
     custom: Type.Optional(
       FreeMap(Type.Unknown(), {
         description: 'Merged into the stored map one level deep; null removes a key. The merged map is at most 16 KB (16,384 bytes of its UTF-8 JSON serialization), else 422 validation_failed naming custom.',

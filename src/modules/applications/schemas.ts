@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { FreeMap, Nullable, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
+import { FreeMap, Name, Nullable, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const VISIBILITIES = ['public', 'invite_only', 'internal'] as const;
 export const REVIEW_STATUSES = ['pending_review', 'approved', 'rejected', 'suspended'] as const;
@@ -51,13 +51,13 @@ export const ApplicationListItem = Type.Object(
 
 const Url = Type.String({ minLength: 1, maxLength: 2048 });
 const ConfigFields = {
-  name: Type.String({ minLength: 1, maxLength: 100 }),
+  name: Name(100),
   description: Nullable(Type.String({ maxLength: 2000 })),
   icon_url: Nullable(Url),
   launch_url: Url,
   redirect_uris: Type.Array(Type.String({ minLength: 1, maxLength: 2048 }), { maxItems: 10 }),
   support_url: Nullable(Url),
-  email_from_name: Nullable(Type.String({ minLength: 1, maxLength: 50 })),
+  email_from_name: Nullable(Name(50)),
   settings_schema: Type.Object(
     {},
     {

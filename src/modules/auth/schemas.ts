@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { OpenEnum } from '../../http/schemas.js';
+import { Name, OpenEnum } from '../../http/schemas.js';
 
 export const AuthSession = Type.Object(
   {
@@ -41,7 +41,7 @@ export const SignupBody = Type.Object(
   {
     email: Email,
     password: NewPassword,
-    display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    display_name: Type.Optional(Name(100)),
     application_id: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     test_mode: TestMode,
   },

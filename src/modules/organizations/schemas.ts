@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
+import { Name, Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 
 export const Organization = Type.Object(
   {
@@ -33,13 +33,13 @@ export const Member = Type.Object(
 export type Member = Static<typeof Member>;
 
 const Role = Type.Union([Type.Literal('org_admin'), Type.Literal('member')]);
-export const CreateOrgBody = Type.Object({ name: Type.String({ minLength: 1, maxLength: 100 }) }, { additionalProperties: false });
+export const CreateOrgBody = Type.Object({ name: Name(100) }, { additionalProperties: false });
 /** Organization fields a PATCH cannot write. */
 export const ORG_READ_ONLY = ['id', 'member_count', 'created_by', 'test_mode', 'created_at', 'updated_at', 'my_role', 'my_membership_status'] as const;
 
 export const PatchOrgBody = Type.Object(
   {
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    name: Type.Optional(Name(100)),
     status: Type.Optional(Type.Union([Type.Literal('active'), Type.Literal('suspended')])),
     reason: Type.Optional(Type.String({ maxLength: 1000 })),
     ...readOnlyProperties(ORG_READ_ONLY),

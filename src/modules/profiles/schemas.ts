@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { Name, Nullable, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 
 export const Profile = Type.Object(
   {
@@ -20,7 +20,7 @@ export const PROFILE_READ_ONLY = ['user_id', 'updated_at'] as const;
 
 export const PatchProfileBody = Type.Object(
   {
-    display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    display_name: Type.Optional(Name(100)),
     // The scheme is case-insensitive (RFC 3986 §3.1): HTTPS://… is an https URL too, stored as sent.
     avatar_url: Type.Optional(Nullable(Type.String({ maxLength: 2048, pattern: '^[Hh][Tt][Tt][Pp][Ss]://' }))),
     contact_email: Type.Optional(Nullable(Type.String({ format: 'email', maxLength: 320 }))),

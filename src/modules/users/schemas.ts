@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { IncludeInactiveQuery, Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
+import { IncludeInactiveQuery, Name, Nullable, NullableTimestamp, OpenEnum, PageQuery, readOnlyProperties, Timestamp } from '../../http/schemas.js';
 import { AuditEvent } from '../audit/schemas.js';
 
 export const USER_STATUSES = ['active', 'invited', 'suspended', 'deleted'] as const;
@@ -42,7 +42,7 @@ export type UserListQuery = Static<typeof UserListQuery>;
 export const CreateUserBody = Type.Object(
   {
     email: Type.String({ format: 'email', maxLength: 320 }),
-    display_name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    display_name: Type.Optional(Name(100)),
     status: Type.Optional(Type.Union([Type.Literal('invited'), Type.Literal('active')], { default: 'invited' })),
     send_invitation: Type.Optional(Type.Boolean({ default: true })),
   },
