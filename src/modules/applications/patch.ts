@@ -42,6 +42,34 @@ export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicat
 }
 
 async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicationBody): Promise<Application> {
+  const { app, owner } = await authorizeApplicationPatch(ctx, id, body);
+  const { roles, defaultRole, permissions } = planAppRoles(app, body);
+
+  return ctx.db.transaction(async (tx) => {
+    const c = inTx(ctx, tx);
+    await assertTenantWritable(tx, app.tenant_id);
+    const { review, notes } = planReviewStatus(app, body, owner);
+    const tenantId = await moveOwnership(tx, ctx, app, body);
+    await syncAppRoles(tx, ctx, app, roles, tenantId);
+    // Everyone with access holds the default Role: it exists even if its Role was deleted while another name was the default.
+    if (defaultRole && defaultRole !== app.default_app_role) await seedAppRole(tx, ctx, app, defaultRole, tenantId);
+    if (permissions) await assertPermissionsUnused(tx, app, permissions.map((p) => p.key));
+
+    const next = nextApplicationRow(app, body, {
+      permissions: permissions ?? app.permissions, available_app_roles: roles, default_app_role: defaultRole,
+      review_status: review, review_notes: notes, tenant_id: tenantId,
+    });
+    // A PATCH that changes nothing writes nothing (no updated_at, no application.updated), as elsewhere.
+    if ((Object.keys(next) as (keyof ApplicationRow)[]).every((k) => isDeepStrictEqual(next[k], app[k]))) return toApplication(app, await staleCounts(c, app));
+    const after = await writeApplication(tx, c, app, next, tenantId);
+    const out = toApplication(after, await staleCounts(c, after));
+    await recordApplicationChange(tx, c, app, after, out, { review, notes, tenantId });
+    return out;
+  });
+}
+
+/** The owner (configuration fields) or applications.manage (all, moderation fields too); returns the row and whether the caller owns it. */
+async function authorizeApplicationPatch(ctx: Ctx, id: string, body: PatchApplicationBody): Promise<{ app: ApplicationRow; owner: boolean }> {
   const app = await visibleApplication(ctx, id);
   const admin = hasPermission(ctx.actor, 'applications.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
   const owner = await isOwner(ctx, app);
@@ -49,7 +77,11 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
   assertNoReadOnlyFields(body, APPLICATION_READ_ONLY);
   const moderation = MODERATION_FIELDS.filter((f) => f in body);
   if (moderation.length && !admin) throw new ApiError('moderation_field_forbidden', { details: { fields: moderation } });
+  return { app, owner };
+}
 
+/** The app role names, the default one and the permissions the PATCH leaves (permissions undefined: not sent). */
+function planAppRoles(app: ApplicationRow, body: PatchApplicationBody) {
   const roles = body.available_app_roles ?? app.available_app_roles;
   // The default Role is held by everyone with access, now and later: its name goes only with a new
   // default_app_role in the same PATCH (as DELETE /v1/roles refuses it while it is the default).
@@ -61,78 +93,80 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
   }
   const defaultRole = body.default_app_role !== undefined ? body.default_app_role : app.default_app_role;
   const permissions = validateConfig(app.slug, app.test_mode, body, roles, defaultRole);
+  return { roles, defaultRole, permissions };
+}
 
-  return ctx.db.transaction(async (tx) => {
-    const c = inTx(ctx, tx);
-    await assertTenantWritable(tx, app.tenant_id);
-    let review = app.review_status;
-    let notes = body.review_notes !== undefined ? body.review_notes : app.review_notes;
-    if (body.review_status !== undefined && body.review_status !== app.review_status) {
-      if (!REVIEW_MOVES[app.review_status]?.includes(body.review_status)) {
-        throw new ApiError('invalid_review_transition', { details: { from: app.review_status, to: body.review_status } });
-      }
-      // Whitespace-only notes count as missing.
-      if (NOTES_REQUIRED.includes(body.review_status) && !body.review_notes?.trim()) throw new ApiError('review_notes_required');
-      review = body.review_status;
-    } else if (app.review_status === 'rejected' && owner && body.review_status === undefined && CONFIG_FIELDS.some((f) => f in body)) {
-      // The owner's next configuration change puts a rejected Application back in the queue, also when
-      // the owner holds applications.manage; a PATCH that sets review_status itself is not moved.
-      review = 'pending_review';
+/** The review_status and review_notes after the PATCH: a move an admin asks for, or the owner's return to the queue. */
+function planReviewStatus(app: ApplicationRow, body: PatchApplicationBody, owner: boolean): { review: ApplicationRow['review_status']; notes: string | null } {
+  let review = app.review_status;
+  const notes = body.review_notes !== undefined ? body.review_notes : app.review_notes;
+  if (body.review_status !== undefined && body.review_status !== app.review_status) {
+    if (!REVIEW_MOVES[app.review_status]?.includes(body.review_status)) {
+      throw new ApiError('invalid_review_transition', { details: { from: app.review_status, to: body.review_status } });
     }
+    // Whitespace-only notes count as missing.
+    if (NOTES_REQUIRED.includes(body.review_status) && !body.review_notes?.trim()) throw new ApiError('review_notes_required');
+    review = body.review_status;
+  } else if (app.review_status === 'rejected' && owner && body.review_status === undefined && CONFIG_FIELDS.some((f) => f in body)) {
+    // The owner's next configuration change puts a rejected Application back in the queue, also when
+    // the owner holds applications.manage; a PATCH that sets review_status itself is not moved.
+    review = 'pending_review';
+  }
+  return { review, notes };
+}
 
-    const tenantId = await moveOwnership(tx, ctx, app, body);
-    await syncAppRoles(tx, ctx, app, roles, tenantId);
-    // Everyone with access holds the default Role: it exists even if its Role was deleted while another name was the default.
-    if (defaultRole && defaultRole !== app.default_app_role) await seedAppRole(tx, ctx, app, defaultRole, tenantId);
-    if (permissions) await assertPermissionsUnused(tx, app, permissions.map((p) => p.key));
+/** The row's columns after the PATCH: each field sent, else its current value; then the columns decided above. */
+function nextApplicationRow(app: ApplicationRow, body: PatchApplicationBody, decided: Partial<ApplicationRow>): Partial<ApplicationRow> {
+  const v = <K extends keyof ApplicationRow>(k: K, fallback: ApplicationRow[K]) => (k in body ? (body as any)[k] : fallback);
+  return {
+    ...Object.fromEntries(CONFIG_FIELDS.map((f) => [f, v(f, app[f])])),
+    visibility: v('visibility', app.visibility),
+    owner_user_id: v('owner_user_id', app.owner_user_id), owner_organization_id: v('owner_organization_id', app.owner_organization_id),
+    ...decided,
+  };
+}
 
-    const v = <K extends keyof ApplicationRow>(k: K, fallback: ApplicationRow[K]) => (k in body ? (body as any)[k] : fallback);
-    const next: Partial<ApplicationRow> = {
-      ...Object.fromEntries(CONFIG_FIELDS.map((f) => [f, v(f, app[f])])),
-      permissions: permissions ?? app.permissions, available_app_roles: roles, default_app_role: defaultRole,
-      visibility: v('visibility', app.visibility), review_status: review, review_notes: notes,
-      owner_user_id: v('owner_user_id', app.owner_user_id), owner_organization_id: v('owner_organization_id', app.owner_organization_id), tenant_id: tenantId,
-    };
-    // A PATCH that changes nothing writes nothing (no updated_at, no application.updated), as elsewhere.
-    if ((Object.keys(next) as (keyof ApplicationRow)[]).every((k) => isDeepStrictEqual(next[k], app[k]))) return toApplication(app, await staleCounts(c, app));
-    await tx.query(
-      `UPDATE applications SET name = $2, description = $3, icon_url = $4, launch_url = $5, redirect_uris = $6, support_url = $7,
-              email_from_name = $8, settings_schema = $9, permissions = $10, available_app_roles = $11, default_app_role = $12,
-              visibility = $13, review_status = $14, review_notes = $15, owner_user_id = $16, owner_organization_id = $17,
-              tenant_id = $18, updated_at = $19
-        WHERE id = $1`,
-      [app.id, next.name, next.description, next.icon_url, next.launch_url, next.redirect_uris, next.support_url, next.email_from_name,
-        JSON.stringify(next.settings_schema), JSON.stringify(next.permissions), next.available_app_roles, next.default_app_role,
-        next.visibility, next.review_status, next.review_notes, next.owner_user_id, next.owner_organization_id, next.tenant_id, ctx.now],
-    );
-    // A move changes both Tenants' seats: members marked seat_limit get the room the move gives them
-    // (the destination without a cap, or the seats leaving the source) in this transaction, as an
-    // Entitlement PATCH or a plan change gives it, not at the next seat-limit-release run.
-    if (tenantId !== app.tenant_id) for (const tenant of [app.tenant_id, tenantId]) await releaseSeatLimits(tx, c, tenant);
-    const after = (await findApplicationRow(tx, app.id))!;
-    const out = toApplication(after, await staleCounts(c, after));
-    // Rows of the Application's mode, whoever changes it (a test-mode key suspending a live one), as
-    // emitReviewChange; their snapshots count that mode's users, as its readers' GET does (the caller's
-    // answer counts the caller's: neither mode sees the other's).
-    const mode = modeOf(app.test_mode);
-    const snapshot = (row: ApplicationRow) => inSubjectMode(tx, mode, async () => toApplication(row, await staleCounts(c, row)));
-    await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: await snapshot(app), after: mode === ctx.mode ? out : await snapshot(after), mode });
-    if (review !== app.review_status) {
-      await recordAudit(tx, c, {
-        action: 'application.review_status_changed',
-        target: { type: 'application', id: app.id },
-        applicationId: app.id,
-        tenantId,
-        before: { review_status: app.review_status },
-        after: { review_status: review, review_notes: notes },
-        mode,
-      });
-      // The webhook is for approved, rejected, suspended and reinstated (Part B Events); the automatic
-      // return to the queue is audited only.
-      if (review !== 'pending_review') await emitReviewChange(tx, c, after);
-    }
-    return out;
-  });
+/** The UPDATE, and the seats a move to another Tenant frees; returns the row as stored. */
+async function writeApplication(tx: Tx, c: Ctx, app: ApplicationRow, next: Partial<ApplicationRow>, tenantId: string): Promise<ApplicationRow> {
+  await tx.query(
+    `UPDATE applications SET name = $2, description = $3, icon_url = $4, launch_url = $5, redirect_uris = $6, support_url = $7,
+            email_from_name = $8, settings_schema = $9, permissions = $10, available_app_roles = $11, default_app_role = $12,
+            visibility = $13, review_status = $14, review_notes = $15, owner_user_id = $16, owner_organization_id = $17,
+            tenant_id = $18, updated_at = $19
+      WHERE id = $1`,
+    [app.id, next.name, next.description, next.icon_url, next.launch_url, next.redirect_uris, next.support_url, next.email_from_name,
+      JSON.stringify(next.settings_schema), JSON.stringify(next.permissions), next.available_app_roles, next.default_app_role,
+      next.visibility, next.review_status, next.review_notes, next.owner_user_id, next.owner_organization_id, next.tenant_id, c.now],
+  );
+  // A move changes both Tenants' seats: members marked seat_limit get the room the move gives them
+  // (the destination without a cap, or the seats leaving the source) in this transaction, as an
+  // Entitlement PATCH or a plan change gives it, not at the next seat-limit-release run.
+  if (tenantId !== app.tenant_id) for (const tenant of [app.tenant_id, tenantId]) await releaseSeatLimits(tx, c, tenant);
+  return (await findApplicationRow(tx, app.id))!;
+}
+
+/** application.updated, and for a review move application.review_status_changed and its webhook. */
+async function recordApplicationChange(tx: Tx, c: Ctx, app: ApplicationRow, after: ApplicationRow, out: Application, { review, notes, tenantId }: { review: ApplicationRow['review_status']; notes: string | null; tenantId: string }): Promise<void> {
+  // Rows of the Application's mode, whoever changes it (a test-mode key suspending a live one), as
+  // emitReviewChange; their snapshots count that mode's users, as its readers' GET does (the caller's
+  // answer counts the caller's: neither mode sees the other's).
+  const mode = modeOf(app.test_mode);
+  const snapshot = (row: ApplicationRow) => inSubjectMode(tx, mode, async () => toApplication(row, await staleCounts(c, row)));
+  await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: await snapshot(app), after: mode === c.mode ? out : await snapshot(after), mode });
+  if (review !== app.review_status) {
+    await recordAudit(tx, c, {
+      action: 'application.review_status_changed',
+      target: { type: 'application', id: app.id },
+      applicationId: app.id,
+      tenantId,
+      before: { review_status: app.review_status },
+      after: { review_status: review, review_notes: notes },
+      mode,
+    });
+    // The webhook is for approved, rejected, suspended and reinstated (Part B Events); the automatic
+    // return to the queue is audited only.
+    if (review !== 'pending_review') await emitReviewChange(tx, c, after);
+  }
 }
 
 /**

@@ -3,7 +3,7 @@ import { inTx } from '../../context.js';
 import { modeOf, type Queryable, type Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { verifyAgainstDummy, verifyPassword, withPasswordWork, hashRecoveryCode } from '../../auth/passwords.js';
-import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS } from '../../auth/one-time-tokens.js';
+import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
 import { latestAcceptedStep, legacyRecoveryCodeHash, totpSecretOf, USED_STEPS_KEPT, verifyTotp } from '../../auth/totp.js';
 import { claimAttempt, claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
@@ -68,32 +68,58 @@ async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<Au
   if ((input.code === undefined) === (input.recovery_code === undefined)) {
     throw invalidField(input.code === undefined ? 'code' : 'recovery_code', 'send exactly one of code or recovery_code');
   }
-  const pending = await peekOneTimeToken(baseCtx.deps.database.scoped('system'), ['mfa_challenge'], input.mfa_token, baseCtx.now);
+  const { ctx, pending, identity } = await openMfaChallenge(baseCtx, input.mfa_token);
+  const attempt = await claimMfaAttempt(ctx, pending, identity);
+  const proof = await readMfaProof(ctx, pending, identity, input);
+  const session = await spendMfaProof(ctx, pending, identity, proof, attempt.release);
+  if (session) return session;
+  return failMfaAttempt(ctx, pending, attempt.attempts);
+}
+
+type MfaProof = { method: AuthMethod; step: number | null; recoveryHashes: string[] };
+
+/** The pending challenge, its user's identity with TOTP, and the context of the challenge's mode. */
+async function openMfaChallenge(baseCtx: Ctx, mfaToken: string): Promise<{ ctx: Ctx; pending: OneTimeTokenRow; identity: PasswordIdentity }> {
+  const pending = await peekOneTimeToken(baseCtx.deps.database.scoped('system'), ['mfa_challenge'], mfaToken, baseCtx.now);
   if (!pending) throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
   const mode = modeOf(pending.test_mode);
   const ctx: Ctx = { ...baseCtx, mode, db: baseCtx.deps.database.scoped(mode) };
   const identity = await findPasswordIdentity(ctx.db, pending.user_id);
   if (!identity?.totp_secret) throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
-  // The attempt is counted before the code is evaluated, against the identity's lockout and against
-  // the challenge, so parallel guesses cannot evaluate more codes than either allows; a right code
-  // gives the slots back (a session clears the lockout, the challenge is spent).
+  return { ctx, pending, identity };
+}
+
+/**
+ * The attempt is counted before the code is evaluated, against the identity's lockout and against
+ * the challenge, so parallel guesses cannot evaluate more codes than either allows; a right code
+ * gives the slots back (a session clears the lockout, the challenge is spent).
+ */
+async function claimMfaAttempt(ctx: Ctx, pending: OneTimeTokenRow, identity: PasswordIdentity): Promise<{ attempts: number; release: () => Promise<void> }> {
   const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
   if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
   const { rows: slot } = await ctx.db.query<{ attempts: number }>(
     'UPDATE one_time_tokens SET attempts = attempts + 1 WHERE id = $1 AND used_at IS NULL AND expires_at > $2 AND attempts < $3 RETURNING attempts',
     [pending.id, ctx.now, MFA_CHALLENGE_ATTEMPTS],
   );
-  const releaseClaim = () => releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
+  const release = () => releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
   if (slot.length === 0) {
     // Spent or void meanwhile: no code was evaluated.
-    await releaseClaim();
+    await release();
     throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
   }
+  return { attempts: slot[0]!.attempts, release };
+}
 
+/** The TOTP step the code is for (null: not valid now), or the hashes the recovery code may be stored as. */
+async function readMfaProof(ctx: Ctx, pending: OneTimeTokenRow, identity: PasswordIdentity, input: MfaVerifyBody): Promise<MfaProof> {
   const method: AuthMethod = input.code !== undefined ? 'otp' : 'recovery_code';
-  const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now)) : null;
+  const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret!), input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now)) : null;
   const recoveryHashes = input.code === undefined ? await recoveryCodeHashes(pending.user_id, input.recovery_code!) : [];
+  return { method, step, recoveryHashes };
+}
 
+/** Spends the challenge and the code and issues the session, all or nothing; null when the code is not accepted. */
+async function spendMfaProof(ctx: Ctx, pending: OneTimeTokenRow, identity: PasswordIdentity, { method, step, recoveryHashes }: MfaProof, releaseClaim: () => Promise<void>): Promise<AuthSession | null> {
   // Every step or none: a challenge another request already used, or a user no longer active, rolls
   // back the code it would have spent (a losing recovery code stays usable).
   const rejected = new Error('mfa verification rejected');
@@ -101,7 +127,7 @@ async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<Au
   // A right code for a user deleted after the password step: 401, as for a deleted user's password,
   // and no failure either (a right code is none; the user may be restored within the window).
   const gone = new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
-  const outcome = await ctx.db
+  return ctx.db
     .transaction(async (tx) => {
       if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) throw rejected;
       // The identity before a recovery code, as a disable or a support reset takes them (they turn TOTP
@@ -134,10 +160,11 @@ async function verifyMfaAdmitted(baseCtx: Ctx, input: MfaVerifyBody): Promise<Au
       }
       throw err;
     });
-  if (outcome) return outcome;
+}
 
-  // A wrong code stays counted; the challenge's last allowed one voids it.
-  if (slot[0]!.attempts >= MFA_CHALLENGE_ATTEMPTS) {
+/** A wrong code stays counted; the challenge's last allowed one voids it. */
+async function failMfaAttempt(ctx: Ctx, pending: OneTimeTokenRow, attempts: number): Promise<never> {
+  if (attempts >= MFA_CHALLENGE_ATTEMPTS) {
     await ctx.db.query('UPDATE one_time_tokens SET used_at = $2 WHERE id = $1 AND used_at IS NULL', [pending.id, ctx.now]);
   }
   throw new ApiError('invalid_credentials', { message: 'The code is not valid.' });

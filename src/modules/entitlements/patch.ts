@@ -16,8 +16,10 @@ import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { lockEntitlementScope } from '../../access/locks.js';
 
 
+type Move = { event: string; reason: AccessReason; needsReason?: boolean };
+
 /** The status table of Part B: from → to, and the event and access reason each move carries. */
-const MOVES: Record<string, Record<string, { event: string; reason: AccessReason; needsReason?: boolean }>> = {
+const MOVES: Record<string, Record<string, Move>> = {
   active: { disabled: { event: 'entitlement.disabled', reason: 'entitlement_disabled', needsReason: true }, revoked: { event: 'entitlement.revoked', reason: 'entitlement_revoked', needsReason: true } },
   disabled: { active: { event: 'entitlement.granted', reason: 'entitlement_enabled' }, revoked: { event: 'entitlement.revoked', reason: 'entitlement_revoked', needsReason: true } },
   expired: { active: { event: 'entitlement.granted', reason: 'entitlement_granted' }, revoked: { event: 'entitlement.revoked', reason: 'entitlement_revoked', needsReason: true } },
@@ -44,149 +46,195 @@ export function assertPreconditions(row: EntitlementRow, ifMatch: string | undef
   if (ifNoneMatch !== undefined && !ifNoneMatchHolds(ifNoneMatch, etag)) throw new ApiError('precondition_failed', { details: { etag } });
 }
 
+/** What a PATCH makes of the row: its status move, the fields it changes and their new values. */
+interface EntitlementChange {
+  status: string;
+  move: Move | undefined;
+  changed: string[];
+  reworded: string | null;
+  endsAt: Date | null;
+  source: EntitlementRow['source'];
+  orderId: string | null;
+  scopeChange: boolean;
+}
+
 /** PATCH /v1/entitlements/{id}: status moves, term, trial conversion, order id, member scope. */
 export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined, ifNoneMatch?: string): Promise<{ entitlement: Entitlement; etag: string }> {
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
-    await lockEntitlementScope(tx, id);
-    // Existence first: a caller who cannot see the row learns nothing from the body's faults.
-    const visible = await visibleEntitlement(c, id, true);
-    const { rights, orgAdmin } = visible;
-    let row = visible.row;
-    assertNoReadOnlyFields(body, ENTITLEMENT_READ_ONLY);
-    await assertHoldingOrgActive(tx, row);
-    const full = rights.platform || rights.appKey || rights.owner;
-    const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
-    const orgAdminRow = orgAdmin && row.source === 'org_seat';
-    // RFC 9110 §13.2.1: preconditions are ignored when the request without them would not succeed, so
-    // a caller who may not make this change (the holder, a plain member, an org admin sending a field
-    // beyond status and scope) is 403 whatever its If-Match, never 412 with the row's current ETag.
-    if (!full && !(orgAdminRow && limitedFields)) throw new ApiError('forbidden');
-    // Only a write the caller may make waits for a migration: anyone else is refused as at any time
-    // (403, not 503 with a Retry-After whose retry would be refused).
-    await assertAppTenantWritable(tx, row.application_id);
-    assertPreconditions(row, ifMatch, ifNoneMatch);
-    // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
-    // work is done first, in this transaction, and the request moves the expired row.
-    row = await expireIfEnded(tx, ctx, row);
-    // Org admins only toggle between active and disabled (an expired or revoked row is not theirs to move).
-    const toggle = (s: string) => s === 'active' || s === 'disabled';
-    const orgAdminMove = orgAdminRow && limitedFields && (body.status === undefined || body.status === row.status || (toggle(body.status) && toggle(row.status)));
-    if (!full && !orgAdminMove) throw new ApiError('forbidden');
-
-    const status = body.status ?? row.status;
-    const move = status !== row.status ? MOVES[row.status]?.[status] : undefined;
-    if (status !== row.status && !move) throw new ApiError('invalid_status_transition', { details: { from: row.status, to: status } });
-    // Revoked is terminal: nothing on the row changes any more. Repeating the revoke (status revoked,
-    // without a reason or with the row's own) is a no-op 200; another reason, or any other field, would
-    // change the row and is refused rather than dropped.
-    const repeatRevoke =
-      body.status === 'revoked' &&
-      Object.keys(body).every((k) => k === 'status' || k === 'disabled_reason') &&
-      (body.disabled_reason === undefined || body.disabled_reason === row.disabled_reason);
-    if (row.status === 'revoked' && Object.keys(body).length > 0 && !repeatRevoke) {
-      throw new ApiError('invalid_status_transition', { details: { from: 'revoked', to: status } });
-    }
-    // A reason of white space only is no reason (as review_notes and a cancel's notes).
-    if (move?.needsReason && !body.disabled_reason?.trim()) throw new ApiError('disabled_reason_required');
-
-    const changed: string[] = [];
-    // disabled_reason goes with a move to disabled or revoked; a disabled row that stays disabled can
-    // have it reworded (entitlement.updated). A reason for a row that is not disabled is refused.
-    let reworded: string | null = null;
-    if (body.disabled_reason != null && !move?.needsReason && row.status !== 'revoked') {
-      if (status !== 'disabled') {
-        throw invalidField('disabled_reason', 'is set with status disabled or revoked, or on a disabled row');
-      }
-      if (!body.disabled_reason.trim()) throw new ApiError('disabled_reason_required');
-      if (body.disabled_reason !== row.disabled_reason) {
-        reworded = body.disabled_reason;
-        changed.push('disabled_reason');
-      }
-    } else if (body.disabled_reason === null && status === 'disabled' && !move) {
-      throw new ApiError('disabled_reason_required');
-    }
-    let endsAt = row.ends_at;
-    if ('ends_at' in body) {
-      endsAt = body.ends_at ? new Date(body.ends_at) : null;
-      if (endsAt && endsAt <= row.starts_at) throw invalidField('ends_at', 'must be after starts_at');
-      if (String(endsAt?.getTime()) !== String(row.ends_at?.getTime())) changed.push('ends_at');
-    }
-    let source = row.source;
-    if (body.source !== undefined && body.source !== row.source) {
-      if (!(row.source === 'trial' && body.source === 'purchase')) throw new ApiError('immutable_field', { details: { field: 'source' } });
-      source = body.source;
-      changed.push('source');
-    }
-    // A trial always ends (Part B Errors: ends_at_required, "Trial without ends_at"): ends_at goes to
-    // null only together with the conversion to purchase.
-    if (source === 'trial' && endsAt === null) throw new ApiError('ends_at_required');
-    let orderId = row.order_id;
-    if ('order_id' in body && body.order_id !== row.order_id) {
-      if (row.order_id !== null) throw new ApiError('immutable_field', { details: { field: 'order_id' } });
-      orderId = body.order_id ?? null;
-      changed.push('order_id');
-    }
-    // member_scope and member_overrides sent as they already are change nothing (no event, no audit).
-    const scopeSent = body.member_scope !== undefined || body.member_overrides !== undefined;
-    if (scopeSent) await assertMemberScope(tx, row, body);
-    const scopeChange =
-      (body.member_scope !== undefined && body.member_scope !== row.member_scope) ||
-      (body.member_overrides !== undefined && !sameMembers(body.member_overrides, row.member_overrides));
-    if (status === 'active' && row.status === 'expired') {
-      if (endsAt && endsAt <= ctx.now) throw new ApiError('invalid_status_transition', { message: 'Renew with ends_at in the future or null.', details: { from: 'expired', to: 'active' } });
-      const newer = row.user_id ? await findLivePersonal(tx, row.user_id, row.application_id) : await findLiveOrgGrant(tx, row.organization_id!, row.application_id);
-      if (newer) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: newer.id, status: newer.status } });
-    }
-    if (status === 'active' && row.status !== 'active') {
-      const app = (await findApplicationRow(tx, row.application_id))!;
-      // Returning a row to active grants again (entitlement.granted): an Application that is not
-      // approved takes no new grants (Part B review_status), 409 as the POST answers.
-      if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
-      // Re-enabling or renewing a personal row gives its holder a seat again: 402 on a restricted Tenant,
-      // 409 at Starter's cap, as a new grant would (org rows are capped per member below).
-      if (row.user_id) await assertSeatAvailable(tx, ctx, app, [row.user_id]);
-    }
-    if (!move && changed.length === 0 && !scopeChange) return { entitlement: toEntitlement(row), etag: etagOf(row) };
-
-    const reason: AccessReason = move?.reason ?? (scopeChange ? 'org_grant_changed' : changed.includes('ends_at') && endsAt && endsAt <= ctx.now ? 'entitlement_expired' : 'entitlement_granted');
-    const disabledReason = status === 'active' ? null : move?.needsReason ? body.disabled_reason! : reworded ?? row.disabled_reason;
-    const users = await affectedUsers(tx, row);
-    const tenantId = await applicationTenant(tx, row.application_id);
-    const capped = row.organization_id && tenantId ? [tenantId] : [];
-    // An org row on a restricted Tenant may not seat anyone new (scope widened, re-enabled, renewed).
-    const restrictedCheck = row.organization_id ? tenantId : null;
-    const updated = await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, async () => {
-      const changed = await withoutNewSeatsIfRestricted(tx, restrictedCheck, users, ctx.now, () => withSeatCap(tx, c, capped, users, async () => {
-        const { rows } = await tx.query<EntitlementRow>(
-          `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
-                  member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = ${nextUpdatedAt('$9')}
-            WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`,
-          [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, ctx.now],
-        );
-        return rows[0];
-      }));
-      // The seats it frees go back in the same change: a holder who takes back the seat they freed
-      // (through a marked organization grant) never lost access, and no event says they did.
-      if (tenantId) await releaseSeatLimits(tx, c, tenantId);
-      return changed;
-    });
-    const audit = { target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(updated) };
-    if (move) {
-      await recordAudit(tx, c, { action: move.event, ...audit });
-      await emitEntitlementEvent(tx, c, move.event, updated);
-    } else if (changed.length) {
-      await recordAudit(tx, c, { action: 'entitlement.updated', ...audit });
-      // The webhook fires for what Part B names (ends_at, source, order_id); a reworded disabled_reason
-      // alone is audited only.
-      if (changed.some((f) => UPDATED_EVENT_FIELDS.has(f))) await emitEntitlementEvent(tx, c, 'entitlement.updated', updated, { changed_fields: changed });
-    }
-    if (scopeChange) {
-      await recordAudit(tx, c, { action: 'entitlement.member_scope_changed', ...audit });
-      await emitEntitlementEvent(tx, c, 'entitlement.member_scope_changed', updated);
-    }
+    const row = await admitEntitlementPatch(tx, ctx, id, body, ifMatch, ifNoneMatch);
+    const change = planEntitlementChange(row, body);
+    if (body.member_scope !== undefined || body.member_overrides !== undefined) await assertMemberScope(tx, row, body);
+    await assertReactivation(tx, ctx, row, change);
+    if (!change.move && change.changed.length === 0 && !change.scopeChange) return { entitlement: toEntitlement(row), etag: etagOf(row) };
+    const updated = await writeEntitlementChange(tx, c, row, body, change);
+    await recordEntitlementChange(tx, c, row, updated, change);
     return { entitlement: toEntitlement(updated), etag: etagOf(updated) };
   });
+}
+
+/** Locks and reads the row, then refuses a caller who may not make this change; returns the row, expired if its term ended. */
+async function admitEntitlementPatch(tx: Tx, ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined, ifNoneMatch: string | undefined): Promise<EntitlementRow> {
+  await lockEntitlementScope(tx, id);
+  // Existence first: a caller who cannot see the row learns nothing from the body's faults.
+  const visible = await visibleEntitlement(inTx(ctx, tx), id, true);
+  const { rights, orgAdmin } = visible;
+  let row = visible.row;
+  assertNoReadOnlyFields(body, ENTITLEMENT_READ_ONLY);
+  await assertHoldingOrgActive(tx, row);
+  const full = rights.platform || rights.appKey || rights.owner;
+  const limitedFields = Object.keys(body).every((k) => ['status', 'disabled_reason', 'member_scope', 'member_overrides'].includes(k));
+  const orgAdminRow = orgAdmin && row.source === 'org_seat';
+  // RFC 9110 §13.2.1: preconditions are ignored when the request without them would not succeed, so
+  // a caller who may not make this change (the holder, a plain member, an org admin sending a field
+  // beyond status and scope) is 403 whatever its If-Match, never 412 with the row's current ETag.
+  if (!full && !(orgAdminRow && limitedFields)) throw new ApiError('forbidden');
+  // Only a write the caller may make waits for a migration: anyone else is refused as at any time
+  // (403, not 503 with a Retry-After whose retry would be refused).
+  await assertAppTenantWritable(tx, row.application_id);
+  assertPreconditions(row, ifMatch, ifNoneMatch);
+  // A row whose ends_at passed is expired already (resolution says so before the sweep): the sweep's
+  // work is done first, in this transaction, and the request moves the expired row.
+  row = await expireIfEnded(tx, ctx, row);
+  // Org admins only toggle between active and disabled (an expired or revoked row is not theirs to move).
+  const toggle = (s: string) => s === 'active' || s === 'disabled';
+  const orgAdminMove = orgAdminRow && limitedFields && (body.status === undefined || body.status === row.status || (toggle(body.status) && toggle(row.status)));
+  if (!full && !orgAdminMove) throw new ApiError('forbidden');
+  return row;
+}
+
+/** The change the body asks for, checked against the row alone (no query): the status move first, then the fields. */
+function planEntitlementChange(row: EntitlementRow, body: PatchEntitlementBody): EntitlementChange {
+  const { status, move } = planStatusMove(row, body);
+  const fields = planFieldChanges(row, body, status, move);
+  // member_scope and member_overrides sent as they already are change nothing (no event, no audit).
+  const scopeChange =
+    (body.member_scope !== undefined && body.member_scope !== row.member_scope) ||
+    (body.member_overrides !== undefined && !sameMembers(body.member_overrides, row.member_overrides));
+  return { status, move, ...fields, scopeChange };
+}
+
+function planStatusMove(row: EntitlementRow, body: PatchEntitlementBody): { status: string; move: Move | undefined } {
+  const status = body.status ?? row.status;
+  const move = status !== row.status ? MOVES[row.status]?.[status] : undefined;
+  if (status !== row.status && !move) throw new ApiError('invalid_status_transition', { details: { from: row.status, to: status } });
+  // Revoked is terminal: nothing on the row changes any more. Repeating the revoke (status revoked,
+  // without a reason or with the row's own) is a no-op 200; another reason, or any other field, would
+  // change the row and is refused rather than dropped.
+  const repeatRevoke =
+    body.status === 'revoked' &&
+    Object.keys(body).every((k) => k === 'status' || k === 'disabled_reason') &&
+    (body.disabled_reason === undefined || body.disabled_reason === row.disabled_reason);
+  if (row.status === 'revoked' && Object.keys(body).length > 0 && !repeatRevoke) {
+    throw new ApiError('invalid_status_transition', { details: { from: 'revoked', to: status } });
+  }
+  // A reason of white space only is no reason (as review_notes and a cancel's notes).
+  if (move?.needsReason && !body.disabled_reason?.trim()) throw new ApiError('disabled_reason_required');
+  return { status, move };
+}
+
+function planFieldChanges(row: EntitlementRow, body: PatchEntitlementBody, status: string, move: Move | undefined): Pick<EntitlementChange, 'changed' | 'reworded' | 'endsAt' | 'source' | 'orderId'> {
+  const changed: string[] = [];
+  // disabled_reason goes with a move to disabled or revoked; a disabled row that stays disabled can
+  // have it reworded (entitlement.updated). A reason for a row that is not disabled is refused.
+  let reworded: string | null = null;
+  if (body.disabled_reason != null && !move?.needsReason && row.status !== 'revoked') {
+    if (status !== 'disabled') {
+      throw invalidField('disabled_reason', 'is set with status disabled or revoked, or on a disabled row');
+    }
+    if (!body.disabled_reason.trim()) throw new ApiError('disabled_reason_required');
+    if (body.disabled_reason !== row.disabled_reason) {
+      reworded = body.disabled_reason;
+      changed.push('disabled_reason');
+    }
+  } else if (body.disabled_reason === null && status === 'disabled' && !move) {
+    throw new ApiError('disabled_reason_required');
+  }
+  let endsAt = row.ends_at;
+  if ('ends_at' in body) {
+    endsAt = body.ends_at ? new Date(body.ends_at) : null;
+    if (endsAt && endsAt <= row.starts_at) throw invalidField('ends_at', 'must be after starts_at');
+    if (String(endsAt?.getTime()) !== String(row.ends_at?.getTime())) changed.push('ends_at');
+  }
+  let source = row.source;
+  if (body.source !== undefined && body.source !== row.source) {
+    if (!(row.source === 'trial' && body.source === 'purchase')) throw new ApiError('immutable_field', { details: { field: 'source' } });
+    source = body.source;
+    changed.push('source');
+  }
+  // A trial always ends (Part B Errors: ends_at_required, "Trial without ends_at"): ends_at goes to
+  // null only together with the conversion to purchase.
+  if (source === 'trial' && endsAt === null) throw new ApiError('ends_at_required');
+  let orderId = row.order_id;
+  if ('order_id' in body && body.order_id !== row.order_id) {
+    if (row.order_id !== null) throw new ApiError('immutable_field', { details: { field: 'order_id' } });
+    orderId = body.order_id ?? null;
+    changed.push('order_id');
+  }
+  return { changed, reworded, endsAt, source, orderId };
+}
+
+/** A row returning to active: a renewal must end in the future and find no newer grant; the Application must take grants. */
+async function assertReactivation(tx: Tx, ctx: Ctx, row: EntitlementRow, { status, endsAt }: EntitlementChange): Promise<void> {
+  if (status === 'active' && row.status === 'expired') {
+    if (endsAt && endsAt <= ctx.now) throw new ApiError('invalid_status_transition', { message: 'Renew with ends_at in the future or null.', details: { from: 'expired', to: 'active' } });
+    const newer = row.user_id ? await findLivePersonal(tx, row.user_id, row.application_id) : await findLiveOrgGrant(tx, row.organization_id!, row.application_id);
+    if (newer) throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: newer.id, status: newer.status } });
+  }
+  if (status === 'active' && row.status !== 'active') {
+    const app = (await findApplicationRow(tx, row.application_id))!;
+    // Returning a row to active grants again (entitlement.granted): an Application that is not
+    // approved takes no new grants (Part B review_status), 409 as the POST answers.
+    if (app.review_status !== 'approved') throw new ApiError('application_not_available', { details: { review_status: app.review_status } });
+    // Re-enabling or renewing a personal row gives its holder a seat again: 402 on a restricted Tenant,
+    // 409 at Starter's cap, as a new grant would (org rows are capped per member below).
+    if (row.user_id) await assertSeatAvailable(tx, ctx, app, [row.user_id]);
+  }
+}
+
+/** The UPDATE, inside the access flips and seat checks it causes; returns the updated row. */
+async function writeEntitlementChange(tx: Tx, c: Ctx, row: EntitlementRow, body: PatchEntitlementBody, change: EntitlementChange): Promise<EntitlementRow> {
+  const { status, move, changed, reworded, endsAt, source, orderId, scopeChange } = change;
+  const reason: AccessReason = move?.reason ?? (scopeChange ? 'org_grant_changed' : changed.includes('ends_at') && endsAt && endsAt <= c.now ? 'entitlement_expired' : 'entitlement_granted');
+  const disabledReason = status === 'active' ? null : move?.needsReason ? body.disabled_reason! : reworded ?? row.disabled_reason;
+  const users = await affectedUsers(tx, row);
+  const tenantId = await applicationTenant(tx, row.application_id);
+  const capped = row.organization_id && tenantId ? [tenantId] : [];
+  // An org row on a restricted Tenant may not seat anyone new (scope widened, re-enabled, renewed).
+  const restrictedCheck = row.organization_id ? tenantId : null;
+  return withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, async () => {
+    const updated = await withoutNewSeatsIfRestricted(tx, restrictedCheck, users, c.now, () => withSeatCap(tx, c, capped, users, async () => {
+      const { rows } = await tx.query<EntitlementRow>(
+        `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
+                member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = ${nextUpdatedAt('$9')}
+          WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`,
+        [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, c.now],
+      );
+      return rows[0];
+    }));
+    // The seats it frees go back in the same change: a holder who takes back the seat they freed
+    // (through a marked organization grant) never lost access, and no event says they did.
+    if (tenantId) await releaseSeatLimits(tx, c, tenantId);
+    return updated;
+  });
+}
+
+/** The audit rows and events of the change: the move's, the fields' and the member scope's, in that order. */
+async function recordEntitlementChange(tx: Tx, c: Ctx, row: EntitlementRow, updated: EntitlementRow, { move, changed, scopeChange }: EntitlementChange): Promise<void> {
+  const audit = { target: { type: 'entitlement', id: row.id }, targetUserId: row.user_id, organizationId: row.organization_id, applicationId: row.application_id, before: toEntitlement(row), after: toEntitlement(updated) };
+  if (move) {
+    await recordAudit(tx, c, { action: move.event, ...audit });
+    await emitEntitlementEvent(tx, c, move.event, updated);
+  } else if (changed.length) {
+    await recordAudit(tx, c, { action: 'entitlement.updated', ...audit });
+    // The webhook fires for what Part B names (ends_at, source, order_id); a reworded disabled_reason
+    // alone is audited only.
+    if (changed.some((f) => UPDATED_EVENT_FIELDS.has(f))) await emitEntitlementEvent(tx, c, 'entitlement.updated', updated, { changed_fields: changed });
+  }
+  if (scopeChange) {
+    await recordAudit(tx, c, { action: 'entitlement.member_scope_changed', ...audit });
+    await emitEntitlementEvent(tx, c, 'entitlement.member_scope_changed', updated);
+  }
 }
 
 const UPDATED_EVENT_FIELDS = new Set(['ends_at', 'source', 'order_id']);
