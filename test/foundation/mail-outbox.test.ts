@@ -3,8 +3,6 @@
 // More relay tests: foundation/mail-relay.test.ts.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
-import { SMTPServer } from 'smtp-server';
 import { buildTestApp, withStoppedClock, withWrappedDatabase, type TestApp } from '../helpers/app.js';
 import { createUser, PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
 import { sql } from '../helpers/http.js';
@@ -13,7 +11,7 @@ import { deliverQueuedMail, enqueueMail } from '../../src/mail/outbox.js';
 import { renderMail } from '../../src/mail/templates.js';
 import type { Db } from '../../src/db/types.js';
 import { createApplication } from '../auth/support.js';
-import { decodeMessage, tokenLinks } from './support/ops.js';
+import { decodeMessage, localSmtp, onMessage, tokenLinks } from './support/ops.js';
 
 interface Refusal {
   code: number;
@@ -32,13 +30,10 @@ const received: Received[] = [];
 const tried = new Map<string, number>();
 const smtpError = (r: Refusal) => Object.assign(new Error(r.message), { responseCode: r.code });
 
-let server: SMTPServer;
+let smtp: Awaited<ReturnType<typeof localSmtp>>;
 let t: TestApp;
 before(async () => {
-  server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
+  smtp = await localSmtp({
     onMailFrom(_address, _session, callback) {
       if (refuse.sender) return callback(smtpError(refuse.sender));
       callback();
@@ -50,24 +45,21 @@ before(async () => {
       callback();
     },
     onData(stream, session, callback) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => {
+      onMessage(stream, (raw) => {
         const to = session.envelope.rcptTo[0].address;
         const r = refuse.data.get(to);
         if (r) return callback(smtpError(r));
-        const { headers, text } = decodeMessage(Buffer.concat(chunks).toString('latin1'));
+        const { headers, text } = decodeMessage(raw);
         received.push({ to, envelopeFrom: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', headers, text });
         callback();
       });
     },
   });
-  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
-  t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` });
+  t = await buildTestApp({ smtpUrl: smtp.url });
 });
 after(async () => {
   await t.close();
-  await new Promise<void>((r) => server.close(() => r()));
+  await smtp.close();
 });
 
 const receivedBy = (to: string) => received.filter((m) => m.to === to);

@@ -2,15 +2,13 @@
 // development clock and the job scheduler: dev-clock-and-jobs.test.ts.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { SMTPServer } from 'smtp-server';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { bearer, createApiKey, createUser, uniqueEmail } from '../helpers/fixtures.js';
 import { sql } from '../helpers/http.js';
-import type { AddressInfo } from 'node:net';
 import { systemCtx } from '../../src/context.js';
 import { addSeconds } from '../../src/clock.js';
 import { deliverQueuedMail, enqueueMail } from '../../src/mail/outbox.js';
-import { decodeMessage, secondProcess, sleep, tokenLinks } from './support/ops.js';
+import { decodeMessage, localSmtp, onMessage, secondProcess, sleep, tokenLinks } from './support/ops.js';
 
 let plain: TestApp;
 before(async () => {
@@ -142,17 +140,12 @@ interface Received {
   text: string;
 }
 
-async function startSmtp(delayMs = 0): Promise<{ server: SMTPServer; port: number; received: Received[] }> {
+async function startSmtp(delayMs = 0) {
   const received: Received[] = [];
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
+  const server = await localSmtp({
     onData(stream, session, callback) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', async () => {
-        const { headers, text } = decodeMessage(Buffer.concat(chunks).toString('latin1'));
+      onMessage(stream, async (raw) => {
+        const { headers, text } = decodeMessage(raw);
         received.push({
           from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
           to: session.envelope.rcptTo.map((r) => r.address),
@@ -164,17 +157,13 @@ async function startSmtp(delayMs = 0): Promise<{ server: SMTPServer; port: numbe
       });
     },
   });
-  const port = await new Promise<number>((resolve, reject) => {
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve((server.server.address() as { port: number }).port));
-  });
-  return { server, port, received };
+  return { ...server, received };
 }
 
 test('with SMTP_URL the relay sends queued mail through that server and marks it sent', async (tc) => {
   const smtp = await startSmtp();
-  tc.after(() => new Promise<void>((r) => smtp.server.close(() => r())));
-  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${smtp.port}` }, tc);
+  tc.after(smtp.close);
+  const t = await buildTestApp({ smtpUrl: smtp.url }, tc);
   const to = uniqueEmail('smtp');
   const id = await queueResetMail(t, to, 'abc');
 
@@ -261,10 +250,7 @@ test('a mail whose retry was set before the clock stepped back an hour leaves at
 test('a mail the SMTP server refuses for good (a 5xx answer to its recipient or to its data: RFC 5321 4.2.1, "the SMTP client SHOULD NOT repeat the exact request") is not retried: it fails at its first attempt, with the answer kept and its link redacted; a 4xx is still retried', async (tc) => {
   const refusals = new Map<string, { at: 'rcpt' | 'data'; code: number; message: string }>();
   const attempts = new Map<string, number>();
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
+  const smtp = await localSmtp({
     onRcptTo(address, _session, callback) {
       attempts.set(address.address, (attempts.get(address.address) ?? 0) + 1);
       const r = refusals.get(address.address);
@@ -280,9 +266,8 @@ test('a mail the SMTP server refuses for good (a 5xx answer to its recipient or 
       });
     },
   });
-  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
-  tc.after(() => new Promise<void>((r) => server.close(() => r())));
-  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` }, tc);
+  tc.after(smtp.close);
+  const t = await buildTestApp({ smtpUrl: smtp.url }, tc);
   const [noMailbox, rejected, busy] = [await createUser(t), await createUser(t), await createUser(t)];
   refusals.set(noMailbox.email, { at: 'rcpt', code: 550, message: 'No such user here' });
   refusals.set(rejected.email, { at: 'data', code: 554, message: 'Message rejected' });
@@ -309,22 +294,16 @@ test('a mail the SMTP server refuses for good (a 5xx answer to its recipient or 
 /** An SMTP server that answers 451 (try again later) to every message while `down` is set. */
 async function flakySmtp() {
   const state = { down: true, received: [] as { to: string; text: string }[] };
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
+  const server = await localSmtp({
     onData(stream, session, callback) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => {
+      onMessage(stream, (raw) => {
         if (state.down) return callback(Object.assign(new Error('try again later'), { responseCode: 451 }));
-        state.received.push({ to: session.envelope.rcptTo[0].address, text: decodeMessage(Buffer.concat(chunks).toString('latin1')).text });
+        state.received.push({ to: session.envelope.rcptTo[0].address, text: decodeMessage(raw).text });
         callback();
       });
     },
   });
-  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
-  return { state, url: `smtp://127.0.0.1:${port}`, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return { state, ...server };
 }
 
 let outage: Promise<{ t: TestApp; smtp: Awaited<ReturnType<typeof flakySmtp>> }> | undefined;
@@ -419,8 +398,8 @@ test('a mail whose link stopped working during an SMTP outage is not sent: a res
 
 test('several relays running at once never send one mail twice (FOR UPDATE SKIP LOCKED)', async (tc) => {
   const smtp = await startSmtp(50);
-  tc.after(() => new Promise<void>((r) => smtp.server.close(() => r())));
-  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${smtp.port}` }, tc);
+  tc.after(smtp.close);
+  const t = await buildTestApp({ smtpUrl: smtp.url }, tc);
   const other = await secondProcess(t);
   tc.after(() => other.close());
   const recipients = Array.from({ length: 6 }, () => uniqueEmail('relay'));
@@ -444,24 +423,18 @@ test('several relays running at once never send one mail twice (FOR UPDATE SKIP 
 
 test('a mail keeps its Message-ID through its retries: an attempt the SMTP server refused after the data (451) and the retry carry the same Message-ID, another mail another one; every mail says Auto-Submitted: auto-generated (RFC 3834: no vacation replies)', async (tc) => {
   const seen: { to: string; messageId: string; autoSubmitted: string }[] = [];
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
+  const smtp = await localSmtp({
     onData(stream, session, callback) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => {
-        const { headers } = decodeMessage(Buffer.concat(chunks).toString('latin1'));
+      onMessage(stream, (raw) => {
+        const { headers } = decodeMessage(raw);
         seen.push({ to: session.envelope.rcptTo[0].address, messageId: headers['message-id'] ?? '', autoSubmitted: headers['auto-submitted'] ?? '' });
         if (seen.length === 1) callback(Object.assign(new Error('try again later'), { responseCode: 451 }));
         else callback();
       });
     },
   });
-  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
-  tc.after(() => new Promise<void>((r) => server.close(() => r())));
-  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` }, tc);
+  tc.after(smtp.close);
+  const t = await buildTestApp({ smtpUrl: smtp.url }, tc);
   const [user, other] = [await createUser(t), await createUser(t)];
   assert.equal((await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: user.email } })).statusCode, 202);
   await t.deps.jobs.runNow('mail-delivery');
@@ -482,10 +455,7 @@ test('a mail keeps its Message-ID through its retries: an attempt the SMTP serve
 test('a relay never sends a mail another relay is still sending: when one SMTP exchange outlasts the batch claim (2 minutes), a second relay sends only the batch\'s other mail, and each recipient gets one mail', async (tc) => {
   const received: string[] = [];
   const held: (() => void)[] = [];
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
+  const smtp = await localSmtp({
     onData(stream, session, callback) {
       stream.resume();
       stream.on('end', () => {
@@ -496,9 +466,8 @@ test('a relay never sends a mail another relay is still sending: when one SMTP e
       });
     },
   });
-  const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.server.address() as AddressInfo).port)));
-  tc.after(() => new Promise<void>((r) => server.close(() => r())));
-  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${port}` }, tc);
+  tc.after(smtp.close);
+  const t = await buildTestApp({ smtpUrl: smtp.url }, tc);
   const other = await secondProcess(t);
   tc.after(() => other.close());
   const users = [await createUser(t), await createUser(t)];
@@ -524,8 +493,8 @@ test('a relay never sends a mail another relay is still sending: when one SMTP e
 
 test('a mail the SMTP server accepted is not sent again when recording it fails once (its database connection lost): the relay records it sent, and each recipient gets one mail', async (tc) => {
   const smtp = await startSmtp();
-  tc.after(() => new Promise<void>((r) => smtp.server.close(() => r())));
-  const t = await buildTestApp({ smtpUrl: `smtp://127.0.0.1:${smtp.port}` }, tc);
+  tc.after(smtp.close);
+  const t = await buildTestApp({ smtpUrl: smtp.url }, tc);
   const user = await createUser(t);
   const res = await t.app.inject({ method: 'POST', url: '/v1/auth/password/forgot', payload: { email: user.email } });
   assert.equal(res.statusCode, 202, res.body);

@@ -1,6 +1,7 @@
 // Helpers of the operations tests (storage, dev clock, jobs, mail, CLI): a second "process" over the
-// same database, a cuttable TCP proxy in front of PostgreSQL, and a tiny MIME body decoder.
+// same database, a cuttable TCP proxy in front of PostgreSQL, a local SMTP server and a tiny MIME body decoder.
 import net from 'node:net';
+import { SMTPServer, type SMTPServerOptions } from 'smtp-server';
 import { randomBytes } from 'node:crypto';
 import { SystemClock } from '../../../src/clock.js';
 import { openPg } from '../../../src/db/pg.js';
@@ -117,6 +118,26 @@ export class CuttableProxy {
     u.port = String(this.port);
     return u.toString();
   }
+}
+
+/**
+ * An SMTP server on 127.0.0.1 and a free port, without TLS or authentication, answering as
+ * `handlers` say; `url` is its SMTP_URL.
+ */
+export async function localSmtp(handlers: Pick<SMTPServerOptions, 'onMailFrom' | 'onRcptTo' | 'onData'>) {
+  const server = new SMTPServer({ authOptional: true, disabledCommands: ['STARTTLS', 'AUTH'], logger: false, ...handlers });
+  const port = await new Promise<number>((resolve, reject) => {
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve((server.server.address() as net.AddressInfo).port));
+  });
+  return { url: `smtp://127.0.0.1:${port}`, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+/** Collects a message's DATA and calls `then` with it as text (latin1: decodeMessage reads the MIME). */
+export function onMessage(stream: NodeJS.ReadableStream, then: (raw: string) => void): void {
+  const chunks: Buffer[] = [];
+  stream.on('data', (c: Buffer) => chunks.push(c));
+  stream.on('end', () => then(Buffer.concat(chunks).toString('latin1')));
 }
 
 /** The decoded text body of a single-part RFC 5322 message (7bit, quoted-printable or base64). */
