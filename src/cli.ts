@@ -78,12 +78,21 @@ function commandArgs(
 }
 
 export async function runCli(argv: string[]): Promise<number> {
-  const [command, sub, ...rest] = argv;
+  const [command, sub] = argv;
   // `platform keys --help`, `platform jobs -h`: the usage, as for `platform --help`.
   if ((command === 'keys' || command === 'jobs') && HELP.includes(sub!)) {
     console.log(USAGE);
     return 0;
   }
+  const code = await runCommand(argv);
+  if (code !== undefined) return code;
+  console.error(`${usageProblem(command, sub)}\n\n${USAGE}`);
+  return 2;
+}
+
+/** The named command's exit status (-1: it keeps running); undefined when the command line names none. */
+async function runCommand(argv: string[]): Promise<number | undefined> {
+  const [command, sub, ...rest] = argv;
   switch (command) {
     case 'help':
     case '--help':
@@ -91,97 +100,112 @@ export async function runCli(argv: string[]): Promise<number> {
       // Asked for, the usage is the answer: stdout, exit 0 (a usage error prints it to stderr, exit 2).
       console.log(USAGE);
       return 0;
-    case 'serve': {
-      const args = commandArgs('serve', argv.slice(1));
-      if (typeof args === 'number') return args;
-      await (await import('./main.js')).serve();
-      return -1; // keeps running
-    }
-    case 'migrate': {
-      const args = commandArgs('migrate', argv.slice(1));
-      if (typeof args === 'number') return args;
-      const config = loadConfig();
-      const [database, { migrate, newerMigrations }] = await Promise.all([openForCommand(config), import('./db/migrate.js')]);
-      try {
-        const applied = await migrate(database);
-        console.log(applied.length ? `applied: ${applied.join(', ')}` : 'database is up to date');
-        const newer = await newerMigrations(database);
-        if (newer.length) console.error(`platform migrate: the database also holds migrations this version does not ship (${newer.join(', ')}): a newer version migrated it`);
-      } finally {
-        await database.close();
-      }
-      return 0;
-    }
-    case 'bootstrap-admin': {
-      const args = commandArgs('bootstrap-admin', argv.slice(1), { email: { type: 'string' }, password: { type: 'string' } });
-      if (typeof args === 'number') return args;
-      const values = args.values as { email?: string; password?: string };
-      // Each flag wins over its own setting: --email with BOOTSTRAP_ADMIN_PASSWORD (a password kept out
-      // of the command line) is a whole pair, not the half-set pair the server refuses at start.
-      const setting = (name: string) => (process.env[name] === '' ? undefined : process.env[name]);
-      const email = values.email ?? setting('BOOTSTRAP_ADMIN_EMAIL');
-      const password = values.password ?? setting('BOOTSTRAP_ADMIN_PASSWORD');
-      if (!email || !password) {
-        console.error('bootstrap-admin needs --email and --password (or BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD)');
-        return 2;
-      }
-      // The same check as BOOTSTRAP_ADMIN_EMAIL at start: the superadmin signs in with an address.
-      if (!isEmailAddress(email)) {
-        console.error(`bootstrap-admin: --email must be an email address (got "${email}")`);
-        return 2;
-      }
-      return withServices(async ({ deps }) => {
-        const { bootstrapAdmin } = await import('./modules/users/bootstrap.js');
-        const result = await bootstrapAdmin(deps, email, password);
-        console.log(result.created ? `created superadmin ${result.userId}` : `a live user already has that email: ${result.userId}`);
-        return 0;
-      }, { ...process.env, BOOTSTRAP_ADMIN_EMAIL: email, BOOTSTRAP_ADMIN_PASSWORD: password });
-    }
-    case 'keys': {
-      if (sub !== 'rotate') break;
-      const args = commandArgs('keys rotate', rest, { 'retire-now': { type: 'boolean' } });
-      if (typeof args === 'number') return args;
-      const retireNow = args.values['retire-now'] === true;
-      return withServices(async ({ deps }) => {
-        const { kid, signsFrom } = await deps.keys.rotate({ retireNow });
-        console.log(
-          retireNow
-            ? `new signing key: ${kid} (signs from ${signsFrom.toISOString()}); every older key stopped verifying: its tokens are refused in every process within a minute`
-            : `new signing key: ${kid} (in every process's JWKS within a minute, signs from ${signsFrom.toISOString()})`,
-        );
-        return 0;
-      });
-    }
-    case 'jobs': {
-      if (sub === 'list') {
-        const args = commandArgs('jobs list', rest);
-        if (typeof args === 'number') return args;
-        return withServices(async ({ deps }) => {
-          console.log(deps.jobs.names.join('\n'));
-          return 0;
-        });
-      }
-      if (sub !== 'run') break;
-      const args = commandArgs('jobs run', rest, {}, 1);
-      if (typeof args === 'number') return args;
-      const [job] = args.positionals;
-      if (!job) break;
-      // A name that is no job is a usage error, like an unknown command: exit 2, the known names. The
-      // names are known without a database, so a typo is refused before anything is opened or migrated.
-      const names = (await import('./modules/index.js')).jobNames();
-      if (!names.includes(job)) {
-        console.error(`jobs run: no job named "${job}"; the jobs are: ${names.join(', ')}`);
-        return 2;
-      }
-      return withServices(async ({ deps }) => {
-        const result = await deps.jobs.runNow(job);
-        console.log(JSON.stringify({ job, result }));
-        return 0;
-      });
-    }
+    case 'serve':
+      return runServe(argv.slice(1));
+    case 'migrate':
+      return runMigrate(argv.slice(1));
+    case 'bootstrap-admin':
+      return runBootstrapAdmin(argv.slice(1));
+    case 'keys':
+      return sub === 'rotate' ? runKeysRotate(rest) : undefined;
+    case 'jobs':
+      if (sub === 'list') return runJobsList(rest);
+      return sub === 'run' ? runJobsRun(rest) : undefined;
   }
-  console.error(`${usageProblem(command, sub)}\n\n${USAGE}`);
-  return 2;
+  return undefined;
+}
+
+async function runServe(args: string[]): Promise<number> {
+  const parsed = commandArgs('serve', args);
+  if (typeof parsed === 'number') return parsed;
+  await (await import('./main.js')).serve();
+  return -1; // keeps running
+}
+
+async function runMigrate(args: string[]): Promise<number> {
+  const parsed = commandArgs('migrate', args);
+  if (typeof parsed === 'number') return parsed;
+  const config = loadConfig();
+  const [database, { migrate, newerMigrations }] = await Promise.all([openForCommand(config), import('./db/migrate.js')]);
+  try {
+    const applied = await migrate(database);
+    console.log(applied.length ? `applied: ${applied.join(', ')}` : 'database is up to date');
+    const newer = await newerMigrations(database);
+    if (newer.length) console.error(`platform migrate: the database also holds migrations this version does not ship (${newer.join(', ')}): a newer version migrated it`);
+  } finally {
+    await database.close();
+  }
+  return 0;
+}
+
+async function runBootstrapAdmin(args: string[]): Promise<number> {
+  const parsed = commandArgs('bootstrap-admin', args, { email: { type: 'string' }, password: { type: 'string' } });
+  if (typeof parsed === 'number') return parsed;
+  const values = parsed.values as { email?: string; password?: string };
+  // Each flag wins over its own setting: --email with BOOTSTRAP_ADMIN_PASSWORD (a password kept out
+  // of the command line) is a whole pair, not the half-set pair the server refuses at start.
+  const setting = (name: string) => (process.env[name] === '' ? undefined : process.env[name]);
+  const email = values.email ?? setting('BOOTSTRAP_ADMIN_EMAIL');
+  const password = values.password ?? setting('BOOTSTRAP_ADMIN_PASSWORD');
+  if (!email || !password) {
+    console.error('bootstrap-admin needs --email and --password (or BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD)');
+    return 2;
+  }
+  // The same check as BOOTSTRAP_ADMIN_EMAIL at start: the superadmin signs in with an address.
+  if (!isEmailAddress(email)) {
+    console.error(`bootstrap-admin: --email must be an email address (got "${email}")`);
+    return 2;
+  }
+  return withServices(async ({ deps }) => {
+    const { bootstrapAdmin } = await import('./modules/users/bootstrap.js');
+    const result = await bootstrapAdmin(deps, email, password);
+    console.log(result.created ? `created superadmin ${result.userId}` : `a live user already has that email: ${result.userId}`);
+    return 0;
+  }, { ...process.env, BOOTSTRAP_ADMIN_EMAIL: email, BOOTSTRAP_ADMIN_PASSWORD: password });
+}
+
+async function runKeysRotate(args: string[]): Promise<number> {
+  const parsed = commandArgs('keys rotate', args, { 'retire-now': { type: 'boolean' } });
+  if (typeof parsed === 'number') return parsed;
+  const retireNow = parsed.values['retire-now'] === true;
+  return withServices(async ({ deps }) => {
+    const { kid, signsFrom } = await deps.keys.rotate({ retireNow });
+    console.log(
+      retireNow
+        ? `new signing key: ${kid} (signs from ${signsFrom.toISOString()}); every older key stopped verifying: its tokens are refused in every process within a minute`
+        : `new signing key: ${kid} (in every process's JWKS within a minute, signs from ${signsFrom.toISOString()})`,
+    );
+    return 0;
+  });
+}
+
+async function runJobsList(args: string[]): Promise<number> {
+  const parsed = commandArgs('jobs list', args);
+  if (typeof parsed === 'number') return parsed;
+  return withServices(async ({ deps }) => {
+    console.log(deps.jobs.names.join('\n'));
+    return 0;
+  });
+}
+
+/** `jobs run <job>`; undefined when no job is named (a usage error). */
+async function runJobsRun(args: string[]): Promise<number | undefined> {
+  const parsed = commandArgs('jobs run', args, {}, 1);
+  if (typeof parsed === 'number') return parsed;
+  const [job] = parsed.positionals;
+  if (!job) return undefined;
+  // A name that is no job is a usage error, like an unknown command: exit 2, the known names. The
+  // names are known without a database, so a typo is refused before anything is opened or migrated.
+  const names = (await import('./modules/index.js')).jobNames();
+  if (!names.includes(job)) {
+    console.error(`jobs run: no job named "${job}"; the jobs are: ${names.join(', ')}`);
+    return 2;
+  }
+  return withServices(async ({ deps }) => {
+    const result = await deps.jobs.runNow(job);
+    console.log(JSON.stringify({ job, result }));
+    return 0;
+  });
 }
 
 /** The first line of a usage error: what was wrong with the command line, naming the word. */

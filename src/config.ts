@@ -46,6 +46,40 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
   const problems: string[] = [];
+  const read = settingReaders(env, problems);
+  // The problems are printed in the order their settings are read here.
+  const { port, publicUrl, publicHost, logLevel } = readListener(read, problems);
+  const { bootstrapAdminEmail, bootstrapAdminPassword } = readBootstrapAdmin(read, problems);
+  const trustProxy = readTrustProxy(read, problems);
+  const config: Config = {
+    port,
+    host: read.str('HOST') ?? '0.0.0.0',
+    publicUrl,
+    dataDir: read.str('DATA_DIR') ?? './.data',
+    databaseUrl: read.url('DATABASE_URL', ['postgres:', 'postgresql:']),
+    bootstrapAdminEmail,
+    bootstrapAdminPassword,
+    smtpUrl: read.url('SMTP_URL', ['smtp:', 'smtps:'], { host: true }),
+    mailFrom: read.email('MAIL_FROM') ?? `no-reply@${publicHost}`,
+    webhookAllowPrivateTargets: read.flag('WEBHOOK_ALLOW_PRIVATE_TARGETS'),
+    stripeSecretKey: read.str('STRIPE_SECRET_KEY'),
+    stripeWebhookSecret: read.str('STRIPE_WEBHOOK_SECRET') ?? (read.str('STRIPE_SECRET_KEY') ? null : SIMULATOR_WEBHOOK_SECRET),
+    stripeApiBase: read.url('STRIPE_API_BASE', ['http:', 'https:']),
+    logLevel,
+    authRateLimitPerMinute: read.int('AUTH_RATE_LIMIT_PER_MINUTE', 30, 0, 1_000_000),
+    trustProxy,
+    devClock: read.flag('DEV_CLOCK'),
+    workers: read.str('WORKERS') === null ? true : read.flag('WORKERS'),
+    encryptionKeys: readEncryptionKeys(read, problems),
+  };
+  if (problems.length > 0) throw new ConfigError(problems);
+  return Object.freeze(config);
+}
+
+type SettingReaders = ReturnType<typeof settingReaders>;
+
+/** Readers of one setting each, by kind: a value that is set but wrong adds its line to `problems` and reads as the fallback. */
+function settingReaders(env: NodeJS.ProcessEnv, problems: string[]) {
   const str = (name: string): string | null => {
     const v = env[name];
     return v === undefined || v === '' ? null : v;
@@ -81,47 +115,52 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     }
     return v;
   };
-  /** PUBLIC_URL is the service origin, optionally with a path: the issuer and the base of every link. */
-  const origin = (name: string): string | null => {
-    const v = url(name, ['http:', 'https:'], { host: true });
-    if (v === null || !URL.canParse(v)) return v;
-    const u = new URL(v);
-    if (u.search || u.hash || v.includes('?') || v.includes('#') || u.username || u.password) {
-      problems.push(`${name} must be an origin with an optional path, without a query, fragment or user info`);
-    }
-    return v;
-  };
-
-  const encryptionKeys = (): Buffer[] => {
-    const v = str('ENCRYPTION_KEY');
-    if (v === null) return [];
-    const keys = parseEncryptionKeys(v);
-    if (!keys) problems.push('ENCRYPTION_KEY must be one or more comma-separated 32-byte keys (64 hex digits or base64)');
-    return keys ?? [];
-  };
-
   const email = (name: string): string | null => {
     const v = str(name);
     if (v !== null && !isEmailAddress(v)) problems.push(`${name} must be an email address (got "${v}")`);
     return v;
   };
+  return { str, int, flag, url, email };
+}
 
-  const port = int('PORT', 8080, 0, 65535);
-  const publicUrl = (origin('PUBLIC_URL') ?? `http://localhost:${port}`).replace(/\/+$/, '');
+/** PUBLIC_URL is the service origin, optionally with a path: the issuer and the base of every link. */
+function readOrigin(read: SettingReaders, problems: string[], name: string): string | null {
+  const v = read.url(name, ['http:', 'https:'], { host: true });
+  if (v === null || !URL.canParse(v)) return v;
+  const u = new URL(v);
+  if (u.search || u.hash || v.includes('?') || v.includes('#') || u.username || u.password) {
+    problems.push(`${name} must be an origin with an optional path, without a query, fragment or user info`);
+  }
+  return v;
+}
+
+/** PORT, PUBLIC_URL (its host names the default MAIL_FROM) and LOG_LEVEL. */
+function readListener(read: SettingReaders, problems: string[]) {
+  const port = read.int('PORT', 8080, 0, 65535);
+  const publicUrl = (readOrigin(read, problems, 'PUBLIC_URL') ?? `http://localhost:${port}`).replace(/\/+$/, '');
   // Only used when PUBLIC_URL is valid: otherwise its problem is reported with the others below.
   const publicHost = URL.canParse(publicUrl) ? new URL(publicUrl).hostname : 'localhost';
-  const logLevel = str('LOG_LEVEL') ?? 'info';
+  const logLevel = read.str('LOG_LEVEL') ?? 'info';
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
-  const bootstrapAdminEmail = email('BOOTSTRAP_ADMIN_EMAIL');
-  const bootstrapAdminPassword = str('BOOTSTRAP_ADMIN_PASSWORD');
+  return { port, publicUrl, publicHost, logLevel };
+}
+
+function readBootstrapAdmin(read: SettingReaders, problems: string[]) {
+  const bootstrapAdminEmail = read.email('BOOTSTRAP_ADMIN_EMAIL');
+  const bootstrapAdminPassword = read.str('BOOTSTRAP_ADMIN_PASSWORD');
   if ((bootstrapAdminEmail === null) !== (bootstrapAdminPassword === null)) {
     problems.push('BOOTSTRAP_ADMIN_EMAIL and BOOTSTRAP_ADMIN_PASSWORD must be set together');
   }
+  return { bootstrapAdminEmail, bootstrapAdminPassword };
+}
 
-  // Reverse proxies in front of the service: their X-Forwarded-For names the client (per-IP throttles,
-  // a session's ip_address). Addresses, CIDR ranges or proxy-addr's names; never "everyone", which would
-  // let any client choose the address it is throttled as.
-  const trustProxy = (str('TRUST_PROXY') ?? '').split(',').map((v) => v.trim()).filter(Boolean);
+/**
+ * Reverse proxies in front of the service: their X-Forwarded-For names the client (per-IP throttles,
+ * a session's ip_address). Addresses, CIDR ranges or proxy-addr's names; never "everyone", which would
+ * let any client choose the address it is throttled as.
+ */
+function readTrustProxy(read: SettingReaders, problems: string[]): string[] {
+  const trustProxy = (read.str('TRUST_PROXY') ?? '').split(',').map((v) => v.trim()).filter(Boolean);
   for (const entry of trustProxy) {
     const [address, bits, extra] = entry.split('/');
     const max = isIP(address!) === 4 ? 32 : 128;
@@ -130,30 +169,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
       problems.push(`TRUST_PROXY must list proxy addresses or CIDR ranges (or loopback, linklocal, uniquelocal), comma-separated (got "${entry}")`);
     }
   }
+  return trustProxy;
+}
 
-  const config: Config = {
-    port,
-    host: str('HOST') ?? '0.0.0.0',
-    publicUrl,
-    dataDir: str('DATA_DIR') ?? './.data',
-    databaseUrl: url('DATABASE_URL', ['postgres:', 'postgresql:']),
-    bootstrapAdminEmail,
-    bootstrapAdminPassword,
-    smtpUrl: url('SMTP_URL', ['smtp:', 'smtps:'], { host: true }),
-    mailFrom: email('MAIL_FROM') ?? `no-reply@${publicHost}`,
-    webhookAllowPrivateTargets: flag('WEBHOOK_ALLOW_PRIVATE_TARGETS'),
-    stripeSecretKey: str('STRIPE_SECRET_KEY'),
-    stripeWebhookSecret: str('STRIPE_WEBHOOK_SECRET') ?? (str('STRIPE_SECRET_KEY') ? null : SIMULATOR_WEBHOOK_SECRET),
-    stripeApiBase: url('STRIPE_API_BASE', ['http:', 'https:']),
-    logLevel,
-    authRateLimitPerMinute: int('AUTH_RATE_LIMIT_PER_MINUTE', 30, 0, 1_000_000),
-    trustProxy,
-    devClock: flag('DEV_CLOCK'),
-    workers: str('WORKERS') === null ? true : flag('WORKERS'),
-    encryptionKeys: encryptionKeys(),
-  };
-  if (problems.length > 0) throw new ConfigError(problems);
-  return Object.freeze(config);
+function readEncryptionKeys(read: SettingReaders, problems: string[]): Buffer[] {
+  const v = read.str('ENCRYPTION_KEY');
+  if (v === null) return [];
+  const keys = parseEncryptionKeys(v);
+  if (!keys) problems.push('ENCRYPTION_KEY must be one or more comma-separated 32-byte keys (64 hex digits or base64)');
+  return keys ?? [];
 }
 
 /**

@@ -82,25 +82,69 @@ export async function emitFlips(
 ): Promise<number> {
   const after = computeAccess(afterRows.rows, afterRows.userIds, ctx.now, afterRows.apps);
   const rowsOf = byPair(before.rows);
-  const pairs = new Map<string, { user_id: string; application_id: string }>();
-  for (const [key, [r]] of rowsOf) pairs.set(key, { user_id: r!.user_id, application_id: r!.application_id! });
-  for (const [key, a] of after) pairs.set(key, { user_id: a.user_id, application_id: a.application_id });
+  const pairs = collectPairs(rowsOf, after);
   if (pairs.size === 0) return 0;
   const list = [...pairs.values()];
-  const { rows } = await tx.query<{ user_id: string; application_id: string; allowed: boolean; updated_at: Date }>(
+  const announced = await readAnnounced(tx, list);
+  const afterRowsOf = byPair(afterRows.rows);
+  const events: OutboundEvent[] = [];
+  const states: boolean[] = [];
+  const stamps: Date[] = [];
+  for (const [key, pair] of pairs) {
+    const paths = { before: rowsOf.get(key) ?? [], after: afterRowsOf.get(key) ?? [], fallbackAt: before.fallbackAt, resolved: after.get(key) };
+    const flipped = flipPair(ctx.now, key, pair, announced.get(key), paths, reason);
+    events.push(...flipped.events);
+    states.push(flipped.allowed);
+    stamps.push(flipped.stamp);
+  }
+  await recordAnnounced(tx, list, states, stamps);
+  await emitMany(tx, ctx, events);
+  return events.length;
+}
+
+type Pair = { user_id: string; application_id: string };
+type AnnouncedRow = { user_id: string; application_id: string; allowed: boolean; updated_at: Date };
+
+/** The pairs considered: every pair with a path before the change or a resolution after it. */
+function collectPairs(rowsOf: Map<string, PathRow[]>, after: Map<string, ResolvedAccess>): Map<string, Pair> {
+  const pairs = new Map<string, Pair>();
+  for (const [key, [r]] of rowsOf) pairs.set(key, { user_id: r!.user_id, application_id: r!.application_id! });
+  for (const [key, a] of after) pairs.set(key, { user_id: a.user_id, application_id: a.application_id });
+  return pairs;
+}
+
+/** What was last announced about each pair (access_states), by pair key. */
+async function readAnnounced(tx: Tx, list: Pair[]): Promise<Map<string, AnnouncedRow>> {
+  const { rows } = await tx.query<AnnouncedRow>(
     `SELECT s.user_id, s.application_id, s.allowed, s.updated_at FROM access_states s
        JOIN unnest($1::text[], $2::text[]) AS p(user_id, application_id) ON p.user_id = s.user_id AND p.application_id = s.application_id`,
     [list.map((p) => p.user_id), list.map((p) => p.application_id)],
   );
-  const announced = new Map(rows.map((r) => [accessKey(r.user_id, r.application_id), r]));
+  return new Map(rows.map((r) => [accessKey(r.user_id, r.application_id), r]));
+}
+
+/**
+ * One pair's events since it was last announced (time's flips, then the change's, if any), whether
+ * it is allowed now, and the instant to record as its last announced one. `now` is ctx.now itself:
+ * `resolvedAt === now` tells which instant the pair was resolved at.
+ */
+function flipPair(
+  now: Date,
+  key: string,
+  pair: Pair,
+  record: AnnouncedRow | undefined,
+  paths: { before: PathRow[]; after: PathRow[]; fallbackAt: Date; resolved: ResolvedAccess | undefined },
+  reason: AccessReason | null,
+): { events: OutboundEvent[]; allowed: boolean; stamp: Date } {
   const events: OutboundEvent[] = [];
+  const last = record ? new Date(record.updated_at).getTime() : -Infinity;
   // Receivers drop an access event older (by created_at) than the last one they applied for the pair
   // (Part B delivery semantics 4). ctx.now is the request's start: a change that started earlier but
   // took the user's lock after another committed would otherwise be announced as the older one, and
   // dropped. So each pair's events are dated strictly after what was last announced for it (read
   // under the user's lock), in the order they are written.
-  let at = ctx.now;
-  const flip = (pair: { user_id: string; application_id: string }, allowed: boolean, why: AccessReason, access: ResolvedAccess | undefined) => {
+  let at = last >= now.getTime() ? new Date(last + 1) : now;
+  const flip = (allowed: boolean, why: AccessReason, access: ResolvedAccess | undefined) => {
     events.push({
       type: allowed ? 'access.granted' : 'access.revoked',
       applicationId: pair.application_id,
@@ -109,39 +153,32 @@ export async function emitFlips(
     });
     at = new Date(at.getTime() + 1);
   };
-  const states: boolean[] = [];
-  const stamps: Date[] = [];
   // A pair last announced at an instant after ctx.now (by a process whose clock is ahead of this one's,
   // or a change that committed while this one waited for the user's lock) is resolved at that instant,
   // not before it: resolved at ctx.now, a start or an end between the two would be announced undone
   // (a grant that started announced revoked, and nothing announcing it again). Only within
   // MAX_CLOCK_SKEW_SECONDS: beyond, this process's clock is taken (the development clock moved back).
-  const afterRowsOf = byPair(afterRows.rows);
-  for (const [key, pair] of pairs) {
-    const record = announced.get(key);
-    const last = record ? new Date(record.updated_at).getTime() : -Infinity;
-    at = last >= ctx.now.getTime() ? new Date(last + 1) : ctx.now;
-    const resolvedAt = last > ctx.now.getTime() && last - ctx.now.getTime() <= MAX_CLOCK_SKEW_SECONDS * 1000 ? new Date(last) : ctx.now;
-    let was = record?.allowed ?? null;
-    for (const step of timeSteps(key, rowsOf.get(key) ?? [], record ? new Date(record.updated_at) : before.fallbackAt, resolvedAt, was)) {
-      if (was !== null) flip(pair, step.allowed, timeReason(step.allowed), step.access);
-      was = step.allowed;
-    }
-    const now = resolvedAt === ctx.now ? after.get(key) : (computeAccess(afterRowsOf.get(key) ?? [], [], resolvedAt, null).get(key) ?? after.get(key));
-    const is = now?.allowed ?? false;
-    if (is !== (was ?? false)) flip(pair, is, reason ?? timeReason(is), now);
-    states.push(is);
-    // The pair's last announced instant: the instant it was resolved at, or its last event's when that is later.
-    stamps.push(new Date(Math.max(resolvedAt.getTime(), at.getTime() - 1)));
+  const resolvedAt = last > now.getTime() && last - now.getTime() <= MAX_CLOCK_SKEW_SECONDS * 1000 ? new Date(last) : now;
+  let was = record?.allowed ?? null;
+  for (const step of timeSteps(key, paths.before, record ? new Date(record.updated_at) : paths.fallbackAt, resolvedAt, was)) {
+    if (was !== null) flip(step.allowed, timeReason(step.allowed), step.access);
+    was = step.allowed;
   }
+  const current = resolvedAt === now ? paths.resolved : (computeAccess(paths.after, [], resolvedAt, null).get(key) ?? paths.resolved);
+  const is = current?.allowed ?? false;
+  if (is !== (was ?? false)) flip(is, reason ?? timeReason(is), current);
+  // The pair's last announced instant: the instant it was resolved at, or its last event's when that is later.
+  return { events, allowed: is, stamp: new Date(Math.max(resolvedAt.getTime(), at.getTime() - 1)) };
+}
+
+/** Records every pair considered as announced: allowed or not, as of its stamp. */
+async function recordAnnounced(tx: Tx, list: Pair[], states: boolean[], stamps: Date[]): Promise<void> {
   await tx.query(
     `INSERT INTO access_states (user_id, application_id, allowed, updated_at)
      SELECT u, a, al, at FROM unnest($1::text[], $2::text[], $3::boolean[], $4::timestamptz[]) AS t(u, a, al, at)
      ON CONFLICT (user_id, application_id) DO UPDATE SET allowed = EXCLUDED.allowed, updated_at = EXCLUDED.updated_at`,
     [list.map((p) => p.user_id), list.map((p) => p.application_id), states, stamps.map((d) => d.toISOString())],
   );
-  await emitMany(tx, ctx, events);
-  return events.length;
 }
 
 /**

@@ -1,12 +1,12 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import type { IncomingMessage } from 'node:http';
 import type { Actor, Ctx, Deps } from '../context.js';
 import { ApiError, invalidField } from '../errors.js';
 import { bearerToken, isApiKeySecret, resolveBearer, unauthenticated, verifyAccessTokenClaims } from '../auth/credentials.js';
 import { modeOf } from '../db/types.js';
-import { metaOf } from './meta.js';
+import { metaOf, type RouteMeta } from './meta.js';
 import { hitCounter, retryAfterSeconds } from './counters.js';
-import { claimIdempotencyKey, completeInTransaction, replayedHeaders, settleAfterResponse } from './idempotency.js';
+import { claimIdempotencyKey, completeInTransaction, replayedHeaders, settleAfterResponse, type Claim } from './idempotency.js';
 import { isRetryableConflict, TRANSACTION_ATTEMPTS, type Mode, type Tx } from '../db/types.js';
 import { refreshDevClock } from '../dev/clock.js';
 import { lazyTransaction } from '../db/lazy-tx.js';
@@ -93,47 +93,62 @@ export function throttledClient(ip: string): string {
 export function registerGate(app: FastifyInstance, deps: Deps): void {
   app.decorateRequest('actor', null as any);
   app.decorateRequest('tx', undefined);
+  app.addHook('onRoute', (route) => wrapIdempotentRoute(deps, route));
+  app.addHook('onRequest', identifyCaller(deps));
+  app.addHook('preValidation', authorizeBeforeValidation);
+  app.addHook('preHandler', claimOrReplay(deps));
+}
 
-  // An idempotent request's handler runs in one transaction that also stores its response, so
-  // the mutation and its replay record commit together (exactly once, even across a crash).
-  // Handlers set the status with reply.code() and return the payload.
-  app.addHook('onRoute', (route) => {
-    if (!route.config?.meta?.idempotency) return;
-    route.onSend = [...(Array.isArray(route.onSend) ? route.onSend : route.onSend ? [route.onSend] : []), settleOnSend(deps) as never];
-    const handler = route.handler;
-    route.handler = async function (this: unknown, request, reply) {
-      const claim = request.idempotencyClaim;
-      if (!claim) return handler.call(this as never, request, reply);
-      const mode = request.actor.type === 'user' || request.actor.type === 'api_key' ? request.actor.mode : 'live';
-      // The handler and the stored answer are one transaction, so a deadlock or serialization failure
-      // in it is run again from the start, as every other transaction is (src/db/pg.ts): it did
-      // nothing, and nothing leaves the process inside a transaction.
-      for (let attempt = 1; ; attempt++) {
-        const lazy = lazyTransaction(deps.database.scoped(mode));
-        request.tx = lazy.tx;
-        let payload: unknown;
-        let body: string;
-        try {
-          payload = await handler.call(this as never, request, reply);
-          if (reply.sent) throw new Error('idempotent handlers must return their payload, not send it');
-          // Serialized before the commit and inside the try: a payload that cannot be serialized rolls
-          // the transaction back (a 500 that changed nothing) instead of leaving it open, holding its
-          // connection and locks for good (on the embedded database, every later request waited on it).
-          body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
-        } catch (err) {
-          await lazy.rollback();
-          if (attempt < TRANSACTION_ATTEMPTS && isRetryableConflict(err)) continue;
-          throw err;
-        } finally {
-          request.tx = undefined;
-        }
-        await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body, replayedHeaders(reply), payload));
-        return payload;
-      }
-    };
-  });
+/**
+ * An idempotent request's handler runs in one transaction that also stores its response, so
+ * the mutation and its replay record commit together (exactly once, even across a crash).
+ * Handlers set the status with reply.code() and return the payload.
+ */
+function wrapIdempotentRoute(deps: Deps, route: RouteOptions): void {
+  if (!route.config?.meta?.idempotency) return;
+  route.onSend = [...(Array.isArray(route.onSend) ? route.onSend : route.onSend ? [route.onSend] : []), settleOnSend(deps) as never];
+  const handler = route.handler;
+  route.handler = async function (this: unknown, request, reply) {
+    const claim = request.idempotencyClaim;
+    if (!claim) return handler.call(this as never, request, reply);
+    return runIdempotentHandler(deps, request, reply, claim, () => handler.call(this as never, request, reply));
+  };
+}
 
-  app.addHook('onRequest', async (request, reply) => {
+/**
+ * The handler and the stored answer are one transaction, so a deadlock or serialization failure
+ * in it is run again from the start, as every other transaction is (src/db/pg.ts): it did
+ * nothing, and nothing leaves the process inside a transaction.
+ */
+async function runIdempotentHandler(deps: Deps, request: FastifyRequest, reply: FastifyReply, claim: Claim, handle: () => unknown): Promise<unknown> {
+  const mode = request.actor.type === 'user' || request.actor.type === 'api_key' ? request.actor.mode : 'live';
+  for (let attempt = 1; ; attempt++) {
+    const lazy = lazyTransaction(deps.database.scoped(mode));
+    request.tx = lazy.tx;
+    let payload: unknown;
+    let body: string;
+    try {
+      payload = await handle();
+      if (reply.sent) throw new Error('idempotent handlers must return their payload, not send it');
+      // Serialized before the commit and inside the try: a payload that cannot be serialized rolls
+      // the transaction back (a 500 that changed nothing) instead of leaving it open, holding its
+      // connection and locks for good (on the embedded database, every later request waited on it).
+      body = payload === undefined || payload === null ? '' : String(reply.serialize(payload));
+    } catch (err) {
+      await lazy.rollback();
+      if (attempt < TRANSACTION_ATTEMPTS && isRetryableConflict(err)) continue;
+      throw err;
+    } finally {
+      request.tx = undefined;
+    }
+    await lazy.commitWith((tx) => completeInTransaction(deps, tx, claim, reply.statusCode, body, replayedHeaders(reply), payload));
+    return payload;
+  }
+}
+
+/** The gate's first half (onRequest): framing, the auth throttle, then the credential that names the actor. */
+function identifyCaller(deps: Deps) {
+  return async (request: FastifyRequest, reply: FastifyReply) => {
     reply.header('request-id', request.id);
     request.actor = { type: 'anonymous' };
     assertFramed(request);
@@ -141,49 +156,61 @@ export function registerGate(app: FastifyInstance, deps: Deps): void {
     await refreshDevClock(deps);
     const meta = metaOf(request);
     if (!meta) return;
-
-    if (meta.throttle === 'auth' && deps.config.authRateLimitPerMinute > 0) {
-      const now = deps.clock.now();
-      const hit = await hitCounter(deps.database.scoped('system'), `ip:${throttledClient(request.ip)}:${request.routeOptions.url}`, 60, now);
-      if (hit.count > deps.config.authRateLimitPerMinute) {
-        throw new ApiError('rate_limited', { headers: { 'retry-after': String(retryAfterSeconds(hit.resetAt, now)) } });
-      }
-    }
-
+    await throttleAuth(deps, request, meta);
     if (meta.auth === 'none') return;
-    const token = bearerToken(request.headers.authorization);
-    if (!token) throw unauthenticated(false);
-    if (meta.session === 'fused' && !meta.permission && !meta.destructive && !meta.idempotency && !isApiKeySecret(token)) {
-      const claims = await verifyAccessTokenClaims(deps, token);
-      request.actor = { type: 'user', userId: claims.sub, sessionId: claims.sid, mode: modeOf(claims.test_mode), permissions: new Set(), unconfirmed: true };
-      return;
+    request.actor = await resolveActor(deps, request, meta);
+  };
+}
+
+/** 429 rate_limited past AUTH_RATE_LIMIT_PER_MINUTE calls of an auth-throttled route per client a minute. */
+async function throttleAuth(deps: Deps, request: FastifyRequest, meta: RouteMeta): Promise<void> {
+  if (meta.throttle === 'auth' && deps.config.authRateLimitPerMinute > 0) {
+    const now = deps.clock.now();
+    const hit = await hitCounter(deps.database.scoped('system'), `ip:${throttledClient(request.ip)}:${request.routeOptions.url}`, 60, now);
+    if (hit.count > deps.config.authRateLimitPerMinute) {
+      throw new ApiError('rate_limited', { headers: { 'retry-after': String(retryAfterSeconds(hit.resetAt, now)) } });
     }
-    request.actor = await resolveBearer(deps, token);
-  });
+  }
+}
 
-  // The caller's rights come before the body's shape: a caller who may not call the operation
-  // learns that (400 user_token_required, 403 destructive_operation_restricted, 403 forbidden),
-  // whatever it sent, and nothing about what the operation would accept. The conditional destructive
-  // tests read the parsed body defensively, before it is validated.
-  app.addHook('preValidation', async (request) => {
-    // Bodyless POSTs of routes that declare a body schema validate as an empty object.
-    if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
-    authorize(request);
-    if (request.method === 'DELETE' && !request.routeOptions.schema?.body) assertNoBody(request.body);
-    // Text PostgreSQL cannot store as sent (U+0000, unpaired surrogates, a leading U+FEFF): a field
-    // error, never a 500 or a silent change (routes that attach validation, the OAuth token endpoint,
-    // answer it in their own error shape).
-    if (request.routeOptions.attachValidation) return;
-    const bad = unstorableText(request.params, 'path') ?? unstorableText(request.query, 'query') ?? unstorableText(request.body, '');
-    if (bad !== null) throw invalidField(bad.path || 'body', bad.message);
-  });
+/** The bearer's actor; a fused-session route that needs no permission takes the access token's claims unconfirmed. */
+async function resolveActor(deps: Deps, request: FastifyRequest, meta: RouteMeta): Promise<Actor> {
+  const token = bearerToken(request.headers.authorization);
+  if (!token) throw unauthenticated(false);
+  if (meta.session === 'fused' && !meta.permission && !meta.destructive && !meta.idempotency && !isApiKeySecret(token)) {
+    const claims = await verifyAccessTokenClaims(deps, token);
+    return { type: 'user', userId: claims.sub, sessionId: claims.sid, mode: modeOf(claims.test_mode), permissions: new Set(), unconfirmed: true };
+  }
+  return resolveBearer(deps, token);
+}
 
-  app.addHook('preHandler', async (request, reply) => {
+/**
+ * The caller's rights come before the body's shape: a caller who may not call the operation
+ * learns that (400 user_token_required, 403 destructive_operation_restricted, 403 forbidden),
+ * whatever it sent, and nothing about what the operation would accept. The conditional destructive
+ * tests read the parsed body defensively, before it is validated.
+ */
+async function authorizeBeforeValidation(request: FastifyRequest): Promise<void> {
+  // Bodyless POSTs of routes that declare a body schema validate as an empty object.
+  if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
+  authorize(request);
+  if (request.method === 'DELETE' && !request.routeOptions.schema?.body) assertNoBody(request.body);
+  // Text PostgreSQL cannot store as sent (U+0000, unpaired surrogates, a leading U+FEFF): a field
+  // error, never a 500 or a silent change (routes that attach validation, the OAuth token endpoint,
+  // answer it in their own error shape).
+  if (request.routeOptions.attachValidation) return;
+  const bad = unstorableText(request.params, 'path') ?? unstorableText(request.query, 'query') ?? unstorableText(request.body, '');
+  if (bad !== null) throw invalidField(bad.path || 'body', bad.message);
+}
+
+/** An idempotent route's key (preHandler): claimed for this request, or its stored answer replayed. */
+function claimOrReplay(deps: Deps) {
+  return async (request: FastifyRequest, reply: FastifyReply) => {
     const meta = metaOf(request);
     if (!meta?.idempotency) return;
     const replayed = await claimIdempotencyKey(deps, request, reply, request.actor, meta.idempotency === 'required');
     if (replayed) return reply;
-  });
+  };
 }
 
 /**

@@ -36,13 +36,38 @@ export async function exportUser(ctx: Ctx, idParam: string) {
 }
 
 async function exportBundle(ctx: Ctx, db: Tx, id: string) {
-  // Read holding the user row FOR KEY SHARE, which the erasure cascade locks FOR UPDATE before it
-  // deletes anything: an export that found the soft-deleted user before the cascade and reads after it
-  // is 404, as it would be had it begun after it (not a bundle of the old address and half the rest).
-  // A sign-in's statement on the user (FOR NO KEY UPDATE) does not wait for it.
+  const user = await lockExportedUser(db, id);
+  const account = await readAccountRows(db, user.id);
+  const applications = await readApplicationRows(db, user.id);
+  // The user's own trail in hot storage: what GET /v1/audit-events?target_user_id=me returns, oldest first.
+  const { rows: audit } = await db.query<AuditRow>(
+    `SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE e.target_user_id = $1 AND e.created_at >= $2 ORDER BY e.created_at, e.id`,
+    [user.id, windowStart(ctx, PLATFORM_HOT_WINDOW_DAYS)],
+  );
+  return {
+    exported_at: ctx.now.toISOString(),
+    user: toUser(user, ctx.now),
+    ...shapeAccount(account),
+    applications: shapeApplications(applications),
+    audit_events: audit.map(toAuditEvent),
+  };
+}
+
+/**
+ * Read holding the user row FOR KEY SHARE, which the erasure cascade locks FOR UPDATE before it
+ * deletes anything: an export that found the soft-deleted user before the cascade and reads after it
+ * is 404, as it would be had it begun after it (not a bundle of the old address and half the rest).
+ * A sign-in's statement on the user (FOR NO KEY UPDATE) does not wait for it.
+ */
+async function lockExportedUser(db: Tx, id: string): Promise<UserRow> {
   const { rows: [user] } = await db.query<UserRow>(`SELECT ${USER_COLUMNS} FROM users u WHERE u.id = $1 FOR KEY SHARE OF u`, [id]);
   if (!user || user.erased_at) throw new ApiError('user_not_found');
-  const one = async (sql: string) => (await db.query(sql, [user.id])).rows;
+  return user;
+}
+
+/** The user's own rows: profile, settings, identities, sessions, memberships and role assignments. */
+async function readAccountRows(db: Tx, userId: string) {
+  const one = async (sql: string) => (await db.query(sql, [userId])).rows;
   const [profile] = await one('SELECT p.user_id, p.display_name, p.avatar_url, p.contact_email, p.contact_phone, s.locale, p.updated_at FROM profiles p JOIN settings s ON s.user_id = p.user_id WHERE p.user_id = $1');
   const [settings] = await one('SELECT theme, timezone, locale, notifications FROM settings WHERE user_id = $1');
   const identities = await one('SELECT method, totp_confirmed_at IS NOT NULL AS mfa_enabled, last_used_at FROM identities WHERE user_id = $1 ORDER BY created_at');
@@ -50,7 +75,12 @@ async function exportBundle(ctx: Ctx, db: Tx, id: string) {
   // Pending invitations are data about the user too (joined_at null until accepted).
   const organizations = await one(`SELECT organization_id, role, membership_status, joined_at FROM organization_members WHERE user_id = $1 ORDER BY joined_at NULLS LAST, invited_at`);
   const roles = await one('SELECT role_id, application_id, assigned_at FROM role_assignments WHERE user_id = $1 ORDER BY assigned_at');
-  const applications = await one(
+  return { profile, settings, identities, sessions, organizations, roles };
+}
+
+/** Each Application the user has an entitlement, an app profile or app settings in, with the three. */
+async function readApplicationRows(db: Tx, userId: string) {
+  const { rows } = await db.query(
     `SELECT a.application_id,
             (SELECT json_build_object('id', e.id, 'status', e.status, 'source', e.source, 'starts_at', e.starts_at, 'ends_at', e.ends_at)
                FROM entitlements e WHERE e.user_id = $1 AND e.application_id = a.application_id ORDER BY e.created_at DESC LIMIT 1) AS entitlement,
@@ -61,30 +91,32 @@ async function exportBundle(ctx: Ctx, db: Tx, id: string) {
              UNION SELECT application_id FROM app_profiles WHERE user_id = $1
              UNION SELECT application_id FROM app_settings WHERE user_id = $1) a
       ORDER BY a.application_id`,
+    [userId],
   );
-  // The user's own trail in hot storage: what GET /v1/audit-events?target_user_id=me returns, oldest first.
-  const { rows: audit } = await db.query<AuditRow>(
-    `SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE e.target_user_id = $1 AND e.created_at >= $2 ORDER BY e.created_at, e.id`,
-    [user.id, windowStart(ctx, PLATFORM_HOT_WINDOW_DAYS)],
-  );
+  return rows;
+}
+
+function shapeAccount({ profile, settings, identities, sessions, organizations, roles }: Awaited<ReturnType<typeof readAccountRows>>) {
   return {
-    exported_at: ctx.now.toISOString(),
-    user: toUser(user, ctx.now),
     profile: { ...profile, updated_at: iso(profile.updated_at) },
     settings,
     identities: identities.map((i) => ({ method: i.method, mfa_enabled: i.mfa_enabled, last_used_at: iso(i.last_used_at) })),
     sessions: sessions.map((s) => ({ id: s.id, created_at: iso(s.created_at)!, ip_address: s.ip_address, user_agent: s.user_agent })),
     organizations: organizations.map((o) => ({ organization_id: o.organization_id, role: o.role, membership_status: o.membership_status, joined_at: iso(o.joined_at) })),
     roles: roles.map((r) => ({ role_id: r.role_id, application_id: r.application_id, assigned_at: iso(r.assigned_at)! })),
-    // Timestamps built in SQL (json_build_object) come back as PostgreSQL writes them (+00:00):
-    // re-written in the API's one format (ISO 8601 UTC with Z).
-    applications: applications.map((a) => ({
-      ...a,
-      entitlement: a.entitlement && { ...a.entitlement, starts_at: isoText(a.entitlement.starts_at), ends_at: isoText(a.entitlement.ends_at) },
-      app_profile: a.app_profile && { ...a.app_profile, updated_at: isoText(a.app_profile.updated_at) },
-    })),
-    audit_events: audit.map(toAuditEvent),
   };
+}
+
+/**
+ * Timestamps built in SQL (json_build_object) come back as PostgreSQL writes them (+00:00):
+ * re-written in the API's one format (ISO 8601 UTC with Z).
+ */
+function shapeApplications(applications: Awaited<ReturnType<typeof readApplicationRows>>) {
+  return applications.map((a) => ({
+    ...a,
+    entitlement: a.entitlement && { ...a.entitlement, starts_at: isoText(a.entitlement.starts_at), ends_at: isoText(a.entitlement.ends_at) },
+    app_profile: a.app_profile && { ...a.app_profile, updated_at: isoText(a.app_profile.updated_at) },
+  }));
 }
 
 interface ErasureRow {
