@@ -28,6 +28,16 @@ test('a PUBLIC_URL that is not a URL is a configuration problem, listed with the
   assert.ok(problems.some((p) => p.startsWith('PORT')), problems.join('; '));
 });
 
+test('"prints every problem": eight bad settings at once are eight problems, each named once, none lost to an earlier one', () => {
+  const problems = problemsOf({
+    PUBLIC_URL: 'notaurl', PORT: '99999', AUTH_RATE_LIMIT_PER_MINUTE: 'x', TRUST_PROXY: 'true', LOG_LEVEL: 'loud',
+    WORKERS: 'maybe', BOOTSTRAP_ADMIN_EMAIL: 'a@example.com', DATABASE_URL: 'mysql://x',
+  });
+  assert.deepEqual(problems.map((p) => p.split(' ')[0]).sort(), [
+    'AUTH_RATE_LIMIT_PER_MINUTE', 'BOOTSTRAP_ADMIN_EMAIL', 'DATABASE_URL', 'LOG_LEVEL', 'PORT', 'PUBLIC_URL', 'TRUST_PROXY', 'WORKERS',
+  ], problems.join('; '));
+});
+
 test('number settings are decimal integers: PORT=0x50, 1e3, 8080.0, " 80" or +80 is refused at start with the others, not read as another number', () => {
   for (const value of ['0x50', '1e3', '8080.0', ' 80', '+80', '0b1010']) {
     assert.deepEqual(problemsOf({ PORT: value }), [`PORT must be an integer between 0 and 65535 (got "${value}")`], value);
