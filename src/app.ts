@@ -1,4 +1,4 @@
-import Fastify, { errorCodes as fastifyErrors, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Config } from './config.js';
 import type { Clock } from './clock.js';
@@ -17,13 +17,12 @@ import { validatorCompiler } from './http/validation.js';
 import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import { frameworkErrorHandler, MAX_PARAM_LENGTH, noStoreForApi, registerErrorHandling } from './http/errors-plugin.js';
 import { registerGate, unmetExpectations } from './http/gate.js';
-import { validlyPercentEncoded } from './http/validation.js';
+import { registerBodyParsers, refuseCodedBodies } from './http/body-parsing.js';
 import { registerOpenApi } from './http/openapi.js';
 import { MODULES } from './modules/index.js';
 import { devModule } from './modules/dev/index.js';
 import type { App, Module } from './modules/types.js';
 import { Type } from '@sinclair/typebox';
-import { LINK_PAGE_PATHS } from './modules/links/paths.js';
 import { redactUrl, serializeError } from './http/log-redaction.js';
 
 /**
@@ -113,7 +112,34 @@ function onFirstUse<Route, Compiled extends (...args: any[]) => unknown>(compile
 export async function buildApp(options: BuildOptions): Promise<{ app: App; deps: Deps }> {
   const { config, database, clock } = options;
   const lazily = options.compileSchemas === 'on-first-use';
-  const fastify = Fastify({
+  const fastify = createFastify(options, lazily);
+  fastify.setValidatorCompiler(lazily ? onFirstUse(validatorCompiler) : validatorCompiler);
+  passExpectationsToGate(fastify);
+  closeConnectionsOnClose(fastify);
+  registerBodyParsers(fastify);
+  refuseCodedBodies(fastify);
+
+  const modules = [...MODULES, ...(config.devClock ? [devModule] : []), ...(options.extraModules ?? [])];
+  const deps = createDeps(fastify, config, database, clock, modules);
+
+  fastify.addHook('onClose', async () => deps.keys.stop());
+  registerErrorHandling(fastify, async (request) => {
+    const actor = request.actor;
+    if (actor.type === 'user') await confirmSession(deps, { sub: actor.userId, sid: actor.sessionId, test_mode: actor.mode === 'test' });
+  });
+  await registerOpenApi(fastify, config.publicUrl);
+  registerGate(fastify, deps);
+  refuseUnlistedQueries(fastify);
+
+  for (const module of modules) module.routes?.(fastify, deps);
+
+  serveOpenApiDocument(fastify);
+  return { app: fastify, deps };
+}
+
+function createFastify(options: BuildOptions, lazily: boolean): App {
+  const { config } = options;
+  return Fastify({
     logger: withRedactedSecrets(options.logger ?? { level: config.logLevel }),
     genReqId: () => newId('req'),
     bodyLimit: BODY_LIMIT_BYTES,
@@ -124,7 +150,7 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     // Only the configured reverse proxies' X-Forwarded-For is believed (TRUST_PROXY); by default none.
     trustProxy: config.trustProxy.length ? config.trustProxy : false,
     // Shutting down, requests still arriving on open connections are answered as usual (in the
-    // envelope, with Request-Id), each with Connection: close: see the preClose hook below.
+    // envelope, with Request-Id), each with Connection: close: see closeConnectionsOnClose.
     return503OnClosing: false,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: frameworkErrorHandler,
@@ -133,16 +159,24 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
       schemaController: { compilersFactory: { buildSerializer: (external, opts) => onFirstUse(SerializerSelector()(external, opts)) } },
     }),
   }).withTypeProvider<TypeBoxTypeProvider>();
+}
 
-  fastify.setValidatorCompiler(lazily ? onFirstUse(validatorCompiler) : validatorCompiler);
-  // An Expect other than 100-continue is answered by the gate in the envelope (417 expectation_failed)
-  // instead of by Node's bare 417.
+/**
+ * An Expect other than 100-continue is answered by the gate in the envelope (417 expectation_failed)
+ * instead of by Node's bare 417.
+ */
+function passExpectationsToGate(fastify: App): void {
   fastify.server.on('checkExpectation', (req, res) => {
     unmetExpectations.add(req);
     fastify.server.emit('request', req, res);
   });
-  // Once close() starts, every response ends its connection, so no kept-alive connection holds the
-  // shutdown open until the client's keep-alive runs out.
+}
+
+/**
+ * Once close() starts, every response ends its connection, so no kept-alive connection holds the
+ * shutdown open until the client's keep-alive runs out.
+ */
+function closeConnectionsOnClose(fastify: App): void {
   let closing = false;
   fastify.addHook('preClose', (done) => {
     closing = true;
@@ -153,75 +187,9 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     noStoreForApi(request, reply);
     done(null, payload);
   });
-  fastify.removeContentTypeParser('text/plain');
-  // An empty JSON body is no body (as Express reads it): a client that always sends
-  // `Content-Type: application/json` can call the bodyless POSTs (logout, enrol, rotate), and a
-  // route that needs fields names them in a 422. Anything else is parsed as before.
-  // Bytes that are not UTF-8 and numbers beyond a double (1e309 parses to Infinity) are malformed
-  // JSON (IV-3), never stored as U+FFFD or null; so is an object naming one key twice (RFC 8259
-  // leaves which one wins to the parser, and two readers of one body must not disagree).
-  const parseJson = fastify.getDefaultJsonParser('error', 'error');
-  const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-  const malformed = () => new fastifyErrors.FST_ERR_CTP_INVALID_JSON_BODY();
-  fastify.removeContentTypeParser('application/json');
-  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
-    let text: string;
-    try {
-      text = utf8.decode(body as Buffer);
-    } catch {
-      return done(malformed(), undefined);
-    }
-    if (text.trim() === '') return done(null, undefined);
-    parseJson(request, text, (err, value) => {
-      if (err) return done(err, undefined);
-      if (hasNonFiniteNumber(value) || hasDuplicateKey(text, value)) return done(malformed(), undefined);
-      done(null, value);
-    });
-  });
-  // The OAuth token endpoint and the HTML pages' forms (hosted sign-in, the mailed-link pages, the local payment simulator)
-  // also take form bodies; the API is JSON only (Part A convention 1). A repeated parameter stays a
-  // list, so the route's schema refuses it (RFC 6749 §3.1: parameters MUST NOT be included more than once).
-  fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (request, body, done) => {
-    const url = request.routeOptions.url ?? '';
-    if (url !== '/v1/auth/oauth/token' && !url.startsWith('/signin') && !LINK_PAGE_PATHS.includes(url) && !url.startsWith('/billing/simulator/')) {
-      return done(new fastifyErrors.FST_ERR_CTP_INVALID_MEDIA_TYPE('application/x-www-form-urlencoded'), undefined);
-    }
-    // URLSearchParams reads a malformed escape leniently (`%FF` as U+FFFD): refused, as in a query.
-    if (!validlyPercentEncoded(body as string)) {
-      return done(new ApiError('bad_request', { message: 'The form body is not validly percent-encoded.' }), undefined);
-    }
-    const params = new URLSearchParams(body as string);
-    done(null, Object.fromEntries([...new Set(params.keys())].map((key) => {
-      const values = params.getAll(key);
-      return [key, values.length === 1 ? values[0] : values];
-    })));
-  });
+}
 
-  // Bodies are read as sent, never decoded: one declaring a Content-Encoding (gzip, deflate, br) is
-  // refused (RFC 9110 §8.4.1: 415, Accept-Encoding: identity) instead of being read as the bytes it
-  // is not (a gzip body answered as malformed JSON) or applied although it claims to be compressed (a
-  // proxy or log that decodes it sees another request than the one the service ran).
-  fastify.addHook('preParsing', async (request, _reply, payload) => {
-    // Likewise a transfer coding beside chunked (`gzip, chunked`), which Node does not decode either: a
-    // malformed request (400, the spec's mapping; the token endpoint's invalid_request), not one read as
-    // the bytes it is not (RFC 9112 §6.1 lets a server refuse a transfer coding it does not understand).
-    const transfer = request.headers['transfer-encoding']?.split(',').map((c) => c.trim().toLowerCase()).filter((c) => c !== 'chunked') ?? [];
-    if (transfer.length > 0) {
-      throw new ApiError('bad_request', { message: 'The only transfer coding supported is chunked.' });
-    }
-    // A GET's (and HEAD's) body is not read (docs/decisions.md "Methods"), so neither is its coding.
-    const coding = request.method === 'GET' || request.method === 'HEAD' ? undefined : request.headers['content-encoding']?.trim().toLowerCase();
-    const hasBody = request.headers['transfer-encoding'] !== undefined || Number(request.headers['content-length'] ?? 0) > 0;
-    if (coding && coding !== 'identity' && hasBody) {
-      throw new ApiError('unsupported_media_type', {
-        message: 'Request bodies must not be compressed: send them without Content-Encoding.',
-        headers: { 'accept-encoding': 'identity' },
-      });
-    }
-    return payload;
-  });
-
-  const modules = [...MODULES, ...(config.devClock ? [devModule] : []), ...(options.extraModules ?? [])];
+function createDeps(fastify: App, config: Readonly<Config>, database: Database, clock: Clock, modules: Module[]): Deps {
   const secrets = new SecretBox(database, clock, config.encryptionKeys);
   const deps: Deps = {
     config,
@@ -235,83 +203,27 @@ export async function buildApp(options: BuildOptions): Promise<{ app: App; deps:
     jobs: undefined as unknown as JobRunner,
   };
   deps.jobs = new JobRunner(deps, modules.flatMap((m) => m.jobs?.() ?? []));
+  return deps;
+}
 
-  fastify.addHook('onClose', async () => deps.keys.stop());
-  registerErrorHandling(fastify, async (request) => {
-    const actor = request.actor;
-    if (actor.type === 'user') await confirmSession(deps, { sub: actor.userId, sid: actor.sessionId, test_mode: actor.mode === 'test' });
-  });
-  await registerOpenApi(fastify, config.publicUrl);
-  registerGate(fastify, deps);
-  // An operation that takes no query parameter refuses one (422 naming query.<name>), as the lists
-  // refuse one they do not take: ignored, `logout?all_sessions=true` would end one session while the
-  // client believes it ended all. The OAuth token endpoint keeps RFC 6749's rules (§3.2: its URI may
-  // carry a query of its own; errors in its own shape), and the SSO callback answers 501 whatever a
-  // provider sends; the OpenAPI document may be fetched with a cache-busting query.
+/**
+ * An operation that takes no query parameter refuses one (422 naming query.<name>), as the lists
+ * refuse one they do not take: ignored, `logout?all_sessions=true` would end one session while the
+ * client believes it ended all. The OAuth token endpoint keeps RFC 6749's rules (§3.2: its URI may
+ * carry a query of its own; errors in its own shape), and the SSO callback answers 501 whatever a
+ * provider sends; the OpenAPI document may be fetched with a cache-busting query.
+ */
+function refuseUnlistedQueries(fastify: App): void {
   fastify.addHook('onRoute', (route) => {
     if (!route.url.startsWith('/v1/') || ['/v1/auth/oauth/token', '/v1/auth/sso/:provider/callback', '/v1/openapi.json'].includes(route.url) || route.schema?.querystring) return;
     route.schema = { ...route.schema, querystring: Type.Object({}, { additionalProperties: false }) };
   });
+}
 
-  for (const module of modules) module.routes?.(fastify, deps);
-
+function serveOpenApiDocument(fastify: App): void {
   fastify.get('/v1/openapi.json', {
     schema: { summary: 'This document', tags: ['Discovery'], response: { 200: Type.Object({}, { additionalProperties: true }) } },
     config: { meta: { auth: 'none' } },
     handler: async () => fastify.swagger(),
   });
-
-  return { app: fastify, deps };
-}
-
-/**
- * True when a parsed JSON value holds ±Infinity. One pass over the parsed value (about a tenth of
- * the parse; a reviver triples it), iterative so that deeply nested bodies reach their 422.
- */
-function hasNonFiniteNumber(value: unknown): boolean {
-  const stack: unknown[] = [value];
-  while (stack.length > 0) {
-    const v = stack.pop();
-    if (typeof v === 'number') {
-      if (!Number.isFinite(v)) return true;
-    } else if (typeof v === 'object' && v !== null) {
-      if (Array.isArray(v)) for (const item of v) stack.push(item);
-      else for (const key in v) stack.push((v as Record<string, unknown>)[key]);
-    }
-  }
-  return false;
-}
-
-/**
- * True when some object in the JSON text names a key twice (the parsed value kept only the last):
- * the text's name/value separators (colons outside strings) outnumber the parsed value's keys.
- */
-function hasDuplicateKey(text: string, value: unknown): boolean {
-  let separators = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 58) separators++;
-    else if (c === 34) {
-      // Skip the string: it ends at the next quote not escaped by a backslash.
-      for (i++; i < text.length; i++) {
-        const d = text.charCodeAt(i);
-        if (d === 92) i++;
-        else if (d === 34) break;
-      }
-    }
-  }
-  if (separators === 0) return false;
-  let keys = 0;
-  const stack: unknown[] = [value];
-  while (stack.length > 0) {
-    const v = stack.pop();
-    if (typeof v !== 'object' || v === null) continue;
-    if (Array.isArray(v)) for (const item of v) stack.push(item);
-    else {
-      const names = Object.keys(v);
-      keys += names.length;
-      for (const name of names) stack.push((v as Record<string, unknown>)[name]);
-    }
-  }
-  return separators !== keys;
 }

@@ -49,35 +49,13 @@ const PING_TIMEOUT_MS = 3000;
 
 /** A PostgreSQL server. One pool per scope; mode pools connect as the app role with the mode set. */
 export async function openPg(options: PgOptions): Promise<Database> {
-  if (options.schema) {
-    const client = new pg.Client({ connectionString: options.url });
-    await client.connect();
-    try {
-      await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(options.schema)}`);
-    } finally {
-      await client.end();
-    }
-  }
+  if (options.schema) await createSchema(options.url, options.schema);
   const statement = statementNamer(options.namedStatements ?? NAMED_STATEMENTS_MAX);
   const pools = new Map<Scope, pg.Pool>();
   const poolFor = (scope: Scope): pg.Pool => {
     let pool = pools.get(scope);
     if (!pool) {
-      // No JIT: the service's statements are short, and one whose estimate crosses jit_above_cost (a
-      // batch job's over a large table) spent seconds compiling what runs in milliseconds (the test
-      // purge: 1-4 s for a 70 ms statement; docs/conventions.md, Queries at scale).
-      const settings: string[] = ['-c jit=off'];
-      if (options.schema) settings.push(`-c search_path=${options.schema}`);
-      if (scope !== 'system') settings.push(`-c role=${APP_ROLE}`, `-c app.test_mode=${scope === 'test' ? 'on' : 'off'}`);
-      pool = new pg.Pool({
-        connectionString: options.url,
-        max: options.poolSize ?? 10,
-        connectionTimeoutMillis: 3000,
-        idleTimeoutMillis: 10_000,
-        options: settings.join(' '),
-      });
-      // An idle client losing its server must not crash the process; the next query reports it.
-      pool.on('error', () => undefined);
+      pool = createPool(options, scope);
       pools.set(scope, pool);
     }
     return pool;
@@ -88,24 +66,6 @@ export async function openPg(options: PgOptions): Promise<Database> {
     const pool = poolFor(scope);
     if (pool.waitingCount >= MAX_WAITING_FOR_CONNECTION) throw new DatabaseBusyError();
     return pool;
-  };
-
-  const normalize = <R>(r: pg.QueryResult): QueryResult<R> => ({ rows: r.rows as R[], rowCount: r.rowCount ?? 0 });
-
-  /**
-   * A transaction, or a single statement with parameters (its own transaction), that PostgreSQL
-   * aborted as a deadlock victim (or a serialization failure) did nothing; it runs again from the
-   * start. Nothing leaves the process inside a transaction (transactional outbox), so running it
-   * twice has no outside effect.
-   */
-  const retried = async <T>(run: () => Promise<T>): Promise<T> => {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await run();
-      } catch (err) {
-        if (attempt >= TRANSACTION_ATTEMPTS || !isRetryableConflict(err)) throw err;
-      }
-    }
   };
 
   const scoped = (scope: Scope): Db => ({
@@ -126,76 +86,137 @@ export async function openPg(options: PgOptions): Promise<Database> {
   const once = async <T>(scope: Scope, fn: (tx: Tx) => Promise<T>): Promise<T> => {
     assertNotInTransaction(database);
     const client = await admit(scope).connect();
-    // The pool listens for errors only on idle clients: losing the server while this one is checked
-    // out (database stopped, network cut) must fail the transaction, not crash the process.
-    let lost = false;
-    const onLost = () => {
-      lost = true;
-    };
-    client.on('error', onLost);
-    const tx: Tx = {
-      scope,
-      inTransaction: true,
-      query: async <R>(text: string, params?: unknown[]) => normalize<R>(await client.query(statement(text, params))),
-      exec: async (text: string) => {
-        await client.query(text);
-      },
-      transaction: (inner) => inner(tx),
-    };
-    let broken = false;
-    try {
-      await client.query('BEGIN');
-      const result = await runInTransactionContext(database, () => fn(tx));
-      await client.query('COMMIT');
-      return result;
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => {
-        broken = true;
-      });
-      throw err;
-    } finally {
-      client.removeListener('error', onLost);
-      // A client released as broken is ended by the pool, and the server's FATAL may still arrive
-      // after this listener is gone: every client keeps one listener that ignores it (else crash).
-      if (!quieted.has(client)) {
-        quieted.add(client);
-        client.on('error', () => undefined);
-      }
-      client.release(broken || lost);
-    }
+    return runTransaction(database, client, scope, statement, quieted, fn);
   };
 
   const database: Database = {
     kind: 'pg',
     scoped,
-    ping: async () => {
-      const client = await admit('system').connect();
-      if (!quieted.has(client)) {
-        quieted.add(client);
-        client.on('error', () => undefined);
-      }
-      let timer: NodeJS.Timeout | undefined;
-      try {
-        await Promise.race([
-          client.query('SELECT 1'),
-          new Promise((_resolve, reject) => {
-            timer = setTimeout(() => reject(new Error(`the database did not answer within ${PING_TIMEOUT_MS} ms`)), PING_TIMEOUT_MS);
-          }),
-        ]);
-        client.release();
-      } catch (err) {
-        // A connection that did not answer goes, instead of back to the pool, where the next
-        // statement would wait on it as well.
-        client.release(err as Error);
-        throw err;
-      } finally {
-        clearTimeout(timer);
-      }
-    },
+    ping: async () => pingServer(admit('system'), quieted),
     close: async () => {
       await Promise.all([...pools.values()].map((p) => p.end()));
       pools.clear();
     },
   };
   return database;
+}
+
+async function createSchema(url: string, schema: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(schema)}`);
+  } finally {
+    await client.end();
+  }
+}
+
+function createPool(options: PgOptions, scope: Scope): pg.Pool {
+  // No JIT: the service's statements are short, and one whose estimate crosses jit_above_cost (a
+  // batch job's over a large table) spent seconds compiling what runs in milliseconds (the test
+  // purge: 1-4 s for a 70 ms statement; docs/conventions.md, Queries at scale).
+  const settings: string[] = ['-c jit=off'];
+  if (options.schema) settings.push(`-c search_path=${options.schema}`);
+  if (scope !== 'system') settings.push(`-c role=${APP_ROLE}`, `-c app.test_mode=${scope === 'test' ? 'on' : 'off'}`);
+  const pool = new pg.Pool({
+    connectionString: options.url,
+    max: options.poolSize ?? 10,
+    connectionTimeoutMillis: 3000,
+    idleTimeoutMillis: 10_000,
+    options: settings.join(' '),
+  });
+  // An idle client losing its server must not crash the process; the next query reports it.
+  pool.on('error', () => undefined);
+  return pool;
+}
+
+const normalize = <R>(r: pg.QueryResult): QueryResult<R> => ({ rows: r.rows as R[], rowCount: r.rowCount ?? 0 });
+
+/**
+ * A transaction, or a single statement with parameters (its own transaction), that PostgreSQL
+ * aborted as a deadlock victim (or a serialization failure) did nothing; it runs again from the
+ * start. Nothing leaves the process inside a transaction (transactional outbox), so running it
+ * twice has no outside effect.
+ */
+async function retried<T>(run: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run();
+    } catch (err) {
+      if (attempt >= TRANSACTION_ATTEMPTS || !isRetryableConflict(err)) throw err;
+    }
+  }
+}
+
+/** Runs `fn` in one transaction on a checked-out client, and releases the client after. */
+async function runTransaction<T>(
+  database: Database,
+  client: pg.PoolClient,
+  scope: Scope,
+  statement: ReturnType<typeof statementNamer>,
+  quieted: WeakSet<object>,
+  fn: (tx: Tx) => Promise<T>,
+): Promise<T> {
+  // The pool listens for errors only on idle clients: losing the server while this one is checked
+  // out (database stopped, network cut) must fail the transaction, not crash the process.
+  let lost = false;
+  const onLost = () => {
+    lost = true;
+  };
+  client.on('error', onLost);
+  const tx: Tx = {
+    scope,
+    inTransaction: true,
+    query: async <R>(text: string, params?: unknown[]) => normalize<R>(await client.query(statement(text, params))),
+    exec: async (text: string) => {
+      await client.query(text);
+    },
+    transaction: (inner) => inner(tx),
+  };
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    const result = await runInTransactionContext(database, () => fn(tx));
+    await client.query('COMMIT');
+    return result;
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {
+      broken = true;
+    });
+    throw err;
+  } finally {
+    client.removeListener('error', onLost);
+    // A client released as broken is ended by the pool, and the server's FATAL may still arrive
+    // after this listener is gone: every client keeps one listener that ignores it (else crash).
+    if (!quieted.has(client)) {
+      quieted.add(client);
+      client.on('error', () => undefined);
+    }
+    client.release(broken || lost);
+  }
+}
+
+async function pingServer(pool: pg.Pool, quieted: WeakSet<object>): Promise<void> {
+  const client = await pool.connect();
+  if (!quieted.has(client)) {
+    quieted.add(client);
+    client.on('error', () => undefined);
+  }
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      client.query('SELECT 1'),
+      new Promise((_resolve, reject) => {
+        timer = setTimeout(() => reject(new Error(`the database did not answer within ${PING_TIMEOUT_MS} ms`)), PING_TIMEOUT_MS);
+      }),
+    ]);
+    client.release();
+  } catch (err) {
+    // A connection that did not answer goes, instead of back to the pool, where the next
+    // statement would wait on it as well.
+    client.release(err as Error);
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -70,9 +70,35 @@ function lockDataDir(dataDir: string): () => void {
 export async function openPglite(dataDir: string | null, options: PgliteOptions = {}): Promise<Database> {
   if (dataDir) mkdirSync(dataDir, { recursive: true });
   const unlock = dataDir ? lockDataDir(dataDir) : () => undefined;
-  let pg: PGlite;
+  const pg = await startEngine(dataDir, options, unlock);
+  const queue = queueStatements(pg);
+  let closed = false;
+  const scoped = (scope: Scope): Db => scopedHandle(database, pg, queue, scope);
+
+  const database: Database = {
+    kind: 'pglite',
+    scoped,
+    ping: async () => {
+      if (closed) throw new Error('database closed');
+      await scoped('system').query('SELECT 1');
+    },
+    close: async () => {
+      closed = true;
+      try {
+        await queue.exclusive(() => pg.close());
+      } finally {
+        unlock();
+      }
+    },
+  };
+  engines.set(database, pg);
+  return database;
+}
+
+/** The engine on `dataDir` (in memory without one); on failure the lock is released. */
+async function startEngine(dataDir: string | null, options: PgliteOptions, unlock: () => void): Promise<PGlite> {
   try {
-    pg = await PGlite.create({
+    return await PGlite.create({
       ...(dataDir ? { dataDir } : {}),
       ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}),
       ...(options.sharedBuffers ? { startParams: [...PGlite.defaultStartParams, '-c', `shared_buffers=${options.sharedBuffers}`] } : {}),
@@ -87,10 +113,13 @@ export async function openPglite(dataDir: string | null, options: PgliteOptions 
       { cause: err },
     );
   }
+}
+
+/** The one connection's queue: `exclusive` runs each statement or transaction after the one before. */
+function queueStatements(pg: PGlite) {
   let queue: Promise<unknown> = Promise.resolve();
   let waiting = 0;
   let current: Scope = 'system';
-  let closed = false;
 
   const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
     if (waiting >= MAX_WAITING_FOR_CONNECTION) return Promise.reject(new DatabaseBusyError());
@@ -109,69 +138,53 @@ export async function openPglite(dataDir: string | null, options: PgliteOptions 
     else await pg.exec(`SET ROLE ${APP_ROLE}; SELECT set_config('app.test_mode', '${scope === 'test' ? 'on' : 'off'}', false)`);
     current = scope;
   };
-  const normalize = <R>(r: { rows: unknown[]; affectedRows?: number }): QueryResult<R> => ({
-    rows: r.rows as R[],
-    // PGlite reports affectedRows 0 for a SELECT: count the returned rows then, as pg does.
-    rowCount: Math.max(r.affectedRows ?? 0, r.rows.length),
-  });
+  return { exclusive, switchTo };
+}
 
-  const txHandle = (scope: Scope, tx: Transaction): Tx => {
-    const handle: Tx = {
-      scope,
-      inTransaction: true,
-      query: async <R>(text: string, params?: unknown[]) => normalize<R>(await tx.query(text, params as any[])),
-      exec: async (text: string) => {
-        await tx.exec(text);
-      },
-      transaction: (fn) => fn(handle),
-    };
-    return handle;
-  };
+const normalize = <R>(r: { rows: unknown[]; affectedRows?: number }): QueryResult<R> => ({
+  rows: r.rows as R[],
+  // PGlite reports affectedRows 0 for a SELECT: count the returned rows then, as pg does.
+  rowCount: Math.max(r.affectedRows ?? 0, r.rows.length),
+});
 
-  const scoped = (scope: Scope): Db => {
-    return {
-      scope,
-      inTransaction: false,
-      query: <R>(text: string, params?: unknown[]) => {
-        assertNotInTransaction(database);
-        return exclusive(async () => {
-          await switchTo(scope);
-          return normalize<R>(await pg.query(text, params as any[]));
-        });
-      },
-      exec: (text: string) => {
-        assertNotInTransaction(database);
-        return exclusive(async () => {
-          await switchTo(scope);
-          await pg.exec(text);
-        });
-      },
-      transaction: <T>(fn: (tx: Tx) => Promise<T>) => {
-        assertNotInTransaction(database);
-        return exclusive(async () => {
-          await switchTo(scope);
-          return pg.transaction((tx) => runInTransactionContext(database, () => fn(txHandle(scope, tx))));
-        });
-      },
-    };
-  };
-
-  const database: Database = {
-    kind: 'pglite',
-    scoped,
-    ping: async () => {
-      if (closed) throw new Error('database closed');
-      await scoped('system').query('SELECT 1');
+function txHandle(scope: Scope, tx: Transaction): Tx {
+  const handle: Tx = {
+    scope,
+    inTransaction: true,
+    query: async <R>(text: string, params?: unknown[]) => normalize<R>(await tx.query(text, params as any[])),
+    exec: async (text: string) => {
+      await tx.exec(text);
     },
-    close: async () => {
-      closed = true;
-      try {
-        await exclusive(() => pg.close());
-      } finally {
-        unlock();
-      }
+    transaction: (fn) => fn(handle),
+  };
+  return handle;
+}
+
+function scopedHandle(database: Database, pg: PGlite, queue: ReturnType<typeof queueStatements>, scope: Scope): Db {
+  const { exclusive, switchTo } = queue;
+  return {
+    scope,
+    inTransaction: false,
+    query: <R>(text: string, params?: unknown[]) => {
+      assertNotInTransaction(database);
+      return exclusive(async () => {
+        await switchTo(scope);
+        return normalize<R>(await pg.query(text, params as any[]));
+      });
+    },
+    exec: (text: string) => {
+      assertNotInTransaction(database);
+      return exclusive(async () => {
+        await switchTo(scope);
+        await pg.exec(text);
+      });
+    },
+    transaction: <T>(fn: (tx: Tx) => Promise<T>) => {
+      assertNotInTransaction(database);
+      return exclusive(async () => {
+        await switchTo(scope);
+        return pg.transaction((tx) => runInTransactionContext(database, () => fn(txHandle(scope, tx))));
+      });
     },
   };
-  engines.set(database, pg);
-  return database;
 }
