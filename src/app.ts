@@ -17,7 +17,7 @@ import { validatorCompiler } from './http/validation.js';
 import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import { frameworkErrorHandler, MAX_PARAM_LENGTH, noStoreForApi, registerErrorHandling } from './http/errors-plugin.js';
 import { registerGate, unmetExpectations } from './http/gate.js';
-import { registerBodyParsers, refuseCodedBodies } from './http/body-parsing.js';
+import { BODY_LIMIT_BYTES, registerBodyParsers, refuseCodedBodies } from './http/body-parsing.js';
 import { registerOpenApi } from './http/openapi.js';
 import { MODULES } from './modules/index.js';
 import { devModule } from './modules/dev/index.js';
@@ -54,7 +54,7 @@ function clientErrorHandler(this: FastifyInstance, err: NodeJS.ErrnoException, s
   socket.destroy(err);
 }
 
-export const BODY_LIMIT_BYTES = 1024 * 1024;
+export { BODY_LIMIT_BYTES };
 
 /**
  * The time a client has to send a whole request, headers and body (Node's own default, which Fastify

@@ -82,17 +82,16 @@ export async function openPg(options: PgOptions): Promise<Database> {
     transaction: <T>(fn: (tx: Tx) => Promise<T>) => retried(() => once(scope, fn)),
   });
 
-  const quieted = new WeakSet<object>();
   const once = async <T>(scope: Scope, fn: (tx: Tx) => Promise<T>): Promise<T> => {
     assertNotInTransaction(database);
     const client = await admit(scope).connect();
-    return runTransaction(database, client, scope, statement, quieted, fn);
+    return runTransaction(database, client, scope, statement, fn);
   };
 
   const database: Database = {
     kind: 'pg',
     scoped,
-    ping: async () => pingServer(admit('system'), quieted),
+    ping: async () => pingServer(admit('system')),
     close: async () => {
       await Promise.all([...pools.values()].map((p) => p.end()));
       pools.clear();
@@ -154,7 +153,6 @@ async function runTransaction<T>(
   client: pg.PoolClient,
   scope: Scope,
   statement: ReturnType<typeof statementNamer>,
-  quieted: WeakSet<object>,
   fn: (tx: Tx) => Promise<T>,
 ): Promise<T> {
   // The pool listens for errors only on idle clients: losing the server while this one is checked
@@ -188,20 +186,23 @@ async function runTransaction<T>(
     client.removeListener('error', onLost);
     // A client released as broken is ended by the pool, and the server's FATAL may still arrive
     // after this listener is gone: every client keeps one listener that ignores it (else crash).
-    if (!quieted.has(client)) {
-      quieted.add(client);
-      client.on('error', () => undefined);
-    }
+    quiet(client);
     client.release(broken || lost);
   }
 }
 
-async function pingServer(pool: pg.Pool, quieted: WeakSet<object>): Promise<void> {
+const quieted = new WeakSet<pg.PoolClient>();
+
+/** Gives a pooled client, once, the listener that ignores its late errors (see runTransaction). */
+function quiet(client: pg.PoolClient): void {
+  if (quieted.has(client)) return;
+  quieted.add(client);
+  client.on('error', () => undefined);
+}
+
+async function pingServer(pool: pg.Pool): Promise<void> {
   const client = await pool.connect();
-  if (!quieted.has(client)) {
-    quieted.add(client);
-    client.on('error', () => undefined);
-  }
+  quiet(client);
   let timer: NodeJS.Timeout | undefined;
   try {
     await Promise.race([

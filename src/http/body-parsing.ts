@@ -3,6 +3,9 @@ import { ApiError } from '../errors.js';
 import { LINK_PAGE_PATHS } from '../modules/links/paths.js';
 import { validlyPercentEncoded } from './validation.js';
 
+/** The largest request body read: larger is 413 payload_too_large. */
+export const BODY_LIMIT_BYTES = 1024 * 1024;
+
 /** The body parsers: JSON for the API, form bodies for the few routes that take them, no text/plain. */
 export function registerBodyParsers(app: FastifyInstance): void {
   app.removeContentTypeParser('text/plain');

@@ -4,6 +4,7 @@ import type { FastifyInstance, RouteOptions } from 'fastify';
 import type { RouteMeta } from './meta.js';
 import { ERROR_CODES } from '../errors.js';
 import { ErrorEnvelope } from './schemas.js';
+import { BODY_LIMIT_BYTES } from './body-parsing.js';
 import { webhookDescriptions } from '../modules/webhooks/openapi.js';
 
 interface RouteRecord {
@@ -156,7 +157,7 @@ function errorsByStatus(r: RouteRecord): Map<number, string[]> {
     // docs/conventions.md validation_failed); a GET's is not read (docs/decisions.md "Methods").
     if (r.method !== 'get') {
       if (r.jsonParser) add(400, 'malformed_json: the body is not one valid JSON document');
-      add(413, 'payload_too_large: the body is over 1 MiB');
+      add(413, `payload_too_large: the body is over ${BODY_LIMIT_BYTES / (1024 * 1024)} MiB`);
       // A route with its own raw parser (SSO callback, processor events) takes any type; only a coding is refused.
       add(415, r.jsonParser ? 'unsupported_media_type: the body must be application/json' : 'unsupported_media_type: the body must not be compressed (Content-Encoding)');
     }

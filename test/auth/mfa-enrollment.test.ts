@@ -7,7 +7,7 @@ import { argon2Hashes } from '../security/core/argon2-probe.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import { newId } from '../../src/ids.js';
 import {
-  alignToStep, assertAuthSession, auditRows, assertError, assertFields, createMfaUser, loginRes, mailsTo, mfaChallenge, otherCode, readMfaEnabled, sql, totpCode, verifyMfa,
+  alignToStep, assertAuthSession, beginTotp, auditRows, assertError, assertFields, createMfaUser, loginRes, mailsTo, mfaChallenge, otherCode, readMfaEnabled, sql, totpCode, verifyMfa,
 } from './support.js';
 
 let t: TestApp;
@@ -159,11 +159,10 @@ test('the support reset ends an enrollment begun and not confirmed too: the pend
   const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
   const user = await createUser(t);
   const token = await login(t, user);
-  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
-  assert.equal(begin.statusCode, 200, begin.body);
+  const secret = await beginTotp(t, token);
   assert.equal((await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(admin) })).statusCode, 204);
   alignToStep(t, 5);
-  const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, begin.json().secret) } });
+  const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, secret) } });
   assertError(confirm, 409, 'mfa_not_enabled');
   assert.equal(await mfaEnabled(token), false);
   assert.equal((await auditRows(t, 'user.mfa_reset', user.id)).length, 1);
@@ -187,10 +186,9 @@ test('the support reset of a soft-deleted user\'s TOTP mails nothing (docs/decis
 test('turning TOTP on notifies the account too (ASVS 4.0.3 V2.2.3): a confirm mails mfa_enabled once, in its transaction; a begin, or a confirm with a wrong code, mails nothing', async () => {
   const user = await createUser(t);
   const token = await login(t, user);
-  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
-  assert.equal(begin.statusCode, 200, begin.body);
+  const secret = await beginTotp(t, token);
   alignToStep(t, 5);
-  const code = await totpCode(t, begin.json().secret);
+  const code = await totpCode(t, secret);
   assertError(await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: otherCode(code) } }), 422, 'invalid_mfa_code');
   assert.deepEqual(await mailsTo(t, user.email, 'mfa_enabled'), [], 'nothing is on yet');
   const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
@@ -199,7 +197,7 @@ test('turning TOTP on notifies the account too (ASVS 4.0.3 V2.2.3): a confirm ma
   assert.equal(mails.length, 1);
   assert.match(mails[0].subject, /turned on/);
   assert.match(mails[0].text_body, /If this was not you/);
-  assert.doesNotMatch(mails[0].text_body, new RegExp(begin.json().secret), 'the secret is never mailed');
+  assert.doesNotMatch(mails[0].text_body, new RegExp(secret), 'the secret is never mailed');
 
   // In its transaction: a confirm whose last write (the audit row) fails mails nothing and turns nothing on.
   const failing = await createUser(t);
@@ -353,12 +351,11 @@ test('a support reset writes one user.mfa_reset per change: a second DELETE /v1/
 test('a support reset of an enrollment confirmed after the reset read it pending mails mfa_disabled: the TOTP it turns off protected the account', async () => {
   const pending = await createUser(t);
   const token = await login(t, pending);
-  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
-  assert.equal(begin.statusCode, 200, begin.body);
+  const secret = await beginTotp(t, token);
   alignToStep(t, 5);
   const admin = await login(t, await createUser(t, { roles: ['superadmin'] }));
   const confirm = async () => {
-    const res = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, begin.json().secret) } });
+    const res = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, secret) } });
     assert.equal(res.statusCode, 200, res.body);
   };
   const reset = await pausedAfter(t, IDENTITY_READ, confirm, () => t.app.inject({ method: 'DELETE', url: `/v1/users/${pending.id}/mfa/totp`, headers: bearer(admin) }));
@@ -386,10 +383,9 @@ test('disable writes one user.mfa_disabled per change: the same code sent twice,
 test('a confirm code is taken before the ten recovery codes are hashed (Argon2id each): of two confirms with one code, the second read before the first committed, only the first hashes; the second answers 409 mfa_already_enabled having hashed nothing', async () => {
   const user = await createUser(t);
   const token = await login(t, user);
-  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
-  assert.equal(begin.statusCode, 200, begin.body);
+  const secret = await beginTotp(t, token);
   alignToStep(t, 5);
-  const code = await totpCode(t, begin.json().secret);
+  const code = await totpCode(t, secret);
   const confirm = () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
   let first: Awaited<ReturnType<typeof confirm>> | undefined;
   let second: Awaited<ReturnType<typeof confirm>> | undefined;

@@ -9,7 +9,7 @@ import { client, blockedBy as waitForBlocked, probeWhileHeld, withDeadlockCount 
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
-  alignToStep, assertAuthSession, auditRows, assertError, createMfaUser, get, jwtPayload, latestToken, loginRes, mfaChallenge, NEW_PASSWORD, otherCode, post, readMfaEnabled, sql, totpCode, verifyMfa,
+  alignToStep, assertAuthSession, beginTotp, auditRows, assertError, createMfaUser, get, jwtPayload, latestToken, loginRes, mfaChallenge, NEW_PASSWORD, otherCode, post, readMfaEnabled, sql, totpCode, verifyMfa,
 } from './support.js';
 
 let t: TestApp;
@@ -428,9 +428,7 @@ if (storageName === 'postgres') test("a password change voids the user's MFA cha
 
 /** Turns TOTP on again for the signed-in user with a new secret (begin, confirm); the clock is then at the next step. */
 async function enrollAgain(token: string): Promise<string> {
-  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
-  assert.equal(begin.statusCode, 200, begin.body);
-  const secret: string = begin.json().secret;
+  const secret = await beginTotp(t, token);
   alignToStep(t, 5);
   const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, secret) } });
   assert.equal(confirm.statusCode, 200, confirm.body);

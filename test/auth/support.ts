@@ -106,6 +106,13 @@ export interface MfaUser {
   recoveryCodes: string[];
 }
 
+/** Begins TOTP enrollment for the signed-in user (200); returns the new secret, not yet confirmed. */
+export async function beginTotp(t: TestApp, token: string): Promise<string> {
+  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
+  assert.equal(begin.statusCode, 200, begin.body);
+  return begin.json().secret;
+}
+
 /**
  * A user with confirmed TOTP. Afterwards the clock sits 5 s into the step after the confirming
  * code's step, so a fresh code is usable at once.
@@ -115,9 +122,7 @@ export async function createMfaUser(t: TestApp, opts: Parameters<typeof createUs
   const res = await loginRes(t, user);
   assert.equal(res.statusCode, 200, res.body);
   const token = res.json().access_token;
-  const begin = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp', headers: bearer(token) });
-  assert.equal(begin.statusCode, 200, begin.body);
-  const secret = begin.json().secret;
+  const secret = await beginTotp(t, token);
   alignToStep(t, 5);
   const confirm = await t.app.inject({
     method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code: await totpCode(t, secret) },

@@ -49,7 +49,7 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
     const c = inTx(ctx, tx);
     await assertTenantWritable(tx, app.tenant_id);
     const { review, notes } = planReviewStatus(app, body, owner);
-    const tenantId = await moveOwnership(tx, ctx, app, body);
+    const { tenantId, owners } = await moveOwnership(tx, ctx, app, body);
     await syncAppRoles(tx, ctx, app, roles, tenantId);
     // Everyone with access holds the default Role: it exists even if its Role was deleted while another name was the default.
     if (defaultRole && defaultRole !== app.default_app_role) await seedAppRole(tx, ctx, app, defaultRole, tenantId);
@@ -57,7 +57,7 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
 
     const next = nextApplicationRow(app, body, {
       permissions: permissions ?? app.permissions, available_app_roles: roles, default_app_role: defaultRole,
-      review_status: review, review_notes: notes, tenant_id: tenantId,
+      review_status: review, review_notes: notes, tenant_id: tenantId, ...owners,
     });
     // A PATCH that changes nothing writes nothing (no updated_at, no application.updated), as elsewhere.
     if ((Object.keys(next) as (keyof ApplicationRow)[]).every((k) => isDeepStrictEqual(next[k], app[k]))) return toApplication(app, await staleCounts(c, app));
@@ -121,7 +121,6 @@ function nextApplicationRow(app: ApplicationRow, body: PatchApplicationBody, dec
   return {
     ...Object.fromEntries(CONFIG_FIELDS.map((f) => [f, v(f, app[f])])),
     visibility: v('visibility', app.visibility),
-    owner_user_id: v('owner_user_id', app.owner_user_id), owner_organization_id: v('owner_organization_id', app.owner_organization_id),
     ...decided,
   };
 }
@@ -212,9 +211,15 @@ async function assertPermissionsUnused(tx: Tx, app: ApplicationRow, keep: string
   if (rows.length) throw new ApiError('permission_in_use', { details: { role_ids: rows.map((r) => r.id), permissions: removed } });
 }
 
-/** Ownership moves the Application to the new owner's Tenant, only between shared-tier Tenants. */
-async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchApplicationBody): Promise<string> {
-  if (!('owner_user_id' in body) && !('owner_organization_id' in body)) return app.tenant_id;
+type Owners = Pick<ApplicationRow, 'owner_user_id' | 'owner_organization_id'>;
+
+/**
+ * The owner after the PATCH (naming one side clears the other) and its Tenant: ownership moves the
+ * Application to the new owner's Tenant, only between shared-tier Tenants.
+ */
+async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchApplicationBody): Promise<{ tenantId: string; owners: Owners }> {
+  const kept = { tenantId: app.tenant_id, owners: { owner_user_id: app.owner_user_id, owner_organization_id: app.owner_organization_id } };
+  if (!('owner_user_id' in body) && !('owner_organization_id' in body)) return kept;
   const ownerUser = 'owner_user_id' in body ? body.owner_user_id ?? null : app.owner_user_id;
   const ownerOrg = 'owner_organization_id' in body ? body.owner_organization_id ?? null : app.owner_organization_id;
   const userSide = 'owner_user_id' in body && body.owner_user_id ? body.owner_user_id : null;
@@ -224,9 +229,8 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   if (!!nextUser === !!nextOrg) {
     throw invalidField('owner_user_id', 'exactly one of owner_user_id or owner_organization_id');
   }
-  body.owner_user_id = nextUser;
-  body.owner_organization_id = nextOrg;
-  if (nextUser === app.owner_user_id && nextOrg === app.owner_organization_id) return app.tenant_id;
+  const owners = { owner_user_id: nextUser, owner_organization_id: nextOrg };
+  if (nextUser === app.owner_user_id && nextOrg === app.owner_organization_id) return kept;
   // FOR UPDATE (the PATCH holds FOR NO KEY UPDATE): a change adding seats reads the Application's Tenant
   // under a KEY SHARE lock (lockApplicationTenants). The move waits for one that has, so the seats it
   // added are counted below; one that comes after reads the destination and counts against its cap.
@@ -242,7 +246,7 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   await lockTenantSeats(tx, [app.tenant_id, known[0]?.id ?? null]);
   const from = (await findTenant(tx, app.tenant_id))!;
   const to = await resolveOwnerTenant(tx, { userId: nextUser, organizationId: nextOrg }, ctx.now);
-  if (to.id === from.id) return from.id;
+  if (to.id === from.id) return { tenantId: from.id, owners };
   // The source Tenant was checked by the caller; the destination receives the Application's data.
   await assertTenantWritable(tx, to.id);
   if (from.tier !== 'shared' || to.tier !== 'shared') throw new ApiError('ownership_change_requires_migration', { details: { from_tenant: from.id, to_tenant: to.id } });
@@ -257,5 +261,5 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   // plan_limit_reached when "a plan cap ... would be exceeded").
   const { rows: subs } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [app.id]);
   if (subs[0].n > 0) assertWithinPlan(to, 'webhooks', (await countTenantSubscriptions(tx, to.id)) + subs[0].n);
-  return to.id;
+  return { tenantId: to.id, owners };
 }
