@@ -15,8 +15,13 @@ export const Timestamp = Type.String({ format: 'date-time' });
 export const NullableTimestamp = Type.Union([Timestamp, Type.Null()]);
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 
-/** The `pattern` of a name: at least one character that is not white space (fieldErrors says "must not be blank"). */
-export const NOT_BLANK = '\\S';
+/**
+ * The `pattern` of a name: at least one visible character (fieldErrors says "must not be blank"). Not
+ * visible: white space, format characters (Cf: zero-width space and joiners, soft hyphen, direction
+ * marks) and the fillers that render as nothing (Hangul U+115F, U+1160, U+3164, U+FFA0; braille blank
+ * U+2800). Ajv compiles patterns with the `u` flag, so `\p{Cf}` is a Unicode property class.
+ */
+export const NOT_BLANK = '[^\\s\\p{Cf}\\u115F\\u1160\\u3164\\uFFA0\\u2800]';
 
 /**
  * A name shown as a label (an Organization's, an Application's, a display_name…): 1 to `maxLength`

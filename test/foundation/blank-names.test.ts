@@ -17,8 +17,10 @@ before(async () => {
 });
 after(() => t.close());
 
-// Spaces, tabs and line breaks, and Unicode spaces (no-break, em, ideographic).
-const BLANKS = [' ', '   ', '\t\n\r', '\u00a0\u2003\u3000'];
+// Spaces, tabs and line breaks, Unicode spaces (no-break, em, ideographic), and characters that show
+// nothing: zero-width space, joiner and word joiner, soft hyphen, a direction mark, the Hangul filler
+// and the braille blank.
+const BLANKS = [' ', '   ', '\t\n\r', '\u00a0\u2003\u3000', '\u200b', '\u200b\u200d\u2060', '\u00ad', ' \u200e ', '\u3164', '\u2800'];
 
 /**
  * 422 validation_failed naming only `path`, "must not be blank" (a nullable field too: its union with
@@ -126,4 +128,11 @@ test('a name with white space around other characters is stored and returned as 
   assert.equal(org.name, '  Acme\u00a0');
   const profile = assertStatus(await call(t, 'PATCH', '/v1/users/me/profile', user.token, { display_name: ' A ' }), 200);
   assert.equal(profile.display_name, ' A ');
+});
+
+test('a name with an invisible character beside visible ones is stored as sent (a zero-width joiner inside an emoji sequence, a soft hyphen inside a word)', async () => {
+  const user = await person(t);
+  for (const name of ['\u{1F469}\u200d\u{1F4BB}', 'Zu\u00adrich', '\u200bA']) {
+    assert.equal(assertStatus(await call(t, 'POST', '/v1/organizations', user.token, { name }), 201).name, name);
+  }
 });

@@ -81,7 +81,8 @@ export class SchemaArbitraries {
     const fits = (v: string) => codePoints(v) >= (s.minLength ?? 0) && codePoints(v) <= (s.maxLength ?? Infinity);
     if (s.format === 'date-time') return dateTime();
     if (s.format === 'email') return email().filter(fits);
-    if (s.pattern) return fc.stringMatching(new RegExp(s.pattern)).filter(fits);
+    // The service compiles patterns as Ajv does, with the `u` flag (NOT_BLANK uses \p{Cf}).
+    if (s.pattern) return fc.stringMatching(new RegExp(s.pattern, 'u')).filter(fits);
     return fc
       .oneof(
         { arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: min, maxLength: max }), weight: 4 },
