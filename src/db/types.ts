@@ -51,3 +51,16 @@ const RETRYABLE_CODES = new Set(['40P01', '40001']);
 /** How many times in all a transaction PostgreSQL aborted as a deadlock victim or a serialization failure runs. */
 export const TRANSACTION_ATTEMPTS = 3;
 export const isRetryableConflict = (err: unknown): boolean => RETRYABLE_CODES.has((err as { code?: string } | null)?.code ?? '');
+
+/**
+ * The SQL of one keyset page, as src/http/pagination.ts `keyset` builds it from a cursor: stores take
+ * this shape (never the http/ helper), so the cursor's parsing and its error stay in the service.
+ */
+export interface KeysetSql {
+  /** Condition to AND into the WHERE clause ('TRUE' on the first page). */
+  condition: string;
+  /** The condition's parameters, then the LIMIT's. */
+  params: unknown[];
+  /** ORDER BY ... LIMIT $n. */
+  orderLimit: string;
+}
