@@ -7,12 +7,16 @@ import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { inSubjectMode } from '../../db/roles.js';
 import { assertWithinPlan, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
-import { findApplicationRow, toApplication, type ApplicationRow } from './store.js';
+import {
+  countApplicationSubscriptions, countTenantApplicationRows, findApplicationRow, findOwnerTenantId, lockApplicationForUpdate,
+  lockApplicationNoKeyUpdate, toApplication, updateApplication, type ApplicationRow,
+} from './store.js';
+import { countRoleHolders, deleteRole, listRolesUsingPermissions, lockRole } from './app-roles-store.js';
 import { APPLICATION_READ_ONLY, type Application, type PatchApplicationBody } from './schemas.js';
 import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { countTenantSubscriptions } from '../webhooks/store.js';
-import { findRole, ROLE_HOLDERS_SQL, toRole } from '../roles/store.js';
+import { findRole, toRole } from '../roles/store.js';
 import { assertDestructiveAllowed } from '../../http/gate.js';
 import { countSeats, countSeatsWithApplication, releaseSeatLimits } from '../tenancy/seats.js';
 import { lockTenantSeats } from '../../access/locks.js';
@@ -36,7 +40,7 @@ const NOTES_REQUIRED = ['rejected', 'suspended'];
  */
 export async function patchApplication(ctx: Ctx, id: string, body: PatchApplicationBody): Promise<Application> {
   return ctx.db.transaction(async (tx) => {
-    await tx.query('SELECT 1 FROM applications WHERE id = $1 FOR NO KEY UPDATE', [id]);
+    await lockApplicationNoKeyUpdate(tx, id);
     return patchLockedApplication(inTx(ctx, tx), id, body);
   });
 }
@@ -127,16 +131,7 @@ function nextApplicationRow(app: ApplicationRow, body: PatchApplicationBody, dec
 
 /** The UPDATE, and the seats a move to another Tenant frees; returns the row as stored. */
 async function writeApplication(tx: Tx, c: Ctx, app: ApplicationRow, next: Partial<ApplicationRow>, tenantId: string): Promise<ApplicationRow> {
-  await tx.query(
-    `UPDATE applications SET name = $2, description = $3, icon_url = $4, launch_url = $5, redirect_uris = $6, support_url = $7,
-            email_from_name = $8, settings_schema = $9, permissions = $10, available_app_roles = $11, default_app_role = $12,
-            visibility = $13, review_status = $14, review_notes = $15, owner_user_id = $16, owner_organization_id = $17,
-            tenant_id = $18, updated_at = $19
-      WHERE id = $1`,
-    [app.id, next.name, next.description, next.icon_url, next.launch_url, next.redirect_uris, next.support_url, next.email_from_name,
-      JSON.stringify(next.settings_schema), JSON.stringify(next.permissions), next.available_app_roles, next.default_app_role,
-      next.visibility, next.review_status, next.review_notes, next.owner_user_id, next.owner_organization_id, next.tenant_id, c.now],
-  );
+  await updateApplication(tx, app.id, next, c.now);
   // A move changes both Tenants' seats: members marked seat_limit get the room the move gives them
   // (the destination without a cap, or the seats leaving the source) in this transaction, as an
   // Entitlement PATCH or a plan change gives it, not at the next seat-limit-release run.
@@ -184,10 +179,10 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     const roleId = `role_${app.slug}_${name}`;
     // Locked before its assignments are counted, as DELETE /v1/roles/{id} does: an assignment made at
     // the same time either commits first (counted here: 409) or waits and finds the Role gone (404).
-    await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR UPDATE', [roleId]);
+    await lockRole(tx, roleId);
     // Held in either mode, the name stays; the count reported is the caller's mode's (as DELETE /v1/roles/{id}).
-    const { rows } = await tx.query<{ n: number; visible: number }>(ROLE_HOLDERS_SQL, [roleId]);
-    if (rows[0].n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: rows[0].visible } });
+    const holders = await countRoleHolders(tx, roleId);
+    if (holders.n > 0) throw new ApiError('app_role_in_use', { details: { role_id: roleId, assignments: holders.visible } });
   }
   // Every removed name is checked (409 app_role_in_use holds for every caller) before any Role goes,
   // so a restricted key's answer does not depend on the order of the names.
@@ -197,7 +192,7 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     // A Role deleted with its name is a role deletion (Part A convention 11), however it is asked for:
     // refused to a restrict_destructive key as DELETE /v1/roles/{id} is (the route defers this to here).
     if (role) assertDestructiveAllowed(ctx.actor);
-    await tx.query('DELETE FROM roles WHERE id = $1', [roleId]);
+    await deleteRole(tx, roleId);
     // Deleted with its name: audited as role.deleted, as DELETE /v1/roles/{id} is.
     if (role) await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id: roleId }, applicationId: app.id, tenantId, before: toRole(role), mode: modeOf(app.test_mode) });
   }
@@ -207,8 +202,8 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
 async function assertPermissionsUnused(tx: Tx, app: ApplicationRow, keep: string[]): Promise<void> {
   const removed = app.permissions.map((p) => p.key).filter((k) => !keep.includes(k));
   if (!removed.length) return;
-  const { rows } = await tx.query<{ id: string }>('SELECT id FROM roles WHERE scope = $1 AND permissions && $2::text[] ORDER BY id', [app.id, removed]);
-  if (rows.length) throw new ApiError('permission_in_use', { details: { role_ids: rows.map((r) => r.id), permissions: removed } });
+  const roleIds = await listRolesUsingPermissions(tx, app.id, removed);
+  if (roleIds.length) throw new ApiError('permission_in_use', { details: { role_ids: roleIds, permissions: removed } });
 }
 
 type Owners = Pick<ApplicationRow, 'owner_user_id' | 'owner_organization_id'>;
@@ -234,24 +229,20 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   // FOR UPDATE (the PATCH holds FOR NO KEY UPDATE): a change adding seats reads the Application's Tenant
   // under a KEY SHARE lock (lockApplicationTenants). The move waits for one that has, so the seats it
   // added are counted below; one that comes after reads the destination and counts against its cap.
-  await tx.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]);
+  await lockApplicationForUpdate(tx, app.id);
   await assertOwnerKnown(tx, { userId: nextUser, organizationId: nextOrg }, app.test_mode);
   // The seats of both Tenants change, in id order (src/access/locks.ts): a release of seat_limit
   // members counting the source Tenant's room (releaseSeatLimits, which takes no Application lock) is
   // waited for, so a member it seats on this Application is counted against the destination below.
-  const { rows: known } = await tx.query<{ id: string }>(
-    `SELECT id FROM tenants WHERE ${nextUser ? 'owner_user_id' : 'owner_organization_id'} = $1`,
-    [nextUser ?? nextOrg],
-  );
-  await lockTenantSeats(tx, [app.tenant_id, known[0]?.id ?? null]);
+  const known = await findOwnerTenantId(tx, nextUser, nextOrg);
+  await lockTenantSeats(tx, [app.tenant_id, known]);
   const from = (await findTenant(tx, app.tenant_id))!;
   const to = await resolveOwnerTenant(tx, { userId: nextUser, organizationId: nextOrg }, ctx.now);
   if (to.id === from.id) return { tenantId: from.id, owners };
   // The source Tenant was checked by the caller; the destination receives the Application's data.
   await assertTenantWritable(tx, to.id);
   if (from.tier !== 'shared' || to.tier !== 'shared') throw new ApiError('ownership_change_requires_migration', { details: { from_tenant: from.id, to_tenant: to.id } });
-  const { rows } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM applications WHERE tenant_id = $1', [to.id]);
-  assertWithinPlan(to, 'applications', rows[0].n + 1);
+  assertWithinPlan(to, 'applications', (await countTenantApplicationRows(tx, to.id)) + 1);
   // Its grants' users become the destination's seats: Starter's seat cap holds too (as for its
   // webhook subscriptions below). Counted as the caller's mode sees them, as a grant counts them.
   const seats = await countSeats(tx, to.id, ctx.now);
@@ -259,7 +250,7 @@ async function moveOwnership(tx: Tx, ctx: Ctx, app: ApplicationRow, body: PatchA
   if (seatsAfter > seats) assertWithinPlan(to, 'seats', seatsAfter, seats);
   // Its webhook subscriptions move with it: the destination's webhooks cap holds too (Part B Errors:
   // plan_limit_reached when "a plan cap ... would be exceeded").
-  const { rows: subs } = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [app.id]);
-  if (subs[0].n > 0) assertWithinPlan(to, 'webhooks', (await countTenantSubscriptions(tx, to.id)) + subs[0].n);
+  const subs = await countApplicationSubscriptions(tx, app.id);
+  if (subs > 0) assertWithinPlan(to, 'webhooks', (await countTenantSubscriptions(tx, to.id)) + subs);
   return { tenantId: to.id, owners };
 }

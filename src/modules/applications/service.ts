@@ -7,9 +7,11 @@ import { findRole, toRole } from '../roles/store.js';
 import { emit } from '../../outbox/emit.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { assertWithinPlan, countTenantApplications, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
-import { APP_COLUMNS, findApplicationRow, toApplication, toListItem, type ApplicationRow } from './store.js';
+import { findApplicationRow, insertApplication, isKnownOrganization, isKnownUser, listSettingsOverrides, toApplication, toListItem, type ApplicationRow } from './store.js';
+import { insertAppRole } from './app-roles-store.js';
 import type { Application, ApplicationListQuery, CreateApplicationBody } from './schemas.js';
-import { accessPathToApp, ownerCondition, viewerOf, visibleCondition } from './visibility.js';
+import { viewerOf } from './visibility.js';
+import { applicationListWhere, findVisibleApplicationRow, isApplicationKnownTo, isApplicationOwner, listApplicationRows } from './visibility-store.js';
 import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateRedirectUris, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
@@ -22,10 +24,7 @@ export async function visibleApplication(ctx: Ctx, id: string): Promise<Applicat
 
 /** The Application if the caller may see it (Part B visibility), else null. */
 export async function findVisibleApplication(ctx: Ctx, id: string): Promise<ApplicationRow | null> {
-  const params: unknown[] = [id];
-  const condition = visibleCondition(viewerOf(ctx), params);
-  const { rows } = await ctx.db.query<ApplicationRow>(`SELECT ${APP_COLUMNS} FROM applications a WHERE a.id = $1 AND ${condition}`, params);
-  return rows[0] ?? null;
+  return findVisibleApplicationRow(ctx.db, id, viewerOf(ctx));
 }
 
 /**
@@ -37,30 +36,19 @@ export async function findVisibleApplication(ctx: Ctx, id: string): Promise<Appl
  */
 export async function refusalFor(ctx: Ctx, appId: string, refusal: unknown): Promise<unknown> {
   if (!(refusal instanceof ApiError) || refusal.code === 'application_not_found' || refusal.status >= 500) return refusal;
-  const viewer = viewerOf(ctx);
-  const params: unknown[] = [appId];
-  const known = [visibleCondition(viewer, params)];
-  if (viewer.userId) known.push(accessPathToApp(params.push(viewer.userId)));
-  const { rowCount } = await ctx.db.query(`SELECT 1 FROM applications a WHERE a.id = $1 AND (${known.join(' OR ')})`, params);
-  return rowCount ? refusal : new ApiError('application_not_found');
+  return (await isApplicationKnownTo(ctx.db, appId, viewerOf(ctx))) ? refusal : new ApiError('application_not_found');
 }
 
 /** The caller owns the Application and so holds owner rights over it: never over an internal one (Part B visibility). */
 export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
   if (ctx.actor.type !== 'user' || app.visibility === 'internal') return false;
-  const { rowCount } = await ctx.db.query(`SELECT 1 FROM applications a WHERE a.id = $1 AND ${ownerCondition(2)}`, [app.id, ctx.actor.userId]);
-  return rowCount > 0;
+  return isApplicationOwner(ctx.db, app.id, ctx.actor.userId);
 }
 
 export async function staleCounts(ctx: Ctx, app: ApplicationRow): Promise<Record<string, number>> {
   // No shortcut for an empty settings_schema: it accepts no key, so every override stored under an
-  // earlier schema is stale and counted (a PATCH of one answers 422).
-  // The users of the caller's mode (row-level security on users): an Application is shared by both
-  // modes, its users are not (as a Role's assignment_count).
-  const { rows } = await ctx.db.query<{ overrides: Record<string, unknown> }>(
-    'SELECT s.overrides FROM app_settings s JOIN users u ON u.id = s.user_id WHERE s.application_id = $1',
-    [app.id],
-  );
+  // earlier schema is stale and counted (a PATCH of one answers 422). The overrides of the caller's mode's users.
+  const rows = await listSettingsOverrides(ctx.db, app.id);
   // Counted in a Map: a key is any name a schema declared (`constructor`, `toString`), and on a plain
   // object those would start from what Object.prototype holds under that name.
   const counts = new Map<string, number>();
@@ -76,33 +64,15 @@ export async function getApplication(ctx: Ctx, id: string): Promise<Application>
 /** GET /v1/applications: the trimmed catalog the caller may see; pending_review for applications.manage is the queue, oldest first. */
 export async function listApplications(ctx: Ctx, q: ApplicationListQuery) {
   const viewer = viewerOf(ctx);
-  const params: unknown[] = [];
-  const where = [visibleCondition(viewer, params)];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
   if ((q.tenant_id || q.owner_user_id || q.owner_organization_id) && !viewer.admin && !hasPermission(ctx.actor, 'tenants.manage')) {
     throw new ApiError('forbidden', { message: 'tenant_id and owner filters need applications.manage or tenants.manage.' });
   }
-  if (q.visibility) add((n) => `a.visibility = $${n}`, q.visibility);
-  if (q.review_status) add((n) => `a.review_status = $${n}`, q.review_status);
-  if (q.owned) {
-    // Nothing to list, but the cursor is still checked (docs/conventions.md, Pagination).
-    if (!viewer.userId) return toPage([], keyset(q, 1).limit, toListItem);
-    params.push(viewer.userId);
-    where.push(ownerCondition(params.length));
-  }
-  if (q.tenant_id) add((n) => `a.tenant_id = $${n}`, q.tenant_id);
-  if (q.owner_user_id) add((n) => `a.owner_user_id = $${n}`, q.owner_user_id);
-  if (q.owner_organization_id) add((n) => `a.owner_organization_id = $${n}`, q.owner_organization_id);
+  // Nothing to list, but the cursor is still checked (docs/conventions.md, Pagination).
+  if (q.owned && !viewer.userId) return toPage([], keyset(q, 1).limit, toListItem);
+  const filter = applicationListWhere(viewer, q);
   const queue = viewer.admin && q.review_status === 'pending_review';
-  const ks = keyset(q, params.length + 1, 'a', queue ? 'asc' : 'desc');
-  const { rows } = await ctx.db.query<ApplicationRow>(
-    `SELECT ${APP_COLUMNS} FROM applications a WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return toPage(rows, ks.limit, toListItem);
+  const ks = keyset(q, filter.params.length + 1, 'a', queue ? 'asc' : 'desc');
+  return toPage(await listApplicationRows(ctx.db, filter, ks), ks.limit, toListItem);
 }
 
 export interface ConfigInput {
@@ -138,22 +108,16 @@ export function validateConfig(slug: string, testMode: boolean, input: ConfigInp
  */
 export async function assertOwnerKnown(tx: Tx, owner: { userId?: string | null; organizationId?: string | null }, testMode: boolean): Promise<void> {
   if (owner.userId) {
-    const { rowCount } = await tx.query(`SELECT 1 FROM users WHERE id = $1 AND status <> 'deleted' AND erased_at IS NULL AND test_mode = $2`, [owner.userId, testMode]);
-    if (!rowCount) throw invalidField('owner_user_id', `is not a known ${testMode ? 'test-mode' : 'live'} user (the Application's mode)`);
+    if (!(await isKnownUser(tx, owner.userId, testMode))) throw invalidField('owner_user_id', `is not a known ${testMode ? 'test-mode' : 'live'} user (the Application's mode)`);
   } else {
-    const { rowCount } = await tx.query('SELECT 1 FROM organizations WHERE id = $1 AND test_mode = $2', [owner.organizationId, testMode]);
-    if (!rowCount) throw invalidField('owner_organization_id', `is not a known ${testMode ? 'test-mode' : 'live'} organization (the Application's mode)`);
+    if (!(await isKnownOrganization(tx, owner.organizationId, testMode))) throw invalidField('owner_organization_id', `is not a known ${testMode ? 'test-mode' : 'live'} organization (the Application's mode)`);
   }
 }
 
 /** Seeds the empty Role role_<slug>_<name> for an available_app_roles name. */
 export async function seedAppRole(tx: Tx, ctx: Ctx, app: { id: string; slug: string; test_mode: boolean }, name: string, tenantId?: string): Promise<void> {
   const id = `role_${app.slug}_${name}`;
-  const { rowCount } = await tx.query(
-    `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at)
-     VALUES ($1, $2, $3, NULL, '{}', false, $4, $4) ON CONFLICT DO NOTHING`,
-    [id, name, app.id, ctx.now],
-  );
+  const rowCount = await insertAppRole(tx, id, name, app.id, ctx.now);
   // A seeded Role is audited as role.created, as one made through POST /v1/roles. A PATCH moving the
   // Application names the Tenant it ends up in (its row still names the old one until the UPDATE).
   // Of the Application's mode, as the PATCH's other rows, whoever seeds it.
@@ -177,15 +141,13 @@ export async function createApplication(ctx: Ctx, body: CreateApplicationBody): 
     assertWithinPlan(tenant, 'applications', (await countTenantApplications(tx, tenant.id)) + 1);
     if (roles.length > 0) assertWithinPlan(tenant, 'app_roles', roles.length, 0);
     const id = `app_${body.slug}`;
-    await tx.query(
-      `INSERT INTO applications (id, slug, name, description, icon_url, launch_url, redirect_uris, support_url, email_from_name,
-         settings_schema, permissions, available_app_roles, default_app_role, visibility, owner_user_id, owner_organization_id,
-         review_status, tenant_id, test_mode, created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'approved', $17, $18, $19, $19)`,
-      [id, body.slug, body.name, body.description ?? null, body.icon_url ?? null, body.launch_url, body.redirect_uris ?? [], body.support_url ?? null,
-        body.email_from_name ?? null, JSON.stringify(body.settings_schema ?? {}), JSON.stringify(permissions), roles, body.default_app_role ?? null,
-        body.visibility ?? 'public', body.owner_user_id ?? null, body.owner_organization_id ?? null, tenant.id, testMode, ctx.now],
-    );
+    await insertApplication(tx, {
+      id, slug: body.slug, name: body.name, description: body.description ?? null, icon_url: body.icon_url ?? null, launch_url: body.launch_url,
+      redirect_uris: body.redirect_uris ?? [], support_url: body.support_url ?? null, email_from_name: body.email_from_name ?? null,
+      settings_schema: body.settings_schema ?? {}, permissions, available_app_roles: roles, default_app_role: body.default_app_role ?? null,
+      visibility: body.visibility ?? 'public', owner_user_id: body.owner_user_id ?? null, owner_organization_id: body.owner_organization_id ?? null,
+      tenant_id: tenant.id, test_mode: testMode,
+    }, ctx.now);
     const app = (await findApplicationRow(tx, id))!;
     for (const name of roles) await seedAppRole(tx, ctx, app, name);
     const out = toApplication(app);

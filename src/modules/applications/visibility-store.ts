@@ -1,0 +1,108 @@
+import type { KeysetSql, Queryable } from '../../db/types.js';
+import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { APP_COLUMNS, type ApplicationRow } from './store.js';
+import type { ApplicationListQuery } from './schemas.js';
+
+/** Who is asking, reduced to what Application visibility depends on. */
+export interface Viewer {
+  admin: boolean;
+  userId: string | null;
+  keyApp: string | null;
+}
+
+/** SQL: the user owns Application `a` (owner_user_id, or active org_admin of the owning Organization). */
+export const ownerCondition = (userParam: number) =>
+  `(a.owner_user_id = $${userParam} OR a.owner_organization_id IN (SELECT m.organization_id FROM organization_members m
+      WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active'))`;
+
+/**
+ * SQL: the user has any access path to Application `a`: a personal row in any status, or an org grant
+ * of an Organization they are an active member of that includes them (a member the grant excludes,
+ * or marks seat_limit, has no path through it).
+ */
+export const accessPathToApp = (userParam: number) =>
+  `(EXISTS (SELECT 1 FROM entitlements ep WHERE ep.application_id = a.id AND ep.user_id = $${userParam})
+    OR EXISTS (SELECT 1 FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
+                WHERE e.application_id = a.id AND m.user_id = $${userParam} AND m.membership_status = 'active'
+                  AND ${MEMBER_DECISION_SQL} = 'included'))`;
+
+/**
+ * Part B visibility: public to everyone while approved; invite_only to users with an access path;
+ * internal only to applications.manage and the Application's own key (not its owner). Owners, the own
+ * key and applications.manage see their other Applications in every review_status.
+ */
+export function visibleCondition(viewer: Viewer, params: unknown[]): string {
+  if (viewer.admin) return 'TRUE';
+  // An app-confined key reaches only its own Application (Part A, Authentication 4; others 404).
+  if (viewer.keyApp) {
+    params.push(viewer.keyApp);
+    return `a.id = $${params.length}`;
+  }
+  const parts: string[] = [];
+  if (viewer.userId) {
+    params.push(viewer.userId);
+    const u = params.length;
+    parts.push(`(a.visibility <> 'internal' AND ${ownerCondition(u)})`);
+    parts.push(`(a.review_status = 'approved' AND (a.visibility = 'public' OR (a.visibility = 'invite_only' AND ${accessPathToApp(u)})))`);
+  } else {
+    parts.push(`(a.review_status = 'approved' AND a.visibility = 'public')`);
+  }
+  return `(${parts.join(' OR ')})`;
+}
+
+/** Application `id` if the viewer may see it (Part B visibility), else null. */
+export async function findVisibleApplicationRow(db: Queryable, id: string, viewer: Viewer): Promise<ApplicationRow | null> {
+  const params: unknown[] = [id];
+  const condition = visibleCondition(viewer, params);
+  const { rows } = await db.query<ApplicationRow>(`SELECT ${APP_COLUMNS} FROM applications a WHERE a.id = $1 AND ${condition}`, params);
+  return rows[0] ?? null;
+}
+
+/** The viewer may see Application `appId` or, as a user, holds an access path to it (any status). */
+export async function isApplicationKnownTo(db: Queryable, appId: string, viewer: Viewer): Promise<boolean> {
+  const params: unknown[] = [appId];
+  const known = [visibleCondition(viewer, params)];
+  if (viewer.userId) known.push(accessPathToApp(params.push(viewer.userId)));
+  const { rowCount } = await db.query(`SELECT 1 FROM applications a WHERE a.id = $1 AND (${known.join(' OR ')})`, params);
+  return !!rowCount;
+}
+
+/** The user owns Application `appId` (ownerCondition). */
+export async function isApplicationOwner(db: Queryable, appId: string, userId: string): Promise<boolean> {
+  const { rowCount } = await db.query(`SELECT 1 FROM applications a WHERE a.id = $1 AND ${ownerCondition(2)}`, [appId, userId]);
+  return rowCount > 0;
+}
+
+export type ApplicationListFilters = Pick<ApplicationListQuery, 'visibility' | 'review_status' | 'owned' | 'tenant_id' | 'owner_user_id' | 'owner_organization_id'>;
+
+/**
+ * The WHERE conditions and their parameters of GET /v1/applications: what the viewer may see, then each
+ * filter sent. `owned` needs a user viewer (the caller answers an empty page to anyone else).
+ */
+export function applicationListWhere(viewer: Viewer, q: ApplicationListFilters): { where: string[]; params: unknown[] } {
+  const params: unknown[] = [];
+  const where = [visibleCondition(viewer, params)];
+  const add = (sql: (n: number) => string, value: unknown) => {
+    params.push(value);
+    where.push(sql(params.length));
+  };
+  if (q.visibility) add((n) => `a.visibility = $${n}`, q.visibility);
+  if (q.review_status) add((n) => `a.review_status = $${n}`, q.review_status);
+  if (q.owned) {
+    params.push(viewer.userId);
+    where.push(ownerCondition(params.length));
+  }
+  if (q.tenant_id) add((n) => `a.tenant_id = $${n}`, q.tenant_id);
+  if (q.owner_user_id) add((n) => `a.owner_user_id = $${n}`, q.owner_user_id);
+  if (q.owner_organization_id) add((n) => `a.owner_organization_id = $${n}`, q.owner_organization_id);
+  return { where, params };
+}
+
+/** One keyset page of the Applications `where` (applicationListWhere) selects. */
+export async function listApplicationRows(db: Queryable, { where, params }: { where: string[]; params: unknown[] }, ks: KeysetSql): Promise<ApplicationRow[]> {
+  const { rows } = await db.query<ApplicationRow>(
+    `SELECT ${APP_COLUMNS} FROM applications a WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return rows;
+}
