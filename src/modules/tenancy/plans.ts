@@ -1,7 +1,12 @@
 import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { newId } from '../../ids.js';
-import { countSeats } from './seats.js';
+import { countSeats } from './seats-store.js';
+import { insertOwnerTenant, lockOwnerTenant, type TenantRow } from './store.js';
+import { countTenantWebhookSubscriptions, listWebhookTargetColumns, measureTenantApplications } from './usage-store.js';
+
+export { findTenant, type TenantRow } from './store.js';
+export { countTenantApplications } from './usage-store.js';
 
 export type Plan = 'starter' | 'team' | 'enterprise';
 export type LimitedResource = 'applications' | 'seats' | 'app_roles' | 'webhooks';
@@ -19,27 +24,6 @@ export const PLAN_LIMITS: Record<Plan, Record<LimitedResource, number | null> & 
   enterprise: { applications: null, app_roles: null, webhooks: null, seats: null, seats_included: null, audit_hot_window_days: ENTERPRISE_HOT_WINDOW_DAYS },
 };
 
-export interface TenantRow {
-  id: string;
-  owner_type: 'user' | 'organization';
-  owner_user_id: string | null;
-  owner_organization_id: string | null;
-  tier: string;
-  plan: Plan;
-  region: string;
-  status: string;
-  suspended: boolean;
-  subscription_status: string;
-  restricted: boolean;
-}
-
-const TENANT_COLUMNS = 'id, owner_type, owner_user_id, owner_organization_id, tier, plan, region, status, suspended, subscription_status, restricted';
-
-export async function findTenant(db: Queryable, id: string): Promise<TenantRow | null> {
-  const { rows } = await db.query<TenantRow>(`SELECT ${TENANT_COLUMNS} FROM tenants WHERE id = $1`, [id]);
-  return rows[0] ?? null;
-}
-
 /**
  * The plan a Tenant has without a paid subscription, and drops to when one lapses ("what the Tenant
  * can drop to", Part B): Team for an Organization's Tenant (it begins there), Starter for a user's.
@@ -49,17 +33,15 @@ export const basePlan = (tenant: { owner_organization_id: string | null }): Plan
 /** The owner's Tenant, created with its first Application: tier shared in us-east-1, starter for a user, team for an Organization. */
 export async function resolveOwnerTenant(db: Queryable, owner: { userId?: string | null; organizationId?: string | null }, now: Date): Promise<TenantRow> {
   const byUser = !!owner.userId;
-  const column = byUser ? 'owner_user_id' : 'owner_organization_id';
+  const ownerType = byUser ? 'user' : 'organization';
   const value = byUser ? owner.userId : owner.organizationId;
-  await db.query(
-    `INSERT INTO tenants (id, owner_type, owner_user_id, owner_organization_id, tier, plan, region, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, 'shared', $5, 'us-east-1', $6, $6) ON CONFLICT DO NOTHING`,
-    [newId('tnt'), byUser ? 'user' : 'organization', byUser ? value : null, byUser ? null : value, basePlan({ owner_organization_id: byUser ? null : value! }), now],
+  await insertOwnerTenant(
+    db,
+    { id: newId('tnt'), owner_type: ownerType, owner_user_id: byUser ? value : null, owner_organization_id: byUser ? null : value, plan: basePlan({ owner_organization_id: byUser ? null : value! }) },
+    now,
   );
-  // Locked: the caller counts its Applications against the plan cap, and a creation and an ownership
-  // move into one Tenant at once must not both see room for the last one.
-  const { rows } = await db.query<TenantRow>(`SELECT ${TENANT_COLUMNS} FROM tenants WHERE ${column} = $1 FOR NO KEY UPDATE`, [value]);
-  return rows[0];
+  // Locked (lockOwnerTenant): the caller counts its Applications against the plan cap.
+  return lockOwnerTenant(db, ownerType, value);
 }
 
 /**
@@ -76,11 +58,6 @@ export function assertWithinPlan(tenant: TenantRow, resource: LimitedResource, w
   }
 }
 
-export async function countTenantApplications(db: Queryable, tenantId: string): Promise<number> {
-  const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM applications WHERE tenant_id = $1', [tenantId]);
-  return rows[0].n;
-}
-
 export const PLANS: readonly Plan[] = ['starter', 'team', 'enterprise'];
 
 /** What a Tenant uses of each capped resource (Part B Usage). */
@@ -94,27 +71,15 @@ export interface TenantUsage {
 
 /** Webhook subscriptions of the Tenant's Applications; 0 until the webhooks table exists. */
 async function countTenantWebhooks(db: Queryable, tenantId: string): Promise<number> {
-  const { rows } = await db.query<{ column_name: string }>(
-    `SELECT column_name FROM information_schema.columns
-      WHERE table_name = 'webhook_subscriptions' AND table_schema = current_schema() AND column_name IN ('application_id', 'scope')
-        AND to_regclass('webhook_subscriptions') IS NOT NULL`,
-  );
+  const rows = await listWebhookTargetColumns(db);
   const column = rows.some((r) => r.column_name === 'application_id') ? 'application_id' : rows.some((r) => r.column_name === 'scope') ? 'scope' : null;
   if (!column) return 0;
-  const counted = await db.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM webhook_subscriptions w WHERE w.${column} IN (SELECT a.id FROM applications a WHERE a.tenant_id = $1)`,
-    [tenantId],
-  );
-  return counted.rows[0].n;
+  return countTenantWebhookSubscriptions(db, tenantId, column);
 }
 
 export async function measureUsage(db: Queryable, tenantId: string, now: Date): Promise<TenantUsage> {
-  const { rows } = await db.query<{ applications: number; app_roles: number }>(
-    `SELECT count(*)::int AS applications, COALESCE(max(cardinality(available_app_roles)), 0)::int AS app_roles
-       FROM applications WHERE tenant_id = $1`,
-    [tenantId],
-  );
-  return { ...rows[0], seats: await countSeats(db, tenantId, now), webhooks: await countTenantWebhooks(db, tenantId) };
+  const applications = await measureTenantApplications(db, tenantId);
+  return { ...applications, seats: await countSeats(db, tenantId, now), webhooks: await countTenantWebhooks(db, tenantId) };
 }
 
 /** The usage fits the plan when no capped resource is above the plan's limit (null = unlimited). */

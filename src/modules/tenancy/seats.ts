@@ -1,61 +1,34 @@
 import { inTx, type Ctx } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import type { Queryable, Tx } from '../../db/types.js';
-import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { withAccessFlips } from '../../access/flips.js';
 import { lockApplicationTenants, lockTenantSeats, lockUsersForAccess } from '../../access/locks.js';
 import { asModeWithin } from '../../db/roles.js';
-import { PLAN_LIMITS, type Plan } from './plans.js';
+import { PLAN_LIMITS } from './plans.js';
+import { findApplicationTenant, findTenantPlan, isTenantRestricted } from './store.js';
+import {
+  countSeats,
+  deleteSeatLimits,
+  findSeatHolders,
+  insertSeatLimits,
+  listOrgGrantApplications,
+  listSeatedByRelease,
+  listSeatLimitMarks,
+} from './seats-store.js';
 
-/**
- * Seats of a Tenant: distinct users reached by a live grant (status active, scheduled included: the seat is reserved when the grant is made; not ended) to any
- * of its Applications — personal rows, and members an organization-wide grant includes (a member
- * marked seat_limit is not a seat).
- */
-const seatHoldersOf = (applications: string) => `
-  SELECT e.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
-   WHERE ${applications} AND e.user_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
-  UNION
-  SELECT m.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
-    JOIN organization_members m ON m.organization_id = e.organization_id AND m.membership_status = 'active'
-   WHERE ${applications} AND e.organization_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
-     AND ${MEMBER_DECISION_SQL} = 'included'`;
-export const SEAT_HOLDERS_SQL = seatHoldersOf('a.tenant_id = $1');
-
-export async function countSeats(db: Queryable, tenantId: string, now: Date): Promise<number> {
-  const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${SEAT_HOLDERS_SQL}) s`, [tenantId, now]);
-  return rows[0].n;
-}
-
-/** The seats the Tenant would hold with the grants of Application `applicationId` (of another Tenant) counted in. */
-export async function countSeatsWithApplication(db: Queryable, tenantId: string, applicationId: string, now: Date): Promise<number> {
-  const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${seatHoldersOf('(a.tenant_id = $1 OR a.id = $3)')}) s`, [tenantId, now, applicationId]);
-  return rows[0].n;
-}
+export { SEAT_HOLDERS_SQL, countSeats, countSeatsWithApplication } from './seats-store.js';
 
 export async function isSeat(db: Queryable, tenantId: string, userId: string, now: Date): Promise<boolean> {
-  return (await seatHoldersAmong(db, tenantId, [userId], now)).has(userId);
-}
-
-async function seatHoldersAmong(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Set<string>> {
-  if (userIds.length === 0) return new Set();
-  const { rows } = await db.query<{ user_id: string }>(`SELECT s.user_id FROM (${SEAT_HOLDERS_SQL}) s WHERE s.user_id = ANY($3::text[])`, [tenantId, now, userIds]);
-  return new Set(rows.map((r) => r.user_id));
+  return (await findSeatHolders(db, tenantId, [userId], now)).has(userId);
 }
 
 async function seatCapOf(db: Queryable, tenantId: string): Promise<number | null> {
-  const { rows } = await db.query<{ plan: Plan }>('SELECT plan FROM tenants WHERE id = $1', [tenantId]);
-  return rows[0] ? PLAN_LIMITS[rows[0].plan].seats : null;
-}
-
-async function isRestricted(db: Queryable, tenantId: string): Promise<boolean> {
-  const { rows } = await db.query<{ restricted: boolean }>('SELECT restricted FROM tenants WHERE id = $1', [tenantId]);
-  return rows[0]?.restricted ?? false;
+  const row = await findTenantPlan(db, tenantId);
+  return row ? PLAN_LIMITS[row.plan].seats : null;
 }
 
 export async function applicationTenant(db: Queryable, applicationId: string): Promise<string | null> {
-  const { rows } = await db.query<{ tenant_id: string | null }>('SELECT tenant_id FROM applications WHERE id = $1', [applicationId]);
-  return rows[0]?.tenant_id ?? null;
+  return (await findApplicationTenant(db, applicationId))?.tenant_id ?? null;
 }
 
 /**
@@ -64,11 +37,7 @@ export async function applicationTenant(db: Queryable, applicationId: string): P
  * is waited for, or waits). Call after the Organization is locked.
  */
 export async function lockOrgGrantTenants(tx: Tx, orgId: string): Promise<string[]> {
-  const { rows } = await tx.query<{ application_id: string }>(
-    `SELECT DISTINCT e.application_id FROM entitlements e WHERE e.organization_id = $1 AND e.status IN ('active', 'disabled')`,
-    [orgId],
-  );
-  return lockApplicationTenants(tx, rows.map((r) => r.application_id));
+  return lockApplicationTenants(tx, await listOrgGrantApplications(tx, orgId));
 }
 
 /**
@@ -77,11 +46,11 @@ export async function lockOrgGrantTenants(tx: Tx, orgId: string): Promise<string
  * a restricted Tenant takes no new seat (Part B). Seats already held stay; a change adding none passes.
  */
 export async function withoutNewSeatsIfRestricted<T>(tx: Tx, tenantId: string | null, userIds: string[], now: Date, mutate: () => Promise<T>): Promise<T> {
-  const restricted = tenantId !== null && (await isRestricted(tx, tenantId));
+  const restricted = tenantId !== null && (await isTenantRestricted(tx, tenantId));
   if (!restricted) return mutate();
-  const before = await seatHoldersAmong(tx, tenantId, userIds, now);
+  const before = await findSeatHolders(tx, tenantId, userIds, now);
   const result = await mutate();
-  const after = await seatHoldersAmong(tx, tenantId, userIds, now);
+  const after = await findSeatHolders(tx, tenantId, userIds, now);
   if ([...after].some((u) => !before.has(u))) throw new ApiError('subscription_required', { details: { tenant_id: tenantId, resource: 'seats' } });
   return result;
 }
@@ -106,48 +75,21 @@ export async function withSeatCap<T>(tx: Tx, ctx: Ctx, tenantIds: string[], user
     await releaseSeatLimits(tx, inTx(ctx, tx), tenantId, { seatedByChange: userIds });
     let cap = await seatCapOf(tx, tenantId);
     // A restricted Tenant takes no new seat: its cap is the seats it holds now.
-    if (opts.holdRestricted && (await isRestricted(tx, tenantId))) cap = Math.min(cap ?? Infinity, await countSeats(tx, tenantId, now));
-    if (cap !== null) capped.push({ tenantId, cap, before: await seatHoldersAmong(tx, tenantId, userIds, now) });
+    if (opts.holdRestricted && (await isTenantRestricted(tx, tenantId))) cap = Math.min(cap ?? Infinity, await countSeats(tx, tenantId, now));
+    if (cap !== null) capped.push({ tenantId, cap, before: await findSeatHolders(tx, tenantId, userIds, now) });
   }
   const result = await mutate();
   for (const { tenantId, cap, before } of capped) {
     const excess = (await countSeats(tx, tenantId, now)) - cap;
     if (excess <= 0) continue;
-    const after = await seatHoldersAmong(tx, tenantId, userIds, now);
+    const after = await findSeatHolders(tx, tenantId, userIds, now);
     const added = [...after].filter((u) => !before.has(u)).sort();
     const over = added.slice(Math.max(0, added.length - excess));
     if (over.length === 0) continue;
-    await tx.query(
-      `INSERT INTO org_seat_limits (entitlement_id, user_id, created_at)
-       SELECT e.id, m.user_id, $3 FROM entitlements e JOIN applications a ON a.id = e.application_id
-         JOIN organization_members m ON m.organization_id = e.organization_id AND m.membership_status = 'active'
-        WHERE a.tenant_id = $1 AND m.user_id = ANY($2::text[]) AND e.organization_id IS NOT NULL AND e.status IN ('active', 'disabled')
-       ON CONFLICT DO NOTHING`,
-      [tenantId, over, now],
-    );
+    await insertSeatLimits(tx, tenantId, over, now);
   }
   return result;
 }
-
-/**
- * The marked users among `userIds` whom releasing their marks would make seats, with the Applications
- * of those grants: a marked grant that is live and whose scope includes them.
- */
-async function seatedByRelease(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Map<string, string[]>> {
-  const { rows } = await db.query<{ user_id: string; application_id: string }>(
-    `SELECT DISTINCT l.user_id, e.application_id FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
-       JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = l.user_id AND m.membership_status = 'active'
-      WHERE a.tenant_id = $1 AND l.user_id = ANY($3::text[]) AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
-        AND ${MEMBER_DECISION_SQL} <> 'excluded'`,
-    [tenantId, now, userIds],
-  );
-  const out = new Map<string, string[]>();
-  for (const r of rows) out.set(r.user_id, [...(out.get(r.user_id) ?? []), r.application_id]);
-  return out;
-}
-
-const DELETE_MARKS_SQL = `DELETE FROM org_seat_limits l USING entitlements e, applications a
-  WHERE e.id = l.entitlement_id AND a.id = e.application_id AND a.tenant_id = $1 AND l.user_id = ANY($2::text[])`;
 
 /**
  * Gives freed seats back: members marked seat_limit on the Tenant regain their place, oldest marks
@@ -168,11 +110,7 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string, opts
   // Seats are counted here: a grant counting them at the same time would take the room this gives
   // back too (the Tenant over its cap). Locked before the members released (src/access/locks.ts).
   await lockTenantSeats(tx, [tenantId]);
-  const markedNow = async () => (await tx.query<{ user_id: string; test_mode: boolean }>(
-    `SELECT l.user_id, bool_or(e.test_mode) AS test_mode FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
-      WHERE a.tenant_id = $1 GROUP BY l.user_id ORDER BY min(l.created_at), l.user_id`,
-    [tenantId],
-  )).rows;
+  const markedNow = () => listSeatLimitMarks(tx, tenantId);
   // The marked members are locked before the ones to seat are chosen, and their marks and memberships
   // read again under the locks: an erasure (or a member removal) holding one of them has committed by
   // now, and the seat goes to a member still waiting, not to the one it removed. Marks are added only
@@ -183,7 +121,7 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string, opts
   const marked = await markedNow();
   if (marked.length === 0) return 0;
   // A restricted Tenant has no room for a new seat until the restriction lifts.
-  const cap = (await isRestricted(tx, tenantId)) ? 0 : await seatCapOf(tx, tenantId);
+  const cap = (await isTenantRestricted(tx, tenantId)) ? 0 : await seatCapOf(tx, tenantId);
   // A job or processor event (system scope) sees both modes' marks. Each mode's seats are counted
   // apart, as that mode's requests count them (row-level security), so the other mode's seats never
   // take this mode's room; and each user's access.granted is an event of that user's mode, so a test
@@ -193,8 +131,8 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string, opts
     const ids = marked.filter((r) => r.test_mode === (mode === 'test')).map((r) => r.user_id);
     if (ids.length === 0) continue;
     const { seating, dropped, apps } = await asModeWithin(tx, mode, async () => {
-      const seated = await seatHoldersAmong(tx, tenantId, ids, ctx.now);
-      const byRelease = await seatedByRelease(tx, tenantId, ids, ctx.now);
+      const seated = await findSeatHolders(tx, tenantId, ids, ctx.now);
+      const byRelease = await listSeatedByRelease(tx, tenantId, ids, ctx.now);
       let room = cap === null ? Infinity : cap - (await countSeats(tx, tenantId, ctx.now));
       // A member every marked grant now leaves out (scope, disabled, ended) takes no room and gains
       // nothing: the mark goes, and the seat goes to the next one waiting.
@@ -208,9 +146,9 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string, opts
       }
       return { seating, dropped, apps: [...new Set(seating.flatMap((u) => byRelease.get(u)!))] };
     });
-    if (dropped.length) await tx.query(DELETE_MARKS_SQL, [tenantId, dropped]);
+    if (dropped.length) await deleteSeatLimits(tx, tenantId, dropped);
     if (seating.length) {
-      await withAccessFlips(tx, { ...ctx, mode }, { userIds: seating, applicationIds: apps }, 'org_grant_changed', () => tx.query(DELETE_MARKS_SQL, [tenantId, seating]));
+      await withAccessFlips(tx, { ...ctx, mode }, { userIds: seating, applicationIds: apps }, 'org_grant_changed', () => deleteSeatLimits(tx, tenantId, seating));
     }
     count += dropped.length + seating.length;
   }

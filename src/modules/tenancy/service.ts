@@ -4,7 +4,7 @@ import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { PLAN_LIMITS, fittingPlans, measureUsage } from './plans.js';
-import { TENANT_IN_MODE, TENANT_RECORD_COLUMNS, findTenantRecord, isTenantOwner, tenantOwnerCondition, toTenant, type TenantRecord } from './store.js';
+import { findTenantRecord, isTenantOwner, listTenantRecords, tenantListWhere, toTenant, type TenantRecord } from './store.js';
 import type { Tenant, TenantListQuery, Usage } from './schemas.js';
 
 export { assertTenantWritable } from './writable.js';
@@ -33,30 +33,15 @@ export async function tenantFor(ctx: Ctx, id: string, rights: readonly TenantRig
 
 /** GET /v1/tenants: the caller's own Tenants; every Tenant (with filters) for tenants.manage. */
 export async function listTenants(ctx: Ctx, q: TenantListQuery) {
-  const params: unknown[] = [];
-  const where: string[] = [TENANT_IN_MODE];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
+  let ownerUserId: string | null = null;
   if (!hasPermission(ctx.actor, 'tenants.manage')) {
     // Nothing to list, but the cursor is still checked (docs/conventions.md, Pagination).
     if (ctx.actor.type !== 'user') return toPage([], keyset(q, 1).limit, toTenant);
-    params.push(ctx.actor.userId);
-    where.push(tenantOwnerCondition(params.length));
+    ownerUserId = ctx.actor.userId;
   }
-  if (q.plan) add((n) => `t.plan = $${n}`, q.plan);
-  if (q.tier) add((n) => `t.tier = $${n}`, q.tier);
-  if (q.status) add((n) => `t.status = $${n}`, q.status);
-  if (q.restricted !== undefined) add((n) => `t.restricted = $${n}`, q.restricted);
-  if (q.owner_user_id) add((n) => `t.owner_user_id = $${n}`, q.owner_user_id);
-  if (q.owner_organization_id) add((n) => `t.owner_organization_id = $${n}`, q.owner_organization_id);
-  const ks = keyset(q, params.length + 1, 't');
-  const { rows } = await ctx.db.query<TenantRecord>(
-    `SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return toPage(rows, ks.limit, toTenant);
+  const where = tenantListWhere(ownerUserId, q);
+  const ks = keyset(q, where.params.length + 1, 't');
+  return toPage(await listTenantRecords(ctx.db, where, ks), ks.limit, toTenant);
 }
 
 export async function getTenant(ctx: Ctx, id: string): Promise<Tenant> {

@@ -1,7 +1,80 @@
-import type { Queryable } from '../../db/types.js';
+import type { KeysetSql, Queryable } from '../../db/types.js';
 import type { Mode } from '../../db/types.js';
 import type { Plan } from './plans.js';
-import type { Tenant, Tier } from './schemas.js';
+import type { Tenant, TenantListQuery, Tier } from './schemas.js';
+
+export interface TenantRow {
+  id: string;
+  owner_type: 'user' | 'organization';
+  owner_user_id: string | null;
+  owner_organization_id: string | null;
+  tier: string;
+  plan: Plan;
+  region: string;
+  status: string;
+  suspended: boolean;
+  subscription_status: string;
+  restricted: boolean;
+}
+
+const TENANT_COLUMNS = 'id, owner_type, owner_user_id, owner_organization_id, tier, plan, region, status, suspended, subscription_status, restricted';
+
+export async function findTenant(db: Queryable, id: string): Promise<TenantRow | null> {
+  const { rows } = await db.query<TenantRow>(`SELECT ${TENANT_COLUMNS} FROM tenants WHERE id = $1`, [id]);
+  return rows[0] ?? null;
+}
+
+/** An owner's Tenant, unless the owner has one already (a unique index per owner column). */
+export async function insertOwnerTenant(
+  db: Queryable,
+  tenant: { id: string; owner_type: 'user' | 'organization'; owner_user_id: string | null | undefined; owner_organization_id: string | null | undefined; plan: Plan },
+  now: Date,
+): Promise<void> {
+  await db.query(
+    `INSERT INTO tenants (id, owner_type, owner_user_id, owner_organization_id, tier, plan, region, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, 'shared', $5, 'us-east-1', $6, $6) ON CONFLICT DO NOTHING`,
+    [tenant.id, tenant.owner_type, tenant.owner_user_id, tenant.owner_organization_id, tenant.plan, now],
+  );
+}
+
+/**
+ * The owner's Tenant, locked: the caller counts its Applications against the plan cap, and a creation
+ * and an ownership move into one Tenant at once must not both see room for the last one.
+ */
+export async function lockOwnerTenant(db: Queryable, ownerType: 'user' | 'organization', ownerId: string | null | undefined): Promise<TenantRow> {
+  const column = ownerType === 'user' ? 'owner_user_id' : 'owner_organization_id';
+  const { rows } = await db.query<TenantRow>(`SELECT ${TENANT_COLUMNS} FROM tenants WHERE ${column} = $1 FOR NO KEY UPDATE`, [ownerId]);
+  return rows[0];
+}
+
+/**
+ * The Tenant's status, its row read FOR KEY SHARE and so held until the caller's write commits: a
+ * tier-change move to in_progress (the Tenant FOR UPDATE) waits for writes that found it active, and a
+ * write arriving while that move is committing waits for it and reads `migrating`. (A plain read let a
+ * write that had found the Tenant active commit after the migration had started.) KEY SHARE conflicts
+ * with no other Tenant lock the writes take (FOR NO KEY UPDATE for seats and Application counts).
+ */
+export async function lockTenantStatus(db: Queryable, tenantId: string): Promise<{ status: string } | null> {
+  const { rows } = await db.query<{ status: string }>('SELECT status FROM tenants WHERE id = $1 FOR KEY SHARE', [tenantId]);
+  return rows[0] ?? null;
+}
+
+export async function findTenantPlan(db: Queryable, tenantId: string): Promise<{ plan: Plan } | null> {
+  const { rows } = await db.query<{ plan: Plan }>('SELECT plan FROM tenants WHERE id = $1', [tenantId]);
+  return rows[0] ?? null;
+}
+
+/** Whether the Tenant is restricted (false when there is no such Tenant). */
+export async function isTenantRestricted(db: Queryable, tenantId: string): Promise<boolean> {
+  const { rows } = await db.query<{ restricted: boolean }>('SELECT restricted FROM tenants WHERE id = $1', [tenantId]);
+  return rows[0]?.restricted ?? false;
+}
+
+/** The Application's Tenant column (null: no such Application; the column itself may be null). */
+export async function findApplicationTenant(db: Queryable, applicationId: string): Promise<{ tenant_id: string | null } | null> {
+  const { rows } = await db.query<{ tenant_id: string | null }>('SELECT tenant_id FROM applications WHERE id = $1', [applicationId]);
+  return rows[0] ?? null;
+}
 
 /** A Tenant with its subscription mirror (the columns 0007 adds). */
 export interface TenantRecord {
@@ -54,6 +127,41 @@ export const TENANT_IN_MODE = `(COALESCE((SELECT true FROM users ou WHERE ou.id 
 export async function findTenantRecord(db: Queryable, id: string, forUpdate = false): Promise<TenantRecord | null> {
   const { rows } = await db.query<TenantRecord>(`SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t WHERE t.id = $1 AND ${TENANT_IN_MODE} ${forUpdate ? 'FOR UPDATE OF t' : ''}`, [id]);
   return rows[0] ?? null;
+}
+
+/** The WHERE conditions of a list and their parameters ($1 up); a keyset page's parameters follow them. */
+export interface ListWhere {
+  where: string[];
+  params: unknown[];
+}
+
+/** A Tenant list's conditions: the mode's Tenants, those the user owns (null: every one), the query's filters. */
+export function tenantListWhere(ownerUserId: string | null, q: TenantListQuery): ListWhere {
+  const params: unknown[] = [];
+  const where: string[] = [TENANT_IN_MODE];
+  const add = (sql: (n: number) => string, value: unknown) => {
+    params.push(value);
+    where.push(sql(params.length));
+  };
+  if (ownerUserId !== null) {
+    params.push(ownerUserId);
+    where.push(tenantOwnerCondition(params.length));
+  }
+  if (q.plan) add((n) => `t.plan = $${n}`, q.plan);
+  if (q.tier) add((n) => `t.tier = $${n}`, q.tier);
+  if (q.status) add((n) => `t.status = $${n}`, q.status);
+  if (q.restricted !== undefined) add((n) => `t.restricted = $${n}`, q.restricted);
+  if (q.owner_user_id) add((n) => `t.owner_user_id = $${n}`, q.owner_user_id);
+  if (q.owner_organization_id) add((n) => `t.owner_organization_id = $${n}`, q.owner_organization_id);
+  return { where, params };
+}
+
+export async function listTenantRecords(db: Queryable, { where, params }: ListWhere, ks: KeysetSql): Promise<TenantRecord[]> {
+  const { rows } = await db.query<TenantRecord>(
+    `SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return rows;
 }
 
 export async function isTenantOwner(db: Queryable, userId: string, tenantId: string): Promise<boolean> {

@@ -1,5 +1,6 @@
-import type { Queryable } from '../../db/types.js';
+import type { KeysetSql, Queryable } from '../../db/types.js';
 import type { Tier, TierChangeRequest } from './schemas.js';
+import type { ListWhere } from './store.js';
 
 export interface TierChangeRow {
   id: string;
@@ -57,6 +58,25 @@ export async function findOpenTierChange(db: Queryable, tenantId: string): Promi
     [tenantId, OPEN_STATUSES],
   );
   return rows[0] ?? null;
+}
+
+/** A Tenant's requests; terminal ones (completed, cancelled) only with include_inactive (Part A convention 12). */
+export function tierChangeListWhere(tenantId: string, includeInactive: boolean | undefined): ListWhere {
+  const params: unknown[] = [tenantId];
+  const where = ['r.tenant_id = $1'];
+  if (!includeInactive) {
+    params.push(OPEN_STATUSES);
+    where.push(`r.status = ANY($${params.length}::text[])`);
+  }
+  return { where, params };
+}
+
+export async function listTierChangeRows(db: Queryable, { where, params }: ListWhere, ks: KeysetSql): Promise<TierChangeRow[]> {
+  const { rows } = await db.query<TierChangeRow>(
+    `SELECT ${TCR_COLUMNS} FROM tier_change_requests r WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return rows;
 }
 
 export async function insertTierChange(db: Queryable, row: Omit<TierChangeRow, 'scheduled_for' | 'notes' | 'started_at' | 'completed_at' | 'updated_at'>): Promise<TierChangeRow> {

@@ -6,7 +6,7 @@ import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { tenantFor } from './service.js';
 import { DEFAULT_REGION, REGIONS, type CreateTierChangeBody, type TierChangeListQuery, type TierChangeRequest } from './schemas.js';
-import { OPEN_STATUSES, TCR_COLUMNS, findOpenTierChange, findTierChange, insertTierChange, toTierChangeRequest, type TierChangeRow } from './tier-change-store.js';
+import { findOpenTierChange, findTierChange, insertTierChange, listTierChangeRows, tierChangeListWhere, toTierChangeRequest } from './tier-change-store.js';
 
 /** The tier ladder: a request must move strictly up it (a new region within dedicated_region counts as up). */
 const LADDER = { shared: 0, isolated: 1, dedicated_region: 2 } as const;
@@ -68,19 +68,9 @@ export async function createTierChange(ctx: Ctx, tenantId: string, body: CreateT
 
 export async function listTierChanges(ctx: Ctx, tenantId: string, q: TierChangeListQuery) {
   const { tenant } = await tenantFor(ctx, tenantId, ['owner', 'tenants.manage']);
-  const params: unknown[] = [tenant.id];
-  const where = ['r.tenant_id = $1'];
-  // Terminal requests (completed, cancelled) only with include_inactive (Part A convention 12).
-  if (!q.include_inactive) {
-    params.push(OPEN_STATUSES);
-    where.push(`r.status = ANY($${params.length}::text[])`);
-  }
-  const ks = keyset(q, params.length + 1, 'r');
-  const { rows } = await ctx.db.query<TierChangeRow>(
-    `SELECT ${TCR_COLUMNS} FROM tier_change_requests r WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return toPage(rows, ks.limit, toTierChangeRequest);
+  const where = tierChangeListWhere(tenant.id, q.include_inactive);
+  const ks = keyset(q, where.params.length + 1, 'r');
+  return toPage(await listTierChangeRows(ctx.db, where, ks), ks.limit, toTierChangeRequest);
 }
 
 export async function getTierChange(ctx: Ctx, tenantId: string, id: string): Promise<TierChangeRequest> {
