@@ -13,7 +13,7 @@ import { visibleApplication } from '../applications/service.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
 import { PLAN_LIMITS, assertWithinPlan, findTenant } from '../tenancy/plans.js';
 import { countSeats, isSeat, releaseSeatLimits } from '../tenancy/seats.js';
-import { ENT_COLUMNS, findEntitlement, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
+import { findEntitlement, findLivePersonal, insertPersonalEntitlement, toEntitlement, type EntitlementRow } from './store.js';
 import { expireIfEnded } from './jobs.js';
 import { assertMayGrant, confinedApp, rightsOver } from './rights.js';
 import type { Entitlement, GrantBody } from './schemas.js';
@@ -150,15 +150,20 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
     const winner = await findLivePersonal(tx, userId, app.id);
     if (winner) throw alreadyExists(winner);
     const c = inTx(ctx, tx);
-    const row = await withAccessFlips(tx, c, { userIds: [userId], applicationIds: [app.id] }, 'entitlement_granted', async () => {
-      const { rows } = await tx.query<EntitlementRow>(
-        `INSERT INTO entitlements AS e (id, user_id, application_id, status, source, order_id, starts_at, ends_at, test_mode, created_at, updated_at,
-           start_notified_at)
-         VALUES ($1, $2, $3, 'active', $4, $5, $6, $7, $8, $9, $9, $10) RETURNING ${ENT_COLUMNS}`,
-        [newId('ent'), userId, app.id, body.source, body.order_id ?? null, startsAt, endsAt, ctx.mode === 'test', ctx.now, startsAt <= ctx.now ? ctx.now : null],
-      );
-      return rows[0];
-    });
+    const row = await withAccessFlips(tx, c, { userIds: [userId], applicationIds: [app.id] }, 'entitlement_granted', () =>
+      insertPersonalEntitlement(tx, {
+        id: newId('ent'),
+        userId,
+        applicationId: app.id,
+        source: body.source,
+        orderId: body.order_id ?? null,
+        startsAt,
+        endsAt,
+        testMode: ctx.mode === 'test',
+        now: ctx.now,
+        startNotifiedAt: startsAt <= ctx.now ? ctx.now : null,
+      }),
+    );
     await recordAudit(tx, c, { action: 'entitlement.granted', target: { type: 'entitlement', id: row.id }, targetUserId: userId, applicationId: app.id, tenantId: app.tenant_id, after: toEntitlement(row) });
     await emitEntitlementEvent(tx, c, 'entitlement.granted', row);
     return toEntitlement(row);

@@ -6,7 +6,8 @@ import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { withAccessFlips, type AccessReason } from '../../access/flips.js';
 import { applicationTenant, releaseSeatLimits, withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
-import { assertIfMatch, ENT_COLUMNS, etagOf, ifNoneMatchHolds, nextUpdatedAt, findLivePersonal, toEntitlement, type EntitlementRow } from './store.js';
+import { assertIfMatch, etagOf, ifNoneMatchHolds, findLiveOrgGrant, findLivePersonal, toEntitlement, updateEntitlement, type EntitlementRow } from './store.js';
+import { findOrganizationStatus, listActiveMembers, listActiveMembersAmong } from './members-store.js';
 import { expireIfEnded } from './jobs.js';
 import { visibleEntitlement } from './read.js';
 import { assertSeatAvailable, emitEntitlementEvent } from './grant.js';
@@ -32,10 +33,7 @@ const MOVES: Record<string, Record<string, Move>> = {
  */
 export async function affectedUsers(tx: Tx, row: EntitlementRow): Promise<string[]> {
   if (row.user_id) return [row.user_id];
-  const { rows } = await tx.query<{ user_id: string }>(
-    `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
-    [row.organization_id],
-  );
+  const rows = await listActiveMembers(tx, row.organization_id);
   return rows.map((r) => r.user_id);
 }
 
@@ -203,15 +201,14 @@ async function writeEntitlementChange(tx: Tx, c: Ctx, row: EntitlementRow, body:
   // An org row on a restricted Tenant may not seat anyone new (scope widened, re-enabled, renewed).
   const restrictedCheck = row.organization_id ? tenantId : null;
   return withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, reason, async () => {
-    const updated = await withoutNewSeatsIfRestricted(tx, restrictedCheck, users, c.now, () => withSeatCap(tx, c, capped, users, async () => {
-      const { rows } = await tx.query<EntitlementRow>(
-        `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
-                member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = ${nextUpdatedAt('$9')}
-          WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`,
-        [row.id, status, disabledReason, endsAt, source, orderId, body.member_scope ?? null, body.member_overrides ?? null, c.now],
-      );
-      return rows[0];
-    }));
+    const updated = await withoutNewSeatsIfRestricted(tx, restrictedCheck, users, c.now, () => withSeatCap(tx, c, capped, users, () =>
+      updateEntitlement(
+        tx,
+        row.id,
+        { status, disabledReason, endsAt, source, orderId, memberScope: body.member_scope ?? null, memberOverrides: body.member_overrides ?? null },
+        c.now,
+      ),
+    ));
     // The seats it frees go back in the same change: a holder who takes back the seat they freed
     // (through a marked organization grant) never lost access, and no event says they did.
     if (tenantId) await releaseSeatLimits(tx, c, tenantId);
@@ -245,29 +242,17 @@ function sameMembers(sent: readonly string[], stored: readonly string[] | null):
   return sent.length === have.size && sent.every((id) => have.has(id));
 }
 
-/** The live (active or disabled) org-wide grant of an Organization for an Application. */
-async function findLiveOrgGrant(tx: Tx, organizationId: string, applicationId: string): Promise<{ id: string; status: string } | null> {
-  const { rows } = await tx.query<{ id: string; status: string }>(
-    `SELECT id, status FROM entitlements WHERE organization_id = $1 AND application_id = $2 AND status IN ('active', 'disabled') LIMIT 1`,
-    [organizationId, applicationId],
-  );
-  return rows[0] ?? null;
-}
-
 /** Entitlement writes under a suspended Organization: 403 organization_suspended. */
 export async function assertHoldingOrgActive(tx: Tx, row: EntitlementRow): Promise<void> {
   if (!row.organization_id) return;
-  const { rows } = await tx.query<{ status: string }>('SELECT status FROM organizations WHERE id = $1', [row.organization_id]);
-  if (rows[0]?.status === 'suspended') throw new ApiError('organization_suspended');
+  const org = await findOrganizationStatus(tx, row.organization_id);
+  if (org?.status === 'suspended') throw new ApiError('organization_suspended');
 }
 
 async function assertMemberScope(tx: Tx, row: EntitlementRow, body: PatchEntitlementBody): Promise<void> {
   if (row.source !== 'org_seat' || !row.organization_id) throw new ApiError('not_an_org_grant');
   if (!body.member_overrides?.length) return;
-  const { rows } = await tx.query<{ user_id: string }>(
-    `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active' AND user_id = ANY($2::text[])`,
-    [row.organization_id, body.member_overrides],
-  );
+  const rows = await listActiveMembersAmong(tx, row.organization_id, body.member_overrides);
   const members = new Set(rows.map((r) => r.user_id));
   const strangers = body.member_overrides.filter((u) => !members.has(u));
   if (strangers.length) throw new ApiError('member_override_not_a_member', { details: { user_ids: strangers } });

@@ -7,6 +7,7 @@ import { visibleEntitlement } from './read.js';
 import { affectedUsers, assertHoldingOrgActive, assertPreconditions } from './patch.js';
 import { announceEntitlementDeleted } from './grant.js';
 import { expireIfEnded } from './jobs.js';
+import { deleteEntitlementRow } from './store.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { lockEntitlementScope } from '../../access/locks.js';
 import { assertDestructiveAllowed } from '../../http/gate.js';
@@ -45,7 +46,7 @@ export async function deleteEntitlement(ctx: Ctx, id: string, ifMatch?: string, 
     const users = await affectedUsers(tx, row);
     const tenantId = await applicationTenant(tx, row.application_id);
     await withAccessFlips(tx, c, { userIds: users, applicationIds: [row.application_id] }, 'entitlement_deleted', async () => {
-      await tx.query('DELETE FROM entitlements WHERE id = $1', [row.id]);
+      await deleteEntitlementRow(tx, row.id);
       // Freed seats go back within the change (releaseSeatLimits): a holder who takes back their own seat never lost access.
       if (tenantId) await releaseSeatLimits(tx, c, tenantId);
     });

@@ -81,3 +81,108 @@ export async function findLivePersonal(db: Queryable, userId: string, applicatio
   );
   return rows[0] ?? null;
 }
+
+/**
+ * The entitlement row `id` as it now stands (after a write in this transaction; the caller holds it
+ * locked, so it is there). Not findEntitlement: that statement's text ends in a space.
+ */
+export async function findEntitlementRow(db: Queryable, id: string): Promise<EntitlementRow> {
+  const { rows } = await db.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.id = $1`, [id]);
+  return rows[0];
+}
+
+/** The live (active or disabled) org-wide grant of an Organization for an Application. */
+export async function findLiveOrgGrant(db: Queryable, organizationId: string, applicationId: string): Promise<{ id: string; status: string } | null> {
+  const { rows } = await db.query<{ id: string; status: string }>(
+    `SELECT id, status FROM entitlements WHERE organization_id = $1 AND application_id = $2 AND status IN ('active', 'disabled') LIMIT 1`,
+    [organizationId, applicationId],
+  );
+  return rows[0] ?? null;
+}
+
+/** A new active personal row; start_notified_at is set when it starts at once (nothing left for scheduled-starts). */
+export interface NewPersonalEntitlement {
+  id: string;
+  userId: string;
+  applicationId: string;
+  source: EntitlementRow['source'];
+  orderId: string | null;
+  startsAt: Date;
+  endsAt: Date | null;
+  testMode: boolean;
+  now: Date;
+  startNotifiedAt: Date | null;
+}
+
+export async function insertPersonalEntitlement(db: Queryable, e: NewPersonalEntitlement): Promise<EntitlementRow> {
+  const { rows } = await db.query<EntitlementRow>(
+    `INSERT INTO entitlements AS e (id, user_id, application_id, status, source, order_id, starts_at, ends_at, test_mode, created_at, updated_at,
+           start_notified_at)
+         VALUES ($1, $2, $3, 'active', $4, $5, $6, $7, $8, $9, $9, $10) RETURNING ${ENT_COLUMNS}`,
+    [e.id, e.userId, e.applicationId, e.source, e.orderId, e.startsAt, e.endsAt, e.testMode, e.now, e.startNotifiedAt],
+  );
+  return rows[0];
+}
+
+/** What a PATCH writes; a null member_scope or member_overrides keeps the row's. */
+export interface EntitlementUpdate {
+  status: string;
+  disabledReason: string | null;
+  endsAt: Date | null;
+  source: EntitlementRow['source'];
+  orderId: string | null;
+  memberScope: EntitlementRow['member_scope'];
+  memberOverrides: string[] | null;
+}
+
+/** Writes a PATCH to the (locked) row, updated_at by nextUpdatedAt; returns the row as updated. */
+export async function updateEntitlement(db: Queryable, id: string, u: EntitlementUpdate, now: Date): Promise<EntitlementRow> {
+  const { rows } = await db.query<EntitlementRow>(
+    `UPDATE entitlements e SET status = $2, disabled_reason = $3, ends_at = $4, source = $5, order_id = $6,
+                member_scope = COALESCE($7, member_scope), member_overrides = COALESCE($8, member_overrides), updated_at = ${nextUpdatedAt('$9')}
+          WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`,
+    [id, u.status, u.disabledReason, u.endsAt, u.source, u.orderId, u.memberScope, u.memberOverrides, now],
+  );
+  return rows[0];
+}
+
+/** Marks the (locked) row expired, keeping disabled_reason; returns it as updated. */
+export async function updateEntitlementExpired(db: Queryable, id: string, now: Date): Promise<EntitlementRow> {
+  const { rows } = await db.query<EntitlementRow>(`UPDATE entitlements e SET status = 'expired', updated_at = ${nextUpdatedAt('$2')} WHERE e.id = $1 RETURNING ${ENT_COLUMNS}`, [id, now]);
+  return rows[0];
+}
+
+/** Records that the row's start was announced (scheduled-starts runs once per row). */
+export async function updateEntitlementStartNotified(db: Queryable, id: string, now: Date): Promise<void> {
+  await db.query('UPDATE entitlements SET start_notified_at = $2 WHERE id = $1', [id, now]);
+}
+
+export async function deleteEntitlementRow(db: Queryable, id: string): Promise<void> {
+  await db.query('DELETE FROM entitlements WHERE id = $1', [id]);
+}
+
+/** The rows a job works through, as a condition on the clock's now ($1), and the order it takes them in. */
+const DUE_ROWS = {
+  /** entitlement-expiry: live rows whose ends_at passed. */
+  expiry: { due: `e.status IN ('active', 'disabled') AND e.ends_at <= $1`, order: 'e.ends_at' },
+  /** scheduled-starts: active rows whose start passed unannounced. */
+  scheduled_start: { due: `e.status = 'active' AND e.start_notified_at IS NULL AND e.starts_at <= $1`, order: 'e.starts_at' },
+};
+export type DueRows = keyof typeof DUE_ROWS;
+
+/** The next due row (oldest first), not one of `skip`; null when none is left. */
+export async function findNextDueEntitlement(db: Queryable, kind: DueRows, now: Date, skip: string[]): Promise<{ id: string; organization_id: string | null } | null> {
+  const { due, order } = DUE_ROWS[kind];
+  const { rows: [next] } = await db.query<{ id: string; organization_id: string | null }>(
+    `SELECT e.id, e.organization_id FROM entitlements e WHERE ${due} AND e.id <> ALL($2::text[]) ORDER BY ${order}, e.id LIMIT 1`,
+    [now, skip],
+  );
+  return next ?? null;
+}
+
+/** Locks row `id` (FOR UPDATE) and reads it, if it is still due; null when a request changed it meanwhile. */
+export async function lockDueEntitlement(db: Queryable, kind: DueRows, now: Date, id: string): Promise<EntitlementRow | null> {
+  const { due } = DUE_ROWS[kind];
+  const { rows: [row] } = await db.query<EntitlementRow>(`SELECT ${ENT_COLUMNS} FROM entitlements e WHERE ${due} AND e.id = $2 FOR UPDATE`, [now, id]);
+  return row ?? null;
+}

@@ -12,17 +12,11 @@ import { findLiveUser, holdLiveUser } from '../users/store.js';
 import { findApplicationRow } from '../applications/store.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { assertMayManageAppRoles } from './service.js';
-import { findRole, type RoleRow } from './store.js';
+import {
+  deleteAssignment, findAssignment, findRole, insertAssignment, listAssignments, listDefaultRoleApplications, lockRoleKeyShare,
+  type AssignmentRow, type RoleRow,
+} from './store.js';
 import type { Assignment, EffectivePermissions } from './schemas.js';
-
-interface AssignmentRow {
-  user_id: string;
-  role_id: string;
-  application_id: string | null;
-  assigned_at: Date;
-  assigned_by_type: string | null;
-  assigned_by_id: string | null;
-}
 
 const toAssignment = (r: AssignmentRow): Assignment => ({
   user_id: r.user_id,
@@ -37,10 +31,7 @@ const APP_CONFINED_PERMISSIONS = ['entitlements.manage', 'users.list', 'roles.ma
 
 /** Implicit default_app_role rows: every user with active access holds the Application's default Role. */
 async function implicitRows(db: Queryable, userId: string, now: Date, appFilter: string | null): Promise<Assignment[]> {
-  const { rows } = await db.query<{ id: string; slug: string; default_app_role: string }>(
-    `SELECT id, slug, default_app_role FROM applications WHERE default_app_role IS NOT NULL ${appFilter ? 'AND id = $1' : ''}`,
-    appFilter ? [appFilter] : [],
-  );
+  const rows = await listDefaultRoleApplications(db, appFilter);
   if (!rows.length) return [];
   const access = await resolveAccess(db, [userId], now, rows.map((r) => r.id));
   return rows
@@ -56,11 +47,7 @@ export async function listUserRoles(ctx: Ctx, idParam: string, applicationId: st
   const confined = app && APP_CONFINED_PERMISSIONS.some((p) => hasPermission(ctx.actor, p)) ? app : undefined;
   const { user } = await targetUser(ctx, idParam, 'read', { readers: ['users.list', 'roles.manage'], ownKeyApp: confined });
   const filter = app ?? applicationId ?? null;
-  const { rows } = await ctx.db.query<AssignmentRow>(
-    `SELECT user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id FROM role_assignments
-      WHERE user_id = $1 ${filter ? 'AND application_id = $2' : ''} ORDER BY assigned_at, role_id`,
-    filter ? [user.id, filter] : [user.id],
-  );
+  const rows = await listAssignments(ctx.db, user.id, filter);
   const explicit = rows.map(toAssignment);
   // An implicit row only where the default Role is not also assigned explicitly: one row per Role.
   const held = new Set(explicit.map((a) => `${a.application_id}:${a.role_id}`));
@@ -114,26 +101,18 @@ export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Pro
     if (applicationId) await assertAppTenantWritable(tx, applicationId);
     // The Role may have been deleted since it was read: a concurrent DELETE /v1/roles either waits
     // for this assignment (and answers role_in_use) or has committed (and the Role is gone here).
-    const { rowCount: present } = await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR KEY SHARE', [role.id]);
+    const present = await lockRoleKeyShare(tx, role.id);
     if (present !== 1) throw new ApiError('role_not_found');
     // The user as they are now: a soft delete or the test purge that committed since the user was read
     // left no one to assign to (gone: a foreign-key violation, 500).
     if (!(await holdLiveUser(tx, user.id))) throw new ApiError('user_not_found');
-    const { rows } = await tx.query<AssignmentRow>(
-      `INSERT INTO role_assignments (user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id)
-       VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING
-       RETURNING user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id`,
-      [user.id, role.id, applicationId, ctx.now, by.byType, by.byId],
-    );
-    if (!rows[0]) {
-      const existing = await tx.query<AssignmentRow>(
-        'SELECT user_id, role_id, application_id, assigned_at, assigned_by_type, assigned_by_id FROM role_assignments WHERE user_id = $1 AND role_id = $2',
-        [user.id, role.id],
-      );
-      return { created: false, assignment: toAssignment(existing.rows[0]) };
+    const inserted = await insertAssignment(tx, user.id, role.id, applicationId, ctx.now, by.byType, by.byId);
+    if (!inserted) {
+      const existing = await findAssignment(tx, user.id, role.id);
+      return { created: false, assignment: toAssignment(existing!) };
     }
     await announceRoleChange(tx, inTx(ctx, tx), 'role.assigned', { user_id: user.id, role_id: role.id, application_id: applicationId });
-    return { created: true, assignment: toAssignment(rows[0]) };
+    return { created: true, assignment: toAssignment(inserted) };
   });
 }
 
@@ -143,7 +122,7 @@ export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Pro
   if (role.id === MEMBER_ROLE_ID) throw new ApiError('member_role_required');
   await ctx.db.transaction(async (tx) => {
     if (role.scope !== 'platform') await assertAppTenantWritable(tx, role.scope);
-    const { rowCount } = await tx.query('DELETE FROM role_assignments WHERE user_id = $1 AND role_id = $2', [user.id, role.id]);
+    const rowCount = await deleteAssignment(tx, user.id, role.id);
     if (rowCount !== 1) return;
     await announceRoleChange(tx, inTx(ctx, tx), 'role.removed', { user_id: user.id, role_id: role.id, application_id: role.scope === 'platform' ? null : role.scope });
   });

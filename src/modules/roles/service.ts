@@ -4,16 +4,18 @@ import { hasPermission, inTx } from '../../context.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
-import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
 import { modeOf, type Mode, type Tx } from '../../db/types.js';
 import { inSubjectMode } from '../../db/roles.js';
 import { findVisibleApplication, isOwner } from '../applications/service.js';
-import { viewerOf, visibleCondition } from '../applications/visibility.js';
+import { viewerOf } from '../applications/visibility.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
-import { findRole, ROLE_HOLDERS_SQL, PLATFORM_PERMISSION_DESCRIPTIONS, ROLE_COLUMNS, toRole, type RoleRow } from './store.js';
+import {
+  countRoleHolders, deleteRoleRow, findRole, findRoleScope, insertRole, listPermissionApplications, listRoleRows, lockApplicationDefaultRole,
+  lockApplicationShare, lockRole, lockRoleNoKeyUpdate, PLATFORM_PERMISSION_DESCRIPTIONS, roleListFilter, toRole, updateRole, type RoleRow,
+} from './store.js';
 import type { CreateRoleBody, PatchRoleBody, Role, ScopeQuery } from './schemas.js';
 import { ROLE_READ_ONLY_FIELDS } from './schemas.js';
 
@@ -50,13 +52,7 @@ export async function listPermissions(ctx: Ctx, scope: string | undefined) {
     for (const key of PLATFORM_PERMISSIONS) items.push({ key, scope: 'platform', description: PLATFORM_PERMISSION_DESCRIPTIONS[key] });
   }
   if (scope !== 'platform') {
-    const params: unknown[] = [];
-    const where = [keyApp(ctx) ? `a.id = $${params.push(keyApp(ctx))}` : visibleCondition(viewerOf(ctx), params)];
-    if (scope) where.push(`a.id = $${params.push(scope)}`);
-    const { rows } = await ctx.db.query<{ id: string; permissions: { key: string; description: string }[] }>(
-      `SELECT a.id, a.permissions FROM applications a WHERE ${where.join(' AND ')} ORDER BY a.id`,
-      params,
-    );
+    const rows = await listPermissionApplications(ctx.db, keyApp(ctx), viewerOf(ctx), scope);
     for (const app of rows) for (const p of app.permissions) items.push({ key: p.key, scope: app.id, description: p.description ?? '' });
   }
   return { data: items, page: { next_cursor: null, has_more: false } };
@@ -64,24 +60,19 @@ export async function listPermissions(ctx: Ctx, scope: string | undefined) {
 
 /** GET /v1/roles. */
 export async function listRoles(ctx: Ctx, q: ScopeQuery) {
-  const params: unknown[] = [];
-  const scopes: string[] = [];
-  if (holdsAnyPlatformPermission(ctx)) scopes.push(`r.scope = 'platform'`);
-  if (platformRolesManage(ctx)) scopes.push(`r.scope <> 'platform'`);
-  else {
-    if (keyApp(ctx)) scopes.push(`r.scope = $${params.push(keyApp(ctx))}`);
-    if (ctx.actor.type === 'user') {
-      params.push(ctx.actor.userId);
-      // Owner rights never reach an internal Application (Part B visibility), as in mayReadRole.
-      scopes.push(`r.scope IN (${OWNED_APPLICATIONS_SQL(params.length)})`);
-    }
-  }
+  const filter = roleListFilter(
+    {
+      platform: holdsAnyPlatformPermission(ctx),
+      allApps: platformRolesManage(ctx),
+      keyApp: keyApp(ctx),
+      userId: ctx.actor.type === 'user' ? ctx.actor.userId : null,
+    },
+    q.scope,
+  );
   // Nothing to list, but the cursor is still checked (docs/conventions.md, Pagination).
-  if (scopes.length === 0) return toPage([], keyset(q, 1).limit, toRole);
-  const where = [`(${scopes.join(' OR ')})`];
-  if (q.scope) where.push(`r.scope = $${params.push(q.scope)}`);
-  const ks = keyset(q, params.length + 1, 'r', 'asc');
-  const { rows } = await ctx.db.query<RoleRow>(`SELECT ${ROLE_COLUMNS} FROM roles r WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`, [...params, ...ks.params]);
+  if (!filter) return toPage([], keyset(q, 1).limit, toRole);
+  const ks = keyset(q, filter.params.length + 1, 'r', 'asc');
+  const rows = await listRoleRows(ctx.db, filter, ks);
   return toPage(rows, ks.limit, toRole);
 }
 
@@ -155,11 +146,7 @@ export async function createRole(ctx: Ctx, body: CreateRoleBody): Promise<Role> 
       assertRolePermissions(ctx, body.scope, current, permissions);
       if (!current.available_app_roles.includes(body.name)) throw new ApiError('app_role_not_declared', { details: { available_app_roles: current.available_app_roles } });
     }
-    const { rowCount } = await tx.query(
-      `INSERT INTO roles (id, name, scope, description, permissions, seed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, false, $6, $6)
-       ON CONFLICT DO NOTHING`,
-      [id, body.name, body.scope, body.description ?? null, permissions, ctx.now],
-    );
+    const rowCount = await insertRole(tx, id, body.name, body.scope, body.description ?? null, permissions, ctx.now);
     if (rowCount !== 1) throw new ApiError('role_name_taken', { details: { role_id: id } });
     const role = toRole((await findRole(tx, id))!);
     await recordAudit(tx, inTx(ctx, tx), { action: 'role.created', target: { type: 'role', id }, applicationId: app?.id ?? null, after: role, mode: roleMode(app) });
@@ -183,9 +170,9 @@ export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Prom
     // The Application before the Role (the order of DELETE /v1/roles and PATCH /v1/applications): its
     // permissions are read under its lock, so a PATCH removing a key either committed first (and the
     // key is unknown here) or waits and finds this Role holding it (409 permission_in_use).
-    const { rows } = await tx.query<{ scope: string }>('SELECT scope FROM roles WHERE id = $1', [id]);
-    if (rows[0] && rows[0].scope !== 'platform') await lockScopeApplication(tx, rows[0].scope);
-    await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR NO KEY UPDATE', [id]);
+    const found = await findRoleScope(tx, id);
+    if (found && found.scope !== 'platform') await lockScopeApplication(tx, found.scope);
+    await lockRoleNoKeyUpdate(tx, id);
     return patchLockedRole(inTx(ctx, tx), id, body);
   });
 }
@@ -196,7 +183,7 @@ export async function patchRole(ctx: Ctx, id: string, body: PatchRoleBody): Prom
  * names the Application declares, and a PATCH removing one checks the Roles that hold it.
  */
 async function lockScopeApplication(tx: Tx, applicationId: string): Promise<ApplicationRow> {
-  await tx.query('SELECT 1 FROM applications WHERE id = $1 FOR SHARE', [applicationId]);
+  await lockApplicationShare(tx, applicationId);
   const app = await findApplicationRow(tx, applicationId);
   if (!app) throw new ApiError('application_not_found');
   return app;
@@ -219,7 +206,7 @@ async function patchLockedRole(ctx: Ctx, id: string, body: PatchRoleBody): Promi
     const mode = roleMode(app) ?? ctx.mode;
     const snapshot = () => inSubjectMode(tx, mode, async () => toRole((await findRole(tx, id))!));
     const before = mode === ctx.mode ? toRole(role) : await snapshot();
-    await tx.query('UPDATE roles SET description = $2, permissions = $3, updated_at = $4 WHERE id = $1', [id, description, permissions, ctx.now]);
+    await updateRole(tx, id, description, permissions, ctx.now);
     const after = toRole((await findRole(tx, id))!);
     await recordAudit(tx, inTx(ctx, tx), { action: 'role.updated', target: { type: 'role', id }, applicationId: app?.id ?? null, before, after: mode === ctx.mode ? after : await snapshot(), mode });
     return after;
@@ -237,18 +224,17 @@ export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
     if (app) await assertTenantWritable(tx, app.tenant_id);
     // Locked, then read again: a concurrent PATCH making this Role the default_app_role, or an
     // assignment of it, either commits first (and is seen here) or waits and finds the Role gone.
-    const held = app ? (await tx.query<{ default_app_role: string | null }>('SELECT default_app_role FROM applications WHERE id = $1 FOR NO KEY UPDATE', [app.id])).rows[0] : null;
+    const held = app ? await lockApplicationDefaultRole(tx, app.id) : null;
     if (held && held.default_app_role === role.name) {
       throw new ApiError('role_in_use', { message: "The Application's default_app_role is held by every user with access; change default_app_role first.", details: { assignment_count: role.assignment_count, default_app_role: true } });
     }
-    const { rowCount: present } = await tx.query('SELECT 1 FROM roles WHERE id = $1 FOR UPDATE', [id]);
-    if (present !== 1) throw new ApiError('role_not_found');
+    if ((await lockRole(tx, id)) !== 1) throw new ApiError('role_not_found');
     // Held in either mode, the Role stays; the count reported is the caller's mode's (the other's is not theirs to see).
-    const { rows } = await tx.query<{ n: number; visible: number }>(ROLE_HOLDERS_SQL, [id]);
-    if (rows[0].n > 0) throw new ApiError('role_in_use', { details: { assignment_count: rows[0].visible } });
+    const holders = await countRoleHolders(tx, id);
+    if (holders.n > 0) throw new ApiError('role_in_use', { details: { assignment_count: holders.visible } });
     // The Role as deleted, read under the lock: a PATCH that committed since the first read is in it.
     const deleted = (await findRole(tx, id))!;
-    await tx.query('DELETE FROM roles WHERE id = $1', [id]);
+    await deleteRoleRow(tx, id);
     await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id }, applicationId: app?.id ?? null, before: toRole(deleted), mode: roleMode(app) });
   });
 }
