@@ -5,7 +5,10 @@ import { ApiError } from '../../errors.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import type { AuditEvent, AuditQuery } from './schemas.js';
 import { ENTERPRISE_HOT_WINDOW_DAYS } from '../tenancy/plans.js';
-import { applicationPlan, AUDIT_COLUMNS, ownedTenants, tenantCondition, tenantsOfEvent, toAuditEvent, windowDaysOf, type AuditRow } from './store.js';
+import {
+  applicationPlan, auditListFilter, eventsAboutUser, eventsOfApplication, eventsOfTenant, everyEvent, findAuditRow, listAuditRows, ownedTenants,
+  tenantsOfEvent, toAuditEvent, windowDaysOf, type AuditRow, type AuditRowFilter,
+} from './store.js';
 
 /** Hot window of a user reading events about themselves (and of an app key whose Tenant is unknown). */
 export const PLATFORM_HOT_WINDOW_DAYS = 365;
@@ -15,10 +18,10 @@ export const PLATFORM_HOT_WINDOW_DAYS = 365;
  */
 export const PLATFORM_VIEWER_HOT_WINDOW_DAYS = ENTERPRISE_HOT_WINDOW_DAYS;
 
-/** How the caller may read the log: which rows (SQL over `e`) and how far back. */
+/** How the caller may read the log: which rows and how far back. */
 interface AuditView {
-  /** Adds its condition to params; 'TRUE' for platform audit.view. */
-  condition: (params: unknown[]) => string;
+  /** Its rows (a store filter): every event for platform audit.view. */
+  condition: AuditRowFilter;
   windowDays: number;
 }
 
@@ -37,21 +40,21 @@ export const windowStart = (ctx: Ctx, days: number): Date => addSeconds(ctx.now,
 async function listView(ctx: Ctx, q: AuditQuery): Promise<AuditView> {
   // `me` names the caller as a User (convention 8): an API key sending it gets 400, as on user paths.
   if (q.target_user_id === 'me' && ctx.actor.type !== 'user') throw new ApiError('user_token_required', { message: 'target_user_id=me needs a User token.' });
-  if (platformViewer(ctx)) return { condition: () => 'TRUE', windowDays: PLATFORM_VIEWER_HOT_WINDOW_DAYS };
+  if (platformViewer(ctx)) return { condition: everyEvent, windowDays: PLATFORM_VIEWER_HOT_WINDOW_DAYS };
   const app = appKeyOf(ctx);
   if (app && hasPermission(ctx.actor, 'audit.view')) {
     const plan = await applicationPlan(ctx.db, app);
-    return { condition: (p) => `e.application_id = $${p.push(app)}`, windowDays: plan ? windowDaysOf(plan) : PLATFORM_HOT_WINDOW_DAYS };
+    return { condition: eventsOfApplication(app), windowDays: plan ? windowDaysOf(plan) : PLATFORM_HOT_WINDOW_DAYS };
   }
   if (ctx.actor.type !== 'user') throw forbidden();
   const userId = ctx.actor.userId;
   const self: AuditView | null = q.target_user_id === 'me' || q.target_user_id === userId
-    ? { condition: (p) => `e.target_user_id = $${p.push(userId)}`, windowDays: PLATFORM_HOT_WINDOW_DAYS }
+    ? { condition: eventsAboutUser(userId), windowDays: PLATFORM_HOT_WINDOW_DAYS }
     : null;
   if (q.tenant_id) {
     const [owned] = await ownedTenants(ctx.db, userId, [q.tenant_id]);
     if (owned) {
-      const tenant: AuditView = { condition: (p) => tenantCondition(p.push(owned.id)), windowDays: windowDaysOf(owned.plan) };
+      const tenant: AuditView = { condition: eventsOfTenant(owned.id), windowDays: windowDaysOf(owned.plan) };
       // Filtered on both, every row listed is the caller's under either view (both filters are applied
       // below): the longer window applies, as GET by id reads under the longest, so adding tenant_id to
       // target_user_id=me only narrows the list.
@@ -72,25 +75,10 @@ function resolveTargetUser(ctx: Ctx, value: string): string {
 export async function listAuditEvents(ctx: Ctx, q: AuditQuery) {
   const view = await listView(ctx, q);
   const start = windowStart(ctx, view.windowDays);
-  const params: unknown[] = [start];
-  const where = ['e.created_at >= $1', view.condition(params)];
-  const add = (sql: (n: number) => string, value: unknown) => where.push(sql(params.push(value)));
-  if (q.target_user_id) add((n) => `e.target_user_id = $${n}`, resolveTargetUser(ctx, q.target_user_id));
-  if (q.target_type) add((n) => `e.target_type = $${n}`, q.target_type);
-  if (q.target_id) add((n) => `e.target_id = $${n}`, q.target_id);
-  if (q.actor_id) add((n) => `e.actor_id = $${n}`, q.actor_id);
-  if (q.actor_type) add((n) => `e.actor_type = $${n}`, q.actor_type);
-  if (q.action) add((n) => `e.action = ANY($${n}::text[])`, q.action);
-  if (q.application_id) add((n) => `e.application_id = $${n}`, q.application_id);
-  if (q.organization_id) add((n) => `e.organization_id = $${n}`, q.organization_id);
-  if (q.tenant_id) add((n) => tenantCondition(n), q.tenant_id);
-  if (q.since) add((n) => `e.created_at >= $${n}::timestamptz`, q.since);
-  if (q.until) add((n) => `e.created_at < $${n}::timestamptz`, q.until);
-  const ks = keyset(q, params.length + 1, 'e');
-  const { rows } = await ctx.db.query<AuditRow>(
-    `SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
+  const targetUserId = q.target_user_id ? resolveTargetUser(ctx, q.target_user_id) : undefined;
+  const filter = auditListFilter(start, view.condition, q, targetUserId);
+  const ks = keyset(q, filter.params.length + 1, 'e');
+  const rows = await listAuditRows(ctx.db, filter, ks);
   return { page: toPage(rows, ks.limit, toAuditEvent), windowStart: start };
 }
 
@@ -99,8 +87,7 @@ export async function listAuditEvents(ctx: Ctx, q: AuditQuery) {
  * and outside the caller's hot window (archived) are all 404 audit_event_not_found.
  */
 export async function getAuditEvent(ctx: Ctx, id: string): Promise<{ event: AuditEvent; windowStart: Date }> {
-  const { rows } = await ctx.db.query<AuditRow>(`SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE e.id = $1`, [id]);
-  const row = rows[0];
+  const row = await findAuditRow(ctx.db, id);
   const days = row ? await eventWindow(ctx, row) : null;
   if (!row || days === null) throw new ApiError('audit_event_not_found');
   const start = windowStart(ctx, days);

@@ -1,6 +1,6 @@
-import type { Queryable } from '../../db/types.js';
+import type { KeysetSql, Queryable } from '../../db/types.js';
 import { PLAN_LIMITS, type Plan } from '../tenancy/plans.js';
-import type { AuditEvent } from './schemas.js';
+import type { AuditEvent, AuditQuery } from './schemas.js';
 
 export interface AuditRow {
   id: string;
@@ -82,4 +82,58 @@ export async function tenantsOfEvent(db: Queryable, row: Pick<AuditRow, 'tenant_
     if (rows[0]) ids.add(rows[0].tenant_id);
   }
   return [...ids];
+}
+
+/** Which rows a reader may list (SQL over `e`): adds its parameter to params and returns its condition. */
+export type AuditRowFilter = (params: unknown[]) => string;
+
+/** Platform audit.view: every row. */
+export const everyEvent: AuditRowFilter = () => 'TRUE';
+/** The events of one Application (an app-scoped key's forced filter). */
+export const eventsOfApplication = (app: string): AuditRowFilter => (p) => `e.application_id = $${p.push(app)}`;
+/** The events about one user. */
+export const eventsAboutUser = (userId: string): AuditRowFilter => (p) => `e.target_user_id = $${p.push(userId)}`;
+/** The events of one Tenant (tenantCondition). */
+export const eventsOfTenant = (tenantId: string): AuditRowFilter => (p) => tenantCondition(p.push(tenantId));
+
+/** The WHERE conditions of a list and their parameters, before the keyset page's (numbered after them). */
+export interface AuditListFilter {
+  where: string[];
+  params: unknown[];
+}
+
+/**
+ * The list's conditions: within the window from `start`, the reader's view, then the query's filters
+ * (`targetUserId` is q.target_user_id with `me` resolved to the caller).
+ */
+export function auditListFilter(start: Date, view: AuditRowFilter, q: AuditQuery, targetUserId: string | undefined): AuditListFilter {
+  const params: unknown[] = [start];
+  const where = ['e.created_at >= $1', view(params)];
+  const add = (sql: (n: number) => string, value: unknown) => where.push(sql(params.push(value)));
+  if (targetUserId) add((n) => `e.target_user_id = $${n}`, targetUserId);
+  if (q.target_type) add((n) => `e.target_type = $${n}`, q.target_type);
+  if (q.target_id) add((n) => `e.target_id = $${n}`, q.target_id);
+  if (q.actor_id) add((n) => `e.actor_id = $${n}`, q.actor_id);
+  if (q.actor_type) add((n) => `e.actor_type = $${n}`, q.actor_type);
+  if (q.action) add((n) => `e.action = ANY($${n}::text[])`, q.action);
+  if (q.application_id) add((n) => `e.application_id = $${n}`, q.application_id);
+  if (q.organization_id) add((n) => `e.organization_id = $${n}`, q.organization_id);
+  if (q.tenant_id) add((n) => tenantCondition(n), q.tenant_id);
+  if (q.since) add((n) => `e.created_at >= $${n}::timestamptz`, q.since);
+  if (q.until) add((n) => `e.created_at < $${n}::timestamptz`, q.until);
+  return { where, params };
+}
+
+/** One keyset page of the events the filter selects, newest first. */
+export async function listAuditRows(db: Queryable, { where, params }: AuditListFilter, ks: KeysetSql): Promise<AuditRow[]> {
+  const { rows } = await db.query<AuditRow>(
+    `SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return rows;
+}
+
+export async function findAuditRow(db: Queryable, id: string): Promise<AuditRow | null> {
+  const { rows } = await db.query<AuditRow>(`SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE e.id = $1`, [id]);
+  return rows[0] ?? null;
 }

@@ -8,6 +8,7 @@ import { findTenantRecord, tenantModeOf, type TenantRecord } from '../tenancy/se
 import { CHECKOUT_ALLOWED } from './sessions.js';
 import { ApiError } from '../../errors.js';
 import { isStorableDateTime } from '../../http/validation.js';
+import { findTenantIdBy, insertProcessorEvent, updateLastProcessorEventCreated, updateProcessorEventOutcome, updateTenantSubscription } from './store.js';
 
 type Obj = Record<string, any>;
 export interface ProcessorEvent {
@@ -96,8 +97,8 @@ async function findEventTenant(tx: Tx, where: ReturnType<typeof locate>): Promis
   }
   for (const [column, value] of [['stripe_subscription_id', where.subscriptionId], ['stripe_customer_id', where.customerId]] as const) {
     if (!value) continue;
-    const { rows } = await tx.query<{ id: string }>(`SELECT id FROM tenants WHERE ${column} = $1 ORDER BY updated_at DESC LIMIT 1`, [value]);
-    if (rows[0]) return findTenantRecord(tx, rows[0].id, true);
+    const id = await findTenantIdBy(tx, column, value);
+    if (id) return findTenantRecord(tx, id, true);
   }
   return null;
 }
@@ -193,11 +194,7 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
   return deps.database.scoped('system').transaction(async (tx) => {
     const now = deps.clock.now();
     const created = new Date(event.created * 1000);
-    const recorded = await tx.query(
-      `INSERT INTO processor_events (id, type, created, outcome, received_at) VALUES ($1, $2, $3, 'ignored', $4) ON CONFLICT (id) DO NOTHING RETURNING id`,
-      [event.id, event.type, created, now],
-    );
-    if (recorded.rowCount === 0) return 'duplicate';
+    if ((await insertProcessorEvent(tx, event.id, event.type, created, now)) === 0) return 'duplicate';
     if (!HANDLED.has(event.type)) return 'ignored';
     const where = locate(event);
     const tenant = await findEventTenant(tx, where);
@@ -217,9 +214,9 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
       // Linking ids says nothing about the subscription's state, so it does not advance the order.
       await writeState(tx, ctx, tenant, next, event.type === 'checkout.session.completed' ? null : created);
     } else if (confirms) {
-      await tx.query('UPDATE tenants SET last_processor_event_created = GREATEST(COALESCE(last_processor_event_created, $2), $2) WHERE id = $1', [tenant.id, created]);
+      await updateLastProcessorEventCreated(tx, tenant.id, created);
     }
-    await tx.query('UPDATE processor_events SET tenant_id = $2, outcome = $3 WHERE id = $1', [event.id, tenant.id, outcome]);
+    await updateProcessorEventOutcome(tx, event.id, tenant.id, outcome);
     return outcome;
   });
 }
@@ -235,21 +232,12 @@ async function writeState(tx: Tx, ctx: Ctx, tenant: TenantRecord, next: NextStat
     : null;
   const restricted = usage !== null && !planFits(basePlan(tenant), usage);
   const keep = <K extends keyof NextState>(key: K, stored: NextState[K]) => (next[key] !== undefined ? next[key] : stored);
-  await tx.query(
-    `UPDATE tenants SET plan = $2, subscription_status = $3, processor_plan = $4, restricted = $5,
-            stripe_customer_id = COALESCE($6, stripe_customer_id), stripe_subscription_id = COALESCE($7, stripe_subscription_id),
-            current_period_start = $8, current_period_end = $9, cancel_at_period_end = $10, add_ons = $11, currency = $12,
-            last_processor_event_created = CASE WHEN $13::timestamptz IS NULL THEN last_processor_event_created
-                                                ELSE GREATEST(COALESCE(last_processor_event_created, $13::timestamptz), $13::timestamptz) END,
-            status_subscription_id = COALESCE($15, status_subscription_id), updated_at = $14
-      WHERE id = $1`,
-    [
-      tenant.id, plan, status, processorPlan, restricted, next.customerId ?? null, next.subscriptionId ?? null,
-      keep('periodStart', tenant.current_period_start), keep('periodEnd', tenant.current_period_end),
-      keep('cancelAtPeriodEnd', tenant.cancel_at_period_end), JSON.stringify(keep('addOns', tenant.add_ons)),
-      keep('currency', tenant.currency) ?? tenant.currency, created, ctx.now, next.statusOf ?? null,
-    ],
-  );
+  await updateTenantSubscription(tx, {
+    tenantId: tenant.id, plan, status, processorPlan, restricted, customerId: next.customerId ?? null, subscriptionId: next.subscriptionId ?? null,
+    periodStart: keep('periodStart', tenant.current_period_start), periodEnd: keep('periodEnd', tenant.current_period_end),
+    cancelAtPeriodEnd: keep('cancelAtPeriodEnd', tenant.cancel_at_period_end), addOns: JSON.stringify(keep('addOns', tenant.add_ons)),
+    currency: keep('currency', tenant.currency) ?? tenant.currency, created, now: ctx.now, statusOf: next.statusOf ?? null,
+  });
   const audit = { target: { type: 'tenant', id: tenant.id }, tenantId: tenant.id, organizationId: tenant.owner_organization_id };
   if (plan !== tenant.plan) {
     await recordAudit(tx, ctx, { action: 'tenant.plan_changed', ...audit, before: { plan: tenant.plan }, after: { plan } });

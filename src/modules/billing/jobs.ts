@@ -5,13 +5,7 @@ import { countSeats, releaseSeatLimits } from '../tenancy/seats.js';
 import { basePlan, measureUsage, planFits } from '../tenancy/plans.js';
 import { tenantModeOf } from '../tenancy/service.js';
 import { restrictionHolds } from './apply.js';
-
-interface Row {
-  id: string;
-  owner_user_id: string | null;
-  owner_organization_id: string | null;
-  subscription_status: string;
-}
+import { listTenantsForSeatSync, listTenantsWithSeatLimits, updateTenantSeats } from './store.js';
 
 /**
  * seat-sync (daily): records each Tenant's seat count and when it was taken (the subscription's
@@ -22,24 +16,15 @@ interface Row {
 export async function runSeatSync(deps: Deps): Promise<Record<string, unknown>> {
   const system = deps.database.scoped('system');
   const now = deps.clock.now();
-  const { rows } = await system.query<Row & { restricted: boolean }>(
-    'SELECT id, owner_user_id, owner_organization_id, subscription_status, restricted FROM tenants ORDER BY id',
-  );
+  const rows = await listTenantsForSeatSync(system);
   let restricted = 0;
   for (const tenant of rows) {
     const scoped = deps.database.scoped(await tenantModeOf(system, tenant));
     const seats = await countSeats(scoped, tenant.id, now);
     const over = restrictionHolds(tenant.subscription_status, tenant.restricted) && !planFits(basePlan(tenant), await measureUsage(scoped, tenant.id, now));
     if (over) restricted++;
-    // restricted is written only if what it was computed from is still the row's: a processor event
-    // that changed the subscription meanwhile (paid: no longer restricted) must not be overwritten by
-    // this run's older reading until the next one.
-    await system.query(
-      `UPDATE tenants SET seats_synced = $2, seats_last_synced_at = $3,
-              restricted = CASE WHEN subscription_status = $5 AND restricted = $6 THEN $4 ELSE restricted END
-        WHERE id = $1`,
-      [tenant.id, seats, now, over, tenant.subscription_status, tenant.restricted],
-    );
+    // restricted is written only if what it was computed from is still the row's (updateTenantSeats).
+    await updateTenantSeats(system, tenant.id, seats, now, over, tenant.subscription_status, tenant.restricted);
   }
   return { tenants: rows.length, restricted };
 }
@@ -52,11 +37,7 @@ export async function runSeatSync(deps: Deps): Promise<Record<string, unknown>> 
  */
 export async function runSeatLimitRelease(deps: Deps): Promise<Record<string, unknown>> {
   const system = deps.database.scoped('system');
-  const { rows } = await system.query<Row>(
-    `SELECT DISTINCT t.id, t.owner_user_id, t.owner_organization_id, t.subscription_status
-       FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
-       JOIN tenants t ON t.id = a.tenant_id ORDER BY t.id`,
-  );
+  const rows = await listTenantsWithSeatLimits(system);
   let released = 0;
   // A Tenant whose release fails does not hold back the others (those after it in id order).
   await forEachSkippingFailures(deps, 'tenant_id', rows, (tenant) => tenant.id, async (tenant) => {

@@ -8,6 +8,7 @@ import { parseUrlAsSent } from '../../http/validation.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
 import { callProcessor, processorClient, type Stripe } from './processor.js';
 import { createSimulatedSession } from './simulator-store.js';
+import { findUserEmail } from './store.js';
 import type { CheckoutBody, HostedSession, PortalBody } from './schemas.js';
 
 /** A Tenant may start a checkout only without a live subscription (none, or a lapsed one). */
@@ -30,8 +31,7 @@ const readHandle = (ctx: Ctx): Queryable => ctx.deps.database.scoped(ctx.mode);
 
 async function callerEmail(db: Queryable, ctx: Ctx): Promise<string | null> {
   if (ctx.actor.type !== 'user') return null;
-  const { rows } = await db.query<{ email: string }>('SELECT email FROM users WHERE id = $1', [ctx.actor.userId]);
-  return rows[0]?.email ?? null;
+  return findUserEmail(db, ctx.actor.userId);
 }
 
 /**

@@ -8,9 +8,11 @@ import { lockOrganization } from '../../access/locks.js';
 import { findTenant } from '../tenancy/plans.js';
 import { withoutNewSeatsIfRestricted, withSeatCap } from '../tenancy/seats.js';
 import { emitEntitlementEvent, grantableApplication, grantTerm, lockGrantTenant } from '../entitlements/grant.js';
-import { ENT_COLUMNS, toEntitlement, type EntitlementRow } from '../entitlements/store.js';
+import { toEntitlement } from '../entitlements/store.js';
 import type { Entitlement } from '../entitlements/schemas.js';
 import { findMember, findOrg } from './store.js';
+import { listActiveMemberIds } from './members-store.js';
+import { insertOrgGrant, lockLiveOrgGrant } from './grants-store.js';
 import { includedMemberCount } from '../entitlements/read.js';
 import { expireIfEnded } from '../entitlements/jobs.js';
 import { assertOrgActive } from './service.js';
@@ -50,31 +52,19 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
     // The Tenant whose seats the grant takes, before the live row and the members (src/access/locks.ts).
     const app = await lockGrantTenant(tx, found);
     await assertTenantWritable(tx, app.tenant_id);
-    const { rows: members } = await tx.query<{ user_id: string }>(
-      `SELECT user_id FROM organization_members WHERE organization_id = $1 AND membership_status = 'active'`,
-      [orgId],
-    );
-    const memberIds = members.map((m) => m.user_id);
+    const memberIds = await listActiveMemberIds(tx, orgId);
     const strangers = (body.member_overrides ?? []).filter((u) => !memberIds.includes(u));
     if (strangers.length) throw new ApiError('member_override_not_a_member', { details: { user_ids: strangers } });
     // A live grant whose ends_at passed is expired first, as for personal grants: it does not block.
-    const { rows: live } = await tx.query<EntitlementRow>(
-      `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.organization_id = $1 AND e.application_id = $2 AND e.status IN ('active', 'disabled') FOR UPDATE`,
-      [orgId, app.id],
-    );
-    const existing = live[0] && (await expireIfEnded(tx, c, live[0]));
+    const live = await lockLiveOrgGrant(tx, orgId, app.id);
+    const existing = live && (await expireIfEnded(tx, c, live));
     if (existing && existing.status !== 'expired') throw new ApiError('entitlement_already_exists', { details: { existing_entitlement_id: existing.id, status: existing.status } });
     const tenant = (await findTenant(tx, app.tenant_id))!;
     // Only members the scope includes take seats: on a restricted Tenant a grant seating anyone new is 402.
-    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withoutNewSeatsIfRestricted(tx, tenant.id, memberIds, ctx.now, () => withSeatCap(tx, c, [tenant.id], memberIds, async () => {
-      const { rows } = await tx.query<EntitlementRow>(
-        `INSERT INTO entitlements AS e (id, organization_id, application_id, status, source, order_id, starts_at, ends_at, member_scope, member_overrides,
-           test_mode, created_at, updated_at, start_notified_at)
-         VALUES ($1, $2, $3, 'active', 'org_seat', $4, $5, $6, $7, $8, $9, $10, $10, $11) RETURNING ${ENT_COLUMNS}`,
-        [newId('ent'), orgId, app.id, body.order_id ?? null, startsAt, endsAt, scope, body.member_overrides ?? [], ctx.mode === 'test', ctx.now, startsAt <= ctx.now ? ctx.now : null],
-      );
-      return rows[0];
-    })));
+    const row = await withAccessFlips(tx, c, { userIds: memberIds, applicationIds: [app.id] }, 'entitlement_granted', () => withoutNewSeatsIfRestricted(tx, tenant.id, memberIds, ctx.now, () => withSeatCap(tx, c, [tenant.id], memberIds, async () => insertOrgGrant(tx, {
+      id: newId('ent'), orgId, applicationId: app.id, orderId: body.order_id ?? null, startsAt, endsAt, memberScope: scope,
+      memberOverrides: body.member_overrides ?? [], testMode: ctx.mode === 'test', now: ctx.now, startNotifiedAt: startsAt <= ctx.now ? ctx.now : null,
+    }))));
     const included = await includedMemberCount(tx, row.id);
     await recordAudit(tx, c, { action: 'entitlement.granted', target: { type: 'entitlement', id: row.id }, organizationId: orgId, applicationId: app.id, tenantId: app.tenant_id, after: toEntitlement(row) });
     await emitEntitlementEvent(tx, c, 'entitlement.granted', row);

@@ -15,31 +15,23 @@ import { requireSlidingQuota } from '../../http/counters.js';
 import { RESEND_LIMIT_PER_HOUR } from '../users/invitations.js';
 import { findOrCreateInvitedUser, resolveUserId } from '../users/service.js';
 import { findLiveUser } from '../users/store.js';
-import { isLastActiveAdmin, findMember, findOrg, MEMBER_COLUMNS, MEMBER_FROM, toMember, type MemberRow, type OrgRow } from './store.js';
+import { isLastActiveAdmin, findMember, findOrg, toMember, type OrgRow } from './store.js';
+import {
+  deleteMember, deleteMemberSeatLimits, insertActiveMember, insertPendingMember, listMemberRows, memberListFilter, updateMemberActive, updateMemberRole,
+} from './members-store.js';
+import { lockGrantsNamingMember, updateOverridesWithoutMember } from './grants-store.js';
 import { assertOrgActive, lockedOrgAccess, orgAccess } from './service.js';
 import { MEMBER_READ_ONLY, type AddMemberBody, type Member, type MemberListQuery, type PatchMemberBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
-import { ENT_COLUMNS, nextUpdatedAt, type EntitlementRow } from '../entitlements/store.js';
+import type { EntitlementRow } from '../entitlements/store.js';
 import { announceScopeChanges } from '../entitlements/grant.js';
 
 /** GET /v1/organizations/{id}/members: active members and organizations.manage. */
 export async function listMembers(ctx: Ctx, orgId: string, q: MemberListQuery) {
   await orgAccess(ctx, orgId);
-  const params: unknown[] = [orgId];
-  const where = ['organization_id = $1'];
-  // Soft-deleted users are left out unless include_inactive (Part A convention 12).
-  if (!q.include_inactive) where.push('NOT user_deleted');
-  if (q.role) where.push(`role = $${params.push(q.role)}`);
-  if (q.membership_status) where.push(`membership_status = $${params.push(q.membership_status)}`);
-  // The name is matched only where it is shown: a pending member's display_name is null until active.
-  // `q`: a prefix of the lowered text, both sides lowered in SQL (JavaScript and PostgreSQL lower `İ`
-  // and a word-final `Σ` differently), as the users and organizations searches do.
-  if (q.q) where.push(`(lower(email) ^@ lower($${params.push(q.q)}) OR (membership_status = 'active' AND lower(display_name) ^@ lower($${params.length})))`);
-  const ks = keyset(q, params.length + 1);
-  const { rows } = await ctx.db.query<MemberRow>(
-    `SELECT * FROM (SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_FROM}) x WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
+  const filter = memberListFilter(orgId, q);
+  const ks = keyset(q, filter.params.length + 1);
+  const rows = await listMemberRows(ctx.db, filter, ks);
   return toPage(rows, ks.limit, toMember);
 }
 
@@ -49,16 +41,13 @@ async function activate(tx: Tx, ctx: Ctx, org: OrgRow, userId: string, role: str
   const tenants = await lockOrgGrantTenants(tx, org.id);
   await withAccessFlips(tx, ctx, { userIds: [userId] }, 'org_member_added', () => withSeatCap(tx, ctx, tenants, [userId], async () => {
     if (existing) {
-      await tx.query(`UPDATE organization_members SET membership_status = 'active', joined_at = $3 WHERE organization_id = $1 AND user_id = $2`, [org.id, userId, ctx.now]);
+      await updateMemberActive(tx, org.id, userId, ctx.now);
     } else {
       // The user read again under their lock (withAccessFlips): a soft delete or the test purge that held
       // it has committed by now (read before it, the member would be a deleted user, or none: a
       // foreign-key violation, 500).
       if (!(await findLiveUser(tx, userId))) throw new ApiError('user_not_found');
-      await tx.query(
-        `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at, joined_at) VALUES ($1, $2, $3, 'active', $4, $4)`,
-        [org.id, userId, role, ctx.now],
-      );
+      await insertActiveMember(tx, org.id, userId, role, ctx.now);
     }
   }, { holdRestricted: true }));
   await memberEvent(tx, ctx, 'organization.member_added', { organization_id: org.id, user_id: userId, role });
@@ -92,10 +81,7 @@ export async function addMember(ctx: Ctx, orgId: string, body: AddMemberBody): P
     if (await findMember(tx, org.id, user.id)) throw new ApiError('already_member');
     await takeOrgInvitationQuota(tx, c, org.id, user.email);
     if (!manage) await takeInviterQuota(tx, c);
-    await tx.query(
-      `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, $3, 'pending', $4)`,
-      [org.id, user.id, role, ctx.now],
-    );
+    await insertPendingMember(tx, org.id, user.id, role, ctx.now);
     // An invited User's way in: this Organization's link, valid until they accept any invitation.
     const token = user.status === 'invited'
       ? await issueOneTimeToken(tx, c, { kind: 'invitation', userId: user.id, data: { organization_id: org.id }, replacePrevious: true, lifetimeSeconds: ORG_INVITATION_LIFETIME_SECONDS })
@@ -168,7 +154,7 @@ export async function changeMemberRole(ctx: Ctx, orgId: string, userParam: strin
     if (!member) throw new ApiError('member_not_found');
     if (member.role === role) return toMember(member);
     if (member.role === 'org_admin' && member.membership_status === 'active' && (await isLastActiveAdmin(tx, orgId, userId))) throw new ApiError('last_org_admin');
-    await tx.query('UPDATE organization_members SET role = $3 WHERE organization_id = $1 AND user_id = $2', [orgId, userId, role]);
+    await updateMemberRole(tx, orgId, userId, role);
     await recordAudit(tx, inTx(ctx, tx), {
       action: 'organization.member_role_changed',
       target: { type: 'organization', id: orgId },
@@ -206,18 +192,11 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
     // Grants whose member_overrides name the user: the removal changes them (entitlement.member_scope_changed).
     const scoped: { before: EntitlementRow; after: EntitlementRow }[] = [];
     const change = async () => {
-      await tx.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [orgId, userId]);
-      const { rows: before } = await tx.query<EntitlementRow>(
-        `SELECT ${ENT_COLUMNS} FROM entitlements e WHERE e.organization_id = $1 AND $2 = ANY(e.member_overrides) ORDER BY e.id FOR UPDATE`,
-        [orgId, userId],
-      );
-      const { rows: after } = await tx.query<EntitlementRow>(
-        `UPDATE entitlements e SET member_overrides = array_remove(member_overrides, $2), updated_at = ${nextUpdatedAt('$3')}
-          WHERE e.organization_id = $1 AND $2 = ANY(e.member_overrides) RETURNING ${ENT_COLUMNS}`,
-        [orgId, userId, ctx.now],
-      );
+      await deleteMember(tx, orgId, userId);
+      const before = await lockGrantsNamingMember(tx, orgId, userId);
+      const after = await updateOverridesWithoutMember(tx, orgId, userId, ctx.now);
       for (const row of before) scoped.push({ before: row, after: after.find((r) => r.id === row.id)! });
-      await tx.query('DELETE FROM org_seat_limits WHERE user_id = $2 AND entitlement_id IN (SELECT id FROM entitlements WHERE organization_id = $1)', [orgId, userId]);
+      await deleteMemberSeatLimits(tx, orgId, userId);
     };
     // member_removed reaches the Applications the membership was a path to, gone once it is removed.
     const former = member.membership_status === 'active' ? await pathApplicationIds(tx, userId) : [];

@@ -7,7 +7,8 @@ import { recordAudit } from '../../audit/record.js';
 import { requireSlidingQuota } from '../../http/counters.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { memberEvent } from './events.js';
-import { findMember, findOrg, ORG_COLUMNS, toOrganization, type MemberRow, type OrgRow } from './store.js';
+import { findMember, findOrg, insertOrganization, listOrgRows, orgListFilter, toOrganization, updateOrganization, type MemberRow, type OrgRow } from './store.js';
+import { insertCreatorMember } from './members-store.js';
 import { ORG_READ_ONLY, type OrgListQuery, type Organization, type PatchOrgBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import type { Tx } from '../../db/types.js';
@@ -56,23 +57,12 @@ export function assertOrgActive(org: OrgRow): void {
 export async function listOrganizations(ctx: Ctx, q: OrgListQuery) {
   const manage = platformOrgManage(ctx);
   if (!manage && ctx.actor.type !== 'user') throw new ApiError('forbidden', { details: { required_permission: 'organizations.manage' } });
-  const params: unknown[] = [];
-  const where: string[] = [];
-  let mine = '';
-  if (!manage && ctx.actor.type === 'user') {
-    params.push(ctx.actor.userId);
-    mine = `, my.role AS my_role, my.membership_status AS my_membership_status`;
-    where.push(`my.user_id IS NOT NULL`);
-  }
-  if (q.status) where.push(`o.status = $${params.push(q.status)}`);
-  if (q.q) where.push(`lower(o.name) ^@ lower($${params.push(q.q)})`);
-  const ks = keyset(q, params.length + 1, 'o');
-  const join = mine ? `LEFT JOIN organization_members my ON my.organization_id = o.id AND my.user_id = $1` : '';
-  const { rows } = await ctx.db.query<OrgRow & { my_role?: string; my_membership_status?: string }>(
-    `SELECT ${ORG_COLUMNS}${mine} FROM organizations o ${join} WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return toPage(rows, ks.limit, (r) => ({ ...toOrganization(r), ...(mine ? { my_role: r.my_role ?? null, my_membership_status: r.my_membership_status ?? null } : {}) }));
+  // A user without organizations.manage lists their own Organizations, each with their membership.
+  const mine = !manage && ctx.actor.type === 'user' ? ctx.actor.userId : null;
+  const filter = orgListFilter(mine, q);
+  const ks = keyset(q, filter.params.length + 1, 'o');
+  const rows = await listOrgRows(ctx.db, filter, ks);
+  return toPage(rows, ks.limit, (r) => ({ ...toOrganization(r), ...(mine !== null ? { my_role: r.my_role ?? null, my_membership_status: r.my_membership_status ?? null } : {}) }));
 }
 
 /** POST /v1/organizations: an active user with a User token; the caller becomes the first org_admin. 10 per user per day. */
@@ -83,13 +73,8 @@ export async function createOrganization(ctx: Ctx, name: string): Promise<Organi
     // A rolling 24 hours (not the calendar day: 10 before midnight and 10 after would pass).
     await requireSlidingQuota(tx, `org-create:${userId}`, ORG_CREATION_PER_DAY, 86400, ctx.now, 'At most 10 organizations per user per day.');
     const id = newId('org');
-    await tx.query(`INSERT INTO organizations (id, name, status, created_by, test_mode, created_at, updated_at) VALUES ($1, $2, 'active', $3, $4, $5, $5)`, [
-      id, name, userId, ctx.mode === 'test', ctx.now,
-    ]);
-    await tx.query(
-      `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at, joined_at) VALUES ($1, $2, 'org_admin', 'active', $3, $3)`,
-      [id, userId, ctx.now],
-    );
+    await insertOrganization(tx, id, name, userId, ctx.mode === 'test', ctx.now);
+    await insertCreatorMember(tx, id, userId, ctx.now);
     const org = toOrganization((await findOrg(tx, id))!);
     const c = inTx(ctx, tx);
     await recordAudit(tx, c, { action: 'organization.created', target: { type: 'organization', id }, organizationId: id, after: org });
@@ -121,7 +106,7 @@ async function patchLockedOrganization(ctx: Ctx, id: string, body: PatchOrgBody)
   // A PATCH that changes neither name nor status writes nothing (a reason alone changes nothing).
   if ((body.name ?? org.name) === org.name && (body.status ?? org.status) === org.status) return toOrganization(org);
   return ctx.db.transaction(async (tx) => {
-    await tx.query('UPDATE organizations SET name = $2, status = $3, updated_at = $4 WHERE id = $1', [id, body.name ?? org.name, body.status ?? org.status, ctx.now]);
+    await updateOrganization(tx, id, body.name ?? org.name, body.status ?? org.status, ctx.now);
     const after = toOrganization((await findOrg(tx, id))!);
     await recordAudit(tx, inTx(ctx, tx), {
       action: 'organization.updated',

@@ -1,5 +1,5 @@
-import type { Queryable } from '../../db/types.js';
-import type { Member, Organization } from './schemas.js';
+import type { KeysetSql, Queryable } from '../../db/types.js';
+import type { Member, OrgListQuery, Organization } from './schemas.js';
 
 export interface OrgRow {
   id: string;
@@ -33,6 +33,51 @@ export const toOrganization = (r: OrgRow): Organization => ({
 export async function findOrg(db: Queryable, id: string): Promise<OrgRow | null> {
   const { rows } = await db.query<OrgRow>(`SELECT ${ORG_COLUMNS} FROM organizations o WHERE o.id = $1`, [id]);
   return rows[0] ?? null;
+}
+
+export async function insertOrganization(db: Queryable, id: string, name: string, createdBy: string, testMode: boolean, now: Date): Promise<void> {
+  await db.query(`INSERT INTO organizations (id, name, status, created_by, test_mode, created_at, updated_at) VALUES ($1, $2, 'active', $3, $4, $5, $5)`, [
+    id, name, createdBy, testMode, now,
+  ]);
+}
+
+export async function updateOrganization(db: Queryable, id: string, name: string, status: string, now: Date): Promise<void> {
+  await db.query('UPDATE organizations SET name = $2, status = $3, updated_at = $4 WHERE id = $1', [id, name, status, now]);
+}
+
+/** An Organization listed, with the caller's own membership when the list is of their Organizations. */
+export type OrgListRow = OrgRow & { my_role?: string; my_membership_status?: string };
+
+/** The list's conditions and their parameters, before the keyset page's (numbered after them). */
+export interface OrgListFilter {
+  params: unknown[];
+  where: string[];
+  /** The caller's membership columns ('' when the list is not of their own Organizations). */
+  mine: string;
+}
+
+/** Organizations `memberId` belongs to (active or pending) when given, else every one; then q's filters. */
+export function orgListFilter(memberId: string | null, q: OrgListQuery): OrgListFilter {
+  const params: unknown[] = [];
+  const where: string[] = [];
+  let mine = '';
+  if (memberId !== null) {
+    params.push(memberId);
+    mine = `, my.role AS my_role, my.membership_status AS my_membership_status`;
+    where.push(`my.user_id IS NOT NULL`);
+  }
+  if (q.status) where.push(`o.status = $${params.push(q.status)}`);
+  if (q.q) where.push(`lower(o.name) ^@ lower($${params.push(q.q)})`);
+  return { params, where, mine };
+}
+
+export async function listOrgRows(db: Queryable, { params, where, mine }: OrgListFilter, ks: KeysetSql): Promise<OrgListRow[]> {
+  const join = mine ? `LEFT JOIN organization_members my ON my.organization_id = o.id AND my.user_id = $1` : '';
+  const { rows } = await db.query<OrgListRow>(
+    `SELECT ${ORG_COLUMNS}${mine} FROM organizations o ${join} WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return rows;
 }
 
 export interface MemberRow {
