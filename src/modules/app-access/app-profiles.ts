@@ -11,6 +11,7 @@ import { assertTenantWritable } from '../tenancy/writable.js';
 import { findLiveUser, type UserRow } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import type { Queryable } from '../../db/types.js';
+import { findAppProfile, upsertAppProfile, type AppProfileRow } from './store.js';
 import { APP_PROFILE_READ_ONLY, type AppProfile, type PatchAppProfileBody } from './schemas.js';
 
 export const CUSTOM_MAX_BYTES = 16 * 1024;
@@ -58,20 +59,10 @@ async function liveUser(ctx: Ctx, idParam: string): Promise<UserRow> {
   return user;
 }
 
-interface Row {
-  display_handle: string | null;
-  custom: Record<string, unknown>;
-  updated_at: Date;
-}
+type Row = AppProfileRow;
 
 async function load(ctx: Ctx, userId: string, appId: string): Promise<{ row: Row | null; displayName: string }> {
-  const { rows } = await ctx.db.query<Row & { display_name: string }>(
-    `SELECT ap.display_handle, ap.custom, ap.updated_at, p.display_name
-       FROM profiles p LEFT JOIN app_profiles ap ON ap.user_id = p.user_id AND ap.application_id = $2
-      WHERE p.user_id = $1`,
-    [userId, appId],
-  );
-  const r = rows[0];
+  const r = await findAppProfile(ctx.db, userId, appId);
   return { row: r && r.updated_at ? r : null, displayName: r?.display_name ?? '' };
 }
 
@@ -112,11 +103,7 @@ export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, 
     // The first PATCH creates the record; later ones that change nothing write nothing (no audit row,
     // updated_at kept), as for the Profile.
     if (row && handle === row.display_handle && isDeepStrictEqual(custom, row.custom)) return shape(user.id, app.id, row, current.displayName);
-    await tx.query(
-      `INSERT INTO app_profiles (user_id, application_id, display_handle, custom, updated_at) VALUES ($1, $2, $3, $4, $5)
-       ON CONFLICT (user_id, application_id) DO UPDATE SET display_handle = EXCLUDED.display_handle, custom = EXCLUDED.custom, updated_at = EXCLUDED.updated_at`,
-      [user.id, app.id, handle, JSON.stringify(custom), ctx.now],
-    );
+    await upsertAppProfile(tx, user.id, app.id, handle, JSON.stringify(custom), ctx.now);
     const after = await load(c, user.id, app.id);
     const profile = shape(user.id, app.id, after.row, after.displayName);
     // As for the Profile: a self-service change writes no audit event; anyone else's (users.manage, the

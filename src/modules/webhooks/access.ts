@@ -2,17 +2,17 @@ import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
-import { findApplication, isApplicationOwner, OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
-import { SUBSCRIPTION_COLUMNS, type SubscriptionRow } from './store.js';
+import { findApplication, isApplicationOwner } from '../../access/ownership.js';
+import {
+  findApplicationTenantId,
+  findKeyCreator,
+  findVisibleSubscription,
+  type SubscriptionLock,
+  type SubscriptionRow,
+  type WebhookViewer,
+} from './store.js';
 
-/** Who is asking, reduced to what subscription visibility depends on. */
-export interface WebhookViewer {
-  /** Platform webhooks.manage (a User or a platform-scope key). */
-  manage: boolean;
-  /** An app-scoped key's Application: it manages that Application's subscriptions, needing no permission. */
-  keyApp: string | null;
-  userId: string | null;
-}
+export { visibleCondition, type WebhookViewer } from './store.js';
 
 export function webhookViewer(ctx: Ctx): WebhookViewer {
   const keyApp = ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null;
@@ -23,30 +23,17 @@ export function webhookViewer(ctx: Ctx): WebhookViewer {
   };
 }
 
-/** SQL over `w`: the subscriptions the viewer may see (webhooks.manage all; the own key its app; owners their apps). */
-export function visibleCondition(viewer: WebhookViewer, params: unknown[]): string {
-  if (viewer.manage) return 'TRUE';
-  if (viewer.keyApp) return `w.application_id = $${params.push(viewer.keyApp)}`;
-  if (viewer.userId) return `w.application_id IN (${OWNED_APPLICATIONS_SQL(params.push(viewer.userId))})`;
-  return 'FALSE';
-}
-
 /**
  * The subscription if the caller may see it; others' subscriptions are 404 webhook_not_found. `lock`
  * (inside a transaction) holds the row: FOR KEY SHARE for a write that adds a delivery to it, so a
  * DELETE at the same time either waits for that write (and drops the delivery with the rest) or
  * commits first and the write answers 404.
  */
-export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = ctx.db, lock: '' | 'FOR KEY SHARE' = ''): Promise<SubscriptionRow> {
+export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = ctx.db, lock: SubscriptionLock = ''): Promise<SubscriptionRow> {
   const viewer = webhookViewer(ctx);
-  const params: unknown[] = [id];
-  const condition = visibleCondition(viewer, params);
-  const { rows } = await db.query<SubscriptionRow>(
-    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 AND ${condition} ${lock}`,
-    params,
-  );
-  if (!rows[0]) throw new ApiError('webhook_not_found');
-  return rows[0];
+  const sub = await findVisibleSubscription(db, viewer, id, lock);
+  if (!sub) throw new ApiError('webhook_not_found');
+  return sub;
 }
 
 export interface CreateScope {
@@ -89,14 +76,12 @@ export async function resolveCreateScope(ctx: Ctx, scope: string | undefined): P
 async function creatorOf(ctx: Ctx): Promise<string | null> {
   if (ctx.actor.type === 'user') return ctx.actor.userId;
   if (ctx.actor.type !== 'api_key') return null;
-  const { rows } = await ctx.db.query<{ created_by_user_id: string }>('SELECT created_by_user_id FROM api_keys WHERE id = $1', [ctx.actor.keyId]);
-  return rows[0]?.created_by_user_id ?? null;
+  return findKeyCreator(ctx.db, ctx.actor.keyId);
 }
 
 /** The Tenant of an app-scope subscription (audit rows carry it); null for platform scope. */
 export async function tenantOfApplication(db: Queryable, applicationId: string | null): Promise<string | null> {
   if (!applicationId) return null;
-  const { rows } = await db.query<{ tenant_id: string }>('SELECT tenant_id FROM applications WHERE id = $1', [applicationId]);
-  return rows[0]?.tenant_id ?? null;
+  return findApplicationTenantId(db, applicationId);
 }
 

@@ -8,7 +8,8 @@ import { emit } from '../../outbox/emit.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { DELIVERY_LOG_DAYS } from './catalog.js';
 import { visibleSubscription } from './access.js';
-import { DELIVERY_COLUMNS, findDelivery, insertDelivery, toDelivery, type DeliveryRow } from './store.js';
+import { findDelivery, insertDelivery, toDelivery } from './store.js';
+import { countOutboxEvent, countPendingManual, deliveryListFilter, listDeliveryLog, lockManualDeliveries, markEventRelayed } from './delivery-store.js';
 import type { Delivery, DeliveryListQuery } from './schemas.js';
 import { auditWebhook } from './service.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
@@ -28,15 +29,12 @@ const MANUAL_RETRY_AFTER_SECONDS = 5;
  * subscription (advisory lock), so concurrent calls cannot all see room for the last one.
  */
 async function assertManualRoom(tx: Tx, subscriptionId: string): Promise<void> {
-  await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`webhook-manual:${subscriptionId}`]);
-  const { rows } = await tx.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending' AND kind <> 'event'`,
-    [subscriptionId],
-  );
-  if (rows[0].n < MANUAL_PENDING_LIMIT) return;
+  await lockManualDeliveries(tx, subscriptionId);
+  const pending = await countPendingManual(tx, subscriptionId);
+  if (pending < MANUAL_PENDING_LIMIT) return;
   throw new ApiError('rate_limited', {
     message: `At most ${MANUAL_PENDING_LIMIT} test calls and redeliveries of one subscription wait to be sent at once.`,
-    details: { pending: rows[0].n, limit: MANUAL_PENDING_LIMIT },
+    details: { pending, limit: MANUAL_PENDING_LIMIT },
     headers: { 'retry-after': String(MANUAL_RETRY_AFTER_SECONDS) },
   });
 }
@@ -57,7 +55,7 @@ export async function sendTest(ctx: Ctx, id: string): Promise<Delivery> {
     await assertManualRoom(tx, sub.id);
     const c = inTx(ctx, tx);
     const eventId = await emit(tx, c, { type: 'webhook.test', applicationId: sub.application_id, data: { message: TEST_MESSAGE } });
-    await tx.query('UPDATE outbox_events SET relayed_at = $2 WHERE id = $1', [eventId, ctx.now]);
+    await markEventRelayed(tx, eventId, ctx.now);
     const delivery = await insertDelivery(tx, {
       id: newId('dlv'), subscriptionId: sub.id, eventId, eventType: 'webhook.test', kind: 'test', testMode: sub.test_mode, maxAttempts: 1, now: ctx.now,
     });
@@ -74,8 +72,7 @@ export async function redeliver(ctx: Ctx, id: string, deliveryId: string): Promi
     const original = await findDelivery(tx, sub.id, deliveryId);
     if (!original || original.created_at < logStart(ctx)) throw new ApiError('delivery_not_found');
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
-    const { rowCount } = await tx.query('SELECT 1 FROM outbox_events WHERE id = $1', [original.event_id]);
-    if (rowCount === 0) throw new ApiError('delivery_not_found', { message: 'The event of this delivery is no longer kept.' });
+    if ((await countOutboxEvent(tx, original.event_id)) === 0) throw new ApiError('delivery_not_found', { message: 'The event of this delivery is no longer kept.' });
     await assertManualRoom(tx, sub.id);
     const delivery = await insertDelivery(tx, {
       id: newId('dlv'),
@@ -95,15 +92,8 @@ export async function redeliver(ctx: Ctx, id: string, deliveryId: string): Promi
 /** GET /v1/webhooks/{id}/deliveries: the 30-day log, newest first; filters event_id, status, since. */
 export async function listDeliveries(ctx: Ctx, id: string, q: DeliveryListQuery) {
   const sub = await visibleSubscription(ctx, id);
-  const params: unknown[] = [sub.id, logStart(ctx)];
-  const where = ['d.subscription_id = $1', 'd.created_at >= $2'];
-  if (q.event_id) where.push(`d.event_id = $${params.push(q.event_id)}`);
-  if (q.status) where.push(`d.status = $${params.push(q.status)}`);
-  if (q.since) where.push(`d.created_at >= $${params.push(q.since)}::timestamptz`);
-  const ks = keyset(q, params.length + 1, 'd');
-  const { rows } = await ctx.db.query<DeliveryRow>(
-    `SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
+  const filter = deliveryListFilter(sub.id, logStart(ctx), q);
+  const ks = keyset(q, filter.params.length + 1, 'd');
+  const rows = await listDeliveryLog(ctx.db, filter, ks);
   return toPage(rows, ks.limit, toDelivery);
 }

@@ -4,6 +4,8 @@ import type { Tx } from '../../db/types.js';
 import { RETRY_DELAYS_SECONDS, UNHEALTHY_AFTER_EXHAUSTED } from './catalog.js';
 import type { Outcome } from './dispatch.js';
 import { applyHealthChange, type HealthRow } from './health.js';
+import { updateClaimedDeliveries } from './claim-store.js';
+import { lockHealthRows, updateLastDeliveryAt } from './health-store.js';
 
 interface Decided {
   outcome: Outcome;
@@ -39,29 +41,19 @@ export async function recordOutcomes(deps: Deps, outcomes: Outcome[]): Promise<v
   const now = deps.clock.now();
   await deps.database.scoped('system').transaction(async (tx) => {
     const subIds = [...new Set(outcomes.map((o) => o.delivery.subscription_id))].sort();
-    const { rows: subs } = await tx.query<HealthRow>(
-      `SELECT id, scope, application_id, url, status, test_mode, consecutive_failures, unhealthy_since, created_by_user_id
-         FROM webhook_subscriptions WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE`,
-      [subIds],
-    );
-    const { rows: applied } = await tx.query<{ id: string }>(
-      `UPDATE webhook_deliveries d SET status = u.status, next_attempt_at = u.next, response_status = u.rs,
-              duration_ms = u.ms, error = u.err, claimed_until = NULL, claim_token = NULL,
-              completed_at = CASE WHEN u.status = 'pending' THEN NULL ELSE $8::timestamptz END
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::int[], $7::text[])
-              AS u(id, token, status, next, rs, ms, err)
-        WHERE d.id = u.id AND d.claim_token = u.token
-        RETURNING d.id`,
-      [
-        decided.map((x) => x.outcome.delivery.id),
-        decided.map((x) => x.outcome.token),
-        decided.map((x) => x.status),
-        decided.map((x) => x.next),
-        decided.map((x) => x.outcome.result?.responseStatus ?? null),
-        decided.map((x) => x.outcome.result?.durationMs ?? null),
-        decided.map((x) => x.outcome.result?.error ?? x.outcome.skipped ?? null),
-        now,
-      ],
+    const subs = await lockHealthRows(tx, subIds);
+    const applied = await updateClaimedDeliveries(
+      tx,
+      decided.map((x) => ({
+        id: x.outcome.delivery.id,
+        token: x.outcome.token,
+        status: x.status,
+        next: x.next,
+        responseStatus: x.outcome.result?.responseStatus ?? null,
+        durationMs: x.outcome.result?.durationMs ?? null,
+        error: x.outcome.result?.error ?? x.outcome.skipped ?? null,
+      })),
+      now,
     );
     const mine = new Set(applied.map((r) => r.id));
     await applySubscriptionEffects(tx, deps, subs, decided.filter((x) => mine.has(x.outcome.delivery.id)), now);
@@ -97,6 +89,6 @@ async function applySubscriptionEffects(tx: Tx, deps: Deps, subs: HealthRow[], d
     await applyHealthChange(tx, deps, sub, { status, consecutiveFailures: failures, unhealthySince, reason: goneAt ? 'gone' : null }, now);
   }
   if (touched.size > 0) {
-    await tx.query('UPDATE webhook_subscriptions SET last_delivery_at = $2 WHERE id = ANY($1::text[])', [[...touched], now]);
+    await updateLastDeliveryAt(tx, [...touched], now);
   }
 }

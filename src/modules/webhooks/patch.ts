@@ -4,7 +4,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { API_VERSIONS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
 import { visibleSubscription } from './access.js';
-import { findSubscription, toWebhook } from './store.js';
+import { findSubscription, toWebhook, updateSubscription } from './store.js';
 import { WEBHOOK_READ_ONLY, type PatchWebhookBody, type Webhook } from './schemas.js';
 import { auditWebhook } from './service.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
@@ -46,18 +46,8 @@ export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody)
     const unchanged = !reset && next.url === sub.url && next.description === sub.description && next.api_version === sub.api_version
       && JSON.stringify(next.events) === JSON.stringify(sub.events);
     if (unchanged) return toWebhook(sub);
-    const { rows } = await tx.query(
-      `UPDATE webhook_subscriptions w SET url = $2, events = $3, description = $4, api_version = $5, updated_at = $6,
-              status = CASE WHEN $7::boolean THEN 'healthy' ELSE w.status END,
-              consecutive_failures = CASE WHEN $7::boolean THEN 0 ELSE w.consecutive_failures END,
-              unhealthy_since = CASE WHEN $7::boolean THEN NULL ELSE w.unhealthy_since END,
-              disabled_at = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_at END,
-              disabled_reason = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_reason END,
-              reenabled_at = CASE WHEN $7::boolean THEN $6 ELSE w.reenabled_at END
-        WHERE w.id = $1 RETURNING w.id`,
-      [id, next.url, next.events, next.description, next.api_version, ctx.now, reset],
-    );
-    if (!rows[0]) throw new ApiError('webhook_not_found');
+    const updated = await updateSubscription(tx, id, next, ctx.now, reset);
+    if (!updated) throw new ApiError('webhook_not_found');
     const after = (await findSubscription(tx, id))!;
     await auditWebhook(tx, ctx, 'webhook.updated', sub, { before: toWebhook(sub), after: toWebhook(after) });
     return toWebhook(after);

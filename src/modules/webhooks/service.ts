@@ -12,8 +12,18 @@ import { assertAppTenantWritable, assertTenantWritable } from '../tenancy/writab
 import { CURRENT_API_VERSION, newSigningSecret, ROTATION_OVERLAP_SECONDS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
 import { sealSigningSecret } from './dispatch.js';
-import { resolveCreateScope, tenantOfApplication, visibleCondition, visibleSubscription, webhookViewer } from './access.js';
-import { countTenantSubscriptions, findSubscription, insertSubscription, SUBSCRIPTION_COLUMNS, toWebhook, type SubscriptionRow } from './store.js';
+import { resolveCreateScope, tenantOfApplication, visibleSubscription, webhookViewer } from './access.js';
+import {
+  countTenantSubscriptions,
+  deleteSubscription,
+  findSubscription,
+  insertSubscription,
+  listSubscriptions,
+  subscriptionListFilter,
+  toWebhook,
+  updateSigningSecret,
+  type SubscriptionRow,
+} from './store.js';
 import type { CreateWebhookBody, Webhook, WebhookListQuery } from './schemas.js';
 
 /** Audit rows of subscription changes: target webhook, with its Application and Tenant. */
@@ -79,15 +89,9 @@ export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<
 
 /** GET /v1/webhooks: the subscriptions the caller may see, newest first. */
 export async function listWebhooks(ctx: Ctx, q: WebhookListQuery) {
-  const params: unknown[] = [];
-  const where = [visibleCondition(webhookViewer(ctx), params)];
-  if (q.scope) where.push(`w.scope = $${params.push(q.scope)}`);
-  if (q.status) where.push(`w.status = $${params.push(q.status)}`);
-  const ks = keyset(q, params.length + 1, 'w');
-  const { rows } = await ctx.db.query<SubscriptionRow>(
-    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
+  const filter = subscriptionListFilter(webhookViewer(ctx), q);
+  const ks = keyset(q, filter.params.length + 1, 'w');
+  const rows = await listSubscriptions(ctx.db, filter, ks);
   return toPage(rows, ks.limit, (r) => toWebhook(r));
 }
 
@@ -102,7 +106,7 @@ export async function deleteWebhook(ctx: Ctx, id: string): Promise<void> {
     const sub = await findSubscription(tx, id, true);
     if (!sub) throw new ApiError('webhook_not_found');
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
-    await tx.query('DELETE FROM webhook_subscriptions WHERE id = $1', [id]);
+    await deleteSubscription(tx, id);
     await auditWebhook(tx, ctx, 'webhook.deleted', sub, { before: toWebhook(sub) });
   });
 }
@@ -116,11 +120,8 @@ export async function rotateSecret(ctx: Ctx, id: string): Promise<{ id: string; 
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     const secret = newSigningSecret();
     const expires = addSeconds(ctx.now, ROTATION_OVERLAP_SECONDS);
-    await tx.query(
-      `UPDATE webhook_subscriptions SET signing_secret = $2, previous_secret = $3, previous_secret_expires_at = $4, updated_at = $5 WHERE id = $1`,
-      // The current secret moves to previous as it is stored (sealed for this subscription).
-      [id, sealSigningSecret(ctx.deps, id, secret), sub.signing_secret, expires, ctx.now],
-    );
+    // The current secret moves to previous as it is stored (sealed for this subscription).
+    await updateSigningSecret(tx, id, sealSigningSecret(ctx.deps, id, secret), sub.signing_secret, expires, ctx.now);
     await auditWebhook(tx, ctx, 'webhook.secret_rotated', sub, { after: { previous_secret_expires_at: expires.toISOString() } });
     return { id, signing_secret: secret, previous_secret_expires_at: expires.toISOString() };
   });

@@ -1,5 +1,6 @@
-import type { Queryable } from '../../db/types.js';
-import type { Delivery, Webhook } from './schemas.js';
+import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
+import type { KeysetSql, Queryable } from '../../db/types.js';
+import type { Delivery, Webhook, WebhookListQuery } from './schemas.js';
 
 export interface SubscriptionRow {
   id: string;
@@ -54,6 +55,60 @@ export async function findSubscription(db: Queryable, id: string, forUpdate = fa
   return rows[0] ?? null;
 }
 
+/** Who is asking, reduced to what subscription visibility depends on. */
+export interface WebhookViewer {
+  /** Platform webhooks.manage (a User or a platform-scope key). */
+  manage: boolean;
+  /** An app-scoped key's Application: it manages that Application's subscriptions, needing no permission. */
+  keyApp: string | null;
+  userId: string | null;
+}
+
+/** SQL over `w`: the subscriptions the viewer may see (webhooks.manage all; the own key its app; owners their apps). */
+export function visibleCondition(viewer: WebhookViewer, params: unknown[]): string {
+  if (viewer.manage) return 'TRUE';
+  if (viewer.keyApp) return `w.application_id = $${params.push(viewer.keyApp)}`;
+  if (viewer.userId) return `w.application_id IN (${OWNED_APPLICATIONS_SQL(params.push(viewer.userId))})`;
+  return 'FALSE';
+}
+
+/** How a read of a subscription holds its row: FOR KEY SHARE for a write that adds a delivery to it. */
+export type SubscriptionLock = '' | 'FOR KEY SHARE';
+
+/** The subscription if the viewer may see it, else null. */
+export async function findVisibleSubscription(db: Queryable, viewer: WebhookViewer, id: string, lock: SubscriptionLock): Promise<SubscriptionRow | null> {
+  const params: unknown[] = [id];
+  const condition = visibleCondition(viewer, params);
+  const { rows } = await db.query<SubscriptionRow>(
+    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 AND ${condition} ${lock}`,
+    params,
+  );
+  return rows[0] ?? null;
+}
+
+/** A list's conditions (ANDed) and their parameters, before the keyset page's. */
+export interface ListFilter {
+  where: string[];
+  params: unknown[];
+}
+
+/** The list's conditions over `w`: what the viewer may see, then the scope and status filters. */
+export function subscriptionListFilter(viewer: WebhookViewer, q: Pick<WebhookListQuery, 'scope' | 'status'>): ListFilter {
+  const params: unknown[] = [];
+  const where = [visibleCondition(viewer, params)];
+  if (q.scope) where.push(`w.scope = $${params.push(q.scope)}`);
+  if (q.status) where.push(`w.status = $${params.push(q.status)}`);
+  return { where, params };
+}
+
+export async function listSubscriptions(db: Queryable, { where, params }: ListFilter, ks: KeysetSql): Promise<SubscriptionRow[]> {
+  const { rows } = await db.query<SubscriptionRow>(
+    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
+    [...params, ...ks.params],
+  );
+  return rows;
+}
+
 export async function insertSubscription(db: Queryable, r: SubscriptionRow): Promise<void> {
   await db.query(
     `INSERT INTO webhook_subscriptions (id, scope, application_id, url, events, description, status, signing_secret, api_version, test_mode,
@@ -70,6 +125,53 @@ export async function countTenantSubscriptions(db: Queryable, tenantId: string):
     [tenantId],
   );
   return rows[0].n;
+}
+
+/** PATCH: the new settings; `reset` (disabled → healthy) also clears the health counters. */
+export async function updateSubscription(
+  db: Queryable,
+  id: string,
+  next: { url: string; events: string[]; description: string | null; api_version: string },
+  now: Date,
+  reset: boolean,
+): Promise<{ id: string } | null> {
+  const { rows } = await db.query<{ id: string }>(
+    `UPDATE webhook_subscriptions w SET url = $2, events = $3, description = $4, api_version = $5, updated_at = $6,
+              status = CASE WHEN $7::boolean THEN 'healthy' ELSE w.status END,
+              consecutive_failures = CASE WHEN $7::boolean THEN 0 ELSE w.consecutive_failures END,
+              unhealthy_since = CASE WHEN $7::boolean THEN NULL ELSE w.unhealthy_since END,
+              disabled_at = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_at END,
+              disabled_reason = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_reason END,
+              reenabled_at = CASE WHEN $7::boolean THEN $6 ELSE w.reenabled_at END
+        WHERE w.id = $1 RETURNING w.id`,
+    [id, next.url, next.events, next.description, next.api_version, now, reset],
+  );
+  return rows[0] ?? null;
+}
+
+/** Rotation: the new (sealed) secret signs; the previous one, as stored, keeps signing until `expires`. */
+export async function updateSigningSecret(db: Queryable, id: string, sealed: string, previous: string, expires: Date, now: Date): Promise<void> {
+  await db.query(
+    `UPDATE webhook_subscriptions SET signing_secret = $2, previous_secret = $3, previous_secret_expires_at = $4, updated_at = $5 WHERE id = $1`,
+    [id, sealed, previous, expires, now],
+  );
+}
+
+/** Its queued deliveries go with it (cascade). */
+export async function deleteSubscription(db: Queryable, id: string): Promise<void> {
+  await db.query('DELETE FROM webhook_subscriptions WHERE id = $1', [id]);
+}
+
+/** The user who created an API key (a platform-scope subscription's creator when a key creates it). */
+export async function findKeyCreator(db: Queryable, keyId: string): Promise<string | null> {
+  const { rows } = await db.query<{ created_by_user_id: string }>('SELECT created_by_user_id FROM api_keys WHERE id = $1', [keyId]);
+  return rows[0]?.created_by_user_id ?? null;
+}
+
+/** The Tenant of an Application (null for none, or for a null id). */
+export async function findApplicationTenantId(db: Queryable, applicationId: string | null): Promise<string | null> {
+  const { rows } = await db.query<{ tenant_id: string }>('SELECT tenant_id FROM applications WHERE id = $1', [applicationId]);
+  return rows[0]?.tenant_id ?? null;
 }
 
 export interface DeliveryRow {
