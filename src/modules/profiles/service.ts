@@ -8,28 +8,14 @@ import { targetUser } from '../users/access.js';
 import { PROFILE_READ_ONLY, type PatchProfileBody, type Profile } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { parseUrlAsSent } from '../../http/validation.js';
-
-interface ProfileRow {
-  user_id: string;
-  display_name: string;
-  avatar_url: string | null;
-  contact_email: string | null;
-  contact_phone: string | null;
-  locale: string;
-  updated_at: Date;
-}
+import { findProfile, lockProfile, updateProfile, updateSettingsLocale } from './store.js';
 
 /**
  * The Profile; its locale is the Settings locale, and its updated_at its own: a Settings change of the
  * locale moves it (patchSettings), one of theme, timezone or notifications does not.
  */
 async function loadProfile(db: Queryable, userId: string): Promise<Profile> {
-  const { rows } = await db.query<ProfileRow>(
-    `SELECT p.user_id, p.display_name, p.avatar_url, p.contact_email, p.contact_phone, s.locale, p.updated_at
-       FROM profiles p JOIN settings s ON s.user_id = p.user_id WHERE p.user_id = $1`,
-    [userId],
-  );
-  const r = rows[0];
+  const r = await findProfile(db, userId);
   if (!r) throw new ApiError('user_not_found');
   return { ...r, updated_at: r.updated_at.toISOString() };
 }
@@ -83,15 +69,12 @@ export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfile
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
     // Locked before it is read: a concurrent PATCH's fields are kept (only fields sent change).
-    await tx.query('SELECT 1 FROM profiles WHERE user_id = $1 FOR UPDATE', [user.id]);
+    await lockProfile(tx, user.id);
     const before = await loadProfile(tx, user.id);
     const { next, changed } = applyPatch(before, { ...body, locale }, ['display_name', 'avatar_url', 'contact_email', 'contact_phone', 'locale']);
     if (changed.length === 0) return before;
-    await tx.query(
-      `UPDATE profiles SET display_name = $2, avatar_url = $3, contact_email = $4, contact_phone = $5, updated_at = $6 WHERE user_id = $1`,
-      [user.id, next.display_name, next.avatar_url, next.contact_email, next.contact_phone, ctx.now],
-    );
-    if (changed.includes('locale')) await tx.query('UPDATE settings SET locale = $2, updated_at = $3 WHERE user_id = $1', [user.id, next.locale, ctx.now]);
+    await updateProfile(tx, user.id, next, ctx.now);
+    if (changed.includes('locale')) await updateSettingsLocale(tx, user.id, next.locale, ctx.now);
     const after = await loadProfile(tx, user.id);
     if (!self) {
       await recordAudit(tx, inTx(ctx, tx), { action: 'profile.updated', target: { type: 'profile', id: user.id }, targetUserId: user.id, before, after });

@@ -12,22 +12,10 @@ import { settingsValueErrors } from '../applications/validation.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { APP_SETTINGS_READ_ONLY, SETTINGS_READ_ONLY, type AppSettings, type PatchAppSettingsBody, type PatchSettingsBody, type Settings } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
-
-interface SettingsRow {
-  user_id: string;
-  theme: Settings['theme'];
-  timezone: string;
-  locale: string;
-  notifications: Settings['notifications'];
-  updated_at: Date;
-}
+import { findAppSettings, findSettings, lockProfile, touchProfile, updateSettings, upsertAppSettings, type AppSettingsRow } from './store.js';
 
 async function loadSettings(db: Queryable, userId: string, forUpdate = false): Promise<Settings> {
-  const { rows } = await db.query<SettingsRow>(
-    `SELECT user_id, theme, timezone, locale, notifications, updated_at FROM settings WHERE user_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
-    [userId],
-  );
-  const r = rows[0];
+  const r = await findSettings(db, userId, forUpdate);
   if (!r) throw new ApiError('user_not_found');
   return { ...r, updated_at: r.updated_at.toISOString() };
 }
@@ -63,8 +51,7 @@ export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettin
     // The Profile is gone only once the erasure cascade has run (it keeps the global Settings): a write
     // that found the soft-deleted user before the cascade and got here after it is 404, as targetUser
     // answers after it, and leaves no settings.updated row with unredacted snapshots about the erased user.
-    const { rowCount } = await tx.query('SELECT 1 FROM profiles WHERE user_id = $1 FOR UPDATE', [user.id]);
-    if (rowCount === 0) throw new ApiError('user_not_found');
+    if ((await lockProfile(tx, user.id)) === 0) throw new ApiError('user_not_found');
     const before = await loadSettings(tx, user.id, true);
     const next = {
       theme: body.theme ?? before.theme,
@@ -74,24 +61,12 @@ export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettin
     };
     const { user_id: _u, updated_at: _t, ...current } = before;
     if (isDeepStrictEqual(next, current)) return before;
-    await tx.query('UPDATE settings SET theme = $2, timezone = $3, locale = $4, notifications = $5, updated_at = $6 WHERE user_id = $1', [
-      user.id, next.theme, next.timezone, next.locale, JSON.stringify(next.notifications), ctx.now,
-    ]);
-    if (next.locale !== before.locale) await tx.query('UPDATE profiles SET updated_at = $2 WHERE user_id = $1', [user.id, ctx.now]);
+    await updateSettings(tx, user.id, next, ctx.now);
+    if (next.locale !== before.locale) await touchProfile(tx, user.id, ctx.now);
     const after = await loadSettings(tx, user.id);
     if (!self) await recordAudit(tx, inTx(ctx, tx), { action: 'settings.updated', target: { type: 'settings', id: user.id }, targetUserId: user.id, before, after });
     return after;
   });
-}
-
-interface AppSettingsRow {
-  overrides: Record<string, unknown>;
-  updated_at: Date;
-}
-
-async function loadAppSettings(db: Queryable, userId: string, appId: string): Promise<AppSettingsRow | null> {
-  const { rows } = await db.query<AppSettingsRow>('SELECT overrides, updated_at FROM app_settings WHERE user_id = $1 AND application_id = $2', [userId, appId]);
-  return rows[0] ?? null;
 }
 
 const shape = (userId: string, appId: string, row: AppSettingsRow | null): AppSettings => ({
@@ -104,7 +79,7 @@ const shape = (userId: string, appId: string, row: AppSettingsRow | null): AppSe
 /** GET /v1/users/{id}/apps/{appId}/settings: the AppProfile's callers; without a record, no overrides and nothing written. */
 export async function getAppSettings(ctx: Ctx, idParam: string, appId: string): Promise<AppSettings> {
   const { user, app } = await authorizeAppUserData(ctx, idParam, appId);
-  return shape(user.id, app.id, await loadAppSettings(ctx.db, user.id, app.id));
+  return shape(user.id, app.id, await findAppSettings(ctx.db, user.id, app.id));
 }
 
 /**
@@ -123,16 +98,12 @@ export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string,
     // AppSettings are the Application's Tenant's data: unchanged while that Tenant is migrating.
     await assertTenantWritable(tx, app.tenant_id);
     await lockUserForAppData(tx, ctx, user.id);
-    const row = await loadAppSettings(tx, user.id, app.id);
+    const row = await findAppSettings(tx, user.id, app.id);
     const overrides = mergeCustom(row?.overrides ?? {}, body.overrides);
     if (Buffer.byteLength(JSON.stringify(overrides)) > CUSTOM_MAX_BYTES) throw invalidField('overrides', 'must serialize to at most 16 KB');
     if (row && isDeepStrictEqual(overrides, row.overrides)) return shape(user.id, app.id, row);
-    await tx.query(
-      `INSERT INTO app_settings (user_id, application_id, overrides, updated_at) VALUES ($1, $2, $3, $4)
-       ON CONFLICT (user_id, application_id) DO UPDATE SET overrides = EXCLUDED.overrides, updated_at = EXCLUDED.updated_at`,
-      [user.id, app.id, JSON.stringify(overrides), ctx.now],
-    );
-    const after = shape(user.id, app.id, await loadAppSettings(tx, user.id, app.id));
+    await upsertAppSettings(tx, user.id, app.id, overrides, ctx.now);
+    const after = shape(user.id, app.id, await findAppSettings(tx, user.id, app.id));
     if (!self) {
       await recordAudit(tx, inTx(ctx, tx), {
         action: 'settings.updated', target: { type: 'app_settings', id: `${user.id}:${app.id}` }, targetUserId: user.id, applicationId: app.id,

@@ -2,6 +2,7 @@ import type { Module } from '../types.js';
 import { systemRoutes } from './routes.js';
 import { pruneExpired } from './prune.js';
 import { deliverQueuedMail } from '../../mail/outbox.js';
+import { listVacuumTables, vacuumAnalyze } from './store.js';
 
 export const systemModule: Module = {
   name: 'system',
@@ -21,11 +22,8 @@ export const systemModule: Module = {
       run: async (deps) => {
         if (deps.database.kind !== 'pglite') return { skipped: 'autovacuum analyzes on a PostgreSQL server' };
         const db = deps.database.scoped('system');
-        const { rows } = await db.query<{ name: string }>(
-          `SELECT format('%I.%I', n.nspname, c.relname) AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE c.relkind IN ('r', 'm') AND n.nspname IN (current_schema(), 'pg_catalog') ORDER BY 1`,
-        );
-        for (const { name } of rows) await db.exec(`VACUUM (ANALYZE) ${name}`);
+        const rows = await listVacuumTables(db);
+        for (const { name } of rows) await vacuumAnalyze(db, name);
         return { vacuumed: rows.length };
       },
     },

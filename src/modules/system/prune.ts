@@ -1,4 +1,9 @@
 import type { Deps } from '../../context.js';
+import type { Queryable } from '../../db/types.js';
+import {
+  deleteDeadOneTimeTokensBatch, deleteEndedSessionsBatch, deleteExpiredBillingSimulatorSessions, deleteExpiredCounters,
+  deleteExpiredIdempotencyKeys, deleteExpiredLoginLockouts, deleteOldEmailsBatch, deleteStaleEventClocks,
+} from './store.js';
 
 /**
  * Days a session is kept after its 90-day end, revoked or not: until then a replayed refresh token of
@@ -28,29 +33,28 @@ export async function pruneExpired(deps: Deps): Promise<{
 }> {
   const db = deps.database.scoped('system');
   const now = deps.clock.now();
-  const keys = await db.query('DELETE FROM idempotency_keys WHERE expires_at <= $1', [now]);
-  const counters = await db.query('DELETE FROM counters WHERE expires_at <= $1', [now]);
-  const lockouts = await db.query('DELETE FROM login_lockouts WHERE expires_at <= $1', [now]);
+  const keys = await deleteExpiredIdempotencyKeys(db, now);
+  const counters = await deleteExpiredCounters(db, now);
+  const lockouts = await deleteExpiredLoginLockouts(db, now);
   // A user's event clock (src/outbox/emit.ts) matters only to changes racing it; a day on, every
   // request's instant is past it.
-  const clocks = await db.query(`DELETE FROM event_clocks WHERE last_at <= $1::timestamptz - interval '1 day'`, [now]);
+  const clocks = await deleteStaleEventClocks(db, now);
   // A dead token works nowhere (a used or expired link is 400 invalid_token like an unknown one); an
   // email change's keeps the requested address, and every MFA sign-in writes one.
-  const tokens = await inBatches('one_time_tokens', `(t.used_at <= $1 OR t.expires_at <= $1)
-    AND NOT EXISTS (SELECT 1 FROM emails e WHERE e.status = 'queued' AND e.link_token_hash = t.token_hash)`, now);
-  const mails = await inBatches('emails', `t.status <> 'queued' AND t.created_at <= $1`, daysBefore(now, MAIL_RETENTION_DAYS));
-  const simulator = await db.query('DELETE FROM billing_simulator_sessions WHERE expires_at <= $1', [now]);
-  const sessions = await inBatches('sessions', 't.expires_at <= $1', daysBefore(now, ENDED_SESSION_RETENTION_DAYS));
+  const tokens = await inBatches(deleteDeadOneTimeTokensBatch, now);
+  const mails = await inBatches(deleteOldEmailsBatch, daysBefore(now, MAIL_RETENTION_DAYS));
+  const simulator = await deleteExpiredBillingSimulatorSessions(db, now);
+  const sessions = await inBatches(deleteEndedSessionsBatch, daysBefore(now, ENDED_SESSION_RETENTION_DAYS));
   return {
-    idempotency_keys: keys.rowCount, counters: counters.rowCount, login_lockouts: lockouts.rowCount, sessions, event_clocks: clocks.rowCount,
-    one_time_tokens: tokens, emails: mails, billing_simulator_sessions: simulator.rowCount,
+    idempotency_keys: keys, counters, login_lockouts: lockouts, sessions, event_clocks: clocks,
+    one_time_tokens: tokens, emails: mails, billing_simulator_sessions: simulator,
   };
 
-  /** Deletes the rows `t` of `table` matching `where` (at $1), a batch a statement. */
-  async function inBatches(table: string, where: string, at: Date): Promise<number> {
+  /** Runs `deleteBatch` (at `at`) a batch a statement until a batch comes up short. */
+  async function inBatches(deleteBatch: (db: Queryable, at: Date, limit: number) => Promise<number>, at: Date): Promise<number> {
     let deleted = 0;
     for (;;) {
-      const { rowCount } = await db.query(`DELETE FROM ${table} WHERE id IN (SELECT t.id FROM ${table} t WHERE ${where} LIMIT $2)`, [at, PRUNE_BATCH]);
+      const rowCount = await deleteBatch(db, at, PRUNE_BATCH);
       deleted += rowCount;
       if (rowCount < PRUNE_BATCH) return deleted;
     }

@@ -4,27 +4,14 @@ import { ApiError } from '../../errors.js';
 import { findUserById, lockUser, type UserRow } from './store.js';
 import { resolveUserId, SUPERADMIN_ROLE_ID } from './service.js';
 import type { Queryable } from '../../db/types.js';
-import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { findAccessPath, holdsRole } from './access-store.js';
 
 /** App-confined: an app-scoped key acts only on its own Application (Part A Authentication 4). */
 export const confinedApp = (ctx: Ctx): string | null =>
   ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform' ? ctx.actor.scope : null;
 
-/**
- * SQL condition: the user (column `col`, not of an alias `e` or `m`) has any access path to the
- * Application in parameter `$n`: a personal Entitlement in any status, or active membership of an
- * Organization holding a grant that includes the member (the resolver's member decision: a row that
- * excludes the member, by scope or seat limit, is never an access path).
- */
-export const accessPathCondition = (col: string, n: number) =>
-  `(EXISTS (SELECT 1 FROM entitlements ep WHERE ep.user_id = ${col} AND ep.application_id = $${n})
-    OR EXISTS (SELECT 1 FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
-                WHERE m.user_id = ${col} AND m.membership_status = 'active' AND e.application_id = $${n}
-                  AND ${MEMBER_DECISION_SQL} = 'included'))`;
-
 export async function hasAccessPath(ctx: Ctx, userId: string, applicationId: string): Promise<boolean> {
-  const { rowCount } = await ctx.db.query(`SELECT 1 FROM users u WHERE u.id = $1 AND ${accessPathCondition('u.id', 2)}`, [userId, applicationId]);
-  return rowCount > 0;
+  return findAccessPath(ctx.db, userId, applicationId);
 }
 
 /**
@@ -82,7 +69,7 @@ export async function lockTargetUser(tx: Queryable, id: string): Promise<UserRow
 
 /** Whether the user holds the seed superadmin Role. */
 export async function holdsSuperadmin(db: Queryable, userId: string): Promise<boolean> {
-  return (await db.query('SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $2', [userId, SUPERADMIN_ROLE_ID])).rowCount > 0;
+  return holdsRole(db, userId, SUPERADMIN_ROLE_ID);
 }
 
 /**

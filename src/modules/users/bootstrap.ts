@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Deps } from '../../context.js';
 import { systemCtx } from '../../context.js';
 import { assertStrongPassword, hashPassword } from '../../auth/passwords.js';
-import { findLiveUserByEmail } from './store.js';
+import { findLiveUserByEmail, takeAdvisoryLock } from './store.js';
 import { createUserRecords, SUPERADMIN_ROLE_ID } from './service.js';
 import { announceRoleChange } from '../roles/assignments.js';
 
@@ -19,7 +19,7 @@ export async function bootstrapAdmin(deps: Deps, email: string, password: string
   const passwordHash = await hashPassword(password);
   const lockKey = createHash('sha256').update(`bootstrap:${email.toLowerCase()}`).digest().readInt32BE(0);
   return ctx.db.transaction(async (tx) => {
-    await tx.query('SELECT pg_advisory_xact_lock($1)', [lockKey]);
+    await takeAdvisoryLock(tx, lockKey);
     const again = await findLiveUserByEmail(tx, email);
     if (again) return { created: false, userId: again.id };
     const user = await createUserRecords(tx, ctx, {

@@ -3,7 +3,7 @@ import type { Tx } from '../../db/types.js';
 import { issueOneTimeToken } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { takeSlidingQuota } from '../../http/counters.js';
-import { lockUser, type UserRow } from './store.js';
+import { findApprovedEmailFromName, lockUser, type UserRow } from './store.js';
 
 /** Verification and invitation re-sends share this limit: 3 per email per hour (Part A Limits). */
 export const RESEND_LIMIT_PER_HOUR = 3;
@@ -47,8 +47,7 @@ export async function sendVerification(tx: Tx, ctx: Ctx, user: { id: string; ema
 async function emailFromName(tx: Tx, applicationId: string): Promise<string | null> {
   // Only an approved Application brands a mail: one pending review, rejected or suspended has no
   // standing to send in its name (signup through it still succeeds; application_id is informational).
-  const { rows } = await tx.query<{ email_from_name: string | null }>(`SELECT email_from_name FROM applications WHERE id = $1 AND review_status = 'approved'`, [applicationId]);
-  return senderName(rows[0]?.email_from_name ?? null);
+  return senderName(await findApprovedEmailFromName(tx, applicationId));
 }
 
 /**

@@ -6,15 +6,19 @@ import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
-import { findUserById, toUser, USER_COLUMNS, type UserRow } from './store.js';
+import { findUserById, toUser, type UserRow } from './store.js';
 import { eraseUser } from './erase-user.js';
 import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
 import { actorRef } from './service.js';
 import { lockTargetUser, targetUser } from './access.js';
 import { softDeleteUserRow } from './status.js';
 import type { ErasureRequest } from './schemas.js';
-import { AUDIT_COLUMNS, toAuditEvent, type AuditRow } from '../audit/store.js';
+import { toAuditEvent } from '../audit/store.js';
 import { PLATFORM_HOT_WINDOW_DAYS, windowStart } from '../audit/service.js';
+import {
+  cancelScheduledErasure, findDueErasure, holdUserForExport, listAccountRows, listApplicationRows, listMemberOrganizationIds, listUserAuditTrail,
+  lockDueErasure, lockErasureRequest, lockUserEntitlements, upsertErasureRequest, type ErasureRow,
+} from './privacy-store.js';
 
 export const EXPORT_LIMIT_PER_DAY = 5;
 export const ERASURE_DELAY_SECONDS = 7 * 24 * 3600;
@@ -37,13 +41,10 @@ export async function exportUser(ctx: Ctx, idParam: string) {
 
 async function exportBundle(ctx: Ctx, db: Tx, id: string) {
   const user = await lockExportedUser(db, id);
-  const account = await readAccountRows(db, user.id);
-  const applications = await readApplicationRows(db, user.id);
+  const account = await listAccountRows(db, user.id);
+  const applications = await listApplicationRows(db, user.id);
   // The user's own trail in hot storage: what GET /v1/audit-events?target_user_id=me returns, oldest first.
-  const { rows: audit } = await db.query<AuditRow>(
-    `SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE e.target_user_id = $1 AND e.created_at >= $2 ORDER BY e.created_at, e.id`,
-    [user.id, windowStart(ctx, PLATFORM_HOT_WINDOW_DAYS)],
-  );
+  const audit = await listUserAuditTrail(db, user.id, windowStart(ctx, PLATFORM_HOT_WINDOW_DAYS));
   return {
     exported_at: ctx.now.toISOString(),
     user: toUser(user, ctx.now),
@@ -60,43 +61,12 @@ async function exportBundle(ctx: Ctx, db: Tx, id: string) {
  * A sign-in's statement on the user (FOR NO KEY UPDATE) does not wait for it.
  */
 async function lockExportedUser(db: Tx, id: string): Promise<UserRow> {
-  const { rows: [user] } = await db.query<UserRow>(`SELECT ${USER_COLUMNS} FROM users u WHERE u.id = $1 FOR KEY SHARE OF u`, [id]);
+  const user = await holdUserForExport(db, id);
   if (!user || user.erased_at) throw new ApiError('user_not_found');
   return user;
 }
 
-/** The user's own rows: profile, settings, identities, sessions, memberships and role assignments. */
-async function readAccountRows(db: Tx, userId: string) {
-  const one = async (sql: string) => (await db.query(sql, [userId])).rows;
-  const [profile] = await one('SELECT p.user_id, p.display_name, p.avatar_url, p.contact_email, p.contact_phone, s.locale, p.updated_at FROM profiles p JOIN settings s ON s.user_id = p.user_id WHERE p.user_id = $1');
-  const [settings] = await one('SELECT theme, timezone, locale, notifications FROM settings WHERE user_id = $1');
-  const identities = await one('SELECT method, totp_confirmed_at IS NOT NULL AS mfa_enabled, last_used_at FROM identities WHERE user_id = $1 ORDER BY created_at');
-  const sessions = await one('SELECT id, created_at, ip_address, user_agent FROM sessions WHERE user_id = $1 ORDER BY created_at');
-  // Pending invitations are data about the user too (joined_at null until accepted).
-  const organizations = await one(`SELECT organization_id, role, membership_status, joined_at FROM organization_members WHERE user_id = $1 ORDER BY joined_at NULLS LAST, invited_at`);
-  const roles = await one('SELECT role_id, application_id, assigned_at FROM role_assignments WHERE user_id = $1 ORDER BY assigned_at');
-  return { profile, settings, identities, sessions, organizations, roles };
-}
-
-/** Each Application the user has an entitlement, an app profile or app settings in, with the three. */
-async function readApplicationRows(db: Tx, userId: string) {
-  const { rows } = await db.query(
-    `SELECT a.application_id,
-            (SELECT json_build_object('id', e.id, 'status', e.status, 'source', e.source, 'starts_at', e.starts_at, 'ends_at', e.ends_at)
-               FROM entitlements e WHERE e.user_id = $1 AND e.application_id = a.application_id ORDER BY e.created_at DESC LIMIT 1) AS entitlement,
-            (SELECT json_build_object('display_handle', ap.display_handle, 'custom', ap.custom, 'updated_at', ap.updated_at)
-               FROM app_profiles ap WHERE ap.user_id = $1 AND ap.application_id = a.application_id) AS app_profile,
-            COALESCE((SELECT s.overrides FROM app_settings s WHERE s.user_id = $1 AND s.application_id = a.application_id), '{}'::jsonb) AS app_settings
-       FROM (SELECT application_id FROM entitlements WHERE user_id = $1
-             UNION SELECT application_id FROM app_profiles WHERE user_id = $1
-             UNION SELECT application_id FROM app_settings WHERE user_id = $1) a
-      ORDER BY a.application_id`,
-    [userId],
-  );
-  return rows;
-}
-
-function shapeAccount({ profile, settings, identities, sessions, organizations, roles }: Awaited<ReturnType<typeof readAccountRows>>) {
+function shapeAccount({ profile, settings, identities, sessions, organizations, roles }: Awaited<ReturnType<typeof listAccountRows>>) {
   return {
     profile: { ...profile, updated_at: iso(profile.updated_at) },
     settings,
@@ -111,7 +81,7 @@ function shapeAccount({ profile, settings, identities, sessions, organizations, 
  * Timestamps built in SQL (json_build_object) come back as PostgreSQL writes them (+00:00):
  * re-written in the API's one format (ISO 8601 UTC with Z).
  */
-function shapeApplications(applications: Awaited<ReturnType<typeof readApplicationRows>>) {
+function shapeApplications(applications: Awaited<ReturnType<typeof listApplicationRows>>) {
   return applications.map((a) => ({
     ...a,
     entitlement: a.entitlement && { ...a.entitlement, starts_at: isoText(a.entitlement.starts_at), ends_at: isoText(a.entitlement.ends_at) },
@@ -119,12 +89,6 @@ function shapeApplications(applications: Awaited<ReturnType<typeof readApplicati
   }));
 }
 
-interface ErasureRow {
-  user_id: string;
-  status: 'scheduled' | 'cancelled' | 'completed';
-  requested_at: Date;
-  scheduled_for: Date;
-}
 const toErasure = (r: ErasureRow): ErasureRequest => ({
   user_id: r.user_id,
   status: r.status,
@@ -139,21 +103,15 @@ export async function requestErasure(ctx: Ctx, idParam: string, reason: string |
     // The user row is locked first: two requests at once (no erasure row yet to lock) run one after
     // the other, and the second returns the first's request.
     const locked = await lockTargetUser(tx, user.id);
-    const { rows } = await tx.query<ErasureRow>('SELECT user_id, status, requested_at, scheduled_for FROM erasure_requests WHERE user_id = $1 FOR UPDATE', [user.id]);
-    if (rows[0]?.status === 'scheduled') return toErasure(rows[0]);
+    const current = await lockErasureRequest(tx, user.id);
+    if (current?.status === 'scheduled') return toErasure(current);
     await softDeleteUserRow(tx, ctx, locked);
     const by = actorRef(ctx);
-    const { rows: saved } = await tx.query<ErasureRow>(
-      `INSERT INTO erasure_requests (user_id, status, reason, requested_at, scheduled_for, requested_by_type, requested_by_id)
-       VALUES ($1, 'scheduled', $2, $3, $4, $5, $6)
-       ON CONFLICT (user_id) DO UPDATE SET status = 'scheduled', reason = EXCLUDED.reason, requested_at = EXCLUDED.requested_at,
-         scheduled_for = EXCLUDED.scheduled_for, requested_by_type = EXCLUDED.requested_by_type, requested_by_id = EXCLUDED.requested_by_id,
-         cancelled_at = NULL
-       RETURNING user_id, status, requested_at, scheduled_for`,
-      [user.id, reason, ctx.now, addSeconds(ctx.now, ERASURE_DELAY_SECONDS), by.byType, by.byId],
-    );
-    await recordAudit(tx, inTx(ctx, tx), { action: 'user.erasure_requested', target: { type: 'user', id: user.id }, targetUserId: user.id, after: toErasure(saved[0]) });
-    return toErasure(saved[0]);
+    const saved = await upsertErasureRequest(tx, {
+      userId: user.id, reason, now: ctx.now, scheduledFor: addSeconds(ctx.now, ERASURE_DELAY_SECONDS), byType: by.byType, byId: by.byId,
+    });
+    await recordAudit(tx, inTx(ctx, tx), { action: 'user.erasure_requested', target: { type: 'user', id: user.id }, targetUserId: user.id, after: toErasure(saved) });
+    return toErasure(saved);
   });
 }
 
@@ -163,11 +121,7 @@ export async function cancelErasure(ctx: Ctx, idParam: string): Promise<void> {
   await ctx.db.transaction(async (tx) => {
     // Part A: "users.manage may cancel it inside the window". Once scheduled_for has passed the cascade
     // is due (the job may not have run yet) and the request can no longer be cancelled.
-    const { rowCount } = await tx.query(
-      `UPDATE erasure_requests SET status = 'cancelled', cancelled_at = $2 WHERE user_id = $1 AND status = 'scheduled' AND scheduled_for > $2`,
-      [user.id, ctx.now],
-    );
-    if (rowCount !== 1) throw new ApiError('erasure_not_scheduled');
+    if ((await cancelScheduledErasure(tx, user.id, ctx.now)) !== 1) throw new ApiError('erasure_not_scheduled');
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.erasure_cancelled', target: { type: 'user', id: user.id }, targetUserId: user.id });
   });
 }
@@ -182,18 +136,12 @@ export async function runErasureCascade(deps: Deps): Promise<{ erased: number }>
   const erased = await eachSkippingFailures(deps, 'user_id', (skip, picked) => {
     const now = deps.clock.now();
     return deps.database.scoped('system').transaction(async (tx) => {
-      const { rows } = await tx.query<{ user_id: string; test_mode: boolean }>(
-        `SELECT r.user_id, u.test_mode FROM erasure_requests r JOIN users u ON u.id = r.user_id
-          WHERE r.status = 'scheduled' AND r.scheduled_for <= $1 AND r.user_id <> ALL($2::text[]) ORDER BY r.scheduled_for, r.user_id LIMIT 1`,
-        [now, skip],
-      );
-      const due = rows[0];
+      const due = await findDueErasure(tx, now, skip);
       if (!due) return 'none';
       picked(due.user_id);
       await lockForErasure(tx, due.user_id);
       // Read again under the locks: a cancel or a repeated request may have come first.
-      const { rowCount } = await tx.query(`SELECT 1 FROM erasure_requests WHERE user_id = $1 AND status = 'scheduled' AND scheduled_for <= $2 FOR UPDATE`, [due.user_id, now]);
-      if (rowCount !== 1) return 'gone';
+      if ((await lockDueErasure(tx, due.user_id, now)) !== 1) return 'gone';
       const user = (await findUserById(tx, due.user_id))!;
       await eraseUser(tx, { ...systemCtx(deps, modeOf(due.test_mode)), db: tx, now }, user);
       return 'done';
@@ -209,8 +157,8 @@ export async function runErasureCascade(deps: Deps): Promise<{ erased: number }>
  * deadlocked with a member removal of the same user (Organization, user, membership).
  */
 async function lockForErasure(tx: Tx, userId: string): Promise<void> {
-  const { rows: orgs } = await tx.query<{ organization_id: string }>('SELECT organization_id FROM organization_members WHERE user_id = $1 ORDER BY organization_id', [userId]);
+  const orgs = await listMemberOrganizationIds(tx, userId);
   for (const { organization_id } of orgs) await lockOrganization(tx, organization_id);
-  await tx.query('SELECT 1 FROM entitlements WHERE user_id = $1 OR $1 = ANY(member_overrides) ORDER BY id FOR UPDATE', [userId]);
+  await lockUserEntitlements(tx, userId);
   await lockUsersForAccess(tx, [userId]);
 }

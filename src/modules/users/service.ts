@@ -5,9 +5,10 @@ import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
-import { assignRole, findLiveUserByEmail, findUserById, mayBeStoredEmail, insertPasswordIdentity, insertUser, toUser, USER_COLUMNS, type UserRow } from './store.js';
+import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, insertUser, toUser, type UserRow } from './store.js';
+import { applicationExists, listUserRows, userListConditions } from './list-store.js';
 import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
-import { accessPathCondition, confinedApp, lockTargetUser, targetUser } from './access.js';
+import { confinedApp, lockTargetUser, targetUser } from './access.js';
 import { sendInvitation, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds } from '../../http/counters.js';
 
@@ -114,38 +115,14 @@ export async function listUsers(ctx: Ctx, q: UserListQuery) {
   const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
   if (!hasPermission(ctx.actor, 'users.list') && !manage) throw new ApiError('forbidden', { details: { required_permission: 'users.list' } });
   if (q.status === 'deleted' && !manage) throw new ApiError('forbidden', { message: 'Only users.manage may list deleted users.' });
-  const where: string[] = [];
-  const params: unknown[] = [];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
-  if (q.status) add((n) => `u.status = $${n}`, q.status);
-  else if (!(manage && q.include_inactive)) where.push(`u.status <> 'deleted'`);
-  if (q.email && !mayBeStoredEmail(q.email)) where.push('false');
-  else if (q.email) add((n) => `u.email_lower = lower($${n})`, q.email);
-  if (q.created_after) add((n) => `u.created_at > $${n}`, q.created_after);
-  if (q.created_before) add((n) => `u.created_at < $${n}`, q.created_before);
   // An app-scoped key always gets exactly its own Application's result; another filter must name one.
-  if (q.application_id && !confinedApp(ctx) && !(await ctx.db.query('SELECT 1 FROM applications WHERE id = $1', [q.application_id])).rowCount) {
+  if (q.application_id && !confinedApp(ctx) && !(await applicationExists(ctx.db, q.application_id))) {
     throw invalidField('query.application_id', 'is not a known application');
   }
-  const app = confinedApp(ctx) ?? q.application_id;
-  if (app) add((n) => accessPathCondition('u.id', n), app);
-  if (q.organization_id) add((n) => `EXISTS (SELECT 1 FROM organization_members om WHERE om.user_id = u.id AND om.organization_id = $${n} AND om.membership_status = 'active')`, q.organization_id);
-  // q: an email or display_name starting with it. The two prefixes are two index ranges on two tables,
-  // so each is its own page (the newest rows matching it) and the page is the newest of both: one
-  // condition `email LIKE OR display_name LIKE` read every user (docs/conventions.md, Queries at scale).
-  // Lowered in SQL like the columns, never in JavaScript: the two lower İ and a final Σ differently.
-  const prefix = q.q ? params.push(q.q) : 0;
-  const ks = keyset(q, params.length + 1, 'u');
-  const page = (match: string) =>
-    `SELECT ${USER_COLUMNS} FROM users u JOIN profiles p ON p.user_id = u.id
-      WHERE ${[...where, match, ks.condition].join(' AND ')} ${ks.orderLimit}`;
-  const sql = prefix
-    ? `SELECT * FROM ((${page(`u.email_lower ^@ lower($${prefix})`)}) UNION (${page(`lower(p.display_name) ^@ lower($${prefix})`)})) u ${ks.orderLimit}`
-    : page('TRUE');
-  const { rows } = await ctx.db.query<UserRow>(sql, [...params, ...ks.params]);
+  // q: an email or display_name starting with it (listUserRows).
+  const conditions = userListConditions({ ...q, includeDeleted: !!(manage && q.include_inactive), app: confinedApp(ctx) ?? q.application_id });
+  const ks = keyset(q, conditions.params.length + 1, 'u');
+  const rows = await listUserRows(ctx.db, conditions, ks);
   return toPage(rows, ks.limit, (row) => toUser(row, ctx.now));
 }
 

@@ -12,6 +12,9 @@ import { unauthenticated } from '../../auth/credentials.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, lockUser, setEmailUnlessTaken, toUser, type UserRow } from './store.js';
 import { lockTargetUser, targetUser } from './access.js';
+import {
+  clearExpiredPendingEmails, clearPendingEmail, findErasureStatus, setDeletedUserEmail, setPendingEmail, updateUserEmail, updateUserStatus,
+} from './status-store.js';
 import { RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
 import { USER_READ_ONLY, type PatchUserBody, type User, type UserStatus } from './schemas.js';
@@ -52,12 +55,7 @@ async function transition(
   const ending = to === 'suspended' || to === 'deleted';
   const change = async () => {
     // A pending email change ends with its link (below).
-    await tx.query(
-      `UPDATE users SET status = $2, updated_at = $3, deleted_at = CASE WHEN $2 = 'deleted' THEN $3::timestamptz ELSE NULL END,
-              pending_email = CASE WHEN $4::boolean THEN NULL ELSE pending_email END
-        WHERE id = $1`,
-      [user.id, to, ctx.now, ending],
-    );
+    await updateUserStatus(tx, user.id, to, ctx.now, ending);
     // An invitation ends with the invited status (deleted, or set active without a password): its
     // links open nothing any more, and an unsent invitation mail is not delivered.
     if (user.status === 'invited') await voidInvitations(tx, user.id, ctx.now);
@@ -145,16 +143,16 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
   if (user.status === 'invited') return transition(tx, ctx, user, 'active', 'user.updated', 'user_reactivated', null);
   if (user.status === 'suspended') return transition(tx, ctx, user, 'active', 'user.reactivated', 'user_reactivated', 'user.reactivated');
   // deleted → active: restore
-  const { rows } = await tx.query<{ status: string }>('SELECT status FROM erasure_requests WHERE user_id = $1', [user.id]);
-  if (rows[0]?.status === 'scheduled') throw new ApiError('erasure_scheduled');
-  if (rows[0]?.status === 'completed') throw new ApiError('user_not_found');
+  const erasure = await findErasureStatus(tx, user.id);
+  if (erasure === 'scheduled') throw new ApiError('erasure_scheduled');
+  if (erasure === 'completed') throw new ApiError('user_not_found');
   let restored = user;
   const takenMeanwhile = newEmail === undefined ? 'The email was taken meanwhile; send a new email in the same request.' : undefined;
   if (newEmail !== undefined) {
     const holder = await findLiveUserByEmail(tx, newEmail);
     if (holder) throw emailTaken(holder);
     // The row is still deleted, outside users_email_live_key: the status change below is what can collide.
-    await tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL WHERE id = $1', [user.id, newEmail]);
+    await setDeletedUserEmail(tx, user.id, newEmail);
     await voidAddressTokens(tx, user.id, ctx.now);
     restored = await reload(tx, user.id);
   } else {
@@ -177,8 +175,7 @@ async function adminStatus(tx: Tx, ctx: Ctx, user: UserRow, to: UserStatus, newE
 }
 
 async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promise<UserRow> {
-  await assignEmail(tx, user.id, email, () =>
-    tx.query('UPDATE users SET email = $2, email_verified = false, pending_email = NULL, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]));
+  await assignEmail(tx, user.id, email, () => updateUserEmail(tx, user.id, email, ctx.now));
   // Links mailed to the old address (a pending self-service change, verification, reset) die with it.
   await voidAddressTokens(tx, user.id, ctx.now);
   const after = await reload(tx, user.id);
@@ -200,13 +197,13 @@ async function requestEmailChange(tx: Tx, ctx: Ctx, found: UserRow, email: strin
     if (!user.pending_email) return user;
     // Back to the current address: the pending change is withdrawn and its link stops working.
     await voidEmailChangeTokens(tx, user.id, ctx.now);
-    await tx.query('UPDATE users SET pending_email = NULL, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
+    await clearPendingEmail(tx, user.id, ctx.now);
     return reload(tx, user.id);
   }
   const holder = await findLiveUserByEmail(tx, email);
   if (holder) throw emailTaken(holder);
   await takeEmailChangeQuota(tx, ctx, user.email, email);
-  await tx.query('UPDATE users SET pending_email = $2, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]);
+  await setPendingEmail(tx, user.id, email, ctx.now);
   const token = await issueOneTimeToken(tx, ctx, { kind: 'email_change', userId: user.id, data: { email }, replacePrevious: true });
   await enqueueMail(tx, ctx, { template: 'email_change_verification', to: email, vars: { token }, userId: user.id });
   await enqueueMail(tx, ctx, { template: 'email_change_notice', to: user.email, vars: { newEmail: email }, userId: user.id });
@@ -237,11 +234,5 @@ async function takeEmailChangeQuota(tx: Tx, ctx: Ctx, current: string, email: st
  */
 export async function expirePendingEmails(deps: Deps): Promise<{ cleared: number }> {
   const now = deps.clock.now();
-  const { rowCount } = await deps.database.scoped('system').query(
-    `UPDATE users u SET pending_email = NULL, updated_at = $1
-      WHERE u.pending_email IS NOT NULL
-        AND NOT EXISTS (SELECT 1 FROM one_time_tokens t WHERE t.user_id = u.id AND t.kind = 'email_change' AND t.used_at IS NULL AND t.expires_at > $1)`,
-    [now],
-  );
-  return { cleared: rowCount };
+  return { cleared: await clearExpiredPendingEmails(deps.database.scoped('system'), now) };
 }

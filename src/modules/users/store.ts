@@ -193,3 +193,17 @@ export async function assignRole(
   );
   return rowCount === 1;
 }
+
+/**
+ * The email_from_name of the Application if it is approved; null otherwise (none, or pending review,
+ * rejected or suspended: such an Application has no standing to send in its name).
+ */
+export async function findApprovedEmailFromName(db: Queryable, applicationId: string): Promise<string | null> {
+  const { rows } = await db.query<{ email_from_name: string | null }>(`SELECT email_from_name FROM applications WHERE id = $1 AND review_status = 'approved'`, [applicationId]);
+  return rows[0]?.email_from_name ?? null;
+}
+
+/** Takes the transaction-scoped advisory lock `key`, waiting for its holder. */
+export async function takeAdvisoryLock(db: Queryable, key: number): Promise<void> {
+  await db.query('SELECT pg_advisory_xact_lock($1)', [key]);
+}
