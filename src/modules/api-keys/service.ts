@@ -7,8 +7,8 @@ import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { PLATFORM_PERMISSIONS } from '../../http/meta.js';
 import { API_KEY_PREFIX } from '../../auth/credentials.js';
-import { findApplication, isApplicationOwner, OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
-import { findKey, KEY_COLUMNS, toApiKey, type KeyRow } from './store.js';
+import { findApplication, isApplicationOwner } from '../../access/ownership.js';
+import { findKey, insertKey, keyListConditions, listKeyRows, lockKey, toApiKey, updateKey, updateKeyRevoked, updateKeySecret, type KeyRow } from './store.js';
 import { KEY_READ_ONLY, type ApiKey, type CreateKeyBody, type KeyListQuery, type PatchKeyBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { refusalFor } from '../applications/service.js';
@@ -101,14 +101,12 @@ export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey &
   const secret = newSecret(API_KEY_PREFIX[mode]);
   const id = newId('key');
   return ctx.db.transaction(async (tx) => {
-    const { rows } = await tx.query<KeyRow>(
-      `INSERT INTO api_keys (id, name, scope, permissions, test_mode, intended_use, restrict_destructive, secret_hash, secret_hint,
-         expires_at, created_by_user_id, created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) RETURNING ${KEY_COLUMNS}`,
-      [id, body.name, body.scope, body.permissions, mode === 'test', intendedUse, body.restrict_destructive ?? intendedUse === 'agent',
-        hashSecret(secret), secret.slice(-4), expiresAt, userId, ctx.now],
-    );
-    const key = toApiKey(rows[0]);
+    const row = await insertKey(tx, {
+      id, name: body.name, scope: body.scope, permissions: body.permissions, testMode: mode === 'test', intendedUse,
+      restrictDestructive: body.restrict_destructive ?? intendedUse === 'agent', secretHash: hashSecret(secret), secretHint: secret.slice(-4),
+      expiresAt, createdByUserId: userId, now: ctx.now,
+    });
+    const key = toApiKey(row);
     const audit = { target: { type: 'api_key', id }, after: key, applicationId: scopeApp(key.scope) };
     await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.created', ...audit });
     // An agent key created without the restriction is audited like turning it off later (Part A, Authentication 5).
@@ -122,23 +120,16 @@ const scopeApp = (scope: string) => (scope === 'platform' ? null : scope);
 /** GET /v1/api-keys: keys in scope for the caller; revoked and expired ones only with include_inactive. */
 export async function listKeys(ctx: Ctx, q: KeyListQuery) {
   const userId = callerId(ctx);
-  const where: string[] = [];
-  const params: unknown[] = [];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
-  if (!hasPermission(ctx.actor, 'api_keys.manage')) add((n) => `scope IN (${OWNED_APPLICATIONS_SQL(n)})`, userId);
-  if (q.scope) add((n) => `scope = $${n}`, q.scope);
-  if (q.mode) add((n) => `test_mode = $${n}`, q.mode === 'test');
-  if (ctx.mode === 'test') add((n) => `test_mode = $${n}`, true);
-  if (q.intended_use) add((n) => `intended_use = $${n}`, q.intended_use);
-  if (!q.include_inactive) add((n) => `revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $${n})`, ctx.now);
-  const ks = keyset(q, params.length + 1);
-  const { rows } = await ctx.db.query<KeyRow>(
-    `SELECT ${KEY_COLUMNS} FROM api_keys WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
+  const conditions = keyListConditions({
+    ownedBy: hasPermission(ctx.actor, 'api_keys.manage') ? null : userId,
+    scope: q.scope,
+    mode: q.mode,
+    testOnly: ctx.mode === 'test',
+    intendedUse: q.intended_use,
+    activeAt: q.include_inactive ? null : ctx.now,
+  });
+  const ks = keyset(q, conditions.params.length + 1);
+  const rows = await listKeyRows(ctx.db, conditions, ks);
   return toPage(rows, ks.limit, toApiKey);
 }
 
@@ -155,8 +146,7 @@ async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise
   return ctx.db.transaction(async (tx) => {
     // Locked and read again: a revocation committed meanwhile is seen (409, no rotation of a revoked
     // key, no audit row after api_key.revoked), and a concurrent change is the starting point.
-    const { rows } = await tx.query<KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE`, [id]);
-    const locked = rows[0];
+    const locked = (await lockKey(tx, id))!;
     if (locked.revoked_at) throw new ApiError('api_key_revoked');
     return fn(tx, locked);
   });
@@ -171,19 +161,14 @@ export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promis
     // A PATCH that changes nothing writes nothing (no updated_at, no audit row).
     const samePermissions = !body.permissions || (new Set(body.permissions).size === new Set(key.permissions).size && body.permissions.every((p) => key.permissions.includes(p)));
     if ((body.name === undefined || body.name === key.name) && samePermissions && (body.restrict_destructive === undefined || body.restrict_destructive === key.restrict_destructive)) return key;
-    const { rows } = await tx.query<KeyRow>(
-      `UPDATE api_keys SET name = COALESCE($2, name), permissions = COALESCE($3, permissions),
-              restrict_destructive = COALESCE($4, restrict_destructive), updated_at = $5
-        WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
-      [key.id, body.name ?? null, body.permissions ?? null, body.restrict_destructive ?? null, ctx.now],
-    );
+    const row = await updateKey(tx, key.id, { name: body.name ?? null, permissions: body.permissions ?? null, restrictDestructive: body.restrict_destructive ?? null }, ctx.now);
     const c = inTx(ctx, tx);
-    const audit = { target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope), before: toApiKey(key), after: toApiKey(rows[0]) };
+    const audit = { target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope), before: toApiKey(key), after: toApiKey(row) };
     await recordAudit(tx, c, { action: 'api_key.updated', ...audit });
     if (key.intended_use === 'agent' && key.restrict_destructive && body.restrict_destructive === false) {
       await recordAudit(tx, c, { action: 'api_key.restrict_destructive_disabled', ...audit });
     }
-    return rows[0];
+    return row;
   });
   return toApiKey(updated);
 }
@@ -194,12 +179,9 @@ export async function rotateKey(ctx: Ctx, id: string): Promise<ApiKey & { secret
   const rotated = await change(ctx, id, async (tx, key) => {
     await assertHoldsKeyPermissions(inTx(ctx, tx), key);
     secret = newSecret(API_KEY_PREFIX[key.test_mode ? 'test' : 'live']);
-    const { rows } = await tx.query<KeyRow>(
-      `UPDATE api_keys SET secret_hash = $2, secret_hint = $3, updated_at = $4 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
-      [key.id, hashSecret(secret), secret.slice(-4), ctx.now],
-    );
+    const row = await updateKeySecret(tx, key.id, hashSecret(secret), secret.slice(-4), ctx.now);
     await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.rotated', target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope) });
-    return rows[0];
+    return row;
   });
   return { ...toApiKey(rotated), secret };
 }
@@ -210,7 +192,6 @@ export async function revokeKey(ctx: Ctx, id: string): Promise<void> {
   await assertMayManageScope(ctx, key.scope);
   if (key.revoked_at) return;
   await ctx.db.transaction(async (tx) => {
-    const { rowCount } = await tx.query('UPDATE api_keys SET revoked_at = $2, updated_at = $2 WHERE id = $1 AND revoked_at IS NULL', [key.id, ctx.now]);
-    if (rowCount === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.revoked', target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope) });
+    if ((await updateKeyRevoked(tx, key.id, ctx.now)) === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.revoked', target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope) });
   });
 }

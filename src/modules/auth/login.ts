@@ -4,10 +4,16 @@ import { modeOf, type Queryable, type Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { verifyAgainstDummy, verifyPassword, withPasswordWork, hashRecoveryCode } from '../../auth/passwords.js';
 import { consumeOneTimeToken, issueOneTimeToken, peekOneTimeToken, TOKEN_LIFETIME_SECONDS, type OneTimeTokenRow } from '../../auth/one-time-tokens.js';
-import { latestAcceptedStep, legacyRecoveryCodeHash, totpSecretOf, USED_STEPS_KEPT, verifyTotp } from '../../auth/totp.js';
+import { latestAcceptedStep, legacyRecoveryCodeHash, totpSecretOf, verifyTotp } from '../../auth/totp.js';
 import { claimAttempt, claimEmailAttempt, clearFailures, findAndClaim, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from './identities.js';
 import { issueSession, type AuthMethod } from './sessions.js';
+import { findSessionUser } from './store.js';
+import {
+  claimChallengeAttempt, findSteppedFloor, hasUnusedRecoveryCode, lockIdentity, releaseChallengeAttempt, takeRecoveryCode, takeTotpStep, updateChallengeUsed,
+} from './mfa-store.js';
 import type { AuthSession, LoginBody, MfaChallenge, MfaVerifyBody } from './schemas.js';
+
+export { takeRecoveryCode, takeTotpStep, TOTP_STEPS_CLEARED, totpStepFree, totpStepTaken } from './mfa-store.js';
 
 /** Wrong codes a single MFA challenge tolerates before it is void. */
 const MFA_CHALLENGE_ATTEMPTS = 5;
@@ -56,8 +62,7 @@ async function loginAdmitted(ctx: Ctx, input: LoginBody): Promise<AuthSession | 
 /** The challenge's `methods` are those that can complete it: `recovery_code` only while an unused code remains. */
 async function challenge(tx: Tx, ctx: Ctx, userId: string, identityId: string): Promise<MfaChallenge> {
   const token = await issueOneTimeToken(tx, ctx, { kind: 'mfa_challenge', userId, data: { identity_id: identityId } });
-  const { rows } = await tx.query('SELECT 1 FROM recovery_codes WHERE user_id = $1 AND used_at IS NULL LIMIT 1', [userId]);
-  const methods: MfaChallenge['methods'] = rows.length > 0 ? ['totp', 'recovery_code'] : ['totp'];
+  const methods: MfaChallenge['methods'] = (await hasUnusedRecoveryCode(tx, userId)) ? ['totp', 'recovery_code'] : ['totp'];
   return { mfa_required: true, mfa_token: token, methods, expires_in: TOKEN_LIFETIME_SECONDS.mfa_challenge };
 }
 
@@ -97,17 +102,14 @@ async function openMfaChallenge(baseCtx: Ctx, mfaToken: string): Promise<{ ctx: 
 async function claimMfaAttempt(ctx: Ctx, pending: OneTimeTokenRow, identity: PasswordIdentity): Promise<{ attempts: number; release: () => Promise<void> }> {
   const claim = await claimAttempt(ctx.db, identity.id, ctx.now);
   if (claim.refused) throw tooManyAttempts(claim.lockedUntil, ctx.now);
-  const { rows: slot } = await ctx.db.query<{ attempts: number }>(
-    'UPDATE one_time_tokens SET attempts = attempts + 1 WHERE id = $1 AND used_at IS NULL AND expires_at > $2 AND attempts < $3 RETURNING attempts',
-    [pending.id, ctx.now, MFA_CHALLENGE_ATTEMPTS],
-  );
+  const attempts = await claimChallengeAttempt(ctx.db, pending.id, ctx.now, MFA_CHALLENGE_ATTEMPTS);
   const release = () => releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
-  if (slot.length === 0) {
+  if (attempts === null) {
     // Spent or void meanwhile: no code was evaluated.
     await release();
     throw new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
   }
-  return { attempts: slot[0]!.attempts, release };
+  return { attempts, release };
 }
 
 /** The TOTP step the code is for (null: not valid now), or the hashes the recovery code may be stored as. */
@@ -132,17 +134,13 @@ async function spendMfaProof(ctx: Ctx, pending: OneTimeTokenRow, identity: Passw
       if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) throw rejected;
       // The identity before a recovery code, as a disable or a support reset takes them (they turn TOTP
       // off and delete the codes): in the other order, the same code sent to both deadlocked.
-      if (method === 'recovery_code') await tx.query('SELECT 1 FROM identities WHERE id = $1 FOR NO KEY UPDATE', [identity.id]);
+      if (method === 'recovery_code') await lockIdentity(tx, identity.id);
       const accepted =
         method === 'otp'
           ? step !== null && (await takeTotpStep(tx, identity.id, step, ctx.now))
           : await takeRecoveryCode(tx, pending.user_id, recoveryHashes, ctx.now);
       if (!accepted) throw rejected;
-      const { rows } = await tx.query<{ id: string; status: string; email_verified: boolean; test_mode: boolean }>(
-        'SELECT id, status, email_verified, test_mode FROM users WHERE id = $1',
-        [pending.user_id],
-      );
-      const user = rows[0];
+      const user = await findSessionUser(tx, pending.user_id);
       // A right code for a suspended user: 403, as for a right password (nothing is spent or counted).
       if (user?.status === 'suspended') throw suspended;
       if (!user || user.status !== 'active') throw gone;
@@ -156,7 +154,7 @@ async function spendMfaProof(ctx: Ctx, pending: OneTimeTokenRow, identity: Passw
       if (err === rejected) return null;
       if (err === suspended || err === gone) {
         await releaseClaim();
-        await ctx.db.query('UPDATE one_time_tokens SET attempts = attempts - 1 WHERE id = $1 AND attempts > 0', [pending.id]);
+        await releaseChallengeAttempt(ctx.db, pending.id);
       }
       throw err;
     });
@@ -165,56 +163,18 @@ async function spendMfaProof(ctx: Ctx, pending: OneTimeTokenRow, identity: Passw
 /** A wrong code stays counted; the challenge's last allowed one voids it. */
 async function failMfaAttempt(ctx: Ctx, pending: OneTimeTokenRow, attempts: number): Promise<never> {
   if (attempts >= MFA_CHALLENGE_ATTEMPTS) {
-    await ctx.db.query('UPDATE one_time_tokens SET used_at = $2 WHERE id = $1 AND used_at IS NULL', [pending.id, ctx.now]);
+    await updateChallengeUsed(ctx.db, pending.id, ctx.now);
   }
   throw new ApiError('invalid_credentials', { message: 'The code is not valid.' });
 }
 
-/*
- * The TOTP replay guard (docs/decisions.md, "MFA enrollment"). totp_last_step is the latest step used;
- * totp_used_steps holds every step used from totp_steps_from on (a day below the latest). A code is
- * taken when its step is later than the latest; or, when the latest lies beyond the last step any
- * process within the skew bound accepts now (only a clock that stepped back leaves it there), when its
- * step is later than every step used up to that bound and not below the record: no step used, before
- * the clock stepped back or since, passes twice. Within normal operation the latest is within the
- * bound and the rule is the first alone. A record some process did not keep (one running an earlier
- * version: the latest step is missing from it) counts from the step after the latest: that one was
- * used and is not in it.
- */
-const RECORD_KEPT = 'totp_last_step = ANY (totp_used_steps)';
-const steppedFloor = (bound: string) =>
-  `CASE WHEN ${RECORD_KEPT} THEN GREATEST(totp_steps_from - 1, (SELECT max(u) FROM unnest(totp_used_steps) AS u WHERE u <= ${bound})) END`;
-/** Whether `step` may be taken, `bound` being latestAcceptedStep(now) (a WHERE condition on identities). */
-export const totpStepFree = (step: string, bound: string): string =>
-  `(totp_last_step IS NULL OR totp_last_step < ${step} OR (totp_last_step > ${bound} AND ${step} > ${steppedFloor(bound)}))`;
-/** The SET list that takes `step`: the latest, the record and where it starts. */
-export const totpStepTaken = (step: string): string =>
-  `totp_last_step = GREATEST(totp_last_step, ${step}),
-   totp_steps_from = GREATEST(totp_steps_from, GREATEST(totp_last_step, ${step}) - ${USED_STEPS_KEPT}, CASE WHEN NOT ${RECORD_KEPT} THEN totp_last_step + 1 END),
-   totp_used_steps = ARRAY(SELECT u FROM unnest(array_append(totp_used_steps, ${step})) AS u WHERE u >= GREATEST(totp_last_step, ${step}) - ${USED_STEPS_KEPT} ORDER BY u)`;
-/** Forgets the record (a new secret, or TOTP off). */
-export const TOTP_STEPS_CLEARED = "totp_last_step = NULL, totp_used_steps = '{}', totp_steps_from = NULL";
-
-/** The step at or below which verifyTotp refuses codes for this identity now (see above); null: none used. */
+/** The step at or below which verifyTotp refuses codes for this identity now (the replay guard, mfa-store.ts); null: none used. */
 export async function totpAfterStep(db: Queryable, identity: Pick<PasswordIdentity, 'id' | 'totp_last_step'>, now: Date): Promise<number | null> {
   const last = identity.totp_last_step;
   const bound = latestAcceptedStep(now);
   if (last === null || last <= bound) return last;
-  const { rows } = await db.query<{ floor: number | null }>(
-    `SELECT (${steppedFloor('$2::bigint')})::float8 AS floor FROM identities WHERE id = $1`,
-    [identity.id, bound],
-  );
-  const floor = rows[0]?.floor;
+  const floor = await findSteppedFloor(db, identity.id, bound);
   return floor === null || floor === undefined ? last : Number(floor);
-}
-
-/** Takes a TOTP step for the identity, once: of two uses of one code, exactly one succeeds. */
-export async function takeTotpStep(tx: Tx, identityId: string, step: number, now: Date): Promise<boolean> {
-  const { rowCount } = await tx.query(
-    `UPDATE identities SET ${totpStepTaken('$2::bigint')} WHERE id = $1 AND ${totpStepFree('$2::bigint', '$3::bigint')}`,
-    [identityId, step, latestAcceptedStep(now)],
-  );
-  return rowCount === 1;
 }
 
 /**
@@ -227,13 +187,4 @@ export const withRecoveryCodeWork = <T>(input: { recovery_code?: string }, fn: (
 /** What a recovery code someone sent may be stored as: computed before the transaction (it hashes). */
 export async function recoveryCodeHashes(userId: string, code: string): Promise<string[]> {
   return [await hashRecoveryCode(userId, code), legacyRecoveryCodeHash(code)];
-}
-
-/** Uses up the user's unused recovery code with one of these hashes; false when there is none. */
-export async function takeRecoveryCode(tx: Tx, userId: string, hashes: string[], now: Date): Promise<boolean> {
-  const { rowCount } = await tx.query(
-    'UPDATE recovery_codes SET used_at = $3 WHERE id = (SELECT id FROM recovery_codes WHERE user_id = $1 AND code_hash = ANY($2::text[]) AND used_at IS NULL LIMIT 1 FOR UPDATE) AND used_at IS NULL',
-    [userId, hashes, now],
-  );
-  return rowCount === 1;
 }

@@ -10,6 +10,7 @@ import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
 import { findUserById, holdUserBeforeLinks } from '../users/store.js';
 import { claimAttempt, clearFailures, findPasswordIdentity, releaseAttempt, replacePassword, tooManyAttempts } from './identities.js';
+import { revokeOtherSessions } from './store.js';
 import type { ChangePasswordBody } from './schemas.js';
 
 /**
@@ -55,7 +56,7 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
     // is not undone by the password verified before it: that password is no longer the current one.
     if (!(await replacePassword(tx, identity.id, currentHash, passwordHash, ctx.now))) throw new ApiError('invalid_current_password');
     await clearFailures(tx, identity.id, ctx.now);
-    await tx.query('UPDATE sessions SET revoked_at = $3 WHERE user_id = $1 AND id <> $2 AND revoked_at IS NULL', [id, sessionId, ctx.now]);
+    await revokeOtherSessions(tx, id, sessionId, ctx.now);
     await enqueueMail(tx, ctx, { template: 'password_changed', to: user.email, vars: {}, userId: user.id });
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.password_changed', target: { type: 'user', id }, targetUserId: id });
   });

@@ -12,6 +12,7 @@ import { lockUnchanged, sendInvitation, sendVerification, takeResendQuota } from
 import { assignEmail } from '../users/status.js';
 import { revokeSessions } from '../sessions/store.js';
 import { setPassword } from './identities.js';
+import { updateEmailConfirmed, updateEmailVerified, updateUserActivated } from './store.js';
 import { issueSession } from './sessions.js';
 import type { AuthSession, EmailBody, TokenBody, TokenPasswordBody } from './schemas.js';
 import { withAccessFlips } from '../../access/flips.js';
@@ -45,7 +46,7 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
       const status = await holdUserBeforeLinks(tx, user.id);
       if (status === null || status === 'deleted') throw badToken();
       await consume(tx, pending, ctx.now);
-      await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
+      await updateEmailVerified(tx, user.id, ctx.now);
       return;
     }
     // Decided on the user as it is now, locked before the token as a status or email change locks
@@ -55,8 +56,7 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
     await consume(tx, pending, ctx.now);
     const email = String(pending.data.email);
     if (current.status !== 'active' || current.pending_email?.toLowerCase() !== email.toLowerCase()) throw badToken();
-    await assignEmail(tx, user.id, email, () =>
-      tx.query('UPDATE users SET email = $2, pending_email = NULL, email_verified = true, updated_at = $3 WHERE id = $1', [user.id, email, ctx.now]));
+    await assignEmail(tx, user.id, email, () => updateEmailConfirmed(tx, user.id, email, ctx.now));
     // Links mailed to the old address (verification, reset) die with it.
     await voidAddressTokens(tx, user.id, ctx.now);
     await recordAudit(tx, inTx(ctx, tx), {
@@ -121,7 +121,7 @@ async function resetPasswordAdmitted(base: Ctx, input: TokenPasswordBody): Promi
     await voidPasswordTokens(tx, user.id, ctx.now);
     await setPassword(tx, user.id, passwordHash, ctx.now);
     // Following the mailed link proves control of the address.
-    await tx.query('UPDATE users SET email_verified = true, updated_at = $2 WHERE id = $1', [user.id, ctx.now]);
+    await updateEmailVerified(tx, user.id, ctx.now);
     await revokeSessions(tx, { userId: user.id }, ctx.now);
     await recordAudit(tx, inTx(ctx, tx), {
       action: 'user.password_reset',
@@ -164,9 +164,7 @@ async function acceptInvitationAdmitted<T>(
     // Accepting any invitation ends every other one (the account's, each Organization's link).
     await voidInvitations(tx, user.id, ctx.now);
     // An invited user may already hold grants: activation can flip access on.
-    await withAccessFlips(tx, inTx(ctx, tx), { userIds: [user.id] }, 'user_reactivated', () =>
-      tx.query(`UPDATE users SET status = 'active', email_verified = true, updated_at = $2 WHERE id = $1`, [user.id, ctx.now]),
-    );
+    await withAccessFlips(tx, inTx(ctx, tx), { userIds: [user.id] }, 'user_reactivated', () => updateUserActivated(tx, user.id, ctx.now));
     await setPassword(tx, user.id, passwordHash, ctx.now);
     const c = inTx(ctx, tx);
     const after = toUser((await findUserById(tx, user.id))!, ctx.now);

@@ -1,17 +1,17 @@
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
-import { CLEAR_LOCKOUT_SQL } from './identities.js';
 import { addSeconds } from '../../clock.js';
 import { ApiError } from '../../errors.js';
 import { hashSecret, newId, newSecret } from '../../ids.js';
 import { PLATFORM_AUDIENCE } from '../../auth/signing-keys.js';
+import { findUserStatus, insertSession, type AuthMethod } from './store.js';
 import type { AuthSession } from './schemas.js';
+
+export type { AuthMethod } from './store.js';
 
 export const ACCESS_TOKEN_SECONDS = 15 * 60;
 export const REFRESH_IDLE_SECONDS = 30 * 24 * 3600;
 export const SESSION_ABSOLUTE_SECONDS = 90 * 24 * 3600;
-
-export type AuthMethod = 'pwd' | 'otp' | 'recovery_code' | 'sso';
 
 export interface SessionUser {
   id: string;
@@ -40,34 +40,15 @@ export async function issueSession(db: Queryable, ctx: Ctx, user: SessionUser, a
   const refreshToken = newSecret('rtk_');
   const sessionExpiresAt = addSeconds(ctx.now, SESSION_ABSOLUTE_SECONDS);
   const idle = addSeconds(ctx.now, REFRESH_IDLE_SECONDS);
-  // `i` locks the identity only while it still holds the verified hash (under READ COMMITTED a row
-  // changed meanwhile is re-read at its newest version), `u` the user only while active; the rows are
-  // written only through `u`. The identity's lock is the one `c` writes under (FOR NO KEY UPDATE, not
-  // FOR SHARE): two sign-ins of one account holding it shared would each wait for the other to let go
-  // before clearing its counter, a deadlock. Referential checks run at the end of the statement.
-  const { rows } = await db.query<{ id: string }>(
-    `WITH ${password ? `i AS (
-       SELECT id FROM identities WHERE id = $12 AND password_hash = $13 FOR NO KEY UPDATE
-     ), ` : ''}u AS (
-       UPDATE users SET last_login_at = $7 ${password ? 'FROM i ' : ''}WHERE users.id = $2 AND users.status = 'active' RETURNING users.id
-     ), s AS (
-       INSERT INTO sessions (id, user_id, test_mode, amr, ip_address, user_agent, created_at, expires_at)
-       SELECT $1, u.id, $3, $4, $5, $6, $7, $8 FROM u
-     ), t AS (
-       INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, idle_expires_at, parent_id)
-       SELECT $9, $1, $10, $7, $11, NULL FROM u
-     )${password ? `, c AS (${CLEAR_LOCKOUT_SQL('$12', '$7')} AND EXISTS (SELECT 1 FROM u))` : ''}
-     SELECT id FROM u`,
-    [
-      sessionId, user.id, user.test_mode, amr, ctx.ip, ctx.userAgent?.slice(0, 512) ?? null, ctx.now, sessionExpiresAt,
-      newId('rtk'), hashSecret(refreshToken), idle < sessionExpiresAt ? idle : sessionExpiresAt,
-      ...(password ? [password.identityId, password.passwordHash] : []),
-    ],
-  );
+  const rows = await insertSession(db, {
+    sessionId, userId: user.id, testMode: user.test_mode, amr, ip: ctx.ip, userAgent: ctx.userAgent?.slice(0, 512) ?? null, now: ctx.now, expiresAt: sessionExpiresAt,
+    refreshTokenId: newId('rtk'), refreshTokenHash: hashSecret(refreshToken), idleExpiresAt: idle < sessionExpiresAt ? idle : sessionExpiresAt,
+    password,
+  });
   if (rows.length === 0) {
     // Ended meanwhile: suspended (or deleted), or a new password set; read as committed now.
-    const { rows: now } = await db.query<{ status: string }>('SELECT status FROM users WHERE id = $1', [user.id]);
-    throw new ApiError(now[0]?.status === 'suspended' ? 'account_suspended' : 'invalid_credentials');
+    const status = await findUserStatus(db, user.id);
+    throw new ApiError(status === 'suspended' ? 'account_suspended' : 'invalid_credentials');
   }
   return {
     token_type: 'Bearer',

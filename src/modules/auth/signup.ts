@@ -7,6 +7,7 @@ import { findLiveUserByEmail } from '../users/store.js';
 import { lockUnchanged, RESEND_LIMIT_PER_HOUR, sendInvitation, sendVerification, takeResendQuota } from '../users/invitations.js';
 import { requireSlidingQuota } from '../../http/counters.js';
 import { issueSession } from './sessions.js';
+import { countApplication } from './store.js';
 import type { AuthSession, SignupBody } from './schemas.js';
 
 /**
@@ -52,8 +53,7 @@ async function signupAdmitted(ctx: Ctx, input: SignupBody): Promise<AuthSession>
 
 /** application_id names an Application (its branding is read when the verification mail is made). */
 async function assertKnownApplication(ctx: Ctx, applicationId: string): Promise<void> {
-  const { rowCount } = await ctx.db.query('SELECT 1 FROM applications WHERE id = $1', [applicationId]);
-  if (!rowCount) {
+  if (!(await countApplication(ctx.db, applicationId))) {
     throw invalidField('application_id', 'is not a known application');
   }
 }

@@ -12,7 +12,8 @@ import { assertMayActOnAdmin, targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
 import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
 import { hashRecoveryCode, withPasswordWork } from '../../auth/passwords.js';
-import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep, TOTP_STEPS_CLEARED, totpAfterStep, totpStepFree, totpStepTaken, withRecoveryCodeWork } from '../auth/login.js';
+import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep, totpAfterStep, withRecoveryCodeWork } from '../auth/login.js';
+import { deleteRecoveryCodes, insertRecoveryCode, lockTotpState, takePendingTotpStep, updatePendingTotpSecret, updateTotpConfirmed, updateTotpOff } from './store.js';
 import type { ConfirmBody, DisableBody, TotpEnrollment } from './schemas.js';
 
 /** At start: TOTP secrets in the clear or sealed with an old key are sealed with the current one. */
@@ -40,10 +41,7 @@ export async function beginTotp(ctx: Ctx, idParam: string): Promise<TotpEnrollme
   // Only while TOTP is still off: an enrollment confirmed since the read above (another tab) keeps its
   // secret, and this one answers as a begin after it, not with a secret that could never be confirmed.
   // A restart forgets the step a code of the previous pending secret took.
-  const { rowCount } = await ctx.db.query(
-    `UPDATE identities SET totp_pending_secret = $2, ${TOTP_STEPS_CLEARED}, updated_at = $3 WHERE id = $1 AND totp_confirmed_at IS NULL`,
-    [identity.id, sealTotpSecret(ctx, identity.id, secret), ctx.now],
-  );
+  const rowCount = await updatePendingTotpSecret(ctx.db, identity.id, sealTotpSecret(ctx, identity.id, secret), ctx.now);
   if (rowCount !== 1) throw new ApiError('mfa_already_enabled');
   const issuer = new URL(ctx.deps.config.publicUrl).hostname;
   return { secret, otpauth_uri: totpUri(secret, email, issuer), algorithm: 'SHA1', digits: 6, period: 30 };
@@ -65,21 +63,12 @@ async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody
   if (!identity.totp_pending_secret) throw new ApiError('mfa_not_enabled', { message: 'Start enrollment first.' });
   const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now));
   if (step === null) throw new ApiError('invalid_mfa_code');
-  const { rowCount: taken } = await ctx.db.query(
-    `UPDATE identities SET ${totpStepTaken('$2::bigint')}
-      WHERE id = $1 AND totp_pending_secret = $3 AND totp_confirmed_at IS NULL AND ${totpStepFree('$2::bigint', '$4::bigint')}`,
-    [identity.id, step, identity.totp_pending_secret, latestAcceptedStep(ctx.now)],
-  );
+  const taken = await takePendingTotpStep(ctx.db, identity.id, step, identity.totp_pending_secret, latestAcceptedStep(ctx.now));
   if (taken !== 1) throw await confirmRefusal(ctx.db, userId);
   const codes = newRecoveryCodes();
   const hashes = await Promise.all(codes.map((code) => hashRecoveryCode(userId, code)));
   await ctx.db.transaction(async (tx) => {
-    const { rowCount } = await tx.query(
-      `UPDATE identities SET totp_secret = totp_pending_secret, totp_pending_secret = NULL, totp_confirmed_at = $2,
-              totp_last_step = GREATEST(totp_last_step, $3), updated_at = $2
-        WHERE id = $1 AND totp_pending_secret = $4 AND totp_confirmed_at IS NULL`,
-      [identity.id, ctx.now, step, identity.totp_pending_secret],
-    );
+    const rowCount = await updateTotpConfirmed(tx, identity.id, ctx.now, step, identity.totp_pending_secret!);
     if (rowCount !== 1) throw await confirmRefusal(tx, userId);
     await replaceRecoveryCodes(tx, userId, hashes, ctx.now);
     // Turning a second factor on is a change of authentication details too (ASVS 4.0.3 V2.2.3): a
@@ -174,26 +163,14 @@ async function confirmRefusal(db: Queryable, userId: string): Promise<ApiError> 
   return new ApiError(current?.totp_confirmed_at ? 'mfa_already_enabled' : 'invalid_mfa_code');
 }
 
-async function lockTotpState(tx: Tx, identityId: string): Promise<{ totp_confirmed_at: Date | null; totp_pending_secret: string | null } | undefined> {
-  const { rows } = await tx.query<{ totp_confirmed_at: Date | null; totp_pending_secret: string | null }>(
-    'SELECT totp_confirmed_at, totp_pending_secret FROM identities WHERE id = $1 FOR UPDATE',
-    [identityId],
-  );
-  return rows[0];
-}
-
 async function turnOff(tx: Tx, identityId: string, userId: string, now: Date): Promise<void> {
-  await tx.query(
-    `UPDATE identities SET totp_secret = NULL, totp_pending_secret = NULL, totp_confirmed_at = NULL, ${TOTP_STEPS_CLEARED}, updated_at = $2
-      WHERE id = $1`,
-    [identityId, now],
-  );
-  await tx.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
+  await updateTotpOff(tx, identityId, now);
+  await deleteRecoveryCodes(tx, userId);
 }
 
 async function replaceRecoveryCodes(tx: Tx, userId: string, hashes: string[], now: Date): Promise<void> {
-  await tx.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
+  await deleteRecoveryCodes(tx, userId);
   for (const hash of hashes) {
-    await tx.query('INSERT INTO recovery_codes (id, user_id, code_hash, created_at) VALUES ($1, $2, $3, $4)', [newId('idn'), userId, hash, now]);
+    await insertRecoveryCode(tx, newId('idn'), userId, hash, now);
   }
 }

@@ -2,7 +2,7 @@ import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
 import { recordAudit } from '../../audit/record.js';
 import { ApiError } from '../../errors.js';
-import { toPage, type PageParams } from '../../http/pagination.js';
+import { keyset, toPage, type PageParams } from '../../http/pagination.js';
 import { targetUser } from '../users/access.js';
 import { listActiveSessions, revokeSessions } from './store.js';
 import type { LogoutBody } from './schemas.js';
@@ -10,9 +10,10 @@ import type { LogoutBody } from './schemas.js';
 /** GET /v1/users/{id}/sessions: self or users.manage (Part A Auth endpoints). */
 export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) {
   const userId = (await targetUser(ctx, idParam, 'write', { readOnly: true })).user.id;
-  const { rows, limit } = await listActiveSessions(ctx.db, userId, ctx.now, page);
+  const ks = keyset(page, 3);
+  const rows = await listActiveSessions(ctx.db, userId, ctx.now, ks);
   const current = ctx.actor.type === 'user' ? ctx.actor.sessionId : null;
-  return toPage(rows, limit, (r) => ({
+  return toPage(rows, ks.limit, (r) => ({
     id: r.id,
     created_at: r.created_at.toISOString(),
     expires_at: r.expires_at.toISOString(),

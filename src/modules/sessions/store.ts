@@ -1,5 +1,4 @@
-import type { Queryable } from '../../db/types.js';
-import { keyset, type PageParams } from '../../http/pagination.js';
+import type { KeysetSql, Queryable } from '../../db/types.js';
 
 export interface SessionRow {
   id: string;
@@ -25,16 +24,18 @@ export const SESSION_IN_USE_SQL = (s: string, now: string) => `(
  */
 export const SESSION_LIVE_SQL = (s: string, now: string) => `(${s}.revoked_at IS NULL AND ${s}.expires_at > ${now} AND ${SESSION_IN_USE_SQL(s, now)})`;
 
-/** Active sessions of a user (not revoked, not past 90 days, not idled out), newest first, keyset-paginated. */
-export async function listActiveSessions(db: Queryable, userId: string, now: Date, page: PageParams) {
-  const ks = keyset(page, 3);
+/**
+ * Active sessions of a user (not revoked, not past 90 days, not idled out), newest first, one keyset
+ * page: `ks` numbered from $3.
+ */
+export async function listActiveSessions(db: Queryable, userId: string, now: Date, ks: KeysetSql): Promise<SessionRow[]> {
   const { rows } = await db.query<SessionRow>(
     `SELECT id, user_id, created_at, expires_at, ip_address, user_agent FROM sessions s
       WHERE user_id = $1 AND ${SESSION_LIVE_SQL('s', '$2')} AND ${ks.condition}
       ${ks.orderLimit}`,
     [userId, now, ...ks.params],
   );
-  return { rows, limit: ks.limit };
+  return rows;
 }
 
 /**
