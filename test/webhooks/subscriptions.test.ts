@@ -310,6 +310,33 @@ if (storageName === 'postgres') test('plan limits: a subscription created for an
   }
 });
 
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('"Owner means the owner_user_id user": a DELETE, rotate-secret or PATCH by an Application\'s owner that waits for its subscription while an ownership move to another user commits answers 404 webhook_not_found and changes nothing (the right is read again under the lock) (PostgreSQL)', async () => {
+  const writes: [string, (id: string) => [string, string, Record<string, unknown>?]][] = [
+    ['DELETE', (id) => ['DELETE', `/v1/webhooks/${id}`]],
+    ['rotate-secret', (id) => ['POST', `/v1/webhooks/${id}/rotate-secret`]],
+    ['PATCH', (id) => ['PATCH', `/v1/webhooks/${id}`, { description: 'changed' }]],
+  ];
+  for (const [name, request] of writes) {
+    const moving = await newApp(t, admin);
+    const heir = await person(t);
+    const sub = await createWebhook(t, moving.owner.token, { scope: moving.id, url: url(`own-${name}`) });
+    const rowOf = async () => (await sql(t, 'SELECT signing_secret, description, updated_at FROM webhook_subscriptions WHERE id = $1', [sub.id]))[0];
+    const before = await rowOf();
+    // The move commits while the old owner's write waits for the subscription the test holds.
+    const [method, path, body] = request(sub.id);
+    const res = await commitWhileWaiting(t, [
+      ['SELECT 1 FROM webhook_subscriptions WHERE id = $1 FOR UPDATE', [sub.id]],
+      ['UPDATE applications SET owner_user_id = $2 WHERE id = $1', [moving.id, heir.id]],
+    ], () => call(t, method, path, moving.owner.token, body));
+    assertError(res, 404, 'webhook_not_found');
+    assert.deepEqual(await rowOf(), before, `${name}: the subscription is unchanged`);
+    const audited = await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE target_id = $1 AND action <> 'webhook.created'`, [sub.id]);
+    assert.equal(audited[0].n, 0, `${name}: nothing audited`);
+    assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, heir.token), 200);
+  }
+});
+
 test('DELETE: 204, audited webhook.deleted, and its queued retries are dropped', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('d1') });
   await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin);

@@ -1,11 +1,13 @@
 import type { Ctx } from '../../context.js';
 import { hasPermission } from '../../context.js';
-import type { Queryable } from '../../db/types.js';
+import type { Queryable, Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { findApplication, isApplicationOwner } from '../../access/ownership.js';
+import { assertAppTenantWritable } from '../tenancy/writable.js';
 import {
   findApplicationTenantId,
   findKeyCreator,
+  findSubscription,
   findVisibleSubscription,
   type SubscriptionLock,
   type SubscriptionRow,
@@ -33,6 +35,20 @@ export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = 
   const viewer = webhookViewer(ctx);
   const sub = await findVisibleSubscription(db, viewer, id, lock);
   if (!sub) throw new ApiError('webhook_not_found');
+  return sub;
+}
+
+/**
+ * A write's hold on a subscription: the row FOR UPDATE, then the caller's right to it read again under
+ * that lock (a statement of its own, so it sees what committed while the write waited: an ownership
+ * move that committed since the check before the transaction answers the old owner 404
+ * webhook_not_found), then its Tenant writable.
+ */
+export async function lockVisibleSubscription(ctx: Ctx, tx: Tx, id: string): Promise<SubscriptionRow> {
+  const sub = await findSubscription(tx, id, true);
+  if (!sub) throw new ApiError('webhook_not_found');
+  await visibleSubscription(ctx, id, tx);
+  if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
   return sub;
 }
 

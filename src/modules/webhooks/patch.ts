@@ -3,13 +3,22 @@ import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { API_VERSIONS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
-import { visibleSubscription } from './access.js';
-import { findSubscription, toWebhook, updateSubscription } from './store.js';
+import { lockVisibleSubscription, visibleSubscription } from './access.js';
+import { toWebhook, updateSubscription, type SubscriptionRow } from './store.js';
 import { WEBHOOK_READ_ONLY, type PatchWebhookBody, type Webhook } from './schemas.js';
 import { auditWebhook } from './service.js';
-import { assertAppTenantWritable } from '../tenancy/writable.js';
 
 const versionIndex = (v: string) => (API_VERSIONS as readonly string[]).indexOf(v);
+
+/**
+ * api_version moves forward only: checked against the row before the DNS lookup, and again against
+ * the locked row (a PATCH that moved it forward meanwhile is not undone).
+ */
+function assertForward(body: PatchWebhookBody, row: SubscriptionRow): void {
+  if (body.api_version !== undefined && versionIndex(body.api_version) < versionIndex(row.api_version)) {
+    throw invalidField('api_version', `cannot move back from ${row.api_version}; published versions: ${API_VERSIONS.join(', ')}`);
+  }
+}
 
 /**
  * PATCH /v1/webhooks/{id}: url, events, description, api_version (forward only, to a published
@@ -20,15 +29,12 @@ export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody)
   assertNoReadOnlyFields(body, WEBHOOK_READ_ONLY);
   // Read outside an idempotent request's transaction, so it does not stay open over the DNS lookup (createWebhook).
   const current = await visibleSubscription(ctx, id, ctx.deps.database.scoped(ctx.mode));
-  if (body.api_version !== undefined && versionIndex(body.api_version) < versionIndex(current.api_version)) {
-    throw invalidField('api_version', `cannot move back from ${current.api_version}; published versions: ${API_VERSIONS.join(', ')}`);
-  }
+  assertForward(body, current);
   if (body.url !== undefined && body.url !== current.url) await assertWebhookUrl(ctx.deps, body.url);
 
   return ctx.db.transaction(async (tx) => {
-    const sub = await findSubscription(tx, id, true);
-    if (!sub) throw new ApiError('webhook_not_found');
-    if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
+    const sub = await lockVisibleSubscription(ctx, tx, id);
+    assertForward(body, sub);
     let reset = false;
     if (body.status === 'healthy' && sub.status !== 'healthy') {
       if (sub.status !== 'disabled') {
@@ -46,9 +52,8 @@ export async function patchWebhook(ctx: Ctx, id: string, body: PatchWebhookBody)
     const unchanged = !reset && next.url === sub.url && next.description === sub.description && next.api_version === sub.api_version
       && JSON.stringify(next.events) === JSON.stringify(sub.events);
     if (unchanged) return toWebhook(sub);
-    const updated = await updateSubscription(tx, id, next, ctx.now, reset);
-    if (!updated) throw new ApiError('webhook_not_found');
-    const after = (await findSubscription(tx, id))!;
+    // The row is held FOR UPDATE: the UPDATE finds it and returns it as it is now.
+    const after = await updateSubscription(tx, id, next, ctx.now, reset);
     await auditWebhook(tx, ctx, 'webhook.updated', sub, { before: toWebhook(sub), after: toWebhook(after) });
     return toWebhook(after);
   });

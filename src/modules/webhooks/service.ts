@@ -8,15 +8,14 @@ import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { assertWithinPlan, findTenant } from '../tenancy/plans.js';
 import { lockApplicationTenants } from '../../access/locks.js';
-import { assertAppTenantWritable, assertTenantWritable } from '../tenancy/writable.js';
+import { assertTenantWritable } from '../tenancy/writable.js';
 import { CURRENT_API_VERSION, newSigningSecret, ROTATION_OVERLAP_SECONDS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
 import { sealSigningSecret } from './dispatch.js';
-import { resolveCreateScope, tenantOfApplication, visibleSubscription, webhookViewer } from './access.js';
+import { lockVisibleSubscription, resolveCreateScope, tenantOfApplication, visibleSubscription, webhookViewer } from './access.js';
 import {
   countTenantSubscriptions,
   deleteSubscription,
-  findSubscription,
   insertSubscription,
   listSubscriptions,
   subscriptionListFilter,
@@ -103,9 +102,7 @@ export async function getWebhook(ctx: Ctx, id: string): Promise<Webhook> {
 export async function deleteWebhook(ctx: Ctx, id: string): Promise<void> {
   await visibleSubscription(ctx, id);
   await ctx.db.transaction(async (tx) => {
-    const sub = await findSubscription(tx, id, true);
-    if (!sub) throw new ApiError('webhook_not_found');
-    if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
+    const sub = await lockVisibleSubscription(ctx, tx, id);
     await deleteSubscription(tx, id);
     await auditWebhook(tx, ctx, 'webhook.deleted', sub, { before: toWebhook(sub) });
   });
@@ -115,9 +112,7 @@ export async function deleteWebhook(ctx: Ctx, id: string): Promise<void> {
 export async function rotateSecret(ctx: Ctx, id: string): Promise<{ id: string; signing_secret: string; previous_secret_expires_at: string }> {
   await visibleSubscription(ctx, id);
   return ctx.db.transaction(async (tx) => {
-    const sub = await findSubscription(tx, id, true);
-    if (!sub) throw new ApiError('webhook_not_found');
-    if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
+    const sub = await lockVisibleSubscription(ctx, tx, id);
     const secret = newSigningSecret();
     const expires = addSeconds(ctx.now, ROTATION_OVERLAP_SECONDS);
     // The current secret moves to previous as it is stored (sealed for this subscription).

@@ -134,8 +134,8 @@ export async function updateSubscription(
   next: { url: string; events: string[]; description: string | null; api_version: string },
   now: Date,
   reset: boolean,
-): Promise<{ id: string } | null> {
-  const { rows } = await db.query<{ id: string }>(
+): Promise<SubscriptionRow> {
+  const { rows } = await db.query<SubscriptionRow>(
     `UPDATE webhook_subscriptions w SET url = $2, events = $3, description = $4, api_version = $5, updated_at = $6,
               status = CASE WHEN $7::boolean THEN 'healthy' ELSE w.status END,
               consecutive_failures = CASE WHEN $7::boolean THEN 0 ELSE w.consecutive_failures END,
@@ -143,10 +143,10 @@ export async function updateSubscription(
               disabled_at = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_at END,
               disabled_reason = CASE WHEN $7::boolean THEN NULL ELSE w.disabled_reason END,
               reenabled_at = CASE WHEN $7::boolean THEN $6 ELSE w.reenabled_at END
-        WHERE w.id = $1 RETURNING w.id`,
+        WHERE w.id = $1 RETURNING ${SUBSCRIPTION_COLUMNS}`,
     [id, next.url, next.events, next.description, next.api_version, now, reset],
   );
-  return rows[0] ?? null;
+  return rows[0]!;
 }
 
 /** Rotation: the new (sealed) secret signs; the previous one, as stored, keeps signing until `expires`. */
