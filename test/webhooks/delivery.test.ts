@@ -207,6 +207,27 @@ test('"Only the first 1 KB of an error body is kept": a body with a NUL byte is 
   assert.equal((await deliveriesOf(t, hostile.id))[0].attempt, 2);
 });
 
+test('a subscription whose signing secret cannot be opened (sealed with a key this process lacks) gets a failed attempt, retried on the schedule, and nothing is sent to it; the other subscriptions\' attempts in the batch are recorded and never sent again', async (c) => {
+  const unopenable = await subscribe(c, ['entitlement.expired']);
+  const healthy = await subscribe(c, ['entitlement.expired']);
+  receiver.routes.set(unopenable.path, (_req, res) => res.writeHead(200).end('ok'));
+  receiver.routes.set(healthy.path, (_req, res) => res.writeHead(200).end('ok'));
+  await sql(t, `UPDATE webhook_subscriptions SET signing_secret = 'enc:v1:unknownkid:AAAAAAAAAAAAAAAA:AAAAAAAAAAAAAAAAAAAAAAAA' WHERE id = $1`, [unopenable.id]);
+  const eventId = await emitEvent(t, 'entitlement.expired', { entitlement: { id: 'ent_sealed_away' } });
+  await runDelivery(t);
+  const [bad] = await deliveriesOf(t, unopenable.id);
+  assert.deepEqual([bad.event_id, bad.status, bad.attempt, bad.response_status], [eventId, 'pending', 1, null]);
+  assert.match(bad.error ?? '', /signing secret cannot be opened/);
+  const [good] = await deliveriesOf(t, healthy.id);
+  assert.deepEqual([good.event_id, good.status, good.attempt, good.response_status], [eventId, 'succeeded', 1, 200]);
+  // After the retry delay and the claim lease: the failed one is tried again, the delivered one never again.
+  t.clock.advance(120);
+  await runDelivery(t);
+  assert.equal(receiver.at(healthy.path).length, 1, 'the delivered event is not sent again');
+  assert.equal(receiver.at(unopenable.path).length, 0, 'nothing goes out unsigned');
+  assert.equal((await deliveriesOf(t, unopenable.id))[0].attempt, 2);
+});
+
 test('rotate-secret: deliveries carry two v1 entries (new and old secret) for 24 hours, then one', async (c) => {
   // On a stopped clock: the 24 hours are judged to the second.
   await withStoppedClock(t, () => rotationOverlap(c));

@@ -57,6 +57,22 @@ const openSigningSecret = (deps: Deps, subscriptionId: string, stored: string): 
 export const resealSigningSecrets = (deps: Deps): Promise<number> =>
   deps.secrets.resealColumns('webhook_subscriptions', ['signing_secret', 'previous_secret'], secretContext);
 
+/**
+ * The secrets to sign with, or, when one cannot be opened (sealed with a key this process does not
+ * hold: ENCRYPTION_KEY differs between processes, or the value is damaged), a failed attempt that
+ * sends nothing: it is recorded and retried on the schedule like any failure, and the rest of its
+ * batch is recorded as sent (a throw here lost the batch's outcomes, and its sent attempts went out
+ * again after the lease).
+ */
+function openOrFail(deps: Deps, d: ClaimedDelivery, now: Date): string[] | AttemptResult {
+  try {
+    return secretsOf(deps, d, now);
+  } catch (err) {
+    deps.log.error({ err, webhook_delivery_id: d.id, subscription_id: d.subscription_id }, 'webhook signing secret cannot be opened');
+    return { ok: false, responseStatus: null, durationMs: 0, error: 'the signing secret cannot be opened (see the service log)' };
+  }
+}
+
 /** Sends one claimed attempt (signed fresh) and reports what happened; never throws. */
 export async function attemptDelivery(deps: Deps, d: ClaimedDelivery, token: string): Promise<Outcome> {
   if (d.type === null || d.data === null || d.event_created_at === null) return { delivery: d, token, result: null, skipped: 'the event is no longer kept' };
@@ -67,6 +83,8 @@ export async function attemptDelivery(deps: Deps, d: ClaimedDelivery, token: str
     d.api_version,
   );
   const now = deps.clock.now();
+  const secrets = openOrFail(deps, d, now);
+  if (!Array.isArray(secrets)) return { delivery: d, token, result: secrets };
   const headers = {
     'content-type': 'application/json',
     'user-agent': 'Platform-Webhooks/1.0',
@@ -74,7 +92,7 @@ export async function attemptDelivery(deps: Deps, d: ClaimedDelivery, token: str
     'platform-event-type': d.type,
     'platform-delivery-id': d.id,
     'platform-delivery-attempt': String(d.attempt),
-    [SIGNATURE_HEADER.toLowerCase()]: signatureHeader(secretsOf(deps, d, now), toUnixSeconds(now), body),
+    [SIGNATURE_HEADER.toLowerCase()]: signatureHeader(secrets, toUnixSeconds(now), body),
   };
   const result = await postAttempt(deps, { url: d.url, headers, body });
   const line = {
