@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, pausedAfter, storageName, type TestApp } from '../helpers/app.js';
-import { commitWhileWaiting } from '../helpers/locks.js';
+import { client, commitWhileWaiting, withTransactionStatements } from '../helpers/locks.js';
 import {
   ALL_PERMISSIONS, appKey, assertError, assertStatus, auditOf, call, createOrg, customPlatformRole, effective, grant, newApp, outbox, patchEnt, person, platformKey,
   rand, slugOf, sql, type AppFixture,
@@ -424,6 +424,27 @@ test('assigning a Role: 201 with the assignment, then 200 on a repeat with no se
   assert.equal(audit.length, 1);
   // The Role applies on the next request.
   assert.equal((await call(t, 'GET', '/v1/entitlements', user.token)).statusCode, 200);
+});
+
+if (storageName === 'postgres') test('POST /v1/users/{id}/roles/{roleId} "201, or 200 when already held": an assignment whose existing row is removed (DELETE committed) between the conflict and its read is assigned again, 201 with one more role.assigned, not a 500 (PostgreSQL)', async () => {
+  const user = await person(t);
+  assertStatus(await assign(superadmin.token, user.id, 'role_platform_support'), 201);
+  // The removal commits right after the assignment's INSERT met the held Role (and did nothing).
+  let removed = false;
+  const remover = await client(t);
+  const res = await withTransactionStatements(t, async (run, text) => {
+    const result = await run();
+    if (!removed && text.includes('INSERT INTO role_assignments')) {
+      removed = true;
+      await remover.query('DELETE FROM role_assignments WHERE user_id = $1 AND role_id = $2', [user.id, 'role_platform_support']);
+    }
+    return result;
+  }, () => assign(superadmin.token, user.id, 'role_platform_support')).finally(() => remover.end());
+  assert.ok(removed, 'the removal ran between the INSERT and what followed it');
+  const body = assertStatus(res, 201);
+  assert.equal(body.role_id, 'role_platform_support');
+  assert.deepEqual(await heldRoles(user.id), ['role_platform_member', 'role_platform_support']);
+  assert.equal((await roleEvents(user.id, 'role.assigned')).length, 2);
 });
 
 test('removing an assignment is idempotent: 204 twice, one role.removed webhook and audit', async () => {

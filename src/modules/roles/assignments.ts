@@ -106,13 +106,17 @@ export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Pro
     // The user as they are now: a soft delete or the test purge that committed since the user was read
     // left no one to assign to (gone: a foreign-key violation, 500).
     if (!(await holdLiveUser(tx, user.id))) throw new ApiError('user_not_found');
-    const inserted = await insertAssignment(tx, user.id, role.id, applicationId, ctx.now, by.byType, by.byId);
-    if (!inserted) {
+    // Held already: 200 with the assignment as it is. A DELETE of it that commits between the
+    // conflict and the read leaves nothing to read: the user holds the Role no more, so insert again.
+    for (;;) {
+      const inserted = await insertAssignment(tx, user.id, role.id, applicationId, ctx.now, by.byType, by.byId);
+      if (inserted) {
+        await announceRoleChange(tx, inTx(ctx, tx), 'role.assigned', { user_id: user.id, role_id: role.id, application_id: applicationId });
+        return { created: true, assignment: toAssignment(inserted) };
+      }
       const existing = await findAssignment(tx, user.id, role.id);
-      return { created: false, assignment: toAssignment(existing!) };
+      if (existing) return { created: false, assignment: toAssignment(existing) };
     }
-    await announceRoleChange(tx, inTx(ctx, tx), 'role.assigned', { user_id: user.id, role_id: role.id, application_id: applicationId });
-    return { created: true, assignment: toAssignment(inserted) };
   });
 }
 
