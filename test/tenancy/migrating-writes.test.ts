@@ -7,6 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
 import { blockedBy, client, endedOrWaiting, probeWhileHeld } from '../helpers/locks.js';
+import { createApiKey } from '../helpers/fixtures.js';
 import { assertError, assertStatus, call, grant, newApp, person, platformKey, sql, type InjectResponse } from '../access/support.js';
 
 let t: TestApp;
@@ -196,6 +197,23 @@ test('PATCH /v1/entitlements/{id} while the Tenant is migrating: a caller who ma
   assert.equal(refused.headers['retry-after'], undefined, 'a retry would be refused too');
   assertMigrating(await call(t, 'PATCH', `/v1/entitlements/${ent.id}`, admin, body), app.tenant_id);
   assert.deepEqual(await rowOf(), before);
+});
+
+test('DELETE /v1/entitlements/{id} while the Tenant is migrating: a caller who may not remove the row (its holder; a restricted key) gets 403 as at any other time, not 503 with Retry-After; the holder of the right gets 503; the row stays', async () => {
+  const app = await newApp(t, admin);
+  const u = await person(t);
+  const ent = await grant(t, admin, u.id, app.id);
+  const restricted = (await createApiKey(t, { scope: 'platform', permissions: ['entitlements.manage'], restrictDestructive: true })).secret;
+  await setTenant(app.tenant_id, { status: 'migrating' });
+
+  const refused = await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, u.token);
+  assertError(refused, 403, 'forbidden');
+  assert.equal(refused.headers['retry-after'], undefined, 'a retry would be refused too');
+  const gated = await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, restricted);
+  assertError(gated, 403, 'destructive_operation_restricted');
+  assert.equal(gated.headers['retry-after'], undefined);
+  assertMigrating(await call(t, 'DELETE', `/v1/entitlements/${ent.id}`, admin), app.tenant_id);
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM entitlements WHERE id = $1', [ent.id]))[0].n, 1);
 });
 
 if (storageName === 'postgres') test('"while a Tenant is migrating, writes to its data return 503": a write that found the Tenant active holds it until it commits, so a tier-change move to in_progress (Tenant FOR UPDATE) cannot start the migration under it (PostgreSQL)', async () => {

@@ -27,7 +27,6 @@ export async function deleteEntitlement(ctx: Ctx, id: string, ifMatch?: string, 
     const { rights } = visible;
     let row = visible.row;
     await assertHoldingOrgActive(tx, row);
-    await assertAppTenantWritable(tx, row.application_id);
     if (!rights.platform && !rights.appKey) throw new ApiError('forbidden', { details: { required_permission: 'entitlements.manage' } });
     if (row.order_id !== null) throw new ApiError('entitlement_order_linked', { details: { order_id: row.order_id } });
     // The route defers the destructive gate to here (destructiveGate: 'service'): an order-linked row is
@@ -36,6 +35,9 @@ export async function deleteEntitlement(ctx: Ctx, id: string, ifMatch?: string, 
     if (ctx.now.getTime() - row.created_at.getTime() > DELETE_WINDOW_SECONDS * 1000) {
       throw new ApiError('entitlement_too_old', { details: { max_age_seconds: DELETE_WINDOW_SECONDS } });
     }
+    // Only a removal the caller may make waits for a migration (as a PATCH): anyone else is refused as
+    // at any time, not told to retry (503 with Retry-After) a request that would be refused.
+    await assertAppTenantWritable(tx, row.application_id);
     // RFC 9110 §13.1.1, §13.1.2: the row's ETag guards a removal as it guards a PATCH, judged once the
     // DELETE would otherwise succeed (§13.2.1: a refused request ignores its preconditions).
     assertPreconditions(row, ifMatch, ifNoneMatch);
