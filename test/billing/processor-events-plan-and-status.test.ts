@@ -127,6 +127,24 @@ test('seat-sync never undoes a processor event it raced: a Tenant paid (active o
   assert.ok(row.seats_last_synced_at, 'the seat count itself is still recorded');
 });
 
+test('seat-sync: a Tenant whose seat count cannot be written does not hold back the Tenants after it (in id order): they are synced in the same run, and the run then fails naming it', async () => {
+  const failing = await tenantOwner(t);
+  const after = await tenantOwner(t);
+  assert.ok(failing.tenantId < after.tenantId, 'precondition: the failing Tenant comes first');
+  const system = t.deps.database.scoped('system');
+  const faulty = {
+    ...system,
+    query: async (text: string, params?: unknown[]) => {
+      if (text.includes('UPDATE tenants SET seats_synced') && params?.[0] === failing.tenantId) throw new Error('a data fault');
+      return system.query(text, params);
+    },
+  } as typeof system;
+  const database = { ...t.deps.database, scoped: (scope: Parameters<typeof t.deps.database.scoped>[0]) => (scope === 'system' ? faulty : t.deps.database.scoped(scope)) };
+  await assert.rejects(runSeatSync({ ...t.deps, database }), (err: Error) => err.message.includes(failing.tenantId) && err.message.includes('a data fault'));
+  assert.equal((await tenantRow(t, failing.tenantId)).seats_last_synced_at, null);
+  assert.ok((await tenantRow(t, after.tenantId)).seats_last_synced_at, 'the Tenant after it is synced in the same run');
+});
+
 test('seat-sync writes restricted "only if the subscription status and flag it read are still the row\'s": a processor event that lifted the restriction of a lapsed Tenant (its usage found to fit Starter) while seat-sync was counting keeps it lifted, the status unchanged', async () => {
   const owner = await tenantOwner(t);
   const { appId } = await createApplication(t, admin, { owner_user_id: owner.user.id });

@@ -18,14 +18,15 @@ export async function runSeatSync(deps: Deps): Promise<Record<string, unknown>> 
   const now = deps.clock.now();
   const rows = await listTenantsForSeatSync(system);
   let restricted = 0;
-  for (const tenant of rows) {
+  // A Tenant whose sync fails does not hold back the others (those after it in id order).
+  await forEachSkippingFailures(deps, 'tenant_id', rows, (tenant) => tenant.id, async (tenant) => {
     const scoped = deps.database.scoped(await tenantModeOf(system, tenant));
     const seats = await countSeats(scoped, tenant.id, now);
     const over = restrictionHolds(tenant.subscription_status, tenant.restricted) && !planFits(basePlan(tenant), await measureUsage(scoped, tenant.id, now));
     if (over) restricted++;
     // restricted is written only if what it was computed from is still the row's (updateTenantSeats).
     await updateTenantSeats(system, tenant.id, seats, now, over, tenant.subscription_status, tenant.restricted);
-  }
+  });
   return { tenants: rows.length, restricted };
 }
 
