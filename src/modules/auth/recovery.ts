@@ -55,7 +55,7 @@ export async function verifyEmail(base: Ctx, input: TokenBody): Promise<void> {
     const current = await lockUser(tx, user.id);
     await consume(tx, pending, ctx.now);
     const email = String(pending.data.email);
-    if (current.status !== 'active' || current.pending_email?.toLowerCase() !== email.toLowerCase()) throw badToken();
+    if (current?.status !== 'active' || current.pending_email?.toLowerCase() !== email.toLowerCase()) throw badToken();
     await assignEmail(tx, user.id, email, () => updateEmailConfirmed(tx, user.id, email, ctx.now));
     // Links mailed to the old address (verification, reset) die with it.
     await voidAddressTokens(tx, user.id, ctx.now);
@@ -159,7 +159,7 @@ async function acceptInvitationAdmitted<T>(
     // Decided on the user as it is now, locked before its links as a status or email change locks them
     // (the user, then its links): a delete, an activation or an email change committed meanwhile voided
     // this link, and another invitation accepted meanwhile made the user active.
-    if ((await lockUser(tx, user.id)).status !== 'invited') throw badToken();
+    if ((await lockUser(tx, user.id))?.status !== 'invited') throw badToken();
     await consume(tx, pending, ctx.now);
     // Accepting any invitation ends every other one (the account's, each Organization's link).
     await voidInvitations(tx, user.id, ctx.now);

@@ -43,9 +43,8 @@ export function toEntitlement(r: EntitlementRow): Entitlement {
  */
 export const nextUpdatedAt = (param: string) => `GREATEST(${param}::timestamptz, e.updated_at + interval '1 millisecond')`;
 
-/** The ETag of an Entitlement's current state (If-Match guards concurrent operators). */
 /**
- * A strong ETag of everything the row shows: two writes within one millisecond (same updated_at)
+ * The ETag of an Entitlement's current state (If-Match guards concurrent operators): a strong ETag of everything the row shows: two writes within one millisecond (same updated_at)
  * still give different ETags when anything changed, so a stale If-Match cannot pass.
  */
 export const etagOf = (r: EntitlementRow) => `"${createHash('sha256').update(JSON.stringify(toEntitlement(r))).digest('base64url').slice(0, 22)}"`;

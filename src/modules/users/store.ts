@@ -60,9 +60,9 @@ export async function findUserById(db: Queryable, id: string): Promise<UserRow |
  * The user's row as it is now, locked until the transaction ends: a status change decides on this,
  * never on a row read before its transaction (two concurrent changes would both pass the table).
  */
-export async function lockUser(tx: Queryable, id: string): Promise<UserRow> {
+export async function lockUser(tx: Queryable, id: string): Promise<UserRow | null> {
   const { rows } = await tx.query<UserRow>(`SELECT ${USER_COLUMNS} FROM users u WHERE u.id = $1 FOR UPDATE OF u`, [id]);
-  return rows[0];
+  return rows[0] ?? null;
 }
 
 /**

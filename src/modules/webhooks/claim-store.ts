@@ -117,7 +117,7 @@ export async function updateDueAfterStepBack(db: Queryable, now: Date, stepBound
                     FOR UPDATE SKIP LOCKED)`,
     [now, stepBound],
   );
-  return rowCount ?? 0;
+  return rowCount;
 }
 
 /** Where one finished attempt leaves its delivery (written only while its claim still holds the lease). */
