@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage, type Conditions } from '../../db/page.js';
 import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import type { ApiKey } from './schemas.js';
 
@@ -85,7 +86,7 @@ export interface KeyListFilter {
 }
 
 /** The list's conditions and their parameters ($1 on); the keyset's parameters follow them. */
-export function keyListConditions(f: KeyListFilter): { where: string[]; params: unknown[] } {
+export function keyListConditions(f: KeyListFilter): Conditions {
   const where: string[] = [];
   const params: unknown[] = [];
   const add = (sql: (n: number) => string, value: unknown) => {
@@ -102,12 +103,8 @@ export function keyListConditions(f: KeyListFilter): { where: string[]; params: 
 }
 
 /** One keyset page of keys; `ks` numbered after the conditions' parameters. */
-export async function listKeyRows(db: Queryable, { where, params }: { where: string[]; params: unknown[] }, ks: KeysetSql): Promise<KeyRow[]> {
-  const { rows } = await db.query<KeyRow>(
-    `SELECT ${KEY_COLUMNS} FROM api_keys WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+export async function listKeyRows(db: Queryable, filter: Conditions, ks: KeysetSql): Promise<KeyRow[]> {
+  return selectPage<KeyRow>(db, `SELECT ${KEY_COLUMNS} FROM api_keys`, filter, ks);
 }
 
 export async function lockKey(db: Queryable, id: string): Promise<KeyRow | undefined> {

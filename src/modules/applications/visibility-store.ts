@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage, type Conditions } from '../../db/page.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { APP_COLUMNS, type ApplicationRow } from './store.js';
 import type { ApplicationListQuery } from './schemas.js';
@@ -79,7 +80,7 @@ export type ApplicationListFilters = Pick<ApplicationListQuery, 'visibility' | '
  * The WHERE conditions and their parameters of GET /v1/applications: what the viewer may see, then each
  * filter sent. `owned` needs a user viewer (the caller answers an empty page to anyone else).
  */
-export function applicationListWhere(viewer: Viewer, q: ApplicationListFilters): { where: string[]; params: unknown[] } {
+export function applicationListWhere(viewer: Viewer, q: ApplicationListFilters): Conditions {
   const params: unknown[] = [];
   const where = [visibleCondition(viewer, params)];
   const add = (sql: (n: number) => string, value: unknown) => {
@@ -99,10 +100,6 @@ export function applicationListWhere(viewer: Viewer, q: ApplicationListFilters):
 }
 
 /** One keyset page of the Applications `where` (applicationListWhere) selects. */
-export async function listApplicationRows(db: Queryable, { where, params }: { where: string[]; params: unknown[] }, ks: KeysetSql): Promise<ApplicationRow[]> {
-  const { rows } = await db.query<ApplicationRow>(
-    `SELECT ${APP_COLUMNS} FROM applications a WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+export async function listApplicationRows(db: Queryable, filter: Conditions, ks: KeysetSql): Promise<ApplicationRow[]> {
+  return selectPage<ApplicationRow>(db, `SELECT ${APP_COLUMNS} FROM applications a`, filter, ks);
 }

@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import { PLAN_LIMITS, type Plan } from '../tenancy/plans.js';
 import type { AuditEvent, AuditQuery } from './schemas.js';
 
@@ -125,12 +126,8 @@ export function auditListFilter(start: Date, view: AuditRowFilter, q: AuditQuery
 }
 
 /** One keyset page of the events the filter selects, newest first. */
-export async function listAuditRows(db: Queryable, { where, params }: AuditListFilter, ks: KeysetSql): Promise<AuditRow[]> {
-  const { rows } = await db.query<AuditRow>(
-    `SELECT ${AUDIT_COLUMNS} FROM audit_events e WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+export async function listAuditRows(db: Queryable, filter: AuditListFilter, ks: KeysetSql): Promise<AuditRow[]> {
+  return selectPage<AuditRow>(db, `SELECT ${AUDIT_COLUMNS} FROM audit_events e`, filter, ks);
 }
 
 export async function findAuditRow(db: Queryable, id: string): Promise<AuditRow | null> {

@@ -5,7 +5,7 @@ import { retryAfterSeconds } from '../../http/counters.js';
 import { hashSecret } from '../../ids.js';
 import { mayBeStoredEmail } from '../users/store.js';
 import {
-  findEmailLock, findIdentityLock, findUserAndClaimIdentity, LOCKOUT_SECONDS, shortenEmailLock, shortenIdentityLock, updateIdentityAttempt, upsertEmailAttempt,
+  findEmailLock, findIdentityLock, findUserAndClaimIdentity, LOCKOUT_SECONDS, shortenEmailLock, shortenIdentityLock, updateIdentityAttempt, upsertEmailAttempt, type SignInRow,
 } from './lockout-store.js';
 
 export { findPasswordIdentity, replacePassword, setPassword, type PasswordIdentity } from './store.js';
@@ -49,14 +49,7 @@ export async function claimEmailAttempt(db: Queryable, mode: Mode, email: string
 }
 
 /** What a password sign-in needs of a user, found by email, with its attempt slot already taken. */
-export interface SignInCandidate {
-  id: string;
-  status: string;
-  email_verified: boolean;
-  test_mode: boolean;
-  identity_id: string | null;
-  password_hash: string | null;
-  totp_confirmed_at: Date | null;
+export interface SignInCandidate extends Omit<SignInRow, 'claimed' | 'claimed_lock' | 'current_lock'> {
   /** The attempt slot: taken (and whether this attempt locked the identity), or refused (locked). */
   claim: AttemptClaim | null;
 }

@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { ENT_COLUMNS, type EntitlementRow } from './store.js';
@@ -51,14 +52,9 @@ export function userEntitlementFilter(userId: string, app: string | null, q: Use
 
 /** One page of a user's rows, each org-wide one with the user's member_decision ($1 is the user). */
 export async function listUserEntitlementRows(db: Queryable, filter: ListFilter, ks: KeysetSql): Promise<(EntitlementRow & { member_decision: string | null })[]> {
-  const { where, params } = filter;
-  const { rows } = await db.query<EntitlementRow & { member_decision: string | null }>(
-    `SELECT ${ENT_COLUMNS}, CASE WHEN e.organization_id IS NULL THEN NULL ELSE ${MEMBER_DECISION_SQL} END AS member_decision
-       FROM entitlements e LEFT JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = $1
-      WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+  const from = `SELECT ${ENT_COLUMNS}, CASE WHEN e.organization_id IS NULL THEN NULL ELSE ${MEMBER_DECISION_SQL} END AS member_decision
+       FROM entitlements e LEFT JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = $1`;
+  return selectPage<EntitlementRow & { member_decision: string | null }>(db, from, filter, ks);
 }
 
 /** Whose rows GET /v1/entitlements lists, decided by the service: an app-confined key's Application, an owner's Applications, or all. */
@@ -94,12 +90,8 @@ export function entitlementListFilter(scope: EntitlementListScope, q: Entitlemen
 
 /** One page of GET /v1/entitlements, each org-wide row with its included member count. */
 export async function listEntitlementRows(db: Queryable, filter: ListFilter, ks: KeysetSql): Promise<(EntitlementRow & { included: number | null })[]> {
-  const { where, params } = filter;
-  const { rows } = await db.query<EntitlementRow & { included: number | null }>(
-    `SELECT ${ENT_COLUMNS},
+  const from = `SELECT ${ENT_COLUMNS},
             CASE WHEN e.organization_id IS NULL THEN NULL ELSE (${INCLUDED_COUNT_SQL}) END AS included
-       FROM entitlements e WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+       FROM entitlements e`;
+  return selectPage<EntitlementRow & { included: number | null }>(db, from, filter, ks);
 }

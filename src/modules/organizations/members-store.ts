@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import type { MemberListQuery } from './schemas.js';
 import { MEMBER_COLUMNS, MEMBER_FROM, type MemberRow } from './store.js';
 
@@ -22,12 +23,8 @@ export function memberListFilter(orgId: string, q: MemberListQuery): MemberListF
   return { params, where };
 }
 
-export async function listMemberRows(db: Queryable, { params, where }: MemberListFilter, ks: KeysetSql): Promise<MemberRow[]> {
-  const { rows } = await db.query<MemberRow>(
-    `SELECT * FROM (SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_FROM}) x WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+export async function listMemberRows(db: Queryable, filter: MemberListFilter, ks: KeysetSql): Promise<MemberRow[]> {
+  return selectPage<MemberRow>(db, `SELECT * FROM (SELECT ${MEMBER_COLUMNS} FROM ${MEMBER_FROM}) x`, filter, ks);
 }
 
 /** The Organization's creator: its first org_admin, active at once. */

@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import type { Member, OrgListQuery, Organization } from './schemas.js';
 
 export interface OrgRow {
@@ -73,11 +74,7 @@ export function orgListFilter(memberId: string | null, q: OrgListQuery): OrgList
 
 export async function listOrgRows(db: Queryable, { params, where, mine }: OrgListFilter, ks: KeysetSql): Promise<OrgListRow[]> {
   const join = mine ? `LEFT JOIN organization_members my ON my.organization_id = o.id AND my.user_id = $1` : '';
-  const { rows } = await db.query<OrgListRow>(
-    `SELECT ${ORG_COLUMNS}${mine} FROM organizations o ${join} WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+  return selectPage<OrgListRow>(db, `SELECT ${ORG_COLUMNS}${mine} FROM organizations o ${join}`, { where, params }, ks);
 }
 
 export interface MemberRow {

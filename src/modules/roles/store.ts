@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { visibleCondition, type Viewer } from '../applications/visibility.js';
 import type { Role } from './schemas.js';
@@ -75,9 +76,7 @@ export function roleListFilter(reader: RoleReader, scope: string | undefined): L
 }
 
 export async function listRoleRows(db: Queryable, filter: ListFilter, ks: KeysetSql): Promise<RoleRow[]> {
-  const { where, params } = filter;
-  const { rows } = await db.query<RoleRow>(`SELECT ${ROLE_COLUMNS} FROM roles r WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`, [...params, ...ks.params]);
-  return rows;
+  return selectPage<RoleRow>(db, `SELECT ${ROLE_COLUMNS} FROM roles r`, filter, ks);
 }
 
 /** The Applications whose permission keys GET /v1/permissions lists: an app-confined key's own, else those `viewer` sees; of `scope` when given. */

@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import type { Mode } from '../../db/types.js';
 import type { Plan } from './plans.js';
 import type { Tenant, TenantListQuery, Tier } from './schemas.js';
@@ -156,12 +157,8 @@ export function tenantListWhere(ownerUserId: string | null, q: TenantListQuery):
   return { where, params };
 }
 
-export async function listTenantRecords(db: Queryable, { where, params }: ListWhere, ks: KeysetSql): Promise<TenantRecord[]> {
-  const { rows } = await db.query<TenantRecord>(
-    `SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+export async function listTenantRecords(db: Queryable, filter: ListWhere, ks: KeysetSql): Promise<TenantRecord[]> {
+  return selectPage<TenantRecord>(db, `SELECT ${TENANT_RECORD_COLUMNS} FROM tenants t`, filter, ks);
 }
 
 export async function isTenantOwner(db: Queryable, userId: string, tenantId: string): Promise<boolean> {

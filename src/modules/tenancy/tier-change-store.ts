@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import type { Tier, TierChangeRequest } from './schemas.js';
 import type { ListWhere } from './store.js';
 
@@ -71,12 +72,8 @@ export function tierChangeListWhere(tenantId: string, includeInactive: boolean |
   return { where, params };
 }
 
-export async function listTierChangeRows(db: Queryable, { where, params }: ListWhere, ks: KeysetSql): Promise<TierChangeRow[]> {
-  const { rows } = await db.query<TierChangeRow>(
-    `SELECT ${TCR_COLUMNS} FROM tier_change_requests r WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+export async function listTierChangeRows(db: Queryable, filter: ListWhere, ks: KeysetSql): Promise<TierChangeRow[]> {
+  return selectPage<TierChangeRow>(db, `SELECT ${TCR_COLUMNS} FROM tier_change_requests r`, filter, ks);
 }
 
 export async function insertTierChange(db: Queryable, row: Omit<TierChangeRow, 'scheduled_for' | 'notes' | 'started_at' | 'completed_at' | 'updated_at'>): Promise<TierChangeRow> {

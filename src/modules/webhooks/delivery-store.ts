@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import type { DeliveryListQuery } from './schemas.js';
 import { DELIVERY_COLUMNS, type DeliveryRow, type ListFilter } from './store.js';
 
@@ -37,10 +38,6 @@ export function deliveryListFilter(subscriptionId: string, logStart: Date, q: Pi
   return { where, params };
 }
 
-export async function listDeliveryLog(db: Queryable, { where, params }: ListFilter, ks: KeysetSql): Promise<DeliveryRow[]> {
-  const { rows } = await db.query<DeliveryRow>(
-    `SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+export async function listDeliveryLog(db: Queryable, filter: ListFilter, ks: KeysetSql): Promise<DeliveryRow[]> {
+  return selectPage<DeliveryRow>(db, `SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d`, filter, ks);
 }

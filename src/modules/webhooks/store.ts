@@ -1,5 +1,6 @@
 import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { selectPage } from '../../db/page.js';
 import type { Delivery, Webhook, WebhookListQuery } from './schemas.js';
 
 export interface SubscriptionRow {
@@ -101,12 +102,8 @@ export function subscriptionListFilter(viewer: WebhookViewer, q: Pick<WebhookLis
   return { where, params };
 }
 
-export async function listSubscriptions(db: Queryable, { where, params }: ListFilter, ks: KeysetSql): Promise<SubscriptionRow[]> {
-  const { rows } = await db.query<SubscriptionRow>(
-    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`,
-    [...params, ...ks.params],
-  );
-  return rows;
+export async function listSubscriptions(db: Queryable, filter: ListFilter, ks: KeysetSql): Promise<SubscriptionRow[]> {
+  return selectPage<SubscriptionRow>(db, `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w`, filter, ks);
 }
 
 export async function insertSubscription(db: Queryable, r: SubscriptionRow): Promise<void> {
