@@ -14,3 +14,11 @@ export async function selectPage<R>(db: Queryable, from: string, { where, params
   const { rows } = await db.query<R>(`${from} WHERE ${[...where, ks.condition].join(' AND ')} ${ks.orderLimit}`, [...params, ...ks.params]);
   return rows;
 }
+
+/**
+ * Conditions to build, starting from `where` and `params`: `add` numbers its value as the next
+ * parameter and writes the condition naming it.
+ */
+export function conditions(where: string[] = [], params: unknown[] = []): Conditions & { add(sql: (n: number) => string, value: unknown): void } {
+  return { where, params, add: (sql, value) => void where.push(sql(params.push(value))) };
+}

@@ -1,5 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
-import { selectPage, type Conditions } from '../../db/page.js';
+import { type Conditions, conditions, selectPage } from '../../db/page.js';
 import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import type { ApiKey } from './schemas.js';
 
@@ -87,12 +87,7 @@ export interface KeyListFilter {
 
 /** The list's conditions and their parameters ($1 on); the keyset's parameters follow them. */
 export function keyListConditions(f: KeyListFilter): Conditions {
-  const where: string[] = [];
-  const params: unknown[] = [];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
+  const { where, params, add } = conditions();
   if (f.ownedBy !== null) add((n) => `scope IN (${OWNED_APPLICATIONS_SQL(n)})`, f.ownedBy);
   if (f.scope) add((n) => `scope = $${n}`, f.scope);
   if (f.mode) add((n) => `test_mode = $${n}`, f.mode === 'test');

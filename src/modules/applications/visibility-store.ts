@@ -1,5 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
-import { selectPage, type Conditions } from '../../db/page.js';
+import { type Conditions, conditions, selectPage } from '../../db/page.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { APP_COLUMNS, type ApplicationRow } from './store.js';
 import type { ApplicationListQuery } from './schemas.js';
@@ -82,11 +82,7 @@ export type ApplicationListFilters = Pick<ApplicationListQuery, 'visibility' | '
  */
 export function applicationListWhere(viewer: Viewer, q: ApplicationListFilters): Conditions {
   const params: unknown[] = [];
-  const where = [visibleCondition(viewer, params)];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
+  const { where, add } = conditions([visibleCondition(viewer, params)], params);
   if (q.visibility) add((n) => `a.visibility = $${n}`, q.visibility);
   if (q.review_status) add((n) => `a.review_status = $${n}`, q.review_status);
   if (q.owned) {

@@ -1,5 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
-import { selectPage } from '../../db/page.js';
+import { conditions, selectPage } from '../../db/page.js';
 import { PLAN_LIMITS, type Plan } from '../tenancy/plans.js';
 import type { AuditEvent, AuditQuery } from './schemas.js';
 
@@ -109,8 +109,7 @@ export interface AuditListFilter {
  */
 export function auditListFilter(start: Date, view: AuditRowFilter, q: AuditQuery, targetUserId: string | undefined): AuditListFilter {
   const params: unknown[] = [start];
-  const where = ['e.created_at >= $1', view(params)];
-  const add = (sql: (n: number) => string, value: unknown) => where.push(sql(params.push(value)));
+  const { where, add } = conditions(['e.created_at >= $1', view(params)], params);
   if (targetUserId) add((n) => `e.target_user_id = $${n}`, targetUserId);
   if (q.target_type) add((n) => `e.target_type = $${n}`, q.target_type);
   if (q.target_id) add((n) => `e.target_id = $${n}`, q.target_id);

@@ -1,5 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
-import { selectPage } from '../../db/page.js';
+import { conditions, selectPage } from '../../db/page.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { ENT_COLUMNS, type EntitlementRow } from './store.js';
@@ -34,13 +34,10 @@ export function userEntitlementFilter(userId: string, app: string | null, q: Use
   // The user's Organizations as an array (= ANY), not `IN (SELECT …)`: the two sides of the OR are then
   // two index conditions (BitmapOr), where a hashed subquery made the page read every entitlement
   // newest first until it had found the user's (docs/conventions.md, Queries at scale).
-  const where: string[] = [
-    `(e.user_id = $1 OR e.organization_id = ANY (ARRAY(SELECT organization_id FROM organization_members WHERE user_id = $1 AND membership_status = 'active')))`,
-  ];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
+  const { where, add } = conditions(
+    [`(e.user_id = $1 OR e.organization_id = ANY (ARRAY(SELECT organization_id FROM organization_members WHERE user_id = $1 AND membership_status = 'active')))`],
+    params,
+  );
   if (app) add((n) => `e.application_id = $${n}`, app);
   if (q.application_id) add((n) => `e.application_id = $${n}`, q.application_id);
   if (q.status) add((n) => `e.status = $${n}`, q.status);
@@ -67,12 +64,7 @@ export interface EntitlementListScope {
 
 /** GET /v1/entitlements's conditions. */
 export function entitlementListFilter(scope: EntitlementListScope, q: EntitlementQuery): ListFilter {
-  const params: unknown[] = [];
-  const where: string[] = [];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
+  const { where, params, add } = conditions();
   if (scope.app) add((n) => `e.application_id = $${n}`, scope.app);
   else if (scope.ownerId !== null) add((n) => `e.application_id IN (${OWNED_APPLICATIONS_SQL(n)})`, scope.ownerId);
   if (scope.organizationId) add((n) => `e.organization_id = $${n}`, scope.organizationId);

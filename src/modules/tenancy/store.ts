@@ -1,5 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
-import { selectPage } from '../../db/page.js';
+import { conditions, selectPage } from '../../db/page.js';
 import type { Mode } from '../../db/types.js';
 import type { Plan } from './plans.js';
 import type { Tenant, TenantListQuery, Tier } from './schemas.js';
@@ -138,12 +138,7 @@ export interface ListWhere {
 
 /** A Tenant list's conditions: the mode's Tenants, those the user owns (null: every one), the query's filters. */
 export function tenantListWhere(ownerUserId: string | null, q: TenantListQuery): ListWhere {
-  const params: unknown[] = [];
-  const where: string[] = [TENANT_IN_MODE];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
+  const { where, params, add } = conditions([TENANT_IN_MODE]);
   if (ownerUserId !== null) {
     params.push(ownerUserId);
     where.push(tenantOwnerCondition(params.length));

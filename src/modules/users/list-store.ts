@@ -1,4 +1,5 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
+import { conditions } from '../../db/page.js';
 import { mayBeStoredEmail, USER_COLUMNS, type UserRow } from './store.js';
 import { accessPathCondition } from './access-store.js';
 import type { UserListQuery } from './schemas.js';
@@ -23,12 +24,7 @@ export interface UserListConditions {
 }
 
 export function userListConditions(q: UserListFilter): UserListConditions {
-  const where: string[] = [];
-  const params: unknown[] = [];
-  const add = (sql: (n: number) => string, value: unknown) => {
-    params.push(value);
-    where.push(sql(params.length));
-  };
+  const { where, params, add } = conditions();
   if (q.status) add((n) => `u.status = $${n}`, q.status);
   else if (!q.includeDeleted) where.push(`u.status <> 'deleted'`);
   if (q.email && !mayBeStoredEmail(q.email)) where.push('false');

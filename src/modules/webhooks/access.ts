@@ -39,10 +39,10 @@ export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = 
 }
 
 /**
- * A write's hold on a subscription: the row FOR UPDATE, then the caller's right to it read again under
- * that lock (a statement of its own, so it sees what committed while the write waited: an ownership
- * move that committed since the check before the transaction answers the old owner 404
- * webhook_not_found), then its Tenant writable.
+ * A write's hold on a subscription: the row FOR UPDATE, then the caller's right to it read under that
+ * lock (a statement of its own, so it sees what committed while the write waited: an owner who lost
+ * the Application to an ownership move meanwhile gets 404 webhook_not_found, as a stranger does),
+ * then its Tenant writable.
  */
 export async function lockVisibleSubscription(ctx: Ctx, tx: Tx, id: string): Promise<SubscriptionRow> {
   const sub = await findSubscription(tx, id, true);

@@ -100,7 +100,6 @@ export async function getWebhook(ctx: Ctx, id: string): Promise<Webhook> {
 
 /** DELETE /v1/webhooks/{id}: its queued deliveries go with it (cascade), so nothing more is sent. */
 export async function deleteWebhook(ctx: Ctx, id: string): Promise<void> {
-  await visibleSubscription(ctx, id);
   await ctx.db.transaction(async (tx) => {
     const sub = await lockVisibleSubscription(ctx, tx, id);
     await deleteSubscription(tx, id);
@@ -110,7 +109,6 @@ export async function deleteWebhook(ctx: Ctx, id: string): Promise<void> {
 
 /** POST /v1/webhooks/{id}/rotate-secret: the old secret keeps signing (a second v1) for 24 hours. */
 export async function rotateSecret(ctx: Ctx, id: string): Promise<{ id: string; signing_secret: string; previous_secret_expires_at: string }> {
-  await visibleSubscription(ctx, id);
   return ctx.db.transaction(async (tx) => {
     const sub = await lockVisibleSubscription(ctx, tx, id);
     const secret = newSigningSecret();
