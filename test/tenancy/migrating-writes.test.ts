@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
-import { blockedBy, client, endedOrWaiting, probeWhileHeld } from '../helpers/locks.js';
+import { blockedBy, client, endedOrWaiting, probeWhileHeld, withTransactionStatements } from '../helpers/locks.js';
 import { createApiKey } from '../helpers/fixtures.js';
 import { assertError, assertStatus, call, grant, newApp, person, platformKey, sql, type InjectResponse } from '../access/support.js';
 
@@ -95,6 +95,49 @@ test('DELETE /v1/roles/{appRoleId} while the Tenant is migrating: 503, the Role 
   assertMigrating(await call(t, 'DELETE', `/v1/roles/${roleId}`, admin), app.tenant_id);
   assert.deepEqual(await roleRow(roleId), before);
   assertMigrating(await call(t, 'DELETE', `/v1/roles/${roleId}`, app.owner!.token), app.tenant_id);
+  assert.deepEqual(await roleRow(roleId), before);
+});
+
+/**
+ * Runs `op` (a write to one of `app`'s Roles) with its Application moved into `destination`, and that
+ * Tenant set to migrating, both committed just as the write's transaction starts: after the write read
+ * the Application (and its Tenant, active) to authorize it, before it locks anything.
+ */
+async function movedIntoMigratingTenantMeanwhile(app: { id: string }, destination: string, op: () => Promise<InjectResponse>): Promise<InjectResponse> {
+  const mover = await client(t);
+  let moved = false;
+  try {
+    return await withTransactionStatements(t, async (run, text) => {
+      if (!moved && /FROM (tenants|applications) WHERE id = \$1 FOR/.test(text)) {
+        moved = true;
+        await mover.query('UPDATE applications SET tenant_id = $2 WHERE id = $1', [app.id, destination]);
+        await mover.query("UPDATE tenants SET status = 'migrating' WHERE id = $1", [destination]);
+      }
+      return run();
+    }, op);
+  } finally {
+    await mover.end();
+    assert.ok(moved, 'the move committed inside the write');
+  }
+}
+
+if (storageName === 'postgres') test('POST /v1/roles of an app Role whose Application moved into a migrating Tenant while the write began: 503 naming the Tenant it is in now, no Role (PostgreSQL)', async () => {
+  const { app } = await appWithRoles();
+  const destination = (await newApp(t, admin)).tenant_id;
+  assert.notEqual(destination, app.tenant_id);
+  assertStatus(await call(t, 'DELETE', `/v1/roles/role_${app.slug}_spare`, admin), 204);
+  const res = await movedIntoMigratingTenantMeanwhile(app, destination, () => call(t, 'POST', '/v1/roles', admin, { scope: app.id, name: 'spare' }));
+  assertMigrating(res, destination);
+  assert.equal(await roleRow(`role_${app.slug}_spare`), undefined);
+});
+
+if (storageName === 'postgres') test('DELETE /v1/roles/{appRoleId} whose Application moved into a migrating Tenant while the write began: 503 naming the Tenant it is in now, the Role stays (PostgreSQL)', async () => {
+  const { app } = await appWithRoles();
+  const destination = (await newApp(t, admin)).tenant_id;
+  const roleId = `role_${app.slug}_editor`;
+  const before = await roleRow(roleId);
+  const res = await movedIntoMigratingTenantMeanwhile(app, destination, () => call(t, 'DELETE', `/v1/roles/${roleId}`, admin));
+  assertMigrating(res, destination);
   assert.deepEqual(await roleRow(roleId), before);
 });
 

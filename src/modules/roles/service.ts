@@ -137,12 +137,13 @@ export async function createRole(ctx: Ctx, body: CreateRoleBody): Promise<Role> 
   if (app && !app.available_app_roles.includes(body.name)) throw new ApiError('app_role_not_declared', { details: { available_app_roles: app.available_app_roles } });
   const id = app ? `role_${app.slug}_${body.name}` : `role_platform_${body.name}`;
   return ctx.db.transaction(async (tx) => {
-    // An Application's Roles are its Tenant's data: none change while the Tenant is migrating.
-    if (app) await assertTenantWritable(tx, app.tenant_id);
     // Checked again under the Application's lock: a PATCH removing a key or a name, committed since the
     // check above, is seen (and one that comes after sees this Role and answers permission_in_use).
     if (app) {
       const current = await lockScopeApplication(tx, app.id);
+      // An Application's Roles are its Tenant's data: none change while the Tenant is migrating. The
+      // Tenant is the one read under the lock (an ownership move may have changed it meanwhile).
+      await assertTenantWritable(tx, current.tenant_id);
       assertRolePermissions(ctx, body.scope, current, permissions);
       if (!current.available_app_roles.includes(body.name)) throw new ApiError('app_role_not_declared', { details: { available_app_roles: current.available_app_roles } });
     }
@@ -221,10 +222,11 @@ async function patchLockedRole(ctx: Ctx, id: string, body: PatchRoleBody): Promi
 export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
   const { role, app } = await editableRole(ctx, id);
   await ctx.db.transaction(async (tx) => {
-    if (app) await assertTenantWritable(tx, app.tenant_id);
     // Locked, then read again: a concurrent PATCH making this Role the default_app_role, or an
     // assignment of it, either commits first (and is seen here) or waits and finds the Role gone.
     const held = app ? await lockApplicationDefaultRole(tx, app.id) : null;
+    // Its Tenant as read under the lock (an ownership move may have changed it): not while migrating.
+    if (held) await assertTenantWritable(tx, held.tenant_id);
     if (held && held.default_app_role === role.name) {
       throw new ApiError('role_in_use', { message: "The Application's default_app_role is held by every user with access; change default_app_role first.", details: { assignment_count: role.assignment_count, default_app_role: true } });
     }

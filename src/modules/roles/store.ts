@@ -136,9 +136,9 @@ export async function lockApplicationShare(db: Queryable, applicationId: string)
   return rowCount;
 }
 
-/** Locks an Application (FOR NO KEY UPDATE) and reads its default_app_role; null when it is gone. */
-export async function lockApplicationDefaultRole(db: Queryable, applicationId: string): Promise<{ default_app_role: string | null } | null> {
-  const { rows } = await db.query<{ default_app_role: string | null }>('SELECT default_app_role FROM applications WHERE id = $1 FOR NO KEY UPDATE', [applicationId]);
+/** Locks an Application (FOR NO KEY UPDATE) and reads its default_app_role and Tenant; null when it is gone. */
+export async function lockApplicationDefaultRole(db: Queryable, applicationId: string): Promise<{ default_app_role: string | null; tenant_id: string } | null> {
+  const { rows } = await db.query<{ default_app_role: string | null; tenant_id: string }>('SELECT default_app_role, tenant_id FROM applications WHERE id = $1 FOR NO KEY UPDATE', [applicationId]);
   return rows[0] ?? null;
 }
 
