@@ -64,6 +64,74 @@ test('a checkout retry with the same Idempotency-Key returns the same URL withou
   assertError(await checkout(owner.tenantId, owner.token, null), 400, 'idempotency_key_required');
 });
 
+// ---- one payable checkout per Tenant (docs/decisions.md) ----------------------------------------
+
+/** Opens a checkout (201) and returns its processor session id. */
+async function opened(owner: { tenantId: string; token: string }, key: string): Promise<string> {
+  return new URL(assertStatus(await checkout(owner.tenantId, owner.token, key), 201).url).pathname.split('/').at(-1)!;
+}
+const lastSessionCreated = () => [...processor.checkoutSessions.keys()].at(-1)!;
+const expiriesOf = (id: string) => processor.requests.filter((r) => r.method === 'POST' && r.path === `/v1/checkout/sessions/${id}/expire`);
+
+test('a new checkout expires the Tenant\'s earlier open checkout session at the processor before its URL is handed out: one payable checkout per Tenant (a second tab cannot be paid too)', async () => {
+  const owner = await tenantOwner(t);
+  const first = await opened(owner, 'one-1');
+  assert.equal(processor.checkoutSessions.get(first)!.status, 'open');
+  const second = await opened(owner, 'one-2');
+  assert.equal(processor.checkoutSessions.get(first)!.status, 'expired');
+  assert.equal(expiriesOf(first).length, 1);
+  assert.equal(processor.checkoutSessions.get(second)!.status, 'open');
+  assert.equal(expiriesOf(second).length, 0);
+  // Another Tenant's checkout leaves this one's open.
+  const other = await tenantOwner(t);
+  assertStatus(await checkout(other.tenantId, other.token, 'one-1'), 201);
+  assert.equal(processor.checkoutSessions.get(second)!.status, 'open');
+  const third = await opened(owner, 'one-3');
+  assert.deepEqual([second, third].map((id) => processor.checkoutSessions.get(id)!.status), ['expired', 'open']);
+  assert.equal(expiriesOf(first).length, 1, 'an expired session is not expired again');
+});
+
+test('a checkout while an earlier one of the Tenant is paid but its event not yet applied: 409 subscription_exists, and the session just opened is expired (the customer cannot pay twice)', async () => {
+  const owner = await tenantOwner(t);
+  const paid = await opened(owner, 'paid-1');
+  processor.checkoutSessions.get(paid)!.status = 'complete';
+  assertError(await checkout(owner.tenantId, owner.token, 'paid-2'), 409, 'subscription_exists');
+  const refused = lastSessionCreated();
+  assert.notEqual(refused, paid);
+  assert.equal(processor.checkoutSessions.get(refused)!.status, 'expired', 'the session opened for the refused checkout was expired');
+  assert.equal(processor.checkoutSessions.get(paid)!.status, 'complete');
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'none');
+});
+
+test('a checkout whose checkout.session.completed was applied is not one to expire: once that subscription lapsed, a new checkout goes through (201)', async () => {
+  const owner = await tenantOwner(t);
+  const paid = await opened(owner, 'lapse-1');
+  processor.checkoutSessions.get(paid)!.status = 'complete';
+  const sub = subscription({ tenantId: owner.tenantId, id: `sub_${paid}`, customer: `cus_${paid}` });
+  assertStatus(await deliver(t, 'customer.subscription.created', sub, { secret: SECRET }), 200);
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: paid, object: 'checkout.session', client_reference_id: owner.tenantId, metadata: { tenant_id: owner.tenantId }, customer: `cus_${paid}`, subscription: `sub_${paid}` }, { secret: SECRET }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.deleted', { ...sub, status: 'canceled' }, { secret: SECRET }), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'canceled');
+  const again = await opened(owner, 'lapse-2');
+  assert.equal(processor.checkoutSessions.get(again)!.status, 'open');
+  assert.equal(expiriesOf(paid).length, 0);
+});
+
+test('the earlier session cannot be expired (processor failing): 503 billing_unavailable with Retry-After; a retry with the same Idempotency-Key expires it and returns the new session', async () => {
+  const owner = await tenantOwner(t);
+  const first = await opened(owner, 'busy-1');
+  processor.busy.add(`/v1/checkout/sessions/${first}/expire`);
+  try {
+    const failed = assertError(await checkout(owner.tenantId, owner.token, 'busy-2'), 503, 'billing_unavailable');
+    assert.equal(failed.details.operation, 'checkout.sessions.expire');
+  } finally {
+    processor.busy.delete(`/v1/checkout/sessions/${first}/expire`);
+  }
+  assert.equal(processor.checkoutSessions.get(first)!.status, 'open');
+  const second = await opened(owner, 'busy-2');
+  assert.deepEqual([first, second].map((id) => processor.checkoutSessions.get(id)!.status), ['expired', 'open']);
+});
+
 test('checkout validation: enterprise is 422 plan_requires_sales; starter, and non-https URLs, are 422 validation_failed', async () => {
   const owner = await tenantOwner(t);
   assertError(await checkout(owner.tenantId, owner.token, 'v-1', { ...body, plan: 'enterprise' }), 422, 'plan_requires_sales');

@@ -54,6 +54,21 @@ test('without Stripe settings the whole upgrade runs on one machine: checkout UR
   assertError(await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, owner.token, body, { 'idempotency-key': 'sim-2' }), 409, 'subscription_exists');
 });
 
+test('one payable checkout per Tenant: a new simulated checkout expires the Tenant\'s earlier open one (its page 404, Pay and subscribe applies nothing); the new one pays; another Tenant\'s stays open', async () => {
+  const owner = await tenantOwner(t);
+  const other = await tenantOwner(t);
+  const elsewhere = await checkout(other, 'one-1');
+  const first = await checkout(owner, 'one-1');
+  const second = await checkout(owner, 'one-2');
+  assert.equal((await page(pathOf(first.url))).statusCode, 404);
+  assert.equal((await press(`${pathOf(first.url)}/complete`)).statusCode, 404);
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'starter');
+  assert.equal((await page(pathOf(elsewhere.url))).statusCode, 200);
+  assert.equal((await page(pathOf(second.url))).statusCode, 200);
+  assert.equal((await press(`${pathOf(second.url)}/complete`)).headers.location, body.success_url);
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'team');
+});
+
 test('a retry of the simulated checkout with the same Idempotency-Key returns the same URL', async () => {
   const owner = await tenantOwner(t);
   const first = await checkout(owner, 'sim-same');

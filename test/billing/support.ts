@@ -28,6 +28,8 @@ export interface FakeProcessor {
   checkoutWithoutUrl: { on: boolean };
   /** Paths the fake answers 500 api_error with `Stripe-Should-Retry: true`, as the processor answers a passing failure. */
   busy: Set<string>;
+  /** The checkout sessions created, by id: `open`, `expired` (POST …/expire) or `complete` (set by a test: paid). */
+  checkoutSessions: Map<string, { status: 'open' | 'expired' | 'complete' }>;
   close(): Promise<void>;
 }
 
@@ -44,6 +46,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
   const checkoutWithoutUrl = { on: false };
   const busy = new Set<string>();
   const byIdempotencyKey = new Map<string, { status: number; body: unknown }>();
+  const checkoutSessions = new Map<string, { status: 'open' | 'expired' | 'complete' }>();
   const configurations: { id: string; active: boolean; metadata: Record<string, string>; form: Record<string, string> }[] = [];
   let n = 0;
   const answer = (r: ProcessorRequest): { status: number; body: unknown } => {
@@ -56,7 +59,19 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
     }
     if (r.method === 'POST' && r.path === '/v1/checkout/sessions') {
       const id = `cs_test_${++n}_${rand(4)}`;
+      checkoutSessions.set(id, { status: 'open' });
       return json(200, { id, object: 'checkout.session', url: checkoutWithoutUrl.on ? null : `https://checkout.stripe.test/c/pay/${id}`, expires_at: now + 86_400, mode: r.form.mode, status: 'open', client_reference_id: r.form.client_reference_id });
+    }
+    const session = /^\/v1\/checkout\/sessions\/([^/]+)(\/expire)?$/.exec(r.path);
+    if (session) {
+      const [, id, expire] = session;
+      const found = checkoutSessions.get(id);
+      if (!found) return json(404, { error: { type: 'invalid_request_error', code: 'resource_missing', message: `No such checkout.session: '${id}'` } });
+      if (r.method === 'POST' && expire) {
+        if (found.status !== 'open') return json(400, { error: { type: 'invalid_request_error', message: `Only Checkout Sessions with a status in ["open"] can be expired. This Checkout Session has a status of "${found.status}".` } });
+        found.status = 'expired';
+      }
+      if (r.method === 'GET' || expire) return json(200, { id, object: 'checkout.session', status: found.status });
     }
     if (r.method === 'POST' && r.path === '/v1/billing_portal/sessions') {
       const id = `bps_test_${++n}`;
@@ -105,6 +120,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
     refuse,
     checkoutWithoutUrl,
     busy,
+    checkoutSessions,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

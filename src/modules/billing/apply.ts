@@ -6,6 +6,7 @@ import { releaseSeatLimits } from '../tenancy/seats.js';
 import { basePlan, measureUsage, planFits, type Plan } from '../tenancy/plans.js';
 import { findTenantRecord, tenantModeOf, type TenantRecord } from '../tenancy/service.js';
 import { CHECKOUT_ALLOWED } from './sessions.js';
+import { deleteCheckoutSession } from './checkout-store.js';
 import { ApiError } from '../../errors.js';
 import { isStorableDateTime } from '../../http/validation.js';
 import { findTenantIdBy, insertProcessorEvent, updateLastProcessorEventCreated, updateProcessorEventOutcome, updateTenantSubscription } from './store.js';
@@ -196,6 +197,8 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
     const created = new Date(event.created * 1000);
     if ((await insertProcessorEvent(tx, event.id, event.type, created, now)) === 0) return 'duplicate';
     if (!HANDLED.has(event.type)) return 'ignored';
+    // A completed checkout session is no longer one a later checkout expires (src/modules/billing/checkouts.ts).
+    if (event.type === 'checkout.session.completed' && typeof event.data.object.id === 'string') await deleteCheckoutSession(tx, event.data.object.id);
     const where = locate(event);
     const tenant = await findEventTenant(tx, where);
     if (!tenant) {

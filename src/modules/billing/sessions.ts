@@ -7,6 +7,7 @@ import { addSeconds } from '../../clock.js';
 import { parseUrlAsSent } from '../../http/validation.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
 import { callProcessor, processorClient, type Stripe } from './processor.js';
+import { supersedeEarlierCheckouts } from './checkouts.js';
 import { createSimulatedSession } from './simulator-store.js';
 import { findUserEmail } from './store.js';
 import type { CheckoutBody, HostedSession, PortalBody } from './schemas.js';
@@ -78,6 +79,7 @@ export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: Ch
     ),
   );
   if (!session.url) throw new ApiError('billing_unavailable', { message: 'The processor returned no checkout URL.', details: { operation: 'checkout.sessions.create', reason: 'processor_error' }, headers: { 'retry-after': '30' } });
+  await supersedeEarlierCheckouts(ctx, stripe, log, tenant, session);
   return { url: session.url, expires_at: new Date(session.expires_at * 1000).toISOString() };
 }
 

@@ -3,6 +3,7 @@ import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
 import { addSeconds } from '../../clock.js';
 import type { HostedSession } from './schemas.js';
+import { lockTenantCheckouts } from './checkout-store.js';
 
 /** A simulated checkout lives a day, as Stripe's does; a simulated portal an hour (a person clicks around in it). */
 const LIFETIME_SECONDS = { checkout: 24 * 3600, portal: 3600 } as const;
@@ -37,6 +38,15 @@ export async function createSimulatedSession(
 ): Promise<HostedSession> {
   const id = simId(input.kind === 'checkout' ? 'cs' : 'bps');
   const expiresAt = addSeconds(ctx.now, LIFETIME_SECONDS[input.kind]);
+  // One payable checkout per Tenant, as through the processor (src/modules/billing/checkouts.ts): the
+  // Tenant's open ones expire now. `db` is the request's transaction: the Tenant's lock holds to its end.
+  if (input.kind === 'checkout') {
+    await lockTenantCheckouts(db, input.tenantId);
+    await db.query(
+      `UPDATE billing_simulator_sessions SET expires_at = $2 WHERE tenant_id = $1 AND kind = 'checkout' AND status = 'open' AND expires_at > $2`,
+      [input.tenantId, ctx.now],
+    );
+  }
   await db.query(
     `INSERT INTO billing_simulator_sessions (id, kind, tenant_id, plan, success_url, cancel_url, return_url, customer_email, created_at, expires_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,

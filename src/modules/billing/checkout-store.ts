@@ -1,0 +1,34 @@
+import type { Queryable } from '../../db/types.js';
+
+/** Locks the Tenant (FOR NO KEY UPDATE) so that its checkouts are recorded one at a time: the later supersedes the earlier. */
+export async function lockTenantCheckouts(db: Queryable, tenantId: string): Promise<void> {
+  await db.query('SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE', [tenantId]);
+}
+
+/**
+ * Records a processor checkout session as the Tenant's one payable checkout: its other sessions are
+ * marked superseded (to be expired at the processor), those past their own expiry dropped. A session
+ * recorded already (the processor replayed it for the same Idempotency-Key) stays as it is.
+ */
+export async function recordCheckoutSession(db: Queryable, tenantId: string, id: string, expiresAt: Date, now: Date): Promise<void> {
+  await db.query('DELETE FROM checkout_sessions WHERE tenant_id = $1 AND expires_at <= $2', [tenantId, now]);
+  await db.query('UPDATE checkout_sessions SET superseded_at = $3 WHERE tenant_id = $1 AND id <> $2 AND superseded_at IS NULL', [tenantId, id, now]);
+  await db.query(
+    'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING',
+    [id, tenantId, now, expiresAt],
+  );
+}
+
+/** The Tenant's superseded sessions not yet expired at the processor, oldest first. */
+export async function listSupersededCheckoutSessions(db: Queryable, tenantId: string, now: Date): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>(
+    'SELECT id FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NOT NULL AND expires_at > $2 ORDER BY created_at, id',
+    [tenantId, now],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Drops a session: expired at the processor, or its completion applied. */
+export async function deleteCheckoutSession(db: Queryable, id: string): Promise<void> {
+  await db.query('DELETE FROM checkout_sessions WHERE id = $1', [id]);
+}

@@ -1,0 +1,58 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Ctx } from '../../context.js';
+import { ApiError } from '../../errors.js';
+import { callProcessor, Stripe } from './processor.js';
+import { deleteCheckoutSession, listSupersededCheckoutSessions, lockTenantCheckouts, recordCheckoutSession } from './checkout-store.js';
+
+/**
+ * One payable checkout per Tenant (docs/decisions.md): records the processor session just opened,
+ * then expires the Tenant's earlier ones at the processor before this one's URL is handed out, so a
+ * second tab, or a retry under a new Idempotency-Key, cannot be paid beside it (twice charged, the
+ * second subscription ignored). Recording takes the Tenant's lock: of two checkouts at once, the one
+ * recorded last is the payable one. An earlier session found paid (its completion not applied yet)
+ * means the Tenant is subscribing: this one is expired too, 409 subscription_exists. A processor
+ * failure is 503 billing_unavailable, and a retry with the same Idempotency-Key finishes the expiry.
+ */
+export async function supersedeEarlierCheckouts(
+  ctx: Ctx,
+  stripe: Stripe,
+  log: FastifyBaseLogger,
+  tenant: { id: string; plan: string; subscription_status: string },
+  session: Stripe.Checkout.Session,
+): Promise<void> {
+  const db = ctx.deps.database.scoped(ctx.mode);
+  await db.transaction(async (tx) => {
+    await lockTenantCheckouts(tx, tenant.id);
+    await recordCheckoutSession(tx, tenant.id, session.id, new Date(session.expires_at * 1000), ctx.now);
+  });
+  for (const id of await listSupersededCheckoutSessions(db, tenant.id, ctx.now)) {
+    const paid = await expireUnlessPaid(stripe, log, id);
+    await deleteCheckoutSession(db, id);
+    if (paid) {
+      await expireUnlessPaid(stripe, log, session.id);
+      await deleteCheckoutSession(db, session.id);
+      throw new ApiError('subscription_exists', {
+        message: "An earlier checkout of this Tenant was paid; its subscription applies when the processor's event arrives.",
+        details: { subscription_status: tenant.subscription_status, plan: tenant.plan },
+      });
+    }
+  }
+}
+
+/** Expires a checkout session at the processor; true when it is not open because it was paid. */
+function expireUnlessPaid(stripe: Stripe, log: FastifyBaseLogger, id: string): Promise<boolean> {
+  return callProcessor(log, 'checkout.sessions.expire', async () => {
+    try {
+      await stripe.checkout.sessions.expire(id);
+      return false;
+    } catch (err) {
+      if (!(err instanceof Stripe.errors.StripeInvalidRequestError)) throw err;
+    }
+    // Refused: not open any more, paid (complete) or expired already; or unknown to the processor.
+    const found = await stripe.checkout.sessions.retrieve(id).catch((err: unknown) => {
+      if (err instanceof Stripe.errors.StripeInvalidRequestError) return null;
+      throw err;
+    });
+    return found?.status === 'complete';
+  });
+}
