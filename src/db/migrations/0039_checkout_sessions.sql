@@ -6,7 +6,7 @@
 CREATE TABLE IF NOT EXISTS checkout_sessions (
   id text PRIMARY KEY,
   tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
-  created_at timestamptz NOT NULL,
+  created_at timestamptz(3) NOT NULL,
   expires_at timestamptz NOT NULL,
   superseded_at timestamptz
 );
