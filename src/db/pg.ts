@@ -9,6 +9,8 @@ export interface PgOptions {
   /** Schema to use instead of public (tests isolate themselves this way). */
   schema?: string;
   poolSize?: number;
+  /** How long opening a connection, or waiting for one of the pool, may take (3 s by default). */
+  connectTimeoutMs?: number;
   /** Distinct statement texts prepared under a name (NAMED_STATEMENTS_MAX). */
   namedStatements?: number;
 }
@@ -120,7 +122,7 @@ function createPool(options: PgOptions, scope: Scope): pg.Pool {
   const pool = new pg.Pool({
     connectionString: options.url,
     max: options.poolSize ?? 10,
-    connectionTimeoutMillis: 3000,
+    connectionTimeoutMillis: options.connectTimeoutMs ?? 3000,
     idleTimeoutMillis: 10_000,
     options: settings.join(' '),
   });

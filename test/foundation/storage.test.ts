@@ -22,6 +22,12 @@ import { CuttableProxy, freshSchemaName } from './support/ops.js';
 import { blockedBy, client } from '../helpers/locks.js';
 
 const ADMIN_PASSWORD = 'granite-orchard-lantern-73';
+/**
+ * The nodes started at once below open their connections while the rest of the suite loads the
+ * machine (both storage passes side by side on two cores): the driver's 3 s to open one ran out there
+ * once. These tests are about what the starts do, not how fast a connection opens.
+ */
+const BOOT_CONNECT_TIMEOUT_MS = 30_000;
 
 let t: TestApp;
 before(async () => {
@@ -110,8 +116,8 @@ test('a migration that fails stops the start loudly, naming the migration and th
 if (TEST_DATABASE_URL) {
   test('"several processes starting at once apply each migration exactly once" (the advisory lock): two migrate calls at once on a fresh schema, one applies every migration, the other waits and applies none', async () => {
     const schema = freshSchemaName('migrate');
-    const one = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2 });
-    const two = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2 });
+    const one = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
+    const two = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
     try {
       const all = loadMigrations().map((m) => m.version);
       const results = await Promise.all([migrate(one), migrate(two)]);
@@ -144,8 +150,8 @@ test('several nodes starting at once on one database apply each migration once a
     return;
   }
   const schema = freshSchemaName('boot');
-  const one = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2 });
-  const two = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2 });
+  const one = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
+  const two = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
   try {
     const booted = await Promise.all([
       boot({ config, database: one, clock: new SystemClock(), logger: false }),
@@ -180,8 +186,8 @@ test(
       return;
     }
     const schema = freshSchemaName('keys');
-    const one = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2 });
-    const two = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2 });
+    const one = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
+    const two = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
     try {
       const booted = await Promise.all([
         boot({ config, database: one, clock: new SystemClock(), logger: false }),
