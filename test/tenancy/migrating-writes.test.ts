@@ -141,6 +141,56 @@ if (storageName === 'postgres') test('DELETE /v1/roles/{appRoleId} whose Applica
   assert.deepEqual(await roleRow(roleId), before);
 });
 
+/**
+ * Runs `op` and, once its transaction has checked the Tenant (status read FOR KEY SHARE), tries to
+ * take `appId`'s row FOR UPDATE NOWAIT on a connection of the test, as an ownership move does; returns
+ * whether it could (the move could have committed the Application into another Tenant under the write).
+ */
+async function moveCouldLockDuring(appId: string, op: () => Promise<InjectResponse>): Promise<{ moveLocked: boolean | undefined; res: InjectResponse }> {
+  const prober = await client(t);
+  let moveLocked: boolean | undefined;
+  try {
+    const res = await withTransactionStatements(t, async (run, text) => {
+      const result = await run();
+      if (moveLocked === undefined && /FROM tenants WHERE id = \$1 FOR KEY SHARE/.test(text)) {
+        await prober.query('BEGIN');
+        try {
+          await prober.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE NOWAIT', [appId]);
+          moveLocked = true;
+        } catch (err) {
+          if ((err as { code?: string }).code !== '55P03') throw err;
+          moveLocked = false;
+        }
+        await prober.query('ROLLBACK');
+      }
+      return result;
+    }, op);
+    return { moveLocked, res };
+  } finally {
+    await prober.end();
+  }
+}
+
+if (storageName === 'postgres') test('"while a Tenant is migrating, writes to its data return 503": AppProfile, AppSettings, role assignment and removal, and a webhook test call hold their Application against an ownership move from their Tenant check to commit, so the Tenant checked stays the one the data is in (PostgreSQL)', async () => {
+  const { app, user } = await appWithRoles();
+  await sql(t, 'UPDATE applications SET settings_schema = $2 WHERE id = $1', [app.id, JSON.stringify({ type: 'object', properties: { color: { type: 'string' } } })]);
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: app.id, url: 'http://127.0.0.1:9/hook', events: ['*'] }), 201);
+  const writes: [string, () => Promise<InjectResponse>, number][] = [
+    ['AppProfile PATCH', () => call(t, 'PATCH', `/v1/users/me/apps/${app.id}/profile`, user.token, { display_handle: 'held' }), 200],
+    ['AppSettings PATCH', () => call(t, 'PATCH', `/v1/users/me/apps/${app.id}/settings`, user.token, { overrides: { color: 'red' } }), 200],
+    ['role assignment', () => call(t, 'POST', `/v1/users/${user.id}/roles/role_${app.slug}_editor`, admin, {}), 201],
+    ['role removal', () => call(t, 'DELETE', `/v1/users/${user.id}/roles/role_${app.slug}_editor`, admin), 204],
+    ['webhook test call', () => call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin, {}), 202],
+  ];
+  const moveCouldLock: [string, boolean | undefined][] = [];
+  for (const [what, op, status] of writes) {
+    const { moveLocked, res } = await moveCouldLockDuring(app.id, op);
+    moveCouldLock.push([what, moveLocked]);
+    assertStatus(res, status);
+  }
+  assert.deepEqual(moveCouldLock, writes.map(([what]) => [what, false]), 'an ownership move could lock the Application while these writes ran');
+});
+
 test('app-scope webhook subscriptions of a migrating Tenant: create, PATCH, DELETE, rotate-secret, test and redeliver answer 503 and change nothing', async () => {
   const app = await newApp(t, admin);
   await setTenant(app.tenant_id, { plan: 'enterprise' });

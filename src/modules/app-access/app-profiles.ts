@@ -7,7 +7,7 @@ import { assertNoReadOnlyFields, mergeCustom } from '../../http/patch.js';
 import { accessKey, resolveAccess } from '../../access/resolve.js';
 import { confinedApp, lockTargetUser, targetUser } from '../users/access.js';
 import { findApplicationRow } from '../applications/store.js';
-import { assertTenantWritable } from '../tenancy/writable.js';
+import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { findLiveUser, type UserRow } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
 import type { Queryable } from '../../db/types.js';
@@ -88,7 +88,7 @@ export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, 
   assertNoReadOnlyFields(body, APP_PROFILE_READ_ONLY);
   return ctx.db.transaction(async (tx) => {
     // An AppProfile is the Application's Tenant's data: unchanged while that Tenant is migrating.
-    await assertTenantWritable(tx, app.tenant_id);
+    await assertAppTenantWritable(tx, app.id);
     // The row may not exist yet: the user is locked instead (as for AppSettings), so a concurrent
     // PATCH's custom keys are merged into, not overwritten.
     await lockUserForAppData(tx, ctx, user.id);

@@ -9,7 +9,7 @@ import { targetUser } from '../users/access.js';
 import { recognizedLocale } from '../profiles/service.js';
 import { authorizeAppUserData, CUSTOM_MAX_BYTES, lockUserForAppData } from '../app-access/app-profiles.js';
 import { settingsValueErrors } from '../applications/validation.js';
-import { assertTenantWritable } from '../tenancy/writable.js';
+import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { APP_SETTINGS_READ_ONLY, SETTINGS_READ_ONLY, type AppSettings, type PatchAppSettingsBody, type PatchSettingsBody, type Settings } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { findAppSettings, findSettings, lockProfile, touchProfile, updateSettings, upsertAppSettings, type AppSettingsRow } from './store.js';
@@ -96,7 +96,7 @@ export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string,
   if (errors.length) throw validationFailed(...errors.map((e) => ({ path: `overrides.${e.key}`, message: e.message })));
   return ctx.db.transaction(async (tx) => {
     // AppSettings are the Application's Tenant's data: unchanged while that Tenant is migrating.
-    await assertTenantWritable(tx, app.tenant_id);
+    await assertAppTenantWritable(tx, app.id);
     await lockUserForAppData(tx, ctx, user.id);
     const row = await findAppSettings(tx, user.id, app.id);
     const overrides = mergeCustom(row?.overrides ?? {}, body.overrides);

@@ -77,6 +77,15 @@ export async function findApplicationTenant(db: Queryable, applicationId: string
   return rows[0] ?? null;
 }
 
+/**
+ * The same, read under a KEY SHARE lock of the Application held to commit: an ownership move (which
+ * takes the Application FOR UPDATE) waits for the caller, so the Tenant read stays the Application's.
+ */
+export async function lockApplicationTenant(db: Queryable, applicationId: string): Promise<{ tenant_id: string | null } | null> {
+  const { rows } = await db.query<{ tenant_id: string | null }>('SELECT tenant_id FROM applications WHERE id = $1 FOR KEY SHARE', [applicationId]);
+  return rows[0] ?? null;
+}
+
 /** A Tenant with its subscription mirror (the columns 0007 adds). */
 export interface TenantRecord {
   id: string;

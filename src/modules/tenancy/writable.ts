@@ -1,6 +1,6 @@
 import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
-import { findApplicationTenant, lockTenantStatus } from './store.js';
+import { lockApplicationTenant, lockTenantStatus } from './store.js';
 
 /** How long a client is told to wait before retrying a write to a migrating Tenant. */
 export const MIGRATING_RETRY_AFTER_SECONDS = 60;
@@ -21,9 +21,13 @@ export async function assertTenantWritable(db: Queryable, tenantId: string): Pro
   }
 }
 
-/** The same, for the Tenant of an Application. */
+/**
+ * The same, for the Tenant of an Application, read in the write's transaction under a KEY SHARE lock of
+ * the Application: an ownership move waits for the write, so the Tenant checked is the one the data is
+ * in until the write commits (the Tenant read before the transaction may be one the Application left).
+ */
 export async function assertAppTenantWritable(db: Queryable, applicationId: string): Promise<void> {
-  const app = await findApplicationTenant(db, applicationId);
+  const app = await lockApplicationTenant(db, applicationId);
   // A null tenant_id is passed on as before: the lock finds no Tenant and the write goes ahead.
   if (app) await assertTenantWritable(db, app.tenant_id as string);
 }
