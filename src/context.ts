@@ -80,11 +80,6 @@ export function requestLog(deps: Deps, requestId: string | null): FastifyBaseLog
   return requestId ? deps.log.child({ reqId: requestId }) : deps.log;
 }
 
-/** Runs fn in a transaction, reusing the caller's when there is one, so verbs compose. */
-export function withTransaction<T>(ctx: Ctx, fn: (tx: Tx) => Promise<T>): Promise<T> {
-  return ctx.db.transaction(fn);
-}
-
 /** A ctx whose db is the transaction, for calling other verbs inside it. */
 export const inTx = (ctx: Ctx, tx: Tx): Ctx => ({ ...ctx, db: tx });
 

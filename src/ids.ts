@@ -26,11 +26,6 @@ export function newId(prefix: IdPrefix): string {
   return `${prefix}_${ulid()}`;
 }
 
-const ID_PATTERN = /^[a-z]{3}_[0-9A-HJKMNP-TV-Z]{26}$/;
-export function isId(value: string, prefix: IdPrefix): boolean {
-  return value.startsWith(`${prefix}_`) && ID_PATTERN.test(value);
-}
-
 /** An unguessable token: prefix plus 32 random bytes, base64url. */
 export function newSecret(prefix: string): string {
   return `${prefix}${randomBytes(32).toString('base64url')}`;

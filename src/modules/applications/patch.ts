@@ -11,12 +11,12 @@ import {
   countApplicationSubscriptions, countTenantApplicationRows, findApplicationRow, findOwnerTenantId, lockApplicationForUpdate,
   lockApplicationNoKeyUpdate, toApplication, updateApplication, type ApplicationRow,
 } from './store.js';
-import { countRoleHolders, deleteRole, listRolesUsingPermissions, lockRole } from './app-roles-store.js';
+import { listRolesUsingPermissions } from './app-roles-store.js';
 import { APPLICATION_READ_ONLY, type Application, type PatchApplicationBody } from './schemas.js';
 import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { countTenantSubscriptions } from '../webhooks/store.js';
-import { findRole, toRole } from '../roles/store.js';
+import { countRoleHolders, deleteRoleRow, findRole, lockRole, toRole } from '../roles/store.js';
 import { assertDestructiveAllowed } from '../../http/gate.js';
 import { countSeats, countSeatsWithApplication, releaseSeatLimits } from '../tenancy/seats.js';
 import { lockTenantSeats } from '../../access/locks.js';
@@ -192,7 +192,7 @@ async function syncAppRoles(tx: Tx, ctx: Ctx, app: ApplicationRow, roles: string
     // A Role deleted with its name is a role deletion (Part A convention 11), however it is asked for:
     // refused to a restrict_destructive key as DELETE /v1/roles/{id} is (the route defers this to here).
     if (role) assertDestructiveAllowed(ctx.actor);
-    await deleteRole(tx, roleId);
+    await deleteRoleRow(tx, roleId);
     // Deleted with its name: audited as role.deleted, as DELETE /v1/roles/{id} is.
     if (role) await recordAudit(tx, inTx(ctx, tx), { action: 'role.deleted', target: { type: 'role', id: roleId }, applicationId: app.id, tenantId, before: toRole(role), mode: modeOf(app.test_mode) });
   }

@@ -51,11 +51,6 @@ export const tenantCondition = (n: number) =>
 /** The hot window of a Tenant owner's audit view: its plan's (Part B Limits). */
 export const windowDaysOf = (plan: Plan): number => PLAN_LIMITS[plan].audit_hot_window_days;
 
-export async function tenantPlan(db: Queryable, tenantId: string): Promise<Plan | null> {
-  const { rows } = await db.query<{ plan: Plan }>('SELECT plan FROM tenants WHERE id = $1', [tenantId]);
-  return rows[0]?.plan ?? null;
-}
-
 /** The plan of an Application's Tenant. */
 export async function applicationPlan(db: Queryable, applicationId: string): Promise<Plan | null> {
   const { rows } = await db.query<{ plan: Plan }>('SELECT t.plan FROM applications a JOIN tenants t ON t.id = a.tenant_id WHERE a.id = $1', [applicationId]);
