@@ -101,6 +101,13 @@ test('a checkout while an earlier one of the Tenant is paid but its event not ye
   assert.equal(processor.checkoutSessions.get(refused)!.status, 'expired', 'the session opened for the refused checkout was expired');
   assert.equal(processor.checkoutSessions.get(paid)!.status, 'complete');
   assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'none');
+  // So is every checkout after it, until the paid one's completion is applied.
+  assertError(await checkout(owner.tenantId, owner.token, 'paid-3'), 409, 'subscription_exists');
+  assert.equal(processor.checkoutSessions.get(lastSessionCreated())!.status, 'expired');
+  assertStatus(await deliver(t, 'checkout.session.completed', { id: paid, object: 'checkout.session', client_reference_id: owner.tenantId, metadata: { tenant_id: owner.tenantId }, customer: `cus_${paid}`, subscription: `sub_${paid}` }, { secret: SECRET }), 200);
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: `sub_${paid}`, customer: `cus_${paid}` }), { secret: SECRET }), 200);
+  assertError(await checkout(owner.tenantId, owner.token, 'paid-4'), 409, 'subscription_exists');
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'active');
 });
 
 test('a checkout whose checkout.session.completed was applied is not one to expire: once that subscription lapsed, a new checkout goes through (201)', async () => {

@@ -26,16 +26,18 @@ export async function supersedeEarlierCheckouts(
     await recordCheckoutSession(tx, tenant.id, session.id, new Date(session.expires_at * 1000), ctx.now);
   });
   for (const id of await listSupersededCheckoutSessions(db, tenant.id, ctx.now)) {
-    const paid = await expireUnlessPaid(stripe, log, id);
-    await deleteCheckoutSession(db, id);
-    if (paid) {
-      await expireUnlessPaid(stripe, log, session.id);
-      await deleteCheckoutSession(db, session.id);
-      throw new ApiError('subscription_exists', {
-        message: "An earlier checkout of this Tenant was paid; its subscription applies when the processor's event arrives.",
-        details: { subscription_status: tenant.subscription_status, plan: tenant.plan },
-      });
+    if (!(await expireUnlessPaid(stripe, log, id))) {
+      await deleteCheckoutSession(db, id);
+      continue;
     }
+    // Paid, its completion not applied yet: the Tenant is subscribing. The paid session's row stays
+    // until its completion is applied (a checkout after this one is refused too); this one's goes.
+    await expireUnlessPaid(stripe, log, session.id);
+    await deleteCheckoutSession(db, session.id);
+    throw new ApiError('subscription_exists', {
+      message: "An earlier checkout of this Tenant was paid; its subscription applies when the processor's event arrives.",
+      details: { subscription_status: tenant.subscription_status, plan: tenant.plan },
+    });
   }
 }
 
