@@ -71,6 +71,14 @@ async function opened(owner: { tenantId: string; token: string }, key: string): 
   return new URL(assertStatus(await checkout(owner.tenantId, owner.token, key), 201).url).pathname.split('/').at(-1)!;
 }
 const lastSessionCreated = () => [...processor.checkoutSessions.keys()].at(-1)!;
+/** The processor's events of session `id`, paid: its subscription sub_<id> (customer cus_<id>) created, and the checkout completed. */
+async function paidAndApplied(tenantId: string, id: string): Promise<Record<string, unknown>> {
+  const sub = subscription({ tenantId, id: `sub_${id}`, customer: `cus_${id}` });
+  assertStatus(await deliver(t, 'customer.subscription.created', sub, { secret: SECRET }), 200);
+  const completed = { id, object: 'checkout.session', client_reference_id: tenantId, metadata: { tenant_id: tenantId }, customer: `cus_${id}`, subscription: `sub_${id}` };
+  assertStatus(await deliver(t, 'checkout.session.completed', completed, { secret: SECRET }), 200);
+  return sub;
+}
 const expiriesOf = (id: string) => processor.requests.filter((r) => r.method === 'POST' && r.path === `/v1/checkout/sessions/${id}/expire`);
 
 test('a new checkout expires the Tenant\'s earlier open checkout session at the processor before its URL is handed out: one payable checkout per Tenant (a second tab cannot be paid too)', async () => {
@@ -104,8 +112,7 @@ test('a checkout while an earlier one of the Tenant is paid but its event not ye
   // So is every checkout after it, until the paid one's completion is applied.
   assertError(await checkout(owner.tenantId, owner.token, 'paid-3'), 409, 'subscription_exists');
   assert.equal(processor.checkoutSessions.get(lastSessionCreated())!.status, 'expired');
-  assertStatus(await deliver(t, 'checkout.session.completed', { id: paid, object: 'checkout.session', client_reference_id: owner.tenantId, metadata: { tenant_id: owner.tenantId }, customer: `cus_${paid}`, subscription: `sub_${paid}` }, { secret: SECRET }), 200);
-  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: `sub_${paid}`, customer: `cus_${paid}` }), { secret: SECRET }), 200);
+  await paidAndApplied(owner.tenantId, paid);
   assertError(await checkout(owner.tenantId, owner.token, 'paid-4'), 409, 'subscription_exists');
   assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'active');
 });
@@ -114,9 +121,7 @@ test('a checkout whose checkout.session.completed was applied is not one to expi
   const owner = await tenantOwner(t);
   const paid = await opened(owner, 'lapse-1');
   processor.checkoutSessions.get(paid)!.status = 'complete';
-  const sub = subscription({ tenantId: owner.tenantId, id: `sub_${paid}`, customer: `cus_${paid}` });
-  assertStatus(await deliver(t, 'customer.subscription.created', sub, { secret: SECRET }), 200);
-  assertStatus(await deliver(t, 'checkout.session.completed', { id: paid, object: 'checkout.session', client_reference_id: owner.tenantId, metadata: { tenant_id: owner.tenantId }, customer: `cus_${paid}`, subscription: `sub_${paid}` }, { secret: SECRET }), 200);
+  const sub = await paidAndApplied(owner.tenantId, paid);
   assertStatus(await deliver(t, 'customer.subscription.deleted', { ...sub, status: 'canceled' }, { secret: SECRET }), 200);
   assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'canceled');
   const again = await opened(owner, 'lapse-2');
