@@ -414,6 +414,27 @@ test('org grant: member_scope and member_overrides sent as they are is no change
   assert.equal((await auditOf(t, id, 'entitlement.member_scope_changed')).length, 1);
 });
 
+test('"member_overrides | array of user ids or null", "member_scope | enum or null": on an org grant a PATCH sending null clears them to their defaults (no overrides, all_members): 200, entitlement.member_scope_changed with its audit row, access.granted for the member the denylist left out; on a personal row null is still 422 not_an_org_grant', async () => {
+  const a = await person(t);
+  const b = await person(t);
+  const org = await createOrg(t, [{ userId: a.id, role: 'org_admin' }, { userId: b.id }]);
+  const target = await newApp(t, admin);
+  const id = await orgGrant(t, org, target.id, { memberScope: 'denylist', overrides: [b.id] });
+  const body = assertStatus(await patchEnt(t, admin, id, { member_scope: null, member_overrides: null }), 200);
+  assert.deepEqual([body.member_scope, body.member_overrides], ['all_members', []]);
+  assert.deepEqual([(await entRow(t, id))!.member_scope, (await entRow(t, id))!.member_overrides], ['all_members', []]);
+  assert.deepEqual(await entitlementEvents(t, id), ['entitlement.member_scope_changed']);
+  assert.equal((await auditOf(t, id, 'entitlement.member_scope_changed')).length, 1);
+  assert.deepEqual(await accessEvents(t, b.id, target.id), [['access.granted', 'org_grant_changed', 'active']]);
+  // Null again is the defaults as they are: no change.
+  assert.deepEqual(assertStatus(await patchEnt(t, admin, id, { member_overrides: null }), 200), body);
+  assert.deepEqual(await entitlementEvents(t, id), ['entitlement.member_scope_changed']);
+  const user = await person(t);
+  const ent = await grant(t, admin, user.id, app.id);
+  assertError(await patchEnt(t, admin, ent.id, { member_overrides: null }), 422, 'not_an_org_grant');
+  assertError(await patchEnt(t, admin, ent.id, { member_scope: null }), 422, 'not_an_org_grant');
+});
+
 test('org grant: removing a member listed in member_overrides ("their id is removed from member_overrides") is a member_overrides change: entitlement.member_scope_changed and its audit row, with the new list; a grant not naming them gets none', async () => {
   const a = await person(t);
   const listed = await person(t);

@@ -299,6 +299,22 @@ test('5 wrong codes void an MFA challenge (docs/decisions.md, Login lockout): th
   assert.match(next.json().error.message, /invalid or expired/);
 });
 
+test('one right code submitted four times at once on one mfa_token (a double-submit): one AuthSession; the others get 401 for the spent token, not "The code is not valid", and leave no failed attempt counted on the identity', async () => {
+  const { user, secret } = await createMfaUser(t);
+  const mfaToken = await mfaChallenge(t, user);
+  const code = await totpCode(t, secret);
+  const answers = await Promise.all(Array.from({ length: 4 }, () => verify({ mfa_token: mfaToken, code })));
+  const won = answers.filter((r) => r.statusCode === 200);
+  assert.equal(won.length, 1, answers.map((r) => r.body).join('\n'));
+  assertAuthSession(won[0]!.json(), user.id);
+  for (const lost of answers.filter((r) => r.statusCode !== 200)) {
+    assertError(lost, 401, 'invalid_credentials');
+    assert.match(lost.json().error.message, /invalid or expired/);
+  }
+  const [identity] = await sql(t, `SELECT cardinality(recent_failures) AS failures, locked_until FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.deepEqual([identity.failures, identity.locked_until], [0, null]);
+});
+
 test('parallel wrong codes on one mfa_token evaluate at most five: each takes its lockout slot before its code is checked; the fifth failure locks, the others are refused unevaluated', async () => {
   const { user, secret } = await createMfaUser(t);
   const mfaToken = await mfaChallenge(t, user);

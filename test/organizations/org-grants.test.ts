@@ -127,6 +127,14 @@ test('member_scope allowlist and denylist with member_overrides of current membe
   assert.deepEqual(counts, { [allow.id]: 1, [deny.id]: 2 });
 });
 
+test('"member_scope | enum or null", "member_overrides | array of user ids or null": an org grant POST sending both as null is created with the defaults (all_members, no overrides), reaching every member', async () => {
+  const org = await orgWithMembers(t, admin, 2);
+  const app = await newApp(t, admin);
+  const created = await orgGrantApi(t, admin, org.id, app.id, { member_scope: null, member_overrides: null });
+  assert.deepEqual([created.member_scope, created.member_overrides, created.included_member_count], ['all_members', [], 3]);
+  for (const u of [org.owner, ...org.members]) assert.deepEqual(await accessEvents(t, u.id, app.id), [GRANTED]);
+});
+
 test('member_overrides naming a non-member or a pending member: 422 member_override_not_a_member (create and PATCH)', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const outsider = await person(t);

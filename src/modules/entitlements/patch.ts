@@ -56,8 +56,18 @@ interface EntitlementChange {
   scopeChange: boolean;
 }
 
+/** The PATCH body with member_scope and member_overrides sent as null read as an org grant's defaults: all_members, no overrides. */
+type EntitlementPatch = Omit<PatchEntitlementBody, 'member_scope' | 'member_overrides'> & { member_scope?: NonNullable<PatchEntitlementBody['member_scope']>; member_overrides?: string[] };
+
+const withScopeDefaults = ({ member_scope, member_overrides, ...rest }: PatchEntitlementBody): EntitlementPatch => ({
+  ...rest,
+  ...(member_scope !== undefined && { member_scope: member_scope ?? 'all_members' }),
+  ...(member_overrides !== undefined && { member_overrides: member_overrides ?? [] }),
+});
+
 /** PATCH /v1/entitlements/{id}: status moves, term, trial conversion, order id, member scope. */
-export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined, ifNoneMatch?: string): Promise<{ entitlement: Entitlement; etag: string }> {
+export async function patchEntitlement(ctx: Ctx, id: string, input: PatchEntitlementBody, ifMatch: string | undefined, ifNoneMatch?: string): Promise<{ entitlement: Entitlement; etag: string }> {
+  const body = withScopeDefaults(input);
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     const row = await admitEntitlementPatch(tx, ctx, id, body, ifMatch, ifNoneMatch);
@@ -72,7 +82,7 @@ export async function patchEntitlement(ctx: Ctx, id: string, body: PatchEntitlem
 }
 
 /** Locks and reads the row, then refuses a caller who may not make this change; returns the row, expired if its term ended. */
-async function admitEntitlementPatch(tx: Tx, ctx: Ctx, id: string, body: PatchEntitlementBody, ifMatch: string | undefined, ifNoneMatch: string | undefined): Promise<EntitlementRow> {
+async function admitEntitlementPatch(tx: Tx, ctx: Ctx, id: string, body: EntitlementPatch, ifMatch: string | undefined, ifNoneMatch: string | undefined): Promise<EntitlementRow> {
   await lockEntitlementScope(tx, id);
   // Existence first: a caller who cannot see the row learns nothing from the body's faults.
   const visible = await visibleEntitlement(inTx(ctx, tx), id, true);
@@ -102,7 +112,7 @@ async function admitEntitlementPatch(tx: Tx, ctx: Ctx, id: string, body: PatchEn
 }
 
 /** The change the body asks for, checked against the row alone (no query): the status move first, then the fields. */
-function planEntitlementChange(row: EntitlementRow, body: PatchEntitlementBody): EntitlementChange {
+function planEntitlementChange(row: EntitlementRow, body: EntitlementPatch): EntitlementChange {
   const { status, move } = planStatusMove(row, body);
   const fields = planFieldChanges(row, body, status, move);
   // member_scope and member_overrides sent as they already are change nothing (no event, no audit).
@@ -112,7 +122,7 @@ function planEntitlementChange(row: EntitlementRow, body: PatchEntitlementBody):
   return { status, move, ...fields, scopeChange };
 }
 
-function planStatusMove(row: EntitlementRow, body: PatchEntitlementBody): { status: string; move: Move | undefined } {
+function planStatusMove(row: EntitlementRow, body: EntitlementPatch): { status: string; move: Move | undefined } {
   const status = body.status ?? row.status;
   const move = status !== row.status ? MOVES[row.status]?.[status] : undefined;
   if (status !== row.status && !move) throw new ApiError('invalid_status_transition', { details: { from: row.status, to: status } });
@@ -131,7 +141,7 @@ function planStatusMove(row: EntitlementRow, body: PatchEntitlementBody): { stat
   return { status, move };
 }
 
-function planFieldChanges(row: EntitlementRow, body: PatchEntitlementBody, status: string, move: Move | undefined): Pick<EntitlementChange, 'changed' | 'reworded' | 'endsAt' | 'source' | 'orderId'> {
+function planFieldChanges(row: EntitlementRow, body: EntitlementPatch, status: string, move: Move | undefined): Pick<EntitlementChange, 'changed' | 'reworded' | 'endsAt' | 'source' | 'orderId'> {
   const changed: string[] = [];
   // disabled_reason goes with a move to disabled or revoked; a disabled row that stays disabled can
   // have it reworded (entitlement.updated). A reason for a row that is not disabled is refused.
@@ -191,7 +201,7 @@ async function assertReactivation(tx: Tx, ctx: Ctx, row: EntitlementRow, { statu
 }
 
 /** The UPDATE, inside the access flips and seat checks it causes; returns the updated row. */
-async function writeEntitlementChange(tx: Tx, c: Ctx, row: EntitlementRow, body: PatchEntitlementBody, change: EntitlementChange): Promise<EntitlementRow> {
+async function writeEntitlementChange(tx: Tx, c: Ctx, row: EntitlementRow, body: EntitlementPatch, change: EntitlementChange): Promise<EntitlementRow> {
   const { status, move, changed, reworded, endsAt, source, orderId, scopeChange } = change;
   const reason: AccessReason = move?.reason ?? (scopeChange ? 'org_grant_changed' : changed.includes('ends_at') && endsAt && endsAt <= c.now ? 'entitlement_expired' : 'entitlement_granted');
   const disabledReason = status === 'active' ? null : move?.needsReason ? body.disabled_reason! : reworded ?? row.disabled_reason;
@@ -249,7 +259,7 @@ export async function assertHoldingOrgActive(tx: Tx, row: EntitlementRow): Promi
   if (org?.status === 'suspended') throw new ApiError('organization_suspended');
 }
 
-async function assertMemberScope(tx: Tx, row: EntitlementRow, body: PatchEntitlementBody): Promise<void> {
+async function assertMemberScope(tx: Tx, row: EntitlementRow, body: EntitlementPatch): Promise<void> {
   if (row.source !== 'org_seat' || !row.organization_id) throw new ApiError('not_an_org_grant');
   if (!body.member_overrides?.length) return;
   const rows = await listActiveMembersAmong(tx, row.organization_id, body.member_overrides);

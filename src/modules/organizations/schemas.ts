@@ -82,8 +82,8 @@ export const OrgGrantBody = Type.Object(
     order_id: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 255 }))),
     starts_at: Type.Optional(Type.String({ format: 'date-time', description: 'Default now; at most 1 year ahead (the same instant a calendar year later), else 422 validation_failed.' })),
     ends_at: Type.Optional(Nullable(Type.String({ format: 'date-time' }))),
-    member_scope: Type.Optional(Type.Union([Type.Literal('all_members'), Type.Literal('allowlist'), Type.Literal('denylist')])),
-    member_overrides: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 10000, uniqueItems: true })),
+    member_scope: Type.Optional(Nullable(Type.Union([Type.Literal('all_members'), Type.Literal('allowlist'), Type.Literal('denylist')]))),
+    member_overrides: Type.Optional(Nullable(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 10000, uniqueItems: true }))),
   },
   { additionalProperties: false },
 );
