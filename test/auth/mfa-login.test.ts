@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { buildTestApp, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
-import { client, blockedBy as waitForBlocked, probeWhileHeld, withDeadlockCount } from '../helpers/locks.js';
+import { client, blockedBy as waitForBlocked, probeWhileHeld, withDeadlockCount, withTransactionStatements } from '../helpers/locks.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
 import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
 import {
@@ -299,11 +299,24 @@ test('5 wrong codes void an MFA challenge (docs/decisions.md, Login lockout): th
   assert.match(next.json().error.message, /invalid or expired/);
 });
 
-test('one right code submitted four times at once on one mfa_token (a double-submit): one AuthSession; the others get 401 for the spent token, not "The code is not valid", and leave no failed attempt counted on the identity', async () => {
+// Both requests must have counted their attempt before either spends the token: two transactions at once need PostgreSQL.
+if (storageName === 'postgres') test('one right code submitted twice at once on one mfa_token (a double-submit), both counted before either spends the token: one AuthSession; the other gets 401 for the spent token ("invalid or expired"), not "The code is not valid", and no failed attempt stays counted on the identity', async () => {
   const { user, secret } = await createMfaUser(t);
   const mfaToken = await mfaChallenge(t, user);
   const code = await totpCode(t, secret);
-  const answers = await Promise.all(Array.from({ length: 4 }, () => verify({ mfa_token: mfaToken, code })));
+  // A barrier at the token's spending: each transaction waits there until both have reached it.
+  let arrived = 0;
+  let release!: () => void;
+  const bothThere = new Promise<void>((r) => (release = r));
+  const barrier = async (run: () => Promise<unknown>, text: string) => {
+    if (text.startsWith('UPDATE one_time_tokens SET used_at')) {
+      if (++arrived === 2) release();
+      await bothThere;
+    }
+    return run();
+  };
+  const answers = await withTransactionStatements(t, barrier, () => Promise.all([verify({ mfa_token: mfaToken, code }), verify({ mfa_token: mfaToken, code })]));
+  assert.equal(arrived, 2, 'both reached the spending of the token');
   const won = answers.filter((r) => r.statusCode === 200);
   assert.equal(won.length, 1, answers.map((r) => r.body).join('\n'));
   assertAuthSession(won[0]!.json(), user.id);

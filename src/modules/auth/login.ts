@@ -125,13 +125,16 @@ async function spendMfaProof(ctx: Ctx, pending: OneTimeTokenRow, identity: Passw
   // Every step or none: a challenge another request already used, or a user no longer active, rolls
   // back the code it would have spent (a losing recovery code stays usable).
   const rejected = new Error('mfa verification rejected');
+  // Spent by another request meanwhile (a double-submit): no code of this one was judged, as when
+  // the challenge is found spent before (claimMfaAttempt).
+  const spent = new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
   const suspended = new ApiError('account_suspended');
   // A right code for a user deleted after the password step: 401, as for a deleted user's password,
   // and no failure either (a right code is none; the user may be restored within the window).
   const gone = new ApiError('invalid_credentials', { message: 'The MFA token is invalid or expired.' });
   return ctx.db
     .transaction(async (tx) => {
-      if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) throw rejected;
+      if (!(await consumeOneTimeToken(tx, pending.id, ctx.now))) throw spent;
       // The identity before a recovery code, as a disable or a support reset takes them (they turn TOTP
       // off and delete the codes): in the other order, the same code sent to both deadlocked.
       if (method === 'recovery_code') await lockIdentity(tx, identity.id);
@@ -152,6 +155,7 @@ async function spendMfaProof(ctx: Ctx, pending: OneTimeTokenRow, identity: Passw
     })
     .catch(async (err) => {
       if (err === rejected) return null;
+      if (err === spent) await releaseClaim();
       if (err === suspended || err === gone) {
         await releaseClaim();
         await releaseChallengeAttempt(ctx.db, pending.id);
