@@ -7,6 +7,7 @@ import { createUser, login, type TestUser } from '../helpers/fixtures.js';
 import { totpCode } from '../auth/support.js';
 import { assertError, assertStatus, auditFor, call, createApplication, DAY, grant, sql } from './support.js';
 import { privacyCalls } from './privacy-support.js';
+import { withTransactionStatements } from '../helpers/locks.js';
 
 let t: TestApp;
 let adminUser: TestUser;
@@ -174,6 +175,24 @@ test('export is limited to 5 calls per user per day (self and admin calls count 
   assertStatus(await exportOf('me', await login(t, await createUser(t))), 200);
   t.clock.advance(DAY);
   assertStatus(await exportOf('me', await login(t, user)), 200);
+});
+
+test('Export calls "5 per user per day" count exports made: a call that fails while the bundle is read (500) is not counted, so five exports still follow it and the sixth gets 429 rate_limited', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  let fail = true;
+  const failOnce = async (run: () => Promise<unknown>, text: string) => {
+    if (fail && text.includes('FOR KEY SHARE OF u')) {
+      fail = false;
+      throw new Error('the bundle read fails');
+    }
+    return run();
+  };
+  const failed = await withTransactionStatements(t, failOnce, () => exportOf('me', token));
+  assert.equal(fail, false, 'the bundle read was reached');
+  assertError(failed, 500, 'internal_error');
+  for (let i = 0; i < 5; i++) assertStatus(await exportOf('me', token), 200);
+  assertError(await exportOf('me', token), 429, 'rate_limited');
 });
 
 test('Export calls "5 per user per day": a call is counted for exactly 24 hours: 5 calls at one instant leave none 1 second before they are 24 hours old (429 rate_limited, Retry-After 1), and at exactly 24 hours the next call is allowed', async () => {

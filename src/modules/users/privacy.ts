@@ -29,14 +29,15 @@ const isoText = (v: string | null) => (v === null ? null : new Date(v).toISOStri
 export async function exportUser(ctx: Ctx, idParam: string) {
   const { user } = await targetUser(ctx, idParam, 'write');
   // A rolling 24 hours (not the calendar day: 5 before midnight and 5 after would pass); Retry-After
-  // is when the oldest export of the window leaves it. Refused calls are not counted.
-  const quota = await ctx.deps.database
-    .scoped('system')
-    .transaction((tx) => takeSlidingQuota(tx, `export:${user.id}`, EXPORT_LIMIT_PER_DAY, 86400, ctx.now));
-  if (!quota.allowed) {
-    throw new ApiError('rate_limited', { message: 'At most 5 exports per user per day.', headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) } });
-  }
-  return ctx.db.transaction((db) => exportBundle(ctx, db, user.id));
+  // is when the oldest export of the window leaves it. The call is counted in the export's
+  // transaction: a refused call, or one that fails reading the bundle, is not.
+  return ctx.db.transaction(async (tx) => {
+    const quota = await takeSlidingQuota(tx, `export:${user.id}`, EXPORT_LIMIT_PER_DAY, 86400, ctx.now);
+    if (!quota.allowed) {
+      throw new ApiError('rate_limited', { message: 'At most 5 exports per user per day.', headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) } });
+    }
+    return exportBundle(ctx, tx, user.id);
+  });
 }
 
 async function exportBundle(ctx: Ctx, db: Tx, id: string) {
