@@ -5,6 +5,7 @@ import { atOneInstant, type TestApp } from '../helpers/app.js';
 import { loadConfig, SIMULATOR_WEBHOOK_SECRET } from '../../src/config.js';
 import { assertError, assertStatus, buildApp, call, caller, seedOrganization, seedTenant, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
 import { closedPort, deliver, startFakeProcessor, subscription, type FakeProcessor } from './support.js';
+import { until } from '../webhooks/support.js';
 
 let t: TestApp;
 let processor: FakeProcessor;
@@ -142,6 +143,71 @@ test('the earlier session cannot be expired (processor failing): 503 billing_una
   assert.equal(processor.checkoutSessions.get(first)!.status, 'open');
   const second = await opened(owner, 'busy-2');
   assert.deepEqual([first, second].map((id) => processor.checkoutSessions.get(id)!.status), ['expired', 'open']);
+});
+
+/** Holds the processor's answer to the expiry of session `id` until the returned release is called. */
+function holdExpiry(id: string): () => void {
+  const path = `/v1/checkout/sessions/${id}/expire`;
+  let release!: () => void;
+  processor.holds.set(path, new Promise<void>((resolve) => (release = resolve)));
+  return () => {
+    processor.holds.delete(path);
+    release();
+  };
+}
+
+test('two checkouts of one Tenant at once: both clients get the one payable session\'s URL, never an expired one', async () => {
+  const owner = await tenantOwner(t);
+  const earlier = await opened(owner, 'race-0');
+  const count = processor.checkoutSessions.size;
+  // Both are held at the earlier session's expiry, each with its own session recorded: the one
+  // recorded first has been superseded by the other before it answers.
+  const release = holdExpiry(earlier);
+  const both = Promise.all(['race-1', 'race-2'].map((key) => checkout(owner.tenantId, owner.token, key)));
+  try {
+    await until(() => expiriesOf(earlier).length === 2, 5000, "both checkouts at the earlier session's expiry");
+  } finally {
+    release();
+  }
+  const [a, b] = (await both).map((res) => assertStatus(res, 201));
+  assert.deepEqual(b, a, 'both clients are handed the same session');
+  const payable = new URL(a.url).pathname.split('/').at(-1)!;
+  const racing = [...processor.checkoutSessions.keys()].slice(count);
+  assert.equal(racing.length, 2);
+  assert.ok(racing.includes(payable), `the URL is of a session one of the two opened (${payable})`);
+  const open = [earlier, ...racing].filter((id) => processor.checkoutSessions.get(id)!.status === 'open');
+  assert.deepEqual(open, [payable], 'one session open at the processor: the one handed out');
+  const rows = await sql(t, 'SELECT id, url, superseded_at FROM checkout_sessions WHERE tenant_id = $1', [owner.tenantId]);
+  assert.deepEqual(rows.map((r) => [r.id, r.url, r.superseded_at]), [[payable, a.url, null]]);
+});
+
+test('a checkout superseded at once by one whose URL is not recorded (the release before 0040, during a deploy): 409 subscription_exists, not its own expired URL; the other stays payable and a retry with the same key replays the 409', async () => {
+  const owner = await tenantOwner(t);
+  const earlier = await opened(owner, 'deploy-0');
+  const previous = `cs_test_previous_${owner.tenantId}`;
+  const release = holdExpiry(earlier);
+  const pending = checkout(owner.tenantId, owner.token, 'deploy-1');
+  try {
+    await until(() => expiriesOf(earlier).length === 1, 5000, "the checkout at the earlier session's expiry");
+    // The previous release records its session as 0039 had it, without a url, superseding this one.
+    processor.checkoutSessions.set(previous, { status: 'open' });
+    const now = t.clock.now();
+    await sql(t, 'UPDATE checkout_sessions SET superseded_at = $2 WHERE tenant_id = $1 AND superseded_at IS NULL', [owner.tenantId, now]);
+    await sql(t, 'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at) VALUES ($1, $2, $3, $4)', [previous, owner.tenantId, now, new Date(now.getTime() + 86_400_000)]);
+  } finally {
+    release();
+  }
+  const refused = assertError(await pending, 409, 'subscription_exists');
+  assert.deepEqual(refused.details, { subscription_status: 'none', plan: 'starter' });
+  assert.equal(processor.checkoutSessions.get(previous)!.status, 'open', 'the payable session stays payable');
+  const current = await sql(t, 'SELECT id FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NULL', [owner.tenantId]);
+  assert.deepEqual(current.map((r) => r.id), [previous]);
+  // A 409 is recorded for its key: the retry cannot open (or hand out) the expired session again.
+  const count = sessionsCreated().length;
+  const again = await checkout(owner.tenantId, owner.token, 'deploy-1');
+  assertError(again, 409, 'subscription_exists');
+  assert.equal(again.headers['idempotent-replayed'], 'true');
+  assert.equal(sessionsCreated().length, count);
 });
 
 test('checkout validation: enterprise is 422 plan_requires_sales; starter, and non-https URLs, are 422 validation_failed', async () => {

@@ -30,6 +30,8 @@ export interface FakeProcessor {
   busy: Set<string>;
   /** The checkout sessions created, by id: `open`, `expired` (POST …/expire) or `complete` (set by a test: paid). */
   checkoutSessions: Map<string, { status: 'open' | 'expired' | 'complete' }>;
+  /** Paths whose answer waits for the promise (the request is in `requests` as it arrives): holds the service mid-way. */
+  holds: Map<string, Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -45,6 +47,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
   const refuse = new Set<string>();
   const checkoutWithoutUrl = { on: false };
   const busy = new Set<string>();
+  const holds = new Map<string, Promise<void>>();
   const byIdempotencyKey = new Map<string, { status: number; body: unknown }>();
   const checkoutSessions = new Map<string, { status: 'open' | 'expired' | 'complete' }>();
   const configurations: { id: string; active: boolean; metadata: Record<string, string>; form: Record<string, string> }[] = [];
@@ -93,11 +96,12 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c) => chunks.push(c));
-    req.on('end', () => {
+    req.on('end', async () => {
       const url = new URL(req.url ?? '/', 'http://127.0.0.1');
       const form = Object.fromEntries(new URLSearchParams(Buffer.concat(chunks).toString('utf8')));
       const request: ProcessorRequest = { method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, form, headers: req.headers };
       requests.push(request);
+      await holds.get(request.path);
       if (busy.has(request.path)) {
         res.writeHead(500, { 'content-type': 'application/json', 'request-id': `req_${rand(6)}`, 'stripe-should-retry': 'true' });
         res.end(JSON.stringify({ error: { type: 'api_error', message: 'An error occurred with our connection to Stripe.' } }));
@@ -121,6 +125,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
     checkoutWithoutUrl,
     busy,
     checkoutSessions,
+    holds,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

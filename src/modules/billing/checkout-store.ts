@@ -10,13 +10,29 @@ export async function lockTenantCheckouts(db: Queryable, tenantId: string): Prom
  * marked superseded (to be expired at the processor), those past their own expiry dropped. A session
  * recorded already (the processor replayed it for the same Idempotency-Key) stays as it is.
  */
-export async function recordCheckoutSession(db: Queryable, tenantId: string, id: string, expiresAt: Date, now: Date): Promise<void> {
+export async function recordCheckoutSession(db: Queryable, tenantId: string, session: CheckoutSessionRow, now: Date): Promise<void> {
   await db.query('DELETE FROM checkout_sessions WHERE tenant_id = $1 AND expires_at <= $2', [tenantId, now]);
-  await db.query('UPDATE checkout_sessions SET superseded_at = $3 WHERE tenant_id = $1 AND id <> $2 AND superseded_at IS NULL', [tenantId, id, now]);
+  await db.query('UPDATE checkout_sessions SET superseded_at = $3 WHERE tenant_id = $1 AND id <> $2 AND superseded_at IS NULL', [tenantId, session.id, now]);
   await db.query(
-    'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING',
-    [id, tenantId, now, expiresAt],
+    'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at, url) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING',
+    [session.id, tenantId, now, session.expires_at, session.url],
   );
+}
+
+/** A recorded session; url is null for one recorded before 0040 (by the release before it). */
+export interface CheckoutSessionRow {
+  id: string;
+  url: string | null;
+  expires_at: Date;
+}
+
+/** The Tenant's payable checkout: its session not superseded and not past its expiry, if any. */
+export async function findCurrentCheckoutSession(db: Queryable, tenantId: string, now: Date): Promise<CheckoutSessionRow | null> {
+  const { rows } = await db.query<CheckoutSessionRow>(
+    'SELECT id, url, expires_at FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NULL AND expires_at > $2',
+    [tenantId, now],
+  );
+  return rows[0] ?? null;
 }
 
 /** The Tenant's superseded sessions not yet expired at the processor, oldest first. */

@@ -1,17 +1,22 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Ctx } from '../../context.js';
+import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { callProcessor, Stripe } from './processor.js';
-import { deleteCheckoutSession, listSupersededCheckoutSessions, lockTenantCheckouts, recordCheckoutSession } from './checkout-store.js';
+import type { HostedSession } from './schemas.js';
+import {
+  deleteCheckoutSession, findCurrentCheckoutSession, listSupersededCheckoutSessions, lockTenantCheckouts, recordCheckoutSession, type CheckoutSessionRow,
+} from './checkout-store.js';
 
 /**
  * One payable checkout per Tenant (docs/decisions.md): records the processor session just opened,
- * then expires the Tenant's earlier ones at the processor before this one's URL is handed out, so a
- * second tab, or a retry under a new Idempotency-Key, cannot be paid beside it (twice charged, the
- * second subscription ignored). Recording takes the Tenant's lock: of two checkouts at once, the one
- * recorded last is the payable one. An earlier session found paid (its completion not applied yet)
- * means the Tenant is subscribing: this one is expired too, 409 subscription_exists. A processor
- * failure is 503 billing_unavailable, and a retry with the same Idempotency-Key finishes the expiry.
+ * then expires the Tenant's earlier ones at the processor before a URL is handed out, so a second
+ * tab, or a retry under a new Idempotency-Key, cannot be paid beside it (twice charged, the second
+ * subscription ignored). Recording takes the Tenant's lock: of two checkouts at once, the one
+ * recorded last is the payable one, and both hand out its URL (payableCheckout). An earlier session
+ * found paid (its completion not applied yet) means the Tenant is subscribing: this one is expired
+ * too, 409 subscription_exists. A processor failure is 503 billing_unavailable, and a retry with the
+ * same Idempotency-Key finishes the expiry.
  */
 export async function supersedeEarlierCheckouts(
   ctx: Ctx,
@@ -19,11 +24,12 @@ export async function supersedeEarlierCheckouts(
   log: FastifyBaseLogger,
   tenant: { id: string; plan: string; subscription_status: string },
   session: Stripe.Checkout.Session,
-): Promise<void> {
+): Promise<HostedSession> {
   const db = ctx.deps.database.scoped(ctx.mode);
+  const own: CheckoutSessionRow = { id: session.id, url: session.url, expires_at: new Date(session.expires_at * 1000) };
   await db.transaction(async (tx) => {
     await lockTenantCheckouts(tx, tenant.id);
-    await recordCheckoutSession(tx, tenant.id, session.id, new Date(session.expires_at * 1000), ctx.now);
+    await recordCheckoutSession(tx, tenant.id, own, ctx.now);
   });
   for (const id of await listSupersededCheckoutSessions(db, tenant.id, ctx.now)) {
     if (!(await expireUnlessPaid(stripe, log, id))) {
@@ -39,6 +45,26 @@ export async function supersedeEarlierCheckouts(
       details: { subscription_status: tenant.subscription_status, plan: tenant.plan },
     });
   }
+  return payableCheckout(db, ctx.now, tenant, own);
+}
+
+/**
+ * What the client is handed: its own session while it is the Tenant's current one; else a checkout
+ * of the Tenant recorded after it, at once, superseded it (expired by this request or that one) and
+ * the client gets the current one's URL. Never an expired URL: with no current session whose URL is
+ * recorded (one recorded by the release before 0040; or none, the other refused, an earlier session
+ * being paid), 409 subscription_exists.
+ */
+async function payableCheckout(db: Queryable, now: Date, tenant: { id: string; plan: string; subscription_status: string }, own: CheckoutSessionRow): Promise<HostedSession> {
+  const current = await findCurrentCheckoutSession(db, tenant.id, now);
+  const payable = current?.id === own.id ? own : current;
+  if (!payable?.url) {
+    throw new ApiError('subscription_exists', {
+      message: 'A checkout of this Tenant started at the same time superseded this one, and its URL is not known here: pay through that checkout, or start a new one.',
+      details: { subscription_status: tenant.subscription_status, plan: tenant.plan },
+    });
+  }
+  return { url: payable.url, expires_at: payable.expires_at.toISOString() };
 }
 
 /** Expires a checkout session at the processor; true when it is not open because it was paid. */

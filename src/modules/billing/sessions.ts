@@ -79,8 +79,7 @@ export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: Ch
     ),
   );
   if (!session.url) throw new ApiError('billing_unavailable', { message: 'The processor returned no checkout URL.', details: { operation: 'checkout.sessions.create', reason: 'processor_error' }, headers: { 'retry-after': '30' } });
-  await supersedeEarlierCheckouts(ctx, stripe, log, tenant, session);
-  return { url: session.url, expires_at: new Date(session.expires_at * 1000).toISOString() };
+  return supersedeEarlierCheckouts(ctx, stripe, log, tenant, session);
 }
 
 /** The client's Idempotency-Key, scoped to the caller and Tenant so keys of different callers never meet at the processor. */
