@@ -145,6 +145,25 @@ test('the earlier session cannot be expired (processor failing): 503 billing_una
   assert.deepEqual([first, second].map((id) => processor.checkoutSessions.get(id)!.status), ['expired', 'open']);
 });
 
+test('a checkout retried with its Idempotency-Key after a 503, once a later checkout has superseded its session: the retry (the processor replays the superseded session) hands out the later, payable session and leaves it open, never the expired one', async () => {
+  const owner = await tenantOwner(t);
+  const first = await opened(owner, 'rt-1');
+  processor.busy.add(`/v1/checkout/sessions/${first}/expire`);
+  try {
+    assertError(await checkout(owner.tenantId, owner.token, 'rt-2'), 503, 'billing_unavailable');
+  } finally {
+    processor.busy.delete(`/v1/checkout/sessions/${first}/expire`);
+  }
+  const failedOne = sessionsCreated().length;
+  const later = await opened(owner, 'rt-3');
+  const retried = assertStatus(await checkout(owner.tenantId, owner.token, 'rt-2'), 201);
+  assert.equal(sessionsCreated().length, failedOne + 2, 'the later checkout and the retry reached the processor');
+  assert.equal(new URL(retried.url).pathname.split('/').at(-1), later, 'the retry hands out the later session');
+  assert.equal(processor.checkoutSessions.get(later)!.status, 'open', 'the later session stays payable');
+  const current = await sql(t, 'SELECT id FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NULL', [owner.tenantId]);
+  assert.deepEqual(current.map((r) => r.id), [later]);
+});
+
 /** Holds the processor's answer to the expiry of session `id` until the returned release is called. */
 function holdExpiry(id: string): () => void {
   const path = `/v1/checkout/sessions/${id}/expire`;
@@ -177,8 +196,10 @@ test('two checkouts of one Tenant at once: both clients get the one payable sess
   assert.ok(racing.includes(payable), `the URL is of a session one of the two opened (${payable})`);
   const open = [earlier, ...racing].filter((id) => processor.checkoutSessions.get(id)!.status === 'open');
   assert.deepEqual(open, [payable], 'one session open at the processor: the one handed out');
-  const rows = await sql(t, 'SELECT id, url, superseded_at FROM checkout_sessions WHERE tenant_id = $1', [owner.tenantId]);
-  assert.deepEqual(rows.map((r) => [r.id, r.url, r.superseded_at]), [[payable, a.url, null]]);
+  const rows = await sql(t, 'SELECT id, url, superseded_at, closed_at FROM checkout_sessions WHERE tenant_id = $1 ORDER BY created_at, id', [owner.tenantId]);
+  assert.deepEqual(rows.filter((r) => r.closed_at === null).map((r) => [r.id, r.url, r.superseded_at]), [[payable, a.url, null]]);
+  // The others are closed (expired at the processor), kept until their own expiry for a replay to find.
+  assert.deepEqual(rows.filter((r) => r.closed_at !== null).map((r) => r.id).sort(), [earlier, ...racing.filter((id) => id !== payable)].sort());
 });
 
 test('a checkout superseded at once by one whose URL is not recorded (the release before 0040, during a deploy): 409 subscription_exists, not its own expired URL; the other stays payable and a retry with the same key replays the 409', async () => {

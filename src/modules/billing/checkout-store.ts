@@ -8,15 +8,17 @@ export async function lockTenantCheckouts(db: Queryable, tenantId: string): Prom
 /**
  * Records a processor checkout session as the Tenant's one payable checkout: its other sessions are
  * marked superseded (to be expired at the processor), those past their own expiry dropped. A session
- * recorded already (the processor replayed it for the same Idempotency-Key) stays as it is.
+ * recorded already (the processor replayed it for the same Idempotency-Key) stays as it is, and
+ * supersedes nothing: a later checkout may have superseded it, and the later one stays payable.
  */
 export async function recordCheckoutSession(db: Queryable, tenantId: string, session: CheckoutSessionRow, now: Date): Promise<void> {
   await db.query('DELETE FROM checkout_sessions WHERE tenant_id = $1 AND expires_at <= $2', [tenantId, now]);
-  await db.query('UPDATE checkout_sessions SET superseded_at = $3 WHERE tenant_id = $1 AND id <> $2 AND superseded_at IS NULL', [tenantId, session.id, now]);
-  await db.query(
+  const { rowCount } = await db.query(
     'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at, url) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING',
     [session.id, tenantId, now, session.expires_at, session.url],
   );
+  if (rowCount === 0) return;
+  await db.query('UPDATE checkout_sessions SET superseded_at = $3 WHERE tenant_id = $1 AND id <> $2 AND superseded_at IS NULL', [tenantId, session.id, now]);
 }
 
 /** A recorded session; url is null for one recorded before 0040 (by the release before it). */
@@ -29,22 +31,27 @@ export interface CheckoutSessionRow {
 /** The Tenant's payable checkout: its session not superseded and not past its expiry, if any. */
 export async function findCurrentCheckoutSession(db: Queryable, tenantId: string, now: Date): Promise<CheckoutSessionRow | null> {
   const { rows } = await db.query<CheckoutSessionRow>(
-    'SELECT id, url, expires_at FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NULL AND expires_at > $2',
+    'SELECT id, url, expires_at FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NULL AND closed_at IS NULL AND expires_at > $2',
     [tenantId, now],
   );
   return rows[0] ?? null;
 }
 
-/** The Tenant's superseded sessions not yet expired at the processor, oldest first. */
+/** The Tenant's superseded sessions not yet expired at the processor (closed), oldest first. */
 export async function listSupersededCheckoutSessions(db: Queryable, tenantId: string, now: Date): Promise<string[]> {
   const { rows } = await db.query<{ id: string }>(
-    'SELECT id FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NOT NULL AND expires_at > $2 ORDER BY created_at, id',
+    'SELECT id FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NOT NULL AND closed_at IS NULL AND expires_at > $2 ORDER BY created_at, id',
     [tenantId, now],
   );
   return rows.map((r) => r.id);
 }
 
-/** Drops a session: expired at the processor, or its completion applied. */
+/** Marks a session expired at the processor; its row stays until its own expiry (a replay must find it closed). */
+export async function closeCheckoutSession(db: Queryable, id: string, now: Date): Promise<void> {
+  await db.query('UPDATE checkout_sessions SET closed_at = $2 WHERE id = $1', [id, now]);
+}
+
+/** Drops a session: its completion applied. */
 export async function deleteCheckoutSession(db: Queryable, id: string): Promise<void> {
   await db.query('DELETE FROM checkout_sessions WHERE id = $1', [id]);
 }

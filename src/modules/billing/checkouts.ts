@@ -5,7 +5,7 @@ import { ApiError } from '../../errors.js';
 import { callProcessor, Stripe } from './processor.js';
 import type { HostedSession } from './schemas.js';
 import {
-  deleteCheckoutSession, findCurrentCheckoutSession, listSupersededCheckoutSessions, lockTenantCheckouts, recordCheckoutSession, type CheckoutSessionRow,
+  closeCheckoutSession, findCurrentCheckoutSession, listSupersededCheckoutSessions, lockTenantCheckouts, recordCheckoutSession, type CheckoutSessionRow,
 } from './checkout-store.js';
 
 /**
@@ -33,13 +33,13 @@ export async function supersedeEarlierCheckouts(
   });
   for (const id of await listSupersededCheckoutSessions(db, tenant.id, ctx.now)) {
     if (!(await expireUnlessPaid(stripe, log, id))) {
-      await deleteCheckoutSession(db, id);
+      await closeCheckoutSession(db, id, ctx.now);
       continue;
     }
     // Paid, its completion not applied yet: the Tenant is subscribing. The paid session's row stays
     // until its completion is applied (a checkout after this one is refused too); this one's goes.
     await expireUnlessPaid(stripe, log, session.id);
-    await deleteCheckoutSession(db, session.id);
+    await closeCheckoutSession(db, session.id, ctx.now);
     throw new ApiError('subscription_exists', {
       message: "An earlier checkout of this Tenant was paid; its subscription applies when the processor's event arrives.",
       details: { subscription_status: tenant.subscription_status, plan: tenant.plan },
