@@ -3,12 +3,12 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, pausedAfter, TEST_DATABASE_URL, withStoppedClock, type TestApp } from '../helpers/app.js';
-import { blockedBy, client, commitWhileWaiting, probeWhileHeld } from '../helpers/locks.js';
+import { blockedBy, client, commitWhileWaiting, endedOrWaiting, probeWhileHeld, transactionsInSchema, withTransactionStatements } from '../helpers/locks.js';
 import { createUser, login, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
 import { createMfaUser } from '../auth/support.js';
 import {
   assertError, assertStatus, auditFor, call, createApplication, createOrganization, DAY, grant, liveSessionCount, orgGrant, outboxFor, rand, sql,
-  userRow,
+  userRow, type InjectResponse,
 } from './support.js';
 import { privacyCalls } from './privacy-support.js';
 
@@ -444,6 +444,78 @@ if (TEST_DATABASE_URL) test('the erasure cascade locks the user\'s Organizations
   assert.deepEqual(result, { erased: 1 });
   assert.notEqual((await userRow(t, user.id))!.erased_at, null);
   assert.equal(await count('organization_members', 'user_id = $1', [user.id]), 0);
+});
+
+/**
+ * Runs the erasure cascade with a pause after its first statement containing `fragment`: `meanwhile`
+ * starts operations with `start`, which returns once each has ended or waits for the cascade; the
+ * cascade then goes on and commits. Operations start from the test, outside the cascade's transaction.
+ * PostgreSQL only.
+ */
+async function cascadePausedAfter(fragment: string, meanwhile: (start: (what: string, op: () => Promise<unknown>) => Promise<void>) => Promise<void>) {
+  const watcher = await client(t);
+  let paused = false;
+  let reached!: () => void;
+  let resume!: () => void;
+  const atPause = new Promise<void>((r) => (reached = r));
+  const resumed = new Promise<void>((r) => (resume = r));
+  try {
+    const cascade = withTransactionStatements(t, async (run, text) => {
+      const result = await run();
+      if (!paused && text.includes(fragment)) {
+        paused = true;
+        reached();
+        await resumed;
+      }
+      return result;
+    }, () => t.deps.jobs.runNow('erasure-cascade'));
+    await Promise.race([atPause, cascade]);
+    assert.ok(paused, `the cascade ran no statement containing ${fragment}`);
+    const [cascadePid, ...others] = await transactionsInSchema(watcher);
+    assert.deepEqual(others, [], 'the cascade is the only transaction under way');
+    const waiting = async () => (await watcher.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [cascadePid])).rows.map((r) => r.pid);
+    await meanwhile(async (what, op) => {
+      const known = await waiting();
+      await endedOrWaiting(watcher, op(), [cascadePid], known, what);
+    });
+    resume();
+    return await cascade;
+  } finally {
+    resume();
+    await watcher.end();
+  }
+}
+
+if (TEST_DATABASE_URL) test('an erased user is left no membership: while the erasure cascade runs, after it listed the user\'s Organizations and before it locked them or once it holds its locks, an add by user_id into an Organization it did not lock (with a grant: a seat and an access path) is 404 user_not_found and an invitation by email to their address invites a new User; the user is soft-deleted from the request on and every membership write refuses a deleted user. PostgreSQL only: the embedded database runs one transaction at a time', async () => {
+  const app = await createApplication(t);
+  for (const [when, fragment] of [
+    ['after the list', 'SELECT organization_id FROM organization_members WHERE user_id = $1 ORDER BY organization_id'],
+    ['under the locks', "FROM erasure_requests WHERE user_id = $1 AND status = 'scheduled' AND scheduled_for <= $2 FOR UPDATE"],
+  ]) {
+    // Erasures of earlier tests come due first: run now, so the pause is in this user's cascade.
+    t.clock.advance(7 * DAY + 1);
+    await t.deps.jobs.runNow('erasure-cascade');
+    const user = await createUser(t);
+    await createOrganization(t, [user.id]);
+    const joined = await createOrganization(t, [(await createUser(t)).id]);
+    const invited = await createOrganization(t, [(await createUser(t)).id]);
+    await orgGrant(t, joined, app.id);
+    assertStatus(await requestErasure(user.id, await asAdmin()), 202);
+    t.clock.advance(7 * DAY + 1);
+    const admin = await asAdmin();
+    let [adding, inviting]: Promise<InjectResponse>[] = [];
+    const result = await cascadePausedAfter(fragment, async (start) => {
+      await start('the invitation', () => (inviting = call(t, 'POST', `/v1/organizations/${invited}/members`, admin, { email: user.email })));
+      await start('the add', () => (adding = call(t, 'POST', `/v1/organizations/${joined}/members`, admin, { user_id: user.id })));
+    });
+    assert.deepEqual(result, { erased: 1 }, when);
+    assert.notEqual((await userRow(t, user.id))!.erased_at, null, when);
+    const [added, invitation] = await Promise.all([adding, inviting]);
+    assert.equal(await count('organization_members', 'user_id = $1', [user.id]), 0, when);
+    assert.deepEqual(await sql(t, `SELECT type FROM outbox_events WHERE type = 'organization.member_added' AND data->>'user_id' = $1`, [user.id]), [], when);
+    assertError(added, 404, 'user_not_found');
+    assert.notEqual(assertStatus(invitation, 201).user_id, user.id, `${when}: the invitation is another User's`);
+  }
 });
 
 if (TEST_DATABASE_URL) test('the erasure cascade reads the request again under the user\'s lock ("a cancel or a repeated request may have come first"): a cancel, another run\'s completed erasure, or a new request after a cancel (scheduled 7 days on) that commits while the cascade waits for the user leaves the user unerased by this run (no user.erased). PostgreSQL only: the embedded database runs one transaction at a time', async () => {

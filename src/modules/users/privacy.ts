@@ -155,7 +155,9 @@ export async function runErasureCascade(deps: Deps): Promise<{ erased: number }>
  * The cascade changes the user's memberships, personal grants and the org grants naming them, then the
  * user row: it locks them in the order of src/access/locks.ts (Organizations, entitlement rows, the
  * user) before the first change. Deleting the memberships first and writing the user row last
- * deadlocked with a member removal of the same user (Organization, user, membership).
+ * deadlocked with a member removal of the same user (Organization, user, membership). The list is read
+ * before the locks, once: no membership appears meanwhile, as the user stays deleted while the request is
+ * scheduled and no membership write takes a deleted user (an add by user_id reads them again under their lock).
  */
 async function lockForErasure(tx: Tx, userId: string): Promise<void> {
   const orgs = await listMemberOrganizationIds(tx, userId);
