@@ -4,6 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { atOneInstant, buildTestApp, storageName, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
+import { commitWhileWaiting } from '../helpers/locks.js';
 import {
   accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertInvalid, assertStatus, auditOf, call, createOrgApi, effective, entitlementEvents, grant, invite, mails, membership, memberWebhooks, newApp, orgAudit,
   orgGrantApi, orgWithMembers, person, platformKey, rand, session, sql,
@@ -540,6 +541,20 @@ if (storageName === 'postgres') test('an org admin demoted while their request w
   const changes = await orgAudit(t, org.id, 'organization.member_role_changed');
   assert.deepEqual(changes.map((a) => [a.target_user_id, a.after.role]), [[demoted.id, 'org_admin'], [other.id, 'org_admin'], [demoted.id, 'org_admin']]);
   assert.deepEqual(await orgAudit(t, org.id, 'organization.member_invited'), []);
+});
+
+if (storageName === 'postgres') test('an invitation by email to the address of a user deleted while it waits invites a new User (PostgreSQL): "if no live User has the email an invited User is created"; the deleted user gets no pending membership and no invitation mail', async () => {
+  const org = await orgWithMembers(t, admin);
+  const doomed = await person(t);
+  const deletion: [string, unknown[]] = [`UPDATE users SET status = 'deleted' WHERE id = $1`, [doomed.id]];
+  const member = assertStatus(await commitWhileWaiting(t, [deletion], () => invite(t, org.owner.token, org.id, doomed.email)), 201);
+  assert.notEqual(member.user_id, doomed.id);
+  assert.equal(await membership(t, org.id, doomed.id), undefined, 'no membership of the deleted user');
+  const live = await sql(t, `SELECT id, status FROM users WHERE lower(email) = lower($1) AND status <> 'deleted'`, [doomed.email]);
+  assert.deepEqual(live.map((u) => [u.id, u.status]), [[member.user_id, 'invited']]);
+  assert.equal((await membership(t, org.id, member.user_id))?.membership_status, 'pending');
+  const sent = await sql(t, `SELECT user_id FROM emails WHERE lower(to_address) = lower($1) AND template = 'organization_invitation'`, [doomed.email]);
+  assert.deepEqual(sent.map((m) => m.user_id), [member.user_id], 'the invitation mail is the new User\'s');
 });
 
 test('withdrawing or declining a pending invitation writes the organization.member_removed audit only (no webhook, no access event)', async () => {
