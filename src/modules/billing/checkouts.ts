@@ -8,6 +8,9 @@ import {
   closeCheckoutSession, findCurrentCheckoutSession, listSupersededCheckoutSessions, lockTenantCheckouts, recordCheckoutSession, type CheckoutSessionRow,
 } from './checkout-store.js';
 
+/** What a checkout's answers name of its Tenant. */
+type CheckoutTenant = { id: string; plan: string; subscription_status: string };
+
 /**
  * One payable checkout per Tenant (docs/decisions.md): records the processor session just opened,
  * then expires the Tenant's earlier ones at the processor before a URL is handed out, so a second
@@ -22,7 +25,7 @@ export async function supersedeEarlierCheckouts(
   ctx: Ctx,
   stripe: Stripe,
   log: FastifyBaseLogger,
-  tenant: { id: string; plan: string; subscription_status: string },
+  tenant: CheckoutTenant,
   session: Stripe.Checkout.Session,
 ): Promise<HostedSession> {
   const db = ctx.deps.database.scoped(ctx.mode);
@@ -37,7 +40,7 @@ export async function supersedeEarlierCheckouts(
       continue;
     }
     // Paid, its completion not applied yet: the Tenant is subscribing. The paid session's row stays
-    // until its completion is applied (a checkout after this one is refused too); this one's goes.
+    // until its completion is applied (a checkout after this one is refused too); this one's is closed.
     await expireUnlessPaid(stripe, log, session.id);
     await closeCheckoutSession(db, session.id, ctx.now);
     throw new ApiError('subscription_exists', {
@@ -55,7 +58,7 @@ export async function supersedeEarlierCheckouts(
  * recorded (one recorded by the release before 0040; or none, the other refused, an earlier session
  * being paid), 409 subscription_exists.
  */
-async function payableCheckout(db: Queryable, now: Date, tenant: { id: string; plan: string; subscription_status: string }, own: CheckoutSessionRow): Promise<HostedSession> {
+async function payableCheckout(db: Queryable, now: Date, tenant: CheckoutTenant, own: CheckoutSessionRow): Promise<HostedSession> {
   const current = await findCurrentCheckoutSession(db, tenant.id, now);
   const payable = current?.id === own.id ? own : current;
   if (!payable?.url) {

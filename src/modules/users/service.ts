@@ -5,7 +5,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
-import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, insertUser, shareLiveUserByEmail, toUser, type UserRow } from './store.js';
+import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, insertUser, toUser, type UserRow } from './store.js';
 import { applicationExists, listUserRows, userListConditions } from './list-store.js';
 import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
 import { confinedApp, lockTargetUser, targetUser } from './access.js';
@@ -68,7 +68,7 @@ export async function findOrCreateInvitedUser(tx: Tx, ctx: Ctx, email: string): 
   // Retried only if the holder that blocked the insert is deleted before it is read.
   for (let attempt = 0; attempt < 3; attempt++) {
     // Held: a user deleted meanwhile is not invited (their address invites a new User).
-    const holder = await shareLiveUserByEmail(tx, email);
+    const holder = await findLiveUserByEmail(tx, email, { share: true });
     if (holder) return holder;
     const created = await insertUserRecords(tx, ctx, input, true);
     if (created) return created;

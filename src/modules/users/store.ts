@@ -112,25 +112,13 @@ export const mayBeStoredEmail = (email: string): boolean => /^[\x00-\x7f]*$/.tes
 /**
  * The non-deleted user holding this email (ASCII case-insensitive) in the connection's mode. Compared
  * on email_lower (the stored lower(email)): under row-level security a lower(email) condition cannot
- * use an index.
+ * use an index. With `share`, the row is held FOR SHARE: a status change under way (a deletion)
+ * commits first and the row is judged as it left it, so a user deleted meanwhile is not returned.
  */
-/**
- * The live user of an email, its row held FOR SHARE: a status change under way (a deletion) commits
- * first and the row is judged as it left it, so a user deleted meanwhile is not returned.
- */
-export async function shareLiveUserByEmail(db: Queryable, email: string): Promise<UserRow | null> {
+export async function findLiveUserByEmail(db: Queryable, email: string, opts: { share?: boolean } = {}): Promise<UserRow | null> {
   if (!mayBeStoredEmail(email)) return null;
   const { rows } = await db.query<UserRow>(
-    `SELECT ${USER_COLUMNS} FROM users u WHERE u.email_lower = lower($1) AND u.status <> 'deleted' FOR SHARE OF u`,
-    [email],
-  );
-  return rows[0] ?? null;
-}
-
-export async function findLiveUserByEmail(db: Queryable, email: string): Promise<UserRow | null> {
-  if (!mayBeStoredEmail(email)) return null;
-  const { rows } = await db.query<UserRow>(
-    `SELECT ${USER_COLUMNS} FROM users u WHERE u.email_lower = lower($1) AND u.status <> 'deleted'`,
+    `SELECT ${USER_COLUMNS} FROM users u WHERE u.email_lower = lower($1) AND u.status <> 'deleted'${opts.share ? ' FOR SHARE OF u' : ''}`,
     [email],
   );
   return rows[0] ?? null;
