@@ -50,6 +50,34 @@ const idOf = (v: unknown): string | null => {
 };
 const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
 
+/** A subscription status as the processor writes them (lowercase words joined by _); one it adds later is kept. */
+function statusOf(v: unknown): string | undefined {
+  const status = str(v);
+  if (status !== null && !/^[a-z_]{1,64}$/.test(status)) throw malformedEvent('its status is not a processor status');
+  return status ?? undefined;
+}
+
+/** The currency as the lowercase three-letter code the subscription shows. */
+function currencyOf(v: unknown): string | null {
+  const currency = str(v)?.toLowerCase() ?? null;
+  if (currency !== null && !/^[a-z]{3}$/.test(currency)) throw malformedEvent('its currency is not a three-letter code');
+  return currency;
+}
+
+/**
+ * An add-on item's amount in cents: its price's unit_amount (or unit_amount_decimal, for a price that
+ * is not a whole number of cents) times its quantity, rounded to a whole number of cents from 0.
+ */
+function addOnAmount(item: Obj): number {
+  const price = item.price ?? {};
+  const decimal = price.unit_amount_decimal;
+  const unit = price.unit_amount ?? (typeof decimal === 'string' && /^\d{1,20}(\.\d{1,12})?$/.test(decimal) ? Number(decimal) : decimal) ?? 0;
+  const quantity = item.quantity ?? 1;
+  const amount = typeof unit === 'number' && Number.isInteger(quantity) ? Math.round(unit * quantity) : NaN;
+  if (!(unit >= 0) || !(quantity >= 0) || !Number.isSafeInteger(amount)) throw malformedEvent('an add-on amount is not a whole number of cents from 0');
+  return amount;
+}
+
 /** Unix seconds as an instant the database stores (years 0001–9999), or null when it is none. */
 export function instantOfSeconds(seconds: number): Date | null {
   const at = new Date(seconds * 1000);
@@ -112,16 +140,13 @@ function fromSubscription(o: Obj, deleted: boolean): NextState {
   const periodFrom = planItem ?? items[0];
   return {
     // No status on the object: the status stays as it is (never the text "undefined").
-    status: deleted ? 'canceled' : (str(o.status) ?? undefined),
+    status: deleted ? 'canceled' : statusOf(o.status),
     processorPlan: planItem ? (keyOf(planItem) as Plan) : null,
     periodStart: fromSeconds(o.current_period_start ?? periodFrom?.current_period_start),
     periodEnd: fromSeconds(o.current_period_end ?? periodFrom?.current_period_end),
     cancelAtPeriodEnd: o.cancel_at_period_end === true,
-    addOns: items
-      .filter((i) => ADD_ON_KEYS.has(keyOf(i) ?? ''))
-      // unit_amount is null for a price that is not a whole number of cents; unit_amount_decimal states it.
-      .map((i) => ({ code: keyOf(i)!, amount: Math.round(Number(i.price?.unit_amount ?? i.price?.unit_amount_decimal ?? 0) * Number(i.quantity ?? 1)) })),
-    currency: str(o.currency)?.toLowerCase() ?? null,
+    addOns: items.filter((i) => ADD_ON_KEYS.has(keyOf(i) ?? '')).map((i) => ({ code: keyOf(i)!, amount: addOnAmount(i) })),
+    currency: currencyOf(o.currency),
     customerId: idOf(o.customer),
     subscriptionId: idOf(o.id),
   };
