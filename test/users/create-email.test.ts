@@ -427,6 +427,24 @@ test('admin email change (users.manage) is immediate and resets email_verified; 
   assert.equal(audit[0].after.email, newEmail);
 });
 
+test('admin email change of a soft-deleted user (users.manage, without a restore) is stored and audited user.email_changed, but mails nothing: a verification link for a deleted user would answer 400 invalid_token; restored later, the user asks for a verification mail and it works', async () => {
+  const user = await createUser(t);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}`, admin.token)).statusCode, 204);
+  const newEmail = uniqueEmail('deleted-moved');
+  const body = assertStatus(await patch(user.id, { email: newEmail }), 200);
+  assert.deepEqual([body.status, body.email, body.email_verified], ['deleted', newEmail, false]);
+  assert.equal((await mailsTo(t, newEmail)).length, 0, 'no mail to the new address of a deleted user');
+  const audit = await auditFor(t, user.id, 'user.email_changed');
+  assert.deepEqual([audit.length, audit[0].before.email, audit[0].after.email], [1, user.email, newEmail]);
+  // Restored, the account is live again under the new address, and its verification works.
+  assertStatus(await patch(user.id, { status: 'active' }), 200);
+  assertStatus(await call(t, 'POST', '/v1/auth/login', null, { email: newEmail, password: user.password }), 200);
+  assert.equal((await call(t, 'POST', '/v1/auth/email/verify/resend', null, { email: newEmail })).statusCode, 202);
+  const token = await latestToken(t, newEmail, 'email_verification');
+  assert.equal((await call(t, 'POST', '/v1/auth/email/verify', null, { token })).statusCode, 204);
+  assert.equal((await userRow(t, user.id))!.email_verified, true);
+});
+
 test('admin email change of an invited user: the invitation mailed to the old address stops working (400 invalid_token, nothing changes) and a new invitation goes to the new address', async () => {
   const oldEmail = uniqueEmail('inv-old');
   const invited = assertStatus(await create({ email: oldEmail }), 201);

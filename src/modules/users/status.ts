@@ -177,7 +177,8 @@ async function adminEmail(tx: Tx, ctx: Ctx, user: UserRow, email: string): Promi
   // Links mailed to the old address (a pending self-service change, verification, reset) die with it.
   await voidAddressTokens(tx, user.id, ctx.now);
   const after = await reload(tx, user.id);
-  await sendVerification(tx, ctx, after);
+  // A soft-deleted user's address is mailed nothing: its link would not work while the user is deleted.
+  if (after.status !== 'deleted') await sendVerification(tx, ctx, after);
   // An invited user's way in went with the old address: the invitation goes to the new one.
   if (after.status === 'invited') await sendInvitation(tx, ctx, after);
   // An admin email change completes at once (Part A Events: email change completes → user.email_changed).
