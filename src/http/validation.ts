@@ -199,3 +199,6 @@ export function parseUrlAsSent(value: string): URL | null {
   if ((url.protocol === 'http:' || url.protocol === 'https:') && !/^https?:\/\/(?![/\\])[^?#\\]*(?:[?#]|$)/i.test(value)) return null;
   return url;
 }
+
+/** The host of a parsed URL without IPv6 brackets and without a trailing dot. */
+export const hostOf = (url: URL): string => url.hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '');

@@ -489,16 +489,29 @@ test('support_url takes a mailto: address with no `/` in it (docs/decisions.md, 
   assert.equal(assertStatus(await get(admin, app.id), 200).support_url, 'mailto:help@example.com');
 });
 
-test('redirect_uris: the loopback exception is http only: on a test_mode Application another scheme to localhost or 127.0.0.1 (ftp, ws) is 422; https://localhost is an https URL, accepted on a live Application', async () => {
+test('redirect_uris: the loopback exception is http only: on a test_mode Application another scheme to localhost or 127.0.0.1 (ftp, ws) is 422; an https URL to a loopback host is a test_mode Application\'s too (OA-3 "localhost only on a test_mode app"): on a live one it is 422 on create and PATCH, and nothing is stored', async () => {
   const testKey = await platformKey(t, ['applications.manage'], 'test');
   const testOwner = await person(t, { mode: 'test' });
   for (const uri of ['ftp://localhost/cb', 'ws://127.0.0.1:8080/cb']) {
     assertInvalid(await post(testKey, base(testOwner.id, { redirect_uris: [uri] })), 'redirect_uris.0');
   }
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [testOwner.id]))[0].n, 0);
-  const live = assertStatus(await post(admin, base((await person(t)).id, { redirect_uris: ['https://localhost/cb', 'https://127.0.0.1:8443/cb'] })), 201);
-  assert.equal(live.test_mode, false);
-  assert.deepEqual(live.redirect_uris, ['https://localhost/cb', 'https://127.0.0.1:8443/cb']);
+  const loopbacks = ['https://localhost/cb', 'https://127.0.0.1:8443/cb', 'https://app.localhost/cb', 'https://localhost./cb', 'https://127.1/cb', 'https://2130706433/cb', 'https://[::1]/cb', 'https://[::ffff:127.0.0.1]/cb', 'https://0.0.0.0/cb'];
+  const liveOwner = await person(t);
+  for (const uri of loopbacks) {
+    assertInvalid(await post(admin, base(liveOwner.id, { redirect_uris: ['https://app.example.com/cb', uri] })), 'redirect_uris.1');
+  }
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM applications WHERE owner_user_id = $1', [liveOwner.id]))[0].n, 0);
+  const live = await newApp(t, admin);
+  const before = (await sql(t, 'SELECT redirect_uris FROM applications WHERE id = $1', [live.id]))[0].redirect_uris;
+  for (const uri of loopbacks) assertInvalid(await call(t, 'PATCH', `/v1/applications/${live.id}`, admin, { redirect_uris: [uri] }), 'redirect_uris.0');
+  assert.deepEqual((await sql(t, 'SELECT redirect_uris FROM applications WHERE id = $1', [live.id]))[0].redirect_uris, before);
+  // A host that merely starts or ends like one is no loopback host.
+  const near = ['https://localhost.example.com/cb', 'https://127.0.0.1.example.com/cb', 'https://mylocalhost/cb'];
+  assert.deepEqual(assertStatus(await call(t, 'PATCH', `/v1/applications/${live.id}`, admin, { redirect_uris: near }), 200).redirect_uris, near);
+  const onTest = assertStatus(await post(testKey, base(testOwner.id, { redirect_uris: ['https://localhost/cb', 'https://127.0.0.1:8443/cb'] })), 201);
+  assert.equal(onTest.test_mode, true);
+  assert.deepEqual(onTest.redirect_uris, ['https://localhost/cb', 'https://127.0.0.1:8443/cb']);
 });
 
 test('settings_schema: `properties` that is not an object (an array, null, a string) is 422 invalid_settings_schema saying so, and nothing is stored', async () => {

@@ -12,7 +12,8 @@ import { insertAppRole } from './app-roles-store.js';
 import type { Application, ApplicationListQuery, CreateApplicationBody } from './schemas.js';
 import { viewerOf } from './visibility.js';
 import { applicationListWhere, findVisibleApplicationRow, isApplicationKnownTo, isApplicationOwner, listApplicationRows } from './visibility-store.js';
-import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateRedirectUris, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
+import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
+import { validateRedirectUris } from './redirect-uris.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
 /** The Application if the caller may see it; else 404 application_not_found. */

@@ -33,30 +33,6 @@ export function validateWebUrl(path: string, value: string | null | undefined, o
   if ((url.protocol !== 'https:' && url.protocol !== 'http:') || !url.hostname || url.username || url.password) throw invalidField(path, message);
 }
 
-/**
- * redirect_uris: exact-match entries, https URLs or reverse-DNS private-use schemes
- * (com.example.app:/path); http://localhost and http://127.0.0.1 (any port) only on a test_mode
- * Application. No fragments, no userinfo (not even an empty one).
- */
-export function validateRedirectUris(uris: string[], testMode: boolean): void {
-  const seen = new Set<string>();
-  uris.forEach((value, i) => {
-    const path = `redirect_uris.${i}`;
-    const url = parseUrlAsSent(value);
-    if (!url) throw invalidField(path, 'is not a URI (no white space or control characters)');
-    // Any fragment or userinfo, an empty one too (`https://host/cb#`, `https://@host/`): the URL parser
-    // reads an empty one as none (`hash` is ''), so the sent text is checked.
-    if (value.includes('#') || url.username || url.password || /^[^:/?#]+:\/\/[^/?#]*@/.test(value)) throw invalidField(path, 'must not carry a fragment or credentials');
-    const scheme = url.protocol.slice(0, -1);
-    const loopback = scheme === 'http' && (url.hostname === 'localhost' || url.hostname === '127.0.0.1');
-    const privateUse = /^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$/.test(scheme);
-    if (loopback && !testMode) throw invalidField(path, 'http://localhost and http://127.0.0.1 are allowed only on test_mode applications');
-    if (!(scheme === 'https' || loopback || privateUse)) throw invalidField(path, 'must be https, a reverse-DNS private-use scheme, or loopback http on a test application');
-    if (seen.has(value)) throw invalidField(path, 'is listed twice');
-    seen.add(value);
-  });
-}
-
 export function validatePermissions(slug: string, permissions: { key: string; description?: string }[]): { key: string; description: string }[] {
   const prefix = `app.${slug}.`;
   const seen = new Set<string>();

@@ -5,7 +5,7 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP, isIPv4, isIPv6 } from 'node:net';
 import type { Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
-import { parseUrlAsSent } from '../../http/validation.js';
+import { hostOf, parseUrlAsSent } from '../../http/validation.js';
 
 export interface ResolvedAddress {
   address: string;
@@ -96,9 +96,6 @@ export class TargetRefused extends Error {
 }
 
 const invalid = (reason: string) => new ApiError('invalid_webhook_url', { message: `The webhook URL is not allowed: ${reason}.`, details: { reason } });
-
-/** Host of a parsed URL without IPv6 brackets and without a trailing dot. */
-export const hostOf = (url: URL): string => url.hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '');
 
 /**
  * The static rules (scheme, userinfo, literal and reserved hosts). The WHATWG parser has already

@@ -6,7 +6,8 @@ import { isIP } from 'node:net';
 import type { Deps } from '../../context.js';
 import { ApiError } from '../../errors.js';
 import { DELIVERY_TIMEOUT_MS, ERROR_BODY_BYTES } from './catalog.js';
-import { checkUrlShape, hostOf, isPublicAddress, resolvePublic, resolverFor, TargetRefused } from './targets.js';
+import { hostOf } from '../../http/validation.js';
+import { checkUrlShape, isPublicAddress, resolvePublic, resolverFor, TargetRefused } from './targets.js';
 
 export interface AttemptRequest {
   url: string;
