@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { createUser, login, type TestUser } from '../helpers/fixtures.js';
 import { totpCode } from '../auth/support.js';
-import { assertError, assertStatus, auditFor, call, createApplication, DAY, grant, sql } from './support.js';
+import { assertError, assertStatus, auditFor, call, createApplication, createOrganization, DAY, grant, orgGrant, sql } from './support.js';
 import { privacyCalls } from './privacy-support.js';
 import { withTransactionStatements } from '../helpers/locks.js';
 
@@ -293,6 +293,32 @@ test('the export\'s applications are every Application the user has an Entitleme
   assert.equal(byApp[onlySettings.id].entitlement, null);
   assert.equal(byApp[onlySettings.id].app_profile, null);
   assert.deepEqual(byApp[onlySettings.id].app_settings, { lang: 'fr' });
+});
+
+test('the export\'s applications include those the user reaches through an Organization: the grant of an Organization they are an active member of is exported as GET /v1/users/{id}/entitlements shows it (granted_via with organization_id and member_decision); a personal row has granted_via null and is the one exported beside an Organization\'s grant; a pending invitation\'s Organization adds nothing', async () => {
+  const user = await createUser(t);
+  const other = await createUser(t);
+  const viaOrg = await createApplication(t);
+  const both = await createApplication(t);
+  const invitedTo = await createApplication(t);
+  const org = await createOrganization(t, [other.id, user.id]);
+  const orgRow = await orgGrant(t, org, viaOrg.id);
+  await orgGrant(t, org, both.id);
+  const personal = await grant(t, user.id, both.id);
+  const pending = await createOrganization(t, [other.id]);
+  await sql(t, `INSERT INTO organization_members (organization_id, user_id, role, membership_status, invited_at) VALUES ($1, $2, 'member', 'pending', now())`, [pending, user.id]);
+  await orgGrant(t, pending, invitedTo.id);
+  const excluded = await createApplication(t);
+  await orgGrant(t, org, excluded.id, { memberScope: 'denylist', overrides: [user.id] });
+  const bundle = assertStatus(await exportOf('me', await login(t, user)), 200);
+  const byApp = Object.fromEntries(bundle.applications.map((a: { application_id: string }) => [a.application_id, a]));
+  assert.deepEqual(Object.keys(byApp).sort(), [viaOrg.id, both.id, excluded.id].sort());
+  const e = byApp[viaOrg.id].entitlement;
+  assert.deepEqual([e.id, e.status, e.source, e.granted_via], [orgRow, 'active', 'org_seat', { organization_id: org, member_decision: 'included' }]);
+  assert.match(e.starts_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+  assert.deepEqual([byApp[viaOrg.id].app_profile, byApp[viaOrg.id].app_settings], [null, {}]);
+  assert.deepEqual([byApp[both.id].entitlement.id, byApp[both.id].entitlement.granted_via], [personal, null]);
+  assert.deepEqual(byApp[excluded.id].entitlement.granted_via, { organization_id: org, member_decision: 'excluded' });
 });
 
 test('the export\'s entitlement per Application is the latest one: a grant revoked earlier and a new active grant on the same Application export the active one', async () => {

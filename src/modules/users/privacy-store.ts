@@ -1,6 +1,7 @@
 import type { Queryable } from '../../db/types.js';
 import { USER_COLUMNS, type UserRow } from './store.js';
 import { AUDIT_COLUMNS, type AuditRow } from '../audit/store.js';
+import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
 
 /** The user's own trail from `since`, oldest first: what GET /v1/audit-events?target_user_id=me returns. */
 export async function listUserAuditTrail(db: Queryable, userId: string, since: Date): Promise<AuditRow[]> {
@@ -30,18 +31,30 @@ export async function listAccountRows(db: Queryable, userId: string) {
   return { profile, settings, identities, sessions, organizations, roles };
 }
 
-/** Each Application the user has an entitlement, an app profile or app settings in, with the three. */
+/**
+ * Each Application the user has an entitlement, an app profile or app settings in, with the three. The
+ * entitlements are the user's as GET /v1/users/{id}/entitlements lists them: their own rows and the
+ * grants of the Organizations they are an active member of (granted_via with the member decision); per
+ * Application the latest own row, else the latest Organization grant.
+ */
 export async function listApplicationRows(db: Queryable, userId: string) {
   const { rows } = await db.query(
-    `SELECT a.application_id,
-            (SELECT json_build_object('id', e.id, 'status', e.status, 'source', e.source, 'starts_at', e.starts_at, 'ends_at', e.ends_at)
-               FROM entitlements e WHERE e.user_id = $1 AND e.application_id = a.application_id ORDER BY e.created_at DESC LIMIT 1) AS entitlement,
+    `WITH entitled AS (
+       SELECT DISTINCT ON (e.application_id) e.application_id,
+              json_build_object('id', e.id, 'status', e.status, 'source', e.source, 'starts_at', e.starts_at, 'ends_at', e.ends_at,
+                                'granted_via', CASE WHEN e.organization_id IS NULL THEN NULL
+                                                    ELSE json_build_object('organization_id', e.organization_id, 'member_decision', ${MEMBER_DECISION_SQL}) END) AS entitlement
+         FROM entitlements e LEFT JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = $1
+        WHERE e.user_id = $1 OR e.organization_id = ANY (ARRAY(SELECT organization_id FROM organization_members WHERE user_id = $1 AND membership_status = 'active'))
+        ORDER BY e.application_id, e.user_id IS NULL, e.created_at DESC, e.id DESC)
+     SELECT a.application_id, n.entitlement,
             (SELECT json_build_object('display_handle', ap.display_handle, 'custom', ap.custom, 'updated_at', ap.updated_at)
                FROM app_profiles ap WHERE ap.user_id = $1 AND ap.application_id = a.application_id) AS app_profile,
             COALESCE((SELECT s.overrides FROM app_settings s WHERE s.user_id = $1 AND s.application_id = a.application_id), '{}'::jsonb) AS app_settings
-       FROM (SELECT application_id FROM entitlements WHERE user_id = $1
+       FROM (SELECT application_id FROM entitled
              UNION SELECT application_id FROM app_profiles WHERE user_id = $1
              UNION SELECT application_id FROM app_settings WHERE user_id = $1) a
+       LEFT JOIN entitled n ON n.application_id = a.application_id
       ORDER BY a.application_id`,
     [userId],
   );
