@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import type { TestApp } from '../helpers/app.js';
-import { bearer, createApiKey, createUser, PASSWORD, type TestUser } from '../helpers/fixtures.js';
+import { createApiKey, createUser, PASSWORD, type TestUser } from '../helpers/fixtures.js';
 import type { Mode } from '../../src/db/types.js';
 import { systemCtx } from '../../src/context.js';
 import { issueSession } from '../../src/modules/auth/sessions.js';
@@ -239,4 +239,31 @@ export async function auditOf(t: TestApp, targetId: string, action?: string): Pr
 
 export async function effective(t: TestApp, cred: string, userId: string, applicationId: string): Promise<any> {
   return assertStatus(await call(t, 'GET', `/v1/users/${userId}/apps/${applicationId}/effective-permissions`, cred), 200);
+}
+
+// ---- Roles ---------------------------------------------------------------------------------------
+
+/**
+ * The calls of the Role tests (test/access/roles-*.test.ts) on the file's test app and admin key, read
+ * when called (before() builds them).
+ */
+export function roleCalls(file: () => { t: TestApp; admin: string }) {
+  const createRole = (cred: string, body: Record<string, unknown>) => call(file().t, 'POST', '/v1/roles', cred, body);
+  const assign = (cred: string, userId: string, roleId: string) => call(file().t, 'POST', `/v1/users/${userId}/roles/${roleId}`, cred, {});
+  const unassign = (cred: string, userId: string, roleId: string) => call(file().t, 'DELETE', `/v1/users/${userId}/roles/${roleId}`, cred);
+  const roleEvents = async (userId: string, type: string) => (await outbox(file().t, { userId, types: [type] })).map((e) => e.data);
+  const heldRoles = async (userId: string) => (await sql(file().t, 'SELECT role_id FROM role_assignments WHERE user_id = $1 ORDER BY role_id', [userId])).map((r) => r.role_id);
+
+  /** An Application declaring app.<slug>.read / write and the given role names. */
+  async function appWith(roles: string[], extra: Record<string, unknown> = {}): Promise<AppFixture> {
+    const slug = slugOf('r');
+    return newApp(file().t, file().admin, {
+      slug,
+      available_app_roles: roles,
+      permissions: [{ key: `app.${slug}.read`, description: 'read' }, { key: `app.${slug}.write`, description: 'write' }],
+      ...extra,
+    });
+  }
+
+  return { createRole, assign, unassign, roleEvents, heldRoles, appWith };
 }

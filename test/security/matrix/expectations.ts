@@ -318,7 +318,7 @@ export const RULES: Record<string, Rule> = {
     ok: 200, allow: ['roles.manage', 'users.list', 'users.manage', 'ownAppKey'], deny: nf('user_not_found'), live: 'user_not_found',
   },
   'POST /v1/users/{id}/roles/{roleId}': {
-    why: "Part B Assignment rights: app Role: platform roles.manage, owner, or the Application's own key with roles.manage; anyone else is refused the function, 403 forbidden whoever the user is (catalog AZ-7; test/access/roles.test.ts pins the 403)",
+    why: "Part B Assignment rights: app Role: platform roles.manage, owner, or the Application's own key with roles.manage; anyone else is refused the function, 403 forbidden whoever the user is (catalog AZ-7; test/access/roles-assignments.test.ts pins the 403)",
     ok: 201, allow: ['roles.manage', 'ownAppKey'], deny: FORBIDDEN, live: 'user_not_found', blind: true,
     except: { otherAppKey: [err(403, 'role_scope_mismatch'), 'Part B: "another Application\'s Role: 403 role_scope_mismatch"'] },
   },
