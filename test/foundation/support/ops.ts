@@ -7,6 +7,7 @@ import { SystemClock } from '../../../src/clock.js';
 import { openPg } from '../../../src/db/pg.js';
 import type { Database } from '../../../src/db/types.js';
 import { buildApp } from '../../../src/app.js';
+import type { boot } from '../../../src/boot.js';
 import type { Config } from '../../../src/config.js';
 import type { Deps } from '../../../src/context.js';
 import type { App } from '../../../src/modules/types.js';
@@ -49,6 +50,16 @@ export async function secondProcess(t: TestApp, overrides: Partial<Config> = {})
       await close();
     },
   };
+}
+
+/** A service started by boot() (as src/main.ts starts one), in the storage tests. */
+export type Booted = Awaited<ReturnType<typeof boot>>;
+
+export async function closeBooted(...booted: Booted[]) {
+  for (const b of booted) {
+    await b.app.close();
+    await b.deps.jobs.stop();
+  }
 }
 
 /**

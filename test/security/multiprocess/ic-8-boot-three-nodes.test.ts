@@ -1,5 +1,5 @@
 // IC-8 [MP], the boot part with real processes: "3 nodes start together on an empty DB with
-// BOOTSTRAP_ADMIN_*" (test/foundation/storage.test.ts boots two in one process). Three server
+// BOOTSTRAP_ADMIN_*" (test/foundation/storage-starts.test.ts boots two in one process). Three server
 // processes of src/main.ts start at once on a fresh database; operations.md: the bootstrap admin is
 // "Idempotent across restarts and across several nodes starting at once". Expected: every migration
 // applied once, one admin (active, email_verified, superadmin) with one user.created audit row by

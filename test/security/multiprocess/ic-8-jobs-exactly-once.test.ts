@@ -1,4 +1,4 @@
-// IC-8 [MP], the jobs part (the boot part is test/foundation/storage.test.ts "several nodes starting
+// IC-8 [MP], the jobs part (the boot part is test/foundation/storage-starts.test.ts "several nodes starting
 // at once"): 3 operator CLI processes (`platform jobs run <job>`, the compiled CLI) per job, all 12
 // started at once, for entitlement-expiry, erasure-cascade, test-purge and webhook-health on one
 // database where each job has real work. operations.md: jobs are claimed with FOR UPDATE SKIP
