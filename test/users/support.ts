@@ -4,7 +4,6 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import type { TestApp } from '../helpers/app.js';
-import { bearer } from '../helpers/fixtures.js';
 import type { Mode } from '../../src/db/types.js';
 export { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
 import { assertError, call, sql, type InjectResponse } from '../helpers/http.js';
@@ -182,3 +181,22 @@ export async function createPlatformRole(t: TestApp, permissions: string[]): Pro
 }
 
 export const DAY = 86400;
+
+/**
+ * The calls of the admin create, invitation and email change tests (test/users/admin-create.test.ts,
+ * invitations.test.ts, email-changes.test.ts) on the file's test app, as its admin unless another
+ * token is given, read when called (before() signs the admin in; a test may sign in again).
+ */
+export function userCalls(file: () => { t: TestApp; admin: { token: string } }) {
+  const create = (payload: object, token = file().admin.token) => call(file().t, 'POST', '/v1/users', token, payload);
+  const resend = (id: string, token = file().admin.token) => call(file().t, 'POST', `/v1/users/${id}/invitation`, token);
+  const patch = (id: string, payload: object, token = file().admin.token) => call(file().t, 'PATCH', `/v1/users/${id}`, token, payload);
+
+  /** Counts of users, audit rows, outbox rows and mails, to show a refused call wrote nothing. */
+  async function writes() {
+    const count = async (table: string) => (await sql<{ n: number }>(file().t, `SELECT count(*)::int AS n FROM ${table}`))[0].n;
+    return { users: await count('users'), audit: await count('audit_events'), outbox: await count('outbox_events'), mails: await count('emails') };
+  }
+
+  return { create, resend, patch, writes };
+}
