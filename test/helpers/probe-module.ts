@@ -1,11 +1,14 @@
 // A test-only resource that exercises the shared mechanisms (idempotency, PATCH merge) through HTTP
-// exactly as a real module would: route metadata, a service verb, a transaction.
+// exactly as a real module would: route metadata, a service verb, a transaction. Below it, what the
+// tests use it with: a holder that stops a create request, and its create call.
 import { Type } from '@sinclair/typebox';
 import type { Module } from '../../src/modules/types.js';
 import { ctxOf } from '../../src/http/gate.js';
 import { applyPatch, mergeCustom } from '../../src/http/patch.js';
 import { ApiError } from '../../src/errors.js';
 import { newId } from '../../src/ids.js';
+import type { TestApp } from './app.js';
+import { bearer } from './fixtures.js';
 
 export const PROBE_TABLES = `
   CREATE TABLE IF NOT EXISTS probe_items (
@@ -74,3 +77,47 @@ export const probeModule = (opts: { delayMs?: number; hold?: (name: string) => P
     });
   },
 });
+
+/**
+ * Stops the next create request of an item name in a probe module's handler (after its
+ * Idempotency-Key claim, before its write): `arrived` resolves there, `release()` lets it go on.
+ */
+export function holder() {
+  const gates = new Map<string, { arrive: () => void; released: Promise<void> }>();
+  return {
+    hold: async (name: string) => {
+      const gate = gates.get(name);
+      if (!gate) return;
+      gates.delete(name);
+      gate.arrive();
+      await gate.released;
+    },
+    gate(name: string) {
+      let arrive!: () => void;
+      let release!: () => void;
+      const arrived = new Promise<void>((resolve) => (arrive = resolve));
+      const released = new Promise<void>((resolve) => (release = resolve));
+      gates.set(name, { arrive, released });
+      return { arrived, release };
+    },
+  };
+}
+
+/**
+ * The probe's create call (with an Idempotency-Key, or none for null) and a count of its items by
+ * name, on the file's test app, read when called (before() builds it).
+ */
+export function probeCalls(app: () => TestApp) {
+  const countItems = async (name: string) =>
+    (await app().database.scoped('system').query<{ n: number }>('SELECT count(*)::int AS n FROM probe_items WHERE name = $1', [name])).rows[0].n;
+
+  const post = (token: string, key: string | null, body: object) =>
+    app().app.inject({
+      method: 'POST',
+      url: '/v1/_probe/items',
+      headers: { ...bearer(token), ...(key === null ? {} : { 'idempotency-key': key }) },
+      payload: body,
+    });
+
+  return { countItems, post };
+}

@@ -1,7 +1,8 @@
 // IC-2 key semantics on a real operation (POST /v1/users/{id}/entitlements): the same key with another
 // body or path is an error, never the old result; keys are scoped to the credential (and so to its
 // mode), so another caller never receives someone else's stored response; a missing key is 400.
-// The mechanics (in flight, 5xx, 24 h, key order) are in foundation/conventions.test.ts.
+// The mechanics (in flight, 5xx, key order; 24 h) are in foundation/conventions-idempotency.test.ts and
+// foundation/conventions-idempotency-retention-and-claims.test.ts.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../../helpers/app.js';
