@@ -476,6 +476,8 @@ test("app-scoped keys hold only that Application's declared app.<slug>.* keys pl
   for (const bad of ['users.manage', 'api_keys.manage', `app.${other.slug}.read`, `app.${app.slug}.write`, 'billing.manage']) {
     const error = assertError(await createKey({ name: 'app', scope: app.id, permissions: ['users.list', bad] }), 422, 'unknown_permission');
     assert.ok(JSON.stringify(error.details).includes(bad), JSON.stringify(error.details));
+    // A key has a scope, not a Role: the message says so.
+    assert.equal(error.message, "A permission is not valid for the key's scope.");
   }
   assertError(await createKey({ name: 'app', scope: 'app_doesnotexist', permissions: [] }), 404, 'application_not_found');
   assertError(await patchKey(key.id, { permissions: ['users.manage'] }), 422, 'unknown_permission');

@@ -36,11 +36,15 @@ async function assertMayManageScope(ctx: Ctx, scope: string): Promise<void> {
   }
 }
 
+/** The errors table's message speaks of a Role's scope; a key's permissions fit the key's scope. */
+const unknownKeyPermission = (permissions: string[]) =>
+  new ApiError('unknown_permission', { message: "A permission is not valid for the key's scope.", details: { permissions } });
+
 /** Permission lists must fit the scope; a platform key may hold only what its creator holds. */
 async function assertPermissions(ctx: Ctx, scope: string, permissions: string[]): Promise<void> {
   if (scope === 'platform') {
     const unknown = permissions.filter((p) => !PLATFORM.has(p));
-    if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
+    if (unknown.length) throw unknownKeyPermission(unknown);
     const missing = permissions.filter((p) => !hasPermission(ctx.actor, p));
     if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
     return;
@@ -48,7 +52,7 @@ async function assertPermissions(ctx: Ctx, scope: string, permissions: string[])
   const app = (await findApplication(ctx.db, scope))!;
   const declared = new Set(app.permissions.map((p) => p.key));
   const unknown = permissions.filter((p) => !APP_CONFINED_PERMISSIONS.includes(p) && !(p.startsWith(`app.${app.slug}.`) && declared.has(p)));
-  if (unknown.length) throw new ApiError('unknown_permission', { details: { permissions: unknown } });
+  if (unknown.length) throw unknownKeyPermission(unknown);
   const missing = await unheldByNonOwner(ctx, scope, permissions);
   if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
 }
