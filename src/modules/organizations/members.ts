@@ -189,20 +189,22 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
     // Every member write under a suspended Organization is refused, leaving and declining included.
     assertOrgActive(org!);
     if (member.role === 'org_admin' && member.membership_status === 'active' && (await isLastActiveAdmin(tx, orgId, userId))) throw new ApiError('last_org_admin');
-    // Grants whose member_overrides name the user: the removal changes them (entitlement.member_scope_changed).
+    const active = member.membership_status === 'active';
+    // member_removed reaches the Applications the membership was a path to, gone once it is removed.
+    const former = active ? await pathApplicationIds(tx, userId) : [];
+    // The seats it frees are given back: the Tenants are locked first, then the grants whose
+    // member_overrides name the user (the removal changes them: entitlement.member_scope_changed),
+    // then the user (src/access/locks.ts).
+    const tenants = active ? await lockOrgGrantTenants(tx, orgId) : [];
+    const named = await lockGrantsNamingMember(tx, orgId, userId);
     const scoped: { before: EntitlementRow; after: EntitlementRow }[] = [];
     const change = async () => {
       await deleteMember(tx, orgId, userId);
-      const before = await lockGrantsNamingMember(tx, orgId, userId);
       const after = await updateOverridesWithoutMember(tx, orgId, userId, ctx.now);
-      for (const row of before) scoped.push({ before: row, after: after.find((r) => r.id === row.id)! });
+      for (const row of named) scoped.push({ before: row, after: after.find((r) => r.id === row.id)! });
       await deleteMemberSeatLimits(tx, orgId, userId);
     };
-    // member_removed reaches the Applications the membership was a path to, gone once it is removed.
-    const former = member.membership_status === 'active' ? await pathApplicationIds(tx, userId) : [];
-    if (member.membership_status === 'active') {
-      // The seats it frees are given back: the Tenants are locked before the user (src/access/locks.ts).
-      const tenants = await lockOrgGrantTenants(tx, orgId);
+    if (active) {
       // Within the removal's flips (releaseSeatLimits): a member who takes back, through another
       // Organization's marked grant, the seat this membership held never lost access.
       await withAccessFlips(tx, c, { userIds: [userId] }, 'org_member_removed', async () => {
@@ -214,7 +216,7 @@ export async function removeMember(ctx: Ctx, orgId: string, userParam: string): 
       // A withdrawn (or declined) invitation's link opens no account any more.
       await voidOrganizationInvitation(tx, userId, orgId, ctx.now);
     }
-    await memberEvent(tx, c, 'organization.member_removed', member, member.membership_status === 'active', former);
+    await memberEvent(tx, c, 'organization.member_removed', member, active, former);
     await announceScopeChanges(tx, c, scoped);
   });
 }
