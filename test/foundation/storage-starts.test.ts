@@ -28,6 +28,20 @@ const BOOT_CONNECT_TIMEOUT_MS = 30_000;
 
 const bootstrapConfig = (email: string) => testConfig({ bootstrapAdminEmail: email, bootstrapAdminPassword: ADMIN_PASSWORD });
 
+/** Two nodes' connections to one fresh schema of TEST_DATABASE_URL, closed and dropped after `fn`. */
+async function withTwoNodes(name: string, fn: (one: Database, two: Database) => Promise<void>): Promise<void> {
+  const schema = freshSchemaName(name);
+  const one = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
+  const two = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
+  try {
+    await fn(one, two);
+  } finally {
+    await one.close();
+    await two.close();
+    await dropSchema(schema);
+  }
+}
+
 /** What a start must leave behind exactly once, however many nodes started. */
 async function assertStartedOnce(database: Database, email: string) {
   const sys = database.scoped('system');
@@ -91,20 +105,13 @@ test('a migration that fails stops the start loudly, naming the migration and th
 
 if (TEST_DATABASE_URL) {
   test('"several processes starting at once apply each migration exactly once" (the advisory lock): two migrate calls at once on a fresh schema, one applies every migration, the other waits and applies none', async () => {
-    const schema = freshSchemaName('migrate');
-    const one = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
-    const two = await openPg({ url: TEST_DATABASE_URL!, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
-    try {
+    await withTwoNodes('migrate', async (one, two) => {
       const all = loadMigrations().map((m) => m.version);
       const results = await Promise.all([migrate(one), migrate(two)]);
       assert.deepEqual([...results].sort((a, b) => b.length - a.length), [all, []]);
       const { rows } = await one.scoped('system').query<{ version: string }>('SELECT version FROM schema_migrations ORDER BY version');
       assert.deepEqual(rows.map((r) => r.version), all);
-    } finally {
-      await one.close();
-      await two.close();
-      await dropSchema(schema);
-    }
+    });
   });
 }
 
@@ -125,21 +132,14 @@ test('several nodes starting at once on one database apply each migration once a
     }
     return;
   }
-  const schema = freshSchemaName('boot');
-  const one = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
-  const two = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
-  try {
+  await withTwoNodes('boot', async (one, two) => {
     const booted = await Promise.all([
       boot({ config, database: one, clock: new SystemClock(), logger: false }),
       boot({ config, database: two, clock: new SystemClock(), logger: false }),
     ]);
     await closeBooted(...booted);
     await assertStartedOnce(one, email);
-  } finally {
-    await one.close();
-    await two.close();
-    await dropSchema(schema);
-  }
+  });
 });
 
 test(
@@ -161,10 +161,7 @@ test(
       }
       return;
     }
-    const schema = freshSchemaName('keys');
-    const one = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
-    const two = await openPg({ url: TEST_DATABASE_URL, schema, poolSize: 2, connectTimeoutMs: BOOT_CONNECT_TIMEOUT_MS });
-    try {
+    await withTwoNodes('keys', async (one, two) => {
       const booted = await Promise.all([
         boot({ config, database: one, clock: new SystemClock(), logger: false }),
         boot({ config, database: two, clock: new SystemClock(), logger: false }),
@@ -174,11 +171,7 @@ test(
       assert.equal(first.length, 1, 'exactly one unretired signing key after two nodes started at once');
       await closeBooted(await boot({ config, database: one, clock: new SystemClock(), logger: false }));
       assert.deepEqual(await unretired(one), first, 'a restart keeps the signing key');
-    } finally {
-      await one.close();
-      await two.close();
-      await dropSchema(schema);
-    }
+    });
   },
 );
 
