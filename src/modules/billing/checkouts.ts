@@ -11,6 +11,10 @@ import {
 /** What a checkout's answers name of its Tenant. */
 type CheckoutTenant = { id: string; plan: string; subscription_status: string };
 
+/** 409 subscription_exists naming the Tenant's subscription status and plan (the message, when given, says why). */
+export const subscriptionExists = (tenant: Pick<CheckoutTenant, 'plan' | 'subscription_status'>, message?: string) =>
+  new ApiError('subscription_exists', { ...(message ? { message } : {}), details: { subscription_status: tenant.subscription_status, plan: tenant.plan } });
+
 /**
  * One payable checkout per Tenant (docs/decisions.md): records the processor session just opened,
  * then expires the Tenant's earlier ones at the processor before a URL is handed out, so a second
@@ -43,10 +47,7 @@ export async function supersedeEarlierCheckouts(
     // until its completion is applied (a checkout after this one is refused too); this one's is closed.
     await expireUnlessPaid(stripe, log, session.id);
     await closeCheckoutSession(db, session.id, ctx.now);
-    throw new ApiError('subscription_exists', {
-      message: "An earlier checkout of this Tenant was paid; its subscription applies when the processor's event arrives.",
-      details: { subscription_status: tenant.subscription_status, plan: tenant.plan },
-    });
+    throw subscriptionExists(tenant, "An earlier checkout of this Tenant was paid; its subscription applies when the processor's event arrives.");
   }
   return payableCheckout(db, ctx.now, tenant, own);
 }
@@ -62,10 +63,7 @@ async function payableCheckout(db: Queryable, now: Date, tenant: CheckoutTenant,
   const current = await findCurrentCheckoutSession(db, tenant.id, now);
   const payable = current?.id === own.id ? own : current;
   if (!payable?.url) {
-    throw new ApiError('subscription_exists', {
-      message: 'A checkout of this Tenant started at the same time superseded this one, and its URL is not known here: pay through that checkout, or start a new one.',
-      details: { subscription_status: tenant.subscription_status, plan: tenant.plan },
-    });
+    throw subscriptionExists(tenant, 'A checkout of this Tenant started at the same time superseded this one, and its URL is not known here: pay through that checkout, or start a new one.');
   }
   return { url: payable.url, expires_at: payable.expires_at.toISOString() };
 }

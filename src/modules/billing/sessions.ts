@@ -7,7 +7,7 @@ import { addSeconds } from '../../clock.js';
 import { parseUrlAsSent } from '../../http/validation.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
 import { callProcessor, processorClient, type Stripe } from './processor.js';
-import { supersedeEarlierCheckouts } from './checkouts.js';
+import { subscriptionExists, supersedeEarlierCheckouts } from './checkouts.js';
 import { createSimulatedSession } from './simulator-store.js';
 import { findUserEmail } from './store.js';
 import type { CheckoutBody, HostedSession, PortalBody } from './schemas.js';
@@ -49,7 +49,7 @@ export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: Ch
   // Upgrading mid-migration would change the Tenant under the migration: a write like any other.
   await assertTenantWritable(db, tenant.id);
   if (!CHECKOUT_ALLOWED.has(tenant.subscription_status)) {
-    throw new ApiError('subscription_exists', { details: { subscription_status: tenant.subscription_status, plan: tenant.plan } });
+    throw subscriptionExists(tenant);
   }
   const email = await callerEmail(db, ctx);
   const stripe = processorClient(ctx.deps.config);

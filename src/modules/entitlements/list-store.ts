@@ -28,16 +28,19 @@ export async function ownsAnyApplication(db: Queryable, userId: string): Promise
   return (await db.query<{ owner: boolean }>(`SELECT EXISTS (${OWNED_APPLICATIONS_SQL(1)}) AS owner`, [userId])).rows[0].owner;
 }
 
+/**
+ * The entitlement rows `e` that are user `$n`'s: their personal rows and those of the Organizations
+ * they are an active member of. The Organizations as an array (= ANY), not `IN (SELECT …)`: the two
+ * sides of the OR are then two index conditions (BitmapOr), where a hashed subquery made the page read
+ * every entitlement newest first until it had found the user's (docs/conventions.md, Queries at scale).
+ */
+export const USER_ENTITLEMENTS_SQL = (n: number) =>
+  `(e.user_id = $${n} OR e.organization_id = ANY (ARRAY(SELECT organization_id FROM organization_members WHERE user_id = $${n} AND membership_status = 'active')))`;
+
 /** GET /v1/users/{id}/entitlements's conditions: the user's personal rows and their Organizations' rows, of `app` when confined. */
 export function userEntitlementFilter(userId: string, app: string | null, q: UserEntitlementQuery): ListFilter {
   const params: unknown[] = [userId];
-  // The user's Organizations as an array (= ANY), not `IN (SELECT …)`: the two sides of the OR are then
-  // two index conditions (BitmapOr), where a hashed subquery made the page read every entitlement
-  // newest first until it had found the user's (docs/conventions.md, Queries at scale).
-  const { where, add } = conditions(
-    [`(e.user_id = $1 OR e.organization_id = ANY (ARRAY(SELECT organization_id FROM organization_members WHERE user_id = $1 AND membership_status = 'active')))`],
-    params,
-  );
+  const { where, add } = conditions([USER_ENTITLEMENTS_SQL(1)], params);
   if (app) add((n) => `e.application_id = $${n}`, app);
   if (q.application_id) add((n) => `e.application_id = $${n}`, q.application_id);
   if (q.status) add((n) => `e.status = $${n}`, q.status);

@@ -2,6 +2,7 @@ import type { Queryable } from '../../db/types.js';
 import { USER_COLUMNS, type UserRow } from './store.js';
 import { AUDIT_COLUMNS, type AuditRow } from '../audit/store.js';
 import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { USER_ENTITLEMENTS_SQL } from '../entitlements/list-store.js';
 
 /** The user's own trail from `since`, oldest first: what GET /v1/audit-events?target_user_id=me returns. */
 export async function listUserAuditTrail(db: Queryable, userId: string, since: Date): Promise<AuditRow[]> {
@@ -45,7 +46,7 @@ export async function listApplicationRows(db: Queryable, userId: string) {
                                 'granted_via', CASE WHEN e.organization_id IS NULL THEN NULL
                                                     ELSE json_build_object('organization_id', e.organization_id, 'member_decision', ${MEMBER_DECISION_SQL}) END) AS entitlement
          FROM entitlements e LEFT JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = $1
-        WHERE e.user_id = $1 OR e.organization_id = ANY (ARRAY(SELECT organization_id FROM organization_members WHERE user_id = $1 AND membership_status = 'active'))
+        WHERE ${USER_ENTITLEMENTS_SQL(1)}
         ORDER BY e.application_id, e.user_id IS NULL, e.created_at DESC, e.id DESC)
      SELECT a.application_id, n.entitlement,
             (SELECT json_build_object('display_handle', ap.display_handle, 'custom', ap.custom, 'updated_at', ap.updated_at)
