@@ -13,6 +13,8 @@ import type { Tx } from '../db/types.js';
  *      releases. A change about an Application reads its Tenant under a KEY SHARE lock of the
  *      Application (lockApplicationTenants), which an ownership move's FOR UPDATE waits for: the
  *      move then counts the seats that change added, and a change after it reads the new Tenant.
+ *      (The move's PATCH already holds the Application FOR NO KEY UPDATE, which conflicts with
+ *      itself, so no two PATCHes of one Application reach that stronger lock at once.)
  *      The move then locks both Tenants (a seat release on the source Tenant takes no Application
  *      lock); a webhook subscription's creation reads its Tenant the same way (the webhooks cap);
  *   3. the entitlement row it changes (the callers' FOR UPDATE reads);
