@@ -8,7 +8,7 @@ import { voidMfaChallenges } from '../../auth/one-time-tokens.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { latestAcceptedStep, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
-import { assertMayActOnAdmin, targetUser } from '../users/access.js';
+import { assertMayChangeAccount, targetUser } from '../users/access.js';
 import { findUserById } from '../users/store.js';
 import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
 import { hashRecoveryCode, withPasswordWork } from '../../auth/passwords.js';
@@ -138,7 +138,7 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   const user = await findUserById(ctx.db, userId);
   // An erased user's tombstone is 404 like every other path about them (docs/decisions.md "Erasure").
   if (!user || user.erased_at) throw new ApiError('user_not_found');
-  await assertMayActOnAdmin(ctx, userId);
+  await assertMayChangeAccount(ctx, userId);
   const identity = await findPasswordIdentity(ctx.db, userId);
   if (!identity?.totp_confirmed_at && !identity?.totp_pending_secret) return;
   await ctx.db.transaction(async (tx) => {

@@ -23,3 +23,13 @@ export async function findAccessPath(db: Queryable, userId: string, applicationI
 export async function holdsRole(db: Queryable, userId: string, roleId: string): Promise<boolean> {
   return (await db.query('SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $2', [userId, roleId])).rowCount > 0;
 }
+
+/** The platform permissions the user holds through their platform Roles, sorted. */
+export async function platformPermissionsOf(db: Queryable, userId: string): Promise<string[]> {
+  const { rows } = await db.query<{ p: string }>(
+    `SELECT DISTINCT p FROM role_assignments ra JOIN roles r ON r.id = ra.role_id AND r.scope = 'platform'
+       CROSS JOIN LATERAL unnest(r.permissions) AS p WHERE ra.user_id = $1 ORDER BY p`,
+    [userId],
+  );
+  return rows.map((r) => r.p);
+}

@@ -4,7 +4,7 @@ import { ApiError } from '../../errors.js';
 import { findUserById, lockUser, type UserRow } from './store.js';
 import { resolveUserId, SUPERADMIN_ROLE_ID } from './service.js';
 import type { Queryable } from '../../db/types.js';
-import { findAccessPath, holdsRole } from './access-store.js';
+import { findAccessPath, holdsRole, platformPermissionsOf } from './access-store.js';
 
 /** App-confined: an app-scoped key acts only on its own Application (Part A Authentication 4). */
 export const confinedApp = (ctx: Ctx): string | null =>
@@ -52,7 +52,7 @@ export async function targetUser(
     throw new ApiError('forbidden', { details: { required_permission: 'users.manage' } });
   }
   // readOnly: a read that needs users.manage (Settings, the sessions list) changes nothing about a superadmin.
-  if (need === 'write' && !self && !opts.readOnly) await assertMayActOnAdmin(ctx, id);
+  if (need === 'write' && !self && !opts.readOnly) await assertMayChangeAccount(ctx, id);
   return { user, self };
 }
 
@@ -73,13 +73,18 @@ export async function holdsSuperadmin(db: Queryable, userId: string): Promise<bo
 }
 
 /**
- * Another superadmin's account is changed (status, email, Profile, Settings, sessions, MFA, export,
- * erasure) only by a superadmin: superadmin is assigned only by a superadmin (Part B Roles), and a
- * users.manage holder who could change a superadmin's email and reset their TOTP would take the
- * account over, and every permission with it. API keys are no superadmin: 403 forbidden.
+ * Another user's account (status, email, Profile, Settings, sessions, MFA, export, erasure) is changed
+ * only by a caller holding every platform permission of theirs: whoever changes the email and resets
+ * the TOTP takes the account over, every permission with it, and Part B assigns a platform Role only
+ * to a caller holding every permission it grants. A superadmin's needs a superadmin (superadmin is
+ * assigned only by one; API keys are none); anyone else gets 403 forbidden naming what is missing.
  */
-export async function assertMayActOnAdmin(ctx: Ctx, userId: string): Promise<void> {
-  if (!(await holdsSuperadmin(ctx.db, userId))) return;
-  if (ctx.actor.type === 'user' && (await holdsSuperadmin(ctx.db, ctx.actor.userId))) return;
-  throw new ApiError('forbidden', { message: "Only a superadmin may change another superadmin's account.", details: { required_role: 'superadmin' } });
+export async function assertMayChangeAccount(ctx: Ctx, userId: string): Promise<void> {
+  if (await holdsSuperadmin(ctx.db, userId)) {
+    if (ctx.actor.type === 'user' && (await holdsSuperadmin(ctx.db, ctx.actor.userId))) return;
+    throw new ApiError('forbidden', { message: "Only a superadmin may change another superadmin's account.", details: { required_role: 'superadmin' } });
+  }
+  const missing = (await platformPermissionsOf(ctx.db, userId)).filter((p) => !hasPermission(ctx.actor, p));
+  if (missing.length === 0) return;
+  throw new ApiError('forbidden', { message: "Only a caller holding every platform permission of this user may change their account.", details: { required_permissions: missing } });
 }
