@@ -400,6 +400,24 @@ test('a confirm code is taken before the ten recovery codes are hashed (Argon2id
   assert.equal((await sql(t, 'SELECT 1 FROM recovery_codes WHERE user_id = $1', [user.id])).length, 10);
 });
 
+test('confirms sent at once with one code (a double-submitted form), none paused: one turns TOTP on and hashes the ten recovery codes; the others answer 409 mfa_already_enabled, not 422 invalid_mfa_code as if their right code were wrong', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const secret = await beginTotp(t, token);
+  alignToStep(t, 5);
+  const code = await totpCode(t, secret);
+  const confirm = () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
+  const hashedBefore = argon2Hashes();
+  const answers = await Promise.all([confirm(), confirm(), confirm()]);
+  const won = answers.filter((res) => res.statusCode === 200);
+  assert.equal(won.length, 1, answers.map((res) => `${res.statusCode} ${res.body}`).join('\n'));
+  assert.equal(won[0].json().recovery_codes.length, 10);
+  for (const res of answers.filter((r) => r !== won[0])) assertError(res, 409, 'mfa_already_enabled');
+  assert.equal(argon2Hashes() - hashedBefore, 10, 'ten recovery codes hashed, once');
+  assert.equal((await auditRows(t, 'user.mfa_enabled', user.id)).length, 1);
+  assert.equal(await mfaEnabled(token), true);
+});
+
 test('a code spent by a confirm that did not complete is not accepted again at confirm: the step is taken once, as at sign-in (422 invalid_mfa_code), and a later code confirms', async () => {
   const user = await createUser(t);
   const token = await login(t, user);

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Ctx, Deps } from '../../context.js';
 import { hasPermission, inTx } from '../../context.js';
 import type { Queryable, Tx } from '../../db/types.js';
@@ -61,10 +62,15 @@ async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody
   const { userId, email, identity } = await selfIdentity(ctx, idParam);
   if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
   if (!identity.totp_pending_secret) throw new ApiError('mfa_not_enabled', { message: 'Start enrollment first.' });
-  const step = await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_pending_secret), input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now));
-  if (step === null) throw new ApiError('invalid_mfa_code');
+  const secret = totpSecretOf(ctx, identity.id, identity.totp_pending_secret);
+  const step = await verifyTotp(secret, input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now));
+  // A right code whose step is taken already may be a confirm's still under way (confirmRefusal).
+  const codeStep = step ?? (await verifyTotp(secret, input.code, ctx.now, null));
+  if (codeStep === null) throw new ApiError('invalid_mfa_code');
+  const rival = { secret: identity.totp_pending_secret, step: codeStep };
+  if (step === null) throw await confirmRefusal(ctx.db, userId, rival);
   const taken = await takePendingTotpStep(ctx.db, identity.id, step, identity.totp_pending_secret, latestAcceptedStep(ctx.now));
-  if (taken !== 1) throw await confirmRefusal(ctx.db, userId);
+  if (taken !== 1) throw await confirmRefusal(ctx.db, userId, rival);
   const codes = newRecoveryCodes();
   const hashes = await Promise.all(codes.map((code) => hashRecoveryCode(userId, code)));
   await ctx.db.transaction(async (tx) => {
@@ -157,10 +163,26 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   });
 }
 
-/** Why a confirm whose code was right changed nothing: confirmed meanwhile, or its code taken or its secret replaced. */
-async function confirmRefusal(db: Queryable, userId: string): Promise<ApiError> {
-  const current = await findPasswordIdentity(db, userId);
-  return new ApiError(current?.totp_confirmed_at ? 'mfa_already_enabled' : 'invalid_mfa_code');
+/** How long a confirm whose code's step a confirm of the same secret took waits for that one to commit. */
+const RIVAL_CONFIRM_WAIT_MS = 3000;
+const RIVAL_CONFIRM_POLL_MS = 25;
+
+/**
+ * Why a confirm whose code was right changed nothing: confirmed meanwhile, or its code taken or its
+ * secret replaced. When its step was taken for the same pending secret (`rival`), the confirm that
+ * took it may still be hashing its recovery codes: this one waits for it (bounded, holding no
+ * connection), so that of confirms sent at once with one code the others answer 409
+ * mfa_already_enabled, and 422 only when that confirm did not complete.
+ */
+async function confirmRefusal(db: Queryable, userId: string, rival?: { secret: string; step: number }): Promise<ApiError> {
+  const deadline = Date.now() + RIVAL_CONFIRM_WAIT_MS;
+  for (;;) {
+    const current = await findPasswordIdentity(db, userId);
+    if (current?.totp_confirmed_at) return new ApiError('mfa_already_enabled');
+    const rivalPending = !!rival && current?.totp_pending_secret === rival.secret && Number(current.totp_last_step) === rival.step;
+    if (!rivalPending || Date.now() >= deadline) return new ApiError('invalid_mfa_code');
+    await sleep(RIVAL_CONFIRM_POLL_MS);
+  }
 }
 
 async function turnOff(tx: Tx, identityId: string, userId: string, now: Date): Promise<void> {
