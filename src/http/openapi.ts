@@ -153,6 +153,8 @@ function errorsByStatus(r: RouteRecord): Map<number, string[]> {
     add(422, 'validation_failed: details.fields names each offending field');
     // What the framework refuses before the route: a URL, and a body, the service cannot read.
     add(400, 'bad_request: the URL is not validly percent-encoded');
+    // RFC 9110 §10.1.1: any request's Expect other than 100-continue (the token endpoint answers it as invalid_request).
+    add(417, 'expectation_failed: an Expect header other than 100-continue');
     // Any method but GET has its body read, one the operation takes none of too (a DELETE's, see
     // docs/conventions.md validation_failed); a GET's is not read (docs/decisions.md "Methods").
     if (r.method !== 'get') {

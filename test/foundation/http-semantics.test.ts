@@ -84,7 +84,7 @@ test('RFC 9112 §3.2 "A server MUST respond with a 400 (Bad Request) status code
   }
 });
 
-test('RFC 9110 §10.1.1 an Expect the service cannot meet (anything but 100-continue) is 417 expectation_failed in the envelope with a Request-Id, the operation does not run, and the connection serves the next request; 100-continue is met', async (tc) => {
+test('RFC 9110 §10.1.1 an Expect the service cannot meet (anything but 100-continue) is 417 expectation_failed in the envelope with a Request-Id (400 invalid_request on the OAuth token endpoint, RFC 6749), the operation does not run, and the connection serves the next request; 100-continue is met', async (tc) => {
   const t = await buildTestApp({}, tc);
   const port = await listening(t);
   const email = uniqueEmail('expect');
@@ -95,6 +95,9 @@ test('RFC 9110 §10.1.1 an Expect the service cannot meet (anything but 100-cont
   assertEnvelope(raw, 417, 'expectation_failed', 'Expect: something-else');
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM users WHERE email = $1', [email]))[0].n, 0, 'no account was created');
   assert.match(raw, /HTTP\/1\.1 200 OK[\s\S]*\{"status":"ok"\}/, 'the body was read past: the next request is answered');
+
+  const token = await rawExchange(port, 'POST /v1/auth/oauth/token HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: something-else\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}');
+  assert.match(token, /^HTTP\/1\.1 400 [\s\S]*"error":"invalid_request"/, `the token endpoint answers in RFC 6749's shape: ${token}`);
 
   const met = await rawExchange(port, signup('100-continue').replace('Host: x', 'Host: x\r\nConnection: close'), 10_000);
   assert.match(met, /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 201 /, met);

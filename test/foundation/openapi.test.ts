@@ -265,6 +265,14 @@ test('what the framework refuses before a route is documented on every operation
   }
 });
 
+test('417 expectation_failed (RFC 9110 §10.1.1: an Expect other than 100-continue) is documented on every operation, of any method; the token endpoint, which answers it as 400 invalid_request (RFC 6749, test/foundation/http-semantics.test.ts), does not list it', () => {
+  for (const { method, path, op } of operations()) {
+    const text = op.responses['417']?.description ?? '';
+    if (path === '/v1/auth/oauth/token') assert.equal(text, '', path);
+    else assert.match(text, /expectation_failed/, `${method.toUpperCase()} ${path} 417`);
+  }
+});
+
 test('415 unsupported_media_type is documented as what refuses the body: on the two routes that take any content type raw (the SSO callback, the processor events), a compressed body (Content-Encoding), never "must be application/json"; a text/plain body is read there, a gzip-coded one is 415', async () => {
   for (const path of ['/v1/auth/sso/{provider}/callback', '/v1/billing/processor-events']) {
     const text = doc.paths[path].post.responses['415'].description;
