@@ -657,6 +657,22 @@ async function mainReads(): Promise<Read[]> {
   ];
 }
 
+test('signing_secret (Part B: "create and rotate only") is documented, required, on the create and rotate-secret responses and on no read of a subscription (list, fetch, PATCH)', () => {
+  const schemaOf = (path: string, method: string, status: string) => inlineRefs(doc.paths[path][method].responses[status].content['application/json'].schema);
+  const fields = (s: any): { properties: string[]; required: string[] } => {
+    const parts = [s, ...(s.allOf ?? [])];
+    return { properties: parts.flatMap((p) => Object.keys(p.properties ?? {})), required: parts.flatMap((p) => p.required ?? []) };
+  };
+  for (const [path, method, status] of [['/v1/webhooks', 'post', '201'], ['/v1/webhooks/{id}/rotate-secret', 'post', '200']]) {
+    assert.ok(fields(schemaOf(path, method, status)).required.includes('signing_secret'), `${method} ${path}`);
+  }
+  const reads = [fields(schemaOf('/v1/webhooks', 'get', '200').properties.data.items), fields(schemaOf('/v1/webhooks/{id}', 'get', '200')), fields(schemaOf('/v1/webhooks/{id}', 'patch', '200'))];
+  for (const read of reads) {
+    assert.ok(read.properties.includes('url'), read.properties.join());
+    assert.ok(!read.properties.includes('signing_secret'), read.properties.join());
+  }
+});
+
 let reads: Promise<Read[]> | undefined;
 const readsOnce = () => (reads ??= mainReads());
 

@@ -3,7 +3,7 @@ import type { App } from '../types.js';
 import type { Deps } from '../../context.js';
 import { ctxOf } from '../../http/gate.js';
 import { ListOf } from '../../http/schemas.js';
-import { CreateWebhookBody, Delivery, DeliveryListQuery, DeliveryParams, EmptyBody, PatchWebhookBody, RotatedSecret, Webhook, WebhookIdParam, WebhookListQuery } from './schemas.js';
+import { CreateWebhookBody, Delivery, DeliveryListQuery, DeliveryParams, EmptyBody, PatchWebhookBody, RotatedSecret, Webhook, WebhookIdParam, WebhookWithSecret, WebhookListQuery } from './schemas.js';
 import { createWebhook, deleteWebhook, getWebhook, listWebhooks, rotateSecret } from './service.js';
 import { patchWebhook } from './patch.js';
 import { listDeliveries, redeliver, sendTest } from './deliveries.js';
@@ -20,7 +20,7 @@ export function webhookRoutes(app: App, deps: Deps): void {
     handler: (request) => listWebhooks(ctxOf(deps, request), request.query),
   });
   app.post('/v1/webhooks', {
-    schema: { summary: 'Create a subscription; the signing secret is shown once', tags, body: CreateWebhookBody, response: { 201: Webhook } },
+    schema: { summary: 'Create a subscription; the signing secret is shown once', tags, body: CreateWebhookBody, response: { 201: WebhookWithSecret } },
     config: { meta: { auth: 'any', idempotency: 'optional', errors: ['forbidden', 'application_not_found', 'invalid_webhook_url', 'plan_limit_reached', 'subscription_required'] } },
     handler: async (request, reply) => {
       const created = await createWebhook(ctxOf(deps, request), request.body);

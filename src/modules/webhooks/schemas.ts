@@ -10,7 +10,6 @@ export const Webhook = Type.Object(
     events: Type.Array(Type.String()),
     description: Nullable(Type.String()),
     status: OpenEnum(['healthy', 'unhealthy', 'disabled'] as const),
-    signing_secret: Type.Optional(Type.String({ description: 'Only in the create response.' })),
     api_version: Type.String(),
     test_mode: Type.Boolean(),
     consecutive_failures: Type.Integer({ description: 'Consecutive deliveries that exhausted every retry.' }),
@@ -21,6 +20,13 @@ export const Webhook = Type.Object(
   { $id: 'WebhookSubscription', title: 'WebhookSubscription' },
 );
 export type Webhook = Static<typeof Webhook>;
+
+/** The create response: the subscription and its signing secret, shown only here (and by rotate-secret). */
+export const WebhookWithSecret = Type.Intersect([Webhook, Type.Object({ signing_secret: Type.String({ description: 'Shown only in this response.' }) })], {
+  $id: 'WebhookSubscriptionWithSecret',
+  title: 'WebhookSubscriptionWithSecret',
+});
+export type WebhookWithSecret = Static<typeof WebhookWithSecret>;
 
 export const Delivery = Type.Object(
   {

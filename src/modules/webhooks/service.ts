@@ -23,7 +23,7 @@ import {
   updateSigningSecret,
   type SubscriptionRow,
 } from './store.js';
-import type { CreateWebhookBody, Webhook, WebhookListQuery } from './schemas.js';
+import type { CreateWebhookBody, Webhook, WebhookListQuery, WebhookWithSecret } from './schemas.js';
 
 /** Audit rows of subscription changes: target webhook, with its Application and Tenant. */
 export async function auditWebhook(tx: Tx, ctx: Ctx, action: string, sub: SubscriptionRow, change: { before?: unknown; after?: unknown }): Promise<void> {
@@ -37,7 +37,7 @@ export async function auditWebhook(tx: Tx, ctx: Ctx, action: string, sub: Subscr
 }
 
 /** POST /v1/webhooks: 201 with the signing secret (shown once). */
-export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<Webhook> {
+export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<WebhookWithSecret> {
   // DNS happens before the transaction: nothing waits on the outside while holding a connection. The
   // reads before it use the mode's connection, not an idempotent request's transaction (src/db/lazy-tx.ts),
   // which would begin at the first read and stay open over the lookup (on the embedded database, every
@@ -82,7 +82,7 @@ export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<
     };
     await insertSubscription(tx, row);
     await auditWebhook(tx, ctx, 'webhook.created', row, { after: toWebhook(row) });
-    return toWebhook({ ...row, signing_secret: secret }, true);
+    return { ...toWebhook(row), signing_secret: secret };
   });
 }
 

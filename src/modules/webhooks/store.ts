@@ -33,7 +33,7 @@ export const SUBSCRIPTION_COLUMNS = `w.id, w.scope, w.application_id, w.url, w.e
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
 /** The public shape; the signing secret only where the caller asks for it (create). */
-export function toWebhook(r: SubscriptionRow, withSecret = false): Webhook {
+export function toWebhook(r: SubscriptionRow): Webhook {
   return {
     id: r.id,
     scope: r.scope,
@@ -41,7 +41,6 @@ export function toWebhook(r: SubscriptionRow, withSecret = false): Webhook {
     events: r.events,
     description: r.description,
     status: r.status,
-    ...(withSecret ? { signing_secret: r.signing_secret } : {}),
     api_version: r.api_version,
     test_mode: r.test_mode,
     consecutive_failures: r.consecutive_failures,
