@@ -53,12 +53,24 @@ function registerFormParser(app: FastifyInstance): void {
     if (!validlyPercentEncoded(body as string)) {
       return done(new ApiError('bad_request', { message: 'The form body is not validly percent-encoded.' }), undefined);
     }
-    const params = new URLSearchParams(body as string);
-    done(null, Object.fromEntries([...new Set(params.keys())].map((key) => {
-      const values = params.getAll(key);
-      return [key, values.length === 1 ? values[0] : values];
-    })));
+    done(null, formFields(body as string));
   });
+}
+
+/**
+ * A form body's fields in one pass over its pairs: a name sent once is text, a repeated one a list.
+ * Not getAll per name, which scans every pair again: a 1 MB body of 150,000 distinct names then
+ * held the event loop every caller shares for minutes (OWASP API4:2023), before any route saw it.
+ */
+function formFields(body: string): Record<string, string | string[]> {
+  const fields = new Map<string, string[]>();
+  for (const [name, value] of new URLSearchParams(body)) {
+    const values = fields.get(name);
+    if (values) values.push(value);
+    else fields.set(name, [value]);
+  }
+  // fromEntries defines own properties: a field named __proto__ stays a field.
+  return Object.fromEntries([...fields].map(([name, values]) => [name, values.length === 1 ? values[0] : values]));
 }
 
 export function refuseCodedBodies(app: FastifyInstance): void {

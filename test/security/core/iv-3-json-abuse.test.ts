@@ -1,7 +1,8 @@
 // IV-3: JSON abuse against a real `custom` PATCH (an AppProfile's custom map, merged one level deep):
 // prototype keys at every depth and spelling, duplicate keys, depth 10k, a body one byte past 1 MB,
 // wrong content types, bytes that are not UTF-8, NUL and 1e309, plus duplicate keys and prototype keys
-// at the OAuth token endpoint (JSON and form bodies).
+// at the OAuth token endpoint (JSON and form bodies), and a 1 MB form body of 150,000 distinct names on
+// every route that takes forms (read in linear time, API4).
 // Each gets its 4xx; afterwards no prototype in this (the server's) process is polluted, the stored
 // custom map is untouched and the service still answers.
 import { test, before, after } from 'node:test';
@@ -86,4 +87,30 @@ test('IV-3 JSON abuse on PATCH custom: __proto__ / constructor.prototype at any 
   assert.equal(health.statusCode, 200, health.body);
   assert.deepEqual(assertStatus(await call(t, 'GET', url, user.token), 200).custom, { kept: 1 }, 'no refused body changed custom');
   assert.deepEqual(assertStatus(await send('{"custom":{"kept":null,"b":2}}'), 200).custom, { b: 2 }, 'the route still merges');
+});
+
+/** A form body just under 1 MB of `count` distinct names with empty values (`0=&1=&…&z=&10=…`). */
+function manyNames(count: number): string {
+  const body = Array.from({ length: count }, (_, i) => `${i.toString(36)}=`).join('&');
+  assert.ok(Buffer.byteLength(body) <= BODY_LIMIT_BYTES, 'under the body limit');
+  return body;
+}
+
+test('IV-3 / OWASP API4:2023 "unrestricted resource consumption": a form body of 1 MB holding 150,000 distinct names is read in time linear in its size on every route that takes forms (the hosted sign-in page, the mailed links\' pages, /forgot-password, the payment simulator, oauth/token); each answers its 4xx within 5 s (a quadratic read held the event loop every caller shares for minutes) and the process stays up', async () => {
+  const body = manyNames(150_000);
+  const routes: [string, number][] = [
+    ['/signin', 403], ['/signin/mfa', 403], ['/signin/continue', 403], ['/verify-email', 403], ['/reset-password', 403],
+    ['/accept-invitation', 403], ['/forgot-password', 403], ['/billing/simulator/checkout/cs_sim_unknown/complete', 404], [TOKEN, 400],
+  ];
+  let slowest = 0;
+  for (const [url, status] of routes) {
+    const started = performance.now();
+    const res = await t.app.inject({ method: 'POST', url, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: body });
+    const ms = Math.round(performance.now() - started);
+    assert.equal(res.statusCode, status, `${url}: ${res.body.slice(0, 200)}`);
+    assert.ok(ms <= 5_000, `${url} took ${ms} ms`);
+    slowest = Math.max(slowest, ms);
+  }
+  figure('IV-3', `slowest form route on 150,000 names: ${slowest} ms (of ${routes.length} routes)`);
+  assert.equal((await t.app.inject({ method: 'GET', url: '/health' })).statusCode, 200);
 });
