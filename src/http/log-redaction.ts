@@ -16,6 +16,9 @@ const SECRET_PARAMETERS = new Set([
 // The service's secrets (a prefix and 32 random bytes, base64url: API keys, refresh tokens, codes,
 // one-time tokens, webhook signing secrets) and JWTs (access and app tokens), wherever they appear.
 const PREFIXED_SECRET = /(?<![A-Za-z0-9_-])(rtk_|oac_|mfa_|vrf_|pwr_|inv_|whsec_|plat_live_|plat_test_)[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])/g;
+// The billing simulator's checkout and portal page ids (src/modules/billing/simulator-store.ts: 18
+// random bytes): the only credential of pages whose buttons pay, cancel or fail a subscription.
+const SIMULATOR_PAGE_ID = /(?<![A-Za-z0-9_-])(cs_sim_|bps_sim_)[A-Za-z0-9_-]{24}(?![A-Za-z0-9_-])/g;
 const JWT = /(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/g;
 const REDACTED = '[redacted]';
 
@@ -37,7 +40,7 @@ export function redactUrl(url: string): string {
     );
     out = `${url.slice(0, q + 1)}${query}`;
   }
-  return out.replace(PREFIXED_SECRET, `$1${REDACTED}`).replace(JWT, REDACTED);
+  return out.replace(PREFIXED_SECRET, `$1${REDACTED}`).replace(SIMULATOR_PAGE_ID, `$1${REDACTED}`).replace(JWT, REDACTED);
 }
 
 /**

@@ -5,10 +5,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildCapturedApp, type CapturedApp } from '../security/core/support.js';
 import { bearer, createUser, PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
-import { assertError, sql } from '../helpers/http.js';
+import { assertError, call, sql } from '../helpers/http.js';
 import { newApp, platformKey } from '../access/support.js';
 import { codeFor, member, pkce, REDIRECT } from '../oauth/support.js';
 import { redactUrl } from '../../src/http/log-redaction.js';
+import { tenantOwner } from '../tenancy/support.js';
 
 let t: CapturedApp;
 before(async () => {
@@ -68,6 +69,27 @@ test('AU-2: the request log redacts an OAuth code and PKCE verifier sent in the 
   const p = pkce();
   assert.equal(redactUrl(`/signin?application_id=app_x&code_challenge=${p.challenge}&state=s`), `/signin?application_id=app_x&code_challenge=${p.challenge}&state=s`);
   assert.equal(redactUrl('/verify-email?token=vrf_x&x=1'), '/verify-email?token=[redacted]&x=1');
+});
+
+test('AU-2: the request log redacts the billing simulator\'s page ids, "the URL\'s id is their only credential" (docs/decisions.md "Simulator"): opening the checkout and portal pages and pressing their buttons logs neither id, and the path stays readable', async () => {
+  const owner = await tenantOwner(t);
+  const checkout = await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/checkout-sessions`, owner.token,
+    { plan: 'team', success_url: 'https://app.example.com/billing/done', cancel_url: 'https://app.example.com/billing' }, { 'idempotency-key': 'log-redaction' });
+  assert.equal(checkout.statusCode, 201, checkout.body);
+  const checkoutPath = new URL(checkout.json().url).pathname;
+  assert.equal((await t.app.inject({ method: 'GET', url: checkoutPath })).statusCode, 200);
+  assert.equal((await t.app.inject({ method: 'POST', url: `${checkoutPath}/complete` })).statusCode, 303);
+  const portal = await call(t, 'POST', `/v1/tenants/${owner.tenantId}/billing/portal-sessions`, owner.token, { return_url: 'https://app.example.com/settings' });
+  assert.equal(portal.statusCode, 201, portal.body);
+  const portalPath = new URL(portal.json().url).pathname;
+  assert.equal((await t.app.inject({ method: 'GET', url: portalPath })).statusCode, 200);
+  assert.equal((await t.app.inject({ method: 'POST', url: `${portalPath}/cancel_at_period_end` })).statusCode, 303);
+
+  const ids = [checkoutPath, portalPath].map((path) => path.split('/').at(-1)!);
+  const log = logText();
+  for (const id of ids) assert.ok(!log.includes(id), `logged: ${id}`);
+  assert.ok(log.includes('/billing/simulator/checkout/cs_sim_[redacted]/complete'), 'the line still shows which page and button');
+  assert.ok(log.includes('/billing/simulator/portal/bps_sim_[redacted]/cancel_at_period_end'));
 });
 
 test('AU-2: an unexpected database error is logged without the failed statement\'s values: no parameters (the mailed link\'s token), no row in its detail', async () => {
