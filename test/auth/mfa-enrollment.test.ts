@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, pausedAfter, type TestApp } from '../helpers/app.js';
 import { argon2Hashes } from '../security/core/argon2-probe.js';
-import { bearer, createApiKey, createUser, login } from '../helpers/fixtures.js';
+import { bearer, createApiKey, createUser, login, uniqueEmail } from '../helpers/fixtures.js';
 import { newId } from '../../src/ids.js';
 import {
   alignToStep, assertAuthSession, beginTotp, auditRows, assertError, assertFields, createMfaUser, loginRes, mailsTo, mfaChallenge, otherCode, readMfaEnabled, sql, totpCode, verifyMfa,
@@ -490,4 +490,87 @@ test('the otpauth URI follows the Key URI format: otpauth://totp/<issuer>:<email
   assert.ok([undefined, '6'].includes(params.get('digits')), `digits ${params.get('digits')}`);
   assert.ok([undefined, '30'].includes(params.get('period')), `period ${params.get('period')}`);
   assert.deepEqual([...params.keys()].filter((k) => !['secret', 'issuer', 'algorithm', 'digits', 'period'].includes(k)), []);
+});
+
+test('Part A: "users.manage changes email immediately": an admin email change committed while a confirm, a disable or a support reset was under way (after it read the account) moves its notice with it: mfa_enabled and mfa_disabled go to the address the account has when TOTP changes, nothing to the address it left', async () => {
+  const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
+  const changeEmail = (userId: string, email: string) => async () => {
+    const res = await t.app.inject({ method: 'PATCH', url: `/v1/users/${userId}`, headers: bearer(admin), payload: { email } });
+    assert.equal(res.statusCode, 200, res.body);
+  };
+
+  const enabling = await createUser(t);
+  const token = await login(t, enabling);
+  const secret = await beginTotp(t, token);
+  alignToStep(t, 5);
+  const code = await totpCode(t, secret);
+  const enabledAt = uniqueEmail('mfa-on');
+  const confirm = await pausedAfter(t, IDENTITY_READ, changeEmail(enabling.id, enabledAt), () =>
+    t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } }));
+  assert.equal(confirm.statusCode, 200, confirm.body);
+  assert.deepEqual(await mailsTo(t, enabling.email, 'mfa_enabled'), [], 'confirm: nothing to the address the account left');
+  assert.equal((await mailsTo(t, enabledAt, 'mfa_enabled')).length, 1, 'confirm: mfa_enabled to the address the account has');
+
+  const disabling = await createMfaUser(t);
+  const disabledAt = uniqueEmail('mfa-off');
+  const offCode = await totpCode(t, disabling.secret);
+  const off = await pausedAfter(t, IDENTITY_READ, changeEmail(disabling.user.id, disabledAt), () =>
+    t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(disabling.token), payload: { code: offCode } }));
+  assert.equal(off.statusCode, 204, off.body);
+  assert.deepEqual(await mailsTo(t, disabling.user.email, 'mfa_disabled'), [], 'disable: nothing to the address the account left');
+  assert.equal((await mailsTo(t, disabledAt, 'mfa_disabled')).length, 1, 'disable: mfa_disabled to the address the account has');
+
+  const reset = await createMfaUser(t);
+  const resetAt = uniqueEmail('mfa-reset');
+  const res = await pausedAfter(t, IDENTITY_READ, changeEmail(reset.user.id, resetAt), () =>
+    t.app.inject({ method: 'DELETE', url: `/v1/users/${reset.user.id}/mfa/totp`, headers: bearer(admin) }));
+  assert.equal(res.statusCode, 204, res.body);
+  assert.deepEqual(await mailsTo(t, reset.user.email, 'mfa_disabled'), [], 'support reset: nothing to the address the account left');
+  assert.equal((await mailsTo(t, resetAt, 'mfa_disabled')).length, 1, 'support reset: mfa_disabled to the address the account has');
+});
+
+test('docs/decisions.md, MFA enrollment: "a reset … of a soft-deleted user, mails nothing", also when the user was deleted while the reset was under way (after it read the account): 204, TOTP off, audited user.mfa_reset, no mfa_disabled mail', async () => {
+  const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
+  const { user } = await createMfaUser(t);
+  const res = await pausedAfter(t, IDENTITY_READ, async () => {
+    const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}`, headers: bearer(admin) });
+    assert.equal(deleted.statusCode, 204, deleted.body);
+  }, () => t.app.inject({ method: 'DELETE', url: `/v1/users/${user.id}/mfa/totp`, headers: bearer(admin) }));
+  assert.equal(res.statusCode, 204, res.body);
+  const [identity] = await sql(t, `SELECT totp_confirmed_at FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.totp_confirmed_at, null, 'TOTP is off');
+  assert.equal((await auditRows(t, 'user.mfa_reset', user.id)).length, 1);
+  assert.deepEqual(await mailsTo(t, user.email, 'mfa_disabled'), [], 'no notice to a soft-deleted account');
+});
+
+test('Part A: delete and suspend revoke all sessions: a confirm or a disable whose session a delete or a suspension ended while it ran (after it read the account) answers 401 unauthenticated and changes nothing, as a password change does: TOTP stays as it was, no mfa_enabled or mfa_disabled mail to the ended account, no lockout failure kept', async () => {
+  const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
+
+  const enabling = await createUser(t);
+  const token = await login(t, enabling);
+  const secret = await beginTotp(t, token);
+  alignToStep(t, 5);
+  const code = await totpCode(t, secret);
+  const confirm = await pausedAfter(t, IDENTITY_READ, async () => {
+    const deleted = await t.app.inject({ method: 'DELETE', url: `/v1/users/${enabling.id}`, headers: bearer(admin) });
+    assert.equal(deleted.statusCode, 204, deleted.body);
+  }, () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } }));
+  assertError(confirm, 401, 'unauthenticated');
+  const [pending] = await sql(t, `SELECT totp_confirmed_at FROM identities WHERE user_id = $1 AND method = 'password'`, [enabling.id]);
+  assert.equal(pending.totp_confirmed_at, null, 'TOTP stays off');
+  assert.deepEqual(await mailsTo(t, enabling.email, 'mfa_enabled'), [], 'no mfa_enabled to a deleted account');
+  assert.deepEqual(await auditRows(t, 'user.mfa_enabled', enabling.id), []);
+
+  const disabling = await createMfaUser(t);
+  const offCode = await totpCode(t, disabling.secret);
+  const off = await pausedAfter(t, IDENTITY_READ, async () => {
+    const suspended = await t.app.inject({ method: 'POST', url: `/v1/users/${disabling.user.id}/suspend`, headers: bearer(admin), payload: {} });
+    assert.equal(suspended.statusCode, 200, suspended.body);
+  }, () => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/disable', headers: bearer(disabling.token), payload: { code: offCode } }));
+  assertError(off, 401, 'unauthenticated');
+  const [on] = await sql(t, `SELECT totp_confirmed_at, cardinality(recent_failures) AS failures FROM identities WHERE user_id = $1 AND method = 'password'`, [disabling.user.id]);
+  assert.ok(on.totp_confirmed_at, 'TOTP stays on');
+  assert.equal(on.failures, 0, 'a request whose session ended is no failed attempt');
+  assert.deepEqual(await mailsTo(t, disabling.user.email, 'mfa_disabled'), [], 'no mfa_disabled to a suspended account');
+  assert.deepEqual(await auditRows(t, 'user.mfa_disabled', disabling.user.id), []);
 });

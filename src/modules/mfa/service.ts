@@ -6,11 +6,12 @@ import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { voidMfaChallenges } from '../../auth/one-time-tokens.js';
+import { unauthenticated } from '../../auth/credentials.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { latestAcceptedStep, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
 import { assertMayChangeAccount, targetUser } from '../users/access.js';
-import { findUserById } from '../users/store.js';
+import { findUserById, holdUserAddress } from '../users/store.js';
 import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
 import { hashRecoveryCode, withPasswordWork } from '../../auth/passwords.js';
 import { recoveryCodeHashes, takeRecoveryCode, takeTotpStep, totpAfterStep, withRecoveryCodeWork } from '../auth/login.js';
@@ -59,7 +60,7 @@ export const confirmTotp = (ctx: Ctx, idParam: string, input: ConfirmBody): Prom
   withPasswordWork(() => confirmTotpAdmitted(ctx, idParam, input));
 
 async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody): Promise<{ recovery_codes: string[] }> {
-  const { userId, email, identity } = await selfIdentity(ctx, idParam);
+  const { userId, identity } = await selfIdentity(ctx, idParam);
   if (identity.totp_confirmed_at) throw new ApiError('mfa_already_enabled');
   if (!identity.totp_pending_secret) throw new ApiError('mfa_not_enabled', { message: 'Start enrollment first.' });
   const secret = totpSecretOf(ctx, identity.id, identity.totp_pending_secret);
@@ -74,13 +75,18 @@ async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody
   const codes = newRecoveryCodes();
   const hashes = await Promise.all(codes.map((code) => hashRecoveryCode(userId, code)));
   await ctx.db.transaction(async (tx) => {
+    // The account as it is now, held before its identity as a password change holds it: a delete or
+    // suspension that committed while this confirm ran ended its session (401, nothing changes), and
+    // the notice goes to the address the account has, an admin email change meanwhile included.
+    const account = await holdUserAddress(tx, userId);
+    if (account?.status !== 'active') throw unauthenticated(true);
     const rowCount = await updateTotpConfirmed(tx, identity.id, ctx.now, step, identity.totp_pending_secret!);
     if (rowCount !== 1) throw await confirmRefusal(tx, userId);
     await replaceRecoveryCodes(tx, userId, hashes, ctx.now);
     // Turning a second factor on is a change of authentication details too (ASVS 4.0.3 V2.2.3): a
     // stolen access token could otherwise put its holder's authenticator on the account unnoticed and
     // keep the owner from signing in.
-    await enqueueMail(tx, ctx, { template: 'mfa_enabled', to: email, vars: {}, userId });
+    await enqueueMail(tx, ctx, { template: 'mfa_enabled', to: account.email, vars: {}, userId });
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_enabled', target: { type: 'user', id: userId }, targetUserId: userId });
   });
   return { recovery_codes: codes };
@@ -94,7 +100,7 @@ async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody
   if ((input.code === undefined) === (input.recovery_code === undefined)) {
     throw invalidField('code', 'send exactly one of code or recovery_code');
   }
-  const { userId, email, identity } = await selfIdentity(ctx, idParam);
+  const { userId, identity } = await selfIdentity(ctx, idParam);
   if (!identity.totp_confirmed_at || !identity.totp_secret) throw new ApiError('mfa_not_enabled');
   // Wrong codes count toward the identity's lockout, as at sign-in: a stolen access token does not buy
   // unlimited guesses at the code that turns MFA off. The slot is taken before the code is evaluated.
@@ -104,7 +110,16 @@ async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody
   const recoveryHashes = input.code === undefined ? await recoveryCodeHashes(userId, input.recovery_code!) : [];
   // A wrong code answers 422 invalid_mfa_code, the fifth too; the lock it sets refuses the next ones.
   let alreadyOff = false;
+  let ended = false;
   await ctx.db.transaction(async (tx) => {
+    // The account as it is now, held first (before its challenges and identity), as in confirmTotpAdmitted:
+    // a delete or suspension meanwhile ended this session (401, nothing changes, no failed attempt),
+    // and the notice goes to the address the account has.
+    const account = await holdUserAddress(tx, userId);
+    if (account?.status !== 'active') {
+      ended = true;
+      return;
+    }
     // Locked and read again: a disable or support reset that committed since the identity was read has
     // turned TOTP off (with its audit row and notice), and the code it took is free again; this one
     // changes nothing, as a disable with TOTP off. The user's pending MFA challenges die with TOTP (they
@@ -121,11 +136,12 @@ async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody
       input.code !== undefined ? step !== null && (await takeTotpStep(tx, identity.id, step, ctx.now)) : await takeRecoveryCode(tx, userId, recoveryHashes, ctx.now);
     if (!ok) throw new ApiError('invalid_mfa_code');
     await turnOff(tx, identity.id, userId, ctx.now);
-    await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: email, vars: { bySupport: false }, userId });
+    await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: account.email, vars: { bySupport: false }, userId });
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_disabled', target: { type: 'user', id: userId }, targetUserId: userId });
   });
   // A right code was no failure (nor a code that was never checked).
   await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
+  if (ended) throw unauthenticated(true);
   if (alreadyOff) throw new ApiError('mfa_not_enabled');
 }
 
@@ -148,6 +164,9 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   const identity = await findPasswordIdentity(ctx.db, userId);
   if (!identity?.totp_confirmed_at && !identity?.totp_pending_secret) return;
   await ctx.db.transaction(async (tx) => {
+    // The account as it is now, held before its challenges and identity: a delete or an admin email
+    // change that committed since the read above decides whether and where the notice goes.
+    const account = await holdUserAddress(tx, userId);
     // Locked and read again: a reset or disable that committed since the read has its own audit row and
     // notice, and an enrollment confirmed since is a TOTP that protected the account. Pending MFA
     // challenges die with TOTP, voided before the identity is locked (as in disableTotp).
@@ -156,8 +175,8 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
     if (!current?.totp_confirmed_at && !current?.totp_pending_secret) return;
     await turnOff(tx, identity.id, userId, ctx.now);
     // A pending enrollment that never protected the account, and a soft-deleted user, get no notice.
-    if (current.totp_confirmed_at && !user.deleted_at) {
-      await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: user.email, vars: { bySupport: true }, userId });
+    if (current.totp_confirmed_at && account && account.status !== 'deleted') {
+      await enqueueMail(tx, ctx, { template: 'mfa_disabled', to: account.email, vars: { bySupport: true }, userId });
     }
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.mfa_reset', target: { type: 'user', id: userId }, targetUserId: userId });
   });

@@ -75,10 +75,18 @@ export async function lockUser(tx: Queryable, id: string): Promise<UserRow | nul
  * FOR NO KEY UPDATE) neither waits for it nor is waited for, so taking the identity after it is safe.
  */
 export async function holdUserBeforeLinks(tx: Queryable, id: string): Promise<UserStatus | null> {
+  return (await holdUserAddress(tx, id))?.status ?? null;
+}
+
+/**
+ * holdUserBeforeLinks, with the address the account has now: a notice mailed in the transaction goes
+ * there, as an admin email change holds the user FOR UPDATE too (it committed before this or waits for it).
+ */
+export async function holdUserAddress(tx: Queryable, id: string): Promise<Pick<UserRow, 'status' | 'email'> | null> {
   // The status as it is now: a status change holds the user FOR UPDATE, so it committed before this or waits for it.
   // Null when the row is gone (the test purge deleted it meanwhile, its links and sessions with it).
-  const { rows } = await tx.query<{ status: UserStatus }>('SELECT status FROM users WHERE id = $1 FOR KEY SHARE', [id]);
-  return rows[0]?.status ?? null;
+  const { rows } = await tx.query<Pick<UserRow, 'status' | 'email'>>('SELECT status, email FROM users WHERE id = $1 FOR KEY SHARE', [id]);
+  return rows[0] ?? null;
 }
 
 /** Not deleted and not erased: who a grant, an assignment or a membership may target. */
