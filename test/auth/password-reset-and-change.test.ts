@@ -346,6 +346,20 @@ test('password change (POST /v1/users/me/password) answers 204, ends the other s
   assert.equal((await loginRes(t, user, NEW_PASSWORD)).statusCode, 200);
 });
 
+test('Part A: "users.manage changes email immediately": an admin email change committed while a password change was under way (after it read the account) moves the notice with it: password_changed goes to the address the account has when the password changes, nothing to the address it left', async () => {
+  const admin = (await createApiKey(t, { permissions: ['users.manage'] })).secret;
+  const user = await createUser(t);
+  const session = await signIn(user);
+  const movedTo = uniqueEmail('pw-moved');
+  const res = await pausedAfter(t, "FROM identities WHERE user_id = $1 AND method = 'password'", async () => {
+    const changed = await t.app.inject({ method: 'PATCH', url: `/v1/users/${user.id}`, headers: bearer(admin), payload: { email: movedTo } });
+    assert.equal(changed.statusCode, 200, changed.body);
+  }, () => post(t, '/v1/users/me/password', { current_password: PASSWORD, new_password: NEW_PASSWORD }, bearer(session.access_token)));
+  assert.equal(res.statusCode, 204, res.body);
+  assert.deepEqual(await mailsTo(t, user.email, 'password_changed'), [], 'nothing to the address the account left');
+  assert.equal((await mailsTo(t, movedTo, 'password_changed')).length, 1, 'password_changed to the address the account has');
+});
+
 test('password change takes me or the own id, applies the password policy, and is refused for another user', async () => {
   const user = await createUser(t);
   const session = await signIn(user);

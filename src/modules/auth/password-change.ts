@@ -8,7 +8,7 @@ import { voidPasswordTokens } from '../../auth/one-time-tokens.js';
 import { recordAudit } from '../../audit/record.js';
 import { resolveUserId } from '../users/service.js';
 import { targetUser } from '../users/access.js';
-import { findUserById, holdUserBeforeLinks } from '../users/store.js';
+import { findUserById, holdUserAddress } from '../users/store.js';
 import { claimAttempt, clearFailures, findPasswordIdentity, releaseAttempt, replacePassword, tooManyAttempts } from './identities.js';
 import { revokeOtherSessions } from './store.js';
 import type { ChangePasswordBody } from './schemas.js';
@@ -47,8 +47,10 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
     // The user before the links it voids, as password/forgot and a suspension take them (the user, then
     // its links and sessions): in the other order a change and one of those at once deadlocked.
     // A suspension or delete that committed while this one ran ended its session: it changes nothing
-    // (401, as an email change request answers then), however valid the session was when it began.
-    if ((await holdUserBeforeLinks(tx, id)) !== 'active') throw unauthenticated(true);
+    // (401, as an email change request answers then), however valid the session was when it began. The
+    // notice goes to the address the account has now: an admin email change meanwhile moved it.
+    const account = await holdUserAddress(tx, id);
+    if (account?.status !== 'active') throw unauthenticated(true);
     // The challenges before the identity, in the order an MFA sign-in takes them (it uses its challenge,
     // then takes the identity): in the other order the two at once deadlocked.
     await voidPasswordTokens(tx, id, ctx.now);
@@ -57,7 +59,7 @@ async function changePasswordAdmitted(ctx: Ctx, idParam: string, input: ChangePa
     if (!(await replacePassword(tx, identity.id, currentHash, passwordHash, ctx.now))) throw new ApiError('invalid_current_password');
     await clearFailures(tx, identity.id, ctx.now);
     await revokeOtherSessions(tx, id, sessionId, ctx.now);
-    await enqueueMail(tx, ctx, { template: 'password_changed', to: user.email, vars: {}, userId: user.id });
+    await enqueueMail(tx, ctx, { template: 'password_changed', to: account.email, vars: {}, userId: user.id });
     await recordAudit(tx, inTx(ctx, tx), { action: 'user.password_changed', target: { type: 'user', id }, targetUserId: id });
   });
 }
