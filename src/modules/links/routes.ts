@@ -213,5 +213,3 @@ async function pendingEmail(ctx: Ctx, step: Step, token: string): Promise<string
   if (!user || user.status === 'deleted' || (step.kind === 'accept_invitation' && user.status !== 'invited')) throw new ApiError('invalid_token');
   return step.kind === 'verify_email' ? null : user.email;
 }
-
-/** A repeated parameter, a non-string or an oversized value, or text PostgreSQL cannot hold (U+0000): a 400 page. */

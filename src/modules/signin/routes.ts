@@ -77,10 +77,7 @@ export function signinRoutes(app: App, deps: Deps): void {
   }
 }
 
-/**
- * A repeated parameter, a non-string or an oversized value, or text PostgreSQL cannot hold as sent
- * (U+0000, an unpaired surrogate): the request is malformed.
- */
+/** A step's outcome as the browser gets it: the 303 back to the Application, or the page to show. */
 function respond(reply: FastifyReply, site: SigninSite, { page, outcome }: Result, secret: string) {
   if (outcome.view === 'redirect') {
     // 303: the browser follows with a GET; the code travels only in this Location.
