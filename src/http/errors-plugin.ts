@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorObject } from 'ajv';
-import { ApiError, fromDatabaseError, invalidField, type ErrorCode } from '../errors.js';
+import { ApiError, fromDatabaseError, invalidField, validationFailed, type ErrorCode } from '../errors.js';
 import { DatabaseBusyError } from '../db/types.js';
 import { metaOf } from './meta.js';
 import { fieldErrors } from './validation.js';
@@ -10,7 +10,7 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   const fe = err as FastifyError & { validation?: any[]; validationContext?: string };
   if (fe?.validation) {
-    return new ApiError('validation_failed', { details: { fields: fieldErrors(fe.validation, fe.validationContext) } });
+    return validationFailed(...fieldErrors(fe.validation, fe.validationContext));
   }
   switch (fe?.code) {
     case 'FST_ERR_MAX_PARAM_LENGTH':

@@ -1,6 +1,7 @@
 import Ajv, { type ErrorObject } from 'ajv';
 import addFormats from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
+import { MAX_FIELD_ERRORS } from '../errors.js';
 import { NOT_BLANK } from './schemas.js';
 
 const build = (coerceTypes: boolean | 'array') => {
@@ -126,7 +127,7 @@ export interface FieldError {
   message: string;
 }
 
-/** Turns Ajv errors into `details.fields`, each naming the offending field. */
+/** Turns Ajv errors into `details.fields`, each naming the offending field: the first MAX_FIELD_ERRORS found. */
 export function fieldErrors(errors: ErrorObject[], part: string | undefined): FieldError[] {
   const prefix = part === 'querystring' ? 'query' : part === 'params' ? 'path' : part === 'headers' ? 'header' : '';
   const seen = new Set<string>();
@@ -141,6 +142,7 @@ export function fieldErrors(errors: ErrorObject[], part: string | undefined): Fi
   const unionNoise = (e: ErrorObject) => nullable.has(e.instancePath) && (isNull(e) || e.keyword === 'anyOf');
   const explained = (at: string) => errors.some((e) => !unionNoise(e) && (e.instancePath === at || e.instancePath.startsWith(`${at}/`)));
   for (const e of errors) {
+    if (fields.length >= MAX_FIELD_ERRORS) break;
     if (blank(e) && tooShort.has(e.instancePath)) continue;
     if (unionNoise(e) && explained(e.instancePath)) continue;
     let path = e.instancePath.replace(/^\//, '').replace(/\//g, '.');

@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Ctx } from '../../context.js';
 import { inTx } from '../../context.js';
-import { ApiError, invalidField, validationFailed } from '../../errors.js';
+import { ApiError, MAX_FIELD_ERRORS, invalidField, validationFailed } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { mergeCustom } from '../../http/patch.js';
 import type { Queryable } from '../../db/types.js';
@@ -93,7 +93,7 @@ export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string,
   const { user, app, self } = await authorizeAppUserData(ctx, idParam, appId);
   assertNoReadOnlyFields(body, APP_SETTINGS_READ_ONLY);
   const errors = settingsValueErrors(app.settings_schema, Object.fromEntries(Object.entries(body.overrides).filter(([, v]) => v !== null)));
-  if (errors.length) throw validationFailed(...errors.map((e) => ({ path: `overrides.${e.key}`, message: e.message })));
+  if (errors.length) throw validationFailed(...errors.slice(0, MAX_FIELD_ERRORS).map((e) => ({ path: `overrides.${e.key}`, message: e.message })));
   return ctx.db.transaction(async (tx) => {
     // AppSettings are the Application's Tenant's data: unchanged while that Tenant is migrating.
     await assertAppTenantWritable(tx, app.id);
