@@ -3,6 +3,7 @@ import addFormats from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
 import { MAX_FIELD_ERRORS } from '../errors.js';
 import { NOT_BLANK } from './schemas.js';
+import { linearUniqueItems } from './unique-items.js';
 
 const build = (coerceTypes: boolean | 'array') => {
   const ajv = new Ajv.default({
@@ -15,6 +16,7 @@ const build = (coerceTypes: boolean | 'array') => {
   addFormats.default(ajv);
   ajv.addFormat('date-time', { type: 'string', validate: isStorableDateTime });
   ajv.addKeyword({ keyword: 'x-extensible-enum' });
+  linearUniqueItems(ajv);
   return ajv;
 };
 

@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import { RE2JS } from 're2js';
 import { ApiError, invalidField } from '../../errors.js';
 import { parseUrlAsSent } from '../../http/validation.js';
+import { linearUniqueItems } from '../../http/unique-items.js';
 
 export const SLUG_PATTERN = /^[a-z][a-z0-9-]{1,63}$/;
 const RESERVED_SETTINGS_KEYS = ['locale', 'timezone', 'theme', 'notifications'];
@@ -139,6 +140,7 @@ function newSettingsCompiler(): SettingsCompiler {
   // remainder of two binary floats (0.3 % 0.1 is not 0, and 1e21 / 1 failed parseInt).
   const ajv = new Ajv.default({ strict: false, allErrors: true, addUsedSchema: false, multipleOfPrecision: 9, code: { regExp: linearRegExp } });
   ajv.addKeyword({ keyword: 'x-pii' });
+  linearUniqueItems(ajv);
   return { ajv, compiles: 0, textLength: 0, compiled: new Map() };
 }
 let settingsCompiler = newSettingsCompiler();
