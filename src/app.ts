@@ -13,7 +13,7 @@ import { SigningKeys } from './auth/signing-keys.js';
 import { SecretBox } from './auth/secret-box.js';
 import { confirmSession } from './auth/credentials.js';
 import { JobRunner } from './jobs/runner.js';
-import { validatorCompiler } from './http/validation.js';
+import { schemaErrorMessage, validatorCompiler } from './http/validation.js';
 import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import { frameworkErrorHandler, MAX_PARAM_LENGTH, noStoreForApi, registerErrorHandling } from './http/errors-plugin.js';
 import { registerGate, unmetExpectations } from './http/gate.js';
@@ -154,6 +154,7 @@ function createFastify(options: BuildOptions, lazily: boolean): App {
     return503OnClosing: false,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: frameworkErrorHandler,
+    schemaErrorFormatter: schemaErrorMessage,
     clientErrorHandler,
     ...(lazily && {
       schemaController: { compilersFactory: { buildSerializer: (external, opts) => onFirstUse(SerializerSelector()(external, opts)) } },

@@ -2,7 +2,8 @@
 // prototype keys at every depth and spelling, duplicate keys, depth 10k, a body one byte past 1 MB,
 // wrong content types, bytes that are not UTF-8, NUL and 1e309, plus duplicate keys and prototype keys
 // at the OAuth token endpoint (JSON and form bodies), and a 1 MB form body of 150,000 distinct names on
-// every route that takes forms (read in linear time, API4).
+// every route that takes forms (read in linear time, API4); 1 MB JSON bodies of ~100,000 unknown fields or
+// wrong-typed array items get their 422 in time, naming at most 100 fields (API4).
 // Each gets its 4xx; afterwards no prototype in this (the server's) process is polluted, the stored
 // custom map is untouched and the service still answers.
 import { test, before, after } from 'node:test';
@@ -12,6 +13,7 @@ import { BODY_LIMIT_BYTES } from '../../../src/app.js';
 import { assertError, assertStatus, call, grant, newApp, person, platformKey, type InjectResponse } from '../../access/support.js';
 import { assertOAuthError, TOKEN } from '../../oauth/support.js';
 import { figure } from './support.js';
+import { EVENT_TYPES } from '../../../src/modules/webhooks/catalog.js';
 
 let t: TestApp;
 before(async () => {
@@ -172,4 +174,35 @@ test('IV-3 / OWASP API4:2023 "unrestricted resource consumption": AppSettings ov
   assert.deepEqual(assertError(res, 422, 'validation_failed').details.fields, [{ path: 'overrides', message: 'must serialize to at most 16 KB' }]);
   figure('IV-3', `AppSettings overrides of 150,000 distinct items under uniqueItems: ${ms} ms`);
   assert.ok(ms <= 5_000, `${ms} ms`);
+});
+
+/** `[0,1,2,…]`: distinct numbers, as many as fit in `bytes` with the rest of the body. */
+const manyNumbers = (bytes: number): number[] => {
+  const items: number[] = [];
+  for (let size = 2; size + String(items.length).length + 1 <= bytes; ) size += String(items.push(items.length) - 1).length + 1;
+  return items;
+};
+
+test('IV-3 / OWASP API4:2023 "unrestricted resource consumption": a 1 MB JSON array of ~150,000 wrong-typed items where the schema types an array with maxItems (webhook events, an Organization grant\'s member_overrides) is refused 422 validation_failed within 5 s, naming the array\'s length first and at most 100 fields (unique items checked by pairs held the event loop for minutes)', async () => {
+  const admin = await platformKey(t);
+  const bodies: ['POST' | 'PATCH', string, string, string][] = [
+    ['POST', '/v1/webhooks', 'events', `must NOT have more than ${EVENT_TYPES.length + 1} items`],
+    ['PATCH', '/v1/entitlements/ent_unknown', 'member_overrides', 'must NOT have more than 10000 items'],
+  ];
+  let slowest = 0;
+  for (const [method, url, field, first] of bodies) {
+    const rest = method === 'POST' ? { scope: 'platform', url: 'https://hooks.example.com/in' } : {};
+    const items = manyNumbers(BODY_LIMIT_BYTES - JSON.stringify({ ...rest, [field]: [] }).length);
+    const payload = JSON.stringify({ ...rest, [field]: items });
+    assert.ok(items.length > 140_000 && Buffer.byteLength(payload) <= BODY_LIMIT_BYTES, `${items.length} items, ${payload.length} bytes`);
+    const started = performance.now();
+    const res = await t.app.inject({ method, url, headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, payload });
+    const ms = Math.round(performance.now() - started);
+    const fields = assertError(res, 422, 'validation_failed').details.fields;
+    assert.deepEqual(fields[0], { path: field, message: first }, `${url}: ${res.body.slice(0, 300)}`);
+    assert.ok(fields.length <= 100, `${url}: ${fields.length} fields`);
+    assert.ok(ms <= 5_000, `${url} took ${ms} ms`);
+    slowest = Math.max(slowest, ms);
+  }
+  figure('IV-3', `slowest 1 MB array of wrong-typed items: ${slowest} ms`);
 });
