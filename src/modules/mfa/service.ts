@@ -109,15 +109,15 @@ async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody
   const step = input.code !== undefined ? await verifyTotp(totpSecretOf(ctx, identity.id, identity.totp_secret), input.code, ctx.now, await totpAfterStep(ctx.db, identity, ctx.now)) : null;
   const recoveryHashes = input.code === undefined ? await recoveryCodeHashes(userId, input.recovery_code!) : [];
   // A wrong code answers 422 invalid_mfa_code, the fifth too; the lock it sets refuses the next ones.
-  let alreadyOff = false;
-  let ended = false;
+  // A refusal that changes nothing and counts no failure is answered after the attempt is released.
+  let refusal: ApiError | null = null;
   await ctx.db.transaction(async (tx) => {
     // The account as it is now, held first (before its challenges and identity), as in confirmTotpAdmitted:
     // a delete or suspension meanwhile ended this session (401, nothing changes, no failed attempt),
     // and the notice goes to the address the account has.
     const account = await holdUserAddress(tx, userId);
     if (account?.status !== 'active') {
-      ended = true;
+      refusal = unauthenticated(true);
       return;
     }
     // Locked and read again: a disable or support reset that committed since the identity was read has
@@ -129,7 +129,7 @@ async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody
     // wrong code rolls the void back.
     await voidMfaChallenges(tx, userId, ctx.now);
     if (!(await lockTotpState(tx, identity.id))?.totp_confirmed_at) {
-      alreadyOff = true;
+      refusal = new ApiError('mfa_not_enabled');
       return;
     }
     const ok =
@@ -141,8 +141,7 @@ async function disableTotpAdmitted(ctx: Ctx, idParam: string, input: DisableBody
   });
   // A right code was no failure (nor a code that was never checked).
   await releaseAttempt(ctx.db, identity.id, ctx.now, claim.lockedUntil !== null);
-  if (ended) throw unauthenticated(true);
-  if (alreadyOff) throw new ApiError('mfa_not_enabled');
+  if (refusal) throw refusal;
 }
 
 /**
