@@ -451,6 +451,25 @@ test('an enrollment begun again while pending restarts it: the first secret\'s c
   assert.equal(ok.statusCode, 200, ok.body);
 });
 
+test('a confirm whose enrollment is begun again while its code is checked answers 422 invalid_mfa_code saying so (the code was right for the secret it read), and TOTP stays off until a code of the new secret confirms it', async () => {
+  const user = await createUser(t);
+  const token = await login(t, user);
+  const firstSecret = await beginTotp(t, token);
+  alignToStep(t, 5);
+  let secondSecret = '';
+  const beginAgain = async () => { secondSecret = await beginTotp(t, token); };
+  const confirm = (code: string) => t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(token), payload: { code } });
+  const code = await totpCode(t, firstSecret);
+  const error = assertError(await pausedAfter(t, IDENTITY_READ, beginAgain, () => confirm(code)), 422, 'invalid_mfa_code');
+  assert.match(error.message, /begun again or reset/);
+  assert.equal(await mfaEnabled(token), false);
+  const wrong = assertError(await confirm(otherCode(code)), 422, 'invalid_mfa_code');
+  assert.equal(wrong.message, 'The code is not valid.', 'a wrong code keeps the plain message');
+  t.clock.advance(30);
+  const ok = await confirm(await totpCode(t, secondSecret));
+  assert.equal(ok.statusCode, 200, ok.body);
+});
+
 test('an enrollment begun while a confirm commits answers 409 mfa_already_enabled, not a secret that could never be confirmed: the confirmed secret stays the one in use and no pending secret is left', async () => {
   const user = await createUser(t);
   const token = await login(t, user);

@@ -68,10 +68,10 @@ async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody
   // A right code whose step is taken already may be a confirm's still under way (confirmRefusal).
   const codeStep = step ?? (await verifyTotp(secret, input.code, ctx.now, null));
   if (codeStep === null) throw new ApiError('invalid_mfa_code');
-  const rival = { secret: identity.totp_pending_secret, step: codeStep };
-  if (step === null) throw await confirmRefusal(ctx.db, userId, rival);
+  const checked = { secret: identity.totp_pending_secret, step: codeStep };
+  if (step === null) throw await confirmRefusal(ctx.db, userId, checked, true);
   const taken = await takePendingTotpStep(ctx.db, identity.id, step, identity.totp_pending_secret, latestAcceptedStep(ctx.now));
-  if (taken !== 1) throw await confirmRefusal(ctx.db, userId, rival);
+  if (taken !== 1) throw await confirmRefusal(ctx.db, userId, checked, true);
   const codes = newRecoveryCodes();
   const hashes = await Promise.all(codes.map((code) => hashRecoveryCode(userId, code)));
   await ctx.db.transaction(async (tx) => {
@@ -81,7 +81,7 @@ async function confirmTotpAdmitted(ctx: Ctx, idParam: string, input: ConfirmBody
     const account = await holdUserAddress(tx, userId);
     if (account?.status !== 'active') throw unauthenticated(true);
     const rowCount = await updateTotpConfirmed(tx, identity.id, ctx.now, step, identity.totp_pending_secret!);
-    if (rowCount !== 1) throw await confirmRefusal(tx, userId);
+    if (rowCount !== 1) throw await confirmRefusal(tx, userId, checked, false);
     await replaceRecoveryCodes(tx, userId, hashes, ctx.now);
     // Turning a second factor on is a change of authentication details too (ASVS 4.0.3 V2.2.3): a
     // stolen access token could otherwise put its holder's authenticator on the account unnoticed and
@@ -186,22 +186,27 @@ const RIVAL_CONFIRM_WAIT_MS = 3000;
 const RIVAL_CONFIRM_POLL_MS = 25;
 
 /**
- * Why a confirm whose code was right changed nothing: confirmed meanwhile, or its code taken or its
- * secret replaced. When its step was taken for the same pending secret (`rival`), the confirm that
- * took it may still be hashing its recovery codes: this one waits for it (bounded, holding no
- * connection), so that of confirms sent at once with one code the others answer 409
- * mfa_already_enabled, and 422 only when that confirm did not complete.
+ * Why a confirm whose code was right (for the pending secret it read, `checked`) changed nothing:
+ * confirmed meanwhile, its code's step taken, or its enrollment begun again or reset. When the step
+ * was taken for that same pending secret, the confirm that took it may still be hashing its recovery
+ * codes: unless `waitForRival` is false, this one waits for it (bounded, holding no connection), so
+ * that of confirms sent at once with one code the others answer 409 mfa_already_enabled, and 422 only
+ * when that confirm did not complete. An enrollment begun again or reset meanwhile is named: the code
+ * was right for a secret the account no longer has.
  */
-async function confirmRefusal(db: Queryable, userId: string, rival?: { secret: string; step: number }): Promise<ApiError> {
+async function confirmRefusal(db: Queryable, userId: string, checked: { secret: string; step: number }, waitForRival: boolean): Promise<ApiError> {
   const deadline = Date.now() + RIVAL_CONFIRM_WAIT_MS;
   for (;;) {
     const current = await findPasswordIdentity(db, userId);
     if (current?.totp_confirmed_at) return new ApiError('mfa_already_enabled');
-    const rivalPending = !!rival && current?.totp_pending_secret === rival.secret && Number(current.totp_last_step) === rival.step;
+    if (current?.totp_pending_secret !== checked.secret) return new ApiError('invalid_mfa_code', { message: ENROLLMENT_REPLACED });
+    const rivalPending = waitForRival && Number(current.totp_last_step) === checked.step;
     if (!rivalPending || Date.now() >= deadline) return new ApiError('invalid_mfa_code');
     await sleep(RIVAL_CONFIRM_POLL_MS);
   }
 }
+
+const ENROLLMENT_REPLACED = 'The enrollment was begun again or reset while this code was checked: confirm with a code of the current secret, or begin again.';
 
 async function turnOff(tx: Tx, identityId: string, userId: string, now: Date): Promise<void> {
   await updateTotpOff(tx, identityId, now);
