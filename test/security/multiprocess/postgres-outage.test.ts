@@ -154,11 +154,13 @@ test('FT-4 "no partial writes": signups (User, Profile, Settings, password ident
       try {
         const res = await node.call('POST', '/v1/auth/signup', { body: { email: uniqueEmail('ft4'), password: PASSWORD } });
         answers[res.status] = (answers[res.status] ?? 0) + 1;
-      } catch {
+      } catch (err) {
         answers.transport = (answers.transport ?? 0) + 1;
+        firstTransportError ??= String((err as Error)?.cause ?? err);
       }
     }
   };
+  let firstTransportError: string | undefined;
   const load = Promise.all(Array.from({ length: 6 }, client));
   await sleep(1_500);
   await db.stop('fast');
@@ -180,7 +182,9 @@ test('FT-4 "no partial writes": signups (User, Profile, Settings, password ident
       FROM users u`);
     const partial = rows.filter((r) => r.profiles !== 1 || r.settings !== 1 || r.identities !== 1 || r.member !== 1 || r.audits !== 1);
     console.log(`[FT-4] signups across the stop: ${JSON.stringify(answers)}; users ${rows.length}, partial ${partial.length}`);
-    assert.ok((answers[503] ?? 0) > 0 && (answers[201] ?? 0) > 0, `the stop landed under load: ${JSON.stringify(answers)}`);
+    // Calls that failed below HTTP say why, with the process's exits and last output (CI once saw 4 × 201, then only such failures).
+    const why = answers.transport ? `; first transport failure: ${firstTransportError}; exits ${JSON.stringify(node.unexpectedExits)}; output: ${node.output.slice(-2000)}` : '';
+    assert.ok((answers[503] ?? 0) > 0 && (answers[201] ?? 0) > 0, `the stop landed under load: ${JSON.stringify(answers)}${why}`);
     // A commit whose acknowledgement the stop cut may answer 503 (docs: a write can commit while its client gets 503), never the reverse.
     assert.ok(rows.length >= answers[201], `every 201 is a User: ${rows.length} users for ${answers[201]} × 201`);
     assert.deepEqual(partial, []);
