@@ -406,6 +406,13 @@ test('response fields the spec gives a set of values are marked x-extensible-enu
   assert.deepEqual(values(bundle.organizations.items.properties.role), ['org_admin', 'member']);
 });
 
+test('a webhook subscription\'s events (create and PATCH) list the names they take as one closed enum, strings, not an anyOf of one-value branches (docs/conventions.md "Enumerations": request enums are strict, so no x-extensible-enum)', () => {
+  for (const [path, method] of [['/v1/webhooks', 'post'], ['/v1/webhooks/{id}', 'patch']] as const) {
+    const events = doc.paths[path][method].requestBody.content['application/json'].schema.properties.events;
+    assert.deepEqual(events.items, { type: 'string', enum: ['*', ...EVENT_TYPES] }, `${method.toUpperCase()} ${path}`);
+  }
+});
+
 test('a request body is optional in the description only where the service takes none: a PATCH that must name a field (users, entitlements, organizations, webhooks, tier-change requests) declares its body required, and a PATCH /v1/users/me without one is 422', async () => {
   for (const { method, path, op } of operations()) {
     if (!op.requestBody || op.requestBody.required) continue;

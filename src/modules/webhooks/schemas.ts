@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, NullableTimestamp, OpenEnum, PageQuery, Timestamp, readOnlyProperties } from '../../http/schemas.js';
+import { Nullable, NullableTimestamp, OpenEnum, PageQuery, StringEnum, Timestamp, readOnlyProperties } from '../../http/schemas.js';
 import { API_VERSIONS, EVENT_TYPES } from './catalog.js';
 
 export const Webhook = Type.Object(
@@ -47,7 +47,7 @@ export type Delivery = Static<typeof Delivery>;
 
 export const RotatedSecret = Type.Object({ id: Type.String(), signing_secret: Type.String(), previous_secret_expires_at: Timestamp });
 
-const EventName = Type.Union([Type.Literal('*'), ...EVENT_TYPES.map((e) => Type.Literal(e))]);
+const EventName = StringEnum(['*', ...EVENT_TYPES]);
 const Events = Type.Array(EventName, { minItems: 1, maxItems: EVENT_TYPES.length + 1, uniqueItems: true });
 const Url = Type.String({ minLength: 1, maxLength: 2048 });
 const Description = Nullable(Type.String({ maxLength: 500 }));
