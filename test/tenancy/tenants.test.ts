@@ -92,7 +92,13 @@ test('GET /v1/tenants: tenants.manage lists every Tenant, filtered by plan, tier
   for (const id of [a.tenantId, b.tenantId, c.tenantId, d]) assert.ok(all.has(id), id);
   const enterprise = await ids('&plan=enterprise');
   assert.ok(enterprise.has(a.tenantId) && enterprise.has(c.tenantId) && !enterprise.has(b.tenantId), 'enterprise.has(a.tenantId) && enterprise.has(c.tenantId) && !enterprise.has(b.tenantId)');
+  // tier alone: with owner_user_id alongside, the owner filter by itself would select a's Tenant.
+  const isolated = await ids('&tier=isolated');
+  assert.deepEqual([a.tenantId, b.tenantId, c.tenantId, d].map((id) => isolated.has(id)), [true, false, false, false], 'tier=isolated: only the isolated Tenant');
+  const dedicated = await ids('&tier=dedicated_region');
+  assert.deepEqual([a.tenantId, b.tenantId, c.tenantId, d].map((id) => dedicated.has(id)), [false, false, true, false], 'tier=dedicated_region: only the dedicated one');
   assert.deepEqual([...(await ids(`&tier=isolated&owner_user_id=${a.user.id}`))], [a.tenantId]);
+  assert.deepEqual([...(await ids(`&tier=shared&owner_user_id=${a.user.id}`))], [], 'the filters combine');
   assert.ok((await ids('&status=migrating')).has(c.tenantId), '(await ids(\'&status=migrating\')).has(c.tenantId)');
   assert.ok(!(await ids('&status=active')).has(c.tenantId), '!(await ids(\'&status=active\')).has(c.tenantId)');
   const restricted = await ids('&restricted=true');
