@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
 import { blockedBy, client, endedOrWaiting } from '../helpers/locks.js';
-import { accessEvents, assertStatus, call, grant, grantReq, newApp, orgGrantApi, orgWithMembers, person, platformKey, sql } from '../organizations/support.js';
+import { accessEvents, assertError, assertStatus, call, grant, grantReq, newApp, orgGrantApi, orgWithMembers, person, platformKey, sql } from '../organizations/support.js';
 
 const ROUNDS = 6;
 let t: TestApp;
@@ -89,6 +89,7 @@ test('the same member removed twice at the same time: one 204, one 404 member_no
     const u = await newMember(org.id);
     const res = await Promise.all([0, 1].map(() => call(t, 'DELETE', `/v1/organizations/${org.id}/members/${u.id}`, admin)));
     assert.deepEqual(res.map((r) => r.statusCode).sort(), [204, 404], `round ${i}`);
+    assertError(res.find((r) => r.statusCode === 404)!, 404, 'member_not_found');
     const removed = await sql(t, `SELECT 1 FROM audit_events WHERE action = 'organization.member_removed' AND target_user_id = $1`, [u.id]);
     assert.equal(removed.length, 1);
     const revoked = (await accessEvents(t, u.id, app.id)).filter((e) => e[0] === 'access.revoked');

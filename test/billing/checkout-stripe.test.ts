@@ -135,8 +135,10 @@ test('the earlier session cannot be expired (processor failing): 503 billing_una
   const first = await opened(owner, 'busy-1');
   processor.busy.add(`/v1/checkout/sessions/${first}/expire`);
   try {
-    const failed = assertError(await checkout(owner.tenantId, owner.token, 'busy-2'), 503, 'billing_unavailable');
+    const res = await checkout(owner.tenantId, owner.token, 'busy-2');
+    const failed = assertError(res, 503, 'billing_unavailable');
     assert.equal(failed.details.operation, 'checkout.sessions.expire');
+    assert.equal(res.headers['retry-after'], '30', 'the 503 carries Retry-After');
   } finally {
     processor.busy.delete(`/v1/checkout/sessions/${first}/expire`);
   }

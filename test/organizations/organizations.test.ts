@@ -98,6 +98,10 @@ test('organization creation limit: 10 per user per day also when the creations a
   const user = await person(t);
   const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => call(t, 'POST', '/v1/organizations', user.token, { name: `Rush ${i}` })));
   assert.deepEqual(answers.map((r) => r.statusCode).sort(), [...Array(10).fill(201), ...Array(10).fill(429)]);
+  for (const r of answers.filter((a) => a.statusCode === 429)) {
+    assertError(r, 429, 'rate_limited');
+    assert.ok(Number(r.headers['retry-after']) > 0, `Retry-After on every 429 (${r.headers['retry-after']})`);
+  }
   assert.equal((await sql(t, 'SELECT id FROM organizations WHERE created_by = $1', [user.id])).length, 10);
 });
 
