@@ -368,6 +368,10 @@ test('the delivery log filters by status, event_id and since', async (c) => {
   assert.deepEqual(await list('status=pending'), [second]);
   assert.deepEqual(await list(`event_id=${first}`), [first]);
   assert.deepEqual(await list(`since=${encodeURIComponent(boundary)}`), [second]);
+  // docs/conventions.md: `since` of webhook deliveries is inclusive: a delivery created at that very instant is listed.
+  const [row] = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries?event_id=${second}`, admin), 200).data;
+  assert.deepEqual(await list(`since=${encodeURIComponent(row.created_at)}`), [second], 'since is inclusive');
+  assert.deepEqual(await list(`since=${encodeURIComponent(new Date(Date.parse(row.created_at) + 1).toISOString())}`), [], 'a millisecond later: nothing');
 });
 
 test('every attempt is logged through pino with the delivery, event, attempt, status and duration', async (c) => {
