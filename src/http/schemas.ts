@@ -1,4 +1,4 @@
-import { Type, type ObjectOptions, type SchemaOptions, type Static, type TSchema } from '@sinclair/typebox';
+import { Type, type ObjectOptions, type Static, type TSchema } from '@sinclair/typebox';
 
 export const ErrorEnvelope = Type.Object(
   {
@@ -50,8 +50,7 @@ export const OpenEnum = <const T extends readonly string[]>(values: T) =>
  * Type.Union of Type.Literal (an anyOf of consts): with allErrors a wrong value fails every branch, so a
  * wrong item of an array of them made two errors per value (OWASP API4); an enum makes one or two.
  */
-export const StringEnum = <const T extends readonly string[]>(values: T, options: SchemaOptions = {}) =>
-  Type.Unsafe<T[number]>({ ...options, type: 'string', enum: [...values] });
+export const StringEnum = <const T extends readonly string[]>(values: T) => Type.Unsafe<T[number]>({ type: 'string', enum: [...values] });
 
 export const Page = Type.Object({
   next_cursor: Type.Union([Type.String(), Type.Null()]),
