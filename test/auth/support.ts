@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { generate } from 'otplib';
 import type { TestApp } from '../helpers/app.js';
 import { bearer, createUser, PASSWORD, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
+import { mailsTo } from '../helpers/mail.js';
 export { latestToken, linkToken, mailsTo, type MailRow } from '../helpers/mail.js';
 
 type InjectResponse = Awaited<ReturnType<TestApp['app']['inject']>>;
@@ -176,4 +177,16 @@ export async function signInSession(t: TestApp, user: Pick<TestUser, 'email' | '
   const res = await loginRes(t, user);
   assert.equal(res.statusCode, 200, res.body);
   return res.json() as { access_token: string; refresh_token: string; session_id: string };
+}
+
+/**
+ * The support reset of a soft-deleted user's TOTP (docs/decisions.md, MFA enrollment: "a reset … of a
+ * soft-deleted user, mails nothing"): 204, TOTP off, one user.mfa_reset audited and no mfa_disabled mail.
+ */
+export async function assertResetOfDeletedUser(t: TestApp, reset: InjectResponse, user: Pick<TestUser, 'id' | 'email'>): Promise<void> {
+  assert.equal(reset.statusCode, 204, reset.body);
+  const [identity] = await sql(t, `SELECT totp_confirmed_at FROM identities WHERE user_id = $1 AND method = 'password'`, [user.id]);
+  assert.equal(identity.totp_confirmed_at, null, 'TOTP is off');
+  assert.equal((await auditRows(t, 'user.mfa_reset', user.id)).length, 1);
+  assert.deepEqual(await mailsTo(t, user.email, 'mfa_disabled'), [], 'no notice to a soft-deleted account');
 }

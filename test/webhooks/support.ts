@@ -3,6 +3,7 @@
 // grants), and small SQL observers. Deliveries run with WEBHOOK_ALLOW_PRIVATE_TARGETS on so the
 // receiver on 127.0.0.1 may be used; the address rules are tested without it, through a resolver.
 import assert from 'node:assert/strict';
+import type { TestContext } from 'node:test';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
@@ -73,6 +74,14 @@ export async function createWebhook(t: TestApp, cred: string, body: Record<strin
 }
 
 export const runDelivery = (t: TestApp) => t.deps.jobs.runNow('webhook-delivery');
+
+let receiverPaths = 0;
+/** A platform subscription to `events` on its own path of `receiver`, deleted after the test. */
+export async function subscribePlatform(c: TestContext, t: TestApp, admin: string, receiver: Receiver, events: string[], path = `/s${++receiverPaths}`): Promise<{ id: string; secret: string; path: string; api_version: string }> {
+  const res = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url(path), events }), 201);
+  c.after(() => sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [res.id]).then(() => undefined));
+  return { id: res.id, secret: res.signing_secret, path, api_version: res.api_version };
+}
 
 /** Writes one outbox event in its own committed transaction, as any mutation would. */
 export async function emitEvent(t: TestApp, type: string, data: Record<string, unknown>, opts: { applicationId?: string | null; mode?: Mode } = {}): Promise<string> {
