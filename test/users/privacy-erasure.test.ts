@@ -625,6 +625,52 @@ test('"404 user_not_found after the erasure cascade finished": an admin GET /v1/
   assertError(res, 404, 'user_not_found');
 });
 
+if (TEST_DATABASE_URL) test('"404 user_not_found after the erasure cascade finished", the other way round: an admin GET /v1/users/{id}/export that holds the soft-deleted user (its bundle read under way) when the cascade comes due is read whole, the cascade waiting for it, and the user is erased after it: not a 500, nor a bundle of the old address with the rest erased. PostgreSQL only: the embedded database runs one transaction at a time', async () => {
+  const admin = await asAdmin();
+  const user = await createUser(t);
+  assertStatus(await requestErasure(user.id, admin), 202);
+  t.clock.advance(7 * DAY + 1);
+  const again = await asAdmin();
+  const watcher = await client(t);
+  let cascade: Promise<Record<string, unknown>> | undefined;
+  let reached!: () => void;
+  let resume!: () => void;
+  const atPause = new Promise<void>((r) => (reached = r));
+  const resumed = new Promise<void>((r) => (resume = r));
+  try {
+    let paused = false;
+    // The export pauses once it holds the user; the cascade starts then (from the test, outside the
+    // export's transaction), and either waits for it or ends; then the export goes on.
+    const exporting = withTransactionStatements(t, async (run, text) => {
+      const result = await run();
+      if (!paused && text.includes('FOR KEY SHARE OF u')) {
+        paused = true;
+        reached();
+        await resumed;
+      }
+      return result;
+    }, () => exportOf(user.id, again));
+    await Promise.race([atPause, exporting]);
+    const [holding, ...others] = await transactionsInSchema(watcher);
+    assert.deepEqual(others, [], 'the export is the only transaction under way');
+    cascade = t.deps.jobs.runNow('erasure-cascade');
+    await endedOrWaiting(watcher, cascade, [holding], [], 'the cascade');
+    resume();
+    const res = await exporting;
+    assert.ok(paused, 'precondition: the export held the user');
+    const bundle = assertStatus(res, 200);
+    assert.equal(bundle.user.email, user.email);
+    assert.equal(bundle.profile.user_id, user.id);
+    assert.equal(bundle.identities.length, 1);
+    assert.deepEqual(await cascade, { erased: 1 });
+    assert.notEqual((await userRow(t, user.id))!.erased_at, null, 'the cascade erased the user after the export');
+  } finally {
+    resume();
+    await cascade?.catch(() => undefined);
+    await watcher.end();
+  }
+});
+
 test('an erasure the cascade cannot complete does not hold back the erasures due after it: they complete in the same run, the run reports failure naming the user, and that user is erased once the cascade can run', async () => {
   const stuck = await createUser(t);
   const next = await createUser(t);

@@ -6,9 +6,9 @@ import { ApiError } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { recordAudit } from '../../audit/record.js';
 import { retryAfterSeconds, takeSlidingQuota } from '../../http/counters.js';
-import { findUserById, toUser, type UserRow } from './store.js';
+import { findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { eraseUser } from './erase-user.js';
-import { lockOrganization, lockUsersForAccess } from '../../access/locks.js';
+import { lockOrganization } from '../../access/locks.js';
 import { actorRef } from './service.js';
 import { lockTargetUser, targetUser } from './access.js';
 import { softDeleteUserRow } from './status.js';
@@ -163,5 +163,8 @@ async function lockForErasure(tx: Tx, userId: string): Promise<void> {
   const orgs = await listMemberOrganizationIds(tx, userId);
   for (const { organization_id } of orgs) await lockOrganization(tx, organization_id);
   await lockUserEntitlements(tx, userId);
-  await lockUsersForAccess(tx, [userId]);
+  // The user FOR UPDATE, where other access changes take FOR NO KEY UPDATE (lockUsersForAccess): an
+  // export reading the bundle holds the row FOR KEY SHARE (holdUserForExport), which only FOR UPDATE
+  // waits for, so the cascade erases nothing under an export under way.
+  await lockUser(tx, userId);
 }
