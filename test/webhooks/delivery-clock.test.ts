@@ -3,20 +3,13 @@
 import { test, before, after, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { withStoppedClock, type TestApp } from '../helpers/app.js';
-import { assertStatus, buildApp, call, deliveriesOf, person, platformKey, Receiver, runDelivery, subscribePlatform } from './support.js';
+import { assertStatus, call, deliveriesOf, person, Receiver, runDelivery, startReceiverApp, stopReceiverApp, subscribePlatform } from './support.js';
 
 let t: TestApp;
 let admin: string;
 let receiver: Receiver;
-before(async () => {
-  t = await buildApp();
-  admin = await platformKey(t);
-  receiver = await Receiver.start();
-});
-after(async () => {
-  await receiver.close();
-  await t.close();
-});
+before(async () => ({ t, admin, receiver } = await startReceiverApp()));
+after(() => stopReceiverApp({ t, receiver }));
 
 const subscribe = (c: TestContext, events: string[], path?: string) => subscribePlatform(c, t, admin, receiver, events, path);
 

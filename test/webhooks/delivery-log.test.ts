@@ -6,20 +6,15 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import type { TestApp } from '../helpers/app.js';
-import { assertError, assertStatus, buildApp, call, deliveriesOf, emitEvent, newApp, platformKey, Receiver, runDelivery, sql, subscribePlatform } from './support.js';
+import {
+  assertError, assertStatus, call, deliveriesOf, emitEvent, newApp, Receiver, runDelivery, sql, startReceiverApp, stopReceiverApp, subscribePlatform,
+} from './support.js';
 
 let t: TestApp;
 let admin: string;
 let receiver: Receiver;
-before(async () => {
-  t = await buildApp();
-  admin = await platformKey(t);
-  receiver = await Receiver.start();
-});
-after(async () => {
-  await receiver.close();
-  await t.close();
-});
+before(async () => ({ t, admin, receiver } = await startReceiverApp()));
+after(() => stopReceiverApp({ t, receiver }));
 
 const subscribe = (c: TestContext, events: string[], path?: string) => subscribePlatform(c, t, admin, receiver, events, path);
 

@@ -7,21 +7,16 @@ import assert from 'node:assert/strict';
 import Stripe from 'stripe';
 import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { verifySignature } from '../../src/modules/webhooks/index.js';
-import { assertStatus, buildApp, call, deliveriesOf, emitEvent, grant, newApp, person, platformKey, Receiver, runDelivery, sql, subscribePlatform, until } from './support.js';
+import {
+  assertStatus, call, deliveriesOf, emitEvent, grant, newApp, person, Receiver, runDelivery, sql, startReceiverApp, stopReceiverApp, subscribePlatform, until,
+} from './support.js';
 
 let t: TestApp;
 let admin: string;
 let receiver: Receiver;
 const stripe = new Stripe('sk_test_platform_outside_client');
-before(async () => {
-  t = await buildApp();
-  admin = await platformKey(t);
-  receiver = await Receiver.start();
-});
-after(async () => {
-  await receiver.close();
-  await t.close();
-});
+before(async () => ({ t, admin, receiver } = await startReceiverApp()));
+after(() => stopReceiverApp({ t, receiver }));
 
 const subscribe = (c: TestContext, events: string[], path?: string) => subscribePlatform(c, t, admin, receiver, events, path);
 const unix = () => Math.floor(t.clock.now().getTime() / 1000);

@@ -5,20 +5,15 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/fixtures.js';
-import { assertStatus, buildApp, call, DAY, RETRY_SCHEDULE, deliveriesOf, emitEvent, mailsTo, newApp, person, platformKey, Receiver, runDelivery, sql } from './support.js';
+import {
+  assertStatus, call, DAY, deliveriesOf, emitEvent, mailsTo, newApp, person, platformKey, Receiver, RETRY_SCHEDULE, runDelivery, sql, startReceiverApp, stopReceiverApp,
+} from './support.js';
 
 let t: TestApp;
 let admin: string;
 let receiver: Receiver;
-before(async () => {
-  t = await buildApp();
-  admin = await platformKey(t);
-  receiver = await Receiver.start();
-});
-after(async () => {
-  await receiver.close();
-  await t.close();
-});
+before(async () => ({ t, admin, receiver } = await startReceiverApp()));
+after(() => stopReceiverApp({ t, receiver }));
 
 const statusOf = async (id: string) => assertStatus(await call(t, 'GET', `/v1/webhooks/${id}`, admin), 200);
 

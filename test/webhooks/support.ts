@@ -75,6 +75,23 @@ export async function createWebhook(t: TestApp, cred: string, body: Record<strin
 
 export const runDelivery = (t: TestApp) => t.deps.jobs.runNow('webhook-delivery');
 
+/** What the delivery tests start from: a test app, a platform key holding every permission, a loopback receiver. */
+export interface ReceiverApp {
+  t: TestApp;
+  admin: string;
+  receiver: Receiver;
+}
+
+export async function startReceiverApp(): Promise<ReceiverApp> {
+  const t = await buildApp();
+  return { t, admin: await platformKey(t), receiver: await Receiver.start() };
+}
+
+export async function stopReceiverApp({ t, receiver }: Pick<ReceiverApp, 't' | 'receiver'>): Promise<void> {
+  await receiver.close();
+  await t.close();
+}
+
 let receiverPaths = 0;
 /** A platform subscription to `events` on its own path of `receiver`, deleted after the test. */
 export async function subscribePlatform(c: TestContext, t: TestApp, admin: string, receiver: Receiver, events: string[], path = `/s${++receiverPaths}`): Promise<{ id: string; secret: string; path: string; api_version: string }> {

@@ -7,21 +7,14 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { toUnixSeconds } from '../../../src/clock.js';
-import { assertStatus, buildApp, call, emitEvent, platformKey, Receiver, runDelivery, sql, type Received, type TestApp } from '../../webhooks/support.js';
+import { assertStatus, call, emitEvent, Receiver, runDelivery, sql, startReceiverApp, stopReceiverApp, type Received, type TestApp } from '../../webhooks/support.js';
 import { figure } from './support.js';
 
 let t: TestApp;
 let admin: string;
 let receiver: Receiver;
-before(async () => {
-  t = await buildApp();
-  admin = await platformKey(t);
-  receiver = await Receiver.start();
-});
-after(async () => {
-  await receiver.close();
-  await t.close();
-});
+before(async () => ({ t, admin, receiver } = await startReceiverApp()));
+after(() => stopReceiverApp({ t, receiver }));
 
 const VECTOR = {
   secret: 'whsec_test_0123456789abcdef',

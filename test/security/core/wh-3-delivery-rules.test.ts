@@ -5,22 +5,17 @@
 // succeed on a healthy, unhealthy and disabled subscription without touching its health.
 import { test, before, after, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertStatus, buildApp, call, DAY, RETRY_SCHEDULE, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, type TestApp } from '../../webhooks/support.js';
+import {
+  assertStatus, call, DAY, deliveriesOf, emitEvent, Receiver, RETRY_SCHEDULE, runDelivery, sql, startReceiverApp, stopReceiverApp, type TestApp,
+} from '../../webhooks/support.js';
 import { figure } from './support.js';
 import { withStoppedClock } from '../../helpers/app.js';
 
 let t: TestApp;
 let admin: string;
 let receiver: Receiver;
-before(async () => {
-  t = await buildApp();
-  admin = await platformKey(t);
-  receiver = await Receiver.start();
-});
-after(async () => {
-  await receiver.close();
-  await t.close();
-});
+before(async () => ({ t, admin, receiver } = await startReceiverApp()));
+after(() => stopReceiverApp({ t, receiver }));
 
 const fail500 = (path: string) => receiver.routes.set(path, (_req, res) => res.writeHead(500).end('down'));
 const statusOf = async (id: string) => assertStatus(await call(t, 'GET', `/v1/webhooks/${id}`, admin), 200);

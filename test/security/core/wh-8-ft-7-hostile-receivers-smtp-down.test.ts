@@ -8,7 +8,9 @@ import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { createUser, uniqueEmail } from '../../helpers/fixtures.js';
-import { assertStatus, buildApp, call, createWebhook, deliveriesOf, emitEvent, platformKey, Receiver, runDelivery, sql, until, type TestApp } from '../../webhooks/support.js';
+import {
+  assertStatus, call, createWebhook, deliveriesOf, emitEvent, Receiver, runDelivery, sql, startReceiverApp, stopReceiverApp, type TestApp, until,
+} from '../../webhooks/support.js';
 import { startWebhookWorker } from '../../../src/modules/webhooks/index.js';
 import { assertError, bootAnother, figure } from './support.js';
 import { buildApp as buildTenancyApp, tenantOwner } from '../../tenancy/support.js';
@@ -16,15 +18,8 @@ import { buildApp as buildTenancyApp, tenantOwner } from '../../tenancy/support.
 let t: TestApp;
 let admin: string;
 let receiver: Receiver;
-before(async () => {
-  t = await buildApp();
-  admin = await platformKey(t);
-  receiver = await Receiver.start();
-});
-after(async () => {
-  await receiver.close();
-  await t.close();
-});
+before(async () => ({ t, admin, receiver } = await startReceiverApp()));
+after(() => stopReceiverApp({ t, receiver }));
 
 async function subscribe(url: string): Promise<string> {
   return assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url, events: ['user.deleted'] }), 201).id;
