@@ -21,6 +21,25 @@ export interface PgliteOptions {
 
 const engines = new WeakMap<Database, PGlite>();
 
+/** PostgreSQL's type oid of timestamptz. */
+const TIMESTAMPTZ_OID = 1184;
+/** timestamptz as PostgreSQL writes it (DateStyle ISO): `0049-06-15 12:30:00.5+00`, an offset of hours and maybe minutes. */
+const TIMESTAMPTZ_TEXT = /^(\d{4})-(\d\d)-(\d\d) (\d\d:\d\d:\d\d(?:\.\d+)?)([+-]\d\d)(?::(\d\d))?$/;
+
+/**
+ * A timestamptz read as the instant PostgreSQL wrote, as node-postgres reads it. PGlite's own parser
+ * hands the text to `new Date`, whose fallback for a text that is not ISO 8601 takes a year below 100
+ * for a two-digit one: 0001-01-01 read as 2001-01-01, 0049-06-15 as 2049-06-15, so an Entitlement that
+ * ended in the year 49 answered 2049 and was announced as access on the embedded database only. The
+ * text is turned into ISO 8601 (a T, the offset with its minutes), which `new Date` reads as written;
+ * anything else (infinity, a BC year) goes to `new Date` as before.
+ */
+function parseTimestamptz(text: string): Date | number {
+  const m = TIMESTAMPTZ_TEXT.exec(text);
+  if (m) return new Date(`${m[1]}-${m[2]}-${m[3]}T${m[4]}${m[5]}:${m[6] ?? '00'}`);
+  return text === 'infinity' ? Infinity : text === '-infinity' ? -Infinity : new Date(text);
+}
+
 /** A dump of an open embedded database's whole data directory (uncompressed tar). */
 export async function dumpPglite(database: Database): Promise<Blob> {
   const pg = engines.get(database);
@@ -99,6 +118,7 @@ export async function openPglite(dataDir: string | null, options: PgliteOptions 
 async function startEngine(dataDir: string | null, options: PgliteOptions, unlock: () => void): Promise<PGlite> {
   try {
     return await PGlite.create({
+      parsers: { [TIMESTAMPTZ_OID]: parseTimestamptz },
       ...(dataDir ? { dataDir } : {}),
       ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}),
       ...(options.sharedBuffers ? { startParams: [...PGlite.defaultStartParams, '-c', `shared_buffers=${options.sharedBuffers}`] } : {}),

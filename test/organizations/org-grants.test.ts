@@ -563,3 +563,21 @@ test('"access.revoked or access.granted fire once per user whose resolved access
   for (const u of [org.owner, b]) assert.deepEqual(await accessEvents(t, u.id, app.id), [GRANTED, ['access.revoked', 'entitlement_disabled', 'disabled']], 'excluded: stays off, no event');
   assert.deepEqual(await accessEvents(t, c.id, app.id), [GRANTED], 'c held access personally throughout');
 });
+
+test('"access resolution treats ends_at <= now as expired immediately", for every year a date-time can name: an org grant whose whole window lies in the first century (starts_at 0001-01-01, ends_at 0049-06-15) answers those instants as sent, reads them back the same, and never gives its members access', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const [member] = org.members;
+  const app = await newApp(t, admin);
+  const ent = await orgGrantApi(t, admin, org.id, app.id, { starts_at: '0001-01-01T00:00:00Z', ends_at: '0049-06-15T12:30:00Z' });
+  assert.equal(ent.starts_at, '0001-01-01T00:00:00.000Z');
+  assert.equal(ent.ends_at, '0049-06-15T12:30:00.000Z');
+  const fetched = assertStatus(await call(t, 'GET', `/v1/entitlements/${ent.id}`, admin), 200);
+  assert.deepEqual([fetched.starts_at, fetched.ends_at], ['0001-01-01T00:00:00.000Z', '0049-06-15T12:30:00.000Z']);
+  const listed = assertStatus(await call(t, 'GET', `/v1/organizations/${org.id}/entitlements?include_inactive=true`, admin), 200).data;
+  assert.deepEqual(listed.map((e: any) => [e.id, e.starts_at, e.ends_at]), [[ent.id, '0001-01-01T00:00:00.000Z', '0049-06-15T12:30:00.000Z']]);
+  const access = await effective(t, admin, member.id, app.id);
+  assert.equal(access.allowed, false);
+  assert.equal(access.entitlement_status, 'expired');
+  assert.deepEqual(await accessEvents(t, member.id, app.id), [], 'an ended grant flips no one on');
+  assertError(await call(t, 'POST', '/v1/auth/app-tokens', member.token, { application_id: app.id }), 403, 'entitlement_required');
+});
