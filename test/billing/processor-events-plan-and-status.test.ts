@@ -333,6 +333,25 @@ test('invoice.paid moves an unpaid or incomplete subscription to active, and the
   }
 });
 
+test('an invoice event moves only the statuses docs/decisions.md names ("invoice.payment_failed moves active/trialing to past_due, invoice.paid moves past_due/unpaid/incomplete to active"): the paid $0 invoice of a trial leaves it trialing, a paused subscription stays paused either way, and a failed invoice leaves an incomplete one incomplete', async () => {
+  const cases: [string, string][] = [['trialing', 'invoice.paid'], ['paused', 'invoice.paid'], ['paused', 'invoice.payment_failed'], ['incomplete', 'invoice.payment_failed']];
+  for (const [status, type] of cases) {
+    const label = `${type} while ${status}`;
+    const owner = await tenantOwner(t);
+    const sub = { tenantId: owner.tenantId, id: `sub_${status}_${type}`, customer: `cus_${status}_${type}` };
+    if (status === 'paused') assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 20 }), 200);
+    assertStatus(await deliver(t, status === 'paused' ? 'customer.subscription.updated' : 'customer.subscription.created', subscription({ ...sub, status }), { created: now() - 10 }), 200);
+    const before = await tenantRow(t, owner.tenantId);
+    assert.equal(before.subscription_status, status, label);
+    const audited = (await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).length;
+    const invoice = { id: `in_${status}_${type}`, object: 'invoice', customer: sub.customer, subscription: sub.id };
+    assert.deepEqual(assertStatus(await deliver(t, type, invoice), 200), { received: true }, label);
+    const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+    assert.deepEqual([view.plan, view.subscription_status], [before.plan, status], label);
+    assert.equal((await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId)).length, audited, `${label}: no status change audited`);
+  }
+});
+
 test('an invoice event changes only the subscription status: the plan, period and Enterprise add-ons stay', async () => {
   const owner = await tenantOwner(t);
   const start = now() - 100;
