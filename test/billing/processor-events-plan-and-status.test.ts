@@ -352,6 +352,22 @@ test('an invoice event moves only the statuses docs/decisions.md names ("invoice
   }
 });
 
+test('Part B: current_period_start and current_period_end are "both null for Starter", also while a Starter Tenant\'s new subscription is incomplete (its period stored but not paid for); paid, the Tenant is Team and shows the period', async () => {
+  const owner = await tenantOwner(t);
+  const start = now() - 100;
+  const sub = { tenantId: owner.tenantId, id: 'sub_unpaid_period', customer: 'cus_unpaid_period', start, end: start + 2_592_000 };
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ ...sub, status: 'incomplete' }), { created: now() - 10 }), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).current_period_end.getTime(), (start + 2_592_000) * 1000, 'the period is stored');
+  let view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual([view.plan, view.subscription_status, view.current_period_start, view.current_period_end], ['starter', 'incomplete', null, null]);
+  assertStatus(await deliver(t, 'invoice.paid', { id: 'in_unpaid_period', object: 'invoice', customer: sub.customer, subscription: sub.id }), 200);
+  view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+  assert.deepEqual(
+    [view.plan, view.subscription_status, view.current_period_start, view.current_period_end],
+    ['team', 'active', new Date(start * 1000).toISOString(), new Date((start + 2_592_000) * 1000).toISOString()],
+  );
+});
+
 test('an invoice event changes only the subscription status: the plan, period and Enterprise add-ons stay', async () => {
   const owner = await tenantOwner(t);
   const start = now() - 100;
