@@ -105,3 +105,32 @@ test('a signed subscription event whose currency is no three-letter code, whose 
   const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
   assert.deepEqual([view.plan, view.subscription_status, view.currency, view.add_ons], ['enterprise', 'active', 'eur', [{ code: 'isolated_tenancy', amount: 3704 }]]);
 });
+
+test('a correctly signed body that is not JSON, or not an event (no string id or type, no number created, no data.object), answers 400 in the error envelope, never a 500, and records and changes nothing', async () => {
+  const owner = await tenantOwner(t);
+  const event = processorEvent(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: 'sub_shape', customer: 'cus_shape' }));
+  const { data: _data, ...noData } = event;
+  const cases: [string, string, string][] = [
+    ['not JSON', '{"id": "evt_cut", "type": "customer.subscription.created", ', 'malformed_json'],
+    ['JSON null', 'null', 'bad_request'],
+    ['a JSON array', JSON.stringify([event]), 'bad_request'],
+    ['an id that is a number', JSON.stringify({ ...event, id: 42 }), 'bad_request'],
+    ['no type', JSON.stringify({ ...event, type: undefined }), 'bad_request'],
+    ['created as text', JSON.stringify({ ...event, created: String(event.created) }), 'bad_request'],
+    ['no data', JSON.stringify(noData), 'bad_request'],
+    ['data without object', JSON.stringify({ ...event, data: {} }), 'bad_request'],
+    ['data.object null', JSON.stringify({ ...event, data: { object: null } }), 'bad_request'],
+    ['data.object text', JSON.stringify({ ...event, data: { object: 'sub_shape' } }), 'bad_request'],
+  ];
+  for (const [label, payload, code] of cases) {
+    assertError(await postEvent(t, payload, sign(t, payload)), 400, code);
+    assert.equal((await eventRows(event.id)).length, 0, label);
+  }
+  const tenant = await tenantRow(t, owner.tenantId);
+  assert.deepEqual([tenant.plan, tenant.subscription_status, tenant.stripe_subscription_id], ['starter', 'none', null]);
+  assert.equal(tenant.updated_at.getTime(), tenant.created_at.getTime());
+  // The same event, whole, applies.
+  const payload = JSON.stringify(event);
+  assertStatus(await postEvent(t, payload, sign(t, payload)), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).plan, 'team');
+});
