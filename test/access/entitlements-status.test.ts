@@ -333,13 +333,32 @@ test('source: only trial → purchase (trial conversion with order_id and ends_a
   assert.equal((await entRow(t, purchase.id))!.source, 'admin_grant');
 });
 
-test('order_id is settable while null; changing a set order_id is 422 immutable_field', async () => {
+test('order_id is settable while null (entitlement.updated, changed_fields order_id, webhook and audit); changing a set order_id is 422 immutable_field', async () => {
   const user = await person(t);
   const ent = await grant(t, admin, user.id, app.id);
   assert.equal(assertStatus(await patchEnt(t, admin, ent.id, { order_id: 'ord_1' }), 200).order_id, 'ord_1');
+  // "entitlement.updated | ends_at, source or order_id changed without status change": order_id alone fires it.
+  const events = await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] });
+  assert.deepEqual(events.map((e) => e.data.changed_fields), [['order_id']]);
+  assert.equal(events[0]!.data.entitlement.order_id, 'ord_1');
+  const audit = await auditOf(t, ent.id, 'entitlement.updated');
+  assert.deepEqual(audit.map((a) => [a.before.order_id, a.after.order_id]), [[null, 'ord_1']]);
   assertError(await patchEnt(t, admin, ent.id, { order_id: 'ord_2' }), 422, 'immutable_field');
   assertError(await patchEnt(t, admin, ent.id, { order_id: null }), 422, 'immutable_field');
   assert.equal((await entRow(t, ent.id))!.order_id, 'ord_1');
+  assert.equal((await outbox(t, { entitlementId: ent.id, types: ['entitlement.updated'] })).length, 1);
+});
+
+test('source trial → purchase alone (ends_at kept) is an entitlement.updated change: webhook with changed_fields source, and its audit row', async () => {
+  const user = await person(t);
+  const ends = inSeconds(t, 7 * DAY);
+  const trial = await grant(t, admin, user.id, app.id, { source: 'trial', ends_at: ends });
+  const body = assertStatus(await patchEnt(t, admin, trial.id, { source: 'purchase' }), 200);
+  assert.deepEqual([body.source, body.ends_at], ['purchase', ends]);
+  const events = await outbox(t, { entitlementId: trial.id, types: ['entitlement.updated'] });
+  assert.deepEqual(events.map((e) => e.data.changed_fields), [['source']]);
+  const audit = await auditOf(t, trial.id, 'entitlement.updated');
+  assert.deepEqual(audit.map((a) => [a.before.source, a.after.source]), [['trial', 'purchase']]);
 });
 
 test('starts_at, user_id, organization_id and application_id are read-only (422 read_only_field)', async () => {
