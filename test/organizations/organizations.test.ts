@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { atOneInstant, buildTestApp, withStoppedClock, storageName, type TestApp } from '../helpers/app.js';
 import { uniqueEmail } from '../helpers/fixtures.js';
 import {
-  accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertStatus, call, createOrgApi, effective, invite, membership, newApp, orgAudit, orgGrantApi, orgGrantReq,
+  accept, accessEvents, addById, afterChangeCommitsMeanwhile, assertError, assertStatus, call, createOrgApi, effective, invite, membership, newApp, orgAudit, orgGrantApi, orgGrantReq, outbox,
   orgWithMembers, patchEnt, person, platformKey, rand, session, sql,
 } from './support.js';
 
@@ -359,7 +359,7 @@ test('the reason belongs to organizations.manage: an org admin sending a reason 
   assert.deepEqual(await orgAudit(t, org.id, 'organization.updated'), []);
 });
 
-test('while suspended: inviting, accepting, adding, org grant creation and PATCH of its org_seat entitlement return 403 organization_suspended; existing members keep access', async () => {
+test('while suspended: inviting, accepting, adding, org grant creation and PATCH or DELETE of its org_seat entitlement return 403 organization_suspended; existing members keep access', async () => {
   const org = await orgWithMembers(t, admin, 1);
   const member = org.members[0];
   const app = await newApp(t, admin);
@@ -382,6 +382,10 @@ test('while suspended: inviting, accepting, adding, org grant creation and PATCH
   assertError(await patchEnt(t, org.owner.token, grant.id, { member_scope: 'denylist', member_overrides: [member.id] }), 403, 'organization_suspended');
   assertError(await patchEnt(t, admin, grant.id, { status: 'disabled', disabled_reason: 'cost cutting' }), 403, 'organization_suspended');
   assert.equal((await sql(t, 'SELECT status, member_scope FROM entitlements WHERE id = $1', [grant.id]))[0].status, 'active');
+  // DELETE of the org grant is a write under the Organization too (the operation documents the 403), for platform entitlements.manage.
+  assertError(await call(t, 'DELETE', `/v1/entitlements/${grant.id}`, admin), 403, 'organization_suspended');
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE id = $1', [grant.id])).length, 1);
+  assert.deepEqual(await outbox(t, { entitlementId: grant.id, types: ['entitlement.deleted'] }), []);
 
   // Existing grants and members' access are untouched.
   for (const u of [org.owner, member]) {
