@@ -145,3 +145,19 @@ test('only Team bills seats beyond those included: a Starter Tenant left above i
   await seatHolders(appId, 1002);
   assert.deepEqual(assertStatus(await view(owner.tenantId, owner.token), 200).seats, { current: 1002, included: 1000, billable: 0, last_synced_at: null });
 });
+
+test('seats count in the mode of the Tenant\'s owner (docs/decisions.md "Each mode\'s seats are counted apart"; Part A: live credentials see only live rows): a test-mode grant on a live Tenant\'s Application is no seat in its subscription or usage', async () => {
+  const owner = await caller(t);
+  const { appId, tenantId } = await createApplication(t, admin, { owner_user_id: owner.user.id });
+  const live = await createUser(t);
+  assertStatus(await call(t, 'POST', `/v1/users/${live.id}/entitlements`, admin.token, { application_id: appId, source: 'admin_grant' }, { 'idempotency-key': `live-${rand()}` }), 201);
+  const testKey = await createApiKey(t, { mode: 'test', permissions: ['entitlements.manage'] });
+  for (let i = 0; i < 2; i++) {
+    const tester = await createUser(t, { mode: 'test' });
+    assertStatus(await call(t, 'POST', `/v1/users/${tester.id}/entitlements`, testKey.secret, { application_id: appId, source: 'admin_grant' }, { 'idempotency-key': `test-${rand()}` }), 201);
+  }
+  const seats = assertStatus(await view(tenantId, owner.token), 200).seats;
+  assert.deepEqual([seats.current, seats.included, seats.billable], [1, 1000, 0]);
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${tenantId}/usage`, owner.token), 200);
+  assert.deepEqual(usage.limits.seats, { limit: 1000, current: 1, included: 1000 });
+});
