@@ -1,7 +1,8 @@
 // Billing through the real stripe client, pointed (STRIPE_API_BASE) at a fake processor on loopback.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { atOneInstant, type TestApp } from '../helpers/app.js';
+import { atOneInstant, storageName, type TestApp } from '../helpers/app.js';
+import { probeWhileHeld } from '../helpers/locks.js';
 import { loadConfig, SIMULATOR_WEBHOOK_SECRET } from '../../src/config.js';
 import { assertError, assertStatus, buildApp, call, caller, seedOrganization, seedTenant, sql, tenantOwner, tenantRow } from '../tenancy/support.js';
 import { closedPort, deliver, startFakeProcessor, subscription, type FakeProcessor } from './support.js';
@@ -474,4 +475,21 @@ test('the portal allows payment method update, invoice view and cancel at period
   const sessions = processor.requests.filter((r) => r.path === '/v1/billing_portal/sessions').slice(-2);
   assert.match(sessions[0].form.configuration ?? '', /^bpc_test_/);
   assert.equal(sessions[1].form.configuration, sessions[0].form.configuration);
+});
+
+// Lock order needs two transactions at once: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('checkout.session.completed takes the Tenant before the checkout session row it drops, in the order a checkout takes them (the Tenant, then its sessions), so the two at once cannot deadlock (PostgreSQL): while a checkout holds the Tenant the event waits holding no session row, then applies (200)', async () => {
+  const owner = await tenantOwner(t);
+  const paid = await opened(owner, 'order-1');
+  const completed = { id: paid, object: 'checkout.session', client_reference_id: owner.tenantId, metadata: { tenant_id: owner.tenantId }, customer: `cus_${paid}`, subscription: `sub_${paid}` };
+  const { probeLocked, result } = await probeWhileHeld(
+    t,
+    ['SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE', [owner.tenantId]],
+    () => deliver(t, 'checkout.session.completed', completed, { secret: SECRET }),
+    ['SELECT 1 FROM checkout_sessions WHERE id = $1 FOR UPDATE NOWAIT', [paid]],
+  );
+  assertStatus(result, 200);
+  assert.equal(probeLocked, true, 'the event waited for the Tenant without holding the session row');
+  assert.deepEqual(await sql(t, 'SELECT id FROM checkout_sessions WHERE id = $1', [paid]), [], 'the completed session is dropped');
+  assert.equal((await tenantRow(t, owner.tenantId)).stripe_customer_id, `cus_${paid}`);
 });

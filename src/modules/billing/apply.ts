@@ -222,10 +222,11 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
     const created = new Date(event.created * 1000);
     if ((await insertProcessorEvent(tx, event.id, event.type, created, now)) === 0) return 'duplicate';
     if (!HANDLED.has(event.type)) return 'ignored';
-    // A completed checkout session is no longer one a later checkout expires (src/modules/billing/checkouts.ts).
-    if (event.type === 'checkout.session.completed' && typeof event.data.object.id === 'string') await deleteCheckoutSession(tx, event.data.object.id);
     const where = locate(event);
     const tenant = await findEventTenant(tx, where);
+    // A completed checkout session is no longer one a later checkout expires (src/modules/billing/checkouts.ts).
+    // Dropped after the Tenant is locked: a checkout takes the Tenant, then its sessions' rows.
+    if (event.type === 'checkout.session.completed' && typeof event.data.object.id === 'string') await deleteCheckoutSession(tx, event.data.object.id);
     if (!tenant) {
       requestLog(deps, requestId).warn({ event_id: event.id, event_type: event.type, ...where }, 'processor event for no known Tenant');
       return 'ignored';
