@@ -353,6 +353,22 @@ test("GET /v1/users/{id}/roles with an app-confined key: application_id naming a
   assert.ok(rows.every((r) => r.application_id === mine.id), res.body);
 });
 
+test("GET /v1/users/{id}/roles: the implicit default_app_role rows follow the confinement and the application_id filter too: an app-confined key sees its own Application's implicit row only, and application_id lists that Application's only", async () => {
+  const mine = await appWith(['viewer'], { default_app_role: 'viewer' });
+  const theirs = await appWith(['viewer'], { default_app_role: 'viewer' });
+  const user = await person(t);
+  await grant(t, admin, user.id, mine.id);
+  await grant(t, admin, user.id, theirs.id);
+  const ids = (rows: { role_id: string }[]) => rows.map((r) => r.role_id).sort();
+  const all = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles`, admin), 200).data;
+  assert.deepEqual(ids(all), ['role_platform_member', `role_${mine.slug}_viewer`, `role_${theirs.slug}_viewer`].sort());
+  const key = await appKey(t, mine.id, ['roles.manage']);
+  const confined = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles`, key), 200).data;
+  assert.deepEqual(confined, [{ user_id: user.id, role_id: `role_${mine.slug}_viewer`, application_id: mine.id, assigned_at: null, assigned_by: null, implicit: true }]);
+  const filtered = assertStatus(await call(t, 'GET', `/v1/users/${user.id}/roles?application_id=${mine.id}`, admin), 200).data;
+  assert.deepEqual(ids(filtered), [`role_${mine.slug}_viewer`]);
+});
+
 test("an app-confined key with roles.manage assigns its Application's Role only to users with an access path to it (others 404 user_not_found, nothing written); the owner may assign it to anyone", async () => {
   const mine = await appWith(['viewer']);
   const key = await appKey(t, mine.id, ['roles.manage']);
