@@ -339,3 +339,24 @@ test('a row the expiry sweep cannot write does not hold back the rows due after 
   assert.equal((await getEnt(stuck.id)).status, 'expired');
   assert.deepEqual(await entitlementEvents(t, stuck.id), ['entitlement.granted', 'entitlement.expired']);
 });
+
+test('the jobs write a test-mode row\'s events and audit in test mode (Part A convention 10: test rows are seen only by test credentials): access.granted at its start, entitlement.expired and access.revoked at its end, all test_mode', async () => {
+  const testAdmin = await platformKey(t, undefined, 'test');
+  const user = await person(t, { mode: 'test' });
+  const ent = await grant(t, testAdmin, user.id, app.id, { source: 'trial', starts_at: inSeconds(t, 60), ends_at: inSeconds(t, 120) });
+  assert.equal(ent.test_mode, true);
+  t.clock.advance(61);
+  await starts();
+  t.clock.advance(60);
+  await sweep();
+  const access = await outbox(t, { userId: user.id, applicationId: app.id });
+  assert.deepEqual(access.map((e) => [e.type, e.data.reason, e.test_mode]), [
+    ['access.granted', 'entitlement_started', true],
+    ['access.revoked', 'entitlement_expired', true],
+  ]);
+  const rowEvents = await outbox(t, { entitlementId: ent.id });
+  assert.deepEqual(rowEvents.map((e) => [e.type, e.test_mode]), [['entitlement.granted', true], ['entitlement.expired', true]]);
+  const audit = await sql<{ action: string; test_mode: boolean }>(t, `SELECT action, test_mode FROM audit_events WHERE target_id = $1 ORDER BY created_at, id`, [ent.id]);
+  assert.deepEqual(audit.map((a) => [a.action, a.test_mode]), [['entitlement.granted', true], ['entitlement.expired', true]]);
+  assert.equal((await call(t, 'GET', `/v1/entitlements/${ent.id}`, testAdmin)).json().status, 'expired');
+});
