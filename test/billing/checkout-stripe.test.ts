@@ -477,6 +477,20 @@ test('the portal allows payment method update, invoice view and cancel at period
   assert.equal(sessions[1].form.configuration, sessions[0].form.configuration);
 });
 
+test('a portal configuration deactivated at the processor after this process found it (an operator in the dashboard) is taken up again: the next portal session answers 201 under it, reactivated, not 503 until a restart', async () => {
+  const owner = await tenantOwner(t, { stripeCustomerId: 'cus_portal_deactivated' });
+  assertStatus(await portal(owner.tenantId, owner.token), 201);
+  const ours = processor.configurations.filter((c) => c.metadata.platform_portal === 'platform_portal_v1');
+  assert.equal(ours.length, 1);
+  ours[0].active = false;
+  assertStatus(await portal(owner.tenantId, owner.token), 201);
+  assert.equal(ours[0].active, true, 'the configuration is active again');
+  assert.equal(processor.configurations.filter((c) => c.metadata.platform_portal === 'platform_portal_v1').length, 1, 'no second configuration');
+  const last = processor.requests.filter((r) => r.path === '/v1/billing_portal/sessions' && r.form.customer === 'cus_portal_deactivated').at(-1)!;
+  assert.equal(last.form.configuration, ours[0].id);
+  assertStatus(await portal(owner.tenantId, owner.token), 201);
+});
+
 // Lock order needs two transactions at once: only the PostgreSQL pass registers this test.
 if (storageName === 'postgres') test('checkout.session.completed takes the Tenant before the checkout session row it drops, in the order a checkout takes them (the Tenant, then its sessions), so the two at once cannot deadlock (PostgreSQL): while a checkout holds the Tenant the event waits holding no session row, then applies (200)', async () => {
   const owner = await tenantOwner(t);

@@ -32,14 +32,17 @@ export interface FakeProcessor {
   checkoutSessions: Map<string, { status: 'open' | 'expired' | 'complete' }>;
   /** Paths whose answer waits for the promise (the request is in `requests` as it arrives): holds the service mid-way. */
   holds: Map<string, Promise<void>>;
+  /** The portal configurations, as created; a test may deactivate one (`active = false`), as an operator can in the dashboard. */
+  configurations: { id: string; active: boolean; metadata: Record<string, string>; form: Record<string, string> }[];
   close(): Promise<void>;
 }
 
 const json = (status: number, body: unknown) => ({ status, body });
 
 /**
- * Answers POST /v1/checkout/sessions, GET /v1/prices, POST /v1/billing_portal/sessions, GET and POST
- * /v1/billing_portal/configurations and POST /v1/customers as Stripe does (shape only).
+ * Answers POST /v1/checkout/sessions, GET /v1/prices, POST /v1/billing_portal/sessions (refused under an
+ * inactive configuration), GET and POST /v1/billing_portal/configurations, POST
+ * /v1/billing_portal/configurations/{id} (active only) and POST /v1/customers as Stripe does (shape only).
  */
 export async function startFakeProcessor(): Promise<FakeProcessor> {
   const requests: ProcessorRequest[] = [];
@@ -50,7 +53,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
   const holds = new Map<string, Promise<void>>();
   const byIdempotencyKey = new Map<string, { status: number; body: unknown }>();
   const checkoutSessions = new Map<string, { status: 'open' | 'expired' | 'complete' }>();
-  const configurations: { id: string; active: boolean; metadata: Record<string, string>; form: Record<string, string> }[] = [];
+  const configurations: FakeProcessor['configurations'] = [];
   let n = 0;
   const answer = (r: ProcessorRequest): { status: number; body: unknown } => {
     const now = Math.floor(Date.now() / 1000);
@@ -77,6 +80,10 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
       if (r.method === 'GET' || expire) return json(200, { id, object: 'checkout.session', status: found.status });
     }
     if (r.method === 'POST' && r.path === '/v1/billing_portal/sessions') {
+      const configuration = configurations.find((c) => c.id === r.form.configuration);
+      if (r.form.configuration && !configuration?.active) {
+        return json(400, { error: { type: 'invalid_request_error', param: 'configuration', message: `The configuration ${r.form.configuration} is not active.` } });
+      }
       const id = `bps_test_${++n}`;
       return json(200, { id, object: 'billing_portal.session', url: `https://billing.stripe.test/p/session/${id}`, created: now, customer: r.form.customer, return_url: r.form.return_url });
     }
@@ -90,6 +97,13 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
       const configuration = { id: `bpc_test_${++n}`, object: 'billing_portal.configuration', active: true, is_default: false, metadata, form: r.form };
       configurations.push(configuration);
       return json(200, configuration);
+    }
+    const configurationPath = /^\/v1\/billing_portal\/configurations\/([^/]+)$/.exec(r.path);
+    if (r.method === 'POST' && configurationPath) {
+      const configuration = configurations.find((c) => c.id === configurationPath[1]);
+      if (!configuration) return json(404, { error: { type: 'invalid_request_error', code: 'resource_missing', message: `No such configuration: '${configurationPath[1]}'` } });
+      if (r.form.active !== undefined) configuration.active = r.form.active === 'true';
+      return json(200, { ...configuration, object: 'billing_portal.configuration' });
     }
     return json(404, { error: { type: 'invalid_request_error', message: `Unrecognized request URL (${r.method}: ${r.path})` } });
   };
@@ -126,6 +140,7 @@ export async function startFakeProcessor(): Promise<FakeProcessor> {
     busy,
     checkoutSessions,
     holds,
+    configurations,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

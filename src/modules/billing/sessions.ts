@@ -6,7 +6,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
 import { parseUrlAsSent } from '../../http/validation.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
-import { callProcessor, processorClient, type Stripe } from './processor.js';
+import { callProcessor, processorClient, Stripe } from './processor.js';
 import { subscriptionExists, supersedeEarlierCheckouts } from './checkouts.js';
 import { createSimulatedSession } from './simulator-store.js';
 import { findUserEmail } from './store.js';
@@ -95,15 +95,20 @@ const portalConfigurations = new WeakMap<Stripe, Promise<string>>();
 /**
  * The processor's portal configuration sessions open under, so the hosted portal offers what Part B
  * says it does (payment method update, invoice view, cancel at period end; no plan switching)
- * whatever the account's default portal allows: found by its metadata, else created once; the id is
- * kept per client. A failure is not kept: the next session looks again.
+ * whatever the account's default portal allows: found by its metadata (reactivated if it was
+ * deactivated), else created once; the id is kept per client. A failure is not kept: the next
+ * session looks again.
  */
 function portalConfiguration(stripe: Stripe, log: FastifyBaseLogger): Promise<string> {
   let pending = portalConfigurations.get(stripe);
   if (!pending) {
     pending = (async () => {
-      const { data } = await callProcessor(log, 'billing_portal.configurations.list', () => stripe.billingPortal.configurations.list({ active: true, limit: 100 }));
-      const found = data.find((c) => c.metadata?.platform_portal === PORTAL_CONFIGURATION);
+      const { data } = await callProcessor(log, 'billing_portal.configurations.list', () => stripe.billingPortal.configurations.list({ limit: 100 }));
+      const ours = data.filter((c) => c.metadata?.platform_portal === PORTAL_CONFIGURATION);
+      const found = ours.find((c) => c.active) ?? ours[0];
+      if (found && !found.active) {
+        await callProcessor(log, 'billing_portal.configurations.update', () => stripe.billingPortal.configurations.update(found.id, { active: true }));
+      }
       if (found) return found.id;
       const created = await callProcessor(log, 'billing_portal.configurations.create', () =>
         stripe.billingPortal.configurations.create(
@@ -140,7 +145,15 @@ export async function createPortalSession(ctx: Ctx, tenantId: string, body: Port
   }
   const customer = tenant.stripe_customer_id;
   const log = requestLog(ctx.deps, ctx.requestId);
-  const configuration = await portalConfiguration(stripe, log);
-  const session = await callProcessor(log, 'billing_portal.sessions.create', () => stripe.billingPortal.sessions.create({ customer, return_url: body.return_url, configuration }));
+  const open = async () => stripe.billingPortal.sessions.create({ customer, return_url: body.return_url, configuration: await portalConfiguration(stripe, log) });
+  const session = await callProcessor(log, 'billing_portal.sessions.create', () =>
+    open().catch((err) => {
+      // The configuration kept may have been deactivated at the processor since it was found: look
+      // it up again (which reactivates it) and try once more.
+      if (!(err instanceof Stripe.errors.StripeInvalidRequestError)) throw err;
+      portalConfigurations.delete(stripe);
+      return open();
+    }),
+  );
   return { url: session.url, expires_at: addSeconds(ctx.now, PORTAL_SESSION_SECONDS).toISOString() };
 }
