@@ -2,9 +2,9 @@
 // granted_via and the access flips each change causes (Part B, org grant rules and Entitlement status).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
 import {
-  accessEvents, appKey, assertError, createOrgApi, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
+  accessEvents, afterChangeCommitsMeanwhile, appKey, assertError, createOrgApi, assertStatus, call, effective, entitlementEvents, invite, newApp, orgAudit, orgGrantApi, orgGrantReq, orgWithMembers,
   assertInvalid, auditOf, DAY, grant, grantReq, inSeconds, patchEnt, person, platformKey, sql,
 } from './support.js';
 
@@ -193,6 +193,17 @@ test('an org admin can never create the grant for their own Organization (403 fo
   const ent = await orgGrantApi(t, other.owner!.token, org.id, other.id);
   assert.equal(ent.source, 'org_seat');
   assert.equal(ent.included_member_count, 2);
+});
+
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('docs/decisions.md "A suspended Organization": grant writes read the caller\'s own membership after locking the Organization, so an Application owner promoted to its org admin while their grant waits for the Organization gets 403 forbidden and no grant (PostgreSQL)', async () => {
+  const org = await orgWithMembers(t, admin, 1);
+  const [member] = org.members;
+  const owned = await newApp(t, admin, { owner_user_id: member.id });
+  const promote: [string, unknown[]] = [`UPDATE organization_members SET role = 'org_admin' WHERE organization_id = $1 AND user_id = $2`, [org.id, member.id]];
+  assertError(await afterChangeCommitsMeanwhile(t, org.id, promote, () => orgGrantReq(t, member.token, org.id, { application_id: owned.id })), 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT id FROM entitlements WHERE organization_id = $1', [org.id])).length, 0);
+  assert.deepEqual(await accessEvents(t, member.id, owned.id), []);
 });
 
 test('"A pending membership grants nothing": an Application owner invited as org_admin but not yet accepted is no org admin of the Organization, and still grants it the Application (201); once accepted, their next grant to it is 403 forbidden', async () => {

@@ -18,6 +18,20 @@ import { expireIfEnded } from '../entitlements/jobs.js';
 import { assertOrgActive } from './service.js';
 import type { OrgGrantBody } from './schemas.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
+import type { Tx } from '../../db/types.js';
+
+/**
+ * An org admin never grants to their own Organization, unless they hold platform entitlements.manage
+ * (docs/decisions.md "Org admins and their own grants"). Read under the Organization's lock.
+ */
+async function assertNotOwnOrgAdmin(tx: Tx, ctx: Ctx, orgId: string): Promise<void> {
+  const platform = hasPermission(ctx.actor, 'entitlements.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
+  if (platform || ctx.actor.type !== 'user') return;
+  const member = await findMember(tx, orgId, ctx.actor.userId);
+  if (member?.role === 'org_admin' && member.membership_status === 'active') {
+    throw new ApiError('forbidden', { message: 'Org admins may scope and toggle their Organization grants, never create them.' });
+  }
+}
 
 /**
  * POST /v1/organizations/{id}/entitlements: grants an Application to an Organization (source
@@ -28,27 +42,18 @@ import { assertTenantWritable } from '../tenancy/writable.js';
 export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantBody): Promise<Entitlement & { included_member_count: number }> {
   // Rights over the Application first: a caller without any learns nothing about the Organization.
   const found = await grantableApplication(ctx, body.application_id);
-  const org = await findOrg(ctx.db, orgId);
-  if (!org) throw new ApiError('organization_not_found');
-  // An org admin never grants to their own Organization, unless they hold platform
-  // entitlements.manage (docs/decisions.md "Org admins and their own grants").
-  const platform = hasPermission(ctx.actor, 'entitlements.manage') && !(ctx.actor.type === 'api_key' && ctx.actor.scope !== 'platform');
-  if (!platform && ctx.actor.type === 'user') {
-    const member = await findMember(ctx.db, orgId, ctx.actor.userId);
-    if (member?.role === 'org_admin' && member.membership_status === 'active') {
-      throw new ApiError('forbidden', { message: 'Org admins may scope and toggle their Organization grants, never create them.' });
-    }
-  }
-  assertOrgActive(org);
-  const { startsAt, endsAt } = grantTerm(ctx, { ...body, source: 'org_seat' });
+  if (!(await findOrg(ctx.db, orgId))) throw new ApiError('organization_not_found');
   const scope = body.member_scope ?? 'all_members';
   return ctx.db.transaction(async (tx) => {
     const c = inTx(ctx, tx);
     await lockOrganization(tx, orgId);
-    // Read again under the lock: a suspension committed while this waited applies to it.
+    // Read under the lock: a suspension, or the caller's promotion to org admin, committed while this
+    // waited applies to it.
     const locked = await findOrg(tx, orgId);
     if (!locked) throw new ApiError('organization_not_found');
+    await assertNotOwnOrgAdmin(tx, ctx, orgId);
     assertOrgActive(locked);
+    const { startsAt, endsAt } = grantTerm(ctx, { ...body, source: 'org_seat' });
     // The Tenant whose seats the grant takes, before the live row and the members (src/access/locks.ts).
     const app = await lockGrantTenant(tx, found);
     await assertTenantWritable(tx, app.tenant_id);
