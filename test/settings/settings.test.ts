@@ -57,6 +57,14 @@ test('PATCH settings changes only what it names (notifications field by field), 
   assert.deepEqual(await auditOf(t, u.id, 'settings.updated'), []);
 });
 
+test('docs/decisions.md Settings: timezone is stored as the time zone database names it, never renamed to an older link the runtime\'s ICU data keeps: Asia/Kolkata, Europe/Kyiv and Asia/Ho_Chi_Minh read back as sent (not Asia/Calcutta, Europe/Kiev, Asia/Saigon); a link sent by its own name (US/Eastern, Etc/UTC) stays it; another case gets the database\'s (utc → UTC)', async () => {
+  const u = await person(t);
+  for (const [sent, stored] of [['Asia/Kolkata', 'Asia/Kolkata'], ['Europe/Kyiv', 'Europe/Kyiv'], ['Asia/Ho_Chi_Minh', 'Asia/Ho_Chi_Minh'], ['US/Eastern', 'US/Eastern'], ['Etc/UTC', 'Etc/UTC'], ['utc', 'UTC'], ['america/new_york', 'America/New_York']]) {
+    assert.equal(assertStatus(await patchSettings(u.token, { timezone: sent }), 200).timezone, stored, sent);
+    assert.equal(assertStatus(await settingsOf(u.token), 200).timezone, stored, `${sent} read back`);
+  }
+});
+
 test('PATCH settings refuses bad values with 422 validation_failed naming the field, and changes nothing', async () => {
   const u = await person(t);
   assertInvalid(await patchSettings(u.token, { theme: 'neon' }), 'theme');

@@ -20,13 +20,20 @@ async function loadSettings(db: Queryable, userId: string, forUpdate = false): P
   return { ...r, updated_at: r.updated_at.toISOString() };
 }
 
-/** An IANA time zone the runtime knows, in its canonical spelling (europe/paris → Europe/Paris); else 422. */
+/**
+ * An IANA time zone the runtime knows, as the time zone database spells it: a name sent in another
+ * case gets the runtime's spelling (europe/paris → Europe/Paris), while a name the runtime resolves to
+ * another (its ICU data keeps older links as the IDs: Asia/Kolkata → Asia/Calcutta, Europe/Kyiv →
+ * Europe/Kiev) stays the name sent; else 422.
+ */
 export function recognizedTimeZone(zone: string): string {
+  let resolved: string;
   try {
-    return new Intl.DateTimeFormat('en', { timeZone: zone }).resolvedOptions().timeZone;
+    resolved = new Intl.DateTimeFormat('en', { timeZone: zone }).resolvedOptions().timeZone;
   } catch {
     throw invalidField('timezone', 'is not an IANA time zone the service recognizes');
   }
+  return resolved.toLowerCase() === zone.toLowerCase() ? resolved : zone;
 }
 
 /** GET /v1/users/{id}/settings: self or users.manage (preferences are not part of what users.list reads). */
