@@ -415,6 +415,20 @@ test("the tenant_id filter also matches events about the Tenant's Applications: 
   assert.ok((await ids(viewer, `tenant_id=${patched.tenant_id}`)).includes(created.id), 'listed for platform audit.view too');
 });
 
+test("GET /v1/audit-events/{id} has the same readers as the list (\"same\"): after an ownership move, the new Tenant's owner fetches the Application's earlier event that tenant_id lists for them, and the old Tenant's owner still fetches it (recorded with their Tenant); a stranger gets 404", async () => {
+  const moved = await newApp(t, admin);
+  const newOwner = await person(t);
+  const patched = assertStatus(await call(t, 'PATCH', `/v1/applications/${moved.id}`, admin, { owner_user_id: newOwner.id }), 200);
+  const [created] = await sql(t, `SELECT id, tenant_id FROM audit_events WHERE action = 'application.created' AND target_id = $1`, [moved.id]);
+  assert.equal(created.tenant_id, moved.tenantId, 'recorded with the old Tenant');
+  assert.ok((await ids(newOwner.token, `tenant_id=${patched.tenant_id}`)).includes(created.id), 'listed for the new Tenant');
+  const fetched = assertStatus(await call(t, 'GET', `/v1/audit-events/${created.id}`, newOwner.token), 200);
+  assert.deepEqual([fetched.id, fetched.action, fetched.application_id, fetched.tenant_id], [created.id, 'application.created', moved.id, moved.tenantId]);
+  assert.ok(Date.parse(String((await call(t, 'GET', `/v1/audit-events/${created.id}`, newOwner.token)).headers['audit-hot-window-start'])) < Date.parse(fetched.timestamp), 'read within the new Tenant\'s hot window');
+  assertStatus(await call(t, 'GET', `/v1/audit-events/${created.id}`, moved.owner.token), 200);
+  assertError(await call(t, 'GET', `/v1/audit-events/${created.id}`, (await person(t)).token), 404, 'audit_event_not_found');
+});
+
 test("the Roles a PATCH moving an Application to another Tenant seeds or deletes (available_app_roles, a deleted Role named the default) are audited with the Tenant it moves to, as its application.updated: the old Tenant's owner no longer reads them", async () => {
   const moved = await newApp(t, admin);
   const slug = moved.id.slice('app_'.length);
