@@ -337,6 +337,22 @@ if (storageName === 'postgres') test('"Owner means the owner_user_id user": a DE
   }
 });
 
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('scope: "an Application owner\'s User token must pass the Application id … anything else 403 forbidden": a create by the owner that waits for the Application while an ownership move to another user commits answers 403 forbidden and creates nothing (the right is read again under the lock) (PostgreSQL)', async () => {
+  const moving = await newApp(t, admin);
+  const heir = await person(t);
+  // The move commits while the old owner's create waits for the Application the test holds.
+  const res = await commitWhileWaiting(t, [
+    ['SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [moving.id]],
+    ['UPDATE applications SET owner_user_id = $2 WHERE id = $1', [moving.id, heir.id]],
+  ], () => call(t, 'POST', '/v1/webhooks', moving.owner.token, { scope: moving.id, url: url('own-create'), events: ['*'] }));
+  assertError(res, 403, 'forbidden');
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [moving.id]))[0].n, 0, 'nothing was created');
+  assert.equal((await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE action = 'webhook.created' AND application_id = $1`, [moving.id]))[0].n, 0, 'nothing audited');
+  // The heir, now its owner, creates one as before.
+  await createWebhook(t, heir.token, { scope: moving.id, url: url('heir-create') });
+});
+
 test('DELETE: 204, audited webhook.deleted, and its queued retries are dropped', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('d1') });
   await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin);

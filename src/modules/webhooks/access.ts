@@ -60,6 +60,7 @@ export interface CreateScope {
 }
 
 const forbidden = (message: string) => new ApiError('forbidden', { message });
+const notPermitted = () => new ApiError('forbidden', { details: { required_permission: 'webhooks.manage' } });
 // Part B lists what each caller passes as scope, then "anything else 403 forbidden": a User token or
 // platform key that sends none is such a case.
 const scopeRequired = () => forbidden('Send scope: `platform` (webhooks.manage) or an Application id (webhooks.manage or its owner).');
@@ -86,7 +87,19 @@ export async function resolveCreateScope(ctx: Ctx, scope: string | undefined): P
     if (scope === undefined) throw scopeRequired();
     if (scope !== 'platform' && (await isApplicationOwner(ctx.db, viewer.userId, scope))) return { scope, applicationId: scope, createdByUserId };
   }
-  throw new ApiError('forbidden', { details: { required_permission: 'webhooks.manage' } });
+  throw notPermitted();
+}
+
+/**
+ * A create's scope read again under its Application's lock (lockApplicationTenants, which an
+ * ownership move's FOR UPDATE waits for or holds), in a statement of its own: an owner who lost the
+ * Application to a move committed while the create waited gets 403 forbidden, as a stranger does,
+ * and nothing is created. webhooks.manage and the Application's own key keep their right.
+ */
+export async function assertCreateScopeHeld(ctx: Ctx, tx: Tx, scope: CreateScope): Promise<void> {
+  const viewer = webhookViewer(ctx);
+  if (!scope.applicationId || viewer.manage || viewer.keyApp || !viewer.userId) return;
+  if (!(await isApplicationOwner(tx, viewer.userId, scope.applicationId))) throw notPermitted();
 }
 
 async function creatorOf(ctx: Ctx): Promise<string | null> {

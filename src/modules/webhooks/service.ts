@@ -12,7 +12,7 @@ import { assertTenantWritable } from '../tenancy/writable.js';
 import { CURRENT_API_VERSION, newSigningSecret, ROTATION_OVERLAP_SECONDS } from './catalog.js';
 import { assertWebhookUrl } from './targets.js';
 import { sealSigningSecret } from './dispatch.js';
-import { lockVisibleSubscription, resolveCreateScope, tenantOfApplication, visibleSubscription, webhookViewer } from './access.js';
+import { assertCreateScopeHeld, lockVisibleSubscription, resolveCreateScope, tenantOfApplication, visibleSubscription, webhookViewer } from './access.js';
 import {
   countTenantSubscriptions,
   deleteSubscription,
@@ -51,6 +51,8 @@ export async function createWebhook(ctx: Ctx, body: CreateWebhookBody): Promise<
       // an ownership move meanwhile waits for this creation and counts the subscription, or this
       // creation waits for the move and counts against the Tenant the Application moved to.
       const [tenantId] = await lockApplicationTenants(tx, [scope.applicationId]);
+      // The caller's right is read again under that lock: an owner who lost the Application meanwhile is refused.
+      await assertCreateScopeHeld(ctx, tx, scope);
       // An app-scope subscription is its Application's Tenant's data: none is added while it is migrating.
       await assertTenantWritable(tx, tenantId);
       const tenant = await findTenant(tx, tenantId);
