@@ -155,6 +155,23 @@ test('410 Gone on a test call ("any | 410 Gone response from the receiver | disa
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
+test('a test-mode subscription\'s health change is audited in test mode (docs/decisions.md, Mode of an audit row: "system jobs take the subject\'s"; Part A: test credentials see only test rows, live only live): its webhook.status_changed row is read by test-mode audit.view, not by live', async () => {
+  const owner = await createUser(t);
+  const creator = (await createApiKey(t, { scope: 'platform', permissions: ['webhooks.manage'], mode: 'test', createdBy: owner.id })).secret;
+  const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', creator, { scope: 'platform', url: receiver.url('/gone-test-mode'), events: ['user.suspended'] }), 201);
+  assert.equal(sub.test_mode, true);
+  receiver.routes.set('/gone-test-mode', (_req, res) => res.writeHead(410).end('gone'));
+  assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, creator), 202);
+  await runDelivery(t);
+  assert.equal(assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}`, creator), 200).status, 'disabled');
+  const rows = await sql(t, `SELECT id, actor_type, test_mode FROM audit_events WHERE target_id = $1 AND action = 'webhook.status_changed'`, [sub.id]);
+  assert.deepEqual(rows.map((r) => [r.actor_type, r.test_mode]), [['system', true]], 'one row, actor system, of the subscription\'s mode');
+  const readIds = async (cred: string) => assertStatus(await call(t, 'GET', `/v1/audit-events?action=webhook.status_changed&target_id=${sub.id}`, cred), 200).data.map((e: any) => e.id);
+  assert.deepEqual(await readIds(await platformKey(t, ['audit.view'], 'test')), [rows[0].id], 'test-mode audit.view reads it');
+  assert.deepEqual(await readIds(await platformKey(t, ['audit.view'])), [], 'live audit.view does not');
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('"A 410 Gone disables the subscription on any of them" (docs/decisions.md, Test and redeliver): a redelivery answered 410 disables it at once, as a test call does', async () => {
   const sub = assertStatus(await call(t, 'POST', '/v1/webhooks', admin, { scope: 'platform', url: receiver.url('/gone-redeliver'), events: ['user.suspended'] }), 201);
   receiver.routes.set('/gone-redeliver', (_req, res) => res.writeHead(200).end());
