@@ -353,6 +353,20 @@ if (storageName === 'postgres') test('scope: "an Application owner\'s User token
   await createWebhook(t, heir.token, { scope: moving.id, url: url('heir-create') });
 });
 
+test('plan limits: "Webhook subscriptions per Tenant | 1" on Starter counts each mode apart (docs/decisions.md, Webhook subscriptions per Tenant: "each mode\'s are counted apart, as each mode\'s requests see them"): beside a live subscription a test-mode key creates one, the next test-mode one is 409 plan_limit_reached (current 1), and the usage document (live) counts the live one only', async () => {
+  const starter = await newApp(t, admin);
+  await createWebhook(t, admin, { scope: starter.id, url: url('mode-live') });
+  const testKey = await appKey(t, starter.id, [], 'test');
+  const testSub = await createWebhook(t, testKey, { url: url('mode-test1') });
+  assert.equal(testSub.test_mode, true);
+  const capped = assertError(await call(t, 'POST', '/v1/webhooks', testKey, { url: url('mode-test2'), events: ['*'] }), 409, 'plan_limit_reached');
+  assert.deepEqual([capped.details.resource, capped.details.limit, capped.details.current], ['webhooks', 1, 1]);
+  assertError(await call(t, 'POST', '/v1/webhooks', admin, { scope: starter.id, url: url('mode-live2'), events: ['*'] }), 409, 'plan_limit_reached');
+  const usage = assertStatus(await call(t, 'GET', `/v1/tenants/${starter.tenantId}/usage`, starter.owner.token), 200);
+  assert.deepEqual(usage.limits.webhooks, { limit: 1, current: 1 });
+  assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [starter.id]))[0].n, 2);
+});
+
 test('DELETE: 204, audited webhook.deleted, and its queued retries are dropped', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('d1') });
   await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin);
