@@ -367,6 +367,29 @@ test('plan limits: "Webhook subscriptions per Tenant | 1" on Starter counts each
   assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM webhook_subscriptions WHERE application_id = $1', [starter.id]))[0].n, 2);
 });
 
+// Two transactions at once need PostgreSQL: only the PostgreSQL pass registers this test.
+if (storageName === 'postgres') test('"Owner means the owner_user_id user": a test call or redelivery by an Application\'s owner that waits for its subscription while an ownership move to another user commits answers 404 webhook_not_found and queues nothing (the right is read again under the lock) (PostgreSQL)', async () => {
+  for (const name of ['test', 'redeliver']) {
+    const moving = await newApp(t, admin);
+    const heir = await person(t);
+    const sub = await createWebhook(t, moving.owner.token, { scope: moving.id, url: url(`own-${name}`) });
+    const first = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, moving.owner.token), 202);
+    const path = name === 'test' ? `/v1/webhooks/${sub.id}/test` : `/v1/webhooks/${sub.id}/deliveries/${first.id}/redeliver`;
+    const count = async () => (await sql(t, 'SELECT count(*)::int AS n FROM webhook_deliveries WHERE subscription_id = $1', [sub.id]))[0].n;
+    const before = await count();
+    // The move commits while the old owner's call waits for the subscription the test holds.
+    const res = await commitWhileWaiting(t, [
+      ['SELECT 1 FROM webhook_subscriptions WHERE id = $1 FOR UPDATE', [sub.id]],
+      ['UPDATE applications SET owner_user_id = $2 WHERE id = $1', [moving.id, heir.id]],
+    ], () => call(t, 'POST', path, moving.owner.token));
+    assertError(res, 404, 'webhook_not_found');
+    assert.equal(await count(), before, `${name}: no delivery queued`);
+    const audited = await sql(t, `SELECT count(*)::int AS n FROM audit_events WHERE target_id = $1 AND action IN ('webhook.test_sent', 'webhook.redelivered')`, [sub.id]);
+    assert.equal(audited[0].n, 1, `${name}: only the first test call audited`);
+    assertStatus(await call(t, 'POST', path, heir.token), 202);
+  }
+});
+
 test('DELETE: 204, audited webhook.deleted, and its queued retries are dropped', async () => {
   const sub = await createWebhook(t, admin, { scope: 'platform', url: url('d1') });
   await call(t, 'POST', `/v1/webhooks/${sub.id}/test`, admin);

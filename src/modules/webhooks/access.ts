@@ -9,7 +9,6 @@ import {
   findKeyCreator,
   findSubscription,
   findVisibleSubscription,
-  type SubscriptionLock,
   type SubscriptionRow,
   type WebhookViewer,
 } from './store.js';
@@ -26,14 +25,13 @@ export function webhookViewer(ctx: Ctx): WebhookViewer {
 }
 
 /**
- * The subscription if the caller may see it; others' subscriptions are 404 webhook_not_found. `lock`
- * (inside a transaction) holds the row: FOR KEY SHARE for a write that adds a delivery to it, so a
- * DELETE at the same time either waits for that write (and drops the delivery with the rest) or
- * commits first and the write answers 404.
+ * The subscription if the caller may see it; others' subscriptions are 404 webhook_not_found. A
+ * write holds the row first and then calls this in a statement of its own (lockVisibleSubscription,
+ * shareVisibleSubscription), so the right it reads is the one committed when the lock was granted.
  */
-export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = ctx.db, lock: SubscriptionLock = ''): Promise<SubscriptionRow> {
+export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = ctx.db): Promise<SubscriptionRow> {
   const viewer = webhookViewer(ctx);
-  const sub = await findVisibleSubscription(db, viewer, id, lock);
+  const sub = await findVisibleSubscription(db, viewer, id);
   if (!sub) throw new ApiError('webhook_not_found');
   return sub;
 }
@@ -45,10 +43,22 @@ export async function visibleSubscription(ctx: Ctx, id: string, db: Queryable = 
  * then its Tenant writable.
  */
 export async function lockVisibleSubscription(ctx: Ctx, tx: Tx, id: string): Promise<SubscriptionRow> {
-  const sub = await findSubscription(tx, id, true);
+  const sub = await findSubscription(tx, id, 'FOR UPDATE');
   if (!sub) throw new ApiError('webhook_not_found');
   await visibleSubscription(ctx, id, tx);
   if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
+  return sub;
+}
+
+/**
+ * A test call's or redelivery's hold on a subscription: the row FOR KEY SHARE until commit (a DELETE
+ * meanwhile waits and drops the new delivery with the rest, or went first: 404), then the caller's
+ * right read under that lock in a statement of its own, as a write reads it (lockVisibleSubscription).
+ */
+export async function shareVisibleSubscription(ctx: Ctx, tx: Tx, id: string): Promise<SubscriptionRow> {
+  const sub = await findSubscription(tx, id, 'FOR KEY SHARE');
+  if (!sub) throw new ApiError('webhook_not_found');
+  await visibleSubscription(ctx, id, tx);
   return sub;
 }
 

@@ -7,7 +7,7 @@ import { newId } from '../../ids.js';
 import { emit } from '../../outbox/emit.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { DELIVERY_LOG_DAYS } from './catalog.js';
-import { visibleSubscription } from './access.js';
+import { shareVisibleSubscription, visibleSubscription } from './access.js';
 import { findDelivery, insertDelivery, toDelivery } from './store.js';
 import { countOutboxEvent, countPendingManual, deliveryListFilter, listDeliveryLog, lockManualDeliveries, markEventRelayed } from './delivery-store.js';
 import type { Delivery, DeliveryListQuery } from './schemas.js';
@@ -49,7 +49,7 @@ const logStart = (ctx: Ctx) => addSeconds(ctx.now, -DELIVERY_LOG_DAYS * 86400);
 export async function sendTest(ctx: Ctx, id: string): Promise<Delivery> {
   return ctx.db.transaction(async (tx) => {
     // Held until commit: a DELETE meanwhile waits and drops this delivery too, or went first (404).
-    const sub = await visibleSubscription(ctx, id, tx, 'FOR KEY SHARE');
+    const sub = await shareVisibleSubscription(ctx, tx, id);
     // A delivery of an app-scope subscription is its Application's Tenant's data: none while it is migrating.
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);
     await assertManualRoom(tx, sub.id);
@@ -68,7 +68,7 @@ export async function sendTest(ctx: Ctx, id: string): Promise<Delivery> {
 export async function redeliver(ctx: Ctx, id: string, deliveryId: string): Promise<Delivery> {
   return ctx.db.transaction(async (tx) => {
     // Held until commit, as for a test call: a DELETE meanwhile waits for the redelivery, or went first (404).
-    const sub = await visibleSubscription(ctx, id, tx, 'FOR KEY SHARE');
+    const sub = await shareVisibleSubscription(ctx, tx, id);
     const original = await findDelivery(tx, sub.id, deliveryId);
     if (!original || original.created_at < logStart(ctx)) throw new ApiError('delivery_not_found');
     if (sub.application_id) await assertAppTenantWritable(tx, sub.application_id);

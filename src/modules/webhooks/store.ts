@@ -50,8 +50,9 @@ export function toWebhook(r: SubscriptionRow): Webhook {
   };
 }
 
-export async function findSubscription(db: Queryable, id: string, forUpdate = false): Promise<SubscriptionRow | null> {
-  const { rows } = await db.query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 ${forUpdate ? 'FOR UPDATE' : ''}`, [id]);
+/** The subscription by id, whoever may see it; `lock` holds its row (a write's FOR UPDATE, a delivery's FOR KEY SHARE). */
+export async function findSubscription(db: Queryable, id: string, lock: '' | 'FOR UPDATE' | 'FOR KEY SHARE' = ''): Promise<SubscriptionRow | null> {
+  const { rows } = await db.query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 ${lock}`, [id]);
   return rows[0] ?? null;
 }
 
@@ -72,15 +73,12 @@ export function visibleCondition(viewer: WebhookViewer, params: unknown[]): stri
   return 'FALSE';
 }
 
-/** How a read of a subscription holds its row: FOR KEY SHARE for a write that adds a delivery to it. */
-export type SubscriptionLock = '' | 'FOR KEY SHARE';
-
 /** The subscription if the viewer may see it, else null. */
-export async function findVisibleSubscription(db: Queryable, viewer: WebhookViewer, id: string, lock: SubscriptionLock): Promise<SubscriptionRow | null> {
+export async function findVisibleSubscription(db: Queryable, viewer: WebhookViewer, id: string): Promise<SubscriptionRow | null> {
   const params: unknown[] = [id];
   const condition = visibleCondition(viewer, params);
   const { rows } = await db.query<SubscriptionRow>(
-    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 AND ${condition} ${lock}`,
+    `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions w WHERE w.id = $1 AND ${condition}`,
     params,
   );
   return rows[0] ?? null;
