@@ -12,6 +12,7 @@ import { findKey, insertKey, keyListConditions, listKeyRows, lockKey, toApiKey, 
 import { KEY_READ_ONLY, type ApiKey, type CreateKeyBody, type KeyListQuery, type PatchKeyBody } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { refusalFor } from '../applications/service.js';
+import { lockApplicationTenant } from '../tenancy/store.js';
 
 /** The platform permissions an app-scoped key may hold; they act only on its own Application. */
 export const APP_CONFINED_PERMISSIONS = ['entitlements.manage', 'users.list', 'roles.manage', 'audit.view'];
@@ -21,6 +22,8 @@ function callerId(ctx: Ctx): string {
   if (ctx.actor.type !== 'user') throw new ApiError('user_token_required');
   return ctx.actor.userId;
 }
+
+const notKeyManager = () => new ApiError('forbidden', { message: "Only the Application's owner or api_keys.manage may manage its keys." });
 
 /** Platform keys: api_keys.manage. App keys: api_keys.manage or the Application's owner. */
 async function assertMayManageScope(ctx: Ctx, scope: string): Promise<void> {
@@ -32,9 +35,23 @@ async function assertMayManageScope(ctx: Ctx, scope: string): Promise<void> {
   if (!(await findApplication(ctx.db, scope))) throw new ApiError('application_not_found');
   if (!(await isApplicationOwner(ctx.db, callerId(ctx), scope))) {
     // 403 only to a caller who may see the Application: for anyone else it is as unknown (404).
-    throw await refusalFor(ctx, scope, new ApiError('forbidden', { message: "Only the Application's owner or api_keys.manage may manage its keys." }));
+    throw await refusalFor(ctx, scope, notKeyManager());
   }
 }
+
+/**
+ * An Application owner's right over its keys, read again inside the write's transaction under a KEY
+ * SHARE lock of the Application, which an ownership move (FOR UPDATE) waits for or has committed
+ * before: an owner who lost the Application meanwhile gets `refusal` (what a stranger gets) and
+ * nothing is written. api_keys.manage keeps its right; platform keys need it.
+ */
+async function assertOwnershipHeld(ctx: Ctx, tx: Tx, scope: string, refusal: () => Promise<unknown>): Promise<void> {
+  if (scope === 'platform' || hasPermission(ctx.actor, 'api_keys.manage')) return;
+  await lockApplicationTenant(tx, scope);
+  if (!(await isApplicationOwner(tx, callerId(ctx), scope))) throw await refusal();
+}
+
+const keyNotFound = async () => new ApiError('api_key_not_found');
 
 /** The errors table's message speaks of a Role's scope; a key's permissions fit the key's scope. */
 const unknownKeyPermission = (permissions: string[]) =>
@@ -105,6 +122,7 @@ export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey &
   const secret = newSecret(API_KEY_PREFIX[mode]);
   const id = newId('key');
   return ctx.db.transaction(async (tx) => {
+    await assertOwnershipHeld(ctx, tx, body.scope, () => refusalFor(inTx(ctx, tx), body.scope, notKeyManager()));
     const row = await insertKey(tx, {
       id, name: body.name, scope: body.scope, permissions: body.permissions, testMode: mode === 'test', intendedUse,
       restrictDestructive: body.restrict_destructive ?? intendedUse === 'agent', secretHash: hashSecret(secret), secretHint: secret.slice(-4),
@@ -151,6 +169,7 @@ async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise
     // Locked and read again: a revocation committed meanwhile is seen (409, no rotation of a revoked
     // key, no audit row after api_key.revoked), and a concurrent change is the starting point.
     const locked = (await lockKey(tx, id))!;
+    await assertOwnershipHeld(ctx, tx, locked.scope, keyNotFound);
     if (locked.revoked_at) throw new ApiError('api_key_revoked');
     return fn(tx, locked);
   });
@@ -196,6 +215,9 @@ export async function revokeKey(ctx: Ctx, id: string): Promise<void> {
   await assertMayManageScope(ctx, key.scope);
   if (key.revoked_at) return;
   await ctx.db.transaction(async (tx) => {
+    // The key locked first (a change under way finishes), then the caller's right read under it.
+    await lockKey(tx, key.id);
+    await assertOwnershipHeld(ctx, tx, key.scope, keyNotFound);
     if ((await updateKeyRevoked(tx, key.id, ctx.now)) === 1) await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.revoked', target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope) });
   });
 }

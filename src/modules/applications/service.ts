@@ -11,7 +11,8 @@ import { findApplicationRow, insertApplication, isKnownOrganization, isKnownUser
 import { insertAppRole } from './app-roles-store.js';
 import type { Application, ApplicationListQuery, CreateApplicationBody } from './schemas.js';
 import { viewerOf } from './visibility.js';
-import { applicationListWhere, findVisibleApplicationRow, isApplicationKnownTo, isApplicationOwner, listApplicationRows } from './visibility-store.js';
+import { applicationListWhere, findVisibleApplicationRow, isApplicationKnownTo, listApplicationRows } from './visibility-store.js';
+import { isApplicationOwner } from '../../access/ownership.js';
 import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
 import { validateRedirectUris } from './redirect-uris.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
@@ -43,7 +44,7 @@ export async function refusalFor(ctx: Ctx, appId: string, refusal: unknown): Pro
 /** The caller owns the Application and so holds owner rights over it: never over an internal one (Part B visibility). */
 export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
   if (ctx.actor.type !== 'user' || app.visibility === 'internal') return false;
-  return isApplicationOwner(ctx.db, app.id, ctx.actor.userId);
+  return isApplicationOwner(ctx.db, ctx.actor.userId, app.id);
 }
 
 export async function staleCounts(ctx: Ctx, app: ApplicationRow): Promise<Record<string, number>> {

@@ -68,12 +68,6 @@ export async function isApplicationKnownTo(db: Queryable, appId: string, viewer:
   return !!rowCount;
 }
 
-/** The user owns Application `appId` (ownerCondition). */
-export async function isApplicationOwner(db: Queryable, appId: string, userId: string): Promise<boolean> {
-  const { rowCount } = await db.query(`SELECT 1 FROM applications a WHERE a.id = $1 AND ${ownerCondition(2)}`, [appId, userId]);
-  return rowCount > 0;
-}
-
 export type ApplicationListFilters = Pick<ApplicationListQuery, 'visibility' | 'review_status' | 'owned' | 'tenant_id' | 'owner_user_id' | 'owner_organization_id'>;
 
 /**

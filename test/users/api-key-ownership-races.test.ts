@@ -1,0 +1,56 @@
+// Part A, API Keys, "App keys: api_keys.manage or the Application's owner": an owner's right is read
+// under the locks a key write waits for, so an ownership move committed while the write waited
+// applies to it. Two transactions at once need PostgreSQL: only the PostgreSQL pass registers these.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
+import { commitWhileWaiting } from '../helpers/locks.js';
+import { userToken } from '../helpers/fixtures.js';
+import { assertError, assertStatus, auditOfTarget, call, createApplication } from './support.js';
+
+let t: TestApp;
+
+/** An Application of a fresh owner, its key made by that owner, and a second user to move it to. */
+async function ownedKey() {
+  const [owner, next] = [await userToken(t), await userToken(t)];
+  const app = await createApplication(t, { owner: owner.user.id });
+  const key = assertStatus(await call(t, 'POST', '/v1/api-keys', owner.token, { name: 'app', scope: app.id, permissions: [`app.${app.slug}.read`] }), 201);
+  const move: [string, unknown[]] = ['UPDATE applications SET owner_user_id = $2 WHERE id = $1', [app.id, next.user.id]];
+  return { owner, app, key, move };
+}
+
+if (storageName === 'postgres') {
+  // Inside the block: on embedded storage the file registers no test, and hooks without a test would
+  // leave the app they start open.
+  before(async () => {
+    t = await buildTestApp();
+  });
+  after(() => t.close());
+
+  test('an owner whose Application moves to another user while their key creation waits for it gets 403 forbidden (a stranger\'s answer) and no key is made', async () => {
+    const { owner, app, move } = await ownedKey();
+    const res = await commitWhileWaiting(t, [['SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]], move], () =>
+      call(t, 'POST', '/v1/api-keys', owner.token, { name: 'late', scope: app.id, permissions: [] }));
+    assertError(res, 403, 'forbidden');
+    const keys = assertStatus(await call(t, 'GET', '/v1/api-keys?limit=100', owner.token), 200).data;
+    assert.deepEqual(keys, [], 'the former owner holds no key of it');
+  });
+
+  test('an owner whose Application moves to another user while their rotation waits for the key (a change under way) gets 404 api_key_not_found: no new secret, no api_key.rotated, the key unchanged', async () => {
+    const { owner, key, move } = await ownedKey();
+    const res = await commitWhileWaiting(t, [['SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [key.id]], move], () =>
+      call(t, 'POST', `/v1/api-keys/${key.id}/rotate`, owner.token));
+    assertError(res, 404, 'api_key_not_found');
+    assert.deepEqual(await auditOfTarget(t, key.id, 'api_key.rotated'), []);
+    assert.equal(assertStatus(await call(t, 'GET', '/v1/api-keys/' + key.id, (await userToken(t, { roles: ['superadmin'] })).token), 200).secret_hint, key.secret_hint);
+  });
+
+  test('an owner whose Application moves to another user while their revocation waits for the key gets 404 api_key_not_found and the key stays live', async () => {
+    const { owner, key, move } = await ownedKey();
+    const res = await commitWhileWaiting(t, [['SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [key.id]], move], () =>
+      call(t, 'DELETE', `/v1/api-keys/${key.id}`, owner.token));
+    assertError(res, 404, 'api_key_not_found');
+    assert.deepEqual(await auditOfTarget(t, key.id, 'api_key.revoked'), []);
+    assert.equal(assertStatus(await call(t, 'GET', '/v1/api-keys/' + key.id, (await userToken(t, { roles: ['superadmin'] })).token), 200).revoked_at, null);
+  });
+}
