@@ -9,7 +9,7 @@ import { withAccessFlips } from '../../access/flips.js';
 import { lockApplicationTenants, lockTenantSeats, lockUsersForAccess } from '../../access/locks.js';
 import { findLiveUser } from '../users/store.js';
 import { resolveUserId } from '../users/service.js';
-import { visibleApplication } from '../applications/service.js';
+import { refusalFor, visibleApplication } from '../applications/service.js';
 import { findApplicationRow, type ApplicationRow } from '../applications/store.js';
 import { PLAN_LIMITS, assertWithinPlan, findTenant } from '../tenancy/plans.js';
 import { countSeats, isSeat, releaseSeatLimits } from '../tenancy/seats.js';
@@ -79,9 +79,20 @@ export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow,
  * The Application as a grant's transaction must see it: its Tenant read again under the Application's
  * lock, and that Tenant's seats locked (lockApplicationTenants). Read before the transaction, the
  * Tenant may be one an ownership move is taking it out of, whose cap is not the one the seat counts against.
+ * The caller's right is read again under that lock too: an owner who lost the Application to a move
+ * committed meanwhile gets what a stranger gets, and nothing is granted.
  */
-export async function lockGrantTenant(tx: Tx, app: ApplicationRow): Promise<ApplicationRow> {
+export async function lockGrantTenant(tx: Tx, ctx: Ctx, app: ApplicationRow): Promise<ApplicationRow> {
   const [tenantId] = await lockApplicationTenants(tx, [app.id]);
+  // Only an owner's right can have moved: a key's or entitlements.manage's is the caller's own.
+  if (ctx.actor.type === 'user' && !hasPermission(ctx.actor, 'entitlements.manage')) {
+    const c = inTx(ctx, tx);
+    try {
+      assertMayGrant(await rightsOver(c, app), app);
+    } catch (err) {
+      throw await refusalFor(c, app.id, err);
+    }
+  }
   return { ...app, tenant_id: tenantId ?? app.tenant_id };
 }
 
@@ -129,7 +140,7 @@ export async function grantPersonal(ctx: Ctx, idParam: string, body: GrantBody):
   const { startsAt, endsAt } = grantTerm(ctx, body);
   return ctx.db.transaction(async (tx) => {
     // The Tenant before the rows below it (src/access/locks.ts): an ended live row is expired next.
-    const app = await lockGrantTenant(tx, found);
+    const app = await lockGrantTenant(tx, ctx, found);
     await assertTenantWritable(tx, app.tenant_id);
     if (!(await findLiveUser(tx, userId))) throw new ApiError('user_not_found');
     // A live row whose ends_at passed is expired first: expired rows do not block a new grant.

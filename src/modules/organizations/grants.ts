@@ -55,7 +55,7 @@ export async function grantOrganization(ctx: Ctx, orgId: string, body: OrgGrantB
     assertOrgActive(locked);
     const { startsAt, endsAt } = grantTerm(ctx, { ...body, source: 'org_seat' });
     // The Tenant whose seats the grant takes, before the live row and the members (src/access/locks.ts).
-    const app = await lockGrantTenant(tx, found);
+    const app = await lockGrantTenant(tx, ctx, found);
     await assertTenantWritable(tx, app.tenant_id);
     const memberIds = await listActiveMemberIds(tx, orgId);
     const strangers = (body.member_overrides ?? []).filter((u) => !memberIds.includes(u));

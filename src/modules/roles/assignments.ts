@@ -79,6 +79,17 @@ async function assertMayAssign(ctx: Ctx, role: RoleRow): Promise<void> {
   await assertMayManageAppRoles(ctx, app, 'role_not_found');
 }
 
+/**
+ * An app Role's assignment in its transaction: the Application's Tenant writable (its check holds the
+ * Application FOR KEY SHARE, which an ownership move waits for), then the caller's right read again
+ * under that lock, so an owner who lost the Application meanwhile is refused as a stranger is.
+ */
+async function assertAppRightHeld(tx: Tx, ctx: Ctx, applicationId: string): Promise<void> {
+  await assertAppTenantWritable(tx, applicationId);
+  const app = await findApplicationRow(tx, applicationId);
+  if (app) await assertMayManageAppRoles(inTx(ctx, tx), app, 'role_not_found');
+}
+
 async function assignable(ctx: Ctx, idParam: string, roleId: string) {
   const role = await findRole(ctx.db, roleId);
   if (!role) throw new ApiError('role_not_found');
@@ -98,7 +109,7 @@ export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Pro
     const by = actorRef(ctx);
     const applicationId = role.scope === 'platform' ? null : role.scope;
     // An app Role's assignments are its Application's Tenant's data: paused while it is migrating.
-    if (applicationId) await assertAppTenantWritable(tx, applicationId);
+    if (applicationId) await assertAppRightHeld(tx, ctx, applicationId);
     // The Role may have been deleted since it was read: a concurrent DELETE /v1/roles either waits
     // for this assignment (and answers role_in_use) or has committed (and the Role is gone here).
     const present = await lockRoleKeyShare(tx, role.id);
@@ -125,7 +136,7 @@ export async function removeRole(ctx: Ctx, idParam: string, roleId: string): Pro
   const { role, user } = await assignable(ctx, idParam, roleId);
   if (role.id === MEMBER_ROLE_ID) throw new ApiError('member_role_required');
   await ctx.db.transaction(async (tx) => {
-    if (role.scope !== 'platform') await assertAppTenantWritable(tx, role.scope);
+    if (role.scope !== 'platform') await assertAppRightHeld(tx, ctx, role.scope);
     const rowCount = await deleteAssignment(tx, user.id, role.id);
     if (rowCount !== 1) return;
     await announceRoleChange(tx, inTx(ctx, tx), 'role.removed', { user_id: user.id, role_id: role.id, application_id: role.scope === 'platform' ? null : role.scope });
