@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { createLocalJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
 import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import {
-  assertError, assertStatus, call, createOrg, grant, newApp, orgGrant, patchEnt, person, platformKey, session, setReview, sql, type AppFixture,
+  assertError, assertStatus, call, createOrg, customPlatformRole, grant, newApp, orgGrant, patchEnt, person, platformKey, session, setReview, sql, type AppFixture,
 } from './support.js';
 import { createUser } from '../helpers/fixtures.js';
 
@@ -364,4 +364,16 @@ test('app-tokens: a body refused before the route runs (not JSON, another media 
   assertError(await send(auth.access_token, 'application/json', big), 401, 'unauthenticated');
   // The same body on a route the gate authenticates in full: 401 first.
   assertError(await t.app.inject({ method: 'POST', url: '/v1/organizations', headers: { authorization: `Bearer ${auth.access_token}`, 'content-type': 'application/json' }, payload: '{' }), 401, 'unauthenticated');
+});
+
+test('the refusal goes to whoever may see the Application, judged on the caller\'s roles as they are now (Part B visibility: internal and non-approved Applications are visible to applications.manage; Part A: roles are resolved on every request): a user holding applications.manage without a path gets 403 entitlement_required for an internal Application and 409 application_not_available for a pending one; once the Role is removed, 404 application_not_found', async () => {
+  const roleId = await customPlatformRole(t, ['applications.manage']);
+  const moderator = await person(t, { roles: [roleId] });
+  const internal = await newApp(t, admin, { visibility: 'internal' });
+  const pending = await newApp(t, admin);
+  await setReview(t, pending.id, 'pending_review');
+  assert.equal(assertError(await issue(moderator.token, { application_id: internal.id }), 403, 'entitlement_required').details.entitlement_status, 'none');
+  assert.equal(assertError(await issue(moderator.token, { application_id: pending.id }), 409, 'application_not_available').details.review_status, 'pending_review');
+  assertStatus(await call(t, 'DELETE', `/v1/users/${moderator.id}/roles/${roleId}`, admin), 204);
+  for (const hidden of [internal, pending]) assertError(await issue(moderator.token, { application_id: hidden.id }), 404, 'application_not_found');
 });
