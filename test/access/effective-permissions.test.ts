@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import {
-  appKey, assertError, assertStatus, call, createOrg, effective, grant, newApp, orgGrant, patchEnt, person, platformKey, slugOf, type AppFixture,
+  appKey, assertError, assertStatus, call, createOrg, customPlatformRole, effective, grant, newApp, orgGrant, patchEnt, person, platformKey, slugOf, type AppFixture,
 } from './support.js';
 
 let t: TestApp;
@@ -277,4 +277,19 @@ test('Part B status table, once ends_at passes: a disabled row resolves expired 
     { source: 'admin_grant', entitlement_id: personal.id, status: 'revoked' },
     { source: 'org_seat', entitlement_id: orgEnt, status: 'expired', organization_id: org, member_decision: 'included' },
   ]);
+});
+
+test('"soft-deleted users visible only to users.manage" is judged on a signed-in caller\'s roles as they are now (Part A: roles are resolved on every request): a user holding users.list and users.manage reads a soft-deleted user\'s check (200, user_status deleted, allowed false); once users.manage is taken from them, 404 user_not_found', async () => {
+  const app = await appWithRoles();
+  const subject = await person(t);
+  await grant(t, admin, subject.id, app.id);
+  assert.equal((await call(t, 'DELETE', `/v1/users/${subject.id}`, admin)).statusCode, 204);
+  const listRole = await customPlatformRole(t, ['users.list']);
+  const manageRole = await customPlatformRole(t, ['users.manage']);
+  const reader = await person(t, { roles: [listRole, manageRole] });
+  const seen = await effective(t, reader.token, subject.id, app.id);
+  assert.equal(seen.user_status, 'deleted');
+  assert.equal(seen.allowed, false);
+  assertStatus(await call(t, 'DELETE', `/v1/users/${reader.id}/roles/${manageRole}`, admin), 204);
+  assertError(await call(t, 'GET', `/v1/users/${subject.id}/apps/${app.id}/effective-permissions`, reader.token), 404, 'user_not_found');
 });
