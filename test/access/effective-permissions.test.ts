@@ -293,3 +293,17 @@ test('"soft-deleted users visible only to users.manage" is judged on a signed-in
   assertStatus(await call(t, 'DELETE', `/v1/users/${reader.id}/roles/${manageRole}`, admin), 204);
   assertError(await call(t, 'GET', `/v1/users/${subject.id}/apps/${app.id}/effective-permissions`, reader.token), 404, 'user_not_found');
 });
+
+test('callers "users.list, entitlements.manage" are each enough on their own for a signed-in user, judged on their roles as they are now: a user holding only entitlements.manage, or only users.list, reads another user\'s check (200); once that Role is removed, 404 user_not_found', async () => {
+  const app = await appWithRoles();
+  const subject = await person(t);
+  await grant(t, admin, subject.id, app.id);
+  const url = `/v1/users/${subject.id}/apps/${app.id}/effective-permissions`;
+  for (const permission of ['entitlements.manage', 'users.list']) {
+    const roleId = await customPlatformRole(t, [permission]);
+    const reader = await person(t, { roles: [roleId] });
+    assert.equal((await effective(t, reader.token, subject.id, app.id)).allowed, true, permission);
+    assertStatus(await call(t, 'DELETE', `/v1/users/${reader.id}/roles/${roleId}`, admin), 204);
+    assertError(await call(t, 'GET', url, reader.token), 404, 'user_not_found');
+  }
+});
