@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { appKey, assertError, assertStatus, call, createOrg, grant, newApp, person, platformKey, rand, setReview, sql } from './support.js';
+import { appKey, assertError, assertStatus, call, createOrg, grant, newApp, orgGrant, person, platformKey, rand, setReview, sql } from './support.js';
 import { applicationCalls } from './applications-support.js';
 
 let t: TestApp;
@@ -77,6 +77,17 @@ test('invite_only: an org grant row that excludes a member is "listed but never 
   );
   assertStatus(await get(included.token, app.id), 200);
   assertError(await get(excluded.token, app.id), 404, 'application_not_found');
+});
+
+test('invite_only: a member an org grant reaches beyond the Tenant\'s seat cap (member_decision seat_limit) has no access path ("Rows that exclude the user (member_decision excluded or seat_limit) are listed but never an access path"): the Application stays hidden from them (404 application_not_found) while an included member of the same grant sees it', async () => {
+  const app = await newApp(t, admin, { visibility: 'invite_only' });
+  const included = await person(t);
+  const waiting = await person(t);
+  const org = await createOrg(t, [{ userId: included.id }, { userId: waiting.id }]);
+  const grantId = await orgGrant(t, org, app.id);
+  await sql(t, 'INSERT INTO org_seat_limits (entitlement_id, user_id, created_at) VALUES ($1, $2, $3)', [grantId, waiting.id, t.clock.now()]);
+  assertStatus(await get(included.token, app.id), 200);
+  assertError(await get(waiting.token, app.id), 404, 'application_not_found');
 });
 
 test('internal: only applications.manage and its own app key; its owner, users with a grant and other callers get 404', async () => {
