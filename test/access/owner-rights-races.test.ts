@@ -66,4 +66,23 @@ if (storageName === 'postgres') {
     const actions = (await sql(t, `SELECT action FROM audit_events WHERE target_user_id = $1 AND action IN ('role.assigned', 'role.removed') ORDER BY created_at`, [user.id])).map((r) => r.action);
     assert.deepEqual(actions, ['role.assigned'], 'only the assignment made before the move');
   });
+  test('an owner whose Application moves to another user while their DELETE of its Role waits for it gets 404 role_not_found (a stranger\'s answer): the Role stays, no role.deleted', async () => {
+    const { app, owner, move } = await movingApp({ available_app_roles: ['editor', 'viewer'] });
+    const roleId = `role_${app.slug}_viewer`;
+    const res = await commitWhileWaiting(t, move, () => call(t, 'DELETE', `/v1/roles/${roleId}`, owner.token));
+    assertError(res, 404, 'role_not_found');
+    assert.equal((await sql(t, 'SELECT id FROM roles WHERE id = $1', [roleId])).length, 1, 'the new owner\'s Role stays');
+    assert.deepEqual(await sql(t, `SELECT id FROM audit_events WHERE action = 'role.deleted' AND target_id = $1`, [roleId]), []);
+  });
+
+  test('an owner whose Application moves to another user while their creation of its Role waits for it gets 403 forbidden (a stranger\'s answer): no Role, no role.created', async () => {
+    const { app, owner, move } = await movingApp({ available_app_roles: ['editor', 'viewer'] });
+    const roleId = `role_${app.slug}_viewer`;
+    // The seeded Role goes first (the owner's right), so the name is free to create again.
+    assertStatus(await call(t, 'DELETE', `/v1/roles/${roleId}`, owner.token), 204);
+    const res = await commitWhileWaiting(t, move, () => call(t, 'POST', '/v1/roles', owner.token, { scope: app.id, name: 'viewer', permissions: [] }));
+    assertError(res, 403, 'forbidden');
+    assert.deepEqual(await sql(t, 'SELECT id FROM roles WHERE id = $1', [roleId]), []);
+    assert.equal((await sql(t, `SELECT id FROM audit_events WHERE action = 'role.created' AND target_id = $1`, [roleId])).length, 1, 'only the seeded Role\'s creation');
+  });
 }

@@ -124,6 +124,16 @@ export async function assertMayManageAppRoles(ctx: Ctx, app: ApplicationRow, hid
 }
 
 /**
+ * An owner's right, read again under the Application's lock the Role write took (docs/decisions.md, An
+ * owner's right is read under the Application's lock): an ownership move that committed while the
+ * write waited applies to it. roles.manage (platform, or the Application's own key) is the caller's own.
+ */
+async function ownerRightMoved(tx: Tx, ctx: Ctx, app: ApplicationRow): Promise<boolean> {
+  if (ctx.actor.type !== 'user' || hasPermission(ctx.actor, 'roles.manage')) return false;
+  return !(await isOwner(inTx(ctx, tx), app));
+}
+
+/**
  * The mode of an audit row about a Role: its Application's, whoever changes it (Applications and their
  * Roles are shared by both modes); a platform Role belongs to neither, and its rows take the caller's.
  */
@@ -141,6 +151,8 @@ export async function createRole(ctx: Ctx, body: CreateRoleBody): Promise<Role> 
     // check above, is seen (and one that comes after sees this Role and answers permission_in_use).
     if (app) {
       const current = await lockScopeApplication(tx, app.id);
+      // What a stranger gets (scopeApplication): 403 forbidden, or 404 where the Application is hidden.
+      if (await ownerRightMoved(tx, ctx, current)) await assertMayManageAppRoles(inTx(ctx, tx), current, 'application_not_found');
       // An Application's Roles are its Tenant's data: none change while the Tenant is migrating. The
       // Tenant is the one read under the lock (an ownership move may have changed it meanwhile).
       await assertTenantWritable(tx, current.tenant_id);
@@ -225,6 +237,8 @@ export async function deleteRole(ctx: Ctx, id: string): Promise<void> {
     // Locked, then read again: a concurrent PATCH making this Role the default_app_role, or an
     // assignment of it, either commits first (and is seen here) or waits and finds the Role gone.
     const held = app ? await lockApplicationDefaultRole(tx, app.id) : null;
+    // A stranger does not see an Application's Roles (visibleRole): 404 role_not_found.
+    if (app && (await ownerRightMoved(tx, ctx, app))) throw new ApiError('role_not_found');
     // Its Tenant as read under the lock (an ownership move may have changed it): not while migrating.
     if (held) await assertTenantWritable(tx, held.tenant_id);
     if (held && held.default_app_role === role.name) {
