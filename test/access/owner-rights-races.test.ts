@@ -85,4 +85,20 @@ if (storageName === 'postgres') {
     assert.deepEqual(await sql(t, 'SELECT id FROM roles WHERE id = $1', [roleId]), []);
     assert.equal((await sql(t, `SELECT id FROM audit_events WHERE action = 'role.created' AND target_id = $1`, [roleId])).length, 1, 'only the seeded Role\'s creation');
   });
+  test('an owner whose Application moves to another user while their configuration PATCH waits for it gets 403 forbidden (a stranger\'s answer): the Application unchanged, no application.updated from them', async () => {
+    const { app, owner, move } = await movingApp();
+    const res = await commitWhileWaiting(t, move, () => call(t, 'PATCH', `/v1/applications/${app.id}`, owner.token, { name: 'Taken over' }));
+    assertError(res, 403, 'forbidden');
+    assert.equal((await sql(t, 'SELECT name FROM applications WHERE id = $1', [app.id]))[0].name, 'Test App');
+    assert.deepEqual(await sql(t, `SELECT id FROM audit_events WHERE action = 'application.updated' AND target_id = $1 AND actor_id = $2`, [app.id, owner.id]), []);
+  });
+
+  test('an owner whose Application moves to another user while their PATCH of its Role waits for it gets 404 role_not_found (a stranger\'s answer): the Role unchanged, no role.updated', async () => {
+    const { app, owner, move } = await movingApp({ available_app_roles: ['editor'] });
+    const roleId = `role_${app.slug}_editor`;
+    const res = await commitWhileWaiting(t, move, () => call(t, 'PATCH', `/v1/roles/${roleId}`, owner.token, { description: 'Taken over' }));
+    assertError(res, 404, 'role_not_found');
+    assert.equal((await sql(t, 'SELECT description FROM roles WHERE id = $1', [roleId]))[0].description, null);
+    assert.deepEqual(await sql(t, `SELECT id FROM audit_events WHERE action = 'role.updated' AND target_id = $1`, [roleId]), []);
+  });
 }
