@@ -4,9 +4,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
-import { commitWhileWaiting } from '../helpers/locks.js';
+import { client, commitWhileWaiting } from '../helpers/locks.js';
 import { userToken } from '../helpers/fixtures.js';
-import { assertError, assertStatus, auditOfTarget, call, createApplication } from './support.js';
+import { assertError, assertStatus, auditOfTarget, call, createApplication, createPlatformRole, sql } from './support.js';
 
 let t: TestApp;
 
@@ -34,6 +34,37 @@ if (storageName === 'postgres') {
     assertError(res, 403, 'forbidden');
     const keys = assertStatus(await call(t, 'GET', '/v1/api-keys?limit=100', owner.token), 200).data;
     assert.deepEqual(keys, [], 'the former owner holds no key of it');
+  });
+
+  test("api_keys.manage without roles.manage, owning the Application: when it moves to another user while the creation of a key holding roles.manage waits for it, the creation gets 403 role_escalation_forbidden (a non-owner's answer) and no key or api_key.created row is made", async () => {
+    const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+    const [owner, next] = [await userToken(t, { roles: [role] }), await userToken(t)];
+    const app = await createApplication(t, { owner: owner.user.id });
+    const res = await commitWhileWaiting(t, [['SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]], ['UPDATE applications SET owner_user_id = $2 WHERE id = $1', [app.id, next.user.id]]], () =>
+      call(t, 'POST', '/v1/api-keys', owner.token, { name: 'late', scope: app.id, permissions: ['users.list', 'roles.manage'] }));
+    const err = assertError(res, 403, 'role_escalation_forbidden');
+    assert.deepEqual(err.details.permissions, ['roles.manage']);
+    assert.equal((await sql(t, 'SELECT count(*)::int AS n FROM api_keys WHERE created_by_user_id = $1', [owner.user.id]))[0].n, 0, 'no key is made');
+    assert.equal((await sql(t, "SELECT count(*)::int AS n FROM audit_events WHERE actor_id = $1 AND action = 'api_key.created'", [owner.user.id]))[0].n, 0, 'no audit row');
+  });
+
+  test('api_keys.manage creating an app key of only permissions it holds does not read ownership under the Application\'s lock: 201 while a move holds it', async () => {
+    const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+    const owner = await userToken(t, { roles: [role] });
+    const app = await createApplication(t, { owner: owner.user.id });
+    const holder = await client(t);
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]);
+      const create = call(t, 'POST', '/v1/api-keys', owner.token, { name: 'own', scope: app.id, permissions: ['users.list'] });
+      const waited = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 30_000).unref());
+      const res = await Promise.race([create, waited]);
+      assert.notEqual(res, 'waited', 'the creation waited for the Application\'s lock');
+      assertStatus(res as Awaited<typeof create>, 201);
+    } finally {
+      await holder.query('ROLLBACK');
+      await holder.end();
+    }
   });
 
   test('an owner whose Application moves to another user while their rotation waits for the key (a change under way) gets 404 api_key_not_found: no new secret, no api_key.rotated, the key unchanged', async () => {

@@ -74,6 +74,9 @@ async function assertPermissions(ctx: Ctx, scope: string, permissions: string[])
   if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
 }
 
+/** The app-confined permissions on an app key that the caller does not hold platform-wide. */
+const unheldConfined = (ctx: Ctx, permissions: string[]) => permissions.filter((p) => APP_CONFINED_PERMISSIONS.includes(p) && !hasPermission(ctx.actor, p));
+
 /**
  * The platform permissions on an app key (entitlements.manage, users.list, roles.manage, audit.view,
  * confined to its Application) that the caller does not hold, unless the caller owns the
@@ -81,9 +84,22 @@ async function assertPermissions(ctx: Ctx, scope: string, permissions: string[])
  * powers over an Application that its holder has not (Part A's escalation rule, applied to app keys).
  */
 async function unheldByNonOwner(ctx: Ctx, scope: string, permissions: string[]): Promise<string[]> {
-  const unheld = permissions.filter((p) => APP_CONFINED_PERMISSIONS.includes(p) && !hasPermission(ctx.actor, p));
+  const unheld = unheldConfined(ctx, permissions);
   if (unheld.length === 0 || (await isApplicationOwner(ctx.db, callerId(ctx), scope))) return [];
   return unheld;
+}
+
+/**
+ * An api_keys.manage holder whose new app key holds app-confined permissions they lack had them
+ * covered by owning the Application: that ownership is read again under the Application's KEY SHARE
+ * lock (as assertOwnershipHeld does for a mere owner), so a former owner whose Application moved
+ * meanwhile gets a non-owner's 403 role_escalation_forbidden. Keys of the caller's own powers skip it.
+ */
+async function assertOwnerCoverHeld(ctx: Ctx, tx: Tx, scope: string, permissions: string[]): Promise<void> {
+  if (scope === 'platform' || !hasPermission(ctx.actor, 'api_keys.manage') || unheldConfined(ctx, permissions).length === 0) return;
+  await lockApplicationTenant(tx, scope);
+  const missing = await unheldByNonOwner(inTx(ctx, tx), scope, permissions);
+  if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
 }
 
 /**
@@ -123,6 +139,7 @@ export async function createKey(ctx: Ctx, body: CreateKeyBody): Promise<ApiKey &
   const id = newId('key');
   return ctx.db.transaction(async (tx) => {
     await assertOwnershipHeld(ctx, tx, body.scope, () => refusalFor(inTx(ctx, tx), body.scope, notKeyManager()));
+    await assertOwnerCoverHeld(ctx, tx, body.scope, body.permissions);
     const row = await insertKey(tx, {
       id, name: body.name, scope: body.scope, permissions: body.permissions, testMode: mode === 'test', intendedUse,
       restrictDestructive: body.restrict_destructive ?? intendedUse === 'agent', secretHash: hashSecret(secret), secretHint: secret.slice(-4),
