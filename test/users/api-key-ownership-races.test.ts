@@ -19,6 +19,26 @@ async function ownedKey() {
   return { owner, app, key, move };
 }
 
+/**
+ * A user with api_keys.manage and users.list (not roles.manage) owning an Application, their key of
+ * `permissions` on it (restricted), a second user to move it to, and the move itself (Application locked first).
+ */
+async function managerOwnedKey(permissions: string[]) {
+  const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
+  const [owner, next] = [await userToken(t, { roles: [role] }), await userToken(t)];
+  const app = await createApplication(t, { owner: owner.user.id });
+  const key = assertStatus(await call(t, 'POST', '/v1/api-keys', owner.token, { name: 'app', scope: app.id, permissions, restrict_destructive: true }), 201);
+  const move: [string, unknown[]][] = [['SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]], ['UPDATE applications SET owner_user_id = $2 WHERE id = $1', [app.id, next.user.id]]];
+  return { owner, app, key, move };
+}
+
+/** The key as a superadmin reads it, and its audit rows of `actions`: what a refused write left. */
+async function keyAfter(keyId: string, actions: string[]) {
+  const key = assertStatus(await call(t, 'GET', '/v1/api-keys/' + keyId, (await userToken(t, { roles: ['superadmin'] })).token), 200);
+  const rows = (await Promise.all(actions.map((a) => auditOfTarget(t, keyId, a)))).flat();
+  return { key, rows };
+}
+
 if (storageName === 'postgres') {
   // Inside the block: on embedded storage the file registers no test, and hooks without a test would
   // leave the app they start open.
@@ -61,6 +81,52 @@ if (storageName === 'postgres') {
       const res = await Promise.race([create, waited]);
       assert.notEqual(res, 'waited', 'the creation waited for the Application\'s lock');
       assertStatus(res as Awaited<typeof create>, 201);
+    } finally {
+      await holder.query('ROLLBACK');
+      await holder.end();
+    }
+  });
+
+  test("api_keys.manage without roles.manage, owning the Application: when it moves to another user while a PATCH adding roles.manage to its key waits for it, the PATCH gets 403 role_escalation_forbidden (a non-owner's answer), the key's permissions unchanged, no api_key.updated", async () => {
+    const { owner, key, move } = await managerOwnedKey(['users.list']);
+    const res = await commitWhileWaiting(t, move, () => call(t, 'PATCH', `/v1/api-keys/${key.id}`, owner.token, { permissions: ['users.list', 'roles.manage'] }));
+    assert.deepEqual(assertError(res, 403, 'role_escalation_forbidden').details.permissions, ['roles.manage']);
+    const after = await keyAfter(key.id, ['api_key.updated']);
+    assert.deepEqual(after.key.permissions, ['users.list']);
+    assert.deepEqual(after.rows, []);
+  });
+
+  test("api_keys.manage without roles.manage, owning the Application: when it moves to another user while lifting restrict_destructive on its key holding roles.manage waits for it, the PATCH gets 403 role_escalation_forbidden, the key stays restricted, no audit row", async () => {
+    const { owner, key, move } = await managerOwnedKey(['roles.manage']);
+    const res = await commitWhileWaiting(t, move, () => call(t, 'PATCH', `/v1/api-keys/${key.id}`, owner.token, { restrict_destructive: false }));
+    assert.deepEqual(assertError(res, 403, 'role_escalation_forbidden').details.permissions, ['roles.manage']);
+    const after = await keyAfter(key.id, ['api_key.updated', 'api_key.restrict_destructive_disabled']);
+    assert.equal(after.key.restrict_destructive, true);
+    assert.deepEqual(after.rows, []);
+  });
+
+  test("api_keys.manage without roles.manage, owning the Application: when it moves to another user while the rotation of its key holding roles.manage waits for it, the rotation gets 403 role_escalation_forbidden: no new secret, no api_key.rotated", async () => {
+    const { owner, key, move } = await managerOwnedKey(['roles.manage']);
+    const res = await commitWhileWaiting(t, move, () => call(t, 'POST', `/v1/api-keys/${key.id}/rotate`, owner.token));
+    assert.deepEqual(assertError(res, 403, 'role_escalation_forbidden').details.permissions, ['roles.manage']);
+    const after = await keyAfter(key.id, ['api_key.rotated']);
+    assert.equal(after.key.secret_hint, key.secret_hint);
+    assert.deepEqual(after.rows, []);
+  });
+
+  test("api_keys.manage changing, unrestricting and rotating an app key of only permissions it holds does not read ownership under the Application's lock: 200 each while a move holds it", async () => {
+    const { owner, app, key } = await managerOwnedKey(['users.list']);
+    const holder = await client(t);
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]);
+      for (const [method, url, body] of [['PATCH', '', { permissions: [`app.${app.slug}.read`, 'users.list'] }], ['PATCH', '', { restrict_destructive: false }], ['POST', '/rotate', undefined]] as const) {
+        const write = call(t, method, `/v1/api-keys/${key.id}${url}`, owner.token, body);
+        const waited = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 30_000).unref());
+        const res = await Promise.race([write, waited]);
+        assert.notEqual(res, 'waited', `${method} ${url} waited for the Application's lock`);
+        assertStatus(res as Awaited<typeof write>, 200);
+      }
     } finally {
       await holder.query('ROLLBACK');
       await holder.end();

@@ -90,10 +90,11 @@ async function unheldByNonOwner(ctx: Ctx, scope: string, permissions: string[]):
 }
 
 /**
- * An api_keys.manage holder whose new app key holds app-confined permissions they lack had them
- * covered by owning the Application: that ownership is read again under the Application's KEY SHARE
- * lock (as assertOwnershipHeld does for a mere owner), so a former owner whose Application moved
- * meanwhile gets a non-owner's 403 role_escalation_forbidden. Keys of the caller's own powers skip it.
+ * An api_keys.manage holder giving or handed an app key's `permissions` (create, a permissions PATCH,
+ * lifting restrict_destructive, rotate) has the app-confined ones they lack covered by owning the
+ * Application: that ownership is read again under the Application's KEY SHARE lock (as
+ * assertOwnershipHeld does for a mere owner), so a former owner whose Application moved meanwhile gets
+ * a non-owner's 403 role_escalation_forbidden. Permissions all the caller's own take no lock and no read.
  */
 async function assertOwnerCoverHeld(ctx: Ctx, tx: Tx, scope: string, permissions: string[]): Promise<void> {
   if (scope === 'platform' || !hasPermission(ctx.actor, 'api_keys.manage') || unheldConfined(ctx, permissions).length === 0) return;
@@ -106,10 +107,12 @@ async function assertOwnerCoverHeld(ctx: Ctx, tx: Tx, scope: string, permissions
  * A key's powers are handed to a caller only if the caller holds every permission on it (an app
  * key's: unless the caller owns the Application), 403 role_escalation_forbidden as on create:
  * lifting restrict_destructive, and rotation, whose new secret is the key's permissions in the
- * caller's hands (catalog AZ-7: no platform key with unheld permissions).
+ * caller's hands (catalog AZ-7: no platform key with unheld permissions). Runs inside change(): a
+ * caller without api_keys.manage has had their ownership read under the Application's lock there.
  */
-async function assertHoldsKeyPermissions(ctx: Ctx, key: KeyRow): Promise<void> {
-  const missing = key.scope === 'platform' ? key.permissions.filter((p) => !hasPermission(ctx.actor, p)) : await unheldByNonOwner(ctx, key.scope, key.permissions);
+async function assertHoldsKeyPermissions(ctx: Ctx, tx: Tx, key: KeyRow): Promise<void> {
+  if (key.scope !== 'platform') return assertOwnerCoverHeld(ctx, tx, key.scope, key.permissions);
+  const missing = key.permissions.filter((p) => !hasPermission(ctx.actor, p));
   if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
 }
 
@@ -196,8 +199,11 @@ async function change(ctx: Ctx, id: string, fn: (tx: Tx, key: KeyRow) => Promise
 export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promise<ApiKey> {
   const updated = await change(ctx, id, async (tx, key) => {
     assertNoReadOnlyFields(body, KEY_READ_ONLY);
-    if (body.permissions) await assertPermissions(inTx(ctx, tx), key.scope, body.permissions);
-    if (body.restrict_destructive === false && key.restrict_destructive) await assertHoldsKeyPermissions(inTx(ctx, tx), key);
+    if (body.permissions) {
+      await assertPermissions(inTx(ctx, tx), key.scope, body.permissions);
+      await assertOwnerCoverHeld(ctx, tx, key.scope, body.permissions);
+    }
+    if (body.restrict_destructive === false && key.restrict_destructive) await assertHoldsKeyPermissions(ctx, tx, key);
     // A PATCH that changes nothing writes nothing (no updated_at, no audit row).
     const samePermissions = !body.permissions || (new Set(body.permissions).size === new Set(key.permissions).size && body.permissions.every((p) => key.permissions.includes(p)));
     if ((body.name === undefined || body.name === key.name) && samePermissions && (body.restrict_destructive === undefined || body.restrict_destructive === key.restrict_destructive)) return key;
@@ -217,7 +223,7 @@ export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promis
 export async function rotateKey(ctx: Ctx, id: string): Promise<ApiKey & { secret: string }> {
   let secret = '';
   const rotated = await change(ctx, id, async (tx, key) => {
-    await assertHoldsKeyPermissions(inTx(ctx, tx), key);
+    await assertHoldsKeyPermissions(ctx, tx, key);
     secret = newSecret(API_KEY_PREFIX[key.test_mode ? 'test' : 'live']);
     const row = await updateKeySecret(tx, key.id, hashSecret(secret), secret.slice(-4), ctx.now);
     await recordAudit(tx, inTx(ctx, tx), { action: 'api_key.rotated', target: { type: 'api_key', id: key.id }, applicationId: scopeApp(key.scope) });
