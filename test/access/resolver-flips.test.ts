@@ -4,6 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { latestToken } from '../helpers/mail.js';
 import {
   accessEvents, addMember, assertStatus, call, createOrg, effective, grant, newApp, orgGrant, outbox, patchEnt, person, platformKey, sql,
 } from './support.js';
@@ -136,6 +137,19 @@ test('a grant to a suspended user does not flip access on; reactivation then doe
   assert.deepEqual(await accessEvents(t, user.id, app.id), []);
   await setStatus(user.id, 'active');
   assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'user_reactivated', 'active']]);
+});
+
+test('accepting an account invitation flips access on (docs/decisions.md "Activation flips access": "when an admin sets them active or they accept the invitation, access flips on with access.granted reason user_reactivated"): a grant held while invited emits nothing; invitations/accept emits it once', async () => {
+  const app = await newApp(t, admin);
+  const user = await person(t, { status: 'invited' });
+  await grant(t, admin, user.id, app.id);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [], 'an invited user has no access yet');
+  assert.equal((await effective(t, admin, user.id, app.id)).allowed, false);
+  assert.equal((await call(t, 'POST', `/v1/users/${user.id}/invitation`, admin, {})).statusCode, 202);
+  const token = await latestToken(t, user.email, 'invitation');
+  assertStatus(await call(t, 'POST', '/v1/auth/invitations/accept', null, { token, password: 'amber-lantern-orchard-77' }), 200);
+  assert.deepEqual(await accessEvents(t, user.id, app.id), [['access.granted', 'user_reactivated', 'active']]);
+  assert.equal((await effective(t, admin, user.id, app.id)).allowed, true);
 });
 
 test('deleting a user revokes access (reason user_deleted, entitlement_status unchanged); restoring grants it back (user_reactivated)', async () => {
