@@ -90,6 +90,29 @@ test('signup sends the verification email with a token= link, and an unverified 
   assert.equal(login.json().email_verified, false);
 });
 
+test('Platform access token claims "email_verified: boolean" carry the account\'s state, false too: an unverified user\'s access tokens from signup, login and token/refresh say false; after email/verify the next login and refresh say true', async () => {
+  const email = uniqueEmail('claim');
+  const res = await signup({ email, password: PASSWORD });
+  assert.equal(res.statusCode, 201, res.body);
+  assert.equal(res.json().email_verified, false);
+  assert.equal(jwtPayload(res.json().access_token).email_verified, false, 'signup');
+  const login = await post(t, '/v1/auth/login', { email, password: PASSWORD });
+  assert.equal(login.statusCode, 200, login.body);
+  assert.equal(jwtPayload(login.json().access_token).email_verified, false, 'login');
+  const refreshed = await post(t, '/v1/auth/token/refresh', { refresh_token: login.json().refresh_token });
+  assert.equal(refreshed.statusCode, 200, refreshed.body);
+  assert.equal(refreshed.json().email_verified, false);
+  assert.equal(jwtPayload(refreshed.json().access_token).email_verified, false, 'token/refresh');
+
+  assert.equal((await post(t, '/v1/auth/email/verify', { token: await latestToken(t, email, 'email_verification') })).statusCode, 204);
+  const verified = await post(t, '/v1/auth/login', { email, password: PASSWORD });
+  assert.equal(verified.json().email_verified, true);
+  assert.equal(jwtPayload(verified.json().access_token).email_verified, true, 'login after email/verify');
+  const next = await post(t, '/v1/auth/token/refresh', { refresh_token: refreshed.json().refresh_token });
+  assert.equal(next.statusCode, 200, next.body);
+  assert.equal(jwtPayload(next.json().access_token).email_verified, true, 'token/refresh after email/verify');
+});
+
 test('README SMTP_URL unset: "mails stay in the emails table with their links (text_body)": the documented SELECT to_address, subject, text_body FROM emails ORDER BY created_at DESC shows the signup\'s verification link, whose token verifies the address', async () => {
   const email = uniqueEmail('readme-outbox');
   const res = await signup({ email, password: PASSWORD });
