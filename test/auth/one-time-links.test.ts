@@ -319,6 +319,22 @@ test('token endpoints need no test_mode (Part A rule 6): a test-mode user\'s ver
   assert.equal(jwtPayload(signedIn.json().access_token).test_mode, true);
 });
 
+test('token endpoints need no test_mode (Part A rule 6) for invitations/accept too: a test-mode invited user\'s invitation link activates that user, not the live invited user of the same address, and returns a test-mode session (access token claim test_mode true)', async () => {
+  const email = uniqueEmail('invmode');
+  const live = await createUser(t, { email, status: 'invited' });
+  const invited = await createUser(t, { email, status: 'invited', mode: 'test' });
+  assert.equal((await post(t, '/v1/auth/password/forgot', { email, test_mode: true })).statusCode, 202);
+  const res = await post(t, '/v1/auth/invitations/accept', { token: await latestToken(t, email, 'invitation'), password: NEW_PASSWORD });
+  assert.equal(res.statusCode, 200, res.body);
+  assertAuthSession(res.json(), invited.id);
+  assert.equal(jwtPayload(res.json().access_token).test_mode, true);
+  const me = await get(t, '/v1/users/me', res.json().access_token);
+  assert.equal(me.statusCode, 200, me.body);
+  assert.deepEqual([me.json().id, me.json().test_mode, me.json().status], [invited.id, true, 'active']);
+  const rows = await sql(t, 'SELECT id, status FROM users WHERE id = ANY($1) ORDER BY test_mode', [[live.id, invited.id]]);
+  assert.deepEqual(rows.map((r) => `${r.id}:${r.status}`), [`${live.id}:invited`, `${invited.id}:active`]);
+});
+
 test('one-time tokens are stored only as their SHA-256 hash (docs/decisions.md, secrets at rest): neither a mailed reset token nor an mfa_token is in any one_time_tokens column', async () => {
   const user = await createUser(t);
   assert.equal((await post(t, '/v1/auth/password/forgot', { email: user.email })).statusCode, 202);
