@@ -6,9 +6,9 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { buildTestApp, withStoppedClock, type TestApp } from '../helpers/app.js';
 import { hashRecoveryCode } from '../../src/auth/passwords.js';
-import { bearer, createUser, login } from '../helpers/fixtures.js';
+import { bearer, createUser, login, PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
 import {
-  alignToStep, assertAuthSession, auditRows, assertError, createMfaUser, get, jwtPayload, latestToken, loginRes, mfaChallenge, post, readMfaEnabled, sql, totpCode, verifyMfa,
+  alignToStep, assertAuthSession, auditRows, assertError, beginTotp, createMfaUser, get, jwtPayload, latestToken, loginRes, mfaChallenge, post, readMfaEnabled, sql, totpCode, verifyMfa,
 } from './support.js';
 
 let t: TestApp;
@@ -72,6 +72,25 @@ test('mfa/verify with a current TOTP code returns an AuthSession whose amr carri
   const refreshed = await post(t, '/v1/auth/token/refresh', { refresh_token: res.json().refresh_token });
   assert.equal(refreshed.statusCode, 200, refreshed.body);
   assert.deepEqual([...jwtPayload(refreshed.json().access_token).amr].sort(), ['otp', 'pwd']);
+});
+
+test('mfa/verify\'s AuthSession and access token carry email_verified as the account has it (Part A AuthSession and access token claims, "email_verified: boolean"): an unverified user with TOTP on gets false, and true once the address is verified', async () => {
+  const email = uniqueEmail('mfa-unverified');
+  const signedUp = await post(t, '/v1/auth/signup', { email, password: PASSWORD });
+  assert.equal(signedUp.statusCode, 201, signedUp.body);
+  const secret = await beginTotp(t, signedUp.json().access_token);
+  alignToStep(t, 5);
+  const confirm = await t.app.inject({ method: 'POST', url: '/v1/users/me/mfa/totp/confirm', headers: bearer(signedUp.json().access_token), payload: { code: await totpCode(t, secret) } });
+  assert.equal(confirm.statusCode, 200, confirm.body);
+  const user = { email, password: PASSWORD, mode: 'live' as const };
+  for (const verified of [false, true]) {
+    alignToStep(t, 5);
+    const res = await verify({ mfa_token: await mfaChallenge(t, { ...user, id: signedUp.json().user_id }), code: await totpCode(t, secret) });
+    assert.equal(res.statusCode, 200, res.body);
+    assert.equal(res.json().email_verified, verified);
+    assert.equal(jwtPayload(res.json().access_token).email_verified, verified);
+    if (!verified) assert.equal((await post(t, '/v1/auth/email/verify', { token: await latestToken(t, email, 'email_verification') })).statusCode, 204);
+  }
 });
 
 test('a TOTP code is accepted once only: the same code on a second login within the same step gets 401', async () => {
