@@ -203,6 +203,18 @@ test("signup application_id grants nothing: it is stored as signup_application_i
   assert.match(mails[1].text_body, /Acme Notes/);
 });
 
+test('signup application_id in test mode (convention 10: "Applications are shared catalog rows visible to both modes"): a test-mode signup through an Application is stored as its signup_application_id and its verification mail is branded, as in live mode', async () => {
+  const appId = await createApplication(t, { slug: 'acme-testmode', emailFromName: 'Acme Test Mode' });
+  const email = uniqueEmail('branded-test');
+  const res = await signup({ email, password: PASSWORD, application_id: appId, test_mode: true });
+  assert.equal(res.statusCode, 201, res.body);
+  assert.equal(jwtPayload(res.json().access_token).test_mode, true);
+  const me = await get(t, '/v1/users/me', res.json().access_token);
+  assert.equal(me.json().signup_application_id, appId);
+  const [mail] = await mailsTo(t, email, 'email_verification');
+  assert.equal(mail.from_name, 'Acme Test Mode');
+});
+
 test('only an approved Application brands the verification email: signup through a pending, rejected or suspended one succeeds (application_id is informational) with an unbranded mail', async () => {
   for (const status of ['pending', 'rejected', 'suspended']) {
     const appId = await createApplication(t, { slug: `brand-${status}`, emailFromName: `Brand ${status}` });
