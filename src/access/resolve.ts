@@ -55,6 +55,20 @@ export const MEMBER_DECISION_SQL = `CASE
     WHEN EXISTS (SELECT 1 FROM org_seat_limits l WHERE l.entitlement_id = e.id AND l.user_id = m.user_id) THEN 'seat_limit'
     ELSE 'included' END`;
 
+/** SQL condition: member `m` (an active member of the Organization) is included by its grant `e`: an access path. */
+export const INCLUDED_MEMBER_SQL = `m.membership_status = 'active' AND ${MEMBER_DECISION_SQL} = 'included'`;
+
+/**
+ * SQL condition: the user (SQL expression `user`) has an access path to the Application (`app`): a
+ * personal Entitlement in any status, or an organization-wide grant that includes them
+ * (INCLUDED_MEMBER_SQL: a row that excludes the member, by scope or seat limit, is never a path). The
+ * one definition behind the users?application_id= filter, invite_only visibility and the app-data checks.
+ */
+export const accessPathSql = (user: string, app: string) =>
+  `(EXISTS (SELECT 1 FROM entitlements ep WHERE ep.user_id = ${user} AND ep.application_id = ${app})
+    OR EXISTS (SELECT 1 FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
+                WHERE m.user_id = ${user} AND e.application_id = ${app} AND ${INCLUDED_MEMBER_SQL}))`;
+
 /**
  * The one access resolver: every path of each user to each Application (personal Entitlements;
  * organization-wide grants join the same list), resolved at `now`. Allowed only when the user is

@@ -1,7 +1,7 @@
 import type { Ctx } from '../context.js';
 import type { Mode, Tx } from '../db/types.js';
 import { newId } from '../ids.js';
-import { MEMBER_DECISION_SQL } from '../access/resolve.js';
+import { INCLUDED_MEMBER_SQL } from '../access/resolve.js';
 
 export interface OutboundEvent {
   type: string;
@@ -43,7 +43,7 @@ const PATH_APPLICATIONS_SQL = `ARRAY(
   SELECT p.application_id FROM entitlements p WHERE p.user_id = $1
   UNION
   SELECT e.application_id FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
-   WHERE m.user_id = $1 AND m.membership_status = 'active' AND ${MEMBER_DECISION_SQL} = 'included')`;
+   WHERE m.user_id = $1 AND ${INCLUDED_MEMBER_SQL})`;
 
 /** The Applications a user has an access path to now (PATH_APPLICATIONS_SQL). */
 export async function pathApplicationIds(tx: Tx, userId: string): Promise<string[]> {

@@ -1,6 +1,6 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
 import { type Conditions, conditions, selectPage } from '../../db/page.js';
-import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { accessPathSql } from '../../access/resolve.js';
 import { APP_COLUMNS, type ApplicationRow } from './store.js';
 import type { ApplicationListQuery } from './schemas.js';
 
@@ -16,16 +16,8 @@ export const ownerCondition = (userParam: number) =>
   `(a.owner_user_id = $${userParam} OR a.owner_organization_id IN (SELECT m.organization_id FROM organization_members m
       WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active'))`;
 
-/**
- * SQL: the user has any access path to Application `a`: a personal row in any status, or an org grant
- * of an Organization they are an active member of that includes them (a member the grant excludes,
- * or marks seat_limit, has no path through it).
- */
-export const accessPathToApp = (userParam: number) =>
-  `(EXISTS (SELECT 1 FROM entitlements ep WHERE ep.application_id = a.id AND ep.user_id = $${userParam})
-    OR EXISTS (SELECT 1 FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
-                WHERE e.application_id = a.id AND m.user_id = $${userParam} AND m.membership_status = 'active'
-                  AND ${MEMBER_DECISION_SQL} = 'included'))`;
+/** SQL: the user (parameter `$userParam`) has any access path to Application `a` (accessPathSql). */
+export const accessPathToApp = (userParam: number) => accessPathSql(`$${userParam}`, 'a.id');
 
 /**
  * Part B visibility: public to everyone while approved; invite_only to users with an access path;

@@ -1,5 +1,5 @@
 import type { Queryable } from '../../db/types.js';
-import { MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { INCLUDED_MEMBER_SQL, MEMBER_DECISION_SQL } from '../../access/resolve.js';
 
 /**
  * Seats of a Tenant: distinct users reached by a live grant (status active, scheduled included: the seat is reserved when the grant is made; not ended) to any
@@ -11,9 +11,9 @@ const seatHoldersOf = (applications: string) => `
    WHERE ${applications} AND e.user_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
   UNION
   SELECT m.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
-    JOIN organization_members m ON m.organization_id = e.organization_id AND m.membership_status = 'active'
+    JOIN organization_members m ON m.organization_id = e.organization_id
    WHERE ${applications} AND e.organization_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
-     AND ${MEMBER_DECISION_SQL} = 'included'`;
+     AND ${INCLUDED_MEMBER_SQL}`;
 export const SEAT_HOLDERS_SQL = seatHoldersOf('a.tenant_id = $1');
 
 export async function countSeats(db: Queryable, tenantId: string, now: Date): Promise<number> {

@@ -1,7 +1,7 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
 import { conditions } from '../../db/page.js';
 import { mayBeStoredEmail, USER_COLUMNS, type UserRow } from './store.js';
-import { accessPathCondition } from './access-store.js';
+import { accessPathSql } from '../../access/resolve.js';
 import type { UserListQuery } from './schemas.js';
 
 export async function applicationExists(db: Queryable, id: string): Promise<boolean> {
@@ -32,7 +32,7 @@ export function userListConditions(q: UserListFilter): UserListConditions {
   if (q.created_after) add((n) => `u.created_at > $${n}`, q.created_after);
   if (q.created_before) add((n) => `u.created_at < $${n}`, q.created_before);
   const app = q.app;
-  if (app) add((n) => accessPathCondition('u.id', n), app);
+  if (app) add((n) => accessPathSql('u.id', `$${n}`), app);
   if (q.organization_id) add((n) => `EXISTS (SELECT 1 FROM organization_members om WHERE om.user_id = u.id AND om.organization_id = $${n} AND om.membership_status = 'active')`, q.organization_id);
   const prefix = q.q ? params.push(q.q) : 0;
   return { where, params, prefix };
