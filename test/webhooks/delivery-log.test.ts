@@ -5,7 +5,7 @@ import { test, before, after, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import pino from 'pino';
-import type { TestApp } from '../helpers/app.js';
+import { withStoppedClock, type TestApp } from '../helpers/app.js';
 import {
   assertError, assertStatus, call, deliveriesOf, emitEvent, newApp, Receiver, runDelivery, sql, startReceiverApp, stopReceiverApp, subscribePlatform,
 } from './support.js';
@@ -68,6 +68,25 @@ test('redeliver: 202, the same event id under a new delivery id, sent once outsi
   const swept = await t.deps.jobs.runNow('webhook-health');
   assert.ok((swept.deliveries_pruned as number) >= 2, '(swept.deliveries_pruned as number) >= 2');
   assert.equal((await deliveriesOf(t, sub.id)).length, 0);
+});
+
+test('redeliver "within the 30-day window" to the second: a delivery exactly 30 days old, still in the log, is redelivered (202, the same event id); a second later it is 404 delivery_not_found, as the log no longer lists it', async (c) => {
+  const sub = await subscribe(c, ['user.suspended']);
+  const eventId = await withStoppedClock(t, async () => {
+    const eventId = await emitEvent(t, 'user.suspended', { user_id: 'usr_window_edge' });
+    await runDelivery(t);
+    const [original] = await deliveriesOf(t, sub.id);
+    t.clock.advance(30 * 86400);
+    const listed = assertStatus(await call(t, 'GET', `/v1/webhooks/${sub.id}/deliveries`, admin), 200).data;
+    assert.deepEqual(listed.map((d: any) => d.id), [original.id], 'exactly 30 days old: still in the log');
+    const again = assertStatus(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${original.id}/redeliver`, admin), 202);
+    assert.equal(again.event_id, eventId);
+    t.clock.advance(1);
+    assertError(await call(t, 'POST', `/v1/webhooks/${sub.id}/deliveries/${original.id}/redeliver`, admin), 404, 'delivery_not_found');
+    return eventId;
+  });
+  await runDelivery(t);
+  assert.deepEqual(receiver.at(sub.path).map((r) => r.body.id), [eventId, eventId], 'the first delivery and its one redelivery');
 });
 
 test('test calls and redeliveries pile up without bound no more (API4:2023 Unrestricted Resource Consumption): at most 10 wait to be sent per subscription; the 11th, parallel calls included, answers 429 rate_limited with Retry-After and writes nothing; another subscription is not held up; once they are sent there is room again', async (c) => {
