@@ -114,6 +114,19 @@ test('a subscription receives only events written after it was created', async (
   await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
 });
 
+test('"a personal Entitlement in any status" is an access path (docs/decisions.md, Routing): user.* of users whose only grant to the Application is disabled or revoked still reach its app subscription; a user who never had one does not', async () => {
+  const [disabled, revoked, never] = [await person(t), await person(t), await person(t)];
+  const toDisable = await grant(t, admin, disabled.id, appA.id);
+  const toRevoke = await grant(t, admin, revoked.id, appA.id);
+  assertStatus(await call(t, 'PATCH', `/v1/entitlements/${toDisable.id}`, admin, { status: 'disabled', disabled_reason: 'paused' }), 200);
+  assertStatus(await call(t, 'PATCH', `/v1/entitlements/${toRevoke.id}`, admin, { status: 'revoked', disabled_reason: 'refund' }), 200);
+  const sub = await createWebhook(t, await appKey(t, appA.id), { url: receiver.url('/any-status'), events: ['user.suspended'] });
+  for (const u of [disabled, revoked, never]) assertStatus(await call(t, 'POST', `/v1/users/${u.id}/suspend`, admin), 200);
+  await runDelivery(t);
+  assert.deepEqual(typesAt('/any-status'), [`user.suspended:${disabled.id}`, `user.suspended:${revoked.id}`].sort());
+  await sql(t, 'DELETE FROM webhook_subscriptions WHERE id = $1', [sub.id]);
+});
+
 test('a pending invitee of an Organization holding a grant has no access path: their user.* do not reach the app subscription, an active member\'s do', async () => {
   const admin2 = await person(t, { roles: ['superadmin'] });
   const [active, invited] = [await person(t), await person(t)];
