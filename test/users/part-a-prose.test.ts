@@ -113,3 +113,32 @@ test('Authentication 1 "Unauthenticated operations are marked none" and "GET /he
   const jwks = await t.app.inject({ method: 'GET', url: '/.well-known/jwks.json', headers: bad });
   assert.equal(jwks.statusCode, 200, jwks.body);
 });
+
+test('User "updated_at: timestamp" moves with every change of the User: suspend, reactivate, delete, restore, invited → active, an admin email change, a self-service email change asked, withdrawn and completed', async () => {
+  const stamp = async (id: string) => (await userRow(t, id))!.updated_at.getTime();
+  /** Runs `change` a minute on and asserts it moved the user's updated_at to that instant or later. */
+  const moves = async (label: string, id: string, change: () => Promise<unknown>) => {
+    const previous = await stamp(id);
+    t.clock.advance(60);
+    const at = t.clock.now().getTime();
+    await change();
+    const now = await stamp(id);
+    assert.ok(now > previous && now >= at, `${label}: updated_at ${new Date(now).toISOString()} not moved to ${new Date(at).toISOString()}`);
+  };
+  const user = await createUser(t);
+  await moves('suspend', user.id, async () => assertStatus(await call(t, 'POST', `/v1/users/${user.id}/suspend`, admin.token), 200));
+  await moves('reactivate', user.id, async () => assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}`, admin.token, { status: 'active' }), 200));
+  await moves('delete', user.id, async () => assert.equal((await call(t, 'DELETE', `/v1/users/${user.id}`, admin.token)).statusCode, 204));
+  await moves('restore', user.id, async () => assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}`, admin.token, { status: 'active' }), 200));
+  await moves('admin email change', user.id, async () => assertStatus(await call(t, 'PATCH', `/v1/users/${user.id}`, admin.token, { email: uniqueEmail('adm') }), 200));
+  const invited = await createUser(t, { status: 'invited' });
+  await moves('invited → active', invited.id, async () => assertStatus(await call(t, 'PATCH', `/v1/users/${invited.id}`, admin.token, { status: 'active' }), 200));
+
+  const self = await userToken(t);
+  const newEmail = uniqueEmail('selfchg');
+  await moves('self email change asked', self.user.id, async () => assertStatus(await call(t, 'PATCH', '/v1/users/me', self.token, { email: newEmail }), 200));
+  await moves('self email change withdrawn', self.user.id, async () => assertStatus(await call(t, 'PATCH', '/v1/users/me', self.token, { email: self.user.email }), 200));
+  assertStatus(await call(t, 'PATCH', '/v1/users/me', self.token, { email: newEmail }), 200);
+  const token = linkToken((await mailsTo(t, newEmail)).at(-1)!);
+  await moves('self email change completed', self.user.id, async () => assert.equal((await call(t, 'POST', '/v1/auth/email/verify', null, { token })).statusCode, 204));
+});
