@@ -159,6 +159,19 @@ test('application_id filter: a user whose only access path is organization membe
   assert.deepEqual(ids(await list(`application_id=${app.id}`, support.token)), [users[0].id]);
 });
 
+test('application_id filter, "organization membership with a grant": an Organization\'s pending invitee is no member, so the grant is no access path for them: neither platform users.list nor the app-scoped key lists them, and the key gets 404 user_not_found for them', async () => {
+  const app = await createApplication(t);
+  const { prefix, users } = await cohort(1);
+  const owner = await userToken(t, { email: `${prefix}-owner@example.com` });
+  const org = assertStatus(await call(t, 'POST', '/v1/organizations', owner.token, { name: `Org ${prefix}` }), 201).id;
+  assert.equal(assertStatus(await call(t, 'POST', `/v1/organizations/${org}/members`, owner.token, { email: users[0].email }), 201).membership_status, 'pending');
+  await orgGrant(t, org, app.id);
+  const appKey = (await createApiKey(t, { scope: app.id, permissions: ['users.list'] })).secret;
+  assert.deepEqual(ids(await list(`q=${prefix}&application_id=${app.id}`, support.token)), [owner.user.id], 'the pending invitee is not listed');
+  assert.deepEqual(ids(await list(`q=${prefix}`, appKey)), [owner.user.id], 'nor shown to the app-scoped key');
+  assertError(await call(t, 'GET', `/v1/users/${users[0].id}`, appKey), 404, 'user_not_found');
+});
+
 test('organization_id filter: the organization members', async () => {
   const { prefix, users } = await cohort(3);
   const org = await createOrganization(t, [users[0].id, users[2].id]);
