@@ -120,6 +120,17 @@ test('self email change: the notice to the old address is limited the same way, 
   assert.equal((await userRow(t, user.id))!.email, targets[2]);
 });
 
+test('self email change limits are per mode (convention 10, "Uniqueness (for example of email) is per mode"; Auth Rule 6): a live and a test-mode account of one address are two addresses, so the live account\'s spent notice limit (3 per hour) leaves the test account\'s change request untouched', async () => {
+  const email = uniqueEmail('twomodes');
+  const live = await userToken(t, { email });
+  const testUser = await userToken(t, { email, mode: 'test' });
+  for (let i = 0; i < 3; i++) assertStatus(await patch('me', { email: uniqueEmail(`lv${i}`) }, live.token), 200);
+  assertError(await patch('me', { email: uniqueEmail('lv3') }, live.token), 429, 'rate_limited');
+  const target = uniqueEmail('tm');
+  assert.equal(assertStatus(await patch('me', { email: target }, testUser.token), 200).pending_email, target);
+  assert.deepEqual((await mailsTo(t, target)).map((m) => m.template), ['email_change_verification']);
+});
+
 test('admin email change (users.manage) is immediate and resets email_verified; a verification email goes to the new address', async () => {
   const user = await createUser(t);
   const newEmail = uniqueEmail('admin-set');
