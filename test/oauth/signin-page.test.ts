@@ -373,3 +373,24 @@ test('the MFA step shows which account is signing in (escaped) and a "Use anothe
   assert.match(badBody, /<title>Error: Two-step verification – /);
   assert.ok(badBody.includes(`<strong>${escapeHtml(email)}</strong>`), 'the account is still shown after an error');
 });
+
+test('the 400 page escapes the Application name its field messages quote ("is not registered for <App>", "has no registered redirect URIs", "not available"), on /signin and /forgot-password: nothing an owner names is markup', async () => {
+  const name = '<script>alert(1)</script> "Q" & Co';
+  const escaped = '&lt;script&gt;alert(1)&lt;/script&gt; &quot;Q&quot; &amp; Co';
+  const named = await oauthApp(t, admin, { name });
+  const bare = await oauthApp(t, admin, { name, redirect_uris: [] });
+  const frozen = await oauthApp(t, admin, { name });
+  await sql(t, 'UPDATE tenants SET suspended = true WHERE id = $1', [frozen.tenant_id]);
+  const cases: [Record<string, string>, string][] = [
+    [flow(named.id, { redirect_uri: 'https://evil.example.com/cb' }).params, `is not registered for ${escaped}`],
+    [flow(bare.id).params, `${escaped} has no registered redirect URIs`],
+    [flow(frozen.id).params, `${escaped} is not available for sign-in right now`],
+  ];
+  for (const [params, message] of cases) {
+    for (const path of ['/signin', '/forgot-password']) {
+      const body = assertPage(await get(`${path}?${new URLSearchParams(params)}`), 400);
+      assert.ok(body.includes(message), `${path}: expected "${message}" in ${body}`);
+      assert.ok(!body.includes('<script'), `${path}: the name is never markup`);
+    }
+  }
+});
