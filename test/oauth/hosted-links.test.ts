@@ -451,6 +451,24 @@ test('the POSTs share the per-IP auth throttle (a 429 page with Retry-After)', a
   }
 });
 
+test('every form POST of the link pages and /forgot-password counts against the per-IP auth throttle, each path with its own count: past AUTH_RATE_LIMIT_PER_MINUTE a 429 page with Retry-After and the pages\' headers', async () => {
+  const limited = await buildTestApp({ authRateLimitPerMinute: 2 });
+  try {
+    alignToWindow(limited, 60, 1);
+    const post = (url: string) => limited.app.inject({ method: 'POST', url, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'token=x&csrf=y&email=a%40example.com' });
+    for (const url of ['/reset-password', '/accept-invitation', '/forgot-password']) {
+      assertPage(await post(url), 403);
+      assertPage(await post(url), 403);
+      const res = await post(url);
+      assertPage(res, 429);
+      assert.ok(Number(res.headers['retry-after']) >= 1, url);
+      assertHeaders(res, "'none'");
+    }
+  } finally {
+    await limited.close();
+  }
+});
+
 test('the API operations answer as before (JSON errors): the pages change nothing for API callers', async () => {
   assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: 'nope' }), 400, 'invalid_token');
   // Form bodies stay refused on /v1 operations other than the OAuth token endpoint.
