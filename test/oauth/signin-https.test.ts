@@ -7,6 +7,9 @@ import { platformKey, type AppFixture } from '../access/support.js';
 import { alignToWindow } from '../auth/support.js';
 import { oauthApp } from './support.js';
 import { assertPage, Browser, flow, formOf, setCookieHeader, signinUrl } from './signin-support.js';
+import { createUser } from '../helpers/fixtures.js';
+import { call } from '../helpers/http.js';
+import { latestToken } from '../helpers/mail.js';
 
 let t: TestApp;
 let app: AppFixture;
@@ -44,4 +47,16 @@ test('the form steps are throttled too, each endpoint with its own count: /signi
     assertPage(res, 429, /^Too many requests; try again in (\d+ seconds?|1 minute)\.$/);
     assert.ok(Number(res.headers['retry-after']) >= 1, `Retry-After ${res.headers['retry-after']}`);
   }
+});
+
+test('on an https PUBLIC_URL the link pages\' cookie is Secure too ("Secure as the sign-in cookie"; HttpOnly, SameSite=Lax, Path=the page\'s path)', async () => {
+  const forgot = await t.app.inject({ method: 'GET', url: '/forgot-password' });
+  assertPage(forgot, 200);
+  assert.match(String(forgot.headers['set-cookie']), /^platform_link=[A-Za-z0-9_-]{43}; Path=\/forgot-password; HttpOnly; SameSite=Lax; Secure$/);
+  const user = await createUser(t);
+  assert.equal((await call(t, 'POST', '/v1/auth/password/forgot', null, { email: user.email })).statusCode, 202);
+  const token = await latestToken(t, user.email, 'password_reset');
+  const reset = await t.app.inject({ method: 'GET', url: `/reset-password?token=${encodeURIComponent(token)}` });
+  assertPage(reset, 200);
+  assert.match(String(reset.headers['set-cookie']), /^platform_link=[A-Za-z0-9_-]{43}; Path=\/reset-password; HttpOnly; SameSite=Lax; Secure$/);
 });
