@@ -394,3 +394,16 @@ test('the 400 page escapes the Application name its field messages quote ("is no
     }
   }
 });
+
+test('the email a refused sign-in keeps in its field is escaped: quotes and markup typed into it never leave the value attribute, and the password is never echoed', async () => {
+  const browser = new Browser(t);
+  const page = await browser.open(flow(app.id).params);
+  const password = 'typed-secret-password-1';
+  for (const email of ['x"><script>alert(1)</script>@example.com', "o'brien\" autofocus onfocus=\"alert(1)@example.com"]) {
+    const res = await browser.signIn(page, email, password);
+    const body = assertPage(res, 401, 'Email or password is incorrect.');
+    assert.ok(body.includes(`required value="${escapeHtml(email)}" aria-invalid="true"`), body);
+    assert.ok(!body.includes('<script') && !body.includes('onfocus="'), 'nothing typed is markup');
+    assert.ok(!body.includes(password), 'the password is never echoed');
+  }
+});
