@@ -442,3 +442,16 @@ test('a test_mode Application offers "Continue as" to the test-mode user signed 
   const tokens = assertStatus(await tokenReq(t, codeGrant({ code, verifier: f.verifier }, testApp.id)), 200);
   assert.equal((await verifyAppToken(t, tokens.access_token, testApp.id)).sub, tester.id);
 });
+
+test('the no-access page escapes the Application name wherever it names it (heading, alert, "Return to" link): an owner\'s name is never markup', async () => {
+  const name = '<script>alert(1)</script> "Q" & Co';
+  const escaped = '&lt;script&gt;alert(1)&lt;/script&gt; &quot;Q&quot; &amp; Co';
+  const marked = await oauthApp(t, admin, { name });
+  const user = await person(t);
+  const browser = new Browser(t);
+  const body = assertPage(await browser.signIn(await browser.open(flow(marked.id).params), user.email, user.password), 403);
+  assert.ok(body.includes(`<h1>No access to ${escaped}</h1>`), body);
+  assert.ok(body.includes(`does not have access to ${escaped}.</p>`), body);
+  assert.ok(body.includes(`">Return to ${escaped}</a>`), body);
+  assert.ok(!body.includes('<script'), 'nothing an owner names is markup');
+});
