@@ -469,6 +469,16 @@ test('every form POST of the link pages and /forgot-password counts against the 
   }
 });
 
+test('the password forms escape the address they are for: an invited address with a quote and an ampersand (which the API accepts) is text in the page and in the hidden username field', async () => {
+  const email = `o'brien&co-${Date.now().toString(36)}@example.com`;
+  await invite(email);
+  const { url } = await mailedLink(email, 'invitation');
+  const body = assertPage(await new LinkBrowser().open(url), 200);
+  assert.ok(body.includes(`<p>For <strong>${escapeHtml(email)}</strong>.`), body);
+  assert.ok(body.includes(`<input type="hidden" name="username" value="${escapeHtml(email)}" autocomplete="username">`), body);
+  assert.ok(!body.includes(email), 'the address appears only escaped');
+});
+
 test('the API operations answer as before (JSON errors): the pages change nothing for API callers', async () => {
   assertError(await call(t, 'POST', '/v1/auth/email/verify', null, { token: 'nope' }), 400, 'invalid_token');
   // Form bodies stay refused on /v1 operations other than the OAuth token endpoint.
