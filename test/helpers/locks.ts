@@ -167,3 +167,23 @@ export async function withTransactionStatements<T>(
   };
   return withWrappedDatabase(t, (db) => ({ ...db, transaction: (run) => db.transaction((tx) => run(spied(tx))) }), fn);
 }
+
+/**
+ * Holds `hold` (a locking SELECT) in a transaction of its own while `op` runs, and returns `op`'s
+ * result: `op` must answer without waiting for that lock (it throws once `op` has taken the wait budget).
+ */
+export async function answeredWhileHeld<T>(t: TestApp, hold: [string, unknown[]], op: () => Promise<T>, what: string): Promise<T> {
+  const holder = await client(t);
+  try {
+    await holder.query('BEGIN');
+    await holder.query(...hold);
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} waited for the held lock`)), WAIT_BUDGET_MS);
+    });
+    return await Promise.race([op(), waited]).finally(() => clearTimeout(timer));
+  } finally {
+    await holder.query('ROLLBACK');
+    await holder.end();
+  }
+}

@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
-import { client, commitWhileWaiting } from '../helpers/locks.js';
+import { answeredWhileHeld, commitWhileWaiting } from '../helpers/locks.js';
 import { userToken } from '../helpers/fixtures.js';
 import { assertError, assertStatus, auditOfTarget, call, createApplication, createPlatformRole, sql } from './support.js';
 
@@ -72,19 +72,9 @@ if (storageName === 'postgres') {
     const role = await createPlatformRole(t, ['api_keys.manage', 'users.list']);
     const owner = await userToken(t, { roles: [role] });
     const app = await createApplication(t, { owner: owner.user.id });
-    const holder = await client(t);
-    try {
-      await holder.query('BEGIN');
-      await holder.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]);
-      const create = call(t, 'POST', '/v1/api-keys', owner.token, { name: 'own', scope: app.id, permissions: ['users.list'] });
-      const waited = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 30_000).unref());
-      const res = await Promise.race([create, waited]);
-      assert.notEqual(res, 'waited', 'the creation waited for the Application\'s lock');
-      assertStatus(res as Awaited<typeof create>, 201);
-    } finally {
-      await holder.query('ROLLBACK');
-      await holder.end();
-    }
+    const hold: [string, unknown[]] = ['SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]];
+    const res = await answeredWhileHeld(t, hold, () => call(t, 'POST', '/v1/api-keys', owner.token, { name: 'own', scope: app.id, permissions: ['users.list'] }), 'the creation');
+    assertStatus(res, 201);
   });
 
   test("api_keys.manage without roles.manage, owning the Application: when it moves to another user while a PATCH adding roles.manage to its key waits for it, the PATCH gets 403 role_escalation_forbidden (a non-owner's answer), the key's permissions unchanged, no api_key.updated", async () => {
@@ -116,21 +106,12 @@ if (storageName === 'postgres') {
 
   test("api_keys.manage changing, unrestricting and rotating an app key of only permissions it holds does not read ownership under the Application's lock: 200 each while a move holds it", async () => {
     const { owner, app, key } = await managerOwnedKey(['users.list']);
-    const holder = await client(t);
-    try {
-      await holder.query('BEGIN');
-      await holder.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]);
+    const hold: [string, unknown[]] = ['SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [app.id]];
+    await answeredWhileHeld(t, hold, async () => {
       for (const [method, url, body] of [['PATCH', '', { permissions: [`app.${app.slug}.read`, 'users.list'] }], ['PATCH', '', { restrict_destructive: false }], ['POST', '/rotate', undefined]] as const) {
-        const write = call(t, method, `/v1/api-keys/${key.id}${url}`, owner.token, body);
-        const waited = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 30_000).unref());
-        const res = await Promise.race([write, waited]);
-        assert.notEqual(res, 'waited', `${method} ${url} waited for the Application's lock`);
-        assertStatus(res as Awaited<typeof write>, 200);
+        assertStatus(await call(t, method, `/v1/api-keys/${key.id}${url}`, owner.token, body), 200);
       }
-    } finally {
-      await holder.query('ROLLBACK');
-      await holder.end();
-    }
+    }, 'a PATCH or the rotation');
   });
 
   test('an owner whose Application moves to another user while their rotation waits for the key (a change under way) gets 404 api_key_not_found: no new secret, no api_key.rotated, the key unchanged', async () => {

@@ -57,21 +57,23 @@ const keyNotFound = async () => new ApiError('api_key_not_found');
 const unknownKeyPermission = (permissions: string[]) =>
   new ApiError('unknown_permission', { message: "A permission is not valid for the key's scope.", details: { permissions } });
 
+/** 403 role_escalation_forbidden naming the permissions the caller may not hand out, if any. */
+function refuseUnheld(missing: string[]): void {
+  if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
+}
+
 /** Permission lists must fit the scope; a platform key may hold only what its creator holds. */
 async function assertPermissions(ctx: Ctx, scope: string, permissions: string[]): Promise<void> {
   if (scope === 'platform') {
     const unknown = permissions.filter((p) => !PLATFORM.has(p));
     if (unknown.length) throw unknownKeyPermission(unknown);
-    const missing = permissions.filter((p) => !hasPermission(ctx.actor, p));
-    if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
-    return;
+    return refuseUnheld(permissions.filter((p) => !hasPermission(ctx.actor, p)));
   }
   const app = (await findApplication(ctx.db, scope))!;
   const declared = new Set(app.permissions.map((p) => p.key));
   const unknown = permissions.filter((p) => !APP_CONFINED_PERMISSIONS.includes(p) && !(p.startsWith(`app.${app.slug}.`) && declared.has(p)));
   if (unknown.length) throw unknownKeyPermission(unknown);
-  const missing = await unheldByNonOwner(ctx, scope, permissions);
-  if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
+  refuseUnheld(await unheldByNonOwner(ctx, scope, permissions));
 }
 
 /** The app-confined permissions on an app key that the caller does not hold platform-wide. */
@@ -92,15 +94,20 @@ async function unheldByNonOwner(ctx: Ctx, scope: string, permissions: string[]):
 /**
  * An api_keys.manage holder giving or handed an app key's `permissions` (create, a permissions PATCH,
  * lifting restrict_destructive, rotate) has the app-confined ones they lack covered by owning the
- * Application: that ownership is read again under the Application's KEY SHARE lock (as
+ * Application: that ownership must be read under the Application's KEY SHARE lock (as
  * assertOwnershipHeld does for a mere owner), so a former owner whose Application moved meanwhile gets
- * a non-owner's 403 role_escalation_forbidden. Permissions all the caller's own take no lock and no read.
+ * a non-owner's 403 role_escalation_forbidden. Takes that lock when it is needed and says whether it
+ * did; permissions all the caller's own take no lock.
  */
-async function assertOwnerCoverHeld(ctx: Ctx, tx: Tx, scope: string, permissions: string[]): Promise<void> {
-  if (scope === 'platform' || !hasPermission(ctx.actor, 'api_keys.manage') || unheldConfined(ctx, permissions).length === 0) return;
+async function lockForOwnerCover(ctx: Ctx, tx: Tx, scope: string, permissions: string[]): Promise<boolean> {
+  if (scope === 'platform' || !hasPermission(ctx.actor, 'api_keys.manage') || unheldConfined(ctx, permissions).length === 0) return false;
   await lockApplicationTenant(tx, scope);
-  const missing = await unheldByNonOwner(inTx(ctx, tx), scope, permissions);
-  if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
+  return true;
+}
+
+/** lockForOwnerCover, then the ownership read again under that lock. */
+async function assertOwnerCoverHeld(ctx: Ctx, tx: Tx, scope: string, permissions: string[]): Promise<void> {
+  if (await lockForOwnerCover(ctx, tx, scope, permissions)) refuseUnheld(await unheldByNonOwner(inTx(ctx, tx), scope, permissions));
 }
 
 /**
@@ -112,8 +119,7 @@ async function assertOwnerCoverHeld(ctx: Ctx, tx: Tx, scope: string, permissions
  */
 async function assertHoldsKeyPermissions(ctx: Ctx, tx: Tx, key: KeyRow): Promise<void> {
   if (key.scope !== 'platform') return assertOwnerCoverHeld(ctx, tx, key.scope, key.permissions);
-  const missing = key.permissions.filter((p) => !hasPermission(ctx.actor, p));
-  if (missing.length) throw new ApiError('role_escalation_forbidden', { details: { permissions: missing } });
+  refuseUnheld(key.permissions.filter((p) => !hasPermission(ctx.actor, p)));
 }
 
 async function visibleKey(ctx: Ctx, id: string): Promise<KeyRow> {
@@ -200,8 +206,9 @@ export async function patchKey(ctx: Ctx, id: string, body: PatchKeyBody): Promis
   const updated = await change(ctx, id, async (tx, key) => {
     assertNoReadOnlyFields(body, KEY_READ_ONLY);
     if (body.permissions) {
+      // Under the lock an ownership cover needs, so that the check's one ownership read is the locked one.
+      await lockForOwnerCover(ctx, tx, key.scope, body.permissions);
       await assertPermissions(inTx(ctx, tx), key.scope, body.permissions);
-      await assertOwnerCoverHeld(ctx, tx, key.scope, body.permissions);
     }
     if (body.restrict_destructive === false && key.restrict_destructive) await assertHoldsKeyPermissions(ctx, tx, key);
     // A PATCH that changes nothing writes nothing (no updated_at, no audit row).
