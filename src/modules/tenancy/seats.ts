@@ -138,9 +138,10 @@ export async function releaseSeatLimits(tx: Tx, ctx: Ctx, tenantId: string, opts
       // nothing: the mark goes, and the seat goes to the next one waiting.
       const dropped = ids.filter((u) => !byRelease.has(u));
       const seating: string[] = [];
+      const byChange = new Set(opts.seatedByChange);
       for (const u of ids.filter((id) => byRelease.has(id))) {
         if (seated.has(u)) seating.push(u);
-        else if (room-- > 0 && !opts.seatedByChange?.includes(u)) seating.push(u);
+        else if (room-- > 0 && !byChange.has(u)) seating.push(u);
         // A member the calling change is about to seat through its own path keeps their place (the
         // room stays theirs) and their mark, which the next release drops without using room.
       }
