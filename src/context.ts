@@ -86,3 +86,10 @@ export const inTx = (ctx: Ctx, tx: Tx): Ctx => ({ ...ctx, db: tx });
 export function hasPermission(actor: Actor, permission: string): boolean {
   return (actor.type === 'user' || actor.type === 'api_key') && actor.permissions.has(permission);
 }
+
+/**
+ * Whether a write must read the caller's right again under its lock: a user without `permission`
+ * acts by owning the Application, and ownership can move while the write waits. A key's right, or a
+ * permission holder's, is the caller's own and cannot.
+ */
+export const rightMayHaveMoved = (actor: Actor, permission: string): boolean => actor.type === 'user' && !hasPermission(actor, permission);

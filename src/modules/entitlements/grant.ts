@@ -1,5 +1,5 @@
 import type { Ctx } from '../../context.js';
-import { hasPermission, inTx } from '../../context.js';
+import { hasPermission, inTx, rightMayHaveMoved } from '../../context.js';
 import type { Tx } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { newId } from '../../ids.js';
@@ -84,8 +84,7 @@ export async function assertSeatAvailable(tx: Tx, ctx: Ctx, app: ApplicationRow,
  */
 export async function lockGrantTenant(tx: Tx, ctx: Ctx, app: ApplicationRow): Promise<ApplicationRow> {
   const [tenantId] = await lockApplicationTenants(tx, [app.id]);
-  // Only an owner's right can have moved: a key's or entitlements.manage's is the caller's own.
-  if (ctx.actor.type === 'user' && !hasPermission(ctx.actor, 'entitlements.manage')) {
+  if (rightMayHaveMoved(ctx.actor, 'entitlements.manage')) {
     const c = inTx(ctx, tx);
     try {
       assertMayGrant(await rightsOver(c, app), app);

@@ -1,5 +1,5 @@
 import type { Ctx } from '../../context.js';
-import { hasPermission, inTx } from '../../context.js';
+import { hasPermission, inTx, rightMayHaveMoved } from '../../context.js';
 import type { Queryable, Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
@@ -86,8 +86,7 @@ async function assertMayAssign(ctx: Ctx, role: RoleRow): Promise<void> {
  */
 async function assertAppRightHeld(tx: Tx, ctx: Ctx, applicationId: string): Promise<void> {
   await assertAppTenantWritable(tx, applicationId);
-  // Only an owner's right can have moved: roles.manage (platform, or the Application's own key) is the caller's own.
-  if (ctx.actor.type !== 'user' || hasPermission(ctx.actor, 'roles.manage')) return;
+  if (!rightMayHaveMoved(ctx.actor, 'roles.manage')) return;
   const app = await findApplicationRow(tx, applicationId);
   if (app) await assertMayManageAppRoles(inTx(ctx, tx), app, 'role_not_found');
 }

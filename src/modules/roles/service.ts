@@ -1,6 +1,6 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Ctx } from '../../context.js';
-import { hasPermission, inTx } from '../../context.js';
+import { hasPermission, inTx, rightMayHaveMoved } from '../../context.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
@@ -129,8 +129,7 @@ export async function assertMayManageAppRoles(ctx: Ctx, app: ApplicationRow, hid
  * write waited applies to it. roles.manage (platform, or the Application's own key) is the caller's own.
  */
 async function ownerRightMoved(tx: Tx, ctx: Ctx, app: ApplicationRow): Promise<boolean> {
-  if (ctx.actor.type !== 'user' || hasPermission(ctx.actor, 'roles.manage')) return false;
-  return !(await isOwner(inTx(ctx, tx), app));
+  return rightMayHaveMoved(ctx.actor, 'roles.manage') && !(await isOwner(inTx(ctx, tx), app));
 }
 
 /**
