@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HTTPMethods } from 'fastify';
 import type { ErrorObject } from 'ajv';
 import { ApiError, fromDatabaseError, invalidField, validationFailed, type ErrorCode } from '../errors.js';
 import { DatabaseBusyError } from '../db/types.js';
@@ -163,12 +163,19 @@ export function registerErrorHandling(app: FastifyInstance, confirmCaller?: (req
     return sendError(reply, error);
   });
 
+  // Routes that only refuse their method ("GET /signin/mfa"): not methods the resource supports.
+  const refusing = new Set<string>();
+  app.addHook('onRoute', (route) => {
+    if (route.config?.meta?.refusesMethod) for (const method of [route.method].flat()) refusing.add(`${method} ${route.url}`);
+  });
+  const supports = (method: string, path: string) => !refusing.has(`${method} ${path}`) && app.findRoute({ method: method as HTTPMethods, url: path }) !== null;
+
   app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
     const path = request.url.split('?')[0];
     const allowed = new Set<string>();
     // Every GET route also answers HEAD (RFC 9110 §9.3.2), so Allow lists it too (§15.5.6: the methods the resource supports).
     for (const method of ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE']) {
-      if (method !== request.method && app.findRoute({ method: (method === 'HEAD' ? 'GET' : method) as any, url: path })) allowed.add(method);
+      if (method !== request.method && supports(method === 'HEAD' ? 'GET' : method, path)) allowed.add(method);
     }
     if (allowed.size > 0) {
       reply.header('allow', [...allowed].join(', '));

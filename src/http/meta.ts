@@ -52,6 +52,11 @@ export interface RouteMeta {
    * without permission, destructive or idempotency metadata.
    */
   session?: 'fused';
+  /**
+   * The route exists only to answer its method with a 405 page (a form step opened by GET): the
+   * resource does not support the method, so no 405's Allow lists it (RFC 9110 §15.5.6). Static URLs only.
+   */
+  refusesMethod?: true;
   /** Error codes the operation itself can answer; published in the OpenAPI document by status. */
   errors?: ErrorCode[];
   /** Headers the success response carries that a client reads (name: what it holds); published in the OpenAPI document. */

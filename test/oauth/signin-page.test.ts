@@ -294,6 +294,16 @@ test('opening a form step directly (reload, bookmark) is a 405 page, not JSON', 
   }
 });
 
+test('a form step answers any other method with a 405 whose Allow lists only POST, not the GET that is itself a 405 page (RFC 9110 §15.5.6: the methods the resource supports)', async () => {
+  for (const url of ['/signin/mfa', '/signin/continue']) {
+    for (const method of ['PUT', 'PATCH', 'DELETE'] as const) {
+      const res = await t.app.inject({ method, url });
+      assert.equal(res.statusCode, 405, `${method} ${url}`);
+      assert.equal(res.headers.allow, 'POST', `${method} ${url}`);
+    }
+  }
+});
+
 test('the page is outside the OpenAPI document', async () => {
   const doc = (await t.app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
   assert.ok(!Object.keys(doc.paths).some((p) => p.startsWith('/signin')), Object.keys(doc.paths).join(', '));

@@ -65,7 +65,7 @@ export function signinRoutes(app: App, deps: Deps): void {
   for (const url of ['/signin/mfa', '/signin/continue']) {
     app.get(url, {
       schema: { hide: true },
-      config: { meta: { auth: 'none' } },
+      config: { meta: { auth: 'none', refusesMethod: true } },
       errorHandler,
       handler: async () => {
         throw new ApiError('method_not_allowed', {
