@@ -4,7 +4,7 @@ import type { Queryable, Tx } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { emit } from '../../outbox/emit.js';
-import { resolveAccess, accessKey } from '../../access/resolve.js';
+import { resolveAccess } from '../../access/resolve.js';
 import { checkAccessForCaller } from '../../access/check.js';
 import { targetUser, confinedApp, holdsSuperadmin } from '../users/access.js';
 import { actorRef, MEMBER_ROLE_ID, resolveUserId, SUPERADMIN_ROLE_ID } from '../users/service.js';
@@ -29,14 +29,17 @@ const toAssignment = (r: AssignmentRow): Assignment => ({
 
 const APP_CONFINED_PERMISSIONS = ['entitlements.manage', 'users.list', 'roles.manage', 'audit.view'];
 
-/** Implicit default_app_role rows: every user with active access holds the Application's default Role. */
+/**
+ * Implicit default_app_role rows: every user with active access holds the Application's default Role.
+ * From the user's own access paths to the Applications among them with a default Role: the work grows
+ * with the user's Entitlements, not with the platform's Applications.
+ */
 async function implicitRows(db: Queryable, userId: string, now: Date, appFilter: string | null): Promise<Assignment[]> {
-  const rows = await listDefaultRoleApplications(db, appFilter);
-  if (!rows.length) return [];
-  const access = await resolveAccess(db, [userId], now, rows.map((r) => r.id));
-  return rows
-    .filter((a) => access.get(accessKey(userId, a.id))?.allowed)
-    .map((a) => ({ user_id: userId, role_id: `role_${a.slug}_${a.default_app_role}`, application_id: a.id, assigned_at: null, assigned_by: null, implicit: true }));
+  const access = await resolveAccess(db, [userId], now, appFilter ? [appFilter] : null);
+  const allowed = [...access.values()].filter((a) => a.allowed).map((a) => a.application_id);
+  if (!allowed.length) return [];
+  const rows = await listDefaultRoleApplications(db, allowed);
+  return rows.map((a) => ({ user_id: userId, role_id: `role_${a.slug}_${a.default_app_role}`, application_id: a.id, assigned_at: null, assigned_by: null, implicit: true }));
 }
 
 /** GET /v1/users/{id}/roles: self, roles.manage, users.list, or app-confined (its own Application's rows). */

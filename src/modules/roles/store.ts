@@ -208,11 +208,11 @@ export async function deleteAssignment(db: Queryable, userId: string, roleId: st
   return rowCount;
 }
 
-/** The Applications with a default_app_role (of `appFilter` only, when given). */
-export async function listDefaultRoleApplications(db: Queryable, appFilter: string | null): Promise<{ id: string; slug: string; default_app_role: string }[]> {
+/** Those of the given Applications that have a default_app_role, by id. */
+export async function listDefaultRoleApplications(db: Queryable, ids: string[]): Promise<{ id: string; slug: string; default_app_role: string }[]> {
   const { rows } = await db.query<{ id: string; slug: string; default_app_role: string }>(
-    `SELECT id, slug, default_app_role FROM applications WHERE default_app_role IS NOT NULL ${appFilter ? 'AND id = $1' : ''}`,
-    appFilter ? [appFilter] : [],
+    'SELECT id, slug, default_app_role FROM applications WHERE id = ANY($1::text[]) AND default_app_role IS NOT NULL ORDER BY id',
+    [ids],
   );
   return rows;
 }
