@@ -77,7 +77,7 @@ export function entitlementRoutes(app: App, deps: Deps): void {
       meta: {
         auth: 'any',
         idempotency: 'optional',
-        destructive: { when: 'status is set to disabled or revoked', test: (request) => ['disabled', 'revoked'].includes((request.body as { status?: string })?.status ?? '') },
+        destructive: { when: 'status is set to disabled or revoked, or ends_at to a time not after now (access ends at once)', test: (request) => endsAccess(request.body, deps.clock.now()) },
         errors: ['entitlement_not_found', 'invalid_status_transition', 'disabled_reason_required', 'ends_at_required', 'immutable_field', 'read_only_field', 'not_an_org_grant', 'member_override_not_a_member', 'entitlement_already_exists', 'plan_limit_reached', 'subscription_required', 'precondition_failed', 'forbidden', 'organization_suspended', 'application_not_available'],
         headers: ETAG,
       },
@@ -104,4 +104,16 @@ export function entitlementRoutes(app: App, deps: Deps): void {
       return null;
     },
   });
+}
+
+/**
+ * PATCH /v1/entitlements/{id}'s destructive condition (Part A convention 11): a move to disabled or
+ * revoked, or an ends_at already reached, which ends access now as a revocation does (Part B: the row
+ * is expired at once for resolution; access.revoked fires). Judged on the body as sent, before it is
+ * validated, so it reads nothing it cannot trust.
+ */
+function endsAccess(body: unknown, now: Date): boolean {
+  const { status, ends_at: endsAt } = (body ?? {}) as { status?: unknown; ends_at?: unknown };
+  if (status === 'disabled' || status === 'revoked') return true;
+  return typeof endsAt === 'string' && Date.parse(endsAt) <= now.getTime();
 }

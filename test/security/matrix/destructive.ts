@@ -76,6 +76,15 @@ export const CASES: Record<string, Variant[]> = {
       ok: 200,
       arrange: async (w) => at(`/v1/entitlements/${await disabledEntitlement(w)}`, { status: 'revoked', ...reason }),
     },
+    {
+      label: 'ends_at set to now (access ends at once, as on a revocation)',
+      destructive: true,
+      ok: 200,
+      arrange: async (w) => {
+        const id = (await freshUser(w)).entitlementId!;
+        return at(`/v1/entitlements/${id}`, { ends_at: w.t.clock.now().toISOString() });
+      },
+    },
     { label: 'ends_at only', destructive: false, ok: 200, arrange: async (w) => at(`/v1/entitlements/${(await freshUser(w)).entitlementId}`, { ends_at: inDays(200) }) },
     { label: 're-enable (disabled → active)', destructive: false, ok: 200, arrange: async (w) => at(`/v1/entitlements/${await disabledEntitlement(w)}`, { status: 'active' }) },
     { label: 'status expired (not a move anyone may make)', destructive: false, ok: 409, arrange: async (w) => at(`/v1/entitlements/${(await freshUser(w)).entitlementId}`, { status: 'expired' }) },
