@@ -458,6 +458,23 @@ test('a subscription event without a status leaves subscription_status as it was
   assert.deepEqual(await auditRows(t, 'tenant.subscription_status_changed', owner.tenantId), [], 'no status change audited');
 });
 
+test('"restricted becomes true once a subscription lapsed": a paid Team subscription turning paused or incomplete is no lapse, so a Tenant whose usage exceeds Starter stays unrestricted, also after seat-sync, and may still create', async () => {
+  for (const status of ['paused', 'incomplete']) {
+    const owner = await tenantOwner(t);
+    await sql(t, `UPDATE tenants SET plan = 'team' WHERE id = $1`, [owner.tenantId]);
+    for (let i = 0; i < 2; i++) await createApplication(t, admin, { owner_user_id: owner.user.id });
+    const sub = { tenantId: owner.tenantId, id: `sub_over_${status}`, customer: `cus_over_${status}` };
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription(sub), { created: now() - 20 }), 200);
+    assertStatus(await deliver(t, 'customer.subscription.updated', subscription({ ...sub, status }), { created: now() - 10 }), 200);
+    assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/usage`, owner.token), 200).fits_plans, ['team', 'enterprise'], `${status}: usage exceeds Starter`);
+    const view = assertStatus(await call(t, 'GET', `/v1/tenants/${owner.tenantId}/subscription`, owner.token), 200);
+    assert.deepEqual([view.plan, view.subscription_status, view.restricted], ['team', status, false], status);
+    await t.deps.jobs.runNow('seat-sync');
+    assert.equal((await tenantRow(t, owner.tenantId)).restricted, false, `${status}: seat-sync`);
+    assertStatus(await call(t, 'POST', '/v1/applications', admin.token, { slug: `ov-${status}-${Date.now()}`, name: 'Over', launch_url: 'https://over.example.com', owner_user_id: owner.user.id }), 201);
+  }
+});
+
 test('"Other statuses (a new subscription still incomplete, or paused) keep the plan": an active Team subscription turning paused or incomplete leaves the Tenant on Team, unrestricted, audited tenant.subscription_status_changed alone', async () => {
   for (const status of ['paused', 'incomplete']) {
     const owner = await tenantOwner(t);
