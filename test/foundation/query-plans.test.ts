@@ -165,6 +165,19 @@ test("GET /v1/users/{id}/entitlements finds the user's own rows and their Organi
   assert.match(plan, /Index Cond: \(organization_id = ANY /, plan);
 });
 
+test("GET /v1/tenants for a user finds the Tenants they own, by their user and their Organizations', through index conditions, not by reading every Tenant", async () => {
+  const owner = await userToken(t);
+  const run = await statementsOf(t.database, async () => assert.equal((await call(t, 'GET', '/v1/tenants', owner.token)).statusCode, 200));
+  const listed = run.filter((s) => /FROM tenants t WHERE/.test(s.text));
+  assert.equal(listed.length, 1);
+  const plan = await planOf(listed[0]);
+  // As GET /v1/users/{id}/entitlements (below): an `IN (SELECT …)` over the user's Organizations was a
+  // hashed subquery filtering the newest-first walk of every Tenant (docs/conventions.md, Queries at scale).
+  assert.doesNotMatch(plan, /hashed SubPlan/, plan);
+  assert.match(plan, /Index Cond: \(owner_user_id = /, plan);
+  assert.match(plan, /Index Cond: \(owner_organization_id = ANY /, plan);
+});
+
 test('GET /v1/entitlements?order_id= finds the order\'s rows through an index on order_id', async () => {
   const run = await statementsOf(t.database, async () => assert.equal((await call(t, 'GET', '/v1/entitlements?order_id=ord_nothing_here', admin.token)).statusCode, 200));
   const listed = run.filter((s) => /FROM entitlements e WHERE/.test(s.text));

@@ -120,10 +120,15 @@ export const TENANT_RECORD_COLUMNS = `t.id, t.owner_type, t.owner_user_id, t.own
   t.stripe_customer_id, t.stripe_subscription_id, t.processor_plan, t.current_period_start, t.current_period_end,
   t.cancel_at_period_end, t.seats_last_synced_at, t.last_processor_event_created, t.status_subscription_id, t.add_ons, t.currency, t.created_at, t.updated_at`;
 
-/** SQL: the user owns Tenant `t` (its owner_user_id, or an active org_admin of owner_organization_id). */
+/**
+ * SQL: the user owns Tenant `t` (its owner_user_id, or an active org_admin of owner_organization_id).
+ * The Organizations as an array (= ANY), not `IN (SELECT …)`: both sides of the OR are then index
+ * conditions, where a hashed subquery made a user's Tenant list walk every Tenant newest first
+ * (docs/conventions.md, Queries at scale).
+ */
 export const tenantOwnerCondition = (userParam: number) =>
-  `(t.owner_user_id = $${userParam} OR t.owner_organization_id IN (SELECT m.organization_id FROM organization_members m
-      WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active'))`;
+  `(t.owner_user_id = $${userParam} OR t.owner_organization_id = ANY (ARRAY(SELECT m.organization_id FROM organization_members m
+      WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active')))`;
 
 /**
  * A Tenant belongs to its owner's mode: it is visible only where its owner (a User or an Organization,
@@ -182,8 +187,8 @@ export async function tenantModeOf(db: Queryable, tenant: Pick<TenantRecord, 'ow
 /** Where mail about a Tenant goes: its owner user, or the active org_admins of its Organization. */
 export async function tenantOwnerEmails(db: Queryable, tenant: Pick<TenantRecord, 'owner_user_id' | 'owner_organization_id'>): Promise<string[]> {
   const { rows } = await db.query<{ email: string }>(
-    `SELECT u.email FROM users u WHERE u.status <> 'deleted' AND (u.id = $1 OR u.id IN (
-       SELECT m.user_id FROM organization_members m WHERE m.organization_id = $2 AND m.role = 'org_admin' AND m.membership_status = 'active'))
+    `SELECT u.email FROM users u WHERE u.status <> 'deleted' AND (u.id = $1 OR u.id = ANY (ARRAY(
+       SELECT m.user_id FROM organization_members m WHERE m.organization_id = $2 AND m.role = 'org_admin' AND m.membership_status = 'active')))
      ORDER BY u.email`,
     [tenant.owner_user_id, tenant.owner_organization_id],
   );
