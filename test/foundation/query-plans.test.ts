@@ -11,6 +11,7 @@ import { grantReq, newApp } from '../access/support.js';
 import type { Database, Db, Scope, Tx } from '../../src/db/types.js';
 import { findLiveUserByEmail } from '../../src/modules/users/store.js';
 import { findAndClaim } from '../../src/modules/auth/identities.js';
+import { ownsAnyApplication } from '../../src/modules/entitlements/list-store.js';
 
 let t: TestApp;
 let admin: { user: TestUser; token: string };
@@ -173,6 +174,17 @@ test("GET /v1/tenants for a user finds the Tenants they own, by their user and t
   const plan = await planOf(listed[0]);
   // As GET /v1/users/{id}/entitlements (below): an `IN (SELECT …)` over the user's Organizations was a
   // hashed subquery filtering the newest-first walk of every Tenant (docs/conventions.md, Queries at scale).
+  assert.doesNotMatch(plan, /hashed SubPlan/, plan);
+  assert.match(plan, /Index Cond: \(owner_user_id = /, plan);
+  assert.match(plan, /Index Cond: \(owner_organization_id = ANY /, plan);
+});
+
+test("whether a user owns any Application (asked on every user's GET /v1/entitlements) is answered through the owner indexes, not by reading every Application", async () => {
+  const { db, seen } = recorder('live');
+  await ownsAnyApplication(db, 'usr_01HZZZZZZZZZZZZZZZZZZZZZZZ').catch(() => false); // the recorder answers no row
+  const plan = await planOf(seen[0]);
+  // The owned Applications (src/access/ownership.ts): `owner_organization_id IN (SELECT …)` was a hashed
+  // subquery filtering every Application; as `= ANY (ARRAY(SELECT …))` both owners are index conditions.
   assert.doesNotMatch(plan, /hashed SubPlan/, plan);
   assert.match(plan, /Index Cond: \(owner_user_id = /, plan);
   assert.match(plan, /Index Cond: \(owner_organization_id = ANY /, plan);

@@ -11,10 +11,10 @@ export interface Viewer {
   keyApp: string | null;
 }
 
-/** SQL: the user owns Application `a` (owner_user_id, or active org_admin of the owning Organization). */
+/** SQL: the user owns Application `a` (owner_user_id, or active org_admin of the owning Organization); = ANY as OWNED_APPLICATIONS_SQL. */
 export const ownerCondition = (userParam: number) =>
-  `(a.owner_user_id = $${userParam} OR a.owner_organization_id IN (SELECT m.organization_id FROM organization_members m
-      WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active'))`;
+  `(a.owner_user_id = $${userParam} OR a.owner_organization_id = ANY (ARRAY(SELECT m.organization_id FROM organization_members m
+      WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active')))`;
 
 /** SQL: the user (parameter `$userParam`) has any access path to Application `a` (accessPathSql). */
 export const accessPathToApp = (userParam: number) => accessPathSql(`$${userParam}`, 'a.id');

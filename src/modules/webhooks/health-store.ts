@@ -23,9 +23,10 @@ export async function findOwnerEmails(db: Queryable, sub: Pick<HealthRow, 'appli
     `SELECT DISTINCT u.email FROM users u
       WHERE u.status <> 'deleted' AND (
             ($1::text IS NULL AND u.id = $2)
-         OR u.id IN (SELECT a.owner_user_id FROM applications a WHERE a.id = $1)
-         OR u.id IN (SELECT m.user_id FROM organization_members m JOIN applications a ON a.owner_organization_id = m.organization_id
-                      WHERE a.id = $1 AND m.role = 'org_admin' AND m.membership_status = 'active'))
+         OR u.id = ANY (ARRAY(SELECT a.owner_user_id FROM applications a WHERE a.id = $1
+                      UNION ALL
+                      SELECT m.user_id FROM organization_members m JOIN applications a ON a.owner_organization_id = m.organization_id
+                       WHERE a.id = $1 AND m.role = 'org_admin' AND m.membership_status = 'active')))
       ORDER BY u.email`,
     [sub.application_id, sub.created_by_user_id],
   );
