@@ -33,11 +33,14 @@ export async function authorizeAppUserData(ctx: Ctx, idParam: string, appId: str
   // A users.list holder sees the user but not its per-Application data: 403, as for its Settings
   // and export (docs/decisions.md "403 or 404"); anyone who cannot see the user got 404 above.
   if (!self && !manage && key !== appId) throw new ApiError('forbidden', { details: { required_permission: 'users.manage' } });
-  if (!manage) {
-    const access = (await resolveAccess(ctx.db, [user.id], ctx.now, [app.id])).get(accessKey(user.id, app.id));
-    if (!access?.allowed) throw new ApiError('entitlement_required', { details: { entitlement_status: access?.entitlement_status ?? 'none' } });
-  }
+  if (!manage) await assertActiveAccess(ctx.db, ctx, user.id, app.id);
   return { user, app, self };
+}
+
+/** Self and the app key: the user's access to the Application must be active, else 403 entitlement_required. */
+async function assertActiveAccess(db: Queryable, ctx: Ctx, userId: string, appId: string): Promise<void> {
+  const access = (await resolveAccess(db, [userId], ctx.now, [appId])).get(accessKey(userId, appId));
+  if (!access?.allowed) throw new ApiError('entitlement_required', { details: { entitlement_status: access?.entitlement_status ?? 'none' } });
 }
 
 /**
@@ -45,12 +48,15 @@ export async function authorizeAppUserData(ctx: Ctx, idParam: string, appId: str
  * the lock) and reads it again under the lock: an erasure cascade, or a soft delete, that committed
  * while the write waited is seen. An erased user is 404 user_not_found for everyone, so the write does
  * not bring back the data the cascade removed (nor an audit row holding it); a soft-deleted one is
- * 404 to all but users.manage, as when the write began.
+ * 404 to all but users.manage, as when the write began. For self and the app key the user's access is
+ * resolved again too: every access change locks the users it changes (withAccessFlips), so a revoke,
+ * a suspension or a membership removal committed while the write waited is 403 entitlement_required.
  */
-export async function lockUserForAppData(tx: Queryable, ctx: Ctx, userId: string): Promise<void> {
+export async function lockUserForAppData(tx: Queryable, ctx: Ctx, userId: string, appId: string): Promise<void> {
   const user = await lockTargetUser(tx, userId);
   const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
   if (user.status === 'deleted' && !manage) throw new ApiError('user_not_found');
+  if (!manage) await assertActiveAccess(tx, ctx, userId, appId);
 }
 
 async function liveUser(ctx: Ctx, idParam: string): Promise<UserRow> {
@@ -91,7 +97,7 @@ export async function patchAppProfile(ctx: Ctx, idParam: string, appId: string, 
     await assertAppTenantWritable(tx, app.id);
     // The row may not exist yet: the user is locked instead (as for AppSettings), so a concurrent
     // PATCH's custom keys are merged into, not overwritten.
-    await lockUserForAppData(tx, ctx, user.id);
+    await lockUserForAppData(tx, ctx, user.id, app.id);
     const c = { ...ctx, db: tx };
     const current = await load(c, user.id, app.id);
     const { row } = current;

@@ -111,7 +111,7 @@ export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string,
   return ctx.db.transaction(async (tx) => {
     // AppSettings are the Application's Tenant's data: unchanged while that Tenant is migrating.
     await assertAppTenantWritable(tx, app.id);
-    await lockUserForAppData(tx, ctx, user.id);
+    await lockUserForAppData(tx, ctx, user.id, app.id);
     const row = await findAppSettings(tx, user.id, app.id);
     const overrides = mergeCustom(row?.overrides ?? {}, body.overrides);
     if (Buffer.byteLength(JSON.stringify(overrides)) > CUSTOM_MAX_BYTES) throw overridesTooLarge();
