@@ -6,6 +6,15 @@ export async function lockTenantCheckouts(db: Queryable, tenantId: string): Prom
 }
 
 /**
+ * Locks the Organization owning the Tenant, if one does, FOR SHARE: a role change or removal of its
+ * members locks it FOR NO KEY UPDATE first, so it waits for the checkout holding this, and one that
+ * committed first is seen by the reads after it. Taken before the Tenant (src/access/locks.ts order).
+ */
+export async function lockOwningOrganization(db: Queryable, tenantId: string): Promise<void> {
+  await db.query('SELECT 1 FROM organizations WHERE id = (SELECT owner_organization_id FROM tenants WHERE id = $1) FOR SHARE', [tenantId]);
+}
+
+/**
  * Records a processor checkout session as the Tenant's one payable checkout: its other sessions are
  * marked superseded (to be expired at the processor), those past their own expiry dropped. A session
  * recorded already (the processor replayed it for the same Idempotency-Key) stays as it is, and

@@ -4,8 +4,10 @@ import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { callProcessor, Stripe } from './processor.js';
 import type { HostedSession } from './schemas.js';
+import { tenantFor } from '../tenancy/service.js';
 import {
-  closeCheckoutSession, findCurrentCheckoutSession, listSupersededCheckoutSessions, lockTenantCheckouts, recordCheckoutSession, type CheckoutSessionRow,
+  closeCheckoutSession, findCurrentCheckoutSession, listSupersededCheckoutSessions, lockOwningOrganization, lockTenantCheckouts, recordCheckoutSession,
+  type CheckoutSessionRow,
 } from './checkout-store.js';
 
 /** What a checkout's answers name of its Tenant. */
@@ -14,6 +16,22 @@ type CheckoutTenant = { id: string; plan: string; subscription_status: string };
 /** 409 subscription_exists naming the Tenant's subscription status and plan (the message, when given, says why). */
 export const subscriptionExists = (tenant: Pick<CheckoutTenant, 'plan' | 'subscription_status'>, message?: string) =>
   new ApiError('subscription_exists', { ...(message ? { message } : {}), details: { subscription_status: tenant.subscription_status, plan: tenant.plan } });
+
+/**
+ * Takes the Tenant's checkout lock (lockTenantCheckouts) with the caller's right read again under it:
+ * checkout is the owner's, and an org_admin demoted or removed since the right was first read (the
+ * membership write locks the Organization, which this locks first) gets what a stranger gets, 404
+ * tenant_not_found (403 forbidden to a billing.manage or tenants.manage holder), before anything of
+ * the Tenant's checkouts changes.
+ */
+export async function lockCheckoutRight(tx: Queryable, ctx: Ctx, tenantId: string): Promise<void> {
+  await lockOwningOrganization(tx, tenantId);
+  await tenantFor(ctx, tenantId, ['owner'], tx);
+  await lockTenantCheckouts(tx, tenantId);
+}
+
+/** Whether `err` is tenantFor's refusal (the caller's right, not the Tenant's checkouts). */
+const refusedRight = (err: unknown) => err instanceof ApiError && (err.code === 'tenant_not_found' || err.code === 'forbidden');
 
 /**
  * One payable checkout per Tenant (docs/decisions.md): records the processor session just opened,
@@ -34,10 +52,16 @@ export async function supersedeEarlierCheckouts(
 ): Promise<HostedSession> {
   const db = ctx.deps.database.scoped(ctx.mode);
   const own: CheckoutSessionRow = { id: session.id, url: session.url, expires_at: new Date(session.expires_at * 1000) };
-  await db.transaction(async (tx) => {
-    await lockTenantCheckouts(tx, tenant.id);
-    await recordCheckoutSession(tx, tenant.id, own, ctx.now);
-  });
+  await db
+    .transaction(async (tx) => {
+      await lockCheckoutRight(tx, ctx, tenant.id);
+      await recordCheckoutSession(tx, tenant.id, own, ctx.now);
+    })
+    .catch(async (err: unknown) => {
+      // The right moved while the session was opened: it is not left payable at the processor.
+      if (refusedRight(err)) await expireUnlessPaid(stripe, log, session.id);
+      throw err;
+    });
   for (const id of await listSupersededCheckoutSessions(db, tenant.id, ctx.now)) {
     if (!(await expireUnlessPaid(stripe, log, id))) {
       await closeCheckoutSession(db, id, ctx.now);

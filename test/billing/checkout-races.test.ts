@@ -1,0 +1,77 @@
+// Part B: checkout is the Tenant owner's ("owner (checkout)"), and an Organization's Tenant is owned by
+// its org_admins. A role change or removal locks the Organization first; a checkout reads the caller's
+// right again under a lock of it that the change waits for, so an admin demoted (or removed) while the
+// checkout waited gets what a stranger gets (404 tenant_not_found) and supersedes nothing. Two
+// transactions at once need PostgreSQL: only the PostgreSQL pass registers these.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { storageName, type TestApp } from '../helpers/app.js';
+import { commitWhileWaiting } from '../helpers/locks.js';
+import { assertError, assertStatus, buildApp, call, caller, seedOrganization, seedTenant, sql, type Caller } from '../tenancy/support.js';
+import { startFakeProcessor, type FakeProcessor } from './support.js';
+
+let sim: TestApp;
+let stripe: TestApp;
+let processor: FakeProcessor;
+
+const body = { plan: 'team', success_url: 'https://app.example.com/billing/done', cancel_url: 'https://app.example.com/billing' };
+const checkout = (t: TestApp, tenantId: string, who: Caller, key: string) =>
+  call(t, 'POST', `/v1/tenants/${tenantId}/billing/checkout-sessions`, who.token, body, { 'idempotency-key': key });
+
+/**
+ * An Organization's Tenant with two org_admins (the one staying has opened a checkout), and the
+ * statements of a concurrent Tenant write (holding the Tenant, as another checkout does) during which
+ * `leaving` is demoted or removed as the membership write does it: the Organization locked first.
+ */
+async function orgTenant(t: TestApp, change: 'demoted' | 'removed') {
+  const [leaving, staying] = [await caller(t), await caller(t)];
+  const orgId = await seedOrganization(t, [{ userId: leaving.user.id, role: 'org_admin' }, { userId: staying.user.id, role: 'org_admin' }]);
+  const tenantId = await seedTenant(t, { ownerOrganizationId: orgId });
+  const open = new URL(assertStatus(await checkout(t, tenantId, staying, 'staying-1'), 201).url).pathname.split('/').at(-1)!;
+  const statements: [string, unknown[]][] = [
+    ['SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [orgId]],
+    ['SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE', [tenantId]],
+    change === 'demoted'
+      ? [`UPDATE organization_members SET role = 'member' WHERE organization_id = $1 AND user_id = $2`, [orgId, leaving.user.id]]
+      : ['DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [orgId, leaving.user.id]],
+  ];
+  return { leaving, tenantId, open, statements };
+}
+
+if (storageName === 'postgres') {
+  // Inside the block: on embedded storage the file registers no test, and hooks without a test would
+  // leave the apps they start open.
+  before(async () => {
+    processor = await startFakeProcessor();
+    sim = await buildApp();
+    stripe = await buildApp({ stripeSecretKey: 'sk_test_x', stripeApiBase: processor.base, stripeWebhookSecret: 'whsec_test_fake_processor' });
+  });
+  after(async () => {
+    await sim.close();
+    await stripe.close();
+    await processor.close();
+  });
+
+  for (const change of ['demoted', 'removed'] as const) {
+    test(`an org_admin ${change} while their simulated checkout waited for the Tenant gets 404 tenant_not_found: no session, and the staying admin's checkout stays payable`, async () => {
+      const { leaving, tenantId, open, statements } = await orgTenant(sim, change);
+      const res = await commitWhileWaiting(sim, statements, () => checkout(sim, tenantId, leaving, 'leaving-1'));
+      assertError(res, 404, 'tenant_not_found');
+      const sessions = await sql(sim, `SELECT id FROM billing_simulator_sessions WHERE tenant_id = $1 AND kind = 'checkout' AND status = 'open' AND expires_at > $2`, [tenantId, sim.clock.now()]);
+      assert.deepEqual(sessions.map((r) => r.id), [open]);
+    });
+
+    test(`an org_admin ${change} while their checkout waited for the Tenant gets 404 tenant_not_found: the processor session opened for it is expired, the staying admin's stays open and payable`, async () => {
+      const { leaving, tenantId, open, statements } = await orgTenant(stripe, change);
+      const before = new Set(processor.checkoutSessions.keys());
+      const res = await commitWhileWaiting(stripe, statements, () => checkout(stripe, tenantId, leaving, 'leaving-1'));
+      assertError(res, 404, 'tenant_not_found');
+      const opened = [...processor.checkoutSessions.keys()].filter((id) => !before.has(id));
+      assert.equal(opened.length, 1, 'one processor session was opened before the right was read again');
+      assert.equal(processor.checkoutSessions.get(opened[0])!.status, 'expired');
+      assert.equal(processor.checkoutSessions.get(open)!.status, 'open');
+      const current = await sql(stripe, 'SELECT id FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NULL AND closed_at IS NULL', [tenantId]);
+      assert.deepEqual(current.map((r) => r.id), [open]);
+    });
+  }
+}
