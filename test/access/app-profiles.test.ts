@@ -187,6 +187,17 @@ test('other users cannot read or write someone\'s AppProfile (404); a users.list
   assert.equal((await rows(user.id)).length, 0);
 });
 
+test("the Application's owner is no caller of a user's AppProfile or AppSettings (Part A: self, the app's own key, users.manage): the owner's User token gets 404 user_not_found, reading or writing, and nothing is written", async () => {
+  const user = await member();
+  const owner = app.owner!;
+  const settings = `/v1/users/${user.id}/apps/${app.id}/settings`;
+  for (const res of [await read(owner.token, user.id), await write(owner.token, user.id, { display_handle: 'x' }), await call(t, 'GET', settings, owner.token), await call(t, 'PATCH', settings, owner.token, { overrides: {} })]) {
+    assertError(res, 404, 'user_not_found');
+  }
+  assert.equal((await rows(user.id)).length, 0);
+  assert.deepEqual(await sql(t, 'SELECT 1 FROM app_settings WHERE user_id = $1', [user.id]), []);
+});
+
 test('403 entitlement_required on an AppProfile carries details.entitlement_status, as app-token issuance does (none, then disabled)', async () => {
   const user = await person(t);
   const key = await appKey(t, app.id);
