@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { storageName, type TestApp } from '../helpers/app.js';
-import { commitWhileWaiting } from '../helpers/locks.js';
+import { commitWhileWaiting, probeWhileHeld } from '../helpers/locks.js';
 import { assertError, assertStatus, buildApp, call, caller, seedOrganization, seedTenant, sql, type Caller } from '../tenancy/support.js';
 import { startFakeProcessor, type FakeProcessor } from './support.js';
 
@@ -50,6 +50,19 @@ if (storageName === 'postgres') {
     await sim.close();
     await stripe.close();
     await processor.close();
+  });
+
+  test('a checkout waits for the Organization before it takes the Tenant (the order of a membership write, which holds the Organization and then locks its grants\' Tenants): the two at once never deadlock', async () => {
+    const { leaving, tenantId } = await orgTenant(sim, 'demoted');
+    const [orgId] = (await sql(sim, 'SELECT owner_organization_id FROM tenants WHERE id = $1', [tenantId])).map((r) => r.owner_organization_id);
+    const { probeLocked, result } = await probeWhileHeld(
+      sim,
+      ['SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [orgId]],
+      () => checkout(sim, tenantId, leaving, 'order-1'),
+      ['SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE NOWAIT', [tenantId]],
+    );
+    assert.equal(probeLocked, true, 'the checkout waited for the Organization without holding the Tenant');
+    assertStatus(result, 201);
   });
 
   for (const change of ['demoted', 'removed'] as const) {
