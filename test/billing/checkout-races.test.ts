@@ -35,7 +35,7 @@ async function orgTenant(t: TestApp, change: 'demoted' | 'removed') {
       ? [`UPDATE organization_members SET role = 'member' WHERE organization_id = $1 AND user_id = $2`, [orgId, leaving.user.id]]
       : ['DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [orgId, leaving.user.id]],
   ];
-  return { leaving, tenantId, open, statements };
+  return { leaving, orgId, tenantId, open, statements };
 }
 
 if (storageName === 'postgres') {
@@ -64,6 +64,41 @@ if (storageName === 'postgres') {
     assert.equal(probeLocked, true, 'the checkout waited for the Organization without holding the Tenant');
     assertStatus(result, 201);
   });
+
+  for (const [label, app] of [['simulated checkout', () => sim], ['checkout through the processor', () => stripe]] as const) {
+    test(`a ${label} under way when a tier-change migration of the Tenant committed gets 503 service_unavailable (decisions.md: checkout pauses while migrating) and supersedes nothing`, async () => {
+      const t = app();
+      const { leaving: owner, orgId, tenantId, open } = await orgTenant(t, 'demoted');
+      const before = new Set(processor.checkoutSessions.keys());
+      // The migration commits once the checkout is past its first look at the Tenant (the status write
+      // alone does not block that read), while it waits for the Organization a membership write holds.
+      const res = await commitWhileWaiting(
+        t,
+        [
+          ['SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [orgId]],
+          [`UPDATE tenants SET status = 'migrating' WHERE id = $1`, [tenantId]],
+        ],
+        () => checkout(t, tenantId, owner, 'migrating-1'),
+      );
+      const error = assertError(res, 503, 'service_unavailable');
+      assert.equal(error.details.reason, 'tenant_migrating');
+      assert.equal(res.headers['retry-after'], '60');
+      if (t === sim) {
+        const sessions = await sql(t, `SELECT id FROM billing_simulator_sessions WHERE tenant_id = $1 AND kind = 'checkout' AND status = 'open' AND expires_at > $2`, [tenantId, t.clock.now()]);
+        assert.deepEqual(sessions.map((r) => r.id), [open]);
+      } else {
+        const opened = [...processor.checkoutSessions.keys()].filter((id) => !before.has(id));
+        assert.deepEqual(opened.map((id) => processor.checkoutSessions.get(id)!.status), ['expired'], 'the session opened for it is not left payable');
+        assert.equal(processor.checkoutSessions.get(open)!.status, 'open');
+        // A 503 releases the Idempotency-Key: once the migration is over, the retry with it gets the
+        // expired session back from the processor, and hands out the Tenant's payable one instead.
+        await sql(t, `UPDATE tenants SET status = 'active' WHERE id = $1`, [tenantId]);
+        const retry = assertStatus(await checkout(t, tenantId, owner, 'migrating-1'), 201);
+        assert.equal(new URL(retry.url).pathname.split('/').at(-1), open);
+        assert.equal(processor.checkoutSessions.get(open)!.status, 'open');
+      }
+    });
+  }
 
   for (const change of ['demoted', 'removed'] as const) {
     test(`an org_admin ${change} while their simulated checkout waited for the Tenant gets 404 tenant_not_found: no session, and the staying admin's checkout stays payable`, async () => {

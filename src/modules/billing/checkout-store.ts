@@ -30,6 +30,18 @@ export async function recordCheckoutSession(db: Queryable, tenantId: string, ses
   await db.query('UPDATE checkout_sessions SET superseded_at = $3 WHERE tenant_id = $1 AND id <> $2 AND superseded_at IS NULL', [tenantId, session.id, now]);
 }
 
+/**
+ * Records a session a checkout opened and then refused, expired at the processor, as closed: a retry
+ * with the same Idempotency-Key, to which the processor replays it, finds it recorded and supersedes
+ * nothing (recordCheckoutSession), as for a session expired by a later checkout.
+ */
+export async function recordClosedCheckoutSession(db: Queryable, tenantId: string, session: CheckoutSessionRow, now: Date): Promise<void> {
+  await db.query(
+    'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at, url, closed_at) VALUES ($1, $2, $3, $4, $5, $3) ON CONFLICT (id) DO NOTHING',
+    [session.id, tenantId, now, session.expires_at, session.url],
+  );
+}
+
 /** A recorded session; url is null for one recorded before 0040 (by the release before it). */
 export interface CheckoutSessionRow {
   id: string;

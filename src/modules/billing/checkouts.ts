@@ -4,10 +4,10 @@ import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { callProcessor, Stripe } from './processor.js';
 import type { HostedSession } from './schemas.js';
-import { tenantFor } from '../tenancy/service.js';
+import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
 import {
   closeCheckoutSession, findCurrentCheckoutSession, listSupersededCheckoutSessions, lockOwningOrganization, lockTenantCheckouts, recordCheckoutSession,
-  type CheckoutSessionRow,
+  recordClosedCheckoutSession, type CheckoutSessionRow,
 } from './checkout-store.js';
 
 /** What a checkout's answers name of its Tenant. */
@@ -18,20 +18,22 @@ export const subscriptionExists = (tenant: Pick<CheckoutTenant, 'plan' | 'subscr
   new ApiError('subscription_exists', { ...(message ? { message } : {}), details: { subscription_status: tenant.subscription_status, plan: tenant.plan } });
 
 /**
- * Takes the Tenant's checkout lock (lockTenantCheckouts) with the caller's right read again under it:
- * checkout is the owner's, and an org_admin demoted or removed since the right was first read (the
- * membership write locks the Organization, which this locks first) gets what a stranger gets, 404
- * tenant_not_found (403 forbidden to a billing.manage or tenants.manage holder), before anything of
- * the Tenant's checkouts changes.
+ * Takes the Tenant's checkout lock (lockTenantCheckouts) with what the checkout began on read again under
+ * it, before anything of the Tenant's checkouts changes. The caller's right: checkout is the owner's,
+ * and an org_admin demoted or removed since it was first read (the membership write locks the
+ * Organization, which this locks first) gets what a stranger gets, 404 tenant_not_found (403 forbidden
+ * to a billing.manage or tenants.manage holder). The Tenant's status: a migration that started since
+ * (its move to in_progress locks the Tenant FOR UPDATE) is 503, as at the start.
  */
-export async function lockCheckoutRight(tx: Queryable, ctx: Ctx, tenantId: string): Promise<void> {
+export async function lockForCheckout(tx: Queryable, ctx: Ctx, tenantId: string): Promise<void> {
   await lockOwningOrganization(tx, tenantId);
   await tenantFor(ctx, tenantId, ['owner'], tx);
   await lockTenantCheckouts(tx, tenantId);
+  await assertTenantWritable(tx, tenantId);
 }
 
-/** Whether `err` is tenantFor's refusal (the caller's right, not the Tenant's checkouts). */
-const refusedRight = (err: unknown) => err instanceof ApiError && (err.code === 'tenant_not_found' || err.code === 'forbidden');
+/** Whether `err` is lockForCheckout's refusal (not a failure of the Tenant's checkouts). */
+const refusedUnderLock = (err: unknown) => err instanceof ApiError && ['tenant_not_found', 'forbidden', 'service_unavailable'].includes(err.code);
 
 /**
  * One payable checkout per Tenant (docs/decisions.md): records the processor session just opened,
@@ -54,12 +56,13 @@ export async function supersedeEarlierCheckouts(
   const own: CheckoutSessionRow = { id: session.id, url: session.url, expires_at: new Date(session.expires_at * 1000) };
   await db
     .transaction(async (tx) => {
-      await lockCheckoutRight(tx, ctx, tenant.id);
+      await lockForCheckout(tx, ctx, tenant.id);
       await recordCheckoutSession(tx, tenant.id, own, ctx.now);
     })
     .catch(async (err: unknown) => {
-      // The right moved while the session was opened: it is not left payable at the processor.
-      if (refusedRight(err)) await expireUnlessPaid(stripe, log, session.id);
+      // Refused now (the right or the Tenant moved while the session was opened): it is not left payable,
+      // nor recorded as payable by a retry that gets it back (a 503 releases the Idempotency-Key).
+      if (refusedUnderLock(err) && !(await expireUnlessPaid(stripe, log, session.id))) await recordClosedCheckoutSession(db, tenant.id, own, ctx.now);
       throw err;
     });
   for (const id of await listSupersededCheckoutSessions(db, tenant.id, ctx.now)) {

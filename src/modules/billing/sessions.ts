@@ -7,7 +7,7 @@ import { addSeconds } from '../../clock.js';
 import { parseUrlAsSent } from '../../http/validation.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
 import { callProcessor, processorClient, Stripe } from './processor.js';
-import { lockCheckoutRight, subscriptionExists, supersedeEarlierCheckouts } from './checkouts.js';
+import { lockForCheckout, subscriptionExists, supersedeEarlierCheckouts } from './checkouts.js';
 import { createSimulatedSession } from './simulator-store.js';
 import { findUserEmail } from './store.js';
 import type { CheckoutBody, HostedSession, PortalBody } from './schemas.js';
@@ -55,7 +55,7 @@ export async function createCheckoutSession(ctx: Ctx, tenantId: string, body: Ch
   const stripe = processorClient(ctx.deps.config);
   if (!stripe) {
     // ctx.db is the request's transaction: the right read again under the locks holds to its end.
-    await lockCheckoutRight(ctx.db, ctx, tenant.id);
+    await lockForCheckout(ctx.db, ctx, tenant.id);
     return createSimulatedSession(ctx.db, ctx, { kind: 'checkout', tenantId: tenant.id, plan: body.plan, successUrl: body.success_url, cancelUrl: body.cancel_url, customerEmail: email });
   }
   const log = requestLog(ctx.deps, ctx.requestId);
