@@ -58,16 +58,29 @@ export const MEMBER_DECISION_SQL = `CASE
 /** SQL condition: member `m` (an active member of the Organization) is included by its grant `e`: an access path. */
 export const INCLUDED_MEMBER_SQL = `m.membership_status = 'active' AND ${MEMBER_DECISION_SQL} = 'included'`;
 
+// The users with an access path to the Application `app`, read from its Entitlements (by their
+// application index): the users of its personal rows in any status, and the active members that its
+// organization-wide grants include (INCLUDED_MEMBER_SQL: a row that excludes the member, by scope or
+// seat limit, is never a path). accessPathSql tests one user; accessReachSql lists them all.
+const personalPathsSql = (app: string) => `SELECT ep.user_id FROM entitlements ep WHERE ep.application_id = ${app}`;
+const grantPathsSql = (app: string) =>
+  `SELECT m.user_id FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
+    WHERE e.application_id = ${app} AND ${INCLUDED_MEMBER_SQL}`;
+
 /**
  * SQL condition: the user (SQL expression `user`) has an access path to the Application (`app`): a
- * personal Entitlement in any status, or an organization-wide grant that includes them
- * (INCLUDED_MEMBER_SQL: a row that excludes the member, by scope or seat limit, is never a path). The
- * one definition behind the users?application_id= filter, invite_only visibility and the app-data checks.
+ * personal Entitlement in any status, or an organization-wide grant that includes them. The one
+ * definition behind the users?application_id= filter, invite_only visibility and the app-data checks.
  */
 export const accessPathSql = (user: string, app: string) =>
-  `(EXISTS (SELECT 1 FROM entitlements ep WHERE ep.user_id = ${user} AND ep.application_id = ${app})
-    OR EXISTS (SELECT 1 FROM entitlements e JOIN organization_members m ON m.organization_id = e.organization_id
-                WHERE m.user_id = ${user} AND e.application_id = ${app} AND ${INCLUDED_MEMBER_SQL}))`;
+  `(EXISTS (${personalPathsSql(app)} AND ep.user_id = ${user})
+    OR EXISTS (${grantPathsSql(app)} AND m.user_id = ${user}))`;
+
+/**
+ * SQL query: the ids of the users with an access path to the Application (`app`), a user once per path
+ * (UNION ALL: read under a LIMIT, it stops there; a UNION would read every path first to remove repeats).
+ */
+export const accessReachSql = (app: string) => `${personalPathsSql(app)} AND ep.user_id IS NOT NULL UNION ALL ${grantPathsSql(app)}`;
 
 /**
  * The one access resolver: every path of each user to each Application (personal Entitlements;

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser, userToken, type TestUser } from '../helpers/fixtures.js';
 import {
-  assertError, assertFields, assertStatus, call, createApplication, createOrganization, grant, orgGrant, rand, type TestApplication,
+  assertError, assertFields, assertStatus, call, createApplication, createOrganization, grant, orgGrant, rand, sql, type TestApplication,
 } from './support.js';
 
 let t: TestApp;
@@ -157,6 +157,29 @@ test('application_id filter: a user whose only access path is organization membe
   const org = await createOrganization(t, [users[0].id]);
   await orgGrant(t, org, app.id);
   assert.deepEqual(ids(await list(`application_id=${app.id}`, support.token)), [users[0].id]);
+});
+
+test('application_id filter: an Application more than 1,000 users reach (too many to read the page from their ids) lists them all the same, newest first, keyset-paginated', async () => {
+  const app = await createApplication(t);
+  const bulk = `usr_bulk${rand(4)}_`;
+  const dayAgo = new Date(t.clock.now().getTime() - 86_400_000);
+  await sql(t, `INSERT INTO users (id, email, email_verified, status, test_mode, created_at, updated_at)
+    SELECT $1 || g, $1 || g || '@example.com', true, 'active', false, $2::timestamptz - g * interval '1 second', $2 FROM generate_series(1, 1000) g`, [bulk, dayAgo]);
+  await sql(t, `INSERT INTO profiles (user_id, display_name, updated_at) SELECT id, 'Bulk', updated_at FROM users WHERE id ^@ $1`, [bulk]);
+  await sql(t, `INSERT INTO entitlements (id, user_id, application_id, status, source, starts_at, test_mode, created_at, updated_at)
+    SELECT 'ent_' || id, id, $2, 'active', 'admin_grant', $3, false, $3, $3 FROM users WHERE id ^@ $1`, [bulk, app.id, dayAgo]);
+  const { users } = await cohort(3, { gap: 1 });
+  await grant(t, users[0].id, app.id, { status: 'revoked' });
+  await orgGrant(t, await createOrganization(t, [users[1].id]), app.id);
+  const expected = [users[1].id, users[0].id, ...Array.from({ length: 1000 }, (_, i) => `${bulk}${i + 1}`)];
+  const seen: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const page = assertStatus(await list(`application_id=${app.id}&limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, support.token), 200);
+    seen.push(...page.data.map((u: { id: string }) => u.id));
+    cursor = page.page.next_cursor;
+  } while (cursor);
+  assert.deepEqual(seen, expected);
 });
 
 test('application_id filter, "organization membership with a grant": an Organization\'s pending invitee is no member, so the grant is no access path for them: neither platform users.list nor the app-scoped key lists them, and the key gets 404 user_not_found for them', async () => {

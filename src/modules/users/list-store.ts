@@ -1,11 +1,29 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
 import { conditions } from '../../db/page.js';
 import { mayBeStoredEmail, USER_COLUMNS, type UserRow } from './store.js';
-import { accessPathSql } from '../../access/resolve.js';
+import { accessPathSql, accessReachSql } from '../../access/resolve.js';
 import type { UserListQuery } from './schemas.js';
 
 export async function applicationExists(db: Queryable, id: string): Promise<boolean> {
   return (await db.query('SELECT 1 FROM applications WHERE id = $1', [id])).rowCount > 0;
+}
+
+/**
+ * The most users with an access path to an Application that a page filtered on it is read from
+ * (findAppUsers): beyond, the page walks the users newest first, testing each (accessPathSql).
+ */
+export const APP_USERS_MAX = 1000;
+
+/**
+ * The users with an access path to the Application (accessReachSql), read from its Entitlements by
+ * their application index, when there are at most `max`; null when there are more. A page of the users
+ * of an Application few users reach is then read from these (by id, at most `max`) instead of testing
+ * every user of the platform, newest first, until the page fills (docs/conventions.md, Queries at scale).
+ */
+export async function findAppUsers(db: Queryable, app: string, max = APP_USERS_MAX): Promise<string[] | null> {
+  const { rows } = await db.query<{ user_id: string }>(`SELECT r.user_id FROM (${accessReachSql('$1')}) r LIMIT $2::int`, [app, max + 1]);
+  const users = new Set(rows.map((r) => r.user_id));
+  return rows.length > max ? null : [...users];
 }
 
 /** What GET /v1/users filters on, decided by the service. */
@@ -14,6 +32,8 @@ export interface UserListFilter extends Pick<UserListQuery, 'status' | 'email' |
   includeDeleted: boolean;
   /** Only users with an access path to this Application. */
   app: string | null | undefined;
+  /** All the users with an access path to `app`, when few (findAppUsers); null: too many to list. */
+  appUsers: string[] | null;
 }
 
 /** The list's conditions and their parameters ($1…); `prefix`: the parameter number of q (0: none). */
@@ -32,7 +52,8 @@ export function userListConditions(q: UserListFilter): UserListConditions {
   if (q.created_after) add((n) => `u.created_at > $${n}`, q.created_after);
   if (q.created_before) add((n) => `u.created_at < $${n}`, q.created_before);
   const app = q.app;
-  if (app) add((n) => accessPathSql('u.id', `$${n}`), app);
+  if (app && q.appUsers) add((n) => `u.id = ANY($${n}::text[])`, q.appUsers);
+  else if (app) add((n) => accessPathSql('u.id', `$${n}`), app);
   if (q.organization_id) add((n) => `EXISTS (SELECT 1 FROM organization_members om WHERE om.user_id = u.id AND om.organization_id = $${n} AND om.membership_status = 'active')`, q.organization_id);
   const prefix = q.q ? params.push(q.q) : 0;
   return { where, params, prefix };

@@ -6,7 +6,7 @@ import { newId } from '../../ids.js';
 import { recordAudit } from '../../audit/record.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, insertUser, toUser, type UserRow } from './store.js';
-import { applicationExists, listUserRows, userListConditions } from './list-store.js';
+import { applicationExists, findAppUsers, listUserRows, userListConditions } from './list-store.js';
 import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
 import { confinedApp, lockTargetUser, targetUser } from './access.js';
 import { sendInvitation, takeResendQuota } from './invitations.js';
@@ -121,7 +121,9 @@ export async function listUsers(ctx: Ctx, q: UserListQuery) {
     throw invalidField('query.application_id', 'is not a known application');
   }
   // q: an email or display_name starting with it (listUserRows).
-  const conditions = userListConditions({ ...q, includeDeleted: !!(manage && q.include_inactive), app: confinedApp(ctx) ?? q.application_id });
+  const app = confinedApp(ctx) ?? q.application_id;
+  const appUsers = app ? await findAppUsers(ctx.db, app) : null;
+  const conditions = userListConditions({ ...q, includeDeleted: !!(manage && q.include_inactive), app, appUsers });
   const ks = keyset(q, conditions.params.length + 1, 'u');
   const rows = await listUserRows(ctx.db, conditions, ks);
   return toPage(rows, ks.limit, (row) => toUser(row, ctx.now));
