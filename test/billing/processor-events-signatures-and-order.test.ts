@@ -182,6 +182,19 @@ test('unknown event types are acknowledged with 200 and ignored', async () => {
   assert.equal((await eventRows('evt_unknown_2'))[0].outcome, 'ignored');
 });
 
+test('every processor event is recorded, unknown types too, and the idempotency-prune job deletes the records 30 days after they were received (docs/decisions.md, Retention; Stripe retries an event for 3 days)', async () => {
+  const owner = await tenantOwner(t);
+  const id = `evt_retained_${Date.now()}`;
+  assertStatus(await deliver(t, 'charge.refunded', { id: 'ch_r', object: 'charge', metadata: { tenant_id: owner.tenantId } }, { id }), 200);
+  const received = (await eventRows(id))[0].received_at as Date;
+  const prune = (days: number) => atOneInstant(t, () => t.deps.jobs.runNow('idempotency-prune'), new Date(received.getTime() + days * 86400_000));
+  await prune(30 - 1 / 86400);
+  assert.equal((await eventRows(id)).length, 1, 'kept until its 30 days are over');
+  const result = await prune(30);
+  assert.equal((await eventRows(id)).length, 0, 'deleted at 30 days');
+  assert.ok((result.processor_events as number) >= 1, JSON.stringify(result));
+});
+
 test('an event for no known Tenant is acknowledged and ignored', async () => {
   const res = await deliver(t, 'customer.subscription.created', subscription({ tenantId: 'tnt_nobody', id: 'sub_nobody', customer: 'cus_nobody' }), { id: 'evt_nobody' });
   assertStatus(res, 200);

@@ -36,6 +36,10 @@ export async function deleteExpiredBillingSimulatorSessions(db: Queryable, now: 
   return (await db.query('DELETE FROM billing_simulator_sessions WHERE expires_at <= $1', [now])).rowCount;
 }
 
+/** Processor events received by `before` (their ids guard against a redelivery, which Stripe stops after 3 days). */
+export const deleteOldProcessorEventsBatch = (db: Queryable, before: Date, limit: number): Promise<number> =>
+  deleteBatch(db, 'processor_events', 't.received_at <= $1', before, limit);
+
 /** Deletes at most `limit` rows `t` of `table` matching `where` (at $1); how many it deleted. */
 async function deleteBatch(db: Queryable, table: string, where: string, at: Date, limit: number): Promise<number> {
   const { rowCount } = await db.query(`DELETE FROM ${table} WHERE id IN (SELECT t.id FROM ${table} t WHERE ${where} LIMIT $2)`, [at, limit]);
