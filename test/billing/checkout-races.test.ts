@@ -122,4 +122,34 @@ if (storageName === 'postgres') {
       assert.deepEqual(current.map((r) => r.id), [open]);
     });
   }
+
+  for (const change of ['demoted', 'removed'] as const) {
+    test(`an org_admin ${change} while the processor opened their billing portal session gets 404 tenant_not_found and no URL (Part B: the portal is the owner's or billing.manage's; the portal can cancel the subscription)`, async () => {
+      const [leaving, staying] = [await caller(stripe), await caller(stripe)];
+      const orgId = await seedOrganization(stripe, [{ userId: leaving.user.id, role: 'org_admin' }, { userId: staying.user.id, role: 'org_admin' }]);
+      const tenantId = await seedTenant(stripe, { ownerOrganizationId: orgId, plan: 'team', subscriptionStatus: 'active', stripeCustomerId: `cus_portal_${change}` });
+      const portal = (who: Caller) => call(stripe, 'POST', `/v1/tenants/${tenantId}/billing/portal-sessions`, who.token, { return_url: 'https://app.example.com/billing' });
+      let release!: () => void;
+      processor.holds.set('/v1/billing_portal/sessions', new Promise<void>((resolve) => (release = resolve)));
+      const arrived = processor.requests.length;
+      const pending = portal(leaving);
+      try {
+        while (!processor.requests.slice(arrived).some((r) => r.path === '/v1/billing_portal/sessions')) await new Promise((r) => setTimeout(r, 10));
+        await sql(
+          stripe,
+          change === 'demoted'
+            ? `UPDATE organization_members SET role = 'member' WHERE organization_id = $1 AND user_id = $2`
+            : 'DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2',
+          [orgId, leaving.user.id],
+        );
+      } finally {
+        processor.holds.delete('/v1/billing_portal/sessions');
+        release();
+      }
+      const res = await pending;
+      assertError(res, 404, 'tenant_not_found');
+      assert.doesNotMatch(res.body, /billing\.stripe\.test/);
+      assert.ok(String(assertStatus(await portal(staying), 201).url).startsWith('https://billing.stripe.test/'), 'the admin who stays still gets one');
+    });
+  }
 }

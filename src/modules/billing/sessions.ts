@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
-import { requestLog, type Ctx } from '../../context.js';
+import { requestLog, rightMayHaveMoved, type Ctx } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
 import { ApiError, invalidField } from '../../errors.js';
 import { addSeconds } from '../../clock.js';
@@ -157,5 +157,9 @@ export async function createPortalSession(ctx: Ctx, tenantId: string, body: Port
       return open();
     }),
   );
+  // The owner's right is read again before the URL is handed out: an org_admin demoted or removed while
+  // the processor opened the session gets a stranger's answer, and the URL (which could cancel the
+  // subscription; the processor cannot expire a portal session) goes to no one.
+  if (rightMayHaveMoved(ctx.actor, 'billing.manage')) await tenantFor(ctx, tenant.id, ['owner', 'billing.manage'], db);
   return { url: session.url, expires_at: addSeconds(ctx.now, PORTAL_SESSION_SECONDS).toISOString() };
 }
