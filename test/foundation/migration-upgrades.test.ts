@@ -240,3 +240,23 @@ test("0036_profile_updated_at: a Profile keeps the updated_at it showed before t
   assert.equal(read.statusCode, 200, read.body);
   assert.equal(read.json().updated_at, '2026-03-01T00:00:00.000Z', 'GET /v1/users/{id}/profile shows what it showed before the upgrade');
 });
+
+test("0041_app_settings_stale_keys: overrides stored before the upgrade carry no stale keys, and settings_schema_stats.stale_override_counts still counts the users holding overrides that no longer validate (judged on read; the read writes nothing)", async (t) => {
+  const { database, db } = await upgradedFrom(t, '0041', async (db) => {
+    for (const u of ['usr_stale', 'usr_fine']) await user(db, u);
+    await user(db, 'usr_test_mode', 'test');
+    await application(db, 'app_settings_0041');
+    await db.query(`UPDATE applications SET settings_schema = $2 WHERE id = $1`, ['app_settings_0041', JSON.stringify({ type: 'object', properties: { density: { enum: ['comfortable'] } } })]);
+    const overrides = (u: string, value: object) =>
+      db.query(`INSERT INTO app_settings (user_id, application_id, overrides, updated_at) VALUES ($1, 'app_settings_0041', $2, $3)`, [u, JSON.stringify(value), T0]);
+    await overrides('usr_stale', { density: 'compact', retired: 1 });
+    await overrides('usr_fine', { density: 'comfortable' });
+    await overrides('usr_test_mode', { density: 'compact' });
+  });
+  const booted = await bootOn(t, database);
+  const key = await createApiKey(booted as unknown as TestApp, { scope: 'platform', permissions: ['applications.manage'] });
+  const read = await booted.app.inject({ method: 'GET', url: '/v1/applications/app_settings_0041', headers: { authorization: `Bearer ${key.secret}` } });
+  assert.equal(read.statusCode, 200, read.body);
+  assert.deepEqual(read.json().settings_schema_stats.stale_override_counts, { density: 1, retired: 1 }, "the live users' rows, by what they hold");
+  assert.deepEqual(await rows(db, 'SELECT user_id FROM app_settings WHERE stale_keys IS NOT NULL OR stale_schema IS NOT NULL OR stale_at IS NOT NULL'), []);
+});

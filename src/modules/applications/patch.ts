@@ -13,7 +13,8 @@ import {
 } from './store.js';
 import { listRolesUsingPermissions } from './app-roles-store.js';
 import { APPLICATION_READ_ONLY, type Application, type PatchApplicationBody } from './schemas.js';
-import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, staleCounts, validateConfig, visibleApplication } from './service.js';
+import { assertOwnerKnown, emitReviewChange, isOwner, seedAppRole, validateConfig, visibleApplication } from './service.js';
+import { restampSettingsOverrides, staleCounts } from './stale.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 import { countTenantSubscriptions } from '../webhooks/store.js';
 import { countRoleHolders, deleteRoleRow, findRole, lockRole, toRole } from '../roles/store.js';
@@ -65,9 +66,11 @@ async function patchLockedApplication(ctx: Ctx, id: string, body: PatchApplicati
     });
     // A PATCH that changes nothing writes nothing (no updated_at, no application.updated), as elsewhere.
     if ((Object.keys(next) as (keyof ApplicationRow)[]).every((k) => isDeepStrictEqual(next[k], app[k]))) return toApplication(app, await staleCounts(c, app));
+    // The audit's before snapshot, while the stored overrides' stale keys are still judged against the old schema.
+    const before = await snapshotInMode(tx, c, app);
     const after = await writeApplication(tx, c, app, next, tenantId);
     const out = toApplication(after, await staleCounts(c, after));
-    await recordApplicationChange(tx, c, app, after, out, { review, notes, tenantId });
+    await recordApplicationChange(tx, c, { app, before }, after, out, { review, notes, tenantId });
     return out;
   });
 }
@@ -136,17 +139,21 @@ async function writeApplication(tx: Tx, c: Ctx, app: ApplicationRow, next: Parti
   // (the destination without a cap, or the seats leaving the source) in this transaction, as an
   // Entitlement PATCH or a plan change gives it, not at the next seat-limit-release run.
   if (tenantId !== app.tenant_id) for (const tenant of [app.tenant_id, tenantId]) await releaseSeatLimits(tx, c, tenant);
-  return (await findApplicationRow(tx, app.id))!;
+  const after = (await findApplicationRow(tx, app.id))!;
+  // The stored overrides' stale keys, judged against the new schema (stale_override_counts reads them).
+  if (!isDeepStrictEqual(after.settings_schema, app.settings_schema)) await restampSettingsOverrides(tx, after);
+  return after;
 }
 
 /** application.updated, and for a review move application.review_status_changed and its webhook. */
-async function recordApplicationChange(tx: Tx, c: Ctx, app: ApplicationRow, after: ApplicationRow, out: Application, { review, notes, tenantId }: { review: ApplicationRow['review_status']; notes: string | null; tenantId: string }): Promise<void> {
-  // Rows of the Application's mode, whoever changes it (a test-mode key suspending a live one), as
-  // emitReviewChange; their snapshots count that mode's users, as its readers' GET does (the caller's
-  // answer counts the caller's: neither mode sees the other's).
+// Rows of the Application's mode, whoever changes it (a test-mode key suspending a live one), as
+// emitReviewChange; their snapshots count that mode's users, as its readers' GET does (the caller's
+// answer counts the caller's: neither mode sees the other's).
+const snapshotInMode = (tx: Tx, c: Ctx, row: ApplicationRow) => inSubjectMode(tx, modeOf(row.test_mode), async () => toApplication(row, await staleCounts(c, row)));
+
+async function recordApplicationChange(tx: Tx, c: Ctx, { app, before }: { app: ApplicationRow; before: Application }, after: ApplicationRow, out: Application, { review, notes, tenantId }: { review: ApplicationRow['review_status']; notes: string | null; tenantId: string }): Promise<void> {
   const mode = modeOf(app.test_mode);
-  const snapshot = (row: ApplicationRow) => inSubjectMode(tx, mode, async () => toApplication(row, await staleCounts(c, row)));
-  await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before: await snapshot(app), after: mode === c.mode ? out : await snapshot(after), mode });
+  await recordAudit(tx, c, { action: 'application.updated', target: { type: 'application', id: app.id }, applicationId: app.id, tenantId, before, after: mode === c.mode ? out : await snapshotInMode(tx, c, after), mode });
   if (review !== app.review_status) {
     await recordAudit(tx, c, {
       action: 'application.review_status_changed',

@@ -7,13 +7,14 @@ import { findRole, toRole } from '../roles/store.js';
 import { emit } from '../../outbox/emit.js';
 import { keyset, toPage } from '../../http/pagination.js';
 import { assertWithinPlan, countTenantApplications, findTenant, resolveOwnerTenant } from '../tenancy/plans.js';
-import { findApplicationRow, insertApplication, isKnownOrganization, isKnownUser, listSettingsOverrides, toApplication, toListItem, type ApplicationRow } from './store.js';
+import { findApplicationRow, insertApplication, isKnownOrganization, isKnownUser, toApplication, toListItem, type ApplicationRow } from './store.js';
 import { insertAppRole } from './app-roles-store.js';
 import type { Application, ApplicationListQuery, CreateApplicationBody } from './schemas.js';
 import { viewerOf } from './visibility.js';
 import { applicationListWhere, findVisibleApplicationRow, isApplicationKnownTo, listApplicationRows } from './visibility-store.js';
 import { isApplicationOwner } from '../../access/ownership.js';
-import { staleOverrideKeys, validateHttpsUrl, validatePermissions, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
+import { staleCounts } from './stale.js';
+import { validateHttpsUrl, validatePermissions, validateSettingsSchema, validateSlug, validateWebUrl } from './validation.js';
 import { validateRedirectUris } from './redirect-uris.js';
 import { assertTenantWritable } from '../tenancy/writable.js';
 
@@ -45,17 +46,6 @@ export async function refusalFor(ctx: Ctx, appId: string, refusal: unknown): Pro
 export async function isOwner(ctx: Ctx, app: ApplicationRow): Promise<boolean> {
   if (ctx.actor.type !== 'user' || app.visibility === 'internal') return false;
   return isApplicationOwner(ctx.db, ctx.actor.userId, app.id);
-}
-
-export async function staleCounts(ctx: Ctx, app: ApplicationRow): Promise<Record<string, number>> {
-  // No shortcut for an empty settings_schema: it accepts no key, so every override stored under an
-  // earlier schema is stale and counted (a PATCH of one answers 422). The overrides of the caller's mode's users.
-  const rows = await listSettingsOverrides(ctx.db, app.id);
-  // Counted in a Map: a key is any name a schema declared (`constructor`, `toString`), and on a plain
-  // object those would start from what Object.prototype holds under that name.
-  const counts = new Map<string, number>();
-  for (const r of rows) for (const key of staleOverrideKeys(app.settings_schema, r.overrides)) counts.set(key, (counts.get(key) ?? 0) + 1);
-  return Object.fromEntries(counts);
 }
 
 export async function getApplication(ctx: Ctx, id: string): Promise<Application> {

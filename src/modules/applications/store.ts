@@ -94,18 +94,6 @@ export async function lockApplicationForUpdate(db: Queryable, id: string): Promi
   await db.query('SELECT 1 FROM applications WHERE id = $1 FOR UPDATE', [id]);
 }
 
-/**
- * The settings overrides stored for Application `appId` by the users of the reader's mode (row-level
- * security on users): an Application is shared by both modes, its users are not (as a Role's assignment_count).
- */
-export async function listSettingsOverrides(db: Queryable, appId: string): Promise<{ overrides: Record<string, unknown> }[]> {
-  const { rows } = await db.query<{ overrides: Record<string, unknown> }>(
-    'SELECT s.overrides FROM app_settings s JOIN users u ON u.id = s.user_id WHERE s.application_id = $1',
-    [appId],
-  );
-  return rows;
-}
-
 /** User `userId` exists in that mode, neither deleted nor erased. */
 export async function isKnownUser(db: Queryable, userId: string, testMode: boolean): Promise<boolean> {
   const { rowCount } = await db.query(`SELECT 1 FROM users WHERE id = $1 AND status <> 'deleted' AND erased_at IS NULL AND test_mode = $2`, [userId, testMode]);

@@ -8,7 +8,8 @@ import type { Queryable } from '../../db/types.js';
 import { targetUser } from '../users/access.js';
 import { recognizedLocale } from '../profiles/service.js';
 import { authorizeAppUserData, CUSTOM_MAX_BYTES, lockUserForAppData } from '../app-access/app-profiles.js';
-import { settingsValueErrors } from '../applications/validation.js';
+import { settingsValueErrors, staleOverrideKeys } from '../applications/validation.js';
+import { settingsSchemaStamp } from '../applications/stale.js';
 import { assertAppTenantWritable } from '../tenancy/writable.js';
 import { APP_SETTINGS_READ_ONLY, SETTINGS_READ_ONLY, type AppSettings, type PatchAppSettingsBody, type PatchSettingsBody, type Settings } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
@@ -89,6 +90,17 @@ export async function getAppSettings(ctx: Ctx, idParam: string, appId: string): 
   return shape(user.id, app.id, await findAppSettings(ctx.db, user.id, app.id));
 }
 
+/**
+ * The stale keys of the overrides written (stale_override_counts counts them): the values just set
+ * validated; a key kept from the row keeps its judgment when the row's stamp is for this schema, else
+ * the whole row is judged.
+ */
+function staleStamp(schema: Record<string, unknown>, row: AppSettingsRow | null, overrides: Record<string, unknown>, set: Record<string, unknown>) {
+  const stamp = settingsSchemaStamp(schema);
+  const kept = row?.stale_keys && row.stale_schema === stamp ? row.stale_keys.filter((k) => Object.hasOwn(overrides, k) && !Object.hasOwn(set, k)) : null;
+  return { keys: kept ?? staleOverrideKeys(schema, overrides), schema: stamp };
+}
+
 const overridesTooLarge = () => invalidField('overrides', 'must serialize to at most 16 KB');
 
 /**
@@ -116,7 +128,7 @@ export async function patchAppSettings(ctx: Ctx, idParam: string, appId: string,
     const overrides = mergeCustom(row?.overrides ?? {}, body.overrides);
     if (Buffer.byteLength(JSON.stringify(overrides)) > CUSTOM_MAX_BYTES) throw overridesTooLarge();
     if (row && isDeepStrictEqual(overrides, row.overrides)) return shape(user.id, app.id, row);
-    await upsertAppSettings(tx, user.id, app.id, overrides, ctx.now);
+    await upsertAppSettings(tx, user.id, app.id, overrides, ctx.now, staleStamp(app.settings_schema, row, overrides, values));
     const after = shape(user.id, app.id, await findAppSettings(tx, user.id, app.id));
     if (!self) {
       await recordAudit(tx, inTx(ctx, tx), {

@@ -46,17 +46,26 @@ export async function touchProfile(db: Queryable, userId: string, now: Date): Pr
 export interface AppSettingsRow {
   overrides: Record<string, unknown>;
   updated_at: Date;
+  /** The row's stale keys, when its stamp holds (migration 0041): judged against the schema stamped `stale_schema`. */
+  stale_keys: string[] | null;
+  stale_schema: string | null;
 }
 
 export async function findAppSettings(db: Queryable, userId: string, appId: string): Promise<AppSettingsRow | null> {
-  const { rows } = await db.query<AppSettingsRow>('SELECT overrides, updated_at FROM app_settings WHERE user_id = $1 AND application_id = $2', [userId, appId]);
+  const { rows } = await db.query<AppSettingsRow>(
+    `SELECT overrides, updated_at, CASE WHEN stale_at = updated_at THEN stale_keys END AS stale_keys, CASE WHEN stale_at = updated_at THEN stale_schema END AS stale_schema
+       FROM app_settings WHERE user_id = $1 AND application_id = $2`,
+    [userId, appId],
+  );
   return rows[0] ?? null;
 }
 
-export async function upsertAppSettings(db: Queryable, userId: string, appId: string, overrides: Record<string, unknown>, now: Date): Promise<void> {
+/** The row's overrides, with their stamp: the keys that do not validate against the schema stamped `stamp.schema`, as of `now`. */
+export async function upsertAppSettings(db: Queryable, userId: string, appId: string, overrides: Record<string, unknown>, now: Date, stamp: { keys: string[]; schema: string }): Promise<void> {
   await db.query(
-    `INSERT INTO app_settings (user_id, application_id, overrides, updated_at) VALUES ($1, $2, $3, $4)
-       ON CONFLICT (user_id, application_id) DO UPDATE SET overrides = EXCLUDED.overrides, updated_at = EXCLUDED.updated_at`,
-    [userId, appId, JSON.stringify(overrides), now],
+    `INSERT INTO app_settings (user_id, application_id, overrides, updated_at, stale_keys, stale_schema, stale_at) VALUES ($1, $2, $3, $4, $5, $6, $4)
+       ON CONFLICT (user_id, application_id) DO UPDATE SET overrides = EXCLUDED.overrides, updated_at = EXCLUDED.updated_at,
+         stale_keys = EXCLUDED.stale_keys, stale_schema = EXCLUDED.stale_schema, stale_at = EXCLUDED.stale_at`,
+    [userId, appId, JSON.stringify(overrides), now, JSON.stringify(stamp.keys), stamp.schema],
   );
 }
