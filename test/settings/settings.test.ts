@@ -338,6 +338,19 @@ test('a settings_schema is at most 64 KB serialized and none of its arrays has m
   assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: withEnum(1000) }), 200).settings_schema.properties.plan.enum.length, 1000);
 });
 
+test('a settings_schema\'s anyOf, oneOf and allOf hold at most 100 subschemas each (a value is tried against every branch before the one it matches: 16 KB of items against 1,000 branches held the shared event loop for seconds per write, once per stored row on a schema change): 422 invalid_settings_schema naming the place, nothing stored; 100 are accepted', async () => {
+  const owned = await newApp(t, admin, { settings_schema: SCHEMA });
+  const branches = (n: number) => Array.from({ length: n }, (_, i) => ({ const: `name-${i}` }));
+  for (const keyword of ['anyOf', 'oneOf', 'allOf']) {
+    const schema = { type: 'object', properties: { tags: { type: 'array', items: { [keyword]: branches(101) } } } };
+    const error = assertError(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: schema }), 422, 'invalid_settings_schema');
+    assert.match(error.details.reason, new RegExp(`properties\\.tags\\.items\\.${keyword} has 101 subschemas; at most 100`), keyword);
+  }
+  assert.deepEqual(assertStatus(await call(t, 'GET', `/v1/applications/${owned.id}`, admin), 200).settings_schema, SCHEMA, 'nothing was stored');
+  const hundred = { type: 'object', properties: { tags: { type: 'array', items: { anyOf: branches(100) } } } };
+  assert.equal(assertStatus(await call(t, 'PATCH', `/v1/applications/${owned.id}`, admin, { settings_schema: hundred }), 200).settings_schema.properties.tags.items.anyOf.length, 100);
+});
+
 test('PATCH settings: notifications merge field by field with the stored values, not the defaults', async () => {
   const u = await person(t);
   assert.deepEqual(assertStatus(await patchSettings(u.token, { notifications: { email: false } }), 200).notifications, { email: false, sms: false });

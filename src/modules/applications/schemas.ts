@@ -62,7 +62,7 @@ const ConfigFields = {
     {},
     {
       additionalProperties: true,
-      description: 'At most 64 KB (65,536 bytes of its UTF-8 JSON serialization), none of its arrays longer than 1,000 entries, else 422 invalid_settings_schema.',
+      description: 'At most 64 KB (65,536 bytes of its UTF-8 JSON serialization), none of its arrays longer than 1,000 entries, no anyOf, oneOf or allOf of more than 100 subschemas, else 422 invalid_settings_schema.',
     },
   ),
   permissions: Type.Array(

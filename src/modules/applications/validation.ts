@@ -185,6 +185,13 @@ function compileSettings(schema: object, use: keyof typeof settingsCompilers): V
  */
 export const SETTINGS_SCHEMA_MAX_BYTES = 64 * 1024;
 export const SETTINGS_SCHEMA_ARRAY_MAX = 1000;
+/**
+ * An anyOf, oneOf or allOf holds at most 100 subschemas: a value is tried against every branch before
+ * the one it matches, so 16 KB of array items against 1,000 branches cost seconds per check (and a
+ * schema change checks every stored row), where an enum of the same 1,000 names costs milliseconds.
+ */
+export const SETTINGS_SCHEMA_BRANCHES_MAX = 100;
+const BRANCH_KEYWORDS = new Set(['anyOf', 'oneOf', 'allOf']);
 
 function assertSettingsSchemaSize(schema: Record<string, unknown>): void {
   const bytes = Buffer.byteLength(JSON.stringify(schema));
@@ -198,7 +205,13 @@ function assertSettingsSchemaSize(schema: Record<string, unknown>): void {
       }
       value.forEach((item, i) => walk(item, `${path}[${i}]`));
     } else if (value && typeof value === 'object') {
-      for (const [key, item] of Object.entries(value)) walk(item, path ? `${path}.${key}` : key);
+      for (const [key, item] of Object.entries(value)) {
+        const at = path ? `${path}.${key}` : key;
+        if (BRANCH_KEYWORDS.has(key) && Array.isArray(item) && item.length > SETTINGS_SCHEMA_BRANCHES_MAX) {
+          throw new ApiError('invalid_settings_schema', { details: { reason: `${at} has ${item.length} subschemas; at most ${SETTINGS_SCHEMA_BRANCHES_MAX}` } });
+        }
+        walk(item, at);
+      }
     }
   };
   walk(schema, '');

@@ -215,20 +215,20 @@ test('IV-3 / OWASP API4:2023 "unrestricted resource consumption": a wrong item o
   ]);
 });
 
-test('IV-3 / OWASP API4:2023 "unrestricted resource consumption": AppSettings overrides are at most 16 KB, and values sent beyond it are refused on their size before the settings_schema checks them (an array of 8,000 numbers against an anyOf of 1,000 names made 8 million errors, 1 GB and 7 s; 1 MB of them would exhaust the memory)', async () => {
+test('IV-3 / OWASP API4:2023 "unrestricted resource consumption": AppSettings overrides are at most 16 KB, and values sent beyond it are refused on their size before the settings_schema checks them (an array of 8,000 numbers against an anyOf of 1,000 names, the most a schema held until anyOf took 100, made 8 million errors, 1 GB and 7 s; 1 MB of them would exhaust the memory)', async () => {
   const admin = await platformKey(t);
   const user = await person(t);
   const app = await newApp(t, admin);
   await grant(t, admin, user.id, app.id);
-  const names = { anyOf: Array.from({ length: 1_000 }, (_, i) => ({ const: `name-${i}` })) };
+  const names = { anyOf: Array.from({ length: 100 }, (_, i) => ({ const: `name-${i}` })) };
   assertStatus(await call(t, 'PATCH', `/v1/applications/${app.id}`, admin, { settings_schema: { type: 'object', properties: { tags: { type: 'array', items: names } } } }), 200);
   const url = `/v1/users/me/apps/${app.id}/settings`;
-  assertStatus(await call(t, 'PATCH', url, user.token, { overrides: { tags: ['name-1', 'name-999'] } }), 200);
+  assertStatus(await call(t, 'PATCH', url, user.token, { overrides: { tags: ['name-1', 'name-99'] } }), 200);
   assert.deepEqual(assertError(await call(t, 'PATCH', url, user.token, { overrides: { tags: [1] } }), 422, 'validation_failed').details.fields, [{ path: 'overrides.tags', message: 'must be equal to constant' }], 'a value of at most 16 KB is checked against its property');
   const started = performance.now();
   const res = await call(t, 'PATCH', url, user.token, { overrides: { tags: Array.from({ length: 8_000 }, (_, i) => i) } });
   const ms = Math.round(performance.now() - started);
   assert.deepEqual(assertError(res, 422, 'validation_failed').details.fields, [{ path: 'overrides', message: 'must serialize to at most 16 KB' }]);
-  figure('IV-3', `AppSettings overrides of 39 KB against an anyOf of 1,000 names: ${ms} ms`);
-  assert.deepEqual(assertStatus(await call(t, 'GET', url, user.token), 200).overrides, { tags: ['name-1', 'name-999'] });
+  figure('IV-3', `AppSettings overrides of 39 KB against an anyOf of 100 names: ${ms} ms`);
+  assert.deepEqual(assertStatus(await call(t, 'GET', url, user.token), 200).overrides, { tags: ['name-1', 'name-99'] });
 });
