@@ -119,6 +119,66 @@ test('a checkout while an earlier one of the Tenant is paid but its event not ye
   assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'active');
 });
 
+// Stripe does not guarantee the order of its events: a paid session's checkout.session.completed can be
+// applied before its subscription's customer.subscription.created (the Tenant still `none`).
+const completedEvent = (tenantId: string, id: string) =>
+  ({ id, object: 'checkout.session', client_reference_id: tenantId, metadata: { tenant_id: tenantId }, customer: `cus_${id}`, subscription: `sub_${id}` });
+
+test('"the plan changes when the processor\'s webhook arrives": a paid checkout\'s checkout.session.completed applied before its customer.subscription.created leaves the Tenant subscribing: a new checkout is 409 subscription_exists and the session it opened is expired (the customer cannot pay twice), until the subscription\'s own event is applied', async () => {
+  const owner = await tenantOwner(t);
+  const paid = await opened(owner, 'early-1');
+  processor.checkoutSessions.get(paid)!.status = 'complete';
+  assertStatus(await deliver(t, 'checkout.session.completed', completedEvent(owner.tenantId, paid), { secret: SECRET }), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'none');
+  const refused = assertError(await checkout(owner.tenantId, owner.token, 'early-2'), 409, 'subscription_exists');
+  assert.deepEqual(refused.details, { subscription_status: 'none', plan: 'starter' });
+  const opened2 = lastSessionCreated();
+  assert.notEqual(opened2, paid);
+  assert.equal(processor.checkoutSessions.get(opened2)!.status, 'expired', 'the session opened for the refused checkout was expired');
+  assert.equal(processor.checkoutSessions.get(paid)!.status, 'complete');
+  // The subscription's own event arrives: the Tenant is subscribed (409 as for any live subscription);
+  // once it lapses, a new checkout goes through.
+  const sub = subscription({ tenantId: owner.tenantId, id: `sub_${paid}`, customer: `cus_${paid}` });
+  assertStatus(await deliver(t, 'customer.subscription.created', sub, { secret: SECRET }), 200);
+  assert.equal((await tenantRow(t, owner.tenantId)).subscription_status, 'active');
+  assertError(await checkout(owner.tenantId, owner.token, 'early-3'), 409, 'subscription_exists');
+  assertStatus(await deliver(t, 'customer.subscription.deleted', { ...sub, status: 'canceled' }, { secret: SECRET }), 200);
+  const again = await opened(owner, 'early-4');
+  assert.equal(processor.checkoutSessions.get(again)!.status, 'open');
+  assert.deepEqual(await sql(t, 'SELECT id FROM checkout_sessions WHERE id = $1', [paid]), [], 'the paid session\'s row went with its subscription\'s event');
+});
+
+test('a paid checkout\'s completion applied before its subscription\'s event, once that session\'s own expiry has passed: a new checkout is no longer refused for it (201)', async () => {
+  const owner = await tenantOwner(t);
+  const paid = await opened(owner, 'early-x1');
+  processor.checkoutSessions.get(paid)!.status = 'complete';
+  assertStatus(await deliver(t, 'checkout.session.completed', completedEvent(owner.tenantId, paid), { secret: SECRET }), 200);
+  await sql(t, 'UPDATE checkout_sessions SET expires_at = $2 WHERE id = $1', [paid, new Date(t.clock.now().getTime() - 1000)]);
+  const again = await opened(owner, 'early-x2');
+  assert.equal(processor.checkoutSessions.get(again)!.status, 'open');
+});
+
+test('checkout is allowed only when the Tenant has no subscription or a lapsed one, read again under the Tenant\'s lock: a subscription applied while the checkout opened its processor session makes it 409 subscription_exists, its session expired', async () => {
+  const owner = await tenantOwner(t);
+  const paid = await opened(owner, 'mid-1');
+  processor.checkoutSessions.get(paid)!.status = 'complete';
+  let release!: () => void;
+  processor.holds.set('/v1/checkout/sessions', new Promise<void>((resolve) => (release = resolve)));
+  const before = sessionsCreated().length;
+  const pending = checkout(owner.tenantId, owner.token, 'mid-2');
+  try {
+    await until(() => sessionsCreated().length > before);
+    assertStatus(await deliver(t, 'checkout.session.completed', completedEvent(owner.tenantId, paid), { secret: SECRET }), 200);
+    assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: `sub_${paid}`, customer: `cus_${paid}` }), { secret: SECRET }), 200);
+  } finally {
+    processor.holds.delete('/v1/checkout/sessions');
+    release();
+  }
+  const refused = assertError(await pending, 409, 'subscription_exists');
+  assert.equal(refused.details.subscription_status, 'active');
+  assert.equal(processor.checkoutSessions.get(lastSessionCreated())!.status, 'expired', 'the session opened for the refused checkout was expired');
+});
+
 test('a checkout whose checkout.session.completed was applied is not one to expire: once that subscription lapsed, a new checkout goes through (201)', async () => {
   const owner = await tenantOwner(t);
   const paid = await opened(owner, 'lapse-1');
@@ -492,7 +552,7 @@ test('a portal configuration deactivated at the processor after this process fou
 });
 
 // Lock order needs two transactions at once: only the PostgreSQL pass registers this test.
-if (storageName === 'postgres') test('checkout.session.completed takes the Tenant before the checkout session row it drops, in the order a checkout takes them (the Tenant, then its sessions), so the two at once cannot deadlock (PostgreSQL): while a checkout holds the Tenant the event waits holding no session row, then applies (200)', async () => {
+if (storageName === 'postgres') test('checkout.session.completed takes the Tenant before the checkout session row it marks completed or drops, in the order a checkout takes them (the Tenant, then its sessions), so the two at once cannot deadlock (PostgreSQL): while a checkout holds the Tenant the event waits holding no session row, then applies (200)', async () => {
   const owner = await tenantOwner(t);
   const paid = await opened(owner, 'order-1');
   const completed = { id: paid, object: 'checkout.session', client_reference_id: owner.tenantId, metadata: { tenant_id: owner.tenantId }, customer: `cus_${paid}`, subscription: `sub_${paid}` };
@@ -504,6 +564,10 @@ if (storageName === 'postgres') test('checkout.session.completed takes the Tenan
   );
   assertStatus(result, 200);
   assert.equal(probeLocked, true, 'the event waited for the Tenant without holding the session row');
-  assert.deepEqual(await sql(t, 'SELECT id FROM checkout_sessions WHERE id = $1', [paid]), [], 'the completed session is dropped');
+  // Applied before its subscription's own event (the processor's order is not guaranteed), the completion
+  // keeps the row, marked completed (the Tenant is subscribing); that event drops it.
+  assert.deepEqual(await sql(t, 'SELECT id, subscription_id, completed_at IS NOT NULL AS completed FROM checkout_sessions WHERE id = $1', [paid]), [{ id: paid, subscription_id: `sub_${paid}`, completed: true }]);
   assert.equal((await tenantRow(t, owner.tenantId)).stripe_customer_id, `cus_${paid}`);
+  assertStatus(await deliver(t, 'customer.subscription.created', subscription({ tenantId: owner.tenantId, id: `sub_${paid}`, customer: `cus_${paid}` }), { secret: SECRET }), 200);
+  assert.deepEqual(await sql(t, 'SELECT id FROM checkout_sessions WHERE id = $1', [paid]), [], 'the completed session is dropped');
 });

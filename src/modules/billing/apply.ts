@@ -6,7 +6,7 @@ import { releaseSeatLimits } from '../tenancy/seats.js';
 import { basePlan, measureUsage, planFits, type Plan } from '../tenancy/plans.js';
 import { findTenantRecord, tenantModeOf, type TenantRecord } from '../tenancy/service.js';
 import { CHECKOUT_ALLOWED } from './sessions.js';
-import { deleteCheckoutSession } from './checkout-store.js';
+import { deleteCheckoutSession, dropCompletedCheckouts, markCheckoutSessionCompleted } from './checkout-store.js';
 import { ApiError } from '../../errors.js';
 import { isStorableDateTime } from '../../http/validation.js';
 import { findTenantIdBy, insertProcessorEvent, updateLastProcessorEventCreated, updateProcessorEventOutcome, updateTenantSubscription } from './store.js';
@@ -224,9 +224,8 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
     if (!HANDLED.has(event.type)) return 'ignored';
     const where = locate(event);
     const tenant = await findEventTenant(tx, where);
-    // A completed checkout session is no longer one a later checkout expires (src/modules/billing/checkouts.ts).
-    // Dropped after the Tenant is locked: a checkout takes the Tenant, then its sessions' rows.
-    if (event.type === 'checkout.session.completed' && typeof event.data.object.id === 'string') await deleteCheckoutSession(tx, event.data.object.id);
+    // After the Tenant is locked: a checkout takes the Tenant, then its sessions' rows.
+    if (event.type === 'checkout.session.completed' && typeof event.data.object.id === 'string') await settleCompletedCheckout(tx, event.data.object.id, tenant, where, now);
     if (!tenant) {
       requestLog(deps, requestId).warn({ event_id: event.id, event_type: event.type, ...where }, 'processor event for no known Tenant');
       return 'ignored';
@@ -242,12 +241,25 @@ export async function applyProcessorEvent(deps: Deps, event: ProcessorEvent, req
       const ctx: Ctx = { deps, actor: { type: 'system' }, mode: await tenantModeOf(tx, tenant), db: tx, requestId, ip: null, userAgent: null, now };
       // Linking ids says nothing about the subscription's state, so it does not advance the order.
       await writeState(tx, ctx, tenant, next, event.type === 'checkout.session.completed' ? null : created);
+      // The subscription's own event is applied: a checkout completed for it no longer makes the Tenant subscribing.
+      if (SUBSCRIPTION_EVENTS.has(event.type) && where.subscriptionId) await dropCompletedCheckouts(tx, tenant.id, where.subscriptionId);
     } else if (confirms) {
       await updateLastProcessorEventCreated(tx, tenant.id, created);
     }
     await updateProcessorEventOutcome(tx, event.id, tenant.id, outcome);
     return outcome;
   });
+}
+
+/**
+ * A completed checkout session is no longer one a later checkout expires (src/modules/billing/checkouts.ts).
+ * Its row goes once its subscription's own event has set the Tenant's status (or it names none to wait
+ * for); else, the completion applied first (Stripe's events come in any order), it stays marked
+ * completed: the Tenant is subscribing, and a checkout meanwhile is 409 subscription_exists.
+ */
+async function settleCompletedCheckout(tx: Tx, id: string, tenant: TenantRecord | null, where: ReturnType<typeof locate>, now: Date): Promise<void> {
+  if (!tenant || !where.subscriptionId || tenant.status_subscription_id === where.subscriptionId) await deleteCheckoutSession(tx, id);
+  else await markCheckoutSessionCompleted(tx, id, where.subscriptionId, now);
 }
 
 async function writeState(tx: Tx, ctx: Ctx, tenant: TenantRecord, next: NextState, created: Date | null): Promise<void> {

@@ -52,7 +52,7 @@ export interface CheckoutSessionRow {
 /** The Tenant's payable checkout: its session not superseded and not past its expiry, if any. */
 export async function findCurrentCheckoutSession(db: Queryable, tenantId: string, now: Date): Promise<CheckoutSessionRow | null> {
   const { rows } = await db.query<CheckoutSessionRow>(
-    'SELECT id, url, expires_at FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NULL AND closed_at IS NULL AND expires_at > $2',
+    'SELECT id, url, expires_at FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NULL AND closed_at IS NULL AND completed_at IS NULL AND expires_at > $2',
     [tenantId, now],
   );
   return rows[0] ?? null;
@@ -61,7 +61,7 @@ export async function findCurrentCheckoutSession(db: Queryable, tenantId: string
 /** The Tenant's superseded sessions not yet expired at the processor (closed), oldest first. */
 export async function listSupersededCheckoutSessions(db: Queryable, tenantId: string, now: Date): Promise<string[]> {
   const { rows } = await db.query<{ id: string }>(
-    'SELECT id FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NOT NULL AND closed_at IS NULL AND expires_at > $2 ORDER BY created_at, id',
+    'SELECT id FROM checkout_sessions WHERE tenant_id = $1 AND superseded_at IS NOT NULL AND closed_at IS NULL AND completed_at IS NULL AND expires_at > $2 ORDER BY created_at, id',
     [tenantId, now],
   );
   return rows.map((r) => r.id);
@@ -72,7 +72,27 @@ export async function closeCheckoutSession(db: Queryable, id: string, now: Date)
   await db.query('UPDATE checkout_sessions SET closed_at = $2 WHERE id = $1', [id, now]);
 }
 
-/** Drops a session: its completion applied. */
+/** Drops a session: its completion applied, with nothing left to wait for. */
 export async function deleteCheckoutSession(db: Queryable, id: string): Promise<void> {
   await db.query('DELETE FROM checkout_sessions WHERE id = $1', [id]);
+}
+
+/**
+ * Marks a session completed, its subscription's own event not applied yet (the processor's events come
+ * in any order): the Tenant is subscribing, and its checkouts are refused (findSubscribingCheckout)
+ * until that subscription's event drops it (dropCompletedCheckouts) or its own expiry has passed.
+ */
+export async function markCheckoutSessionCompleted(db: Queryable, id: string, subscriptionId: string, now: Date): Promise<void> {
+  await db.query('UPDATE checkout_sessions SET completed_at = $3, subscription_id = $2 WHERE id = $1', [id, subscriptionId, now]);
+}
+
+/** Whether the Tenant has a session completed whose subscription's own event is not applied yet, within its expiry. */
+export async function findSubscribingCheckout(db: Queryable, tenantId: string, now: Date): Promise<boolean> {
+  const { rows } = await db.query('SELECT 1 FROM checkout_sessions WHERE tenant_id = $1 AND completed_at IS NOT NULL AND expires_at > $2 LIMIT 1', [tenantId, now]);
+  return rows.length > 0;
+}
+
+/** Drops the Tenant's completed sessions of a subscription: an event of that subscription was applied. */
+export async function dropCompletedCheckouts(db: Queryable, tenantId: string, subscriptionId: string): Promise<void> {
+  await db.query('DELETE FROM checkout_sessions WHERE tenant_id = $1 AND subscription_id = $2 AND completed_at IS NOT NULL', [tenantId, subscriptionId]);
 }

@@ -4,11 +4,17 @@ import type { Queryable } from '../../db/types.js';
 import { ApiError } from '../../errors.js';
 import { callProcessor, Stripe } from './processor.js';
 import type { HostedSession } from './schemas.js';
-import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
+import { assertTenantWritable, findTenantRecord, tenantFor } from '../tenancy/service.js';
 import {
-  closeCheckoutSession, findCurrentCheckoutSession, listSupersededCheckoutSessions, lockOwningOrganization, lockTenantCheckouts, recordCheckoutSession,
+  closeCheckoutSession, findCurrentCheckoutSession, findSubscribingCheckout, listSupersededCheckoutSessions, lockOwningOrganization, lockTenantCheckouts, recordCheckoutSession,
   recordClosedCheckoutSession, type CheckoutSessionRow,
 } from './checkout-store.js';
+
+/** A Tenant may start a checkout only without a live subscription (none, or a lapsed one). */
+export const CHECKOUT_ALLOWED = new Set(['none', 'canceled', 'incomplete_expired', 'unpaid']);
+
+/** The refusal of a checkout while an earlier one of the Tenant is paid and its subscription not applied yet. */
+const SUBSCRIBING = "An earlier checkout of this Tenant was paid; its subscription applies when the processor's event arrives.";
 
 /** What a checkout's answers name of its Tenant. */
 type CheckoutTenant = { id: string; plan: string; subscription_status: string };
@@ -30,10 +36,24 @@ export async function lockForCheckout(tx: Queryable, ctx: Ctx, tenantId: string)
   await tenantFor(ctx, tenantId, ['owner'], tx);
   await lockTenantCheckouts(tx, tenantId);
   await assertTenantWritable(tx, tenantId);
+  await assertNotSubscribed(tx, tenantId, ctx.now);
+}
+
+/**
+ * Checkout is allowed only without a live subscription, read again under the Tenant's lock (a
+ * subscription's event applied while the checkout was under way locks it too), and not while the
+ * Tenant is subscribing: an earlier session's completion applied before its subscription's own event
+ * (Stripe's events come in any order), within that session's expiry. Both are 409 subscription_exists.
+ */
+async function assertNotSubscribed(tx: Queryable, tenantId: string, now: Date): Promise<void> {
+  const tenant = await findTenantRecord(tx, tenantId);
+  if (!tenant) throw new ApiError('tenant_not_found');
+  if (!CHECKOUT_ALLOWED.has(tenant.subscription_status)) throw subscriptionExists(tenant);
+  if (await findSubscribingCheckout(tx, tenantId, now)) throw subscriptionExists(tenant, SUBSCRIBING);
 }
 
 /** Whether `err` is lockForCheckout's refusal (not a failure of the Tenant's checkouts). */
-const refusedUnderLock = (err: unknown) => err instanceof ApiError && ['tenant_not_found', 'forbidden', 'service_unavailable'].includes(err.code);
+const refusedUnderLock = (err: unknown) => err instanceof ApiError && ['tenant_not_found', 'forbidden', 'service_unavailable', 'subscription_exists'].includes(err.code);
 
 /**
  * One payable checkout per Tenant (docs/decisions.md): records the processor session just opened,
@@ -60,7 +80,7 @@ export async function supersedeEarlierCheckouts(
       await recordCheckoutSession(tx, tenant.id, own, ctx.now);
     })
     .catch(async (err: unknown) => {
-      // Refused now (the right or the Tenant moved while the session was opened): it is not left payable,
+      // Refused now (the right, the Tenant or its subscription moved while the session was opened): it is not left payable,
       // nor recorded as payable by a retry that gets it back (a 503 releases the Idempotency-Key).
       if (refusedUnderLock(err) && !(await expireUnlessPaid(stripe, log, session.id))) await recordClosedCheckoutSession(db, tenant.id, own, ctx.now);
       throw err;
@@ -74,7 +94,7 @@ export async function supersedeEarlierCheckouts(
     // until its completion is applied (a checkout after this one is refused too); this one's is closed.
     await expireUnlessPaid(stripe, log, session.id);
     await closeCheckoutSession(db, session.id, ctx.now);
-    throw subscriptionExists(tenant, "An earlier checkout of this Tenant was paid; its subscription applies when the processor's event arrives.");
+    throw subscriptionExists(tenant, SUBSCRIBING);
   }
   return payableCheckout(db, ctx.now, tenant, own);
 }

@@ -7,13 +7,12 @@ import { addSeconds } from '../../clock.js';
 import { parseUrlAsSent } from '../../http/validation.js';
 import { assertTenantWritable, tenantFor } from '../tenancy/service.js';
 import { callProcessor, processorClient, Stripe } from './processor.js';
-import { lockForCheckout, subscriptionExists, supersedeEarlierCheckouts } from './checkouts.js';
+import { CHECKOUT_ALLOWED, lockForCheckout, subscriptionExists, supersedeEarlierCheckouts } from './checkouts.js';
 import { createSimulatedSession } from './simulator-store.js';
 import { findUserEmail } from './store.js';
 import type { CheckoutBody, HostedSession, PortalBody } from './schemas.js';
 
-/** A Tenant may start a checkout only without a live subscription (none, or a lapsed one). */
-export const CHECKOUT_ALLOWED = new Set(['none', 'canceled', 'incomplete_expired', 'unpaid']);
+export { CHECKOUT_ALLOWED };
 /** Stripe portal sessions carry no expiry; they are short-lived, so we promise five minutes. */
 const PORTAL_SESSION_SECONDS = 300;
 
