@@ -6,8 +6,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { storageName, type TestApp } from '../helpers/app.js';
-import { commitWhileWaiting, probeWhileHeld } from '../helpers/locks.js';
-import { assertError, assertStatus, buildApp, call, caller, seedOrganization, seedTenant, sql, type Caller } from '../tenancy/support.js';
+import { blockedBy, client, commitWhileWaiting, probeWhileHeld } from '../helpers/locks.js';
+import { assertError, assertStatus, buildApp, call, caller, seedOrganization, seedTenant, sql, tenantOwner, tenantRow, type Caller } from '../tenancy/support.js';
 import { startFakeProcessor, type FakeProcessor } from './support.js';
 
 let sim: TestApp;
@@ -99,6 +99,33 @@ if (storageName === 'postgres') {
       }
     });
   }
+
+  test('"the plan changes when the processor\'s webhook arrives": a simulated checkout paid, its subscription\'s event not applied yet, leaves the Tenant subscribing: a new simulated checkout is 409 subscription_exists and opens no session (the customer cannot pay twice)', async () => {
+    const owner = await tenantOwner(sim);
+    const path = new URL(assertStatus(await checkout(sim, owner.tenantId, owner, 'paying-1'), 201).url).pathname;
+    const [holder, watcher] = [await client(sim), await client(sim)];
+    try {
+      // The simulator's events wait to be recorded (the session is already paid): the window between
+      // "Pay and subscribe" and the subscription's event applied.
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE processor_events IN EXCLUSIVE MODE');
+      const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      const paying = sim.app.inject({ method: 'POST', url: `${path}/complete`, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: '' });
+      await blockedBy(watcher, rows[0].pid, 'the simulated payment');
+      assert.equal((await tenantRow(sim, owner.tenantId)).subscription_status, 'none');
+      const res = await checkout(sim, owner.tenantId, owner, 'paying-2');
+      await holder.query('COMMIT');
+      assert.equal((await paying).statusCode, 303);
+      assertError(res, 409, 'subscription_exists');
+      const open = await sql(sim, `SELECT id FROM billing_simulator_sessions WHERE tenant_id = $1 AND kind = 'checkout' AND status = 'open' AND expires_at > $2`, [owner.tenantId, sim.clock.now()]);
+      assert.deepEqual(open, [], 'no payable simulated session');
+      assert.equal((await tenantRow(sim, owner.tenantId)).subscription_status, 'active');
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      await holder.end();
+      await watcher.end();
+    }
+  });
 
   for (const change of ['demoted', 'removed'] as const) {
     test(`an org_admin ${change} while their simulated checkout waited for the Tenant gets 404 tenant_not_found: no session, and the staying admin's checkout stays payable`, async () => {

@@ -78,6 +78,25 @@ export async function finishSimSession(db: Queryable, id: string, status: 'compl
 }
 
 /**
+ * Pays an open simulated checkout (finishSimSession) and records it as a processor checkout completed
+ * before its subscription's event is applied (checkout_sessions, as src/modules/billing/apply.ts marks
+ * one): the Tenant is subscribing, and its checkouts are 409 until that subscription's event drops the
+ * row. Locks the Tenant first, the order a checkout takes them in.
+ */
+export async function completeSimCheckout(tx: Queryable, id: string, subscriptionId: string, now: Date): Promise<SimSessionRow | null> {
+  const { rows } = await tx.query<{ tenant_id: string }>(`SELECT tenant_id FROM billing_simulator_sessions WHERE id = $1 AND kind = 'checkout'`, [id]);
+  if (!rows[0]) return null;
+  await lockTenantCheckouts(tx, rows[0].tenant_id);
+  const session = await finishSimSession(tx, id, 'completed', now);
+  if (!session) return null;
+  await tx.query(
+    'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at, completed_at, subscription_id) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING',
+    [session.id, session.tenant_id, session.created_at, session.expires_at, now, subscriptionId],
+  );
+  return session;
+}
+
+/**
  * A checkout already closed with this status, while it is unexpired: a second "Pay and subscribe" or
  * "Cancel" (a double click, back and resubmit) lands where the first one did, and applies nothing.
  */

@@ -8,7 +8,7 @@ import { findTenantRecord, type TenantRecord } from '../tenancy/service.js';
 import { Stripe } from './processor.js';
 import { receiveProcessorEvent } from './events.js';
 import type { EventOutcome } from './apply.js';
-import { findFinishedSimCheckout, findOpenSimSession, finishSimSession, simId, type SimSessionRow } from './simulator-store.js';
+import { completeSimCheckout, findFinishedSimCheckout, findOpenSimSession, finishSimSession, simId, type SimSessionRow } from './simulator-store.js';
 
 export const PORTAL_ACTIONS = ['cancel_at_period_end', 'resume', 'cancel_now', 'payment_failed', 'payment_succeeded'] as const;
 export type PortalAction = (typeof PORTAL_ACTIONS)[number];
@@ -67,13 +67,14 @@ function currentSubscription(tenant: TenantRecord, now: Date): SimSubscription {
 export async function completeSimulatedCheckout(deps: Deps, id: string, requestId: string | null): Promise<string | null> {
   const db = deps.database.scoped('system');
   const now = deps.clock.now();
-  const session = await finishSimSession(db, id, 'completed', now);
+  const subscription = simId('sub');
+  // Paid and recorded as subscribing at once: a checkout before the subscription's event is applied is 409.
+  const session = await db.transaction((tx) => completeSimCheckout(tx, id, subscription, now));
   // Paid already (a double click, back and resubmit): where the first click went, nothing applied again.
   if (!session) return (await findFinishedSimCheckout(db, id, 'completed', now))?.success_url ?? null;
   const tenant = await findTenantRecord(db, session.tenant_id);
   if (!tenant) return null;
   const customer = tenant.stripe_customer_id ?? simId('cus');
-  const subscription = simId('sub');
   const sub = { id: subscription, customer, tenantId: tenant.id, plan: session.plan ?? 'team', status: 'active', start: now, end: addSeconds(now, PERIOD_SECONDS), cancelAtPeriodEnd: false };
   await deliverSimulatedEvent(deps, 'customer.subscription.created', subscriptionObject(sub), requestId);
   await deliverSimulatedEvent(
