@@ -46,17 +46,36 @@ export interface PathRow {
 
 /**
  * The member decision of an organization-wide grant `e` for member `m`: excluded by the grant's
- * member_scope, seat_limit when the grant reached the member beyond a Starter Tenant's seat cap
- * (org_seat_limits), else included.
+ * member_scope (`named`: SQL condition, the grant's member_overrides name the member), seat_limit when
+ * the grant reached the member beyond a Starter Tenant's seat cap (org_seat_limits), else included.
+ * The one definition behind MEMBER_DECISION_SQL and its set-wise form, memberDecisionAmongSql.
  */
-export const MEMBER_DECISION_SQL = `CASE
-    WHEN e.member_scope = 'allowlist' AND NOT (m.user_id = ANY(COALESCE(e.member_overrides, '{}'))) THEN 'excluded'
-    WHEN e.member_scope = 'denylist' AND m.user_id = ANY(COALESCE(e.member_overrides, '{}')) THEN 'excluded'
+const memberDecision = (named: string) => `CASE
+    WHEN e.member_scope = 'allowlist' AND NOT (${named}) THEN 'excluded'
+    WHEN e.member_scope = 'denylist' AND ${named} THEN 'excluded'
     WHEN EXISTS (SELECT 1 FROM org_seat_limits l WHERE l.entitlement_id = e.id AND l.user_id = m.user_id) THEN 'seat_limit'
     ELSE 'included' END`;
 
+/** The member decision of grant `e` for member `m`, for a few members (each compared with the grant's member_overrides). */
+export const MEMBER_DECISION_SQL = memberDecision(`m.user_id = ANY(COALESCE(e.member_overrides, '{}'))`);
+
+/**
+ * The same member decision, set-wise, for statements that decide every member of a grant (included
+ * counts, seat holders): whether the overrides name (grant `e`, member `m`) is read from one hash of
+ * the pairs of the grants `grants` (SQL: a relation with their id and member_overrides, e.g. a CTE,
+ * or `(SELECT e.id, e.member_overrides)` for one grant `e` of an outer query; it must hold every grant
+ * `e` the statement decides, or their overrides name no one): members + overrides,
+ * where the per-member `= ANY` compares every member with every override. A NULL member_overrides
+ * names no one (as COALESCE does above); a user listed twice is named once.
+ */
+export const memberDecisionAmongSql = (grants: string) =>
+  memberDecision(`(e.id, m.user_id) IN (SELECT g.id, o.user_id FROM ${grants} g CROSS JOIN unnest(g.member_overrides) o(user_id))`);
+
 /** SQL condition: member `m` (an active member of the Organization) is included by its grant `e`: an access path. */
 export const INCLUDED_MEMBER_SQL = `m.membership_status = 'active' AND ${MEMBER_DECISION_SQL} = 'included'`;
+
+/** INCLUDED_MEMBER_SQL set-wise (memberDecisionAmongSql): `e` one of the grants `grants`. */
+export const includedMemberAmongSql = (grants: string) => `m.membership_status = 'active' AND ${memberDecisionAmongSql(grants)} = 'included'`;
 
 // The users with an access path to the Application `app`, read from its Entitlements (by their
 // application index): the users of its personal rows in any status, and the active members that its

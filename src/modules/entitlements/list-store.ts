@@ -1,6 +1,6 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
 import { conditions, selectPage } from '../../db/page.js';
-import { INCLUDED_MEMBER_SQL, MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { includedMemberAmongSql, MEMBER_DECISION_SQL } from '../../access/resolve.js';
 import { OWNED_APPLICATIONS_SQL } from '../../access/ownership.js';
 import { ENT_COLUMNS, type EntitlementRow } from './store.js';
 import type { EntitlementQuery, UserEntitlementQuery } from './schemas.js';
@@ -14,9 +14,9 @@ export interface ListFilter {
 const inactiveFilter = (q: { status?: string; include_inactive?: boolean }) =>
   q.status || q.include_inactive ? null : `e.status IN ('active', 'disabled')`;
 
-/** Members an organization-wide grant `e` includes (neither excluded by its scope nor over the seat cap). */
+/** Members an organization-wide grant `e` includes (neither excluded by its scope nor over the seat cap), decided set-wise. */
 const INCLUDED_COUNT_SQL = `SELECT count(*)::int FROM organization_members m
-  WHERE m.organization_id = e.organization_id AND ${INCLUDED_MEMBER_SQL}`;
+  WHERE m.organization_id = e.organization_id AND ${includedMemberAmongSql('(SELECT e.id, e.member_overrides)')}`;
 
 export async function includedMemberCount(db: Queryable, entitlementId: string): Promise<number> {
   const { rows } = await db.query<{ n: number }>(`SELECT (${INCLUDED_COUNT_SQL}) AS n FROM entitlements e WHERE e.id = $1`, [entitlementId]);

@@ -1,10 +1,14 @@
 import type { Queryable } from '../../db/types.js';
-import { INCLUDED_MEMBER_SQL, MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { includedMemberAmongSql, MEMBER_DECISION_SQL } from '../../access/resolve.js';
+
+/** The live organization-wide grants to the Applications `applications` (an SQL condition on `a`). */
+const liveOrgGrants = (applications: string) => `(SELECT e.id, e.member_overrides FROM entitlements e JOIN applications a ON a.id = e.application_id
+   WHERE ${applications} AND e.organization_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2))`;
 
 /**
  * Seats of a Tenant: distinct users reached by a live grant (status active, scheduled included: the seat is reserved when the grant is made; not ended) to any
  * of its Applications — personal rows, and members an organization-wide grant includes (a member
- * marked seat_limit is not a seat).
+ * marked seat_limit is not a seat), decided set-wise (one hash of the grants' member_overrides).
  */
 const seatHoldersOf = (applications: string) => `
   SELECT e.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
@@ -13,7 +17,7 @@ const seatHoldersOf = (applications: string) => `
   SELECT m.user_id FROM entitlements e JOIN applications a ON a.id = e.application_id
     JOIN organization_members m ON m.organization_id = e.organization_id
    WHERE ${applications} AND e.organization_id IS NOT NULL AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
-     AND ${INCLUDED_MEMBER_SQL}`;
+     AND ${includedMemberAmongSql(liveOrgGrants(applications))}`;
 export const SEAT_HOLDERS_SQL = seatHoldersOf('a.tenant_id = $1');
 
 export async function countSeats(db: Queryable, tenantId: string, now: Date): Promise<number> {
