@@ -1,5 +1,5 @@
 import type { Queryable } from '../../db/types.js';
-import { includedMemberAmongSql, MEMBER_DECISION_SQL } from '../../access/resolve.js';
+import { includedMemberAmongSql, memberDecisionAmongSql } from '../../access/resolve.js';
 
 /** The live organization-wide grants to the Applications `applications` (an SQL condition on `a`). */
 const liveOrgGrants = (applications: string) => `(SELECT e.id, e.member_overrides FROM entitlements e JOIN applications a ON a.id = e.application_id
@@ -70,14 +70,14 @@ export async function listSeatLimitMarks(db: Queryable, tenantId: string): Promi
 
 /**
  * The marked users among `userIds` whom releasing their marks would make seats, with the Applications
- * of those grants: a marked grant that is live and whose scope includes them.
+ * of those grants: a marked grant that is live and whose scope includes them (decided set-wise).
  */
 export async function listSeatedByRelease(db: Queryable, tenantId: string, userIds: string[], now: Date): Promise<Map<string, string[]>> {
   const { rows } = await db.query<{ user_id: string; application_id: string }>(
     `SELECT DISTINCT l.user_id, e.application_id FROM org_seat_limits l JOIN entitlements e ON e.id = l.entitlement_id JOIN applications a ON a.id = e.application_id
        JOIN organization_members m ON m.organization_id = e.organization_id AND m.user_id = l.user_id AND m.membership_status = 'active'
       WHERE a.tenant_id = $1 AND l.user_id = ANY($3::text[]) AND e.status = 'active' AND (e.ends_at IS NULL OR e.ends_at > $2)
-        AND ${MEMBER_DECISION_SQL} <> 'excluded'`,
+        AND ${memberDecisionAmongSql(liveOrgGrants('a.tenant_id = $1'))} <> 'excluded'`,
     [tenantId, now, userIds],
   );
   const out = new Map<string, string[]>();
