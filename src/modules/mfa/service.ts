@@ -10,7 +10,7 @@ import { unauthenticated } from '../../auth/credentials.js';
 import { enqueueMail } from '../../mail/outbox.js';
 import { latestAcceptedStep, newRecoveryCodes, newTotpSecret, sealTotpSecret, totpContext, totpSecretOf, totpUri, verifyTotp } from '../../auth/totp.js';
 import { resolveUserId } from '../users/service.js';
-import { assertMayChangeAccount, targetUser } from '../users/access.js';
+import { assertMayChangeAccount, holdAccountRight, targetUser } from '../users/access.js';
 import { findUserById, holdUserAddress } from '../users/store.js';
 import { claimAttempt, findPasswordIdentity, releaseAttempt, tooManyAttempts, type PasswordIdentity } from '../auth/identities.js';
 import { hashRecoveryCode, withPasswordWork } from '../../auth/passwords.js';
@@ -159,12 +159,14 @@ export async function resetTotp(ctx: Ctx, idParam: string): Promise<void> {
   const user = await findUserById(ctx.db, userId);
   // An erased user's tombstone is 404 like every other path about them (docs/decisions.md "Erasure").
   if (!user || user.erased_at) throw new ApiError('user_not_found');
-  await assertMayChangeAccount(ctx, userId);
+  const rightMayMove = await assertMayChangeAccount(ctx, userId);
   const identity = await findPasswordIdentity(ctx.db, userId);
   if (!identity?.totp_confirmed_at && !identity?.totp_pending_secret) return;
   await ctx.db.transaction(async (tx) => {
     // The account as it is now, held before its challenges and identity: a delete or an admin email
-    // change that committed since the read above decides whether and where the notice goes.
+    // change that committed since the read above decides whether and where the notice goes, and a
+    // platform Role assigned meanwhile whether the caller may reset it at all.
+    await holdAccountRight(tx, ctx, userId, rightMayMove);
     const account = await holdUserAddress(tx, userId);
     // Locked and read again: a reset or disable that committed since the read has its own audit row and
     // notice, and an enrollment confirmed since is a TOTP that protected the account. Pending MFA

@@ -4,7 +4,7 @@ import { ApiError, invalidField } from '../../errors.js';
 import { recordAudit } from '../../audit/record.js';
 import { applyPatch } from '../../http/patch.js';
 import type { Queryable } from '../../db/types.js';
-import { targetUser } from '../users/access.js';
+import { holdAccountRight, targetUser } from '../users/access.js';
 import { PROFILE_READ_ONLY, type PatchProfileBody, type Profile } from './schemas.js';
 import { assertNoReadOnlyFields } from '../../http/patch.js';
 import { parseUrlAsSent } from '../../http/validation.js';
@@ -56,7 +56,7 @@ export async function getProfile(ctx: Ctx, idParam: string): Promise<Profile> {
  * Profile mirrors it). Self edits write no audit event; an admin's edit writes profile.updated.
  */
 export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfileBody): Promise<Profile> {
-  const { user, self } = await targetUser(ctx, idParam, 'write');
+  const { user, self, rightMayMove } = await targetUser(ctx, idParam, 'write');
   assertNoReadOnlyFields(body, PROFILE_READ_ONLY);
   if (body.avatar_url) {
     // Other users and Applications load it: no userinfo, not even an empty one (`https://@host/`, which
@@ -68,6 +68,8 @@ export async function patchProfile(ctx: Ctx, idParam: string, body: PatchProfile
   }
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
+    // The user before the Profile, as the erasure cascade takes them.
+    await holdAccountRight(tx, ctx, user.id, rightMayMove);
     // Locked before it is read: a concurrent PATCH's fields are kept (only fields sent change).
     await lockProfile(tx, user.id);
     const before = await loadProfile(tx, user.id);

@@ -119,8 +119,10 @@ export async function assignRole(ctx: Ctx, idParam: string, roleId: string): Pro
     const present = await lockRoleKeyShare(tx, role.id);
     if (present !== 1) throw new ApiError('role_not_found');
     // The user as they are now: a soft delete or the test purge that committed since the user was read
-    // left no one to assign to (gone: a foreign-key violation, 500).
-    if (!(await holdLiveUser(tx, user.id))) throw new ApiError('user_not_found');
+    // left no one to assign to (gone: a foreign-key violation, 500). A platform Role's holds them FOR
+    // UPDATE: a write to their account under way (holdAccountRight) commits first, or reads the
+    // caller's right to it after this assignment commits.
+    if (!(await holdLiveUser(tx, user.id, !applicationId))) throw new ApiError('user_not_found');
     // Held already: 200 with the assignment as it is. A DELETE of it that commits between the
     // conflict and the read leaves nothing to read: the user holds the Role no more, so insert again.
     for (;;) {

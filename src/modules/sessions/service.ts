@@ -3,7 +3,7 @@ import { inTx } from '../../context.js';
 import { recordAudit } from '../../audit/record.js';
 import { ApiError } from '../../errors.js';
 import { keyset, toPage, type PageParams } from '../../http/pagination.js';
-import { targetUser } from '../users/access.js';
+import { holdAccountRight, targetUser } from '../users/access.js';
 import { listActiveSessions, revokeSessions } from './store.js';
 import type { LogoutBody } from './schemas.js';
 
@@ -29,8 +29,9 @@ export async function listSessions(ctx: Ctx, idParam: string, page: PageParams) 
  * logout, is not (docs/decisions.md "Audit actions beyond the spec's tables").
  */
 export async function revokeSession(ctx: Ctx, idParam: string, sessionId: string): Promise<void> {
-  const { user, self } = await targetUser(ctx, idParam, 'write');
+  const { user, self, rightMayMove } = await targetUser(ctx, idParam, 'write');
   await ctx.db.transaction(async (tx) => {
+    await holdAccountRight(tx, ctx, user.id, rightMayMove);
     const revoked = await revokeSessions(tx, { userId: user.id, sessionId }, ctx.now);
     if (revoked.length === 0) throw new ApiError('session_not_found');
     if (!self) await recordAudit(tx, inTx(ctx, tx), { action: 'session.revoked', target: { type: 'session', id: sessionId }, targetUserId: user.id });

@@ -5,7 +5,7 @@ import { ApiError, MAX_FIELD_ERRORS, invalidField, validationFailed } from '../.
 import { recordAudit } from '../../audit/record.js';
 import { mergeCustom } from '../../http/patch.js';
 import type { Queryable } from '../../db/types.js';
-import { targetUser } from '../users/access.js';
+import { holdAccountRight, targetUser } from '../users/access.js';
 import { recognizedLocale } from '../profiles/service.js';
 import { authorizeAppUserData, CUSTOM_MAX_BYTES, lockUserForAppData } from '../app-access/app-profiles.js';
 import { settingsValueErrors, staleOverrideKeys } from '../applications/validation.js';
@@ -49,11 +49,13 @@ export async function getSettings(ctx: Ctx, idParam: string): Promise<Settings> 
  * anyone else's writes settings.updated.
  */
 export async function patchSettings(ctx: Ctx, idParam: string, body: PatchSettingsBody): Promise<Settings> {
-  const { user, self } = await targetUser(ctx, idParam, 'write');
+  const { user, self, rightMayMove } = await targetUser(ctx, idParam, 'write');
   assertNoReadOnlyFields(body, SETTINGS_READ_ONLY);
   const timezone = body.timezone !== undefined ? recognizedTimeZone(body.timezone) : undefined;
   const locale = body.locale !== undefined ? recognizedLocale(body.locale) : undefined;
   return ctx.db.transaction(async (tx) => {
+    // The user before the Profile, as the erasure cascade takes them.
+    await holdAccountRight(tx, ctx, user.id, rightMayMove);
     // The Profile first, as a Profile PATCH locks it before it writes the locale here: a locale change
     // is the Profile's too (its updated_at moves), and one order of locks never deadlocks.
     // The Profile is gone only once the erasure cascade has run (it keeps the global Settings): a write

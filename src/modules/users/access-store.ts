@@ -12,12 +12,18 @@ export async function holdsRole(db: Queryable, userId: string, roleId: string): 
   return (await db.query('SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $2', [userId, roleId])).rowCount > 0;
 }
 
-/** The platform permissions the user holds through their platform Roles, sorted. */
-export async function platformPermissionsOf(db: Queryable, userId: string): Promise<string[]> {
-  const { rows } = await db.query<{ p: string }>(
-    `SELECT DISTINCT p FROM role_assignments ra JOIN roles r ON r.id = ra.role_id AND r.scope = 'platform'
-       CROSS JOIN LATERAL unnest(r.permissions) AS p WHERE ra.user_id = $1 ORDER BY p`,
-    [userId],
+/**
+ * What decides whether a caller may change the user's account, in one round trip: whether the user and
+ * the caller (null: an API key) hold Role `superadmin`, and the platform permissions the user holds
+ * through their platform Roles, sorted.
+ */
+export async function accountRights(db: Queryable, userId: string, callerId: string | null, superadmin: string): Promise<{ target_super: boolean; caller_super: boolean; permissions: string[] }> {
+  const { rows } = await db.query<{ target_super: boolean; caller_super: boolean; permissions: string[] }>(
+    `SELECT EXISTS (SELECT 1 FROM role_assignments WHERE user_id = $1 AND role_id = $3) AS target_super,
+            EXISTS (SELECT 1 FROM role_assignments WHERE user_id = $2 AND role_id = $3) AS caller_super,
+            ARRAY(SELECT DISTINCT p FROM role_assignments ra JOIN roles r ON r.id = ra.role_id AND r.scope = 'platform'
+                    CROSS JOIN LATERAL unnest(r.permissions) AS p WHERE ra.user_id = $1 ORDER BY p) AS permissions`,
+    [userId, callerId, superadmin],
   );
-  return rows.map((r) => r.p);
+  return rows[0];
 }

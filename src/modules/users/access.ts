@@ -1,10 +1,10 @@
 import type { Ctx } from '../../context.js';
-import { hasPermission } from '../../context.js';
+import { hasPermission, inTx } from '../../context.js';
 import { ApiError } from '../../errors.js';
-import { findUserById, lockUser, type UserRow } from './store.js';
+import { findUserById, holdUser, lockUser, type UserRow } from './store.js';
 import { resolveUserId, SUPERADMIN_ROLE_ID } from './service.js';
-import type { Queryable } from '../../db/types.js';
-import { findAccessPath, holdsRole, platformPermissionsOf } from './access-store.js';
+import type { Queryable, Tx } from '../../db/types.js';
+import { accountRights, findAccessPath, holdsRole } from './access-store.js';
 
 /** App-confined: an app-scoped key acts only on its own Application (Part A Authentication 4). */
 export const confinedApp = (ctx: Ctx): string | null =>
@@ -24,14 +24,15 @@ export type Need = 'read' | 'write';
  * Resolves {id} for a user-targeted operation and checks the caller: self, users.manage, or (for
  * reads) users.list — platform-wide, or app-confined to users with an access path to the key's
  * Application. Anyone else learns nothing: 404 user_not_found. Soft-deleted users are visible only
- * to users.manage.
+ * to users.manage. rightMayMove: a write about another user whose caller's right to it must be read
+ * again under the user's lock (holdAccountRight).
  */
 export async function targetUser(
   ctx: Ctx,
   idParam: string,
   need: Need,
   opts: { allowSelf?: boolean; readers?: string[]; ownKeyApp?: string; readOnly?: boolean } = {},
-): Promise<{ user: UserRow; self: boolean }> {
+): Promise<{ user: UserRow; self: boolean; rightMayMove: boolean }> {
   const id = resolveUserId(ctx, idParam);
   const self = ctx.actor.type === 'user' && ctx.actor.userId === id;
   const manage = hasPermission(ctx.actor, 'users.manage') && !confinedApp(ctx);
@@ -52,8 +53,8 @@ export async function targetUser(
     throw new ApiError('forbidden', { details: { required_permission: 'users.manage' } });
   }
   // readOnly: a read that needs users.manage (Settings, the sessions list) changes nothing about a superadmin.
-  if (need === 'write' && !self && !opts.readOnly) await assertMayChangeAccount(ctx, id);
-  return { user, self };
+  const rightMayMove = need === 'write' && !self && !opts.readOnly && (await assertMayChangeAccount(ctx, id));
+  return { user, self, rightMayMove };
 }
 
 /**
@@ -64,6 +65,16 @@ export async function targetUser(
 export async function lockTargetUser(tx: Queryable, id: string): Promise<UserRow> {
   const user = await lockUser(tx, id);
   if (!user || user.erased_at) throw new ApiError('user_not_found');
+  return user;
+}
+
+/**
+ * lockTargetUser for a write to the user's account, the caller's right read again under the lock
+ * (holdAccountRight) when it may have moved.
+ */
+export async function lockAccount(tx: Tx, ctx: Ctx, id: string, rightMayMove: boolean): Promise<UserRow> {
+  const user = await lockTargetUser(tx, id);
+  await holdAccountRight(tx, ctx, id, rightMayMove);
   return user;
 }
 
@@ -78,13 +89,32 @@ export async function holdsSuperadmin(db: Queryable, userId: string): Promise<bo
  * the TOTP takes the account over, every permission with it, and Part B assigns a platform Role only
  * to a caller holding every permission it grants. A superadmin's needs a superadmin (superadmin is
  * assigned only by one; API keys are none); anyone else gets 403 forbidden naming what is missing.
+ * Returns whether the right may move before the write commits (the caller is no superadmin, and the
+ * user may be given a Role meanwhile): holdAccountRight reads it again then.
  */
-export async function assertMayChangeAccount(ctx: Ctx, userId: string): Promise<void> {
-  if (await holdsSuperadmin(ctx.db, userId)) {
-    if (ctx.actor.type === 'user' && (await holdsSuperadmin(ctx.db, ctx.actor.userId))) return;
+export async function assertMayChangeAccount(ctx: Ctx, userId: string): Promise<boolean> {
+  const callerId = ctx.actor.type === 'user' ? ctx.actor.userId : null;
+  const rights = await accountRights(ctx.db, userId, callerId, SUPERADMIN_ROLE_ID);
+  // A superadmin's right holds whatever the user is given meanwhile: no need to read it again.
+  if (rights.caller_super) return false;
+  if (rights.target_super) {
     throw new ApiError('forbidden', { message: "Only a superadmin may change another superadmin's account.", details: { required_role: 'superadmin' } });
   }
-  const missing = (await platformPermissionsOf(ctx.db, userId)).filter((p) => !hasPermission(ctx.actor, p));
-  if (missing.length === 0) return;
+  const missing = rights.permissions.filter((p) => !hasPermission(ctx.actor, p));
+  if (missing.length === 0) return true;
   throw new ApiError('forbidden', { message: "Only a caller holding every platform permission of this user may change their account.", details: { required_permissions: missing } });
+}
+
+/**
+ * The caller's right to change the user's account, read again in the write's transaction (first, or
+ * right after the user's own lock) when it may have moved (`rightMayMove`, from targetUser or
+ * assertMayChangeAccount): holding the user FOR KEY SHARE, which a platform Role's assignment (the
+ * user FOR UPDATE) waits for, so an assignment that committed while the write waited is seen, and the
+ * answer is the one the caller would have got had it committed first (403 forbidden, nothing written).
+ * Self-service and superadmin callers read nothing.
+ */
+export async function holdAccountRight(tx: Tx, ctx: Ctx, userId: string, rightMayMove: boolean): Promise<void> {
+  if (!rightMayMove) return;
+  await holdUser(tx, userId);
+  await assertMayChangeAccount(inTx(ctx, tx), userId);
 }

@@ -10,7 +10,7 @@ import { findUserById, lockUser, toUser, type UserRow } from './store.js';
 import { eraseUser } from './erase-user.js';
 import { lockOrganization } from '../../access/locks.js';
 import { actorRef } from './service.js';
-import { lockTargetUser, targetUser } from './access.js';
+import { holdAccountRight, lockAccount, targetUser } from './access.js';
 import { softDeleteUserRow } from './status.js';
 import type { ErasureRequest } from './schemas.js';
 import { toAuditEvent } from '../audit/store.js';
@@ -27,11 +27,12 @@ const isoText = (v: string | null) => (v === null ? null : new Date(v).toISOStri
 
 /** GET /v1/users/{id}/export: the whole bundle; never a hash, secret or token. 5 per user in any rolling 24 hours. */
 export async function exportUser(ctx: Ctx, idParam: string) {
-  const { user } = await targetUser(ctx, idParam, 'write');
+  const { user, rightMayMove } = await targetUser(ctx, idParam, 'write');
   // A rolling 24 hours (not the calendar day: 5 before midnight and 5 after would pass); Retry-After
   // is when the oldest export of the window leaves it. The call is counted in the export's
   // transaction: a refused call, or one that fails reading the bundle, is not.
   return ctx.db.transaction(async (tx) => {
+    await holdAccountRight(tx, ctx, user.id, rightMayMove);
     const quota = await takeSlidingQuota(tx, `export:${user.id}`, EXPORT_LIMIT_PER_DAY, 86400, ctx.now);
     if (!quota.allowed) {
       throw new ApiError('rate_limited', { message: 'At most 5 exports per user per day.', headers: { 'retry-after': String(retryAfterSeconds(quota.retryAt!, ctx.now)) } });
@@ -99,11 +100,11 @@ const toErasure = (r: ErasureRow): ErasureRequest => ({
 
 /** POST /v1/users/{id}/erasure-requests: soft delete now, hard-delete cascade 7 days later; a repeat returns the request. */
 export async function requestErasure(ctx: Ctx, idParam: string, reason: string | null): Promise<ErasureRequest> {
-  const { user } = await targetUser(ctx, idParam, 'write');
+  const { user, rightMayMove } = await targetUser(ctx, idParam, 'write');
   return ctx.db.transaction(async (tx) => {
     // The user row is locked first: two requests at once (no erasure row yet to lock) run one after
     // the other, and the second returns the first's request.
-    const locked = await lockTargetUser(tx, user.id);
+    const locked = await lockAccount(tx, ctx, user.id, rightMayMove);
     const current = await lockErasureRequest(tx, user.id);
     if (current?.status === 'scheduled') return toErasure(current);
     await softDeleteUserRow(tx, ctx, locked);

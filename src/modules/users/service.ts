@@ -8,7 +8,7 @@ import { keyset, toPage } from '../../http/pagination.js';
 import { assignRole, findLiveUserByEmail, findUserById, insertPasswordIdentity, insertUser, toUser, type UserRow } from './store.js';
 import { applicationExists, findAppUsers, listUserRows, userListConditions } from './list-store.js';
 import type { CreateUserBody, User, UserListQuery, UserStatus } from './schemas.js';
-import { confinedApp, lockTargetUser, targetUser } from './access.js';
+import { confinedApp, lockAccount, targetUser } from './access.js';
 import { sendInvitation, takeResendQuota } from './invitations.js';
 import { retryAfterSeconds } from '../../http/counters.js';
 
@@ -142,12 +142,12 @@ export async function createUser(ctx: Ctx, input: CreateUserBody): Promise<User>
 
 /** POST /v1/users/{id}/invitation: a new invitation token and mail; 409 unless the user is invited. */
 export async function resendInvitation(ctx: Ctx, idParam: string): Promise<void> {
-  const { user: found } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
+  const { user: found, rightMayMove } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
   await ctx.db.transaction(async (tx) => {
     // Decided on the user as it is now, locked before its links as a status or email change locks them:
     // one no longer invited gets no link, and one whose email an admin changed meanwhile gets it at the
     // new address (a live link to the old one would open the account at its new address).
-    const user = await lockTargetUser(tx, found.id);
+    const user = await lockAccount(tx, ctx, found.id, rightMayMove);
     if (user.status !== 'invited') throw new ApiError('invalid_status_transition', { details: { from: user.status, to: 'invited' } });
     const quota = await takeResendQuota(tx, ctx, user.email);
     if (!quota.allowed) {

@@ -11,7 +11,7 @@ import { enqueueMail } from '../../mail/outbox.js';
 import { unauthenticated } from '../../auth/credentials.js';
 import { revokeSessions } from '../sessions/store.js';
 import { findLiveUserByEmail, findUserById, lockUser, setEmailUnlessTaken, toUser, type UserRow } from './store.js';
-import { lockTargetUser, targetUser } from './access.js';
+import { lockAccount, targetUser } from './access.js';
 import {
   clearExpiredPendingEmails, clearPendingEmail, findErasureStatus, setDeletedUserEmail, setPendingEmail, updateUserEmail, updateUserStatus,
 } from './status-store.js';
@@ -85,9 +85,9 @@ export async function suspendUserRow(tx: Tx, ctx: Ctx, user: UserRow, reason?: s
 
 /** POST /v1/users/{id}/suspend (users.manage), body optional reason. */
 export async function suspendUser(ctx: Ctx, idParam: string, reason?: string): Promise<User> {
-  const { user, self } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
+  const { user, self, rightMayMove } = await targetUser(ctx, idParam, 'write', { allowSelf: false });
   if (self) throw new ApiError('status_change_forbidden');
-  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockTargetUser(tx, user.id), reason)), ctx.now);
+  return toUser(await ctx.db.transaction(async (tx) => suspendUserRow(tx, ctx, await lockAccount(tx, ctx, user.id, rightMayMove), reason)), ctx.now);
 }
 
 /** Soft delete: shared by DELETE /v1/users/{id} and erasure requests. */
@@ -98,8 +98,8 @@ export async function softDeleteUserRow(tx: Tx, ctx: Ctx, user: UserRow): Promis
 
 /** DELETE /v1/users/{id}: self or users.manage. */
 export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
-  const { user } = await targetUser(ctx, idParam, 'write');
-  await ctx.db.transaction(async (tx) => softDeleteUserRow(tx, ctx, await lockTargetUser(tx, user.id)));
+  const { user, rightMayMove } = await targetUser(ctx, idParam, 'write');
+  await ctx.db.transaction(async (tx) => softDeleteUserRow(tx, ctx, await lockAccount(tx, ctx, user.id, rightMayMove)));
 }
 
 /**
@@ -107,7 +107,7 @@ export async function deleteUser(ctx: Ctx, idParam: string): Promise<void> {
  * users.manage changes email at once (email_verified resets) and moves status per the table.
  */
 export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody): Promise<User> {
-  const { user, self } = await targetUser(ctx, idParam, 'write');
+  const { user, self, rightMayMove } = await targetUser(ctx, idParam, 'write');
   // Nobody changes their own status, users.manage holders included: a superadmin who suspended
   // themselves would lose every session at once and could not undo it. Part A answers a self-service
   // `status` with 403 whatever else the body holds, so this comes before the read-only fields.
@@ -120,7 +120,7 @@ export async function patchUser(ctx: Ctx, idParam: string, body: PatchUserBody):
   }
   return toUser(
     await ctx.db.transaction(async (tx) => {
-      let current = await lockTargetUser(tx, user.id);
+      let current = await lockAccount(tx, ctx, user.id, rightMayMove);
       // PATCH status deleted or invited is rejected from any status, the current one included.
       if (body.status === 'deleted' || body.status === 'invited') throw invalidTransition(current.status, body.status);
       // The current email sent again (in any case) is no change, with a restore too: no mail, no audit.

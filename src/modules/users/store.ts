@@ -101,11 +101,18 @@ export async function findLiveUser(db: Queryable, id: string): Promise<UserRow |
 /**
  * Whether the user is live as they are now, held FOR KEY SHARE (the lock an insert referencing them
  * takes anyway): a soft delete or the test purge, each holding the user FOR UPDATE, has committed by
- * the time this answers.
+ * the time this answers. `update`: held FOR UPDATE instead, as a platform Role's assignment holds them,
+ * so that a write to their account under way (holding them, FOR KEY SHARE at least) has committed
+ * first or reads their permissions after it (holdAccountRight).
  */
-export async function holdLiveUser(tx: Queryable, id: string): Promise<boolean> {
-  const { rows } = await tx.query<Pick<UserRow, 'status' | 'erased_at'>>('SELECT status, erased_at FROM users WHERE id = $1 FOR KEY SHARE', [id]);
+export async function holdLiveUser(tx: Queryable, id: string, update = false): Promise<boolean> {
+  const { rows } = await tx.query<Pick<UserRow, 'status' | 'erased_at'>>(`SELECT status, erased_at FROM users WHERE id = $1 FOR ${update ? 'UPDATE' : 'KEY SHARE'}`, [id]);
   return rows.length === 1 && isLive(rows[0]);
+}
+
+/** Holds the user FOR KEY SHARE (the weakest row lock; an assignment of a platform Role waits for it). */
+export async function holdUser(tx: Queryable, id: string): Promise<void> {
+  await tx.query('SELECT 1 FROM users WHERE id = $1 FOR KEY SHARE', [id]);
 }
 
 /**
