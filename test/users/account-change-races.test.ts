@@ -70,6 +70,20 @@ if (storageName === 'postgres') {
     assert.deepEqual(await trail(user.id, user.email), before);
   });
 
+  test("a users.manage holder's PATCH of another user's email that waited while a platform Role the user holds was given a permission the caller lacks (PATCH /v1/roles/{id}) gets 403 forbidden naming it (required_permissions): the email stays", async () => {
+    const role = await createPlatformRole(t, ['users.list']);
+    const user = await createUser(t, { roles: [role] });
+    const before = await trail(user.id, user.email);
+    const edited: [string, unknown[]][] = [
+      ['SELECT 1 FROM roles WHERE id = $1 FOR NO KEY UPDATE', [role]],
+      [`UPDATE roles SET permissions = ARRAY['audit.view', 'users.list'] WHERE id = $1`, [role]],
+    ];
+    const res = await commitWhileWaiting(t, edited, () => call(t, 'PATCH', `/v1/users/${user.id}`, manager.token, { email: uniqueEmail('takeover') }));
+    assert.deepEqual(assertError(res, 403, 'forbidden').details.required_permissions, ['audit.view']);
+    assert.equal((await userRow(t, user.id))!.email, user.email);
+    assert.deepEqual(await trail(user.id, user.email), before);
+  });
+
   for (const [label, method, path, body] of [
     ['PATCH status suspended', 'PATCH', '', { status: 'suspended' }],
     ['POST /suspend', 'POST', '/suspend', {}],

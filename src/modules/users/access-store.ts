@@ -13,6 +13,17 @@ export async function holdsRole(db: Queryable, userId: string, roleId: string): 
 }
 
 /**
+ * Holds the user's platform Roles FOR SHARE, which a PATCH of a Role's permissions (FOR NO KEY UPDATE)
+ * waits for and waits for: taken after the user (holdUser), whose lock covers the assignments.
+ */
+export async function holdPlatformRolesOf(db: Queryable, userId: string): Promise<void> {
+  await db.query(
+    `SELECT 1 FROM roles r WHERE r.scope = 'platform' AND r.id IN (SELECT role_id FROM role_assignments WHERE user_id = $1) ORDER BY r.id FOR SHARE OF r`,
+    [userId],
+  );
+}
+
+/**
  * What decides whether a caller may change the user's account, in one round trip: whether the user and
  * the caller (null: an API key) hold Role `superadmin`, and the platform permissions the user holds
  * through their platform Roles, sorted.

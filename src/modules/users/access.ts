@@ -4,7 +4,7 @@ import { ApiError } from '../../errors.js';
 import { findUserById, holdUser, lockUser, type UserRow } from './store.js';
 import { resolveUserId, SUPERADMIN_ROLE_ID } from './service.js';
 import type { Queryable, Tx } from '../../db/types.js';
-import { accountRights, findAccessPath, holdsRole } from './access-store.js';
+import { accountRights, findAccessPath, holdPlatformRolesOf, holdsRole } from './access-store.js';
 
 /** App-confined: an app-scoped key acts only on its own Application (Part A Authentication 4). */
 export const confinedApp = (ctx: Ctx): string | null =>
@@ -109,12 +109,15 @@ export async function assertMayChangeAccount(ctx: Ctx, userId: string): Promise<
  * The caller's right to change the user's account, read again in the write's transaction (first, or
  * right after the user's own lock) when it may have moved (`rightMayMove`, from targetUser or
  * assertMayChangeAccount): holding the user FOR KEY SHARE, which a platform Role's assignment (the
- * user FOR UPDATE) waits for, so an assignment that committed while the write waited is seen, and the
- * answer is the one the caller would have got had it committed first (403 forbidden, nothing written).
+ * user FOR UPDATE) waits for, and their platform Roles FOR SHARE, which a PATCH of a Role's permissions
+ * (FOR NO KEY UPDATE) waits for: an assignment or a Role change that committed while the write waited
+ * is seen, and the answer is the one the caller would have got had it committed first (403 forbidden,
+ * nothing written).
  * Self-service and superadmin callers read nothing.
  */
 export async function holdAccountRight(tx: Tx, ctx: Ctx, userId: string, rightMayMove: boolean): Promise<void> {
   if (!rightMayMove) return;
   await holdUser(tx, userId);
+  await holdPlatformRolesOf(tx, userId);
   await assertMayChangeAccount(inTx(ctx, tx), userId);
 }
