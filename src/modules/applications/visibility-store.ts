@@ -1,6 +1,7 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
 import { type Conditions, conditions, selectPage } from '../../db/page.js';
 import { accessPathSql } from '../../access/resolve.js';
+import { ADMINED_ORGANIZATIONS_SQL } from '../../access/ownership.js';
 import { APP_COLUMNS, type ApplicationRow } from './store.js';
 import type { ApplicationListQuery } from './schemas.js';
 
@@ -12,9 +13,7 @@ export interface Viewer {
 }
 
 /** SQL: the user owns Application `a` (owner_user_id, or active org_admin of the owning Organization); = ANY as OWNED_APPLICATIONS_SQL. */
-export const ownerCondition = (userParam: number) =>
-  `(a.owner_user_id = $${userParam} OR a.owner_organization_id = ANY (ARRAY(SELECT m.organization_id FROM organization_members m
-      WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active')))`;
+export const ownerCondition = (userParam: number) => `(a.owner_user_id = $${userParam} OR a.owner_organization_id = ANY (${ADMINED_ORGANIZATIONS_SQL(userParam)}))`;
 
 /** SQL: the user (parameter `$userParam`) has any access path to Application `a` (accessPathSql). */
 export const accessPathToApp = (userParam: number) => accessPathSql(`$${userParam}`, 'a.id');

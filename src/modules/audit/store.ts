@@ -1,6 +1,7 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
 import { conditions, selectPage } from '../../db/page.js';
 import { PLAN_LIMITS, type Plan } from '../tenancy/plans.js';
+import { tenantOwnerCondition } from '../tenancy/store.js';
 import type { AuditEvent, AuditQuery } from './schemas.js';
 
 export interface AuditRow {
@@ -62,8 +63,7 @@ export async function ownedTenants(db: Queryable, userId: string, tenantIds: str
   if (tenantIds.length === 0) return [];
   const { rows } = await db.query<{ id: string; plan: Plan }>(
     `SELECT t.id, t.plan FROM tenants t
-      WHERE t.id = ANY($1::text[]) AND (t.owner_user_id = $2 OR t.owner_organization_id IN (
-        SELECT m.organization_id FROM organization_members m WHERE m.user_id = $2 AND m.role = 'org_admin' AND m.membership_status = 'active'))`,
+      WHERE t.id = ANY($1::text[]) AND ${tenantOwnerCondition(2)}`,
     [tenantIds, userId],
   );
   return rows;

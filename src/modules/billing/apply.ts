@@ -5,7 +5,7 @@ import { recordAudit } from '../../audit/record.js';
 import { releaseSeatLimits } from '../tenancy/seats.js';
 import { basePlan, measureUsage, planFits, type Plan } from '../tenancy/plans.js';
 import { findTenantRecord, tenantModeOf, type TenantRecord } from '../tenancy/service.js';
-import { CHECKOUT_ALLOWED } from './sessions.js';
+import { CHECKOUT_ALLOWED } from './checkouts.js';
 import { deleteCheckoutSession, dropCompletedCheckouts, markCheckoutSessionCompleted } from './checkout-store.js';
 import { ApiError } from '../../errors.js';
 import { isStorableDateTime } from '../../http/validation.js';

@@ -12,7 +12,6 @@ import { createSimulatedSession } from './simulator-store.js';
 import { findUserEmail } from './store.js';
 import type { CheckoutBody, HostedSession, PortalBody } from './schemas.js';
 
-export { CHECKOUT_ALLOWED };
 /** Stripe portal sessions carry no expiry; they are short-lived, so we promise five minutes. */
 const PORTAL_SESSION_SECONDS = 300;
 

@@ -1,5 +1,6 @@
 import type { KeysetSql, Queryable } from '../../db/types.js';
 import { conditions, selectPage } from '../../db/page.js';
+import { ADMINED_ORGANIZATIONS_SQL } from '../../access/ownership.js';
 import type { Mode } from '../../db/types.js';
 import type { Plan } from './plans.js';
 import type { Tenant, TenantListQuery, Tier } from './schemas.js';
@@ -126,9 +127,7 @@ export const TENANT_RECORD_COLUMNS = `t.id, t.owner_type, t.owner_user_id, t.own
  * conditions, where a hashed subquery made a user's Tenant list walk every Tenant newest first
  * (docs/conventions.md, Queries at scale).
  */
-export const tenantOwnerCondition = (userParam: number) =>
-  `(t.owner_user_id = $${userParam} OR t.owner_organization_id = ANY (ARRAY(SELECT m.organization_id FROM organization_members m
-      WHERE m.user_id = $${userParam} AND m.role = 'org_admin' AND m.membership_status = 'active')))`;
+export const tenantOwnerCondition = (userParam: number) => `(t.owner_user_id = $${userParam} OR t.owner_organization_id = ANY (${ADMINED_ORGANIZATIONS_SQL(userParam)}))`;
 
 /**
  * A Tenant belongs to its owner's mode: it is visible only where its owner (a User or an Organization,
