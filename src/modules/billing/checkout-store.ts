@@ -86,6 +86,20 @@ export async function markCheckoutSessionCompleted(db: Queryable, id: string, su
   await db.query('UPDATE checkout_sessions SET completed_at = $3, subscription_id = $2 WHERE id = $1', [id, subscriptionId, now]);
 }
 
+/** Records a session paid before any row of it was (the simulator's, paid on its own page) as markCheckoutSessionCompleted leaves one. */
+export async function recordCompletedCheckoutSession(
+  db: Queryable,
+  tenantId: string,
+  session: { id: string; created_at: Date; expires_at: Date },
+  subscriptionId: string,
+  now: Date,
+): Promise<void> {
+  await db.query(
+    'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at, completed_at, subscription_id) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING',
+    [session.id, tenantId, session.created_at, session.expires_at, now, subscriptionId],
+  );
+}
+
 /** Whether the Tenant has a session completed whose subscription's own event is not applied yet, within its expiry. */
 export async function findSubscribingCheckout(db: Queryable, tenantId: string, now: Date): Promise<boolean> {
   const { rows } = await db.query('SELECT 1 FROM checkout_sessions WHERE tenant_id = $1 AND completed_at IS NOT NULL AND expires_at > $2 LIMIT 1', [tenantId, now]);

@@ -3,7 +3,7 @@ import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/types.js';
 import { addSeconds } from '../../clock.js';
 import type { HostedSession } from './schemas.js';
-import { lockTenantCheckouts } from './checkout-store.js';
+import { lockTenantCheckouts, recordCompletedCheckoutSession } from './checkout-store.js';
 
 /** A simulated checkout lives a day, as Stripe's does; a simulated portal an hour (a person clicks around in it). */
 const LIFETIME_SECONDS = { checkout: 24 * 3600, portal: 3600 } as const;
@@ -89,10 +89,7 @@ export async function completeSimCheckout(tx: Queryable, id: string, subscriptio
   await lockTenantCheckouts(tx, rows[0].tenant_id);
   const session = await finishSimSession(tx, id, 'completed', now);
   if (!session) return null;
-  await tx.query(
-    'INSERT INTO checkout_sessions (id, tenant_id, created_at, expires_at, completed_at, subscription_id) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING',
-    [session.id, session.tenant_id, session.created_at, session.expires_at, now, subscriptionId],
-  );
+  await recordCompletedCheckoutSession(tx, session.tenant_id, session, subscriptionId, now);
   return session;
 }
 
