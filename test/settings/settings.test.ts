@@ -10,18 +10,11 @@ import { settingsCompileCount } from '../../src/modules/applications/validation.
 import {
   appKey, assertError, assertInvalid, assertStatus, auditOf, call, grant, newApp, person, platformKey, sql, type AppFixture,
 } from '../access/support.js';
+import { SCHEMA } from './support.js';
 
 let t: TestApp;
 let admin: string;
 let app: AppFixture;
-const SCHEMA = {
-  type: 'object',
-  properties: {
-    density: { type: 'string', enum: ['compact', 'comfortable'] },
-    page_size: { type: 'integer', minimum: 10, maximum: 100 },
-    beta: { type: 'boolean' },
-  },
-};
 before(async () => {
   t = await buildTestApp();
   admin = await platformKey(t);

@@ -7,17 +7,10 @@ import assert from 'node:assert/strict';
 import { buildTestApp, storageName, type TestApp } from '../helpers/app.js';
 import { commitWhileWaiting } from '../helpers/locks.js';
 import { assertStatus, call, grant, newApp, person, platformKey, sql, type AppFixture, type Person } from '../access/support.js';
+import { SCHEMA } from './support.js';
 
 let t: TestApp;
 let admin: string;
-const SCHEMA = {
-  type: 'object',
-  properties: {
-    density: { type: 'string', enum: ['compact', 'comfortable'] },
-    page_size: { type: 'integer', minimum: 10, maximum: 100 },
-    beta: { type: 'boolean' },
-  },
-};
 const NARROWED = { type: 'object', properties: { density: { type: 'string', enum: ['comfortable'] }, page_size: { type: 'integer', minimum: 50 }, beta: { type: 'boolean' } } };
 const DAY = 24 * 3600;
 
